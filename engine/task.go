@@ -1,0 +1,523 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxTaskSize is the largest task JSON DecodeTask accepts, in bytes.
+const MaxTaskSize = 64 << 10
+
+// Defaults that DecodeTask and Validate apply to fields left out (or zero).
+const (
+	DefaultTimezone      = "UTC"
+	DefaultTimeout       = time.Minute
+	DefaultMaxAttempts   = 1
+	DefaultBackoff       = time.Second
+	DefaultMaxBackoff    = time.Minute // or the backoff, when that is longer
+	DefaultCatchupWindow = time.Minute
+	DefaultMisfire       = MisfireFireOnce
+	DefaultConcurrency   = ConcurrencyAllow
+	DefaultHTTPMethod    = "POST"
+)
+
+// Task is a recurring task as API.md's "Task JSON" defines it: the JSON field
+// names and formats of this struct are the external contract.
+//
+// Build one with DecodeTask, or in Go and call Validate; both apply the
+// defaults and the rules documented on each field. A Task is a plain value:
+// the engine keeps its own compact form of it.
+type Task struct {
+	// ID names the task: 1-256 bytes of UTF-8 without control characters.
+	ID string `json:"id"`
+	// Schedule is a cron spec with 5 or 6 fields, a descriptor or "@every d";
+	// see package schedule. H fields hash ID.
+	Schedule string `json:"schedule"`
+	// Timezone is the IANA zone the schedule's wall-clock times are in.
+	// Default "UTC".
+	Timezone string `json:"timezone"`
+	// Executor says what a fire runs.
+	Executor Executor `json:"executor"`
+	// Timeout bounds one attempt: more than 0, at most 24h. Default 1m.
+	Timeout Duration `json:"timeout"`
+	// Retry says how failed attempts are retried.
+	Retry Retry `json:"retry"`
+	// Misfire is what happens to fires missed by more than the misfire
+	// threshold. Default fire_once.
+	Misfire MisfirePolicy `json:"misfire"`
+	// CatchupWindow: missed fires older than this are never run. More than
+	// 0, at most 24h; default 1m. (Zero would mean "never catch up", which
+	// is misfire "skip".)
+	CatchupWindow Duration `json:"catchup_window"`
+	// Concurrency is what a fire does while the previous fire of the task
+	// still runs. Default allow.
+	Concurrency ConcurrencyPolicy `json:"concurrency"`
+	// Jitter delays each fire by a deterministic amount in [0, Jitter),
+	// derived from (ID, scheduled time). 0 to 1h; default 0.
+	Jitter Duration `json:"jitter"`
+	// Paused tasks keep their definition but do not fire.
+	Paused bool `json:"paused"`
+	// Labels: at most 64; keys 1-63 bytes of [A-Za-z0-9._/-], values at most
+	// 256 bytes of UTF-8.
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Output-only fields, set in API responses. DecodeTask accepts and
+	// ignores them, so that a client can PUT back what it got.
+
+	// Partition is the task's partition, xxhash64(id) % partitions.
+	Partition *int `json:"partition,omitempty"`
+	// Version is the etcd mod revision of the stored definition.
+	Version int64 `json:"version,omitempty"`
+	// CreatedAt and UpdatedAt are when the definition was first and last
+	// written.
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// State is the owning node's view of the task.
+	State *TaskState `json:"state,omitempty"`
+}
+
+// Executor says what a fire runs. Type selects the kind; each kind takes
+// only its own fields, and DecodeTask and Validate refuse the others.
+type Executor struct {
+	// Type is http, exec, handler or noop.
+	Type ExecutorType `json:"type"`
+
+	// URL (http) is an absolute http or https URL.
+	URL string `json:"url,omitempty"`
+	// Method (http) is an HTTP method token. Default POST.
+	Method string `json:"method,omitempty"`
+	// Headers (http) are added to the request. Names must be valid header
+	// names; Idempotency-Key and Shardcron-* are set by the executor and
+	// refused here. Values must not contain control characters but tab.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body (http) is the request body.
+	Body string `json:"body,omitempty"`
+
+	// Command (exec) is the argv to run, argv[0] first; at least argv[0].
+	// Arguments must not contain NUL bytes.
+	Command []string `json:"command,omitempty"`
+	// Env (exec) is added to the command's environment. Names must be
+	// non-empty and contain neither '=' nor NUL; values no NUL.
+	Env map[string]string `json:"env,omitempty"`
+
+	// Name (handler) names an in-process Go handler: 1-256 bytes, no
+	// control characters.
+	Name string `json:"name,omitempty"`
+	// Payload (handler) is any JSON value, passed to the handler.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// ExecutorType selects an executor.
+type ExecutorType string
+
+// The executor types.
+const (
+	ExecutorHTTP    ExecutorType = "http"
+	ExecutorExec    ExecutorType = "exec"
+	ExecutorHandler ExecutorType = "handler"
+	ExecutorNoop    ExecutorType = "noop"
+)
+
+// Retry says how failed attempts are retried: exponential backoff from
+// Backoff, doubled per attempt and capped at MaxBackoff.
+type Retry struct {
+	// MaxAttempts counts the first attempt: 1 (default) means no retry; at
+	// most 100.
+	MaxAttempts int `json:"max_attempts"`
+	// Backoff is the delay before the first retry: more than 0, at most 24h.
+	// Default 1s.
+	Backoff Duration `json:"backoff"`
+	// MaxBackoff caps the delay: at least Backoff, at most 24h. Default 1m,
+	// or Backoff when that is longer.
+	MaxBackoff Duration `json:"max_backoff"`
+}
+
+// MisfirePolicy is what happens to fires missed by more than the misfire
+// threshold (see DESIGN.md).
+type MisfirePolicy string
+
+// The misfire policies.
+const (
+	// MisfireFireOnce fires once now, with the latest missed scheduled time.
+	MisfireFireOnce MisfirePolicy = "fire_once"
+	// MisfireSkip records the missed fires and runs none of them.
+	MisfireSkip MisfirePolicy = "skip"
+	// MisfireFireAll fires every missed time, oldest first.
+	MisfireFireAll MisfirePolicy = "fire_all"
+)
+
+// ConcurrencyPolicy is what a fire does while the previous fire of the same
+// task still runs.
+type ConcurrencyPolicy string
+
+// The concurrency policies.
+const (
+	// ConcurrencyAllow runs it alongside.
+	ConcurrencyAllow ConcurrencyPolicy = "allow"
+	// ConcurrencyForbid skips it, recorded as skipped.
+	ConcurrencyForbid ConcurrencyPolicy = "forbid"
+	// ConcurrencyBufferOne runs it when the previous one ends; at most one
+	// waits.
+	ConcurrencyBufferOne ConcurrencyPolicy = "buffer_one"
+	// ConcurrencyReplace cancels the running one.
+	ConcurrencyReplace ConcurrencyPolicy = "replace"
+)
+
+// TaskState is the owning node's view of a task, in API responses. Counters
+// count since the owner took the task's partition.
+type TaskState struct {
+	Owner      string    `json:"owner"`
+	NextFireAt time.Time `json:"next_fire_at,omitzero"`
+	LastFireAt time.Time `json:"last_fire_at,omitzero"`
+	LastStatus string    `json:"last_status,omitempty"`
+	Fires      uint64    `json:"fires"`
+	Failures   uint64    `json:"failures"`
+	Misfires   uint64    `json:"misfires"`
+	Skipped    uint64    `json:"skipped"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("30s", "1m30s").
+type Duration time.Duration
+
+// String returns the duration in Go's format, e.g. "1m30s".
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Duration(d).String()), nil
+}
+
+// UnmarshalJSON reads a duration string; JSON null leaves d unchanged.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	v, reason := parseDuration(b)
+	if reason != "" {
+		return fmt.Errorf("engine: %s", reason)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// parseDuration parses a JSON duration string, or says why it cannot.
+func parseDuration(b []byte) (time.Duration, string) {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return 0, fmt.Sprintf("want a duration string such as \"30s\", got %s", jsonKind(b))
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Sprintf("%q is not a duration such as \"30s\" or \"1m30s\"", s)
+	}
+	return v, ""
+}
+
+// DecodeTask decodes and validates a task from its JSON (API.md "Task
+// JSON"), applying the defaults to the fields left out. It refuses, with a
+// *ValidationError naming the field: input over MaxTaskSize, malformed JSON
+// or trailing data, invalid UTF-8, unknown fields (names match exactly, not
+// ignoring case), values of the wrong JSON type, explicit zeros where zero
+// is not allowed ("timeout": "0s"), and everything Validate refuses. JSON
+// null is the same as leaving a field out. The output-only fields
+// (partition, version, created_at, updated_at, state) are accepted and
+// ignored.
+func DecodeTask(data []byte) (*Task, error) {
+	if len(data) > MaxTaskSize {
+		return nil, invalid("", "task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), MaxTaskSize)
+	}
+	if !utf8.Valid(data) {
+		return nil, invalid("", "task JSON is not valid UTF-8")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, invalid("", "malformed JSON at byte %d: %s", se.Offset, se.Error())
+		}
+		return nil, invalid("", "task must be a JSON object, got %s", jsonKind(data))
+	}
+	if obj == nil {
+		return nil, invalid("", "task must be a JSON object, got null")
+	}
+	d := &objDecoder{obj: obj}
+	d.known(taskFields, outputOnlyFields)
+	var t Task
+	d.str("id", &t.ID)
+	d.str("schedule", &t.Schedule)
+	d.str("timezone", &t.Timezone)
+	if e := d.object("executor"); e != nil {
+		e.known(executorFieldNames, nil)
+		var typ string
+		e.str("type", &typ)
+		t.Executor.Type = ExecutorType(typ)
+		e.str("url", &t.Executor.URL)
+		e.str("method", &t.Executor.Method)
+		e.strMap("headers", &t.Executor.Headers)
+		e.str("body", &t.Executor.Body)
+		e.strSlice("command", &t.Executor.Command)
+		e.strMap("env", &t.Executor.Env)
+		e.str("name", &t.Executor.Name)
+		if raw, ok := e.raw("payload"); ok {
+			t.Executor.Payload = raw
+		}
+		d.adopt(e)
+	} else if d.err == nil {
+		d.fail("executor", "required: an object such as {\"type\": \"http\", \"url\": \"http://10.0.0.5/hook\"}")
+	}
+	d.duration("timeout", &t.Timeout, false)
+	if r := d.object("retry"); r != nil {
+		r.known(retryFields, nil)
+		r.attempts("max_attempts", &t.Retry.MaxAttempts)
+		r.duration("backoff", &t.Retry.Backoff, false)
+		r.duration("max_backoff", &t.Retry.MaxBackoff, false)
+		d.adopt(r)
+	}
+	var misfire, concurrency string
+	d.str("misfire", &misfire)
+	t.Misfire = MisfirePolicy(misfire)
+	d.duration("catchup_window", &t.CatchupWindow, false)
+	d.str("concurrency", &concurrency)
+	t.Concurrency = ConcurrencyPolicy(concurrency)
+	d.duration("jitter", &t.Jitter, true)
+	d.boolean("paused", &t.Paused)
+	d.strMap("labels", &t.Labels)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+var (
+	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
+		"catchup_window", "concurrency", "jitter", "paused", "labels"}
+	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state"}
+	executorFieldNames = []string{"type", "url", "method", "headers", "body", "command", "env", "name", "payload"}
+	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
+)
+
+// objDecoder decodes the fields of one JSON object, keeping the first error.
+// Decoding field by field, rather than with encoding/json's struct decoder,
+// gives errors the field's path and matches names exactly.
+type objDecoder struct {
+	obj    map[string]json.RawMessage
+	prefix string // path of this object, with a trailing dot
+	err    *ValidationError
+}
+
+func (d *objDecoder) fail(name, format string, args ...any) {
+	if d.err == nil {
+		d.err = invalid(d.prefix+name, format, args...)
+	}
+}
+
+// adopt takes the error of a nested object's decoder.
+func (d *objDecoder) adopt(sub *objDecoder) {
+	if d.err == nil {
+		d.err = sub.err
+	}
+}
+
+// known refuses the first (in sorted order) field not in fields or ignored,
+// suggesting the field the user probably meant.
+func (d *objDecoder) known(fields, ignored []string) {
+	var unknown []string
+	for k := range d.obj {
+		if !slices.Contains(fields, k) && !slices.Contains(ignored, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	slices.Sort(unknown)
+	k := unknown[0]
+	if s := suggest(k, fields); s != "" {
+		d.fail(k, "unknown field (did you mean %q?)", s)
+		return
+	}
+	d.fail(k, "unknown field (want one of %s)", strings.Join(fields, ", "))
+}
+
+// suggest returns the field of fields closest to k, if close enough to be a
+// typo.
+func suggest(k string, fields []string) string {
+	best, bestDist := "", 3 // a distance under this is a typo
+	if len(k) >= 6 {
+		bestDist = 4
+	}
+	for _, f := range fields {
+		if strings.EqualFold(f, k) {
+			return f
+		}
+		if dist := editDistance(strings.ToLower(k), f); dist < bestDist {
+			best, bestDist = f, dist
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance, for short field names.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// raw returns the field's JSON when present and not null.
+func (d *objDecoder) raw(name string) (json.RawMessage, bool) {
+	if d.err != nil {
+		return nil, false
+	}
+	r, ok := d.obj[name]
+	if !ok || string(r) == "null" {
+		return nil, false
+	}
+	return r, true
+}
+
+// value decodes the field into dst, or fails with "want <want>".
+func (d *objDecoder) value(name string, dst any, want string) {
+	if r, ok := d.raw(name); ok {
+		if err := json.Unmarshal(r, dst); err != nil {
+			d.fail(name, "want %s, got %s", want, jsonKind(r))
+		}
+	}
+}
+
+func (d *objDecoder) str(name string, dst *string)   { d.value(name, dst, "a string") }
+func (d *objDecoder) boolean(name string, dst *bool) { d.value(name, dst, "true or false") }
+
+// strMap decodes an object of strings, naming the first (in key order)
+// value that is not a string.
+func (d *objDecoder) strMap(name string, dst *map[string]string) {
+	var m map[string]json.RawMessage
+	d.value(name, &m, "an object of strings")
+	if d.err != nil || m == nil {
+		return
+	}
+	out := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		var v string
+		if err := json.Unmarshal(m[k], &v); err != nil {
+			d.fail(name+"."+k, "want a string, got %s", jsonKind(m[k]))
+			return
+		}
+		out[k] = v
+	}
+	*dst = out
+}
+
+// strSlice decodes an array of strings, naming the first element that is
+// not a string.
+func (d *objDecoder) strSlice(name string, dst *[]string) {
+	var a []json.RawMessage
+	d.value(name, &a, "an array of strings")
+	if d.err != nil || a == nil {
+		return
+	}
+	out := make([]string, len(a))
+	for i, r := range a {
+		if err := json.Unmarshal(r, &out[i]); err != nil {
+			d.fail(fmt.Sprintf("%s[%d]", name, i), "want a string, got %s", jsonKind(r))
+			return
+		}
+	}
+	*dst = out
+}
+
+// attempts decodes retry.max_attempts; an explicit 0 is refused, since it
+// would silently become the default.
+func (d *objDecoder) attempts(name string, dst *int) {
+	d.value(name, dst, "a whole number")
+	if _, ok := d.raw(name); ok && d.err == nil && *dst == 0 {
+		d.fail(name, "0 is not within 1-%d (leave it out for the default %d)", maxAttempts, DefaultMaxAttempts)
+	}
+}
+
+// duration decodes a duration string. Unless zeroOK, an explicit zero is
+// refused: zero means "the default" in a Task, so accepting "0s" would
+// silently turn it into something else.
+func (d *objDecoder) duration(name string, dst *Duration, zeroOK bool) {
+	r, ok := d.raw(name)
+	if !ok {
+		return
+	}
+	v, reason := parseDuration(r)
+	if reason != "" {
+		d.fail(name, "%s", reason)
+		return
+	}
+	if v == 0 && !zeroOK {
+		d.fail(name, "0s is not more than 0 (leave it out for the default)")
+		return
+	}
+	*dst = Duration(v)
+}
+
+// object returns a decoder for a nested object, nil when the field is
+// absent or null (or an error occurred).
+func (d *objDecoder) object(name string) *objDecoder {
+	r, ok := d.raw(name)
+	if !ok {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(r, &obj); err != nil {
+		d.fail(name, "want an object, got %s", jsonKind(r))
+		return nil
+	}
+	return &objDecoder{obj: obj, prefix: d.prefix + name + "."}
+}
+
+// jsonKind names the JSON type of a value, for messages.
+func jsonKind(b []byte) string {
+	s := strings.TrimLeft(string(b), " \t\r\n")
+	if s == "" {
+		return "nothing"
+	}
+	switch s[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	if s = strings.TrimRight(s, " \t\r\n"); len(s) <= 32 {
+		return s // a number: show it
+	}
+	return "a number"
+}

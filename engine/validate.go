@@ -1,0 +1,342 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+)
+
+// ValidationError reports task input that cannot be accepted: the API answers
+// it with 400 and its message. Field is the JSON path of the offending field
+// ("schedule", "executor.url", "retry.backoff"), empty when the input as a
+// whole is at fault (malformed JSON, too large).
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+// Error returns "field: reason", e.g. `schedule: "61 * * * * *": second 61
+// out of range 0-59`, or the reason alone when Field is empty.
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Limits of the task model.
+const (
+	maxIDLen        = 256
+	maxTimeout      = 24 * time.Hour
+	maxBackoff      = 24 * time.Hour
+	maxCatchup      = 24 * time.Hour
+	maxJitter       = time.Hour
+	maxAttempts     = 100
+	maxLabels       = 64
+	maxLabelKeyLen  = 63
+	maxLabelValLen  = 256
+	maxHandlerNameL = 256
+)
+
+// Validate applies the defaults to the fields left zero and checks every
+// rule of the task model, returning the first violation as a
+// *ValidationError. It normalizes as it goes (empty maps become nil, the
+// payload is compacted), so that a validated task encodes and decodes to an
+// equal Task. Validate is idempotent. The output-only fields are ignored.
+func (t *Task) Validate() error {
+	t.applyDefaults()
+	if err := checkID(t.ID); err != nil {
+		return err
+	}
+	if t.Schedule == "" {
+		return invalid("schedule", "required: a cron spec such as \"*/5 * * * *\" or a descriptor such as \"@hourly\"")
+	}
+	if _, err := schedule.Parse(t.Schedule, t.Timezone, t.ID); err != nil {
+		var se *schedule.Error
+		if errors.As(err, &se) && se.Zone {
+			return invalid("timezone", "%s", se.Error())
+		}
+		return invalid("schedule", "%s", err.Error())
+	}
+	if err := t.Executor.validate(); err != nil {
+		return err
+	}
+	if err := checkDuration("timeout", t.Timeout, false, maxTimeout); err != nil {
+		return err
+	}
+	if t.Retry.MaxAttempts < 1 || t.Retry.MaxAttempts > maxAttempts {
+		return invalid("retry.max_attempts", "%d is not within 1-%d", t.Retry.MaxAttempts, maxAttempts)
+	}
+	if err := checkDuration("retry.backoff", t.Retry.Backoff, false, maxBackoff); err != nil {
+		return err
+	}
+	if err := checkDuration("retry.max_backoff", t.Retry.MaxBackoff, false, maxBackoff); err != nil {
+		return err
+	}
+	if t.Retry.MaxBackoff < t.Retry.Backoff {
+		return invalid("retry.max_backoff", "%s is less than retry.backoff %s", t.Retry.MaxBackoff, t.Retry.Backoff)
+	}
+	switch t.Misfire {
+	case MisfireFireOnce, MisfireSkip, MisfireFireAll:
+	default:
+		return invalid("misfire", "unknown policy %q (want fire_once, skip or fire_all)", t.Misfire)
+	}
+	if err := checkDuration("catchup_window", t.CatchupWindow, false, maxCatchup); err != nil {
+		return err
+	}
+	switch t.Concurrency {
+	case ConcurrencyAllow, ConcurrencyForbid, ConcurrencyBufferOne, ConcurrencyReplace:
+	default:
+		return invalid("concurrency", "unknown policy %q (want allow, forbid, buffer_one or replace)", t.Concurrency)
+	}
+	if err := checkDuration("jitter", t.Jitter, true, maxJitter); err != nil {
+		return err
+	}
+	return checkLabels(t.Labels)
+}
+
+// applyDefaults fills the fields left zero and normalizes empty collections.
+func (t *Task) applyDefaults() {
+	if t.Timezone == "" {
+		t.Timezone = DefaultTimezone
+	}
+	if t.Timeout == 0 {
+		t.Timeout = Duration(DefaultTimeout)
+	}
+	if t.Retry.MaxAttempts == 0 {
+		t.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if t.Retry.Backoff == 0 {
+		t.Retry.Backoff = Duration(DefaultBackoff)
+	}
+	if t.Retry.MaxBackoff == 0 {
+		t.Retry.MaxBackoff = max(Duration(DefaultMaxBackoff), t.Retry.Backoff)
+	}
+	if t.Misfire == "" {
+		t.Misfire = DefaultMisfire
+	}
+	if t.CatchupWindow == 0 {
+		t.CatchupWindow = Duration(DefaultCatchupWindow)
+	}
+	if t.Concurrency == "" {
+		t.Concurrency = DefaultConcurrency
+	}
+	if t.Executor.Type == ExecutorHTTP && t.Executor.Method == "" {
+		t.Executor.Method = DefaultHTTPMethod
+	}
+	if len(t.Labels) == 0 {
+		t.Labels = nil
+	}
+	e := &t.Executor
+	if len(e.Headers) == 0 {
+		e.Headers = nil
+	}
+	if len(e.Env) == 0 {
+		e.Env = nil
+	}
+	if len(e.Command) == 0 {
+		e.Command = nil
+	}
+	if len(e.Payload) == 0 || string(e.Payload) == "null" {
+		e.Payload = nil
+	}
+}
+
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return invalid("id", "required")
+	case len(id) > maxIDLen:
+		return invalid("id", "%d bytes, more than %d", len(id), maxIDLen)
+	case !utf8.ValidString(id):
+		return invalid("id", "%q is not valid UTF-8", id)
+	}
+	if r, ok := controlChar(id); ok {
+		return invalid("id", "%q contains the control character %U", id, r)
+	}
+	return nil
+}
+
+// controlChar returns the first control character in s (C0, DEL, C1).
+func controlChar(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// checkDuration checks 0 < d <= limit, or 0 <= d <= limit when zeroOK.
+func checkDuration(field string, d Duration, zeroOK bool, limit time.Duration) error {
+	switch {
+	case d < 0 || d == 0 && !zeroOK:
+		return invalid(field, "%s is not more than 0", d)
+	case time.Duration(d) > limit:
+		return invalid(field, "%s is more than %s", d, Duration(limit))
+	}
+	return nil
+}
+
+func checkLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return invalid("labels", "%d labels, more than %d", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyChar) >= 0 {
+			return invalid("labels", "key %q: want 1-%d bytes of A-Z a-z 0-9 . _ / -", k, maxLabelKeyLen)
+		}
+		if len(v) > maxLabelValLen {
+			return invalid("labels", "value of %q: %d bytes, more than %d", k, len(v), maxLabelValLen)
+		}
+		if !utf8.ValidString(v) {
+			return invalid("labels", "value of %q is not valid UTF-8", k)
+		}
+	}
+	return nil
+}
+
+func notLabelKeyChar(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		r == '.' || r == '_' || r == '/' || r == '-')
+}
+
+// executorFields lists which fields each executor type takes, for the error
+// that names a field given to the wrong type.
+var executorFields = map[string]ExecutorType{
+	"url": ExecutorHTTP, "method": ExecutorHTTP, "headers": ExecutorHTTP, "body": ExecutorHTTP,
+	"command": ExecutorExec, "env": ExecutorExec,
+	"name": ExecutorHandler, "payload": ExecutorHandler,
+}
+
+func (e *Executor) validate() error {
+	switch e.Type {
+	case ExecutorHTTP, ExecutorExec, ExecutorHandler, ExecutorNoop:
+	case "":
+		return invalid("executor.type", "required (want http, exec, handler or noop)")
+	default:
+		return invalid("executor.type", "unknown executor %q (want http, exec, handler or noop)", e.Type)
+	}
+	// Refuse fields of other types: a url on a noop task is a mistake the
+	// user wants to hear about, not a silently dead setting.
+	present := map[string]bool{
+		"url": e.URL != "", "method": e.Method != "", "headers": e.Headers != nil, "body": e.Body != "",
+		"command": e.Command != nil, "env": e.Env != nil,
+		"name": e.Name != "", "payload": e.Payload != nil,
+	}
+	for _, f := range []string{"url", "method", "headers", "body", "command", "env", "name", "payload"} {
+		if present[f] && executorFields[f] != e.Type {
+			return invalid("executor."+f, "not allowed with executor type %q (%s is for %s)", e.Type, f, executorFields[f])
+		}
+	}
+	switch e.Type {
+	case ExecutorHTTP:
+		return e.validateHTTP()
+	case ExecutorExec:
+		return e.validateExec()
+	case ExecutorHandler:
+		return e.validateHandler()
+	}
+	return nil
+}
+
+func (e *Executor) validateHTTP() error {
+	if e.URL == "" {
+		return invalid("executor.url", "required for executor type http")
+	}
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return invalid("executor.url", "%q is not a valid URL", e.URL)
+	}
+	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" || u.Host == "" {
+		return invalid("executor.url", "want an absolute http or https URL such as \"http://10.0.0.5/hook\", got %q", e.URL)
+	}
+	if !isToken(e.Method) {
+		return invalid("executor.method", "%q is not an HTTP method", e.Method)
+	}
+	for name, value := range e.Headers {
+		if !isToken(name) {
+			return invalid("executor.headers", "%q is not a valid header name", name)
+		}
+		if n := strings.ToLower(name); n == "idempotency-key" || strings.HasPrefix(n, "shardcron-") {
+			return invalid("executor.headers", "%q is set by the executor itself", name)
+		}
+		for _, r := range value {
+			if r != '\t' && unicode.IsControl(r) {
+				return invalid("executor.headers", "value of %q contains the control character %U", name, r)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Executor) validateExec() error {
+	if len(e.Command) == 0 || e.Command[0] == "" {
+		return invalid("executor.command", "required for executor type exec: the argv to run, e.g. [\"/usr/bin/backup\", \"--full\"]")
+	}
+	for i, arg := range e.Command {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return invalid("executor.command", "argument %d contains a NUL byte", i)
+		}
+	}
+	for k, v := range e.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return invalid("executor.env", "%q is not a valid variable name", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("executor.env", "value of %q contains a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+func (e *Executor) validateHandler() error {
+	switch {
+	case e.Name == "":
+		return invalid("executor.name", "required for executor type handler")
+	case len(e.Name) > maxHandlerNameL:
+		return invalid("executor.name", "%d bytes, more than %d", len(e.Name), maxHandlerNameL)
+	case !utf8.ValidString(e.Name):
+		return invalid("executor.name", "not valid UTF-8")
+	}
+	if r, ok := controlChar(e.Name); ok {
+		return invalid("executor.name", "contains the control character %U", r)
+	}
+	if e.Payload != nil {
+		// The form json.Marshal writes, so that the task round-trips.
+		p, err := json.Marshal(e.Payload)
+		if err != nil {
+			return invalid("executor.payload", "not valid JSON")
+		}
+		e.Payload = p
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110): a method or header
+// name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
