@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkRecord is the fire path's cost of recording an execution.
+// path=buffered: the record is accepted (a mutex and an append into a
+// reused buffer) while the writer runs; every 16384 records the timer
+// stops for a Flush, so the buffer never fills. path=full: the buffer is
+// full and the writer stuck, so every record is dropped and counted.
+func BenchmarkRecord(b *testing.B) {
+	b.Run("path=buffered", func(b *testing.B) {
+		s := openTest(b, testConfig(b))
+		e := exec1("0123456789abcdef", 0, 1, StatusOK)
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if i%16384 == 16383 {
+				b.StopTimer()
+				if err := s.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			e.Attempt = i
+			s.Record(e)
+		}
+		b.StopTimer()
+		if s.Dropped() != 0 {
+			b.Fatalf("dropped %d", s.Dropped())
+		}
+	})
+	b.Run("path=full", func(b *testing.B) {
+		cfg := testConfig(b)
+		cfg.HistoryBuffer = 1024
+		entered, release := blockedWriter(&cfg)
+		s := openTest(b, cfg)
+		b.Cleanup(release)
+		e := exec1("0123456789abcdef", 0, 1, StatusOK)
+		s.Record(e)
+		<-entered
+		for range cfg.HistoryBuffer {
+			s.Record(e)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			s.Record(e)
+		}
+		b.StopTimer()
+		if s.Dropped() != uint64(b.N) {
+			b.Fatalf("dropped %d of %d", s.Dropped(), b.N)
+		}
+	})
+}
+
+// BenchmarkHistoryWrite is the writer's sustained rate: records per second
+// from Record until Flush returns, in batches of 16384 over 1000 tasks.
+func BenchmarkHistoryWrite(b *testing.B) {
+	s := openTest(b, testConfig(b))
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("task-%012d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	n := 0
+	for n < b.N {
+		for j := 0; j < 16384 && n < b.N; j++ {
+			s.Record(exec1(ids[n%len(ids)], n/len(ids), 1, StatusOK))
+			n++
+		}
+		if err := s.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	if s.Dropped() != 0 {
+		b.Fatalf("dropped %d", s.Dropped())
+	}
+}
+
+// taskValue is a task JSON of about 400 bytes, the size DESIGN.md plans for.
+func taskValue(i int) []byte {
+	return fmt.Appendf(nil, `{"id":"task-%012d","schedule":"H/5 * * * *","timezone":"Europe/Berlin",`+
+		`"executor":{"type":"http","url":"http://10.0.0.5/hook/%d","method":"POST","headers":{"X-Team":"billing"},`+
+		`"body":"{\"k\":1}"},"timeout":"30s","retry":{"max_attempts":3,"backoff":"1s","max_backoff":"1m"},`+
+		`"misfire":"fire_once","catchup_window":"1m","concurrency":"allow","jitter":"0s","paused":false,`+
+		`"labels":{"team":"billing","env":"prod"}}`, i, i)
+}
+
+func BenchmarkPartitionScan(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			s := openTest(b, testConfig(b))
+			tasks := make([]KV, n)
+			for i := range tasks {
+				tasks[i] = KV{ID: fmt.Sprintf("task-%012d", i), Value: taskValue(i)}
+			}
+			if err := s.Reset(1, 1, tasks); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				count := 0
+				if _, err := s.Partition(1, func(string, []byte) error { count++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+				if count != n {
+					b.Fatalf("scanned %d tasks, want %d", count, n)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// BenchmarkApply applies n updates per call (a watch batch), cycling over
+// 100000 ids of one partition.
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{1, 100, 10000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			s := openTest(b, testConfig(b))
+			const ids = 100000
+			puts := make([]KV, n)
+			rev := int64(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				for j := range puts {
+					i := (int(rev)*n + j) % ids
+					puts[j] = KV{ID: fmt.Sprintf("task-%012d", i), Value: taskValue(i)}
+				}
+				rev++
+				if err := s.Apply(1, rev, puts, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// BenchmarkReset loads a partition of n tasks, the fallback after a
+// restart whose revision etcd no longer has.
+func BenchmarkReset(b *testing.B) {
+	for _, n := range []int{10000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			s := openTest(b, testConfig(b))
+			tasks := make([]KV, n)
+			for i := range tasks {
+				tasks[i] = KV{ID: fmt.Sprintf("task-%012d", i), Value: taskValue(i)}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if err := s.Reset(1, int64(i+1), tasks); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// BenchmarkHistory reads the newest 100 of 10000 records of one task.
+func BenchmarkHistory(b *testing.B) {
+	s := openTest(b, testConfig(b))
+	for i := range 10000 {
+		s.Record(exec1("0123456789abcdef", i, 1, StatusOK))
+	}
+	flush(b, s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if h, err := s.History("0123456789abcdef", 100); err != nil || len(h) != 100 {
+			b.Fatal(len(h), err)
+		}
+	}
+}

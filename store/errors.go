@@ -1,0 +1,58 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLocked is matched (errors.Is) by the error Open returns when the
+	// data directory is held by another Store, in this process or another.
+	// Its message names the directory: "store: data directory <dir> is in
+	// use by another process".
+	ErrLocked = errors.New("store: data directory is in use by another process")
+
+	// ErrClosed is returned by the methods of a Store after Close.
+	ErrClosed = errors.New("store: closed")
+
+	// ErrCorrupt is matched (errors.Is) by the *OpenError Open returns when a
+	// file of the data directory fails its checks (bad magic, checksum,
+	// truncated table) or makes Badger panic.
+	ErrCorrupt = errors.New("store: data directory is corrupt")
+)
+
+// lockedError is ErrLocked with the directory in its message.
+type lockedError struct{ dir string }
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("store: data directory %s is in use by another process", e.dir)
+}
+
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+
+// OpenError reports a data directory that exists but cannot be opened:
+// corrupt, unreadable, or written by an incompatible format version. The
+// directory holds a cache and execution history only (etcd is
+// authoritative), so moving it away and starting again is always safe: the
+// node reloads its partitions from etcd and loses only history.
+type OpenError struct {
+	Dir string
+	Err error
+}
+
+func (e *OpenError) Error() string {
+	return fmt.Sprintf("store: cannot open data directory %s: %v "+
+		"(it holds only a cache and execution history: moving it away is safe)", e.Dir, e.Err)
+}
+
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// ValidationError reports an invalid Config field.
+type ValidationError struct {
+	Field  string // the Config field, e.g. "History"
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("store: config: %s: %s", e.Field, e.Reason)
+}

@@ -1,0 +1,48 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shardcron/shardcron/store"
+)
+
+func Example() {
+	dir, _ := os.MkdirTemp("", "store-example")
+	defer os.RemoveAll(dir)
+	s, err := store.Open(store.DefaultConfig(dir))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	// After a full read of partition 7 at etcd revision 100, then a watch
+	// event at 101.
+	_ = s.Reset(7, 100, []store.KV{{ID: "a", Value: []byte(`{"id":"a"}`)}})
+	_ = s.Apply(7, 101, []store.KV{{ID: "b", Value: []byte(`{"id":"b"}`)}}, nil)
+
+	// On restart: tasks from the cache, then watch from rev+1.
+	rev, _ := s.Partition(7, func(id string, value []byte) error {
+		fmt.Printf("%s %s\n", id, value)
+		return nil
+	})
+	fmt.Println("watch from", rev+1)
+
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Record(store.Execution{TaskID: "a", ScheduledAt: at, Attempt: 1, Node: "n1", Status: store.StatusFailed, Error: "HTTP 503"})
+	s.Record(store.Execution{TaskID: "a", ScheduledAt: at, Attempt: 2, Node: "n1", Status: store.StatusOK})
+	_ = s.Flush(context.Background())
+	h, _ := s.History("a", 10)
+	for _, e := range h {
+		fmt.Println(e.ScheduledAt.Format(time.RFC3339), e.Attempt, e.Status, e.Error != "")
+	}
+	// Output:
+	// a {"id":"a"}
+	// b {"id":"b"}
+	// watch from 102
+	// 2030-01-01T00:00:00Z 2 ok false
+	// 2030-01-01T00:00:00Z 1 failed true
+}

@@ -1,0 +1,374 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+var t0 = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func exec1(task string, sec, attempt int, status string) Execution {
+	at := t0.Add(time.Duration(sec) * time.Second)
+	return Execution{
+		TaskID: task, ScheduledAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(20 * time.Millisecond),
+		Attempt: attempt, Node: "node-1", Status: status,
+	}
+}
+
+func history(t testing.TB, s *Store, task string, limit int) []Execution {
+	t.Helper()
+	h, err := s.History(task, limit)
+	if err != nil {
+		t.Fatalf("History(%q, %d): %v", task, limit, err)
+	}
+	return h
+}
+
+func flush(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+}
+
+func statuses(h []Execution) string {
+	var out []string
+	for _, e := range h {
+		out = append(out, e.Status)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestHistory_Modes(t *testing.T) {
+	all := []string{StatusOK, StatusFailed, StatusTimeout, StatusSkipped, StatusMisfired, StatusCanceled, "future-status"}
+	tests := []struct {
+		mode string
+		want string // newest first
+	}{
+		{HistoryAll, "future-status,canceled,misfired,skipped,timeout,failed,ok"},
+		{HistoryFailures, "future-status,canceled,misfired,skipped,timeout,failed"},
+		{HistoryNone, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.History = tt.mode
+			s := openTest(t, cfg)
+			for i, st := range all {
+				s.Record(exec1("t", i, 1, st))
+			}
+			flush(t, s)
+			if got := statuses(history(t, s, "t", 0)); got != tt.want {
+				t.Errorf("History = %s, want %s", got, tt.want)
+			}
+			if s.Dropped() != 0 {
+				t.Errorf("Dropped = %d", s.Dropped())
+			}
+		})
+	}
+}
+
+func TestHistory_RoundTrip(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	local := time.FixedZone("X", 3600)
+	in := []Execution{
+		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(2030, 1, 2, 5, 4, 5, 6, local),
+			StartedAt: time.Date(2030, 1, 2, 5, 4, 5, 999, local), FinishedAt: time.Date(2030, 1, 2, 3, 5, 0, 0, time.UTC),
+			Attempt: 3, Node: "node-é", Status: StatusTimeout, Error: "context deadline exceeded"},
+		// skipped: never started
+		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC), Attempt: 1, Status: StatusSkipped},
+		// before 1970, odd status, a negative attempt, no times at all
+		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), Attempt: -1, Status: "weird", Node: ""},
+		{TaskID: "billing/invoice-42", Status: StatusOK},
+	}
+	for _, e := range in {
+		s.Record(e)
+	}
+	check := func(stage string) {
+		got := history(t, s, "billing/invoice-42", 0)
+		if len(got) != len(in) {
+			t.Fatalf("%s: %d records, want %d", stage, len(got), len(in))
+		}
+		for i, want := range in { // in is newest first
+			g := got[i]
+			if g.TaskID != want.TaskID || !g.ScheduledAt.Equal(want.ScheduledAt) || !g.StartedAt.Equal(want.StartedAt) ||
+				!g.FinishedAt.Equal(want.FinishedAt) || g.Attempt != want.Attempt || g.Node != want.Node ||
+				g.Status != want.Status || g.Error != want.Error {
+				t.Errorf("%s: record %d = %+v, want %+v", stage, i, g, want)
+			}
+		}
+	}
+	check("buffered")
+	flush(t, s)
+	check("written")
+}
+
+// TestHistory_Order records executions in random order and checks that
+// History returns them newest first (scheduled time, then attempt) and
+// respects the limit, without mixing tasks whose ids share a prefix.
+func TestHistory_Order(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	rng := rand.New(rand.NewPCG(1, 2))
+	type fire struct{ sec, attempt int }
+	var fires []fire
+	for sec := -5; sec < 40; sec += 3 {
+		for a := 1; a <= 3; a++ {
+			fires = append(fires, fire{sec, a})
+		}
+	}
+	rng.Shuffle(len(fires), func(i, j int) { fires[i], fires[j] = fires[j], fires[i] })
+	for _, f := range fires {
+		for _, task := range []string{"a", "a b", "ab", "a/b"} {
+			s.Record(exec1(task, f.sec, f.attempt, StatusOK))
+		}
+	}
+	slices.SortFunc(fires, func(x, y fire) int {
+		if x.sec != y.sec {
+			return y.sec - x.sec
+		}
+		return y.attempt - x.attempt
+	})
+	for _, stage := range []string{"buffered", "written"} {
+		if stage == "written" {
+			flush(t, s)
+		}
+		for _, limit := range []int{0, 1, 7, len(fires), len(fires) + 5} {
+			got := history(t, s, "a", limit)
+			want := fires
+			if limit > 0 && limit < len(want) {
+				want = want[:limit]
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s, limit %d: %d records, want %d", stage, limit, len(got), len(want))
+			}
+			for i, w := range want {
+				g := got[i]
+				if g.TaskID != "a" || !g.ScheduledAt.Equal(t0.Add(time.Duration(w.sec)*time.Second)) || g.Attempt != w.attempt {
+					t.Fatalf("%s, limit %d: record %d = %s %v attempt %d, want a %+v", stage, limit, i, g.TaskID, g.ScheduledAt, g.Attempt, w)
+				}
+			}
+		}
+	}
+	if h := history(t, s, "unknown", 0); len(h) != 0 {
+		t.Errorf("History of an unknown task = %d records", len(h))
+	}
+}
+
+// TestHistory_SameFireTwice keeps both records of one fire and attempt
+// (a trigger at the same millisecond, a retry recorded twice), last first.
+func TestHistory_SameFireTwice(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	first, second := exec1("t", 0, 1, StatusFailed), exec1("t", 0, 1, StatusOK)
+	s.Record(first)
+	flush(t, s)
+	s.Record(second)
+	if got := statuses(history(t, s, "t", 0)); got != "ok,failed" {
+		t.Fatalf("History = %s, want ok,failed", got)
+	}
+}
+
+// TestHistory_VisibleBeforeFlush: with a writer that does not tick during
+// the test, a record is visible right after Record, and exactly once after
+// it is written.
+func TestHistory_VisibleBeforeFlush(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second
+	s := openTest(t, cfg)
+	s.Record(exec1("t", 1, 1, StatusOK))
+	if n := len(history(t, s, "t", 0)); n != 1 {
+		t.Fatalf("buffered: %d records, want 1", n)
+	}
+	flush(t, s)
+	s.Record(exec1("t", 2, 1, StatusOK))
+	if got := history(t, s, "t", 0); len(got) != 2 || got[0].ScheduledAt.Equal(got[1].ScheduledAt) {
+		t.Fatalf("half written: %+v, want 2 distinct records", got)
+	}
+}
+
+// blockedWriter makes the history writer stop in its first batch until
+// release is called, and returns a channel closed when it got there.
+func blockedWriter(cfg *Config) (entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	cfg.writeHook = func() {
+		once.Do(func() {
+			close(in)
+			<-out
+		})
+	}
+	return in, func() { releaseOnce.Do(func() { close(out) }) }
+}
+
+func TestRecord_FullBufferDrops(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HistoryBuffer = 4
+	cfg.FlushInterval = 10 * time.Second
+	entered, release := blockedWriter(&cfg)
+	s := openTest(t, cfg)
+	t.Cleanup(release) // before Close, which waits for the writer
+
+	s.Record(exec1("t", 0, 1, StatusOK)) // a quarter of 4: wakes the writer, which takes it and blocks
+	<-entered
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= 14; i++ {
+			s.Record(exec1("t", i, 1, StatusOK))
+		}
+	}()
+	// Were Record to wait for room, this would never close.
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Record blocked on a full buffer")
+	}
+	if got := s.Dropped(); got != 10 {
+		t.Errorf("Dropped = %d, want 10 (4 buffered, 1 in the writer)", got)
+	}
+	release()
+	flush(t, s)
+	got := history(t, s, "t", 0)
+	if len(got) != 5 {
+		t.Fatalf("%d records written, want 5", len(got))
+	}
+	// The first four after the one in flight were kept: scheduled 0..4 s.
+	if !got[0].ScheduledAt.Equal(t0.Add(4 * time.Second)) {
+		t.Errorf("newest kept record scheduled at %v", got[0].ScheduledAt)
+	}
+}
+
+func TestFlush_ContextEnds(t *testing.T) {
+	cfg := testConfig(t)
+	entered, release := blockedWriter(&cfg)
+	s := openTest(t, cfg)
+	t.Cleanup(release)
+	s.Record(exec1("t", 0, 1, StatusOK))
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Flush(ctx); err != context.Canceled {
+		t.Fatalf("Flush with a blocked writer = %v, want context.Canceled", err)
+	}
+	release()
+	flush(t, s)
+	if n := len(history(t, s, "t", 0)); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+}
+
+func TestHistory_TTL(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HistoryTTL = time.Second
+	s := openTest(t, cfg)
+	before := time.Now()
+	s.Record(exec1("t", 0, 1, StatusOK))
+	flush(t, s)
+	after := time.Now()
+
+	// The entry carries the TTL: Badger's expiry, in Unix seconds, lies
+	// between the Record and the end of Flush, plus the TTL.
+	var expiresAt uint64
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix("t"), AllVersions: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			expiresAt = it.Item().ExpiresAt()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := uint64(before.Add(cfg.HistoryTTL).Unix()), uint64(after.Add(cfg.HistoryTTL).Unix())
+	if expiresAt < lo || expiresAt > hi {
+		t.Errorf("ExpiresAt = %d, want within [%d, %d]", expiresAt, lo, hi)
+	}
+	waitFor(t, 10*time.Second, "the record to expire", func() bool {
+		return len(history(t, s, "t", 0)) == 0
+	})
+}
+
+func TestDeleteHistory(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	for i := range 10 {
+		s.Record(exec1("gone", i, 1, StatusOK))
+		s.Record(exec1("gone2", i, 1, StatusOK))
+	}
+	flush(t, s)
+	s.Record(exec1("gone", 99, 1, StatusOK)) // buffered: DeleteHistory flushes it first
+	if err := s.DeleteHistory(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(history(t, s, "gone", 0)); n != 0 {
+		t.Errorf("after DeleteHistory: %d records", n)
+	}
+	if n := len(history(t, s, "gone2", 0)); n != 10 {
+		t.Errorf("a neighbour's history: %d records, want 10", n)
+	}
+}
+
+// TestHistory_Concurrent records from several goroutines while others read
+// and flush (run with -race), then checks that nothing was lost.
+func TestHistory_Concurrent(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 5 * time.Millisecond
+	s := openTest(t, cfg)
+	const writers, per = 4, 2000
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			for i := range per {
+				s.Record(exec1(fmt.Sprintf("w%d", w), i, 1, StatusOK))
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.History("w0", 10); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := s.Flush(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	flush(t, s)
+	for w := range writers {
+		if n := len(history(t, s, fmt.Sprintf("w%d", w), 0)); n != per {
+			t.Errorf("writer %d: %d records, want %d (dropped %d)", w, n, per, s.Dropped())
+		}
+	}
+}
+
+// TestRecord_NoAllocation: once the buffer has room, Record allocates
+// nothing (the writer does not run: its tick is far and the buffer far
+// from a quarter full).
+func TestRecord_NoAllocation(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second
+	s := openTest(t, cfg)
+	e := exec1("0123456789abcdef", 0, 1, StatusFailed)
+	if n := testing.AllocsPerRun(500, func() { s.Record(e) }); n != 0 {
+		t.Errorf("Record allocates %.1f times per call", n)
+	}
+}

@@ -1,0 +1,28 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// badgerLogger routes Badger's logger to log/slog. Badger logs at INFO for
+// every table opened, compaction and memtable flush, which is noise for a
+// daemon: its Infof and Debugf go to slog at Debug, its Warningf and Errorf
+// to Warn and Error. Messages are formatted only when the level is enabled.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) log(level slog.Level, format string, args []any) {
+	ctx := context.Background()
+	if !b.l.Enabled(ctx, level) {
+		return
+	}
+	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	b.l.Log(ctx, level, msg, "component", "badger")
+}
+
+func (b badgerLogger) Errorf(f string, v ...any)   { b.log(slog.LevelError, f, v) }
+func (b badgerLogger) Warningf(f string, v ...any) { b.log(slog.LevelWarn, f, v) }
+func (b badgerLogger) Infof(f string, v ...any)    { b.log(slog.LevelDebug, f, v) }
+func (b badgerLogger) Debugf(f string, v ...any)   { b.log(slog.LevelDebug, f, v) }

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"strings"
+	"testing"
+)
+
+// scan returns p's revision and tasks as "id=value id=value".
+func scan(t testing.TB, s *Store, p uint32) (int64, string) {
+	t.Helper()
+	var parts []string
+	rev, err := s.Partition(p, func(id string, v []byte) error {
+		parts = append(parts, id+"="+string(v))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Partition(%d): %v", p, err)
+	}
+	return rev, strings.Join(parts, " ")
+}
+
+func kvs(pairs ...string) []KV {
+	var out []KV
+	for _, p := range pairs {
+		id, v, _ := strings.Cut(p, "=")
+		out = append(out, KV{ID: id, Value: []byte(v)})
+	}
+	return out
+}
+
+func TestPartition_NeverSynced(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	called := false
+	rev, err := s.Partition(3, func(string, []byte) error { called = true; return nil })
+	if rev != 0 || err != nil || called {
+		t.Fatalf("Partition of an empty store = %d, %v (fn called: %v), want 0, nil, not called", rev, err, called)
+	}
+}
+
+// TestPartition_Steps applies a sequence of writes to one store and checks
+// every partition after each.
+func TestPartition_Steps(t *testing.T) {
+	type state struct {
+		rev   int64
+		tasks string
+	}
+	const (
+		p1 = 1
+		p2 = 0x100 // shares no prefix with p1 despite the bytes
+		pM = math.MaxUint32
+	)
+	steps := []struct {
+		name string
+		do   func(s *Store) error
+		want map[uint32]state
+	}{
+		{"reset p1", func(s *Store) error { return s.Reset(p1, 10, kvs("a=1", "b=2")) },
+			map[uint32]state{p1: {10, "a=1 b=2"}, p2: {0, ""}}},
+		{"apply puts", func(s *Store) error { return s.Apply(p1, 11, kvs("c=3", "a=9"), nil) },
+			map[uint32]state{p1: {11, "a=9 b=2 c=3"}}},
+		{"apply deletes, one unknown", func(s *Store) error { return s.Apply(p1, 12, nil, []string{"b", "zz"}) },
+			map[uint32]state{p1: {12, "a=9 c=3"}}},
+		{"apply put and delete of one id", func(s *Store) error { return s.Apply(p1, 13, kvs("d=4"), []string{"d"}) },
+			map[uint32]state{p1: {13, "a=9 c=3"}}},
+		{"apply nothing moves the revision", func(s *Store) error { return s.Apply(p1, 14, nil, nil) },
+			map[uint32]state{p1: {14, "a=9 c=3"}}},
+		{"reset p2", func(s *Store) error { return s.Reset(p2, 5, kvs("x=1")) },
+			map[uint32]state{p1: {14, "a=9 c=3"}, p2: {5, "x=1"}}},
+		{"reset p1 replaces", func(s *Store) error { return s.Reset(p1, 20, kvs("c=30", "e=5")) },
+			map[uint32]state{p1: {20, "c=30 e=5"}, p2: {5, "x=1"}}},
+		{"ids with separators", func(s *Store) error { return s.Apply(pM, 1, kvs("a/b=1", "a b=2", "é=3"), nil) },
+			map[uint32]state{pM: {1, "a b=2 a/b=1 é=3"}}},
+		{"drop p1", func(s *Store) error { return s.Drop(p1) },
+			map[uint32]state{p1: {0, ""}, p2: {5, "x=1"}, pM: {1, "a b=2 a/b=1 é=3"}}},
+		{"drop unknown", func(s *Store) error { return s.Drop(42) },
+			map[uint32]state{42: {0, ""}, p2: {5, "x=1"}}},
+		{"apply after drop", func(s *Store) error { return s.Apply(p1, 21, kvs("f=6"), nil) },
+			map[uint32]state{p1: {21, "f=6"}}},
+		{"reset to empty", func(s *Store) error { return s.Reset(p2, 6, nil) },
+			map[uint32]state{p2: {6, ""}}},
+	}
+	s := openTest(t, testConfig(t))
+	for _, st := range steps {
+		if err := st.do(s); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		for p, want := range st.want {
+			rev, tasks := scan(t, s, p)
+			if rev != want.rev || tasks != want.tasks {
+				t.Fatalf("%s: partition %d = %d %q, want %d %q", st.name, p, rev, tasks, want.rev, want.tasks)
+			}
+		}
+	}
+	revs, err := s.Revisions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[uint32]int64{p1: 21, p2: 6, pM: 1}; !maps.Equal(revs, want) {
+		t.Errorf("Revisions = %v, want %v", revs, want)
+	}
+}
+
+func TestPartition_Errors(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	for _, rev := range []int64{0, -1} {
+		if err := s.Apply(1, rev, kvs("a=1"), nil); err == nil {
+			t.Errorf("Apply at revision %d succeeded", rev)
+		}
+		if err := s.Reset(1, rev, kvs("a=1")); err == nil {
+			t.Errorf("Reset at revision %d succeeded", rev)
+		}
+	}
+	if rev, tasks := scan(t, s, 1); rev != 0 || tasks != "" {
+		t.Errorf("refused writes changed the partition: %d %q", rev, tasks)
+	}
+
+	if err := s.Reset(1, 3, kvs("a=1", "b=2", "c=3")); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	_, err := s.Partition(1, func(string, []byte) error { n++; return stop })
+	if !errors.Is(err, stop) || n != 1 {
+		t.Errorf("Partition with a failing fn = %v after %d calls, want the fn's error after 1", err, n)
+	}
+	rev, err := s.Partition(1, nil)
+	if rev != 3 || err != nil {
+		t.Errorf("Partition(nil fn) = %d, %v, want 3, nil", rev, err)
+	}
+}
+
+// splitConfig makes transactions small (15% of 1 MiB) so that a few
+// hundred KiB of tasks take the split path.
+func splitConfig(t *testing.T) Config {
+	cfg := testConfig(t)
+	cfg.MemTableSize = 1 << 20
+	cfg.ValueThreshold = 1 << 10
+	return cfg
+}
+
+func bigTasks(prefix string, n int, gen byte) []KV {
+	out := make([]KV, n)
+	for i := range out {
+		out[i] = KV{ID: fmt.Sprintf("%s%05d", prefix, i), Value: bytes.Repeat([]byte{gen}, 1000)}
+	}
+	return out
+}
+
+// checkTasks asserts that p is at rev and holds exactly want.
+func checkTasks(t *testing.T, s *Store, p uint32, wantRev int64, want []KV) {
+	t.Helper()
+	got := map[string][]byte{}
+	rev, err := s.Partition(p, func(id string, v []byte) error {
+		got[id] = bytes.Clone(v)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev != wantRev {
+		t.Errorf("revision %d, want %d", rev, wantRev)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d tasks, want %d", len(got), len(want))
+	}
+	for _, kv := range want {
+		if !bytes.Equal(got[kv.ID], kv.Value) {
+			t.Fatalf("task %s = %.10q..., want %.10q...", kv.ID, got[kv.ID], kv.Value)
+		}
+	}
+}
+
+func TestApply_Split(t *testing.T) {
+	cfg := splitConfig(t)
+	splits := 0
+	cfg.beforeRevision = func() error { splits++; return nil }
+	s := openTest(t, cfg)
+	first := bigTasks("a", 1000, 'x')
+	if err := s.Apply(1, 10, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	if splits != 1 {
+		t.Fatalf("%d split writes, want 1 (the test needs a change too big for one transaction)", splits)
+	}
+	checkTasks(t, s, 1, 10, first)
+
+	// Update half, delete a quarter.
+	second := bigTasks("a", 500, 'y')
+	var deletes []string
+	for _, kv := range first[750:] {
+		deletes = append(deletes, kv.ID)
+	}
+	if err := s.Apply(1, 11, second, deletes); err != nil {
+		t.Fatal(err)
+	}
+	checkTasks(t, s, 1, 11, append(second, first[500:750]...))
+}
+
+func TestReset_Split(t *testing.T) {
+	cfg := splitConfig(t)
+	splits := 0
+	cfg.beforeRevision = func() error { splits++; return nil }
+	s := openTest(t, cfg)
+	if err := s.Reset(1, 10, append(bigTasks("a", 1000, 'x'), bigTasks("b", 200, 'x')...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(2, 10, bigTasks("a", 10, 'z')); err != nil { // a neighbour that must survive
+		t.Fatal(err)
+	}
+	next := append(bigTasks("a", 600, 'y'), bigTasks("c", 400, 'y')...)
+	if err := s.Reset(1, 20, next); err != nil {
+		t.Fatal(err)
+	}
+	if splits != 2 {
+		t.Fatalf("%d split writes, want 2", splits)
+	}
+	checkTasks(t, s, 1, 20, next)
+	checkTasks(t, s, 2, 10, bigTasks("a", 10, 'z'))
+}
+
+// TestSplit_InterruptedBeforeRevision stops a split write just before its
+// revision, as a crash would: Apply leaves the new data under the old
+// revision (a replay from there reapplies it), Reset leaves the partition
+// unsynced. Both survive a reopen that way.
+func TestSplit_InterruptedBeforeRevision(t *testing.T) {
+	cfg := splitConfig(t)
+	crash := errors.New("crash")
+	interrupt := false
+	cfg.beforeRevision = func() error {
+		if interrupt {
+			return crash
+		}
+		return nil
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bigTasks("a", 1000, 'x')
+	if err := s.Reset(1, 10, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(2, 10, old); err != nil {
+		t.Fatal(err)
+	}
+	interrupt = true
+	newer := bigTasks("a", 1000, 'y')
+	if err := s.Apply(1, 11, newer, nil); !errors.Is(err, crash) {
+		t.Fatalf("Apply = %v, want the interruption", err)
+	}
+	if err := s.Reset(2, 11, newer); !errors.Is(err, crash) {
+		t.Fatalf("Reset = %v, want the interruption", err)
+	}
+	check := func() {
+		t.Helper()
+		checkTasks(t, s, 1, 10, newer) // ahead of its revision: allowed
+		rev, tasks := scan(t, s, 2)
+		if rev != 0 || tasks != "" {
+			t.Errorf("interrupted Reset: partition 2 = %d with tasks, want unsynced", rev)
+		}
+	}
+	check()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, cfg)
+	check()
+}

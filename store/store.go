@@ -1,0 +1,194 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Store is a node's local Badger database: the task cache per partition
+// and the execution history. All methods are safe for concurrent use, with
+// one rule: calls that write one partition (Apply, Reset, Drop of the same
+// p) must not run concurrently with each other; the caller serialises them
+// (the engine has one owner per partition). Reads (Partition, Revisions,
+// History) may run alongside anything.
+type Store struct {
+	cfg  Config
+	db   *badger.DB
+	lock *os.File // flock on cfg.Dir, released by Close; nil where Badger locks
+	log  *slog.Logger
+
+	// opsMu guards closed and the Add side of ops: an operation registers
+	// in ops only while the store is open, and Close waits for ops after
+	// setting closed, so no operation touches db after it is closed.
+	opsMu  sync.Mutex
+	closed bool
+	ops    sync.WaitGroup
+
+	history historyBuffer
+
+	stop      chan struct{} // closed by Close: stops the writer and GC loops
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// errLockHeld is what lockDir returns when another holder has the lock.
+var errLockHeld = errors.New("lock held")
+
+// Open validates cfg, creates cfg.Dir if needed, takes the directory lock,
+// checks the files Badger would read (see ErrCorrupt) and opens Badger. It starts two
+// goroutines (the history writer and the value-log GC loop) that Close
+// stops. Errors:
+//   - a *ValidationError for an invalid cfg;
+//   - an error matching ErrLocked when another Store or Badger holds Dir;
+//   - an *OpenError for a directory that cannot be opened (corrupt,
+//     unreadable, written by an incompatible version); it matches ErrCorrupt
+//     when a file failed its checks or made Badger panic.
+//
+// Open never panics because of the directory's contents.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, &OpenError{Dir: cfg.Dir, Err: err}
+	}
+	lock, err := lockDir(cfg.Dir)
+	if errors.Is(err, errLockHeld) {
+		return nil, &lockedError{dir: cfg.Dir}
+	}
+	if err != nil {
+		return nil, &OpenError{Dir: cfg.Dir, Err: fmt.Errorf("lock: %w", err)}
+	}
+	if err := removeEmptyLogs(cfg.Dir, cfg.logger()); err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, &OpenError{Dir: cfg.Dir, Err: err}
+	}
+	db, err := openBadger(cfg)
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		if !ownLock && strings.Contains(err.Error(), "Another process is using this Badger database") {
+			return nil, &lockedError{dir: cfg.Dir}
+		}
+		return nil, &OpenError{Dir: cfg.Dir, Err: err}
+	}
+	s := &Store{
+		cfg:  cfg,
+		db:   db,
+		lock: lock,
+		log:  cfg.logger(),
+		stop: make(chan struct{}),
+	}
+	s.history.init(cfg)
+	s.wg.Add(1)
+	go s.writeLoop()
+	if cfg.GCInterval > 0 {
+		s.wg.Add(1)
+		go s.gcLoop()
+	}
+	return s, nil
+}
+
+// openBadger checks the directory (checkDir) then opens Badger, turning a
+// panic of the calling goroutine into an error wrapping ErrCorrupt.
+func openBadger(cfg Config) (db *badger.DB, err error) {
+	opt := cfg.badgerOptions()
+	if err := checkDir(cfg.Dir, opt); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: badger panicked: %s", ErrCorrupt, oneLine(r))
+		}
+	}()
+	return badger.Open(opt)
+}
+
+// acquire registers an operation; it fails with ErrClosed once Close has
+// begun. Every successful acquire is paired with s.ops.Done().
+func (s *Store) acquire() error {
+	s.opsMu.Lock()
+	defer s.opsMu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.ops.Add(1)
+	return nil
+}
+
+// Close stops accepting work, writes every execution record accepted so
+// far, waits for the operations in progress, stops the goroutines Open
+// started, closes Badger and releases the directory. It is idempotent:
+// later calls return the first call's result. Record after Close drops
+// (and counts) its record; every other method returns ErrClosed. Close must
+// not be called from inside a Partition callback (it would wait for it).
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.opsMu.Lock()
+		s.closed = true
+		s.opsMu.Unlock()
+		s.history.close() // Record drops from now on
+		close(s.stop)     // the writer drains the buffer, then exits
+		s.wg.Wait()
+		s.ops.Wait()
+		var errs []error
+		if err := s.history.takeErr(); err != nil {
+			errs = append(errs, fmt.Errorf("store: write history: %w", err))
+		}
+		if err := s.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("store: close badger: %w", err))
+		}
+		if s.lock != nil {
+			if err := s.lock.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("store: release lock: %w", err))
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// gcLoop runs the value-log GC every GCInterval until Close. Expired
+// history and overwritten tasks leave garbage only in the value log's
+// files of values above ValueThreshold; everything else is reclaimed by
+// compactions.
+func (s *Store) gcLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		// Each successful run rewrites one file; stop at the first run
+		// that finds nothing worth rewriting, or after a few files so
+		// that Close never waits long.
+		for range 8 {
+			err := s.db.RunValueLogGC(0.5)
+			if err != nil {
+				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+					s.log.Warn("store: value-log GC", "err", err)
+				}
+				break
+			}
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir) // never returns: killed by the parent test
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testConfig is DefaultConfig in a temporary directory with small
+// memtables and logs at Warn into the test's output.
+func testConfig(t testing.TB) Config {
+	t.Helper()
+	cfg := DefaultConfig(t.TempDir())
+	cfg.MemTableSize = 4 << 20
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return cfg
+}
+
+func openTest(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		field  string // "" when valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"history failures", func(c *Config) { c.History = HistoryFailures }, ""},
+		{"history none", func(c *Config) { c.History = HistoryNone }, ""},
+		{"gc disabled", func(c *Config) { c.GCInterval = 0 }, ""},
+		{"no block cache", func(c *Config) { c.BlockCacheSize = 0 }, ""},
+		{"no dir", func(c *Config) { c.Dir = "" }, "Dir"},
+		{"unknown history", func(c *Config) { c.History = "some" }, "History"},
+		{"empty history", func(c *Config) { c.History = "" }, "History"},
+		{"ttl under 1s", func(c *Config) { c.HistoryTTL = 999 * time.Millisecond }, "HistoryTTL"},
+		{"zero buffer", func(c *Config) { c.HistoryBuffer = 0 }, "HistoryBuffer"},
+		{"zero flush interval", func(c *Config) { c.FlushInterval = 0 }, "FlushInterval"},
+		{"huge flush interval", func(c *Config) { c.FlushInterval = time.Minute }, "FlushInterval"},
+		{"negative gc", func(c *Config) { c.GCInterval = -time.Second }, "GCInterval"},
+		{"tiny memtable", func(c *Config) { c.MemTableSize = 1 << 19 }, "MemTableSize"},
+		{"no memtables", func(c *Config) { c.NumMemtables = 0 }, "NumMemtables"},
+		{"negative block cache", func(c *Config) { c.BlockCacheSize = -1 }, "BlockCacheSize"},
+		{"zero value threshold", func(c *Config) { c.ValueThreshold = 0 }, "ValueThreshold"},
+		{"value threshold over 1 MiB", func(c *Config) { c.MemTableSize = 64 << 20; c.ValueThreshold = 2 << 20 }, "ValueThreshold"},
+		{"value threshold over 15% of memtable", func(c *Config) { c.MemTableSize = 1 << 20; c.ValueThreshold = 256 << 10 }, "ValueThreshold"},
+		{"one compactor", func(c *Config) { c.NumCompactors = 1 }, "NumCompactors"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig("/tmp/x")
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			var ve *ValidationError
+			if !errors.As(err, &ve) || ve.Field != tt.field {
+				t.Fatalf("Validate = %v, want a *ValidationError on %s", err, tt.field)
+			}
+			if !strings.HasPrefix(err.Error(), "store: ") {
+				t.Errorf("message %q lacks the package prefix", err)
+			}
+		})
+	}
+}
+
+func TestOpen_InvalidConfig(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.History = "everything"
+	s, err := Open(cfg)
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		s.Close()
+		t.Fatalf("Open = %v, want a *ValidationError", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "MANIFEST")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("invalid config wrote to the directory: %v", err)
+	}
+}
+
+func TestOpen_Locked(t *testing.T) {
+	cfg := testConfig(t)
+	first, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Open(cfg)
+	if !errors.Is(err, ErrLocked) {
+		second.Close()
+		first.Close()
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+	want := fmt.Sprintf("store: data directory %s is in use by another process", cfg.Dir)
+	if err.Error() != want {
+		t.Errorf("message = %q, want %q", err, want)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The lock goes with Close.
+	third, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClose_Idempotent(t *testing.T) {
+	s, err := Open(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	ctx := context.Background()
+	calls := map[string]error{
+		"Apply": s.Apply(1, 1, nil, nil),
+		"Reset": s.Reset(1, 1, nil),
+		"Drop":  s.Drop(1),
+		"Flush": s.Flush(ctx),
+	}
+	_, calls["Partition"] = s.Partition(1, nil)
+	_, calls["Revisions"] = s.Revisions()
+	_, calls["History"] = s.History("a", 1)
+	calls["DeleteHistory"] = s.DeleteHistory(ctx, "a")
+	for name, err := range calls {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+	s.Record(Execution{TaskID: "a", Status: StatusOK})
+	if got := s.Dropped(); got != 1 {
+		t.Errorf("Dropped after a Record after Close = %d, want 1", got)
+	}
+}
+
+func TestClose_FlushesHistory(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second // only Close writes
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const n = 1000
+	for i := range n {
+		s.Record(Execution{TaskID: "t", ScheduledAt: base.Add(time.Duration(i) * time.Second), Attempt: 1, Status: StatusOK})
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, cfg)
+	got, err := s.History("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("after Close and reopen: %d records, want %d", len(got), n)
+	}
+	if s.Dropped() != 0 {
+		t.Errorf("Dropped = %d", s.Dropped())
+	}
+}
+
+// TestReopen_KeepsPartitions is invariant 7's part in the store: what was
+// applied is there, with its revision, after a restart.
+func TestReopen_KeepsPartitions(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(7, 100, []KV{{"a", []byte("A")}, {"b", []byte("B")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(7, 105, []KV{{"c", []byte("C")}}, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, cfg)
+	rev, got := scan(t, s, 7)
+	if rev != 105 || got != "b=B c=C" {
+		t.Fatalf("after reopen: rev %d tasks %q, want 105 \"b=B c=C\"", rev, got)
+	}
+}
+
+// corruptDir makes a directory with a few flushed tables and returns it.
+func corruptDir(t *testing.T) Config {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.MemTableSize = 1 << 20
+	cfg.ValueThreshold = 1 << 10 // some values in the value log too
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(20) {
+		var kvs []KV
+		for i := range 200 {
+			kvs = append(kvs, KV{ID: fmt.Sprintf("task-%d", i), Value: make([]byte, 100+(i%20)*100)})
+		}
+		if err := s.Reset(p, 1, kvs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func filesWithSuffix(t *testing.T, dir, suffix string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+suffix))
+	if err != nil || len(m) == 0 {
+		t.Fatalf("no %s file in %s (%v)", suffix, dir, err)
+	}
+	return m
+}
+
+func overwrite(t *testing.T, path string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func garbage(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + 3)
+	}
+	return b
+}
+
+func TestOpen_Corrupt(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+	}{
+		{"MANIFEST garbage", func(t *testing.T, dir string) {
+			overwrite(t, filepath.Join(dir, "MANIFEST"), 0, garbage(64))
+		}},
+		{"sst garbage", func(t *testing.T, dir string) {
+			// This one makes Badger panic on one of its own goroutines.
+			for _, f := range filesWithSuffix(t, dir, ".sst") {
+				fi, _ := os.Stat(f)
+				overwrite(t, f, 0, garbage(int(fi.Size())))
+			}
+		}},
+		{"sst truncated", func(t *testing.T, dir string) {
+			f := filesWithSuffix(t, dir, ".sst")[0]
+			if err := os.Truncate(f, 10); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"sst index bit flip", func(t *testing.T, dir string) {
+			// Badger alone logs the checksum mismatch and opens without
+			// the table: tasks gone, revision kept.
+			f := filesWithSuffix(t, dir, ".sst")[0]
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := len(data) - 4
+			end -= int(binary.BigEndian.Uint32(data[end:])) // checksum
+			end -= 4                                        // index length
+			overwrite(t, f, int64(end-8), []byte{data[end-8] ^ 0xff})
+		}},
+		{"sst missing", func(t *testing.T, dir string) {
+			if err := os.Remove(filesWithSuffix(t, dir, ".sst")[0]); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"vlog garbage", func(t *testing.T, dir string) {
+			for _, f := range filesWithSuffix(t, dir, ".vlog") {
+				fi, _ := os.Stat(f)
+				overwrite(t, f, 0, garbage(int(min(fi.Size(), 4096))))
+			}
+		}},
+		{"KEYREGISTRY garbage", func(t *testing.T, dir string) {
+			overwrite(t, filepath.Join(dir, "KEYREGISTRY"), 0, garbage(64))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := corruptDir(t)
+			tt.damage(t, cfg.Dir)
+			s, err := Open(cfg)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open of a corrupt directory succeeded")
+			}
+			var oe *OpenError
+			if !errors.As(err, &oe) || oe.Dir != cfg.Dir {
+				t.Fatalf("Open = %v, want an *OpenError for %s", err, cfg.Dir)
+			}
+			if !strings.Contains(err.Error(), cfg.Dir) {
+				t.Errorf("message %q does not name the directory", err)
+			}
+			if !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Open = %v, want an error matching ErrCorrupt", err)
+			}
+			t.Logf("Open: %v", err)
+			// The failed Open released the directory: after moving the
+			// corrupt files away the same directory opens.
+			if err := os.RemoveAll(cfg.Dir); err != nil {
+				t.Fatal(err)
+			}
+			s = openTest(t, cfg)
+			if rev, _ := s.Partition(0, nil); rev != 0 {
+				t.Errorf("fresh directory has revision %d", rev)
+			}
+		})
+	}
+}
