@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/ring"
+)
+
+// DefaultPrefix is the etcd key prefix of a cluster.
+const DefaultPrefix = membership.DefaultPrefix
+
+// Config configures an Engine. Zero fields take the defaults of
+// DefaultConfig; Validate reports what is out of range.
+type Config struct {
+	// NodeID names this node in the cluster; unique among live nodes.
+	// Required.
+	NodeID string
+	// APIAddr is the address other nodes and clients reach this node's API
+	// at, published in its membership record.
+	APIAddr string
+	// Version is the software version, published in the membership record.
+	Version string
+	// Prefix is the etcd key prefix; several clusters can share one etcd.
+	// Default "/shardcron".
+	Prefix string
+
+	// Partitions is P, fixed when the cluster is created (1 to 65536,
+	// default 1024). More partitions balance better and move less per
+	// membership change; each costs a lock and a watch on its owner.
+	Partitions int
+	// ReplicationFactor is the ring's virtual nodes per member (default 20).
+	ReplicationFactor int
+	// Load bounds a member's partitions to Load × the average (default
+	// 1.25): lower balances better, higher moves fewer partitions.
+	Load float64
+
+	// Workers is the number of executions that run at once (default 256).
+	Workers int
+	// Queue is how many fires may wait for a worker (default 65536). When
+	// it is full, dispatch waits: the bounded lead then pauses the node
+	// rather than letting fires pile up.
+	Queue int
+	// BatchSize is the most fires the dispatch loop takes from the wheel
+	// at once (default 4096); the fencing deadline and the lead are checked
+	// before each batch.
+	BatchSize int
+
+	// LeaseTTL is the session lease (default 10s): the failover time after
+	// a crash. KeepAliveInterval (default TTL/3) and FenceMargin (default
+	// TTL/5) are passed to membership, whose Config documents them.
+	LeaseTTL          time.Duration
+	KeepAliveInterval time.Duration
+	FenceMargin       time.Duration
+
+	// Tick is the timing wheel's resolution (default 1ms): fires are late
+	// by less than one tick.
+	Tick time.Duration
+	// MisfireThreshold is how late a fire may be dispatched before it is a
+	// misfire handled by the task's misfire policy (default 5s).
+	MisfireThreshold time.Duration
+	// Lead is how far dispatch may run ahead of the last watermark etcd
+	// acknowledged (default 1s). It bounds the fires a crashed node's
+	// successor repeats; a node that cannot record progress stops after it.
+	Lead time.Duration
+	// WatermarkInterval is how often the node's watermark is written
+	// (default 100ms): one etcd request per node, whatever the fire rate.
+	// It must be well under Lead.
+	WatermarkInterval time.Duration
+	// DrainTimeout bounds how long Close waits for running executions
+	// (default 30s); those still running are then canceled.
+	DrainTimeout time.Duration
+	// AllowExec enables the exec executor on this node (default false):
+	// a task could otherwise run any command as the node's user.
+	AllowExec bool
+
+	// Requests, when set, is the counter installed on the etcd client's
+	// connection; Stats reports its counts.
+	Requests *RequestCounter
+
+	// Clock is the time the dispatch loop fires by (default the real
+	// clock). Tests inject a shifted or faster clock.
+	Clock Clock
+	// Logger receives the engine's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults for a node.
+func DefaultConfig(nodeID string) Config {
+	return Config{
+		NodeID:            nodeID,
+		Prefix:            DefaultPrefix,
+		Partitions:        ring.DefaultPartitions,
+		ReplicationFactor: ring.DefaultReplicationFactor,
+		Load:              ring.DefaultLoad,
+		Workers:           256,
+		Queue:             65536,
+		BatchSize:         4096,
+		LeaseTTL:          membership.DefaultTTL,
+		Tick:              time.Millisecond,
+		MisfireThreshold:  5 * time.Second,
+		Lead:              time.Second,
+		WatermarkInterval: 100 * time.Millisecond,
+		DrainTimeout:      30 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig(c.NodeID)
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	set(&c.Partitions, d.Partitions)
+	set(&c.ReplicationFactor, d.ReplicationFactor)
+	if c.Load == 0 {
+		c.Load = d.Load
+	}
+	set(&c.Workers, d.Workers)
+	set(&c.Queue, d.Queue)
+	set(&c.BatchSize, d.BatchSize)
+	setD(&c.LeaseTTL, d.LeaseTTL)
+	setD(&c.Tick, d.Tick)
+	setD(&c.MisfireThreshold, d.MisfireThreshold)
+	setD(&c.Lead, d.Lead)
+	setD(&c.WatermarkInterval, d.WatermarkInterval)
+	setD(&c.DrainTimeout, d.DrainTimeout)
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate applies the defaults and checks every field and the rules
+// between them.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("engine: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.NodeID == "" {
+		bad("NodeID", "required")
+	}
+	if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor, Load: c.Load}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Workers < 1 {
+		bad("Workers", "must be at least 1, got %d", c.Workers)
+	}
+	if c.Queue < c.BatchSize || c.BatchSize < 1 {
+		bad("Queue", "must be at least BatchSize (%d), got %d", c.BatchSize, c.Queue)
+	}
+	if c.Tick < 100*time.Microsecond || c.Tick > time.Second {
+		bad("Tick", "must be between 100µs and 1s, got %v", c.Tick)
+	}
+	if c.MisfireThreshold < c.Tick {
+		bad("MisfireThreshold", "must be at least the tick (%v), got %v", c.Tick, c.MisfireThreshold)
+	}
+	if c.WatermarkInterval < c.Tick {
+		bad("WatermarkInterval", "must be at least the tick (%v), got %v", c.Tick, c.WatermarkInterval)
+	}
+	if c.Lead < 2*c.WatermarkInterval {
+		bad("Lead", "must be at least twice WatermarkInterval (%v) or dispatch stalls between writes, got %v", c.WatermarkInterval, c.Lead)
+	}
+	if c.DrainTimeout < 0 {
+		bad("DrainTimeout", "must not be negative, got %v", c.DrainTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// membership returns the session config; New validates it with the client.
+func (c Config) membership(cli *clientv3.Client) membership.Config {
+	return membership.Config{
+		Client: cli, Prefix: c.Prefix, NodeID: c.NodeID,
+		Info: membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version},
+		TTL:  c.LeaseTTL, KeepAliveInterval: c.KeepAliveInterval, FenceMargin: c.FenceMargin,
+		Logger: c.Logger,
+	}
+}
+
+func (c Config) ring() ring.Config {
+	return ring.Config{Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor, Load: c.Load}
+}
+
+// Clock is the time source of dispatch.
+type Clock interface {
+	Now() time.Time
+	// Until returns how long to wait, in real time, until the clock
+	// shows t.
+	Until(t time.Time) time.Duration
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                  { return time.Now() }
+func (realClock) Until(t time.Time) time.Duration { return time.Until(t) }

@@ -1,0 +1,637 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/timerwheel"
+)
+
+// retryBase splits the wheel's ids: below it a task record's next fire,
+// from it a waiting retry.
+const retryBase = 1 << 30
+
+// taskDef is a task as the loop takes it: parsed and interned by the
+// goroutine that read it from etcd or Badger, off the loop.
+type taskDef struct {
+	id     string
+	hash   uint64 // xxhash64 of id; hash % P is the partition
+	part   int
+	sched  schedule.Handle
+	prof   *profile
+	paused bool
+}
+
+// Commands to the dispatch loop.
+type (
+	// loadCmd adds the tasks of an acquired partition, resuming after the
+	// watermark resume (unix ns).
+	loadCmd struct {
+		part   int
+		fence  int64
+		resume int64
+		defs   []taskDef
+		first  bool // the first chunk of the partition: it becomes owned
+		done   chan struct{}
+	}
+	// eventsCmd applies task changes seen by a partition's watch. With
+	// replace, upserts are the whole partition: tasks not among them go.
+	eventsCmd struct {
+		part    int
+		upserts []taskDef
+		deletes []string
+		replace bool
+	}
+	// releaseCmd takes partitions' tasks out of the wheel; the loop answers
+	// with its dispatch point: every fire of theirs up to it was released.
+	releaseCmd struct {
+		parts []int
+		reply chan int64
+	}
+	// triggerCmd fires a task once, outside its schedule.
+	triggerCmd struct {
+		part int
+		id   string
+		at   int64
+	}
+	// stateCmd asks for a task's state.
+	stateCmd struct {
+		id    string
+		reply chan *TaskState
+	}
+)
+
+type partState struct {
+	owned bool
+	fence int64
+}
+
+type retryState struct {
+	rec, gen uint32
+	sched    int64
+	attempt  uint16
+}
+
+// memoEntry caches one Next: in a burst a million tasks sharing a schedule
+// share its next time.
+type memoEntry struct {
+	h        schedule.Handle
+	from, to int64
+}
+
+// loop is the dispatch loop: the one goroutine that owns the wheel and the
+// task table (STYLE.md: state with many transitions belongs to one
+// goroutine). Everything else talks to it through cmds.
+type loop struct {
+	cfg     Config
+	wheel   *timerwheel.Wheel
+	tab     *taskTable
+	profs   *profileTable
+	scheds  *schedule.Table
+	parts   []partState
+	retries []retryState
+	rfree   []uint32
+	pending map[uint32]int64 // buffer_one: the fire waiting for the running one, by record
+	pool    *pool
+	stats   *stats
+	history *store.Store
+	fenced  func() bool
+	acked   *atomic.Int64 // the watermark etcd last acknowledged, unix ns; 0 before the first
+	ackCh   chan struct{} // signalled after each acknowledgement
+	cmds    chan any
+
+	through  int64 // every fire the wheel released up to here was handed to the pool
+	expired  []timerwheel.Expired
+	jobs     []job
+	unpushed []job // jobs the full queue did not take yet
+	memo     [256]memoEntry
+
+	tasks atomic.Int64 // records, for Stats
+	owned atomic.Int64 // partitions owned, for Stats
+}
+
+func newLoop(cfg Config, scheds *schedule.Table, p *pool, st *stats, history *store.Store,
+	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) *loop {
+	w, err := timerwheel.New(cfg.Tick, now)
+	if err != nil {
+		panic(err) // Config.Validate checked the tick
+	}
+	return &loop{
+		cfg: cfg, wheel: w, tab: newTaskTable(), profs: newProfileTable(), scheds: scheds,
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
+		pool: p, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
+		cmds: make(chan any, 256), through: now,
+		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
+	}
+}
+
+// run dispatches until ctx ends.
+func (l *loop) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l.service()
+		if l.dispatch() {
+			continue // more is due now: commands are served between batches
+		}
+		timer.Reset(l.sleep())
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-l.cmds:
+			l.handle(c)
+		case b := <-l.pool.done:
+			l.complete(&b)
+		case <-l.pool.space:
+		case <-l.ackCh:
+		case <-timer.C:
+		}
+	}
+}
+
+// service handles what is waiting, without blocking and within bounds, so
+// that a burst cannot starve commands or completions starve the burst.
+func (l *loop) service() {
+	for range 64 {
+		select {
+		case c := <-l.cmds:
+			l.handle(c)
+		case b := <-l.pool.done:
+			l.complete(&b)
+		default:
+			return
+		}
+	}
+}
+
+// sleep returns how long the loop may sleep: until the next timer, and at
+// most a watermark interval so that the watermark follows time when idle.
+func (l *loop) sleep() time.Duration {
+	d := l.cfg.WatermarkInterval
+	acked := l.acked.Load()
+	if len(l.unpushed) > 0 || l.fenced() || acked == 0 {
+		return d
+	}
+	// A timer beyond the lead waits for the next acknowledgement (ackCh).
+	if next, ok := l.wheel.NextDeadline(); ok && next <= acked+int64(l.cfg.Lead) {
+		d = min(d, l.cfg.Clock.Until(time.Unix(0, next)))
+	}
+	return max(d, 0)
+}
+
+// dispatch hands one batch of due fires to the pool, and reports whether
+// more may be due at once.
+func (l *loop) dispatch() bool {
+	if l.fenced() {
+		return false // the coordinator drops the partitions
+	}
+	if len(l.unpushed) > 0 {
+		k := l.pool.push(l.unpushed, l.publishable(l.through))
+		l.unpushed = l.unpushed[k:]
+		if len(l.unpushed) > 0 {
+			return false
+		}
+	}
+	acked := l.acked.Load()
+	if acked == 0 {
+		return false // no watermark recorded yet: no lead to run on
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	// The bounded lead: never run more than Lead past what etcd has
+	// acknowledged, so a successor repeats at most that much.
+	target := min(now, acked+int64(l.cfg.Lead))
+	free := l.pool.free()
+	if free == 0 {
+		return false
+	}
+	limit := min(l.cfg.BatchSize, free)
+	l.expired = l.wheel.Advance(target, limit, l.expired[:0])
+	full := len(l.expired) == limit
+	through := target
+	if full {
+		through = l.wheel.Now() - 1 // the current tick may hold more
+	}
+	// Dispatch first, then compute next times (DESIGN.md facts).
+	l.jobs = l.jobs[:0]
+	for _, e := range l.expired {
+		l.release(e, now)
+	}
+	l.through = max(l.through, through)
+	l.pushJobs()
+	for _, e := range l.expired {
+		if e.ID < retryBase {
+			l.reschedule(e.ID)
+		}
+	}
+	return full
+}
+
+// pushJobs hands l.jobs to the pool; what does not fit waits in unpushed.
+func (l *loop) pushJobs() {
+	k := l.pool.push(l.jobs, l.publishable(l.through))
+	if k < len(l.jobs) {
+		l.unpushed = append(l.unpushed, l.jobs[k:]...)
+	}
+	l.jobs = l.jobs[:0]
+}
+
+// publishable returns the watermark the loop may claim: its dispatch point,
+// held back before a buffered fire that has not been handed out.
+func (l *loop) publishable(through int64) int64 {
+	for _, at := range l.pending {
+		through = min(through, at-1)
+	}
+	return through
+}
+
+// release turns one expired timer into a job, applying the misfire and
+// concurrency policies.
+func (l *loop) release(e timerwheel.Expired, now int64) {
+	if e.ID >= retryBase {
+		l.releaseRetry(e.ID - retryBase)
+		return
+	}
+	r := l.tab.rec(e.ID)
+	if r.flags&flagLive == 0 || r.flags&flagPaused != 0 {
+		return
+	}
+	prof := l.profs.list[r.prof]
+	sched := r.next
+	if late := now - e.At; late > int64(l.cfg.MisfireThreshold) {
+		sched = l.misfire(r, prof, sched, now)
+		if sched == 0 {
+			return
+		}
+	}
+	r.lastFire = sched
+	l.admit(e.ID, r, prof, sched, e.At, kindSchedule)
+}
+
+// misfire applies the task's misfire policy to a fire released late, and
+// returns the scheduled time to fire now, or 0 for none. It leaves r.next
+// where the schedule resumes from.
+func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
+	r.misfires++
+	l.stats.misfires.Add(1)
+	h := l.scheds.Get(r.sched)
+	oldest := now - int64(prof.catchup)
+	fire := int64(0)
+	switch prof.misfire {
+	case MisfireFireAll:
+		// Every missed time in the catch-up window, oldest first: this
+		// one, or the first in the window; its successors come due at once.
+		if sched < oldest {
+			sched = next(h, oldest-1)
+		}
+		if sched != 0 && sched <= now {
+			fire = sched
+		}
+	case MisfireFireOnce:
+		// The latest missed time in the window.
+		for t := max(sched, next(h, oldest-1)); t != 0 && t <= now; t = next(h, t) {
+			fire = t
+		}
+	}
+	if fire != sched {
+		l.record(r, sched, 1, statusMisfired, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
+	}
+	if fire == 0 {
+		r.next = now // resume after now
+	} else {
+		r.next = fire
+	}
+	return fire
+}
+
+// next returns the first fire of h after t (unix ns), or 0.
+func next(h schedule.Schedule, t int64) int64 {
+	n := h.Next(time.Unix(0, t))
+	if n.IsZero() {
+		return 0
+	}
+	return n.UnixNano()
+}
+
+// admit applies the concurrency policy and queues a job for the fire.
+func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8) {
+	if r.running > 0 {
+		switch prof.concurrency {
+		case ConcurrencyForbid:
+			l.skip(i, r, sched, "the previous fire is still running (concurrency forbid)")
+			return
+		case ConcurrencyBufferOne:
+			if _, waiting := l.pending[i]; waiting {
+				l.skip(i, r, sched, "a fire is already waiting for the running one (concurrency buffer_one)")
+			} else {
+				l.pending[i] = sched
+			}
+			return
+		case ConcurrencyReplace:
+			l.pool.cancelRunning(i)
+		}
+	}
+	r.running++
+	if kind != kindRetry {
+		r.fires++
+	}
+	l.jobs = append(l.jobs, job{
+		id: l.tab.id(r), prof: prof, sched: sched, due: due,
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kind,
+	})
+}
+
+func (l *loop) skip(i uint32, r *record, sched int64, why string) {
+	r.skipped++
+	l.stats.skipped.Add(1)
+	l.stats.execs[statusSkipped].Add(1)
+	l.record(r, sched, 1, statusSkipped, why)
+}
+
+// record writes an execution record for a fire that did not run.
+func (l *loop) record(r *record, sched int64, attempt int, status uint8, why string) {
+	if l.history == nil {
+		return
+	}
+	now := time.Now()
+	l.history.Record(store.Execution{
+		TaskID: l.tab.id(r), ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: now, FinishedAt: now,
+		Attempt: attempt, Node: l.cfg.NodeID, Status: statusNames[status], Error: why,
+	})
+}
+
+// reschedule puts record i back in the wheel at its next fire after r.next.
+func (l *loop) reschedule(i uint32) {
+	r := l.tab.rec(i)
+	if r.flags&flagLive == 0 || r.flags&flagPaused != 0 || r.next == 0 {
+		return
+	}
+	n := l.nextMemo(r.sched, r.next)
+	l.arm(i, r, n)
+}
+
+// arm schedules record i's fire at scheduled time n (0: none).
+func (l *loop) arm(i uint32, r *record, n int64) {
+	r.next = n
+	if n == 0 {
+		l.wheel.Cancel(i)
+		return
+	}
+	l.wheel.Schedule(i, n+l.delay(r, n))
+}
+
+// delay is the task's jitter for the fire at n: deterministic per (id, n),
+// so every node computes the same.
+func (l *loop) delay(r *record, n int64) int64 {
+	if r.jitter == 0 {
+		return 0
+	}
+	h := xxhash.Sum64String(l.tab.id(r)) ^ uint64(n)*0x9e3779b97f4a7c15
+	return int64(h%uint64(r.jitter)) * int64(time.Millisecond)
+}
+
+func (l *loop) nextMemo(h schedule.Handle, from int64) int64 {
+	m := &l.memo[(uint64(h)*0x9e3779b97f4a7c15^uint64(from))>>56]
+	if m.h == h && m.from == from {
+		return m.to
+	}
+	to := next(l.scheds.Get(h), from)
+	*m = memoEntry{h: h, from: from, to: to}
+	return to
+}
+
+// firstAfter returns the first fire of r whose release (with jitter) is
+// after w: the fire to resume with after the watermark w.
+func (l *loop) firstAfter(r *record, w int64) int64 {
+	h := l.scheds.Get(r.sched)
+	n := next(h, w-int64(r.jitter)*int64(time.Millisecond))
+	for n != 0 && n+l.delay(r, n) <= w {
+		n = next(h, n)
+	}
+	return n
+}
+
+func (l *loop) releaseRetry(slot uint32) {
+	rs := l.retries[slot]
+	l.rfree = append(l.rfree, slot)
+	r := l.tab.rec(rs.rec)
+	if r.flags&flagLive == 0 || r.gen != rs.gen {
+		return
+	}
+	l.admitRetry(rs.rec, r, rs.sched, rs.attempt)
+}
+
+func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
+	r.running++
+	l.jobs = append(l.jobs, job{
+		id: l.tab.id(r), prof: l.profs.list[r.prof], sched: sched, due: l.cfg.Clock.Now().UnixNano(),
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry,
+	})
+}
+
+// complete applies finished attempts: counters, retries, buffered fires.
+func (l *loop) complete(b *completionBatch) {
+	for _, c := range b.c[:b.n] {
+		r := l.tab.rec(c.rec)
+		if r.flags&flagLive == 0 || r.gen != c.gen {
+			continue // the task is gone
+		}
+		r.running--
+		r.status = c.status
+		prof := l.profs.list[r.prof]
+		if c.status == statusFailed || c.status == statusTimeout {
+			r.failures++
+			if int(c.attempt) < prof.maxAttempts {
+				l.retry(c.rec, r, prof, c.sched, c.attempt+1)
+			}
+		}
+		if at, waiting := l.pending[c.rec]; waiting && r.running == 0 {
+			delete(l.pending, c.rec)
+			l.admit(c.rec, r, prof, at, l.cfg.Clock.Now().UnixNano(), kindSchedule)
+		}
+	}
+	if len(l.jobs) > 0 {
+		l.pushJobs()
+	}
+}
+
+// retry waits in the wheel, never in a worker: exponential backoff with
+// jitter, capped.
+func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16) {
+	backoff := prof.backoff << min(attempt-2, 30)
+	if backoff <= 0 || backoff > prof.maxBackoff {
+		backoff = prof.maxBackoff
+	}
+	// Between half and all of the backoff, so that failed fires spread.
+	wait := backoff/2 + rand.N(backoff/2+1)
+	var slot uint32
+	if n := len(l.rfree); n > 0 {
+		slot = l.rfree[n-1]
+		l.rfree = l.rfree[:n-1]
+	} else {
+		slot = uint32(len(l.retries))
+		l.retries = append(l.retries, retryState{})
+	}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt}
+	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
+}
+
+func (l *loop) handle(c any) {
+	switch c := c.(type) {
+	case *loadCmd:
+		l.load(c)
+	case *eventsCmd:
+		l.events(c)
+	case *releaseCmd:
+		c.reply <- l.releaseParts(c.parts)
+	case *triggerCmd:
+		l.trigger(c)
+	case *stateCmd:
+		c.reply <- l.state(c.id)
+	}
+	l.tasks.Store(int64(l.tab.n))
+}
+
+func (l *loop) load(c *loadCmd) {
+	defer close(c.done)
+	if c.first {
+		if !l.parts[c.part].owned {
+			l.owned.Add(1)
+		}
+		l.parts[c.part] = partState{owned: true, fence: c.fence}
+	}
+	if !l.parts[c.part].owned {
+		return // released while loading
+	}
+	for i := range c.defs {
+		l.upsert(&c.defs[i], c.resume)
+	}
+}
+
+// upsert adds or updates a task. A new task resumes after resume; a task
+// whose schedule changed resumes after now.
+func (l *loop) upsert(d *taskDef, resume int64) {
+	i, r, ok := l.tab.lookup(d.id)
+	if !ok {
+		i, r = l.tab.add(d.id, d.hash)
+		r.part = uint16(d.part)
+		r.sched = d.sched
+		r.prof = l.profs.ref(d.prof)
+		r.jitter = uint32(d.prof.jitter / time.Millisecond)
+		if d.paused {
+			r.flags |= flagPaused
+			return
+		}
+		l.arm(i, r, l.firstAfter(r, resume))
+		return
+	}
+	old := r.prof
+	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
+	l.profs.unref(old)
+	jitter := uint32(d.prof.jitter / time.Millisecond)
+	wasPaused := r.flags&flagPaused != 0
+	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused {
+		return // the timer stands
+	}
+	r.sched, r.jitter = d.sched, jitter
+	if d.paused {
+		r.flags |= flagPaused
+		l.wheel.Cancel(i)
+		r.next = 0
+		return
+	}
+	r.flags &^= flagPaused
+	l.arm(i, r, l.firstAfter(r, max(l.through, l.cfg.Clock.Now().UnixNano())))
+}
+
+func (l *loop) events(c *eventsCmd) {
+	if !l.parts[c.part].owned {
+		return
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	for i := range c.upserts {
+		l.upsert(&c.upserts[i], max(l.through, now))
+	}
+	for _, id := range c.deletes {
+		if i, _, ok := l.tab.lookup(id); ok {
+			l.remove(i)
+		}
+	}
+	if c.replace {
+		keep := make(map[string]bool, len(c.upserts))
+		for i := range c.upserts {
+			keep[c.upserts[i].id] = true
+		}
+		l.tab.each(func(i uint32, r *record) {
+			if int(r.part) == c.part && !keep[l.tab.id(r)] {
+				l.remove(i)
+			}
+		})
+	}
+}
+
+func (l *loop) remove(i uint32) {
+	r := l.tab.rec(i)
+	l.wheel.Cancel(i)
+	delete(l.pending, i)
+	l.profs.unref(r.prof)
+	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
+}
+
+// releaseParts takes every task of parts out of the wheel and returns the
+// dispatch point: their fires up to it were released, none after.
+func (l *loop) releaseParts(parts []int) int64 {
+	drop := make(map[uint16]bool, len(parts))
+	for _, p := range parts {
+		if l.parts[p].owned {
+			l.owned.Add(-1)
+		}
+		l.parts[p] = partState{}
+		drop[uint16(p)] = true
+	}
+	l.tab.each(func(i uint32, r *record) {
+		if drop[r.part] {
+			l.remove(i)
+		}
+	})
+	return l.publishable(l.through)
+}
+
+func (l *loop) trigger(c *triggerCmd) {
+	if !l.parts[c.part].owned {
+		return
+	}
+	i, r, ok := l.tab.lookup(c.id)
+	if !ok {
+		return
+	}
+	l.admit(i, r, l.profs.list[r.prof], c.at, l.cfg.Clock.Now().UnixNano(), kindTrigger)
+	l.pushJobs()
+}
+
+func (l *loop) state(id string) *TaskState {
+	_, r, ok := l.tab.lookup(id)
+	if !ok {
+		return nil
+	}
+	s := &TaskState{
+		Owner:      l.cfg.NodeID,
+		LastStatus: statusNames[r.status],
+		Fires:      uint64(r.fires),
+		Failures:   uint64(r.failures),
+		Misfires:   uint64(r.misfires),
+		Skipped:    uint64(r.skipped),
+	}
+	if r.next != 0 && r.flags&flagPaused == 0 {
+		s.NextFireAt = time.Unix(0, r.next).UTC()
+	}
+	if r.lastFire != 0 {
+		s.LastFireAt = time.Unix(0, r.lastFire).UTC()
+	}
+	return s
+}

@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/store"
+)
+
+// ErrClosed is returned by methods of an Engine that was closed.
+var ErrClosed = errors.New("engine: closed")
+
+// Fire is one execution attempt, as in-process handlers receive it.
+type Fire = executor.Fire
+
+// HandlerFunc is an in-process handler for tasks of executor type
+// "handler".
+type HandlerFunc = executor.HandlerFunc
+
+// Engine runs one node: it joins the cluster, owns the partitions the ring
+// gives it, and fires their tasks.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	cli      *clientv3.Client
+	store    *store.Store
+	keys     keys
+	reg      *Registry
+	ring     *ring.Ring
+	scheds   *schedule.Table
+	handlers executor.Handlers
+	execs    *executors
+	stats    stats
+
+	sess     atomic.Pointer[membership.Session]
+	acked    atomic.Int64 // the node watermark etcd last acknowledged
+	ackCh    chan struct{}
+	ready    atomic.Bool
+	owned    []atomic.Bool // partitions owned, for trigger routing and the API
+	loads    atomic.Uint64 // full range reads of a partition
+	requests *RequestCounter
+
+	pool *pool
+	loop *loop
+
+	cancel    context.CancelFunc // stops the coordinator, watches and writer
+	loopStop  context.CancelFunc
+	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
+	loopDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	started   atomic.Bool
+}
+
+// New returns an engine for a node; Start runs it. The client and the store
+// must outlive the engine; st may be nil to keep no cache and no history
+// (tests, benchmarks).
+func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.membership(cli).Validate(); err != nil {
+		return nil, err
+	}
+	r, err := ring.New(cfg.ring())
+	if err != nil {
+		return nil, err
+	}
+	hc, err := executor.NewClient(executor.DefaultClientConfig())
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:    cfg,
+		log:    cfg.Logger.With("node", cfg.NodeID),
+		cli:    cli,
+		store:  st,
+		keys:   newKeys(cfg.Prefix),
+		ring:   r,
+		scheds: schedule.NewTable(),
+		ackCh:  make(chan struct{}, 1),
+		owned:  make([]atomic.Bool, cfg.Partitions),
+	}
+	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec}
+	return e, nil
+}
+
+// Handle registers an in-process handler for tasks whose executor is
+// {"type": "handler", "name": name}. It may be called before or after Start;
+// a fire of a task whose handler is not registered on its owner fails.
+func (e *Engine) Handle(name string, fn HandlerFunc) { e.handlers.Handle(name, fn) }
+
+// Registry returns the task registry; it is usable once Start returned.
+func (e *Engine) Registry() *Registry { return e.reg }
+
+// Start opens the registry (checking the cluster's partition count), joins
+// the cluster and starts firing. It returns once the node is a member; the
+// node is Ready once it owns its partitions. Errors: the partition count
+// differs (ErrPartitionsMismatch), the node id is held by a live node
+// (membership.ErrNodeExists), or etcd is unreachable until ctx ends.
+func (e *Engine) Start(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("engine: already started")
+	}
+	reg, err := OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+	if err != nil {
+		return err
+	}
+	e.reg = reg
+	sess, err := membership.Join(ctx, e.cfg.membership(e.cli))
+	if err != nil {
+		return err
+	}
+	e.sess.Store(sess)
+
+	now := e.cfg.Clock.Now().UnixNano()
+	var history *store.Store
+	if e.store != nil {
+		history = e.store
+	}
+	e.pool = newPool(e.cfg, history, &e.stats, e.fenced, now)
+	e.loop = newLoop(e.cfg, e.scheds, e.pool, &e.stats, history, e.fenced, &e.acked, e.ackCh, now)
+
+	loopCtx, loopStop := context.WithCancel(context.Background())
+	e.loopStop = loopStop
+	e.loopDone = make(chan struct{})
+	go func() {
+		defer close(e.loopDone)
+		e.loop.run(loopCtx)
+	}()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.wg.Add(3)
+	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
+	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
+	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
+	return nil
+}
+
+// fenced reports whether the node must not dispatch: its session is past
+// the fencing deadline or gone.
+func (e *Engine) fenced() bool {
+	s := e.sess.Load()
+	return s == nil || s.Fenced()
+}
+
+// Ready reports whether the node owns every partition the ring gives it.
+func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// Fenced reports whether the node is fenced: it dispatches nothing until it
+// has rejoined with a new session.
+func (e *Engine) Fenced() bool { return e.fenced() }
+
+// Close leaves the cluster gracefully: it releases every partition with
+// its checkpoint written (so the next owner resumes exactly where this node
+// stopped), lets queued and running executions finish within DrainTimeout,
+// canceling those still running after it, and revokes the session.
+// Close is idempotent.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		if !e.started.Load() || e.cancel == nil {
+			return
+		}
+		e.cancel()
+		e.wg.Wait() // the coordinator released the partitions
+		e.loopStop()
+		<-e.loopDone
+		close(e.pool.quit)
+		e.pool.drain(e.cfg.DrainTimeout)
+		if s := e.sess.Load(); s != nil {
+			if err := s.Close(); err != nil && !errors.Is(err, membership.ErrClosed) {
+				e.closeErr = err
+			}
+		}
+		e.execs.http.CloseIdleConnections()
+	})
+	return e.closeErr
+}
+
+// call sends a command to the dispatch loop, unless the loop is gone.
+func (e *Engine) call(ctx context.Context, c any) error {
+	if e.loop == nil {
+		return ErrClosed
+	}
+	select {
+	case e.loop.cmds <- c:
+		return nil
+	case <-e.loopDone:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TaskState returns the state of a task this node owns, and false when it
+// does not own it.
+func (e *Engine) TaskState(ctx context.Context, id string) (*TaskState, bool) {
+	c := &stateCmd{id: id, reply: make(chan *TaskState, 1)}
+	if e.call(ctx, c) != nil {
+		return nil, false
+	}
+	select {
+	case s := <-c.reply:
+		return s, s != nil
+	case <-e.loopDone:
+	case <-ctx.Done():
+	}
+	return nil, false
+}
+
+// Owns reports whether this node owns partition p.
+func (e *Engine) Owns(p int) bool { return p >= 0 && p < len(e.owned) && e.owned[p].Load() }
+
+// Assignment returns the ring's current assignment of partitions to nodes,
+// nil before the first membership list.
+func (e *Engine) Assignment() *ring.Assignment { return e.ring.Current() }
+
+// NodeID returns the node's id.
+func (e *Engine) NodeID() string { return e.cfg.NodeID }
+
+// Stats is a snapshot of the engine's counters.
+type Stats struct {
+	Fires           uint64            // fires dispatched (first attempts)
+	Executions      map[string]uint64 // attempts by status, including skipped and misfired fires
+	Misfires        uint64
+	FireLag         Histogram // from release by the wheel to a worker taking the fire
+	QueueDepth      int
+	PartitionsOwned int
+	Tasks           int
+	Fenced          bool
+	Ready           bool
+	Watermark       time.Time // the node watermark etcd last acknowledged
+	FullLoads       uint64    // partitions loaded with a full etcd range read
+	HistoryDropped  uint64
+	EtcdRequests    map[string]uint64 // when Config.Requests is set
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := Stats{
+		Fires:      e.stats.fires.Load(),
+		Executions: make(map[string]uint64, numStatus),
+		Misfires:   e.stats.misfires.Load(),
+		FireLag:    e.stats.lag(),
+		Fenced:     e.fenced(),
+		Ready:      e.Ready(),
+		FullLoads:  e.loads.Load(),
+	}
+	for st := statusOK; st < numStatus; st++ {
+		s.Executions[statusNames[st]] = e.stats.execs[st].Load()
+	}
+	if w := e.acked.Load(); w != 0 {
+		s.Watermark = time.Unix(0, w).UTC()
+	}
+	if e.loop != nil {
+		s.Tasks = int(e.loop.tasks.Load())
+		s.PartitionsOwned = int(e.loop.owned.Load())
+		s.QueueDepth = e.pool.depth()
+	}
+	if e.store != nil {
+		s.HistoryDropped = e.store.Dropped()
+	}
+	if e.cfg.Requests != nil {
+		s.EtcdRequests = e.cfg.Requests.Counts()
+	}
+	return s
+}
+
+// History returns the execution records of a task kept on this node, newest
+// first.
+func (e *Engine) History(id string, limit int) ([]store.Execution, error) {
+	if e.store == nil {
+		return nil, nil
+	}
+	return e.store.History(id, limit)
+}
+
+// Members lists the cluster's live nodes.
+func (e *Engine) Members(ctx context.Context) ([]membership.Member, error) {
+	ms, _, err := membership.List(ctx, e.cli, e.cfg.Prefix)
+	return ms, err
+}

@@ -1,0 +1,279 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/store"
+)
+
+const (
+	loadPage  = 1000 // keys per range request of a full load
+	loadChunk = 4096 // tasks per command to the dispatch loop
+)
+
+// decoder turns stored task JSON into taskDefs. It shares profiles within
+// one load, so a million tasks with one profile build one executor.
+type decoder struct {
+	e     *Engine
+	profs map[string]*profile
+}
+
+func (e *Engine) decoder() *decoder { return &decoder{e: e, profs: map[string]*profile{}} }
+
+func (d *decoder) def(id string, value []byte) (taskDef, error) {
+	var t Task
+	if err := json.Unmarshal(value, &t); err != nil {
+		return taskDef{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
+	}
+	t.ID = id // the key is authoritative
+	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)
+	if err != nil {
+		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
+	}
+	key, err := profileKey(&t)
+	if err != nil {
+		return taskDef{}, err
+	}
+	prof := d.profs[key]
+	if prof == nil {
+		if prof, err = d.e.execs.newProfile(key, &t); err != nil {
+			return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
+		}
+		d.profs[key] = prof
+	}
+	hash := xxhash.Sum64String(id)
+	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}, nil
+}
+
+// load puts partition p's tasks into the loop, from the Badger cache when
+// it has the partition (DESIGN.md invariant 7: no range read), else with a
+// full range read. It returns the etcd revision the tasks are synced to;
+// the watch resumes after it.
+func (e *Engine) load(ctx context.Context, p int, fence, resume int64) (int64, error) {
+	d := e.decoder()
+	var defs []taskDef
+	var rev int64
+	if e.store != nil {
+		var err error
+		rev, err = e.store.Partition(uint32(p), func(id string, value []byte) error {
+			if def, err := d.def(id, value); err != nil {
+				e.log.Warn("skipping a cached task", "partition", p, "err", err)
+			} else {
+				defs = append(defs, def)
+			}
+			return nil
+		})
+		if err != nil {
+			e.log.Warn("reading the partition cache failed; loading from etcd", "partition", p, "err", err)
+			rev, defs = 0, nil
+		}
+	}
+	if rev == 0 {
+		var err error
+		if rev, defs, err = e.rangeLoad(ctx, p, d); err != nil {
+			return 0, err
+		}
+	}
+	return rev, e.send(ctx, p, fence, resume, defs)
+}
+
+// send hands defs to the loop in chunks and waits until it took them all.
+func (e *Engine) send(ctx context.Context, p int, fence, resume int64, defs []taskDef) error {
+	first := true
+	for first || len(defs) > 0 {
+		n := min(len(defs), loadChunk)
+		c := &loadCmd{part: p, fence: fence, resume: resume, defs: defs[:n], first: first, done: make(chan struct{})}
+		defs = defs[n:]
+		first = false
+		if err := e.call(ctx, c); err != nil {
+			return err
+		}
+		if len(defs) == 0 {
+			select {
+			case <-c.done:
+			case <-e.loopDone:
+				return ErrClosed
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// rangeLoad reads partition p from etcd in pages at one revision and
+// replaces its cache.
+func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []taskDef, error) {
+	e.loads.Add(1)
+	prefix := e.keys.partition(p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	var defs []taskDef
+	var kvs []store.KV
+	for from := prefix; ; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(loadPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := e.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, nil, fmt.Errorf("read partition %d: %w", p, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			id := string(kv.Key[len(prefix):])
+			def, err := d.def(id, kv.Value)
+			if err != nil {
+				e.log.Warn("skipping a stored task", "partition", p, "err", err)
+				continue
+			}
+			defs = append(defs, def)
+			if e.store != nil {
+				kvs = append(kvs, store.KV{ID: id, Value: kv.Value})
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if e.store != nil {
+		if err := e.store.Reset(uint32(p), rev, kvs); err != nil {
+			e.log.Warn("caching the partition failed", "partition", p, "err", err)
+		}
+	}
+	return rev, defs, nil
+}
+
+// watch follows partition p's tasks after revision rev until ctx ends,
+// applying every change to the cache and the loop. If etcd compacted past
+// the revision, it reloads the partition.
+func (e *Engine) watch(ctx context.Context, p int, rev int64) {
+	prefix := e.keys.partition(p)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for resp := range wch {
+			if resp.CompactRevision != 0 {
+				e.log.Info("the partition's revision was compacted; reloading it", "partition", p, "revision", rev)
+				r, defs, err := e.rangeLoad(ctx, p, e.decoder())
+				if err != nil {
+					break
+				}
+				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true}) != nil {
+					return
+				}
+				rev = r
+				break
+			}
+			if err := resp.Err(); err != nil {
+				if ctx.Err() == nil {
+					e.log.Warn("partition watch failed; restarting it", "partition", p, "err", err)
+				}
+				break
+			}
+			if len(resp.Events) == 0 {
+				continue
+			}
+			if e.apply(ctx, p, resp.Events) != nil {
+				return
+			}
+			rev = resp.Events[len(resp.Events)-1].Kv.ModRevision
+			backoff = 100 * time.Millisecond
+		}
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// apply hands a batch of watch events to the cache and the loop. Events on
+// one key collapse to the last.
+func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) error {
+	prefix := e.keys.partition(p)
+	last := make(map[string]*clientv3.Event, len(events))
+	var order []string
+	for _, ev := range events {
+		id := string(ev.Kv.Key[len(prefix):])
+		if _, seen := last[id]; !seen {
+			order = append(order, id)
+		}
+		last[id] = ev
+	}
+	d := e.decoder()
+	c := &eventsCmd{part: p}
+	var puts []store.KV
+	for _, id := range order {
+		ev := last[id]
+		if ev.Type == mvccpb.DELETE {
+			c.deletes = append(c.deletes, id)
+			continue
+		}
+		def, err := d.def(id, ev.Kv.Value)
+		if err != nil {
+			e.log.Warn("skipping a task change", "partition", p, "err", err)
+			continue
+		}
+		c.upserts = append(c.upserts, def)
+		puts = append(puts, store.KV{ID: id, Value: ev.Kv.Value})
+	}
+	if e.store != nil {
+		rev := events[len(events)-1].Kv.ModRevision
+		if err := e.store.Apply(uint32(p), rev, puts, c.deletes); err != nil {
+			e.log.Warn("caching task changes failed", "partition", p, "err", err)
+		}
+	}
+	return e.call(ctx, c)
+}
+
+// pendingTriggers fires the triggers of p written while nobody owned it.
+func (e *Engine) pendingTriggers(ctx context.Context, p int) {
+	resp, err := e.cli.Get(ctx, e.keys.triggerPrefix(p), clientv3.WithPrefix())
+	if err != nil {
+		e.log.Warn("reading pending triggers failed", "partition", p, "err", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		e.fireTrigger(ctx, string(kv.Key))
+	}
+}
+
+// watchTriggers fires the triggers of the partitions this node owns.
+func (e *Engine) watchTriggers(ctx context.Context) {
+	for ctx.Err() == nil {
+		wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.triggers(), clientv3.WithPrefix(),
+			clientv3.WithFilterDelete())
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				e.fireTrigger(ctx, string(ev.Kv.Key))
+			}
+		}
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+func (e *Engine) fireTrigger(ctx context.Context, key string) {
+	p, at, id, ok := e.keys.parseTriggerKey(key)
+	if !ok || !e.Owns(p) {
+		return
+	}
+	if e.call(ctx, &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond)}) != nil {
+		return
+	}
+	if _, err := e.cli.Delete(ctx, key); err != nil {
+		e.log.Warn("deleting a fired trigger failed", "key", key, "err", err)
+	}
+}

@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The HTTP executor's shared transport keeps idle connections; the
+		// engine closes them, but their reader goroutines end asynchronously.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// fireLog records the fires a handler saw, by idempotency key.
+type fireLog struct {
+	mu    sync.Mutex
+	seen  map[string]int // key -> times fired
+	fires []Fire
+}
+
+func newFireLog() *fireLog { return &fireLog{seen: map[string]int{}} }
+
+func (l *fireLog) handler(ctx context.Context, f Fire) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen[f.IdempotencyKey()]++
+	l.fires = append(l.fires, f)
+	return nil
+}
+
+// forTask returns the scheduled times a task fired at, in order of firing.
+func (l *fireLog) forTask(id string) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Time
+	for _, f := range l.fires {
+		if f.TaskID == id {
+			out = append(out, f.ScheduledAt)
+		}
+	}
+	return out
+}
+
+func (l *fireLog) duplicates() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var d []string
+	for k, n := range l.seen {
+		if n > 1 {
+			d = append(d, fmt.Sprintf("%s x%d", k, n))
+		}
+	}
+	return d
+}
+
+type testNode struct {
+	e     *Engine
+	store *store.Store
+	dir   string
+}
+
+// startNode starts an engine against c with a Badger store in dir (a new
+// temp dir when empty), registers h as handler "h", and waits until ready.
+func startNode(t *testing.T, c *etcdtest.Cluster, dir string, h HandlerFunc, tweak func(*Config)) *testNode {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	scfg := store.DefaultConfig(dir)
+	st, err := store.Open(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig("node-1")
+	cfg.Partitions = 16
+	cfg.LeaseTTL = 2 * time.Second
+	cfg.Workers = 8
+	cfg.Queue = 4096
+	cfg.BatchSize = 1024
+	cfg.DrainTimeout = 5 * time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	e, err := New(cfg, c.Client, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != nil {
+		e.Handle("h", h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{e: e, store: st, dir: dir}
+	t.Cleanup(func() { n.stop(t) })
+	etcdtest.WaitFor(t, 20*time.Second, e.Ready)
+	return n
+}
+
+func (n *testNode) stop(t *testing.T) {
+	if n.e == nil {
+		return
+	}
+	if err := n.e.Close(); err != nil {
+		t.Errorf("close engine: %v", err)
+	}
+	if err := n.store.Close(); err != nil {
+		t.Errorf("close store: %v", err)
+	}
+	n.e = nil
+}
+
+func handlerTask(id, spec string) *Task {
+	return &Task{ID: id, Schedule: spec, Executor: Executor{Type: ExecutorHandler, Name: "h"}}
+}
+
+func putTask(t *testing.T, r *Registry, task *Task) *Task {
+	t.Helper()
+	got, err := r.Put(context.Background(), task, PutOptions{})
+	if err != nil {
+		t.Fatalf("put %s: %v", task.ID, err)
+	}
+	return got
+}

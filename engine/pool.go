@@ -1,0 +1,396 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/store"
+)
+
+// Kinds of job.
+const (
+	kindSchedule = iota // a fire of the task's schedule
+	kindRetry           // a later attempt of a failed fire
+	kindTrigger         // a fire asked for through the API
+)
+
+// Statuses of an attempt, as in API.md's execution record.
+const (
+	statusNone = iota
+	statusOK
+	statusFailed
+	statusTimeout
+	statusSkipped
+	statusMisfired
+	statusCanceled
+	numStatus
+)
+
+var statusNames = [numStatus]string{"", store.StatusOK, store.StatusFailed, store.StatusTimeout,
+	store.StatusSkipped, store.StatusMisfired, store.StatusCanceled}
+
+// job is one attempt of a fire, handed from the dispatch loop to a worker.
+type job struct {
+	id      string // points into the task table's id chunks
+	prof    *profile
+	sched   int64 // scheduled time, unix ns: with id, the fire's identity
+	due     int64 // when the wheel released it (sched + jitter), for the lag
+	fence   int64
+	rec     uint32
+	gen     uint32
+	attempt uint16
+	kind    uint8
+}
+
+// completion is what the loop learns of a finished job.
+type completion struct {
+	sched   int64
+	rec     uint32
+	gen     uint32
+	attempt uint16
+	kind    uint8
+	status  uint8
+}
+
+// completionBatch travels by value: sending one allocates nothing.
+type completionBatch struct {
+	n int
+	c [64]completion
+}
+
+// mark says that once the first end jobs ever pushed have been taken,
+// every fire the wheel released up to through has been taken.
+type mark struct {
+	end     uint64
+	through int64
+}
+
+// pool is the bounded worker pool: a ring of queued jobs, taken by workers
+// in chunks, and the node's watermark.
+//
+// The watermark W is the wheel time up to which every released fire has
+// been taken by a worker, not merely queued (DESIGN.md): a fire lost in a
+// crash while queued is then fired again by the next owner.
+type pool struct {
+	node    string
+	workers int
+	history *store.Store // nil: no history
+	stats   *stats
+	fenced  func() bool
+	done    chan completionBatch // to the loop
+	quit    chan struct{}        // closed when the loop is gone: completions are dropped
+
+	execCtx    context.Context // parent of every execution; canceled at the end of a drain
+	execCancel context.CancelFunc
+
+	mu      sync.Mutex // guards everything down to closing
+	ready   sync.Cond  // jobs were pushed, the queue was reset, or the pool is closing
+	q       []job
+	head, n int
+	marks   []mark
+	mhead   int
+	pushed  uint64
+	taken   uint64
+	closing bool
+
+	watermark atomic.Int64
+	space     chan struct{} // signalled when a worker frees room in a full queue
+
+	runMu   sync.Mutex // guards running
+	running map[uint64]runningFire
+	runSeq  uint64 // guarded by runMu
+
+	wg sync.WaitGroup
+}
+
+// runningFire is an execution of a replace-policy task, which a newer fire
+// cancels.
+type runningFire struct {
+	rec    uint32
+	cancel context.CancelFunc
+}
+
+func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, start int64) *pool {
+	p := &pool{
+		node:    cfg.NodeID,
+		workers: cfg.Workers,
+		history: history,
+		stats:   st,
+		fenced:  fenced,
+		done:    make(chan completionBatch, 2*cfg.Workers),
+		quit:    make(chan struct{}),
+		q:       make([]job, cfg.Queue),
+		space:   make(chan struct{}, 1),
+		running: make(map[uint64]runningFire),
+	}
+	p.ready.L = &p.mu
+	p.watermark.Store(start)
+	p.execCtx, p.execCancel = context.WithCancel(context.Background())
+	p.wg.Add(cfg.Workers)
+	for range cfg.Workers {
+		go p.work()
+	}
+	return p
+}
+
+// depth returns how many jobs wait for a worker.
+func (p *pool) depth() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// free returns how many jobs the queue can take now.
+func (p *pool) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.q) - p.n
+}
+
+// push queues jobs, which the caller built from everything the wheel
+// released up to through, and returns how many fit. Only when all fit does
+// through count towards the watermark; the caller pushes the rest again.
+func (p *pool) push(jobs []job, through int64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := min(len(jobs), len(p.q)-p.n)
+	for i := range k {
+		p.q[(p.head+p.n+i)%len(p.q)] = jobs[i]
+	}
+	p.n += k
+	p.pushed += uint64(k)
+	if k == len(jobs) {
+		if m := len(p.marks); m > p.mhead && p.marks[m-1].end == p.pushed {
+			p.marks[m-1].through = through
+		} else {
+			p.marks = append(p.marks, mark{end: p.pushed, through: through})
+		}
+		p.advanceMarks()
+	}
+	if k > 0 {
+		if k == 1 {
+			p.ready.Signal()
+		} else {
+			p.ready.Broadcast()
+		}
+	}
+	return k
+}
+
+// advanceMarks moves the watermark over the marks whose jobs are all
+// taken. Called with mu held.
+func (p *pool) advanceMarks() {
+	for p.mhead < len(p.marks) && p.marks[p.mhead].end <= p.taken {
+		p.watermark.Store(p.marks[p.mhead].through)
+		p.mhead++
+	}
+	if p.mhead == len(p.marks) {
+		p.marks, p.mhead = p.marks[:0], 0
+	}
+}
+
+// reset drops every queued job: the node is fenced and they must not run.
+// The watermark stays where it was, so the next owner fires them.
+func (p *pool) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.head, p.n = 0, 0
+	p.taken = p.pushed
+	p.marks, p.mhead = p.marks[:0], 0
+	clear(p.q) // let go of profiles and ids
+	p.ready.Broadcast()
+}
+
+// waitTaken waits until the watermark reaches through.
+func (p *pool) waitTaken(ctx context.Context, through int64) error {
+	for p.watermark.Load() < through {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// drain lets the workers finish the queue and what runs, then stop. After d
+// it cancels the executions still running (and any taken after that), and
+// waits for the workers.
+func (p *pool) drain(d time.Duration) {
+	timer := time.AfterFunc(d, p.execCancel)
+	defer timer.Stop()
+	p.mu.Lock()
+	p.closing = true
+	p.ready.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.execCancel()
+}
+
+// cancelRunning cancels the running executions of record rec.
+func (p *pool) cancelRunning(rec uint32) {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	for k, r := range p.running {
+		if r.rec == rec {
+			r.cancel()
+			delete(p.running, k)
+		}
+	}
+}
+
+// chunkMax is the most noop jobs a worker takes at once: they finish in
+// nanoseconds, so one take per chunk keeps the lock off the fire path.
+// Any other job is taken alone, so that each one starts when it is taken.
+const chunkMax = 64
+
+func (p *pool) work() {
+	defer p.wg.Done()
+	var buf [chunkMax]job
+	var out completionBatch
+	for {
+		k := p.take(buf[:])
+		if k == 0 {
+			return
+		}
+		now := time.Now()
+		for i := range k {
+			j := &buf[i]
+			p.stats.observeLag(now.UnixNano() - j.due)
+			st := p.run(j, now)
+			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
+			out.n++
+			if out.n == len(out.c) {
+				p.complete(&out)
+			}
+			*j = job{}
+		}
+		p.complete(&out)
+	}
+}
+
+// take waits for jobs and copies up to len(buf) of them; 0 means the pool
+// is closing and empty. A fenced node takes nothing.
+func (p *pool) take(buf []job) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A fenced node waits for the reset that drops its queue.
+	for p.n == 0 || p.fenced() {
+		if p.closing && (p.n == 0 || p.fenced()) {
+			return 0
+		}
+		p.ready.Wait()
+	}
+	k := 0
+	limit := 1
+	if p.q[p.head].prof.noop {
+		limit = min(len(buf), max(1, p.n/p.workers))
+	}
+	full := p.n == len(p.q)
+	for k < limit && p.n > 0 {
+		j := &p.q[p.head]
+		if k > 0 && !j.prof.noop {
+			break
+		}
+		buf[k] = *j
+		*j = job{}
+		p.head = (p.head + 1) % len(p.q)
+		p.n--
+		k++
+	}
+	p.taken += uint64(k)
+	p.advanceMarks()
+	if full {
+		select {
+		case p.space <- struct{}{}:
+		default:
+		}
+	}
+	return k
+}
+
+func (p *pool) complete(out *completionBatch) {
+	if out.n == 0 {
+		return
+	}
+	select {
+	case p.done <- *out:
+	case <-p.quit:
+	}
+	out.n = 0
+}
+
+// run executes one job and records its history.
+func (p *pool) run(j *job, now time.Time) uint8 {
+	if j.kind != kindRetry {
+		p.stats.fires.Add(1)
+	}
+	var err error
+	if j.prof.noop {
+		// Nothing to run, nothing to time out: no context, no Fire.
+	} else {
+		err = p.execute(j)
+	}
+	st := statusOf(err)
+	p.stats.execs[st].Add(1)
+	if p.history != nil {
+		finished := now
+		if !j.prof.noop {
+			finished = time.Now()
+		}
+		e := store.Execution{
+			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: finished,
+			Attempt: int(j.attempt), Node: p.node, Status: statusNames[st],
+		}
+		if err != nil {
+			e.Error = err.Error()
+		}
+		p.history.Record(e)
+	}
+	return st
+}
+
+func (p *pool) execute(j *job) (err error) {
+	ctx, cancel := context.WithTimeout(p.execCtx, j.prof.timeout)
+	defer cancel()
+	if j.prof.concurrency == ConcurrencyReplace {
+		p.runMu.Lock()
+		p.runSeq++
+		key := p.runSeq
+		p.running[key] = runningFire{rec: j.rec, cancel: cancel}
+		p.runMu.Unlock()
+		defer func() {
+			p.runMu.Lock()
+			delete(p.running, key)
+			p.runMu.Unlock()
+		}()
+	}
+	f := &executor.Fire{
+		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
+		Node: p.node, Fence: j.fence, Payload: j.prof.payload,
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("executor panicked: %v", r)
+		}
+	}()
+	return j.prof.exec.Execute(ctx, f)
+}
+
+func statusOf(err error) uint8 {
+	switch {
+	case err == nil:
+		return statusOK
+	case errors.Is(err, context.DeadlineExceeded):
+		return statusTimeout
+	case errors.Is(err, context.Canceled):
+		return statusCanceled
+	default:
+		return statusFailed
+	}
+}

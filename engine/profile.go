@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"fmt"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/executor"
+)
+
+// A profile is everything about a task that a fire needs except its id
+// and schedule: the executor and the policies. Tasks with equal profiles
+// share one, so a million tasks calling the same endpoint hold one executor
+// between them and their records stay pointer-free.
+//
+// A profile is immutable once built; a worker may hold one after the last
+// task using it is gone.
+type profile struct {
+	key         string // the intern key: the profile's fields as JSON
+	refs        int    // records using it; owned by the dispatch loop
+	exec        executor.Executor
+	noop        bool // exec is executor.Noop: workers take such fires in chunks
+	payload     json.RawMessage
+	timeout     time.Duration
+	maxAttempts int
+	backoff     time.Duration
+	maxBackoff  time.Duration
+	misfire     MisfirePolicy
+	catchup     time.Duration
+	concurrency ConcurrencyPolicy
+	jitter      time.Duration
+}
+
+// profileView is the part of a task a profile is built from.
+type profileView struct {
+	Executor      Executor          `json:"e"`
+	Timeout       Duration          `json:"t"`
+	Retry         Retry             `json:"r"`
+	Misfire       MisfirePolicy     `json:"m"`
+	CatchupWindow Duration          `json:"c"`
+	Concurrency   ConcurrencyPolicy `json:"k"`
+	Jitter        Duration          `json:"j"`
+}
+
+// profileKey returns the intern key of a task's profile.
+func profileKey(t *Task) (string, error) {
+	b, err := json.Marshal(profileView{t.Executor, t.Timeout, t.Retry, t.Misfire, t.CatchupWindow, t.Concurrency, t.Jitter})
+	return string(b), err
+}
+
+// executors builds the executors of profiles: it holds what they share.
+type executors struct {
+	http      *http.Client
+	handlers  *executor.Handlers
+	allowExec bool
+}
+
+// newProfile builds the profile of a validated task.
+func (x *executors) newProfile(key string, t *Task) (*profile, error) {
+	p := &profile{
+		key:         key,
+		timeout:     time.Duration(t.Timeout),
+		maxAttempts: t.Retry.MaxAttempts,
+		backoff:     time.Duration(t.Retry.Backoff),
+		maxBackoff:  time.Duration(t.Retry.MaxBackoff),
+		misfire:     t.Misfire,
+		catchup:     time.Duration(t.CatchupWindow),
+		concurrency: t.Concurrency,
+		jitter:      time.Duration(t.Jitter),
+	}
+	var err error
+	switch t.Executor.Type {
+	case ExecutorNoop:
+		p.exec, p.noop = executor.Noop, true
+	case ExecutorHTTP:
+		p.exec, err = executor.NewHTTP(x.http, executor.HTTPSpec{
+			URL: t.Executor.URL, Method: t.Executor.Method, Headers: t.Executor.Headers, Body: t.Executor.Body})
+	case ExecutorExec:
+		if !x.allowExec {
+			p.exec = refuse{fmt.Errorf("the exec executor is disabled on this node (start it with --allow-exec)")}
+			break
+		}
+		p.exec, err = executor.NewExec(executor.ExecSpec{Command: t.Executor.Command, Env: t.Executor.Env})
+	case ExecutorHandler:
+		p.exec = executor.NewHandler(x.handlers, t.Executor.Name, t.Executor.Payload)
+		p.payload = t.Executor.Payload
+	default:
+		err = fmt.Errorf("unknown executor %q", t.Executor.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// refuse is the executor of a task this node cannot run: every fire fails
+// with its error, which history and state then show.
+type refuse struct{ err error }
+
+func (r refuse) Execute(context.Context, *executor.Fire) error { return r.err }
+
+// profileTable interns profiles by key. It belongs to the dispatch loop.
+type profileTable struct {
+	list  []*profile
+	byKey map[string]uint32
+	free  []uint32
+}
+
+func newProfileTable() *profileTable {
+	return &profileTable{byKey: make(map[string]uint32)}
+}
+
+// ref returns the index of the profile with p's key, adding p if there is
+// none, and counts one more user.
+func (t *profileTable) ref(p *profile) uint32 {
+	i, ok := t.byKey[p.key]
+	if !ok {
+		if n := len(t.free); n > 0 {
+			i = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.list[i] = p
+		} else {
+			i = uint32(len(t.list))
+			t.list = append(t.list, p)
+		}
+		t.byKey[p.key] = i
+	}
+	t.list[i].refs++
+	return i
+}
+
+// unref counts one user less, dropping the profile with the last one.
+func (t *profileTable) unref(i uint32) {
+	p := t.list[i]
+	if p.refs--; p.refs == 0 {
+		delete(t.byKey, p.key)
+		t.list[i] = nil
+		t.free = append(t.free, i)
+	}
+}

@@ -1,0 +1,474 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/ring"
+)
+
+// Registry errors.
+var (
+	ErrNotFound           = errors.New("engine: task not found")
+	ErrVersionMismatch    = errors.New("engine: task version does not match")
+	ErrPartitionsMismatch = errors.New("engine: partition count differs from the cluster's")
+)
+
+// etcd's request limits (DESIGN.md): a transaction holds at most 128
+// operations and a request at most 1.5 MiB; batches stay well inside both.
+const (
+	maxTxnOps     = 128
+	maxTxnBytes   = 1 << 20
+	listPageSize  = 500
+	maxListPages  = 20 // pages one List call scans for filtered results
+	casRetries    = 5  // attempts of a read-modify-write under contention
+	maxBatchItems = 10000
+)
+
+// Registry is the authoritative store of task definitions: etcd keys
+// /<prefix>/tasks/<partition>/<id>. Every method validates its input before
+// it writes, so a refused request leaves etcd (and its revision) untouched.
+// A Registry is safe for concurrent use and needs no running Engine.
+type Registry struct {
+	cli        *clientv3.Client
+	keys       keys
+	partitions int
+	now        func() time.Time
+}
+
+// Cluster is the record /<prefix>/cluster, written once when the cluster is
+// created.
+type Cluster struct {
+	Partitions int       `json:"partitions"`
+	Created    time.Time `json:"created"`
+}
+
+// OpenRegistry returns the registry under prefix, creating the cluster record
+// with the given partition count if there is none. If the cluster exists
+// with another partition count it returns an error wrapping
+// ErrPartitionsMismatch: P is fixed for the life of a cluster.
+func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, partitions int) (*Registry, error) {
+	if partitions < 1 || partitions > ring.MaxPartitions {
+		return nil, fmt.Errorf("engine: partitions must be between 1 and %d, got %d", ring.MaxPartitions, partitions)
+	}
+	r := &Registry{cli: cli, keys: newKeys(prefix), partitions: partitions, now: time.Now}
+	rec, err := json.Marshal(Cluster{Partitions: partitions, Created: r.now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	key := r.keys.cluster()
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(rec))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("engine: read cluster record %s: %w", key, err)
+	}
+	if resp.Succeeded {
+		return r, nil
+	}
+	var c Cluster
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &c) != nil || c.Partitions < 1 {
+		return nil, fmt.Errorf("engine: cluster record %s is unreadable: %q", key, firstValue(kvs))
+	}
+	if c.Partitions != partitions {
+		return nil, fmt.Errorf("%w: the cluster under %s has %d partitions, this node was started with %d (partitions are fixed when a cluster is created)",
+			ErrPartitionsMismatch, r.keys.prefix, c.Partitions, partitions)
+	}
+	return r, nil
+}
+
+func firstValue(kvs []*mvccpb.KeyValue) []byte {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0].Value
+}
+
+// Partitions returns the cluster's partition count.
+func (r *Registry) Partitions() int { return r.partitions }
+
+// Partition returns the partition of a task id.
+func (r *Registry) Partition(id string) int { return ring.Partition(id, r.partitions) }
+
+func (r *Registry) key(id string) string { return r.keys.task(r.Partition(id), id) }
+
+// Get returns the task with the given id, or ErrNotFound.
+func (r *Registry) Get(ctx context.Context, id string) (*Task, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	resp, err := r.cli.Get(ctx, r.key(id))
+	if err != nil {
+		return nil, fmt.Errorf("get task %q: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	return r.decode(resp.Kvs[0])
+}
+
+// PutOptions qualify Put.
+type PutOptions struct {
+	// IfVersion, when not zero, makes Put write only if the stored task's
+	// version (its etcd mod revision) is exactly this one; otherwise it
+	// returns ErrVersionMismatch.
+	IfVersion int64
+}
+
+// Put validates t and creates or replaces it. A put that changes nothing
+// writes nothing and returns the stored version. It returns the task as
+// stored, with its partition, version and times.
+func (r *Registry) Put(ctx context.Context, t *Task, opts PutOptions) (*Task, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	key := r.key(t.ID)
+	for range casRetries {
+		cur, err := r.cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
+		}
+		var old *mvccpb.KeyValue
+		if len(cur.Kvs) > 0 {
+			old = cur.Kvs[0]
+		}
+		if opts.IfVersion != 0 && (old == nil || old.ModRevision != opts.IfVersion) {
+			return nil, ErrVersionMismatch
+		}
+		val, same, err := r.encode(t, old)
+		if err != nil {
+			return nil, err
+		}
+		if same {
+			return r.decode(old)
+		}
+		var modRev int64
+		if old != nil {
+			modRev = old.ModRevision
+		}
+		resp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, string(val))).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
+		}
+		if resp.Succeeded {
+			return r.decode(&mvccpb.KeyValue{Key: []byte(key), Value: val,
+				ModRevision: resp.Header.Revision, CreateRevision: createRev(old, resp.Header.Revision)})
+		}
+		if opts.IfVersion != 0 {
+			return nil, ErrVersionMismatch
+		}
+	}
+	return nil, fmt.Errorf("put task %q: too much contention, try again", t.ID)
+}
+
+func createRev(old *mvccpb.KeyValue, rev int64) int64 {
+	if old != nil {
+		return old.CreateRevision
+	}
+	return rev
+}
+
+// Delete removes the task, or returns ErrNotFound.
+func (r *Registry) Delete(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	resp, err := r.cli.Delete(ctx, r.key(id))
+	if err != nil {
+		return fmt.Errorf("delete task %q: %w", id, err)
+	}
+	if resp.Deleted == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SetPaused sets the task's paused flag, and returns the task as stored.
+func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*Task, error) {
+	for range casRetries {
+		t, err := r.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if t.Paused == paused {
+			return t, nil
+		}
+		t.Paused = paused
+		t2, err := r.Put(ctx, t, PutOptions{IfVersion: t.Version})
+		if !errors.Is(err, ErrVersionMismatch) {
+			return t2, err
+		}
+	}
+	return nil, fmt.Errorf("pause task %q: too much contention, try again", id)
+}
+
+// Trigger asks the task's owner to fire it once now, outside its schedule,
+// and returns the scheduled time of that fire (the idempotency key's time).
+// The request is a key under /<prefix>/triggers/ that the owner deletes
+// once it has fired.
+func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
+	p := r.Partition(id)
+	at := r.now().UTC().Truncate(time.Millisecond)
+	key := r.keys.trigger(p, id, at.UnixMilli())
+	tk := r.keys.task(p, id)
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0)).
+		Then(clientv3.OpPut(key, "")).
+		Commit()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("trigger task %q: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return time.Time{}, ErrNotFound
+	}
+	return at, nil
+}
+
+// ListOptions filter and page List.
+type ListOptions struct {
+	Prefix string            // only ids with this prefix
+	Labels map[string]string // only tasks with all these labels
+	Limit  int               // at most this many tasks (default and maximum 1000)
+	Cursor string            // from a previous List's next cursor
+}
+
+// List returns tasks in key order (partition, then id) and the cursor of the
+// next page, empty at the end. With filters it may return fewer than Limit
+// tasks together with a cursor: it bounds the keys one call scans.
+func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*Task, string, error) {
+	limit := opts.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	from := r.keys.tasks()
+	if opts.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(opts.Cursor)
+		if err != nil || !strings.HasPrefix(string(b), from) {
+			return nil, "", invalid("cursor", "not a cursor returned by a previous list")
+		}
+		from = string(b)
+	}
+	end := clientv3.GetPrefixRangeEnd(r.keys.tasks())
+	var out []*Task
+	var rev int64
+	for page := 0; page < maxListPages; page++ {
+		ops := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPageSize)}
+		if rev != 0 {
+			ops = append(ops, clientv3.WithRev(rev)) // one consistent snapshot per call
+		}
+		resp, err := r.cli.Get(ctx, from, ops...)
+		if err != nil {
+			return nil, "", fmt.Errorf("list tasks: %w", err)
+		}
+		rev = resp.Header.Revision
+		for i, kv := range resp.Kvs {
+			if _, id, ok := r.keys.parseTaskKey(string(kv.Key)); !ok || !strings.HasPrefix(id, opts.Prefix) {
+				continue
+			}
+			t, err := r.decode(kv)
+			if err != nil {
+				return nil, "", err
+			}
+			if !hasLabels(t.Labels, opts.Labels) {
+				continue
+			}
+			out = append(out, t)
+			if len(out) == limit {
+				if i == len(resp.Kvs)-1 && !resp.More {
+					return out, "", nil
+				}
+				return out, cursorAfter(kv.Key), nil
+			}
+		}
+		if !resp.More {
+			return out, "", nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return out, base64.RawURLEncoding.EncodeToString([]byte(from)), nil
+}
+
+func cursorAfter(key []byte) string {
+	return base64.RawURLEncoding.EncodeToString(append(bytes.Clone(key), 0))
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// BatchError is the error of one item of PutBatch.
+type BatchError struct {
+	Index int    `json:"index"`
+	Error string `json:"error"`
+}
+
+// PutBatch validates and writes many tasks, in transactions of at most 128
+// tasks and 1 MiB. Invalid tasks are reported by index and do not stop the
+// others; tasks identical to what is stored are not rewritten, so putting
+// the same batch twice writes nothing the second time. A later item with
+// the same id as an earlier one wins. written counts the tasks now stored as
+// given (rewritten or already identical).
+func (r *Registry) PutBatch(ctx context.Context, tasks []*Task) (written int, errs []BatchError, err error) {
+	if len(tasks) > maxBatchItems {
+		return 0, nil, invalid("", "a batch holds at most %d tasks, got %d", maxBatchItems, len(tasks))
+	}
+	pos := make(map[string]int, len(tasks)) // id -> its place in valid
+	valid := make([]int, 0, len(tasks))
+	for i, t := range tasks {
+		if err := t.Validate(); err != nil {
+			errs = append(errs, BatchError{Index: i, Error: err.Error()})
+			continue
+		}
+		if j, dup := pos[t.ID]; dup {
+			written++ // superseded by this later item
+			valid[j] = i
+			continue
+		}
+		pos[t.ID] = len(valid)
+		valid = append(valid, i)
+	}
+	for len(valid) > 0 {
+		n, size := 0, 0
+		for n < len(valid) && n < maxTxnOps && size < maxTxnBytes {
+			size += len(tasks[valid[n]].ID) + 1024 // a rough bound before encoding
+			n++
+		}
+		chunk := valid[:n]
+		valid = valid[n:]
+		w, cerrs, err := r.putChunk(ctx, tasks, chunk)
+		written += w
+		errs = append(errs, cerrs...)
+		if err != nil {
+			return written, errs, err
+		}
+	}
+	return written, errs, nil
+}
+
+// putChunk writes up to maxTxnOps tasks: one transaction reads what is
+// stored, one writes what changed under compares of the mod revisions read.
+// If another writer got in between, the chunk falls back to single puts.
+func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int, []BatchError, error) {
+	gets := make([]clientv3.Op, len(idx))
+	for i, j := range idx {
+		gets[i] = clientv3.OpGet(r.key(tasks[j].ID))
+	}
+	resp, err := r.cli.Txn(ctx).Then(gets...).Commit()
+	if err != nil {
+		return 0, nil, fmt.Errorf("batch: read tasks: %w", err)
+	}
+	var cmps []clientv3.Cmp
+	var puts []clientv3.Op
+	var errs []BatchError
+	written, size := 0, 0
+	for i, j := range idx {
+		t := tasks[j]
+		var old *mvccpb.KeyValue
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			old = kvs[0]
+		}
+		val, same, err := r.encode(t, old)
+		if err != nil {
+			errs = append(errs, BatchError{Index: j, Error: err.Error()})
+			continue
+		}
+		written++
+		if same {
+			continue
+		}
+		key := r.key(t.ID)
+		var modRev int64
+		if old != nil {
+			modRev = old.ModRevision
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
+		puts = append(puts, clientv3.OpPut(key, string(val)))
+		size += len(key) + len(val)
+	}
+	if len(puts) == 0 {
+		return written, errs, nil
+	}
+	if size <= maxTxnBytes {
+		tr, err := r.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		if err != nil {
+			return 0, nil, fmt.Errorf("batch: write tasks: %w", err)
+		}
+		if tr.Succeeded {
+			return written, errs, nil
+		}
+	}
+	// Contention or a chunk of large tasks: one at a time.
+	written, errs = 0, nil
+	for _, j := range idx {
+		if _, err := r.Put(ctx, tasks[j], PutOptions{}); err != nil {
+			if ctx.Err() != nil {
+				return written, errs, err
+			}
+			errs = append(errs, BatchError{Index: j, Error: err.Error()})
+			continue
+		}
+		written++
+	}
+	return written, errs, nil
+}
+
+// storedTask is a task as the registry writes it: the input fields and the
+// times; partition and version come from the key and its revision.
+func (r *Registry) encode(t *Task, old *mvccpb.KeyValue) (val []byte, same bool, err error) {
+	s := *t
+	s.Partition, s.Version, s.State = nil, 0, nil
+	now := r.now().UTC().Truncate(time.Millisecond)
+	s.CreatedAt, s.UpdatedAt = now, now
+	if old != nil {
+		var prev Task
+		if json.Unmarshal(old.Value, &prev) == nil {
+			s.CreatedAt = prev.CreatedAt
+			s.UpdatedAt = prev.UpdatedAt
+			if v, err := json.Marshal(&s); err == nil && bytes.Equal(v, old.Value) {
+				return old.Value, true, nil
+			}
+			s.UpdatedAt = now
+		}
+	}
+	val, err = json.Marshal(&s)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode task %q: %w", t.ID, err)
+	}
+	if len(val) > MaxTaskSize+4096 {
+		return nil, false, invalid("", "task is %d bytes of JSON as stored, more than the limit", len(val))
+	}
+	return val, false, nil
+}
+
+// decode turns a stored task into the API's form.
+func (r *Registry) decode(kv *mvccpb.KeyValue) (*Task, error) {
+	var t Task
+	if err := json.Unmarshal(kv.Value, &t); err != nil {
+		return nil, fmt.Errorf("engine: stored task %s is corrupt: %w", kv.Key, err)
+	}
+	p, _, _ := r.keys.parseTaskKey(string(kv.Key))
+	t.Partition = &p
+	t.Version = kv.ModRevision
+	t.State = nil
+	return &t, nil
+}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+)
+
+// The task table keeps an owner's tasks in pointer-free records, so that a
+// heap of ten million tasks gives the garbage collector almost nothing to
+// scan (DESIGN.md, facts measured): records live in fixed pages, task ids
+// in append-only byte chunks, and the id index maps a 64-bit hash to a
+// record, with collisions chained through the records.
+//
+// The table belongs to the dispatch loop: it is not safe for concurrent use.
+
+const (
+	recPageBits = 12
+	recPageSize = 1 << recPageBits
+	idChunkSize = 1 << 20
+	nilRec      = ^uint32(0)
+	// maxRecords keeps record indexes below the wheel ids used for retries.
+	maxRecords = retryBase
+)
+
+// Record flags.
+const (
+	flagLive   = 1 << iota // the slot holds a task
+	flagPaused             // the task is paused: not in the wheel
+)
+
+// record is one task on its owner: 64 bytes, no pointers.
+type record struct {
+	next     int64 // scheduled time of the next fire, unix ns; 0 when none
+	lastFire int64 // scheduled time of the last fire dispatched
+	idRef    uint32
+	idLen    uint16
+	part     uint16
+	sched    schedule.Handle
+	prof     uint32 // index into the profile table
+	hnext    uint32 // next record whose id has the same hash, or nilRec
+	gen      uint32 // bumped when the slot is freed: stale completions are ignored
+	fires    uint32 // counters since the owner took the partition
+	failures uint32
+	misfires uint32
+	skipped  uint32
+	running  uint16 // executions in flight
+	status   uint8  // status of the last finished attempt
+	flags    uint8
+	jitter   uint32 // the task's jitter bound, in milliseconds
+}
+
+type taskTable struct {
+	pages   [][]record
+	free    []uint32 // freed record indexes
+	n       int      // live records
+	index   map[uint64]uint32
+	chunks  [][]byte // task ids; a chunk is never rewritten, only appended to
+	garbage int      // bytes of freed ids
+}
+
+func newTaskTable() *taskTable {
+	return &taskTable{index: make(map[uint64]uint32)}
+}
+
+func (t *taskTable) rec(i uint32) *record {
+	return &t.pages[i>>recPageBits][i&(recPageSize-1)]
+}
+
+// id returns the task id of record i. The string points into an id chunk,
+// which is never rewritten, so it stays valid after the record is freed:
+// workers hold it without a copy.
+func (t *taskTable) id(r *record) string {
+	c := t.chunks[r.idRef>>20]
+	off := r.idRef & (idChunkSize - 1)
+	return unsafe.String(&c[off], int(r.idLen))
+}
+
+// lookup returns the record of a task id.
+func (t *taskTable) lookup(id string) (uint32, *record, bool) {
+	i, ok := t.index[xxhash.Sum64String(id)]
+	for ok && i != nilRec {
+		r := t.rec(i)
+		if t.id(r) == id {
+			return i, r, true
+		}
+		i = r.hnext
+	}
+	return 0, nil, false
+}
+
+// add creates a record for a task id that is not in the table. hash is
+// xxhash64 of the id, which also gives its partition.
+func (t *taskTable) add(id string, hash uint64) (uint32, *record) {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		i = uint32(len(t.pages) * recPageSize)
+		if i >= maxRecords {
+			panic("engine: task table full") // a billion tasks on one node
+		}
+		t.pages = append(t.pages, make([]record, recPageSize))
+		for j := recPageSize - 1; j > 0; j-- {
+			t.free = append(t.free, i+uint32(j))
+		}
+	}
+	r := t.rec(i)
+	gen := r.gen
+	*r = record{gen: gen, flags: flagLive, hnext: nilRec}
+	r.idRef, r.idLen = t.storeID(id)
+	if head, ok := t.index[hash]; ok {
+		r.hnext = head
+	}
+	t.index[hash] = i
+	t.n++
+	return i, r
+}
+
+// remove frees record i.
+func (t *taskTable) remove(i uint32, hash uint64) {
+	r := t.rec(i)
+	if head := t.index[hash]; head == i {
+		if r.hnext == nilRec {
+			delete(t.index, hash)
+		} else {
+			t.index[hash] = r.hnext
+		}
+	} else {
+		for p := t.rec(head); p.hnext != nilRec; p = t.rec(p.hnext) {
+			if p.hnext == i {
+				p.hnext = r.hnext
+				break
+			}
+		}
+	}
+	t.garbage += int(r.idLen)
+	*r = record{gen: r.gen + 1}
+	t.free = append(t.free, i)
+	t.n--
+	t.maybeCompactIDs()
+}
+
+func (t *taskTable) storeID(id string) (uint32, uint16) {
+	if len(id) == 0 {
+		return 0, 0
+	}
+	last := len(t.chunks) - 1
+	if last < 0 || len(t.chunks[last])+len(id) > idChunkSize {
+		t.chunks = append(t.chunks, make([]byte, 0, idChunkSize))
+		last++
+	}
+	c := t.chunks[last]
+	off := len(c)
+	t.chunks[last] = append(c, id...)
+	return uint32(last)<<20 | uint32(off), uint16(len(id))
+}
+
+// maybeCompactIDs copies live ids into fresh chunks once freed ids take
+// more than half of the chunks. Old chunks stay alive only as long as a
+// worker still holds a string into them.
+func (t *taskTable) maybeCompactIDs() {
+	total := len(t.chunks) * idChunkSize
+	if t.garbage < idChunkSize || t.garbage < total/2 {
+		return
+	}
+	old := t.chunks
+	t.chunks = nil
+	for pi := range t.pages {
+		page := t.pages[pi]
+		for j := range page {
+			r := &page[j]
+			if r.flags&flagLive == 0 || r.idLen == 0 {
+				continue
+			}
+			c := old[r.idRef>>20]
+			off := r.idRef & (idChunkSize - 1)
+			r.idRef, r.idLen = t.storeID(string(c[off : off+uint32(r.idLen)]))
+		}
+	}
+	t.garbage = 0
+}
+
+// each calls fn for every live record, in index order.
+func (t *taskTable) each(fn func(i uint32, r *record)) {
+	for pi := range t.pages {
+		page := t.pages[pi]
+		for j := range page {
+			if page[j].flags&flagLive != 0 {
+				fn(uint32(pi*recPageSize+j), &page[j])
+			}
+		}
+	}
+}
