@@ -358,7 +358,7 @@ func (l *loop) record(r *record, sched int64, attempt int, status uint8, why str
 	if l.history == nil {
 		return
 	}
-	now := time.Now()
+	now := l.cfg.Clock.Now()
 	l.history.Record(store.Execution{
 		TaskID: l.tab.id(r), ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: now, FinishedAt: now,
 		Attempt: attempt, Node: l.cfg.NodeID, Status: statusNames[status], Error: why,

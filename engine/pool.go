@@ -78,6 +78,7 @@ type mark struct {
 // crash while queued is then fired again by the next owner.
 type pool struct {
 	node    string
+	clock   Clock
 	workers int
 	history *store.Store // nil: no history
 	stats   *stats
@@ -118,6 +119,7 @@ type runningFire struct {
 func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, start int64) *pool {
 	p := &pool{
 		node:    cfg.NodeID,
+		clock:   cfg.Clock,
 		workers: cfg.Workers,
 		history: history,
 		stats:   st,
@@ -258,7 +260,7 @@ func (p *pool) work() {
 		if k == 0 {
 			return
 		}
-		now := time.Now()
+		now := p.clock.Now()
 		for i := range k {
 			j := &buf[i]
 			p.stats.observeLag(now.UnixNano() - j.due)
@@ -341,7 +343,7 @@ func (p *pool) run(j *job, now time.Time) uint8 {
 	if p.history != nil {
 		finished := now
 		if !j.prof.noop {
-			finished = time.Now()
+			finished = p.clock.Now()
 		}
 		e := store.Execution{
 			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: finished,
