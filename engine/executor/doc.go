@@ -17,7 +17,8 @@
 //     the canceller gave a distinct one), so the caller tells outcomes apart
 //     with errors.Is(err, context.DeadlineExceeded) for a timeout,
 //     errors.Is(err, context.Canceled) for a cancel, and anything else is a
-//     failure. Execute does not start any work when ctx has already ended.
+//     failure. Execute does not start any work when ctx has already ended
+//     (Noop, which has none, succeeds).
 //   - Execute returns nil exactly when the fire succeeded. Every fire carries
 //     its idempotency key, "<task-id>@<scheduled_at unix ms>", and the fencing
 //     token, so that receivers can drop the duplicates that at-least-once
@@ -44,8 +45,9 @@
 // (1-based), Shardcron-Node and Shardcron-Fence; User-Agent is
 // "shardcron/<version>" unless the task sets one. Up to 64 KiB of the
 // response body is read and the body closed, so that connections are reused.
-// On timeout the request is abandoned and its connection closed; whether the
-// server acted on it is unknown, which is what the idempotency key is for.
+// On timeout the request is abandoned (its HTTP/1 connection closed, or its
+// HTTP/2 stream reset); whether the server acted on it is unknown, which is
+// what the idempotency key is for.
 //
 // # exec
 //
