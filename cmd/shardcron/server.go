@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/store"
+)
+
+// serverFlags are the flags of 'shardcron server' (API.md).
+type serverFlags struct {
+	etcd, etcdPrefix                       string
+	etcdCACert, etcdCert, etcdKey          string
+	etcdUser, etcdPassword                 string
+	etcdListen, etcdPeerListen             string
+	dataDir, listen, advertise, nodeID     string
+	partitions, replication                int
+	load                                   float64
+	workers, queue                         int
+	leaseTTL, tick, misfire                time.Duration
+	history                                string
+	historyTTL                             time.Duration
+	allowExec                              bool
+	authToken, logFormat, logLevel         string
+	startTimeout, drainTimeout, shutdownTO time.Duration
+}
+
+const serverUsage = `Usage: shardcron server [flags]
+
+Runs a node. Without --etcd it starts an embedded single-member etcd in
+<data-dir>/etcd, so one command runs a whole cluster on one machine; to run
+several nodes, point them all at one etcd with --etcd (see README.md).
+
+SIGINT or SIGTERM stops the node gracefully: it stops accepting requests,
+hands its partitions over with their checkpoints written, lets running
+executions finish (up to --drain-timeout) and exits 0.
+
+Example:
+  shardcron server --listen 127.0.0.1:8080 --data-dir ./node1
+
+Flags:
+`
+
+func (f *serverFlags) register(fs *flag.FlagSet) {
+	d := engine.DefaultConfig("")
+	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints; empty: start an embedded etcd in <data-dir>/etcd")
+	fs.StringVar(&f.etcdPrefix, "etcd-prefix", engine.DefaultPrefix, "key prefix, so that several clusters can share one etcd")
+	fs.StringVar(&f.etcdCACert, "etcd-cacert", "", "CA certificate file to verify etcd's TLS certificate")
+	fs.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate file for etcd TLS")
+	fs.StringVar(&f.etcdKey, "etcd-key", "", "client key file for etcd TLS")
+	fs.StringVar(&f.etcdUser, "etcd-user", "", "etcd user name")
+	fs.StringVar(&f.etcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&f.etcdListen, "etcd-listen", "", "client address of the embedded etcd (default: 127.0.0.1 and the API port + 10000)")
+	fs.StringVar(&f.etcdPeerListen, "etcd-peer-listen", "", "peer address of the embedded etcd (default: 127.0.0.1 and the API port + 20000)")
+	fs.StringVar(&f.dataDir, "data-dir", "./shardcron-data", "directory of the Badger cache and execution history (and the embedded etcd)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
+	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")
+	fs.StringVar(&f.nodeID, "node-id", "", "unique node id (default: hostname-port); a second live node with the same id is refused")
+	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created")
+	fs.IntVar(&f.replication, "replication", d.ReplicationFactor, "ring virtual nodes per member")
+	fs.Float64Var(&f.load, "load", d.Load, "bounded-load factor: no node owns more than load × the average partitions")
+	fs.IntVar(&f.workers, "workers", d.Workers, "executions that run at once")
+	fs.IntVar(&f.queue, "queue", d.Queue, "fires that may wait for a worker")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds)")
+	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution")
+	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies")
+	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
+	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept")
+	fs.BoolVar(&f.allowExec, "allow-exec", false, "enable the exec executor on this node (tasks then run commands as this user)")
+	fs.StringVar(&f.authToken, "auth-token", os.Getenv("SHARDCRON_AUTH_TOKEN"), "when set, every /v1 request needs 'Authorization: Bearer <token>' (env SHARDCRON_AUTH_TOKEN)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long to wait for etcd at start before giving up")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", d.DrainTimeout, "on shutdown, how long running executions may finish before they are canceled")
+	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish")
+}
+
+func runServer(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("shardcron server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serverFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serverUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see --help)\n", fs.Arg(0))
+		return 2
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, &f, log); err != nil {
+		log.Error("shardcron server failed", "err", err)
+		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// serve runs a node until ctx ends, then shuts it down in order.
+func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
+	switch f.history {
+	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
+	default:
+		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
+	}
+
+	// Listen first: a busy port is the most common start-up error.
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	if f.nodeID == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(addr)
+		f.nodeID = host + "-" + port
+	}
+	advertise := f.advertise
+	if advertise == "" {
+		advertise = addr
+	}
+
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	scfg := store.DefaultConfig(filepath.Join(f.dataDir, "cache"))
+	scfg.History, scfg.HistoryTTL, scfg.Logger = f.history, f.historyTTL, log
+	st, err := store.Open(scfg)
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("data directory %s is in use by another process (is another shardcron server running with it?)", f.dataDir)
+		}
+		return err
+	}
+	defer st.Close()
+
+	endpoints := splitList(f.etcd)
+	if len(endpoints) == 0 {
+		clientAddr := f.etcdListen
+		if clientAddr == "" {
+			clientAddr = derivedAddr(f.listen, 10000)
+		}
+		peerAddr := f.etcdPeerListen
+		if peerAddr == "" {
+			peerAddr = derivedAddr(f.listen, 20000)
+		}
+		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), clientAddr, peerAddr, "error", f.startTimeout)
+		if err != nil {
+			return err
+		}
+		defer ee.Close()
+		endpoints = []string{ee.endpoint}
+		log.Info("started the embedded etcd", "endpoint", ee.endpoint, "dir", filepath.Join(f.dataDir, "etcd"))
+	}
+
+	requests := &engine.RequestCounter{}
+	cli, err := newEtcdClient(f, endpoints, requests)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
+		return err
+	}
+
+	cfg := engine.DefaultConfig(f.nodeID)
+	cfg.APIAddr, cfg.Version, cfg.Prefix = advertise, version, f.etcdPrefix
+	cfg.Partitions, cfg.ReplicationFactor, cfg.Load = f.partitions, f.replication, f.load
+	cfg.Workers, cfg.Queue = f.workers, f.queue
+	cfg.LeaseTTL, cfg.Tick, cfg.MisfireThreshold = f.leaseTTL, f.tick, f.misfire
+	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
+	cfg.Requests, cfg.Logger = requests, log
+	if cfg.Queue < cfg.BatchSize {
+		cfg.BatchSize = cfg.Queue
+	}
+	eng, err := engine.New(cfg, cli, st)
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, f.startTimeout)
+	err = eng.Start(startCtx)
+	cancel()
+	if err != nil {
+		switch {
+		case errors.Is(err, membership.ErrNodeExists):
+			return fmt.Errorf("node id %q is held by a live node: give this node another --node-id", f.nodeID)
+		case ctx.Err() != nil:
+			return nil // interrupted while starting
+		}
+		return err
+	}
+	defer eng.Close()
+
+	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, Version: version, Logger: log})
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("shardcron node started", "node", f.nodeID, "api", "http://"+addr, "etcd", strings.Join(endpoints, ","),
+		"partitions", f.partitions, "data_dir", f.dataDir, "version", version)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: stopping the API, releasing partitions, draining executions")
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTO)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("API requests still running at shutdown were cut", "err", err)
+	}
+	if err := eng.Close(); err != nil {
+		log.Warn("closing the engine", "err", err)
+	}
+	log.Info("shardcron node stopped", "node", f.nodeID)
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, error) {
+	var tlsCfg *tls.Config
+	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
+		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
+		var err error
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
+		Username:    f.etcdUser,
+		Password:    f.etcdPassword,
+		DialOptions: requests.DialOptions(),
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// waitForEtcd retries until etcd answers, logging each failure, and gives
+// up after timeout with an error that names the endpoints.
+func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := cli.Get(actx, "/shardcron-health", clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err)
+		}
+		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
