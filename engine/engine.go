@@ -93,6 +93,9 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		owned:  make([]atomic.Bool, cfg.Partitions),
 	}
 	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec}
+	if cfg.Version != "" {
+		e.execs.userAgent = "shardcron/" + cfg.Version
+	}
 	return e, nil
 }
 

@@ -174,12 +174,14 @@ func (p *pool) push(jobs []job, through int64) int {
 		}
 		p.advanceMarks()
 	}
-	if k > 0 {
-		if k == 1 {
-			p.ready.Signal()
-		} else {
-			p.ready.Broadcast()
-		}
+	// Wake as many workers as the jobs need, not all of them: a broadcast
+	// per batch would wake hundreds of workers to find nothing.
+	wake := k
+	if k > 0 && jobs[0].prof.noop {
+		wake = (k + chunkMax - 1) / chunkMax
+	}
+	for range min(wake, p.workers) {
+		p.ready.Signal()
 	}
 	return k
 }
@@ -307,6 +309,9 @@ func (p *pool) take(buf []job) int {
 	}
 	p.taken += uint64(k)
 	p.advanceMarks()
+	if p.n > 0 {
+		p.ready.Signal() // pass the rest on: push woke only as many as it guessed
+	}
 	if full {
 		select {
 		case p.space <- struct{}{}:

@@ -53,6 +53,7 @@ func profileKey(t *Task) (string, error) {
 // executors builds the executors of profiles: it holds what they share.
 type executors struct {
 	http      *http.Client
+	userAgent string
 	handlers  *executor.Handlers
 	allowExec bool
 }
@@ -76,7 +77,8 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 		p.exec, p.noop = executor.Noop, true
 	case ExecutorHTTP:
 		p.exec, err = executor.NewHTTP(x.http, executor.HTTPSpec{
-			URL: t.Executor.URL, Method: t.Executor.Method, Headers: t.Executor.Headers, Body: t.Executor.Body})
+			URL: t.Executor.URL, Method: t.Executor.Method, Headers: t.Executor.Headers, Body: t.Executor.Body,
+			UserAgent: x.userAgent})
 	case ExecutorExec:
 		if !x.allowExec {
 			p.exec = refuse{fmt.Errorf("the exec executor is disabled on this node (start it with --allow-exec)")}
