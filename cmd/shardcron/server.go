@@ -244,6 +244,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

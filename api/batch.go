@@ -1,0 +1,142 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// BatchResult is the answer of POST /v1/tasks:batch.
+type BatchResult struct {
+	// Written counts the tasks now stored as given (rewritten, or already
+	// identical and left alone).
+	Written int `json:"written"`
+	// Errors lists the items that were not written, by their 0-based index
+	// in the batch (for JSON Lines: among the non-blank lines), in index
+	// order. Never null in answers.
+	Errors []engine.BatchError `json:"errors"`
+}
+
+// batchItem is one item of a batch as sent.
+type batchItem struct {
+	raw  []byte
+	line int // 1-based line of a JSON Lines item; 0 in an array
+}
+
+// putBatch: POST /v1/tasks:batch, a JSON array or JSON Lines.
+func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBatchBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge,
+				"batch body is more than %d bytes, this node's limit: split it into smaller batches", mbe.Limit)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+		return
+	}
+	items, err := splitBatch(body, MaxBatchItems)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	res := BatchResult{Errors: []engine.BatchError{}}
+	tasks := make([]*engine.Task, 0, len(items))
+	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
+	for i, it := range items {
+		t, err := engine.DecodeTask(it.raw)
+		if err != nil {
+			msg := err.Error()
+			if it.line > 0 {
+				msg = fmt.Sprintf("line %d: %s", it.line, msg)
+			}
+			res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: msg})
+			continue
+		}
+		tasks = append(tasks, t)
+		index = append(index, i)
+	}
+	written, errs, err := s.reg.PutBatch(r.Context(), tasks)
+	res.Written = written
+	for _, e := range errs {
+		e.Index = index[e.Index]
+		res.Errors = append(res.Errors, e)
+	}
+	slices.SortStableFunc(res.Errors, func(a, b engine.BatchError) int { return a.Index - b.Index })
+	if err != nil {
+		s.log.Warn("api: batch write failed", "written", written, "err", err)
+		status := http.StatusInternalServerError
+		var ve *engine.ValidationError
+		if errors.As(err, &ve) {
+			status = http.StatusBadRequest
+		}
+		writeJSON(w, status, struct {
+			Error string `json:"error"`
+			BatchResult
+		}{fmt.Sprintf("batch stopped after writing %d tasks: %v", written, err), res})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// splitBatch cuts a batch body into its items: a JSON array when its first
+// non-space byte is '[', else JSON Lines (blank lines skipped). It refuses
+// more than max items and an array that is not well-formed JSON (its items
+// cannot be told apart then); an empty body is an empty batch.
+func splitBatch(body []byte, max int) ([]batchItem, error) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return splitArray(body, max)
+	}
+	var items []batchItem
+	line := 0
+	for rest := body; len(rest) > 0; {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		line++
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		if len(items) == max {
+			return nil, tooManyItems(max)
+		}
+		items = append(items, batchItem{raw: bytes.TrimRight(l, "\r"), line: line})
+	}
+	return items, nil
+}
+
+func splitArray(body []byte, max int) ([]batchItem, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // '['
+		return nil, fmt.Errorf("malformed JSON array: %v", err)
+	}
+	var items []batchItem
+	for dec.More() {
+		if len(items) == max {
+			return nil, tooManyItems(max)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("malformed JSON array at item %d (byte %d): %v; nothing was written", len(items), dec.InputOffset(), err)
+		}
+		items = append(items, batchItem{raw: raw})
+	}
+	if _, err := dec.Token(); err != nil { // ']'
+		return nil, fmt.Errorf("malformed JSON array at byte %d: %v; nothing was written", dec.InputOffset(), err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("malformed JSON array: data after its closing ']' at byte %d; nothing was written", dec.InputOffset())
+	}
+	return items, nil
+}
+
+func tooManyItems(max int) error {
+	return fmt.Errorf("a batch holds at most %d tasks: split it into several requests; nothing was written", max)
+}

@@ -1,0 +1,339 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/store"
+)
+
+// Client is a client of a node's API. Its fields may be set directly; a
+// Client is safe for concurrent use once they are no longer changed.
+type Client struct {
+	// BaseURL is the node's address, e.g. "http://127.0.0.1:8080"; a bare
+	// "host:port" means http, and a trailing slash is ignored.
+	BaseURL string
+	// Token, when not empty, is sent as "Authorization: Bearer <Token>".
+	Token string
+	// HTTP sends the requests; nil means http.DefaultClient. Requests are
+	// bounded by their ctx only, unless HTTP has a Timeout.
+	HTTP *http.Client
+}
+
+// NewClient returns a client of the node at baseURL, sending token when it
+// is not empty, over http.DefaultClient.
+func NewClient(baseURL, token string) *Client {
+	return &Client{BaseURL: baseURL, Token: token}
+}
+
+// Error is a non-2xx answer of the API: its status and the message of its
+// {"error": "..."} body (or the body's text when it is not that JSON).
+// Errors returned by Client methods wrap it; use errors.As.
+type Error struct {
+	Status  int
+	Message string
+}
+
+// Error returns the message and the status, e.g.
+// `task "a" not found (HTTP 404)`.
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
+}
+
+// ListOptions filter and page ListTasks; zero fields mean no filter.
+type ListOptions struct {
+	Prefix string            // only ids with this prefix
+	Labels map[string]string // only tasks with all these labels
+	Limit  int               // at most this many tasks (1-1000; 0: the server's default, 1000)
+	Cursor string            // from a previous ListTasks's next cursor
+}
+
+// PutTask creates or replaces t. It validates t first (applying the
+// defaults, on a copy), returning the *engine.ValidationError without a
+// request when t is invalid. With ifVersion not zero, the server writes
+// only if the stored version is ifVersion, else the error is an *Error
+// with Status 412. It returns the task as stored.
+func (c *Client) PutTask(ctx context.Context, t *engine.Task, ifVersion int64) (*engine.Task, error) {
+	cp := *t
+	// Validate fills the defaults: a zero Duration would otherwise be sent
+	// as "0s", which the server refuses for fields where zero means default.
+	if err := cp.Validate(); err != nil {
+		return nil, err
+	}
+	cp.Partition, cp.Version, cp.State = nil, 0, nil
+	cp.CreatedAt, cp.UpdatedAt = time.Time{}, time.Time{}
+	body, err := json.Marshal(&cp)
+	if err != nil {
+		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
+	}
+	return c.PutTaskJSON(ctx, cp.ID, body, ifVersion)
+}
+
+// PutTaskJSON creates or replaces the task id with the task JSON body
+// (API.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
+// in PutTask.
+func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*engine.Task, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if ifVersion != 0 {
+		h.Set("If-Match", strconv.Quote(strconv.FormatInt(ifVersion, 10)))
+	}
+	var t engine.Task
+	if err := c.do(ctx, http.MethodPut, taskPath(id), nil, body, h, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// GetTask returns the task with its state from its owner (State is nil
+// when the owner did not give it). A missing task is an *Error with Status
+// 404.
+func (c *Client) GetTask(ctx context.Context, id string) (*engine.Task, error) {
+	var t engine.Task
+	if err := c.do(ctx, http.MethodGet, taskPath(id), nil, nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// DeleteTask deletes the task; a missing one is an *Error with Status 404.
+func (c *Client) DeleteTask(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, taskPath(id), nil, nil, nil, nil)
+}
+
+// ListTasks returns one page of tasks in key order and the cursor of the
+// next page, "" after the last. With filters a page may hold fewer tasks
+// than the limit and still be followed by another.
+func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engine.Task, next string, err error) {
+	q := url.Values{}
+	if opts.Prefix != "" {
+		q.Set("prefix", opts.Prefix)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Labels)) {
+		q.Add("label", k+"="+opts.Labels[k])
+	}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	var resp listResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, nil, &resp); err != nil {
+		return nil, "", err
+	}
+	return resp.Tasks, resp.NextCursor, nil
+}
+
+// PutBatch creates or replaces many tasks: body is a JSON array of tasks
+// or JSON Lines (one task per line), at most MaxBatchItems. Items that are
+// invalid are listed in the result's Errors and the others written.
+func (c *Client) PutBatch(ctx context.Context, body []byte) (*BatchResult, error) {
+	ct := "application/x-ndjson"
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		ct = "application/json"
+	}
+	var res BatchResult
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", nil, body, http.Header{"Content-Type": {ct}}, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Pause sets the task's paused flag and returns the task as stored.
+func (c *Client) Pause(ctx context.Context, id string) (*engine.Task, error) {
+	return c.postTask(ctx, id, "pause")
+}
+
+// Resume clears the task's paused flag and returns the task as stored.
+func (c *Client) Resume(ctx context.Context, id string) (*engine.Task, error) {
+	return c.postTask(ctx, id, "resume")
+}
+
+func (c *Client) postTask(ctx context.Context, id, verb string) (*engine.Task, error) {
+	var t engine.Task
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/"+verb, nil, nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Trigger asks the task's owner to fire it once now and returns the
+// scheduled time of that fire (its idempotency key's time). The fire
+// happens asynchronously, shortly after.
+func (c *Client) Trigger(ctx context.Context, id string) (time.Time, error) {
+	var resp triggerResponse
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/trigger", nil, nil, nil, &resp); err != nil {
+		return time.Time{}, err
+	}
+	at, err := time.Parse(time.RFC3339, resp.ScheduledAt)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("trigger %q: the server answered scheduled_at %q: %w", id, resp.ScheduledAt, err)
+	}
+	return at, nil
+}
+
+// History returns up to limit execution records of the task from every
+// node, newest first (limit 0: the server's default, 100; at most 1000).
+func (c *Client) History(ctx context.Context, id string, limit int) ([]store.Execution, error) {
+	return c.history(ctx, id, limit, false)
+}
+
+// localHistory asks for the node's own records only (?local=1).
+func (c *Client) localHistory(ctx context.Context, id string, limit int) ([]store.Execution, error) {
+	return c.history(ctx, id, limit, true)
+}
+
+func (c *Client) history(ctx context.Context, id string, limit int, local bool) ([]store.Execution, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if local {
+		q.Set("local", "1")
+	}
+	var resp historyResponse
+	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/history", q, nil, nil, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Executions, nil
+}
+
+// taskState asks the node for the state of a task it owns (404 otherwise).
+func (c *Client) taskState(ctx context.Context, id string) (*engine.TaskState, error) {
+	var st engine.TaskState
+	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/state", nil, nil, nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// self asks the node for its own report (/v1/nodes/self).
+func (c *Client) self(ctx context.Context) (*Node, error) {
+	var n Node
+	if err := c.do(ctx, http.MethodGet, "/v1/nodes/self", nil, nil, nil, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// Nodes returns the cluster's members with their partitions and counters.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var resp nodesResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, nil, nil, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Nodes, nil
+}
+
+// Partitions returns the owner and state of every partition.
+func (c *Client) Partitions(ctx context.Context) ([]Partition, error) {
+	var resp partitionsResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/partitions", nil, nil, nil, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Partitions, nil
+}
+
+// Ready returns nil when the node is ready (owns its partitions and is not
+// fenced), else an error; an *Error with Status 503 carries the reason.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, nil, nil, nil)
+}
+
+// taskPath is the path of a task: its id path-escaped as one segment.
+func taskPath(id string) string { return "/v1/tasks/" + escapeID(id) }
+
+// escapeID path-escapes a task id into one path segment: "/" becomes %2F,
+// and the ids "." and ".." are escaped too, since they would otherwise be
+// resolved away as path elements.
+func escapeID(id string) string {
+	e := url.PathEscape(id)
+	if e == "." || e == ".." {
+		e = strings.ReplaceAll(e, ".", "%2E")
+	}
+	return e
+}
+
+// maxErrorBody bounds how much of an error answer is read.
+const maxErrorBody = 64 << 10
+
+// do sends a request and decodes a 2xx answer into out (when not nil);
+// other answers become an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, h http.Header, out any) error {
+	base := c.BaseURL
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u := strings.TrimRight(base, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err // *url.Error names the method and URL
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return &Error{Status: resp.StatusCode, Message: errorMessage(b)}
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body) // lets the connection be reused
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, u, err)
+	}
+	return nil
+}
+
+// errorMessage extracts the message of an error answer.
+func errorMessage(b []byte) string {
+	var e struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error != "" {
+			return e.Error
+		}
+		if e.Reason != "" {
+			return e.Reason
+		}
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,46 @@
+// Package api is a node's HTTP face: the JSON API of API.md ("HTTP API"),
+// Prometheus metrics, a small embedded dashboard, and Client, a Go client of
+// that API used by the command line.
+//
+// A Server serves one started engine.Engine. It knows nothing of etcd: task
+// definitions go through the engine's Registry, task state and execution
+// history come from the engine, and what other nodes know (a task's state on
+// its owner, their history, their counters) is asked of those nodes over
+// HTTP, at the api_addr they publish in their membership record.
+//
+// # What it guarantees
+//
+//   - Every error answer is JSON {"error": "..."} with a 4xx or 5xx status,
+//     unknown paths (404) and wrong methods (405) included. Task input that
+//     the engine refuses is a 400 carrying the engine's message, and changes
+//     nothing.
+//   - With Config.AuthToken set, every request under /v1 needs
+//     "Authorization: Bearer <token>" (compared in constant time); /healthz,
+//     /readyz, /metrics and the dashboard page stay open. Nodes of a cluster
+//     are expected to share the token: a node sends its own to its peers.
+//   - Task ids in paths are path-escaped segments ("billing%2Finvoice-42");
+//     any id the engine accepts round-trips, "/" and spaces included.
+//   - A request that needs other nodes (a task's state, history, the node
+//     and partition lists) never fails because one of them does not answer:
+//     the missing part is left out (and logged), bounded by a short timeout.
+//
+// # What it does not guarantee
+//
+//   - Reads that combine nodes are not a snapshot: while partitions move, a
+//     partition may be reported "moving", a task's state may be missing,
+//     and history merged from several nodes is whatever each had recorded
+//     when asked (each node keeps the records of the fires it ran).
+//   - Fire rates are averages over about the last 10 s, sampled once a
+//     second; counters are since the node started.
+//
+// # Extension endpoints
+//
+// Besides API.md's table, nodes answer these, which other nodes use and
+// which are part of the contract too:
+//
+//	GET /v1/tasks/{id}/state          the task's state if this node owns it, else 404
+//	GET /v1/tasks/{id}/history?local=1  this node's own records only
+//	GET /v1/nodes/self                this node's Node, with "owned" partitions
+//
+// Task answers carry ETag: "<version>", usable as If-Match.
+package api

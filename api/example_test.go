@@ -1,0 +1,41 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+)
+
+// A client creates a task, reads it back with its state from the owning
+// node, and tells a missing task from other errors. (Not run: it needs a
+// node at 127.0.0.1:8080.)
+func ExampleClient() {
+	ctx := context.Background()
+	c := api.NewClient("http://127.0.0.1:8080", "") // the token, if the node requires one
+
+	t, err := c.PutTask(ctx, &engine.Task{
+		ID:       "billing/invoice-42",
+		Schedule: "0 */5 * * * *",
+		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook"},
+	}, 0)
+	if err != nil {
+		fmt.Println(err) // an *engine.ValidationError, or an *api.Error from the node
+		return
+	}
+	fmt.Println("stored version", t.Version, "in partition", *t.Partition)
+
+	got, err := c.GetTask(ctx, "billing/invoice-42")
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		fmt.Println("deleted meanwhile")
+	case err != nil:
+		fmt.Println(err)
+	case got.State != nil:
+		fmt.Println("owner", got.State.Owner, "next fire", got.State.NextFireAt)
+	}
+}

@@ -1,0 +1,95 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/store"
+)
+
+// historyResponse is the answer of GET /v1/tasks/{id}/history.
+type historyResponse struct {
+	Executions []store.Execution `json:"executions"`
+}
+
+// history: GET /v1/tasks/{id}/history?limit=, newest first, merged from
+// every node; with local=1 (extension) from this node's store only.
+func (s *Server) history(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"), DefaultHistoryLimit, MaxHistoryLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	local, err := s.e.History(id, limit)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	if l := q.Get("local"); l == "1" || l == "true" {
+		writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(local)})
+		return
+	}
+	lists := [][]store.Execution{local}
+	ms, err := s.memberList(r.Context())
+	if err != nil {
+		s.log.Warn("api: listing members failed; answering with this node's history only", "task", id, "err", err)
+	}
+	var mu sync.Mutex // guards lists
+	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
+		recs, err := c.localHistory(ctx, id, limit)
+		if err != nil {
+			s.log.Warn("api: a node did not give its history; answering without it", "task", id, "node", m.ID, "err", err)
+			return
+		}
+		mu.Lock()
+		lists = append(lists, recs)
+		mu.Unlock()
+	})
+	writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(mergeHistory(lists, limit))})
+}
+
+func nonNil(e []store.Execution) []store.Execution {
+	if e == nil {
+		return []store.Execution{}
+	}
+	return e
+}
+
+// mergeHistory merges the records of several nodes, newest first: by
+// scheduled_at, then attempt, descending; identical records (a node asked
+// twice, or reachable at two addresses) are kept once; at most limit.
+func mergeHistory(lists [][]store.Execution, limit int) []store.Execution {
+	var all []store.Execution
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	// A total order, so that identical records end up next to each other
+	// and the answer does not depend on which node answered first.
+	slices.SortFunc(all, func(a, b store.Execution) int {
+		return cmp.Or(
+			b.ScheduledAt.Compare(a.ScheduledAt),
+			cmp.Compare(b.Attempt, a.Attempt),
+			b.StartedAt.Compare(a.StartedAt),
+			b.FinishedAt.Compare(a.FinishedAt),
+			cmp.Compare(a.Node, b.Node),
+			cmp.Compare(a.Status, b.Status),
+			cmp.Compare(a.Error, b.Error),
+			cmp.Compare(a.TaskID, b.TaskID),
+		)
+	})
+	all = slices.CompactFunc(all, func(a, b store.Execution) bool {
+		return a.TaskID == b.TaskID && a.ScheduledAt.Equal(b.ScheduledAt) && a.StartedAt.Equal(b.StartedAt) &&
+			a.FinishedAt.Equal(b.FinishedAt) && a.Attempt == b.Attempt && a.Node == b.Node &&
+			a.Status == b.Status && a.Error == b.Error
+	})
+	if limit > 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	return all
+}

@@ -1,0 +1,141 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// collector turns engine.Stats into metrics when scraped: the fire path
+// updates only the engine's own atomics, never a Prometheus metric.
+type collector struct {
+	e       *engine.Engine
+	version string
+
+	fires, lag, executions, misfires, queue, owned, tasks *prometheus.Desc
+	etcd, fenced, ready, dropped, fullLoads, watermark    *prometheus.Desc
+	build                                                 *prometheus.Desc
+}
+
+func newCollector(e *engine.Engine, version string) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("shardcron_"+name, help, labels, nil)
+	}
+	return &collector{
+		e:          e,
+		version:    version,
+		fires:      d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
+		lag:        d("fire_lag_seconds", "Time from a fire's release by the timing wheel to a worker taking it."),
+		executions: d("executions_total", "Execution attempts by status, including skipped and misfired fires.", "status"),
+		misfires:   d("misfires_total", "Fires dispatched later than the misfire threshold."),
+		queue:      d("queue_depth", "Fires waiting for a worker."),
+		owned:      d("partitions_owned", "Partitions this node owns."),
+		tasks:      d("tasks", "Tasks held by this node (in the partitions it owns)."),
+		etcd:       d("etcd_requests_total", "Requests sent to etcd by this node's client, by operation.", "op"),
+		fenced:     d("fenced", "1 when the node is fenced and dispatches nothing, else 0."),
+		ready:      d("ready", "1 when the node owns every partition the ring gives it, else 0."),
+		dropped:    d("history_dropped_total", "Execution records dropped because the history buffer was full."),
+		fullLoads:  d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
+		watermark:  d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
+		build:      d("build_info", "Always 1; labels name the node and its version.", "node", "version"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
+		c.etcd, c.fenced, c.ready, c.dropped, c.fullLoads, c.watermark, c.build} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.e.Stats()
+	metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		metric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) { metric(d, prometheus.GaugeValue, v) }
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+
+	counter(c.fires, st.Fires)
+	h := st.FireLag
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i, b := range h.Bounds {
+		if i < len(h.Counts) {
+			buckets[b] = h.Counts[i]
+		}
+	}
+	if m, err := prometheus.NewConstHistogram(c.lag, h.Count, h.Sum, buckets); err == nil {
+		ch <- m
+	} else {
+		ch <- prometheus.NewInvalidMetric(c.lag, err)
+	}
+	for _, status := range slices.Sorted(maps.Keys(st.Executions)) {
+		counter(c.executions, st.Executions[status], status)
+	}
+	counter(c.misfires, st.Misfires)
+	gauge(c.queue, float64(st.QueueDepth))
+	gauge(c.owned, float64(st.PartitionsOwned))
+	gauge(c.tasks, float64(st.Tasks))
+	for _, op := range slices.Sorted(maps.Keys(st.EtcdRequests)) {
+		counter(c.etcd, st.EtcdRequests[op], op)
+	}
+	gauge(c.fenced, flag(st.Fenced))
+	gauge(c.ready, flag(st.Ready))
+	counter(c.dropped, st.HistoryDropped)
+	counter(c.fullLoads, st.FullLoads)
+	wm := 0.0
+	if !st.Watermark.IsZero() {
+		wm = float64(st.Watermark.UnixNano()) / 1e9
+	}
+	gauge(c.watermark, wm)
+	metric(c.build, prometheus.GaugeValue, 1, c.e.NodeID(), c.version)
+}
+
+// newMetrics returns the registry /metrics serves: the engine's collector
+// and the Go and process collectors. One registry per Server: no global
+// state, so several nodes can run in one process (tests).
+func newMetrics(e *engine.Engine, version string) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		newCollector(e, version),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("api: register metrics: %w", err)
+		}
+	}
+	return reg, nil
+}
+
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{s.log},
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// promLogger passes promhttp's errors to slog.
+type promLogger struct{ log *slog.Logger }
+
+func (l promLogger) Println(v ...any) { l.log.Warn("api: serving metrics", "err", fmt.Sprint(v...)) }

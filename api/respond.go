@@ -1,0 +1,66 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// errorBody is every error answer: {"error": "..."}.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// writeJSON writes v as the JSON answer with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // ids and URLs stay readable; the dashboard never injects answers as HTML
+	_ = enc.Encode(v)        // the client went away: nothing to do
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+// writeTask answers a task with its version as ETag, so that a client can
+// send it back as If-Match.
+func writeTask(w http.ResponseWriter, status int, t *engine.Task) {
+	if t.Version != 0 {
+		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(t.Version, 10)))
+	}
+	writeJSON(w, status, t)
+}
+
+// fail answers an error of the registry or the engine: input errors are
+// 4xx with their message, anything else a 5xx naming what failed.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
+	var ve *engine.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		writeError(w, http.StatusBadRequest, "%s", ve.Error())
+	case errors.Is(err, engine.ErrNotFound):
+		writeError(w, http.StatusNotFound, "task %q not found", id)
+	case errors.Is(err, engine.ErrVersionMismatch):
+		writeError(w, http.StatusPreconditionFailed,
+			"task %q has another version than If-Match says (it changed or does not exist): GET it and retry with its current version", id)
+	case errors.Is(err, engine.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "the node is shutting down: retry on another node")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn("api: request timed out", "method", r.Method, "path", r.URL.EscapedPath(), "err", err)
+		writeError(w, http.StatusGatewayTimeout, "etcd did not answer in time: %v", err)
+	case r.Context().Err() != nil:
+		// The client is gone; the answer is for the log only.
+		writeError(w, http.StatusServiceUnavailable, "request canceled: %v", err)
+	default:
+		s.log.Warn("api: request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", err)
+		writeError(w, http.StatusInternalServerError, "%v", err)
+	}
+}

@@ -1,0 +1,396 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// Limits and defaults of the API.
+const (
+	// DefaultMaxBatchBytes is Config.MaxBatchBytes when left zero.
+	DefaultMaxBatchBytes = 64 << 20
+	// MaxBatchItems is the most tasks one POST /v1/tasks:batch may hold.
+	MaxBatchItems = 10000
+	// DefaultHistoryLimit and MaxHistoryLimit bound the records of one
+	// GET /v1/tasks/{id}/history.
+	DefaultHistoryLimit = 100
+	MaxHistoryLimit     = 1000
+	// MaxListLimit is the largest limit of GET /v1/tasks (and its default).
+	MaxListLimit = 1000
+
+	// peerTimeout bounds one request to another node: a node that does not
+	// answer within it is left out of the answer.
+	peerTimeout = 2 * time.Second
+	// stateTimeout bounds asking the local dispatch loop for a task's state
+	// (it may be busy with a burst of fires).
+	stateTimeout = time.Second
+)
+
+// ErrConfig is wrapped by the errors New returns for an invalid Config.
+var ErrConfig = errors.New("api: invalid config")
+
+// Config configures a Server.
+type Config struct {
+	// Engine is the node's engine, already started (its Registry is in
+	// use). Required.
+	Engine *engine.Engine
+	// AuthToken, when not empty, is required of every request under /v1 as
+	// "Authorization: Bearer <token>"; others get 401. The node also sends
+	// it with its requests to other nodes, so a cluster shares one token.
+	// /healthz, /readyz, /metrics and the dashboard page stay open (load
+	// balancers and scrapers); the dashboard asks the user for the token.
+	AuthToken string
+	// Version is the software version, reported by /v1/nodes/self and the
+	// shardcron_build_info metric.
+	Version string
+	// Logger receives request logs (debug level), peers that did not
+	// answer (warn) and handler panics (error). Default slog.Default().
+	Logger *slog.Logger
+	// Peer is the HTTP client for requests to other nodes (a task's state,
+	// history, node counters). Default: a client of its own with a 1 s
+	// connect timeout and a 2 s request timeout, whose idle connections
+	// Close closes.
+	Peer *http.Client
+	// MaxBatchBytes bounds the body of POST /v1/tasks:batch; a bigger body
+	// is refused with 413. Default 64 MiB (DefaultMaxBatchBytes): about
+	// 10,000 tasks of 6 KiB. The body is held in memory while decoded.
+	MaxBatchBytes int64
+}
+
+// Validate reports what is missing or out of range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Engine == nil {
+		errs = append(errs, fmt.Errorf("%w: Engine is required", ErrConfig))
+	} else if c.Engine.Registry() == nil {
+		errs = append(errs, fmt.Errorf("%w: Engine must be started before the API is created", ErrConfig))
+	}
+	if c.MaxBatchBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxBatchBytes must not be negative, got %d", ErrConfig, c.MaxBatchBytes))
+	}
+	if strings.ContainsAny(c.AuthToken, "\r\n") {
+		errs = append(errs, fmt.Errorf("%w: AuthToken must not contain line breaks", ErrConfig))
+	}
+	return errors.Join(errs...)
+}
+
+// Server serves the API of one node. Its Handler is safe for concurrent
+// use; Close stops its background sampling.
+type Server struct {
+	cfg      Config
+	e        *engine.Engine
+	reg      *engine.Registry
+	log      *slog.Logger
+	mux      *http.ServeMux
+	metrics  *prometheus.Registry
+	peer     *http.Client
+	ownPeer  bool     // peer was made here: Close closes its idle connections
+	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
+
+	rate    rateSampler
+	members memberCache
+
+	stop      chan struct{} // closed by Close: ends sampleLoop
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New returns a Server for cfg.Engine. It starts one goroutine that samples
+// the engine's fire counter once a second (for fire rates); Close stops it.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg:  cfg,
+		e:    cfg.Engine,
+		reg:  cfg.Engine.Registry(),
+		log:  cfg.Logger,
+		peer: cfg.Peer,
+		stop: make(chan struct{}),
+	}
+	if s.peer == nil {
+		s.peer, s.ownPeer = defaultPeerClient(), true
+	}
+	if cfg.AuthToken != "" {
+		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+	reg, err := newMetrics(s.e, cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = reg
+	s.mux = s.routes()
+	s.rate.add(time.Now(), s.e.Stats().Fires)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.sampleLoop() }()
+	return s, nil
+}
+
+func defaultPeerClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConnsPerHost = 4
+	t.IdleConnTimeout = 30 * time.Second
+	t.ResponseHeaderTimeout = peerTimeout
+	t.Proxy = nil // nodes talk to each other directly
+	return &http.Client{Transport: t, Timeout: peerTimeout}
+}
+
+// Close stops the fire-rate sampling and closes idle connections to other
+// nodes (when Config.Peer was left nil). The Handler keeps answering after
+// Close, with fire rates frozen at the last sample. Close is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		if s.ownPeer {
+			s.peer.CloseIdleConnections()
+		}
+	})
+	return nil
+}
+
+// sampleLoop records the fire counter once a second; it runs until Close.
+func (s *Server) sampleLoop() {
+	t := time.NewTicker(sampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.rate.add(now, s.e.Stats().Fires)
+		}
+	}
+}
+
+// Handler returns the HTTP handler of the whole API: /v1, /healthz,
+// /readyz, /metrics and the dashboard at /.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// openPatterns are served without the auth token.
+var openPatterns = map[string]bool{
+	"GET /healthz": true,
+	"GET /readyz":  true,
+	"GET /metrics": true,
+	"GET /{$}":     true,
+}
+
+func (s *Server) routes() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("PUT /v1/tasks/{id}", s.putTask)
+	m.HandleFunc("GET /v1/tasks/{id}", s.getTask)
+	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
+	m.HandleFunc("GET /v1/tasks", s.listTasks)
+	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
+	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
+	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
+	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
+	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
+	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
+	m.HandleFunc("GET /v1/nodes", s.nodes)
+	m.HandleFunc("GET /v1/nodes/self", s.selfHandler)
+	m.HandleFunc("GET /v1/partitions", s.partitions)
+	m.HandleFunc("GET /healthz", s.healthz)
+	m.HandleFunc("GET /readyz", s.readyz)
+	m.Handle("GET /metrics", s.metricsHandler())
+	m.HandleFunc("GET /{$}", s.dashboard)
+	return m
+}
+
+// serveHTTP wraps the mux: panics become 500, requests under /v1 need the
+// token, ServeMux's plain-text 404 and 405 become JSON, and every request
+// is logged at debug level.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("api: handler panicked", "method", r.Method, "path", r.URL.EscapedPath(),
+				"panic", v, "stack", string(debug.Stack()))
+			if !sw.wroteHeader {
+				writeError(sw, http.StatusInternalServerError, "internal error: the request handler failed (see the node's log)")
+			}
+		}
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", sw.status(),
+				"bytes", sw.bytes, "duration", time.Since(start), "remote", r.RemoteAddr)
+		}
+	}()
+
+	req := withSlashID(r)
+	_, pattern := s.mux.Handler(req)
+	open := openPatterns[pattern] || pattern == "" && !underV1(req.URL.Path)
+	if !open && !s.authorized(sw, req) {
+		return
+	}
+	if pattern == "" {
+		s.noRoute(sw, req)
+		return
+	}
+	s.mux.ServeHTTP(sw, req)
+}
+
+// slashIDKey marks a request whose task id is "/" (see withSlashID).
+type slashIDKey struct{}
+
+// withSlashID works around ServeMux taking a path segment that unescapes
+// to "/" (the task id "/", sent as %2F) for a trailing slash, which no {id}
+// wildcard matches. It stands in NUL for that segment, which no task id
+// contains, and marks the request so that pathID maps it back.
+func withSlashID(r *http.Request) *http.Request {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/tasks/")
+	if !ok {
+		return r
+	}
+	seg, tail, _ := strings.Cut(rest, "/")
+	if !strings.EqualFold(seg, "%2F") {
+		return r
+	}
+	u := *r.URL
+	u.RawPath = "/v1/tasks/%00"
+	if tail != "" || strings.HasSuffix(rest, "/") {
+		u.RawPath += "/" + tail
+	}
+	p, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return r
+	}
+	u.Path = p
+	r = r.WithContext(context.WithValue(r.Context(), slashIDKey{}, true))
+	r.URL = &u
+	return r
+}
+
+// pathID returns the task id of the path.
+func pathID(r *http.Request) string {
+	id := r.PathValue("id")
+	if id == "\x00" && r.Context().Value(slashIDKey{}) != nil {
+		return "/"
+	}
+	return id
+}
+
+func underV1(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
+
+// authorized checks the bearer token, answering 401 when it is missing or
+// wrong. Both sides are hashed first so that the comparison takes the same
+// time whatever the length of the token sent.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.AuthToken == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shardcron"`)
+		writeError(w, http.StatusUnauthorized, "this node requires an auth token: send \"Authorization: Bearer <token>\" (shardcron --token or SHARDCRON_TOKEN)")
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shardcron", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "the bearer token is not this node's auth token")
+		return false
+	}
+	return true
+}
+
+// noRoute answers a request no pattern matches: 405 with Allow when the
+// path exists for other methods, else 404, both in JSON.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	// The mux's own answer says which (and sets Allow); capture it.
+	h, _ := s.mux.Handler(r)
+	c := &captureWriter{header: http.Header{}}
+	h.ServeHTTP(c, r)
+	if c.code == http.StatusMethodNotAllowed {
+		allow := c.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), allow)
+		return
+	}
+	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in API.md)", r.Method, r.URL.EscapedPath())
+	if strings.HasPrefix(r.URL.Path, "/v1/tasks/") {
+		msg += `; a task id containing "/" must be path-escaped in the URL, e.g. /v1/tasks/billing%2Finvoice-42`
+	}
+	writeError(w, http.StatusNotFound, "%s", msg)
+}
+
+// statusWriter records the status and size of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	code        int
+	bytes       int64
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.code, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) status() int {
+	if !w.wroteHeader {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// captureWriter keeps the status and headers of the mux's error answers
+// and drops their plain-text bodies.
+type captureWriter struct {
+	header http.Header
+	code   int
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+}
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	return len(b), nil
+}

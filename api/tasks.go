@@ -1,0 +1,326 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// rfc3339Milli is the format of times the API writes itself (trigger's
+// scheduled_at): RFC 3339 in UTC with milliseconds.
+const rfc3339Milli = "2006-01-02T15:04:05.000Z07:00"
+
+// putTask: PUT /v1/tasks/{id}, create or replace, with If-Match.
+func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	ifVersion, err := parseIfMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	// One byte more than the limit tells "too big" from "exactly the limit".
+	body, err := io.ReadAll(io.LimitReader(r.Body, engine.MaxTaskSize+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+		return
+	}
+	if len(body) > engine.MaxTaskSize {
+		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", engine.MaxTaskSize)
+		return
+	}
+	body, err = withPathID(body, id)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	t, err := engine.DecodeTask(body)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	if t.ID != id { // withPathID made them equal; defensive against a decoder that disagrees
+		writeError(w, http.StatusBadRequest, "id: %q in the body differs from %q in the path", t.ID, id)
+		return
+	}
+	stored, err := s.reg.Put(r.Context(), t, engine.PutOptions{IfVersion: ifVersion})
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	// Only a local state: the owner has likely not seen this write yet,
+	// and asking another node would slow every write down.
+	stored.State = s.localState(r.Context(), id)
+	writeTask(w, http.StatusOK, stored)
+}
+
+// parseIfMatch reads If-Match: a version, plain (123) or quoted ("123").
+// Empty means no condition.
+func parseIfMatch(h string) (int64, error) {
+	v := strings.TrimSpace(h)
+	if v == "" {
+		return 0, nil
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("If-Match: want a task version such as 123 or \"123\" (the \"version\" or ETag of a GET), got %q", h)
+	}
+	return n, nil
+}
+
+// withPathID makes the body's id the path's: it is added when the body
+// leaves it out (or null), and refused when it differs. A body that is not
+// a JSON object with a string id is returned as is, for DecodeTask to
+// explain what is wrong with it.
+func withPathID(body []byte, id string) ([]byte, error) {
+	if !utf8.Valid(body) {
+		return body, nil // json.Unmarshal would replace the bad bytes and hide them
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil || obj == nil {
+		return body, nil
+	}
+	if raw, ok := obj["id"]; ok && string(raw) != "null" {
+		var bodyID string
+		if json.Unmarshal(raw, &bodyID) != nil {
+			return body, nil
+		}
+		if bodyID != id {
+			return nil, &engine.ValidationError{Field: "id", Reason: fmt.Sprintf(
+				"%q in the body differs from %q in the path (leave id out of the body or make them equal; ids with \"/\" are path-escaped in the URL)",
+				bodyID, id)}
+		}
+		return body, nil
+	}
+	raw, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	obj["id"] = raw
+	// Without HTML escaping, which would grow "<" to "\u003c" and could
+	// push a task near the size limit over it.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// getTask: GET /v1/tasks/{id}, with the state from its owner.
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	t, err := s.reg.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	t.State = s.taskState(r.Context(), id)
+	writeTask(w, http.StatusOK, t)
+}
+
+// localState is the task's state when this node owns it, else nil.
+func (s *Server) localState(ctx context.Context, id string) *engine.TaskState {
+	if !s.e.Owns(s.reg.Partition(id)) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	st, ok := s.e.TaskState(ctx, id)
+	if !ok {
+		return nil
+	}
+	return st
+}
+
+// taskState is the task's state from the node that owns it: this one, or
+// the ring's owner asked over HTTP. nil when nobody answers with one (the
+// partition is moving, the owner is unreachable): a GET never fails for it.
+func (s *Server) taskState(ctx context.Context, id string) *engine.TaskState {
+	p := s.reg.Partition(id)
+	if s.e.Owns(p) {
+		return s.localState(ctx, id)
+	}
+	a := s.e.Assignment()
+	if a == nil {
+		return nil
+	}
+	owner := a.Owner(p)
+	if owner == "" || owner == s.e.NodeID() {
+		return nil // this node is about to own it, not yet
+	}
+	c := s.peerClient(ctx, owner)
+	if c == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	st, err := c.taskState(ctx, id)
+	if err != nil {
+		var ae *Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+			s.log.Warn("api: the owner of a task did not give its state", "task", id, "owner", owner, "err", err)
+		}
+		return nil
+	}
+	return st
+}
+
+// taskStateHandler: GET /v1/tasks/{id}/state (extension), the state of a
+// task this node owns; 404 when it does not own it or has not loaded it.
+func (s *Server) taskStateHandler(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	p := s.reg.Partition(id)
+	if !s.e.Owns(p) {
+		writeError(w, http.StatusNotFound, "node %s does not own task %q (partition %d)", s.e.NodeID(), id, p)
+		return
+	}
+	st := s.localState(r.Context(), id)
+	if st == nil {
+		writeError(w, http.StatusNotFound, "node %s owns partition %d but holds no task %q", s.e.NodeID(), p, id)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// deleteTask: DELETE /v1/tasks/{id}.
+func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	if err := s.reg.Delete(r.Context(), id); err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listResponse is the answer of GET /v1/tasks.
+type listResponse struct {
+	Tasks []*engine.Task `json:"tasks"`
+	// NextCursor is the cursor of the next page, "" after the last.
+	NextCursor string `json:"next_cursor"`
+}
+
+// listTasks: GET /v1/tasks?prefix=&label=k=v&limit=&cursor=.
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
+	opts, err := parseListQuery(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	tasks, next, err := s.reg.List(r.Context(), opts)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	if tasks == nil {
+		tasks = []*engine.Task{}
+	}
+	writeJSON(w, http.StatusOK, listResponse{Tasks: tasks, NextCursor: next})
+}
+
+func parseListQuery(r *http.Request) (engine.ListOptions, error) {
+	q := r.URL.Query()
+	opts := engine.ListOptions{Prefix: q.Get("prefix"), Cursor: q.Get("cursor"), Limit: MaxListLimit}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return opts, fmt.Errorf("label: want key=value (e.g. label=team=billing), got %q", l)
+		}
+		if opts.Labels == nil {
+			opts.Labels = map[string]string{}
+		}
+		if old, dup := opts.Labels[k]; dup && old != v {
+			return opts, fmt.Errorf("label: %q is given twice, with %q and %q: no task has both", k, old, v)
+		}
+		opts.Labels[k] = v
+	}
+	n, err := parseLimit(q.Get("limit"), MaxListLimit, MaxListLimit)
+	if err != nil {
+		return opts, err
+	}
+	opts.Limit = n
+	return opts, nil
+}
+
+// parseLimit reads a limit parameter: def when empty, else 1 to max.
+func parseLimit(v string, def, max int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		return 0, fmt.Errorf("limit: want a whole number from 1 to %d, got %q", max, v)
+	}
+	return n, nil
+}
+
+// pauseTask and resumeTask: POST /v1/tasks/{id}/pause and /resume.
+func (s *Server) pauseTask(w http.ResponseWriter, r *http.Request)  { s.setPaused(w, r, true) }
+func (s *Server) resumeTask(w http.ResponseWriter, r *http.Request) { s.setPaused(w, r, false) }
+
+func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
+	id := pathID(r)
+	t, err := s.reg.SetPaused(r.Context(), id, paused)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	t.State = s.localState(r.Context(), id)
+	writeTask(w, http.StatusOK, t)
+}
+
+// triggerResponse is the answer of POST /v1/tasks/{id}/trigger.
+type triggerResponse struct {
+	ScheduledAt string `json:"scheduled_at"` // RFC 3339, ms
+}
+
+// triggerTask: POST /v1/tasks/{id}/trigger, fire once now.
+func (s *Server) triggerTask(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	at, err := s.reg.Trigger(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, triggerResponse{ScheduledAt: at.UTC().Format(rfc3339Milli)})
+}
+
+// healthz: the process answers.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyResponse is the answer of GET /readyz.
+type readyResponse struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"` // the reason again, as every error answer has it
+}
+
+// readyz: ready once the node owns its partitions and is not fenced.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	var reason string
+	switch {
+	case s.e.Fenced():
+		reason = "fenced: the node's session is past its fencing deadline or gone; it dispatches nothing until it rejoins"
+	case !s.e.Ready():
+		reason = "acquiring partitions: the node does not own every partition the ring gives it yet"
+	}
+	if reason != "" {
+		writeJSON(w, http.StatusServiceUnavailable, readyResponse{Status: "not ready", Reason: reason, Error: "not ready: " + reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, readyResponse{Status: "ready"})
+}

@@ -1,0 +1,256 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/store"
+)
+
+func TestMergeHistory(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(sec, attempt int, node string) store.Execution {
+		at := t0.Add(time.Duration(sec) * time.Second)
+		return store.Execution{TaskID: "t", ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: attempt, Node: node, Status: "ok"}
+	}
+	// The same instant in another location is the same record.
+	inBerlin := rec(2, 1, "a")
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Skip("no tzdata:", err)
+	}
+	inBerlin.ScheduledAt = inBerlin.ScheduledAt.In(berlin)
+
+	for _, tc := range []struct {
+		name  string
+		lists [][]store.Execution
+		limit int
+		want  []store.Execution
+	}{
+		{"empty", nil, 10, nil},
+		{"one list kept", [][]store.Execution{{rec(3, 1, "a"), rec(2, 1, "a")}}, 10, []store.Execution{rec(3, 1, "a"), rec(2, 1, "a")}},
+		{"interleaved", [][]store.Execution{{rec(5, 1, "a"), rec(1, 1, "a")}, {rec(4, 1, "b"), rec(2, 1, "b")}}, 10,
+			[]store.Execution{rec(5, 1, "a"), rec(4, 1, "b"), rec(2, 1, "b"), rec(1, 1, "a")}},
+		{"attempt desc within a time", [][]store.Execution{{rec(2, 1, "a")}, {rec(2, 3, "b"), rec(2, 2, "a")}}, 10,
+			[]store.Execution{rec(2, 3, "b"), rec(2, 2, "a"), rec(2, 1, "a")}},
+		{"identical once", [][]store.Execution{{rec(2, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "a")}, {inBerlin}}, 10,
+			[]store.Execution{rec(2, 1, "a"), rec(1, 1, "a")}},
+		{"same fire on two nodes kept", [][]store.Execution{{rec(2, 1, "a")}, {rec(2, 1, "b")}}, 10,
+			[]store.Execution{rec(2, 1, "a"), rec(2, 1, "b")}},
+		{"limit", [][]store.Execution{{rec(3, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "b")}}, 2,
+			[]store.Execution{rec(3, 1, "a"), rec(2, 1, "b")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mergeHistory(tc.lists, tc.limit)
+			if !equalExecutions(got, tc.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRateSampler(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var r rateSampler
+	if got := r.rate(t0, 100); got != 0 {
+		t.Fatalf("rate without samples: %v", got)
+	}
+	r.add(at(0), 0)
+	if got := r.rate(at(2), 200); got != 100 {
+		t.Fatalf("rate after 2 s: %v, want 100", got)
+	}
+	// Samples every second at 50/s for 30 s: the rate covers about the
+	// last 10 s only, so an earlier burst no longer counts.
+	fires := uint64(1_000_000) // a burst at 0.5 s
+	for s := 1; s <= 30; s++ {
+		r.add(at(float64(s)), fires+uint64(50*s))
+	}
+	if got := r.rate(at(30.5), fires+50*30+25); got != 50 {
+		t.Fatalf("steady rate: %v, want 50", got)
+	}
+	// A counter that went back (an engine restarted in place) is not a
+	// negative rate.
+	if got := r.rate(at(31), 3); got != 0 {
+		t.Fatalf("rate of a counter that went back: %v", got)
+	}
+	// All samples too old: no rate.
+	if got := r.rate(at(100), fires); got != 0 {
+		t.Fatalf("rate from stale samples: %v", got)
+	}
+}
+
+func TestParseIfMatch(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"", 0, true}, {"123", 123, true}, {`"123"`, 123, true}, {` "7" `, 7, true},
+		{"0", 0, false}, {"-1", 0, false}, {"abc", 0, false}, {`"12`, 0, false}, {`W/"12"`, 0, false},
+		{"*", 0, false}, {"99999999999999999999", 0, false},
+	} {
+		got, err := parseIfMatch(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseIfMatch(%q) = %d, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestSplitBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		max        int
+		want       []string // item bodies
+		lines      []int
+		err        string
+	}{
+		{"empty", "", 3, nil, nil, ""},
+		{"blank lines", "\n \r\n", 3, nil, nil, ""},
+		{"empty array", " [ ] ", 3, nil, nil, ""},
+		{"array", `[{"a":1}, {"b":2}]`, 3, []string{`{"a":1}`, `{"b":2}`}, []int{0, 0}, ""},
+		{"array of non-objects", `[1, null, "x"]`, 3, []string{`1`, `null`, `"x"`}, []int{0, 0, 0}, ""},
+		{"array at max", `[1,2,3]`, 3, []string{`1`, `2`, `3`}, []int{0, 0, 0}, ""},
+		{"array over max", `[1,2,3,4]`, 3, nil, nil, "at most 3"},
+		{"truncated array", `[{"a":1}, {"b"`, 3, nil, nil, "malformed JSON array"},
+		{"unclosed array", `[{"a":1}`, 3, nil, nil, "malformed JSON array"},
+		{"trailing data", `[1] [2]`, 3, nil, nil, "after its closing"},
+		{"lines", "{\"a\":1}\n\n{\"b\":2}\r\n{oops\n", 3, []string{`{"a":1}`, `{"b":2}`, `{oops`}, []int{1, 3, 4}, ""},
+		{"lines over max", "1\n2\n\n3\n4", 3, nil, nil, "at most 3"},
+		{"no final newline", `{"a":1}`, 3, []string{`{"a":1}`}, []int{1}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items, err := splitBatch([]byte(tc.body), tc.max)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(items) != len(tc.want) {
+				t.Fatalf("%d items, want %d", len(items), len(tc.want))
+			}
+			for i, it := range items {
+				if string(it.raw) != tc.want[i] || it.line != tc.lines[i] {
+					t.Fatalf("item %d: %q line %d, want %q line %d", i, it.raw, it.line, tc.want[i], tc.lines[i])
+				}
+			}
+		})
+	}
+}
+
+// TestEscapeID checks that every id reaches a ServeMux {id} wildcard
+// unchanged, without redirects, as the Server routes it.
+func TestEscapeID(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/tasks/{id}/history", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, pathID(r))
+	})
+	for _, id := range []string{"plain", "billing/invoice-42", "with space", "/", "//", "a//b", ".", "..", "../x",
+		"x/..", "./x", "/x", "x/", "%", "%2F", "%zz", "?", "#", "a?b=c#d", "ü", "日本", "+", ";", "@", "tab\tno"} {
+		req := httptest.NewRequest("GET", "/v1/tasks/"+escapeID(id)+"/history", nil)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, withSlashID(req))
+		if w.Code != http.StatusOK || w.Body.String() != id {
+			t.Errorf("id %q escaped as %q: %d %q", id, escapeID(id), w.Code, w.Body.String())
+		}
+	}
+}
+
+func TestWithPathID(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, id string
+		want           string // "" = body unchanged
+		err            bool
+	}{
+		{"added", `{"schedule":"@daily"}`, "a/b", `{"id":"a/b","schedule":"@daily"}`, false},
+		{"not HTML-escaped", `{"schedule":"@daily","labels":{"a":"<&>"}}`, "x", `{"id":"x","labels":{"a":"<&>"},"schedule":"@daily"}`, false},
+		{"null replaced", `{"id":null,"schedule":"@daily"}`, "a", `{"id":"a","schedule":"@daily"}`, false},
+		{"equal kept", `{"id":"a", "schedule":"@daily"}`, "a", "", false},
+		{"different refused", `{"id":"b"}`, "a", "", true},
+		{"not a string left for DecodeTask", `{"id":5}`, "a", "", false},
+		{"malformed left for DecodeTask", `{"id":`, "a", "", false},
+		{"invalid UTF-8 left for DecodeTask", "{\"x\":\"\xff\"}", "a", "", false},
+		{"array left for DecodeTask", `[]`, "a", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := withPathID([]byte(tc.body), tc.id)
+			if tc.err {
+				var ve *engine.ValidationError
+				if !errors.As(err, &ve) || ve.Field != "id" {
+					t.Fatalf("err %v, want a ValidationError of id", err)
+				}
+				return
+			}
+			want := tc.want
+			if want == "" {
+				want = tc.body
+			}
+			if err != nil || string(got) != want {
+				t.Fatalf("got %s, %v; want %s", got, err, want)
+			}
+		})
+	}
+}
+
+func TestBaseURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:8080":           "http://127.0.0.1:8080",
+		"http://10.0.0.5:8080/":    "http://10.0.0.5:8080",
+		"https://node.example:443": "https://node.example:443",
+	} {
+		if got := baseURL(in); got != want {
+			t.Errorf("baseURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestError(t *testing.T) {
+	e := &Error{Status: 404, Message: `task "a" not found`}
+	if got := e.Error(); got != `task "a" not found (HTTP 404)` {
+		t.Fatalf("Error() = %q", got)
+	}
+	if got := (&Error{Status: 502}).Error(); got != "Bad Gateway (HTTP 502)" {
+		t.Fatalf("Error() without message = %q", got)
+	}
+	for body, want := range map[string]string{
+		`{"error":"x"}`:                         "x",
+		`{"status":"not ready","reason":"why"}`: "why",
+		"plain text\n":                          "plain text",
+	} {
+		if got := errorMessage([]byte(body)); got != want {
+			t.Errorf("errorMessage(%q) = %q, want %q", body, got, want)
+		}
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("New without an engine: %v", err)
+	}
+	// A client that never connects: the engine is built, not started.
+	cli := clientv3.NewCtxClient(context.Background())
+	defer cli.Close()
+	e, err := engine.New(engine.DefaultConfig("n"), cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Engine: e}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "started") {
+		t.Fatalf("New with an engine not started: %v", err)
+	}
+	if err := (Config{Engine: e, MaxBatchBytes: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "MaxBatchBytes") {
+		t.Fatalf("negative MaxBatchBytes: %v", err)
+	}
+}
