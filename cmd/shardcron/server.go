@@ -332,4 +332,3 @@ func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, 
 		}
 	}
 }
-
