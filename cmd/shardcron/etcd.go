@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -31,10 +30,11 @@ func derivedAddr(listen string, offset int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+offset))
 }
 
-// startEtcd starts an embedded etcd with its data in dir and waits until it
-// serves. It keeps one hour of history (auto-compaction), so a node that
-// restarts within the hour resumes its watches instead of reloading.
-func startEtcd(dir, clientAddr, peerAddr, logLevel string, timeout time.Duration) (*embeddedEtcd, error) {
+// startEtcd starts an embedded etcd with its data in dir and its log in
+// logFile, and waits until it serves. It keeps one hour of history
+// (auto-compaction), so a node that restarts within the hour resumes its
+// watches instead of reloading.
+func startEtcd(dir, logFile, clientAddr, peerAddr, logLevel string, timeout time.Duration) (*embeddedEtcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "shardcron"
 	cfg.Dir = dir
@@ -47,7 +47,7 @@ func startEtcd(dir, clientAddr, peerAddr, logLevel string, timeout time.Duration
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	cfg.LogLevel = logLevel
-	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
+	cfg.LogOutputs = []string{logFile}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", dir, clientAddr, peerAddr, err)
@@ -59,7 +59,7 @@ func startEtcd(dir, clientAddr, peerAddr, logLevel string, timeout time.Duration
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-time.After(timeout):
 		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v (see %s)", dir, timeout, filepath.Join(dir, "etcd.log"))
+		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v (see %s)", dir, timeout, logFile)
 	}
 	return &embeddedEtcd{etcd: e, endpoint: "http://" + e.Clients[0].Addr().String()}, nil
 }

@@ -1,0 +1,1028 @@
+package main
+
+// Tests of the client commands (task, import, nodes, version), run
+// in-process: flag parsing, output formats, import's line bookkeeping and
+// exit codes, and the commands against a real node (engine, embedded etcd
+// and the api package's handler on an httptest server).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/store"
+)
+
+// cliResult is what one command run printed and returned.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// cli runs a client command in-process, as main's dispatch would.
+func cli(stdin string, args ...string) cliResult {
+	var out, errb bytes.Buffer
+	in := strings.NewReader(stdin)
+	var code int
+	switch args[0] {
+	case "task":
+		code = runTask(args[1:], in, &out, &errb)
+	case "import":
+		code = runImport(args[1:], in, &out, &errb)
+	case "nodes":
+		code = runNodes(args[1:], &out, &errb)
+	case "version":
+		code = runVersion(args[1:], &out, &errb)
+	default:
+		panic("cli: unknown command " + args[0])
+	}
+	return cliResult{code, out.String(), errb.String()}
+}
+
+// wantCLI checks the exit code and that stdout and stderr contain the
+// given parts ("" for none).
+func wantCLI(t *testing.T, r cliResult, code int, stdout, stderr []string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\n%s", r.code, code, r)
+	}
+	for _, s := range stdout {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("stdout lacks %q\n%s", s, r)
+		}
+	}
+	for _, s := range stderr {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q\n%s", s, r)
+		}
+	}
+}
+
+// deadServer returns the URL of a server that is no longer there: a
+// connection to it is refused.
+func deadServer(t *testing.T) string {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	url := ts.URL
+	ts.Close()
+	return url
+}
+
+// --- flags -------------------------------------------------------------------
+
+// buildPut parses 'task put' arguments into a task, or the usage error.
+func buildPut(t *testing.T, args ...string) (*engine.Task, string) {
+	t.Helper()
+	c := newCommand("shardcron task put", taskPutHelp, io.Discard, io.Discard)
+	var cf clientFlags
+	var p putFlags
+	p.register(c)
+	cf.register(c)
+	if _, code, done := c.parse(args); done {
+		return nil, fmt.Sprintf("parse: exit %d", code)
+	}
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return p.build(set)
+}
+
+func TestTaskPut_FlagsBuildTask(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want *engine.Task
+	}{{
+		name: "http with everything",
+		args: []string{"--id", "billing/invoice-42", "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
+			"--url", "http://10.0.0.5/hook", "--method", "PUT", "--header", "X-Team=billing", "--header", "X-Eq=a=b",
+			"--body", `{"k":1}`, "--task-timeout", "30s", "--max-attempts", "3", "--backoff", "1s",
+			"--max-backoff", "1m", "--misfire", "fire_all", "--catchup-window", "5m", "--concurrency", "forbid",
+			"--jitter", "2s", "--paused", "--label", "team=billing", "--label", "tier=1", "--label", "team=ops"},
+		want: &engine.Task{
+			ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin",
+			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook", Method: "PUT",
+				Headers: map[string]string{"X-Team": "billing", "X-Eq": "a=b"}, Body: `{"k":1}`},
+			Timeout:       engine.Duration(30 * time.Second),
+			Retry:         engine.Retry{MaxAttempts: 3, Backoff: engine.Duration(time.Second), MaxBackoff: engine.Duration(time.Minute)},
+			Misfire:       engine.MisfireFireAll,
+			CatchupWindow: engine.Duration(5 * time.Minute),
+			Concurrency:   engine.ConcurrencyForbid,
+			Jitter:        engine.Duration(2 * time.Second),
+			Paused:        true,
+			Labels:        map[string]string{"team": "ops", "tier": "1"}, // a later value wins
+		},
+	}, {
+		name: "exec argv in order",
+		args: []string{"--id", "backup", "--schedule", "@daily", "--command", "/usr/bin/backup",
+			"--command", "--full", "--command", "a b", "--env", "MODE=x=y"},
+		want: &engine.Task{ID: "backup", Schedule: "@daily", Executor: engine.Executor{Type: engine.ExecutorExec,
+			Command: []string{"/usr/bin/backup", "--full", "a b"}, Env: map[string]string{"MODE": "x=y"}}},
+	}, {
+		name: "handler with payload",
+		args: []string{"--id", "h1", "--schedule", "@every 30s", "--handler", "sync", "--payload", `{"a":[1,2]}`},
+		want: &engine.Task{ID: "h1", Schedule: "@every 30s", Executor: engine.Executor{Type: engine.ExecutorHandler,
+			Name: "sync", Payload: json.RawMessage(`{"a":[1,2]}`)}},
+	}, {
+		name: "noop, defaults left to the server",
+		args: []string{"--id", "n", "--schedule", "* * * * *", "--noop"},
+		want: &engine.Task{ID: "n", Schedule: "* * * * *", Executor: engine.Executor{Type: engine.ExecutorNoop}},
+	}, {
+		name: "flags after --if-match and zero jitter allowed",
+		args: []string{"--noop", "--jitter", "0s", "--if-match", "7", "--schedule", "@hourly", "--id", "j"},
+		want: &engine.Task{ID: "j", Schedule: "@hourly", Executor: engine.Executor{Type: engine.ExecutorNoop}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, msg := buildPut(t, tt.args...)
+			if msg != "" {
+				t.Fatalf("usage error %q", msg)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("task\n got %+v\nwant %+v", got, tt.want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("the built task does not validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestTaskPut_FlagErrors(t *testing.T) {
+	base := []string{"--id", "a", "--schedule", "@hourly"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nothing", nil, "missing --id, --schedule and an executor"},
+		{"no executor", base, "missing an executor (--url, --command, --handler or --noop)"},
+		{"no schedule", []string{"--id", "a", "--noop"}, "missing --schedule"},
+		{"two executors", append(base, "--noop", "--url", "http://x/"), "--url and --noop: a task has one executor"},
+		{"payload not JSON", append(base, "--handler", "h", "--payload", "abc"), `--payload: "abc" is not JSON`},
+		{"zero attempts", append(base, "--noop", "--max-attempts", "0"), "--max-attempts: 0 is less than 1"},
+		{"zero timeout", append(base, "--noop", "--task-timeout", "0s"), "--task-timeout: 0s is not more than 0"},
+		{"negative jitter", append(base, "--noop", "--jitter", "-1s"), "--jitter: -1s is negative"},
+		{"header without =", append(base, "--url", "http://x/", "--header", "X"), "parse: exit 2"},
+		{"bad duration", append(base, "--noop", "--backoff", "soon"), "parse: exit 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, msg := buildPut(t, tt.args...)
+			if !strings.Contains(msg, tt.want) {
+				t.Fatalf("usage error %q, want it to contain %q", msg, tt.want)
+			}
+		})
+	}
+}
+
+func TestCommand_ParseFlagsAnywhere(t *testing.T) {
+	tests := []struct {
+		args     []string
+		wantPos  []string
+		wantBody string
+		wantAll  bool
+	}{
+		{[]string{"a", "--all"}, []string{"a"}, "", true},
+		{[]string{"--all", "a", "b", "--body", "x"}, []string{"a", "b"}, "x", true},
+		{[]string{"a", "--", "--all", "-"}, []string{"a", "--all", "-"}, "", false},
+		{[]string{"--body", "--", "b", "--all"}, []string{"b"}, "--", true}, // "--" as a flag's value
+		{[]string{"-", "--all"}, []string{"-"}, "", true},                   // stdin
+		{[]string{"--all", "--", "x"}, []string{"x"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			c := newCommand("test", "Usage: test", io.Discard, io.Discard)
+			var body string
+			var all bool
+			c.fs.StringVar(&body, "body", "", "")
+			c.fs.BoolVar(&all, "all", false, "")
+			pos, _, done := c.parse(tt.args)
+			if done {
+				t.Fatal("parse failed")
+			}
+			if !reflect.DeepEqual(pos, tt.wantPos) || body != tt.wantBody || all != tt.wantAll {
+				t.Fatalf("pos %q body %q all %v; want %q %q %v", pos, body, all, tt.wantPos, tt.wantBody, tt.wantAll)
+			}
+		})
+	}
+}
+
+func TestClientFlags_ServerAndEnv(t *testing.T) {
+	t.Setenv(envServer, "10.0.0.7:9000/")
+	t.Setenv(envToken, "from-env")
+	parse := func(args ...string) (clientFlags, string) {
+		c := newCommand("x", "", io.Discard, io.Discard)
+		var cf clientFlags
+		cf.register(c)
+		if _, _, done := c.parse(args); done {
+			t.Fatalf("parse %q failed", args)
+		}
+		return cf, cf.resolve(c)
+	}
+	cf, msg := parse()
+	if msg != "" || cf.server != "http://10.0.0.7:9000" || cf.token != "from-env" {
+		t.Fatalf("from env: %+v %q", cf, msg)
+	}
+	cf, msg = parse("--server", "https://node:1/", "--token", "flag")
+	if msg != "" || cf.server != "https://node:1" || cf.token != "flag" {
+		t.Fatalf("flags win over env: %+v %q", cf, msg)
+	}
+	for _, bad := range [][]string{{"--server", "ftp://x"}, {"--output", "yaml"}, {"--timeout", "0s"}} {
+		if _, msg := parse(bad...); msg == "" {
+			t.Errorf("%q: no usage error", bad)
+		}
+	}
+}
+
+// --- help and usage errors ----------------------------------------------------
+
+func TestHelp_EveryCommand(t *testing.T) {
+	commands := map[string][]string{
+		"task put":     {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
+		"task get":     {"ID"},
+		"task list":    {"--prefix", "--label K=V", "--limit", "--all", "--cursor"},
+		"task delete":  {"ID"},
+		"task pause":   {"ID"},
+		"task resume":  {"ID"},
+		"task trigger": {"ID"},
+		"task history": {"--limit", "(default 20)"},
+		"import":       {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
+		"nodes":        {"PARTITIONS"},
+		"version":      {"--output"},
+	}
+	for name, parts := range commands {
+		for _, h := range []string{"--help", "-h"} {
+			t.Run(name+" "+h, func(t *testing.T) {
+				r := cli("", append(strings.Fields(name), h)...)
+				wantCLI(t, r, 0, append(parts, "Usage: shardcron "+name, "Example"), nil)
+				if r.stderr != "" {
+					t.Errorf("help wrote to stderr: %q", r.stderr)
+				}
+				if name != "version" {
+					for _, s := range []string{"Client flags:", "--server URL", "(default http://127.0.0.1:8080)",
+						envServer, envToken, "--timeout", "(default 30s)", "--output", "(default table)"} {
+						if !strings.Contains(r.stdout, s) {
+							t.Errorf("help lacks %q:\n%s", s, r.stdout)
+						}
+					}
+				}
+			})
+		}
+	}
+	for _, args := range [][]string{{"task", "--help"}, {"task", "help"}, {"task", "-h"}} {
+		wantCLI(t, cli("", args...), 0, []string{"Subcommands:", "history", "Example"}, nil)
+	}
+	wantCLI(t, cli("", "task", "help", "list"), 0, []string{"Usage: shardcron task list"}, nil)
+}
+
+func TestUsageErrors_ExitTwo(t *testing.T) {
+	dead := deadServer(t)
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"task"}, []string{"missing subcommand", "Subcommands:"}},
+		{[]string{"task", "frob"}, []string{`unknown subcommand "frob"`}},
+		{[]string{"task", "put", "--bogus"}, []string{"shardcron task put: flag provided but not defined: -bogus", "Run 'shardcron task put --help' for usage."}},
+		{[]string{"task", "put"}, []string{"missing --id, --schedule and an executor"}},
+		{[]string{"task", "put", "-f", "x.json", "--id", "a"}, []string{"--id cannot be combined with -f"}},
+		{[]string{"task", "put", "--id", "a", "extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"task", "get"}, []string{"missing the task ID", "Run 'shardcron task get --help'"}},
+		{[]string{"task", "get", "a", "b"}, []string{"want one task ID, got 2 arguments"}},
+		{[]string{"task", "get", "a", "--output", "yaml"}, []string{`--output: "yaml" is not table or json`}},
+		{[]string{"task", "delete"}, []string{"missing the task ID"}},
+		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: -timeout"}},
+		{[]string{"task", "resume", "--server", "ftp://x", "a"}, []string{"--server"}},
+		{[]string{"task", "trigger"}, []string{"missing the task ID"}},
+		{[]string{"task", "history", "a", "--limit", "0"}, []string{"--limit: 0 is less than 1"}},
+		{[]string{"task", "list", "extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
+		{[]string{"import"}, []string{"missing FILE"}},
+		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
+		{[]string{"import", "--batch", "0", "-"}, []string{"--batch: 0 is not within 1-10000"}},
+		{[]string{"nodes", "extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"version", "--output", "xml"}, []string{`--output: "xml"`}},
+		{[]string{"version", "--server", "x"}, []string{"flag provided but not defined: -server"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			// A dead server: nothing must be sent anyway.
+			args := slices.Clone(tt.args)
+			switch {
+			case args[0] == "task" && len(args) > 1:
+				args = slices.Insert(args, 2, "--server", dead)
+			case args[0] == "import" || args[0] == "nodes":
+				args = slices.Insert(args, 1, "--server", dead)
+			}
+			r := cli("", args...)
+			wantCLI(t, r, 2, nil, tt.want)
+			if r.stdout != "" {
+				t.Errorf("usage error wrote to stdout: %q", r.stdout)
+			}
+		})
+	}
+}
+
+func TestRuntimeErrors_ExitOne(t *testing.T) {
+	dead := deadServer(t)
+	hint := "is a node running at " + dead + "? start one with: shardcron server"
+	for _, args := range [][]string{
+		{"task", "get", "a"}, {"task", "list"}, {"task", "delete", "a"}, {"task", "pause", "a"},
+		{"task", "resume", "a"}, {"task", "trigger", "a"}, {"task", "history", "a"}, {"nodes"},
+		{"task", "put", "--id", "a", "--schedule", "@hourly", "--noop"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := cli("", append(args, "--server", dead)...)
+			wantCLI(t, r, 1, nil, []string{"shardcron: ", "connection refused", hint})
+		})
+	}
+	t.Run("invalid task from flags is refused locally", func(t *testing.T) {
+		r := cli("", "task", "put", "--server", dead, "--id", "a", "--schedule", "61 * * * *", "--noop")
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "a": --schedule (schedule): `})
+		if strings.Contains(r.stderr, "connection refused") {
+			t.Errorf("an invalid task was sent:\n%s", r)
+		}
+	})
+	t.Run("missing file", func(t *testing.T) {
+		r := cli("", "task", "put", "--server", dead, "-f", filepath.Join(t.TempDir(), "none.json"))
+		wantCLI(t, r, 1, nil, []string{"shardcron: open ", "no such file"})
+	})
+	t.Run("file without id", func(t *testing.T) {
+		r := cli(`{"schedule":"@hourly"}`, "task", "put", "--server", dead, "-f", "-")
+		wantCLI(t, r, 1, nil, []string{`shardcron: stdin: the task has no "id"`})
+	})
+	t.Run("import of a missing file", func(t *testing.T) {
+		r := cli("", "import", "--server", dead, filepath.Join(t.TempDir(), "none.jsonl"))
+		wantCLI(t, r, 1, nil, []string{"no such file"})
+	})
+	t.Run("import with no node", func(t *testing.T) {
+		r := cli(`{"id":"a"}`+"\n", "import", "--server", dead, "-")
+		wantCLI(t, r, 1, []string{"imported 0 tasks, 0 errors"}, []string{"shardcron: import: cannot connect", hint})
+	})
+}
+
+func TestVersion(t *testing.T) {
+	r := cli("", "version")
+	wantCLI(t, r, 0, []string{"shardcron dev (go1."}, nil)
+	r = cli("", "version", "--output", "json")
+	var v struct{ Version, Go, OS, Arch string }
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Version != "dev" || !strings.HasPrefix(v.Go, "go") {
+		t.Fatalf("version json %q: %+v %v", r.stdout, v, err)
+	}
+}
+
+// --- output -------------------------------------------------------------------
+
+func TestOutput_Tables(t *testing.T) {
+	at := time.Date(2025, 12, 2, 14, 5, 0, 0, time.UTC)
+	p := 7
+	tasks := []*engine.Task{{
+		ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin", Version: 1234,
+		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook", Method: "POST"},
+		State:    &engine.TaskState{Owner: "n1", NextFireAt: at},
+	}, {
+		ID: "b", Schedule: "@daily", Timezone: "UTC", Paused: true, Version: 9, Partition: &p,
+		Executor: engine.Executor{Type: engine.ExecutorExec, Command: []string{"/bin/echo", "a b"}},
+	}}
+	var b bytes.Buffer
+	if err := writeTaskTable(&b, tasks); err != nil {
+		t.Fatal(err)
+	}
+	want := "" +
+		"ID                  SCHEDULE       TZ             EXECUTOR                        PAUSED  NEXT FIRE             VERSION\n" +
+		"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://10.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
+		"b                   @daily         UTC            exec /bin/echo \"a b\"            yes     -                     9\n"
+	if b.String() != want {
+		t.Errorf("task table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	execs := []store.Execution{{
+		TaskID: "a", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond), FinishedAt: at.Add(1503 * time.Millisecond),
+		Attempt: 2, Node: "n1", Status: store.StatusFailed, Error: "HTTP 500:\nboom",
+	}, {TaskID: "a", ScheduledAt: at.Add(-time.Minute + 250*time.Millisecond), Attempt: 1, Node: "n2", Status: store.StatusSkipped}}
+	if err := writeHistoryTable(&b, execs); err != nil {
+		t.Fatal(err)
+	}
+	want = "" +
+		"SCHEDULED                ATTEMPT  STATUS   NODE  DURATION  ERROR\n" +
+		"2025-12-02T14:05:00Z     2        failed   n1    1.5s      HTTP 500: boom\n" +
+		"2025-12-02T14:04:00.25Z  1        skipped  n2    -         -\n"
+	if b.String() != want {
+		t.Errorf("history table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	nodes := []api.Node{
+		{ID: "n1", APIAddr: "10.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
+		{ID: "n2", APIAddr: "10.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
+		{ID: "n3", Partitions: 0, Error: "timeout"},
+	}
+	if err := writeNodesTable(&b, nodes); err != nil {
+		t.Fatal(err)
+	}
+	want = "" +
+		"ID  ADDR           VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
+		"n1  10.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
+		"n2  10.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
+		"n3  -              -        -                     0           -      -        no answer\n"
+	if b.String() != want {
+		t.Errorf("nodes table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	task := *tasks[0]
+	task.Labels = map[string]string{"tier": "1", "team": "billing"}
+	task.Executor.Headers = map[string]string{"X-Team": "billing"}
+	task.Retry = engine.Retry{MaxAttempts: 3, Backoff: engine.Duration(time.Second), MaxBackoff: engine.Duration(time.Minute)}
+	task.Partition = &p
+	if err := writeTaskDetail(&b, &task); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"ID:               billing/invoice-42\n",
+		"Executor:         http POST http://10.0.0.5/hook\n",
+		"  Headers:        X-Team=billing\n",
+		"Retry:            3 attempts, backoff 1s, max backoff 1m0s\n",
+		"Labels:           team=billing, tier=1\n",
+		"Partition:        7\n",
+		"Version:          1234\n",
+		"Owner:            n1\n",
+		"Next fire:        2025-12-02T14:05:00Z\n",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("task detail lacks %q:\n%s", line, b.String())
+		}
+	}
+}
+
+func TestOutput_Truncate(t *testing.T) {
+	if got := truncate("a\nb  c", 10); got != "a b c" {
+		t.Errorf("truncate joins lines: %q", got)
+	}
+	if got := truncate("héllo wörld", 5); got != "héll…" {
+		t.Errorf("truncate cuts runes: %q", got)
+	}
+}
+
+// --- import -----------------------------------------------------------------------
+
+func TestLineReader(t *testing.T) {
+	long := `{"id":"` + strings.Repeat("x", engine.MaxTaskSize) + `"}`
+	exact := `{"id":"` + strings.Repeat("y", engine.MaxTaskSize-9) + `"}` // 64 KiB exactly
+	if len(exact) != engine.MaxTaskSize {
+		t.Fatalf("exact is %d bytes", len(exact))
+	}
+	input := strings.Join([]string{
+		`{"id":"a"}`,         // 1
+		``,                   // 2 blank
+		`# a comment`,        // 3
+		"  {\"id\":\"b\"}\r", // 4 spaces and CRLF
+		`[1]`,                // 5 not an object
+		`{"id":`,             // 6 malformed
+		long,                 // 7 too long
+		exact + "\r",         // 8 the limit, with CRLF
+		exact + "z",          // 9 one byte over (fits the buffer, then refused)
+		`{"id":"c"}`,         // 10, no newline at the end
+	}, "\n")
+	type item struct {
+		line int
+		data string
+		err  string
+	}
+	want := []item{
+		{1, `{"id":"a"}`, ""}, {2, "", ""}, {3, "", ""}, {4, `{"id":"b"}`, ""},
+		{5, "", "must be a JSON object"}, {6, "", "malformed JSON"}, {7, "", "more than the limit of 65536"},
+		{8, exact, ""}, {9, "", "65537 bytes of JSON, more than the limit"}, {10, `{"id":"c"}`, ""},
+	}
+	lr := newLineReader(strings.NewReader(input))
+	var got []item
+	for {
+		data, line, lerr, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := item{line: line, data: string(data)}
+		if lerr != nil {
+			if lerr.Line != line {
+				t.Errorf("line error numbered %d at line %d", lerr.Line, line)
+			}
+			it.err = lerr.Error
+		}
+		got = append(got, it)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d items, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.line != w.line || g.data != w.data || (w.err == "") != (g.err == "") || !strings.Contains(g.err, w.err) {
+			t.Errorf("item %d: line %d data %.20q err %q; want line %d data %.20q err containing %q",
+				i, g.line, g.data, g.err, w.line, w.data, w.err)
+		}
+	}
+}
+
+func TestImport_MapBatchErrors(t *testing.T) {
+	lines := []int{3, 7, 9}
+	got := mapBatchErrors(lines, []engine.BatchError{
+		{Index: 0, Error: "line 1: schedule: bad"}, // the server's own line numbering is dropped
+		{Index: 1, Error: "line 1: id: keeps a prefix that is not its own"},
+		{Index: 2, Error: "no prefix"},
+		{Index: 5, Error: "out of range"},
+	})
+	want := []lineError{
+		{3, "schedule: bad"}, {7, "line 1: id: keeps a prefix that is not its own"}, {9, "no prefix"}, {0, "out of range"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// fakeBatchServer answers POST /v1/tasks:batch like a node, refusing items
+// whose id starts with "bad". before, when set, may answer first.
+func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]byte) bool) (*httptest.Server, *fakeBatches) {
+	fb := &fakeBatches{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		lines := bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
+		fb.mu.Lock()
+		fb.requests++
+		fb.mu.Unlock()
+		if before != nil && before(w, lines) {
+			return
+		}
+		res := api.BatchResult{Errors: []engine.BatchError{}}
+		for i, l := range lines {
+			var task struct{ ID string }
+			_ = json.Unmarshal(l, &task)
+			if strings.HasPrefix(task.ID, "bad") {
+				res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
+				continue
+			}
+			res.Written++
+			fb.mu.Lock()
+			fb.ids = append(fb.ids, task.ID)
+			fb.mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	}))
+	t.Cleanup(ts.Close)
+	return ts, fb
+}
+
+type fakeBatches struct {
+	mu       sync.Mutex // guards requests and ids
+	requests int
+	ids      []string
+}
+
+func testImporter(t *testing.T, url string, batch int) (*importer, *bytes.Buffer, *bytes.Buffer) {
+	cf := &clientFlags{server: url, output: outputTable, timeout: 10 * time.Second}
+	var out, errb bytes.Buffer
+	return &importer{cf: cf, client: api.NewClient(url, ""), batch: batch, maxBytes: maxImportBatchBytes,
+		retries: 3, backoff: time.Millisecond, stdout: &out, stderr: &errb}, &out, &errb
+}
+
+// jsonl builds JSON Lines of tasks with these ids ("" for a blank line).
+func jsonl(ids ...string) string {
+	var b strings.Builder
+	for _, id := range ids {
+		if id != "" {
+			fmt.Fprintf(&b, `{"id":%q,"schedule":"@hourly","executor":{"type":"noop"}}`, id)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func TestImport_LineNumbersAcrossBatches(t *testing.T) {
+	ts, fb := fakeBatchServer(t, nil)
+	im, out, errb := testImporter(t, ts.URL, 2)
+	input := jsonl("a", "", "bad1", "b") + "# comment\n" + "not json\n" + jsonl("c", "bad2", "d")
+	// lines: 1 a, 2 blank, 3 bad1, 4 b, 5 comment, 6 not json, 7 c, 8 bad2, 9 d
+	code := im.run(context.Background(), strings.NewReader(input), "test")
+	if code != exitError {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if got := out.String(); got != "imported 4 tasks, 3 errors\n" {
+		t.Errorf("summary %q", got)
+	}
+	wantErr := "line 3: schedule: refused\nline 6: malformed JSON at byte 2: invalid character 'o' in literal null (expecting 'u')\nline 8: schedule: refused\n"
+	if errb.String() != wantErr {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), wantErr)
+	}
+	if fb.requests != 3 || !reflect.DeepEqual(fb.ids, []string{"a", "b", "c", "d"}) {
+		t.Errorf("requests %d ids %v", fb.requests, fb.ids)
+	}
+}
+
+func TestImport_RetriesTransientFailures(t *testing.T) {
+	var mu sync.Mutex
+	fails := 2
+	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":"the node is shutting down"}`)
+			return true
+		}
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 10)
+	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "b")), "test"); code != exitOK {
+		t.Fatalf("exit %d; stderr %s", code, errb)
+	}
+	if out.String() != "imported 2 tasks, 0 errors\n" || fb.requests != 3 {
+		t.Fatalf("summary %q after %d requests", out, fb.requests)
+	}
+
+	// Past the retries, the import stops with the server's message.
+	mu.Lock()
+	fails = 100
+	mu.Unlock()
+	im, out, errb = testImporter(t, ts.URL, 1)
+	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "b")), "test"); code != exitError {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errb.String(), "shardcron: import: the node is shutting down") {
+		t.Errorf("stderr %q", errb)
+	}
+}
+
+func TestImport_SplitsTooLargeBatches(t *testing.T) {
+	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		if len(lines) > 2 {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_, _ = io.WriteString(w, `{"error":"batch body is too large"}`)
+			return true
+		}
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 7)
+	code := im.run(context.Background(), strings.NewReader(jsonl("a", "b", "bad", "c", "d", "e", "f")), "test")
+	if code != exitError || out.String() != "imported 6 tasks, 1 error\n" || errb.String() != "line 3: schedule: refused\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errb)
+	}
+	if !reflect.DeepEqual(fb.ids, []string{"a", "b", "c", "d", "e", "f"}) {
+		t.Errorf("ids %v", fb.ids)
+	}
+}
+
+func TestImport_BatchRefusedAsAWhole(t *testing.T) {
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		if bytes.Contains(lines[0], []byte(`"x1"`)) {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":"no"}`)
+			return true
+		}
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 2)
+	code := im.run(context.Background(), strings.NewReader(jsonl("x1", "x2", "y")), "test")
+	if code != exitError || out.String() != "imported 1 task, 2 errors\n" || errb.String() != "line 1: no\nline 2: no\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errb)
+	}
+}
+
+func TestImport_ProgressBarAndJSONSummary(t *testing.T) {
+	ts, _ := fakeBatchServer(t, nil)
+	im, out, errb := testImporter(t, ts.URL, 2)
+	im.cf.output = outputJSON
+	var bar bytes.Buffer
+	im.bar = newImportBar(&bar, 5)
+	code := im.run(context.Background(), strings.NewReader(jsonl("a", "bad", "b", "c", "d")), "test")
+	if code != exitError {
+		t.Errorf("exit %d", code)
+	}
+	var sum struct {
+		Imported   int
+		ErrorCount int `json:"error_count"`
+		Errors     []lineError
+		Completed  bool
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("summary %q: %v", out, err)
+	}
+	if sum.Imported != 4 || sum.ErrorCount != 1 || !reflect.DeepEqual(sum.Errors, []lineError{{2, "schedule: refused"}}) || !sum.Completed {
+		t.Errorf("summary %+v", sum)
+	}
+	if errb.Len() != 0 {
+		t.Errorf("JSON output printed line errors to stderr too: %q", errb)
+	}
+	if !strings.Contains(bar.String(), "importing") || !strings.Contains(bar.String(), "lines") {
+		t.Errorf("bar output %q", bar.String())
+	}
+
+	// Unknown total (stdin): a spinner with a count.
+	bar.Reset()
+	im, _, _ = testImporter(t, ts.URL, 2)
+	im.bar = newImportBar(&bar, -1)
+	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "b", "c")), "test"); code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	if !strings.Contains(bar.String(), "importing") {
+		t.Errorf("spinner output %q", bar.String())
+	}
+}
+
+func TestCountLines(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "a": 1, "a\n": 1, "a\nb": 2, "\n\n": 2} {
+		if got, err := countLines(strings.NewReader(in)); err != nil || got != want {
+			t.Errorf("countLines(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+// --- against a real node --------------------------------------------------------
+
+// cliNode is a node served in-process: an engine on an embedded etcd and
+// the api package's handler on an httptest server.
+type cliNode struct {
+	url string
+	e   *engine.Engine
+}
+
+// startCLINode starts a node and, with token set, a second API server on
+// it that requires the token (tokenURL). Everything stops when the test
+// ends, and no goroutine may outlive it.
+func startCLINode(t *testing.T, token string) (n *cliNode, tokenURL string) {
+	t.Helper()
+	// Goroutines that ran before the node (other tests') are not its
+	// leaks. Registered first, the check runs after every other cleanup.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		goleak.VerifyNone(t, before,
+			// As in the engine's and api's tests: idle HTTP connections'
+			// reader goroutines end asynchronously after Close.
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	})
+	c := etcdtest.Start(t)
+	st, err := store.Open(store.DefaultConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(nil)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg := engine.DefaultConfig("cli-node")
+	cfg.APIAddr = ts.Listener.Addr().String()
+	cfg.Version = "test"
+	cfg.Partitions = 16
+	cfg.LeaseTTL = 2 * time.Second
+	cfg.Workers, cfg.Queue, cfg.BatchSize = 4, 1024, 256
+	cfg.DrainTimeout = 5 * time.Second
+	cfg.Logger = log
+	e, err := engine.New(cfg, c.Client, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{Engine: e, Version: "test", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Config.Handler = srv.Handler()
+	ts.Start()
+	var tts *httptest.Server
+	var tsrv *api.Server
+	if token != "" {
+		if tsrv, err = api.New(api.Config{Engine: e, AuthToken: token, Version: "test", Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		tts = httptest.NewServer(tsrv.Handler())
+		tokenURL = tts.URL
+	}
+	t.Cleanup(func() {
+		ts.Close()
+		_ = srv.Close()
+		if tts != nil {
+			tts.Close()
+			_ = tsrv.Close()
+		}
+		if err := e.Close(); err != nil {
+			t.Errorf("close engine: %v", err)
+		}
+		if err := st.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	etcdtest.WaitFor(t, 30*time.Second, e.Ready)
+	return &cliNode{url: ts.URL, e: e}, tokenURL
+}
+
+func TestCLI_AgainstNode(t *testing.T) {
+	n, tokenURL := startCLINode(t, "s3cret")
+	srv := []string{"--server", n.url}
+	run := func(stdin string, args ...string) cliResult { return cli(stdin, append(args, srv...)...) }
+	getTask := func(t *testing.T, id string) *engine.Task {
+		t.Helper()
+		r := run("", "task", "get", id, "--output", "json")
+		wantCLI(t, r, 0, nil, nil)
+		var task engine.Task
+		if err := json.Unmarshal([]byte(r.stdout), &task); err != nil {
+			t.Fatalf("get --output json: %v\n%s", err, r)
+		}
+		return &task
+	}
+	const id = "billing/invoice-42"
+
+	t.Run("put from flags, get", func(t *testing.T) {
+		r := run("", "task", "put", "--id", id, "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
+			"--url", "http://10.0.0.5/hook", "--header", "X-Team=billing", "--max-attempts", "3", "--label", "team=billing")
+		wantCLI(t, r, 0, []string{`put task "billing/invoice-42": version `}, nil)
+		task := getTask(t, id)
+		if task.ID != id || task.Timezone != "Europe/Berlin" || task.Retry.MaxAttempts != 3 || task.Version == 0 ||
+			task.Executor.Headers["X-Team"] != "billing" || task.Labels["team"] != "billing" {
+			t.Fatalf("stored task %+v", task)
+		}
+		r = run("", "task", "get", id)
+		wantCLI(t, r, 0, []string{"ID:", id, "Executor:", "http POST http://10.0.0.5/hook", "Retry:", "3 attempts",
+			fmt.Sprintf("Version:          %d", task.Version), "Owner:"}, nil)
+	})
+
+	t.Run("put -f from a file and from stdin, with if-match", func(t *testing.T) {
+		task := getTask(t, id)
+		// What get printed goes back in, output-only fields and all.
+		r := run("", "task", "get", id, "--output", "json")
+		edited := strings.Replace(r.stdout, `"paused": false`, `"paused": true`, 1)
+		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(task.Version))
+		wantCLI(t, r, 0, []string{"put task"}, nil)
+		if got := getTask(t, id); !got.Paused || got.Version <= task.Version {
+			t.Fatalf("after put -f -: paused %v version %d (was %d)", got.Paused, got.Version, task.Version)
+		}
+		// The old version again: refused with the server's explanation.
+		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(task.Version))
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42" has another version than If-Match says`})
+
+		file := filepath.Join(t.TempDir(), "task.json")
+		if err := os.WriteFile(file, []byte(`{"id":"from-file","schedule":"@hourly","executor":{"type":"noop"}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wantCLI(t, run("", "task", "put", "-f", file, "--output", "json"), 0, []string{`"id": "from-file"`, `"version": `}, nil)
+	})
+
+	t.Run("the server's validation message", func(t *testing.T) {
+		r := run(`{"id":"bad","schedule":"61 * * * * *","executor":{"type":"noop"}}`, "task", "put", "-f", "-")
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "bad": schedule: `, "61"})
+		r = run(`{"id":"bad","schedule":"@hourly","executor":{"type":"noop"},"colour":1}`, "task", "put", "-f", "-")
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "bad": colour: unknown field`})
+	})
+
+	t.Run("list pages and filters", func(t *testing.T) {
+		for i := 1; i <= 5; i++ {
+			team := "a"
+			if i%2 == 0 {
+				team = "b"
+			}
+			r := run("", "task", "put", "--id", fmt.Sprintf("list/%d", i), "--schedule", "@hourly", "--noop", "--label", "team="+team)
+			wantCLI(t, r, 0, nil, nil)
+		}
+		r := run("", "task", "list", "--prefix", "list/", "--limit", "2")
+		wantCLI(t, r, 0, []string{"ID", "SCHEDULE", "NEXT FIRE", "list/"}, []string{"more tasks: list them all with --all"})
+		if rows := strings.Count(r.stdout, "\n"); rows != 3 {
+			t.Errorf("one page of 2 has %d lines:\n%s", rows, r)
+		}
+		r = run("", "task", "list", "--prefix", "list/", "--limit", "2", "--all", "--output", "json")
+		wantCLI(t, r, 0, nil, nil)
+		var res struct {
+			Tasks      []*engine.Task
+			NextCursor *string `json:"next_cursor"` // present and empty after the last page
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, task := range res.Tasks {
+			ids = append(ids, task.ID)
+		}
+		slices.Sort(ids) // listed by partition, then id
+		if !reflect.DeepEqual(ids, []string{"list/1", "list/2", "list/3", "list/4", "list/5"}) || res.NextCursor == nil || *res.NextCursor != "" {
+			t.Errorf("--all: ids %v, cursor %v", ids, res.NextCursor)
+		}
+		r = run("", "task", "list", "--prefix", "list/", "--label", "team=b")
+		wantCLI(t, r, 0, []string{"list/2", "list/4"}, nil)
+		if strings.Contains(r.stdout, "list/1") || r.stderr != "" {
+			t.Errorf("label filter:\n%s", r)
+		}
+		r = run("", "task", "list", "--prefix", "nothing/", "--output", "json")
+		wantCLI(t, r, 0, []string{`"tasks": []`}, nil)
+	})
+
+	t.Run("pause, resume, trigger, history", func(t *testing.T) {
+		wantCLI(t, run("", "task", "put", "--id", "t1", "--schedule", "0 0 1 1 *", "--noop"), 0, nil, nil)
+		wantCLI(t, run("", "task", "pause", "t1"), 0, []string{`paused task "t1": version `}, nil)
+		if !getTask(t, "t1").Paused {
+			t.Fatal("not paused")
+		}
+		r := run("", "task", "resume", "t1", "--output", "json")
+		wantCLI(t, r, 0, []string{`"paused": false`}, nil)
+		r = run("", "task", "trigger", "t1", "--output", "json")
+		var trig struct {
+			ScheduledAt string `json:"scheduled_at"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &trig); err != nil || !strings.HasSuffix(trig.ScheduledAt, "Z") {
+			t.Fatalf("trigger json: %v\n%s", err, r)
+		}
+		r = run("", "task", "trigger", "t1")
+		wantCLI(t, r, 0, []string{`triggered task "t1": scheduled at 20`}, nil)
+		var hist cliResult
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			hist = run("", "task", "history", "t1")
+			return hist.code == 0 && strings.Contains(hist.stdout, " ok ")
+		})
+		wantCLI(t, hist, 0, []string{"SCHEDULED", "ATTEMPT", "STATUS", "NODE", "DURATION", "ERROR", "cli-node"}, nil)
+		r = run("", "task", "history", "t1", "--output", "json", "--limit", "1")
+		var h struct{ Executions []store.Execution }
+		if err := json.Unmarshal([]byte(r.stdout), &h); err != nil || len(h.Executions) != 1 || h.Executions[0].Status != "ok" {
+			t.Fatalf("history json: %v\n%s", err, r)
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		wantCLI(t, run("", "task", "delete", "t1"), 0, []string{`deleted task "t1"`}, nil)
+		wantCLI(t, run("", "task", "get", "t1"), 1, nil, []string{"shardcron: task \"t1\" not found\n"})
+		wantCLI(t, run("", "task", "delete", "t1"), 1, nil, []string{"not found"})
+	})
+
+	t.Run("nodes", func(t *testing.T) {
+		r := run("", "nodes")
+		wantCLI(t, r, 0, []string{"ID", "ADDR", "FIRES/S", "cli-node", "test", "16", "ready"}, nil)
+		r = run("", "nodes", "--output", "json")
+		wantCLI(t, r, 0, []string{`"nodes": [`, `"id": "cli-node"`}, nil)
+	})
+
+	t.Run("import", func(t *testing.T) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "tasks.jsonl")
+		content := "# tasks\n" +
+			jsonl("imp/1", "imp/2") +
+			`{"id":"imp/bad","schedule":"61 * * * * *","executor":{"type":"noop"}}` + "\n" +
+			"\n" +
+			`{"id":` + "\n" +
+			jsonl("imp/3") +
+			`{"id":"imp/huge","schedule":"@hourly","executor":{"type":"noop"},"labels":{"a":"` + strings.Repeat("x", 70000) + `"}}` + "\n" +
+			`{"id":"imp/4","schedule":"@hourly","executor":{"type":"noop"},"timeout":"0s"}` + "\n"
+		// lines: 1 comment, 2 imp/1, 3 imp/2, 4 bad schedule, 5 blank, 6 malformed, 7 imp/3, 8 too long, 9 bad timeout
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 { // twice: the second import rewrites nothing and says the same
+			r := run("", "import", file, "--batch", "2")
+			wantCLI(t, r, 1, []string{"imported 3 tasks, 4 errors"},
+				[]string{"line 4: schedule: ", "line 6: malformed JSON", "line 8: task is", "line 9: timeout: "})
+			if strings.Contains(r.stderr, "line 1:") || strings.Count(r.stderr, "\n") != 4 {
+				t.Errorf("run %d: stderr:\n%s", i, r.stderr)
+			}
+		}
+		for _, id := range []string{"imp/1", "imp/2", "imp/3"} {
+			getTask(t, id)
+		}
+		r := run(jsonl("imp/5", "", "imp/6"), "import", "-", "--quiet")
+		wantCLI(t, r, 0, []string{"imported 2 tasks, 0 errors"}, nil)
+		getTask(t, "imp/6")
+	})
+
+	t.Run("auth token", func(t *testing.T) {
+		r := cli("", "task", "get", id, "--server", tokenURL)
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42": this node requires an auth token`})
+		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "wrong")
+		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token"})
+		t.Setenv(envToken, "s3cret")
+		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL), 0, []string{id}, nil)
+		t.Setenv(envServer, tokenURL)
+		wantCLI(t, cli("", "nodes"), 0, []string{"cli-node"}, nil)
+	})
+}

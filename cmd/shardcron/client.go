@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardcron/shardcron/api"
+)
+
+// Exit codes of every command.
+const (
+	exitOK    = 0
+	exitError = 1 // the command ran and failed: the server refused, the network failed
+	exitUsage = 2 // the command line is wrong; nothing was sent
+)
+
+// Defaults of the client flags (API.md "The binary").
+const (
+	defaultServer  = "http://127.0.0.1:8080"
+	defaultTimeout = 30 * time.Second
+	envServer      = "SHARDCRON_SERVER"
+	envToken       = "SHARDCRON_TOKEN"
+)
+
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// command is one (sub)command being run: its flag set, its help text and
+// the writers it may print to. Every command has its own flag set, so that
+// --help lists exactly the flags that command takes.
+type command struct {
+	name   string // as typed, for messages: "shardcron task put"
+	help   string // usage line, description and examples, printed before the flags
+	fs     *flag.FlagSet
+	common map[string]bool // names of the shared client flags, listed last in --help
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// newCommand returns a command whose flag set reports nothing itself: parse
+// prints errors and help in one format for every command.
+func newCommand(name, help string, stdout, stderr io.Writer) *command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &command{name: name, help: help, fs: fs, common: map[string]bool{}, stdout: stdout, stderr: stderr}
+}
+
+// parse parses args and returns the positional arguments. Flags may come
+// before, between or after them (`task get ID --output json`), since users
+// type them in any order; "--" ends the flags. When done is true the
+// command is over with exit code code: --help was printed (0) or the
+// command line was wrong (2, with the reason on stderr).
+func (c *command) parse(args []string) (pos []string, code int, done bool) {
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.printHelp(c.stdout)
+				return nil, exitOK, true
+			}
+			return nil, c.usageError("%v", err), true
+		}
+		rest := c.fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, false
+		}
+		// Parse stops at the first non-flag argument, and consumes a "--"
+		// before it. If it consumed one, everything after is positional.
+		if c.endedFlags(args[:len(args)-len(rest)]) {
+			return append(pos, rest...), 0, false
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// endedFlags reports whether the arguments Parse consumed end with a "--"
+// that ended the flags, rather than with "--" as the value of a flag
+// (--body --).
+func (c *command) endedFlags(consumed []string) bool {
+	n := len(consumed)
+	if n == 0 || consumed[n-1] != "--" {
+		return false
+	}
+	if n == 1 {
+		return true
+	}
+	prev := consumed[n-2]
+	if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") || prev == "--" {
+		return true
+	}
+	f := c.fs.Lookup(strings.TrimLeft(prev, "-"))
+	if f == nil {
+		return true
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return true
+	}
+	return false // "--" was that flag's value
+}
+
+// usageError prints a command-line error and how to get help, and returns
+// the usage exit code.
+func (c *command) usageError(format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "%s: %s\nRun '%s --help' for usage.\n", c.name, fmt.Sprintf(format, args...), c.name)
+	return exitUsage
+}
+
+// printHelp prints the help text and the flags with their defaults, the
+// command's own flags first and the shared client flags after them.
+func (c *command) printHelp(w io.Writer) {
+	fmt.Fprint(w, strings.TrimRight(c.help, "\n")+"\n")
+	var own, common []*flag.Flag
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if c.common[f.Name] {
+			common = append(common, f)
+		} else {
+			own = append(own, f)
+		}
+	})
+	if len(own) > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		printFlags(w, own)
+	}
+	if len(common) > 0 {
+		fmt.Fprintln(w, "\nClient flags:")
+		printFlags(w, common)
+	}
+}
+
+// printFlags prints flags as flag.PrintDefaults does, but with the double
+// dash that the documentation uses, and with aliases (same value) together.
+func printFlags(w io.Writer, flags []*flag.Flag) {
+	sort.SliceStable(flags, func(i, j int) bool { return flags[i].Name < flags[j].Name })
+	for _, f := range flags {
+		if strings.HasPrefix(f.Usage, "alias of ") {
+			continue
+		}
+		name, usage := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		line := "  " + dash + f.Name
+		for _, a := range flags {
+			if a.Usage == "alias of --"+f.Name {
+				line += ", --" + a.Name
+			}
+		}
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if showDefault(f) {
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// showDefault reports whether a flag's default is worth printing: zero
+// values and empty lists are not.
+func showDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "0", "0s", "false", "[]", "map[]":
+		return false
+	}
+	return true
+}
+
+// clientFlags are the flags every command that talks to a node takes.
+type clientFlags struct {
+	server  string
+	token   string
+	output  string
+	timeout time.Duration
+}
+
+// register adds the client flags to c. Defaults from the environment are
+// applied by resolve, after parsing, so that --help shows the built-in
+// defaults and never prints a token.
+func (f *clientFlags) register(c *command) {
+	c.fs.StringVar(&f.server, "server", defaultServer, "base `URL` of a node's HTTP API (env "+envServer+")")
+	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envToken+")")
+	c.fs.StringVar(&f.output, "output", outputTable, "output `FORMAT`: table or json")
+	c.fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long one request to the node may take")
+	for _, n := range []string{"server", "token", "output", "timeout"} {
+		c.common[n] = true
+	}
+}
+
+// resolve applies the environment to flags left unset and checks the
+// values; a non-empty result is a usage error.
+func (f *clientFlags) resolve(c *command) string {
+	set := map[string]bool{}
+	c.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if v := os.Getenv(envServer); v != "" && !set["server"] {
+		f.server = v
+	}
+	if v := os.Getenv(envToken); v != "" && !set["token"] {
+		f.token = v
+	}
+	server, err := normalizeServer(f.server)
+	if err != nil {
+		return err.Error()
+	}
+	f.server = server
+	if msg := checkOutput(f.output); msg != "" {
+		return msg
+	}
+	if f.timeout <= 0 {
+		return fmt.Sprintf("--timeout: %s is not more than 0", f.timeout)
+	}
+	return ""
+}
+
+func checkOutput(o string) string {
+	if o != outputTable && o != outputJSON {
+		return fmt.Sprintf("--output: %q is not table or json", o)
+	}
+	return ""
+}
+
+// normalizeServer turns what a user typed for --server into a base URL:
+// "127.0.0.1:8080" means http, and a trailing slash is dropped.
+func normalizeServer(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", errors.New("--server: empty (want a URL such as " + defaultServer + ")")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("--server: %q is not an http or https URL such as %s", s, defaultServer)
+	}
+	return strings.TrimRight(s, "/"), nil
+}
+
+// client returns an API client for the flags.
+func (f *clientFlags) client() *api.Client { return api.NewClient(f.server, f.token) }
+
+// ctx returns the context of one request: it ends after --timeout.
+func (f *clientFlags) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), f.timeout)
+}
+
+// fail prints a runtime error the way a user can act on it and returns the
+// error exit code. subject names what the request was about ("task \"x\""),
+// empty when nothing in particular.
+func (f *clientFlags) fail(c *command, subject string, err error) int {
+	fmt.Fprintln(c.stderr, describeError(f, subject, err))
+	return exitError
+}
+
+// describeError is the message of fail: the server's own message for an
+// API error, a hint for the common ways of not reaching a node.
+func describeError(f *clientFlags, subject string, err error) string {
+	prefix := "shardcron: "
+	if subject != "" {
+		prefix += subject + ": "
+	}
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae):
+		msg := prefix + ae.Message
+		if subject != "" && strings.HasPrefix(ae.Message, subject) {
+			msg = "shardcron: " + ae.Message // `task "x" not found` says which task already
+		}
+		switch ae.Status {
+		case http.StatusUnauthorized:
+			switch {
+			case strings.Contains(ae.Message, "--token"):
+				// The node already says how to send one.
+			case f.token == "":
+				msg += "\nthe node requires a token: pass --token or set " + envToken
+			default:
+				msg += "\nthe node refused the token given by --token or " + envToken
+			}
+		}
+		return msg
+	case isConnRefused(err):
+		return fmt.Sprintf("%scannot connect to %s: connection refused\nis a node running at %s? start one with: shardcron server",
+			prefix, f.server, f.server)
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return fmt.Sprintf("%sno answer from %s within %s (raise --timeout if the node is busy)", prefix, f.server, f.timeout)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return fmt.Sprintf("%scannot resolve the host of --server %s: %v", prefix, f.server, dnsErr)
+	}
+	return prefix + err.Error()
+}
+
+func isConnRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// kvFlag is a repeatable K=V flag (--label team=billing --label tier=1).
+// A later value for the same key replaces the earlier one, so a script can
+// override what it put before.
+type kvFlag map[string]string
+
+func (m *kvFlag) String() string {
+	if m == nil || len(*m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(*m))
+	for k := range *m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + (*m)[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	(*m)[k] = v
+	return nil
+}
+
+// listFlag is a repeatable flag whose values are kept in order
+// (--command /bin/echo --command hello).
+type listFlag []string
+
+func (l *listFlag) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, " ")
+}
+
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}

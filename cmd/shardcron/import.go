@@ -1,0 +1,520 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+)
+
+const importHelp = `Usage: shardcron import [flags] FILE
+       shardcron import [flags] -          (read stdin)
+
+Bulk-loads tasks from JSON Lines: one task JSON object per line (API.md
+"Task JSON"); blank lines and lines starting with # are skipped. Tasks are
+sent in batches to POST /v1/tasks:batch. A line that is not valid (bad
+JSON, a task the server refuses, more than 64 KiB) is reported with its
+line number and does not stop the others. Importing the same file again is
+harmless: tasks that did not change are not rewritten.
+
+On a terminal, a progress bar on stderr shows lines done, rate and time
+left (--quiet hides it). A batch that fails on the network or with a
+temporarily unavailable node is retried. At the end it prints
+"imported N tasks, M errors" and exits 1 if there were errors.
+
+Examples:
+  shardcron import tasks.jsonl
+  generate-tasks | shardcron import --batch 5000 -
+  shardcron import tasks.jsonl --output json | jq '.errors[] | "\(.line): \(.error)"'
+`
+
+// Limits of import.
+const (
+	defaultImportBatch = 1000
+	// maxImportBatchBytes caps the body of one batch, well below the
+	// server's default limit (64 MiB): 1000 lines of large tasks would
+	// otherwise make one huge request. A server with a lower limit answers
+	// 413, and the batch is split.
+	maxImportBatchBytes = 8 << 20
+	importRetries       = 4 // attempts of one batch, counting the first
+	importBackoff       = 500 * time.Millisecond
+)
+
+// lineError is an import error tied to an input line.
+type lineError struct {
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+// runImport runs 'shardcron import FILE|-': args are the arguments after
+// "import". It returns the exit code: 0 every task imported, 1 some lines
+// (or the whole import) failed, 2 a usage error.
+func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron import", importHelp, stdout, stderr)
+	var cf clientFlags
+	var batch int
+	var quiet bool
+	c.fs.IntVar(&batch, "batch", defaultImportBatch, fmt.Sprintf("lines per request, 1-%d", api.MaxBatchItems))
+	c.fs.BoolVar(&quiet, "quiet", false, "no progress bar")
+	c.fs.BoolVar(&quiet, "q", false, "alias of --quiet")
+	cf.register(c)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if msg := cf.resolve(c); msg != "" {
+		return c.usageError("%s", msg)
+	}
+	switch {
+	case len(pos) == 0:
+		return c.usageError("missing FILE (a JSON Lines file, or - for stdin)")
+	case len(pos) > 1:
+		return c.usageError("want one FILE, got %d: %s", len(pos), strings.Join(pos, " "))
+	}
+	if batch < 1 || batch > api.MaxBatchItems {
+		return c.usageError("--batch: %d is not within 1-%d", batch, api.MaxBatchItems)
+	}
+
+	showBar := !quiet && isTerminal(stderr)
+	in, total := stdin, int64(-1)
+	name := pos[0]
+	if name == "-" {
+		name = "stdin"
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "shardcron: %v\n", err)
+			return exitError
+		}
+		defer f.Close()
+		in = f
+		// The bar's total: counting lines reads the file once more, at
+		// disk speed, far faster than the import itself. A pipe or device
+		// cannot be read twice: its bar has no total.
+		if st, serr := f.Stat(); showBar && serr == nil && st.Mode().IsRegular() {
+			if total, err = countLines(f); err == nil {
+				_, err = f.Seek(0, io.SeekStart)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "shardcron: read %s: %v\n", name, err)
+				return exitError
+			}
+		}
+	}
+	im := &importer{
+		cf:       &cf,
+		client:   cf.client(),
+		batch:    batch,
+		maxBytes: maxImportBatchBytes,
+		retries:  importRetries,
+		backoff:  importBackoff,
+		stdout:   stdout,
+		stderr:   stderr,
+	}
+	if showBar {
+		im.bar = newImportBar(stderr, total)
+	}
+	return im.run(context.Background(), in, name)
+}
+
+// isTerminal reports whether w is a terminal: the progress bar redraws its
+// line, which only makes sense there (in a log file it would be a mess).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newImportBar returns a bar counting input lines to total (-1: unknown, a
+// spinner with count and rate). It starts no goroutine: it redraws when
+// lines are added, at most every 100 ms.
+func newImportBar(w io.Writer, total int64) *progressbar.ProgressBar {
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("importing"),
+		progressbar.OptionSetItsString("lines"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetPredictTime(total > 0),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetSpinnerChangeInterval(0),
+		progressbar.OptionClearOnFinish(),
+	)
+	_ = bar.RenderBlank() // starts the clock now, so that the first rate is right
+	return bar
+}
+
+// countLines counts the lines of r, a last line without "\n" included, so
+// that the progress bar knows its total.
+func countLines(r io.Reader) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var n int64
+	last := byte('\n')
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+			last = buf[k-1]
+		}
+		if err == io.EOF {
+			if last != '\n' {
+				n++
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// importer sends JSON Lines to the batch endpoint. It is used by one
+// goroutine.
+type importer struct {
+	cf       *clientFlags
+	client   *api.Client
+	batch    int           // lines per request
+	maxBytes int           // body bytes per request, about
+	retries  int           // attempts of one request
+	backoff  time.Duration // before the second attempt; doubled after
+	stdout   io.Writer
+	stderr   io.Writer
+	bar      *progressbar.ProgressBar // nil: no bar
+
+	written int         // tasks the server reported written
+	errs    []lineError // every error, in line order
+	sent    bool        // a request succeeded: the node exists, so a refused connection is transient
+}
+
+// importBatch is the lines of one request.
+type importBatch struct {
+	body  []byte // the lines, each ending in "\n"
+	lines []int  // lines[i] is the input line number of the batch's item i
+	read  int    // input lines consumed for it, skipped ones included (for the bar)
+}
+
+func (b *importBatch) add(line int, data []byte) {
+	b.body = append(b.body, data...)
+	b.body = append(b.body, '\n')
+	b.lines = append(b.lines, line)
+}
+
+// run imports everything in r and prints the summary.
+func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
+	lr := newLineReader(r)
+	done := 0 // input lines dealt with: sent, skipped or reported
+	var fatal error
+	for {
+		b, local, err := im.readBatch(lr)
+		if err != nil {
+			fatal = fmt.Errorf("read %s: %w", name, err)
+			break
+		}
+		var remote []lineError
+		if len(b.lines) > 0 {
+			if remote, err = im.send(ctx, b); err != nil {
+				im.report(local, 0)
+				fatal = err
+				break
+			}
+		}
+		im.report(append(local, remote...), b.read)
+		done += b.read
+		if lr.eof {
+			break
+		}
+	}
+	if im.bar != nil {
+		_ = im.bar.Finish() // clears the bar
+	}
+	if fatal != nil {
+		subject := "import"
+		if done > 0 {
+			subject = fmt.Sprintf("import stopped after line %d", done)
+		}
+		fmt.Fprintln(im.stderr, describeError(im.cf, subject, fatal))
+	}
+	return im.summary(fatal != nil)
+}
+
+// readBatch reads lines up to the batch size or byte limit. Lines that
+// cannot be sent are returned as errors and do not count toward the batch.
+func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error) {
+	b := &importBatch{}
+	start := lr.line
+	var local []lineError
+	var err error
+	for len(b.lines) < im.batch && len(b.body) < im.maxBytes {
+		var data []byte
+		var line int
+		var lerr *lineError
+		data, line, lerr, err = lr.next()
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			break
+		}
+		if lerr != nil {
+			local = append(local, *lerr)
+			continue
+		}
+		if data != nil {
+			b.add(line, data)
+		}
+	}
+	b.read = lr.line - start
+	return b, local, err
+}
+
+// report prints a batch's errors in line order and advances the bar by the
+// lines the batch consumed.
+func (im *importer) report(errs []lineError, read int) {
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
+	im.errs = append(im.errs, errs...)
+	if len(errs) > 0 && im.cf.output == outputTable { // JSON has them in its summary
+		if im.bar != nil {
+			_ = im.bar.Clear()
+		}
+		for _, e := range errs {
+			fmt.Fprintf(im.stderr, "line %d: %s\n", e.Line, e.Error)
+		}
+	}
+	if im.bar != nil && read > 0 {
+		_ = im.bar.Add(read)
+	}
+}
+
+// summary prints "imported N tasks, M errors" (or the JSON summary) and
+// returns the exit code.
+func (im *importer) summary(stopped bool) int {
+	if im.cf.output == outputJSON {
+		errs := im.errs
+		if errs == nil {
+			errs = []lineError{}
+		}
+		_ = writeJSON(im.stdout, struct {
+			Imported  int         `json:"imported"`
+			ErrorsN   int         `json:"error_count"`
+			Errors    []lineError `json:"errors"`
+			Completed bool        `json:"completed"`
+		}{im.written, len(im.errs), errs, !stopped})
+	} else {
+		fmt.Fprintf(im.stdout, "imported %d %s, %d %s\n", im.written, plural(im.written, "task", "tasks"),
+			len(im.errs), plural(len(im.errs), "error", "errors"))
+	}
+	if stopped || len(im.errs) > 0 {
+		return exitError
+	}
+	return exitOK
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// send writes one batch, retrying transient failures, and returns the
+// errors of its items mapped to input lines. A batch the server finds too
+// large (413) is split in two. A non-nil error ends the import.
+func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, error) {
+	res, err := im.post(ctx, b.body)
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		switch {
+		case ae.Status == http.StatusRequestEntityTooLarge && len(b.lines) > 1:
+			first, second := b.split()
+			e1, err := im.send(ctx, first)
+			if err != nil {
+				return e1, err
+			}
+			e2, err := im.send(ctx, second)
+			return append(e1, e2...), err
+		case ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge:
+			// The batch as a whole was refused: every line shares the reason.
+			errs := make([]lineError, len(b.lines))
+			for i, l := range b.lines {
+				errs[i] = lineError{Line: l, Error: ae.Message}
+			}
+			return errs, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	im.sent = true
+	im.written += res.Written
+	return mapBatchErrors(b.lines, res.Errors), nil
+}
+
+// mapBatchErrors turns the server's per-item errors (by index in the
+// batch) into errors by input line.
+func mapBatchErrors(lines []int, errs []engine.BatchError) []lineError {
+	out := make([]lineError, 0, len(errs))
+	for _, e := range errs {
+		l := 0 // an index the batch did not have: the server is confused, say so without a line
+		if e.Index >= 0 && e.Index < len(lines) {
+			l = lines[e.Index]
+		}
+		// The server numbers the lines of the body it got ("line 3: ...");
+		// item i is its line i+1, since no blank lines are sent. The input's
+		// line number replaces it.
+		msg := strings.TrimPrefix(e.Error, fmt.Sprintf("line %d: ", e.Index+1))
+		out = append(out, lineError{Line: l, Error: msg})
+	}
+	return out
+}
+
+// split halves a batch.
+func (b *importBatch) split() (*importBatch, *importBatch) {
+	half := len(b.lines) / 2
+	first, second := &importBatch{}, &importBatch{}
+	rest := b.body
+	for i, l := range b.lines {
+		j := bytes.IndexByte(rest, '\n')
+		if i < half {
+			first.add(l, rest[:j])
+		} else {
+			second.add(l, rest[:j])
+		}
+		rest = rest[j+1:]
+	}
+	return first, second
+}
+
+// post sends one batch body, retrying with exponential backoff while the
+// failure looks transient: a network error (a refused connection only once
+// the node has answered before, else nothing is running there), a timeout,
+// or a node that failed or is temporarily unavailable (429, 5xx: etcd
+// may have been slow or between leaders). Batches
+// are idempotent, so a retry after a lost answer rewrites nothing.
+func (im *importer) post(ctx context.Context, body []byte) (*api.BatchResult, error) {
+	delay := im.backoff
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, im.cf.timeout)
+		res, err := im.client.PutBatch(rctx, body)
+		cancel()
+		if err == nil || attempt >= im.retries || !im.transient(err) || ctx.Err() != nil {
+			return res, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+func (im *importer) transient(err error) bool {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+			http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	if isConnRefused(err) {
+		return im.sent
+	}
+	return true // timeouts, resets, EOF mid-answer
+}
+
+// lineReader reads JSON Lines, one task per line, and numbers them.
+type lineReader struct {
+	r    *bufio.Reader
+	line int  // number of the last line read, 1-based
+	eof  bool // the input ended
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	// Room for the largest task plus "\r\n": a longer line is too long.
+	return &lineReader{r: bufio.NewReaderSize(r, engine.MaxTaskSize+2)}
+}
+
+// next returns the next line to send and its number; (nil, n, nil, nil)
+// for a line to skip (blank, comment); a *lineError for a line that cannot
+// be sent; io.EOF at the end. The returned data is valid until the next
+// call.
+func (lr *lineReader) next() ([]byte, int, *lineError, error) {
+	if lr.eof {
+		return nil, lr.line, nil, io.EOF
+	}
+	data, err := lr.r.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull:
+		size := len(data)
+		for err == bufio.ErrBufferFull {
+			data, err = lr.r.ReadSlice('\n')
+			size += len(data)
+		}
+		if err == io.EOF {
+			lr.eof = true
+		} else if err != nil {
+			return nil, lr.line, nil, err
+		}
+		lr.line++
+		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
+			"task is about %d bytes of JSON, more than the limit of %d (64 KiB)", size, engine.MaxTaskSize)}, nil
+	case err == io.EOF:
+		lr.eof = true
+		if len(data) == 0 {
+			return nil, lr.line, nil, io.EOF
+		}
+	case err != nil:
+		return nil, lr.line, nil, err
+	}
+	lr.line++
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] == '#' {
+		return nil, lr.line, nil, nil
+	}
+	if len(data) > engine.MaxTaskSize {
+		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
+			"task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), engine.MaxTaskSize)}, nil
+	}
+	if msg := checkJSONObject(data); msg != "" {
+		return nil, lr.line, &lineError{Line: lr.line, Error: msg}, nil
+	}
+	return data, lr.line, nil, nil
+}
+
+// checkJSONObject says why data is not one JSON object, or "". The server
+// would refuse such a line too, but one malformed line could make it
+// refuse the whole batch; refusing it here keeps the others going.
+func checkJSONObject(data []byte) string {
+	if !json.Valid(data) {
+		var v json.RawMessage
+		err := json.Unmarshal(data, &v)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+		}
+		return "malformed JSON"
+	}
+	if data[0] != '{' {
+		return "a task must be a JSON object, one per line"
+	}
+	return ""
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/store"
+)
+
+// Widths past which a table cell is cut, so that one long URL or error
+// does not push every other column off the screen. --output json always
+// has the whole value.
+const (
+	maxExecutorWidth = 48
+	maxErrorWidth    = 72
+)
+
+// newTable returns a writer that aligns tab-separated columns; Flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+}
+
+// row writes one table row.
+func row(w io.Writer, cells ...string) {
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// writeJSON prints v as indented JSON, for scripts (jq) and humans alike.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // URLs with & stay readable
+	return enc.Encode(v)
+}
+
+// formatTime is the time in UTC, RFC 3339 with milliseconds when it has
+// any: a cluster's nodes and its users may sit in different zones, and UTC
+// is what the API and the logs use. "-" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.999Z07:00")
+}
+
+// formatDuration rounds d for a table: milliseconds under a minute,
+// seconds above.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < time.Millisecond:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// truncate cuts s to at most n runes, ending with "…" when cut, and puts
+// it on one line (a cell with a newline would break the table).
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// dash shows an empty cell as "-", so that columns stay readable by
+// tools such as awk.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// describeExecutor summarizes what a task runs: "http POST http://x/hook",
+// "exec /usr/bin/backup --full", "handler sync", "noop".
+func describeExecutor(x engine.Executor) string {
+	switch x.Type {
+	case engine.ExecutorHTTP:
+		m := x.Method
+		if m == "" {
+			m = engine.DefaultHTTPMethod
+		}
+		return "http " + m + " " + x.URL
+	case engine.ExecutorExec:
+		return strings.TrimSpace("exec " + quoteArgv(x.Command))
+	case engine.ExecutorHandler:
+		return "handler " + x.Name
+	}
+	return string(x.Type)
+}
+
+// quoteArgv joins argv for display, quoting the arguments that need it.
+func quoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`") {
+			a = strconv.Quote(a)
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+// formatMap shows a map as "k=v, k2=v2", sorted by key.
+func formatMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeTaskTable prints tasks as a table, one row each.
+func writeTaskTable(w io.Writer, tasks []*engine.Task) error {
+	tw := newTable(w)
+	row(tw, "ID", "SCHEDULE", "TZ", "EXECUTOR", "PAUSED", "NEXT FIRE", "VERSION")
+	for _, t := range tasks {
+		next := "-"
+		if t.State != nil {
+			next = formatTime(t.State.NextFireAt)
+		}
+		paused := "no"
+		if t.Paused {
+			paused = "yes"
+		}
+		row(tw, t.ID, t.Schedule, dash(t.Timezone), truncate(describeExecutor(t.Executor), maxExecutorWidth),
+			paused, next, strconv.FormatInt(t.Version, 10))
+	}
+	return tw.Flush()
+}
+
+// writeTaskDetail prints one task as "Key: value" lines: the definition,
+// then what the cluster knows of it, then the owner's state.
+func writeTaskDetail(w io.Writer, t *engine.Task) error {
+	tw := newTable(w)
+	kv := func(k, v string) { row(tw, k+":", v) }
+	kv("ID", t.ID)
+	kv("Schedule", t.Schedule)
+	kv("Timezone", dash(t.Timezone))
+	kv("Executor", describeExecutor(t.Executor))
+	x := t.Executor
+	switch x.Type {
+	case engine.ExecutorHTTP:
+		if len(x.Headers) > 0 {
+			kv("  Headers", formatMap(x.Headers))
+		}
+		if x.Body != "" {
+			kv("  Body", truncate(x.Body, maxErrorWidth))
+		}
+	case engine.ExecutorExec:
+		if len(x.Env) > 0 {
+			kv("  Env", formatMap(x.Env))
+		}
+	case engine.ExecutorHandler:
+		if len(x.Payload) > 0 {
+			kv("  Payload", truncate(string(x.Payload), maxErrorWidth))
+		}
+	}
+	kv("Timeout", durationOrDefault(t.Timeout))
+	attempts := t.Retry.MaxAttempts
+	if attempts == 0 {
+		attempts = engine.DefaultMaxAttempts
+	}
+	retry := "none (1 attempt)"
+	if attempts > 1 {
+		retry = fmt.Sprintf("%d attempts, backoff %s, max backoff %s", attempts,
+			durationOrDefault(t.Retry.Backoff), durationOrDefault(t.Retry.MaxBackoff))
+	}
+	kv("Retry", retry)
+	kv("Misfire", dash(string(t.Misfire)))
+	kv("Catch-up window", durationOrDefault(t.CatchupWindow))
+	kv("Concurrency", dash(string(t.Concurrency)))
+	kv("Jitter", t.Jitter.String())
+	kv("Paused", strconv.FormatBool(t.Paused))
+	kv("Labels", formatMap(t.Labels))
+	if t.Partition != nil {
+		kv("Partition", strconv.Itoa(*t.Partition))
+	}
+	kv("Version", strconv.FormatInt(t.Version, 10))
+	kv("Created", formatTime(t.CreatedAt))
+	kv("Updated", formatTime(t.UpdatedAt))
+	if s := t.State; s != nil {
+		kv("Owner", dash(s.Owner))
+		kv("Next fire", formatTime(s.NextFireAt))
+		kv("Last fire", formatTime(s.LastFireAt))
+		kv("Last status", dash(s.LastStatus))
+		kv("Fires", strconv.FormatUint(s.Fires, 10))
+		kv("Failures", strconv.FormatUint(s.Failures, 10))
+		kv("Misfires", strconv.FormatUint(s.Misfires, 10))
+		kv("Skipped", strconv.FormatUint(s.Skipped, 10))
+	} else {
+		kv("Owner", "- (no node owns its partition right now)")
+	}
+	return tw.Flush()
+}
+
+// durationOrDefault shows a duration, "-" when left to the default.
+func durationOrDefault(d engine.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.String()
+}
+
+// writeHistoryTable prints execution records, newest first as the API
+// returns them.
+func writeHistoryTable(w io.Writer, execs []store.Execution) error {
+	tw := newTable(w)
+	row(tw, "SCHEDULED", "ATTEMPT", "STATUS", "NODE", "DURATION", "ERROR")
+	for _, e := range execs {
+		dur := "-"
+		if !e.StartedAt.IsZero() && !e.FinishedAt.IsZero() {
+			dur = formatDuration(e.FinishedAt.Sub(e.StartedAt))
+		}
+		row(tw, formatTime(e.ScheduledAt), strconv.Itoa(e.Attempt), dash(e.Status), dash(e.Node), dur,
+			dash(truncate(e.Error, maxErrorWidth)))
+	}
+	return tw.Flush()
+}

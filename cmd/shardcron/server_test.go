@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// sink is an HTTP endpoint that counts fires by idempotency key.
+type sink struct {
+	*httptest.Server
+	mu   sync.Mutex
+	keys map[string]int
+	last time.Time
+}
+
+func newSink(t *testing.T) *sink {
+	s := &sink{keys: map[string]int{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.keys[r.Header.Get("Idempotency-Key")]++
+		s.last = time.Now()
+		s.mu.Unlock()
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) count(prefix string) (fires, dups int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range s.keys {
+		if strings.HasPrefix(k, prefix) {
+			fires++
+			if n > 1 {
+				dups++
+			}
+		}
+	}
+	return fires, dups
+}
+
+func putTaskHTTP(t *testing.T, api, id string, task map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(task)
+	req, _ := http.NewRequest(http.MethodPut, api+"/v1/tasks/"+id, bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("PUT %s: %d %s", id, resp.StatusCode, body)
+	}
+}
+
+func TestServer_FiresSurvivesRestartAndStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	s := newSink(t)
+	p := startServer(t, true, "--data-dir", dir, "--partitions", "16")
+	p.waitReady(t)
+	putTaskHTTP(t, p.API, "e2e-every-second", map[string]any{
+		"schedule": "* * * * * *", "executor": map[string]any{"type": "http", "url": s.URL},
+	})
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("e2e-every-second@"); return n >= 2 })
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit code %d, want 0\n%s", code, p.log())
+	}
+	before, _ := s.count("e2e-every-second@")
+
+	// The same data dir (and so the same embedded etcd) keeps the task.
+	p2 := startServer(t, true, "--data-dir", dir, "--partitions", "16")
+	p2.waitReady(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("e2e-every-second@"); return n >= before+2 })
+	if code := p2.stop(); code != 0 {
+		t.Fatalf("second SIGTERM: exit code %d", code)
+	}
+	if _, dups := s.count("e2e-every-second@"); dups > 0 {
+		t.Fatalf("%d fires were delivered twice across a graceful restart", dups)
+	}
+}
+
+func TestServer_StartupErrors(t *testing.T) {
+	t.Run("data dir locked", func(t *testing.T) {
+		dir := t.TempDir()
+		c := etcdtest.Start(t)
+		startServer(t, true, "--data-dir", dir, "--etcd", c.Endpoints[0], "--partitions", "16")
+		p := startServer(t, false, "--data-dir", dir, "--etcd", c.Endpoints[0], "--partitions", "16")
+		if code := p.waitExit(30 * time.Second); code == 0 {
+			t.Fatal("second server on a locked data dir exited 0")
+		}
+		if !strings.Contains(p.log(), "in use by another process") {
+			t.Fatalf("no clear error:\n%s", p.log())
+		}
+	})
+	t.Run("etcd unreachable", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody answers on
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://"+addr, "--start-timeout", "3s")
+		if code := p.waitExit(30 * time.Second); code == 0 {
+			t.Fatal("exited 0 without etcd")
+		}
+		log := p.log()
+		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") {
+			t.Fatalf("no retry log or no clear error:\n%s", log)
+		}
+	})
+	t.Run("partitions mismatch", func(t *testing.T) {
+		c := etcdtest.Start(t)
+		p := startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16")
+		p.stop()
+		p2 := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "32")
+		if code := p2.waitExit(30 * time.Second); code == 0 {
+			t.Fatal("exited 0 with another partition count")
+		}
+		if !strings.Contains(p2.log(), "has 16 partitions, this node was started with 32") {
+			t.Fatalf("no clear error:\n%s", p2.log())
+		}
+	})
+	t.Run("duplicate node id", func(t *testing.T) {
+		c := etcdtest.Start(t)
+		startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16", "--node-id", "twin")
+		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16", "--node-id", "twin")
+		if code := p.waitExit(60 * time.Second); code == 0 {
+			t.Fatal("a second node with a live node's id exited 0")
+		}
+		if !strings.Contains(p.log(), `node id \"twin\" is held by a live node`) {
+			t.Fatalf("no clear error:\n%s", p.log())
+		}
+	})
+	t.Run("bad flags", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"server", "--history", "sometimes"},
+			{"server", "--log-format", "xml"},
+			{"server", "--partitions", "0", "--data-dir", t.TempDir()},
+			{"server", "extra"},
+		} {
+			_, stderr, code := runCLI(t, "", args...)
+			if code == 0 || stderr == "" {
+				t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+			}
+		}
+	})
+}
+
+func TestServer_HelpExplainsFlags(t *testing.T) {
+	_, stderr, code := runCLI(t, "", "server", "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, flag := range []string{"-etcd", "-etcd-prefix", "-etcd-cacert", "-etcd-cert", "-etcd-key", "-etcd-user",
+		"-etcd-password", "-data-dir", "-listen", "-node-id", "-partitions", "-replication", "-load", "-workers",
+		"-queue", "-lease-ttl", "-tick", "-misfire-threshold", "-history", "-history-ttl", "-allow-exec",
+		"-auth-token", "-log-format"} {
+		if !strings.Contains(stderr, "  "+flag+" ") && !strings.Contains(stderr, "  "+flag+"\n") {
+			t.Errorf("--help does not list %s", flag)
+		}
+	}
+}

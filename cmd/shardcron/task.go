@@ -1,0 +1,705 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/store"
+)
+
+const taskHelp = `Usage: shardcron task SUBCOMMAND [flags] [ARGS]
+
+Creates, reads and changes tasks through a node's HTTP API.
+
+Subcommands:
+  put       create or replace a task, from a JSON file (-f) or from flags
+  get       show one task and its owner's state
+  list      list tasks, by id prefix and labels
+  delete    delete a task
+  pause     stop a task from firing, keeping its definition
+  resume    let a paused task fire again
+  trigger   fire a task once now, outside its schedule
+  history   show a task's execution records, newest first
+
+Run 'shardcron task SUBCOMMAND --help' for a subcommand's flags.
+
+Example:
+  shardcron task put --id backup/db --schedule '0 3 * * *' --command /usr/bin/backup
+  shardcron task list --prefix backup/
+`
+
+// runTask runs 'shardcron task ...': args are the arguments after "task".
+// It returns the exit code: 0 done, 1 the request failed, 2 a usage error.
+func runTask(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "shardcron task: missing subcommand\n\n%s", taskHelp)
+		return exitUsage
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "put":
+		return taskPut(rest, stdin, stdout, stderr)
+	case "get":
+		return taskGet(rest, stdout, stderr)
+	case "list", "ls":
+		return taskList(rest, stdout, stderr)
+	case "delete", "rm":
+		return taskDelete(rest, stdout, stderr)
+	case "pause":
+		return taskSetPaused(rest, true, stdout, stderr)
+	case "resume":
+		return taskSetPaused(rest, false, stdout, stderr)
+	case "trigger":
+		return taskTrigger(rest, stdout, stderr)
+	case "history":
+		return taskHistory(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
+			return runTask([]string{rest[0], "--help"}, stdin, stdout, stderr)
+		}
+		fmt.Fprint(stdout, taskHelp)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "shardcron task: unknown subcommand %q\n\n%s", sub, taskHelp)
+	return exitUsage
+}
+
+// taskID checks the positional arguments of a subcommand that takes
+// exactly one task id.
+func taskID(c *command, pos []string) (string, int, bool) {
+	switch {
+	case len(pos) == 0:
+		return "", c.usageError("missing the task ID"), false
+	case len(pos) > 1:
+		return "", c.usageError("want one task ID, got %d arguments: %s", len(pos), strings.Join(pos, " ")), false
+	case pos[0] == "":
+		return "", c.usageError("the task ID is empty"), false
+	}
+	return pos[0], 0, true
+}
+
+// subject names a task in error messages: `task "billing/invoice-42"`.
+func subject(id string) string { return "task " + strconv.Quote(id) }
+
+// simpleTaskCommand parses the arguments of a subcommand that takes one
+// task id and the client flags.
+func simpleTaskCommand(c *command, cf *clientFlags, args []string) (string, int, bool) {
+	pos, code, done := c.parse(args)
+	if done {
+		return "", code, false
+	}
+	if msg := cf.resolve(c); msg != "" {
+		return "", c.usageError("%s", msg), false
+	}
+	return taskID(c, pos)
+}
+
+// printResult prints a command's result: v as JSON with --output json,
+// else what table prints.
+func printResult(c *command, cf *clientFlags, v any, table func(io.Writer) error) int {
+	var err error
+	if cf.output == outputJSON {
+		err = writeJSON(c.stdout, v)
+	} else {
+		err = table(c.stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "shardcron: write output: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// --- task put ---------------------------------------------------------------
+
+const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION] [flags]
+       shardcron task put --id ID --schedule SPEC EXECUTOR [flags]
+
+Creates a task, or replaces the task with the same id, and prints its new
+version. The task comes either from a JSON file (API.md "Task JSON"; '-'
+reads stdin) or from flags, never from both.
+
+From flags, the executor is one of:
+  --url URL [--method M] [--header K=V]... [--body B]   http
+  --command ARG [--command ARG]... [--env K=V]...        exec (argv, in order)
+  --handler NAME [--payload JSON]                        handler
+  --noop                                                 noop
+Fields left out take the server's defaults (timeout 1m, one attempt,
+misfire fire_once, catch-up window 1m, concurrency allow). The task is
+checked here first for a quick error; the server has the last word.
+
+--if-match VERSION replaces the task only if its version is still VERSION
+(optimistic concurrency); otherwise nothing changes and the command fails.
+
+Examples:
+  shardcron task put -f invoice.json
+  shardcron task put --id billing/invoice-42 --schedule '0 */5 * * * *' \
+      --timezone Europe/Berlin --url http://10.0.0.5/hook --header X-Team=billing \
+      --max-attempts 3 --backoff 1s --label team=billing
+  shardcron task put --id backup/db --schedule '@daily' --command /usr/bin/backup --command --full
+  shardcron task get billing/invoice-42 --output json | jq '.paused=true' | shardcron task put -f -
+`
+
+// putFlags are the flags of 'task put'.
+type putFlags struct {
+	file    string
+	ifMatch int64
+
+	id, schedule, timezone string
+	url, method, body      string
+	headers, env           kvFlag
+	command                listFlag
+	handler, payload       string
+	noop                   bool
+	taskTimeout            time.Duration
+	maxAttempts            int
+	backoff, maxBackoff    time.Duration
+	misfire                string
+	catchupWindow          time.Duration
+	concurrency            string
+	jitter                 time.Duration
+	paused                 bool
+	labels                 kvFlag
+}
+
+// fieldFlags maps a task JSON field to the flag that sets it, so that a
+// validation error names what the user typed.
+var fieldFlags = map[string]string{
+	"id": "--id", "schedule": "--schedule", "timezone": "--timezone",
+	"executor.url": "--url", "executor.method": "--method", "executor.headers": "--header",
+	"executor.body": "--body", "executor.command": "--command", "executor.env": "--env",
+	"executor.name": "--handler", "executor.payload": "--payload",
+	"timeout": "--task-timeout", "retry.max_attempts": "--max-attempts", "retry.backoff": "--backoff",
+	"retry.max_backoff": "--max-backoff", "misfire": "--misfire", "catchup_window": "--catchup-window",
+	"concurrency": "--concurrency", "jitter": "--jitter", "labels": "--label",
+}
+
+func (p *putFlags) register(c *command) {
+	fs := c.fs
+	fs.StringVar(&p.file, "f", "", "read the task from `FILE` (JSON; '-' = stdin) instead of the task flags")
+	fs.StringVar(&p.file, "file", "", "alias of --f")
+	fs.Int64Var(&p.ifMatch, "if-match", 0, "replace only if the stored task has this `VERSION` (0: unconditionally)")
+	fs.StringVar(&p.id, "id", "", "task `ID`: 1-256 bytes of UTF-8 (required)")
+	fs.StringVar(&p.schedule, "schedule", "", "cron `SPEC` with 5 or 6 fields, or @hourly, @every 30s, ... (required)")
+	fs.StringVar(&p.timezone, "timezone", "", "IANA time `ZONE` of the schedule (server default UTC)")
+	fs.StringVar(&p.url, "url", "", "http executor: the `URL` to call")
+	fs.StringVar(&p.method, "method", "", "http executor: the HTTP `METHOD` (server default POST)")
+	fs.Var(&p.headers, "header", "http executor: add a request header `K=V` (repeatable)")
+	fs.StringVar(&p.body, "body", "", "http executor: the request `BODY`")
+	fs.Var(&p.command, "command", "exec executor: the next `ARG` of the argv, argv[0] first (repeatable)")
+	fs.Var(&p.env, "env", "exec executor: add an environment variable `K=V` (repeatable)")
+	fs.StringVar(&p.handler, "handler", "", "handler executor: the in-process handler's `NAME`")
+	fs.StringVar(&p.payload, "payload", "", "handler executor: a `JSON` value passed to the handler")
+	fs.BoolVar(&p.noop, "noop", false, "noop executor: fire and do nothing (for tests and benchmarks)")
+	fs.DurationVar(&p.taskTimeout, "task-timeout", 0, "how long one attempt may run (server default 1m); --timeout is the request's")
+	fs.IntVar(&p.maxAttempts, "max-attempts", 0, "attempts per fire, counting the first (server default 1)")
+	fs.DurationVar(&p.backoff, "backoff", 0, "delay before the first retry, doubled per retry (server default 1s)")
+	fs.DurationVar(&p.maxBackoff, "max-backoff", 0, "cap of the retry delay (server default 1m)")
+	fs.StringVar(&p.misfire, "misfire", "", "misfire `POLICY`: fire_once, skip or fire_all (server default fire_once)")
+	fs.DurationVar(&p.catchupWindow, "catchup-window", 0, "missed fires older than this never run (server default 1m)")
+	fs.StringVar(&p.concurrency, "concurrency", "", "`POLICY` while the previous fire runs: allow, forbid, buffer_one or replace (server default allow)")
+	fs.DurationVar(&p.jitter, "jitter", 0, "delay each fire by a deterministic amount below this")
+	fs.BoolVar(&p.paused, "paused", false, "create the task paused")
+	fs.Var(&p.labels, "label", "add a label `K=V` (repeatable)")
+}
+
+// taskFlagNames are the flags that set task fields (all but -f and
+// --if-match).
+var taskFlagNames = []string{"id", "schedule", "timezone", "url", "method", "header", "body", "command", "env",
+	"handler", "payload", "noop", "task-timeout", "max-attempts", "backoff", "max-backoff", "misfire",
+	"catchup-window", "concurrency", "jitter", "paused", "label"}
+
+// build makes a Task from the flags. set holds the flags given on the
+// command line. Zero-valued flags are left out of the task so that the
+// server applies its defaults; an explicit zero where zero is not a value
+// is refused rather than silently turned into the default. A non-empty
+// result is a usage error.
+func (p *putFlags) build(set map[string]bool) (*engine.Task, string) {
+	var missing []string
+	if p.id == "" {
+		missing = append(missing, "--id")
+	}
+	if p.schedule == "" {
+		missing = append(missing, "--schedule")
+	}
+	var kinds []string
+	t := &engine.Task{ID: p.id, Schedule: p.schedule, Timezone: p.timezone, Paused: p.paused}
+	x := &t.Executor
+	if set["url"] {
+		kinds = append(kinds, "--url")
+		x.Type = engine.ExecutorHTTP
+	}
+	if set["command"] {
+		kinds = append(kinds, "--command")
+		x.Type = engine.ExecutorExec
+	}
+	if set["handler"] {
+		kinds = append(kinds, "--handler")
+		x.Type = engine.ExecutorHandler
+	}
+	if p.noop {
+		kinds = append(kinds, "--noop")
+		x.Type = engine.ExecutorNoop
+	}
+	switch {
+	case len(kinds) == 0:
+		missing = append(missing, "an executor (--url, --command, --handler or --noop)")
+	case len(kinds) > 1:
+		return nil, fmt.Sprintf("%s: a task has one executor, choose one", strings.Join(kinds, " and "))
+	}
+	if len(missing) > 0 {
+		return nil, "missing " + joinAnd(missing) + " (or give the task as JSON with -f FILE)"
+	}
+	x.URL, x.Method, x.Body = p.url, p.method, p.body
+	x.Command, x.Name = p.command, p.handler
+	if len(p.headers) > 0 {
+		x.Headers = p.headers
+	}
+	if len(p.env) > 0 {
+		x.Env = p.env
+	}
+	if set["payload"] {
+		if !json.Valid([]byte(p.payload)) {
+			return nil, fmt.Sprintf("--payload: %q is not JSON (a string needs quotes: --payload '\"x\"')", p.payload)
+		}
+		x.Payload = json.RawMessage(p.payload)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		dst  *engine.Duration
+	}{
+		{"task-timeout", p.taskTimeout, &t.Timeout},
+		{"backoff", p.backoff, &t.Retry.Backoff},
+		{"max-backoff", p.maxBackoff, &t.Retry.MaxBackoff},
+		{"catchup-window", p.catchupWindow, &t.CatchupWindow},
+	} {
+		if set[d.name] && d.v <= 0 {
+			return nil, fmt.Sprintf("--%s: %s is not more than 0 (leave the flag out for the default)", d.name, d.v)
+		}
+		*d.dst = engine.Duration(d.v)
+	}
+	if set["jitter"] && p.jitter < 0 {
+		return nil, fmt.Sprintf("--jitter: %s is negative", p.jitter)
+	}
+	t.Jitter = engine.Duration(p.jitter)
+	if set["max-attempts"] && p.maxAttempts < 1 {
+		return nil, fmt.Sprintf("--max-attempts: %d is less than 1 (leave the flag out for the default)", p.maxAttempts)
+	}
+	t.Retry.MaxAttempts = p.maxAttempts
+	t.Misfire = engine.MisfirePolicy(p.misfire)
+	t.Concurrency = engine.ConcurrencyPolicy(p.concurrency)
+	if len(p.labels) > 0 {
+		t.Labels = p.labels
+	}
+	return t, ""
+}
+
+// joinAnd joins "a", "b" and "c" as "a, b and c".
+func joinAnd(s []string) string {
+	if len(s) <= 1 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// flagError rewrites a validation error of a task built from flags to name
+// the flag ("--max-attempts (retry.max_attempts): ...").
+func flagError(err error) error {
+	var ve *engine.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	if f, ok := fieldFlags[ve.Field]; ok {
+		return fmt.Errorf("%s (%s): %s", f, ve.Field, ve.Reason)
+	}
+	return err
+}
+
+func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task put", taskPutHelp, stdout, stderr)
+	var cf clientFlags
+	var p putFlags
+	p.register(c)
+	cf.register(c)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if msg := cf.resolve(c); msg != "" {
+		return c.usageError("%s", msg)
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q (the task comes from -f FILE or from flags)", pos[0])
+	}
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if p.ifMatch < 0 {
+		return c.usageError("--if-match: %d is not a version", p.ifMatch)
+	}
+
+	if set["f"] || set["file"] {
+		for _, n := range taskFlagNames {
+			if set[n] {
+				return c.usageError("--%s cannot be combined with -f: the task comes from the file or from flags", n)
+			}
+		}
+		return putFromFile(c, &cf, p.file, p.ifMatch, stdin)
+	}
+	t, msg := p.build(set)
+	if msg != "" {
+		return c.usageError("%s", msg)
+	}
+	// Validate a copy: it fills in defaults, and the server should apply
+	// its own to what the user left out.
+	check := *t
+	if err := check.Validate(); err != nil {
+		fmt.Fprintf(stderr, "shardcron: %s: %v\n", subject(t.ID), flagError(err))
+		return exitError
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	got, err := cf.client().PutTask(ctx, t, p.ifMatch)
+	if err != nil {
+		return cf.fail(c, subject(t.ID), err)
+	}
+	return printPut(c, &cf, got)
+}
+
+// putFromFile sends the file's JSON as it is, so that the server decodes
+// exactly what the user wrote (unknown fields included) and the client
+// needs to know no more of the task than its id.
+func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, stdin io.Reader) int {
+	var data []byte
+	var err error
+	name := file
+	if file == "-" {
+		name = "stdin"
+		data, err = io.ReadAll(io.LimitReader(stdin, engine.MaxTaskSize+1))
+	} else {
+		data, err = readFileLimited(file, engine.MaxTaskSize+1)
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "shardcron: %v\n", err)
+		return exitError
+	}
+	if len(data) > engine.MaxTaskSize {
+		fmt.Fprintf(c.stderr, "shardcron: %s: a task is at most 64 KiB of JSON\n", name)
+		return exitError
+	}
+	var head struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		fmt.Fprintf(c.stderr, "shardcron: %s: not a task JSON object: %v\n", name, err)
+		return exitError
+	}
+	var id string
+	if len(head.ID) == 0 || json.Unmarshal(head.ID, &id) != nil || id == "" {
+		fmt.Fprintf(c.stderr, "shardcron: %s: the task has no \"id\" (a string, required)\n", name)
+		return exitError
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	got, err := cf.client().PutTaskJSON(ctx, id, data, ifMatch)
+	if err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	return printPut(c, cf, got)
+}
+
+// readFileLimited reads at most limit bytes of a file: enough to tell that
+// it is too large without reading a huge file whole.
+func readFileLimited(name string, limit int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+func printPut(c *command, cf *clientFlags, t *engine.Task) int {
+	return printResult(c, cf, t, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "put %s: version %d\n", subject(t.ID), t.Version)
+		return err
+	})
+}
+
+// --- task get ---------------------------------------------------------------
+
+const taskGetHelp = `Usage: shardcron task get ID [flags]
+
+Shows a task: its definition, its partition and version, and the state
+its owning node reports (next and last fire, counters since the owner
+took the partition). --output json prints the API's JSON, which
+'task put -f' accepts back.
+
+Example:
+  shardcron task get billing/invoice-42
+  shardcron task get billing/invoice-42 --output json
+`
+
+func taskGet(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task get", taskGetHelp, stdout, stderr)
+	var cf clientFlags
+	cf.register(c)
+	id, code, ok := simpleTaskCommand(c, &cf, args)
+	if !ok {
+		return code
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	t, err := cf.client().GetTask(ctx, id)
+	if err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	return printResult(c, &cf, t, func(w io.Writer) error { return writeTaskDetail(w, t) })
+}
+
+// --- task list --------------------------------------------------------------
+
+const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--limit N] [--all] [flags]
+
+Lists tasks one page at a time, in the registry's order (by partition,
+then id; not alphabetical): without --all it prints one
+page and, when there are more, says how to get the next. --all follows
+the pages to the end. With --output json it prints the API's answer,
+{"tasks": [...], "next_cursor": "..."}; with --all, every task in one
+"tasks" array and an empty cursor.
+
+Examples:
+  shardcron task list --prefix billing/
+  shardcron task list --label team=billing --all --output json | jq -r '.tasks[].id'
+`
+
+func taskList(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task list", taskListHelp, stdout, stderr)
+	var cf clientFlags
+	var prefix, cursor string
+	var labels kvFlag
+	var limit int
+	var all bool
+	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
+	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
+	c.fs.IntVar(&limit, "limit", 0, "tasks per page, at most (0: the server's page size)")
+	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
+	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
+	cf.register(c)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if msg := cf.resolve(c); msg != "" {
+		return c.usageError("%s", msg)
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q (filter with --prefix or --label)", pos[0])
+	}
+	if limit < 0 {
+		return c.usageError("--limit: %d is negative", limit)
+	}
+	cl := cf.client()
+	opts := api.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor}
+	var tasks []*engine.Task
+	for {
+		ctx, cancel := cf.ctx()
+		page, next, err := cl.ListTasks(ctx, opts)
+		cancel()
+		if err != nil {
+			return cf.fail(c, "", err)
+		}
+		tasks = append(tasks, page...)
+		opts.Cursor = next
+		if !all || next == "" {
+			break
+		}
+	}
+	if tasks == nil {
+		tasks = []*engine.Task{} // "tasks": [] rather than null
+	}
+	out := listResult{Tasks: tasks, NextCursor: opts.Cursor}
+	rc := printResult(c, &cf, out, func(w io.Writer) error { return writeTaskTable(w, tasks) })
+	if rc == exitOK && cf.output == outputTable && opts.Cursor != "" {
+		fmt.Fprintf(stderr, "more tasks: list them all with --all, or the next page with --cursor %s\n", opts.Cursor)
+	}
+	return rc
+}
+
+// listResult is the JSON of 'task list': the API's list answer.
+type listResult struct {
+	Tasks      []*engine.Task `json:"tasks"`
+	NextCursor string         `json:"next_cursor"` // "" after the last page
+}
+
+// --- task delete, pause, resume ------------------------------------------------
+
+const taskDeleteHelp = `Usage: shardcron task delete ID [flags]
+
+Deletes a task. Its owner stops firing it within a second; executions
+already running finish. Deleting a task that does not exist fails.
+
+Example:
+  shardcron task delete billing/invoice-42
+`
+
+func taskDelete(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
+	var cf clientFlags
+	cf.register(c)
+	id, code, ok := simpleTaskCommand(c, &cf, args)
+	if !ok {
+		return code
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	if err := cf.client().DeleteTask(ctx, id); err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	out := struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+	}{id, true}
+	return printResult(c, &cf, out, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "deleted %s\n", subject(id))
+		return err
+	})
+}
+
+const taskPauseHelp = `Usage: shardcron task pause ID [flags]
+
+Pauses a task: it keeps its definition and does not fire until resumed.
+Pausing a paused task changes nothing. Prints the new version
+(--output json: the task).
+
+Example:
+  shardcron task pause billing/invoice-42
+`
+
+const taskResumeHelp = `Usage: shardcron task resume ID [flags]
+
+Resumes a paused task: it fires again from its next scheduled time (fires
+missed while paused are not caught up). Prints the new version
+(--output json: the task).
+
+Example:
+  shardcron task resume billing/invoice-42
+`
+
+func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
+	name, help, verb := "shardcron task resume", taskResumeHelp, "resumed"
+	if pause {
+		name, help, verb = "shardcron task pause", taskPauseHelp, "paused"
+	}
+	c := newCommand(name, help, stdout, stderr)
+	var cf clientFlags
+	cf.register(c)
+	id, code, ok := simpleTaskCommand(c, &cf, args)
+	if !ok {
+		return code
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	cl := cf.client()
+	var t *engine.Task
+	var err error
+	if pause {
+		t, err = cl.Pause(ctx, id)
+	} else {
+		t, err = cl.Resume(ctx, id)
+	}
+	if err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	return printResult(c, &cf, t, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s %s: version %d\n", verb, subject(id), t.Version)
+		return err
+	})
+}
+
+// --- task trigger -----------------------------------------------------------
+
+const taskTriggerHelp = `Usage: shardcron task trigger ID [flags]
+
+Fires a task once now, outside its schedule (also when it is paused), and
+prints the scheduled time of that fire: its executions show up in
+'task history' under that time.
+
+Example:
+  shardcron task trigger billing/invoice-42
+`
+
+func taskTrigger(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
+	var cf clientFlags
+	cf.register(c)
+	id, code, ok := simpleTaskCommand(c, &cf, args)
+	if !ok {
+		return code
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	at, err := cf.client().Trigger(ctx, id)
+	if err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	out := struct {
+		ScheduledAt string `json:"scheduled_at"`
+	}{at.UTC().Format("2006-01-02T15:04:05.000Z07:00")} // as the API writes it
+	return printResult(c, &cf, out, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "triggered %s: scheduled at %s\n", subject(id), formatTime(at))
+		return err
+	})
+}
+
+// --- task history -----------------------------------------------------------
+
+const taskHistoryHelp = `Usage: shardcron task history ID [--limit N] [flags]
+
+Shows a task's execution records, newest first, from every node: one row
+per attempt, plus fires that were skipped, misfired or canceled. Nodes
+keep records for their --history-ttl.
+
+Example:
+  shardcron task history billing/invoice-42 --limit 50
+`
+
+// defaultHistoryLimit is what a terminal shows at a glance.
+const defaultHistoryLimit = 20
+
+func taskHistory(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task history", taskHistoryHelp, stdout, stderr)
+	var cf clientFlags
+	var limit int
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, "records to show, at most")
+	cf.register(c)
+	id, code, ok := simpleTaskCommand(c, &cf, args)
+	if !ok {
+		return code
+	}
+	if limit < 1 {
+		return c.usageError("--limit: %d is less than 1", limit)
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	execs, err := cf.client().History(ctx, id, limit)
+	if err != nil {
+		return cf.fail(c, subject(id), err)
+	}
+	if execs == nil {
+		execs = []store.Execution{}
+	}
+	out := struct {
+		Executions []store.Execution `json:"executions"`
+	}{execs}
+	return printResult(c, &cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
+}
