@@ -112,6 +112,9 @@ type loop struct {
 	unpushed []job // jobs the full queue did not take yet
 	memo     [256]memoEntry
 
+	early     []earlyTrigger       // triggers that came before their task
+	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
+
 	tasks atomic.Int64 // records, for Stats
 	owned atomic.Int64 // partitions owned, for Stats
 }
@@ -126,7 +129,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, st *stats, history *st
 		cfg: cfg, wheel: w, tab: newTaskTable(), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
 		pool: p, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan any, 256), through: now,
+		cmds: make(chan any, 256), through: now, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 	}
 }
@@ -192,7 +195,7 @@ func (l *loop) dispatch() bool {
 		return false // the coordinator drops the partitions
 	}
 	if len(l.unpushed) > 0 {
-		k := l.pool.push(l.unpushed, l.publishable(l.through))
+		k := l.pool.push(l.unpushed, l.through)
 		l.unpushed = l.unpushed[k:]
 		if len(l.unpushed) > 0 {
 			return false
@@ -233,21 +236,18 @@ func (l *loop) dispatch() bool {
 }
 
 // pushJobs hands l.jobs to the pool; what does not fit waits in unpushed.
+//
+// The watermark the loop claims is its dispatch point, l.through. A fire
+// waiting in pending (buffer_one) does not hold it back: it is in flight
+// with the fire it waits for, and is lost with it if the node dies. Holding
+// the watermark back before it would hold back the bounded lead, and with
+// it every task of the node, for as long as the previous fire runs.
 func (l *loop) pushJobs() {
-	k := l.pool.push(l.jobs, l.publishable(l.through))
+	k := l.pool.push(l.jobs, l.through)
 	if k < len(l.jobs) {
 		l.unpushed = append(l.unpushed, l.jobs[k:]...)
 	}
 	l.jobs = l.jobs[:0]
-}
-
-// publishable returns the watermark the loop may claim: its dispatch point,
-// held back before a buffered fire that has not been handed out.
-func (l *loop) publishable(through int64) int64 {
-	for _, at := range l.pending {
-		through = min(through, at-1)
-	}
-	return through
 }
 
 // release turns one expired timer into a job, applying the misfire and
@@ -286,11 +286,14 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	case MisfireFireAll:
 		// Every missed time in the catch-up window, oldest first: this
 		// one, or the first in the window; its successors come due at once.
-		if sched < oldest {
-			sched = next(h, oldest-1)
+		// sched stays the first missed time: when that one is out of the
+		// window, the fires dropped with it are recorded below.
+		first := sched
+		if first < oldest {
+			first = next(h, oldest-1)
 		}
-		if sched != 0 && sched <= now {
-			fire = sched
+		if first != 0 && first <= now {
+			fire = first
 		}
 	case MisfireFireOnce:
 		// The latest missed time in the window.
@@ -485,8 +488,10 @@ func (l *loop) handle(c any) {
 	switch c := c.(type) {
 	case *loadCmd:
 		l.load(c)
+		l.retryTriggers()
 	case *eventsCmd:
 		l.events(c)
+		l.retryTriggers()
 	case *releaseCmd:
 		c.reply <- l.releaseParts(c.parts)
 	case *triggerCmd:
@@ -599,19 +604,79 @@ func (l *loop) releaseParts(parts []int) int64 {
 			l.remove(i)
 		}
 	})
-	return l.publishable(l.through)
+	return l.through
 }
 
+// triggerWait is how long a trigger waits for its task to be loaded, and
+// how long a fired trigger is remembered.
+const triggerWait = 10 * time.Second
+
+type triggerKey struct {
+	id string
+	at int64
+}
+
+type earlyTrigger struct {
+	triggerCmd
+	until int64 // dropped after this (unix ns)
+}
+
+// trigger fires a trigger once. The trigger watch and a partition's watch
+// are separate streams: a trigger written right after its task's put can
+// come before the task, and one can come while its partition loads, so it
+// waits for its task (triggerWait at most). The watch and an acquire's
+// read of pending triggers can both deliver one trigger: it fires once.
 func (l *loop) trigger(c *triggerCmd) {
-	if !l.parts[c.part].owned {
+	if _, fired := l.triggered[triggerKey{c.id, c.at}]; fired {
 		return
+	}
+	for i := range l.early {
+		if l.early[i].id == c.id && l.early[i].at == c.at {
+			return
+		}
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	if !l.triggerNow(c, now) {
+		l.early = append(l.early, earlyTrigger{triggerCmd: *c, until: now + int64(triggerWait)})
+	}
+	l.retryTriggers()
+}
+
+// triggerNow fires c if the loop holds its task, and reports whether it did.
+func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
+	if !l.parts[c.part].owned {
+		return false
 	}
 	i, r, ok := l.tab.lookup(c.id)
 	if !ok {
+		return false
+	}
+	l.triggered[triggerKey{c.id, c.at}] = now + int64(triggerWait)
+	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger)
+	l.pushJobs()
+	return true
+}
+
+// retryTriggers fires the early triggers whose task came, drops those that
+// waited too long, and forgets fired ones past triggerWait.
+func (l *loop) retryTriggers() {
+	if len(l.early) == 0 && len(l.triggered) == 0 {
 		return
 	}
-	l.admit(i, r, l.profs.list[r.prof], c.at, l.cfg.Clock.Now().UnixNano(), kindTrigger)
-	l.pushJobs()
+	now := l.cfg.Clock.Now().UnixNano()
+	keep := l.early[:0]
+	for _, t := range l.early {
+		if !l.triggerNow(&t.triggerCmd, now) && now < t.until {
+			keep = append(keep, t)
+		}
+	}
+	clear(l.early[len(keep):])
+	l.early = keep
+	for k, until := range l.triggered {
+		if now >= until {
+			delete(l.triggered, k)
+		}
+	}
 }
 
 func (l *loop) state(id string) *TaskState {

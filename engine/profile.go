@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/shardcron/shardcron/engine/executor"

@@ -144,12 +144,14 @@ func (r *Registry) Put(ctx context.Context, t *Task, opts PutOptions) (*Task, er
 		if len(cur.Kvs) > 0 {
 			old = cur.Kvs[0]
 		}
-		if opts.IfVersion != 0 && (old == nil || old.ModRevision != opts.IfVersion) {
-			return nil, ErrVersionMismatch
-		}
+		// Encode first: a task too large as stored is invalid input (400),
+		// whatever its version.
 		val, same, err := r.encode(t, old)
 		if err != nil {
 			return nil, err
+		}
+		if opts.IfVersion != 0 && (old == nil || old.ModRevision != opts.IfVersion) {
+			return nil, ErrVersionMismatch
 		}
 		if same {
 			return r.decode(old)

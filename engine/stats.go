@@ -24,7 +24,7 @@ type stats struct {
 	fires    atomic.Uint64 // fires dispatched (first attempts: scheduled and triggered)
 	execs    [numStatus]atomic.Uint64
 	lagCount [len(lagBounds) + 1]atomic.Uint64 // the last bucket is +Inf
-	lagSum   atomic.Int64                       // nanoseconds
+	lagSum   atomic.Int64                      // nanoseconds
 	misfires atomic.Uint64
 	skipped  atomic.Uint64
 }

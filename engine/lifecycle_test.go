@@ -1,0 +1,317 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// effectWithin is DESIGN.md invariant 6: a put, pause, resume, delete or
+// trigger takes effect on the owner within one second of the registry call
+// returning.
+const effectWithin = time.Second
+
+// nextSecond returns the first whole second after t: the first fire of an
+// every-second task that became active at t.
+func nextSecond(t time.Time) time.Time { return t.Truncate(time.Second).Add(time.Second) }
+
+// TestEngine_ChangesTakeEffectWithinOneSecond checks invariant 6 on a real
+// clock: after each registry call returns, its effect shows on the node
+// within a second. Absence (no fire after a pause) is observed until a
+// witness task has fired two seconds past the bound, so the node was
+// dispatching all along.
+func TestEngine_ChangesTakeEffectWithinOneSecond(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	n := startNode(t, c, "", log.handler(nil), nil)
+	reg := n.e.Registry()
+	ctx := context.Background()
+	const yearly = "0 0 0 1 1 *" // never fires during the test
+	putTask(t, reg, handlerTask("witness", "* * * * * *"))
+	putTask(t, reg, handlerTask("paused", "* * * * * *"))
+	putTask(t, reg, handlerTask("deleted", "* * * * * *"))
+	putTask(t, reg, handlerTask("trigger/active", yearly))
+	tp := handlerTask("trigger/paused", yearly)
+	tp.Paused = true
+	putTask(t, reg, tp)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return len(log.scheds("paused")) > 0 && len(log.scheds("deleted")) > 0 &&
+			owns(n, "trigger/active") && owns(n, "trigger/paused")
+	})
+
+	// returned runs a registry call and returns the time it returned.
+	returned := func(what string, call func() error) time.Time {
+		t.Helper()
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return time.Now()
+	}
+	var trigActive, trigPaused time.Time // the triggered fires' scheduled times
+	pausedAt := returned("pause", func() error { _, err := reg.SetPaused(ctx, "paused", true); return err })
+	deletedAt := returned("delete", func() error { return reg.Delete(ctx, "deleted") })
+	putAt := returned("put", func() error { _, err := reg.Put(ctx, handlerTask("put", "* * * * * *"), PutOptions{}); return err })
+	trigActiveAt := returned("trigger", func() (err error) { trigActive, err = reg.Trigger(ctx, "trigger/active"); return err })
+	trigPausedAt := returned("trigger", func() (err error) { trigPaused, err = reg.Trigger(ctx, "trigger/paused"); return err })
+	settled := nextSecond(trigPausedAt.Add(effectWithin)).Add(2 * time.Second)
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		return log.firedAt("witness", settled) && len(log.of("trigger/active")) > 0 && len(log.of("trigger/paused")) > 0
+	})
+
+	t.Run("pause", func(t *testing.T) {
+		for _, c := range log.of("paused") {
+			if c.at.After(pausedAt.Add(effectWithin)) {
+				t.Errorf("fired %s %v after the pause returned", c.IdempotencyKey(), c.at.Sub(pausedAt))
+			}
+		}
+		if s := taskState(t, n, "paused"); !s.NextFireAt.IsZero() {
+			t.Errorf("paused task has a next fire at %v", s.NextFireAt)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		for _, c := range log.of("deleted") {
+			if c.at.After(deletedAt.Add(effectWithin)) {
+				t.Errorf("fired %s %v after the delete returned", c.IdempotencyKey(), c.at.Sub(deletedAt))
+			}
+		}
+		if owns(n, "deleted") {
+			t.Error("the node still holds the deleted task")
+		}
+	})
+	t.Run("put", func(t *testing.T) {
+		got := log.scheds("put")
+		if len(got) == 0 {
+			t.Fatal("the new task never fired")
+		}
+		if limit := nextSecond(putAt.Add(effectWithin)); got[0].After(limit) {
+			t.Errorf("first fire at %v, want at most %v (put returned at %v)", got[0], limit, putAt)
+		}
+	})
+	for _, tr := range []struct {
+		id            string
+		sched, called time.Time
+	}{{"trigger/active", trigActive, trigActiveAt}, {"trigger/paused", trigPaused, trigPausedAt}} {
+		t.Run(tr.id, func(t *testing.T) {
+			calls := log.of(tr.id)
+			if len(calls) != 1 {
+				t.Fatalf("%d fires, want exactly 1: %+v", len(calls), calls)
+			}
+			f := calls[0]
+			if !f.ScheduledAt.Equal(tr.sched) || f.Attempt != 1 {
+				t.Errorf("fired %v attempt %d, want the trigger's %v, attempt 1", f.ScheduledAt, f.Attempt, tr.sched)
+			}
+			if d := f.at.Sub(tr.called); d > effectWithin {
+				t.Errorf("fired %v after Trigger returned, want within %v", d, effectWithin)
+			}
+		})
+	}
+
+	t.Run("resume", func(t *testing.T) {
+		before := len(log.of("paused"))
+		resumedAt := returned("resume", func() error { _, err := reg.SetPaused(ctx, "paused", false); return err })
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("paused")) > before })
+		first := log.of("paused")[before]
+		// The first fire is the first schedule point after the resume took
+		// effect: none of the paused seconds is caught up.
+		if !first.ScheduledAt.After(resumedAt) {
+			t.Errorf("first fire after resume is %v, scheduled before the resume returned at %v", first.ScheduledAt, resumedAt)
+		}
+		if limit := nextSecond(resumedAt.Add(effectWithin)); first.ScheduledAt.After(limit) {
+			t.Errorf("first fire after resume at %v, want at most %v (resume returned at %v)", first.ScheduledAt, limit, resumedAt)
+		}
+	})
+}
+
+// TestEngine_TriggerRightAfterPut triggers tasks the moment their put
+// returns. The trigger and the task reach the owner through different
+// watches, so the trigger often arrives first; it must still fire, once,
+// within a second.
+func TestEngine_TriggerRightAfterPut(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	n := startNode(t, c, "", log.handler(nil), nil)
+	reg := n.e.Registry()
+	ctx := context.Background()
+	const tasks = 20
+	type trig struct {
+		sched, returned time.Time
+	}
+	trigs := make([]trig, tasks)
+	id := func(i int) string { return fmt.Sprintf("put-trigger/%d", i) }
+	for i := range tasks {
+		putTask(t, reg, handlerTask(id(i), "0 0 0 1 1 *"))
+		at, err := reg.Trigger(ctx, id(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trigs[i] = trig{at, time.Now()}
+	}
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		for i := range tasks {
+			if len(log.of(id(i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, tr := range trigs {
+		calls := log.of(id(i))
+		if len(calls) != 1 || !calls[0].ScheduledAt.Equal(tr.sched) {
+			t.Errorf("%s: fires %+v, want one at %v", id(i), calls, tr.sched)
+			continue
+		}
+		if d := calls[0].at.Sub(tr.returned); d > effectWithin {
+			t.Errorf("%s fired %v after Trigger returned, want within %v", id(i), d, effectWithin)
+		}
+	}
+}
+
+// TestEngine_Restart stops a node gracefully and starts it again on the
+// same etcd: the fires of every-second tasks continue across the restart
+// with no duplicate and no missing second (the released checkpoints say
+// where to resume). With the Badger cache kept, the partitions load without
+// a range read (invariant 7); with it deleted, from etcd, and nothing is
+// lost (invariant 9).
+func TestEngine_Restart(t *testing.T) {
+	t.Parallel()
+	for _, keepCache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cache=%v", keepCache), func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Start(t)
+			dir := t.TempDir()
+			fires := newFireLog()
+			// A fire late by the restart is not a misfire on a slow machine.
+			tweak := func(cfg *Config) { cfg.MisfireThreshold = time.Minute }
+			const tasks = 5
+			id := func(i int) string { return fmt.Sprintf("restart/%d", i) }
+			// fired waits until every task has k more fires.
+			fired := func(k int) {
+				base := make([]int, tasks)
+				for i := range tasks {
+					base[i] = len(fires.forTask(id(i)))
+				}
+				etcdtest.WaitFor(t, 20*time.Second, func() bool {
+					for i := range tasks {
+						if len(fires.forTask(id(i))) < base[i]+k {
+							return false
+						}
+					}
+					return true
+				})
+			}
+
+			n1 := startNode(t, c, dir, fires.handler, tweak)
+			for i := range tasks {
+				putTask(t, n1.e.Registry(), handlerTask(id(i), "* * * * * *"))
+			}
+			fired(3)
+			if s := n1.e.Stats(); s.FullLoads == 0 {
+				t.Errorf("first start: %d full loads, want one per partition (empty cache)", s.FullLoads)
+			}
+			n1.stop(t)
+			if !keepCache {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			n2 := startNode(t, c, dir, fires.handler, tweak)
+			fired(3)
+			loads := n2.e.Stats().FullLoads
+			n2.stop(t)
+
+			if keepCache && loads != 0 {
+				t.Errorf("restart with the cache: %d full range reads, want 0", loads)
+			}
+			if !keepCache && loads == 0 {
+				t.Error("restart without the cache: no full range read, yet the tasks came from somewhere")
+			}
+			if d := fires.duplicates(); len(d) > 0 {
+				t.Errorf("duplicate fires across the restart: %v", d)
+			}
+			for i := range tasks {
+				got := fires.forTask(id(i))
+				for j := 1; j < len(got); j++ {
+					if got[j].Sub(got[j-1]) != time.Second {
+						t.Errorf("%s: fire at %v then %v: a gap or a repeat", id(i), got[j-1], got[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// fenceSlack covers the hop from a worker's last fencing check (taking the
+// job) to the handler reading the clock; dispatch itself stops at the
+// deadline.
+const fenceSlack = 25 * time.Millisecond
+
+// TestEngine_FencedNodeStopsDispatching cuts a node off from etcd through a
+// proxy and checks invariant 4: the node fences itself, and no handler is
+// called after the fencing deadline of its session. The bounded lead is set
+// longer than the lease so that it cannot be what stops the node. After
+// the cut heals, the node rejoins with a new session and fires again.
+func TestEngine_FencedNodeStopsDispatching(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	cli := c.NewClient(t, proxy.Endpoint())
+	log := &callLog{}
+	n := startNodeOn(t, cli, "", log.handler(nil), func(cfg *Config) {
+		cfg.LeaseTTL = 2 * time.Second
+		cfg.Lead = 5 * time.Second
+	})
+	for i := range 3 {
+		putTask(t, n.e.Registry(), handlerTask(fmt.Sprintf("fence/%d", i), "* * * * * *"))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.scheds("fence/0")) >= 2 })
+
+	sess := n.e.sess.Load()
+	lease := sess.Lease()
+	proxy.Cut()
+	cutAt := time.Now()
+	etcdtest.WaitFor(t, 10*time.Second, n.e.Fenced)
+	deadline := sess.Deadline() // final: a fenced session's deadline no longer moves
+	if !sess.Fenced() {
+		t.Fatal("the node is fenced but its session is not")
+	}
+	// Watch past the deadline until etcd has expired the lease (the point
+	// at which another node could take the partitions) and a second more.
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := c.Client.TimeToLive(ctx, lease)
+		return err == nil && resp.TTL == -1 && time.Since(deadline) > time.Second
+	})
+	fired := 0
+	for _, c := range log.of("fence/0") {
+		if c.at.After(cutAt) {
+			fired++
+		}
+	}
+	for i := range 3 {
+		for _, c := range log.of(fmt.Sprintf("fence/%d", i)) {
+			if c.at.After(deadline.Add(fenceSlack)) {
+				t.Errorf("%s fired %v after the fencing deadline", c.IdempotencyKey(), c.at.Sub(deadline))
+			}
+		}
+	}
+	t.Logf("cut %v before the fencing deadline; %d fires of fence/0 in between", deadline.Sub(cutAt), fired)
+
+	proxy.Restore()
+	restoredAt := time.Now()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !n.e.Fenced() && n.e.Ready() })
+	if n.e.sess.Load() == sess {
+		t.Error("the node is not fenced any more but kept its old session")
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		calls := log.of("fence/0")
+		return len(calls) > 0 && calls[len(calls)-1].at.After(restoredAt)
+	})
+}

@@ -1,0 +1,316 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// TestEngine_ConcurrencyPolicies fires an every-second task on a clock the
+// test moves one second at a time, with a handler that blocks until the test
+// releases it, and checks what each concurrency policy does with a fire that
+// comes due while the previous one still runs.
+func TestEngine_ConcurrencyPolicies(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	type env struct {
+		n     *testNode
+		clock *testClock
+		g     *gate
+	}
+	const id = "conc"
+	// fire moves the clock to the next second and returns the fire that
+	// started with it.
+	fire := func(t *testing.T, e env) Fire {
+		t.Helper()
+		e.clock.Advance(time.Second)
+		return e.g.next(t)
+	}
+	waitStatuses := func(t *testing.T, e env, s int, want ...string) {
+		t.Helper()
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return slices.Equal(statusesAt(t, e.n, id, at(s)), want) })
+	}
+	wantSched := func(t *testing.T, f Fire, s int) {
+		t.Helper()
+		if !f.ScheduledAt.Equal(at(s)) {
+			t.Fatalf("started the fire of %v, want %v", f.ScheduledAt, at(s))
+		}
+	}
+	tests := []struct {
+		policy ConcurrencyPolicy
+		run    func(t *testing.T, e env)
+		fires  uint64 // state counters at the end
+		skip   uint64
+	}{
+		{ConcurrencyAllow, func(t *testing.T, e env) {
+			wantSched(t, fire(t, e), 1)
+			// 01 still runs: 02 runs alongside it.
+			wantSched(t, fire(t, e), 2)
+			e.g.releaseOne(t)
+			e.g.releaseOne(t)
+			waitStatuses(t, e, 1, "ok")
+			waitStatuses(t, e, 2, "ok")
+		}, 2, 0},
+		{ConcurrencyForbid, func(t *testing.T, e env) {
+			wantSched(t, fire(t, e), 1)
+			// 01 still runs: 02 is skipped and recorded.
+			e.clock.Advance(time.Second)
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, e.n, id).Skipped == 1 })
+			e.g.none(t)
+			e.g.releaseOne(t)
+			waitStatuses(t, e, 1, "ok")
+			waitStatuses(t, e, 2, "skipped")
+			// Nothing runs: 03 fires as usual.
+			wantSched(t, fire(t, e), 3)
+			e.g.releaseOne(t)
+			waitStatuses(t, e, 3, "ok")
+		}, 2, 1},
+		{ConcurrencyBufferOne, func(t *testing.T, e env) {
+			wantSched(t, fire(t, e), 1)
+			// 02 waits for 01; 03 finds 02 waiting and is skipped.
+			e.clock.Advance(time.Second)
+			e.clock.Advance(time.Second)
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, e.n, id).Skipped == 1 })
+			e.g.none(t)
+			// 01 ends: 02 starts.
+			e.g.releaseOne(t)
+			wantSched(t, e.g.next(t), 2)
+			e.g.releaseOne(t)
+			waitStatuses(t, e, 1, "ok")
+			waitStatuses(t, e, 2, "ok")
+			waitStatuses(t, e, 3, "skipped")
+			e.g.none(t)
+		}, 2, 1},
+		{ConcurrencyReplace, func(t *testing.T, e env) {
+			wantSched(t, fire(t, e), 1)
+			// 02 cancels 01 and runs.
+			wantSched(t, fire(t, e), 2)
+			waitStatuses(t, e, 1, "canceled")
+			e.g.releaseOne(t)
+			waitStatuses(t, e, 2, "ok")
+		}, 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Start(t)
+			clock := newTestClock(at(0).Add(time.Second/2), 0)
+			n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, nil))
+			g := newGate(t)
+			n.e.Handle("h", g.handler)
+			task := handlerTask(id, "* * * * * *")
+			task.Concurrency = tt.policy
+			putTask(t, n.e.Registry(), task)
+			waitNext(t, n, id, at(1))
+
+			tt.run(t, env{n: n, clock: clock, g: g})
+
+			st := taskState(t, n, id)
+			if st.Fires != tt.fires || st.Skipped != tt.skip {
+				t.Errorf("state: %d fires, %d skipped; want %d and %d", st.Fires, st.Skipped, tt.fires, tt.skip)
+			}
+		})
+	}
+}
+
+// TestEngine_Retries checks that a failed fire is retried with the same
+// identity until it succeeds, and that exhausted retries end in a failure
+// that the state counts.
+func TestEngine_Retries(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	n := startNode(t, c, "", nil, nil)
+	// flaky fails its first two attempts of every fire; broken always fails.
+	n.e.Handle("flaky", log.handler(func(_ context.Context, f Fire) error {
+		if f.Attempt < 3 {
+			return fmt.Errorf("attempt %d fails", f.Attempt)
+		}
+		return nil
+	}))
+	n.e.Handle("broken", log.handler(func(context.Context, Fire) error { return errors.New("always fails") }))
+	retrying := func(id, handler string, attempts int) *Task {
+		task := handlerTask(id, "* * * * * *")
+		task.Executor.Name = handler
+		task.Retry = Retry{MaxAttempts: attempts, Backoff: Duration(100 * time.Millisecond)}
+		return task
+	}
+	putTask(t, n.e.Registry(), retrying("flaky", "flaky", 3))
+	putTask(t, n.e.Registry(), retrying("broken", "broken", 2))
+
+	// lastAttempt returns the scheduled time of the first fire of id that
+	// reached attempt k.
+	lastAttempt := func(id string, k int) (time.Time, bool) {
+		for _, c := range log.of(id) {
+			if c.Attempt == k {
+				return c.ScheduledAt, true
+			}
+		}
+		return time.Time{}, false
+	}
+	var flaky, broken time.Time
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		var ok1, ok2 bool
+		flaky, ok1 = lastAttempt("flaky", 3)
+		broken, ok2 = lastAttempt("broken", 2)
+		return ok1 && ok2
+	})
+
+	t.Run("then success", func(t *testing.T) {
+		var got []call
+		for _, c := range log.of("flaky") {
+			if c.ScheduledAt.Equal(flaky) {
+				got = append(got, c)
+			}
+		}
+		if len(got) != 3 {
+			t.Fatalf("%d attempts of the fire at %v, want 3: %+v", len(got), flaky, got)
+		}
+		for i, c := range got {
+			if c.Attempt != i+1 {
+				t.Errorf("call %d is attempt %d", i, c.Attempt)
+			}
+			if c.IdempotencyKey() != got[0].IdempotencyKey() || c.Fence != got[0].Fence || c.Node != got[0].Node {
+				t.Errorf("attempt %d is fire %s (fence %d, node %s), attempt 1 was %s (fence %d, node %s)",
+					c.Attempt, c.IdempotencyKey(), c.Fence, c.Node, got[0].IdempotencyKey(), got[0].Fence, got[0].Node)
+			}
+		}
+		etcdtest.WaitFor(t, 5*time.Second, func() bool {
+			return slices.Equal(statusesAt(t, n, "flaky", flaky), []string{"failed", "failed", "ok"})
+		})
+	})
+	t.Run("exhausted", func(t *testing.T) {
+		etcdtest.WaitFor(t, 5*time.Second, func() bool {
+			return slices.Equal(statusesAt(t, n, "broken", broken), []string{"failed", "failed"})
+		})
+		for _, c := range log.of("broken") {
+			if c.Attempt > 2 {
+				t.Errorf("attempt %d of %s after max_attempts 2", c.Attempt, c.IdempotencyKey())
+			}
+		}
+		for _, e := range history(t, n, "broken") {
+			if e.Status == "failed" && e.Error != "always fails" {
+				t.Errorf("failed record with error %q, want the handler's", e.Error)
+			}
+		}
+		st := taskState(t, n, "broken")
+		if st.Failures < 2 || st.LastStatus != "failed" {
+			t.Errorf("state: %d failures, last status %q; want at least 2 and failed", st.Failures, st.LastStatus)
+		}
+	})
+}
+
+// TestEngine_Timeout checks that the task's timeout ends an attempt through
+// its context, and that the attempt counts as a timeout whatever error the
+// handler returns once its context is done.
+func TestEngine_Timeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, nil)
+	tests := []struct {
+		name string
+		ret  func(ctx context.Context) error
+	}{
+		{"returns ctx.Err", func(ctx context.Context) error { return ctx.Err() }},
+		{"returns its own error", func(context.Context) error { return errors.New("gave up") }},
+	}
+	type seen struct {
+		deadline, start time.Time
+		hasDeadline     bool
+		err             error // ctx.Err() once done
+	}
+	var mu sync.Mutex
+	obs := map[string]seen{}
+	for _, tt := range tests {
+		n.e.Handle(tt.name, func(ctx context.Context, f Fire) error {
+			s := seen{start: time.Now()}
+			s.deadline, s.hasDeadline = ctx.Deadline()
+			<-ctx.Done()
+			s.err = ctx.Err()
+			mu.Lock()
+			if _, ok := obs[tt.name]; !ok {
+				obs[tt.name] = s
+			}
+			mu.Unlock()
+			return tt.ret(ctx)
+		})
+		task := handlerTask(tt.name, "* * * * * *")
+		task.Executor.Name = tt.name
+		task.Timeout = Duration(timeout)
+		putTask(t, n.e.Registry(), task)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec []string
+			etcdtest.WaitFor(t, 15*time.Second, func() bool {
+				for _, e := range history(t, n, tt.name) {
+					rec = []string{e.Status, e.Error}
+					return true
+				}
+				return false
+			})
+			if rec[0] != "timeout" || !strings.Contains(rec[1], context.DeadlineExceeded.Error()) {
+				t.Errorf("record: status %q, error %q; want timeout and an error wrapping %q", rec[0], rec[1], context.DeadlineExceeded)
+			}
+			mu.Lock()
+			s := obs[tt.name]
+			mu.Unlock()
+			if !errors.Is(s.err, context.DeadlineExceeded) {
+				t.Errorf("the handler's context ended with %v, want %v", s.err, context.DeadlineExceeded)
+			}
+			if !s.hasDeadline || s.deadline.Sub(s.start) > timeout {
+				t.Errorf("the handler's context has deadline %v (set: %v), %v after its start; want at most %v",
+					s.deadline, s.hasDeadline, s.deadline.Sub(s.start), timeout)
+			}
+		})
+	}
+}
+
+// TestEngine_BufferedFireDoesNotStallNode keeps a buffer_one fire waiting
+// behind a long run for several seconds, and checks that the node's other
+// tasks fire meanwhile: a waiting fire must not hold the node's watermark,
+// and with it the bounded lead of every task, behind it.
+func TestEngine_BufferedFireDoesNotStallNode(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	n := startNode(t, c, "", log.handler(nil), clockTweak(clock, time.Hour, nil))
+	g := newGate(t)
+	n.e.Handle("slow", g.handler)
+	slow := handlerTask("slow", "* * * * * *")
+	slow.Executor.Name = "slow"
+	slow.Concurrency = ConcurrencyBufferOne
+	putTask(t, n.e.Registry(), slow)
+	putTask(t, n.e.Registry(), handlerTask("other", "* * * * * *"))
+	waitNext(t, n, "slow", at(1))
+	waitNext(t, n, "other", at(1))
+
+	clock.Advance(time.Second)
+	if f := g.next(t); !f.ScheduledAt.Equal(at(1)) {
+		t.Fatalf("slow started the fire of %v, want %v", f.ScheduledAt, at(1))
+	}
+	// slow's 02 waits for 01, which runs on; every later fire of slow is
+	// skipped, and other fires every second.
+	for s := 2; s <= 6; s++ {
+		clock.Advance(time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("other", at(s)) })
+	}
+	g.releaseOne(t)
+	if f := g.next(t); !f.ScheduledAt.Equal(at(2)) {
+		t.Fatalf("slow started the fire of %v, want the buffered %v", f.ScheduledAt, at(2))
+	}
+	g.releaseOne(t)
+	if st := taskState(t, n, "slow"); st.Skipped != 4 {
+		t.Errorf("slow skipped %d fires, want 4 (03-06)", st.Skipped)
+	}
+}
