@@ -604,6 +604,16 @@ func (l *loop) releaseParts(parts []int) int64 {
 			l.remove(i)
 		}
 	})
+	// Jobs the full queue has not taken yet go with their tasks: after a
+	// fence they would run under a lock the node no longer holds.
+	keep := l.unpushed[:0]
+	for _, j := range l.unpushed {
+		if r := l.tab.rec(j.rec); r.flags&flagLive != 0 && r.gen == j.gen {
+			keep = append(keep, j)
+		}
+	}
+	clear(l.unpushed[len(keep):])
+	l.unpushed = keep
 	return l.through
 }
 

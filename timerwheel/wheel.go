@@ -61,14 +61,14 @@ type Expired struct {
 // skipped when its slot expires or dropped by a compaction. That keeps
 // cancel O(1) without a back-pointer that every cascade would have to update.
 type Wheel struct {
-	tick  int64      // nanoseconds per tick
-	cur   int64      // current tick: every earlier tick has been expired
-	n     int        // scheduled timers
-	stale int        // items in slots whose timer was cancelled or moved
+	tick  int64 // nanoseconds per tick
+	cur   int64 // current tick: every earlier tick has been expired
+	n     int   // scheduled timers
+	stale int   // items in slots whose timer was cancelled or moved
 	// compactMin is how many stale items may pile up before a compaction,
 	// however few timers are live.
 	compactMin int
-	gens  [][]uint32 // generation by id, a page at a time on first use
+	gens       [][]uint32 // generation by id, a page at a time on first use
 
 	blocks []*block // pointer-free blocks; the GC scans only this slice
 	free   int32    // free block chain, -1 when empty
