@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,7 @@ type (
 	// with its dispatch point: every fire of theirs up to it was released.
 	releaseCmd struct {
 		parts []int
-		reply chan int64
+		reply chan map[int]int64 // partition -> watermark to hand over
 	}
 	// triggerCmd fires a task once, outside its schedule.
 	triggerCmd struct {
@@ -107,6 +108,7 @@ type loop struct {
 	cmds    chan any
 
 	through  int64 // every fire the wheel released up to here was handed to the pool
+	floor    int64 // the earliest timer armed at or before through and not released yet
 	expired  []timerwheel.Expired
 	jobs     []job
 	unpushed []job // jobs the full queue did not take yet
@@ -129,7 +131,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, st *stats, history *st
 		cfg: cfg, wheel: w, tab: newTaskTable(), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
 		pool: p, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan any, 256), through: now, triggered: make(map[triggerKey]int64),
+		cmds: make(chan any, 256), through: now, floor: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 	}
 }
@@ -178,7 +180,8 @@ func (l *loop) service() {
 func (l *loop) sleep() time.Duration {
 	d := l.cfg.WatermarkInterval
 	acked := l.acked.Load()
-	if len(l.unpushed) > 0 || l.fenced() || acked == 0 {
+	// A full queue wakes the loop through pool.space.
+	if len(l.unpushed) > 0 || l.fenced() || acked == 0 || l.pool.free() == 0 {
 		return d
 	}
 	// A timer beyond the lead waits for the next acknowledgement (ackCh).
@@ -195,7 +198,7 @@ func (l *loop) dispatch() bool {
 		return false // the coordinator drops the partitions
 	}
 	if len(l.unpushed) > 0 {
-		k := l.pool.push(l.unpushed, l.through)
+		k := l.pool.push(l.unpushed, l.publishable())
 		l.unpushed = l.unpushed[k:]
 		if len(l.unpushed) > 0 {
 			return false
@@ -218,7 +221,11 @@ func (l *loop) dispatch() bool {
 	full := len(l.expired) == limit
 	through := target
 	if full {
-		through = l.wheel.Now() - 1 // the current tick may hold more
+		// The current tick may hold more: only the ticks before it are
+		// done, and a timer of this tick may be due before its start.
+		through = l.wheel.Now() - int64(l.cfg.Tick)
+	} else {
+		l.floor = math.MaxInt64 // every past-due timer was released
 	}
 	// Dispatch first, then compute next times (DESIGN.md facts).
 	l.jobs = l.jobs[:0]
@@ -235,18 +242,27 @@ func (l *loop) dispatch() bool {
 	return full
 }
 
-// pushJobs hands l.jobs to the pool; what does not fit waits in unpushed.
-//
-// The watermark the loop claims is its dispatch point, l.through. A fire
-// waiting in pending (buffer_one) does not hold it back: it is in flight
-// with the fire it waits for, and is lost with it if the node dies. Holding
-// the watermark back before it would hold back the bounded lead, and with
-// it every task of the node, for as long as the previous fire runs.
+// publishable is the watermark the loop may claim: its dispatch point,
+// held back before any timer armed at or before it and not released yet
+// (a partition resumed after a gap, a fire_all catch-up). A fire waiting
+// in pending (buffer_one) does not hold it back: it is in flight with the
+// fire it waits for and is lost with it if the node dies, while holding
+// the watermark would hold the bounded lead, and with it every task of the
+// node, for as long as that fire runs. A release hands it over instead
+// (releaseParts).
+func (l *loop) publishable() int64 {
+	return min(l.through, l.floor-1)
+}
+
+// pushJobs hands l.jobs to the pool after any jobs still waiting for room,
+// so that the queue stays in order; what does not fit waits in unpushed.
 func (l *loop) pushJobs() {
-	k := l.pool.push(l.jobs, l.through)
-	if k < len(l.jobs) {
+	if len(l.unpushed) > 0 {
+		l.unpushed = append(l.unpushed, l.jobs...)
+	} else if k := l.pool.push(l.jobs, l.publishable()); k < len(l.jobs) {
 		l.unpushed = append(l.unpushed, l.jobs[k:]...)
 	}
+	clear(l.jobs)
 	l.jobs = l.jobs[:0]
 }
 
@@ -274,8 +290,15 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 }
 
 // misfire applies the task's misfire policy to a fire released late, and
-// returns the scheduled time to fire now, or 0 for none. It leaves r.next
+// returns the scheduled time to fire now, or 0 for none. Missed times are
+// those up to now and none older than the catch-up window. It leaves r.next
 // where the schedule resumes from.
+//
+// A misfire is a decision about the past as a whole, so it looks up to now,
+// past the bounded lead: after a pause longer than the misfire threshold,
+// a crash right after the catch-up fire may repeat that one fire on the
+// next owner (its misfire policy makes the same decision), but not the
+// missed ones it stands for.
 func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	r.misfires++
 	l.stats.misfires.Add(1)
@@ -296,10 +319,7 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 			fire = first
 		}
 	case MisfireFireOnce:
-		// The latest missed time in the window.
-		for t := max(sched, next(h, oldest-1)); t != 0 && t <= now; t = next(h, t) {
-			fire = t
-		}
+		fire = latestBefore(h, max(sched, oldest), now)
 	}
 	if fire != sched {
 		l.record(r, sched, 1, statusMisfired, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
@@ -310,6 +330,24 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 		r.next = fire
 	}
 	return fire
+}
+
+// latestBefore returns the latest fire of h in [from, to], or 0. A
+// schedule of fixed period jumps there; others walk.
+func latestBefore(h schedule.Schedule, from, to int64) int64 {
+	first := next(h, from-1)
+	if first == 0 || first > to {
+		return 0
+	}
+	if p, ok := h.(interface{ Period() time.Duration }); ok && p.Period() > 0 {
+		d := int64(p.Period())
+		return first + (to-first)/d*d
+	}
+	latest := first
+	for t := next(h, first); t != 0 && t <= to; t = next(h, t) {
+		latest = t
+	}
+	return latest
 }
 
 // next returns the first fire of h after t (unix ns), or 0.
@@ -345,7 +383,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	}
 	l.jobs = append(l.jobs, job{
 		id: l.tab.id(r), prof: prof, sched: sched, due: due,
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kind,
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kind, part: r.part,
 	})
 }
 
@@ -385,7 +423,11 @@ func (l *loop) arm(i uint32, r *record, n int64) {
 		l.wheel.Cancel(i)
 		return
 	}
-	l.wheel.Schedule(i, n+l.delay(r, n))
+	due := n + l.delay(r, n)
+	if due <= l.through {
+		l.floor = min(l.floor, due)
+	}
+	l.wheel.Schedule(i, due)
 }
 
 // delay is the task's jitter for the fire at n: deterministic per (id, n),
@@ -433,7 +475,7 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
 	r.running++
 	l.jobs = append(l.jobs, job{
 		id: l.tab.id(r), prof: l.profs.list[r.prof], sched: sched, due: l.cfg.Clock.Now().UnixNano(),
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry,
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part,
 	})
 }
 
@@ -590,31 +632,56 @@ func (l *loop) remove(i uint32) {
 
 // releaseParts takes every task of parts out of the wheel and returns the
 // dispatch point: their fires up to it were released, none after.
-func (l *loop) releaseParts(parts []int) int64 {
+func (l *loop) releaseParts(parts []int) map[int]int64 {
 	drop := make(map[uint16]bool, len(parts))
+	marks := make(map[int]int64, len(parts))
 	for _, p := range parts {
 		if l.parts[p].owned {
 			l.owned.Add(-1)
 		}
 		l.parts[p] = partState{}
 		drop[uint16(p)] = true
+		marks[p] = l.publishable()
 	}
-	l.tab.each(func(i uint32, r *record) {
-		if drop[r.part] {
-			l.remove(i)
+	// A fire not yet taken by a worker is handed over, not run here: the
+	// mark stops before it. That covers a buffered fire waiting for its
+	// predecessor, the jobs the full queue has not taken, and the jobs it
+	// holds, which the workers then skip.
+	hold := func(part uint16, due int64) {
+		if drop[part] {
+			marks[int(part)] = min(marks[int(part)], due-1)
 		}
-	})
-	// Jobs the full queue has not taken yet go with their tasks: after a
-	// fence they would run under a lock the node no longer holds.
+	}
+	for i, at := range l.pending {
+		if r := l.tab.rec(i); drop[r.part] {
+			hold(r.part, at+l.delay(r, at))
+		}
+	}
 	keep := l.unpushed[:0]
 	for _, j := range l.unpushed {
-		if r := l.tab.rec(j.rec); r.flags&flagLive != 0 && r.gen == j.gen {
+		if drop[j.part] {
+			hold(j.part, j.due)
+		} else {
 			keep = append(keep, j)
 		}
 	}
 	clear(l.unpushed[len(keep):])
 	l.unpushed = keep
-	return l.through
+	l.pool.dropQueued(func(j *job) bool {
+		if !drop[j.part] {
+			return false
+		}
+		if j.kind != kindRetry { // a retry's fire was taken before
+			hold(j.part, j.due)
+		}
+		return true
+	})
+	l.tab.each(func(i uint32, r *record) {
+		if drop[r.part] {
+			l.remove(i)
+		}
+	})
+	return marks
 }
 
 // triggerWait is how long a trigger waits for its task to be loaded, and

@@ -183,7 +183,10 @@ func (e *Engine) Close() error {
 		close(e.pool.quit)
 		e.pool.drain(e.cfg.DrainTimeout)
 		if s := e.sess.Load(); s != nil {
-			if err := s.Close(); err != nil && !errors.Is(err, membership.ErrClosed) {
+			// A fenced session has ended already; failing to revoke its
+			// lease then only means etcd is still out of reach.
+			fenced := s.Fenced()
+			if err := s.Close(); err != nil && !fenced && !errors.Is(err, membership.ErrClosed) {
 				e.closeErr = err
 			}
 		}

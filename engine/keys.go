@@ -27,7 +27,9 @@ func (k keys) task(p int, id string) string { return k.partition(p) + id }
 func (k keys) lock(p int) string            { return fmt.Sprintf("%s/locks/%05d", k.prefix, p) }
 func (k keys) checkpoint(p int) string      { return fmt.Sprintf("%s/checkpoints/%05d", k.prefix, p) }
 func (k keys) checkpoints() string          { return k.prefix + "/checkpoints/" }
-func (k keys) watermark(node string) string { return k.prefix + "/watermarks/" + node }
+func (k keys) watermark(node, session string) string {
+	return k.prefix + "/watermarks/" + node + "/" + session
+}
 func (k keys) watermarks() string           { return k.prefix + "/watermarks/" }
 func (k keys) triggers() string             { return k.prefix + "/triggers/" }
 func (k keys) triggerPrefix(p int) string   { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }

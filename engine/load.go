@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,37 +54,136 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}, nil
 }
 
-// load puts partition p's tasks into the loop, from the Badger cache when
-// it has the partition (DESIGN.md invariant 7: no range read), else with a
-// full range read. It returns the etcd revision the tasks are synced to;
-// the watch resumes after it.
-func (e *Engine) load(ctx context.Context, p int, fence, resume int64) (int64, error) {
-	d := e.decoder()
-	var defs []taskDef
-	var rev int64
+// load puts partition p's tasks into the loop, resuming after resume, and
+// returns the etcd revision they are synced to. From the Badger cache when
+// it has the partition (DESIGN.md invariant 7: no range read): a watch from
+// the cached revision first brings the cache up to date (tasks created,
+// changed or deleted while other nodes owned p), so every task is armed
+// from the resume point as etcd had it at our acquisition (revision
+// atRev). That watch, opened under wctx, is returned to go on with;
+// without a usable cache a full range read is done and wch is nil.
+func (e *Engine) load(ctx, wctx context.Context, p int, fence, resume, atRev int64) (int64, *openWatch, error) {
 	if e.store != nil {
-		var err error
-		rev, err = e.store.Partition(uint32(p), func(id string, value []byte) error {
-			if def, err := d.def(id, value); err != nil {
-				e.log.Warn("skipping a cached task", "partition", p, "err", err)
-			} else {
-				defs = append(defs, def)
-			}
+		cache := map[string][]byte{}
+		rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
+			cache[id] = bytes.Clone(value)
 			return nil
 		})
-		if err != nil {
+		switch {
+		case err != nil:
 			e.log.Warn("reading the partition cache failed; loading from etcd", "partition", p, "err", err)
-			rev, defs = 0, nil
+		case rev > 0:
+			cctx, cancel := context.WithCancel(wctx)
+			wch := e.cli.Watch(clientv3.WithRequireLeader(cctx), e.keys.partition(p), clientv3.WithPrefix(),
+				clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+			synced, err := e.catchUp(ctx, p, wch, rev, atRev, cache)
+			if err == nil {
+				d := e.decoder()
+				defs := make([]taskDef, 0, len(cache))
+				for id, value := range cache {
+					if def, err := d.def(id, value); err != nil {
+						e.log.Warn("skipping a cached task", "partition", p, "err", err)
+					} else {
+						defs = append(defs, def)
+					}
+				}
+				return synced, &openWatch{ch: wch, cancel: cancel}, e.send(ctx, p, fence, resume, defs)
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return 0, nil, ctx.Err()
+			}
+			e.log.Info("the partition cache cannot be brought up to date; loading from etcd", "partition", p, "err", err)
 		}
 	}
-	if rev == 0 {
-		var err error
-		if rev, defs, err = e.rangeLoad(ctx, p, d); err != nil {
-			return 0, err
-		}
+	rev, defs, err := e.rangeLoad(ctx, p, e.decoder())
+	if err != nil {
+		return 0, nil, err
 	}
-	return rev, e.send(ctx, p, fence, resume, defs)
+	return rev, nil, e.send(ctx, p, fence, resume, defs)
 }
+
+// openWatch is a watch a load leaves open for the partition's watch.
+type openWatch struct {
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+}
+
+// errCompacted: etcd no longer has the revision a watch starts from.
+var errCompacted = errors.New("the cached revision was compacted")
+
+// catchUp applies to cache, and to the Badger cache, the changes a watch
+// from revision rev+1 delivers, until it has delivered every change up to
+// atRev. Progress notifications tell when it has; etcd answers a progress
+// request only once every watch of the stream is synced, so it asks again
+// until it gets one. It returns the revision cache is synced to.
+func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev, atRev int64, cache map[string][]byte) (int64, error) {
+	prefix := e.keys.partition(p)
+	touched := map[string]bool{}
+	ask := time.NewTicker(25 * time.Millisecond)
+	defer ask.Stop()
+	deadline := time.NewTimer(catchUpTimeout)
+	defer deadline.Stop()
+	for rev < atRev {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline.C:
+			return 0, fmt.Errorf("no watch progress within %v", catchUpTimeout)
+		case <-ask.C:
+			_ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+		case resp, ok := <-wch:
+			if !ok {
+				return 0, errors.New("the watch ended")
+			}
+			if resp.CompactRevision != 0 {
+				return 0, errCompacted
+			}
+			if err := resp.Err(); err != nil {
+				return 0, err
+			}
+			for _, ev := range resp.Events {
+				id := string(ev.Kv.Key[len(prefix):])
+				if ev.Type == mvccpb.DELETE {
+					delete(cache, id)
+				} else {
+					cache[id] = ev.Kv.Value
+				}
+				touched[id] = true
+				rev = ev.Kv.ModRevision
+			}
+			if resp.IsProgressNotify() {
+				rev = max(rev, resp.Header.Revision)
+			}
+		}
+	}
+	var puts []store.KV
+	var dels []string
+	for id := range touched {
+		if v, ok := cache[id]; ok {
+			puts = append(puts, store.KV{ID: id, Value: v})
+		} else {
+			dels = append(dels, id)
+		}
+	}
+	if err := e.store.Apply(uint32(p), rev, puts, dels); err != nil {
+		e.dropCache(p, err)
+	}
+	return rev, nil
+}
+
+// dropCache forgets a partition's cache after a failed write: a cache that
+// missed a change must not be trusted, so the next load reads etcd.
+func (e *Engine) dropCache(p int, err error) {
+	e.log.Warn("caching task changes failed; the partition will be reloaded from etcd next time", "partition", p, "err", err)
+	if err := e.store.Drop(uint32(p)); err != nil {
+		e.log.Warn("dropping the partition cache failed", "partition", p, "err", err)
+	}
+}
+
+// catchUpTimeout bounds a cache catch-up before falling back to a range
+// read.
+const catchUpTimeout = 10 * time.Second
 
 // send hands defs to the loop in chunks and waits until it took them all.
 func (e *Engine) send(ctx context.Context, p int, fence, resume int64, defs []taskDef) error {
@@ -155,13 +256,23 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 }
 
 // watch follows partition p's tasks after revision rev until ctx ends,
-// applying every change to the cache and the loop. If etcd compacted past
-// the revision, it reloads the partition.
-func (e *Engine) watch(ctx context.Context, p int, rev int64) {
+// applying every change to the cache and the loop, starting with wch when
+// the load left one open. If etcd compacted past the revision, it reloads
+// the partition.
+func (e *Engine) watch(ctx context.Context, p int, rev int64, open *openWatch) {
 	prefix := e.keys.partition(p)
+	var wch clientv3.WatchChan
+	if open != nil {
+		defer open.cancel()
+		wch = open.ch
+	}
 	backoff := 100 * time.Millisecond
+	var noted time.Time // when a progress notification last moved the cached revision
 	for ctx.Err() == nil {
-		wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		if wch == nil {
+			wch = e.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(),
+				clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		}
 		for resp := range wch {
 			if resp.CompactRevision != 0 {
 				e.log.Info("the partition's revision was compacted; reloading it", "partition", p, "revision", rev)
@@ -181,6 +292,16 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 				}
 				break
 			}
+			if resp.IsProgressNotify() {
+				// A quiet partition's cache stays synced to etcd's revision,
+				// so that it outlives compactions (at most once a minute).
+				if e.store != nil && resp.Header.Revision > rev && time.Since(noted) > time.Minute {
+					if err := e.store.Apply(uint32(p), resp.Header.Revision, nil, nil); err == nil {
+						rev, noted = resp.Header.Revision, time.Now()
+					}
+				}
+				continue
+			}
 			if len(resp.Events) == 0 {
 				continue
 			}
@@ -190,6 +311,7 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 			rev = resp.Events[len(resp.Events)-1].Kv.ModRevision
 			backoff = 100 * time.Millisecond
 		}
+		wch = nil
 		if !sleepCtx(ctx, backoff) {
 			return
 		}
@@ -230,7 +352,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 	if e.store != nil {
 		rev := events[len(events)-1].Kv.ModRevision
 		if err := e.store.Apply(uint32(p), rev, puts, c.deletes); err != nil {
-			e.log.Warn("caching task changes failed", "partition", p, "err", err)
+			e.dropCache(p, err)
 		}
 	}
 	return e.call(ctx, c)

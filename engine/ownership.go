@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,6 +21,7 @@ import (
 // last owner got to.
 type checkpoint struct {
 	Node      string    `json:"node"`
+	Session   string    `json:"session,omitempty"` // the owner's lease, naming its watermark key
 	Watermark time.Time `json:"watermark"`
 	Released  bool      `json:"released"`
 }
@@ -86,6 +88,15 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	var failed []int
+	collected := false // dead sessions' watermarks, once per session
+	updateReady := func() {
+		ready := len(acquiring) == 0 && len(parts) == len(desired)
+		e.ready.Store(ready)
+		if ready && !collected {
+			collected = true
+			e.collectWatermarks(sctx)
+		}
+	}
 
 	start := func(p int) {
 		actx, acancel := context.WithCancel(sctx)
@@ -105,14 +116,14 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			}
 		}
 		if len(lost) > 0 {
-			e.release(ctx, sess, parts, lost)
+			e.release(parts, lost)
 		}
 		for p := range desired {
 			if parts[p] == nil && acquiring[p] == nil {
 				start(p)
 			}
 		}
-		e.ready.Store(len(acquiring) == 0 && len(parts) == len(desired))
+		updateReady()
 	}
 	finish := func(r acquired) {
 		delete(acquiring, r.p)
@@ -126,10 +137,10 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		default:
 			parts[r.p] = r.part
 			if !desired[r.p] {
-				e.release(ctx, sess, parts, []int{r.p})
+				e.release(parts, []int{r.p})
 			}
 		}
-		e.ready.Store(len(acquiring) == 0 && len(parts) == len(desired))
+		updateReady()
 	}
 
 	defer func() {
@@ -147,7 +158,11 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e.ready.Store(false)
 		all := slices.Collect(maps.Keys(parts))
 		if ctx.Err() != nil && !sess.Fenced() {
-			e.release(context.Background(), sess, parts, all)
+			e.release(parts, all)
+			// No checkpoint names this session any more.
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(sess)))
+			cancel()
 		} else {
 			e.drop(parts)
 			_ = sess.Close()
@@ -205,67 +220,81 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
 		return r
 	}
-	unlock := func() {
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = m.Unlock(uctx)
-	}
 	fence := m.Header().Revision
-	resume, err := e.resume(ctx, p)
+	prev, resume, err := e.resume(ctx, p)
+	var rev int64
 	if err == nil {
-		err = e.putCheckpoint(ctx, m, p, checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC()})
+		rev, err = e.putCheckpoint(ctx, m, p, checkpoint{
+			Node: e.cfg.NodeID, Session: sessionID(sess), Watermark: time.Unix(0, resume).UTC()})
 	}
 	if err != nil {
-		unlock()
+		e.unlock(m)
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		return r
 	}
 	e.owned[p].Store(true)
 	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
-	rev, err := e.load(ctx, p, fence, resume)
+	taskRev, wch, err := e.load(ctx, wctx, p, fence, resume, rev)
 	if err != nil {
 		stop()
 		close(part.done)
 		e.owned[p].Store(false)
 		e.releaseLoop([]int{p})
-		unlock()
+		// Put the previous checkpoint back: ours names this node's live
+		// session, whose watermark is past the fires of p nobody ran.
+		e.restoreCheckpoint(m, p, prev)
+		e.unlock(m)
 		r.err = fmt.Errorf("load partition %d: %w", p, err)
 		return r
 	}
 	go func() {
 		defer close(part.done)
-		e.watch(wctx, p, rev)
+		e.watch(wctx, p, taskRev, wch)
 	}()
 	e.pendingTriggers(ctx, p)
 	r.part = part
 	return r
 }
 
-// resume returns the watermark to resume partition p after: the released
-// checkpoint of a graceful owner, or after a crash the later of the
-// checkpoint and its owner's node watermark. A partition never owned
-// starts now.
-func (e *Engine) resume(ctx context.Context, p int) (int64, error) {
+// sessionID names a session in checkpoints and watermark keys: its lease.
+func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.Lease())) }
+
+func (e *Engine) unlock(m *concurrency.Mutex) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Unlock(ctx); err != nil {
+		e.log.Warn("unlocking a partition failed; it passes on when the session ends", "lock", m.Key(), "err", err)
+	}
+}
+
+// resume returns p's checkpoint as stored (nil if none) and the watermark
+// to resume p after: the released checkpoint of a graceful owner, or after
+// a crash the later of the checkpoint and the watermark of the session that
+// wrote it. Watermarks are kept per session, not per node: a node restarted
+// with the same id writes a new one, and the dead session's stays the
+// truth about what it had taken. A partition never owned starts now.
+func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if len(resp.Kvs) == 0 {
-		return e.cfg.Clock.Now().UnixNano(), nil
+		return nil, e.cfg.Clock.Now().UnixNano(), nil
 	}
+	prev = resp.Kvs[0].Value
 	var cp checkpoint
-	if err := json.Unmarshal(resp.Kvs[0].Value, &cp); err != nil || cp.Watermark.IsZero() {
-		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(resp.Kvs[0].Value))
-		return e.cfg.Clock.Now().UnixNano(), nil
+	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
+		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
+		return prev, e.cfg.Clock.Now().UnixNano(), nil
 	}
-	w := cp.Watermark.UnixNano()
-	if cp.Released {
-		return w, nil
+	w = cp.Watermark.UnixNano()
+	if cp.Released || cp.Session == "" {
+		return prev, w, nil
 	}
-	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node))
+	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if len(wr.Kvs) > 0 {
 		var nw time.Time
@@ -273,30 +302,47 @@ func (e *Engine) resume(ctx context.Context, p int) (int64, error) {
 			w = max(w, nw.UnixNano())
 		}
 	}
-	return w, nil
+	return prev, w, nil
 }
 
-// putCheckpoint writes p's checkpoint while m is still held.
-func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) error {
+// putCheckpoint writes p's checkpoint while m is still held, and returns
+// the revision of the write.
+func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) (int64, error) {
 	val, err := json.Marshal(cp)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(e.keys.checkpoint(p), string(val))).Commit()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !resp.Succeeded {
-		return errors.New("the partition lock was lost")
+		return 0, errors.New("the partition lock was lost")
 	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
-// release hands partitions over gracefully: no new fire is dispatched,
-// every released one is taken by a worker, then each checkpoint records the
-// dispatch point and the lock goes, in one transaction per 64 partitions.
-func (e *Engine) release(ctx context.Context, sess *membership.Session, parts map[int]*owned, ps []int) {
-	through := e.releaseLoop(ps)
+// restoreCheckpoint writes back (or deletes, when prev is nil) the
+// checkpoint an acquire replaced, while m is held.
+func (e *Engine) restoreCheckpoint(m *concurrency.Mutex, p int, prev []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	op := clientv3.OpDelete(e.keys.checkpoint(p))
+	if prev != nil {
+		op = clientv3.OpPut(e.keys.checkpoint(p), string(prev))
+	}
+	if _, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(op).Commit(); err != nil {
+		e.log.Warn("restoring a checkpoint failed", "partition", p, "err", err)
+	}
+}
+
+// release hands partitions over gracefully: no new fire is dispatched, the
+// fires still queued for them are dropped unrun, and each checkpoint
+// records the point up to which this node ran their fires, so the next
+// owner runs exactly the rest. Checkpoint and unlock go together, in one
+// transaction per 64 partitions.
+func (e *Engine) release(parts map[int]*owned, ps []int) {
+	marks := e.releaseLoop(ps)
 	for _, p := range ps {
 		e.owned[p].Store(false)
 		parts[p].stop()
@@ -304,54 +350,75 @@ func (e *Engine) release(ctx context.Context, sess *membership.Session, parts ma
 	for _, p := range ps {
 		<-parts[p].done
 	}
-	wctx, cancel := context.WithTimeout(ctx, e.cfg.DrainTimeout)
-	defer cancel()
-	if err := e.pool.waitTaken(wctx, through); err != nil {
-		e.log.Warn("queued fires were not taken before release; the next owner repeats them", "err", err)
-		through = e.pool.watermark.Load()
-	}
-	cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, through).UTC(), Released: true})
 	for chunk := range slices.Chunk(ps, maxTxnOps/2) {
-		var cmps []clientv3.Cmp
-		var ops []clientv3.Op
-		for _, p := range chunk {
-			m := parts[p].mu
-			cmps = append(cmps, m.IsOwner())
-			ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
-		}
-		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
-		tcancel()
-		if err != nil || !resp.Succeeded {
-			// A lock was lost (session ended): the next owner resumes from
-			// our node watermark instead, as after a crash.
-			e.log.Warn("writing release checkpoints failed", "partitions", chunk, "err", err)
+		if !e.commitRelease(parts, chunk, marks) {
+			// A chunk failed as a whole (etcd unreachable, or one lock
+			// lost): one partition at a time, so that every lock this
+			// session still holds goes.
+			for _, p := range chunk {
+				if !e.commitRelease(parts, []int{p}, marks) {
+					e.unlock(parts[p].mu)
+				}
+			}
 		}
 	}
 	for _, p := range ps {
 		delete(parts, p)
 	}
-	e.log.Info("released partitions", "count", len(ps), "watermark", time.Unix(0, through).UTC())
+	e.log.Info("released partitions", "count", len(ps))
 }
 
-// releaseLoop takes partitions' tasks out of the wheel and returns the
-// dispatch point.
-func (e *Engine) releaseLoop(ps []int) int64 {
-	c := &releaseCmd{parts: ps, reply: make(chan int64, 1)}
-	if e.call(context.Background(), c) != nil {
-		return e.pool.watermark.Load()
+// commitRelease writes the released checkpoints of ps and deletes their
+// locks in one transaction, retrying a few times on errors. It reports
+// whether it committed.
+func (e *Engine) commitRelease(parts map[int]*owned, ps []int, marks map[int]int64) bool {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, p := range ps {
+		m := parts[p].mu
+		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, marks[p]).UTC(), Released: true})
+		cmps = append(cmps, m.IsOwner())
+		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
 	}
-	select {
-	case t := <-c.reply:
-		return t
-	case <-e.loopDone:
-		return e.pool.watermark.Load()
+	for attempt := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		if err == nil {
+			if !resp.Succeeded {
+				e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
+			}
+			return resp.Succeeded
+		}
+		e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
+	return false
+}
+
+// releaseLoop takes partitions' tasks out of the wheel and the queue, and
+// returns for each the watermark to hand over: every fire of it up to the
+// mark has been taken by a worker, none after.
+func (e *Engine) releaseLoop(ps []int) map[int]int64 {
+	c := &releaseCmd{parts: ps, reply: make(chan map[int]int64, 1)}
+	if e.call(context.Background(), c) == nil {
+		select {
+		case marks := <-c.reply:
+			return marks
+		case <-e.loopDone:
+		}
+	}
+	marks := make(map[int]int64, len(ps))
+	for _, p := range ps {
+		marks[p] = e.pool.watermark.Load()
+	}
+	return marks
 }
 
 // drop lets go of partitions without a word to etcd: the session is dead,
 // its locks expire with its lease, and the next owners resume from the
-// last node watermark etcd acknowledged. Queued fires are dropped unrun.
+// last watermark etcd acknowledged for the session. Queued fires are
+// dropped unrun.
 func (e *Engine) drop(parts map[int]*owned) {
 	ps := slices.Collect(maps.Keys(parts))
 	e.releaseLoop(ps)
@@ -365,19 +432,18 @@ func (e *Engine) drop(parts map[int]*owned) {
 	e.log.Warn("dropped partitions", "count", len(ps))
 }
 
-// writeWatermarks records the node watermark every WatermarkInterval: one
-// etcd request per node whatever the fire rate. A fenced node writes
+// writeWatermarks records the session's watermark every WatermarkInterval:
+// one etcd request per node whatever the fire rate. A fenced node writes
 // nothing, so its successors resume from what it had taken before.
 func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
-	key := e.keys.watermark(e.cfg.NodeID)
 	for {
-		if !e.fenced() {
+		if s := e.sess.Load(); s != nil && !s.Fenced() {
 			w := e.pool.watermark.Load()
 			val, _ := time.Unix(0, w).UTC().MarshalText()
 			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
-			_, err := e.cli.Put(wctx, key, string(val))
+			_, err := e.cli.Put(wctx, e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))
 			cancel()
 			if err == nil {
 				e.acked.Store(w)
@@ -393,6 +459,50 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// collectWatermarks deletes the watermark keys that no checkpoint needs
+// any more: those of sessions that are gone and that no unreleased
+// checkpoint names. Run once a session owns its partitions.
+func (e *Engine) collectWatermarks(ctx context.Context) {
+	wm, err := e.cli.Get(ctx, e.keys.watermarks(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(wm.Kvs) == 0 {
+		return
+	}
+	cps, err := e.cli.Get(ctx, e.keys.checkpoints(), clientv3.WithPrefix())
+	if err != nil {
+		return
+	}
+	needed := map[string]bool{}
+	for _, kv := range cps.Kvs {
+		var cp checkpoint
+		if json.Unmarshal(kv.Value, &cp) == nil && !cp.Released && cp.Session != "" {
+			needed[e.keys.watermark(cp.Node, cp.Session)] = true
+		}
+	}
+	live := map[string]bool{}
+	if ms, _, err := membership.List(ctx, e.cli, e.cfg.Prefix); err == nil {
+		for _, m := range ms {
+			live[m.ID] = true
+		}
+	} else {
+		return
+	}
+	if s := e.sess.Load(); s != nil {
+		needed[e.keys.watermark(e.cfg.NodeID, sessionID(s))] = true
+	}
+	for _, kv := range wm.Kvs {
+		key := string(kv.Key)
+		node, _, _ := strings.Cut(strings.TrimPrefix(key, e.keys.watermarks()), "/")
+		// A live node's other sessions are its own business: it may still
+		// be writing. Only keys of sessions nobody can need are removed.
+		if needed[key] || (live[node] && node != e.cfg.NodeID) {
+			continue
+		}
+		if _, err := e.cli.Delete(ctx, key); err != nil {
+			return
 		}
 	}
 }

@@ -17,6 +17,7 @@ const (
 	kindSchedule = iota // a fire of the task's schedule
 	kindRetry           // a later attempt of a failed fire
 	kindTrigger         // a fire asked for through the API
+	kindDropped         // handed over with its partition: skipped by workers
 )
 
 // Statuses of an attempt, as in API.md's execution record.
@@ -44,6 +45,7 @@ type job struct {
 	rec     uint32
 	gen     uint32
 	attempt uint16
+	part    uint16
 	kind    uint8
 }
 
@@ -210,16 +212,18 @@ func (p *pool) reset() {
 	p.ready.Broadcast()
 }
 
-// waitTaken waits until the watermark reaches through.
-func (p *pool) waitTaken(ctx context.Context, through int64) error {
-	for p.watermark.Load() < through {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
+// dropQueued marks the queued jobs for which drop returns true: workers
+// take them in turn, so the watermark's accounting stays in order, but
+// skip them. drop runs under the pool's lock.
+func (p *pool) dropQueued(drop func(j *job) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.n {
+		j := &p.q[(p.head+i)%len(p.q)]
+		if j.kind != kindDropped && drop(j) {
+			j.kind = kindDropped
 		}
 	}
-	return nil
 }
 
 // drain lets the workers finish the queue and what runs, then stop. After d
@@ -265,6 +269,10 @@ func (p *pool) work() {
 		now := p.clock.Now()
 		for i := range k {
 			j := &buf[i]
+			if j.kind == kindDropped {
+				*j = job{}
+				continue
+			}
 			p.stats.observeLag(now.UnixNano() - j.due)
 			st := p.run(j, now)
 			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}

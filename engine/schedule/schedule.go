@@ -198,6 +198,10 @@ type every struct {
 	d int64 // seconds, >= 1
 }
 
+// Period returns d: callers that need many fire times at once (a misfire
+// catch-up) compute them instead of calling Next for each.
+func (e *every) Period() time.Duration { return time.Duration(e.d) * time.Second }
+
 func (e *every) Next(t time.Time) time.Time {
 	sec := t.Unix() // floor: the nanoseconds of t are non-negative
 	if sec < minSec {

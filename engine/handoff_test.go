@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// noGap fails the test if a task's fires are not exactly one second apart.
+func noGap(t *testing.T, log *fireLog, id string) {
+	t.Helper()
+	got := log.forTask(id)
+	for j := 1; j < len(got); j++ {
+		if d := got[j].Sub(got[j-1]); d != time.Second {
+			t.Errorf("%s: fired %s then %s: a gap or a repeat", id,
+				got[j-1].Format("15:04:05.000"), got[j].Format("15:04:05.000"))
+		}
+	}
+}
+
+// A node cut off from etcd (as good as crashed) is replaced by a node with
+// the same id. The successor must resume from the dead session's
+// watermark, not from the new session's: nothing between the cut and the
+// restart may be skipped (DESIGN.md invariant 3).
+func TestEngine_CrashThenRestartWithSameIDMissesNothing(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	proxy := c.NewProxy(t)
+	small := func(c *Config) { c.Partitions = 4; c.DrainTimeout = time.Second; c.Logger = quietLogger() }
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, small)
+	putTask(t, a.e.Registry(), handlerTask("steady", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= 2 })
+
+	proxy.Cut()
+	// Same node id, its own cache: it can only join once the cut node's
+	// lease has expired, and must then pick up where that session stopped.
+	b := startNode(t, c, "", log.handler, small)
+	n := len(log.forTask("steady"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= n+2 })
+	b.stop(t)
+	noGapAllowingLead(t, log, "steady")
+	proxy.Restore() // let the cut node leave cleanly
+}
+
+// noGapAllowingLead is noGap for a crash: fires may repeat (at most the
+// bounded lead's worth), none may be missing.
+func noGapAllowingLead(t *testing.T, log *fireLog, id string) {
+	t.Helper()
+	seen := map[time.Time]bool{}
+	var first, last time.Time
+	for _, at := range log.forTask(id) {
+		seen[at] = true
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		if !seen[at] {
+			t.Errorf("%s: the fire of %s is missing", id, at.Format("15:04:05"))
+		}
+	}
+}
+
+// A node reloads its partition from a Badger cache that is older than
+// etcd: tasks were created and deleted while another node owned it. The
+// cache must be brought up to date before any task is armed: the new task
+// catches up from the partition's resume point like the cached ones, and
+// the deleted task does not fire (invariants 1, 2 and 7).
+func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	dirA := t.TempDir()
+	as := func(id string) func(*Config) {
+		return func(c *Config) { c.NodeID = id; c.Partitions = 1; c.DrainTimeout = time.Second }
+	}
+	a := startNode(t, c, dirA, log.handler, as("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("cached", "* * * * * *"))
+	putTask(t, a.e.Registry(), handlerTask("doomed", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("doomed")) >= 1 })
+	a.stop(t)
+
+	b := startNode(t, c, "", log.handler, as("node-b"))
+	putTask(t, b.e.Registry(), handlerTask("new", "* * * * * *"))
+	if err := b.e.Registry().Delete(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("new")) >= 1 })
+	b.stop(t)
+	doomed := len(log.forTask("doomed"))
+
+	// A gap in which nobody owns the partition: the next owner catches it
+	// up, under the misfire threshold.
+	time.Sleep(2 * time.Second)
+
+	a2 := startNode(t, c, dirA, log.handler, as("node-a"))
+	n := len(log.forTask("new"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("new")) >= n+3 })
+	if loads := a2.e.Stats().FullLoads; loads != 0 {
+		t.Errorf("the restart read the partition from etcd (%d full loads); the cache should have served", loads)
+	}
+	a2.stop(t)
+	if got := log.forTask("doomed"); len(got) > doomed {
+		t.Errorf("a task deleted while the node was away fired %d more times", len(got)-doomed)
+	}
+	noGap(t, log, "cached")
+	noGap(t, log, "new")
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("duplicate fires: %v", d)
+	}
+}
