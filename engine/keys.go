@@ -30,9 +30,9 @@ func (k keys) checkpoints() string          { return k.prefix + "/checkpoints/" 
 func (k keys) watermark(node, session string) string {
 	return k.prefix + "/watermarks/" + node + "/" + session
 }
-func (k keys) watermarks() string           { return k.prefix + "/watermarks/" }
-func (k keys) triggers() string             { return k.prefix + "/triggers/" }
-func (k keys) triggerPrefix(p int) string   { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }
+func (k keys) watermarks() string         { return k.prefix + "/watermarks/" }
+func (k keys) triggers() string           { return k.prefix + "/triggers/" }
+func (k keys) triggerPrefix(p int) string { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }
 func (k keys) trigger(p int, id string, at int64) string {
 	return fmt.Sprintf("%s/triggers/%05d/%d/%s", k.prefix, p, at, id)
 }
