@@ -57,9 +57,10 @@ type (
 	}
 	// triggerCmd fires a task once, outside its schedule.
 	triggerCmd struct {
-		part int
-		id   string
-		at   int64
+		part  int
+		id    string
+		at    int64
+		reply chan bool // whether the loop took it: fired, or held for its task
 	}
 	// stateCmd asks for a task's state.
 	stateCmd struct {
@@ -537,7 +538,7 @@ func (l *loop) handle(c any) {
 	case *releaseCmd:
 		c.reply <- l.releaseParts(c.parts)
 	case *triggerCmd:
-		l.trigger(c)
+		c.reply <- l.trigger(c)
 	case *stateCmd:
 		c.reply <- l.state(c.id)
 	}
@@ -703,13 +704,16 @@ type earlyTrigger struct {
 // come before the task, and one can come while its partition loads, so it
 // waits for its task (triggerWait at most). The watch and an acquire's
 // read of pending triggers can both deliver one trigger: it fires once.
-func (l *loop) trigger(c *triggerCmd) {
+func (l *loop) trigger(c *triggerCmd) bool {
+	if !l.parts[c.part].owned {
+		return false // its key stays for the owner's load to find
+	}
 	if _, fired := l.triggered[triggerKey{c.id, c.at}]; fired {
-		return
+		return true
 	}
 	for i := range l.early {
 		if l.early[i].id == c.id && l.early[i].at == c.at {
-			return
+			return true
 		}
 	}
 	now := l.cfg.Clock.Now().UnixNano()
@@ -717,6 +721,7 @@ func (l *loop) trigger(c *triggerCmd) {
 		l.early = append(l.early, earlyTrigger{triggerCmd: *c, until: now + int64(triggerWait)})
 	}
 	l.retryTriggers()
+	return true
 }
 
 // triggerNow fires c if the loop holds its task, and reports whether it did.

@@ -370,29 +370,48 @@ func (e *Engine) pendingTriggers(ctx context.Context, p int) {
 	}
 }
 
-// watchTriggers fires the triggers of the partitions this node owns.
+// watchTriggers fires the triggers of the partitions this node owns,
+// resuming after the last revision it saw when its watch breaks.
 func (e *Engine) watchTriggers(ctx context.Context) {
+	var rev int64
 	for ctx.Err() == nil {
-		wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.triggers(), clientv3.WithPrefix(),
-			clientv3.WithFilterDelete())
-		for resp := range wch {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		for resp := range e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.triggers(), opts...) {
 			if resp.Err() != nil {
 				break
 			}
 			for _, ev := range resp.Events {
 				e.fireTrigger(ctx, string(ev.Kv.Key))
+				rev = ev.Kv.ModRevision
 			}
 		}
 		sleepCtx(ctx, time.Second)
 	}
 }
 
+// fireTrigger hands a trigger to the loop and deletes its key once the
+// loop took it; a trigger of a partition in hand-over stays for the next
+// owner's load.
 func (e *Engine) fireTrigger(ctx context.Context, key string) {
 	p, at, id, ok := e.keys.parseTriggerKey(key)
 	if !ok || !e.Owns(p) {
 		return
 	}
-	if e.call(ctx, &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond)}) != nil {
+	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), reply: make(chan bool, 1)}
+	if e.call(ctx, c) != nil {
+		return
+	}
+	select {
+	case took := <-c.reply:
+		if !took {
+			return
+		}
+	case <-e.loopDone:
+		return
+	case <-ctx.Done():
 		return
 	}
 	if _, err := e.cli.Delete(ctx, key); err != nil {

@@ -95,7 +95,7 @@ func TestDecodeTask_Kinds(t *testing.T) {
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "handler", "name": "report"}}`,
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://h:8080/p?q=1", "method": "PATCH", "headers": {"Content-Type": "application/json", "X-A": "b\tc"}}}`,
 		`{"id": "` + strings.Repeat("x", 256) + `", "schedule": "H H * * *", "timezone": "America/New_York", "executor": {"type": "noop"}}`,
-		`{"id": "日本/タスク", "schedule": "@every 1s", "executor": {"type": "noop"}, "misfire": "fire_all", "concurrency": "replace", "jitter": "1h", "timeout": "24h", "catchup_window": "24h", "paused": true}`,
+		`{"id": "日本/タスク", "schedule": "@every 2h", "executor": {"type": "noop"}, "misfire": "fire_all", "concurrency": "replace", "jitter": "1h", "timeout": "24h", "catchup_window": "24h", "paused": true}`,
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "labels": {"a.b/c_d-e": "", "X": "` + strings.Repeat("v", 256) + `"}}`,
 	} {
 		task, err := DecodeTask([]byte(doc))
@@ -217,6 +217,7 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"concurrency", with(`"concurrency": "queue"`), "concurrency", `unknown policy "queue" (want allow, forbid, buffer_one or replace)`},
 		{"jitter negative", with(`"jitter": "-1s"`), "jitter", "not more than 0"},
 		{"jitter too long", with(`"jitter": "2h"`), "jitter", "2h0m0s is more than 1h0m0s"},
+		{"jitter not under the period", `{"id": "a", "schedule": "*/10 * * * * *", "executor": {"type": "noop"}, "jitter": "10s"}`, "jitter", "not shorter than the schedule's shortest interval 10s"},
 		{"paused not bool", with(`"paused": "yes"`), "paused", "want true or false, got a string"},
 		{"labels not object", with(`"labels": ["a"]`), "labels", "want an object of strings, got an array"},
 		{"label value not string", with(`"labels": {"team": 7}`), "labels.team", "want a string, got 7"},

@@ -62,7 +62,8 @@ func (t *Task) Validate() error {
 	if t.Schedule == "" {
 		return invalid("schedule", "required: a cron spec such as \"*/5 * * * *\" or a descriptor such as \"@hourly\"")
 	}
-	if _, err := schedule.Parse(t.Schedule, t.Timezone, t.ID); err != nil {
+	sched, err := schedule.Parse(t.Schedule, t.Timezone, t.ID)
+	if err != nil {
 		var se *schedule.Error
 		if errors.As(err, &se) && se.Zone {
 			return invalid("timezone", "%s", se.Error())
@@ -103,7 +104,31 @@ func (t *Task) Validate() error {
 	if err := checkDuration("jitter", t.Jitter, true, maxJitter); err != nil {
 		return err
 	}
+	if t.Jitter > 0 {
+		// A fire delayed past the next one would arm that one late, and the
+		// schedule would slide into misfires.
+		if gap := shortestGap(sched); time.Duration(t.Jitter) >= gap {
+			return invalid("jitter", "%s is not shorter than the schedule's shortest interval %s", t.Jitter, gap)
+		}
+	}
 	return checkLabels(t.Labels)
+}
+
+// shortestGap returns the shortest interval between consecutive fires of s
+// over its next 64 fires from a fixed instant: a bound that holds for
+// every schedule up to DST quirks, which jitter is small against.
+func shortestGap(s schedule.Schedule) time.Duration {
+	gap := time.Duration(1<<63 - 1)
+	t := s.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	for range 64 {
+		n := s.Next(t)
+		if n.IsZero() {
+			break
+		}
+		gap = min(gap, n.Sub(t))
+		t = n
+	}
+	return gap
 }
 
 // applyDefaults fills the fields left zero and normalizes empty collections.
