@@ -171,3 +171,62 @@ func TestServer_HelpExplainsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestCLI_AgainstRunningServer drives the built binary's client commands
+// against a running node, as a user would.
+func TestCLI_AgainstRunningServer(t *testing.T) {
+	s := newSink(t)
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "16", "--node-id", "cli-node")
+	p.waitReady(t)
+	cli := func(stdin string, args ...string) (string, string, int) {
+		return runCLI(t, stdin, append(args, "--server", p.API)...)
+	}
+	mustOK := func(stdout, stderr string, code int) string {
+		t.Helper()
+		if code != 0 {
+			t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+		}
+		return stdout
+	}
+
+	mustOK(cli("", "task", "put", "--id", "cli/every-second", "--schedule", "* * * * * *", "--url", s.URL, "--label", "team=e2e"))
+	if out := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json")); !strings.Contains(out, `"id": "cli/every-second"`) && !strings.Contains(out, `"id":"cli/every-second"`) {
+		t.Fatalf("get --output json: %s", out)
+	}
+	if out := mustOK(cli("", "task", "list", "--label", "team=e2e")); !strings.Contains(out, "cli/every-second") {
+		t.Fatalf("list: %s", out)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("cli/every-second@"); return n >= 2 })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		out, _, code := cli("", "task", "history", "cli/every-second")
+		return code == 0 && strings.Contains(out, "ok")
+	})
+	mustOK(cli("", "task", "pause", "cli/every-second"))
+	mustOK(cli("", "task", "resume", "cli/every-second"))
+	mustOK(cli("", "task", "trigger", "cli/every-second"))
+
+	lines := `{"id": "cli/imported-1", "schedule": "@hourly", "executor": {"type": "noop"}}
+{"id": "cli/broken", "schedule": "61 * * * *", "executor": {"type": "noop"}}
+{"id": "cli/imported-2", "schedule": "@daily", "executor": {"type": "noop"}}
+`
+	out, stderr, code := cli(lines, "import", "-", "--quiet")
+	if code != 1 || !strings.Contains(stderr+out, "line 2") || !strings.Contains(out, "imported 2 tasks, 1 error") {
+		t.Fatalf("import with a bad line: exit %d\nstdout: %s\nstderr: %s", code, out, stderr)
+	}
+	if out, _, code := cli(lines, "import", "-", "--quiet"); code != 1 || !strings.Contains(out, "imported 2 tasks") {
+		t.Fatalf("importing the same lines twice: exit %d: %s", code, out)
+	}
+	if out := mustOK(cli("", "nodes")); !strings.Contains(out, "cli-node") {
+		t.Fatalf("nodes: %s", out)
+	}
+	mustOK(cli("", "task", "delete", "cli/every-second"))
+	if _, stderr, code := cli("", "task", "get", "cli/every-second"); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("get after delete: exit %d: %s", code, stderr)
+	}
+	if out, _, code := runCLI(t, "", "version"); code != 0 || !strings.HasPrefix(out, "shardcron ") {
+		t.Fatalf("version: exit %d: %s", code, out)
+	}
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}
