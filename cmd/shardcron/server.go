@@ -114,6 +114,10 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see --help)\n", fs.Arg(0))
 		return 2
 	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		return 2
+	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
@@ -127,6 +131,33 @@ func runServer(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// check refuses flag values that the engine would otherwise take as "use
+// the default": an explicit --partitions 0 is a mistake, not a request.
+func (f *serverFlags) check() error {
+	switch {
+	case f.partitions < 1 || f.partitions > 65536:
+		return fmt.Errorf("--partitions must be between 1 and 65536, got %d", f.partitions)
+	case f.replication < 2:
+		return fmt.Errorf("--replication must be at least 2, got %d", f.replication)
+	case f.load <= 1:
+		return fmt.Errorf("--load must be more than 1, got %v", f.load)
+	case f.workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", f.workers)
+	case f.queue < 1:
+		return fmt.Errorf("--queue must be at least 1, got %d", f.queue)
+	case f.leaseTTL <= 0 || f.tick <= 0 || f.misfire <= 0 || f.historyTTL <= 0:
+		return errors.New("--lease-ttl, --tick, --misfire-threshold and --history-ttl must be positive")
+	case f.startTimeout <= 0 || f.drainTimeout < 0 || f.shutdownTO < 0:
+		return errors.New("--start-timeout must be positive, --drain-timeout and --shutdown-timeout not negative")
+	}
+	switch f.history {
+	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
+	default:
+		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
+	}
+	return nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -146,12 +177,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 
 // serve runs a node until ctx ends, then shuts it down in order.
 func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
-	switch f.history {
-	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
-	default:
-		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
-	}
-
 	// Listen first: a busy port is the most common start-up error.
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

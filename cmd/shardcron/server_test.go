@@ -144,13 +144,18 @@ func TestServer_StartupErrors(t *testing.T) {
 	})
 	t.Run("bad flags", func(t *testing.T) {
 		for _, args := range [][]string{
-			{"server", "--history", "sometimes"},
-			{"server", "--log-format", "xml"},
-			{"server", "--partitions", "0", "--data-dir", t.TempDir()},
-			{"server", "extra"},
+			{"--history", "sometimes"},
+			{"--log-format", "xml"},
+			{"--partitions", "0"},
+			{"--workers", "-1"},
+			{"--load", "1"},
+			{"extra"},
 		} {
-			_, stderr, code := runCLI(t, "", args...)
-			if code == 0 || stderr == "" {
+			// A usage error exits 2 at once, before it listens or opens
+			// anything.
+			all := append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, args...)
+			_, stderr, code := runCLI(t, "", all...)
+			if code != 2 || stderr == "" {
 				t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 			}
 		}
