@@ -39,10 +39,7 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
 	}
-	key, err := profileKey(&t)
-	if err != nil {
-		return taskDef{}, err
-	}
+	key := profileKey(&t)
 	prof := d.profs[key]
 	if prof == nil {
 		if prof, err = d.e.execs.newProfile(key, &t); err != nil {

@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
 	"fmt"
 	"net/http"
 	"time"
@@ -33,21 +36,43 @@ type profile struct {
 	jitter      time.Duration
 }
 
-// profileView is the part of a task a profile is built from.
-type profileView struct {
-	Executor      Executor          `json:"e"`
-	Timeout       Duration          `json:"t"`
-	Retry         Retry             `json:"r"`
-	Misfire       MisfirePolicy     `json:"m"`
-	CatchupWindow Duration          `json:"c"`
-	Concurrency   ConcurrencyPolicy `json:"k"`
-	Jitter        Duration          `json:"j"`
-}
-
-// profileKey returns the intern key of a task's profile.
-func profileKey(t *Task) (string, error) {
-	b, err := json.Marshal(profileView{t.Executor, t.Timeout, t.Retry, t.Misfire, t.CatchupWindow, t.Concurrency, t.Jitter})
-	return string(b), err
+// profileKey returns the intern key of a task's profile: its executor
+// and policies, length-prefixed so that no two profiles share a key. Built
+// by hand: loading a partition computes one per task.
+func profileKey(t *Task) string {
+	var b []byte
+	str := func(s string) {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	strMap := func(m map[string]string) {
+		b = strconv.AppendInt(b, int64(len(m)), 10)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			str(k)
+			str(m[k])
+		}
+	}
+	x := &t.Executor
+	str(string(x.Type))
+	str(x.URL)
+	str(x.Method)
+	strMap(x.Headers)
+	str(x.Body)
+	b = strconv.AppendInt(b, int64(len(x.Command)), 10)
+	for _, a := range x.Command {
+		str(a)
+	}
+	strMap(x.Env)
+	str(x.Name)
+	str(string(x.Payload))
+	for _, d := range []Duration{t.Timeout, t.Retry.Backoff, t.Retry.MaxBackoff, t.CatchupWindow, t.Jitter} {
+		b = strconv.AppendInt(append(b, ','), int64(d), 10)
+	}
+	b = strconv.AppendInt(append(b, ','), int64(t.Retry.MaxAttempts), 10)
+	str(string(t.Misfire))
+	str(string(t.Concurrency))
+	return string(b)
 }
 
 // executors builds the executors of profiles: it holds what they share.

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -33,8 +34,9 @@ type textKey struct{ resolved, zone string }
 // interned. There are few in practice (H specs multiply them by at most the
 // number of values of their H fields: "H * * * *" yields at most 60).
 type Table struct {
-	mu     sync.Mutex               // guards byText, byKey and growth of chunks
+	mu     sync.Mutex               // guards byText, byRaw, byKey and growth of chunks
 	byText map[textKey]Handle       // resolved text and zone -> handle
+	byRaw  map[textKey]Handle       // text as given, without H fields, and zone -> handle
 	byKey  map[key]Handle           // equivalent schedules -> handle
 	next   Handle                   // the next handle to issue, under mu
 	chunks atomic.Pointer[[]*chunk] // copied on growth, so Get needs no lock
@@ -50,6 +52,18 @@ func NewTable() *Table { return &Table{} }
 // "0 0 * * * *", "@hourly"); @every schedules are shared across zones,
 // which they ignore. Errors are those of Parse; nothing is added then.
 func (t *Table) Intern(spec, zone, taskID string) (Handle, error) {
+	// A spec without H fields means the same for every task: found by its
+	// text alone, it needs no parsing (a partition load interns one spec
+	// per task).
+	raw := !strings.ContainsRune(spec, 'H')
+	if raw {
+		t.mu.Lock()
+		h, ok := t.byRaw[textKey{resolved: spec, zone: zone}]
+		t.mu.Unlock()
+		if ok {
+			return h, nil
+		}
+	}
 	p, err := parseSpec(spec, taskID)
 	if err != nil {
 		return 0, err
@@ -84,6 +98,7 @@ func (t *Table) Intern(spec, zone, taskID string) (Handle, error) {
 	if t.byText == nil {
 		t.byText = make(map[textKey]Handle)
 		t.byKey = make(map[key]Handle)
+		t.byRaw = make(map[textKey]Handle)
 	}
 	h, ok = t.byKey[k]
 	if !ok {
@@ -91,6 +106,9 @@ func (t *Table) Intern(spec, zone, taskID string) (Handle, error) {
 		t.byKey[k] = h
 	}
 	t.byText[tk] = h
+	if raw {
+		t.byRaw[textKey{resolved: spec, zone: zone}] = h
+	}
 	return h, nil
 }
 
