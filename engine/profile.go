@@ -3,11 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/shardcron/shardcron/engine/executor"
