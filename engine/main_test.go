@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -75,41 +73,7 @@ type testNode struct {
 // temp dir when empty), registers h as handler "h", and waits until ready.
 func startNode(t *testing.T, c *etcdtest.Cluster, dir string, h HandlerFunc, tweak func(*Config)) *testNode {
 	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	scfg := store.DefaultConfig(dir)
-	st, err := store.Open(scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig("node-1")
-	cfg.Partitions = 16
-	cfg.LeaseTTL = 2 * time.Second
-	cfg.Workers = 8
-	cfg.Queue = 4096
-	cfg.BatchSize = 1024
-	cfg.DrainTimeout = 5 * time.Second
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	e, err := New(cfg, c.Client, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h != nil {
-		e.Handle("h", h)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n := &testNode{e: e, store: st, dir: dir}
-	t.Cleanup(func() { n.stop(t) })
-	etcdtest.WaitFor(t, 20*time.Second, e.Ready)
-	return n
+	return startNodeOn(t, c.Client, dir, h, tweak)
 }
 
 func (n *testNode) stop(t *testing.T) {
