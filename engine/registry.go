@@ -446,20 +446,39 @@ func (r *Registry) encode(t *Task, old *mvccpb.KeyValue) (val []byte, same bool,
 		if json.Unmarshal(old.Value, &prev) == nil {
 			s.CreatedAt = prev.CreatedAt
 			s.UpdatedAt = prev.UpdatedAt
-			if v, err := json.Marshal(&s); err == nil && bytes.Equal(v, old.Value) {
+			if v, err := marshalStored(&s); err == nil && bytes.Equal(v, old.Value) {
 				return old.Value, true, nil
 			}
 			s.UpdatedAt = now
 		}
 	}
-	val, err = json.Marshal(&s)
+	val, err = marshalStored(&s)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode task %q: %w", t.ID, err)
 	}
-	if len(val) > MaxTaskSize+4096 {
-		return nil, false, invalid("", "task is %d bytes of JSON as stored, more than the limit", len(val))
+	// What is stored comes back with the fields responses add, and a client
+	// may PUT back what it got: that must fit DecodeTask's limit too.
+	if len(val)+responseRoom > MaxTaskSize {
+		return nil, false, invalid("", "task is %d bytes of JSON as stored (with its defaults); with the %d bytes responses add it exceeds the limit of %d (64 KiB)",
+			len(val), responseRoom, MaxTaskSize)
 	}
 	return val, false, nil
+}
+
+// responseRoom is what a response adds to a stored task at most: partition,
+// version and the owner's state.
+const responseRoom = 1024
+
+// marshalStored encodes a task as the registry stores it: without HTML
+// escaping, so that "<" stays one byte, as the API answers it.
+func marshalStored(t *Task) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // decode turns a stored task into the API's form.

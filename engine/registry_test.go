@@ -365,3 +365,38 @@ func TestRegistry(t *testing.T) {
 		openRegistry(t, c.Client, "/fixed") // 16 still opens
 	})
 }
+
+// A task stored close to the size limit must come back in a form that can
+// be PUT back: what responses add (partition, version, state) and what the
+// registry adds (defaults, times) must not push it over DecodeTask's limit.
+func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
+	c := etcdtest.Start(t)
+	r, err := OpenRegistry(context.Background(), c.Client, "", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range []string{
+		strings.Repeat("x", MaxTaskSize-4096), strings.Repeat("x", MaxTaskSize-1500), strings.Repeat("x", MaxTaskSize-600),
+		strings.Repeat("<", MaxTaskSize-1500), // HTML-escaped, it would be six times longer
+	} {
+		size := len(body)
+		task := &Task{ID: fmt.Sprintf("large-%d", i), Schedule: "@hourly",
+			Executor: Executor{Type: ExecutorHTTP, URL: "http://x/", Body: body}}
+		got, err := r.Put(context.Background(), task, PutOptions{})
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("size %d: %v", size, err)
+			}
+			continue // refused as a whole: fine, nothing to round-trip
+		}
+		got.State = &TaskState{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40}
+		b, err := marshalStored(got) // as the API answers: no HTML escaping
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeTask(b); err != nil {
+			t.Errorf("size %d: a stored task's response (%d bytes) cannot be PUT back: %v", size, len(b), err)
+		}
+	}
+}
