@@ -78,15 +78,8 @@ func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 	}
 	defer s.ops.Done()
 	err := s.db.Update(func(txn *badger.Txn) error {
-		for _, kv := range puts {
-			if err := txn.Set(taskKey(p, kv.ID), kv.Value); err != nil {
-				return err
-			}
-		}
-		for _, id := range deletes {
-			if err := txn.Delete(taskKey(p, id)); err != nil {
-				return err
-			}
+		if err := writeTasks(txn, p, puts, deletes); err != nil {
+			return err
 		}
 		return txn.Set(revisionKey(p), encodeRevision(rev))
 	})
@@ -105,25 +98,10 @@ func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 func (s *Store) applySplit(p uint32, rev int64, puts []KV, deletes []string) error {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
-	for _, kv := range puts {
-		if err := wb.Set(taskKey(p, kv.ID), kv.Value); err != nil {
-			return err
-		}
-	}
-	for _, id := range deletes {
-		if err := wb.Delete(taskKey(p, id)); err != nil {
-			return err
-		}
-	}
-	if err := wb.Flush(); err != nil {
+	if err := writeTasks(wb, p, puts, deletes); err != nil {
 		return err
 	}
-	if s.cfg.beforeRevision != nil {
-		if err := s.cfg.beforeRevision(); err != nil {
-			return err
-		}
-	}
-	return s.setRevision(p, rev)
+	return s.flushThenRevision(wb, p, rev)
 }
 
 // Reset replaces everything cached for p by tasks (the result of a full
@@ -156,10 +134,8 @@ func (s *Store) Reset(p uint32, rev int64, tasks []KV) error {
 			}
 		}
 		it.Close()
-		for _, kv := range tasks {
-			if err := txn.Set(taskKey(p, kv.ID), kv.Value); err != nil {
-				return err
-			}
+		if err := writeTasks(txn, p, tasks, nil); err != nil {
+			return err
 		}
 		return txn.Set(revisionKey(p), encodeRevision(rev))
 	})
@@ -200,11 +176,39 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 	if err != nil {
 		return err
 	}
-	for _, kv := range tasks {
-		if err := wb.Set(taskKey(p, kv.ID), kv.Value); err != nil {
+	if err := writeTasks(wb, p, tasks, nil); err != nil {
+		return err
+	}
+	return s.flushThenRevision(wb, p, rev)
+}
+
+// taskWriter is what Apply and Reset write tasks through: the one
+// transaction when the changes fit in it, else a WriteBatch.
+type taskWriter interface {
+	Set(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// writeTasks writes puts, then deletes deletes, all in p; puts first so
+// that an id in both ends up deleted, as Apply promises.
+func writeTasks(w taskWriter, p uint32, puts []KV, deletes []string) error {
+	for _, kv := range puts {
+		if err := w.Set(taskKey(p, kv.ID), kv.Value); err != nil {
 			return err
 		}
 	}
+	for _, id := range deletes {
+		if err := w.Delete(taskKey(p, id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushThenRevision ends a split Apply or Reset: the revision is written
+// only once every change in wb is, so that a crash in between leaves p
+// behind its tasks (replayed from the old revision), never ahead of them.
+func (s *Store) flushThenRevision(wb *badger.WriteBatch, p uint32, rev int64) error {
 	if err := wb.Flush(); err != nil {
 		return err
 	}

@@ -406,53 +406,52 @@ func TestOutput_Tables(t *testing.T) {
 		ID: "b", Schedule: "@daily", Timezone: "UTC", Paused: true, Version: 9, Partition: &p,
 		Executor: engine.Executor{Type: engine.ExecutorExec, Command: []string{"/bin/echo", "a b"}},
 	}}
-	var b bytes.Buffer
-	if err := writeTaskTable(&b, tasks); err != nil {
-		t.Fatal(err)
-	}
-	want := "" +
-		"ID                  SCHEDULE       TZ             EXECUTOR                        PAUSED  NEXT FIRE             VERSION\n" +
-		"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://10.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
-		"b                   @daily         UTC            exec /bin/echo \"a b\"            yes     -                     9\n"
-	if b.String() != want {
-		t.Errorf("task table:\n%s\nwant:\n%s", b.String(), want)
-	}
-
-	b.Reset()
 	execs := []store.Execution{{
 		TaskID: "a", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond), FinishedAt: at.Add(1503 * time.Millisecond),
 		Attempt: 2, Node: "n1", Status: store.StatusFailed, Error: "HTTP 500:\nboom",
 	}, {TaskID: "a", ScheduledAt: at.Add(-time.Minute + 250*time.Millisecond), Attempt: 1, Node: "n2", Status: store.StatusSkipped}}
-	if err := writeHistoryTable(&b, execs); err != nil {
-		t.Fatal(err)
-	}
-	want = "" +
-		"SCHEDULED                ATTEMPT  STATUS   NODE  DURATION  ERROR\n" +
-		"2025-12-02T14:05:00Z     2        failed   n1    1.5s      HTTP 500: boom\n" +
-		"2025-12-02T14:04:00.25Z  1        skipped  n2    -         -\n"
-	if b.String() != want {
-		t.Errorf("history table:\n%s\nwant:\n%s", b.String(), want)
-	}
-
-	b.Reset()
 	nodes := []api.Node{
 		{ID: "n1", APIAddr: "10.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
 		{ID: "n2", APIAddr: "10.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
 		{ID: "n3", Partitions: 0, Error: "timeout"},
 	}
-	if err := writeNodesTable(&b, nodes); err != nil {
-		t.Fatal(err)
-	}
-	want = "" +
-		"ID  ADDR           VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
-		"n1  10.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
-		"n2  10.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
-		"n3  -              -        -                     0           -      -        no answer\n"
-	if b.String() != want {
-		t.Errorf("nodes table:\n%s\nwant:\n%s", b.String(), want)
+	for _, tt := range []struct {
+		name  string
+		write func(io.Writer) error
+		want  string
+	}{{
+		name:  "task table",
+		write: func(w io.Writer) error { return writeTaskTable(w, tasks) },
+		want: "" +
+			"ID                  SCHEDULE       TZ             EXECUTOR                        PAUSED  NEXT FIRE             VERSION\n" +
+			"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://10.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
+			"b                   @daily         UTC            exec /bin/echo \"a b\"            yes     -                     9\n",
+	}, {
+		name:  "history table",
+		write: func(w io.Writer) error { return writeHistoryTable(w, execs) },
+		want: "" +
+			"SCHEDULED                ATTEMPT  STATUS   NODE  DURATION  ERROR\n" +
+			"2025-12-02T14:05:00Z     2        failed   n1    1.5s      HTTP 500: boom\n" +
+			"2025-12-02T14:04:00.25Z  1        skipped  n2    -         -\n",
+	}, {
+		name:  "nodes table",
+		write: func(w io.Writer) error { return writeNodesTable(w, nodes) },
+		want: "" +
+			"ID  ADDR           VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
+			"n1  10.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
+			"n2  10.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
+			"n3  -              -        -                     0           -      -        no answer\n",
+	}} {
+		var b bytes.Buffer
+		if err := tt.write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != tt.want {
+			t.Errorf("%s:\n%s\nwant:\n%s", tt.name, b.String(), tt.want)
+		}
 	}
 
-	b.Reset()
+	var b bytes.Buffer
 	task := *tasks[0]
 	task.Labels = map[string]string{"tier": "1", "team": "billing"}
 	task.Executor.Headers = map[string]string{"X-Team": "billing"}

@@ -113,6 +113,20 @@ func (c *command) endedFlags(consumed []string) bool {
 	return false // "--" was that flag's value
 }
 
+// parseClient is parse for a command that takes the client flags cf: it
+// also applies their environment defaults and checks them, so that a bad
+// --server or --output is a usage error before anything is sent.
+func (c *command) parseClient(args []string, cf *clientFlags) (pos []string, code int, done bool) {
+	pos, code, done = c.parse(args)
+	if done {
+		return nil, code, true
+	}
+	if msg := cf.resolve(c); msg != "" {
+		return nil, c.usageError("%s", msg), true
+	}
+	return pos, 0, false
+}
+
 // usageError prints a command-line error and how to get help, and returns
 // the usage exit code.
 func (c *command) usageError(format string, args ...any) int {

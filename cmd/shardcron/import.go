@@ -72,12 +72,9 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c.fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	c.fs.BoolVar(&quiet, "q", false, "alias of --quiet")
 	cf.register(c)
-	pos, code, done := c.parse(args)
+	pos, code, done := c.parseClient(args, &cf)
 	if done {
 		return code
-	}
-	if msg := cf.resolve(c); msg != "" {
-		return c.usageError("%s", msg)
 	}
 	switch {
 	case len(pos) == 0:

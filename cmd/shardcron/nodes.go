@@ -29,12 +29,9 @@ func runNodes(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron nodes", nodesHelp, stdout, stderr)
 	var cf clientFlags
 	cf.register(c)
-	pos, code, done := c.parse(args)
+	pos, code, done := c.parseClient(args, &cf)
 	if done {
 		return code
-	}
-	if msg := cf.resolve(c); msg != "" {
-		return c.usageError("%s", msg)
 	}
 	if len(pos) > 0 {
 		return c.usageError("unexpected argument %q", pos[0])

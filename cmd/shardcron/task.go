@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -90,17 +91,23 @@ func taskID(c *command, pos []string) (string, int, bool) {
 // subject names a task in error messages: `task "billing/invoice-42"`.
 func subject(id string) string { return "task " + strconv.Quote(id) }
 
-// simpleTaskCommand parses the arguments of a subcommand that takes one
-// task id and the client flags.
-func simpleTaskCommand(c *command, cf *clientFlags, args []string) (string, int, bool) {
-	pos, code, done := c.parse(args)
+// onTask runs a subcommand that takes one task id and the client flags
+// (registered after c's own): it parses args, then calls do with the id and
+// the context of the one request do makes, and returns do's exit code.
+func onTask(c *command, args []string, do func(ctx context.Context, cf *clientFlags, id string) int) int {
+	var cf clientFlags
+	cf.register(c)
+	pos, code, done := c.parseClient(args, &cf)
 	if done {
-		return "", code, false
+		return code
 	}
-	if msg := cf.resolve(c); msg != "" {
-		return "", c.usageError("%s", msg), false
+	id, code, ok := taskID(c, pos)
+	if !ok {
+		return code
 	}
-	return taskID(c, pos)
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	return do(ctx, &cf, id)
 }
 
 // printResult prints a command's result: v as JSON with --output json,
@@ -331,12 +338,9 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var p putFlags
 	p.register(c)
 	cf.register(c)
-	pos, code, done := c.parse(args)
+	pos, code, done := c.parseClient(args, &cf)
 	if done {
 		return code
-	}
-	if msg := cf.resolve(c); msg != "" {
-		return c.usageError("%s", msg)
 	}
 	if len(pos) > 0 {
 		return c.usageError("unexpected argument %q (the task comes from -f FILE or from flags)", pos[0])
@@ -451,19 +455,13 @@ Example:
 
 func taskGet(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task get", taskGetHelp, stdout, stderr)
-	var cf clientFlags
-	cf.register(c)
-	id, code, ok := simpleTaskCommand(c, &cf, args)
-	if !ok {
-		return code
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	t, err := cf.client().GetTask(ctx, id)
-	if err != nil {
-		return cf.fail(c, subject(id), err)
-	}
-	return printResult(c, &cf, t, func(w io.Writer) error { return writeTaskDetail(w, t) })
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		t, err := cf.client().GetTask(ctx, id)
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		return printResult(c, cf, t, func(w io.Writer) error { return writeTaskDetail(w, t) })
+	})
 }
 
 // --- task list --------------------------------------------------------------
@@ -495,12 +493,9 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
 	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
 	cf.register(c)
-	pos, code, done := c.parse(args)
+	pos, code, done := c.parseClient(args, &cf)
 	if done {
 		return code
-	}
-	if msg := cf.resolve(c); msg != "" {
-		return c.usageError("%s", msg)
 	}
 	if len(pos) > 0 {
 		return c.usageError("unexpected argument %q (filter with --prefix or --label)", pos[0])
@@ -554,24 +549,18 @@ Example:
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
-	var cf clientFlags
-	cf.register(c)
-	id, code, ok := simpleTaskCommand(c, &cf, args)
-	if !ok {
-		return code
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	if err := cf.client().DeleteTask(ctx, id); err != nil {
-		return cf.fail(c, subject(id), err)
-	}
-	out := struct {
-		ID      string `json:"id"`
-		Deleted bool   `json:"deleted"`
-	}{id, true}
-	return printResult(c, &cf, out, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "deleted %s\n", subject(id))
-		return err
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		if err := cf.client().DeleteTask(ctx, id); err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		out := struct {
+			ID      string `json:"id"`
+			Deleted bool   `json:"deleted"`
+		}{id, true}
+		return printResult(c, cf, out, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "deleted %s\n", subject(id))
+			return err
+		})
 	})
 }
 
@@ -601,28 +590,22 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 		name, help, verb = "shardcron task pause", taskPauseHelp, "paused"
 	}
 	c := newCommand(name, help, stdout, stderr)
-	var cf clientFlags
-	cf.register(c)
-	id, code, ok := simpleTaskCommand(c, &cf, args)
-	if !ok {
-		return code
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	cl := cf.client()
-	var t *engine.Task
-	var err error
-	if pause {
-		t, err = cl.Pause(ctx, id)
-	} else {
-		t, err = cl.Resume(ctx, id)
-	}
-	if err != nil {
-		return cf.fail(c, subject(id), err)
-	}
-	return printResult(c, &cf, t, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s %s: version %d\n", verb, subject(id), t.Version)
-		return err
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		cl := cf.client()
+		var t *engine.Task
+		var err error
+		if pause {
+			t, err = cl.Pause(ctx, id)
+		} else {
+			t, err = cl.Resume(ctx, id)
+		}
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		return printResult(c, cf, t, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%s %s: version %d\n", verb, subject(id), t.Version)
+			return err
+		})
 	})
 }
 
@@ -640,24 +623,18 @@ Example:
 
 func taskTrigger(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
-	var cf clientFlags
-	cf.register(c)
-	id, code, ok := simpleTaskCommand(c, &cf, args)
-	if !ok {
-		return code
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	at, err := cf.client().Trigger(ctx, id)
-	if err != nil {
-		return cf.fail(c, subject(id), err)
-	}
-	out := struct {
-		ScheduledAt string `json:"scheduled_at"`
-	}{at.UTC().Format("2006-01-02T15:04:05.000Z07:00")} // as the API writes it
-	return printResult(c, &cf, out, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "triggered %s: scheduled at %s\n", subject(id), formatTime(at))
-		return err
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		at, err := cf.client().Trigger(ctx, id)
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		out := struct {
+			ScheduledAt string `json:"scheduled_at"`
+		}{at.UTC().Format("2006-01-02T15:04:05.000Z07:00")} // as the API writes it
+		return printResult(c, cf, out, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "triggered %s: scheduled at %s\n", subject(id), formatTime(at))
+			return err
+		})
 	})
 }
 
@@ -678,28 +655,22 @@ const defaultHistoryLimit = 20
 
 func taskHistory(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task history", taskHistoryHelp, stdout, stderr)
-	var cf clientFlags
 	var limit int
 	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, "records to show, at most")
-	cf.register(c)
-	id, code, ok := simpleTaskCommand(c, &cf, args)
-	if !ok {
-		return code
-	}
-	if limit < 1 {
-		return c.usageError("--limit: %d is less than 1", limit)
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	execs, err := cf.client().History(ctx, id, limit)
-	if err != nil {
-		return cf.fail(c, subject(id), err)
-	}
-	if execs == nil {
-		execs = []store.Execution{}
-	}
-	out := struct {
-		Executions []store.Execution `json:"executions"`
-	}{execs}
-	return printResult(c, &cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		if limit < 1 {
+			return c.usageError("--limit: %d is less than 1", limit)
+		}
+		execs, err := cf.client().History(ctx, id, limit)
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		if execs == nil {
+			execs = []store.Execution{}
+		}
+		out := struct {
+			Executions []store.Execution `json:"executions"`
+		}{execs}
+		return printResult(c, cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
+	})
 }
