@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -62,6 +61,8 @@ type (
 		at    int64
 		reply chan bool // whether the loop took it: fired, or held for its task
 	}
+	// throughCmd asks for the dispatch point.
+	throughCmd struct{ reply chan int64 }
 	// stateCmd asks for a task's state.
 	stateCmd struct {
 		id    string
@@ -109,7 +110,6 @@ type loop struct {
 	cmds    chan any
 
 	through  int64 // every fire the wheel released up to here was handed to the pool
-	floor    int64 // the earliest timer armed at or before through and not released yet
 	expired  []timerwheel.Expired
 	jobs     []job
 	unpushed []job // jobs the full queue did not take yet
@@ -132,7 +132,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, st *stats, history *st
 		cfg: cfg, wheel: w, tab: newTaskTable(), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
 		pool: p, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan any, 256), through: now, floor: math.MaxInt64, triggered: make(map[triggerKey]int64),
+		cmds: make(chan any, 256), through: now, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 	}
 }
@@ -220,13 +220,12 @@ func (l *loop) dispatch() bool {
 	limit := min(l.cfg.BatchSize, free)
 	l.expired = l.wheel.Advance(target, limit, l.expired[:0])
 	full := len(l.expired) == limit
-	through := target
+	// The wheel releases whole ticks: every timer due up to the start of
+	// its current tick is out, unless the batch was cut, in which case the
+	// current tick may hold more, some due before its start.
+	through := l.wheel.Now()
 	if full {
-		// The current tick may hold more: only the ticks before it are
-		// done, and a timer of this tick may be due before its start.
-		through = l.wheel.Now() - int64(l.cfg.Tick)
-	} else {
-		l.floor = math.MaxInt64 // every past-due timer was released
+		through -= int64(l.cfg.Tick)
 	}
 	// Dispatch first, then compute next times (DESIGN.md facts).
 	l.jobs = l.jobs[:0]
@@ -243,17 +242,18 @@ func (l *loop) dispatch() bool {
 	return full
 }
 
-// publishable is the watermark the loop may claim: its dispatch point,
-// held back before any timer armed at or before it and not released yet
-// (a partition resumed after a gap, a fire_all catch-up). A fire waiting
-// in pending (buffer_one) does not hold it back: it is in flight with the
-// fire it waits for and is lost with it if the node dies, while holding
-// the watermark would hold the bounded lead, and with it every task of the
-// node, for as long as that fire runs. A release hands it over instead
-// (releaseParts).
-func (l *loop) publishable() int64 {
-	return min(l.through, l.floor-1)
-}
+// publishable is the watermark the loop may claim: its dispatch point.
+//
+// A timer armed at or before it (a partition resumed after a gap, a
+// fire_all catch-up) is released at the next dispatch: an acquire waits
+// until the watermark passes the point where it armed its partition before
+// it names its session in the checkpoint (see Engine.acquire), and a
+// fire_all chain is a misfire decision (engine doc). A fire waiting in
+// pending (buffer_one) does not hold it back: it is in flight with the
+// fire it waits for, and holding the watermark would hold the bounded lead,
+// and with it every task of the node, for as long as that fire runs. A
+// release hands both over (releaseParts).
+func (l *loop) publishable() int64 { return l.through }
 
 // pushJobs hands l.jobs to the pool after any jobs still waiting for room,
 // so that the queue stays in order; what does not fit waits in unpushed.
@@ -424,11 +424,7 @@ func (l *loop) arm(i uint32, r *record, n int64) {
 		l.wheel.Cancel(i)
 		return
 	}
-	due := n + l.delay(r, n)
-	if due <= l.through {
-		l.floor = min(l.floor, due)
-	}
-	l.wheel.Schedule(i, due)
+	l.wheel.Schedule(i, n+l.delay(r, n))
 }
 
 // delay is the task's jitter for the fire at n: deterministic per (id, n),
@@ -541,6 +537,8 @@ func (l *loop) handle(c any) {
 		c.reply <- l.trigger(c)
 	case *stateCmd:
 		c.reply <- l.state(c.id)
+	case *throughCmd:
+		c.reply <- l.through
 	}
 	l.tasks.Store(int64(l.tab.n))
 }

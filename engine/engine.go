@@ -42,13 +42,15 @@ type Engine struct {
 	execs    *executors
 	stats    stats
 
-	sess     atomic.Pointer[membership.Session]
-	acked    atomic.Int64 // the node watermark etcd last acknowledged
-	ackCh    chan struct{}
-	ready    atomic.Bool
-	owned    []atomic.Bool // partitions owned, for trigger routing and the API
-	loads    atomic.Uint64 // full range reads of a partition
-	requests *RequestCounter
+	sess       atomic.Pointer[membership.Session]
+	acked      atomic.Int64 // the node watermark etcd last acknowledged
+	ackCh      chan struct{}
+	ready      atomic.Bool
+	owned      []atomic.Bool // partitions owned, for trigger routing and the API
+	loads      atomic.Uint64 // full range reads of a partition
+	uncached   []atomic.Bool // partitions whose Badger cache was dropped until their next range read
+	progressAt atomic.Int64  // when a watch progress request was last sent, unix ns
+	requests   *RequestCounter
 
 	pool *pool
 	loop *loop
@@ -82,15 +84,16 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:    cfg,
-		log:    cfg.Logger.With("node", cfg.NodeID),
-		cli:    cli,
-		store:  st,
-		keys:   newKeys(cfg.Prefix),
-		ring:   r,
-		scheds: schedule.NewTable(),
-		ackCh:  make(chan struct{}, 1),
-		owned:  make([]atomic.Bool, cfg.Partitions),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		cli:      cli,
+		store:    st,
+		keys:     newKeys(cfg.Prefix),
+		ring:     r,
+		scheds:   schedule.NewTable(),
+		ackCh:    make(chan struct{}, 1),
+		owned:    make([]atomic.Bool, cfg.Partitions),
+		uncached: make([]atomic.Bool, cfg.Partitions),
 	}
 	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec}
 	if cfg.Version != "" {

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,4 +115,53 @@ func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
 	if d := log.duplicates(); len(d) > 0 {
 		t.Errorf("duplicate fires: %v", d)
 	}
+}
+
+// A node that took over a crashed node's partition is cut off while it
+// still loads it. Until its watermark covers the partition's catch-up, its
+// checkpoint must not point successors at that watermark (which covers its
+// other work, not this partition): the next owner resumes from the dead
+// owner's point and misses nothing.
+func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	one := func(id string) func(*Config) {
+		return func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1; cfg.MisfireThreshold = time.Minute }
+	}
+	pa, pb := c.NewProxy(t), c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, pa.Endpoint()), "", log.handler, one("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("steady", "* * * * * *"))
+	// Ballast, so that loading the partition takes a while.
+	var ballast []*Task
+	for i := range 20000 {
+		ballast = append(ballast, &Task{ID: fmt.Sprintf("ballast-%05d", i), Schedule: "0 0 0 1 1 *", Executor: Executor{Type: ExecutorNoop}})
+	}
+	for chunk := range slices.Chunk(ballast, 1000) {
+		if _, _, err := a.e.Registry().PutBatch(context.Background(), chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= 2 })
+	pa.Cut() // A is as good as crashed
+
+	b := startNodeOn(t, c.NewClient(t, pb.Endpoint()), "", log.handler, func(cfg *Config) {
+		one("node-b")(cfg)
+		cfg.Logger = quietLogger()
+	}, noWait)
+	cpKey := newKeys("").checkpoint(0)
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		r, err := c.Client.Get(context.Background(), cpKey)
+		var cp checkpoint
+		return err == nil && len(r.Kvs) > 0 && json.Unmarshal(r.Kvs[0].Value, &cp) == nil && cp.Node == "node-b"
+	})
+	pb.Cut() // B is cut off while it loads
+	etcdtest.WaitFor(t, 10*time.Second, b.e.Fenced)
+
+	cn := startNode(t, c, "", log.handler, one("node-c"))
+	n := len(log.forTask("steady"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= n+2 })
+	cn.stop(t)
+	noGapAllowingLead(t, log, "steady")
+	pa.Restore()
+	pb.Restore()
 }

@@ -81,9 +81,15 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
+// nodeOpt changes how startNodeOn starts a node.
+type nodeOpt int
+
+// noWait: return once the node started, without waiting until it is ready.
+const noWait nodeOpt = 1
+
 // startNodeOn is startNode with the node's own etcd client, e.g. one that
 // goes through an etcdtest.Proxy.
-func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, tweak func(*Config)) *testNode {
+func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, tweak func(*Config), opts ...nodeOpt) *testNode {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -118,7 +124,9 @@ func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, 
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, 20*time.Second, e.Ready)
+	if !slices.Contains(opts, noWait) {
+		etcdtest.WaitFor(t, 20*time.Second, e.Ready)
+	}
 	return n
 }
 

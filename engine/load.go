@@ -69,6 +69,9 @@ func (e *Engine) load(ctx, wctx context.Context, p int, fence, resume, atRev int
 		switch {
 		case err != nil:
 			e.log.Warn("reading the partition cache failed; loading from etcd", "partition", p, "err", err)
+		case rev >= atRev:
+			// Ahead of etcd: etcd was restored or replaced under the cache.
+			e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", atRev)
 		case rev > 0:
 			cctx, cancel := context.WithCancel(wctx)
 			wch := e.cli.Watch(clientv3.WithRequireLeader(cctx), e.keys.partition(p), clientv3.WithPrefix(),
@@ -128,7 +131,7 @@ func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev
 		case <-deadline.C:
 			return 0, fmt.Errorf("no watch progress within %v", catchUpTimeout)
 		case <-ask.C:
-			_ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+			e.requestProgress(ctx)
 		case resp, ok := <-wch:
 			if !ok {
 				return 0, errors.New("the watch ended")
@@ -170,17 +173,36 @@ func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that
-// missed a change must not be trusted, so the next load reads etcd.
+// missed a change must not be trusted, so the next load reads etcd. Until a
+// range read resets it, nothing more is written to it: a later write would
+// record a revision over a partial cache.
 func (e *Engine) dropCache(p int, err error) {
 	e.log.Warn("caching task changes failed; the partition will be reloaded from etcd next time", "partition", p, "err", err)
+	e.uncached[p].Store(true)
 	if err := e.store.Drop(uint32(p)); err != nil {
 		e.log.Warn("dropping the partition cache failed", "partition", p, "err", err)
 	}
 }
 
+// caching reports whether partition p's changes go to the Badger cache.
+func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
+
 // catchUpTimeout bounds a cache catch-up before falling back to a range
 // read.
 const catchUpTimeout = 10 * time.Second
+
+// requestProgress asks etcd for a progress notification on the watch
+// stream, at most once every 25 ms for the whole node: one answer serves
+// every partition catching up, and each request makes etcd look at every
+// watch of the stream.
+func (e *Engine) requestProgress(ctx context.Context) {
+	now := time.Now().UnixNano()
+	last := e.progressAt.Load()
+	if now-last < int64(25*time.Millisecond) || !e.progressAt.CompareAndSwap(last, now) {
+		return
+	}
+	_ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+}
 
 // send hands defs to the loop in chunks and waits until it took them all.
 func (e *Engine) send(ctx context.Context, p int, fence, resume int64, defs []taskDef) error {
@@ -246,7 +268,9 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 	}
 	if e.store != nil {
 		if err := e.store.Reset(uint32(p), rev, kvs); err != nil {
-			e.log.Warn("caching the partition failed", "partition", p, "err", err)
+			e.dropCache(p, err)
+		} else {
+			e.uncached[p].Store(false)
 		}
 	}
 	return rev, defs, nil
@@ -292,7 +316,7 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64, open *openWatch) {
 			if resp.IsProgressNotify() {
 				// A quiet partition's cache stays synced to etcd's revision,
 				// so that it outlives compactions (at most once a minute).
-				if e.store != nil && resp.Header.Revision > rev && time.Since(noted) > time.Minute {
+				if e.caching(p) && resp.Header.Revision > rev && time.Since(noted) > time.Minute {
 					if err := e.store.Apply(uint32(p), resp.Header.Revision, nil, nil); err == nil {
 						rev, noted = resp.Header.Revision, time.Now()
 					}
@@ -346,7 +370,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		c.upserts = append(c.upserts, def)
 		puts = append(puts, store.KV{ID: id, Value: ev.Kv.Value})
 	}
-	if e.store != nil {
+	if e.caching(p) {
 		rev := events[len(events)-1].Kv.ModRevision
 		if err := e.store.Apply(uint32(p), rev, puts, c.deletes); err != nil {
 			e.dropCache(p, err)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +32,7 @@ type owned struct {
 	mu    *concurrency.Mutex
 	fence int64
 	stop  context.CancelFunc // ends its watch
-	done  chan struct{}      // closed when the watch ended
+	done  chan struct{}      // closed when its watch and nameSession ended
 }
 
 type acquired struct {
@@ -223,9 +224,13 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 	fence := m.Header().Revision
 	prev, resume, err := e.resume(ctx, p)
 	var rev int64
+	// Two phases: until this node's watermark covers p's catch-up, the
+	// checkpoint names no session, so a successor resumes from resume
+	// itself rather than from a watermark that may have passed fires of p
+	// this node never released.
+	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC()}
 	if err == nil {
-		rev, err = e.putCheckpoint(ctx, m, p, checkpoint{
-			Node: e.cfg.NodeID, Session: sessionID(sess), Watermark: time.Unix(0, resume).UTC()})
+		rev, err = e.putCheckpoint(ctx, m, p, hold)
 	}
 	if err != nil {
 		e.unlock(m)
@@ -248,13 +253,55 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		r.err = fmt.Errorf("load partition %d: %w", p, err)
 		return r
 	}
-	go func() {
-		defer close(part.done)
-		e.watch(wctx, p, taskRev, wch)
-	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); e.watch(wctx, p, taskRev, wch) }()
+	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
+	go func() { wg.Wait(); close(part.done) }()
 	e.pendingTriggers(ctx, p)
 	r.part = part
 	return r
+}
+
+// nameSession completes an acquire: once the session's acknowledged
+// watermark is past the point where p was armed, every fire of p due
+// before it has been taken, and the checkpoint may name the session so
+// that a successor after a crash resumes from its watermark (repeating at
+// most the bounded lead) instead of from p's resume point. If that takes
+// too long, the checkpoint stays as it is: safe, only more to repeat. It
+// runs beside the partition's watch and ends with it; a release that comes
+// first wins, as the write needs the lock.
+func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *concurrency.Mutex, p int, cp checkpoint) {
+	c := &throughCmd{reply: make(chan int64, 1)}
+	if e.call(ctx, c) != nil {
+		return
+	}
+	var armed int64
+	select {
+	case armed = <-c.reply:
+	case <-e.loopDone:
+		return
+	case <-ctx.Done():
+		return
+	}
+	t := time.NewTicker(e.cfg.WatermarkInterval / 2)
+	defer t.Stop()
+	deadline := time.Now().Add(10 * e.cfg.Lead)
+	for e.acked.Load() <= armed {
+		if time.Now().After(deadline) || sess.Fenced() {
+			e.log.Warn("the watermark did not pass a newly acquired partition in time; its checkpoint keeps the resume point", "partition", p)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	cp.Session = sessionID(sess)
+	if _, err := e.putCheckpoint(ctx, m, p, cp); err != nil && ctx.Err() == nil {
+		e.log.Warn("naming the session in a checkpoint failed; it keeps the resume point", "partition", p, "err", err)
+	}
 }
 
 // sessionID names a session in checkpoints and watermark keys: its lease.
