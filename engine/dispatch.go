@@ -52,7 +52,12 @@ type (
 	// with its dispatch point: every fire of theirs up to it was released.
 	releaseCmd struct {
 		parts []int
-		reply chan map[int]int64 // partition -> watermark to hand over
+		reply chan map[int]*handOver
+	}
+	// takeOverCmd runs the fires a previous owner handed over.
+	takeOverCmd struct {
+		part  int
+		fires []pendingFire
 	}
 	// triggerCmd fires a task once, outside its schedule.
 	triggerCmd struct {
@@ -539,6 +544,8 @@ func (l *loop) handle(c any) {
 		c.reply <- l.state(c.id)
 	case *throughCmd:
 		c.reply <- l.through
+	case *takeOverCmd:
+		l.takeOver(c)
 	}
 	l.tasks.Store(int64(l.tab.n))
 }
@@ -629,58 +636,111 @@ func (l *loop) remove(i uint32) {
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }
 
-// releaseParts takes every task of parts out of the wheel and returns the
-// dispatch point: their fires up to it were released, none after.
-func (l *loop) releaseParts(parts []int) map[int]int64 {
-	drop := make(map[uint16]bool, len(parts))
-	marks := make(map[int]int64, len(parts))
+// handOver is what a released partition passes to its next owner: the
+// point up to which this node ran its fires, and the fires before it that
+// were released here but not run (queued, or waiting behind a running
+// fire), for the next owner to run.
+type handOver struct {
+	mark    int64
+	pending []pendingFire
+}
+
+// pendingFire is a fire handed over unrun, as a released checkpoint lists
+// it.
+type pendingFire struct {
+	ID      string    `json:"id"`
+	At      time.Time `json:"at"`
+	Trigger bool      `json:"trigger,omitempty"`
+}
+
+// maxHandOver bounds the fires one checkpoint lists; past it, the mark
+// stops before the rest, which the next owner then fires with everything
+// after the mark (repeats rather than misses).
+const maxHandOver = 2000
+
+// releaseParts takes every task of parts out of the wheel and the queue
+// and returns, for each partition, what to hand over.
+func (l *loop) releaseParts(parts []int) map[int]*handOver {
+	out := make(map[int]*handOver, len(parts))
 	for _, p := range parts {
 		if l.parts[p].owned {
 			l.owned.Add(-1)
 		}
 		l.parts[p] = partState{}
-		drop[uint16(p)] = true
-		marks[p] = l.publishable()
+		out[p] = &handOver{mark: l.publishable()}
 	}
-	// A fire not yet taken by a worker is handed over, not run here: the
-	// mark stops before it. That covers a buffered fire waiting for its
-	// predecessor, the jobs the full queue has not taken, and the jobs it
-	// holds, which the workers then skip.
-	hold := func(part uint16, due int64) {
-		if drop[part] {
-			marks[int(part)] = min(marks[int(part)], due-1)
+	pass := func(part uint16, id string, sched, due int64, trigger bool) {
+		h := out[int(part)]
+		if len(h.pending) < maxHandOver {
+			h.pending = append(h.pending, pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger})
+		} else {
+			h.mark = min(h.mark, due-1)
 		}
 	}
 	for i, at := range l.pending {
-		if r := l.tab.rec(i); drop[r.part] {
-			hold(r.part, at+l.delay(r, at))
+		if r := l.tab.rec(i); out[int(r.part)] != nil {
+			pass(r.part, l.tab.id(r), at, at+l.delay(r, at), false)
 		}
 	}
+	for _, t := range l.early {
+		if out[t.part] != nil {
+			pass(uint16(t.part), t.id, t.at, t.at, true)
+		}
+	}
+	handed := func(j *job) bool {
+		if out[int(j.part)] == nil {
+			return false
+		}
+		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
+			pass(j.part, j.id, j.sched, j.due, j.kind == kindTrigger)
+		}
+		return true
+	}
 	keep := l.unpushed[:0]
-	for _, j := range l.unpushed {
-		if drop[j.part] {
-			hold(j.part, j.due)
-		} else {
-			keep = append(keep, j)
+	for i := range l.unpushed {
+		if !handed(&l.unpushed[i]) {
+			keep = append(keep, l.unpushed[i])
 		}
 	}
 	clear(l.unpushed[len(keep):])
 	l.unpushed = keep
-	l.pool.dropQueued(func(j *job) bool {
-		if !drop[j.part] {
-			return false
+	l.pool.dropQueued(handed)
+	keepEarly := l.early[:0]
+	for _, t := range l.early {
+		if out[t.part] == nil {
+			keepEarly = append(keepEarly, t)
 		}
-		if j.kind != kindRetry { // a retry's fire was taken before
-			hold(j.part, j.due)
-		}
-		return true
-	})
+	}
+	clear(l.early[len(keepEarly):])
+	l.early = keepEarly
 	l.tab.each(func(i uint32, r *record) {
-		if drop[r.part] {
+		if out[int(r.part)] != nil {
 			l.remove(i)
 		}
 	})
-	return marks
+	return out
+}
+
+// takeOver runs the fires a released checkpoint handed over, on the new
+// owner, once its tasks are loaded. A fire of a task gone since is dropped.
+func (l *loop) takeOver(c *takeOverCmd) {
+	if !l.parts[c.part].owned {
+		return
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	for _, f := range c.fires {
+		i, r, ok := l.tab.lookup(f.ID)
+		if !ok {
+			continue
+		}
+		kind := uint8(kindSchedule)
+		if f.Trigger {
+			kind = kindTrigger
+			l.triggered[triggerKey{f.ID, f.At.UnixNano()}] = now + int64(triggerWait)
+		}
+		l.admit(i, r, l.profs.list[r.prof], f.At.UnixNano(), now, kind)
+	}
+	l.pushJobs()
 }
 
 // triggerWait is how long a trigger waits for its task to be loaded, and
@@ -703,7 +763,7 @@ type earlyTrigger struct {
 // waits for its task (triggerWait at most). The watch and an acquire's
 // read of pending triggers can both deliver one trigger: it fires once.
 func (l *loop) trigger(c *triggerCmd) bool {
-	if !l.parts[c.part].owned {
+	if !l.parts[c.part].owned || l.fenced() {
 		return false // its key stays for the owner's load to find
 	}
 	if _, fired := l.triggered[triggerKey{c.id, c.at}]; fired {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
 )
 
 // noGap fails the test if a task's fires are not exactly one second apart.
@@ -164,4 +165,66 @@ func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
 	noGapAllowingLead(t, log, "steady")
 	pa.Restore()
 	pb.Restore()
+}
+
+// samePart returns an id starting with prefix in the same partition (of n)
+// as id.
+func samePart(id, prefix string, n int) string {
+	want := ring.Partition(id, n)
+	for i := 0; ; i++ {
+		if c := fmt.Sprintf("%s%d", prefix, i); ring.Partition(c, n) == want {
+			return c
+		}
+	}
+}
+
+// A graceful hand-over while a buffer_one fire waits behind a long run: the
+// waiting fire is handed over and runs on the next owner, and the other
+// tasks of the partition are neither repeated nor missed.
+func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	g := newGate(t)
+	h := log.handler(func(ctx context.Context, f Fire) error {
+		if f.TaskID == "slow" {
+			return g.handler(ctx, f)
+		}
+		return nil
+	})
+	node := func(id string) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 4; cfg.DrainTimeout = time.Second })
+	}
+	a := startNode(t, c, "", h, node("node-a"))
+	slow := handlerTask("slow", "* * * * * *")
+	slow.Concurrency = ConcurrencyBufferOne
+	putTask(t, a.e.Registry(), slow)
+	other := samePart("slow", "other", 4)
+	putTask(t, a.e.Registry(), handlerTask(other, "* * * * * *"))
+	waitNext(t, a, other, at(1))
+
+	clock.Advance(time.Second)
+	if f := g.next(t); !f.ScheduledAt.Equal(at(1)) {
+		t.Fatalf("first slow fire %v", f.ScheduledAt)
+	}
+	for s := 2; s <= 4; s++ { // slow@02 waits behind slow@01; later ones are skipped
+		clock.Advance(time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(other, at(s)) })
+	}
+
+	b := startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
+	a.stop(t) // graceful: hands partition and waiting fire to node-b
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, other) })
+	if f := g.next(t); !f.ScheduledAt.Equal(at(2)) || f.Node != "node-b" {
+		t.Fatalf("the waiting fire was not handed over: got %s on %s", f.ScheduledAt.Format(time.TimeOnly), f.Node)
+	}
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(other, at(5)) })
+	if d := duplicateKeys(log); len(d) > 0 {
+		t.Errorf("the hand-over repeated fires: %v", d)
+	}
+	if got := secs(log.scheds(other)); !slices.Equal(got, []string{"12:00:01.000", "12:00:02.000", "12:00:03.000", "12:00:04.000", "12:00:05.000"}) {
+		t.Errorf("%s fired at %v", other, got)
+	}
 }

@@ -392,21 +392,35 @@ func (e *Engine) pendingTriggers(ctx context.Context, p int) {
 }
 
 // watchTriggers fires the triggers of the partitions this node owns,
-// resuming after the last revision it saw when its watch breaks.
+// resuming after the last revision it saw when its watch breaks (progress
+// notifications keep that revision recent). If etcd compacted past it, it
+// reads the pending triggers instead and goes on from that read.
 func (e *Engine) watchTriggers(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithProgressNotify()}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev+1))
 		}
 		for resp := range e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.triggers(), opts...) {
+			if resp.CompactRevision != 0 {
+				if r, err := e.cli.Get(ctx, e.keys.triggers(), clientv3.WithPrefix()); err == nil {
+					for _, kv := range r.Kvs {
+						e.fireTrigger(ctx, string(kv.Key))
+					}
+					rev = r.Header.Revision
+				}
+				break
+			}
 			if resp.Err() != nil {
 				break
 			}
 			for _, ev := range resp.Events {
 				e.fireTrigger(ctx, string(ev.Kv.Key))
 				rev = ev.Kv.ModRevision
+			}
+			if resp.IsProgressNotify() {
+				rev = max(rev, resp.Header.Revision)
 			}
 		}
 		sleepCtx(ctx, time.Second)

@@ -21,10 +21,11 @@ import (
 // checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
 // last owner got to.
 type checkpoint struct {
-	Node      string    `json:"node"`
-	Session   string    `json:"session,omitempty"` // the owner's lease, naming its watermark key
-	Watermark time.Time `json:"watermark"`
-	Released  bool      `json:"released"`
+	Node      string        `json:"node"`
+	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
+	Watermark time.Time     `json:"watermark"`
+	Released  bool          `json:"released"`
+	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
 }
 
 // owned is a partition this node holds.
@@ -159,11 +160,12 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e.ready.Store(false)
 		all := slices.Collect(maps.Keys(parts))
 		if ctx.Err() != nil && !sess.Fenced() {
-			e.release(parts, all)
-			// No checkpoint names this session any more.
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(sess)))
-			cancel()
+			if e.release(parts, all) {
+				// No checkpoint names this session any more.
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(sess)))
+				cancel()
+			}
 		} else {
 			e.drop(parts)
 			_ = sess.Close()
@@ -222,13 +224,13 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		return r
 	}
 	fence := m.Header().Revision
-	prev, resume, err := e.resume(ctx, p)
+	prev, resume, pending, err := e.resume(ctx, p)
 	var rev int64
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released.
-	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC()}
+	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
 	if err == nil {
 		rev, err = e.putCheckpoint(ctx, m, p, hold)
 	}
@@ -252,6 +254,11 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		e.unlock(m)
 		r.err = fmt.Errorf("load partition %d: %w", p, err)
 		return r
+	}
+	if len(pending) > 0 {
+		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending}); err == nil {
+			e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -298,7 +305,7 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 		case <-t.C:
 		}
 	}
-	cp.Session = sessionID(sess)
+	cp.Session, cp.Pending = sessionID(sess), nil // the handed-over fires were taken too
 	if _, err := e.putCheckpoint(ctx, m, p, cp); err != nil && ctx.Err() == nil {
 		e.log.Warn("naming the session in a checkpoint failed; it keeps the resume point", "partition", p, "err", err)
 	}
@@ -321,27 +328,30 @@ func (e *Engine) unlock(m *concurrency.Mutex) {
 // wrote it. Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
-func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, err error) {
+func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil
+		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil
 	}
 	prev = resp.Kvs[0].Value
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil
+		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil
 	}
 	w = cp.Watermark.UnixNano()
-	if cp.Released || cp.Session == "" {
-		return prev, w, nil
+	if cp.Released {
+		return prev, w, cp.Pending, nil
+	}
+	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
+		return prev, w, cp.Pending, nil
 	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if len(wr.Kvs) > 0 {
 		var nw time.Time
@@ -349,7 +359,7 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, err e
 			w = max(w, nw.UnixNano())
 		}
 	}
-	return prev, w, nil
+	return prev, w, nil, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held, and returns
@@ -383,13 +393,15 @@ func (e *Engine) restoreCheckpoint(m *concurrency.Mutex, p int, prev []byte) {
 	}
 }
 
-// release hands partitions over gracefully: no new fire is dispatched, the
-// fires still queued for them are dropped unrun, and each checkpoint
-// records the point up to which this node ran their fires, so the next
-// owner runs exactly the rest. Checkpoint and unlock go together, in one
-// transaction per 64 partitions.
-func (e *Engine) release(parts map[int]*owned, ps []int) {
-	marks := e.releaseLoop(ps)
+// release hands partitions over gracefully: no new fire is dispatched,
+// and each checkpoint records the point up to which this node ran their
+// fires, with the fires before it that were released but not run (queued,
+// or waiting behind a running fire), so that the next owner runs exactly
+// the rest. Checkpoints and unlocks go together, in transactions of up to
+// 64 partitions and 1 MiB. It reports whether every partition was handed
+// over with its checkpoint.
+func (e *Engine) release(parts map[int]*owned, ps []int) bool {
+	hand := e.releaseLoop(ps)
 	for _, p := range ps {
 		e.owned[p].Store(false)
 		parts[p].stop()
@@ -397,37 +409,64 @@ func (e *Engine) release(parts map[int]*owned, ps []int) {
 	for _, p := range ps {
 		<-parts[p].done
 	}
-	for chunk := range slices.Chunk(ps, maxTxnOps/2) {
-		if !e.commitRelease(parts, chunk, marks) {
-			// A chunk failed as a whole (etcd unreachable, or one lock
-			// lost): one partition at a time, so that every lock this
-			// session still holds goes.
-			for _, p := range chunk {
-				if !e.commitRelease(parts, []int{p}, marks) {
-					e.unlock(parts[p].mu)
-				}
+	all := true
+	for _, chunk := range e.releaseChunks(ps, hand) {
+		if e.commitRelease(parts, chunk, hand, 3) {
+			continue
+		}
+		// A chunk failed as a whole (etcd unreachable, or one lock lost):
+		// one partition at a time, once, so that every lock this session
+		// still holds goes, checkpoint or not.
+		for _, p := range chunk {
+			if !e.commitRelease(parts, []int{p}, hand, 1) {
+				all = false
+				e.unlock(parts[p].mu)
 			}
 		}
 	}
 	for _, p := range ps {
 		delete(parts, p)
 	}
-	e.log.Info("released partitions", "count", len(ps))
+	e.log.Info("released partitions", "count", len(ps), "with_checkpoints", all)
+	return all
+}
+
+// releaseChunks groups partitions into transactions within etcd's limits.
+func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
+	var chunks [][]int
+	var cur []int
+	size := 0
+	for _, p := range ps {
+		n := 256 + 300*len(hand[p].pending) // a generous estimate of the checkpoint
+		if len(cur) == maxTxnOps/2 || (len(cur) > 0 && size+n > maxTxnBytes) {
+			chunks, cur, size = append(chunks, cur), nil, 0
+		}
+		cur = append(cur, p)
+		size += n
+	}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	return chunks
 }
 
 // commitRelease writes the released checkpoints of ps and deletes their
-// locks in one transaction, retrying a few times on errors. It reports
-// whether it committed.
-func (e *Engine) commitRelease(parts map[int]*owned, ps []int, marks map[int]int64) bool {
+// locks in one transaction, in up to attempts tries. It reports whether it
+// committed.
+func (e *Engine) commitRelease(parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) bool {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, p := range ps {
 		m := parts[p].mu
-		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, marks[p]).UTC(), Released: true})
+		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
+			Released: true, Pending: hand[p].pending})
 		cmps = append(cmps, m.IsOwner())
 		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
 	}
-	for attempt := range 3 {
+	for attempt := range attempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		cancel()
@@ -438,28 +477,26 @@ func (e *Engine) commitRelease(parts map[int]*owned, ps []int, marks map[int]int
 			return resp.Succeeded
 		}
 		e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
 	return false
 }
 
 // releaseLoop takes partitions' tasks out of the wheel and the queue, and
-// returns for each the watermark to hand over: every fire of it up to the
-// mark has been taken by a worker, none after.
-func (e *Engine) releaseLoop(ps []int) map[int]int64 {
-	c := &releaseCmd{parts: ps, reply: make(chan map[int]int64, 1)}
+// returns what to hand over for each.
+func (e *Engine) releaseLoop(ps []int) map[int]*handOver {
+	c := &releaseCmd{parts: ps, reply: make(chan map[int]*handOver, 1)}
 	if e.call(context.Background(), c) == nil {
 		select {
-		case marks := <-c.reply:
-			return marks
+		case hand := <-c.reply:
+			return hand
 		case <-e.loopDone:
 		}
 	}
-	marks := make(map[int]int64, len(ps))
+	hand := make(map[int]*handOver, len(ps))
 	for _, p := range ps {
-		marks[p] = e.pool.watermark.Load()
+		hand[p] = &handOver{mark: e.pool.watermark.Load()}
 	}
-	return marks
+	return hand
 }
 
 // drop lets go of partitions without a word to etcd: the session is dead,
