@@ -91,12 +91,14 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	defer retry.Stop()
 	var failed []int
 	collected := false // dead sessions' watermarks, once per session
+	var collecting sync.WaitGroup
+	defer collecting.Wait()
 	updateReady := func() {
 		ready := len(acquiring) == 0 && len(parts) == len(desired)
 		e.ready.Store(ready)
 		if ready && !collected {
 			collected = true
-			e.collectWatermarks(sctx)
+			collecting.Go(func() { e.collectWatermarks(sctx) })
 		}
 	}
 
@@ -551,6 +553,8 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 // any more: those of sessions that are gone and that no unreleased
 // checkpoint names. Run once a session owns its partitions.
 func (e *Engine) collectWatermarks(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	wm, err := e.cli.Get(ctx, e.keys.watermarks(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil || len(wm.Kvs) == 0 {
 		return
@@ -577,15 +581,18 @@ func (e *Engine) collectWatermarks(ctx context.Context) {
 	if s := e.sess.Load(); s != nil {
 		needed[e.keys.watermark(e.cfg.NodeID, sessionID(s))] = true
 	}
+	var dels []clientv3.Op
 	for _, kv := range wm.Kvs {
 		key := string(kv.Key)
 		node, _, _ := strings.Cut(strings.TrimPrefix(key, e.keys.watermarks()), "/")
 		// A live node's other sessions are its own business: it may still
 		// be writing. Only keys of sessions nobody can need are removed.
-		if needed[key] || (live[node] && node != e.cfg.NodeID) {
-			continue
+		if !needed[key] && (!live[node] || node == e.cfg.NodeID) {
+			dels = append(dels, clientv3.OpDelete(key))
 		}
-		if _, err := e.cli.Delete(ctx, key); err != nil {
+	}
+	for chunk := range slices.Chunk(dels, maxTxnOps) {
+		if _, err := e.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
 			return
 		}
 	}
