@@ -9,9 +9,10 @@
 //
 //   - Graceful hand-overs (a node joins, leaves with Close, or the ring
 //     moves a partition) neither repeat nor miss a fire: the old owner stops
-//     dispatching the partition, hands its queued fires over unrun, and
-//     writes a released checkpoint with the point up to which its workers
-//     took the partition's fires; the new owner resumes exactly after it.
+//     dispatching the partition and writes a released checkpoint with the
+//     point up to which it dispatched the partition's fires, listing those
+//     before it that did not run (still queued, or waiting behind a running
+//     fire); the new owner runs those and resumes exactly after the point.
 //   - After a crash or a cut-off, the next owner resumes after the dead
 //     session's last watermark etcd acknowledged. Dispatch never runs more
 //     than Config.Lead past that watermark, so at most Lead of fires are
@@ -33,9 +34,17 @@
 // # What it does not guarantee
 //
 //   - Retries are attempts of a fire that already started: a retry waiting
-//     in the wheel when its node crashes is not repeated by the next owner.
-//     Likewise a buffer_one fire waiting behind a running one is lost with
-//     it in a crash (a graceful hand-over passes it on).
+//     in the wheel when its node crashes, or when its partition is handed
+//     over, is not repeated by the next owner. A buffer_one fire waiting
+//     behind a running one is lost with it in a crash (a graceful hand-over
+//     passes it on).
+//   - A new owner names its session in a partition's checkpoint only once
+//     its watermark covers the partition's catch-up; a crash before that
+//     makes the next owner resume from the partition's previous point, so
+//     fires in between may repeat. Likewise an acquire that fails after
+//     loading part of a partition puts the previous checkpoint back.
+//   - A released checkpoint lists at most 2000 unrun fires; past that its
+//     point stops before the rest, which the next owner repeats.
 //   - A misfire decision (a fire released later than the misfire threshold,
 //     after a pause) looks up to the present, past the bounded lead: a
 //     crash right after it may repeat that one catch-up fire.
@@ -55,9 +64,11 @@
 //
 // # etcd layout
 //
-// DESIGN.md's layout, with two additions: watermark keys carry the session
-// (above), and /<prefix>/triggers/<partition>/<unix ms>/<id> holds a
-// trigger until the owner has taken it.
+// DESIGN.md's layout, with these additions: watermark keys carry the
+// session (above); a checkpoint may name the session ("session") and list
+// unrun fires it hands over ("pending": [{"id", "at", "trigger"}]); and
+// /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the
+// owner has taken it.
 //
 // # Concurrency
 //
