@@ -387,7 +387,15 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 			}
 			return
 		case ConcurrencyReplace:
+			// The running fire is canceled, and so are those still waiting
+			// for a worker: only the newest runs.
 			l.pool.cancelRunning(i)
+			l.pool.replaceQueued(i, r.gen)
+			for k := range l.unpushed {
+				if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen {
+					u.replaced = true
+				}
+			}
 		}
 	}
 	r.running++

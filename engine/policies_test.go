@@ -314,3 +314,43 @@ func TestEngine_BufferedFireDoesNotStallNode(t *testing.T) {
 		t.Errorf("slow skipped %d fires, want 4 (03-06)", st.Skipped)
 	}
 }
+
+// concurrency replace also cancels a fire still waiting for a worker: only
+// the newest fire runs, the older one is recorded as canceled, unrun.
+func TestEngine_ReplaceCancelsQueuedFire(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	g := newGate(t)
+	h := log.handler(func(ctx context.Context, f Fire) error {
+		if f.TaskID == "blocker" {
+			return g.handler(ctx, f)
+		}
+		return nil
+	})
+	// One worker, and a lead long enough for rep@02 to be released while
+	// rep@01 still waits behind the blocked worker.
+	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
+	putTask(t, n.e.Registry(), handlerTask("blocker", "* * * * * *"))
+	waitNext(t, n, "blocker", at(1))
+	clock.Advance(time.Second) // blocker@01 takes the only worker
+	g.next(t)
+
+	rep := handlerTask("rep", "* * * * * *")
+	rep.Concurrency = ConcurrencyReplace
+	putTask(t, n.e.Registry(), rep)
+	waitNext(t, n, "rep", at(2))
+	clock.Advance(time.Second) // rep@02 waits for the worker
+	waitNext(t, n, "rep", at(3))
+	clock.Advance(time.Second) // rep@03 replaces rep@02 before it started
+	waitNext(t, n, "rep", at(4))
+	g.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("rep", at(3)) })
+	if got := secs(log.scheds("rep")); !slices.Equal(got, []string{"12:00:03.000"}) {
+		t.Errorf("rep ran at %v; want only 12:00:03 (rep@03 replaced rep@02 before it started)", got)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.Equal(statusesAt(t, n, "rep", at(2)), []string{"canceled"})
+	})
+}

@@ -37,16 +37,17 @@ var statusNames = [numStatus]string{"", store.StatusOK, store.StatusFailed, stor
 
 // job is one attempt of a fire, handed from the dispatch loop to a worker.
 type job struct {
-	id      string // points into the task table's id chunks
-	prof    *profile
-	sched   int64 // scheduled time, unix ns: with id, the fire's identity
-	due     int64 // when the wheel released it (sched + jitter), for the lag
-	fence   int64
-	rec     uint32
-	gen     uint32
-	attempt uint16
-	part    uint16
-	kind    uint8
+	id       string // points into the task table's id chunks
+	prof     *profile
+	sched    int64 // scheduled time, unix ns: with id, the fire's identity
+	due      int64 // when the wheel released it (sched + jitter), for the lag
+	fence    int64
+	rec      uint32
+	gen      uint32
+	attempt  uint16
+	part     uint16
+	kind     uint8
+	replaced bool // a newer fire of a replace task came first: cancel unrun
 }
 
 // completion is what the loop learns of a finished job.
@@ -212,6 +213,18 @@ func (p *pool) reset() {
 	p.ready.Broadcast()
 }
 
+// replaceQueued marks the queued jobs of record rec (generation gen) as
+// replaced: workers cancel them without running them.
+func (p *pool) replaceQueued(rec, gen uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.n {
+		if j := &p.q[(p.head+i)%len(p.q)]; j.rec == rec && j.gen == gen {
+			j.replaced = true
+		}
+	}
+}
+
 // dropQueued marks the queued jobs for which drop returns true: workers
 // take them in turn, so the watermark's accounting stays in order, but
 // skip them. drop runs under the pool's lock.
@@ -273,8 +286,13 @@ func (p *pool) work() {
 				*j = job{}
 				continue
 			}
-			p.stats.observeLag(now.UnixNano() - j.due)
-			st := p.run(j, now)
+			var st uint8
+			if j.replaced {
+				st = p.cancelUnrun(j, now)
+			} else {
+				p.stats.observeLag(now.UnixNano() - j.due)
+				st = p.run(j, now)
+			}
 			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
 			out.n++
 			if out.n == len(out.c) {
@@ -338,6 +356,20 @@ func (p *pool) complete(out *completionBatch) {
 	case <-p.quit:
 	}
 	out.n = 0
+}
+
+// cancelUnrun records a job of a replace task whose newer fire came before
+// it started.
+func (p *pool) cancelUnrun(j *job, now time.Time) uint8 {
+	p.stats.execs[statusCanceled].Add(1)
+	if p.history != nil {
+		p.history.Record(store.Execution{
+			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: now,
+			Attempt: int(j.attempt), Node: p.node, Status: statusNames[statusCanceled],
+			Error: "replaced by a newer fire before it started (concurrency replace)",
+		})
+	}
+	return statusCanceled
 }
 
 // run executes one job and records its history.
