@@ -274,6 +274,7 @@ func (p *pool) work() {
 	defer p.wg.Done()
 	var buf [chunkMax]job
 	var out completionBatch
+	var t tally
 	for {
 		k := p.take(buf[:])
 		if k == 0 {
@@ -288,10 +289,10 @@ func (p *pool) work() {
 			}
 			var st uint8
 			if j.replaced {
-				st = p.cancelUnrun(j, now)
+				st = p.cancelUnrun(j, now, &t)
 			} else {
-				p.stats.observeLag(now.UnixNano() - j.due)
-				st = p.run(j, now)
+				t.observeLag(now.UnixNano() - j.due)
+				st = p.run(j, now, &t)
 			}
 			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
 			out.n++
@@ -300,6 +301,7 @@ func (p *pool) work() {
 			}
 			*j = job{}
 		}
+		t.flush(p.stats)
 		p.complete(&out)
 	}
 }
@@ -360,8 +362,8 @@ func (p *pool) complete(out *completionBatch) {
 
 // cancelUnrun records a job of a replace task whose newer fire came before
 // it started.
-func (p *pool) cancelUnrun(j *job, now time.Time) uint8 {
-	p.stats.execs[statusCanceled].Add(1)
+func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
+	t.exec(statusCanceled)
 	if p.history != nil {
 		p.history.Record(store.Execution{
 			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: now,
@@ -373,9 +375,9 @@ func (p *pool) cancelUnrun(j *job, now time.Time) uint8 {
 }
 
 // run executes one job and records its history.
-func (p *pool) run(j *job, now time.Time) uint8 {
+func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
 	if j.kind != kindRetry {
-		p.stats.fires.Add(1)
+		t.fires++
 	}
 	var err error
 	if j.prof.noop {
@@ -384,7 +386,7 @@ func (p *pool) run(j *job, now time.Time) uint8 {
 		err = p.execute(j)
 	}
 	st := statusOf(err)
-	p.stats.execs[st].Add(1)
+	t.exec(st)
 	if p.history != nil {
 		finished := now
 		if !j.prof.noop {

@@ -29,13 +29,49 @@ type stats struct {
 	skipped  atomic.Uint64
 }
 
+// tally is one worker's share of the counters, added to stats once per
+// chunk of fires: atomics on shared counters for every fire would bounce
+// their cache lines between the cores.
+type tally struct {
+	fires    uint64
+	execs    [numStatus]uint64
+	lagCount [len(lagBounds) + 1]uint64
+	lagSum   int64
+	dirty    bool
+}
+
 // observeLag counts one fire taken lag nanoseconds after the wheel
 // released it.
-func (s *stats) observeLag(lag int64) {
+func (t *tally) observeLag(lag int64) {
 	lag = max(lag, 0)
 	i, _ := slices.BinarySearch(lagBounds[:], time.Duration(lag))
-	s.lagCount[i].Add(1)
-	s.lagSum.Add(lag)
+	t.lagCount[i]++
+	t.lagSum += lag
+	t.dirty = true
+}
+
+func (t *tally) exec(st uint8) { t.execs[st]++; t.dirty = true }
+
+// flush adds the tally to s and clears it.
+func (t *tally) flush(s *stats) {
+	if !t.dirty {
+		return
+	}
+	if t.fires > 0 {
+		s.fires.Add(t.fires)
+	}
+	for i, n := range t.execs {
+		if n > 0 {
+			s.execs[i].Add(n)
+		}
+	}
+	for i, n := range t.lagCount {
+		if n > 0 {
+			s.lagCount[i].Add(n)
+		}
+	}
+	s.lagSum.Add(t.lagSum)
+	*t = tally{}
 }
 
 // Histogram is a cumulative histogram in Prometheus's form.
