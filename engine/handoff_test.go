@@ -187,12 +187,7 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
 	log := &callLog{}
 	g := newGate(t)
-	h := log.handler(func(ctx context.Context, f Fire) error {
-		if f.TaskID == "slow" {
-			return g.handler(ctx, f)
-		}
-		return nil
-	})
+	h := log.handler(g.only("slow"))
 	node := func(id string) func(*Config) {
 		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 4; cfg.DrainTimeout = time.Second })
 	}

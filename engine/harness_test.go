@@ -281,6 +281,17 @@ func (g *gate) handler(ctx context.Context, f Fire) error {
 	}
 }
 
+// only returns a handler body that blocks the fires of task id at the gate
+// and lets every other fire through.
+func (g *gate) only(id string) func(ctx context.Context, f Fire) error {
+	return func(ctx context.Context, f Fire) error {
+		if f.TaskID == id {
+			return g.handler(ctx, f)
+		}
+		return nil
+	}
+}
+
 // open releases every call, now and later.
 func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
 

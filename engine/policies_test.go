@@ -323,12 +323,7 @@ func TestEngine_ReplaceCancelsQueuedFire(t *testing.T) {
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
 	log := &callLog{}
 	g := newGate(t)
-	h := log.handler(func(ctx context.Context, f Fire) error {
-		if f.TaskID == "blocker" {
-			return g.handler(ctx, f)
-		}
-		return nil
-	})
+	h := log.handler(g.only("blocker"))
 	// One worker, and a lead long enough for rep@02 to be released while
 	// rep@01 still waits behind the blocked worker.
 	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
