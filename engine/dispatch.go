@@ -377,11 +377,11 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	if r.running > 0 {
 		switch prof.concurrency {
 		case ConcurrencyForbid:
-			l.skip(i, r, sched, "the previous fire is still running (concurrency forbid)")
+			l.skip(r, sched, 1, "the previous fire is still running (concurrency forbid)")
 			return
 		case ConcurrencyBufferOne:
 			if _, waiting := l.pending[i]; waiting {
-				l.skip(i, r, sched, "a fire is already waiting for the running one (concurrency buffer_one)")
+				l.skip(r, sched, 1, "a fire is already waiting for the running one (concurrency buffer_one)")
 			} else {
 				l.pending[i] = sched
 			}
@@ -408,11 +408,11 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	})
 }
 
-func (l *loop) skip(i uint32, r *record, sched int64, why string) {
+func (l *loop) skip(r *record, sched int64, attempt uint16, why string) {
 	r.skipped++
 	l.stats.skipped.Add(1)
 	l.stats.execs[statusSkipped].Add(1)
-	l.record(r, sched, 1, statusSkipped, why)
+	l.record(r, sched, int(attempt), statusSkipped, why)
 }
 
 // record writes an execution record for a fire that did not run.
@@ -488,10 +488,18 @@ func (l *loop) releaseRetry(slot uint32) {
 	l.admitRetry(rs.rec, r, rs.sched, rs.attempt)
 }
 
+// admitRetry queues a retry. While another fire of the task runs, only
+// allow lets it run alongside: forbid and buffer_one keep fires apart and
+// replace lets the newer fire win, so the retry is skipped.
 func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
+	prof := l.profs.list[r.prof]
+	if r.running > 0 && prof.concurrency != ConcurrencyAllow {
+		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
+		return
+	}
 	r.running++
 	l.jobs = append(l.jobs, job{
-		id: l.tab.id(r), prof: l.profs.list[r.prof], sched: sched, due: l.cfg.Clock.Now().UnixNano(),
+		id: l.tab.id(r), prof: prof, sched: sched, due: l.cfg.Clock.Now().UnixNano(),
 		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part,
 	})
 }

@@ -349,3 +349,35 @@ func TestEngine_ReplaceCancelsQueuedFire(t *testing.T) {
 		return slices.Equal(statusesAt(t, n, "rep", at(2)), []string{"canceled"})
 	})
 }
+
+// A retry that comes due while a newer fire of a forbid task runs is
+// skipped: forbid keeps fires of a task apart, retries included.
+func TestEngine_RetryRespectsForbid(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	g := newGate(t)
+	h := func(ctx context.Context, f Fire) error {
+		switch {
+		case f.ScheduledAt.Equal(at(1)) && f.Attempt == 1:
+			return errors.New("first attempt fails")
+		case f.ScheduledAt.Equal(at(2)):
+			return g.handler(ctx, f) // still running when the retry comes due
+		}
+		return nil
+	}
+	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Lead = 10 * time.Second }))
+	task := handlerTask("r", "* * * * * *")
+	task.Concurrency = ConcurrencyForbid
+	task.Retry = Retry{MaxAttempts: 2, Backoff: Duration(2 * time.Second), MaxBackoff: Duration(2 * time.Second)}
+	putTask(t, n.e.Registry(), task)
+	waitNext(t, n, "r", at(1))
+	clock.Advance(time.Second) // r@01 fails; its retry waits 1-2 s
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return slices.Equal(statusesAt(t, n, "r", at(1)), []string{"failed"}) })
+	clock.Advance(time.Second) // r@02 starts and blocks
+	g.next(t)
+	clock.Advance(2 * time.Second) // the retry of r@01 comes due while r@02 runs
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.Equal(statusesAt(t, n, "r", at(1)), []string{"failed", "skipped"})
+	})
+}
