@@ -131,12 +131,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.sess.Store(sess)
 
 	now := e.cfg.Clock.Now().UnixNano()
-	var history *store.Store
-	if e.store != nil {
-		history = e.store
-	}
-	e.pool = newPool(e.cfg, history, &e.stats, e.fenced, now)
-	e.loop = newLoop(e.cfg, e.scheds, e.pool, &e.stats, history, e.fenced, &e.acked, e.ackCh, now)
+	e.pool = newPool(e.cfg, e.store, &e.stats, e.fenced, now)
+	e.loop = newLoop(e.cfg, e.scheds, e.pool, &e.stats, e.store, e.fenced, &e.acked, e.ackCh, now)
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop
