@@ -48,8 +48,8 @@ type (
 		deletes []string
 		replace bool
 	}
-	// releaseCmd takes partitions' tasks out of the wheel; the loop answers
-	// with its dispatch point: every fire of theirs up to it was released.
+	// releaseCmd takes partitions' tasks out of the wheel and the queue; the
+	// loop answers with what to hand over for each (releaseParts).
 	releaseCmd struct {
 		parts []int
 		reply chan map[int]*handOver
