@@ -411,18 +411,28 @@ func (e *Engine) release(parts map[int]*owned, ps []int) bool {
 	for _, p := range ps {
 		<-parts[p].done
 	}
+	// The whole hand-over is bounded: etcd out of reach must not hold a
+	// shutdown for long. Locks left behind go when the session does.
+	ctx, cancel := context.WithTimeout(context.Background(), max(10*time.Second, e.cfg.DrainTimeout))
+	defer cancel()
 	all := true
 	for _, chunk := range e.releaseChunks(ps, hand) {
-		if e.commitRelease(parts, chunk, hand, 3) {
-			continue
-		}
-		// A chunk failed as a whole (etcd unreachable, or one lock lost):
-		// one partition at a time, once, so that every lock this session
-		// still holds goes, checkpoint or not.
-		for _, p := range chunk {
-			if !e.commitRelease(parts, []int{p}, hand, 1) {
-				all = false
-				e.unlock(parts[p].mu)
+		ok, err := e.commitRelease(ctx, parts, chunk, hand, 3)
+		switch {
+		case ok:
+		case err != nil:
+			all = false // etcd out of reach: one partition at a time would fail too
+		default:
+			// One lock of the chunk was lost: one partition at a time, so
+			// that every lock this session still holds goes with its
+			// checkpoint.
+			for _, p := range chunk {
+				if ok, err := e.commitRelease(ctx, parts, []int{p}, hand, 1); !ok {
+					all = false
+					if err != nil {
+						e.unlock(parts[p].mu)
+					}
+				}
 			}
 		}
 	}
@@ -453,9 +463,10 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 }
 
 // commitRelease writes the released checkpoints of ps and deletes their
-// locks in one transaction, in up to attempts tries. It reports whether it
-// committed.
-func (e *Engine) commitRelease(parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) bool {
+// locks in one transaction, in up to attempts tries within ctx. It reports
+// whether it committed, and the error of the last try when etcd did not
+// answer (false with a nil error: a lock was lost).
+func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) (bool, error) {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, p := range ps {
@@ -465,22 +476,27 @@ func (e *Engine) commitRelease(parts map[int]*owned, ps []int, hand map[int]*han
 		cmps = append(cmps, m.IsOwner())
 		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
 	}
+	var err error
 	for attempt := range attempts {
-		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond) {
+			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var resp *clientv3.TxnResponse
+		resp, err = e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		if err == nil {
 			if !resp.Succeeded {
 				e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
 			}
-			return resp.Succeeded
+			return resp.Succeeded, nil
 		}
 		e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
 	}
-	return false
+	if err == nil {
+		err = ctx.Err()
+	}
+	return false, err
 }
 
 // releaseLoop takes partitions' tasks out of the wheel and the queue, and
