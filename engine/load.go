@@ -29,12 +29,30 @@ type decoder struct {
 
 func (e *Engine) decoder() *decoder { return &decoder{e: e, profs: map[string]*profile{}} }
 
+// firing is the part of a stored task a node needs to fire it: decoding
+// only these fields skips the labels and times, which loading a partition
+// would otherwise allocate for every task.
+type firing struct {
+	Schedule      string            `json:"schedule"`
+	Timezone      string            `json:"timezone"`
+	Executor      Executor          `json:"executor"`
+	Timeout       Duration          `json:"timeout"`
+	Retry         Retry             `json:"retry"`
+	Misfire       MisfirePolicy     `json:"misfire"`
+	CatchupWindow Duration          `json:"catchup_window"`
+	Concurrency   ConcurrencyPolicy `json:"concurrency"`
+	Jitter        Duration          `json:"jitter"`
+	Paused        bool              `json:"paused"`
+}
+
 func (d *decoder) def(id string, value []byte) (taskDef, error) {
-	var t Task
-	if err := json.Unmarshal(value, &t); err != nil {
+	var f firing
+	if err := json.Unmarshal(value, &f); err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
 	}
-	t.ID = id // the key is authoritative
+	t := Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
+		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
+		Jitter: f.Jitter, Paused: f.Paused}
 	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
