@@ -124,7 +124,7 @@ func (s *Server) clientFor(m membership.Member) *Client {
 	return &Client{BaseURL: baseURL(m.Info.APIAddr), Token: s.cfg.AuthToken, HTTP: s.peer}
 }
 
-// baseURL turns a published api_addr ("10.0.0.5:8080" or a URL) into a
+// baseURL turns a published api_addr ("node-1.internal:8080" or a URL) into a
 // base URL.
 func baseURL(addr string) string {
 	if !strings.Contains(addr, "://") {

@@ -20,7 +20,7 @@ func ExampleClient() {
 	t, err := c.PutTask(ctx, &engine.Task{
 		ID:       "billing/invoice-42",
 		Schedule: "0 */5 * * * *",
-		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook"},
+		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook"},
 	}, 0)
 	if err != nil {
 		fmt.Println(err) // an *engine.ValidationError, or an *api.Error from the node

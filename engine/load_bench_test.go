@@ -21,7 +21,7 @@ func BenchmarkLoadDef(b *testing.B) {
 	vals := make([][]byte, 1024)
 	for i := range vals {
 		t := &Task{ID: fmt.Sprintf("bench/%010d", i), Schedule: "*/5 * * * * *",
-			Executor: Executor{Type: ExecutorHTTP, URL: "http://10.0.0.5/hook"}, Labels: map[string]string{"team": "a"}}
+			Executor: Executor{Type: ExecutorHTTP, URL: "http://127.0.0.5/hook"}, Labels: map[string]string{"team": "a"}}
 		if err := t.Validate(); err != nil {
 			b.Fatal(err)
 		}

@@ -276,7 +276,7 @@ func DecodeTask(data []byte) (*Task, error) {
 		}
 		d.adopt(e)
 	} else if d.err == nil {
-		d.fail("executor", "required: an object such as {\"type\": \"http\", \"url\": \"http://10.0.0.5/hook\"}")
+		d.fail("executor", "required: an object such as {\"type\": \"http\", \"url\": \"https://hooks.example.com/invoice\"}")
 	}
 	d.duration("timeout", &t.Timeout, false)
 	if r := d.object("retry"); r != nil {

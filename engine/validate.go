@@ -285,7 +285,7 @@ func (e *Executor) validateHTTP() error {
 		return invalid("executor.url", "%q is not a valid URL", e.URL)
 	}
 	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" || u.Host == "" {
-		return invalid("executor.url", "want an absolute http or https URL such as \"http://10.0.0.5/hook\", got %q", e.URL)
+		return invalid("executor.url", "want an absolute http or https URL such as \"https://hooks.example.com/invoice\", got %q", e.URL)
 	}
 	if !isToken(e.Method) {
 		return invalid("executor.method", "%q is not an HTTP method", e.Method)

@@ -22,7 +22,7 @@ func ExampleJoin() {
 	ctx := context.Background()
 
 	cfg := membership.DefaultConfig(cli, "node-1")
-	cfg.Info.APIAddr = "10.0.0.1:8080"
+	cfg.Info.APIAddr = "127.0.0.1:8080"
 	for ctx.Err() == nil {
 		s, err := membership.Join(ctx, cfg)
 		if errors.Is(err, membership.ErrNodeExists) {

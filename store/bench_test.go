@@ -90,7 +90,7 @@ func BenchmarkHistoryWrite(b *testing.B) {
 // taskValue is a task JSON of about 400 bytes, the size DESIGN.md plans for.
 func taskValue(i int) []byte {
 	return fmt.Appendf(nil, `{"id":"task-%012d","schedule":"H/5 * * * *","timezone":"Europe/Berlin",`+
-		`"executor":{"type":"http","url":"http://10.0.0.5/hook/%d","method":"POST","headers":{"X-Team":"billing"},`+
+		`"executor":{"type":"http","url":"http://127.0.0.5/hook/%d","method":"POST","headers":{"X-Team":"billing"},`+
 		`"body":"{\"k\":1}"},"timeout":"30s","retry":{"max_attempts":3,"backoff":"1s","max_backoff":"1m"},`+
 		`"misfire":"fire_once","catchup_window":"1m","concurrency":"allow","jitter":"0s","paused":false,`+
 		`"labels":{"team":"billing","env":"prod"}}`, i, i)

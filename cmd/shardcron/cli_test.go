@@ -116,13 +116,13 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 	}{{
 		name: "http with everything",
 		args: []string{"--id", "billing/invoice-42", "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
-			"--url", "http://10.0.0.5/hook", "--method", "PUT", "--header", "X-Team=billing", "--header", "X-Eq=a=b",
+			"--url", "http://127.0.0.5/hook", "--method", "PUT", "--header", "X-Team=billing", "--header", "X-Eq=a=b",
 			"--body", `{"k":1}`, "--task-timeout", "30s", "--max-attempts", "3", "--backoff", "1s",
 			"--max-backoff", "1m", "--misfire", "fire_all", "--catchup-window", "5m", "--concurrency", "forbid",
 			"--jitter", "2s", "--paused", "--label", "team=billing", "--label", "tier=1", "--label", "team=ops"},
 		want: &engine.Task{
 			ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin",
-			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook", Method: "PUT",
+			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "PUT",
 				Headers: map[string]string{"X-Team": "billing", "X-Eq": "a=b"}, Body: `{"k":1}`},
 			Timeout:       engine.Duration(30 * time.Second),
 			Retry:         engine.Retry{MaxAttempts: 3, Backoff: engine.Duration(time.Second), MaxBackoff: engine.Duration(time.Minute)},
@@ -230,7 +230,7 @@ func TestCommand_ParseFlagsAnywhere(t *testing.T) {
 }
 
 func TestClientFlags_ServerAndEnv(t *testing.T) {
-	t.Setenv(envServer, "10.0.0.7:9000/")
+	t.Setenv(envServer, "127.0.0.7:9000/")
 	t.Setenv(envToken, "from-env")
 	parse := func(args ...string) (clientFlags, string) {
 		c := newCommand("x", "", io.Discard, io.Discard)
@@ -242,7 +242,7 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 		return cf, cf.resolve(c)
 	}
 	cf, msg := parse()
-	if msg != "" || cf.server != "http://10.0.0.7:9000" || cf.token != "from-env" {
+	if msg != "" || cf.server != "http://127.0.0.7:9000" || cf.token != "from-env" {
 		t.Fatalf("from env: %+v %q", cf, msg)
 	}
 	cf, msg = parse("--server", "https://node:1/", "--token", "flag")
@@ -400,7 +400,7 @@ func TestOutput_Tables(t *testing.T) {
 	p := 7
 	tasks := []*engine.Task{{
 		ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin", Version: 1234,
-		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://10.0.0.5/hook", Method: "POST"},
+		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "POST"},
 		State:    &engine.TaskState{Owner: "n1", NextFireAt: at},
 	}, {
 		ID: "b", Schedule: "@daily", Timezone: "UTC", Paused: true, Version: 9, Partition: &p,
@@ -411,8 +411,8 @@ func TestOutput_Tables(t *testing.T) {
 		Attempt: 2, Node: "n1", Status: store.StatusFailed, Error: "HTTP 500:\nboom",
 	}, {TaskID: "a", ScheduledAt: at.Add(-time.Minute + 250*time.Millisecond), Attempt: 1, Node: "n2", Status: store.StatusSkipped}}
 	nodes := []api.Node{
-		{ID: "n1", APIAddr: "10.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
-		{ID: "n2", APIAddr: "10.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
+		{ID: "n1", APIAddr: "127.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
+		{ID: "n2", APIAddr: "127.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
 		{ID: "n3", Partitions: 0, Error: "timeout"},
 	}
 	for _, tt := range []struct {
@@ -424,7 +424,7 @@ func TestOutput_Tables(t *testing.T) {
 		write: func(w io.Writer) error { return writeTaskTable(w, tasks) },
 		want: "" +
 			"ID                  SCHEDULE       TZ             EXECUTOR                        PAUSED  NEXT FIRE             VERSION\n" +
-			"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://10.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
+			"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://127.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
 			"b                   @daily         UTC            exec /bin/echo \"a b\"            yes     -                     9\n",
 	}, {
 		name:  "history table",
@@ -438,8 +438,8 @@ func TestOutput_Tables(t *testing.T) {
 		write: func(w io.Writer) error { return writeNodesTable(w, nodes) },
 		want: "" +
 			"ID  ADDR           VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
-			"n1  10.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
-			"n2  10.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
+			"n1  127.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
+			"n2  127.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
 			"n3  -              -        -                     0           -      -        no answer\n",
 	}} {
 		var b bytes.Buffer
@@ -462,7 +462,7 @@ func TestOutput_Tables(t *testing.T) {
 	}
 	for _, line := range []string{
 		"ID:               billing/invoice-42\n",
-		"Executor:         http POST http://10.0.0.5/hook\n",
+		"Executor:         http POST http://127.0.0.5/hook\n",
 		"  Headers:        X-Team=billing\n",
 		"Retry:            3 attempts, backoff 1s, max backoff 1m0s\n",
 		"Labels:           team=billing, tier=1\n",
@@ -857,10 +857,21 @@ func TestCLI_AgainstNode(t *testing.T) {
 		return &task
 	}
 	const id = "billing/invoice-42"
+	// The task is live, so it calls a receiver on this machine, and the test
+	// triggers it to see that it does.
+	hooked := make(chan string, 16)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case hooked <- r.Header.Get("X-Team"):
+		default:
+		}
+	}))
+	t.Cleanup(sink.Close)
+	hook := sink.URL + "/hook"
 
 	t.Run("put from flags, get", func(t *testing.T) {
 		r := run("", "task", "put", "--id", id, "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
-			"--url", "http://10.0.0.5/hook", "--header", "X-Team=billing", "--max-attempts", "3", "--label", "team=billing")
+			"--url", hook, "--header", "X-Team=billing", "--max-attempts", "3", "--label", "team=billing")
 		wantCLI(t, r, 0, []string{`put task "billing/invoice-42": version `}, nil)
 		task := getTask(t, id)
 		if task.ID != id || task.Timezone != "Europe/Berlin" || task.Retry.MaxAttempts != 3 || task.Version == 0 ||
@@ -868,8 +879,17 @@ func TestCLI_AgainstNode(t *testing.T) {
 			t.Fatalf("stored task %+v", task)
 		}
 		r = run("", "task", "get", id)
-		wantCLI(t, r, 0, []string{"ID:", id, "Executor:", "http POST http://10.0.0.5/hook", "Retry:", "3 attempts",
+		wantCLI(t, r, 0, []string{"ID:", id, "Executor:", "http POST " + hook, "Retry:", "3 attempts",
 			fmt.Sprintf("Version:          %d", task.Version), "Owner:"}, nil)
+		wantCLI(t, run("", "task", "trigger", id), 0, nil, nil)
+		select {
+		case team := <-hooked:
+			if team != "billing" {
+				t.Fatalf("the receiver got X-Team %q, want billing", team)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the triggered task never called its receiver")
+		}
 	})
 
 	t.Run("put -f from a file and from stdin, with if-match", func(t *testing.T) {

@@ -21,7 +21,7 @@ no answer (the node's own figures are missing).
 
 Example:
   shardcron nodes
-  shardcron nodes --server http://10.0.0.7:8080 --output json
+  shardcron nodes --server http://node-1.internal:8080 --output json
 `
 
 // runNodes runs 'shardcron nodes': args are the arguments after "nodes".

@@ -150,7 +150,7 @@ checked here first for a quick error; the server has the last word.
 Examples:
   shardcron task put -f invoice.json
   shardcron task put --id billing/invoice-42 --schedule '0 */5 * * * *' \
-      --timezone Europe/Berlin --url http://10.0.0.5/hook --header X-Team=billing \
+      --timezone Europe/Berlin --url https://hooks.example.com/invoice --header X-Team=billing \
       --max-attempts 3 --backoff 1s --label team=billing
   shardcron task put --id backup/db --schedule '@daily' --command /usr/bin/backup --command --full
   shardcron task get billing/invoice-42 --output json | jq '.paused=true' | shardcron task put -f -
