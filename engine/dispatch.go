@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -48,11 +49,17 @@ type (
 		deletes []string
 		replace bool
 	}
-	// releaseCmd takes partitions' tasks out of the wheel and the queue; the
-	// loop answers with what to hand over for each (releaseParts).
+	// releaseCmd takes partitions' tasks out of the wheel; the loop
+	// answers with what to hand over (releaseParts).
 	releaseCmd struct {
 		parts []int
-		reply chan map[int]*handOver
+		reply chan release
+	}
+	// handOverQueuedCmd hands over the queued fires of released partitions
+	// unrun, when workers did not take them in time (handOverQueued).
+	handOverQueuedCmd struct {
+		hand  map[int]*handOver
+		reply chan struct{}
 	}
 	// takeOverCmd runs the fires a previous owner handed over.
 	takeOverCmd struct {
@@ -107,6 +114,7 @@ type loop struct {
 	rfree   []uint32
 	pending map[uint32]int64 // buffer_one: the fire waiting for the running one, by record
 	pool    *pool
+	holds   *holds
 	stats   *stats
 	history *store.Store
 	fenced  func() bool
@@ -114,7 +122,8 @@ type loop struct {
 	ackCh   chan struct{} // signalled after each acknowledgement
 	cmds    chan any
 
-	through  int64 // every fire the wheel released up to here was handed to the pool
+	through  int64 // every fire due up to here was released by the wheel and handed to the pool
+	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
 	expired  []timerwheel.Expired
 	jobs     []job
 	unpushed []job // jobs the full queue did not take yet
@@ -127,17 +136,17 @@ type loop struct {
 	owned atomic.Int64 // partitions owned, for Stats
 }
 
-func newLoop(cfg Config, scheds *schedule.Table, p *pool, st *stats, history *store.Store,
+func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, history *store.Store,
 	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) *loop {
 	w, err := timerwheel.New(cfg.Tick, now)
 	if err != nil {
 		panic(err) // Config.Validate checked the tick
 	}
 	return &loop{
-		cfg: cfg, wheel: w, tab: newTaskTable(), profs: newProfileTable(), scheds: scheds,
+		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
-		pool: p, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan any, 256), through: now, triggered: make(map[triggerKey]int64),
+		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
+		cmds: make(chan any, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 	}
 }
@@ -204,11 +213,12 @@ func (l *loop) dispatch() bool {
 		return false // the coordinator drops the partitions
 	}
 	if len(l.unpushed) > 0 {
-		k := l.pool.push(l.unpushed, l.publishable())
+		k := l.pool.push(l.unpushed)
 		l.unpushed = l.unpushed[k:]
 		if len(l.unpushed) > 0 {
 			return false
 		}
+		l.publish()
 	}
 	acked := l.acked.Load()
 	if acked == 0 {
@@ -223,8 +233,14 @@ func (l *loop) dispatch() bool {
 		return false
 	}
 	limit := min(l.cfg.BatchSize, free)
+	swept := target >= l.wheel.Now() // the wheel's current tick is released first
 	l.expired = l.wheel.Advance(target, limit, l.expired[:0])
 	full := len(l.expired) == limit
+	if swept && !full {
+		// The current tick went out whole, with every timer armed into it
+		// at or before the wheel's time.
+		l.lowArm = math.MaxInt64
+	}
 	// The wheel releases whole ticks: every timer due up to the start of
 	// its current tick is out, unless the batch was cut, in which case the
 	// current tick may hold more, some due before its start.
@@ -237,39 +253,49 @@ func (l *loop) dispatch() bool {
 	for _, e := range l.expired {
 		l.release(e, now)
 	}
-	l.through = max(l.through, through)
 	l.pushJobs()
 	for _, e := range l.expired {
 		if e.ID < retryBase {
 			l.reschedule(e.ID)
 		}
 	}
+	// Only now is the dispatch point known: a next fire armed at or before
+	// the wheel's time (a fire_all catch-up chain, jitter close to the
+	// period, a dispatch running late) is released by the next Advance,
+	// and the point must not claim it before.
+	l.through = max(l.through, min(through, l.lowArm-1))
+	l.publish()
 	return full
 }
 
-// publishable is the watermark the loop may claim: its dispatch point.
+// publish lets the node watermark follow the dispatch point once every
+// job dispatched before it is in the queue.
 //
-// A timer armed at or before it (a partition resumed after a gap, a
-// fire_all catch-up) is released at the next dispatch: an acquire waits
-// until the watermark passes the point where it armed its partition before
-// it names its session in the checkpoint (see Engine.acquire), and a
-// fire_all chain is a misfire decision (engine doc). A fire waiting in
-// pending (buffer_one) does not hold it back: it is in flight with the
-// fire it waits for, and holding the watermark would hold the bounded lead,
-// and with it every task of the node, for as long as that fire runs. A
-// release hands both over (releaseParts).
-func (l *loop) publishable() int64 { return l.through }
+// A fire waiting in pending (buffer_one) does not hold it back: it is in
+// flight with the fire it waits for, and holding the watermark would hold
+// the bounded lead, and with it every task of the node, for as long as that
+// fire runs. A release hands it over (releaseParts). A partition armed from
+// a resume point behind the dispatch point is released at the next
+// dispatch: an acquire waits until the watermark passes the point where it
+// armed its partition before it names its session in the checkpoint (see
+// Engine.nameSession).
+func (l *loop) publish() {
+	if len(l.unpushed) == 0 {
+		l.pool.publish(l.through)
+	}
+}
 
 // pushJobs hands l.jobs to the pool after any jobs still waiting for room,
 // so that the queue stays in order; what does not fit waits in unpushed.
 func (l *loop) pushJobs() {
 	if len(l.unpushed) > 0 {
 		l.unpushed = append(l.unpushed, l.jobs...)
-	} else if k := l.pool.push(l.jobs, l.publishable()); k < len(l.jobs) {
+	} else if k := l.pool.push(l.jobs); k < len(l.jobs) {
 		l.unpushed = append(l.unpushed, l.jobs[k:]...)
 	}
 	clear(l.jobs)
 	l.jobs = l.jobs[:0]
+	l.publish()
 }
 
 // release turns one expired timer into a job, applying the misfire and
@@ -444,7 +470,11 @@ func (l *loop) arm(i uint32, r *record, n int64) {
 		l.wheel.Cancel(i)
 		return
 	}
-	l.wheel.Schedule(i, n+l.delay(r, n))
+	due := n + l.delay(r, n)
+	l.wheel.Schedule(i, due)
+	if due <= l.wheel.Now() {
+		l.lowArm = min(l.lowArm, due) // the dispatch point stays before it (dispatch)
+	}
 }
 
 // delay is the task's jitter for the fire at n: deterministic per (id, n),
@@ -561,6 +591,9 @@ func (l *loop) handle(c any) {
 		l.retryTriggers()
 	case *releaseCmd:
 		c.reply <- l.releaseParts(c.parts)
+	case *handOverQueuedCmd:
+		l.handOverQueued(c.hand)
+		c.reply <- struct{}{}
 	case *triggerCmd:
 		c.reply <- l.trigger(c)
 	case *stateCmd:
@@ -594,8 +627,7 @@ func (l *loop) load(c *loadCmd) {
 func (l *loop) upsert(d *taskDef, resume int64) {
 	i, r, ok := l.tab.lookup(d.id)
 	if !ok {
-		i, r = l.tab.add(d.id, d.hash)
-		r.part = uint16(d.part)
+		i, r = l.tab.add(d.id, d.hash, d.part)
 		r.sched = d.sched
 		r.prof = l.profs.ref(d.prof)
 		r.jitter = uint32(d.prof.jitter / time.Millisecond)
@@ -643,8 +675,8 @@ func (l *loop) events(c *eventsCmd) {
 		for i := range c.upserts {
 			keep[c.upserts[i].id] = true
 		}
-		l.tab.each(func(i uint32, r *record) {
-			if int(r.part) == c.part && !keep[l.tab.id(r)] {
+		l.tab.eachIn(c.part, func(i uint32, r *record) {
+			if !keep[l.tab.id(r)] {
 				l.remove(i)
 			}
 		})
@@ -657,113 +689,6 @@ func (l *loop) remove(i uint32) {
 	delete(l.pending, i)
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
-}
-
-// handOver is what a released partition passes to its next owner: the
-// point up to which this node ran its fires, and the fires before it that
-// were released here but not run (queued, or waiting behind a running
-// fire), for the next owner to run.
-type handOver struct {
-	mark    int64
-	pending []pendingFire
-}
-
-// pendingFire is a fire handed over unrun, as a released checkpoint lists
-// it.
-type pendingFire struct {
-	ID      string    `json:"id"`
-	At      time.Time `json:"at"`
-	Trigger bool      `json:"trigger,omitempty"`
-}
-
-// maxHandOver bounds the fires one checkpoint lists; past it, the mark
-// stops before the rest, which the next owner then fires with everything
-// after the mark (repeats rather than misses).
-const maxHandOver = 2000
-
-// releaseParts takes every task of parts out of the wheel and the queue
-// and returns, for each partition, what to hand over.
-func (l *loop) releaseParts(parts []int) map[int]*handOver {
-	out := make(map[int]*handOver, len(parts))
-	for _, p := range parts {
-		if l.parts[p].owned {
-			l.owned.Add(-1)
-		}
-		l.parts[p] = partState{}
-		out[p] = &handOver{mark: l.publishable()}
-	}
-	pass := func(part uint16, id string, sched, due int64, trigger bool) {
-		h := out[int(part)]
-		if len(h.pending) < maxHandOver {
-			h.pending = append(h.pending, pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger})
-		} else {
-			h.mark = min(h.mark, due-1)
-		}
-	}
-	for i, at := range l.pending {
-		if r := l.tab.rec(i); out[int(r.part)] != nil {
-			pass(r.part, l.tab.id(r), at, at+l.delay(r, at), false)
-		}
-	}
-	for _, t := range l.early {
-		if out[t.part] != nil {
-			pass(uint16(t.part), t.id, t.at, t.at, true)
-		}
-	}
-	handed := func(j *job) bool {
-		if out[int(j.part)] == nil {
-			return false
-		}
-		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
-			pass(j.part, j.id, j.sched, j.due, j.kind == kindTrigger)
-		}
-		return true
-	}
-	keep := l.unpushed[:0]
-	for i := range l.unpushed {
-		if !handed(&l.unpushed[i]) {
-			keep = append(keep, l.unpushed[i])
-		}
-	}
-	clear(l.unpushed[len(keep):])
-	l.unpushed = keep
-	l.pool.dropQueued(handed)
-	keepEarly := l.early[:0]
-	for _, t := range l.early {
-		if out[t.part] == nil {
-			keepEarly = append(keepEarly, t)
-		}
-	}
-	clear(l.early[len(keepEarly):])
-	l.early = keepEarly
-	l.tab.each(func(i uint32, r *record) {
-		if out[int(r.part)] != nil {
-			l.remove(i)
-		}
-	})
-	return out
-}
-
-// takeOver runs the fires a released checkpoint handed over, on the new
-// owner, once its tasks are loaded. A fire of a task gone since is dropped.
-func (l *loop) takeOver(c *takeOverCmd) {
-	if !l.parts[c.part].owned {
-		return
-	}
-	now := l.cfg.Clock.Now().UnixNano()
-	for _, f := range c.fires {
-		i, r, ok := l.tab.lookup(f.ID)
-		if !ok {
-			continue
-		}
-		kind := uint8(kindSchedule)
-		if f.Trigger {
-			kind = kindTrigger
-			l.triggered[triggerKey{f.ID, f.At.UnixNano()}] = now + int64(triggerWait)
-		}
-		l.admit(i, r, l.profs.list[r.prof], f.At.UnixNano(), now, kind)
-	}
-	l.pushJobs()
 }
 
 // triggerWait is how long a trigger waits for its task to be loaded, and

@@ -44,6 +44,7 @@ type Engine struct {
 
 	sess       atomic.Pointer[membership.Session]
 	acked      atomic.Int64 // the node watermark etcd last acknowledged
+	holds      *holds       // caps the watermark written while releases are uncommitted
 	ackCh      chan struct{}
 	ready      atomic.Bool
 	owned      []atomic.Bool // partitions owned, for trigger routing and the API
@@ -92,6 +93,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		ring:     r,
 		scheds:   schedule.NewTable(),
 		ackCh:    make(chan struct{}, 1),
+		holds:    newHolds(),
 		owned:    make([]atomic.Bool, cfg.Partitions),
 		uncached: make([]atomic.Bool, cfg.Partitions),
 	}
@@ -132,7 +134,7 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	now := e.cfg.Clock.Now().UnixNano()
 	e.pool = newPool(e.cfg, e.store, &e.stats, e.fenced, now)
-	e.loop = newLoop(e.cfg, e.scheds, e.pool, &e.stats, e.store, e.fenced, &e.acked, e.ackCh, now)
+	e.loop = newLoop(e.cfg, e.scheds, e.pool, e.holds, &e.stats, e.store, e.fenced, &e.acked, e.ackCh, now)
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -18,16 +17,6 @@ import (
 	"github.com/shardcron/shardcron/membership"
 )
 
-// checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
-// last owner got to.
-type checkpoint struct {
-	Node      string        `json:"node"`
-	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
-	Watermark time.Time     `json:"watermark"`
-	Released  bool          `json:"released"`
-	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
-}
-
 // owned is a partition this node holds.
 type owned struct {
 	mu    *concurrency.Mutex
@@ -37,9 +26,10 @@ type owned struct {
 }
 
 type acquired struct {
-	p    int
-	part *owned
-	err  error
+	p     int
+	part  *owned
+	err   error
+	stray bool // our lock key may be left behind: the session must end
 }
 
 // coordinate keeps the node's partitions in line with the ring, session
@@ -76,104 +66,39 @@ func (e *Engine) rejoin(ctx context.Context) *membership.Session {
 	}
 }
 
+// serving is the state of one session's service (serve). It belongs to
+// the coordinator goroutine.
+type serving struct {
+	e         *Engine
+	ctx       context.Context // ends with the service
+	sess      *membership.Session
+	parts     map[int]*owned             // held
+	acquiring map[int]context.CancelFunc // being acquired
+	desired   map[int]bool               // the ring's share of this node
+	stuck     map[int]*stuckRelease      // released, but etcd did not take the release
+	failed    []int                      // acquires to try again
+	results   chan acquired
+	retry     *time.Timer // failed acquires and stuck releases
+	seenSelf  bool        // the member set listed this node once
+	collected bool        // dead sessions' watermarks, once per session
+	wg        sync.WaitGroup
+}
+
 // serve runs one session: it follows the member set, acquiring and
 // releasing partitions, until the session ends (fenced: drop everything) or
 // ctx ends (graceful: release everything).
 func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s := &serving{
+		e: e, ctx: sctx, sess: sess,
+		parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{},
+		stuck: map[int]*stuckRelease{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
+	}
+	defer s.retry.Stop()
+	defer s.wg.Wait()
+	defer func() { s.end(ctx.Err() != nil) }()
 	members := membership.Watch(sctx, e.cli, e.cfg.Prefix, membership.DefaultDebounce)
-	parts := map[int]*owned{}
-	acquiring := map[int]context.CancelFunc{}
-	results := make(chan acquired)
-	desired := map[int]bool{}
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
-	var failed []int
-	collected := false // dead sessions' watermarks, once per session
-	var collecting sync.WaitGroup
-	defer collecting.Wait()
-	updateReady := func() {
-		ready := len(acquiring) == 0 && len(parts) == len(desired)
-		e.ready.Store(ready)
-		if ready && !collected {
-			collected = true
-			collecting.Go(func() { e.collectWatermarks(sctx) })
-		}
-	}
-
-	start := func(p int) {
-		actx, acancel := context.WithCancel(sctx)
-		acquiring[p] = acancel
-		go func() { results <- e.acquire(actx, sess, p) }()
-	}
-	reconcile := func() {
-		var lost []int
-		for p, c := range acquiring {
-			if !desired[p] {
-				c() // its result comes back and is released
-			}
-		}
-		for p := range parts {
-			if !desired[p] {
-				lost = append(lost, p)
-			}
-		}
-		if len(lost) > 0 {
-			e.release(parts, lost)
-		}
-		for p := range desired {
-			if parts[p] == nil && acquiring[p] == nil {
-				start(p)
-			}
-		}
-		updateReady()
-	}
-	finish := func(r acquired) {
-		delete(acquiring, r.p)
-		switch {
-		case r.err != nil:
-			if desired[r.p] && sctx.Err() == nil {
-				e.log.Warn("acquiring a partition failed; retrying", "partition", r.p, "err", r.err)
-				failed = append(failed, r.p)
-				retry.Reset(time.Duration(500+rand.IntN(500)) * time.Millisecond)
-			}
-		default:
-			parts[r.p] = r.part
-			if !desired[r.p] {
-				e.release(parts, []int{r.p})
-			}
-		}
-		updateReady()
-	}
-
-	defer func() {
-		// Stop acquiring and collect what is still in flight.
-		for _, c := range acquiring {
-			c()
-		}
-		for len(acquiring) > 0 {
-			r := <-results
-			delete(acquiring, r.p)
-			if r.err == nil {
-				parts[r.p] = r.part
-			}
-		}
-		e.ready.Store(false)
-		all := slices.Collect(maps.Keys(parts))
-		if ctx.Err() != nil && !sess.Fenced() {
-			if e.release(parts, all) {
-				// No checkpoint names this session any more.
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(sess)))
-				cancel()
-			}
-		} else {
-			e.drop(parts)
-			_ = sess.Close()
-		}
-	}()
-
 	for {
 		select {
 		case <-ctx.Done():
@@ -185,34 +110,166 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			if !ok {
 				return
 			}
-			ids := make([]string, len(ms))
-			for i, m := range ms {
-				ids[i] = m.ID
-			}
-			if !slices.Contains(ids, e.cfg.NodeID) {
-				continue // our own registration is not visible yet
-			}
-			a, err := e.ring.Update(ids)
-			if err != nil {
-				e.log.Error("the member set does not fit the ring; keeping the current assignment", "members", len(ids), "err", err)
-				continue
-			}
-			desired = map[int]bool{}
-			for _, p := range a.Owned(e.cfg.NodeID) {
-				desired[p] = true
-			}
-			reconcile()
-		case r := <-results:
-			finish(r)
-		case <-retry.C:
-			for _, p := range failed {
-				if desired[p] && parts[p] == nil && acquiring[p] == nil {
-					start(p)
-				}
-			}
-			failed = failed[:0]
+			s.membersChanged(ms)
+		case r := <-s.results:
+			s.finish(r)
+		case <-s.retry.C:
+			s.retryNow()
 		}
 	}
+}
+
+// membersChanged follows a new member set.
+func (s *serving) membersChanged(ms []membership.Member) {
+	e := s.e
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	if !slices.Contains(ids, e.cfg.NodeID) {
+		if s.seenSelf {
+			// Our key is gone, and with it the lease: another node may
+			// hold our partitions already.
+			e.log.Warn("this node's key left the member set; ending the session")
+			s.sess.Lost()
+		}
+		return // our own registration is not visible yet
+	}
+	s.seenSelf = true
+	a, err := e.ring.Update(ids)
+	if err != nil {
+		e.log.Error("the member set does not fit the ring; keeping the current assignment", "members", len(ids), "err", err)
+		return
+	}
+	s.desired = map[int]bool{}
+	for _, p := range a.Owned(e.cfg.NodeID) {
+		s.desired[p] = true
+	}
+	s.reconcile()
+}
+
+func (s *serving) updateReady() {
+	ready := len(s.acquiring) == 0 && len(s.parts) == len(s.desired)
+	s.e.ready.Store(ready)
+	if ready && !s.collected {
+		s.collected = true
+		s.wg.Go(func() { s.e.collectWatermarks(s.ctx) })
+	}
+}
+
+func (s *serving) start(p int) {
+	actx, cancel := context.WithCancel(s.ctx)
+	s.acquiring[p] = cancel
+	go func() { s.results <- s.e.acquire(actx, s.sess, p) }()
+}
+
+// reconcile releases what the ring took away and acquires what it gave.
+func (s *serving) reconcile() {
+	for p, c := range s.acquiring {
+		if !s.desired[p] {
+			c() // its result comes back and is released
+		}
+	}
+	var lost []int
+	for p := range s.parts {
+		if !s.desired[p] {
+			lost = append(lost, p)
+		}
+	}
+	if len(lost) > 0 {
+		s.release(lost)
+	}
+	for p := range s.desired {
+		// A stuck release still holds the lock: taking the partition
+		// again would find it ours, and the release would then unlock it.
+		if s.parts[p] == nil && s.acquiring[p] == nil && s.stuck[p] == nil {
+			s.start(p)
+		}
+	}
+	s.updateReady()
+}
+
+func (s *serving) release(ps []int) {
+	maps.Copy(s.stuck, s.e.release(s.parts, ps))
+	if len(s.stuck) > 0 {
+		s.retry.Reset(time.Second)
+	}
+}
+
+func (s *serving) finish(r acquired) {
+	e := s.e
+	delete(s.acquiring, r.p)
+	switch {
+	case r.stray:
+		// A lock key of ours may be left behind, ahead of the next owner:
+		// only the end of the lease removes it for sure.
+		e.log.Error("a failed acquire may have left its lock key; ending the session so that it goes", "partition", r.p, "err", r.err)
+		s.sess.Lost()
+	case r.err != nil:
+		if s.desired[r.p] && s.ctx.Err() == nil {
+			e.log.Warn("acquiring a partition failed; retrying", "partition", r.p, "err", r.err)
+			s.failed = append(s.failed, r.p)
+			s.retry.Reset(time.Duration(500+rand.IntN(500)) * time.Millisecond)
+		}
+	default:
+		s.parts[r.p] = r.part
+		if !s.desired[r.p] {
+			s.release([]int{r.p})
+		}
+	}
+	s.updateReady()
+}
+
+// retryNow retries failed acquires and stuck releases.
+func (s *serving) retryNow() {
+	for _, p := range s.failed {
+		if s.desired[p] && s.parts[p] == nil && s.acquiring[p] == nil && s.stuck[p] == nil {
+			s.start(p)
+		}
+	}
+	s.failed = s.failed[:0]
+	if len(s.stuck) > 0 {
+		s.e.retryStuck(s.sess, s.stuck)
+		if len(s.stuck) > 0 {
+			s.retry.Reset(time.Second)
+		} else {
+			s.reconcile()
+		}
+	}
+}
+
+// end stops acquiring, then releases every partition (graceful, when the
+// node leaves and its session lives) or drops them (fenced).
+func (s *serving) end(leaving bool) {
+	e := s.e
+	for _, c := range s.acquiring {
+		c()
+	}
+	for len(s.acquiring) > 0 {
+		r := <-s.results
+		delete(s.acquiring, r.p)
+		if r.err == nil {
+			s.parts[r.p] = r.part
+		}
+	}
+	e.ready.Store(false)
+	if leaving && !s.sess.Fenced() {
+		s.release(slices.Collect(maps.Keys(s.parts)))
+		if len(s.stuck) > 0 {
+			e.retryStuck(s.sess, s.stuck)
+		}
+		if len(s.stuck) == 0 {
+			// No checkpoint names this session any more.
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(s.sess)))
+			cancel()
+		}
+		// Stuck releases go with the lease when Close revokes it; their
+		// successors resume from the held watermark.
+		return
+	}
+	e.drop(s.parts)
+	_ = s.sess.Close()
 }
 
 // acquire takes partition p (DESIGN.md, Partitions and ownership): lock its
@@ -222,10 +279,21 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 	r.p = p
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := m.Lock(ctx); err != nil {
+		// A Lock canceled while waiting, or whose put was cut off, can
+		// leave our key in the lock's queue, where it would become the
+		// owner once the previous one goes.
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
+		r.stray = !e.deleteLockKey(p, sess)
 		return r
 	}
 	fence := m.Header().Revision
+	fail := func(err error) acquired {
+		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
+		if !e.unlock(m) {
+			r.stray = !e.deleteLockKey(p, sess)
+		}
+		return r
+	}
 	prev, resume, pending, err := e.resume(ctx, p)
 	var rev int64
 	// Two phases: until this node's watermark covers p's catch-up, the
@@ -237,15 +305,12 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		rev, err = e.putCheckpoint(ctx, m, p, hold)
 	}
 	if err != nil {
-		e.unlock(m)
-		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
-		return r
+		return fail(err)
 	}
 	e.owned[p].Store(true)
 	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
-	taskRev, wch, err := e.load(ctx, wctx, p, fence, resume, rev)
-	if err != nil {
+	undo := func(err error) acquired {
 		stop()
 		close(part.done)
 		e.owned[p].Store(false)
@@ -253,14 +318,20 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
 		e.restoreCheckpoint(m, p, prev)
-		e.unlock(m)
-		r.err = fmt.Errorf("load partition %d: %w", p, err)
-		return r
+		e.holds.clear(p)
+		return fail(err)
+	}
+	taskRev, wch, err := e.load(ctx, wctx, p, fence, resume, rev)
+	if err != nil {
+		return undo(fmt.Errorf("load: %w", err))
 	}
 	if len(pending) > 0 {
-		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending}); err == nil {
-			e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
+		// Not run, they would be lost: a quick second release writes a
+		// checkpoint without them.
+		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending}); err != nil {
+			return undo(fmt.Errorf("take over the fires handed over: %w", err))
 		}
+		e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -276,10 +347,11 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 // watermark is past the point where p was armed, every fire of p due
 // before it has been taken, and the checkpoint may name the session so
 // that a successor after a crash resumes from its watermark (repeating at
-// most the bounded lead) instead of from p's resume point. If that takes
-// too long, the checkpoint stays as it is: safe, only more to repeat. It
-// runs beside the partition's watch and ends with it; a release that comes
-// first wins, as the write needs the lock.
+// most the bounded lead) instead of from p's resume point, and without the
+// pending fires, which ran. It keeps trying for as long as the partition
+// is held: a checkpoint left unnamed would make a crash days later replay
+// from the old point. It runs beside the partition's watch and ends with
+// it; a release that comes first wins, as the write needs the lock.
 func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *concurrency.Mutex, p int, cp checkpoint) {
 	c := &throughCmd{reply: make(chan int64, 1)}
 	if e.call(ctx, c) != nil {
@@ -295,259 +367,89 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 	}
 	t := time.NewTicker(e.cfg.WatermarkInterval / 2)
 	defer t.Stop()
-	deadline := time.Now().Add(10 * e.cfg.Lead)
 	for e.acked.Load() <= armed {
-		if time.Now().After(deadline) || sess.Fenced() {
-			e.log.Warn("the watermark did not pass a newly acquired partition in time; its checkpoint keeps the resume point", "partition", p)
-			return
-		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-sess.Done():
 			return
 		case <-t.C:
 		}
 	}
 	cp.Session, cp.Pending = sessionID(sess), nil // the handed-over fires were taken too
-	if _, err := e.putCheckpoint(ctx, m, p, cp); err != nil && ctx.Err() == nil {
-		e.log.Warn("naming the session in a checkpoint failed; it keeps the resume point", "partition", p, "err", err)
+	backoff := e.cfg.WatermarkInterval
+	for {
+		_, err := e.putCheckpoint(ctx, m, p, cp)
+		if err == nil || ctx.Err() != nil || sess.Fenced() {
+			return
+		}
+		e.log.Warn("naming the session in a checkpoint failed; retrying", "partition", p, "err", err, "in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
 // sessionID names a session in checkpoints and watermark keys: its lease.
 func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.Lease())) }
 
-func (e *Engine) unlock(m *concurrency.Mutex) {
+// unlock releases a partition lock, and reports whether it did.
+func (e *Engine) unlock(m *concurrency.Mutex) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.Unlock(ctx); err != nil {
-		e.log.Warn("unlocking a partition failed; it passes on when the session ends", "lock", m.Key(), "err", err)
+		e.log.Warn("unlocking a partition failed", "lock", m.Key(), "err", err)
+		return false
 	}
+	return true
 }
 
-// resume returns p's checkpoint as stored (nil if none) and the watermark
-// to resume p after: the released checkpoint of a graceful owner, or after
-// a crash the later of the checkpoint and the watermark of the session that
-// wrote it. Watermarks are kept per session, not per node: a node restarted
-// with the same id writes a new one, and the dead session's stays the
-// truth about what it had taken. A partition never owned starts now.
-func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
-	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil
-	}
-	prev = resp.Kvs[0].Value
-	var cp checkpoint
-	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
-		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil
-	}
-	w = cp.Watermark.UnixNano()
-	if cp.Released {
-		return prev, w, cp.Pending, nil
-	}
-	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return prev, w, cp.Pending, nil
-	}
-	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	if len(wr.Kvs) > 0 {
-		var nw time.Time
-		if err := nw.UnmarshalText(wr.Kvs[0].Value); err == nil {
-			w = max(w, nw.UnixNano())
-		}
-	}
-	return prev, w, nil, nil
-}
-
-// putCheckpoint writes p's checkpoint while m is still held, and returns
-// the revision of the write.
-func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) (int64, error) {
-	val, err := json.Marshal(cp)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(e.keys.checkpoint(p), string(val))).Commit()
-	if err != nil {
-		return 0, err
-	}
-	if !resp.Succeeded {
-		return 0, errors.New("the partition lock was lost")
-	}
-	return resp.Header.Revision, nil
-}
-
-// restoreCheckpoint writes back (or deletes, when prev is nil) the
-// checkpoint an acquire replaced, while m is held.
-func (e *Engine) restoreCheckpoint(m *concurrency.Mutex, p int, prev []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	op := clientv3.OpDelete(e.keys.checkpoint(p))
-	if prev != nil {
-		op = clientv3.OpPut(e.keys.checkpoint(p), string(prev))
-	}
-	if _, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(op).Commit(); err != nil {
-		e.log.Warn("restoring a checkpoint failed", "partition", p, "err", err)
-	}
-}
-
-// release hands partitions over gracefully: no new fire is dispatched,
-// and each checkpoint records the point up to which this node ran their
-// fires, with the fires before it that were released but not run (queued,
-// or waiting behind a running fire), so that the next owner runs exactly
-// the rest. Checkpoints and unlocks go together, in transactions of up to
-// 64 partitions and 1 MiB. It reports whether every partition was handed
-// over with its checkpoint.
-func (e *Engine) release(parts map[int]*owned, ps []int) bool {
-	hand := e.releaseLoop(ps)
-	for _, p := range ps {
-		e.owned[p].Store(false)
-		parts[p].stop()
-	}
-	for _, p := range ps {
-		<-parts[p].done
-	}
-	// The whole hand-over is bounded: etcd out of reach must not hold a
-	// shutdown for long. Locks left behind go when the session does.
-	ctx, cancel := context.WithTimeout(context.Background(), max(10*time.Second, e.cfg.DrainTimeout))
-	defer cancel()
-	all := true
-	for _, chunk := range e.releaseChunks(ps, hand) {
-		ok, err := e.commitRelease(ctx, parts, chunk, hand, 3)
-		switch {
-		case ok:
-		case err != nil:
-			all = false // etcd out of reach: one partition at a time would fail too
-		default:
-			// One lock of the chunk was lost: one partition at a time, so
-			// that every lock this session still holds goes with its
-			// checkpoint.
-			for _, p := range chunk {
-				if ok, err := e.commitRelease(ctx, parts, []int{p}, hand, 1); !ok {
-					all = false
-					if err != nil {
-						e.unlock(parts[p].mu)
-					}
-				}
-			}
-		}
-	}
-	for _, p := range ps {
-		delete(parts, p)
-	}
-	e.log.Info("released partitions", "count", len(ps), "with_checkpoints", all)
-	return all
-}
-
-// releaseChunks groups partitions into transactions within etcd's limits.
-func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
-	var chunks [][]int
-	var cur []int
-	size := 0
-	for _, p := range ps {
-		n := 256 + 300*len(hand[p].pending) // a generous estimate of the checkpoint
-		if len(cur) == maxTxnOps/2 || (len(cur) > 0 && size+n > maxTxnBytes) {
-			chunks, cur, size = append(chunks, cur), nil, 0
-		}
-		cur = append(cur, p)
-		size += n
-	}
-	if len(cur) > 0 {
-		chunks = append(chunks, cur)
-	}
-	return chunks
-}
-
-// commitRelease writes the released checkpoints of ps and deletes their
-// locks in one transaction, in up to attempts tries within ctx. It reports
-// whether it committed, and the error of the last try when etcd did not
-// answer (false with a nil error: a lock was lost).
-func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) (bool, error) {
-	var cmps []clientv3.Cmp
-	var ops []clientv3.Op
-	for _, p := range ps {
-		m := parts[p].mu
-		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
-			Released: true, Pending: hand[p].pending})
-		cmps = append(cmps, m.IsOwner())
-		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
-	}
-	var err error
-	for attempt := range attempts {
-		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond) {
-			break
-		}
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		var resp *clientv3.TxnResponse
-		resp, err = e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
+// deleteLockKey deletes this session's key in p's lock, in a few tries
+// within bounded time, and reports whether it is gone.
+func (e *Engine) deleteLockKey(p int, sess *membership.Session) bool {
+	key := e.lockKey(p, sess.Lease())
+	for attempt := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := e.cli.Delete(ctx, key)
 		cancel()
 		if err == nil {
-			if !resp.Succeeded {
-				e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
-			}
-			return resp.Succeeded, nil
+			return true
 		}
-		e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	return false, err
-}
-
-// releaseLoop takes partitions' tasks out of the wheel and the queue, and
-// returns what to hand over for each.
-func (e *Engine) releaseLoop(ps []int) map[int]*handOver {
-	c := &releaseCmd{parts: ps, reply: make(chan map[int]*handOver, 1)}
-	if e.call(context.Background(), c) == nil {
-		select {
-		case hand := <-c.reply:
-			return hand
-		case <-e.loopDone:
+		e.log.Warn("deleting a lock key failed", "key", key, "attempt", attempt+1, "err", err)
+		if sess.Fenced() {
+			return true // the lease ends, and the key with it
 		}
 	}
-	hand := make(map[int]*handOver, len(ps))
-	for _, p := range ps {
-		hand[p] = &handOver{mark: e.pool.watermark.Load()}
-	}
-	return hand
-}
-
-// drop lets go of partitions without a word to etcd: the session is dead,
-// its locks expire with its lease, and the next owners resume from the
-// last watermark etcd acknowledged for the session. Queued fires are
-// dropped unrun.
-func (e *Engine) drop(parts map[int]*owned) {
-	ps := slices.Collect(maps.Keys(parts))
-	e.releaseLoop(ps)
-	e.pool.reset()
-	for _, p := range ps {
-		e.owned[p].Store(false)
-		parts[p].stop()
-		<-parts[p].done
-		delete(parts, p)
-	}
-	e.log.Warn("dropped partitions", "count", len(ps))
+	return false
 }
 
 // writeWatermarks records the session's watermark every WatermarkInterval:
 // one etcd request per node whatever the fire rate. A fenced node writes
 // nothing, so its successors resume from what it had taken before.
+//
+// The write is conditioned on the session's lease still holding the node
+// key, so that the lease is checked every interval at no extra request: a
+// node whose lease ended while its clock did not see it (a frozen VM) ends
+// its session at its next write, having run at most the bounded lead past
+// its last acknowledged watermark.
 func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
 	for {
 		if s := e.sess.Load(); s != nil && !s.Fenced() {
-			w := e.pool.watermark.Load()
+			w := e.holds.cap(e.pool.watermark.Load())
 			val, _ := time.Unix(0, w).UTC().MarshalText()
 			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
-			_, err := e.cli.Put(wctx, e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))
+			resp, err := e.cli.Txn(wctx).
+				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).
+				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))).
+				Commit()
 			cancel()
-			if err == nil {
+			if err == nil && !resp.Succeeded {
+				e.log.Warn("the session's lease no longer holds the node key; ending the session")
+				s.Lost()
+			} else if err == nil {
 				e.acked.Store(w)
 				select {
 				case e.ackCh <- struct{}{}:
@@ -607,8 +509,12 @@ func (e *Engine) collectWatermarks(ctx context.Context) {
 			dels = append(dels, clientv3.OpDelete(key))
 		}
 	}
-	for chunk := range slices.Chunk(dels, maxTxnOps) {
-		if _, err := e.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
+	// Only if no checkpoint changed since it was read: an acquire that
+	// failed may have put back one that names a session read as unneeded.
+	unchanged := clientv3.Compare(clientv3.ModRevision(e.keys.checkpoints()), "<", cps.Header.Revision+1).WithPrefix()
+	for chunk := range slices.Chunk(dels, maxTxnOps-1) {
+		resp, err := e.cli.Txn(ctx).If(unchanged).Then(chunk...).Commit()
+		if err != nil || !resp.Succeeded {
 			return
 		}
 	}

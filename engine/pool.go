@@ -100,6 +100,7 @@ type pool struct {
 	mhead   int
 	pushed  uint64
 	taken   uint64
+	waiters []takenWaiter
 	closing bool
 
 	watermark atomic.Int64
@@ -157,10 +158,9 @@ func (p *pool) free() int {
 	return len(p.q) - p.n
 }
 
-// push queues jobs, which the caller built from everything the wheel
-// released up to through, and returns how many fit. Only when all fit does
-// through count towards the watermark; the caller pushes the rest again.
-func (p *pool) push(jobs []job, through int64) int {
+// push queues jobs and returns how many fit; the caller pushes the rest
+// again, in order.
+func (p *pool) push(jobs []job) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := min(len(jobs), len(p.q)-p.n)
@@ -169,14 +169,6 @@ func (p *pool) push(jobs []job, through int64) int {
 	}
 	p.n += k
 	p.pushed += uint64(k)
-	if k == len(jobs) {
-		if m := len(p.marks); m > p.mhead && p.marks[m-1].end == p.pushed {
-			p.marks[m-1].through = through
-		} else {
-			p.marks = append(p.marks, mark{end: p.pushed, through: through})
-		}
-		p.advanceMarks()
-	}
 	// Wake as many workers as the jobs need, not all of them: a broadcast
 	// per batch would wake hundreds of workers to find nothing.
 	wake := k
@@ -187,6 +179,20 @@ func (p *pool) push(jobs []job, through int64) int {
 		p.ready.Signal()
 	}
 	return k
+}
+
+// publish says that every fire the wheel released up to through is among
+// the jobs pushed so far: once workers took those, the watermark is
+// through.
+func (p *pool) publish(through int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := len(p.marks); m > p.mhead && p.marks[m-1].end == p.pushed {
+		p.marks[m-1].through = max(p.marks[m-1].through, through)
+	} else {
+		p.marks = append(p.marks, mark{end: p.pushed, through: through})
+	}
+	p.advanceMarks()
 }
 
 // advanceMarks moves the watermark over the marks whose jobs are all
@@ -201,6 +207,55 @@ func (p *pool) advanceMarks() {
 	}
 }
 
+// takenWaiter is closed once workers took end jobs.
+type takenWaiter struct {
+	end uint64
+	ch  chan struct{}
+}
+
+// pushedCount returns how many jobs were ever pushed.
+func (p *pool) pushedCount() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pushed
+}
+
+// waitTaken waits until workers took the first end jobs ever pushed, or d
+// passes, and reports whether they did. Dropped jobs count as taken.
+func (p *pool) waitTaken(end uint64, d time.Duration) bool {
+	p.mu.Lock()
+	if p.taken >= end {
+		p.mu.Unlock()
+		return true
+	}
+	ch := make(chan struct{})
+	p.waiters = append(p.waiters, takenWaiter{end: end, ch: ch})
+	p.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// wakeWaiters closes the waiters whose jobs were all taken. Called with mu
+// held.
+func (p *pool) wakeWaiters() {
+	keep := p.waiters[:0]
+	for _, w := range p.waiters {
+		if w.end <= p.taken {
+			close(w.ch)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(p.waiters[len(keep):])
+	p.waiters = keep
+}
+
 // reset drops every queued job: the node is fenced and they must not run.
 // The watermark stays where it was, so the next owner fires them.
 func (p *pool) reset() {
@@ -208,6 +263,7 @@ func (p *pool) reset() {
 	defer p.mu.Unlock()
 	p.head, p.n = 0, 0
 	p.taken = p.pushed
+	p.wakeWaiters()
 	p.marks, p.mhead = p.marks[:0], 0
 	clear(p.q) // let go of profiles and ids
 	p.ready.Broadcast()
@@ -337,6 +393,9 @@ func (p *pool) take(buf []job) int {
 	}
 	p.taken += uint64(k)
 	p.advanceMarks()
+	if len(p.waiters) > 0 {
+		p.wakeWaiters()
+	}
 	if p.n > 0 {
 		p.ready.Signal() // pass the rest on: push woke only as many as it guessed
 	}

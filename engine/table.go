@@ -12,7 +12,9 @@ import (
 // heap of ten million tasks gives the garbage collector almost nothing to
 // scan (DESIGN.md, facts measured): records live in fixed pages, task ids
 // in append-only byte chunks, and the id index maps a 64-bit hash to a
-// record, with collisions chained through the records.
+// record, with collisions chained through the records. The records of a
+// partition are linked in a list of their own, so that releasing or
+// replacing a partition costs its tasks, not the node's.
 //
 // The table belongs to the dispatch loop: it is not safe for concurrent use.
 
@@ -31,7 +33,7 @@ const (
 	flagPaused             // the task is paused: not in the wheel
 )
 
-// record is one task on its owner: 64 bytes, no pointers.
+// record is one task on its owner: 72 bytes, no pointers.
 type record struct {
 	next     int64 // scheduled time of the next fire, unix ns; 0 when none
 	lastFire int64 // scheduled time of the last fire dispatched
@@ -41,6 +43,8 @@ type record struct {
 	sched    schedule.Handle
 	prof     uint32 // index into the profile table
 	hnext    uint32 // next record whose id has the same hash, or nilRec
+	pnext    uint32 // next record of the same partition, or nilRec
+	pprev    uint32 // previous record of the same partition, or nilRec
 	gen      uint32 // bumped when the slot is freed: stale completions are ignored
 	fires    uint32 // counters since the owner took the partition
 	failures uint32
@@ -57,12 +61,17 @@ type taskTable struct {
 	free    []uint32 // freed record indexes
 	n       int      // live records
 	index   map[uint64]uint32
+	parts   []uint32 // first record of each partition, or nilRec
 	chunks  [][]byte // task ids; a chunk is never rewritten, only appended to
 	garbage int      // bytes of freed ids
 }
 
-func newTaskTable() *taskTable {
-	return &taskTable{index: make(map[uint64]uint32)}
+func newTaskTable(partitions int) *taskTable {
+	t := &taskTable{index: make(map[uint64]uint32), parts: make([]uint32, partitions)}
+	for i := range t.parts {
+		t.parts[i] = nilRec
+	}
+	return t
 }
 
 func (t *taskTable) rec(i uint32) *record {
@@ -91,9 +100,9 @@ func (t *taskTable) lookup(id string) (uint32, *record, bool) {
 	return 0, nil, false
 }
 
-// add creates a record for a task id that is not in the table. hash is
-// xxhash64 of the id, which also gives its partition.
-func (t *taskTable) add(id string, hash uint64) (uint32, *record) {
+// add creates a record for a task id of partition part that is not in the
+// table. hash is xxhash64 of the id.
+func (t *taskTable) add(id string, hash uint64, part int) (uint32, *record) {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
@@ -110,12 +119,16 @@ func (t *taskTable) add(id string, hash uint64) (uint32, *record) {
 	}
 	r := t.rec(i)
 	gen := r.gen
-	*r = record{gen: gen, flags: flagLive, hnext: nilRec}
+	*r = record{gen: gen, flags: flagLive, hnext: nilRec, part: uint16(part), pnext: t.parts[part], pprev: nilRec}
 	r.idRef, r.idLen = t.storeID(id)
 	if head, ok := t.index[hash]; ok {
 		r.hnext = head
 	}
 	t.index[hash] = i
+	if r.pnext != nilRec {
+		t.rec(r.pnext).pprev = i
+	}
+	t.parts[part] = i
 	t.n++
 	return i, r
 }
@@ -136,6 +149,14 @@ func (t *taskTable) remove(i uint32, hash uint64) {
 				break
 			}
 		}
+	}
+	if r.pprev == nilRec {
+		t.parts[r.part] = r.pnext
+	} else {
+		t.rec(r.pprev).pnext = r.pnext
+	}
+	if r.pnext != nilRec {
+		t.rec(r.pnext).pprev = r.pprev
 	}
 	t.garbage += int(r.idLen)
 	*r = record{gen: r.gen + 1}
@@ -184,14 +205,13 @@ func (t *taskTable) maybeCompactIDs() {
 	t.garbage = 0
 }
 
-// each calls fn for every live record, in index order.
-func (t *taskTable) each(fn func(i uint32, r *record)) {
-	for pi := range t.pages {
-		page := t.pages[pi]
-		for j := range page {
-			if page[j].flags&flagLive != 0 {
-				fn(uint32(pi*recPageSize+j), &page[j])
-			}
-		}
+// eachIn calls fn for every record of partition part; fn may remove the
+// record it is given.
+func (t *taskTable) eachIn(part int, fn func(i uint32, r *record)) {
+	for i := t.parts[part]; i != nilRec; {
+		r := t.rec(i)
+		next := r.pnext
+		fn(i, r)
+		i = next
 	}
 }

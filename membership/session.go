@@ -387,6 +387,16 @@ func (s *Session) Lease() clientv3.LeaseID { return s.lease }
 // NodeID is the id the session registered.
 func (s *Session) NodeID() string { return s.cfg.NodeID }
 
+// Key is the node key the session registered, under its lease: a write
+// conditioned on clientv3.LeaseValue(Key()) equal to Lease() succeeds only
+// while the session's lease lives.
+func (s *Session) Key() string { return nodeKey(s.cfg.Prefix, s.cfg.NodeID) }
+
+// Lost ends the session because the caller learned that its lease is gone
+// (a write conditioned on it failed, or its node key vanished): Fenced is
+// true at once, without waiting for the keep-alives to notice.
+func (s *Session) Lost() { s.end(ErrLeaseLost) }
+
 // Mutexes is a concurrency.Session bound to the session's lease, for the
 // partition locks (concurrency.NewMutex). Its Ctx is canceled and its Done
 // closed when this Session ends, after which locks taken through it are

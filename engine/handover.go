@@ -1,0 +1,518 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/shardcron/shardcron/timerwheel"
+)
+
+// The hand-over of a partition from one owner to the next.
+//
+// A graceful release (a node leaves, or the ring moves the partition):
+//
+//  1. The dispatch loop takes the partition's tasks out of the wheel. First
+//     it dispatches every fire of the partition due up to the wheel's time,
+//     the mark, including those a cut batch left in the current tick and
+//     those armed into it: fires due at or before the mark are this node's,
+//     the rest the next owner's, however the batches were cut.
+//  2. From then until the release commits, the node watermark written to
+//     etcd is held at the mark (holds): should this node crash, successors
+//     resume no later than the mark, never past a fire nobody dispatched.
+//  3. The coordinator waits until workers took every job dispatched before
+//     the mark (handOverWait at most; past it, the partition's jobs still
+//     queued are handed over unrun and listed in the checkpoint).
+//  4. One transaction writes the released checkpoint {mark, pending} and
+//     deletes the lock, on the condition that the lock is still ours.
+//
+// A release etcd does not take stays stuck: its lock is still ours, the
+// coordinator retries it, and the watermark stays held. If etcd still
+// refuses after the lease TTL the node ends its session, so that its locks
+// pass on; successors then resume from the held watermark, as after a
+// crash. A lock cannot outlive its cause.
+//
+// The next owner (acquire) locks, reads the checkpoint, arms every task
+// from its first fire after the mark and runs the pending fires (takeOver).
+
+// checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
+// last owner got to.
+type checkpoint struct {
+	Node      string        `json:"node"`
+	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
+	Watermark time.Time     `json:"watermark"`
+	Released  bool          `json:"released"`
+	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
+}
+
+// handOver is what a released partition passes to its next owner: the
+// point up to which this node dispatched its fires, and the fires before it
+// that did not run here (waiting behind a running fire, early triggers, or
+// still queued after handOverWait), for the next owner to run.
+type handOver struct {
+	mark    int64
+	pending []pendingFire
+}
+
+// pendingFire is a fire handed over unrun, as a released checkpoint lists
+// it.
+type pendingFire struct {
+	ID      string    `json:"id"`
+	At      time.Time `json:"at"`
+	Trigger bool      `json:"trigger,omitempty"`
+}
+
+// maxHandOver bounds the fires one checkpoint lists; past it, the mark
+// stops before the rest, which the next owner then fires with everything
+// after the mark (repeats rather than misses).
+const maxHandOver = 2000
+
+// handOverWait bounds how long a release waits for workers to take the
+// partition's queued fires before it hands them over unrun.
+const handOverWait = 2 * time.Second
+
+// release is the loop's answer to a releaseCmd.
+type release struct {
+	hand map[int]*handOver
+	// ticket counts the jobs ever pushed, the partitions' last dispatched
+	// job among them: once workers took that many, every fire of the
+	// partitions up to their marks has started here.
+	ticket uint64
+}
+
+// releaseParts takes every task of parts out of the wheel, after
+// dispatching their fires due up to the mark, and holds the node
+// watermark at the mark. Called only from the dispatch loop.
+func (l *loop) releaseParts(parts []int) release {
+	now := l.cfg.Clock.Now().UnixNano()
+	mark := l.wheel.Now()
+	out := make(map[int]*handOver, len(parts))
+	for _, p := range parts {
+		out[p] = &handOver{mark: mark}
+		if !l.parts[p].owned {
+			continue // released while loading: nothing of it was armed
+		}
+		l.tab.eachIn(p, func(i uint32, r *record) { l.flush(i, r, mark, now) })
+		l.holds.set(p, mark)
+		l.owned.Add(-1)
+		l.parts[p] = partState{}
+	}
+	pass := func(part uint16, id string, sched, due int64, trigger bool) {
+		h := out[int(part)]
+		if len(h.pending) < maxHandOver {
+			h.pending = append(h.pending, pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger})
+		} else {
+			h.mark = min(h.mark, due-1)
+		}
+	}
+	for i, at := range l.pending {
+		if r := l.tab.rec(i); out[int(r.part)] != nil {
+			pass(r.part, l.tab.id(r), at, at+l.delay(r, at), false)
+		}
+	}
+	keepEarly := l.early[:0]
+	for _, t := range l.early {
+		if out[t.part] != nil {
+			pass(uint16(t.part), t.id, t.at, t.at, true)
+		} else {
+			keepEarly = append(keepEarly, t)
+		}
+	}
+	clear(l.early[len(keepEarly):])
+	l.early = keepEarly
+	for _, p := range parts {
+		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
+	}
+	l.pushJobs()
+	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed))}
+}
+
+// flush dispatches record i's fires due up to mark: those a cut batch left
+// in the wheel's current tick, and those armed at or before it (catch-up).
+func (l *loop) flush(i uint32, r *record, mark, now int64) {
+	for r.flags&flagLive != 0 && r.flags&flagPaused == 0 && r.next != 0 {
+		due := r.next + l.delay(r, r.next)
+		if due > mark {
+			return
+		}
+		l.release(timerwheel.Expired{ID: i, At: due}, now)
+		r.next = l.nextMemo(r.sched, r.next)
+	}
+}
+
+// handOverQueued hands over unrun the jobs of released partitions that
+// workers did not take in time: they are dropped from the queue and listed
+// in the partitions' checkpoints. Called only from the dispatch loop.
+func (l *loop) handOverQueued(hand map[int]*handOver) {
+	handed := func(j *job) bool {
+		h := hand[int(j.part)]
+		if h == nil {
+			return false
+		}
+		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
+			if len(h.pending) < maxHandOver {
+				h.pending = append(h.pending, pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(), Trigger: j.kind == kindTrigger})
+			} else {
+				h.mark = min(h.mark, j.due-1)
+			}
+		}
+		return true
+	}
+	keep := l.unpushed[:0]
+	for i := range l.unpushed {
+		if !handed(&l.unpushed[i]) {
+			keep = append(keep, l.unpushed[i])
+		}
+	}
+	clear(l.unpushed[len(keep):])
+	l.unpushed = keep
+	l.pool.dropQueued(handed)
+	l.publish()
+}
+
+// takeOver runs the fires a released checkpoint handed over, on the new
+// owner, once its tasks are loaded. A fire of a task gone since is dropped,
+// and so is one older than its task's catch-up window. Called only from the
+// dispatch loop.
+func (l *loop) takeOver(c *takeOverCmd) {
+	if !l.parts[c.part].owned {
+		return
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	for _, f := range c.fires {
+		i, r, ok := l.tab.lookup(f.ID)
+		if !ok {
+			continue
+		}
+		prof := l.profs.list[r.prof]
+		at := f.At.UnixNano()
+		if now-at > int64(prof.catchup) {
+			r.misfires++
+			l.stats.misfires.Add(1)
+			l.record(r, at, 1, statusMisfired, "handed over unrun, and older than the catch-up window")
+			continue
+		}
+		kind := uint8(kindSchedule)
+		if f.Trigger {
+			kind = kindTrigger
+			l.triggered[triggerKey{f.ID, at}] = now + int64(triggerWait)
+		}
+		l.admit(i, r, prof, at, now, kind)
+	}
+	l.pushJobs()
+}
+
+// holds keeps the node watermark at or below the marks of releases that
+// have not committed (see the hand-over above).
+type holds struct {
+	mu    sync.Mutex    // guards marks
+	marks map[int]int64 // by partition
+}
+
+func newHolds() *holds { return &holds{marks: map[int]int64{}} }
+
+func (h *holds) set(p int, mark int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.marks[p] = mark
+}
+
+func (h *holds) clear(ps ...int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range ps {
+		delete(h.marks, p)
+	}
+}
+
+func (h *holds) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.marks)
+}
+
+// cap returns w, lowered to the earliest mark held.
+func (h *holds) cap(w int64) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.marks {
+		w = min(w, m)
+	}
+	return w
+}
+
+// stuckRelease is a released partition whose checkpoint etcd did not take:
+// its lock is still this session's, and the watermark stays held at its
+// mark until a retry commits.
+type stuckRelease struct {
+	part  *owned
+	hand  *handOver
+	since time.Time
+}
+
+// release hands partitions over gracefully (see the hand-over above). It
+// returns the partitions whose release etcd did not take; their locks are
+// still held, for the caller to retry (retryStuck).
+func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
+	rel := e.releaseLoop(ps)
+	for _, p := range ps {
+		e.owned[p].Store(false)
+		parts[p].stop()
+	}
+	for _, p := range ps {
+		<-parts[p].done
+	}
+	if !e.pool.waitTaken(rel.ticket, handOverWait) {
+		c := &handOverQueuedCmd{hand: rel.hand, reply: make(chan struct{}, 1)}
+		if e.call(context.Background(), c) == nil {
+			select {
+			case <-c.reply:
+			case <-e.loopDone:
+			}
+		}
+		e.log.Warn("workers did not take a released partition's queued fires in time; they are handed over unrun",
+			"partitions", len(ps), "waited", handOverWait)
+	}
+	// The whole hand-over is bounded: etcd out of reach must not hold a
+	// shutdown for long.
+	ctx, cancel := context.WithTimeout(context.Background(), max(10*time.Second, e.cfg.DrainTimeout))
+	defer cancel()
+	stuck := map[int]*stuckRelease{}
+	now := time.Now()
+	for _, chunk := range e.releaseChunks(ps, rel.hand) {
+		failed := e.commitRelease(ctx, parts, chunk, rel.hand, 3)
+		if len(failed) > 1 {
+			// One partition at a time, so that one lost lock does not keep
+			// the others.
+			failed = slices.DeleteFunc(failed, func(p int) bool {
+				return len(e.commitRelease(ctx, parts, []int{p}, rel.hand, 1)) == 0
+			})
+		}
+		for _, p := range failed {
+			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: now}
+		}
+	}
+	for _, p := range ps {
+		if stuck[p] == nil {
+			e.holds.clear(p)
+		}
+		delete(parts, p)
+	}
+	e.log.Info("released partitions", "count", len(ps), "stuck", len(stuck))
+	return stuck
+}
+
+// retryStuck tries the stuck releases again and removes those that commit.
+// When etcd refused one for longer than the lease TTL, it ends the session:
+// the locks pass on with the lease, and successors resume from the held
+// watermark.
+func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuckRelease) {
+	if len(stuck) == 0 {
+		return
+	}
+	parts := make(map[int]*owned, len(stuck))
+	hand := make(map[int]*handOver, len(stuck))
+	oldest := time.Now()
+	for p, s := range stuck {
+		parts[p], hand[p] = s.part, s.hand
+		if s.since.Before(oldest) {
+			oldest = s.since
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ps := slices.Sorted(maps.Keys(stuck))
+	for _, chunk := range e.releaseChunks(ps, hand) {
+		failed := e.commitRelease(ctx, parts, chunk, hand, 1)
+		for _, p := range chunk {
+			if !slices.Contains(failed, p) {
+				delete(stuck, p)
+				e.holds.clear(p)
+			}
+		}
+	}
+	if len(stuck) == 0 {
+		e.log.Info("stuck releases committed", "count", len(ps))
+		return
+	}
+	if time.Since(oldest) > e.cfg.LeaseTTL {
+		e.log.Error("etcd refused partition releases for longer than the lease TTL; ending the session so that their locks pass on",
+			"partitions", len(stuck))
+		_ = sess.Close()
+	}
+}
+
+// releaseChunks groups partitions into transactions within etcd's limits.
+func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
+	var chunks [][]int
+	var cur []int
+	size := 0
+	for _, p := range ps {
+		n := 256 + 300*len(hand[p].pending) // a generous estimate of the checkpoint
+		if len(cur) == maxTxnOps/2 || (len(cur) > 0 && size+n > maxTxnBytes) {
+			chunks, cur, size = append(chunks, cur), nil, 0
+		}
+		cur = append(cur, p)
+		size += n
+	}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	return chunks
+}
+
+// commitRelease writes the released checkpoints of ps and deletes their
+// locks in one transaction, in up to attempts tries within ctx, and returns
+// the partitions it did not release: all of ps, or none.
+func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) []int {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, p := range ps {
+		m := parts[p].mu
+		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
+			Released: true, Pending: hand[p].pending})
+		cmps = append(cmps, m.IsOwner())
+		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
+	}
+	for attempt := range attempts {
+		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond) {
+			break
+		}
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		switch {
+		case err != nil:
+			e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
+		case !resp.Succeeded:
+			// A lock is no longer ours: its lease ended, so this session is
+			// over and the partition passed on as after a crash.
+			e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
+			return ps
+		default:
+			return nil
+		}
+	}
+	return ps
+}
+
+// releaseLoop takes partitions' tasks out of the wheel (releaseParts).
+func (e *Engine) releaseLoop(ps []int) release {
+	c := &releaseCmd{parts: ps, reply: make(chan release, 1)}
+	if e.call(context.Background(), c) == nil {
+		select {
+		case r := <-c.reply:
+			return r
+		case <-e.loopDone:
+		}
+	}
+	// The loop is gone: nothing was dispatched past the watermark.
+	hand := make(map[int]*handOver, len(ps))
+	for _, p := range ps {
+		hand[p] = &handOver{mark: e.pool.watermark.Load()}
+	}
+	return release{hand: hand}
+}
+
+// drop lets go of partitions without a word to etcd: the session is dead,
+// its locks expire with its lease, and the next owners resume from the
+// last watermark etcd acknowledged for the session. Queued fires are
+// dropped unrun.
+func (e *Engine) drop(parts map[int]*owned) {
+	ps := slices.Collect(maps.Keys(parts))
+	e.releaseLoop(ps)
+	e.pool.reset()
+	e.holds.reset() // the session is over: it writes no watermark any more
+	for _, p := range ps {
+		e.owned[p].Store(false)
+		parts[p].stop()
+		<-parts[p].done
+		delete(parts, p)
+	}
+	e.log.Warn("dropped partitions", "count", len(ps))
+}
+
+// resume returns p's checkpoint as stored (nil if none) and the watermark
+// to resume p after: the released checkpoint of a graceful owner, or after
+// a crash the later of the checkpoint and the watermark of the session that
+// wrote it. Watermarks are kept per session, not per node: a node restarted
+// with the same id writes a new one, and the dead session's stays the
+// truth about what it had taken. A partition never owned starts now.
+func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
+	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil
+	}
+	prev = resp.Kvs[0].Value
+	var cp checkpoint
+	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
+		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
+		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil
+	}
+	w = cp.Watermark.UnixNano()
+	if cp.Released {
+		return prev, w, cp.Pending, nil
+	}
+	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
+		return prev, w, cp.Pending, nil
+	}
+	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(wr.Kvs) > 0 {
+		var nw time.Time
+		if err := nw.UnmarshalText(wr.Kvs[0].Value); err == nil {
+			w = max(w, nw.UnixNano())
+		}
+	}
+	return prev, w, nil, nil
+}
+
+// putCheckpoint writes p's checkpoint while m is still held, and returns
+// the revision of the write.
+func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) (int64, error) {
+	val, err := json.Marshal(cp)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(e.keys.checkpoint(p), string(val))).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, errors.New("the partition lock was lost")
+	}
+	return resp.Header.Revision, nil
+}
+
+// restoreCheckpoint writes back (or deletes, when prev is nil) the
+// checkpoint an acquire replaced, while m is held.
+func (e *Engine) restoreCheckpoint(m *concurrency.Mutex, p int, prev []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	op := clientv3.OpDelete(e.keys.checkpoint(p))
+	if prev != nil {
+		op = clientv3.OpPut(e.keys.checkpoint(p), string(prev))
+	}
+	if _, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(op).Commit(); err != nil {
+		e.log.Warn("restoring a checkpoint failed", "partition", p, "err", err)
+	}
+}
+
+// lockKey is the key this session's mutex for p puts, whether it holds the
+// lock or waits for it (concurrency.Mutex names it by the lease).
+func (e *Engine) lockKey(p int, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s/%x", e.keys.lock(p), int64(lease))
+}
