@@ -1,0 +1,387 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/engine/schedule"
+)
+
+// testLoop is a dispatch loop driven by the test, without etcd and without
+// its goroutine: the test calls dispatch and sends commands itself, and the
+// pool's workers never take a job, so that what was dispatched stays in
+// the queue to be looked at.
+type testLoop struct {
+	*loop
+	clock *testClock
+}
+
+func newTestLoop(t *testing.T, at time.Time, tweak func(*Config)) *testLoop {
+	t.Helper()
+	cfg := DefaultConfig("loop").withDefaults()
+	cfg.Partitions, cfg.Workers, cfg.Queue, cfg.BatchSize = 2, 1, 1000, 10
+	clock := newTestClock(at, 0)
+	cfg.Clock = clock
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	start := clock.Now().UnixNano()
+	st := &stats{}
+	never := func() bool { return true } // workers wait: nothing is taken
+	p := newPool(cfg, nil, st, never, start)
+	var acked atomic.Int64
+	acked.Store(math.MaxInt64 / 2) // no lead limit
+	l := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, func() bool { return false }, &acked, make(chan struct{}, 1), start)
+	t.Cleanup(func() {
+		close(p.quit)
+		p.drain(time.Second)
+	})
+	return &testLoop{loop: l, clock: clock}
+}
+
+// add loads tasks into partition part, each resuming after resume.
+func (tl *testLoop) add(t *testing.T, part int, resume time.Time, prof *profile, spec string, ids ...string) {
+	t.Helper()
+	defs := make([]taskDef, 0, len(ids))
+	for _, id := range ids {
+		h, err := tl.scheds.Intern(spec, "UTC", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: part, sched: h, prof: prof})
+	}
+	tl.handle(&loadCmd{part: part, resume: resume.UnixNano(), defs: defs, first: true, done: make(chan struct{})})
+}
+
+// dispatched returns the fires in the queue and waiting for room, as
+// "id@unix-ms", skipping those dropped.
+func (tl *testLoop) dispatched(part int) []string {
+	var out []string
+	add := func(j *job) {
+		if int(j.part) == part && j.kind != kindDropped {
+			out = append(out, fmt.Sprintf("%s@%d", j.id, j.sched/int64(time.Millisecond)))
+		}
+	}
+	p := tl.pool
+	p.mu.Lock()
+	for i := range p.n {
+		add(&p.q[(p.head+i)%len(p.q)])
+	}
+	p.mu.Unlock()
+	for i := range tl.unpushed {
+		add(&tl.unpushed[i])
+	}
+	return out
+}
+
+func noopProfile(misfire MisfirePolicy) *profile {
+	return &profile{key: "noop/" + string(misfire), exec: executor.Noop, noop: true, timeout: time.Minute,
+		maxAttempts: 1, misfire: misfire, catchup: time.Minute, concurrency: ConcurrencyAllow}
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%03d", prefix, i)
+	}
+	return out
+}
+
+// A release served between two batches of one tick (the tick holds more
+// fires than a batch) must hand each fire of the tick over exactly once:
+// either dispatched here or left to the next owner, who arms every task
+// from its first fire after the released mark and runs the pending list.
+// It used to set the mark before the tick and list the queued fires as
+// pending too, so the new owner ran the whole tick again.
+func TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	prof := noopProfile(MisfireFireOnce)
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("a", 25)...)
+	tl.add(t, 1, base.Add(-time.Second), prof, "* * * * * *", ids("b", 25)...)
+
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	if !tl.dispatch() {
+		t.Fatal("the first batch should be cut: the tick holds 50 fires, a batch 10")
+	}
+	before := tl.dispatched(0)
+	rel := tl.releaseParts([]int{0})
+	hand := rel.hand[0]
+
+	// What the next owner will do: every task from its first fire after
+	// the mark, plus the pending list.
+	counts := map[string]int{}
+	for _, k := range tl.dispatched(0) {
+		counts[k]++
+	}
+	for _, f := range hand.pending {
+		counts[fmt.Sprintf("%s@%d", f.ID, f.At.UnixMilli())]++
+	}
+	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	for _, id := range ids("a", 25) {
+		first := next(tl.scheds.Get(h), hand.mark)
+		for at := base; at.UnixNano() <= base.Add(2*time.Second).UnixNano(); at = at.Add(time.Second) {
+			if at.UnixNano() >= first {
+				counts[fmt.Sprintf("%s@%d", id, at.UnixMilli())]++
+			}
+		}
+	}
+	for _, id := range ids("a", 25) {
+		for at := base; !at.After(base.Add(2 * time.Second)); at = at.Add(time.Second) {
+			if n := counts[fmt.Sprintf("%s@%d", id, at.UnixMilli())]; n != 1 {
+				t.Errorf("%s at %s: fired %d times across the hand-over (dispatched before the release: %d fires of the partition)",
+					id, at.Format("15:04:05"), n, len(before))
+			}
+		}
+	}
+	if rel.ticket < tl.pool.pushedCount() {
+		t.Errorf("ticket %d is before the last dispatched job (%d pushed)", rel.ticket, tl.pool.pushedCount())
+	}
+	if tl.holds.cap(math.MaxInt64) != hand.mark {
+		t.Errorf("the watermark is not held at the released mark")
+	}
+}
+
+// After every dispatch, no timer still in the wheel may be due at or
+// before the dispatch point: the point says every fire up to it was
+// handed to the pool, and the watermark follows it. A fire_all catch-up
+// chain arms its next missed fire in the past; the point used to claim it
+// before the wheel released it, so a crash or release lost it.
+func TestLoop_DispatchPointStaysBeforeFiresArmedInThePast(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	// The node was stalled for 20 s (its loop started then): past the
+	// misfire threshold, so fire_all walks the missed seconds one dispatch
+	// at a time.
+	tl := newTestLoop(t, base.Add(-20*time.Second), nil)
+	tl.add(t, 0, base.Add(-20*time.Second), noopProfile(MisfireFireAll), "* * * * * *", ids("all", 3)...)
+	tl.add(t, 1, base.Add(-20*time.Second), noopProfile(MisfireFireOnce), "* * * * * *", ids("once", 3)...)
+	tl.clock.Advance(20 * time.Second)
+	for range 30 {
+		tl.dispatch()
+		for i := uint32(0); int(i) < len(tl.tab.pages)*recPageSize; i++ {
+			r := tl.tab.rec(i)
+			if r.flags&flagLive == 0 || r.next == 0 {
+				continue
+			}
+			if due := r.next + tl.delay(r, r.next); due <= tl.through {
+				t.Fatalf("%s: armed at %s, at or before the dispatch point %s",
+					tl.tab.id(r), time.Unix(0, due).UTC().Format("15:04:05.000"),
+					time.Unix(0, tl.through).UTC().Format("15:04:05.000"))
+			}
+		}
+	}
+	got := tl.dispatched(0)
+	slices.Sort(got)
+	if want := 3 * 20; len(got) != want { // 19 missed seconds and the one due now, for 3 tasks
+		t.Errorf("fire_all dispatched %d fires, want %d", len(got), want)
+	}
+}
+
+// faultKV fails the etcd requests a test chooses, on one node's client.
+type faultKV struct {
+	clientv3.KV
+	failRelease atomic.Bool // transactions that write a released checkpoint
+	failDelete  atomic.Bool // deletes of trigger keys
+}
+
+var errInjected = errors.New("injected etcd failure")
+
+// injectFaults puts a faultKV in front of cli's KV.
+func injectFaults(cli *clientv3.Client) *faultKV {
+	f := &faultKV{KV: cli.KV}
+	cli.KV = f
+	return f
+}
+
+func (f *faultKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if f.failDelete.Load() && strings.Contains(key, "/triggers/") {
+		return nil, errInjected
+	}
+	return f.KV.Delete(ctx, key, opts...)
+}
+
+func (f *faultKV) Txn(ctx context.Context) clientv3.Txn {
+	return &faultTxn{Txn: f.KV.Txn(ctx), f: f}
+}
+
+type faultTxn struct {
+	clientv3.Txn
+	f    *faultKV
+	fail bool
+}
+
+func (t *faultTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsPut() && strings.Contains(string(op.KeyBytes()), "/checkpoints/") &&
+			strings.Contains(string(op.ValueBytes()), `"released":true`) && t.f.failRelease.Load() {
+			t.fail = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.fail {
+		return nil, errInjected
+	}
+	return t.Txn.Commit()
+}
+
+// everySecond checks that each task fired at every second from its first
+// fire until at least until, and counts the repeats.
+func everySecond(t *testing.T, log *fireLog, tasks []string, until time.Time) (repeats int) {
+	t.Helper()
+	for _, id := range tasks {
+		seen := map[time.Time]int{}
+		var first time.Time
+		for _, at := range log.forTask(id) {
+			seen[at]++
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+		}
+		if first.IsZero() {
+			t.Errorf("%s never fired", id)
+			continue
+		}
+		for at := first; !at.After(until); at = at.Add(time.Second) {
+			switch n := seen[at]; {
+			case n == 0:
+				t.Errorf("%s: the fire of %s is missing", id, at.Format("15:04:05"))
+			case n > 1:
+				repeats += n - 1
+			}
+		}
+	}
+	return repeats
+}
+
+// A release etcd refuses (a space quota alarm refuses writes but not
+// keep-alives) must not strand its partitions. While the refusal lasts
+// less than the lease TTL, the release is retried and commits: nothing
+// repeats or is missed. When it lasts longer, the node ends its session so
+// that its locks pass on, and the successors resume from the watermark
+// held at the release: nothing is missed, at most the bounded lead
+// repeats. Before, the partitions' locks stayed with the live session and
+// the new owner waited for them for as long as the node lived.
+func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refuse  time.Duration
+		repeats bool
+	}{
+		{"refused briefly", 1500 * time.Millisecond, false},
+		{"refused past the lease TTL", 0, true}, // until the session ended
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := etcdtest.Start(t)
+			log := newFireLog()
+			cfg := func(id string) func(*Config) {
+				return func(c *Config) { c.NodeID = id; c.Partitions = 8; c.LeaseTTL = 4 * time.Second }
+			}
+			cliA := c.NewClient(t)
+			faults := injectFaults(cliA)
+			a := startNodeOn(t, cliA, "", log.handler, cfg("node-a"))
+			tasks := ids("t", 40)
+			for _, id := range tasks {
+				putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(tasks[0])) >= 2 })
+
+			faults.failRelease.Store(true)
+			sessA := a.e.sess.Load()
+			b := startNodeOn(t, c.Client, "", log.handler, cfg("node-b"), noWait)
+			if tc.refuse > 0 {
+				time.Sleep(tc.refuse)
+				faults.failRelease.Store(false)
+			} else {
+				etcdtest.WaitFor(t, 20*time.Second, func() bool { return sessA.Fenced() })
+				faults.failRelease.Store(false)
+			}
+			etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Ready() && a.e.Ready() })
+			until := time.Now().Truncate(time.Second).Add(2 * time.Second)
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return len(log.forTask(tasks[0])) > 0 && !log.forTask(tasks[0])[len(log.forTask(tasks[0]))-1].Before(until.Add(time.Second))
+			})
+			time.Sleep(time.Second) // the last second's fires of the other tasks
+			repeats := everySecond(t, log, tasks, until)
+			if !tc.repeats && repeats > 0 {
+				t.Errorf("%d fires repeated, want none: the release committed once etcd took it", repeats)
+			}
+			if tc.repeats && repeats > len(tasks)*2 {
+				t.Errorf("%d fires repeated: more than the bounded lead's worth", repeats)
+			}
+			if sessA.Fenced() != tc.repeats {
+				t.Errorf("node-a's session ended: %v, want %v", sessA.Fenced(), tc.repeats)
+			}
+		})
+	}
+}
+
+// A node whose key left the member set (its lease ended while its own
+// clock did not see it, or the key was deleted) ends its session at once:
+// another node may own its partitions already.
+func TestEngine_NodeKeyGoneEndsTheSession(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := startNode(t, c, "", nil, func(c *Config) { c.LeaseTTL = 10 * time.Second })
+	sess := a.e.sess.Load()
+	if _, err := c.Client.Delete(context.Background(), sess.Key()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 5*time.Second, sess.Fenced)
+	// It rejoins with a new session and owns its partitions again.
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+}
+
+// Fires a released checkpoint handed over are run by the next owner,
+// unless they are older than the task's catch-up window: a stale pending
+// list (a checkpoint written long ago) must not replay.
+func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	k := newKeys(DefaultPrefix)
+	task := handlerTask("stale", "0 0 1 1 *") // yearly: only the hand-over fires it
+	p := int(xxhash.Sum64String(task.ID) % 4)
+	now := time.Now().UTC().Truncate(time.Second)
+	cp, _ := json.Marshal(checkpoint{Node: "gone", Watermark: now, Released: true, Pending: []pendingFire{
+		{ID: "stale", At: now.Add(-2 * time.Minute)},   // outside the default 1 m window
+		{ID: "stale", At: now.Add(-10 * time.Second)}, // inside
+	}})
+	if _, err := c.Client.Put(context.Background(), k.checkpoint(p), string(cp)); err != nil {
+		t.Fatal(err)
+	}
+	a := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4 })
+	putTask(t, a.e.Registry(), task)
+	a.stop(t) // hand over with the task present
+	if _, err := c.Client.Put(context.Background(), k.checkpoint(p), string(cp)); err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4; c.NodeID = "node-b" })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("stale")) >= 1 })
+	b.stop(t)
+	got := log.forTask("stale")
+	if len(got) != 1 || !got[0].Equal(now.Add(-10*time.Second)) {
+		t.Errorf("fired %v, want only the fire inside the catch-up window (%s)", secs(got), now.Add(-10*time.Second).Format("15:04:05"))
+	}
+}
