@@ -365,7 +365,7 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 	p := int(xxhash.Sum64String(task.ID) % 4)
 	now := time.Now().UTC().Truncate(time.Second)
 	cp, _ := json.Marshal(checkpoint{Node: "gone", Watermark: now, Released: true, Pending: []pendingFire{
-		{ID: "stale", At: now.Add(-2 * time.Minute)},   // outside the default 1 m window
+		{ID: "stale", At: now.Add(-2 * time.Minute)},  // outside the default 1 m window
 		{ID: "stale", At: now.Add(-10 * time.Second)}, // inside
 	}})
 	if _, err := c.Client.Put(context.Background(), k.checkpoint(p), string(cp)); err != nil {
