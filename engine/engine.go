@@ -56,6 +56,7 @@ type Engine struct {
 	pool *pool
 	loop *loop
 
+	runCtx    context.Context    // ends when Close begins
 	cancel    context.CancelFunc // stops the coordinator, watches and writer
 	loopStop  context.CancelFunc
 	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
@@ -145,7 +146,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}()
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
+	e.runCtx, e.cancel = runCtx, cancel
 	e.wg.Add(3)
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()

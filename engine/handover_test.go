@@ -385,3 +385,33 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 		t.Errorf("fired %v, want only the fire inside the catch-up window (%s)", secs(got), now.Add(-10*time.Second).Format("15:04:05"))
 	}
 }
+
+// A trigger whose key could not be deleted after it fired must not fire
+// again when its partition changes hands: the delete is retried.
+func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", log.handler, func(c *Config) { c.Partitions = 4 })
+	putTask(t, a.e.Registry(), handlerTask("once", "0 0 1 1 *"))
+	faults.failDelete.Store(true)
+	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
+	time.Sleep(300 * time.Millisecond) // a few failed deletes
+	faults.failDelete.Store(false)
+	k := newKeys(DefaultPrefix)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		r, err := c.Client.Get(context.Background(), k.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && r.Count == 0
+	})
+	a.stop(t)
+	b := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4; c.NodeID = "node-b" })
+	time.Sleep(500 * time.Millisecond)
+	b.stop(t)
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("the trigger fired again after a hand-over: %v", d)
+	}
+}

@@ -468,6 +468,21 @@ func (e *Engine) fireTrigger(ctx context.Context, key string) {
 		return
 	}
 	if _, err := e.cli.Delete(ctx, key); err != nil {
-		e.log.Warn("deleting a fired trigger failed", "key", key, "err", err)
+		// The key is the trigger's only record: left behind, it fires
+		// again at the partition's next acquire.
+		e.log.Warn("deleting a fired trigger failed; retrying", "key", key, "err", err)
+		e.wg.Go(func() { e.deleteTrigger(key) })
+	}
+}
+
+// deleteTrigger deletes a fired trigger's key, retrying until it is gone
+// or the node closes.
+func (e *Engine) deleteTrigger(key string) {
+	backoff := 100 * time.Millisecond
+	for sleepCtx(e.runCtx, backoff) {
+		if _, err := e.cli.Delete(e.runCtx, key); err == nil {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
