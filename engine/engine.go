@@ -47,6 +47,8 @@ type Engine struct {
 	holds      *holds       // caps the watermark written while releases are uncommitted
 	ackCh      chan struct{}
 	ready      atomic.Bool
+	left       chan struct{} // closed once a leaving node handed every partition over
+	leftOnce   sync.Once
 	owned      []atomic.Bool // partitions owned, for trigger routing and the API
 	loads      atomic.Uint64 // full range reads of a partition
 	uncached   []atomic.Bool // partitions whose Badger cache was dropped until their next range read
@@ -95,6 +97,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		scheds:   schedule.NewTable(),
 		ackCh:    make(chan struct{}, 1),
 		holds:    newHolds(),
+		left:     make(chan struct{}),
 		owned:    make([]atomic.Bool, cfg.Partitions),
 		uncached: make([]atomic.Bool, cfg.Partitions),
 	}
@@ -168,16 +171,18 @@ func (e *Engine) Ready() bool { return e.ready.Load() }
 // has rejoined with a new session.
 func (e *Engine) Fenced() bool { return e.fenced() }
 
-// Close leaves the cluster gracefully: it releases every partition with
-// its checkpoint written (so the next owner resumes exactly where this node
-// stopped), lets queued and running executions finish within DrainTimeout,
-// canceling those still running after it, and revokes the session.
-// Close is idempotent.
+// Close leaves the cluster gracefully: it marks the node as leaving, so
+// that the other nodes prepare its partitions while it still fires them,
+// then releases every partition with its checkpoint written (so the next
+// owner resumes exactly where this node stopped), lets queued and running
+// executions finish within DrainTimeout, canceling those still running
+// after it, and revokes the session. Close is idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		if !e.started.Load() || e.cancel == nil {
 			return
 		}
+		e.leave()
 		e.cancel()
 		e.wg.Wait() // the coordinator released the partitions
 		e.loopStop()
@@ -195,6 +200,30 @@ func (e *Engine) Close() error {
 		e.execs.http.CloseIdleConnections()
 	})
 	return e.closeErr
+}
+
+// leave marks the node as leaving and waits, prepareWait at most, until
+// the other nodes took its partitions over (make-before-break).
+func (e *Engine) leave() {
+	s := e.sess.Load()
+	if s == nil || s.Fenced() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := s.Leave(ctx)
+	cancel()
+	if err != nil {
+		e.log.Warn("marking the node as leaving failed; releasing its partitions at once", "err", err)
+		return
+	}
+	t := time.NewTimer(prepareWait)
+	defer t.Stop()
+	select {
+	case <-e.left:
+	case <-s.Done():
+	case <-t.C:
+		e.log.Warn("the other nodes did not take every partition over in time; releasing the rest", "waited", prepareWait)
+	}
 }
 
 // call sends a command to the dispatch loop, unless the loop is gone.

@@ -194,8 +194,18 @@ func TestLoop_DispatchPointStaysBeforeFiresArmedInThePast(t *testing.T) {
 // faultKV fails the etcd requests a test chooses, on one node's client.
 type faultKV struct {
 	clientv3.KV
-	failRelease atomic.Bool // transactions that write a released checkpoint
-	failDelete  atomic.Bool // deletes of trigger keys
+	failRelease atomic.Bool  // transactions that write a released checkpoint
+	failDelete  atomic.Bool  // deletes of trigger keys
+	slowRead    atomic.Int64 // ns added to reads of tasks
+}
+
+func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if d := time.Duration(f.slowRead.Load()); d > 0 && strings.Contains(key, "/tasks/") {
+		if !sleepCtx(ctx, d) {
+			return nil, ctx.Err()
+		}
+	}
+	return f.KV.Get(ctx, key, opts...)
 }
 
 var errInjected = errors.New("injected etcd failure")
@@ -413,5 +423,36 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 	b.stop(t)
 	if d := log.duplicates(); len(d) > 0 {
 		t.Errorf("the trigger fired again after a hand-over: %v", d)
+	}
+}
+
+// Make-before-break: a joining node reads its partitions while their old
+// owner still fires them, so however long the read takes, nothing stands
+// still. Reads slowed to past the misfire threshold used to misfire every
+// task that moved.
+func TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cfg := func(id string) func(*Config) {
+		return func(c *Config) { c.NodeID = id; c.Partitions = 8; c.MisfireThreshold = 2 * time.Second }
+	}
+	a := startNode(t, c, "", log.handler, cfg("node-a"))
+	tasks := ids("t", 40)
+	for _, id := range tasks {
+		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(tasks[0])) >= 2 })
+
+	cliB := c.NewClient(t)
+	injectFaults(cliB).slowRead.Store(int64(3 * time.Second))
+	b := startNodeOn(t, cliB, "", log.handler, cfg("node-b"), noWait)
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return b.e.Ready() && b.e.Stats().PartitionsOwned > 0 })
+	until := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(2500 * time.Millisecond)
+	if repeats := everySecond(t, log, tasks, until); repeats > 0 {
+		t.Errorf("%d fires repeated", repeats)
+	}
+	if m := a.e.Stats().Misfires + b.e.Stats().Misfires; m > 0 {
+		t.Errorf("%d misfires: the moved partitions stood still while the new owner read them", m)
 	}
 }

@@ -30,7 +30,11 @@ func (k keys) checkpoints() string          { return k.prefix + "/checkpoints/" 
 func (k keys) watermark(node, session string) string {
 	return k.prefix + "/watermarks/" + node + "/" + session
 }
-func (k keys) watermarks() string         { return k.prefix + "/watermarks/" }
+func (k keys) watermarks() string     { return k.prefix + "/watermarks/" }
+func (k keys) preparedPrefix() string { return k.prefix + "/prepared/" }
+func (k keys) prepared(node string) string {
+	return k.prefix + "/prepared/" + node
+}
 func (k keys) triggers() string           { return k.prefix + "/triggers/" }
 func (k keys) triggerPrefix(p int) string { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }
 func (k keys) trigger(p int, id string, at int64) string {

@@ -1,11 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -69,56 +69,112 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}, nil
 }
 
-// load puts partition p's tasks into the loop, resuming after resume, and
-// returns the etcd revision they are synced to. From the Badger cache when
-// it has the partition (DESIGN.md invariant 7: no range read): a watch from
-// the cached revision first brings the cache up to date (tasks created,
-// changed or deleted while other nodes owned p), so every task is armed
-// from the resume point as etcd had it at our acquisition (revision
-// atRev). That watch, opened under wctx, is returned to go on with;
-// without a usable cache a full range read is done and wch is nil.
-func (e *Engine) load(ctx, wctx context.Context, p int, fence, resume, atRev int64) (int64, *openWatch, error) {
+// prepared is a partition read ahead of its lock (make-before-break): its
+// tasks decoded as of revision rev, with a watch open from rev+1 that the
+// acquire catches up to the lock's revision. While a node prepares a
+// partition, its previous owner still fires it: the hand-over then costs
+// a catch-up of a few changes, not the partition's size.
+type prepared struct {
+	p     int
+	rev   int64
+	defs  []taskDef
+	watch *openWatch
+}
+
+// prepare reads partition p ahead of its lock: from the Badger cache when
+// it has the partition (DESIGN.md invariant 7: no range read), else with
+// a range read, which replaces the cache. The watch it opens lives under
+// wctx.
+func (e *Engine) prepare(ctx, wctx context.Context, p int) (*prepared, error) {
 	if e.store != nil {
-		cache := map[string][]byte{}
-		rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
-			cache[id] = bytes.Clone(value)
-			return nil
-		})
-		switch {
-		case err != nil:
-			e.log.Warn("reading the partition cache failed; loading from etcd", "partition", p, "err", err)
-		case rev >= atRev:
-			// Ahead of etcd: etcd was restored or replaced under the cache.
-			e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", atRev)
-		case rev > 0:
-			cctx, cancel := context.WithCancel(wctx)
-			wch := e.cli.Watch(clientv3.WithRequireLeader(cctx), e.keys.partition(p), clientv3.WithPrefix(),
-				clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-			synced, err := e.catchUp(ctx, p, wch, rev, atRev, cache)
-			if err == nil {
-				d := e.decoder()
-				defs := make([]taskDef, 0, len(cache))
-				for id, value := range cache {
-					if def, err := d.def(id, value); err != nil {
-						e.log.Warn("skipping a cached task", "partition", p, "err", err)
-					} else {
-						defs = append(defs, def)
-					}
-				}
-				return synced, &openWatch{ch: wch, cancel: cancel}, e.send(ctx, p, fence, resume, defs)
-			}
-			cancel()
-			if ctx.Err() != nil {
-				return 0, nil, ctx.Err()
-			}
-			e.log.Info("the partition cache cannot be brought up to date; loading from etcd", "partition", p, "err", err)
+		if prep, err := e.prepareCached(ctx, wctx, p); prep != nil || err != nil {
+			return prep, err
 		}
 	}
 	rev, defs, err := e.rangeLoad(ctx, p, e.decoder())
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	return rev, nil, e.send(ctx, p, fence, resume, defs)
+	return &prepared{p: p, rev: rev, defs: defs, watch: e.watchFrom(wctx, p, rev)}, nil
+}
+
+// prepareCached prepares p from the Badger cache, or returns nil when the
+// cache cannot serve: it has nothing, cannot be read, or is ahead of etcd
+// (etcd was restored or replaced under it).
+func (e *Engine) prepareCached(ctx, wctx context.Context, p int) (*prepared, error) {
+	d := e.decoder()
+	var defs []taskDef
+	rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
+		if def, err := d.def(id, value); err != nil {
+			e.log.Warn("skipping a cached task", "partition", p, "err", err)
+		} else {
+			defs = append(defs, def)
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("reading the partition cache failed; loading from etcd", "partition", p, "err", err)
+		return nil, nil
+	}
+	if rev == 0 {
+		return nil, nil
+	}
+	now, err := e.cli.Get(ctx, e.keys.cluster(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	if rev > now.Header.Revision {
+		e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", now.Header.Revision)
+		return nil, nil
+	}
+	return &prepared{p: p, rev: rev, defs: defs, watch: e.watchFrom(wctx, p, rev)}, nil
+}
+
+// watchFrom opens a watch of p's tasks after revision rev, under ctx.
+func (e *Engine) watchFrom(ctx context.Context, p int, rev int64) *openWatch {
+	cctx, cancel := context.WithCancel(ctx)
+	wch := e.cli.Watch(clientv3.WithRequireLeader(cctx), e.keys.partition(p), clientv3.WithPrefix(),
+		clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	return &openWatch{ch: wch, cancel: cancel}
+}
+
+// arm brings a prepared partition up to atRev, the revision of its
+// acquisition (tasks created, changed or deleted since it was read), and
+// hands its tasks to the loop, resuming after resume: every task is armed
+// from the resume point as etcd had it when the partition became ours. It
+// returns the revision the tasks are synced to and the watch to go on
+// with (nil: the partition watch opens its own).
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64) (int64, *openWatch, error) {
+	p := prep.p
+	touched, synced, err := e.catchUp(ctx, p, prep.watch.ch, prep.rev, atRev)
+	if err != nil {
+		prep.watch.cancel()
+		if ctx.Err() != nil {
+			return 0, nil, ctx.Err()
+		}
+		e.log.Info("the prepared partition cannot be brought up to date; loading from etcd", "partition", p, "err", err)
+		rev, defs, err := e.rangeLoad(ctx, p, e.decoder())
+		if err != nil {
+			return 0, nil, err
+		}
+		return rev, nil, e.send(ctx, p, fence, resume, defs)
+	}
+	defs := prep.defs
+	if len(touched) > 0 {
+		defs = slices.DeleteFunc(defs, func(d taskDef) bool { _, ok := touched[d.id]; return ok })
+		d := e.decoder()
+		for id, value := range touched {
+			if value == nil {
+				continue // deleted
+			}
+			if def, err := d.def(id, value); err != nil {
+				e.log.Warn("skipping a task change", "partition", p, "err", err)
+			} else {
+				defs = append(defs, def)
+			}
+		}
+	}
+	return synced, prep.watch, e.send(ctx, p, fence, resume, defs)
 }
 
 // openWatch is a watch a load leaves open for the partition's watch.
@@ -130,14 +186,15 @@ type openWatch struct {
 // errCompacted: etcd no longer has the revision a watch starts from.
 var errCompacted = errors.New("the cached revision was compacted")
 
-// catchUp applies to cache, and to the Badger cache, the changes a watch
-// from revision rev+1 delivers, until it has delivered every change up to
-// atRev. Progress notifications tell when it has; etcd answers a progress
+// catchUp reads the changes a watch from revision rev+1 delivers, until it
+// has delivered every change up to atRev, and applies them to the Badger
+// cache. Progress notifications tell when it has; etcd answers a progress
 // request only once every watch of the stream is synced, so it asks again
-// until it gets one. It returns the revision cache is synced to.
-func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev, atRev int64, cache map[string][]byte) (int64, error) {
+// until it gets one. It returns the last value of every key that changed
+// (nil: deleted) and the revision it is synced to.
+func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev, atRev int64) (map[string][]byte, int64, error) {
 	prefix := e.keys.partition(p)
-	touched := map[string]bool{}
+	touched := map[string][]byte{}
 	ask := time.NewTicker(25 * time.Millisecond)
 	defer ask.Stop()
 	deadline := time.NewTimer(catchUpTimeout)
@@ -145,29 +202,28 @@ func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev
 	for rev < atRev {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, 0, ctx.Err()
 		case <-deadline.C:
-			return 0, fmt.Errorf("no watch progress within %v", catchUpTimeout)
+			return nil, 0, fmt.Errorf("no watch progress within %v", catchUpTimeout)
 		case <-ask.C:
 			e.requestProgress(ctx)
 		case resp, ok := <-wch:
 			if !ok {
-				return 0, errors.New("the watch ended")
+				return nil, 0, errors.New("the watch ended")
 			}
 			if resp.CompactRevision != 0 {
-				return 0, errCompacted
+				return nil, 0, errCompacted
 			}
 			if err := resp.Err(); err != nil {
-				return 0, err
+				return nil, 0, err
 			}
 			for _, ev := range resp.Events {
 				id := string(ev.Kv.Key[len(prefix):])
 				if ev.Type == mvccpb.DELETE {
-					delete(cache, id)
+					touched[id] = nil
 				} else {
-					cache[id] = ev.Kv.Value
+					touched[id] = ev.Kv.Value
 				}
-				touched[id] = true
 				rev = ev.Kv.ModRevision
 			}
 			if resp.IsProgressNotify() {
@@ -175,19 +231,21 @@ func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev
 			}
 		}
 	}
-	var puts []store.KV
-	var dels []string
-	for id := range touched {
-		if v, ok := cache[id]; ok {
-			puts = append(puts, store.KV{ID: id, Value: v})
-		} else {
-			dels = append(dels, id)
+	if e.caching(p) {
+		var puts []store.KV
+		var dels []string
+		for id, v := range touched {
+			if v != nil {
+				puts = append(puts, store.KV{ID: id, Value: v})
+			} else {
+				dels = append(dels, id)
+			}
+		}
+		if err := e.store.Apply(uint32(p), rev, puts, dels); err != nil {
+			e.dropCache(p, err)
 		}
 	}
-	if err := e.store.Apply(uint32(p), rev, puts, dels); err != nil {
-		e.dropCache(p, err)
-	}
-	return rev, nil
+	return touched, rev, nil
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/ring"
 )
 
 // owned is a partition this node holds.
@@ -80,8 +81,19 @@ type serving struct {
 	results   chan acquired
 	retry     *time.Timer // failed acquires and stuck releases
 	seenSelf  bool        // the member set listed this node once
+	leaving   bool        // this node's key says it is leaving
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
+
+	// Make-before-break (prepare.go).
+	assign     *ring.Assignment  // the ring's current assignment; nil when no member takes partitions
+	preparedCh chan int          // acquires report their partition prepared
+	mine       map[int]bool      // prepared here and not yet acquired: published
+	publish    *time.Timer       // flushes mine
+	dirty      bool              // mine changed since it was published
+	others     preparedSets      // what every node published
+	lostSince  map[int]time.Time // held partitions the ring gave another node
+	handOver   *time.Timer       // the next lost partition past prepareWait
 }
 
 // serve runs one session: it follows the member set, acquiring and
@@ -94,13 +106,31 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e: e, ctx: sctx, sess: sess,
 		parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{},
 		stuck: map[int]*stuckRelease{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
+		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
+		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour),
 	}
 	defer s.retry.Stop()
+	defer s.publish.Stop()
+	defer s.handOver.Stop()
 	defer s.wg.Wait()
 	defer func() { s.end(ctx.Err() != nil) }()
 	members := membership.Watch(sctx, e.cli, e.cfg.Prefix, membership.DefaultDebounce)
+	others := e.watchPrepared(sctx)
 	for {
 		select {
+		case p := <-s.preparedCh:
+			s.mine[p] = true
+			s.changed()
+		case <-s.publish.C:
+			s.dirty = false
+			e.publishPrepared(sctx, sess.Lease(), s.mine)
+		case sets, ok := <-others:
+			if ok {
+				s.others = sets
+				s.reconcile()
+			}
+		case <-s.handOver.C:
+			s.reconcile()
 		case <-ctx.Done():
 			return
 		case <-sess.Done():
@@ -136,21 +166,82 @@ func (s *serving) membersChanged(ms []membership.Member) {
 		return // our own registration is not visible yet
 	}
 	s.seenSelf = true
-	a, err := e.ring.Update(ids)
-	if err != nil {
-		e.log.Error("the member set does not fit the ring; keeping the current assignment", "members", len(ids), "err", err)
-		return
+	// Leaving nodes hand their partitions over: the ring leaves them out.
+	var staying []string
+	for _, m := range ms {
+		if m.Info.Leaving {
+			s.leaving = s.leaving || m.ID == e.cfg.NodeID
+		} else {
+			staying = append(staying, m.ID)
+		}
 	}
 	s.desired = map[int]bool{}
-	for _, p := range a.Owned(e.cfg.NodeID) {
-		s.desired[p] = true
+	s.assign = nil
+	if len(staying) > 0 {
+		a, err := e.ring.Update(staying)
+		if err != nil {
+			e.log.Error("the member set does not fit the ring; keeping the current assignment", "members", len(staying), "err", err)
+			return
+		}
+		s.assign = a
+		for _, p := range a.Owned(e.cfg.NodeID) {
+			s.desired[p] = true
+		}
 	}
 	s.reconcile()
 }
 
+// changed schedules publishing mine.
+func (s *serving) changed() {
+	if !s.dirty {
+		s.dirty = true
+		s.publish.Reset(preparedFlush)
+	}
+}
+
+// handing returns the held partitions the ring gave another node that
+// may go now: their new owner prepared them, or waited long enough, or
+// there is none.
+func (s *serving) handing() []int {
+	now := time.Now()
+	var due []int
+	var next time.Duration
+	for p := range s.parts {
+		if s.desired[p] {
+			delete(s.lostSince, p)
+			continue
+		}
+		since, ok := s.lostSince[p]
+		if !ok {
+			since = now
+			s.lostSince[p] = now
+		}
+		owner := ""
+		if s.assign != nil {
+			owner = s.assign.Owner(p)
+		}
+		if wait := since.Add(prepareWait).Sub(now); owner == "" || s.others[owner][p] || wait <= 0 {
+			due = append(due, p)
+			delete(s.lostSince, p)
+		} else if next == 0 || wait < next {
+			next = wait
+		}
+	}
+	if next > 0 {
+		s.handOver.Reset(next)
+	}
+	return due
+}
+
 func (s *serving) updateReady() {
-	ready := len(s.acquiring) == 0 && len(s.parts) == len(s.desired)
+	ready := len(s.acquiring) == 0
+	for p := range s.desired {
+		ready = ready && s.parts[p] != nil
+	}
 	s.e.ready.Store(ready)
+	if s.leaving && len(s.parts) == 0 && len(s.acquiring) == 0 && len(s.stuck) == 0 {
+		s.e.leftOnce.Do(func() { close(s.e.left) })
+	}
 	if ready && !s.collected {
 		s.collected = true
 		s.wg.Go(func() { s.e.collectWatermarks(s.ctx) })
@@ -160,7 +251,7 @@ func (s *serving) updateReady() {
 func (s *serving) start(p int) {
 	actx, cancel := context.WithCancel(s.ctx)
 	s.acquiring[p] = cancel
-	go func() { s.results <- s.e.acquire(actx, s.sess, p) }()
+	go func() { s.results <- s.e.acquire(actx, s.sess, p, func() { s.preparedCh <- p }) }()
 }
 
 // reconcile releases what the ring took away and acquires what it gave.
@@ -170,13 +261,7 @@ func (s *serving) reconcile() {
 			c() // its result comes back and is released
 		}
 	}
-	var lost []int
-	for p := range s.parts {
-		if !s.desired[p] {
-			lost = append(lost, p)
-		}
-	}
-	if len(lost) > 0 {
+	if lost := s.handing(); len(lost) > 0 {
 		s.release(lost)
 	}
 	for p := range s.desired {
@@ -199,6 +284,10 @@ func (s *serving) release(ps []int) {
 func (s *serving) finish(r acquired) {
 	e := s.e
 	delete(s.acquiring, r.p)
+	if s.mine[r.p] {
+		delete(s.mine, r.p)
+		s.changed()
+	}
 	switch {
 	case r.stray:
 		// A lock key of ours may be left behind, ahead of the next owner:
@@ -275,10 +364,21 @@ func (s *serving) end(leaving bool) {
 // acquire takes partition p (DESIGN.md, Partitions and ownership): lock its
 // mutex, read where its last owner got to, record the hand-over, load its
 // tasks and watch them.
-func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (r acquired) {
+func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
+	// The watch the load opens goes on as the partition's watch: it lives
+	// as long as the partition is held, not as long as this acquire.
+	wctx, stop := context.WithCancel(context.Background())
+	prep, err := e.prepare(ctx, wctx, p)
+	if err != nil {
+		stop()
+		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
+		return r
+	}
+	prepared()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := m.Lock(ctx); err != nil {
+		stop()
 		// A Lock canceled while waiting, or whose put was cut off, can
 		// leave our key in the lock's queue, where it would become the
 		// owner once the previous one goes.
@@ -288,6 +388,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 	}
 	fence := m.Header().Revision
 	fail := func(err error) acquired {
+		stop()
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
 			r.stray = !e.deleteLockKey(p, sess)
@@ -308,7 +409,6 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		return fail(err)
 	}
 	e.owned[p].Store(true)
-	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
 	undo := func(err error) acquired {
 		stop()
@@ -321,7 +421,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int) (
 		e.holds.clear(p)
 		return fail(err)
 	}
-	taskRev, wch, err := e.load(ctx, wctx, p, fence, resume, rev)
+	taskRev, wch, err := e.arm(ctx, prep, fence, resume, rev)
 	if err != nil {
 		return undo(fmt.Errorf("load: %w", err))
 	}

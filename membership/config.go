@@ -30,6 +30,9 @@ type NodeInfo struct {
 	APIAddr   string    `json:"api_addr"`
 	StartedAt time.Time `json:"started_at"`
 	Version   string    `json:"version"`
+	// Leaving is set by Session.Leave: the node is handing its partitions
+	// over before it goes, and the ring leaves it out.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // Config configures Join. Zero durations take the defaults named on each

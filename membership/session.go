@@ -392,6 +392,30 @@ func (s *Session) NodeID() string { return s.cfg.NodeID }
 // while the session's lease lives.
 func (s *Session) Key() string { return nodeKey(s.cfg.Prefix, s.cfg.NodeID) }
 
+// Leave marks the node as leaving (NodeInfo.Leaving) in its key, which
+// stays under the lease: the other nodes leave it out of the ring and take
+// its partitions over while it still fires them. Close removes the key.
+func (s *Session) Leave(ctx context.Context) error {
+	info := s.cfg.Info
+	info.Leaving = true
+	value, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("membership: encode node info: %w", err)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(s.key), "=", int64(s.lease))).
+		Then(clientv3.OpPut(s.key, string(value), clientv3.WithLease(s.lease))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("membership: mark %s as leaving: %w", s.cfg.NodeID, err)
+	}
+	if !resp.Succeeded {
+		s.end(ErrLeaseLost)
+		return ErrLeaseLost
+	}
+	return nil
+}
+
 // Lost ends the session because the caller learned that its lease is gone
 // (a write conditioned on it failed, or its node key vanished): Fenced is
 // true at once, without waiting for the keep-alives to notice.

@@ -74,7 +74,8 @@ func sortMembers(ms []Member) {
 func membersEqual(a, b []Member) bool {
 	return slices.EqualFunc(a, b, func(x, y Member) bool {
 		return x.ID == y.ID && x.Info.APIAddr == y.Info.APIAddr &&
-			x.Info.Version == y.Info.Version && x.Info.StartedAt.Equal(y.Info.StartedAt)
+			x.Info.Version == y.Info.Version && x.Info.StartedAt.Equal(y.Info.StartedAt) &&
+			x.Info.Leaving == y.Info.Leaving
 	})
 }
 

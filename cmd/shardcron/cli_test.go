@@ -423,9 +423,9 @@ func TestOutput_Tables(t *testing.T) {
 		name:  "task table",
 		write: func(w io.Writer) error { return writeTaskTable(w, tasks) },
 		want: "" +
-			"ID                  SCHEDULE       TZ             EXECUTOR                        PAUSED  NEXT FIRE             VERSION\n" +
+			"ID                  SCHEDULE       TZ             EXECUTOR                         PAUSED  NEXT FIRE             VERSION\n" +
 			"billing/invoice-42  0 */5 * * * *  Europe/Berlin  http POST http://127.0.0.5/hook  no      2025-12-02T14:05:00Z  1234\n" +
-			"b                   @daily         UTC            exec /bin/echo \"a b\"            yes     -                     9\n",
+			"b                   @daily         UTC            exec /bin/echo \"a b\"             yes     -                     9\n",
 	}, {
 		name:  "history table",
 		write: func(w io.Writer) error { return writeHistoryTable(w, execs) },
@@ -437,10 +437,10 @@ func TestOutput_Tables(t *testing.T) {
 		name:  "nodes table",
 		write: func(w io.Writer) error { return writeNodesTable(w, nodes) },
 		want: "" +
-			"ID  ADDR           VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
+			"ID  ADDR            VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
 			"n1  127.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
 			"n2  127.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
-			"n3  -              -        -                     0           -      -        no answer\n",
+			"n3  -               -        -                     0           -      -        no answer\n",
 	}} {
 		var b bytes.Buffer
 		if err := tt.write(&b); err != nil {

@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Make-before-break: a partition changes hands only once its next owner
+// has read it.
+//
+// A node that the ring gives a partition first prepares it (reads and
+// decodes its tasks, and opens a watch from that revision), then publishes
+// it under /<prefix>/prepared/<node-id>, a JSON list of partitions under
+// its lease, and only then waits for the partition's lock. The previous
+// owner, which still fires the partition, watches those keys and releases
+// a partition it lost once the partition's new owner lists it, or after
+// prepareWait. The gap between the two owners is then a lock hand-off and
+// a catch-up of the changes since the read, whatever the partition's size.
+
+// prepareWait bounds how long a node keeps firing a partition it lost,
+// waiting for the new owner to prepare it.
+const prepareWait = 30 * time.Second
+
+// preparedFlush is how often a node publishes the partitions it prepared,
+// at most: one write covers every partition prepared in between.
+const preparedFlush = 50 * time.Millisecond
+
+// preparedSets maps a node id to the partitions it has prepared.
+type preparedSets map[string]map[int]bool
+
+// publishPrepared writes the partitions this node prepared and waits to
+// lock, under the session's lease.
+func (e *Engine) publishPrepared(ctx context.Context, lease clientv3.LeaseID, parts map[int]bool) {
+	val, _ := json.Marshal(slices.Sorted(maps.Keys(parts)))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := e.cli.Put(ctx, e.keys.prepared(e.cfg.NodeID), string(val), clientv3.WithLease(lease)); err != nil {
+		e.log.Warn("publishing the prepared partitions failed; their owners hand them over after a wait", "err", err)
+	}
+}
+
+// watchPrepared sends every node's prepared partitions at once and after
+// every change, the newest only, until ctx ends; then it closes the
+// channel.
+func (e *Engine) watchPrepared(ctx context.Context) <-chan preparedSets {
+	out := make(chan preparedSets, 1)
+	send := func(sets preparedSets) {
+		c := make(preparedSets, len(sets))
+		maps.Copy(c, sets)
+		select {
+		case <-out: // the reader takes the newest only
+		default:
+		}
+		out <- c
+	}
+	decode := func(sets preparedSets, key, value []byte) {
+		node := strings.TrimPrefix(string(key), e.keys.preparedPrefix())
+		var ps []int
+		if value == nil || json.Unmarshal(value, &ps) != nil {
+			delete(sets, node)
+			return
+		}
+		set := make(map[int]bool, len(ps))
+		for _, p := range ps {
+			set[p] = true
+		}
+		sets[node] = set
+	}
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			resp, err := e.cli.Get(ctx, e.keys.preparedPrefix(), clientv3.WithPrefix())
+			if err != nil {
+				sleepCtx(ctx, time.Second)
+				continue
+			}
+			sets := preparedSets{}
+			for _, kv := range resp.Kvs {
+				decode(sets, kv.Key, kv.Value)
+			}
+			send(sets)
+			for wr := range e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.preparedPrefix(),
+				clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						decode(sets, ev.Kv.Key, nil)
+					} else {
+						decode(sets, ev.Kv.Key, ev.Kv.Value)
+					}
+				}
+				send(sets)
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+	}()
+	return out
+}
