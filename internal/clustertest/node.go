@@ -3,6 +3,7 @@ package clustertest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -259,19 +260,45 @@ func (n *Node) kill() {
 	<-exited
 }
 
-// LogTail returns the last lines of the node's log (every run of it, in
-// order, each introduced by a "=== clustertest: start" line).
-func (n *Node) LogTail(lines int) string {
+// LogTail returns the last entries of the node's log (every run of it, in
+// order, each introduced by a "=== clustertest: start" line). Consecutive
+// JSON lines with the same level and message are folded into their last
+// one, marked with how many there were, so that a warning repeated every
+// 100 ms does not hide what came before it.
+func (n *Node) LogTail(entries int) string {
 	b, err := os.ReadFile(n.logPath)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
-	b = bytes.TrimRight(b, "\n")
-	all := bytes.Split(b, []byte("\n"))
-	if len(all) > lines {
-		all = all[len(all)-lines:]
+	type entry struct {
+		line, key string
+		count     int
 	}
-	return string(bytes.Join(all, []byte("\n")))
+	var out []entry
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		var m struct{ Level, Msg string }
+		key := ""
+		if json.Unmarshal([]byte(line), &m) == nil && m.Msg != "" {
+			key = m.Level + " " + m.Msg
+		}
+		if k := len(out); k > 0 && key != "" && out[k-1].key == key {
+			out[k-1].line, out[k-1].count = line, out[k-1].count+1
+			continue
+		}
+		out = append(out, entry{line, key, 1})
+	}
+	if len(out) > entries {
+		out = out[len(out)-entries:]
+	}
+	var sb strings.Builder
+	for _, e := range out {
+		if e.count > 1 {
+			fmt.Fprintf(&sb, "(%d times, the last:) ", e.count)
+		}
+		sb.WriteString(e.line)
+		sb.WriteString("\n")
+	}
+	return strings.TrimRight(sb.String(), "\n")
 }
 
 // LogCount returns how many lines of the node's log contain s.

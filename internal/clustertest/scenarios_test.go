@@ -226,3 +226,55 @@ func TestChaos_ReleaseDuringNoSpace(t *testing.T) {
 	c.Check(hold)
 	c.Finish()
 }
+
+// TestChaos_JoinDuringNoSpace raises etcd's NOSPACE alarm right after a
+// fourth node registers, before the others (which debounce membership
+// changes) release what the new ring takes from them: their release writes
+// fail while their sessions live on, and the newcomer cannot lock. Once the
+// alarm is disarmed every partition must have an owner within the lease TTL
+// (plus a second for the API's member cache), and nothing may be missed.
+// The releasing nodes could record nothing while the alarm lasted, so
+// repeats within the lead of their fires are allowed.
+func TestChaos_JoinDuringNoSpace(t *testing.T) {
+	t.Parallel()
+	c := start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := c.AddNode()
+	key := "/shardcron/nodes/" + n.ID
+	wch := c.Etcd.Client.Watch(ctx, key)
+	before := make(map[string]int)
+	for _, o := range c.Nodes {
+		before[o.ID] = o.LogCount("writing release checkpoints failed")
+	}
+	c.Step("join: start %s", n.ID)
+	n.Start(t)
+	for registered := false; !registered; {
+		select {
+		case resp := <-wch:
+			registered = len(resp.Events) > 0
+		case <-ctx.Done():
+			t.Fatalf("%s never registered", n.ID)
+		}
+	}
+	c.Etcd.RaiseNoSpace(t)
+	c.Step("NOSPACE alarm raised as soon as %s registered", n.ID)
+	for _, o := range c.Nodes[:3] {
+		c.Fault(o.ID, FaultFailedRelease, c.opt.Lead)
+	}
+	// Past the debounce and the bounded release attempts.
+	time.Sleep(3 * time.Second)
+	var failed []string
+	for _, o := range c.Nodes {
+		if k := o.LogCount("writing release checkpoints failed") - before[o.ID]; k > 0 {
+			failed = append(failed, fmt.Sprintf("%s %d", o.ID, k))
+		}
+	}
+	c.Step("release write failures logged during the alarm: %v", failed)
+	c.Etcd.ClearNoSpace(t)
+	c.Step("alarm disarmed")
+	took := c.WaitOwned(c.opt.LeaseTTL + time.Second)
+	c.Step("every partition owned %v after the alarm cleared (lease TTL %v)", took.Round(time.Millisecond), c.opt.LeaseTTL)
+	c.Check(hold)
+	c.Finish()
+}

@@ -62,6 +62,8 @@ type Result struct {
 	// Last is, per faulted node, the latest scheduled time (Unix ms) it
 	// fired on its faulted session; a repeat is allowed within Lead of it.
 	Last map[string]int64
+	// PerNode counts the window's calls by the node that sent them.
+	PerNode map[string]int
 }
 
 // OK reports whether the window holds no duplicate and no miss.
@@ -75,7 +77,7 @@ func (r *Result) OK() bool { return len(r.Duplicates) == 0 && len(r.Missed) == 0
 // of a fire received from f.Node (whenever it arrived: a fire taken by a
 // worker before SIGSTOP reaches the sink after SIGCONT).
 func Verify(calls map[FireKey][]Call, w Window) *Result {
-	r := &Result{Window: w, Last: make(map[string]int64), Around: make(map[FireKey]string)}
+	r := &Result{Window: w, Last: make(map[string]int64), Around: make(map[FireKey]string), PerNode: make(map[string]int)}
 	last := make([]int64, len(w.Faults))
 	for i, f := range w.Faults {
 		last[i] = -1
@@ -115,6 +117,9 @@ func Verify(calls map[FireKey][]Call, w Window) *Result {
 			r.Expected++
 			k := FireKey{Task: task, At: sec * 1000}
 			cs := calls[k]
+			for _, c := range cs {
+				r.PerNode[c.Node]++
+			}
 			switch {
 			case len(cs) == 0:
 				r.Missed = append(r.Missed, k)

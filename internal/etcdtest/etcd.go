@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -314,4 +315,32 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 // target of a Proxy.
 func (c *Cluster) Addr() string {
 	return c.Members[0].Addr()
+}
+
+// RaiseNoSpace raises the NOSPACE alarm on every member, as a full backend
+// would, without filling it: etcd then refuses Put, Txn with writes and
+// LeaseGrant, and keeps serving reads, deletes and keep-alives.
+func (c *Cluster) RaiseNoSpace(t testing.TB) {
+	t.Helper()
+	c.alarm(t, etcdserverpb.AlarmRequest_ACTIVATE)
+}
+
+// ClearNoSpace disarms the NOSPACE alarm on every member. A backend still
+// over its quota raises it again at the next write.
+func (c *Cluster) ClearNoSpace(t testing.TB) {
+	t.Helper()
+	c.alarm(t, etcdserverpb.AlarmRequest_DEACTIVATE)
+}
+
+func (c *Cluster) alarm(t testing.TB, action etcdserverpb.AlarmRequest_AlarmAction) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	mc := etcdserverpb.NewMaintenanceClient(c.Client.ActiveConnection())
+	for _, m := range c.Members {
+		req := &etcdserverpb.AlarmRequest{Action: action, MemberID: m.ID(), Alarm: etcdserverpb.AlarmType_NOSPACE}
+		if _, err := mc.Alarm(ctx, req); err != nil {
+			t.Fatalf("etcdtest: %v NOSPACE on %s: %v", action, m.Name, err)
+		}
+	}
 }
