@@ -45,11 +45,11 @@ type Sink struct {
 	delay time.Duration
 	srv   *httptest.Server
 
-	mu        sync.Mutex // guards calls, seconds, bad and perNode
-	calls     map[FireKey][]Call
-	seconds   map[int64]int // distinct keys received per scheduled second
-	perNode   map[nodeSecond]int
-	bad       []string // requests without a parsable idempotency key
+	mu      sync.Mutex // guards calls, seconds, bad and perNode
+	calls   map[FireKey][]Call
+	seconds map[int64]int // distinct keys received per scheduled second
+	perNode map[nodeSecond]int
+	bad     []string // requests without a parsable idempotency key
 }
 
 type nodeSecond struct {

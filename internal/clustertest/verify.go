@@ -13,6 +13,7 @@ import (
 const (
 	FaultKill          = "kill -9"
 	FaultPause         = "SIGSTOP past the lease"
+	FaultShortPause    = "SIGSTOP shorter than the lease"
 	FaultCut           = "cut off from etcd"
 	FaultFailedRelease = "release with a failed checkpoint write"
 )
