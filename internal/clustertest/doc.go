@@ -11,7 +11,7 @@
 // exactly once in every second of the window, except that a crash-like fault
 // (SIGKILL, SIGSTOP past the lease, cut-off from etcd, a release whose
 // checkpoint write failed) may repeat the faulted node's fires of at most
-// the bounded lead before its last fire, once each, on another node. A
+// the bounded lead before its last fire, once each. A
 // failed check reports the seed, the steps with their times, the first
 // offending keys with the nodes that fired them, and the tail of each
 // node's log.
