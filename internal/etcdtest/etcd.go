@@ -1,14 +1,21 @@
 package etcdtest
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // startTimeout bounds how long Start waits for the server to become ready.
@@ -16,13 +23,48 @@ import (
 // because CI machines are shared.
 const startTimeout = 30 * time.Second
 
-// Cluster is a running embedded single-member etcd.
+// Options configure StartCluster. The zero value is what Start uses.
+type Options struct {
+	// Members is the number of etcd members: 1 (the default) or more. A
+	// single member listens on ports the kernel picks at bind time; several
+	// members need their peer addresses before they start, so their ports are
+	// reserved and released first (a small race with other processes that a
+	// test accepts).
+	Members int
+	// QuotaBackendBytes is each member's backend quota; 0 keeps etcd's
+	// default (2 GiB). A small quota lets a test raise the NOSPACE alarm,
+	// under which etcd refuses Put, Txn with writes and LeaseGrant but keeps
+	// serving reads, deletes and keep-alives.
+	QuotaBackendBytes int64
+}
+
+// Cluster is a running embedded etcd of one or more members.
 type Cluster struct {
-	// Endpoints are the client URLs of the server ("http://127.0.0.1:port").
+	// Endpoints are the client URLs of the members ("http://127.0.0.1:port"),
+	// in member order.
 	Endpoints []string
 	// Client is connected to Endpoints; it is closed when the test ends.
 	Client *clientv3.Client
+	// Members are the cluster's members, in order.
+	Members []*Member
 
+	logger *zap.Logger
+}
+
+// Member is one embedded etcd server of a Cluster. It can be stopped and
+// restarted on the same data directory and ports.
+type Member struct {
+	// Name is the member's name in the cluster ("m0", "m1", ...).
+	Name string
+
+	dir, logPath string
+	clientURL    url.URL // the address actually bound, fixed after the first start
+	peerURL      url.URL
+	advPeer      url.URL // the advertised peer URL (port 0 for a single member)
+	initial      string  // the initial cluster string
+	quota        int64
+
+	mu   sync.Mutex // guards etcd
 	etcd *embed.Etcd
 }
 
@@ -35,22 +77,98 @@ type Cluster struct {
 // fails.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartCluster(t, Options{})
+}
 
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = t.TempDir()
-
+// StartCluster starts an embedded etcd as o describes and waits until every
+// member serves requests; otherwise it is Start.
+func StartCluster(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	n := o.Members
+	if n <= 0 {
+		n = 1
+	}
+	c := &Cluster{}
 	// Port 0: the kernel picks a free port when etcd binds, so no port is
 	// ever reserved and released (which races with parallel test packages).
 	// The advertised URLs keep port 0; nothing dials them in a one-member
 	// cluster once the grpc gateway (which dials its own address) is off.
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls = []url.URL{loopback}
-	cfg.AdvertiseClientUrls = []url.URL{loopback}
-	cfg.ListenPeerUrls = []url.URL{loopback}
-	cfg.AdvertisePeerUrls = []url.URL{loopback}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	var initial []string
+	for i := 0; i < n; i++ {
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes,
+			clientURL: loopback, peerURL: loopback, advPeer: loopback}
+		m.logPath = filepath.Join(m.dir, "etcd.log")
+		if n > 1 {
+			m.clientURL = url.URL{Scheme: "http", Host: freeAddr(t)}
+			m.peerURL = url.URL{Scheme: "http", Host: freeAddr(t)}
+			m.advPeer = m.peerURL
+		}
+		initial = append(initial, m.Name+"="+m.advPeer.String())
+		c.Members = append(c.Members, m)
+	}
+	for _, m := range c.Members {
+		m.initial = strings.Join(initial, ",")
+	}
+	t.Cleanup(func() {
+		for _, m := range c.Members {
+			m.Stop()
+			if t.Failed() {
+				if b, err := os.ReadFile(m.logPath); err == nil && len(b) > 0 {
+					t.Logf("etcdtest: server log of %s:\n%s", m.Name, b)
+				}
+			}
+		}
+	})
+	// Members of a new cluster wait for each other, so they start together.
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, m := range c.Members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.start()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+	for _, m := range c.Members {
+		c.Endpoints = append(c.Endpoints, m.Endpoint())
+	}
+	c.logger = c.Members[0].etcd.GetLogger()
+	c.Client = c.NewClient(t)
+	return c
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("etcdtest: reserve a port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start starts the member's server on its data directory and waits until it
+// is ready. After the first start the member keeps the ports it bound.
+func (m *Member) start() error {
+	cfg := embed.NewConfig()
+	cfg.Name = m.Name
+	cfg.Dir = m.dir
+	cfg.ListenClientUrls = []url.URL{m.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	cfg.ListenPeerUrls = []url.URL{m.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{m.advPeer}
+	cfg.InitialCluster = m.initial
 	cfg.EnableGRPCGateway = false
+	cfg.QuotaBackendBytes = m.quota
 
 	// Tests need no durability: skip fsync. A 10 ms raft tick halves the
 	// start-up time (the single member elects itself within a few ticks); it
@@ -59,35 +177,117 @@ func Start(t testing.TB) *Cluster {
 	cfg.SnapshotCount = 10000
 	cfg.TickMs, cfg.ElectionMs = 10, 100
 
-	logPath := filepath.Join(t.TempDir(), "etcd.log")
 	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{logPath}
+	cfg.LogOutputs = []string{m.logPath}
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("etcdtest: start etcd: %v", err)
+		return fmt.Errorf("start etcd member %s: %w", m.Name, err)
 	}
-	c := &Cluster{etcd: e}
-	t.Cleanup(func() {
-		e.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil && len(b) > 0 {
-				t.Logf("etcdtest: server log:\n%s", b)
-			}
-		}
-	})
-
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		t.Fatalf("etcdtest: etcd failed while starting: %v", err)
+		e.Close()
+		return fmt.Errorf("etcd member %s failed while starting: %w", m.Name, err)
 	case <-time.After(startTimeout):
-		t.Fatalf("etcdtest: etcd not ready after %v", startTimeout)
+		e.Close()
+		return fmt.Errorf("etcd member %s not ready after %v", m.Name, startTimeout)
 	}
+	m.mu.Lock()
+	m.etcd = e
+	// Keep the bound ports, so that a restart listens where clients and
+	// proxies already point.
+	m.clientURL = url.URL{Scheme: "http", Host: e.Clients[0].Addr().String()}
+	m.peerURL = url.URL{Scheme: "http", Host: e.Peers[0].Addr().String()}
+	m.mu.Unlock()
+	return nil
+}
 
-	c.Endpoints = []string{"http://" + e.Clients[0].Addr().String()}
-	c.Client = c.NewClient(t)
-	return c
+// Endpoint is the member's client URL ("http://127.0.0.1:port").
+func (m *Member) Endpoint() string { return "http://" + m.Addr() }
+
+// Addr is the member's client address ("127.0.0.1:port"), e.g. the target of
+// a Proxy. It stays the same across Stop and Restart.
+func (m *Member) Addr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clientURL.Host
+}
+
+// Stop stops the member's server; its data directory is kept. Stop is
+// idempotent.
+func (m *Member) Stop() {
+	m.mu.Lock()
+	e := m.etcd
+	m.etcd = nil
+	m.mu.Unlock()
+	if e != nil {
+		e.Close()
+	}
+}
+
+// Restart starts a stopped member again on the same data directory and
+// ports and waits until it is ready (for a member of several, until it has
+// rejoined a cluster with a leader). Restart fails the test if the server
+// cannot start, e.g. because another process took its port meanwhile.
+func (m *Member) Restart(t testing.TB) {
+	t.Helper()
+	m.Stop()
+	if err := m.start(); err != nil {
+		t.Fatalf("etcdtest: restart: %v", err)
+	}
+}
+
+// ID is the member's raft id; 0 while it is stopped.
+func (m *Member) ID() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.etcd == nil {
+		return 0
+	}
+	return uint64(m.etcd.Server.MemberID())
+}
+
+// IsLeader reports whether the member is running and currently the leader.
+func (m *Member) IsLeader() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID()
+}
+
+// Leader returns the index in Members of the current leader, waiting up to
+// startTimeout for one to be elected.
+func (c *Cluster) Leader(t testing.TB) int {
+	t.Helper()
+	leader := -1
+	WaitFor(t, startTimeout, func() bool {
+		for i, m := range c.Members {
+			if m.IsLeader() {
+				leader = i
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// MoveLeader transfers leadership to member to, and waits until it leads.
+// It fails the test if the transfer fails.
+func (c *Cluster) MoveLeader(t testing.TB, to int) {
+	t.Helper()
+	from := c.Leader(t)
+	if from == to {
+		return
+	}
+	cli := c.NewClient(t, c.Members[from].Endpoint())
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := cli.MoveLeader(ctx, c.Members[to].ID()); err != nil {
+		t.Fatalf("etcdtest: move leader from %s to %s: %v", c.Members[from].Name, c.Members[to].Name, err)
+	}
+	WaitFor(t, startTimeout, c.Members[to].IsLeader)
 }
 
 // NewClient returns a new client connected to endpoints, or to the cluster's
@@ -102,7 +302,7 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		Logger:      c.etcd.GetLogger(),
+		Logger:      c.logger,
 	})
 	if err != nil {
 		t.Fatalf("etcdtest: new client: %v", err)
@@ -111,8 +311,36 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 	return cli
 }
 
-// Addr is the server's client address ("127.0.0.1:port"), e.g. the target of
-// a Proxy.
+// Addr is the first member's client address ("127.0.0.1:port"), e.g. the
+// target of a Proxy.
 func (c *Cluster) Addr() string {
-	return c.etcd.Clients[0].Addr().String()
+	return c.Members[0].Addr()
+}
+
+// RaiseNoSpace raises the NOSPACE alarm on every member, as a full backend
+// would, without filling it: etcd then refuses Put, Txn with writes and
+// LeaseGrant, and keeps serving reads, deletes and keep-alives.
+func (c *Cluster) RaiseNoSpace(t testing.TB) {
+	t.Helper()
+	c.alarm(t, etcdserverpb.AlarmRequest_ACTIVATE)
+}
+
+// ClearNoSpace disarms the NOSPACE alarm on every member. A backend still
+// over its quota raises it again at the next write.
+func (c *Cluster) ClearNoSpace(t testing.TB) {
+	t.Helper()
+	c.alarm(t, etcdserverpb.AlarmRequest_DEACTIVATE)
+}
+
+func (c *Cluster) alarm(t testing.TB, action etcdserverpb.AlarmRequest_AlarmAction) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	mc := etcdserverpb.NewMaintenanceClient(c.Client.ActiveConnection())
+	for _, m := range c.Members {
+		req := &etcdserverpb.AlarmRequest{Action: action, MemberID: m.ID(), Alarm: etcdserverpb.AlarmType_NOSPACE}
+		if _, err := mc.Alarm(ctx, req); err != nil {
+			t.Fatalf("etcdtest: %v NOSPACE on %s: %v", action, m.Name, err)
+		}
+	}
 }

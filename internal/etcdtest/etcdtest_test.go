@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,7 +10,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// Members of a multi-member cluster talk over HTTP; etcd leaves their
+	// keep-alive connections to the peers' servers to die with the process.
+	// The proxy uses no net/http, so its leaks are still caught.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))
 }
 
 func TestStart_ServesRequests(t *testing.T) {
@@ -101,5 +109,80 @@ func TestWaitFor_ReturnsOnceTrue(t *testing.T) {
 	WaitFor(t, time.Second, func() bool { n++; return n == 3 })
 	if n != 3 {
 		t.Fatalf("cond evaluated %d times, want 3", n)
+	}
+}
+
+func TestMember_RestartKeepsDataAndAddress(t *testing.T) {
+	c := Start(t)
+	p := c.NewProxy(t) // targets the member's address, which a restart keeps
+	cli := c.NewClient(t, p.Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Members[0]
+	addr := m.Addr()
+	m.Stop()
+	m.Stop() // idempotent
+	m.Restart(t)
+	if m.Addr() != addr {
+		t.Fatalf("restart moved the member from %s to %s", addr, m.Addr())
+	}
+	var got string
+	WaitFor(t, 20*time.Second, func() bool {
+		gctx, gcancel := context.WithTimeout(ctx, time.Second)
+		defer gcancel()
+		resp, err := cli.Get(gctx, "/k")
+		if err != nil || len(resp.Kvs) != 1 {
+			return false
+		}
+		got = string(resp.Kvs[0].Value)
+		return true
+	})
+	if got != "v" {
+		t.Fatalf("after restart /k = %q, want v", got)
+	}
+}
+
+func TestStartCluster_ThreeMembersMoveLeader(t *testing.T) {
+	c := StartCluster(t, Options{Members: 3})
+	if len(c.Endpoints) != 3 {
+		t.Fatalf("%d endpoints, want 3", len(c.Endpoints))
+	}
+	from := c.Leader(t)
+	to := (from + 1) % 3
+	c.MoveLeader(t, to)
+	if got := c.Leader(t); got != to {
+		t.Fatalf("leader is m%d after moving it to m%d", got, to)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Client.Put(ctx, "/k", "v"); err != nil {
+		t.Fatalf("put after the move: %v", err)
+	}
+}
+
+func TestCluster_NoSpaceRefusesWritesKeepsReads(t *testing.T) {
+	c := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lease, err := c.Client.Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RaiseNoSpace(t)
+	if _, err := c.Client.Put(ctx, "/k", "v"); err == nil || !strings.Contains(err.Error(), "space exceeded") {
+		t.Fatalf("put under NOSPACE: %v, want a space-exceeded error", err)
+	}
+	if _, err := c.Client.Get(ctx, "/k"); err != nil {
+		t.Fatalf("get under NOSPACE: %v", err)
+	}
+	if _, err := c.Client.KeepAliveOnce(ctx, lease.ID); err != nil {
+		t.Fatalf("keep-alive under NOSPACE: %v", err)
+	}
+	c.ClearNoSpace(t)
+	if _, err := c.Client.Put(ctx, "/k", "v"); err != nil {
+		t.Fatalf("put after clearing NOSPACE: %v", err)
 	}
 }

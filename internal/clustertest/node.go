@@ -1,0 +1,332 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// stopTimeout bounds how long Stop waits for a node to exit after SIGTERM.
+// The server's own bounds (release, drain, shutdown) are well under it.
+const stopTimeout = 90 * time.Second
+
+// Node is one `shardcron server` process. It keeps its node id, data
+// directory, API port, log file and etcd proxies across restarts, so a
+// restarted node is the same node to the cluster. Its methods must be called
+// from the test goroutine.
+type Node struct {
+	// ID is the node id (--node-id).
+	ID string
+
+	bin     string
+	args    []string // flags after the fixed ones
+	listen  string   // "127.0.0.1:port", reserved at creation and kept
+	dataDir string
+	logPath string
+	proxies []*etcdtest.Proxy // one per etcd member
+
+	mu      sync.Mutex // guards cmd, exited, exitErr, paused and starts
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the current process has exited
+	exitErr error
+	paused  bool
+	starts  int
+}
+
+// newNode prepares a node; it starts nothing.
+func newNode(t testing.TB, bin, id string, etcdAddrs []string, args []string) *Node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &Node{ID: id, bin: bin, args: args, dataDir: filepath.Join(dir, "data"),
+		logPath: filepath.Join(dir, id+".log"), listen: reservePort(t)}
+	for _, a := range etcdAddrs {
+		n.proxies = append(n.proxies, etcdtest.NewProxy(t, a))
+	}
+	t.Cleanup(n.kill)
+	return n
+}
+
+// reservePort returns a loopback address whose port was free a moment ago.
+// The node keeps it across restarts so that its published API address stays
+// right.
+func reservePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("clustertest: reserve a port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// API is the node's API base URL ("http://127.0.0.1:port").
+func (n *Node) API() string { return "http://" + n.listen }
+
+// Running reports whether the node's process is started and has not exited
+// (a paused process is running).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Start starts the node's process; it does not wait for it to be ready.
+func (n *Node) Start(t testing.TB) {
+	t.Helper()
+	if n.Running() {
+		t.Fatalf("clustertest: start %s: already running", n.ID)
+	}
+	var eps []string
+	for _, p := range n.proxies {
+		eps = append(eps, p.Endpoint())
+	}
+	args := append([]string{"server", "--etcd", strings.Join(eps, ","), "--listen", n.listen,
+		"--data-dir", n.dataDir, "--node-id", n.ID, "--log-format", "json"}, n.args...)
+	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatalf("clustertest: start %s: %v", n.ID, err)
+	}
+	n.mu.Lock()
+	n.starts++
+	fmt.Fprintf(f, "=== clustertest: start #%d of %s at %s: %s %s\n", n.starts, n.ID,
+		time.Now().Format("15:04:05.000"), n.bin, strings.Join(args, " "))
+	n.mu.Unlock()
+	cmd := exec.Command(n.bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("clustertest: start %s: %v", n.ID, err)
+	}
+	exited := make(chan struct{})
+	n.mu.Lock()
+	n.cmd, n.exited, n.exitErr, n.paused = cmd, exited, nil, false
+	n.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		n.mu.Lock()
+		n.exitErr = err
+		n.mu.Unlock()
+		close(exited)
+	}()
+}
+
+// WaitReady waits until the node's /readyz answers 200: it owns every
+// partition the ring gives it. It fails the test if the process exits or
+// timeout passes first.
+func (n *Node) WaitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		if !n.Running() {
+			t.Fatalf("clustertest: %s exited while waiting for /readyz (%v); log tail:\n%s", n.ID, n.exitError(), n.LogTail(40))
+		}
+		resp, err := client.Get(n.API() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("clustertest: %s not ready within %v; log tail:\n%s", n.ID, timeout, n.LogTail(40))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (n *Node) exitError() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitErr
+}
+
+func (n *Node) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil || !n.Running() {
+		t.Fatalf("clustertest: %v to %s: not running", sig, n.ID)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("clustertest: %v to %s: %v", sig, n.ID, err)
+	}
+}
+
+// Stop sends SIGTERM (a graceful leave) and waits for the process to exit.
+// It fails the test if the process does not exit 0 within stopTimeout.
+func (n *Node) Stop(t testing.TB) {
+	t.Helper()
+	n.signal(t, syscall.SIGTERM)
+	if err := n.wait(stopTimeout); err != nil {
+		t.Fatalf("clustertest: stop %s: %v; log tail:\n%s", n.ID, err, n.LogTail(40))
+	}
+}
+
+// Kill sends SIGKILL (a crash) and waits for the process to be gone.
+func (n *Node) Kill(t testing.TB) {
+	t.Helper()
+	n.signal(t, syscall.SIGKILL)
+	_ = n.wait(stopTimeout)
+}
+
+// Pause sends SIGSTOP: the process stops at once, keep-alives included, as
+// in a long GC pause or a frozen VM.
+func (n *Node) Pause(t testing.TB) {
+	t.Helper()
+	n.signal(t, syscall.SIGSTOP)
+	n.mu.Lock()
+	n.paused = true
+	n.mu.Unlock()
+}
+
+// Resume sends SIGCONT to a paused node.
+func (n *Node) Resume(t testing.TB) {
+	t.Helper()
+	n.signal(t, syscall.SIGCONT)
+	n.mu.Lock()
+	n.paused = false
+	n.mu.Unlock()
+}
+
+// Cut cuts the node off from every etcd member (its proxies blackhole its
+// connections); the node itself keeps running.
+func (n *Node) Cut() {
+	for _, p := range n.proxies {
+		p.Cut()
+	}
+}
+
+// Restore ends a Cut.
+func (n *Node) Restore() {
+	for _, p := range n.proxies {
+		p.Restore()
+	}
+}
+
+// wait waits for the current process to exit and returns an error unless it
+// exited 0.
+func (n *Node) wait(timeout time.Duration) error {
+	n.mu.Lock()
+	exited := n.exited
+	n.mu.Unlock()
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		return fmt.Errorf("did not exit within %v", timeout)
+	}
+	return n.exitError()
+}
+
+// kill ends the process whatever its state; it is the node's cleanup.
+func (n *Node) kill() {
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// LogTail returns the last entries of the node's log (every run of it, in
+// order, each introduced by a "=== clustertest: start" line). Consecutive
+// JSON lines with the same level and message are folded into their last
+// one, marked with how many there were, so that a warning repeated every
+// 100 ms does not hide what came before it.
+func (n *Node) LogTail(entries int) string {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	type entry struct {
+		line, key string
+		count     int
+	}
+	var out []entry
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		var m struct{ Level, Msg string }
+		key := ""
+		if json.Unmarshal([]byte(line), &m) == nil && m.Msg != "" {
+			key = m.Level + " " + m.Msg
+		}
+		if k := len(out); k > 0 && key != "" && out[k-1].key == key {
+			out[k-1].line, out[k-1].count = line, out[k-1].count+1
+			continue
+		}
+		out = append(out, entry{line, key, 1})
+	}
+	if len(out) > entries {
+		out = out[len(out)-entries:]
+	}
+	var sb strings.Builder
+	for _, e := range out {
+		if e.count > 1 {
+			fmt.Fprintf(&sb, "(%d times, the last:) ", e.count)
+		}
+		sb.WriteString(e.line)
+		sb.WriteString("\n")
+	}
+	return strings.TrimRight(sb.String(), "\n")
+}
+
+// LogCount returns how many lines of the node's log contain s.
+func (n *Node) LogCount(s string) int {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte(s))
+}
+
+// getJSON GETs url into nothing but its status; it is used for readiness
+// style probes with a short timeout.
+func getStatus(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, buf.Bytes(), nil
+}
+
+var errNoLiveNode = errors.New("clustertest: no running node to ask")

@@ -1,0 +1,54 @@
+package clustertest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestVerify(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	call := func(node string) Call { return Call{Node: node, Arrived: t0} }
+	key := func(task string, sec int64) FireKey { return FireKey{Task: task, At: sec * 1000} }
+	kill := Fault{Node: "n2", Kind: FaultKill, At: time.Unix(1005, 300_000_000)}
+	tests := []struct {
+		name                  string
+		calls                 map[FireKey][]Call
+		faults                []Fault
+		dups, repeats, missed int
+	}{
+		{"each once", map[FireKey][]Call{key("a", 1001): {call("n1")}, key("a", 1002): {call("n2")}}, nil, 0, 0, 0},
+		{"a miss", map[FireKey][]Call{key("a", 1001): {call("n1")}}, nil, 0, 0, 1},
+		{"twice without a fault", map[FireKey][]Call{key("a", 1001): {call("n1"), call("n2")}, key("a", 1002): {call("n1")}}, nil, 1, 0, 0},
+		{"twice on one node without a fault", map[FireKey][]Call{key("a", 1001): {call("n1"), call("n1")}, key("a", 1002): {call("n1")}}, nil, 1, 0, 0},
+		{
+			// n2 last fired 1005 before it was killed: 1004 and 1005 may
+			// repeat once, 1003 may not, nor a third call.
+			"repeats within the lead of a kill",
+			map[FireKey][]Call{
+				key("a", 1003): {call("n2"), call("n1")},
+				key("a", 1004): {call("n2"), call("n1")},
+				key("a", 1005): {call("n2"), call("n2")},
+				key("a", 1006): {call("n1")},
+				key("b", 1003): {call("n3")},
+				key("b", 1004): {call("n3")},
+				key("b", 1005): {call("n2"), call("n1"), call("n3")},
+				key("b", 1006): {call("n1"), call("n3")},
+			},
+			[]Fault{kill}, 3, 2, 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			from, to := int64(1001), int64(1002)
+			tasks := []string{"a"}
+			if tt.faults != nil {
+				from, to, tasks = 1003, 1006, []string{"a", "b"}
+			}
+			r := Verify(tt.calls, Window{Tasks: tasks, From: from, To: to, Lead: time.Second, Faults: tt.faults})
+			if len(r.Duplicates) != tt.dups || len(r.Repeats) != tt.repeats || len(r.Missed) != tt.missed {
+				t.Fatalf("duplicates %d, repeats %d, missed %d; want %d, %d, %d\n%s",
+					len(r.Duplicates), len(r.Repeats), len(r.Missed), tt.dups, tt.repeats, tt.missed, r.Format(t0))
+			}
+		})
+	}
+}
