@@ -1,14 +1,14 @@
 package etcdtest
 
 import (
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/shardcron/shardcron/internal/etcdembed"
 )
 
 // startTimeout bounds how long Start waits for the server to become ready.
@@ -23,7 +23,7 @@ type Cluster struct {
 	// Client is connected to Endpoints; it is closed when the test ends.
 	Client *clientv3.Client
 
-	etcd *embed.Etcd
+	etcd *etcdembed.Server
 }
 
 // Start starts an embedded single-member etcd in a temporary directory on
@@ -36,36 +36,18 @@ type Cluster struct {
 func Start(t testing.TB) *Cluster {
 	t.Helper()
 
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = t.TempDir()
-
 	// Port 0: the kernel picks a free port when etcd binds, so no port is
 	// ever reserved and released (which races with parallel test packages).
-	// The advertised URLs keep port 0; nothing dials them in a one-member
-	// cluster once the grpc gateway (which dials its own address) is off.
-	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls = []url.URL{loopback}
-	cfg.AdvertiseClientUrls = []url.URL{loopback}
-	cfg.ListenPeerUrls = []url.URL{loopback}
-	cfg.AdvertisePeerUrls = []url.URL{loopback}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.EnableGRPCGateway = false
-
-	// Tests need no durability: skip fsync. A 10 ms raft tick halves the
-	// start-up time (the single member elects itself within a few ticks); it
-	// also lowers the server's minimum lease TTL from 2 s to 1 s.
-	cfg.UnsafeNoFsync = true
-	cfg.SnapshotCount = 10000
-	cfg.TickMs, cfg.ElectionMs = 10, 100
-
+	// Tests need no durability: Fast skips fsync, and its 10 ms raft tick
+	// halves the start-up time; it also lowers the server's minimum lease
+	// TTL from 2 s to 1 s.
 	logPath := filepath.Join(t.TempDir(), "etcd.log")
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{logPath}
-
-	e, err := embed.StartEtcd(cfg)
+	e, err := etcdembed.Start(etcdembed.Config{
+		Name: "etcdtest", Dir: t.TempDir(), LogFile: logPath,
+		Fast: true, StartTimeout: startTimeout,
+	})
 	if err != nil {
-		t.Fatalf("etcdtest: start etcd: %v", err)
+		t.Fatalf("etcdtest: %v", err)
 	}
 	c := &Cluster{etcd: e}
 	t.Cleanup(func() {
@@ -77,15 +59,7 @@ func Start(t testing.TB) *Cluster {
 		}
 	})
 
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		t.Fatalf("etcdtest: etcd failed while starting: %v", err)
-	case <-time.After(startTimeout):
-		t.Fatalf("etcdtest: etcd not ready after %v", startTimeout)
-	}
-
-	c.Endpoints = []string{"http://" + e.Clients[0].Addr().String()}
+	c.Endpoints = []string{e.Endpoint}
 	c.Client = c.NewClient(t)
 	return c
 }
@@ -102,7 +76,7 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		Logger:      c.etcd.GetLogger(),
+		Logger:      c.etcd.Logger(),
 	})
 	if err != nil {
 		t.Fatalf("etcdtest: new client: %v", err)
@@ -114,5 +88,5 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 // Addr is the server's client address ("127.0.0.1:port"), e.g. the target of
 // a Proxy.
 func (c *Cluster) Addr() string {
-	return c.etcd.Clients[0].Addr().String()
+	return c.etcd.Addr()
 }
