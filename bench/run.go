@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+)
+
+// Run runs cfg's scenario and returns what it measured; All runs every
+// scenario and returns one Result each, in the order of Scenarios.
+func Run(ctx context.Context, cfg Config) ([]*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.Defaults()
+	if cfg.Scenario != All {
+		r, err := runOne(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return []*Result{r}, nil
+	}
+	var out []*Result
+	for _, s := range Scenarios {
+		c := cfg
+		c.Scenario = s
+		c.Nodes = 0
+		c = c.Defaults()
+		if s == Rebalance || s == Failover {
+			c.Nodes = max(cfg.Nodes, 2)
+		}
+		fmt.Fprintf(cfg.Progress, "bench: == %s ==\n", s)
+		r, err := runOne(ctx, c)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", s, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runOne(ctx context.Context, cfg Config) (*Result, error) {
+	switch cfg.Scenario {
+	case Throughput:
+		return runThroughput(ctx, cfg)
+	case Burst:
+		return runBurst(ctx, cfg)
+	case Rebalance, Failover:
+		return runHandover(ctx, cfg, cfg.Scenario)
+	}
+	return nil, fmt.Errorf("bench: scenario %q is not built yet", cfg.Scenario)
+}
