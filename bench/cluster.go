@@ -39,12 +39,12 @@ type cluster struct {
 
 // node is one in-process engine with its own etcd client.
 type node struct {
-	idx  int
-	id   string
-	eng  *engine.Engine
-	cli  *clientv3.Client
-	reqs *engine.RequestCounter
-	st   *store.Store
+	idx    int
+	id     string
+	eng    *engine.Engine
+	cli    *clientv3.Client
+	reqs   *engine.RequestCounter
+	st     *store.Store
 	dead   bool     // killed: the cluster no longer counts it; guarded by cluster.mu
 	frozen counters // its counters when it was killed
 }

@@ -20,7 +20,7 @@ type fleet struct {
 
 	sampleStop context.CancelFunc
 	sampleWG   sync.WaitGroup
-	smu        sync.Mutex        // guards samples
+	smu        sync.Mutex         // guards samples
 	samples    map[int64]counters // at unix second s + 0.5 s: the counters then
 }
 

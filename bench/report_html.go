@@ -4,4 +4,6 @@ import (
 	"errors"
 )
 
-func writeReport(dir string, results []*Result) (string, error) { return "", errors.New("bench: report not built yet") }
+func writeReport(dir string, results []*Result) (string, error) {
+	return "", errors.New("bench: report not built yet")
+}
