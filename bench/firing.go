@@ -64,7 +64,7 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// The burst lasts from its second to its last fire, not from the
 	// snapshot before it.
-	if last := time.Unix(0, f.rec.lastExec.Load()); last.After(at) && r.Fires > 0 {
+	if last := time.Unix(0, f.meter.rec.lastExec.Load()); last.After(at) && r.Fires > 0 {
 		r.DurationS = max(last.Sub(at), w.b.at.Sub(at)).Seconds()
 		r.FiresPerSec = float64(r.Fires) / r.DurationS
 	}
@@ -94,7 +94,7 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 	}
 	before := owners(f.live()[0], cfg.Partitions)
 	event := time.Now()
-	f.rec.markEvent(event)
+	f.meter.rec.markEvent(event)
 	if scenario == Rebalance {
 		fmt.Fprintf(cfg.Progress, "bench: node %d joins\n", cfg.Nodes-1)
 		if _, err := f.addNode(ctx, false); err != nil {
@@ -126,7 +126,7 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 		}
 	}
 	r.MovedPartitions = len(moves)
-	lags, gaps := f.rec.handoff(moves)
+	lags, gaps := f.meter.rec.handoff(moves)
 	r.HandoffP50Ms, r.HandoffP99Ms, r.HandoffMaxMs = quantile(lags, 0.5), quantile(lags, 0.99), quantile(lags, 1)
 	r.HandoffGapMaxMs = quantile(gaps, 1)
 	return r, nil

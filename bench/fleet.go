@@ -14,9 +14,18 @@ import (
 // recorded, counters sampled every second.
 type fleet struct {
 	*cluster
-	spec string
+	*meter
 	slot []int32 // keyed slots (noop executor), nil: every task is keyed
 	recv *receiver
+}
+
+// meter measures a run that fires tasks: the recorder, the counters
+// sampled every second, and the window.
+type meter struct {
+	cfg   Config
+	spec  string
+	rec   *recorder
+	count func() counters
 
 	sampleStop context.CancelFunc
 	sampleWG   sync.WaitGroup
@@ -31,7 +40,8 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	if err != nil {
 		return nil, err
 	}
-	f = &fleet{cluster: c, spec: spec, samples: map[int64]counters{}}
+	f = &fleet{cluster: c, meter: &meter{cfg: cfg, spec: spec, samples: map[int64]counters{}}}
+	f.meter.count = c.counters
 	defer func() {
 		if err != nil {
 			f.close()
@@ -44,10 +54,11 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	// The recorder must exist before tasks fire, and its seconds must cover
 	// the whole run: loading, the window and the tail.
 	width := int((cfg.Duration+cfg.LeaseTTL)/time.Second) + 240 + cfg.Tasks/20_000
-	f.rec = newRecorder(cfg.Tasks, cfg.Partitions, cfg.Nodes, time.Now().Truncate(time.Second), width, f.slot)
+	f.meter.rec = newRecorder(cfg.Tasks, cfg.Partitions, cfg.Nodes, time.Now().Truncate(time.Second), width, f.slot)
+	f.cluster.rec = f.meter.rec
 	url := ""
 	if cfg.Executor == ExecHTTP {
-		if f.recv, err = startReceiver(f.rec); err != nil {
+		if f.recv, err = startReceiver(f.meter.rec); err != nil {
 			return nil, err
 		}
 		url = f.recv.url
@@ -58,10 +69,7 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	if err := f.startNodes(ctx, nodes); err != nil {
 		return nil, err
 	}
-	sctx, stop := context.WithCancel(context.Background())
-	f.sampleStop = stop
-	f.sampleWG.Add(1)
-	go func() { defer f.sampleWG.Done(); f.sample(sctx) }()
+	f.startSampling()
 	return f, nil
 }
 
@@ -73,10 +81,10 @@ func (f *fleet) startNodes(ctx context.Context, nodes int) error {
 			return err
 		}
 	}
-	if err := f.waitReady(ctx, f.cfg.Tasks, readyTimeout(f.cfg)); err != nil {
+	if err := f.waitReady(ctx, f.meter.cfg.Tasks, readyTimeout(f.meter.cfg)); err != nil {
 		return err
 	}
-	fmt.Fprintf(f.cfg.Progress, "bench: %d node(s) ready with %d tasks in %v\n", nodes, f.cfg.Tasks, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(f.meter.cfg.Progress, "bench: %d node(s) ready with %d tasks in %v\n", nodes, f.meter.cfg.Tasks, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -86,8 +94,24 @@ func readyTimeout(cfg Config) time.Duration {
 	return 2*time.Minute + 2*cfg.LeaseTTL + time.Duration(cfg.Tasks/2_000)*time.Second
 }
 
+// startSampling starts taking the counters every second; stopSampling
+// stops it.
+func (m *meter) startSampling() {
+	ctx, stop := context.WithCancel(context.Background())
+	m.sampleStop = stop
+	m.sampleWG.Add(1)
+	go func() { defer m.sampleWG.Done(); m.sample(ctx) }()
+}
+
+func (m *meter) stopSampling() {
+	if m.sampleStop != nil {
+		m.sampleStop()
+		m.sampleWG.Wait()
+	}
+}
+
 // sample takes the counters every second at half past, until ctx ends.
-func (f *fleet) sample(ctx context.Context) {
+func (m *meter) sample(ctx context.Context) {
 	for {
 		next := time.Now().Truncate(time.Second).Add(1500 * time.Millisecond)
 		if time.Until(next) > time.Second {
@@ -96,18 +120,15 @@ func (f *fleet) sample(ctx context.Context) {
 		if sleepUntil(ctx, next) != nil {
 			return
 		}
-		c := f.counters()
-		f.smu.Lock()
-		f.samples[next.Unix()] = c
-		f.smu.Unlock()
+		c := m.count()
+		m.smu.Lock()
+		m.samples[next.Unix()] = c
+		m.smu.Unlock()
 	}
 }
 
 func (f *fleet) close() {
-	if f.sampleStop != nil {
-		f.sampleStop()
-		f.sampleWG.Wait()
-	}
+	f.stopSampling()
 	_ = f.cluster.close()
 	if f.recv != nil {
 		f.recv.close()
@@ -125,30 +146,30 @@ type window struct {
 
 // openWindow waits for the second after the next whole one plus half a
 // second, and takes the first snapshot there.
-func (f *fleet) openWindow(ctx context.Context) (*window, error) {
+func (m *meter) openWindow(ctx context.Context) (*window, error) {
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	if err := sleepUntil(ctx, from.Add(-500*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	w := &window{from: from, ca: f.counters(), a: snapshot()}
+	w := &window{from: from, ca: m.count(), a: snapshot()}
 	return w, nil
 }
 
 // closeWindow waits for the whole second at or after end plus half a
 // second, takes the second snapshot there, and waits 2 s more for the
 // window's last fires.
-func (f *fleet) closeWindow(ctx context.Context, w *window, end time.Time) error {
+func (m *meter) closeWindow(ctx context.Context, w *window, end time.Time) error {
 	w.to = end.Add(time.Second - 1).Truncate(time.Second)
 	if err := sleepUntil(ctx, w.to.Add(-500*time.Millisecond)); err != nil {
 		return err
 	}
-	w.cb, w.b = f.counters(), snapshot()
+	w.cb, w.b = m.count(), snapshot()
 	return sleepUntil(ctx, w.to.Add(2*time.Second))
 }
 
 // result fills the figures every firing scenario reports.
-func (f *fleet) result(scenario string, nodes int, w *window) (*Result, error) {
-	r := &Result{Scenario: scenario, Tasks: f.cfg.Tasks, Nodes: nodes, KeyedTasks: f.rec.keyed}
+func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
+	r := &Result{Scenario: scenario, Tasks: m.cfg.Tasks, Nodes: nodes, KeyedTasks: m.rec.keyed}
 	// The snapshots are half a second before from and to: the fires of the
 	// seconds [from, to) run between them when they are less than half a
 	// second late.
@@ -159,28 +180,28 @@ func (f *fleet) result(scenario string, nodes int, w *window) (*Result, error) {
 	r.RSSBytes = rss()
 	r.EtcdRequests = w.cb.requests - w.ca.requests
 	r.Misfires = w.cb.misfires - w.ca.misfires
-	lag := f.rec.lag(w.from, w.to)
+	lag := m.rec.lag(w.from, w.to)
 	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lag.quantileMs(0.5), lag.quantileMs(0.99), lag.maxMs()
 	r.LagDist = lag.buckets()
-	r.Duplicates = f.rec.duplicates.Load()
+	r.Duplicates = m.rec.duplicates.Load()
 	var err error
-	if r.Missed, err = f.rec.missed(f.spec, f.cfg.Tasks, w.from, w.to); err != nil {
+	if r.Missed, err = m.rec.missed(m.spec, m.cfg.Tasks, w.from, w.to); err != nil {
 		return nil, err
 	}
-	if r.ExpectedFires, err = expected(f.spec, f.cfg.Tasks, w.from, w.to); err != nil {
+	if r.ExpectedFires, err = expected(m.spec, m.cfg.Tasks, w.from, w.to); err != nil {
 		return nil, err
 	}
-	r.LagSeries = f.series()
+	r.LagSeries = m.series()
 	return r, nil
 }
 
 // series is the run second by second: fires from the samples, lag from
 // the recorder by scheduled second.
-func (f *fleet) series() []SeriesPoint {
-	f.smu.Lock()
-	defer f.smu.Unlock()
-	secs := make([]int64, 0, len(f.samples))
-	for s := range f.samples {
+func (m *meter) series() []SeriesPoint {
+	m.smu.Lock()
+	defer m.smu.Unlock()
+	secs := make([]int64, 0, len(m.samples))
+	for s := range m.samples {
 		secs = append(secs, s)
 	}
 	slices.Sort(secs)
@@ -189,10 +210,10 @@ func (f *fleet) series() []SeriesPoint {
 		s := secs[i]
 		p := SeriesPoint{T: float64(s - secs[0])}
 		if secs[i-1] == s-1 {
-			p.Fires = f.samples[s].fires - f.samples[s-1].fires
+			p.Fires = m.samples[s].fires - m.samples[s-1].fires
 		}
-		if k := s - f.rec.base; k >= 0 && k < int64(f.rec.width) {
-			if h := f.rec.perSec[k]; h.n.Load() > 0 {
+		if k := s - m.rec.base; k >= 0 && k < int64(m.rec.width) {
+			if h := m.rec.perSec[k]; h.n.Load() > 0 {
 				p.HasLag, p.P50Ms, p.P99Ms, p.MaxMs = true, h.quantileMs(0.5), h.quantileMs(0.99), h.maxMs()
 			}
 		}

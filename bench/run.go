@@ -46,6 +46,10 @@ func runOne(ctx context.Context, cfg Config) (*Result, error) {
 		return runBurst(ctx, cfg)
 	case Rebalance, Failover:
 		return runHandover(ctx, cfg, cfg.Scenario)
+	case Robfig:
+		return runRobfig(ctx, cfg)
+	case AfterFunc:
+		return runAfterFunc(ctx, cfg)
 	}
 	return nil, fmt.Errorf("bench: scenario %q is not built yet", cfg.Scenario)
 }
