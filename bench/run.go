@@ -46,6 +46,8 @@ func runOne(ctx context.Context, cfg Config) (*Result, error) {
 		return runBurst(ctx, cfg)
 	case Rebalance, Failover:
 		return runHandover(ctx, cfg, cfg.Scenario)
+	case LockPerFire:
+		return runLockPerFire(ctx, cfg)
 	case Robfig:
 		return runRobfig(ctx, cfg)
 	case AfterFunc:
