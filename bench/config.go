@@ -108,6 +108,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Schedule == "" {
 		c.Schedule = "@every 1s"
+		if c.Scenario == Memory {
+			c.Schedule = quietSchedule
+		}
 	}
 	if c.Executor == "" {
 		c.Executor = ExecNoop

@@ -243,3 +243,15 @@ func (r *recorder) handoff(moves map[int][2]int) (lags, gaps []float64) {
 	}
 	return lags, gaps
 }
+
+// firstAfterEvent is the earliest first fire after the event on any node
+// and partition, unix ns; 0 when none yet.
+func (r *recorder) firstAfterEvent() int64 {
+	var first int64
+	for i := range r.first {
+		if f := r.first[i].Load(); f != 0 && (first == 0 || f < first) {
+			first = f
+		}
+	}
+	return first
+}

@@ -46,6 +46,12 @@ func runOne(ctx context.Context, cfg Config) (*Result, error) {
 		return runBurst(ctx, cfg)
 	case Rebalance, Failover:
 		return runHandover(ctx, cfg, cfg.Scenario)
+	case Memory:
+		return runMemory(ctx, cfg)
+	case Import:
+		return runImport(ctx, cfg)
+	case Restart:
+		return runRestart(ctx, cfg)
 	case LockPerFire:
 		return runLockPerFire(ctx, cfg)
 	case Robfig:
