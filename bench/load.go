@@ -65,13 +65,13 @@ func timeGC() float64 {
 	return ms(int64(time.Since(start)))
 }
 
-// dbSize is etcd's database size.
+// dbSize is the part of etcd's database in use.
 func (c *cluster) dbSize(ctx context.Context) (int64, error) {
 	st, err := c.admin.Status(ctx, c.etcd.Endpoint)
 	if err != nil {
 		return 0, fmt.Errorf("bench: etcd status: %w", err)
 	}
-	return st.DbSize, nil
+	return st.DbSizeInUse, nil
 }
 
 // importBatch is the batch size of 'shardcron import' (its default).
