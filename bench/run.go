@@ -11,6 +11,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	given := cfg
 	cfg = cfg.Defaults()
 	if cfg.Scenario != All {
 		r, err := runOne(ctx, cfg)
@@ -21,13 +22,14 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	}
 	var out []*Result
 	for _, s := range Scenarios {
-		c := cfg
+		// Flags given apply to every scenario; the others take each
+		// scenario's defaults (its task count, its nodes).
+		c := given
 		c.Scenario = s
-		c.Nodes = 0
-		c = c.Defaults()
 		if s == Rebalance || s == Failover {
-			c.Nodes = max(cfg.Nodes, 2)
+			c.Nodes = max(c.Nodes, 2)
 		}
+		c = c.Defaults()
 		fmt.Fprintf(cfg.Progress, "bench: == %s ==\n", s)
 		r, err := runOne(ctx, c)
 		if err != nil {
