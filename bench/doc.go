@@ -8,7 +8,12 @@
 //
 //   - A fire's lag is the time its executor started minus its scheduled
 //     time, observed by the harness's own handler, HTTP receiver or
-//     callback: end to end, wheel, queue and worker included.
+//     callback: end to end, wheel, queue and worker included. A window's
+//     lag figures are those of the fires that ran in it (a burst's: of the
+//     fires scheduled at its second), so a scheduler that falls behind
+//     shows it as lag.
+//   - A keyed fire scheduled in the window that has not run 2 s after the
+//     window ends is missed.
 //   - Duplicates and misses are counted by idempotency key (task id and
 //     scheduled second) for the keyed tasks: every task with the handler
 //     and http executors, and with the noop executor one probe task per

@@ -43,6 +43,7 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	fmt.Fprintf(cfg.Progress, "bench: burst of %d fires at %s\n", cfg.Tasks, at.Format(time.TimeOnly))
 	w := &window{from: at, to: at.Add(time.Second)}
+	f.lagByScheduled = true
 	if err := sleepUntil(ctx, at.Add(-250*time.Millisecond)); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,9 @@ type meter struct {
 	spec  string
 	rec   *recorder
 	count func() counters
+	// lagByScheduled takes the window's lag from the fires scheduled in it
+	// (a burst) rather than from those that ran in it.
+	lagByScheduled bool
 
 	sampleStop context.CancelFunc
 	sampleWG   sync.WaitGroup
@@ -180,7 +183,10 @@ func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
 	r.RSSBytes = rss()
 	r.EtcdRequests = w.cb.requests - w.ca.requests
 	r.Misfires = w.cb.misfires - w.ca.misfires
-	lag := m.rec.lag(w.from, w.to)
+	lag := m.rec.lagRan(w.from, w.to)
+	if m.lagByScheduled {
+		lag = m.rec.lag(w.from, w.to)
+	}
 	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lag.quantileMs(0.5), lag.quantileMs(0.99), lag.maxMs()
 	r.LagDist = lag.buckets()
 	r.Duplicates = m.rec.duplicates.Load()

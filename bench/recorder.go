@@ -44,6 +44,7 @@ type recorder struct {
 	duplicates atomic.Uint64
 	outside    atomic.Uint64 // fires scheduled outside the covered seconds
 	perSec     []*lagHist    // by scheduled second
+	perExec    []*lagHist    // by the second the fire ran in
 
 	event    atomic.Int64   // unix ns of the event (join, kill), 0 before
 	first    []atomic.Int64 // [p*nodes+n] unix ns of n's first fire of p after the event
@@ -70,13 +71,14 @@ func newRecorder(tasks, partitions, nodes int, base time.Time, width int, slot [
 		base: base.Unix(), width: width, slot: slot, keyed: keyed,
 		bits:     make([]atomic.Uint32, (keyed*width+31)/32),
 		perSec:   make([]*lagHist, width),
+		perExec:  make([]*lagHist, width),
 		first:    make([]atomic.Int64, partitions*nodes),
 		firstLag: make([]atomic.Int64, partitions*nodes),
 		last:     make([]atomic.Int64, partitions*nodes),
 		dead:     make([]atomic.Int64, nodes),
 	}
 	for i := range r.perSec {
-		r.perSec[i] = newLagHist()
+		r.perSec[i], r.perExec[i] = newLagHist(), newLagHist()
 	}
 	return r
 }
@@ -123,6 +125,9 @@ func (r *recorder) observe(node int, id string, sched, now time.Time) {
 	}
 	r.fires.Add(1)
 	lag := t - sched.UnixNano()
+	if e := now.Unix() - r.base; e >= 0 && e < int64(r.width) {
+		r.perExec[e].observe(lag)
+	}
 	sec := sched.Unix() - r.base
 	if sec < 0 || sec >= int64(r.width) {
 		r.outside.Add(1)
@@ -162,9 +167,20 @@ func (r *recorder) markEvent(now time.Time) { r.event.Store(now.UnixNano()) }
 
 // lag merges the histograms of the scheduled seconds [from, to).
 func (r *recorder) lag(from, to time.Time) *lagHist {
+	return merge(r.perSec, from.Unix()-r.base, to.Unix()-r.base)
+}
+
+// lagRan merges the histograms of the fires that ran in the seconds
+// [from, to), whenever they were scheduled: a scheduler that falls behind
+// shows its lag there, not as fires missing from their seconds.
+func (r *recorder) lagRan(from, to time.Time) *lagHist {
+	return merge(r.perExec, from.Unix()-r.base, to.Unix()-r.base)
+}
+
+func merge(hs []*lagHist, lo, hi int64) *lagHist {
 	h := newLagHist()
-	for s := max(from.Unix()-r.base, 0); s < min(to.Unix()-r.base, int64(r.width)); s++ {
-		h.add(r.perSec[s])
+	for s := max(lo, 0); s < min(hi, int64(len(hs))); s++ {
+		h.add(hs[s])
 	}
 	return h
 }

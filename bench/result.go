@@ -27,7 +27,7 @@ type Result struct {
 	GCPauseMs        float64 // a full GC of the loaded heap, wall time
 	EtcdRequests     uint64  // sent by the nodes in the window
 	Duplicates       uint64  // keyed fires executed more than once
-	Missed           uint64  // keyed fires expected in the window, never executed
+	Missed           uint64  // keyed fires expected in the window, not run by 2 s after it
 	Misfires         uint64  // fires the engines dispatched past the misfire threshold
 	HandoffP50Ms     float64 // per moved partition, lag of its first fire on the new owner
 	HandoffP99Ms     float64
