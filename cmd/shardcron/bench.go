@@ -1,14 +1,123 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/shardcron/shardcron/bench"
 )
 
-// runBench is the benchmark harness's entry point. The harness (scenarios,
-// the lock-per-fire baseline, reports) is not built yet; until it is, the
-// figures in BENCHMARKS.md come from 'go test -bench'.
+const benchHelp = `Usage: shardcron bench SCENARIO [flags]
+
+Runs a benchmark scenario on in-process nodes that share an embedded etcd
+on loopback, and prints what it measured. Progress goes to stderr.
+
+Scenarios:
+  throughput     --nodes nodes fire --tasks tasks on --schedule for --duration:
+                 fires/s, lag, CPU, RSS, etcd requests, duplicates, misses
+  burst          --tasks tasks due in the same second: that burst's lag
+  memory         --tasks tasks loaded into one engine: bytes a task, full GC,
+                 load time, RSS, and etcd's bytes a task
+  import         --tasks tasks through the HTTP batch API: tasks/s
+  restart        a warm restart of a node with --tasks tasks from its cache:
+                 time to ready and to the first fire
+  rebalance      a node joins a cluster of --nodes - 1 under load: hand-over
+                 gap per moved partition, misfires, duplicates, misses
+  failover       one of --nodes nodes is killed under load: the same figures
+  lock-per-fire  the seed design: every node's robfig cron fires every task
+                 and each fire races for an etcd mutex (NewSession + TryLock)
+  robfig         robfig/cron/v3's own runner with --tasks entries
+  afterfunc      one time.AfterFunc per task
+  all            every scenario, then the comparison table
+
+Lag is when the executor ran minus the scheduled time. Duplicates and misses
+are counted by idempotency key; with the noop executor on one probe task per
+partition (noop fires are invisible), with handler and http on every task.
+CPU and RSS are the whole process's, embedded etcd included.
+
+Examples:
+  shardcron bench throughput --tasks 1000000 --duration 20s
+  shardcron bench rebalance --tasks 1000000 --nodes 2 --json
+  shardcron bench all --tasks 100000 --report ./bench-report
+`
+
 func runBench(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "shardcron bench: the benchmark harness is not built yet; BENCHMARKS.md lists the 'go test -bench' commands that measure shardcron today")
-	return 2
+	c := newCommand("shardcron bench", benchHelp, stdout, stderr)
+	var cfg bench.Config
+	var asJSON bool
+	var report string
+	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
+	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "in-process nodes (default 1; rebalance, failover and lock-per-fire 3)")
+	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after the event (default 10s)")
+	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own)`)
+	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process, records every fire) or http (posts to a loopback receiver)")
+	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions (default 1024)")
+	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member (default 20)")
+	c.fs.Float64Var(&cfg.Load, "load", 0, "bounded-load factor (default 1.25)")
+	c.fs.IntVar(&cfg.Workers, "workers", 0, "worker pool size of each node (default 256)")
+	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node (default 65536)")
+	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution (default 1ms)")
+	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node: failover takes about this long (default 10s)")
+	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd and the caches (default: a temporary directory, removed afterwards)")
+	c.fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object on the last line of stdout (all: an array)")
+	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table and SVG charts, self-contained")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	switch {
+	case len(pos) == 0:
+		return c.usageError("missing SCENARIO (one of %s, all)", strings.Join(bench.Scenarios, ", "))
+	case len(pos) > 1:
+		return c.usageError("want one SCENARIO, got %d: %s", len(pos), strings.Join(pos, " "))
+	}
+	cfg.Scenario = pos[0]
+	cfg.Progress = stderr
+	if err := cfg.Validate(); err != nil {
+		return c.usageError("%v", err)
+	}
+	if report != "" {
+		if err := os.MkdirAll(report, 0o755); err != nil {
+			fmt.Fprintf(stderr, "shardcron bench: report: %v\n", err)
+			return exitError
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	results, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardcron bench: %v\n", err)
+		if len(results) == 0 {
+			return exitError
+		}
+	}
+	bench.WriteTable(stdout, results)
+	if report != "" {
+		path, rerr := bench.WriteReport(report, results)
+		if rerr != nil {
+			fmt.Fprintf(stderr, "shardcron bench: %v\n", rerr)
+			return exitError
+		}
+		fmt.Fprintf(stderr, "shardcron bench: wrote %s\n", path)
+	}
+	if asJSON {
+		var b []byte
+		if cfg.Scenario == bench.All {
+			b, _ = json.Marshal(results)
+		} else {
+			b, _ = json.Marshal(results[0])
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	if err != nil {
+		return exitError
+	}
+	return exitOK
 }

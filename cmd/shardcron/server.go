@@ -224,8 +224,8 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 			return err
 		}
 		defer ee.Close()
-		endpoints = []string{ee.endpoint}
-		log.Info("started the embedded etcd", "endpoint", ee.endpoint, "dir", filepath.Join(f.dataDir, "etcd"))
+		endpoints = []string{ee.Endpoint}
+		log.Info("started the embedded etcd", "endpoint", ee.Endpoint, "dir", filepath.Join(f.dataDir, "etcd"))
 	}
 
 	requests := &engine.RequestCounter{}

@@ -9,5 +9,5 @@
 // fine for tests and wrong for anything else.
 //
 // It is meant for tests (and test harnesses), and imports no other shardcron
-// package.
+// package than internal/etcdembed, which starts the server.
 package etcdtest

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// HTTP connections (the http executor, the import client) end their
+		// reader goroutines asynchronously after their transports close.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// small is a configuration every scenario runs quickly with.
+func small(scenario string) Config {
+	cfg := Config{
+		Scenario: scenario, Tasks: 300, Duration: 2 * time.Second,
+		Partitions: 16, LeaseTTL: 2 * time.Second, Workers: 16, Queue: 4096,
+	}
+	switch scenario {
+	case Rebalance, Failover:
+		cfg.Nodes = 2
+	case LockPerFire:
+		cfg.Tasks, cfg.Nodes = 50, 2
+	case Memory:
+		cfg.Tasks = 5000 // etcd's database grows by pages: a few tasks may not move it
+	}
+	return cfg
+}
+
+// runJSON runs cfg and returns its result as the JSON object the command
+// prints.
+func runJSON(t *testing.T, cfg Config) (*Result, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rs, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("run %s: %v", cfg.Scenario, err)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("run %s: %d results, want 1", cfg.Scenario, len(rs))
+	}
+	b, err := json.Marshal(rs[0])
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("unmarshal %s: %v", b, err)
+	}
+	t.Logf("%s", b)
+	return rs[0], m
+}
+
+// TestRun_EveryScenario runs each scenario at a small size and checks that
+// its JSON holds exactly its documented fields, with values consistent
+// with each other. It asserts nothing about speed.
+func TestRun_EveryScenario(t *testing.T) {
+	for _, s := range Scenarios {
+		t.Run(s, func(t *testing.T) {
+			cfg := small(s)
+			r, m := runJSON(t, cfg)
+			var keys []string
+			for k := range m {
+				if k != "note" {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			want := slices.Sorted(slices.Values(Fields[s]))
+			if !slices.Equal(keys, want) {
+				t.Errorf("JSON fields\n got %v\nwant %v", keys, want)
+			}
+			if m["scenario"] != s || int(m["tasks"].(float64)) != cfg.Tasks {
+				t.Errorf("scenario %v, tasks %v; want %s, %d", m["scenario"], m["tasks"], s, cfg.Tasks)
+			}
+			checkConsistent(t, cfg, r)
+		})
+	}
+}
+
+// checkConsistent checks what a result's figures say of each other.
+func checkConsistent(t *testing.T, cfg Config, r *Result) {
+	t.Helper()
+	has := func(f string) bool { return slices.Contains(Fields[r.Scenario], f) }
+	if has("fires_per_sec") {
+		if r.Fires == 0 || r.DurationS <= 0 {
+			t.Fatalf("fires %d in %.3f s: nothing fired", r.Fires, r.DurationS)
+		}
+		if got := r.FiresPerSec * r.DurationS; math.Abs(got-float64(r.Fires)) > 0.05*float64(r.Fires) {
+			t.Errorf("fires_per_sec × duration_s = %.0f, fires = %d: more than 5 %% apart", got, r.Fires)
+		}
+	}
+	if has("lag_p50_ms") && !(0 <= r.LagP50Ms && r.LagP50Ms <= r.LagP99Ms && r.LagP99Ms <= r.LagMaxMs) {
+		t.Errorf("lag p50 %.3f, p99 %.3f, max %.3f: not ordered", r.LagP50Ms, r.LagP99Ms, r.LagMaxMs)
+	}
+	if has("handoff_p50_ms") {
+		if !(0 <= r.HandoffP50Ms && r.HandoffP50Ms <= r.HandoffP99Ms && r.HandoffP99Ms <= r.HandoffMaxMs) {
+			t.Errorf("hand-over p50 %.3f, p99 %.3f, max %.3f: not ordered", r.HandoffP50Ms, r.HandoffP99Ms, r.HandoffMaxMs)
+		}
+		if r.MovedPartitions < 1 || r.MovedPartitions > cfg.Partitions {
+			t.Errorf("moved_partitions %d: want 1..%d", r.MovedPartitions, cfg.Partitions)
+		}
+		if r.ReadyMs <= 0 {
+			t.Errorf("ready_ms %.1f: want > 0", r.ReadyMs)
+		}
+	}
+	if has("keyed_tasks") && (r.KeyedTasks < 1 || r.KeyedTasks > r.Tasks) {
+		t.Errorf("keyed_tasks %d: want 1..%d", r.KeyedTasks, r.Tasks)
+	}
+	if has("missed") {
+		// Misses are counted among the keyed tasks' expected fires.
+		perTask := float64(r.ExpectedFires) / float64(r.Tasks)
+		if float64(r.Missed) > perTask*float64(max(r.KeyedTasks, r.Tasks))+0.5 {
+			t.Errorf("missed %d of %d expected fires", r.Missed, r.ExpectedFires)
+		}
+		if r.ExpectedFires == 0 {
+			t.Errorf("expected_fires 0: the window holds no scheduled second")
+		}
+	}
+	if has("duplicates") && r.Duplicates > r.Fires {
+		t.Errorf("duplicates %d > fires %d", r.Duplicates, r.Fires)
+	}
+	if has("tasks_per_sec") {
+		if got := r.TasksPerSec * r.DurationS; math.Abs(got-float64(r.Tasks)) > 0.05*float64(r.Tasks) {
+			t.Errorf("tasks_per_sec × duration_s = %.0f, tasks = %d", got, r.Tasks)
+		}
+	}
+	if has("bytes_per_task") && r.BytesPerTask <= 0 {
+		t.Errorf("bytes_per_task %.1f: want > 0", r.BytesPerTask)
+	}
+	if has("etcd_bytes_per_task") && r.EtcdBytesPerTask <= 0 {
+		t.Errorf("etcd_bytes_per_task %.1f: want > 0", r.EtcdBytesPerTask)
+	}
+	if has("ready_ms") && r.Scenario == Restart && (r.ReadyMs <= 0 || r.FirstFireMs <= 0) {
+		t.Errorf("ready_ms %.1f, first_fire_ms %.1f: want both > 0", r.ReadyMs, r.FirstFireMs)
+	}
+	if has("rss_bytes") && r.RSSBytes == 0 {
+		t.Errorf("rss_bytes 0")
+	}
+}
+
+// TestRun_KeyedExecutors checks that the handler and http executors key
+// every task, and that a healthy small run of either counts each expected
+// fire once.
+func TestRun_KeyedExecutors(t *testing.T) {
+	for _, x := range []string{ExecHandler, ExecHTTP} {
+		t.Run(x, func(t *testing.T) {
+			cfg := small(Throughput)
+			cfg.Executor = x
+			r, _ := runJSON(t, cfg)
+			if r.KeyedTasks != cfg.Tasks {
+				t.Errorf("keyed_tasks %d, want every task (%d)", r.KeyedTasks, cfg.Tasks)
+			}
+			checkConsistent(t, cfg, r)
+		})
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"unknown scenario", Config{Scenario: "fast"}, `unknown scenario "fast"`},
+		{"rebalance alone", Config{Scenario: Rebalance, Nodes: 1}, "rebalance needs at least 2 nodes"},
+		{"bad executor", Config{Scenario: Throughput, Executor: "exec"}, `unknown executor "exec"`},
+		{"bad schedule", Config{Scenario: Throughput, Schedule: "61 * * * * *"}, "schedule"},
+		{"short duration", Config{Scenario: Throughput, Duration: time.Millisecond}, "duration: must be at least 1s"},
+		{"negative tasks", Config{Scenario: Throughput, Tasks: -1}, "tasks: must be between"},
+		{"bad partitions", Config{Scenario: Throughput, Partitions: -3}, "artitions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if err := (Config{Scenario: All}).Validate(); err != nil {
+		t.Errorf("Validate(all) = %v", err)
+	}
+}

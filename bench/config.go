@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/ring"
+)
+
+// Scenario names, as 'shardcron bench <scenario>' takes them.
+const (
+	Throughput  = "throughput"
+	Burst       = "burst"
+	Memory      = "memory"
+	Import      = "import"
+	Restart     = "restart"
+	Rebalance   = "rebalance"
+	Failover    = "failover"
+	LockPerFire = "lock-per-fire"
+	Robfig      = "robfig"
+	AfterFunc   = "afterfunc"
+	All         = "all"
+)
+
+// Scenarios lists every scenario but All, in the order All runs them.
+var Scenarios = []string{Throughput, Burst, Memory, Import, Restart, Rebalance, Failover, LockPerFire, Robfig, AfterFunc}
+
+// Executors the throughput-like scenarios can give their tasks.
+const (
+	// ExecNoop is the engine's noop executor: the engine alone. Fires are
+	// keyed through one probe task per partition.
+	ExecNoop = "noop"
+	// ExecHandler is an in-process handler that records every fire.
+	ExecHandler = "handler"
+	// ExecHTTP posts every fire to a receiver on loopback that records it.
+	ExecHTTP = "http"
+)
+
+// Config says what to run. Zero fields take the scenario's defaults
+// (Defaults); Validate reports what is out of range.
+type Config struct {
+	// Scenario is one of Scenarios or All.
+	Scenario string
+	// Tasks is how many tasks the scenario holds.
+	Tasks int
+	// Nodes is the number of in-process nodes. For rebalance it is the
+	// cluster's size once the joining node is in; for failover its size
+	// before one node is killed; both need at least 2.
+	Nodes int
+	// Duration is how long the measured window lasts (for rebalance and
+	// failover: how long the cluster runs after the event).
+	Duration time.Duration
+	// Schedule is every task's schedule (default "@every 1s").
+	Schedule string
+	// Executor is ExecNoop (default), ExecHandler or ExecHTTP.
+	Executor string
+
+	// Engine tuning, as the server flags of the same names. Zero: the
+	// engine's default.
+	Partitions  int
+	Replication int
+	Load        float64
+	Workers     int
+	Queue       int
+	Tick        time.Duration
+	// LeaseTTL is the nodes' session lease (default 10s): failover takes
+	// about this long.
+	LeaseTTL time.Duration
+
+	// Dir holds etcd's data and the nodes' caches (default: a temporary
+	// directory removed at the end).
+	Dir string
+	// Progress receives progress lines (default: discarded).
+	Progress io.Writer
+}
+
+// defaultTasks is each scenario's task count when Config.Tasks is 0.
+var defaultTasks = map[string]int{
+	Throughput: 100_000, Burst: 100_000, Memory: 10_000_000, Import: 100_000,
+	Restart: 100_000, Rebalance: 100_000, Failover: 100_000,
+	LockPerFire: 1_000, Robfig: 100_000, AfterFunc: 100_000,
+}
+
+// Defaults returns c with its zero fields set to the scenario's defaults.
+func (c Config) Defaults() Config {
+	if c.Tasks == 0 {
+		c.Tasks = defaultTasks[c.Scenario]
+		if c.Tasks == 0 {
+			c.Tasks = 100_000
+		}
+	}
+	if c.Nodes == 0 {
+		switch c.Scenario {
+		case Rebalance, Failover, LockPerFire:
+			c.Nodes = 3
+		default:
+			c.Nodes = 1
+		}
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Schedule == "" {
+		c.Schedule = "@every 1s"
+		if c.Scenario == Memory {
+			c.Schedule = quietSchedule
+		}
+	}
+	if c.Executor == "" {
+		c.Executor = ExecNoop
+	}
+	d := engine.DefaultConfig("")
+	if c.Partitions == 0 {
+		c.Partitions = d.Partitions
+	}
+	if c.Replication == 0 {
+		c.Replication = d.ReplicationFactor
+	}
+	if c.Load == 0 {
+		c.Load = d.Load
+	}
+	if c.Workers == 0 {
+		c.Workers = d.Workers
+	}
+	if c.Queue == 0 {
+		c.Queue = d.Queue
+	}
+	if c.Tick == 0 {
+		c.Tick = d.Tick
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+// Validate applies the defaults and checks every field.
+func (c Config) Validate() error {
+	c = c.Defaults()
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("bench: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Scenario != All && !slices.Contains(Scenarios, c.Scenario) {
+		bad("scenario", "unknown scenario %q (want %s or all)", c.Scenario, strings.Join(Scenarios, ", "))
+	}
+	if c.Tasks < 1 || c.Tasks > 100_000_000 {
+		bad("tasks", "must be between 1 and 100000000, got %d", c.Tasks)
+	}
+	if c.Nodes < 1 || c.Nodes > 64 {
+		bad("nodes", "must be between 1 and 64, got %d", c.Nodes)
+	}
+	if (c.Scenario == Rebalance || c.Scenario == Failover) && c.Nodes < 2 {
+		bad("nodes", "%s needs at least 2 nodes, got %d", c.Scenario, c.Nodes)
+	}
+	if c.Duration < time.Second {
+		bad("duration", "must be at least 1s, got %v", c.Duration)
+	}
+	if _, err := schedule.Parse(c.Schedule, "UTC", "t"); err != nil {
+		bad("schedule", "%v", err)
+	}
+	if !slices.Contains([]string{ExecNoop, ExecHandler, ExecHTTP}, c.Executor) {
+		bad("executor", "unknown executor %q (want noop, handler or http)", c.Executor)
+	}
+	if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.Replication, Load: c.Load}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("bench: %w", err))
+	}
+	ec := c.engineConfig("n")
+	if err := ec.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("bench: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// engineConfig is a node's engine configuration.
+func (c Config) engineConfig(nodeID string) engine.Config {
+	ec := engine.DefaultConfig(nodeID)
+	ec.Partitions, ec.ReplicationFactor, ec.Load = c.Partitions, c.Replication, c.Load
+	ec.Workers, ec.Queue, ec.Tick = c.Workers, c.Queue, c.Tick
+	ec.LeaseTTL = c.LeaseTTL
+	ec.BatchSize = min(ec.BatchSize, c.Queue)
+	return ec
+}

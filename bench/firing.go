@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// runThroughput fires every task on its schedule for the window.
+func runThroughput(ctx context.Context, cfg Config) (*Result, error) {
+	f, err := startFleet(ctx, cfg, cfg.Schedule, cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	w, err := f.openWindow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Progress, "bench: measuring %v\n", cfg.Duration)
+	if err := f.closeWindow(ctx, w, w.from.Add(cfg.Duration)); err != nil {
+		return nil, err
+	}
+	return f.result(Throughput, cfg.Nodes, w)
+}
+
+// runBurst gives every task the same second: a 6-field cron spec firing
+// once a minute at a second chosen a little after the nodes are expected
+// to be ready. If they are late, the next minute's burst is measured.
+func runBurst(ctx context.Context, cfg Config) (*Result, error) {
+	// Writing and loading the tasks takes about 1 s per 10 000 on a small
+	// machine; the margin covers it twice.
+	at := time.Now().Add(5*time.Second + time.Duration(cfg.Tasks/5_000)*time.Second).Truncate(time.Second)
+	spec := fmt.Sprintf("%d * * * * *", at.Second())
+	f, err := startFleet(ctx, cfg, spec, cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	for time.Until(at) < 500*time.Millisecond {
+		at = at.Add(time.Minute)
+	}
+	fmt.Fprintf(cfg.Progress, "bench: burst of %d fires at %s\n", cfg.Tasks, at.Format(time.TimeOnly))
+	w := &window{from: at, to: at.Add(time.Second)}
+	f.lagByScheduled = true
+	if err := sleepUntil(ctx, at.Add(-250*time.Millisecond)); err != nil {
+		return nil, err
+	}
+	w.ca, w.a = f.counters(), snapshot()
+	// Wait until every fire of the burst ran, or a minute.
+	deadline := at.Add(time.Minute)
+	for f.counters().fires-w.ca.fires < uint64(cfg.Tasks) && time.Now().Before(deadline) {
+		if err := sleepUntil(ctx, time.Now().Add(10*time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	w.cb, w.b = f.counters(), snapshot()
+	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
+		return nil, err
+	}
+	r, err := f.result(Burst, cfg.Nodes, w)
+	if err != nil {
+		return nil, err
+	}
+	// The burst lasts from its second to its last fire, not from the
+	// snapshot before it.
+	if last := time.Unix(0, f.meter.rec.lastExec.Load()); last.After(at) && r.Fires > 0 {
+		r.DurationS = max(last.Sub(at), w.b.at.Sub(at)).Seconds()
+		r.FiresPerSec = float64(r.Fires) / r.DurationS
+	}
+	return r, nil
+}
+
+// runHandover measures a join (rebalance) or a kill (failover) under load:
+// the cluster runs, the event happens, and the cluster runs cfg.Duration
+// more (at least until every node is ready again, plus 3 s).
+func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, error) {
+	initial := cfg.Nodes
+	if scenario == Rebalance {
+		initial = cfg.Nodes - 1
+	}
+	f, err := startFleet(ctx, cfg, cfg.Schedule, initial)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	w, err := f.openWindow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Two steady seconds before the event.
+	if err := sleepUntil(ctx, w.from.Add(2*time.Second+300*time.Millisecond)); err != nil {
+		return nil, err
+	}
+	before := owners(f.live()[0], cfg.Partitions)
+	event := time.Now()
+	f.meter.rec.markEvent(event)
+	if scenario == Rebalance {
+		fmt.Fprintf(cfg.Progress, "bench: node %d joins\n", cfg.Nodes-1)
+		if _, err := f.addNode(ctx, false); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Fprintf(cfg.Progress, "bench: node %d is killed\n", cfg.Nodes-1)
+		f.kill(cfg.Nodes - 1)
+	}
+	if err := f.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+		return nil, err
+	}
+	ready := time.Since(event)
+	fmt.Fprintf(cfg.Progress, "bench: ready again %v after the event\n", ready.Round(time.Millisecond))
+	end := slices.MaxFunc([]time.Time{event.Add(cfg.Duration), time.Now().Add(3 * time.Second)}, time.Time.Compare)
+	if err := f.closeWindow(ctx, w, end); err != nil {
+		return nil, err
+	}
+	after := owners(f.live()[0], cfg.Partitions)
+	r, err := f.result(scenario, cfg.Nodes, w)
+	if err != nil {
+		return nil, err
+	}
+	r.ReadyMs = ms(int64(ready))
+	moves := map[int][2]int{}
+	for p := range before {
+		if before[p] != after[p] && before[p] >= 0 && after[p] >= 0 {
+			moves[p] = [2]int{before[p], after[p]}
+		}
+	}
+	r.MovedPartitions = len(moves)
+	lags, gaps := f.meter.rec.handoff(moves)
+	r.HandoffP50Ms, r.HandoffP99Ms, r.HandoffMaxMs = quantile(lags, 0.5), quantile(lags, 0.99), quantile(lags, 1)
+	r.HandoffGapMaxMs = quantile(gaps, 1)
+	return r, nil
+}
+
+// quantile is the nearest-rank q-quantile of vs, 0 for none.
+func quantile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

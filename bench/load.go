@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/engine"
+)
+
+// quietSchedule is the schedule of the memory scenario's tasks when none
+// is given: it does not fire while the heap is measured.
+const quietSchedule = "@yearly"
+
+// runMemory loads cfg.Tasks tasks into one engine and measures its heap
+// per task, a full GC, and etcd's database per task. The embedded etcd
+// shares the process: its heap is measured before the engine starts and
+// left out of bytes_per_task, but a full GC marks it too.
+func runMemory(ctx context.Context, cfg Config) (*Result, error) {
+	c, err := startCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.close() }()
+	db0, err := c.dbSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	noop := func(int) engine.Executor { return engine.Executor{Type: engine.ExecutorNoop} }
+	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, noop); err != nil {
+		return nil, err
+	}
+	db1, err := c.dbSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gc0 := timeGC()
+	heap0 := liveHeap()
+	start := time.Now()
+	if _, err := c.addNode(ctx, false); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+		return nil, err
+	}
+	r := &Result{Scenario: Memory, Tasks: cfg.Tasks, Nodes: 1, LoadMs: ms(int64(time.Since(start)))}
+	heap1 := liveHeap()
+	r.BytesPerTask = (float64(heap1) - float64(heap0)) / float64(cfg.Tasks)
+	r.GCPauseMs = timeGC()
+	r.EtcdBytesPerTask = float64(db1-db0) / float64(cfg.Tasks)
+	r.RSSBytes = rss()
+	r.Note = fmt.Sprintf("a full GC took %.1f ms before the engine loaded (the embedded etcd's heap alone)", gc0)
+	return r, nil
+}
+
+// timeGC is the wall time of a full, blocking GC in milliseconds.
+func timeGC() float64 {
+	runtime.GC()
+	start := time.Now()
+	runtime.GC()
+	return ms(int64(time.Since(start)))
+}
+
+// dbSize is the part of etcd's database in use.
+func (c *cluster) dbSize(ctx context.Context) (int64, error) {
+	st, err := c.admin.Status(ctx, c.etcd.Endpoint)
+	if err != nil {
+		return 0, fmt.Errorf("bench: etcd status: %w", err)
+	}
+	return st.DbSizeInUse, nil
+}
+
+// importBatch is the batch size of 'shardcron import' (its default).
+const importBatch = 1000
+
+// runImport posts cfg.Tasks tasks as JSON Lines to a node's batch API, one
+// batch after the other, as 'shardcron import' does.
+func runImport(ctx context.Context, cfg Config) (*Result, error) {
+	c, err := startCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.close() }()
+	n, err := c.addNode(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Config{Engine: n.eng, Logger: c.log})
+	if err != nil {
+		return nil, fmt.Errorf("bench: api: %w", err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: api listener: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = hs.Serve(ln) }()
+	defer func() { _ = hs.Close(); <-done }()
+	client := api.NewClient("http://"+ln.Addr().String(), "")
+
+	a, ca := snapshot(), c.counters()
+	last := time.Now()
+	var body []byte
+	for lo := 0; lo < cfg.Tasks; lo += importBatch {
+		body = body[:0]
+		for i := lo; i < min(lo+importBatch, cfg.Tasks); i++ {
+			body = fmt.Appendf(body, `{"id":%q,"schedule":%q,"executor":{"type":"noop"}}`+"\n", taskID(i), cfg.Schedule)
+		}
+		res, err := client.PutBatch(ctx, body)
+		if err != nil {
+			return nil, fmt.Errorf("bench: import batch at task %d: %w", lo, err)
+		}
+		if len(res.Errors) > 0 {
+			return nil, fmt.Errorf("bench: import batch at task %d: %s", lo, res.Errors[0].Error)
+		}
+		if time.Since(last) > 5*time.Second {
+			last = time.Now()
+			fmt.Fprintf(cfg.Progress, "bench: imported %d of %d tasks\n", lo+importBatch, cfg.Tasks)
+		}
+	}
+	b, cb := snapshot(), c.counters()
+	r := &Result{Scenario: Import, Tasks: cfg.Tasks, DurationS: b.at.Sub(a.at).Seconds()}
+	r.TasksPerSec = float64(cfg.Tasks) / r.DurationS
+	r.CPUCores = cores(a, b)
+	r.RSSBytes = rss()
+	r.EtcdRequests = cb.requests - ca.requests
+	return r, nil
+}
+
+// runRestart starts a node with a Badger cache, lets it load every task,
+// stops it gracefully and starts it again: the second start loads from its
+// cache. It reports the time from the second start to ready and to the
+// first fire.
+func runRestart(ctx context.Context, cfg Config) (*Result, error) {
+	c, err := startCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.close() }()
+	c.rec = newRecorder(cfg.Tasks, cfg.Partitions, 1, time.Now().Truncate(time.Second),
+		int(readyTimeout(cfg)/time.Second)*3, probeSlots(cfg.Tasks, cfg.Partitions))
+	slot := c.rec.slot
+	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, executorFor(ExecNoop, "", slot)); err != nil {
+		return nil, err
+	}
+	n, err := c.addNode(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Progress, "bench: cold start done; restarting\n")
+	if err := n.close(); err != nil {
+		return nil, fmt.Errorf("bench: stop node: %w", err)
+	}
+	start := time.Now()
+	c.rec.markEvent(start)
+	if _, err := c.startNode(ctx, 0, true); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+		return nil, err
+	}
+	r := &Result{Scenario: Restart, Tasks: cfg.Tasks, Nodes: 1, ReadyMs: ms(int64(time.Since(start)))}
+	// The first fire after the restart: at most one schedule period after
+	// ready.
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if f := c.rec.firstAfterEvent(); f > 0 {
+			r.FirstFireMs = ms(f - start.UnixNano())
+			break
+		}
+		if err := sleepUntil(ctx, time.Now().Add(5*time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	r.RSSBytes = rss()
+	return r, nil
+}

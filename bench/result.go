@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// Result is what one scenario measured. Its JSON holds the fields that
+// apply to the scenario (Fields), in the order of the documented list.
+type Result struct {
+	Scenario         string
+	Tasks            int
+	Nodes            int
+	DurationS        float64 // the measured window
+	Fires            uint64  // fires executed in the window
+	FiresPerSec      float64
+	LagP50Ms         float64
+	LagP99Ms         float64
+	LagMaxMs         float64
+	CPUCores         float64 // process CPU time / wall time over the window
+	RSSBytes         uint64
+	BytesPerTask     float64 // engine (or baseline) heap per task
+	EtcdBytesPerTask float64
+	GCPauseMs        float64 // a full GC of the loaded heap, wall time
+	EtcdRequests     uint64  // sent by the nodes in the window
+	Duplicates       uint64  // keyed fires executed more than once
+	Missed           uint64  // keyed fires expected in the window, not run by 2 s after it
+	Misfires         uint64  // fires the engines dispatched past the misfire threshold
+	HandoffP50Ms     float64 // per moved partition, lag of its first fire on the new owner
+	HandoffP99Ms     float64
+	HandoffMaxMs     float64
+	TasksPerSec      float64
+	ReadyMs          float64
+
+	// Extra figures, in the JSON after the documented ones.
+	KeyedTasks      int     // tasks whose fires were keyed (duplicates, missed)
+	ExpectedFires   uint64  // fires the schedule gives the window, all tasks
+	MovedPartitions int     // rebalance, failover
+	HandoffGapMaxMs float64 // per moved partition, last fire on the old owner to first on the new
+	FirstFireMs     float64 // restart: from start to the first fire
+	LoadMs          float64 // memory: loading the tasks into the engine
+	Note            string
+
+	// Charts; not in the JSON.
+	LagSeries []SeriesPoint `json:"-"`
+	LagDist   []Bucket      `json:"-"`
+}
+
+// SeriesPoint is one second of a run.
+type SeriesPoint struct {
+	T      float64 // seconds since the run's start
+	Fires  uint64
+	P50Ms  float64
+	P99Ms  float64
+	MaxMs  float64
+	HasLag bool
+}
+
+// Bucket is one bar of a lag distribution: Count fires with lag in
+// (previous bucket's UpperMs, UpperMs].
+type Bucket struct {
+	UpperMs float64
+	Count   uint64
+}
+
+// field is one JSON field of a Result.
+type field struct {
+	name string
+	get  func(r *Result) any
+}
+
+// fields are the JSON fields, documented ones first, in order.
+var fields = []field{
+	{"scenario", func(r *Result) any { return r.Scenario }},
+	{"tasks", func(r *Result) any { return r.Tasks }},
+	{"nodes", func(r *Result) any { return r.Nodes }},
+	{"duration_s", func(r *Result) any { return round(r.DurationS, 3) }},
+	{"fires", func(r *Result) any { return r.Fires }},
+	{"fires_per_sec", func(r *Result) any { return round(r.FiresPerSec, 1) }},
+	{"lag_p50_ms", func(r *Result) any { return round(r.LagP50Ms, 3) }},
+	{"lag_p99_ms", func(r *Result) any { return round(r.LagP99Ms, 3) }},
+	{"lag_max_ms", func(r *Result) any { return round(r.LagMaxMs, 3) }},
+	{"cpu_cores", func(r *Result) any { return round(r.CPUCores, 3) }},
+	{"rss_bytes", func(r *Result) any { return r.RSSBytes }},
+	{"bytes_per_task", func(r *Result) any { return round(r.BytesPerTask, 1) }},
+	{"etcd_bytes_per_task", func(r *Result) any { return round(r.EtcdBytesPerTask, 1) }},
+	{"gc_pause_ms", func(r *Result) any { return round(r.GCPauseMs, 3) }},
+	{"etcd_requests", func(r *Result) any { return r.EtcdRequests }},
+	{"duplicates", func(r *Result) any { return r.Duplicates }},
+	{"missed", func(r *Result) any { return r.Missed }},
+	{"misfires", func(r *Result) any { return r.Misfires }},
+	{"handoff_p50_ms", func(r *Result) any { return round(r.HandoffP50Ms, 3) }},
+	{"handoff_p99_ms", func(r *Result) any { return round(r.HandoffP99Ms, 3) }},
+	{"handoff_max_ms", func(r *Result) any { return round(r.HandoffMaxMs, 3) }},
+	{"tasks_per_sec", func(r *Result) any { return round(r.TasksPerSec, 1) }},
+	{"ready_ms", func(r *Result) any { return round(r.ReadyMs, 1) }},
+	{"keyed_tasks", func(r *Result) any { return r.KeyedTasks }},
+	{"expected_fires", func(r *Result) any { return r.ExpectedFires }},
+	{"moved_partitions", func(r *Result) any { return r.MovedPartitions }},
+	{"handoff_gap_max_ms", func(r *Result) any { return round(r.HandoffGapMaxMs, 3) }},
+	{"first_fire_ms", func(r *Result) any { return round(r.FirstFireMs, 1) }},
+	{"load_ms", func(r *Result) any { return round(r.LoadMs, 1) }},
+	{"note", func(r *Result) any { return r.Note }},
+}
+
+// firing are the fields of every scenario that fires tasks for a window.
+var firing = []string{"scenario", "tasks", "nodes", "duration_s", "fires", "fires_per_sec",
+	"lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "etcd_requests",
+	"duplicates", "missed", "misfires", "keyed_tasks", "expected_fires"}
+
+// Fields lists the JSON fields of each scenario's Result.
+var Fields = map[string][]string{
+	Throughput:  firing,
+	Burst:       firing,
+	LockPerFire: firing,
+	Rebalance:   append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
+	Failover:    append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
+	Robfig:      {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
+	AfterFunc:   {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
+	Memory:      {"scenario", "tasks", "nodes", "bytes_per_task", "etcd_bytes_per_task", "gc_pause_ms", "rss_bytes", "load_ms"},
+	Import:      {"scenario", "tasks", "duration_s", "tasks_per_sec", "cpu_cores", "rss_bytes", "etcd_requests"},
+	Restart:     {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
+}
+
+// MarshalJSON writes the fields of Fields[r.Scenario] (every field for an
+// unknown scenario), plus "note" when set.
+func (r *Result) MarshalJSON() ([]byte, error) {
+	want := Fields[r.Scenario]
+	var b bytes.Buffer
+	b.WriteByte('{')
+	n := 0
+	for _, f := range fields {
+		if want != nil && !slices.Contains(want, f.name) && !(f.name == "note" && r.Note != "") {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		b.WriteString(strconv.Quote(f.name))
+		b.WriteByte(':')
+		v, err := json.Marshal(f.get(r))
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// round keeps d decimals; NaN and infinities become 0 (JSON has neither).
+func round(v float64, d int) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(d))
+	return math.Round(v*p) / p
+}

@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+)
+
+// column is one column of the comparison table.
+type column struct {
+	head string
+	json string // the Result field it shows
+	cell func(r *Result) string
+}
+
+var columns = []column{
+	{"scenario", "scenario", func(r *Result) string { return r.Scenario }},
+	{"tasks", "tasks", func(r *Result) string { return fmt.Sprint(r.Tasks) }},
+	{"nodes", "nodes", func(r *Result) string { return fmt.Sprint(r.Nodes) }},
+	{"fires/s", "fires_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.FiresPerSec) }},
+	{"lag p50", "lag_p50_ms", func(r *Result) string { return msCell(r.LagP50Ms) }},
+	{"lag p99", "lag_p99_ms", func(r *Result) string { return msCell(r.LagP99Ms) }},
+	{"lag max", "lag_max_ms", func(r *Result) string { return msCell(r.LagMaxMs) }},
+	{"cores", "cpu_cores", func(r *Result) string { return fmt.Sprintf("%.2f", r.CPUCores) }},
+	{"RSS", "rss_bytes", func(r *Result) string { return fmt.Sprintf("%.0f MiB", float64(r.RSSBytes)/(1<<20)) }},
+	{"etcd req", "etcd_requests", func(r *Result) string { return fmt.Sprint(r.EtcdRequests) }},
+	{"dup", "duplicates", func(r *Result) string { return fmt.Sprint(r.Duplicates) }},
+	{"missed", "missed", func(r *Result) string { return fmt.Sprint(r.Missed) }},
+	{"misfires", "misfires", func(r *Result) string { return fmt.Sprint(r.Misfires) }},
+	{"hand-over p99", "handoff_p99_ms", func(r *Result) string { return msCell(r.HandoffP99Ms) }},
+	{"B/task", "bytes_per_task", func(r *Result) string { return fmt.Sprintf("%.0f", r.BytesPerTask) }},
+	{"etcd B/task", "etcd_bytes_per_task", func(r *Result) string { return fmt.Sprintf("%.0f", r.EtcdBytesPerTask) }},
+	{"GC", "gc_pause_ms", func(r *Result) string { return msCell(r.GCPauseMs) }},
+	{"tasks/s", "tasks_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.TasksPerSec) }},
+	{"ready", "ready_ms", func(r *Result) string { return msCell(r.ReadyMs) }},
+}
+
+func msCell(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case v >= 10:
+		return fmt.Sprintf("%.0f ms", v)
+	default:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+}
+
+// tableCells returns the table's header and rows: the columns that apply
+// to at least one result, "-" where one does not apply.
+func tableCells(results []*Result) (head []string, rows [][]string) {
+	var cols []column
+	for _, c := range columns {
+		for _, r := range results {
+			if applies(r, c.json) {
+				cols = append(cols, c)
+				break
+			}
+		}
+	}
+	for _, c := range cols {
+		head = append(head, c.head)
+	}
+	for _, r := range results {
+		var row []string
+		for _, c := range cols {
+			if applies(r, c.json) {
+				row = append(row, c.cell(r))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		rows = append(rows, row)
+	}
+	return head, rows
+}
+
+func applies(r *Result, field string) bool {
+	fs, ok := Fields[r.Scenario]
+	return !ok || slices.Contains(fs, field)
+}
+
+// WriteTable prints the results as an aligned table, one row each.
+func WriteTable(w io.Writer, results []*Result) {
+	if len(results) == 0 {
+		return
+	}
+	head, rows := tableCells(results)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	line := func(cells []string) {
+		for _, c := range cells {
+			fmt.Fprint(tw, c, "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	line(head)
+	for _, r := range rows {
+		line(r)
+	}
+	_ = tw.Flush()
+	for _, r := range results {
+		if r.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Scenario, r.Note)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBench_JSONLastLineAndReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "throughput", "--tasks", "100", "--duration", "1s", "--partitions", "8",
+		"--workers", "4", "--queue", "4096", "--json", "--report", dir}, nil, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+		t.Fatalf("last line of stdout is not a JSON object: %q: %v", lines[len(lines)-1], err)
+	}
+	if m["scenario"] != "throughput" || m["tasks"] != 100.0 {
+		t.Errorf("JSON %v: want scenario throughput, 100 tasks", m)
+	}
+	if !strings.Contains(errb.String(), "bench: ") {
+		t.Errorf("no progress on stderr: %q", errb.String())
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(html)
+	if !strings.Contains(s, "<svg") || !strings.Contains(s, "<table") {
+		t.Errorf("report.html holds no table or no SVG chart")
+	}
+	if strings.Contains(s, "<script") || strings.Contains(s, "<link") || strings.Contains(s, `src="http`) {
+		t.Errorf("report.html loads something: it must be self-contained")
+	}
+}
+
+func TestBench_BadCommandLines(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "missing SCENARIO"},
+		{[]string{"bench", "fastest"}, `unknown scenario "fastest"`},
+		{[]string{"bench", "rebalance", "--nodes", "1"}, "at least 2 nodes"},
+		{[]string{"bench", "throughput", "--executor", "exec"}, `unknown executor "exec"`},
+		{[]string{"bench", "throughput", "burst"}, "want one SCENARIO"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(tc.args, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), exitUsage, tc.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "--help"}, nil, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--report") {
+		t.Errorf("--help: exit %d, output %q", code, out.String())
+	}
+}

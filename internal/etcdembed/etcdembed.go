@@ -1,0 +1,129 @@
+// Package etcdembed starts a single-member etcd inside the process: the
+// node's single-machine default (cmd/shardcron), the benchmark harness
+// (bench) and the test fixture (internal/etcdtest) all start it here.
+//
+// It listens on loopback unless told otherwise and waits until the server
+// serves before returning. It guarantees nothing about durability beyond
+// what Config asks for: Fast trades fsync and election time for speed and
+// is for tests and benchmarks only.
+package etcdembed
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Config says where and how the server runs.
+type Config struct {
+	// Name is the member's name (default "shardcron").
+	Name string
+	// Dir holds the data. Required.
+	Dir string
+	// LogFile receives the server's log (default: discarded).
+	LogFile string
+	// LogLevel is zap's level name (default "error").
+	LogLevel string
+	// ClientAddr and PeerAddr are host:port to listen on (default
+	// "127.0.0.1:0": the kernel picks a free loopback port).
+	ClientAddr, PeerAddr string
+	// CompactionRetention, when positive, compacts history older than it
+	// periodically.
+	CompactionRetention time.Duration
+	// QuotaBytes is the backend quota (default etcd's 2 GiB).
+	QuotaBytes int64
+	// Fast skips fsync and uses a 10 ms raft tick, so the member elects
+	// itself in a few ticks: it loses data on a machine crash. For tests
+	// and benchmarks.
+	Fast bool
+	// StartTimeout bounds the wait for the server to serve (default 30s).
+	StartTimeout time.Duration
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	// Endpoint is the client URL it listens on ("http://127.0.0.1:port").
+	Endpoint string
+	etcd     *embed.Etcd
+}
+
+// Start starts the server and waits until it serves.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("etcdembed: Dir is required")
+	}
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	if ec.Name == "" {
+		ec.Name = "shardcron"
+	}
+	ec.Dir = cfg.Dir
+	cu := url.URL{Scheme: "http", Host: orLoopback(cfg.ClientAddr)}
+	pu := url.URL{Scheme: "http", Host: orLoopback(cfg.PeerAddr)}
+	// With port 0 the advertised URLs keep port 0: nothing dials them in a
+	// one-member cluster once the grpc gateway (which dials its own
+	// advertised address) is off.
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.EnableGRPCGateway = false
+	if cfg.CompactionRetention > 0 {
+		ec.AutoCompactionMode = "periodic"
+		ec.AutoCompactionRetention = cfg.CompactionRetention.String()
+	}
+	if cfg.QuotaBytes > 0 {
+		ec.QuotaBackendBytes = cfg.QuotaBytes
+	}
+	if cfg.Fast {
+		ec.UnsafeNoFsync = true
+		ec.SnapshotCount = 10000
+		ec.TickMs, ec.ElectionMs = 10, 100
+	}
+	ec.LogLevel = cfg.LogLevel
+	if ec.LogLevel == "" {
+		ec.LogLevel = "error"
+	}
+	if cfg.LogFile != "" {
+		ec.LogOutputs = []string{cfg.LogFile}
+	} else {
+		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", cfg.Dir, cu.Host, pu.Host, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s: %w", cfg.Dir, err)
+	case <-time.After(timeout):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v", cfg.Dir, timeout)
+	}
+	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e}, nil
+}
+
+func orLoopback(addr string) string {
+	if addr == "" {
+		return "127.0.0.1:0"
+	}
+	return addr
+}
+
+// Addr is the client address ("127.0.0.1:port").
+func (s *Server) Addr() string { return s.etcd.Clients[0].Addr().String() }
+
+// Logger is the server's logger, for clients that should log alike.
+func (s *Server) Logger() *zap.Logger { return s.etcd.GetLogger() }
+
+// Close stops the server and waits for it.
+func (s *Server) Close() { s.etcd.Close() }
