@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -67,6 +68,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd and the caches (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object on the last line of stdout (all: an array)")
 	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table and SVG charts, self-contained")
+	var cpuProfile string
+	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -89,6 +92,20 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "shardcron bench: cpu profile: %v\n", err)
+			return exitError
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	results, err := bench.Run(ctx, cfg)
