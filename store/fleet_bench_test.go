@@ -9,13 +9,20 @@ import (
 	"time"
 )
 
-// BenchmarkHistoryDisk simulates an hour of every-second fires of 1000
-// tasks (3.6 M execution records, scheduled times advancing one second per
-// round, one Flush per simulated second as the writer would do) and
+// BenchmarkHistoryDisk simulates hours of every-second fires of 1000 tasks
+// (3.6 M execution records an hour, scheduled times advancing one second
+// per round, one Flush per simulated second as the writer would do) and
 // reports the bytes the data directory holds per task after Close. Run it
 // once: -benchtime=1x.
 func BenchmarkHistoryDisk(b *testing.B) {
-	const tasks, seconds = 1000, 3600
+	for _, hours := range []int{1, 3} {
+		b.Run(fmt.Sprintf("hours=%d", hours), func(b *testing.B) { benchmarkHistoryDisk(b, hours) })
+	}
+}
+
+func benchmarkHistoryDisk(b *testing.B, hours int) {
+	const tasks = 1000
+	seconds := 3600 * hours
 	ids := make([]string, tasks)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("task-%012d", i)
@@ -45,6 +52,7 @@ func BenchmarkHistoryDisk(b *testing.B) {
 		size := dirSize(b, cfg.Dir)
 		b.ReportMetric(float64(size)/tasks, "disk-bytes/task")
 		b.ReportMetric(float64(tasks*seconds)/elapsed.Seconds(), "records/s")
+		b.ReportMetric(float64(tasks*seconds), "records")
 		b.ReportMetric(float64(dropped), "dropped")
 	}
 }
@@ -74,8 +82,9 @@ func dirSize(t testing.TB, dir string) int64 {
 // second (in steps of 1 ms, from one goroutine, as the worker pool would)
 // for 3 s of real time, the fires going to every task once per second
 // (every-second tasks), with the background writer running as configured
-// by default. It reports the share of records dropped. Run it once:
-// -benchtime=1x.
+// by default. It reports the shares of records dropped and left out by
+// sampling, the sampling at the end and the disk used per fire. Run it
+// once: -benchtime=1x.
 func BenchmarkHistoryFireRate(b *testing.B) {
 	for _, rate := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("fires=%d/s", rate), func(b *testing.B) {
@@ -104,11 +113,13 @@ func BenchmarkHistoryFireRate(b *testing.B) {
 					}
 				}
 				late := time.Since(start) - seconds*time.Second
-				dropped := s.Dropped()
+				dropped, sampled, k := s.Dropped(), s.Sampled(), s.Sampling()
 				if err := s.Close(); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(100*float64(dropped)/float64(n), "%dropped")
+				b.ReportMetric(100*float64(sampled)/float64(n), "%sampled")
+				b.ReportMetric(float64(k), "sampling-k")
 				b.ReportMetric(late.Seconds(), "s-behind")
 				b.ReportMetric(float64(dirSize(b, cfg.Dir))/float64(n), "disk-bytes/fire")
 			}

@@ -63,7 +63,7 @@ type historyBuffer struct {
 
 	mu       sync.Mutex    // guards the fields below
 	closed   bool          // set by Close: Record drops from then on
-	full     bool          // Record refused a record for room since the last swap
+	refused  int           // records refused for room since the last swap
 	pending  []record      // accepted, not yet taken by the writer
 	inflight []record      // the batch being written; read-only until written
 	spare    []record      // empty slice to become pending at the next swap
@@ -106,20 +106,25 @@ func (h *historyBuffer) takeErr() error {
 }
 
 // adapt sets the sampling for the next batch from the size n of the one
-// just taken (called by the writer under mu). Successes are sampled while
-// the writer takes half the buffer or more per batch, which happens only
-// when records arrive faster than Badger writes them; the sampling is
-// relaxed step by step once batches are small again.
+// just taken and the records refused for room meanwhile (called by the
+// writer under mu). Successes are sampled while the records offered
+// between two batches reach half the buffer, which happens only when they
+// arrive faster than Badger writes them: k is multiplied at once by the
+// factor that brings the next batch down to a quarter of the buffer, so a
+// sudden flood drops less than by doubling, and halved per batch under an
+// eighth of the buffer once the flood is over.
 func (h *historyBuffer) adapt(n int) {
 	k := h.sampling.Load()
+	offered := n + h.refused
 	switch {
-	case h.full || (h.max >= 8 && n >= h.max/2):
-		k = min(2*k, maxSampling)
+	case h.refused > 0 || (h.max >= 8 && offered >= h.max/2):
+		quarter := max(1, h.max/4)
+		k = uint32(min(uint64(k)*uint64(max(2, (offered+quarter-1)/quarter)), maxSampling))
 	case k > 1 && n < h.max/8:
 		k /= 2
 	}
 	h.sampling.Store(k)
-	h.full = false
+	h.refused = 0
 }
 
 // sampledOut reports whether a success of (id, scheduledAt) is left out
@@ -183,7 +188,9 @@ func (s *Store) RecordKeep(e Execution, keep int) {
 	}
 	h.mu.Lock()
 	if h.closed || len(h.pending) >= h.max {
-		h.full = h.full || !h.closed
+		if !h.closed {
+			h.refused++
+		}
 		h.mu.Unlock()
 		h.dropped.Add(1)
 		return
@@ -211,10 +218,10 @@ func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
 func (s *Store) Sampled() uint64 { return s.history.sampled.Load() }
 
 // Sampling returns k when one success in k is currently kept (1: all of
-// them). It rises, doubling up to 1024, while the writer takes half the
-// buffer or more per batch or the buffer fills, that is while successes
-// arrive faster than Badger writes them, and falls back to 1 once batches
-// are small again. Which successes are kept is decided by a hash of task
+// them). It rises, up to 1024, while the records offered between two
+// batches of the writer reach half the buffer, that is while they arrive
+// faster than Badger writes them, and falls back to 1 once batches are
+// small again. Which successes are kept is decided by a hash of task
 // id and scheduled time, so every task keeps about one in k of its
 // successes, the most recent of those kept always among them.
 func (s *Store) Sampling() int { return int(s.history.sampling.Load()) }

@@ -195,24 +195,26 @@ func TestHistory_DeleteForgetsSlots(t *testing.T) {
 	wantSeconds(t, "after delete", history(t, s, "t", 0), 100)
 }
 
-// TestSampling_Adapts: sampling rises while batches take half the buffer
-// or the buffer overflowed, and falls back once batches are small.
+// TestSampling_Adapts: sampling rises at once by the factor that brings
+// the next batch to a quarter of the buffer when a batch and the records
+// refused meanwhile reach half of it, and halves per batch under an
+// eighth.
 func TestSampling_Adapts(t *testing.T) {
 	var h historyBuffer
 	h.init(Config{History: HistoryAll, HistoryBuffer: 64})
 	steps := []struct {
-		n    int
-		full bool
-		want uint32
+		n, refused int
+		want       uint32
 	}{
-		{10, false, 1}, {32, false, 2}, {40, false, 4}, {5, true, 8}, {20, false, 8}, {7, false, 4},
-		{0, false, 2}, {0, false, 1}, {0, false, 1},
+		{10, 0, 1}, {31, 0, 1}, {32, 0, 2}, {40, 0, 6}, {16, 0, 6}, {64, 100, 66}, {20, 0, 66},
+		{7, 0, 33}, {0, 0, 16}, {0, 0, 8}, {0, 0, 4}, {0, 0, 2}, {0, 0, 1}, {0, 0, 1},
+		{2, 1, 2}, // a single refusal doubles it
 	}
 	for i, st := range steps {
-		h.full = st.full
+		h.refused = st.refused
 		h.adapt(st.n)
-		if got := h.sampling.Load(); got != st.want || h.full {
-			t.Fatalf("step %d (batch %d, full %v): sampling %d, want %d", i, st.n, st.full, got, st.want)
+		if got := h.sampling.Load(); got != st.want || h.refused != 0 {
+			t.Fatalf("step %d (batch %d, refused %d): sampling %d, want %d", i, st.n, st.refused, got, st.want)
 		}
 	}
 	for range 20 {
