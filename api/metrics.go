@@ -22,6 +22,7 @@ type collector struct {
 
 	fires, lag, executions, misfires, queue, owned, tasks *prometheus.Desc
 	etcd, fenced, ready, dropped, fullLoads, watermark    *prometheus.Desc
+	sampled, sampleRatio                                  *prometheus.Desc
 	build                                                 *prometheus.Desc
 }
 
@@ -42,16 +43,20 @@ func newCollector(e *engine.Engine, version string) *collector {
 		etcd:       d("etcd_requests_total", "Requests sent to etcd by this node's client, by operation.", "op"),
 		fenced:     d("fenced", "1 when the node is fenced and dispatches nothing, else 0."),
 		ready:      d("ready", "1 when the node owns every partition the ring gives it, else 0."),
-		dropped:    d("history_dropped_total", "Execution records dropped because the history buffer was full."),
-		fullLoads:  d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
-		watermark:  d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
-		build:      d("build_info", "Always 1; labels name the node and its version.", "node", "version"),
+		dropped:    d("history_dropped_total", "Execution records dropped because the history buffer was full (or their write failed)."),
+		sampled: d("history_sampled_total", "Successful execution records left out of the history by sampling, "+
+			"while records arrive faster than the disk takes them. Failures are never sampled."),
+		sampleRatio: d("history_sample_ratio", "Share of successful executions currently recorded in the history: "+
+			"1 records all, 0.125 one in 8 (chosen by a hash of task id and scheduled time)."),
+		fullLoads: d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
+		watermark: d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
+		build:     d("build_info", "Always 1; labels name the node and its version.", "node", "version"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
-		c.etcd, c.fenced, c.ready, c.dropped, c.fullLoads, c.watermark, c.build} {
+		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build} {
 		ch <- d
 	}
 }
@@ -102,6 +107,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.fenced, flag(st.Fenced))
 	gauge(c.ready, flag(st.Ready))
 	counter(c.dropped, st.HistoryDropped)
+	counter(c.sampled, st.HistorySampled)
+	gauge(c.sampleRatio, 1/float64(max(1, st.HistorySampling)))
 	counter(c.fullLoads, st.FullLoads)
 	wm := 0.0
 	if !st.Watermark.IsZero() {

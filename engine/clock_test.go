@@ -152,6 +152,7 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 			task := handlerTask(id, "* * * * * *")
 			task.Misfire = tt.policy
 			task.CatchupWindow = Duration(10 * time.Second)
+			task.HistoryLimit = &HistoryLimit{Successes: new(50)} // every record, not the last 10
 			putTask(t, n.e.Registry(), task)
 			waitNext(t, n, id, at(1))
 

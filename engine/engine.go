@@ -281,6 +281,8 @@ type Stats struct {
 	Watermark       time.Time // the node watermark etcd last acknowledged
 	FullLoads       uint64    // partitions loaded with a full etcd range read
 	HistoryDropped  uint64
+	HistorySampled  uint64            // successes left out of the history by sampling
+	HistorySampling int               // one success in HistorySampling is recorded (1: all)
 	EtcdRequests    map[string]uint64 // when Config.Requests is set
 }
 
@@ -308,6 +310,7 @@ func (e *Engine) Stats() Stats {
 	}
 	if e.store != nil {
 		s.HistoryDropped = e.store.Dropped()
+		s.HistorySampled, s.HistorySampling = e.store.Sampled(), e.store.Sampling()
 	}
 	if e.cfg.Requests != nil {
 		s.EtcdRequests = e.cfg.Requests.Counts()

@@ -43,6 +43,7 @@ type firing struct {
 	Concurrency   ConcurrencyPolicy `json:"concurrency"`
 	Jitter        Duration          `json:"jitter"`
 	Paused        bool              `json:"paused"`
+	HistoryLimit  *HistoryLimit     `json:"history_limit"`
 }
 
 func (d *decoder) def(id string, value []byte) (taskDef, error) {
@@ -52,7 +53,7 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	}
 	t := Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
 		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
-		Jitter: f.Jitter, Paused: f.Paused}
+		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit}
 	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)

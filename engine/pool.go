@@ -424,11 +424,11 @@ func (p *pool) complete(out *completionBatch) {
 func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 	t.exec(statusCanceled)
 	if p.history != nil {
-		p.history.Record(store.Execution{
+		p.history.RecordKeep(store.Execution{
 			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: now,
 			Attempt: int(j.attempt), Node: p.node, Status: statusNames[statusCanceled],
 			Error: "replaced by a newer fire before it started (concurrency replace)",
-		})
+		}, j.prof.keepFor(statusCanceled))
 	}
 	return statusCanceled
 }
@@ -458,7 +458,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
 		if err != nil {
 			e.Error = err.Error()
 		}
-		p.history.Record(e)
+		p.history.RecordKeep(e, j.prof.keepFor(st))
 	}
 	return st
 }

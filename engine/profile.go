@@ -34,6 +34,29 @@ type profile struct {
 	catchup     time.Duration
 	concurrency ConcurrencyPolicy
 	jitter      time.Duration
+	keep        [2]int // history limits of successes and failures; -1: the store's default
+}
+
+// keepFor returns the history limit of a record of status st, for
+// store.RecordKeep.
+func (p *profile) keepFor(st uint8) int {
+	if st == statusOK {
+		return p.keep[0]
+	}
+	return p.keep[1]
+}
+
+// historyKeep turns a task's history limits into profile.keep.
+func historyKeep(l *HistoryLimit) [2]int {
+	keep := [2]int{-1, -1}
+	if l != nil {
+		for i, v := range []*int{l.Successes, l.Failures} {
+			if v != nil {
+				keep[i] = *v
+			}
+		}
+	}
+	return keep
 }
 
 // profileKey returns the intern key of a task's profile: its executor
@@ -72,6 +95,9 @@ func profileKey(t *Task) string {
 	b = strconv.AppendInt(append(b, ','), int64(t.Retry.MaxAttempts), 10)
 	str(string(t.Misfire))
 	str(string(t.Concurrency))
+	for _, k := range historyKeep(t.HistoryLimit) {
+		b = strconv.AppendInt(append(b, ','), int64(k), 10)
+	}
 	return string(b)
 }
 
@@ -95,6 +121,7 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 		catchup:     time.Duration(t.CatchupWindow),
 		concurrency: t.Concurrency,
 		jitter:      time.Duration(t.Jitter),
+		keep:        historyKeep(t.HistoryLimit),
 	}
 	var err error
 	switch t.Executor.Type {

@@ -68,6 +68,10 @@ type Task struct {
 	// Labels: at most 64; keys 1-63 bytes of [A-Za-z0-9._/-], values at most
 	// 256 bytes of UTF-8.
 	Labels map[string]string `json:"labels,omitempty"`
+	// HistoryLimit overrides how many of the task's most recent executions
+	// each node keeps. Default: the node's --history-success-limit and
+	// --history-failure-limit.
+	HistoryLimit *HistoryLimit `json:"history_limit,omitempty"`
 
 	// Output-only fields, set in API responses. DecodeTask accepts and
 	// ignores them, so that a client can PUT back what it got.
@@ -138,6 +142,18 @@ type Retry struct {
 	// MaxBackoff caps the delay: at least Backoff, at most 24h. Default 1m,
 	// or Backoff when that is longer.
 	MaxBackoff Duration `json:"max_backoff"`
+}
+
+// HistoryLimit is how many of a task's most recent executions each node
+// keeps in its history, as Kubernetes' successfulJobsHistoryLimit and
+// failedJobsHistoryLimit: 0 to 100 each, 0 keeping none. A field left out
+// takes the node's default.
+type HistoryLimit struct {
+	// Successes counts executions with status "ok".
+	Successes *int `json:"successes,omitempty"`
+	// Failures counts every other status: failed, timeout, skipped,
+	// misfired, canceled.
+	Failures *int `json:"failures,omitempty"`
 }
 
 // MisfirePolicy is what happens to fires missed by more than the misfire
@@ -295,6 +311,13 @@ func DecodeTask(data []byte) (*Task, error) {
 	d.duration("jitter", &t.Jitter, true)
 	d.boolean("paused", &t.Paused)
 	d.strMap("labels", &t.Labels)
+	if l := d.object("history_limit"); l != nil {
+		l.known(historyLimitFields, nil)
+		t.HistoryLimit = &HistoryLimit{}
+		l.count("successes", &t.HistoryLimit.Successes)
+		l.count("failures", &t.HistoryLimit.Failures)
+		d.adopt(l)
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -306,10 +329,11 @@ func DecodeTask(data []byte) (*Task, error) {
 
 var (
 	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
-		"catchup_window", "concurrency", "jitter", "paused", "labels"}
+		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit"}
 	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state"}
 	executorFieldNames = []string{"type", "url", "method", "headers", "body", "command", "env", "name", "payload"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
+	historyLimitFields = []string{"successes", "failures"}
 )
 
 // objDecoder decodes the fields of one JSON object, keeping the first error.
@@ -465,6 +489,18 @@ func (d *objDecoder) attempts(name string, dst *int) {
 	d.value(name, dst, "a whole number")
 	if _, ok := d.raw(name); ok && d.err == nil && *dst == 0 {
 		d.fail(name, "0 is not within 1-%d (leave it out for the default %d)", maxAttempts, DefaultMaxAttempts)
+	}
+}
+
+// count decodes a whole number into a field that is nil when left out.
+func (d *objDecoder) count(name string, dst **int) {
+	if _, ok := d.raw(name); !ok {
+		return
+	}
+	var v int
+	d.value(name, &v, "a whole number")
+	if d.err == nil {
+		*dst = &v
 	}
 }
 

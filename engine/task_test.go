@@ -97,6 +97,8 @@ func TestDecodeTask_Kinds(t *testing.T) {
 		`{"id": "` + strings.Repeat("x", 256) + `", "schedule": "H H * * *", "timezone": "America/New_York", "executor": {"type": "noop"}}`,
 		`{"id": "日本/タスク", "schedule": "@every 2h", "executor": {"type": "noop"}, "misfire": "fire_all", "concurrency": "replace", "jitter": "1h", "timeout": "24h", "catchup_window": "24h", "paused": true}`,
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "labels": {"a.b/c_d-e": "", "X": "` + strings.Repeat("v", 256) + `"}}`,
+		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "history_limit": {"successes": 0, "failures": 100}}`,
+		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "history_limit": {"failures": 3}}`,
 	} {
 		task, err := DecodeTask([]byte(doc))
 		if err != nil {
@@ -210,6 +212,14 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"max_attempts fraction", with(`"retry": {"max_attempts": 1.5}`), "retry.max_attempts", "want a whole number, got 1.5"},
 		{"max_attempts string", with(`"retry": {"max_attempts": "3"}`), "retry.max_attempts", "want a whole number, got a string"},
 		{"backoff zero", with(`"retry": {"backoff": "0s"}`), "retry.backoff", "not more than 0"},
+		{"history_limit not an object", with(`"history_limit": 10`), "history_limit", "want an object, got 10"},
+		{"history_limit unknown field", with(`"history_limit": {"success": 3}`), "history_limit.success", `unknown field (did you mean "successes"?)`},
+		{"history successes negative", with(`"history_limit": {"successes": -1}`), "history_limit.successes",
+			"-1 is not within 0-100 (leave it out for the node's --history-success-limit)"},
+		{"history failures too many", with(`"history_limit": {"failures": 101}`), "history_limit.failures",
+			"101 is not within 0-100 (leave it out for the node's --history-failure-limit)"},
+		{"history successes fraction", with(`"history_limit": {"successes": 2.5}`), "history_limit.successes", "want a whole number, got 2.5"},
+		{"history failures string", with(`"history_limit": {"failures": "3"}`), "history_limit.failures", "want a whole number, got a string"},
 		{"max_backoff below backoff", with(`"retry": {"backoff": "10s", "max_backoff": "5s"}`), "retry.max_backoff", "5s is less than retry.backoff 10s"},
 		{"misfire", with(`"misfire": "sometimes"`), "misfire", `unknown policy "sometimes" (want fire_once, skip or fire_all)`},
 		{"catchup zero", with(`"catchup_window": "0s"`), "catchup_window", "not more than 0"},
@@ -314,6 +324,7 @@ func TestTask_Validate(t *testing.T) {
 		{Task{ID: "a", Schedule: "* * * * *", Executor: Executor{Type: ExecutorHandler, Name: "h", Payload: json.RawMessage(`{`)}}, "executor.payload"},
 		{Task{ID: "a", Schedule: "* * * * *", Executor: Executor{Type: ExecutorExec, Command: []string{"ls", "a\x00"}}}, "executor.command"},
 		{Task{ID: "a", Schedule: "* * * * *", Executor: Executor{Type: ExecutorNoop}, Labels: map[string]string{"k": "\xff"}}, "labels"},
+		{Task{ID: "a", Schedule: "* * * * *", Executor: Executor{Type: ExecutorNoop}, HistoryLimit: &HistoryLimit{Failures: new(101)}}, "history_limit.failures"},
 	}
 	for _, tt := range bad {
 		err := tt.task.Validate()

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/store"
 )
 
 // ValidationError reports task input that cannot be accepted: the API answers
@@ -111,7 +112,27 @@ func (t *Task) Validate() error {
 			return invalid("jitter", "%s is not shorter than the schedule's shortest interval %s", t.Jitter, gap)
 		}
 	}
-	return checkLabels(t.Labels)
+	if err := checkLabels(t.Labels); err != nil {
+		return err
+	}
+	return t.HistoryLimit.check()
+}
+
+// check refuses limits out of 0-store.MaxHistoryLimit.
+func (l *HistoryLimit) check() error {
+	if l == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name, flag string
+		v          *int
+	}{{"successes", "--history-success-limit", l.Successes}, {"failures", "--history-failure-limit", l.Failures}} {
+		if f.v != nil && (*f.v < 0 || *f.v > store.MaxHistoryLimit) {
+			return invalid("history_limit."+f.name, "%d is not within 0-%d (leave it out for the node's %s)",
+				*f.v, store.MaxHistoryLimit, f.flag)
+		}
+	}
+	return nil
 }
 
 // shortestGap returns the shortest interval between consecutive fires of s
@@ -159,6 +180,9 @@ func (t *Task) applyDefaults() {
 	}
 	if t.Executor.Type == ExecutorHTTP && t.Executor.Method == "" {
 		t.Executor.Method = DefaultHTTPMethod
+	}
+	if l := t.HistoryLimit; l != nil && l.Successes == nil && l.Failures == nil {
+		t.HistoryLimit = nil
 	}
 	if len(t.Labels) == 0 {
 		t.Labels = nil

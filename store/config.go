@@ -16,8 +16,14 @@ const (
 	HistoryNone     = "none"     // record nothing; Record returns at once
 )
 
+// MaxHistoryLimit is the largest number of executions of one class
+// (successes, failures) that can be kept per task.
+const MaxHistoryLimit = 100
+
 // Defaults of Config (DefaultConfig).
 const (
+	DefaultSuccessLimit   = 10
+	DefaultFailureLimit   = 10
 	DefaultHistoryTTL     = 168 * time.Hour
 	DefaultHistoryBuffer  = 1 << 16
 	DefaultFlushInterval  = 100 * time.Millisecond
@@ -59,19 +65,31 @@ type Config struct {
 	// HistoryFailures or HistoryNone.
 	History string
 
-	// HistoryTTL is how long an execution record is kept. Default 168h; at
-	// least 1s. Badger expires entries at whole Unix seconds, so a record
+	// HistorySuccessLimit is how many of a task's most recent successful
+	// executions (status "ok") are kept, and HistoryFailureLimit how many
+	// of its other executions (failed, timeout, skipped, misfired,
+	// canceled), unless the task says otherwise (RecordKeep), as
+	// Kubernetes' successfulJobsHistoryLimit and failedJobsHistoryLimit.
+	// Default 10 each; 0 to MaxHistoryLimit, 0 keeping none. Each task then
+	// holds at most that many records on disk, overwritten in place, so
+	// history takes space by the number of tasks, never by the fire rate.
+	HistorySuccessLimit int
+	HistoryFailureLimit int
+
+	// HistoryTTL is how long an execution record is kept, a second bound
+	// besides the limits. Default 168h; at least 1s. Badger expires entries at whole Unix seconds, so a record
 	// lives between HistoryTTL-1s and HistoryTTL. Expired records are
 	// hidden from History at once and their space is reclaimed by
 	// compactions.
 	HistoryTTL time.Duration
 
 	// HistoryBuffer is the number of execution records held in memory
-	// before they are written. Default 65536, at least 1. Record drops (and
-	// counts in Dropped) a record when the buffer is full, so this bounds
-	// both memory (about 150 bytes per record, twice) and the burst
-	// absorbed while the writer is busy. The writer is woken early when a
-	// quarter of it is filled.
+	// before they are written. Default 65536, at least 1. It bounds memory
+	// (about 150 bytes per record, twice) and the burst absorbed while the
+	// writer is busy. The writer is woken early when a quarter of it is
+	// filled. When the writer takes half of it or more in one batch,
+	// successes are sampled (see Sampling); when it is full, Record drops
+	// the record and counts it in Dropped.
 	HistoryBuffer int
 
 	// FlushInterval is how often the background writer writes buffered
@@ -135,17 +153,19 @@ type Config struct {
 // DefaultConfig returns the defaults above for the data directory dir.
 func DefaultConfig(dir string) Config {
 	return Config{
-		Dir:            dir,
-		History:        HistoryAll,
-		HistoryTTL:     DefaultHistoryTTL,
-		HistoryBuffer:  DefaultHistoryBuffer,
-		FlushInterval:  DefaultFlushInterval,
-		GCInterval:     DefaultGCInterval,
-		MemTableSize:   DefaultMemTableSize,
-		NumMemtables:   DefaultNumMemtables,
-		BlockCacheSize: DefaultBlockCacheSize,
-		ValueThreshold: DefaultValueThreshold,
-		NumCompactors:  DefaultNumCompactors,
+		Dir:                 dir,
+		History:             HistoryAll,
+		HistorySuccessLimit: DefaultSuccessLimit,
+		HistoryFailureLimit: DefaultFailureLimit,
+		HistoryTTL:          DefaultHistoryTTL,
+		HistoryBuffer:       DefaultHistoryBuffer,
+		FlushInterval:       DefaultFlushInterval,
+		GCInterval:          DefaultGCInterval,
+		MemTableSize:        DefaultMemTableSize,
+		NumMemtables:        DefaultNumMemtables,
+		BlockCacheSize:      DefaultBlockCacheSize,
+		ValueThreshold:      DefaultValueThreshold,
+		NumCompactors:       DefaultNumCompactors,
 	}
 }
 
@@ -160,6 +180,10 @@ func (c Config) Validate() error {
 		return bad("Dir", "required")
 	case c.History != HistoryAll && c.History != HistoryFailures && c.History != HistoryNone:
 		return bad("History", "%q: want %q, %q or %q", c.History, HistoryAll, HistoryFailures, HistoryNone)
+	case c.HistorySuccessLimit < 0 || c.HistorySuccessLimit > MaxHistoryLimit:
+		return bad("HistorySuccessLimit", "%d: between 0 and %d", c.HistorySuccessLimit, MaxHistoryLimit)
+	case c.HistoryFailureLimit < 0 || c.HistoryFailureLimit > MaxHistoryLimit:
+		return bad("HistoryFailureLimit", "%d: between 0 and %d", c.HistoryFailureLimit, MaxHistoryLimit)
 	case c.HistoryTTL < time.Second:
 		return bad("HistoryTTL", "%v: at least 1s (Badger expires entries in whole seconds)", c.HistoryTTL)
 	case c.HistoryBuffer < 1:

@@ -30,15 +30,35 @@
 //
 // # Execution history
 //
+// A task keeps its last HistorySuccessLimit successes and its last
+// HistoryFailureLimit failures (any status but "ok"), 10 and 10 by
+// default, as Kubernetes keeps a CronJob's successful and failed jobs;
+// RecordKeep overrides them per task, up to MaxHistoryLimit. Each class
+// of a task is a ring of slots (one Badger key each), and each record
+// overwrites the oldest: the disk holds at most tasks x (limits) records
+// whatever the fire rate, and HistoryTTL bounds their age besides. A
+// slot table in memory (about 20 bytes per task written since Open)
+// says where each ring stands; a task not in it is read from disk once,
+// so a restarted node continues every ring and keeps exactly the last N.
+//
 // Record appends to a bounded in-memory buffer and returns: no I/O, no
 // waiting, no allocation once warm. A background writer writes the buffer
 // every FlushInterval (or when a quarter full) in one WriteBatch, each
-// record with Badger's TTL (Config.HistoryTTL, whole seconds). When the
-// buffer is full, Record drops the record and counts it (Dropped): the
-// fire path never slows down for history. History returns a task's records
-// newest first, buffered ones included. Records still buffered when the
-// process dies are lost; Flush and Close write them. Mode "failures" keeps
-// only records whose status is not "ok"; mode "none" keeps nothing.
+// record with Badger's TTL (whole seconds). History returns a task's
+// records newest first, buffered ones included. Records still buffered
+// when the process dies are lost; Flush and Close write them. Mode
+// "failures" keeps only records whose status is not "ok"; mode "none"
+// keeps nothing.
+//
+// Badger takes some 150 k keys/s on a 2-core machine, so one node cannot
+// write a record per fire at 1 M fires/s. When the writer takes half the
+// buffer or more in one batch (records arrive faster than it writes them),
+// successes are sampled: one in k is kept, chosen by a hash of task id
+// and scheduled time, k doubling per such batch up to 1024 and halving
+// again once batches are small (Sampling, Sampled). Failures are never
+// sampled. A record is dropped (Dropped) only when the buffer is full:
+// failures arriving faster than Badger writes them, or a burst within one
+// batch.
 //
 // # Key layout
 //
@@ -46,17 +66,17 @@
 //
 //	t/<p: uint32 big-endian>/<task id>   task value, as given (opaque)
 //	r/<p: uint32 big-endian>             synced revision: int64 big-endian
-//	h/<task id>\x00<^ms><^attempt><^seq> execution record (execution.go)
+//	e/<task id>\x00<class><slot>         execution record (execution.go)
 //
-// In history keys ^ms is the scheduled time in Unix milliseconds with the
-// sign bit flipped, then all bits inverted (8 bytes), ^attempt the attempt
-// inverted (4 bytes), ^seq a per-store sequence number inverted (8 bytes),
-// all big-endian, so a forward scan of h/<task id>\x00 yields the newest
-// scheduled time first, then the highest attempt, then the last recorded.
-// Task ids contain no control characters (API.md), so \x00 ends the id.
-// The partition prefix t/<p>/ selects exactly one partition, so a
-// partition is one prefix scan. The layout's version is Badger's external
-// magic number (formatVersion): a directory with another layout is refused.
+// In history keys class is 's' (successes) or 'f' (failures) and slot a
+// byte below MaxHistoryLimit; the value is the record's sequence number
+// (uint64 big-endian, increasing across restarts: it orders the records
+// of a ring) followed by the record. Task ids contain no control
+// characters (API.md), so \x00 ends the id. The partition prefix t/<p>/
+// selects exactly one partition, so a partition is one prefix scan. The
+// layout's version is Badger's external magic number (formatVersion): a
+// directory with another layout is refused. Earlier versions kept one key
+// per record under h/, without limits; Open deletes that namespace.
 //
 // # Badger settings and footprint
 //

@@ -3,8 +3,6 @@ package store
 import (
 	"bytes"
 	"math"
-	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
@@ -65,9 +63,9 @@ func TestRecord_Compact(t *testing.T) {
 	e := Execution{TaskID: "0123456789abcdef", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond),
 		FinishedAt: at.Add(40 * time.Millisecond), Attempt: 1, Node: "node-1", Status: StatusOK}
 	v := appendRecord(nil, &e)
-	k := appendHistoryKey(nil, e.TaskID, e.ScheduledAt, e.Attempt, 1)
-	if len(v) > 32 || len(k) > 40 {
-		t.Errorf("a typical record takes a %d-byte key and a %d-byte value, want at most 40 and 32", len(k), len(v))
+	k := appendSlotKey(nil, e.TaskID, classSuccess, 9)
+	if len(v) > 32 || len(k) > 24 {
+		t.Errorf("a typical record takes a %d-byte key and a %d-byte value (plus 8 of sequence), want at most 24 and 32", len(k), len(v))
 	}
 }
 
@@ -100,49 +98,18 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// TestHistoryKey_Order: byte order of keys is newest first by scheduled
-// millisecond, then attempt, then sequence, for negative times too.
-func TestHistoryKey_Order(t *testing.T) {
-	type k struct {
-		ms      int64
-		attempt int
-		seq     uint64
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	msValues := []int64{math.MinInt64 / 2, -1000, -1, 0, 1, 999, 1_900_000_000_000, math.MaxInt64 / 2}
-	var ks []k
-	for range 2000 {
-		ks = append(ks, k{msValues[rng.IntN(len(msValues))], rng.IntN(4) - 1, rng.Uint64N(3) + math.MaxUint64 - 1})
-	}
-	enc := func(x k) []byte { return appendHistoryKey(nil, "task", time.UnixMilli(x.ms), x.attempt, x.seq) }
-	byKey := slices.Clone(ks)
-	slices.SortStableFunc(byKey, func(a, b k) int { return bytes.Compare(enc(a), enc(b)) })
-	byTuple := slices.Clone(ks)
-	slices.SortStableFunc(byTuple, func(a, b k) int {
-		switch {
-		case a.ms != b.ms:
-			return cmpDesc(a.ms, b.ms)
-		case clampAttempt(a.attempt) != clampAttempt(b.attempt):
-			return cmpDesc(clampAttempt(a.attempt), clampAttempt(b.attempt))
-		}
-		return cmpDesc(a.seq, b.seq)
-	})
-	for i := range byKey {
-		if enc(byKey[i]) == nil || !bytes.Equal(enc(byKey[i]), enc(byTuple[i])) {
-			t.Fatalf("position %d: key order %+v, tuple order %+v", i, byKey[i], byTuple[i])
+// TestSlotKey: a slot key extends its task's prefix by historySuffixLen,
+// and no two (class, slot) pairs share a key.
+func TestSlotKey(t *testing.T) {
+	p := historyPrefix("task")
+	seen := map[string]bool{}
+	for c := range numClasses {
+		for slot := range uint8(MaxHistoryLimit) {
+			k := appendSlotKey(nil, "task", c, slot)
+			if !bytes.HasPrefix(k, p) || len(k) != len(p)+historySuffixLen || seen[string(k)] {
+				t.Fatalf("class %d slot %d: key %x (prefix %x)", c, slot, k, p)
+			}
+			seen[string(k)] = true
 		}
 	}
-	if p := historyPrefix("task"); !bytes.HasPrefix(enc(ks[0]), p) || len(enc(ks[0])) != len(p)+historySuffixLen {
-		t.Error("key does not extend its prefix by historySuffixLen")
-	}
-}
-
-func cmpDesc[T int64 | uint32 | uint64](a, b T) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }

@@ -1,8 +1,9 @@
 package store
 
 import (
-	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,13 +11,39 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// record is an accepted Execution with the sequence number of its key.
+// class is what a record counts against: the success limit (status "ok")
+// or the failure limit (every other status).
+type class uint8
+
+const (
+	classSuccess class = iota
+	classFailure
+	numClasses
+)
+
+// classLetters are the class bytes of slot keys.
+var classLetters = [numClasses]byte{'s', 'f'}
+
+func classOf(status string) class {
+	if status == StatusOK {
+		return classSuccess
+	}
+	return classFailure
+}
+
+// maxSampling bounds Sampling: at worst one success in 1024 is kept.
+const maxSampling = 1024
+
+// record is an accepted Execution with the sequence number that orders it
+// among the records of its task and the limit of its class.
 type record struct {
-	e   Execution
-	seq uint64
+	e    Execution
+	seq  uint64
+	keep uint8 // 1 to MaxHistoryLimit
 }
 
 // historyBuffer holds execution records between Record and the writer.
@@ -24,15 +51,19 @@ type record struct {
 // slice of the previous batch, writes the batch without holding mu, then
 // keeps its slice as the next spare. After warm-up no call allocates.
 type historyBuffer struct {
-	mode   string        // Config.History; immutable
-	max    int           // Config.HistoryBuffer; immutable
-	wakeAt int           // len(pending) at which Record wakes the writer; immutable
-	kick   chan struct{} // capacity 1: wakes the writer before its tick
+	mode   string            // Config.History; immutable
+	limits [numClasses]uint8 // Config.HistorySuccessLimit, HistoryFailureLimit; immutable
+	max    int               // Config.HistoryBuffer; immutable
+	wakeAt int               // len(pending) at which Record wakes the writer; immutable
+	kick   chan struct{}     // capacity 1: wakes the writer before its tick
 
-	dropped atomic.Uint64 // records refused (buffer full, closed) or whose write failed
+	dropped  atomic.Uint64 // records refused (buffer full, closed) or whose write failed
+	sampled  atomic.Uint64 // successes left out by sampling
+	sampling atomic.Uint32 // k: one success in k is kept; 1 keeps all. Set by the writer at each swap
 
 	mu       sync.Mutex    // guards the fields below
 	closed   bool          // set by Close: Record drops from then on
+	refused  int           // records refused for room since the last swap
 	pending  []record      // accepted, not yet taken by the writer
 	inflight []record      // the batch being written; read-only until written
 	spare    []record      // empty slice to become pending at the next swap
@@ -45,14 +76,17 @@ type historyBuffer struct {
 
 func (h *historyBuffer) init(cfg Config) {
 	h.mode = cfg.History
+	h.limits = [numClasses]uint8{uint8(cfg.HistorySuccessLimit), uint8(cfg.HistoryFailureLimit)}
 	h.max = cfg.HistoryBuffer
 	h.wakeAt = max(1, cfg.HistoryBuffer/4)
 	h.kick = make(chan struct{}, 1)
+	h.sampling.Store(1)
 	initial := min(cfg.HistoryBuffer, 1024)
 	h.pending = make([]record, 0, initial)
 	h.spare = make([]record, 0, initial)
-	// Sequence numbers only order records of the same fire and attempt;
-	// starting from the clock keeps them increasing across restarts.
+	// Sequence numbers order the records of a task by when they were
+	// recorded; starting from the clock keeps them increasing across
+	// restarts, which the slot ring relies on (slotTable.scan).
 	h.seq = uint64(time.Now().UnixNano())
 	h.progress = make(chan struct{})
 }
@@ -71,35 +105,98 @@ func (h *historyBuffer) takeErr() error {
 	return err
 }
 
-// Record accepts e for the execution history. It never blocks on I/O and
-// never waits for the writer: it appends e to an in-memory buffer that a
-// background goroutine writes every FlushInterval (or sooner when a
-// quarter of the buffer is filled) in one Badger WriteBatch, with a TTL of
-// HistoryTTL. It costs one uncontended mutex and no allocation once the
-// buffer has grown.
+// adapt sets the sampling for the next batch from the size n of the one
+// just taken and the records refused for room meanwhile (called by the
+// writer under mu). Successes are sampled while the records offered
+// between two batches reach half the buffer, which happens only when they
+// arrive faster than Badger writes them: k is multiplied at once by the
+// factor that brings the next batch down to a quarter of the buffer, so a
+// sudden flood drops less than by doubling, and halved per batch under an
+// eighth of the buffer once the flood is over.
+func (h *historyBuffer) adapt(n int) {
+	k := h.sampling.Load()
+	offered := n + h.refused
+	switch {
+	case h.refused > 0 || (h.max >= 8 && offered >= h.max/2):
+		quarter := max(1, h.max/4)
+		k = uint32(min(uint64(k)*uint64(max(2, (offered+quarter-1)/quarter)), maxSampling))
+	case k > 1 && n < h.max/8:
+		k /= 2
+	}
+	h.sampling.Store(k)
+	h.refused = 0
+}
+
+// sampledOut reports whether a success of (id, scheduledAt) is left out
+// under sampling k: a hash of both decides, so which fires are kept is
+// spread evenly over tasks and over time.
+func sampledOut(id string, scheduledAt time.Time, k uint32) bool {
+	x := xxhash.Sum64String(id) ^ uint64(scheduledAt.UnixNano())
+	// splitmix64's finalizer, so that consecutive times spread.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x%uint64(k) != 0
+}
+
+// Record is RecordKeep(e, -1): it keeps as many of e's task's records as
+// the Config's limits say.
+func (s *Store) Record(e Execution) { s.RecordKeep(e, -1) }
+
+// RecordKeep accepts e for the execution history of e.TaskID, of which the
+// store keeps the keep most recent records of e's class: successes
+// (status "ok") and failures (any other status) are kept apart, as
+// Kubernetes keeps successful and failed jobs. A negative keep means the
+// Config's limit for that class (HistorySuccessLimit or
+// HistoryFailureLimit); keep is capped at MaxHistoryLimit; 0 keeps nothing.
+// A lowered limit deletes the task's extra records at its next write.
 //
-// In mode HistoryNone, Record does nothing; in HistoryFailures it ignores
-// records whose Status is StatusOK. When HistoryBuffer records are already
-// waiting, or after Close, e is dropped and counted in Dropped. Records
-// still buffered are lost if the process dies; Flush and Close write them.
-func (s *Store) Record(e Execution) {
+// It never blocks on I/O and never waits for the writer: it appends e to
+// an in-memory buffer that a background goroutine writes every
+// FlushInterval (or sooner when a quarter of the buffer is filled) in one
+// Badger WriteBatch, with a TTL of HistoryTTL. It costs one uncontended
+// mutex and no allocation once the buffer has grown.
+//
+// In mode HistoryNone, RecordKeep does nothing; in HistoryFailures it
+// ignores successes. While records arrive faster than Badger takes them,
+// successes are sampled (see Sampling) and the ones left out are counted
+// in Sampled; failures are never sampled. When HistoryBuffer records are
+// already waiting, or after Close, e is dropped and counted in Dropped.
+// Records still buffered are lost if the process dies; Flush and Close
+// write them.
+func (s *Store) RecordKeep(e Execution, keep int) {
 	h := &s.history
-	switch h.mode {
-	case HistoryNone:
+	c := classOf(e.Status)
+	switch {
+	case h.mode == HistoryNone:
 		return
-	case HistoryFailures:
-		if e.Status == StatusOK {
-			return
-		}
+	case h.mode == HistoryFailures && c == classSuccess:
+		return
+	case keep < 0:
+		keep = int(h.limits[c])
+	case keep > MaxHistoryLimit:
+		keep = MaxHistoryLimit
+	}
+	if keep == 0 {
+		return
+	}
+	if k := h.sampling.Load(); k > 1 && c == classSuccess && sampledOut(e.TaskID, e.ScheduledAt, k) {
+		h.sampled.Add(1)
+		return
 	}
 	h.mu.Lock()
 	if h.closed || len(h.pending) >= h.max {
+		if !h.closed {
+			h.refused++
+		}
 		h.mu.Unlock()
 		h.dropped.Add(1)
 		return
 	}
 	h.seq++
-	h.pending = append(h.pending, record{e: e, seq: h.seq})
+	h.pending = append(h.pending, record{e: e, seq: h.seq, keep: uint8(keep)})
 	h.accepted++
 	wake := len(h.pending) == h.wakeAt
 	h.mu.Unlock()
@@ -115,6 +212,19 @@ func (s *Store) Record(e Execution) {
 // because the buffer was full or the store closed, or lost because their
 // write failed.
 func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
+
+// Sampled returns how many successful execution records have been left
+// out by sampling since Open.
+func (s *Store) Sampled() uint64 { return s.history.sampled.Load() }
+
+// Sampling returns k when one success in k is currently kept (1: all of
+// them). It rises, up to 1024, while the records offered between two
+// batches of the writer reach half the buffer, that is while they arrive
+// faster than Badger writes them, and falls back to 1 once batches are
+// small again. Which successes are kept is decided by a hash of task
+// id and scheduled time, so every task keeps about one in k of its
+// successes, the most recent of those kept always among them.
+func (s *Store) Sampling() int { return int(s.history.sampling.Load()) }
 
 // Flush waits until every record accepted by Record before the call is
 // written to Badger (or its write failed), waking the writer at once. It
@@ -179,6 +289,7 @@ func (s *Store) writeBatch() int {
 	h := &s.history
 	h.mu.Lock()
 	batch := h.pending
+	h.adapt(len(batch))
 	if len(batch) == 0 {
 		h.mu.Unlock()
 		return 0
@@ -211,16 +322,23 @@ func (s *Store) writeBatch() int {
 }
 
 // writeRecords writes batch in one WriteBatch (which Badger splits into
-// transactions of at most 15% of a memtable). Keys and values are encoded
-// into one buffer sized up front.
+// transactions of at most 15% of a memtable), each record into the next
+// slot of its task and class. Keys and values are encoded into one buffer
+// sized up front.
 func (s *Store) writeRecords(batch []record) error {
 	if s.cfg.writeHook != nil {
 		s.cfg.writeHook()
 	}
+	t := &s.slots
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.load(s.db, batch); err != nil {
+		return fmt.Errorf("read history slots: %w", err)
+	}
 	size := 0
 	for i := range batch {
 		e := &batch[i].e
-		size += len(nsHistory) + len(e.TaskID) + 1 + historySuffixLen + recordSize(e)
+		size += len(nsHistory) + len(e.TaskID) + 1 + historySuffixLen + 8 + recordSize(e)
 	}
 	buf := make([]byte, 0, size)
 	entries := make([]badger.Entry, len(batch))
@@ -230,9 +348,17 @@ func (s *Store) writeRecords(batch []record) error {
 	defer wb.Cancel()
 	for i := range batch {
 		r := &batch[i]
+		c := classOf(r.e.Status)
+		slot, stale := t.next(r.e.TaskID, c, r.keep)
+		for _, old := range stale {
+			if err := wb.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
+				return err
+			}
+		}
 		start := len(buf)
-		buf = appendHistoryKey(buf, r.e.TaskID, r.e.ScheduledAt, r.e.Attempt, r.seq)
+		buf = appendSlotKey(buf, r.e.TaskID, c, slot)
 		mid := len(buf)
+		buf = binary.BigEndian.AppendUint64(buf, r.seq)
 		buf = appendRecord(buf, &r.e)
 		end := len(buf)
 		entries[i] = badger.Entry{Key: buf[start:mid:mid], Value: buf[mid:end:end], ExpiresAt: expiresAt}
@@ -243,37 +369,42 @@ func (s *Store) writeRecords(batch []record) error {
 	return wb.Flush()
 }
 
+// decodeSlot decodes a slot's value: the record's sequence number, then
+// the record.
+func decodeSlot(v []byte, e *Execution) (uint64, error) {
+	if len(v) < 8 {
+		return 0, errBadRecord
+	}
+	return binary.BigEndian.Uint64(v), decodeRecord(v[8:], e)
+}
+
 // History returns up to limit execution records of taskID (all of them
 // when limit <= 0), newest first: by scheduled time, then attempt, then
 // the order they were recorded in. Records still buffered are included,
-// so a record is visible as soon as Record returns. Expired records are
-// never returned. A record that cannot be decoded is skipped and logged.
+// so a record is visible as soon as Record returns, within the limits of
+// its task. Expired records are never returned. A record that cannot be
+// decoded is skipped and logged.
 func (s *Store) History(taskID string, limit int) ([]Execution, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
 	}
 	defer s.ops.Done()
 
-	type keyed struct {
-		key []byte
-		e   Execution
-	}
 	// Buffered records first: one that leaves the buffer afterwards has
 	// been written by then, so the scan below sees it.
-	var buffered []keyed
+	var buffered []record
 	h := &s.history
 	h.mu.Lock()
 	for _, list := range [2][]record{h.inflight, h.pending} {
 		for i := range list {
-			if r := &list[i]; r.e.TaskID == taskID {
-				key := appendHistoryKey(nil, taskID, r.e.ScheduledAt, r.e.Attempt, r.seq)
-				buffered = append(buffered, keyed{key, r.e})
+			if list[i].e.TaskID == taskID {
+				buffered = append(buffered, list[i])
 			}
 		}
 	}
 	h.mu.Unlock()
 
-	var out []keyed
+	var out []record
 	prefix := historyPrefix(taskID)
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
@@ -283,19 +414,20 @@ func (s *Store) History(taskID string, limit int) ([]Execution, error) {
 			if len(item.Key()) != len(prefix)+historySuffixLen {
 				continue
 			}
-			var e Execution
-			if err := item.Value(func(v []byte) error { return decodeRecord(v, &e) }); err != nil {
-				if errors.Is(err, errBadRecord) {
-					s.log.Warn("store: skipping undecodable execution record", "task", taskID, "key", fmt.Sprintf("%x", item.Key()))
-					continue
-				}
+			var r record
+			err := item.Value(func(v []byte) (err error) {
+				r.seq, err = decodeSlot(v, &r.e)
+				return err
+			})
+			if errors.Is(err, errBadRecord) {
+				s.log.Warn("store: skipping undecodable execution record", "task", taskID, "key", fmt.Sprintf("%x", item.Key()))
+				continue
+			}
+			if err != nil {
 				return err
 			}
-			e.TaskID = taskID
-			out = append(out, keyed{item.KeyCopy(nil), e})
-			if limit > 0 && len(out) >= limit {
-				break
-			}
+			r.e.TaskID = taskID
+			out = append(out, r)
 		}
 		return nil
 	})
@@ -303,20 +435,14 @@ func (s *Store) History(taskID string, limit int) ([]Execution, error) {
 		return nil, fmt.Errorf("store: history of %q: %w", taskID, err)
 	}
 	if len(buffered) > 0 {
-		// A buffered record may be written already: keep one copy. One
-		// written but beyond the limit sorts after every scanned record
-		// and is cut below.
-		seen := make(map[string]bool, len(out))
-		for _, k := range out {
-			seen[string(k.key)] = true
-		}
-		for _, b := range buffered {
-			if !seen[string(b.key)] {
-				out = append(out, b)
-			}
-		}
-		slices.SortFunc(out, func(a, b keyed) int { return bytes.Compare(a.key, b.key) })
+		out = mergeBuffered(out, buffered)
 	}
+	slices.SortFunc(out, func(a, b record) int {
+		return cmp.Or(
+			b.e.ScheduledAt.Compare(a.e.ScheduledAt),
+			cmp.Compare(b.e.Attempt, a.e.Attempt),
+			cmp.Compare(b.seq, a.seq))
+	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
@@ -325,6 +451,31 @@ func (s *Store) History(taskID string, limit int) ([]Execution, error) {
 		res[i] = out[i].e
 	}
 	return res, nil
+}
+
+// mergeBuffered adds to the records read from disk the buffered ones not
+// written yet (sequence numbers tell), then keeps, per class with buffered
+// records, the newest as many as the latest of them says: what the disk
+// will hold once they are written.
+func mergeBuffered(disk, buffered []record) []record {
+	seen := make(map[uint64]bool, len(disk))
+	for _, r := range disk {
+		seen[r.seq] = true
+	}
+	var keep [numClasses]int // 0: no buffered record of the class
+	for _, r := range buffered {
+		keep[classOf(r.e.Status)] = int(r.keep)
+		if !seen[r.seq] {
+			disk = append(disk, r)
+		}
+	}
+	slices.SortFunc(disk, func(a, b record) int { return cmp.Compare(b.seq, a.seq) })
+	var n [numClasses]int
+	return slices.DeleteFunc(disk, func(r record) bool {
+		c := classOf(r.e.Status)
+		n[c]++
+		return keep[c] > 0 && n[c] > keep[c]
+	})
 }
 
 // DeleteHistory flushes the buffer (see Flush), then deletes every record
@@ -338,6 +489,9 @@ func (s *Store) DeleteHistory(ctx context.Context, taskID string) error {
 		return err
 	}
 	defer s.ops.Done()
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	s.slots.forget(taskID)
 	if err := s.deletePrefix(historyPrefix(taskID)); err != nil {
 		return fmt.Errorf("store: delete history of %q: %w", taskID, err)
 	}

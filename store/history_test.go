@@ -115,7 +115,9 @@ func TestHistory_RoundTrip(t *testing.T) {
 // History returns them newest first (scheduled time, then attempt) and
 // respects the limit, without mixing tasks whose ids share a prefix.
 func TestHistory_Order(t *testing.T) {
-	s := openTest(t, testConfig(t))
+	cfg := testConfig(t)
+	cfg.HistorySuccessLimit = MaxHistoryLimit
+	s := openTest(t, cfg)
 	rng := rand.New(rand.NewPCG(1, 2))
 	type fire struct{ sec, attempt int }
 	var fires []fire
@@ -316,7 +318,8 @@ func TestDeleteHistory(t *testing.T) {
 }
 
 // TestHistory_Concurrent records from several goroutines while others read
-// and flush (run with -race), then checks that nothing was lost.
+// and flush (run with -race), then checks that each task kept its last
+// records and nothing was dropped.
 func TestHistory_Concurrent(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.FlushInterval = 5 * time.Millisecond
@@ -354,9 +357,15 @@ func TestHistory_Concurrent(t *testing.T) {
 	readers.Wait()
 	flush(t, s)
 	for w := range writers {
-		if n := len(history(t, s, fmt.Sprintf("w%d", w), 0)); n != per {
-			t.Errorf("writer %d: %d records, want %d (dropped %d)", w, n, per, s.Dropped())
+		h := history(t, s, fmt.Sprintf("w%d", w), 0)
+		if len(h) != DefaultSuccessLimit || !h[0].ScheduledAt.Equal(t0.Add((per-1)*time.Second)) ||
+			!h[len(h)-1].ScheduledAt.Equal(t0.Add((per-DefaultSuccessLimit)*time.Second)) {
+			t.Errorf("writer %d: %d records from %v to %v, want the last %d (dropped %d)", w, len(h),
+				h[0].ScheduledAt, h[len(h)-1].ScheduledAt, DefaultSuccessLimit, s.Dropped())
 		}
+	}
+	if s.Dropped() != 0 || s.Sampled() != 0 {
+		t.Errorf("dropped %d, sampled %d", s.Dropped(), s.Sampled())
 	}
 }
 

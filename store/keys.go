@@ -2,8 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"math"
-	"time"
 )
 
 // Key layout (see doc.go). Every key starts with a one-letter namespace and
@@ -11,10 +9,14 @@ import (
 const (
 	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
 	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision (int64 BE)
-	nsHistory  = "h/" // h/<task id>\x00<suffix>             -> encoded Execution
+	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded Execution
 
-	// historySuffixLen is ^scheduled_at ms (8) + ^attempt (4) + ^seq (8).
-	historySuffixLen = 8 + 4 + 8
+	// nsOldHistory held one key per execution record, without bound, in
+	// versions before the per-task limits; Open deletes it.
+	nsOldHistory = "h/"
+
+	// historySuffixLen is the class letter and the slot number.
+	historySuffixLen = 2
 )
 
 // taskPrefix is "t/<p>/": every cached task of p, and nothing else.
@@ -39,7 +41,7 @@ func revisionKey(p uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, p)
 }
 
-// historyPrefix is "h/<task id>\x00". A task id holds no control character,
+// historyPrefix is "e/<task id>\x00". A task id holds no control character,
 // so no other task's keys start with it; a key under it whose length is
 // not exactly prefix+historySuffixLen is not one of this task's records
 // (it could only come from an id containing \x00) and is skipped.
@@ -50,29 +52,11 @@ func historyPrefix(taskID string) []byte {
 	return append(b, 0)
 }
 
-// appendHistoryKey appends the key of a record: the prefix, then the
-// scheduled time in ms, the attempt and a per-store sequence number, each
-// bit-inverted so that a forward scan of the prefix yields the newest
-// scheduled time first, then the highest attempt, then the last recorded.
-// The sequence number only keeps two records of the same fire and attempt
-// apart.
-func appendHistoryKey(b []byte, taskID string, scheduledAt time.Time, attempt int, seq uint64) []byte {
+// appendSlotKey appends the key of slot of class c of a task: the prefix,
+// the class letter and the slot number. A task's records of one class
+// take the slots 0 to limit-1 in turn, each write overwriting the oldest.
+func appendSlotKey(b []byte, taskID string, c class, slot uint8) []byte {
 	b = append(b, nsHistory...)
 	b = append(b, taskID...)
-	b = append(b, 0)
-	// Flipping the sign bit orders signed milliseconds as unsigned.
-	ms := uint64(scheduledAt.UnixMilli()) ^ (1 << 63)
-	b = binary.BigEndian.AppendUint64(b, ^ms)
-	b = binary.BigEndian.AppendUint32(b, ^clampAttempt(attempt))
-	return binary.BigEndian.AppendUint64(b, ^seq)
-}
-
-func clampAttempt(a int) uint32 {
-	switch {
-	case a < 0:
-		return 0
-	case uint64(a) > math.MaxUint32:
-		return math.MaxUint32
-	}
-	return uint32(a)
+	return append(b, 0, classLetters[c], slot)
 }

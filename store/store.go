@@ -32,6 +32,7 @@ type Store struct {
 	ops    sync.WaitGroup
 
 	history historyBuffer
+	slots   slotTable
 
 	stop      chan struct{} // closed by Close: stops the writer and GC loops
 	wg        sync.WaitGroup
@@ -90,7 +91,15 @@ func Open(cfg Config) (*Store, error) {
 		log:  cfg.logger(),
 		stop: make(chan struct{}),
 	}
+	if err := s.dropOldHistory(); err != nil {
+		db.Close()
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, &OpenError{Dir: cfg.Dir, Err: err}
+	}
 	s.history.init(cfg)
+	s.slots.init()
 	s.wg.Add(1)
 	go s.writeLoop()
 	if cfg.GCInterval > 0 {
@@ -98,6 +107,29 @@ func Open(cfg Config) (*Store, error) {
 		go s.gcLoop()
 	}
 	return s, nil
+}
+
+// dropOldHistory deletes the unbounded history of earlier versions (one
+// key per record under "h/"), if any, with Badger's DropPrefix, which
+// drops whole tables rather than writing a tombstone per record.
+func (s *Store) dropOldHistory() error {
+	old := []byte(nsOldHistory)
+	found := false
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: old})
+		defer it.Close()
+		it.Seek(old)
+		found = it.ValidForPrefix(old)
+		return nil
+	})
+	if err != nil || !found {
+		return err
+	}
+	s.log.Info("store: deleting the execution history of an earlier version (one key per record, without limits)")
+	if err := s.db.DropPrefix(old); err != nil {
+		return fmt.Errorf("delete old history: %w", err)
+	}
+	return nil
 }
 
 // openBadger checks the directory (checkDir) then opens Badger, turning a

@@ -40,6 +40,7 @@ type serverFlags struct {
 	leaseTTL, tick, misfire                time.Duration
 	history                                string
 	historyTTL                             time.Duration
+	successLimit, failureLimit             int
 	allowExec                              bool
 	authToken, logFormat, logLevel         string
 	startTimeout, drainTimeout, shutdownTO time.Duration
@@ -86,6 +87,10 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
 	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept")
+	fs.IntVar(&f.successLimit, "history-success-limit", store.DefaultSuccessLimit,
+		fmt.Sprintf("successful executions kept per task, the most recent (0-%d; a task's history_limit.successes overrides it)", store.MaxHistoryLimit))
+	fs.IntVar(&f.failureLimit, "history-failure-limit", store.DefaultFailureLimit,
+		fmt.Sprintf("failed, timed-out, skipped, misfired and canceled executions kept per task, the most recent (0-%d; a task's history_limit.failures overrides it)", store.MaxHistoryLimit))
 	fs.BoolVar(&f.allowExec, "allow-exec", false, "enable the exec executor on this node (tasks then run commands as this user)")
 	fs.StringVar(&f.authToken, "auth-token", os.Getenv("SHARDCRON_AUTH_TOKEN"), "when set, every /v1 request needs 'Authorization: Bearer <token>' (env SHARDCRON_AUTH_TOKEN)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -152,12 +157,28 @@ func (f *serverFlags) check() error {
 	case f.startTimeout <= 0 || f.drainTimeout < 0 || f.shutdownTO < 0:
 		return errors.New("--start-timeout must be positive, --drain-timeout and --shutdown-timeout not negative")
 	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--history-success-limit", f.successLimit}, {"--history-failure-limit", f.failureLimit}} {
+		if l.v < 0 || l.v > store.MaxHistoryLimit {
+			return fmt.Errorf("%s must be between 0 and %d, got %d", l.flag, store.MaxHistoryLimit, l.v)
+		}
+	}
 	switch f.history {
 	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
 	default:
 		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
 	}
 	return nil
+}
+
+// storeConfig is the store's configuration from the flags.
+func (f *serverFlags) storeConfig(log *slog.Logger) store.Config {
+	c := store.DefaultConfig(filepath.Join(f.dataDir, "cache"))
+	c.History, c.HistoryTTL, c.Logger = f.history, f.historyTTL, log
+	c.HistorySuccessLimit, c.HistoryFailureLimit = f.successLimit, f.failureLimit
+	return c
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -197,9 +218,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	scfg := store.DefaultConfig(filepath.Join(f.dataDir, "cache"))
-	scfg.History, scfg.HistoryTTL, scfg.Logger = f.history, f.historyTTL, log
-	st, err := store.Open(scfg)
+	st, err := store.Open(f.storeConfig(log))
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("data directory %s is in use by another process (is another shardcron server running with it?)", f.dataDir)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/store"
 )
 
 // sink is an HTTP endpoint that counts fires by idempotency key.
@@ -145,6 +147,8 @@ func TestServer_StartupErrors(t *testing.T) {
 	t.Run("bad flags", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"--history", "sometimes"},
+			{"--history-success-limit", "101"},
+			{"--history-failure-limit", "-1"},
 			{"--log-format", "xml"},
 			{"--partitions", "0"},
 			{"--workers", "-1"},
@@ -162,6 +166,45 @@ func TestServer_StartupErrors(t *testing.T) {
 	})
 }
 
+// TestServer_HistoryFlagsReachStore: the history flags end up in the
+// store's configuration, and out-of-range limits are refused by name.
+func TestServer_HistoryFlagsReachStore(t *testing.T) {
+	parse := func(args ...string) (*serverFlags, error) {
+		var f serverFlags
+		fs := flag.NewFlagSet("server", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		return &f, f.check()
+	}
+	f, err := parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.storeConfig(nil); c.HistorySuccessLimit != store.DefaultSuccessLimit || c.HistoryFailureLimit != store.DefaultFailureLimit ||
+		c.HistoryTTL != store.DefaultHistoryTTL || c.History != store.HistoryAll {
+		t.Errorf("defaults: %+v", c)
+	}
+	f, err = parse("--history-success-limit", "3", "--history-failure-limit", "0", "--history-ttl", "2h", "--history", "failures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.storeConfig(nil)
+	if c.HistorySuccessLimit != 3 || c.HistoryFailureLimit != 0 || c.HistoryTTL != 2*time.Hour || c.History != store.HistoryFailures {
+		t.Errorf("flags not in the store's config: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("store config from valid flags: %v", err)
+	}
+	for _, args := range [][]string{{"--history-success-limit", "101"}, {"--history-failure-limit", "-1"}} {
+		if _, err := parse(args...); err == nil || !strings.Contains(err.Error(), args[0]+" must be between 0 and 100") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
 func TestServer_HelpExplainsFlags(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "server", "--help")
 	if code != 0 {
@@ -169,7 +212,7 @@ func TestServer_HelpExplainsFlags(t *testing.T) {
 	}
 	for _, flag := range []string{"-etcd", "-etcd-prefix", "-etcd-cacert", "-etcd-cert", "-etcd-key", "-etcd-user",
 		"-etcd-password", "-data-dir", "-listen", "-node-id", "-partitions", "-replication", "-load", "-workers",
-		"-queue", "-lease-ttl", "-tick", "-misfire-threshold", "-history", "-history-ttl", "-allow-exec",
+		"-queue", "-lease-ttl", "-tick", "-misfire-threshold", "-history", "-history-ttl", "-history-success-limit", "-history-failure-limit", "-allow-exec",
 		"-auth-token", "-log-format"} {
 		if !strings.Contains(stderr, "  "+flag+" ") && !strings.Contains(stderr, "  "+flag+"\n") {
 			t.Errorf("--help does not list %s", flag)

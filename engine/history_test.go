@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// TestEngine_HistoryLimit: a task's history_limit reaches the store
+// through the partition load and the worker pool: the node keeps its last
+// 2 successes and last 1 failure, counted apart, while a task without one
+// keeps the store's default.
+func TestEngine_HistoryLimit(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	clock := newTestClock(time.Date(2030, 1, 1, 0, 0, 0, 500_000_000, time.UTC), 20) // 20 s per second
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, nil))
+	fired := map[string]int{}
+	done := make(chan struct{})
+	calls := make(chan string, 1024)
+	n.e.Handle("h", func(_ context.Context, f Fire) error {
+		select {
+		case calls <- f.TaskID:
+		case <-done:
+		}
+		if f.ScheduledAt.Unix()%3 == 0 {
+			return errors.New("every third second fails")
+		}
+		return nil
+	})
+	t.Cleanup(func() { close(done) })
+	limited := handlerTask("limited", "* * * * * *")
+	limited.HistoryLimit = &HistoryLimit{Successes: new(2), Failures: new(1)}
+	putTask(t, n.e.Registry(), limited)
+	putTask(t, n.e.Registry(), handlerTask("default", "* * * * * *"))
+
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		for {
+			select {
+			case id := <-calls:
+				fired[id]++
+			default:
+				return fired["limited"] >= 15 && fired["default"] >= 15
+			}
+		}
+	})
+	count := func(id string) (ok, failed int) {
+		for _, e := range history(t, n, id) {
+			if e.Status == "ok" {
+				ok++
+			} else {
+				failed++
+			}
+		}
+		return ok, failed
+	}
+	if ok, failed := count("limited"); ok != 2 || failed != 1 {
+		t.Errorf("limited: %d successes and %d failures kept, want 2 and 1", ok, failed)
+	}
+	// 15 fires, a third failing: at least 10 successes and 5 failures.
+	if ok, failed := count("default"); ok != 10 || failed < 5 || failed > 10 {
+		t.Errorf("default: %d successes and %d failures kept, want 10 and 5-10", ok, failed)
+	}
+}

@@ -1,0 +1,300 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// countKeys counts the live keys under prefix.
+func countKeys(t testing.TB, s *Store, prefix string) int {
+	t.Helper()
+	n := 0
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantSeconds checks that h is exactly the records scheduled at the given
+// seconds after t0, in that order.
+func wantSeconds(t testing.TB, what string, h []Execution, secs ...int) {
+	t.Helper()
+	ok := len(h) == len(secs)
+	for i := 0; ok && i < len(h); i++ {
+		ok = h[i].ScheduledAt.Equal(t0.Add(time.Duration(secs[i]) * time.Second))
+	}
+	if !ok {
+		var got []int
+		for _, e := range h {
+			got = append(got, int(e.ScheduledAt.Sub(t0)/time.Second))
+		}
+		t.Fatalf("%s: records at seconds %v, want %v", what, got, secs)
+	}
+}
+
+func span(from, to int) []int { // from down to to, inclusive
+	var s []int
+	for i := from; i >= to; i-- {
+		s = append(s, i)
+	}
+	return s
+}
+
+// TestHistory_DefaultLimits: with the defaults a task keeps its last 10
+// successes and its last 10 failures, counted apart, buffered or written,
+// and the disk holds no more than those.
+func TestHistory_DefaultLimits(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	statuses := []string{StatusFailed, StatusTimeout, StatusSkipped, StatusMisfired, StatusCanceled}
+	for i := range 50 {
+		st := StatusOK
+		if i%2 == 1 {
+			st = statuses[i/2%len(statuses)]
+		}
+		s.Record(exec1("t", i, 1, st))
+	}
+	want := append(span(49, 30), nil...) // 10 failures (odd) and 10 successes (even)
+	for _, stage := range []string{"buffered", "written"} {
+		if stage == "written" {
+			flush(t, s)
+		}
+		wantSeconds(t, stage, history(t, s, "t", 0), want...)
+		wantSeconds(t, stage+", limit 3", history(t, s, "t", 3), 49, 48, 47)
+	}
+	if n := countKeys(t, s, nsHistory); n != 20 {
+		t.Errorf("%d history keys on disk, want 20", n)
+	}
+}
+
+// TestHistory_TaskLimits: RecordKeep's limit is per task and per class;
+// 0 keeps nothing, above MaxHistoryLimit is capped, negative is the
+// default.
+func TestHistory_TaskLimits(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HistorySuccessLimit, cfg.HistoryFailureLimit = 4, 2
+	s := openTest(t, cfg)
+	for i := range 150 {
+		s.RecordKeep(exec1("three", i, 1, StatusOK), 3)
+		s.RecordKeep(exec1("none", i, 1, StatusOK), 0)
+		s.RecordKeep(exec1("capped", i, 1, StatusOK), 1000)
+		s.RecordKeep(exec1("default", i, 1, StatusOK), -1)
+		s.Record(exec1("failing", i, 1, StatusFailed))
+	}
+	flush(t, s)
+	wantSeconds(t, "keep 3", history(t, s, "three", 0), 149, 148, 147)
+	wantSeconds(t, "keep 0", history(t, s, "none", 0))
+	wantSeconds(t, "keep 1000", history(t, s, "capped", 0), span(149, 150-MaxHistoryLimit)...)
+	wantSeconds(t, "keep -1", history(t, s, "default", 0), 149, 148, 147, 146)
+	wantSeconds(t, "failures", history(t, s, "failing", 0), 149, 148)
+	if n := countKeys(t, s, nsHistory); n != 3+MaxHistoryLimit+4+2 {
+		t.Errorf("%d history keys on disk, want %d", n, 3+MaxHistoryLimit+4+2)
+	}
+}
+
+// TestHistory_LimitChanges: a lowered limit deletes the extra records at
+// the task's next write; a raised one lets the ring grow.
+func TestHistory_LimitChanges(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	for i := range 10 {
+		s.RecordKeep(exec1("t", i, 1, StatusOK), 10)
+	}
+	flush(t, s)
+	s.RecordKeep(exec1("t", 10, 1, StatusOK), 3)
+	wantSeconds(t, "buffered, lowered to 3", history(t, s, "t", 0), 10, 9, 8)
+	flush(t, s)
+	wantSeconds(t, "written, lowered to 3", history(t, s, "t", 0), 10, 9, 8)
+	if n := countKeys(t, s, string(historyPrefix("t"))); n != 3 {
+		t.Errorf("%d keys after lowering the limit to 3, want 3", n)
+	}
+	for i := 11; i < 20; i++ {
+		s.RecordKeep(exec1("t", i, 1, StatusOK), 5)
+	}
+	flush(t, s)
+	wantSeconds(t, "raised to 5", history(t, s, "t", 0), 19, 18, 17, 16, 15)
+}
+
+// TestHistory_RestartKeepsLastN: a reopened store continues each task's
+// ring where it stopped, overwriting the oldest record, not the newest.
+func TestHistory_RestartKeepsLastN(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 15 {
+		s.Record(exec1("t", i, 1, StatusOK))
+		s.Record(exec1("t", i, 1, StatusFailed))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, cfg)
+	for i := 15; i < 20; i++ {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	flush(t, s)
+	var oks, fails []Execution
+	for _, e := range history(t, s, "t", 0) {
+		if e.Status == StatusOK {
+			oks = append(oks, e)
+		} else {
+			fails = append(fails, e)
+		}
+	}
+	wantSeconds(t, "successes after restart", oks, span(19, 10)...)
+	wantSeconds(t, "failures after restart", fails, span(14, 5)...)
+}
+
+// TestHistory_DiskBoundedByTasks: however many fires, the disk holds at
+// most the limits' worth of records per task.
+func TestHistory_DiskBoundedByTasks(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	const tasks, rounds = 200, 60
+	for r := range rounds {
+		for i := range tasks {
+			st := StatusOK
+			if (i+r)%7 == 0 {
+				st = StatusFailed
+			}
+			s.Record(exec1(fmt.Sprintf("task-%d", i), r, 1, st))
+		}
+		flush(t, s)
+	}
+	if n, most := countKeys(t, s, nsHistory), tasks*(DefaultSuccessLimit+DefaultFailureLimit); n > most {
+		t.Errorf("%d history keys for %d tasks, want at most %d", n, tasks, most)
+	}
+	if s.Dropped() != 0 || s.Sampled() != 0 {
+		t.Errorf("dropped %d, sampled %d", s.Dropped(), s.Sampled())
+	}
+}
+
+// TestHistory_DeleteForgetsSlots: after DeleteHistory a task starts a new
+// ring, and its records are only the new ones.
+func TestHistory_DeleteForgetsSlots(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	for i := range 7 {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	flush(t, s)
+	if err := s.DeleteHistory(t.Context(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	s.Record(exec1("t", 100, 1, StatusOK))
+	flush(t, s)
+	wantSeconds(t, "after delete", history(t, s, "t", 0), 100)
+}
+
+// TestSampling_Adapts: sampling rises at once by the factor that brings
+// the next batch to a quarter of the buffer when a batch and the records
+// refused meanwhile reach half of it, and halves per batch under an
+// eighth.
+func TestSampling_Adapts(t *testing.T) {
+	var h historyBuffer
+	h.init(Config{History: HistoryAll, HistoryBuffer: 64})
+	steps := []struct {
+		n, refused int
+		want       uint32
+	}{
+		{10, 0, 1}, {31, 0, 1}, {32, 0, 2}, {40, 0, 6}, {16, 0, 6}, {64, 100, 66}, {20, 0, 66},
+		{7, 0, 33}, {0, 0, 16}, {0, 0, 8}, {0, 0, 4}, {0, 0, 2}, {0, 0, 1}, {0, 0, 1},
+		{2, 1, 2}, // a single refusal doubles it
+	}
+	for i, st := range steps {
+		h.refused = st.refused
+		h.adapt(st.n)
+		if got := h.sampling.Load(); got != st.want || h.refused != 0 {
+			t.Fatalf("step %d (batch %d, refused %d): sampling %d, want %d", i, st.n, st.refused, got, st.want)
+		}
+	}
+	for range 20 {
+		h.adapt(64)
+	}
+	if got := h.sampling.Load(); got != maxSampling {
+		t.Errorf("sampling under constant overload = %d, want the cap %d", got, maxSampling)
+	}
+}
+
+// TestSampling_KeepsFailures: while sampling, about one success in k of
+// every task is kept, every failure is, and the rest are counted.
+func TestSampling_KeepsFailures(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HistorySuccessLimit, cfg.HistoryFailureLimit = MaxHistoryLimit, MaxHistoryLimit
+	cfg.FlushInterval = time.Millisecond
+	entered, release := blockedWriter(&cfg)
+	s := openTest(t, cfg)
+	t.Cleanup(release)
+	s.Record(exec1("warm", 0, 1, StatusOK))
+	<-entered
+	s.history.sampling.Store(4)
+	const n = 200 // about 50 kept: under the limit
+	for i := range n {
+		s.Record(exec1("a", i, 1, StatusOK))
+		s.Record(exec1("b", i, 1, StatusOK))
+		if i%10 == 0 {
+			s.Record(exec1("a", i, 2, StatusFailed))
+		}
+	}
+	kept := map[string]int{}
+	for _, id := range []string{"a", "b"} {
+		for _, e := range history(t, s, id, 0) {
+			kept[id+" "+e.Status]++
+		}
+	}
+	if kept["a failed"] != n/10 {
+		t.Errorf("%d failures kept, want all %d", kept["a failed"], n/10)
+	}
+	for _, id := range []string{"a", "b"} {
+		if k := kept[id+" ok"]; k < n/4/2 || k > n/4*2 {
+			t.Errorf("task %s: %d of %d successes kept, want about one in 4", id, k, n)
+		}
+	}
+	if got, want := s.Sampled(), uint64(2*n-kept["a ok"]-kept["b ok"]); got != want {
+		t.Errorf("Sampled = %d, want %d", got, want)
+	}
+}
+
+// TestOpen_DropsOldHistory: the unbounded history of earlier versions is
+// deleted at Open; the task cache is not touched.
+func TestOpen_DropsOldHistory(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(1, 5, []KV{{ID: "kept", Value: []byte("{}")}}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.db.Update(func(txn *badger.Txn) error {
+		for i := range 100 {
+			if err := txn.Set(fmt.Appendf(nil, "%stask\x00%020d", nsOldHistory, i), []byte{1, 0}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, cfg)
+	if n := countKeys(t, s, nsOldHistory); n != 0 {
+		t.Errorf("%d old history keys after Open, want 0", n)
+	}
+	rev, err := s.Partition(1, func(string, []byte) error { return nil })
+	if err != nil || rev != 5 {
+		t.Errorf("partition after Open: revision %d, %v", rev, err)
+	}
+}
