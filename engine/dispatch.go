@@ -447,10 +447,10 @@ func (l *loop) record(r *record, sched int64, attempt int, status uint8, why str
 		return
 	}
 	now := l.cfg.Clock.Now()
-	l.history.Record(store.Execution{
+	l.history.RecordKeep(store.Execution{
 		TaskID: l.tab.id(r), ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: now, FinishedAt: now,
 		Attempt: attempt, Node: l.cfg.NodeID, Status: statusNames[status], Error: why,
-	})
+	}, l.profs.list[r.prof].keepFor(status))
 }
 
 // reschedule puts record i back in the wheel at its next fire after r.next.

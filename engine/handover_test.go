@@ -456,3 +456,16 @@ func TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo(t *testing.T) {
 		t.Errorf("%d misfires: the moved partitions stood still while the new owner read them", m)
 	}
 }
+
+// The owner deletes a deleted task's execution history with it.
+func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	a := startNode(t, c, "", log.handler, nil)
+	putTask(t, a.e.Registry(), handlerTask("gone", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) > 0 })
+	if err := a.e.Registry().Delete(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
+}

@@ -453,7 +453,19 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			e.dropCache(p, err)
 		}
 	}
-	return e.call(ctx, c)
+	if err := e.call(ctx, c); err != nil {
+		return err
+	}
+	// The owner's records of a deleted task go with it; other nodes' expire.
+	for _, id := range c.deletes {
+		if e.store == nil {
+			break
+		}
+		if err := e.store.DeleteHistory(ctx, id); err != nil && ctx.Err() == nil {
+			e.log.Warn("deleting the history of a deleted task failed", "task", id, "err", err)
+		}
+	}
+	return nil
 }
 
 // pendingTriggers fires the triggers of p written while nobody owned it.
