@@ -42,18 +42,17 @@ type Engine struct {
 	execs    *executors
 	stats    stats
 
-	sess       atomic.Pointer[membership.Session]
-	acked      atomic.Int64 // the node watermark etcd last acknowledged
-	holds      *holds       // caps the watermark written while releases are uncommitted
-	ackCh      chan struct{}
-	ready      atomic.Bool
-	left       chan struct{} // closed once a leaving node handed every partition over
-	leftOnce   sync.Once
-	owned      []atomic.Bool // partitions owned, for trigger routing and the API
-	loads      atomic.Uint64 // full range reads of a partition
-	uncached   []atomic.Bool // partitions whose Badger cache was dropped until their next range read
-	progressAt atomic.Int64  // when a watch progress request was last sent, unix ns
-	requests   *RequestCounter
+	sess     atomic.Pointer[membership.Session]
+	acked    atomic.Int64 // the node watermark etcd last acknowledged
+	holds    *holds       // caps the watermark written while releases are uncommitted
+	ackCh    chan struct{}
+	ready    atomic.Bool
+	left     chan struct{} // closed once a leaving node handed every partition over
+	leftOnce sync.Once
+	owned    []atomic.Bool // partitions owned, for trigger routing and the API
+	loads    atomic.Uint64 // full range reads of a partition
+	uncached []atomic.Bool // partitions whose Badger cache was dropped until their next range read
+	requests *RequestCounter
 
 	pool *pool
 	loop *loop

@@ -469,3 +469,48 @@ func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
 }
+
+// What changed in a prepared partition before its lock is read in one
+// request: tasks created and changed with their last value, tasks deleted
+// as nil, nothing else.
+func TestEngine_ChangesSincePreparedRead(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := startNode(t, c, "", nil, func(c *Config) { c.Partitions = 1 })
+	reg := a.e.Registry()
+	for _, id := range []string{"same", "changed", "deleted"} {
+		putTask(t, reg, &Task{ID: id, Schedule: "@hourly", Executor: Executor{Type: ExecutorNoop}})
+	}
+	ctx := context.Background()
+	prep, err := a.e.prepare(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, &Task{ID: "changed", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
+	putTask(t, reg, &Task{ID: "created", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
+	if err := reg.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Client.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched, err := a.e.changesSince(ctx, prep, now.Header.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for id, v := range touched {
+		switch {
+		case v == nil:
+			got = append(got, id+" deleted")
+		case strings.Contains(string(v), "@daily"):
+			got = append(got, id+" @daily")
+		default:
+			got = append(got, id+" ?")
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"changed @daily", "created @daily", "deleted deleted"}; !slices.Equal(got, want) {
+		t.Errorf("changes %v, want %v", got, want)
+	}
+}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -71,24 +70,21 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 }
 
 // prepared is a partition read ahead of its lock (make-before-break): its
-// tasks decoded as of revision rev, with a watch open from rev+1 that the
-// acquire catches up to the lock's revision. While a node prepares a
-// partition, its previous owner still fires it: the hand-over then costs
-// a catch-up of a few changes, not the partition's size.
+// tasks decoded as of revision rev. While a node prepares a partition, its
+// previous owner still fires it: the hand-over then costs one request for
+// the changes since the read, not the partition's size.
 type prepared struct {
-	p     int
-	rev   int64
-	defs  []taskDef
-	watch *openWatch
+	p    int
+	rev  int64
+	defs []taskDef
 }
 
 // prepare reads partition p ahead of its lock: from the Badger cache when
 // it has the partition (DESIGN.md invariant 7: no range read), else with
-// a range read, which replaces the cache. The watch it opens lives under
-// wctx.
-func (e *Engine) prepare(ctx, wctx context.Context, p int) (*prepared, error) {
+// a range read, which replaces the cache.
+func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 	if e.store != nil {
-		if prep, err := e.prepareCached(ctx, wctx, p); prep != nil || err != nil {
+		if prep, err := e.prepareCached(ctx, p); prep != nil || err != nil {
 			return prep, err
 		}
 	}
@@ -96,13 +92,13 @@ func (e *Engine) prepare(ctx, wctx context.Context, p int) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prepared{p: p, rev: rev, defs: defs, watch: e.watchFrom(wctx, p, rev)}, nil
+	return &prepared{p: p, rev: rev, defs: defs}, nil
 }
 
 // prepareCached prepares p from the Badger cache, or returns nil when the
 // cache cannot serve: it has nothing, cannot be read, or is ahead of etcd
 // (etcd was restored or replaced under it).
-func (e *Engine) prepareCached(ctx, wctx context.Context, p int) (*prepared, error) {
+func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	d := e.decoder()
 	var defs []taskDef
 	rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
@@ -128,37 +124,19 @@ func (e *Engine) prepareCached(ctx, wctx context.Context, p int) (*prepared, err
 		e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", now.Header.Revision)
 		return nil, nil
 	}
-	return &prepared{p: p, rev: rev, defs: defs, watch: e.watchFrom(wctx, p, rev)}, nil
-}
-
-// watchFrom opens a watch of p's tasks after revision rev, under ctx.
-func (e *Engine) watchFrom(ctx context.Context, p int, rev int64) *openWatch {
-	cctx, cancel := context.WithCancel(ctx)
-	wch := e.cli.Watch(clientv3.WithRequireLeader(cctx), e.keys.partition(p), clientv3.WithPrefix(),
-		clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-	return &openWatch{ch: wch, cancel: cancel}
+	return &prepared{p: p, rev: rev, defs: defs}, nil
 }
 
 // arm brings a prepared partition up to atRev, the revision of its
 // acquisition (tasks created, changed or deleted since it was read), and
 // hands its tasks to the loop, resuming after resume: every task is armed
 // from the resume point as etcd had it when the partition became ours. It
-// returns the revision the tasks are synced to and the watch to go on
-// with (nil: the partition watch opens its own).
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64) (int64, *openWatch, error) {
+// returns the revision the tasks are synced to.
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64) (int64, error) {
 	p := prep.p
-	touched, synced, err := e.catchUp(ctx, p, prep.watch.ch, prep.rev, atRev)
+	touched, err := e.changesSince(ctx, prep, atRev)
 	if err != nil {
-		prep.watch.cancel()
-		if ctx.Err() != nil {
-			return 0, nil, ctx.Err()
-		}
-		e.log.Info("the prepared partition cannot be brought up to date; loading from etcd", "partition", p, "err", err)
-		rev, defs, err := e.rangeLoad(ctx, p, e.decoder())
-		if err != nil {
-			return 0, nil, err
-		}
-		return rev, nil, e.send(ctx, p, fence, resume, defs)
+		return 0, err
 	}
 	defs := prep.defs
 	if len(touched) > 0 {
@@ -175,60 +153,53 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev i
 			}
 		}
 	}
-	return synced, prep.watch, e.send(ctx, p, fence, resume, defs)
+	return atRev, e.send(ctx, p, fence, resume, defs)
 }
 
-// openWatch is a watch a load leaves open for the partition's watch.
-type openWatch struct {
-	ch     clientv3.WatchChan
-	cancel context.CancelFunc
-}
-
-// errCompacted: etcd no longer has the revision a watch starts from.
-var errCompacted = errors.New("the cached revision was compacted")
-
-// catchUp reads the changes a watch from revision rev+1 delivers, until it
-// has delivered every change up to atRev, and applies them to the Badger
-// cache. Progress notifications tell when it has; etcd answers a progress
-// request only once every watch of the stream is synced, so it asks again
-// until it gets one. It returns the last value of every key that changed
-// (nil: deleted) and the revision it is synced to.
-func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev, atRev int64) (map[string][]byte, int64, error) {
+// changesSince returns the tasks of a prepared partition that changed
+// after it was read, as of atRev: the last value of every task created or
+// changed, and nil for every task deleted. It applies them to the Badger
+// cache. One transaction reads the changed tasks (whatever etcd compacted
+// since) and counts the partition's; only when the count says that tasks
+// were deleted does a second request list the ids. A watch would have to
+// wait for etcd to sync every watcher of its stream before it could say
+// that it delivered everything up to atRev.
+func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64) (map[string][]byte, error) {
+	p := prep.p
 	prefix := e.keys.partition(p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithMinModRev(prep.rev+1)),
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("read partition %d's changes: %w", p, err)
+	}
+	had := make(map[string]bool, len(prep.defs))
+	for i := range prep.defs {
+		had[prep.defs[i].id] = true
+	}
 	touched := map[string][]byte{}
-	ask := time.NewTicker(25 * time.Millisecond)
-	defer ask.Stop()
-	deadline := time.NewTimer(catchUpTimeout)
-	defer deadline.Stop()
-	for rev < atRev {
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-deadline.C:
-			return nil, 0, fmt.Errorf("no watch progress within %v", catchUpTimeout)
-		case <-ask.C:
-			e.requestProgress(ctx)
-		case resp, ok := <-wch:
-			if !ok {
-				return nil, 0, errors.New("the watch ended")
-			}
-			if resp.CompactRevision != 0 {
-				return nil, 0, errCompacted
-			}
-			if err := resp.Err(); err != nil {
-				return nil, 0, err
-			}
-			for _, ev := range resp.Events {
-				id := string(ev.Kv.Key[len(prefix):])
-				if ev.Type == mvccpb.DELETE {
-					touched[id] = nil
-				} else {
-					touched[id] = ev.Kv.Value
-				}
-				rev = ev.Kv.ModRevision
-			}
-			if resp.IsProgressNotify() {
-				rev = max(rev, resp.Header.Revision)
+	created := 0
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		id := string(kv.Key[len(prefix):])
+		touched[id] = kv.Value
+		if !had[id] {
+			created++
+		}
+	}
+	if count := resp.Responses[1].GetResponseRange().Count; count != int64(len(prep.defs)+created) {
+		keys, err := e.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
+		if err != nil {
+			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
+		}
+		present := make(map[string]bool, len(keys.Kvs))
+		for _, kv := range keys.Kvs {
+			present[string(kv.Key[len(prefix):])] = true
+		}
+		for id := range had {
+			if !present[id] {
+				touched[id] = nil
 			}
 		}
 	}
@@ -242,11 +213,11 @@ func (e *Engine) catchUp(ctx context.Context, p int, wch clientv3.WatchChan, rev
 				dels = append(dels, id)
 			}
 		}
-		if err := e.store.Apply(uint32(p), rev, puts, dels); err != nil {
+		if err := e.store.Apply(uint32(p), atRev, puts, dels); err != nil {
 			e.dropCache(p, err)
 		}
 	}
-	return touched, rev, nil
+	return touched, nil
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that
@@ -263,23 +234,6 @@ func (e *Engine) dropCache(p int, err error) {
 
 // caching reports whether partition p's changes go to the Badger cache.
 func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
-
-// catchUpTimeout bounds a cache catch-up before falling back to a range
-// read.
-const catchUpTimeout = 10 * time.Second
-
-// requestProgress asks etcd for a progress notification on the watch
-// stream, at most once every 25 ms for the whole node: one answer serves
-// every partition catching up, and each request makes etcd look at every
-// watch of the stream.
-func (e *Engine) requestProgress(ctx context.Context) {
-	now := time.Now().UnixNano()
-	last := e.progressAt.Load()
-	if now-last < int64(25*time.Millisecond) || !e.progressAt.CompareAndSwap(last, now) {
-		return
-	}
-	_ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
-}
 
 // send hands defs to the loop in chunks and waits until it took them all.
 func (e *Engine) send(ctx context.Context, p int, fence, resume int64, defs []taskDef) error {
@@ -357,13 +311,9 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 // applying every change to the cache and the loop, starting with wch when
 // the load left one open. If etcd compacted past the revision, it reloads
 // the partition.
-func (e *Engine) watch(ctx context.Context, p int, rev int64, open *openWatch) {
+func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 	prefix := e.keys.partition(p)
 	var wch clientv3.WatchChan
-	if open != nil {
-		defer open.cancel()
-		wch = open.ch
-	}
 	backoff := 100 * time.Millisecond
 	var noted time.Time // when a progress notification last moved the cached revision
 	for ctx.Err() == nil {

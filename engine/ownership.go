@@ -366,19 +366,14 @@ func (s *serving) end(leaving bool) {
 // tasks and watch them.
 func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
-	// The watch the load opens goes on as the partition's watch: it lives
-	// as long as the partition is held, not as long as this acquire.
-	wctx, stop := context.WithCancel(context.Background())
-	prep, err := e.prepare(ctx, wctx, p)
+	prep, err := e.prepare(ctx, p)
 	if err != nil {
-		stop()
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
 	}
 	prepared()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := m.Lock(ctx); err != nil {
-		stop()
 		// A Lock canceled while waiting, or whose put was cut off, can
 		// leave our key in the lock's queue, where it would become the
 		// owner once the previous one goes.
@@ -388,7 +383,6 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	}
 	fence := m.Header().Revision
 	fail := func(err error) acquired {
-		stop()
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
 			r.stray = !e.deleteLockKey(p, sess)
@@ -409,6 +403,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		return fail(err)
 	}
 	e.owned[p].Store(true)
+	// The partition's watch lives as long as the partition is held, not as
+	// long as this acquire.
+	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
 	undo := func(err error) acquired {
 		stop()
@@ -421,9 +418,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.holds.clear(p)
 		return fail(err)
 	}
-	taskRev, wch, err := e.arm(ctx, prep, fence, resume, rev)
+	taskRev, err := e.arm(ctx, prep, fence, resume, rev)
 	if err != nil {
-		return undo(fmt.Errorf("load: %w", err))
+		return undo(fmt.Errorf("arm: %w", err))
 	}
 	if len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
@@ -435,7 +432,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); e.watch(wctx, p, taskRev, wch) }()
+	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()
 	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
 	go func() { wg.Wait(); close(part.done) }()
 	e.pendingTriggers(ctx, p)
