@@ -43,8 +43,9 @@ type Engine struct {
 	stats    stats
 
 	sess     atomic.Pointer[membership.Session]
-	acked    atomic.Int64 // the node watermark etcd last acknowledged
-	holds    *holds       // caps the watermark written while releases are uncommitted
+	acked    atomic.Int64                 // the node watermark etcd last acknowledged
+	holds    *holds                       // caps the watermark written while releases are uncommitted
+	ended    atomic.Pointer[endedSession] // what the last fenced session had taken
 	ackCh    chan struct{}
 	ready    atomic.Bool
 	left     chan struct{} // closed once a leaving node handed every partition over

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -239,6 +240,12 @@ func (h *holds) reset() {
 	clear(h.marks)
 }
 
+func (h *holds) snapshot() map[int]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.marks)
+}
+
 // cap returns w, lowered to the earliest mark held.
 func (h *holds) cap(w int64) int64 {
 	h.mu.Lock()
@@ -426,10 +433,16 @@ func (e *Engine) releaseLoop(ps []int) release {
 // its locks expire with its lease, and the next owners resume from the
 // last watermark etcd acknowledged for the session. Queued fires are
 // dropped unrun.
-func (e *Engine) drop(parts map[int]*owned) {
+func (e *Engine) drop(sess *membership.Session, parts map[int]*owned) {
 	ps := slices.Collect(maps.Keys(parts))
 	e.releaseLoop(ps)
 	e.pool.reset()
+	// What the session's workers took is final now (a fenced pool takes
+	// nothing more). A partition whose checkpoint still names the session
+	// was fired by nobody since: when this node takes it again, it resumes
+	// from here rather than from the last watermark etcd acknowledged,
+	// and repeats nothing.
+	e.ended.Store(&endedSession{id: sessionID(sess), taken: e.pool.watermark.Load(), holds: e.holds.snapshot()})
 	e.holds.reset() // the session is over: it writes no watermark any more
 	for _, p := range ps {
 		e.owned[p].Store(false)
@@ -440,10 +453,17 @@ func (e *Engine) drop(parts map[int]*owned) {
 	e.log.Warn("dropped partitions", "count", len(ps))
 }
 
+// endedSession is what this node's last fenced session had taken.
+type endedSession struct {
+	id    string
+	taken int64         // the pool's watermark when the session ended
+	holds map[int]int64 // releases it had not committed: their partitions stop at the mark
+}
+
 // resume returns p's checkpoint as stored (nil if none) and the watermark
 // to resume p after: the released checkpoint of a graceful owner, or after
 // a crash the later of the checkpoint and the watermark of the session that
-// wrote it. Watermarks are kept per session, not per node: a node restarted
+// wrote it (or, when that session was this node's last, what it had taken). Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
 func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
@@ -476,6 +496,13 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		if err := nw.UnmarshalText(wr.Kvs[0].Value); err == nil {
 			w = max(w, nw.UnixNano())
 		}
+	}
+	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id {
+		taken := ended.taken
+		if mark, ok := ended.holds[p]; ok {
+			taken = min(taken, mark)
+		}
+		w = max(w, taken)
 	}
 	return prev, w, nil, nil
 }

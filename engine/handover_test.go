@@ -514,3 +514,39 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 		t.Errorf("changes %v, want %v", got, want)
 	}
 }
+
+// A node that fenced itself (cut off from etcd past its deadline) and takes
+// its partitions back under a new session, nobody having fired them in
+// between, resumes from what its old session had taken: nothing repeats.
+// It used to resume from the last watermark etcd acknowledged, repeating
+// up to the bounded lead of its own fires.
+func TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	log := newFireLog()
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, func(c *Config) {
+		c.Partitions = 4
+		c.LeaseTTL = 2 * time.Second
+	})
+	tasks := ids("t", 20)
+	for _, id := range tasks {
+		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(tasks[0])) >= 2 })
+	sess := a.e.sess.Load()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, sess.Fenced)
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+	until := time.Now().Truncate(time.Second).Add(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		got := log.forTask(tasks[0])
+		return len(got) > 0 && got[len(got)-1].After(until)
+	})
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("%d fires repeated after the node took its partitions back: %v", len(d), d[:min(5, len(d))])
+	}
+	for _, id := range tasks {
+		noGapAllowingLead(t, log, id)
+	}
+}
