@@ -507,21 +507,23 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 	return prev, w, nil, nil
 }
 
-// putCheckpoint writes p's checkpoint while m is still held, and returns
-// the revision of the write.
-func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) (int64, error) {
+// putCheckpoint writes p's checkpoint while m is still held, with reads
+// at the same revision in the same transaction (their answers follow the
+// put's in the response).
+func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint, reads ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	val, err := json.Marshal(cp)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(e.keys.checkpoint(p), string(val))).Commit()
+	ops := append([]clientv3.Op{clientv3.OpPut(e.keys.checkpoint(p), string(val))}, reads...)
+	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(ops...).Commit()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if !resp.Succeeded {
-		return 0, errors.New("the partition lock was lost")
+		return nil, errors.New("the partition lock was lost")
 	}
-	return resp.Header.Revision, nil
+	return resp, nil
 }
 
 // restoreCheckpoint writes back (or deletes, when prev is nil) the

@@ -481,20 +481,21 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 		putTask(t, reg, &Task{ID: id, Schedule: "@hourly", Executor: Executor{Type: ExecutorNoop}})
 	}
 	ctx := context.Background()
-	prep, err := a.e.prepare(ctx, 0)
+	rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
 	if err != nil {
 		t.Fatal(err)
 	}
+	prep := &prepared{p: 0, rev: rev, defs: defs}
 	putTask(t, reg, &Task{ID: "changed", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
 	putTask(t, reg, &Task{ID: "created", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
 	if err := reg.Delete(ctx, "deleted"); err != nil {
 		t.Fatal(err)
 	}
-	now, err := c.Client.Get(ctx, "x")
+	read, err := c.Client.Txn(ctx).Then(a.e.changeReads(prep)...).Commit()
 	if err != nil {
 		t.Fatal(err)
 	}
-	touched, err := a.e.changesSince(ctx, prep, now.Header.Revision)
+	touched, err := a.e.changesSince(ctx, prep, read.Header.Revision, read.Responses)
 	if err != nil {
 		t.Fatal(err)
 	}

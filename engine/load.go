@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -132,9 +133,9 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 // hands its tasks to the loop, resuming after resume: every task is armed
 // from the resume point as etcd had it when the partition became ours. It
 // returns the revision the tasks are synced to.
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64) (int64, error) {
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64, read []*etcdserverpb.ResponseOp) (int64, error) {
 	p := prep.p
-	touched, err := e.changesSince(ctx, prep, atRev)
+	touched, err := e.changesSince(ctx, prep, atRev, read)
 	if err != nil {
 		return 0, err
 	}
@@ -156,39 +157,44 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev i
 	return atRev, e.send(ctx, p, fence, resume, defs)
 }
 
+// changeReads are the reads changesSince needs, to be done at the
+// revision of the partition's acquisition, in the acquire's transaction:
+// the tasks changed since the prepared read (whatever etcd compacted
+// since), and the partition's count.
+func (e *Engine) changeReads(prep *prepared) []clientv3.Op {
+	prefix := e.keys.partition(prep.p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	return []clientv3.Op{
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithMinModRev(prep.rev+1)),
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly()),
+	}
+}
+
 // changesSince returns the tasks of a prepared partition that changed
-// after it was read, as of atRev: the last value of every task created or
-// changed, and nil for every task deleted. It applies them to the Badger
-// cache. One transaction reads the changed tasks (whatever etcd compacted
-// since) and counts the partition's; only when the count says that tasks
-// were deleted does a second request list the ids. A watch would have to
-// wait for etcd to sync every watcher of its stream before it could say
-// that it delivered everything up to atRev.
-func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64) (map[string][]byte, error) {
+// after it was read, as of atRev, from the answers to changeReads: the last
+// value of every task created or changed, and nil for every task deleted.
+// Only when the count says that tasks were deleted does it ask etcd for
+// the ids. It applies the changes to the Badger cache. (A watch would have
+// to wait for etcd to sync every watcher of its stream before it could say
+// that it delivered everything up to atRev.)
+func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, read []*etcdserverpb.ResponseOp) (map[string][]byte, error) {
 	p := prep.p
 	prefix := e.keys.partition(p)
 	end := clientv3.GetPrefixRangeEnd(prefix)
-	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithMinModRev(prep.rev+1)),
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithCountOnly()),
-	).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("read partition %d's changes: %w", p, err)
-	}
 	had := make(map[string]bool, len(prep.defs))
 	for i := range prep.defs {
 		had[prep.defs[i].id] = true
 	}
 	touched := map[string][]byte{}
 	created := 0
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+	for _, kv := range read[0].GetResponseRange().Kvs {
 		id := string(kv.Key[len(prefix):])
 		touched[id] = kv.Value
 		if !had[id] {
 			created++
 		}
 	}
-	if count := resp.Responses[1].GetResponseRange().Count; count != int64(len(prep.defs)+created) {
+	if count := read[1].GetResponseRange().Count; count != int64(len(prep.defs)+created) {
 		keys, err := e.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
 		if err != nil {
 			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
@@ -416,18 +422,6 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		}
 	}
 	return nil
-}
-
-// pendingTriggers fires the triggers of p written while nobody owned it.
-func (e *Engine) pendingTriggers(ctx context.Context, p int) {
-	resp, err := e.cli.Get(ctx, e.keys.triggerPrefix(p), clientv3.WithPrefix())
-	if err != nil {
-		e.log.Warn("reading pending triggers failed", "partition", p, "err", err)
-		return
-	}
-	for _, kv := range resp.Kvs {
-		e.fireTrigger(ctx, string(kv.Key))
-	}
 }
 
 // watchTriggers fires the triggers of the partitions this node owns,

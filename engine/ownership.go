@@ -390,14 +390,16 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		return r
 	}
 	prev, resume, pending, err := e.resume(ctx, p)
-	var rev int64
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
-	// this node never released.
+	// this node never released. The same transaction reads what changed in
+	// p since it was prepared, and its pending triggers.
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
+	var held *clientv3.TxnResponse
 	if err == nil {
-		rev, err = e.putCheckpoint(ctx, m, p, hold)
+		reads := append(e.changeReads(prep), clientv3.OpGet(e.keys.triggerPrefix(p), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		held, err = e.putCheckpoint(ctx, m, p, hold, reads...)
 	}
 	if err != nil {
 		return fail(err)
@@ -418,7 +420,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.holds.clear(p)
 		return fail(err)
 	}
-	taskRev, err := e.arm(ctx, prep, fence, resume, rev)
+	taskRev, err := e.arm(ctx, prep, fence, resume, held.Header.Revision, held.Responses[1:3])
 	if err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
@@ -435,7 +437,10 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()
 	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
 	go func() { wg.Wait(); close(part.done) }()
-	e.pendingTriggers(ctx, p)
+	// Triggers written while nobody owned p.
+	for _, kv := range held.Responses[3].GetResponseRange().Kvs {
+		e.fireTrigger(ctx, string(kv.Key))
+	}
 	r.part = part
 	return r
 }
