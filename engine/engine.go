@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,18 +43,19 @@ type Engine struct {
 	execs    *executors
 	stats    stats
 
-	sess     atomic.Pointer[membership.Session]
-	acked    atomic.Int64                 // the node watermark etcd last acknowledged
-	holds    *holds                       // caps the watermark written while releases are uncommitted
-	ended    atomic.Pointer[endedSession] // what the last fenced session had taken
-	ackCh    chan struct{}
-	ready    atomic.Bool
-	left     chan struct{} // closed once a leaving node handed every partition over
-	leftOnce sync.Once
-	owned    []atomic.Bool // partitions owned, for trigger routing and the API
-	loads    atomic.Uint64 // full range reads of a partition
-	uncached []atomic.Bool // partitions whose Badger cache was dropped until their next range read
-	requests *RequestCounter
+	sess      atomic.Pointer[membership.Session]
+	acked     atomic.Int64                 // the node watermark etcd last acknowledged
+	holds     *holds                       // caps the watermark written while releases are uncommitted
+	ended     atomic.Pointer[endedSession] // what the last fenced session had taken
+	ackCh     chan struct{}
+	ready     atomic.Bool
+	left      chan struct{} // closed once a leaving node handed every partition over
+	leftOnce  sync.Once
+	preparing chan struct{} // a slot per partition being prepared (prepareBounded)
+	owned     []atomic.Bool // partitions owned, for trigger routing and the API
+	loads     atomic.Uint64 // full range reads of a partition
+	uncached  []atomic.Bool // partitions whose Badger cache was dropped until their next range read
+	requests  *RequestCounter
 
 	pool *pool
 	loop *loop
@@ -88,18 +90,19 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.NodeID),
-		cli:      cli,
-		store:    st,
-		keys:     newKeys(cfg.Prefix),
-		ring:     r,
-		scheds:   schedule.NewTable(),
-		ackCh:    make(chan struct{}, 1),
-		holds:    newHolds(),
-		left:     make(chan struct{}),
-		owned:    make([]atomic.Bool, cfg.Partitions),
-		uncached: make([]atomic.Bool, cfg.Partitions),
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.NodeID),
+		cli:       cli,
+		store:     st,
+		keys:      newKeys(cfg.Prefix),
+		ring:      r,
+		scheds:    schedule.NewTable(),
+		ackCh:     make(chan struct{}, 1),
+		holds:     newHolds(),
+		left:      make(chan struct{}),
+		preparing: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
+		owned:     make([]atomic.Bool, cfg.Partitions),
+		uncached:  make([]atomic.Bool, cfg.Partitions),
 	}
 	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec}
 	if cfg.Version != "" {

@@ -80,6 +80,20 @@ type prepared struct {
 	defs []taskDef
 }
 
+// prepareBounded is prepare, at most preparing at once per node: reading
+// and decoding are CPU-bound, and hundreds of partitions prepared at once
+// (a join) would take the dispatch loop's turn on the CPU, so that the
+// partitions already armed fire late.
+func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
+	select {
+	case e.preparing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-e.preparing }()
+	return e.prepare(ctx, p)
+}
+
 // prepare reads partition p ahead of its lock: from the Badger cache when
 // it has the partition (DESIGN.md invariant 7: no range read), else with
 // a range read, which replaces the cache.

@@ -366,7 +366,7 @@ func (s *serving) end(leaving bool) {
 // tasks and watch them.
 func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
-	prep, err := e.prepare(ctx, p)
+	prep, err := e.prepareBounded(ctx, p)
 	if err != nil {
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
