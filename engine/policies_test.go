@@ -381,3 +381,41 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 		return slices.Equal(statusesAt(t, n, "r", at(1)), []string{"failed", "skipped"})
 	})
 }
+
+// A task deleted while a fire of it waits for a worker: the fire is
+// dropped unrun. The delete takes effect on the owner within a watch
+// delivery, not once a queue held up by a slow executor reaches it.
+func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	// One worker, and a lead long enough for the fires of 02 and 03 to be
+	// queued while the blocker holds the worker.
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
+	g := newGate(t)
+	n.e.Handle("h", log.handler(g.only("blocker")))
+	for _, id := range []string{"blocker", "doomed", "witness"} {
+		putTask(t, n.e.Registry(), handlerTask(id, "* * * * * *"))
+		waitNext(t, n, id, at(1))
+	}
+	clock.Advance(time.Second)
+	for f := g.next(t); !f.ScheduledAt.Equal(at(1)); f = g.next(t) {
+	}
+	clock.Advance(time.Second) // doomed@02 waits in the queue behind blocker@01
+	waitNext(t, n, "doomed", at(3))
+	if d := n.e.pool.depth(); d < 2 {
+		t.Fatalf("%d fires queued, want those of 02", d)
+	}
+	if err := n.e.Registry().Delete(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(n, "doomed") })
+	clock.Advance(time.Second) // witness@03 is queued after doomed@02
+	waitNext(t, n, "witness", at(4))
+	g.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("witness", at(3)) })
+	if got := log.scheds("doomed"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at(2)) }) {
+		t.Errorf("doomed ran at %v after its delete; want nothing from 12:00:02 (it was queued, unrun)", secs(got))
+	}
+}
