@@ -24,17 +24,14 @@ func TestEngine_EverySecondNoDuplicateNoGap(t *testing.T) {
 		}
 		return true
 	})
+	end := time.Now()
 	n.stop(t)
 	if d := log.duplicates(); len(d) > 0 {
 		t.Fatalf("duplicate fires: %v", d)
 	}
 	for i := range tasks {
 		id := fmt.Sprintf("every-second-%02d", i)
-		got := log.forTask(id)
-		for j := 1; j < len(got); j++ {
-			if got[j].Sub(got[j-1]) != time.Second {
-				t.Fatalf("%s: fires %v then %v: a gap or a repeat", id, got[j-1], got[j])
-			}
-		}
+		noGap(t, log, id)
+		firedThrough(t, log, id, end)
 	}
 }
