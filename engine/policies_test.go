@@ -356,8 +356,9 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
 	c := etcdtest.Start(t)
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
-	g := newGate(t)
-	h := func(ctx context.Context, f Fire) error {
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Lead = 10 * time.Second }))
+	g := newGate(t) // after the node: it opens before the node closes
+	n.e.Handle("h", func(ctx context.Context, f Fire) error {
 		switch {
 		case f.ScheduledAt.Equal(at(1)) && f.Attempt == 1:
 			return errors.New("first attempt fails")
@@ -365,8 +366,7 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 			return g.handler(ctx, f) // still running when the retry comes due
 		}
 		return nil
-	}
-	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Lead = 10 * time.Second }))
+	})
 	task := handlerTask("r", "* * * * * *")
 	task.Concurrency = ConcurrencyForbid
 	task.Retry = Retry{MaxAttempts: 2, Backoff: Duration(2 * time.Second), MaxBackoff: Duration(2 * time.Second)}
