@@ -28,7 +28,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"Tick", func(c *Config) { c.Tick = 2 * time.Second }},
 		{"MisfireThreshold", func(c *Config) { c.Tick, c.MisfireThreshold = 10*time.Millisecond, time.Millisecond }},
 		{"WatermarkInterval", func(c *Config) { c.Tick, c.WatermarkInterval = 10*time.Millisecond, time.Millisecond }},
-		{"Lead", func(c *Config) { c.WatermarkInterval, c.Lead = time.Second, 1500 * time.Millisecond }},
+		{"Lead", func(c *Config) { c.WatermarkInterval, c.Lead = time.Second, 1500*time.Millisecond }},
 		{"DrainTimeout", func(c *Config) { c.DrainTimeout = -time.Second }},
 	}
 	for _, tt := range tests {
