@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -307,4 +308,81 @@ func TestEngine_FencedNodeStopsDispatching(t *testing.T) {
 		calls := log.of("fence/0")
 		return len(calls) > 0 && calls[len(calls)-1].at.After(restoredAt)
 	})
+}
+
+// TestEngine_CloseDrains checks the drain of Close: with its partitions
+// already handed over, Close waits for a running execution to end; one
+// still running after DrainTimeout has its context canceled, and Close
+// returns.
+func TestEngine_CloseDrains(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	for _, tt := range []struct {
+		name    string
+		drain   time.Duration
+		release bool  // the test lets the call return while Close waits
+		want    error // what the call's context ended with
+	}{
+		{"finishes", time.Minute, true, nil},
+		{"canceled after the timeout", 300 * time.Millisecond, false, context.Canceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Start(t)
+			clock := newTestClock(at(0).Add(time.Second/2), 0)
+			n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) {
+				cfg.Partitions = 1
+				cfg.DrainTimeout = tt.drain
+			}))
+			started, release := make(chan struct{}), make(chan struct{})
+			ended := make(chan error, 1)
+			n.e.Handle("h", func(ctx context.Context, f Fire) error {
+				if f.ScheduledAt.Equal(at(1)) {
+					close(started)
+					select {
+					case <-release:
+						ended <- nil
+					case <-ctx.Done():
+						ended <- ctx.Err()
+					}
+				}
+				return nil
+			})
+			putTask(t, n.e.Registry(), handlerTask("long", "* * * * * *"))
+			waitNext(t, n, "long", at(1))
+			clock.Advance(time.Second)
+			<-started
+
+			closed := make(chan error, 1)
+			go func() { closed <- n.e.Close() }()
+			// Close hands the partition over before it drains.
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return readCheckpoint(t, c, newKeys("").checkpoint(0)).Released
+			})
+			if tt.release {
+				etcdtest.WaitFor(t, 10*time.Second, func() bool { // Close is draining
+					n.e.pool.mu.Lock()
+					defer n.e.pool.mu.Unlock()
+					return n.e.pool.closing
+				})
+				select {
+				case err := <-closed:
+					t.Fatalf("Close returned (%v) while an execution ran, within its drain timeout", err)
+				default:
+				}
+				close(release)
+			}
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			if err := <-ended; !errors.Is(err, tt.want) {
+				t.Errorf("the execution ended with %v, want %v", err, tt.want)
+			}
+		})
+	}
 }
