@@ -81,13 +81,10 @@ func wantCLI(t *testing.T, r cliResult, code int, stdout, stderr []string) {
 	}
 }
 
-// deadServer returns the URL of a server that is no longer there: a
-// connection to it is refused.
+// deadServer returns the URL of a server that is not there: a connection
+// to it is refused, and no other test can take its port meanwhile.
 func deadServer(t *testing.T) string {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	url := ts.URL
-	ts.Close()
-	return url
+	return "http://" + etcdtest.RefusedAddr(t)
 }
 
 // --- flags -------------------------------------------------------------------

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,12 +105,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 	})
 	t.Run("etcd unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody answers on
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := etcdtest.RefusedAddr(t) // a port nobody answers on
 		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://"+addr, "--start-timeout", "3s")
 		if code := p.waitExit(30 * time.Second); code == 0 {
 			t.Fatal("exited 0 without etcd")
