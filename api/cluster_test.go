@@ -159,6 +159,28 @@ func TestServer_TwoNodes(t *testing.T) {
 		}
 	})
 
+	// node-2's API hangs while it stays a member: node-1 answers within
+	// its peer timeout, with node-2's part marked as an error.
+	t.Run("PeerHangs", func(t *testing.T) {
+		n2.hang.Store(true)
+		defer n2.hang.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		nodes, err := c1.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 2 || nodes[0].Error != "" || nodes[1].ID != "node-2" || nodes[1].Error == "" {
+			t.Fatalf("nodes with node-2 hanging: %+v", nodes)
+		}
+		if got, err := c1.History(ctx, id, 0); err != nil || len(got) != 3 {
+			t.Fatalf("history with node-2 hanging: %+v, %v", got, err)
+		}
+		if task, err := c1.GetTask(ctx, remoteID); err != nil || task.State != nil {
+			t.Fatalf("GET with the owner hanging: %+v, %v", task, err)
+		}
+	})
+
 	// Last: node-2's API goes away while it stays a member.
 	t.Run("PeerDown", func(t *testing.T) {
 		n2.ts.Close()

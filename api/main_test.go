@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +63,7 @@ type testNode struct {
 	ts    *httptest.Server
 	c     *Client // no token
 	fires *fireLog
+	hang  atomic.Bool // while set, every request hangs until its client gives up
 }
 
 type nodeOptions struct {
@@ -113,10 +115,17 @@ func startNode(t *testing.T, c *etcdtest.Cluster, o nodeOptions) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.Config.Handler = srv.Handler()
+	n := &testNode{e: e, st: st, srv: srv, ts: ts, fires: fires}
+	h := srv.Handler()
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.hang.Load() {
+			<-r.Context().Done()
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 	ts.Start()
-	n := &testNode{e: e, st: st, srv: srv, ts: ts, fires: fires,
-		c: &Client{BaseURL: ts.URL, HTTP: ts.Client()}}
+	n.c = &Client{BaseURL: ts.URL, HTTP: ts.Client()}
 	t.Cleanup(func() {
 		ts.Close()
 		_ = srv.Close()

@@ -624,6 +624,48 @@ func TestServer_SingleNode(t *testing.T) {
 			}
 		}
 		wantError(t, call(t, ats, "GET", "/v1/nope", "", "Authorization", "Bearer s3cret"), http.StatusNotFound)
+		// Every /v1 route refuses a request without the token, or with a
+		// wrong one, before it reads or changes anything: the etcd
+		// revision does not move. With the token, none answers 401.
+		if a := call(t, ats, "PUT", "/v1/tasks/auth-kept", noopJSON(""), "Authorization", "Bearer s3cret"); a.status != http.StatusOK {
+			t.Fatalf("PUT with the token: %v", a)
+		}
+		routes := []struct{ method, path, body string }{
+			{"PUT", "/v1/tasks/auth-new", noopJSON("")},
+			{"GET", "/v1/tasks/auth-kept", ""},
+			{"DELETE", "/v1/tasks/auth-kept", ""},
+			{"GET", "/v1/tasks", ""},
+			{"POST", "/v1/tasks:batch", noopJSON("auth-batch") + "\n"},
+			{"POST", "/v1/tasks/auth-kept/pause", ""},
+			{"POST", "/v1/tasks/auth-kept/resume", ""},
+			{"POST", "/v1/tasks/auth-kept/trigger", ""},
+			{"GET", "/v1/tasks/auth-kept/history", ""},
+			{"GET", "/v1/tasks/auth-kept/state", ""},
+			{"GET", "/v1/nodes", ""},
+			{"GET", "/v1/nodes/self", ""},
+			{"GET", "/v1/partitions", ""},
+		}
+		rev := func() int64 {
+			r, err := c.Client.Get(ctx, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Header.Revision
+		}
+		before := rev()
+		for _, rt := range routes {
+			for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}} {
+				wantError(t, call(t, ats, rt.method, rt.path, rt.body, hdr...), http.StatusUnauthorized)
+			}
+		}
+		if after := rev(); after != before {
+			t.Errorf("requests without the token moved the etcd revision from %d to %d", before, after)
+		}
+		for _, rt := range routes {
+			if a := call(t, ats, rt.method, rt.path, rt.body, "Authorization", "Bearer s3cret"); a.status == http.StatusUnauthorized {
+				t.Errorf("%s %s with the token: %v", rt.method, rt.path, a)
+			}
+		}
 		for _, open := range []string{"/healthz", "/readyz", "/metrics", "/"} {
 			if a := call(t, ats, "GET", open, ""); a.status != http.StatusOK {
 				t.Fatalf("%s without a token: %v", open, a)

@@ -208,7 +208,7 @@ func TestWithPathID(t *testing.T) {
 func TestBaseURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"127.0.0.1:8080":           "http://127.0.0.1:8080",
-		"http://127.0.0.5:8080/":    "http://127.0.0.5:8080",
+		"http://127.0.0.5:8080/":   "http://127.0.0.5:8080",
 		"https://node.example:443": "https://node.example:443",
 	} {
 		if got := baseURL(in); got != want {

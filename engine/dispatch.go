@@ -665,8 +665,10 @@ func (l *loop) events(c *eventsCmd) {
 	for i := range c.upserts {
 		l.upsert(&c.upserts[i], max(l.through, now))
 	}
+	gone := map[uint32]uint32{} // record -> generation of the deleted tasks
 	for _, id := range c.deletes {
-		if i, _, ok := l.tab.lookup(id); ok {
+		if i, r, ok := l.tab.lookup(id); ok {
+			gone[i] = r.gen
 			l.remove(i)
 		}
 	}
@@ -677,10 +679,36 @@ func (l *loop) events(c *eventsCmd) {
 		}
 		l.tab.eachIn(c.part, func(i uint32, r *record) {
 			if !keep[l.tab.id(r)] {
+				gone[i] = r.gen
 				l.remove(i)
 			}
 		})
 	}
+	// The fires of deleted tasks that wait for a worker must not run: a
+	// delete takes effect on the owner within a watch delivery (invariant
+	// 6), not after a queue that a slow executor may hold for long.
+	// remove() does not drop them itself because a release removes whole
+	// partitions and hands their queued fires over instead.
+	if len(gone) > 0 {
+		l.dropJobs(func(j *job) bool {
+			gen, ok := gone[j.rec]
+			return ok && j.gen == gen
+		})
+	}
+}
+
+// dropJobs takes the jobs for which drop returns true out of those waiting
+// for room, and marks those queued to be skipped by workers.
+func (l *loop) dropJobs(drop func(j *job) bool) {
+	keep := l.unpushed[:0]
+	for i := range l.unpushed {
+		if !drop(&l.unpushed[i]) {
+			keep = append(keep, l.unpushed[i])
+		}
+	}
+	clear(l.unpushed[len(keep):])
+	l.unpushed = keep
+	l.pool.dropQueued(drop)
 }
 
 func (l *loop) remove(i uint32) {

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
@@ -24,17 +27,89 @@ func TestEngine_EverySecondNoDuplicateNoGap(t *testing.T) {
 		}
 		return true
 	})
+	end := time.Now()
 	n.stop(t)
 	if d := log.duplicates(); len(d) > 0 {
 		t.Fatalf("duplicate fires: %v", d)
 	}
 	for i := range tasks {
 		id := fmt.Sprintf("every-second-%02d", i)
-		got := log.forTask(id)
-		for j := 1; j < len(got); j++ {
-			if got[j].Sub(got[j-1]) != time.Second {
-				t.Fatalf("%s: fires %v then %v: a gap or a repeat", id, got[j-1], got[j])
-			}
+		noGap(t, log, id)
+		firedThrough(t, log, id, end)
+	}
+}
+
+// TestEngine_EtcdRequestsIndependentOfFireRate checks DESIGN.md invariant 5:
+// in steady state a node sends etcd the same number of requests over a
+// fixed window whether it fires 10 or 5000 times a second (watermark
+// writes and keep-alives, nothing per fire). The node's client counts what
+// it sends. This is a count, not a speed: the window only has to be the
+// same length twice.
+func TestEngine_EtcdRequestsIndependentOfFireRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures two windows of real time")
+	}
+	t.Parallel()
+	c := etcdtest.Start(t)
+	rc := &RequestCounter{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, DialOptions: rc.DialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	n := startNodeOn(t, cli, "", nil, func(cfg *Config) { cfg.Requests = rc })
+	noop := func(i int) *Task {
+		return &Task{ID: fmt.Sprintf("rate-%04d", i), Schedule: "* * * * * *", Executor: Executor{Type: ExecutorNoop}}
+	}
+	const window = 3 * time.Second
+	total := func() (sum uint64) {
+		for _, k := range rc.Counts() {
+			sum += k
 		}
+		return sum
+	}
+	// measure lets the node settle with tasks tasks (two whole seconds of
+	// fires past their put), then returns its requests and fires over the
+	// window.
+	measure := func(tasks int) (requests, fires uint64) {
+		t.Helper()
+		settled := nextSecond(time.Now()).Add(2 * time.Second)
+		etcdtest.WaitFor(t, 30*time.Second, func() bool {
+			s := n.e.Stats()
+			return s.Tasks == tasks && s.Watermark.After(settled)
+		})
+		r0, f0 := total(), n.e.Stats().Fires
+		<-time.After(window)
+		r1, f1 := total(), n.e.Stats().Fires
+		t.Logf("%d tasks: %d requests and %d fires in %v (%v)", tasks, r1-r0, f1-f0, window, rc.Counts())
+		return r1 - r0, f1 - f0
+	}
+	const few, many = 10, 5000
+	var batch []*Task
+	for i := range few {
+		batch = append(batch, noop(i))
+	}
+	if _, errs, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
+		t.Fatal(err, errs)
+	}
+	loReq, loFires := measure(few)
+	for chunk := range 5 {
+		batch = batch[:0]
+		for i := few + chunk*1000; i < min(many, few+(chunk+1)*1000); i++ {
+			batch = append(batch, noop(i))
+		}
+		if _, errs, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
+			t.Fatal(err, errs)
+		}
+	}
+	hiReq, hiFires := measure(many)
+
+	if hiFires < 100*max(loFires, 1) {
+		t.Fatalf("fired %d then %d times in %v: the second window should fire at least 100 times as often", loFires, hiFires, window)
+	}
+	// Timers tick at their own phase: a window may hold a write or a
+	// keep-alive more or less than the other.
+	if diff := max(hiReq, loReq) - min(hiReq, loReq); diff > 3+loReq/10 {
+		t.Errorf("%d etcd requests at %d fires, %d at %d fires: want equal within %d", loReq, loFires, hiReq, hiFires, 3+loReq/10)
 	}
 }

@@ -27,25 +27,124 @@ func noGap(t *testing.T, log *fireLog, id string) {
 // A node cut off from etcd (as good as crashed) is replaced by a node with
 // the same id. The successor must resume from the dead session's
 // watermark, not from the new session's: nothing between the cut and the
-// restart may be skipped (DESIGN.md invariant 3).
+// restart may be skipped, and only fires scheduled in the bounded lead
+// after the dead session's last acknowledged watermark may repeat
+// (DESIGN.md invariant 3).
 func TestEngine_CrashThenRestartWithSameIDMissesNothing(t *testing.T) {
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	proxy := c.NewProxy(t)
-	small := func(c *Config) { c.Partitions = 4; c.DrainTimeout = time.Second; c.Logger = quietLogger() }
+	// The misfire threshold is far above the outage, so that every fire the
+	// successor catches up runs as itself rather than as one misfire.
+	small := func(c *Config) {
+		c.Partitions = 4
+		c.DrainTimeout = time.Second
+		c.MisfireThreshold = time.Minute
+		c.Logger = quietLogger()
+	}
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, small)
 	putTask(t, a.e.Registry(), handlerTask("steady", "* * * * * *"))
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= 2 })
+	sess := a.e.sess.Load()
+	dead := sessionID(sess)
+	// Once the checkpoint names A's session, a successor resumes from that
+	// session's watermark rather than from where A took the partition.
+	cpKey := newKeys("").checkpoint(ring.Partition("steady", 4))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return readCheckpoint(t, c, cpKey).Session == dead && len(log.forTask("steady")) >= 2
+	})
 
 	proxy.Cut()
-	// Same node id, its own cache: it can only join once the cut node's
-	// lease has expired, and must then pick up where that session stopped.
+	start := time.Now()
+	// Once the lease has expired nothing of the session reaches etcd: its
+	// watermark is what etcd acknowledged last. (Read it now: the
+	// successor collects it once its own checkpoints no longer need it.)
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := c.Client.TimeToLive(ctx, sess.Lease())
+		return err == nil && resp.TTL == -1
+	})
+	w := readWatermark(t, c, "node-1", dead)
+	// Same node id, its own cache: it must pick up where the dead session
+	// stopped.
 	b := startNode(t, c, "", log.handler, small)
 	n := len(log.forTask("steady"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= n+2 })
+	end := time.Now()
 	b.stop(t)
 	noGapAllowingLead(t, log, "steady")
+	firedThrough(t, log, "steady", end)
+	repeatsInLead(t, log, "steady", w, time.Second)
+	t.Logf("cut to successor's fires: %v", end.Sub(start))
 	proxy.Restore() // let the cut node leave cleanly
+}
+
+// readCheckpoint returns the checkpoint stored at key (zero if none).
+func readCheckpoint(t *testing.T, c *etcdtest.Cluster, key string) checkpoint {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.Client.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("read checkpoint %s: %v", key, err)
+	}
+	var cp checkpoint
+	if len(r.Kvs) > 0 {
+		if err := json.Unmarshal(r.Kvs[0].Value, &cp); err != nil {
+			t.Fatalf("checkpoint %s: %v", key, err)
+		}
+	}
+	return cp
+}
+
+// readWatermark returns the watermark etcd holds for a node's session.
+func readWatermark(t *testing.T, c *etcdtest.Cluster, node, session string) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.Client.Get(ctx, newKeys("").watermark(node, session))
+	if err != nil || len(r.Kvs) == 0 {
+		t.Fatalf("no watermark of %s/%s: %v", node, session, err)
+	}
+	var w time.Time
+	if err := w.UnmarshalText(r.Kvs[0].Value); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// repeatsInLead fails the test if a fire of id ran more than twice, or
+// ran twice with a scheduled time outside (w, w+lead]: after a crash only
+// the fires the dead session took past its last acknowledged watermark w
+// may repeat, and dispatch never ran more than the lead past w.
+func repeatsInLead(t *testing.T, log *fireLog, id string, w time.Time, lead time.Duration) {
+	t.Helper()
+	count := map[time.Time]int{}
+	for _, at := range log.forTask(id) {
+		count[at]++
+	}
+	for at, k := range count {
+		if k > 1 && (k > 2 || !at.After(w) || at.After(w.Add(lead))) {
+			t.Errorf("%s: the fire of %s ran %d times; only fires in (%s, %s] may repeat, once",
+				id, at.Format("15:04:05.000"), k, w.Format("15:04:05.000"), w.Add(lead).Format("15:04:05.000"))
+		}
+	}
+}
+
+// firedThrough fails the test if the last fire of id is scheduled more
+// than two seconds before end: a task that stops firing leaves no gap
+// between its own fires, so gap checks alone cannot see it.
+func firedThrough(t *testing.T, log *fireLog, id string, end time.Time) {
+	t.Helper()
+	var last time.Time
+	for _, at := range log.forTask(id) {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if limit := end.Truncate(time.Second).Add(-2 * time.Second); last.Before(limit) {
+		t.Errorf("%s: last fire at %s, want one at %s or later", id, last.Format("15:04:05"), limit.Format("15:04:05"))
+	}
 }
 
 // noGapAllowingLead is noGap for a crash: fires may repeat (at most the
@@ -80,7 +179,14 @@ func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
 	log := newFireLog()
 	dirA := t.TempDir()
 	as := func(id string) func(*Config) {
-		return func(c *Config) { c.NodeID = id; c.Partitions = 1; c.DrainTimeout = time.Second }
+		// The threshold is far above the gap below, which must be caught
+		// up fire by fire, not as a misfire.
+		return func(c *Config) {
+			c.NodeID = id
+			c.Partitions = 1
+			c.DrainTimeout = time.Second
+			c.MisfireThreshold = time.Minute
+		}
 	}
 	a := startNode(t, c, dirA, log.handler, as("node-a"))
 	putTask(t, a.e.Registry(), handlerTask("cached", "* * * * * *"))
@@ -97,9 +203,10 @@ func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
 	b.stop(t)
 	doomed := len(log.forTask("doomed"))
 
-	// A gap in which nobody owns the partition: the next owner catches it
-	// up, under the misfire threshold.
-	time.Sleep(2 * time.Second)
+	// A gap of two seconds in which nobody owns the partition: the next
+	// owner catches it up, under the misfire threshold.
+	stopped := time.Now()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Since(stopped) > 2*time.Second })
 
 	a2 := startNode(t, c, dirA, log.handler, as("node-a"))
 	n := len(log.forTask("new"))
@@ -107,7 +214,10 @@ func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
 	if loads := a2.e.Stats().FullLoads; loads != 0 {
 		t.Errorf("the restart read the partition from etcd (%d full loads); the cache should have served", loads)
 	}
+	end := time.Now()
 	a2.stop(t)
+	firedThrough(t, log, "cached", end)
+	firedThrough(t, log, "new", end)
 	if got := log.forTask("doomed"); len(got) > doomed {
 		t.Errorf("a task deleted while the node was away fired %d more times", len(got)-doomed)
 	}
@@ -145,24 +255,36 @@ func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= 2 })
 	pa.Cut() // A is as good as crashed
 
+	// B writes its watermark once a second: it names its session in the
+	// checkpoint a second or more after its load, which leaves the cut
+	// below ample time to land before that on a loaded machine.
 	b := startNodeOn(t, c.NewClient(t, pb.Endpoint()), "", log.handler, func(cfg *Config) {
 		one("node-b")(cfg)
+		cfg.WatermarkInterval = time.Second
+		cfg.Lead = 3 * time.Second
 		cfg.Logger = quietLogger()
 	}, noWait)
 	cpKey := newKeys("").checkpoint(0)
+	var hold checkpoint
 	etcdtest.WaitFor(t, 15*time.Second, func() bool {
-		r, err := c.Client.Get(context.Background(), cpKey)
-		var cp checkpoint
-		return err == nil && len(r.Kvs) > 0 && json.Unmarshal(r.Kvs[0].Value, &cp) == nil && cp.Node == "node-b"
+		hold = readCheckpoint(t, c, cpKey)
+		return hold.Node == "node-b"
 	})
 	pb.Cut() // B is cut off while it loads
 	etcdtest.WaitFor(t, 10*time.Second, b.e.Fenced)
+	// The cut landed before B's watermark covered the partition: the
+	// checkpoint B left names no session, and still points at A's point.
+	if cp := readCheckpoint(t, c, cpKey); cp.Node != "node-b" || cp.Session != "" || !cp.Watermark.Equal(hold.Watermark) {
+		t.Fatalf("checkpoint after the cut: %+v; want node-b's first one, naming no session, at %v", cp, hold.Watermark)
+	}
 
 	cn := startNode(t, c, "", log.handler, one("node-c"))
 	n := len(log.forTask("steady"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("steady")) >= n+2 })
+	end := time.Now()
 	cn.stop(t)
 	noGapAllowingLead(t, log, "steady")
+	firedThrough(t, log, "steady", end)
 	pa.Restore()
 	pb.Restore()
 }
@@ -209,17 +331,27 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 	}
 
 	b := startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
-	a.stop(t) // graceful: hands partition and waiting fire to node-b
+	t.Cleanup(g.open) // again: cleanups run last first, and node-b came after the gate
+	a.stop(t)         // graceful: hands partition and waiting fire to node-b
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, other) })
 	if f := g.next(t); !f.ScheduledAt.Equal(at(2)) || f.Node != "node-b" {
 		t.Fatalf("the waiting fire was not handed over: got %s on %s", f.ScheduledAt.Format(time.TimeOnly), f.Node)
 	}
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(other, at(5)) })
+	// Let every held call of slow end, and whatever waited behind them run
+	// before slow@06 does: a repeat of slow must show too.
+	g.open()
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("slow", at(6)) })
+	b.stop(t)
 	if d := duplicateKeys(log); len(d) > 0 {
 		t.Errorf("the hand-over repeated fires: %v", d)
 	}
-	if got := secs(log.scheds(other)); !slices.Equal(got, []string{"12:00:01.000", "12:00:02.000", "12:00:03.000", "12:00:04.000", "12:00:05.000"}) {
+	if got := secs(log.scheds("slow")); !slices.Equal(got[:min(2, len(got))], []string{"12:00:01.000", "12:00:02.000"}) {
+		t.Errorf("slow ran at %v, want 12:00:01 and 12:00:02 first", got)
+	}
+	if got := secs(log.scheds(other)); !slices.Equal(got, []string{"12:00:01.000", "12:00:02.000", "12:00:03.000", "12:00:04.000", "12:00:05.000", "12:00:06.000"}) {
 		t.Errorf("%s fired at %v", other, got)
 	}
 }
@@ -233,8 +365,15 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	}
 	c := etcdtest.Start(t)
 	log := newFireLog()
+	// Real time: a threshold far above any stall of a loaded machine, so
+	// that a late fire shows as late, not as a misfire that skips seconds.
 	node := func(id string) func(*Config) {
-		return func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 64; cfg.DrainTimeout = time.Second }
+		return func(cfg *Config) {
+			cfg.NodeID = id
+			cfg.Partitions = 64
+			cfg.DrainTimeout = time.Second
+			cfg.MisfireThreshold = time.Minute
+		}
 	}
 	a := startNode(t, c, "", log.handler, node("node-a"))
 	const tasks = 200
@@ -245,6 +384,7 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	if _, errs, err := a.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
 		t.Fatal(err, errs)
 	}
+	from := nextSecond(time.Now().Add(effectWithin)) // every task fires from here on
 	// Let a few seconds pass between membership changes, observed through
 	// the fires themselves.
 	settle := func() {
@@ -261,19 +401,22 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	settle()
 	a.stop(t)
 	settle()
+	// The last node hands nothing over: every fire it released by now
+	// runs before Close returns. Two seconds of slack for a loaded machine.
+	to := time.Now().Truncate(time.Second).Add(-2 * time.Second)
 	cn.stop(t)
 
 	if d := log.duplicates(); len(d) > 0 {
 		t.Errorf("%d fires repeated, e.g. %v", len(d), d[:min(5, len(d))])
 	}
-	for i := range tasks {
-		id := fmt.Sprintf("fleet-%03d", i)
-		got := log.forTask(id)
-		slices.SortFunc(got, func(x, y time.Time) int { return x.Compare(y) })
-		for j := 1; j < len(got); j++ {
-			if d := got[j].Sub(got[j-1]); d != time.Second {
-				t.Errorf("%s: fired %s then %s", id, got[j-1].Format("15:04:05.000"), got[j].Format("15:04:05.000"))
-			}
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("fleet-%03d", i)
+		// A task that started late would pass everySecond, which counts
+		// from its first fire.
+		if got := log.forTask(ids[i]); len(got) > 0 && slices.MinFunc(got, time.Time.Compare).After(from) {
+			t.Errorf("%s: first fire at %s, want one by %s", ids[i], slices.MinFunc(got, time.Time.Compare).Format("15:04:05"), from.Format("15:04:05"))
 		}
 	}
+	everySecond(t, log, ids, to)
 }

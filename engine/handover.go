@@ -167,15 +167,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		}
 		return true
 	}
-	keep := l.unpushed[:0]
-	for i := range l.unpushed {
-		if !handed(&l.unpushed[i]) {
-			keep = append(keep, l.unpushed[i])
-		}
-	}
-	clear(l.unpushed[len(keep):])
-	l.unpushed = keep
-	l.pool.dropQueued(handed)
+	l.dropJobs(handed)
 	l.publish()
 }
 

@@ -201,19 +201,18 @@ type callLog struct {
 	calls []call
 }
 
-// handler returns a HandlerFunc that records each call and returns what
-// do returns (nil when do is nil).
+// handler returns a HandlerFunc that records each call as it starts, so
+// that a call still blocked (at a gate) shows too, and returns what do
+// returns (nil when do is nil).
 func (l *callLog) handler(do func(ctx context.Context, f Fire) error) HandlerFunc {
 	return func(ctx context.Context, f Fire) error {
-		at := time.Now()
-		var err error
-		if do != nil {
-			err = do(ctx, f)
-		}
 		l.mu.Lock()
-		l.calls = append(l.calls, call{Fire: f, at: at})
+		l.calls = append(l.calls, call{Fire: f, at: time.Now()})
 		l.mu.Unlock()
-		return err
+		if do != nil {
+			return do(ctx, f)
+		}
+		return nil
 	}
 }
 

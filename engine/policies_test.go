@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/store"
 )
 
 // TestEngine_ConcurrencyPolicies fires an every-second task on a clock the
@@ -356,8 +360,9 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
 	c := etcdtest.Start(t)
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
-	g := newGate(t)
-	h := func(ctx context.Context, f Fire) error {
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Lead = 10 * time.Second }))
+	g := newGate(t) // after the node: it opens before the node closes
+	n.e.Handle("h", func(ctx context.Context, f Fire) error {
 		switch {
 		case f.ScheduledAt.Equal(at(1)) && f.Attempt == 1:
 			return errors.New("first attempt fails")
@@ -365,8 +370,7 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 			return g.handler(ctx, f) // still running when the retry comes due
 		}
 		return nil
-	}
-	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Lead = 10 * time.Second }))
+	})
 	task := handlerTask("r", "* * * * * *")
 	task.Concurrency = ConcurrencyForbid
 	task.Retry = Retry{MaxAttempts: 2, Backoff: Duration(2 * time.Second), MaxBackoff: Duration(2 * time.Second)}
@@ -380,4 +384,141 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return slices.Equal(statusesAt(t, n, "r", at(1)), []string{"failed", "skipped"})
 	})
+}
+
+// A task deleted while a fire of it waits for a worker: the fire is
+// dropped unrun. The delete takes effect on the owner within a watch
+// delivery, not once a queue held up by a slow executor reaches it.
+func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	// One worker, and a lead long enough for the fires of 02 and 03 to be
+	// queued while the blocker holds the worker.
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
+	g := newGate(t)
+	n.e.Handle("h", log.handler(g.only("blocker")))
+	for _, id := range []string{"blocker", "doomed", "witness"} {
+		putTask(t, n.e.Registry(), handlerTask(id, "* * * * * *"))
+		waitNext(t, n, id, at(1))
+	}
+	clock.Advance(time.Second)
+	for f := g.next(t); !f.ScheduledAt.Equal(at(1)); f = g.next(t) {
+	}
+	clock.Advance(time.Second) // doomed@02 waits in the queue behind blocker@01
+	waitNext(t, n, "doomed", at(3))
+	if d := n.e.pool.depth(); d < 2 {
+		t.Fatalf("%d fires queued, want those of 02", d)
+	}
+	if err := n.e.Registry().Delete(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(n, "doomed") })
+	clock.Advance(time.Second) // witness@03 is queued after doomed@02
+	waitNext(t, n, "witness", at(4))
+	g.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("witness", at(3)) })
+	if got := log.scheds("doomed"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at(2)) }) {
+		t.Errorf("doomed ran at %v after its delete; want nothing from 12:00:02 (it was queued, unrun)", secs(got))
+	}
+}
+
+// An exec task on a node started without AllowExec (--allow-exec) never
+// runs its command: each fire fails with an error that says how to enable
+// it. The same task on a node that allows exec runs, so the command itself
+// works.
+func TestEngine_ExecNeedsAllowExec(t *testing.T) {
+	t.Parallel()
+	touch, err := exec.LookPath("touch")
+	if err != nil {
+		t.Skip("no touch command")
+	}
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
+			c := etcdtest.Start(t)
+			n := startNode(t, c, "", nil, func(cfg *Config) { cfg.AllowExec = allow })
+			mark := filepath.Join(t.TempDir(), "ran")
+			putTask(t, n.e.Registry(), &Task{ID: "exec", Schedule: "* * * * * *",
+				Executor: Executor{Type: ExecutorExec, Command: []string{touch, mark}}})
+			var rec store.Execution
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				hs := history(t, n, "exec")
+				if len(hs) > 0 {
+					rec = hs[0]
+				}
+				return len(hs) > 0
+			})
+			_, statErr := os.Stat(mark)
+			if allow {
+				if rec.Status != store.StatusOK || statErr != nil {
+					t.Errorf("allowed: record %+v, command ran: %v", rec, statErr)
+				}
+				return
+			}
+			if rec.Status != store.StatusFailed || !strings.Contains(rec.Error, "--allow-exec") {
+				t.Errorf("record %+v; want failed, with an error naming --allow-exec", rec)
+			}
+			if statErr == nil {
+				t.Error("the command ran on a node without AllowExec")
+			}
+		})
+	}
+}
+
+// TestEngine_Jitter runs 20 tasks with a 900 ms jitter on a clock the test
+// steps 300 ms at a time: each fire keeps its scheduled time (its
+// identity), but is released up to the jitter later, so the fires of one
+// second spread over the steps instead of all running at the whole second.
+func TestEngine_Jitter(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	// Past the latest release of the fires of 12:00:00.
+	clock := newTestClock(at(0).Add(950*time.Millisecond), 0)
+	var mu sync.Mutex
+	released := map[string]time.Time{} // idempotency key -> clock reading at the call
+	h := func(ctx context.Context, f Fire) error {
+		mu.Lock()
+		defer mu.Unlock()
+		released[f.IdempotencyKey()] = clock.Now()
+		return nil
+	}
+	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, nil))
+	const tasks = 20
+	for i := range tasks {
+		task := handlerTask(fmt.Sprintf("jitter-%02d", i), "* * * * * *")
+		task.Jitter = Duration(900 * time.Millisecond)
+		putTask(t, n.e.Registry(), task)
+		// The next fire keeps its whole second: jitter delays the release,
+		// not the identity.
+		waitNext(t, n, task.ID, at(1))
+	}
+	clock.Advance(50 * time.Millisecond) // 12:00:01.000
+	for step := range 4 {
+		if step > 0 {
+			clock.Advance(300 * time.Millisecond)
+		}
+		now := clock.Now()
+		// The acknowledged watermark at now: every fire released by now
+		// has been taken.
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return !n.e.Stats().Watermark.Before(now) })
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(released) == tasks
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	steps := map[time.Duration]int{} // fires by clock step after 12:00:01
+	for key, when := range released {
+		if !strings.HasSuffix(key, fmt.Sprintf("@%d", at(1).UnixMilli())) {
+			t.Errorf("fire %s: want the scheduled time 12:00:01 in its key", key)
+		}
+		steps[when.Sub(at(1)).Round(300*time.Millisecond)]++
+	}
+	if steps[0] == tasks || len(steps) < 3 {
+		t.Errorf("fires by clock step after 12:00:01: %v; want them spread over the 900 ms jitter", steps)
+	}
 }

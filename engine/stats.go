@@ -82,27 +82,6 @@ type Histogram struct {
 	Sum    float64 // seconds
 }
 
-// Quantile estimates the q-quantile (0 < q <= 1), interpolating linearly
-// within the bucket that holds it, as Prometheus's histogram_quantile does.
-func (h Histogram) Quantile(q float64) float64 {
-	if h.Count == 0 {
-		return 0
-	}
-	rank := q * float64(h.Count)
-	prevBound, prevCount := 0.0, uint64(0)
-	for i, c := range h.Counts {
-		if float64(c) >= rank {
-			inBucket := float64(c - prevCount)
-			if inBucket == 0 {
-				return h.Bounds[i]
-			}
-			return prevBound + (h.Bounds[i]-prevBound)*(rank-float64(prevCount))/inBucket
-		}
-		prevBound, prevCount = h.Bounds[i], c
-	}
-	return h.Bounds[len(h.Bounds)-1]
-}
-
 func (s *stats) lag() Histogram {
 	h := Histogram{Bounds: make([]float64, len(lagBounds)), Counts: make([]uint64, len(lagBounds))}
 	var cum uint64

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/shardcron/shardcron/api"
@@ -81,13 +83,10 @@ func wantCLI(t *testing.T, r cliResult, code int, stdout, stderr []string) {
 	}
 }
 
-// deadServer returns the URL of a server that is no longer there: a
-// connection to it is refused.
+// deadServer returns the URL of a server that is not there: a connection
+// to it is refused, and no other test can take its port meanwhile.
 func deadServer(t *testing.T) string {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	url := ts.URL
-	ts.Close()
-	return url
+	return "http://" + etcdtest.RefusedAddr(t)
 }
 
 // --- flags -------------------------------------------------------------------
@@ -766,8 +765,25 @@ func TestCountLines(t *testing.T) {
 // cliNode is a node served in-process: an engine on an embedded etcd and
 // the api package's handler on an httptest server.
 type cliNode struct {
-	url string
-	e   *engine.Engine
+	url  string
+	e    *engine.Engine
+	etcd *etcdtest.Cluster
+}
+
+// taskRevisions returns the mod revision of every task key in etcd.
+func (n *cliNode) taskRevisions(t *testing.T) map[string]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := n.etcd.Client.Get(ctx, engine.DefaultPrefix+"/tasks/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int64, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		out[string(kv.Key)] = kv.ModRevision
+	}
+	return out
 }
 
 // startCLINode starts a node and, with token set, a second API server on
@@ -839,7 +855,7 @@ func startCLINode(t *testing.T, token string) (n *cliNode, tokenURL string) {
 		}
 	})
 	etcdtest.WaitFor(t, 30*time.Second, e.Ready)
-	return &cliNode{url: ts.URL, e: e}, tokenURL
+	return &cliNode{url: ts.URL, e: e, etcd: c}, tokenURL
 }
 
 func TestCLI_AgainstNode(t *testing.T) {
@@ -1018,8 +1034,14 @@ func TestCLI_AgainstNode(t *testing.T) {
 		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		var revs map[string]int64
 		for i := range 2 { // twice: the second import rewrites nothing and says the same
 			r := run("", "import", file, "--batch", "2")
+			if i == 0 {
+				revs = n.taskRevisions(t)
+			} else if after := n.taskRevisions(t); !maps.Equal(after, revs) {
+				t.Errorf("the second import wrote tasks: mod revisions %v, then %v", revs, after)
+			}
 			wantCLI(t, r, 1, []string{"imported 3 tasks, 4 errors"},
 				[]string{"line 4: schedule: ", "line 6: malformed JSON", "line 8: task is", "line 9: timeout: "})
 			if strings.Contains(r.stderr, "line 1:") || strings.Count(r.stderr, "\n") != 4 {

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
-	"net"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +55,33 @@ func (s *sink) count(prefix string) (fires, dups int) {
 	return fires, dups
 }
 
+// gaps returns the whole seconds from the first fire of the keys with
+// prefix ("<id>@") through until that have no fire: an every-second task
+// that neither skipped nor stopped has none.
+func (s *sink) gaps(prefix string, until time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[int64]bool{}
+	first := int64(math.MaxInt64)
+	for k := range s.keys {
+		if ms, ok := strings.CutPrefix(k, prefix); ok {
+			at, err := strconv.ParseInt(ms, 10, 64)
+			if err != nil {
+				return []string{"bad key " + k}
+			}
+			seen[at] = true
+			first = min(first, at)
+		}
+	}
+	var out []string
+	for at := first; at <= until.UnixMilli(); at += 1000 {
+		if !seen[at] {
+			out = append(out, time.UnixMilli(at).UTC().Format(time.TimeOnly))
+		}
+	}
+	return out
+}
+
 func putTaskHTTP(t *testing.T, api, id string, task map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(task)
@@ -69,7 +100,9 @@ func putTaskHTTP(t *testing.T, api, id string, task map[string]any) {
 func TestServer_FiresSurvivesRestartAndStopsOnSIGTERM(t *testing.T) {
 	dir := t.TempDir()
 	s := newSink(t)
-	p := startServer(t, true, "--data-dir", dir, "--partitions", "16")
+	// The restart takes seconds of real time on a loaded machine: a
+	// misfire threshold far above it has every missed second caught up.
+	p := startServer(t, true, "--data-dir", dir, "--partitions", "16", "--misfire-threshold", "1m")
 	p.waitReady(t)
 	putTaskHTTP(t, p.API, "e2e-every-second", map[string]any{
 		"schedule": "* * * * * *", "executor": map[string]any{"type": "http", "url": s.URL},
@@ -79,16 +112,25 @@ func TestServer_FiresSurvivesRestartAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("SIGTERM: exit code %d, want 0\n%s", code, p.log())
 	}
 	before, _ := s.count("e2e-every-second@")
+	// Two seconds in which no node runs: the restarted node catches them up.
+	stopped := time.Now()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Since(stopped) > 2*time.Second })
 
 	// The same data dir (and so the same embedded etcd) keeps the task.
-	p2 := startServer(t, true, "--data-dir", dir, "--partitions", "16")
+	p2 := startServer(t, true, "--data-dir", dir, "--partitions", "16", "--misfire-threshold", "1m")
 	p2.waitReady(t)
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("e2e-every-second@"); return n >= before+2 })
+	// Every fire up to two seconds before the stop has been delivered by
+	// the time a graceful stop returns.
+	end := time.Now().Truncate(time.Second).Add(-2 * time.Second)
 	if code := p2.stop(); code != 0 {
 		t.Fatalf("second SIGTERM: exit code %d", code)
 	}
 	if _, dups := s.count("e2e-every-second@"); dups > 0 {
-		t.Fatalf("%d fires were delivered twice across a graceful restart", dups)
+		t.Errorf("%d fires were delivered twice across a graceful restart", dups)
+	}
+	if g := s.gaps("e2e-every-second@", end); len(g) > 0 {
+		t.Errorf("fires missing across a graceful restart, at %v", g)
 	}
 }
 
@@ -106,12 +148,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 	})
 	t.Run("etcd unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody answers on
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := etcdtest.RefusedAddr(t) // a port nobody answers on
 		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://"+addr, "--start-timeout", "3s")
 		if code := p.waitExit(30 * time.Second); code == 0 {
 			t.Fatal("exited 0 without etcd")
@@ -273,6 +310,85 @@ func TestCLI_AgainstRunningServer(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "", "version"); code != 0 || !strings.HasPrefix(out, "shardcron ") {
 		t.Fatalf("version: exit %d: %s", code, out)
+	}
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}
+
+// TestServer_HistoryFlags checks that --history and --history-ttl reach the
+// store: with "failures", a fire that succeeds leaves no record and one
+// that fails does; with a 2 s TTL, the failures' records are gone within
+// seconds once the task stops firing.
+func TestServer_HistoryFlags(t *testing.T) {
+	s := newSink(t)
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "16", "--history", "failures", "--history-ttl", "2s")
+	p.waitReady(t)
+	every := func(url string) map[string]any {
+		return map[string]any{"schedule": "* * * * * *", "executor": map[string]any{"type": "http", "url": url}}
+	}
+	putTaskHTTP(t, p.API, "hist-ok", every(s.URL))
+	putTaskHTTP(t, p.API, "hist-bad", every("http://"+etcdtest.RefusedAddr(t)))
+	records := func(id string) int {
+		t.Helper()
+		resp, err := http.Get(p.API + "/v1/tasks/" + id + "/history")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h struct {
+			Executions []json.RawMessage `json:"executions"`
+		}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&h) != nil {
+			t.Fatalf("history of %s: %s", id, resp.Status)
+		}
+		return len(h.Executions)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		n, _ := s.count("hist-ok@")
+		return n >= 2 && records("hist-bad") > 0
+	})
+	if n := records("hist-ok"); n != 0 {
+		t.Errorf("--history failures kept %d records of fires that succeeded", n)
+	}
+	req, _ := http.NewRequest(http.MethodPost, p.API+"/v1/tasks/hist-bad/pause", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	etcdtest.WaitFor(t, 15*time.Second, func() bool { return records("hist-bad") == 0 })
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}
+
+// TestServer_ExecOffByDefault puts an exec task on a node started without
+// --allow-exec: its command never runs, and its fires fail with an error
+// that names the flag.
+func TestServer_ExecOffByDefault(t *testing.T) {
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "16")
+	p.waitReady(t)
+	touch, err := exec.LookPath("touch")
+	if err != nil {
+		t.Skip("no touch command")
+	}
+	mark := filepath.Join(t.TempDir(), "ran")
+	putTaskHTTP(t, p.API, "exec-off", map[string]any{
+		"schedule": "* * * * * *", "executor": map[string]any{"type": "exec", "command": []string{touch, mark}},
+	})
+	var last string
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		out, _, code := runCLI(t, "", "task", "history", "exec-off", "--output", "json", "--server", p.API)
+		last = out
+		_, ran := os.Stat(mark)
+		return code == 0 && strings.Contains(out, "failed") || ran == nil
+	})
+	if !strings.Contains(last, "--allow-exec") {
+		t.Errorf("history of an exec task on a node without --allow-exec:\n%s", last)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the command ran on a node started without --allow-exec")
 	}
 	if code := p.stop(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)

@@ -1,6 +1,6 @@
 // Package etcdtest is the test fixture for code that talks to etcd: an
 // embedded single-member etcd server, a TCP proxy that can cut a client off
-// from it, and a polling helper.
+// from it, an address that refuses connections, and a polling helper.
 //
 // Every Cluster listens on loopback ports chosen by the kernel (port 0), so
 // any number of test packages can run in parallel without collisions, and it

@@ -2,7 +2,10 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,5 +187,19 @@ func TestCluster_NoSpaceRefusesWritesKeepsReads(t *testing.T) {
 	c.ClearNoSpace(t)
 	if _, err := c.Client.Put(ctx, "/k", "v"); err != nil {
 		t.Fatalf("put after clearing NOSPACE: %v", err)
+	}
+}
+
+func TestRefusedAddr_Refuses(t *testing.T) {
+	addr := RefusedAddr(t)
+	for range 3 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.Close()
+			t.Fatalf("a connection to %s was accepted", addr)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial %s: %v, want connection refused", addr, err)
+		}
 	}
 }
