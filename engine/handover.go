@@ -232,12 +232,6 @@ func (h *holds) reset() {
 	clear(h.marks)
 }
 
-func (h *holds) snapshot() map[int]int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.marks)
-}
-
 // cap returns w, lowered to the earliest mark held.
 func (h *holds) cap(w int64) int64 {
 	h.mu.Lock()
@@ -270,13 +264,7 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 		<-parts[p].done
 	}
 	if !e.pool.waitTaken(rel.ticket, handOverWait) {
-		c := &handOverQueuedCmd{hand: rel.hand, reply: make(chan struct{}, 1)}
-		if e.call(context.Background(), c) == nil {
-			select {
-			case <-c.reply:
-			case <-e.loopDone:
-			}
-		}
+		e.handOverQueued(rel.hand)
 		e.log.Warn("workers did not take a released partition's queued fires in time; they are handed over unrun",
 			"partitions", len(ps), "waited", handOverWait)
 	}
@@ -346,6 +334,18 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 		e.log.Error("etcd refused partition releases for longer than the lease TTL; ending the session so that their locks pass on",
 			"partitions", len(stuck))
 		_ = sess.Close()
+	}
+}
+
+// handOverQueued has the loop hand over the queued fires of released
+// partitions unrun (loop.handOverQueued).
+func (e *Engine) handOverQueued(hand map[int]*handOver) {
+	c := &handOverQueuedCmd{hand: hand, reply: make(chan struct{}, 1)}
+	if e.call(context.Background(), c) == nil {
+		select {
+		case <-c.reply:
+		case <-e.loopDone:
+		}
 	}
 }
 
@@ -425,16 +425,22 @@ func (e *Engine) releaseLoop(ps []int) release {
 // its locks expire with its lease, and the next owners resume from the
 // last watermark etcd acknowledged for the session. Queued fires are
 // dropped unrun.
-func (e *Engine) drop(sess *membership.Session, parts map[int]*owned) {
+//
+// It remembers, for each partition, the hand-over a graceful release would
+// have written (and that of each stuck release): a fenced pool takes
+// nothing more, so what its workers took is final. A partition whose
+// checkpoint still names the session was fired by nobody since: when this
+// node takes it again, it resumes from that hand-over rather than from the
+// last watermark etcd acknowledged, and repeats nothing.
+func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
 	ps := slices.Collect(maps.Keys(parts))
-	e.releaseLoop(ps)
+	rel := e.releaseLoop(ps)
+	e.handOverQueued(rel.hand)
+	for p, s := range stuck {
+		rel.hand[p] = s.hand
+	}
 	e.pool.reset()
-	// What the session's workers took is final now (a fenced pool takes
-	// nothing more). A partition whose checkpoint still names the session
-	// was fired by nobody since: when this node takes it again, it resumes
-	// from here rather than from the last watermark etcd acknowledged,
-	// and repeats nothing.
-	e.ended.Store(&endedSession{id: sessionID(sess), taken: e.pool.watermark.Load(), holds: e.holds.snapshot()})
+	e.ended.Store(&endedSession{id: sessionID(sess), hand: rel.hand})
 	e.holds.reset() // the session is over: it writes no watermark any more
 	for _, p := range ps {
 		e.owned[p].Store(false)
@@ -445,17 +451,18 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned) {
 	e.log.Warn("dropped partitions", "count", len(ps))
 }
 
-// endedSession is what this node's last fenced session had taken.
+// endedSession is what this node's last fenced session would have handed
+// over, by partition.
 type endedSession struct {
-	id    string
-	taken int64         // the pool's watermark when the session ended
-	holds map[int]int64 // releases it had not committed: their partitions stop at the mark
+	id   string
+	hand map[int]*handOver
 }
 
 // resume returns p's checkpoint as stored (nil if none) and the watermark
 // to resume p after: the released checkpoint of a graceful owner, or after
 // a crash the later of the checkpoint and the watermark of the session that
-// wrote it (or, when that session was this node's last, what it had taken). Watermarks are kept per session, not per node: a node restarted
+// wrote it (or, when that session was this node's last, the hand-over it
+// kept in memory). Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
 func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
@@ -479,6 +486,9 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
 		return prev, w, cp.Pending, nil
 	}
+	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id && ended.hand[p] != nil {
+		return prev, ended.hand[p].mark, ended.hand[p].pending, nil
+	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {
 		return nil, 0, nil, err
@@ -488,13 +498,6 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		if err := nw.UnmarshalText(wr.Kvs[0].Value); err == nil {
 			w = max(w, nw.UnixNano())
 		}
-	}
-	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id {
-		taken := ended.taken
-		if mark, ok := ended.holds[p]; ok {
-			taken = min(taken, mark)
-		}
-		w = max(w, taken)
 	}
 	return prev, w, nil, nil
 }

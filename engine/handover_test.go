@@ -518,18 +518,26 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 
 // A node that fenced itself (cut off from etcd past its deadline) and takes
 // its partitions back under a new session, nobody having fired them in
-// between, resumes from what its old session had taken: nothing repeats.
-// It used to resume from the last watermark etcd acknowledged, repeating
-// up to the bounded lead of its own fires.
+// between, resumes from the hand-over it kept in memory: nothing repeats,
+// even when the fence falls in the middle of a burst cut into batches. It
+// used to resume from the last watermark etcd acknowledged, repeating up
+// to the bounded lead of its own fires.
 func TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing(t *testing.T) {
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	log := newFireLog()
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, func(c *Config) {
+	// Each second's burst is cut into batches and takes most of the
+	// second, so that the fence falls in the middle of one.
+	slow := func(ctx context.Context, f Fire) error {
+		time.Sleep(5 * time.Millisecond)
+		return log.handler(ctx, f)
+	}
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", slow, func(c *Config) {
 		c.Partitions = 4
 		c.LeaseTTL = 2 * time.Second
+		c.Workers, c.Queue, c.BatchSize = 2, 16, 8
 	})
-	tasks := ids("t", 20)
+	tasks := ids("t", 300)
 	for _, id := range tasks {
 		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
 	}

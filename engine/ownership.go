@@ -357,7 +357,7 @@ func (s *serving) end(leaving bool) {
 		// successors resume from the held watermark.
 		return
 	}
-	e.drop(s.sess, s.parts)
+	e.drop(s.sess, s.parts, s.stuck)
 	_ = s.sess.Close()
 }
 
