@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -62,15 +63,22 @@ func newNode(t testing.TB, bin, id string, etcdAddrs []string, args []string) *N
 
 // reservePort returns a loopback address whose port was free a moment ago.
 // The node keeps it across restarts so that its published API address stays
-// right.
+// right. The port is drawn below Linux's ephemeral range (32768 and up), so
+// that the kernel does not hand it to a listener on port 0, such as the
+// node's own etcd proxies, before the node binds it.
 func reservePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("clustertest: reserve a port: %v", err)
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatalf("clustertest: no free port below the ephemeral range")
+	return ""
 }
 
 // API is the node's API base URL ("http://127.0.0.1:port").
