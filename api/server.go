@@ -205,6 +205,9 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
 	m.HandleFunc("GET /v1/tasks", s.listTasks)
 	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
+	for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
+		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
+	}
 	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
