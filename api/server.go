@@ -98,6 +98,7 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	metrics  *prometheus.Registry
+	reqs     *requestMetrics
 	peer     *http.Client
 	ownPeer  bool     // peer was made here: Close closes its idle connections
 	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
@@ -136,7 +137,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AuthToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
-	reg, err := newMetrics(s.e, cfg.Version)
+	s.reqs = newRequestMetrics()
+	reg, err := newMetrics(s.e, cfg.Version, s.reqs)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +231,7 @@ func (s *Server) routes() *http.ServeMux {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	var pattern string // the route, once known
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -240,6 +243,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(sw, http.StatusInternalServerError, "internal error: the request handler failed (see the node's log)")
 			}
 		}
+		s.reqs.observe(r.Method, pattern, sw.status(), time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", sw.status(),
 				"bytes", sw.bytes, "duration", time.Since(start), "remote", r.RemoteAddr)
@@ -247,7 +251,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	req := withSlashID(r)
-	_, pattern := s.mux.Handler(req)
+	_, pattern = s.mux.Handler(req)
 	open := openPatterns[pattern] || pattern == "" && !underV1(req.URL.Path)
 	if !open && !s.authorized(sw, req) {
 		return
