@@ -104,6 +104,7 @@ type Server struct {
 	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
 
 	rate    rateSampler
+	series  series
 	members memberCache
 
 	stop      chan struct{} // closed by Close: ends sampleLoop
@@ -183,7 +184,9 @@ func (s *Server) sampleLoop() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			s.rate.add(now, s.e.Stats().Fires)
+			st := s.e.Stats()
+			s.rate.add(now, st.Fires)
+			s.series.add(now, st)
 		}
 	}
 }
@@ -215,6 +218,8 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
 	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
 	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
+	m.HandleFunc("GET /v1/tasks/{id}/next", s.nextFires)
+	m.HandleFunc("GET /v1/series", s.seriesHandler)
 	m.HandleFunc("GET /v1/nodes", s.nodes)
 	m.HandleFunc("GET /v1/nodes/self", s.selfHandler)
 	m.HandleFunc("GET /v1/partitions", s.partitions)
