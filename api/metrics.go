@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"runtime"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ type collector struct {
 	fires, lag, executions, misfires, queue, owned, tasks *prometheus.Desc
 	etcd, fenced, ready, dropped, fullLoads, watermark    *prometheus.Desc
 	sampled, sampleRatio                                  *prometheus.Desc
+	queueCap, workers, fences, execDur                    *prometheus.Desc
 	build                                                 *prometheus.Desc
 }
 
@@ -31,32 +33,41 @@ func newCollector(e *engine.Engine, version string) *collector {
 		return prometheus.NewDesc("shardcron_"+name, help, labels, nil)
 	}
 	return &collector{
-		e:          e,
-		version:    version,
-		fires:      d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
-		lag:        d("fire_lag_seconds", "Time from a fire's release by the timing wheel to a worker taking it."),
+		e:       e,
+		version: version,
+		fires:   d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
+		lag: d("fire_lag_seconds", "How late fires start: from a fire's due time (its scheduled time plus its jitter) "+
+			"to a worker starting it, for first attempts and retries. It covers the timing wheel's tick, dispatch and "+
+			"the wait for a free worker, not the execution itself; misfires show up here as large values."),
 		executions: d("executions_total", "Execution attempts by status, including skipped and misfired fires.", "status"),
 		misfires:   d("misfires_total", "Fires dispatched later than the misfire threshold."),
-		queue:      d("queue_depth", "Fires waiting for a worker."),
-		owned:      d("partitions_owned", "Partitions this node owns."),
-		tasks:      d("tasks", "Tasks held by this node (in the partitions it owns)."),
-		etcd:       d("etcd_requests_total", "Requests sent to etcd by this node's client, by operation.", "op"),
-		fenced:     d("fenced", "1 when the node is fenced and dispatches nothing, else 0."),
-		ready:      d("ready", "1 when the node owns every partition the ring gives it, else 0."),
-		dropped:    d("history_dropped_total", "Execution records dropped because the history buffer was full (or their write failed)."),
+		queue:      d("queue_depth", "Fires waiting for a worker (at most shardcron_queue_capacity)."),
+		queueCap:   d("queue_capacity", "Fires that may wait for a worker (--queue); dispatch pauses when the queue is full."),
+		workers:    d("workers", "Executions that may run at once (--workers)."),
+		fences: d("fence_events_total", "Times this node's session passed its fencing deadline or ended, so that the node "+
+			"stopped dispatching, dropped its partitions and rejoined with a new session."),
+		execDur: d("execution_duration_seconds", "How long executions took, each attempt from its start to its end, "+
+			"by http, exec and handler executors (noop executions are not timed)."),
+		owned:   d("partitions_owned", "Partitions this node owns."),
+		tasks:   d("tasks", "Tasks held by this node (in the partitions it owns)."),
+		etcd:    d("etcd_requests_total", "Requests sent to etcd by this node's client, by operation.", "op"),
+		fenced:  d("fenced", "1 when the node is fenced and dispatches nothing, else 0."),
+		ready:   d("ready", "1 when the node owns every partition the ring gives it, else 0."),
+		dropped: d("history_dropped_total", "Execution records dropped because the history buffer was full (or their write failed)."),
 		sampled: d("history_sampled_total", "Successful execution records left out of the history by sampling, "+
 			"while records arrive faster than the disk takes them. Failures are never sampled."),
 		sampleRatio: d("history_sample_ratio", "Share of successful executions currently recorded in the history: "+
 			"1 records all, 0.125 one in 8 (chosen by a hash of task id and scheduled time)."),
 		fullLoads: d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
 		watermark: d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
-		build:     d("build_info", "Always 1; labels name the node and its version.", "node", "version"),
+		build:     d("build_info", "Always 1; labels name the version of shardcron and of Go that built it.", "version", "goversion"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
-		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build} {
+		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
+		c.queueCap, c.workers, c.fences, c.execDur} {
 		ch <- d
 	}
 }
@@ -81,19 +92,26 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 
-	counter(c.fires, st.Fires)
-	h := st.FireLag
-	buckets := make(map[float64]uint64, len(h.Bounds))
-	for i, b := range h.Bounds {
-		if i < len(h.Counts) {
-			buckets[b] = h.Counts[i]
+	histogram := func(d *prometheus.Desc, h engine.Histogram) {
+		buckets := make(map[float64]uint64, len(h.Bounds))
+		for i, b := range h.Bounds {
+			if i < len(h.Counts) {
+				buckets[b] = h.Counts[i]
+			}
+		}
+		if m, err := prometheus.NewConstHistogram(d, h.Count, h.Sum, buckets); err == nil {
+			ch <- m
+		} else {
+			ch <- prometheus.NewInvalidMetric(d, err)
 		}
 	}
-	if m, err := prometheus.NewConstHistogram(c.lag, h.Count, h.Sum, buckets); err == nil {
-		ch <- m
-	} else {
-		ch <- prometheus.NewInvalidMetric(c.lag, err)
-	}
+
+	counter(c.fires, st.Fires)
+	histogram(c.lag, st.FireLag)
+	histogram(c.execDur, st.ExecDuration)
+	gauge(c.queueCap, float64(st.QueueCapacity))
+	gauge(c.workers, float64(st.Workers))
+	counter(c.fences, st.Fences)
 	for _, status := range slices.Sorted(maps.Keys(st.Executions)) {
 		counter(c.executions, st.Executions[status], status)
 	}
@@ -115,19 +133,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		wm = float64(st.Watermark.UnixNano()) / 1e9
 	}
 	gauge(c.watermark, wm)
-	metric(c.build, prometheus.GaugeValue, 1, c.e.NodeID(), c.version)
+	metric(c.build, prometheus.GaugeValue, 1, c.version, runtime.Version())
 }
 
 // newMetrics returns the registry /metrics serves: the engine's collector
 // and the Go and process collectors. One registry per Server: no global
 // state, so several nodes can run in one process (tests).
-func newMetrics(e *engine.Engine, version string) (*prometheus.Registry, error) {
+func newMetrics(e *engine.Engine, version string, reqs *requestMetrics) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		newCollector(e, version),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, reqs.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: register metrics: %w", err)
 		}

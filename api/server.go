@@ -98,11 +98,13 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	metrics  *prometheus.Registry
+	reqs     *requestMetrics
 	peer     *http.Client
 	ownPeer  bool     // peer was made here: Close closes its idle connections
 	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
 
 	rate    rateSampler
+	series  series
 	members memberCache
 
 	stop      chan struct{} // closed by Close: ends sampleLoop
@@ -136,7 +138,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AuthToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
 	}
-	reg, err := newMetrics(s.e, cfg.Version)
+	s.reqs = newRequestMetrics()
+	reg, err := newMetrics(s.e, cfg.Version, s.reqs)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +184,9 @@ func (s *Server) sampleLoop() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			s.rate.add(now, s.e.Stats().Fires)
+			st := s.e.Stats()
+			s.rate.add(now, st.Fires)
+			s.series.add(now, st)
 		}
 	}
 }
@@ -205,11 +210,16 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
 	m.HandleFunc("GET /v1/tasks", s.listTasks)
 	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
+	for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
+		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
+	}
 	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
 	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
 	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
+	m.HandleFunc("GET /v1/tasks/{id}/next", s.nextFires)
+	m.HandleFunc("GET /v1/series", s.seriesHandler)
 	m.HandleFunc("GET /v1/nodes", s.nodes)
 	m.HandleFunc("GET /v1/nodes/self", s.selfHandler)
 	m.HandleFunc("GET /v1/partitions", s.partitions)
@@ -226,6 +236,7 @@ func (s *Server) routes() *http.ServeMux {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	var pattern string // the route, once known
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -237,6 +248,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(sw, http.StatusInternalServerError, "internal error: the request handler failed (see the node's log)")
 			}
 		}
+		s.reqs.observe(r.Method, pattern, sw.status(), time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", sw.status(),
 				"bytes", sw.bytes, "duration", time.Since(start), "remote", r.RemoteAddr)
@@ -244,7 +256,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	req := withSlashID(r)
-	_, pattern := s.mux.Handler(req)
+	_, pattern = s.mux.Handler(req)
 	open := openPatterns[pattern] || pattern == "" && !underV1(req.URL.Path)
 	if !open && !s.authorized(sw, req) {
 		return

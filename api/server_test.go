@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -527,7 +528,15 @@ func TestServer_SingleNode(t *testing.T) {
 			"shardcron_ready 1",
 			"# TYPE shardcron_misfires_total counter",
 			"# TYPE shardcron_history_dropped_total counter",
-			`shardcron_build_info{node="node-1",version="test-1"} 1`,
+			`shardcron_build_info{goversion="` + runtime.Version() + `",version="test-1"} 1`,
+			"shardcron_queue_capacity 1024",
+			"shardcron_workers 4",
+			"# TYPE shardcron_fence_events_total counter",
+			"shardcron_fence_events_total 0",
+			"# TYPE shardcron_execution_duration_seconds histogram",
+			`shardcron_api_requests_total{code="200",method="GET",route="/v1/tasks/{id}"}`,
+			`shardcron_api_requests_total{code="404",method="GET",route="unmatched"}`,
+			`shardcron_api_request_duration_seconds_bucket{method="PUT",route="/v1/tasks/{id}",le="+Inf"}`,
 			"go_goroutines",
 			"process_cpu_seconds_total",
 		} {
@@ -538,6 +547,10 @@ func TestServer_SingleNode(t *testing.T) {
 		// The fires of the earlier subtests show.
 		if regexp.MustCompile(`(?m)^shardcron_fires_total 0$`).MatchString(text) {
 			t.Error("shardcron_fires_total is 0 after fires")
+		}
+		// They ran handler executions, which are timed.
+		if regexp.MustCompile(`(?m)^shardcron_execution_duration_seconds_count 0$`).MatchString(text) {
+			t.Error("shardcron_execution_duration_seconds_count is 0 after handler executions")
 		}
 		// Gather checks consistency (bucket order, label sets) too.
 		mfs, err := n.srv.metrics.Gather()

@@ -254,3 +254,25 @@ func TestConfig_Validate(t *testing.T) {
 		t.Fatalf("negative MaxBatchBytes: %v", err)
 	}
 }
+
+// TestSeries_Points: the series turns counter samples into per-interval
+// rates and a p99 of the interval's lags alone, not of all time.
+func TestSeries_Points(t *testing.T) {
+	var s series
+	bounds := []float64{0.001, 0.01, 0.1}
+	at := time.Unix(1000, 0)
+	stats := func(fires uint64, counts ...uint64) engine.Stats {
+		return engine.Stats{Fires: fires, QueueCapacity: 10, QueueDepth: 5,
+			FireLag: engine.Histogram{Bounds: bounds, Counts: counts, Count: counts[len(counts)-1]}}
+	}
+	s.add(at, stats(0, 0, 0, 0))
+	s.add(at.Add(time.Second), stats(100, 0, 0, 100))       // 100 slow fires: p99 in (0.01, 0.1]
+	s.add(at.Add(2*time.Second), stats(300, 200, 200, 300)) // then 200 fast ones: p99 within 1 ms
+	pts := s.points()
+	if len(pts) != 2 || pts[0].FireRate != 100 || pts[1].FireRate != 200 || pts[1].QueueFill != 0.5 {
+		t.Fatalf("points %+v", pts)
+	}
+	if pts[0].P99LagMS <= 10 || pts[0].P99LagMS > 100 || pts[1].P99LagMS > 1 {
+		t.Fatalf("p99 %v ms then %v ms, want in (10, 100] then at most 1", pts[0].P99LagMS, pts[1].P99LagMS)
+	}
+}

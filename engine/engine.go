@@ -56,6 +56,8 @@ type Engine struct {
 	loads     atomic.Uint64 // full range reads of a partition
 	uncached  []atomic.Bool // partitions whose Badger cache was dropped until their next range read
 	requests  *RequestCounter
+	execDur   durations // how long executions take (not noop ones)
+	fences    fences    // sessions that ended fenced
 
 	pool *pool
 	loop *loop
@@ -104,7 +106,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
 	}
-	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec}
+	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec, durations: &e.execDur}
 	if cfg.Version != "" {
 		e.execs.userAgent = "shardcron/" + cfg.Version
 	}
@@ -164,7 +166,14 @@ func (e *Engine) Start(ctx context.Context) error {
 // the fencing deadline or gone.
 func (e *Engine) fenced() bool {
 	s := e.sess.Load()
-	return s == nil || s.Fenced()
+	if s == nil {
+		return true
+	}
+	if s.Fenced() {
+		e.fences.note(s)
+		return true
+	}
+	return false
 }
 
 // Ready reports whether the node owns every partition the ring gives it.
@@ -277,9 +286,13 @@ type Stats struct {
 	Misfires        uint64
 	FireLag         Histogram // from release by the wheel to a worker taking the fire
 	QueueDepth      int
+	QueueCapacity   int // fires that may wait for a worker (Config.Queue)
+	Workers         int // executions that run at once (Config.Workers)
 	PartitionsOwned int
 	Tasks           int
 	Fenced          bool
+	Fences          uint64    // sessions of this node that ended fenced (each followed by a rejoin)
+	ExecDuration    Histogram // how long executions took, noop ones left out
 	Ready           bool
 	Watermark       time.Time // the node watermark etcd last acknowledged
 	FullLoads       uint64    // partitions loaded with a full etcd range read
@@ -299,6 +312,11 @@ func (e *Engine) Stats() Stats {
 		Fenced:     e.fenced(),
 		Ready:      e.Ready(),
 		FullLoads:  e.loads.Load(),
+
+		QueueCapacity: e.cfg.Queue,
+		Workers:       e.cfg.Workers,
+		Fences:        e.fences.n.Load(),
+		ExecDuration:  e.execDur.snapshot(),
 	}
 	for st := statusOK; st < numStatus; st++ {
 		s.Executions[statusNames[st]] = e.stats.execs[st].Load()

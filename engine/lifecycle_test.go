@@ -271,6 +271,9 @@ func TestEngine_FencedNodeStopsDispatching(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.scheds("fence/0")) >= 2 })
 
+	if st := n.e.Stats(); st.Fences != 0 {
+		t.Fatalf("%d fence events before the cut", st.Fences)
+	}
 	sess := n.e.sess.Load()
 	lease := sess.Lease()
 	proxy.Cut()
@@ -313,6 +316,11 @@ func TestEngine_FencedNodeStopsDispatching(t *testing.T) {
 		calls := log.of("fence/0")
 		return len(calls) > 0 && calls[len(calls)-1].at.After(restoredAt)
 	})
+	// One fence, counted once however many times dispatch saw it; and the
+	// handler's executions were timed.
+	if st := n.e.Stats(); st.Fences != 1 || st.ExecDuration.Count == 0 {
+		t.Errorf("stats after one fence: %d fence events, %d timed executions; want 1 and some", st.Fences, st.ExecDuration.Count)
+	}
 }
 
 // TestEngine_CloseDrains checks the drain of Close: with its partitions

@@ -107,6 +107,7 @@ type executors struct {
 	userAgent string
 	handlers  *executor.Handlers
 	allowExec bool
+	durations *durations // observes every execution but noop ones; nil: none
 }
 
 // newProfile builds the profile of a validated task.
@@ -145,6 +146,9 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !p.noop && x.durations != nil {
+		p.exec = timed{p.exec, x.durations}
 	}
 	return p, nil
 }

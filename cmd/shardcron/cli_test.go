@@ -315,6 +315,10 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: -timeout"}},
 		{[]string{"task", "resume", "--server", "ftp://x", "a"}, []string{"--server"}},
 		{[]string{"task", "trigger"}, []string{"missing the task ID"}},
+		{[]string{"task", "pause", "a", "--label", "team=x"}, []string{"give a task ID or a selector", `"a"`}},
+		{[]string{"task", "resume", "--dry-run", "a"}, []string{"--dry-run and --yes go with a selector"}},
+		{[]string{"task", "delete", "--all", "--prefix", "x"}, []string{"--all chooses every task"}},
+		{[]string{"task", "trigger", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"task", "history", "a", "--limit", "0"}, []string{"--limit: 0 is less than 1"}},
 		{[]string{"task", "list", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
@@ -1010,6 +1014,29 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, run("", "task", "delete", "t1"), 0, []string{`deleted task "t1"`}, nil)
 		wantCLI(t, run("", "task", "get", "t1"), 1, nil, []string{"shardcron: task \"t1\" not found\n"})
 		wantCLI(t, run("", "task", "delete", "t1"), 1, nil, []string{"not found"})
+	})
+
+	t.Run("bulk pause, resume, delete by selector", func(t *testing.T) {
+		wantCLI(t, run(jsonl("bulk/1", "bulk/2", "bulk/3"), "import", "-", "--quiet"), 0, nil, nil)
+		r := run("", "task", "pause", "--prefix", "bulk/", "--dry-run")
+		wantCLI(t, r, 0, []string{"dry run: would have paused 3 of 3 matched tasks", "bulk/1"}, nil)
+		if getTask(t, "bulk/1").Paused {
+			t.Fatal("a dry run paused bulk/1")
+		}
+		wantCLI(t, run("", "task", "pause", "--prefix", "bulk/"), 0, []string{"paused 3 of 3 matched tasks"}, nil)
+		if !getTask(t, "bulk/2").Paused {
+			t.Fatal("bulk/2 is not paused")
+		}
+		r = run("", "task", "resume", "--prefix", "bulk/", "--output", "json")
+		wantCLI(t, r, 0, []string{`"action": "resume"`, `"changed": 3`}, nil)
+		// A bulk delete without --yes only counts, and fails.
+		r = run("", "task", "delete", "--prefix", "bulk/")
+		wantCLI(t, r, 1, nil, []string{"would delete 3 tasks", "add --yes"})
+		getTask(t, "bulk/3")
+		wantCLI(t, run("", "task", "delete", "--prefix", "bulk/", "--yes"), 0, []string{"deleted 3 of 3 matched tasks"}, nil)
+		wantCLI(t, run("", "task", "get", "bulk/3"), 1, nil, []string{"not found"})
+		r = run("", "task", "delete", "--label", "team=nobody", "--yes")
+		wantCLI(t, r, 0, []string{"deleted 0 of 0 matched tasks"}, nil)
 	})
 
 	t.Run("nodes", func(t *testing.T) {

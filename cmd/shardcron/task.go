@@ -25,10 +25,10 @@ Subcommands:
   put       create or replace a task, from a JSON file (-f) or from flags
   get       show one task and its owner's state
   list      list tasks, by id prefix and labels
-  delete    delete a task
-  pause     stop a task from firing, keeping its definition
-  resume    let a paused task fire again
-  trigger   fire a task once now, outside its schedule
+  delete    delete a task, or every task of a prefix or labels
+  pause     stop a task from firing, keeping its definition (or many: --label, --prefix)
+  resume    let a paused task fire again (or many)
+  trigger   fire a task once now, outside its schedule (or many)
   history   show a task's execution records, newest first
 
 Run 'shardcron task SUBCOMMAND --help' for a subcommand's flags.
@@ -101,13 +101,18 @@ func onTask(c *command, args []string, do func(ctx context.Context, cf *clientFl
 	if done {
 		return code
 	}
+	return withTaskID(c, &cf, pos, do)
+}
+
+// withTaskID checks that pos is one task id and calls do with it.
+func withTaskID(c *command, cf *clientFlags, pos []string, do func(ctx context.Context, cf *clientFlags, id string) int) int {
 	id, code, ok := taskID(c, pos)
 	if !ok {
 		return code
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
-	return do(ctx, &cf, id)
+	return do(ctx, cf, id)
 }
 
 // printResult prints a command's result: v as JSON with --output json,
@@ -539,17 +544,20 @@ type listResult struct {
 // --- task delete, pause, resume ------------------------------------------------
 
 const taskDeleteHelp = `Usage: shardcron task delete ID [flags]
+       shardcron task delete (--prefix P | --label K=V... | --all) [--dry-run | --yes] [flags]
 
 Deletes a task. Its owner stops firing it within a second; executions
 already running finish. Deleting a task that does not exist fails.
 
-Example:
+Examples:
   shardcron task delete billing/invoice-42
-`
+  shardcron task delete --label team=billing --dry-run
+  shardcron task delete --prefix tmp/ --yes
+` + bulkHelp
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
-	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, engine.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
 		if err := cf.client().DeleteTask(ctx, id); err != nil {
 			return cf.fail(c, subject(id), err)
 		}
@@ -565,32 +573,40 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 }
 
 const taskPauseHelp = `Usage: shardcron task pause ID [flags]
+       shardcron task pause (--prefix P | --label K=V... | --all) [--dry-run] [flags]
 
 Pauses a task: it keeps its definition and does not fire until resumed.
 Pausing a paused task changes nothing. Prints the new version
 (--output json: the task).
 
-Example:
+Examples:
   shardcron task pause billing/invoice-42
-`
+  shardcron task pause --label team=billing --dry-run
+` + bulkHelp
 
 const taskResumeHelp = `Usage: shardcron task resume ID [flags]
+       shardcron task resume (--prefix P | --label K=V... | --all) [--dry-run] [flags]
 
 Resumes a paused task: it fires again from its next scheduled time (fires
 missed while paused are not caught up). Prints the new version
 (--output json: the task).
 
-Example:
+Examples:
   shardcron task resume billing/invoice-42
-`
+  shardcron task resume --label team=billing
+` + bulkHelp
 
 func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	name, help, verb := "shardcron task resume", taskResumeHelp, "resumed"
 	if pause {
 		name, help, verb = "shardcron task pause", taskPauseHelp, "paused"
 	}
+	action := engine.BulkResume
+	if pause {
+		action = engine.BulkPause
+	}
 	c := newCommand(name, help, stdout, stderr)
-	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
 		cl := cf.client()
 		var t *engine.Task
 		var err error
@@ -612,18 +628,20 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 // --- task trigger -----------------------------------------------------------
 
 const taskTriggerHelp = `Usage: shardcron task trigger ID [flags]
+       shardcron task trigger (--prefix P | --label K=V... | --all) [--dry-run] [flags]
 
 Fires a task once now, outside its schedule (also when it is paused), and
 prints the scheduled time of that fire: its executions show up in
 'task history' under that time.
 
-Example:
+Examples:
   shardcron task trigger billing/invoice-42
-`
+  shardcron task trigger --prefix reports/daily/
+` + bulkHelp
 
 func taskTrigger(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
-	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, engine.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
 		at, err := cf.client().Trigger(ctx, id)
 		if err != nil {
 			return cf.fail(c, subject(id), err)

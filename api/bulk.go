@@ -1,0 +1,87 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// maxSelectorBytes bounds the body of a bulk action: a prefix and labels.
+const maxSelectorBytes = 64 << 10
+
+// bulk returns the handler of POST /v1/tasks:<action>, which applies the
+// action to every task the selector in the body chooses
+// ({"prefix", "labels", "all", "dry_run"}) and answers the counts
+// (engine.BulkResult). A failure midway answers the counts done so far
+// with the error; running the action again finishes it.
+func (s *Server) bulk(action engine.BulkAction) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sel, err := decodeSelector(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		res, err := s.reg.Bulk(r.Context(), action, sel)
+		if err != nil {
+			var ve *engine.ValidationError
+			if errors.As(err, &ve) {
+				writeError(w, http.StatusBadRequest, "%s", ve.Error())
+				return
+			}
+			s.log.Warn("api: bulk action failed midway", "action", action, "changed", res.Changed, "err", err)
+			writeJSON(w, http.StatusInternalServerError, struct {
+				engine.BulkResult
+				Error string `json:"error"`
+			}{res, fmt.Sprintf("bulk %s stopped after %d of the matched tasks were changed: %v (run it again to finish)",
+				action, res.Changed, err)})
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// decodeSelector reads a selector, refusing unknown fields: a misspelt
+// "lables" must not widen a delete to every task of a prefix.
+func decodeSelector(body io.Reader) (engine.Selector, error) {
+	var sel engine.Selector
+	b, err := io.ReadAll(io.LimitReader(body, maxSelectorBytes+1))
+	if err != nil {
+		return sel, fmt.Errorf("reading the request body: %w", err)
+	}
+	if len(b) > maxSelectorBytes {
+		return sel, fmt.Errorf("selector: more than %d bytes", maxSelectorBytes)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return sel, errors.New(`selector: the body is empty; send {"prefix": "...", "labels": {"k": "v"}, "dry_run": true} or {"all": true}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sel); err != nil {
+		return sel, fmt.Errorf("selector: %v (want {\"prefix\", \"labels\", \"all\", \"dry_run\"})", err)
+	}
+	if dec.More() {
+		return sel, errors.New("selector: more than one JSON value in the body")
+	}
+	return sel, nil
+}
+
+// Bulk applies action to every task sel chooses (POST /v1/tasks:<action>)
+// and returns the counts; with sel.DryRun it only counts.
+func (c *Client) Bulk(ctx context.Context, action engine.BulkAction, sel engine.Selector) (*engine.BulkResult, error) {
+	body, err := json.Marshal(sel)
+	if err != nil {
+		return nil, fmt.Errorf("encode selector: %w", err)
+	}
+	var res engine.BulkResult
+	h := http.Header{"Content-Type": {"application/json"}}
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:"+string(action), nil, body, h, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

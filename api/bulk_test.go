@@ -1,0 +1,84 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// TestServer_Bulk: POST /v1/tasks:<action> by selector through the HTTP
+// API: bad selectors are 400 and change nothing, a dry run counts, a
+// pause by label pauses exactly those tasks, a trigger by prefix fires
+// them.
+func TestServer_Bulk(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	ctx := context.Background()
+	batch := `{"id":"bulk/a","schedule":"@yearly","executor":{"type":"handler","name":"h"},"labels":{"team":"billing"}}
+{"id":"bulk/b","schedule":"@yearly","executor":{"type":"noop"},"labels":{"team":"billing"}}
+{"id":"bulk/c","schedule":"@yearly","executor":{"type":"noop"},"labels":{"team":"ads"}}
+{"id":"other","schedule":"@yearly","executor":{"type":"noop"},"labels":{"team":"billing"}}`
+	if res, err := n.c.PutBatch(ctx, []byte(batch)); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("batch: %v %+v", err, res)
+	}
+
+	for _, tc := range []struct{ name, path, body, want string }{
+		{"empty body", "/v1/tasks:pause", "", "body is empty"},
+		{"empty selector", "/v1/tasks:delete", `{}`, "selector:"},
+		{"misspelt field", "/v1/tasks:delete", `{"prefix":"bulk/","lables":{"team":"ads"}}`, "lables"},
+		{"all and prefix", "/v1/tasks:delete", `{"all":true,"prefix":"bulk/"}`, `"all"`},
+		{"two values", "/v1/tasks:pause", `{"all":true} {"all":true}`, "more than one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantError(t, call(t, n.ts, "POST", tc.path, tc.body), http.StatusBadRequest, tc.want)
+		})
+	}
+	if tasks, _, _ := n.c.ListTasks(ctx, ListOptions{}); len(tasks) != 4 {
+		t.Fatalf("refused bulk actions left %d tasks, want 4", len(tasks))
+	}
+
+	a := call(t, n.ts, "POST", "/v1/tasks:pause", `{"labels":{"team":"billing"},"prefix":"bulk/","dry_run":true}`)
+	var res engine.BulkResult
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &res) != nil {
+		t.Fatalf("dry run: %v", a)
+	}
+	if res.Matched != 2 || res.Changed != 2 || !res.DryRun || res.Action != engine.BulkPause {
+		t.Fatalf("dry run: %+v", res)
+	}
+	if got, _ := n.c.GetTask(ctx, "bulk/a"); got.Paused {
+		t.Fatal("a dry run paused bulk/a")
+	}
+
+	got, err := n.c.Bulk(ctx, engine.BulkPause, engine.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
+	if err != nil || got.Changed != 2 {
+		t.Fatalf("pause: %+v %v", got, err)
+	}
+	for id, want := range map[string]bool{"bulk/a": true, "bulk/b": true, "bulk/c": false, "other": false} {
+		if task, err := n.c.GetTask(ctx, id); err != nil || task.Paused != want {
+			t.Fatalf("%s: paused %v (err %v), want %v", id, task.Paused, err, want)
+		}
+	}
+
+	got, err = n.c.Bulk(ctx, engine.BulkTrigger, engine.Selector{Prefix: "bulk/a"})
+	if err != nil || got.Changed != 1 {
+		t.Fatalf("trigger: %+v %v", got, err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.fires.mu.Lock()
+		defer n.fires.mu.Unlock()
+		return len(n.fires.fires) == 1 && n.fires.fires[0].TaskID == "bulk/a"
+	})
+
+	got, err = n.c.Bulk(ctx, engine.BulkDelete, engine.Selector{Labels: map[string]string{"team": "billing"}})
+	if err != nil || got.Changed != 3 {
+		t.Fatalf("delete: %+v %v", got, err)
+	}
+	if tasks, _, _ := n.c.ListTasks(ctx, ListOptions{}); len(tasks) != 1 || tasks[0].ID != "bulk/c" {
+		t.Fatalf("after deleting billing: %d tasks, want bulk/c alone", len(tasks))
+	}
+}

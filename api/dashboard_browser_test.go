@@ -1,0 +1,260 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// chromiumPath finds a headless-capable Chromium: $SHARDCRON_CHROMIUM, or
+// Debian's chromium (apt-get install chromium; .ci/run installs it).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SHARDCRON_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("browser tests skipped: no chromium on PATH (install it with: apt-get install -y chromium, or set SHARDCRON_CHROMIUM)")
+	return ""
+}
+
+// browser starts a headless Chromium of the given window size for the
+// test and returns a context that drives one tab. When the test fails,
+// it saves a screenshot of the tab and logs its path.
+func browser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, // the CI container runs as root
+		chromedp.DisableGPU,
+		chromedp.Flag("no-proxy-server", true), // the node is on loopback
+		chromedp.WindowSize(width, height),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveScreenshot(t, ctx)
+		}
+		cancelTime()
+		cancelTab()
+		cancelAlloc() // waits for the browser process to exit
+	})
+	return ctx
+}
+
+// saveScreenshot writes the tab as a PNG under $SHARDCRON_SCREENSHOTS (or
+// the system's temp directory) and logs where.
+func saveScreenshot(t *testing.T, ctx context.Context) {
+	dir := os.Getenv("SHARDCRON_SCREENSHOTS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	var png []byte
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Run(sctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Logf("screenshot failed: %v", err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	path := filepath.Join(dir, fmt.Sprintf("shardcron-%s-%d.png", name, time.Now().UnixNano()))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Logf("saving the screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot of the page: %s", path)
+}
+
+// TestDashboard_Browser drives the dashboard in headless Chromium on a
+// running node with tasks: the cluster view shows the node and a partition
+// map of every partition; the tasks view finds a task by prefix and by
+// label; its page shows its owner and next fires; pausing it there pauses
+// it (the API says so too); deleting it asks first and then deletes it.
+// At 390 px the page does not overflow sideways.
+func TestDashboard_Browser(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	ctx := context.Background()
+	for i, team := range []string{"billing", "billing", "ads"} {
+		task := handlerTask(fmt.Sprintf("billing/invoice-%d", i), "*/10 * * * * *")
+		task.Timezone = "Europe/Berlin"
+		task.Labels = map[string]string{"team": team}
+		if _, err := n.c.PutTask(ctx, task, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.c.PutTask(ctx, handlerTask("reports/daily", "@daily"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// The owner has loaded them: a task page shows its state.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		task, err := n.c.GetTask(ctx, "billing/invoice-1")
+		return err == nil && task.State != nil
+	})
+
+	t.Run("desktop", func(t *testing.T) {
+		b := browser(t, 1280, 1000)
+		var legend, summary, parts, firstNode string
+		run(t, b, "cluster view",
+			chromedp.Navigate(n.ts.URL+"/"),
+			chromedp.WaitVisible(`#nodes tr`, chromedp.ByQuery),
+			chromedp.Text(`#nodes tr td`, &firstNode, chromedp.ByQuery),
+			chromedp.WaitVisible(`#pmap[data-partitions="16"]`, chromedp.ByQuery),
+			chromedp.AttributeValue(`#pmap`, "data-partitions", &parts, nil, chromedp.ByQuery),
+			chromedp.Text(`#pmap-legend`, &legend, chromedp.ByQuery),
+			chromedp.Text(`#pmap-summary`, &summary, chromedp.ByQuery),
+		)
+		if !strings.Contains(firstNode, "node-1") || !strings.Contains(legend, "node-1: 16") ||
+			!strings.Contains(summary, "16 partitions, 16 owned") {
+			t.Fatalf("cluster view: node %q, legend %q, summary %q", firstNode, legend, summary)
+		}
+		shot(t, b, "desktop-cluster")
+
+		var rows int
+		run(t, b, "search by prefix",
+			chromedp.Click(`#nav-tasks`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#search`, chromedp.ByQuery),
+			chromedp.SendKeys(`#prefix`, "billing/", chromedp.ByQuery),
+			chromedp.SendKeys(`#labels`, "team=billing", chromedp.ByQuery),
+			chromedp.Click(`#search button`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#tasks a[href="#/task/billing%2Finvoice-1"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll("#tasks tr").length`, &rows),
+		)
+		if rows != 2 {
+			t.Fatalf("search billing/ with team=billing: %d rows, want 2", rows)
+		}
+
+		var owner, zone, next, status string
+		run(t, b, "open and pause",
+			chromedp.Click(`#tasks a[href="#/task/billing%2Finvoice-1"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#task-next tr`, chromedp.ByQuery),
+			chromedp.Text(`#task-state`, &owner, chromedp.ByQuery),
+			chromedp.Text(`#next-zone`, &zone, chromedp.ByQuery),
+			chromedp.Text(`#task-next`, &next, chromedp.ByQuery),
+			chromedp.Click(`#pause`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#task-status.paused`, chromedp.ByQuery),
+			chromedp.Text(`#task-status`, &status, chromedp.ByQuery),
+		)
+		if !strings.Contains(owner, "node-1") || zone != "(Europe/Berlin)" || strings.Count(next, "+0") < 5 || status != "paused" {
+			t.Fatalf("task page: state %q, zone %q, next %q, status %q", owner, zone, next, status)
+		}
+		if task, err := n.c.GetTask(ctx, "billing/invoice-1"); err != nil || !task.Paused {
+			t.Fatalf("the API says paused=%v (err %v) after the dashboard paused it", task.Paused, err)
+		}
+		shot(t, b, "desktop-task")
+
+		run(t, b, "delete asks first",
+			chromedp.Click(`#delete`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+			chromedp.Click(`#confirm-cancel`, chromedp.ByQuery),
+			chromedp.WaitNotVisible(`#confirm`, chromedp.ByQuery),
+		)
+		if _, err := n.c.GetTask(ctx, "billing/invoice-1"); err != nil {
+			t.Fatalf("canceling the delete deleted the task: %v", err)
+		}
+		run(t, b, "delete",
+			chromedp.Click(`#delete`, chromedp.ByQuery),
+			chromedp.Click(`#confirm-delete`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#view-tasks`, chromedp.ByQuery),
+		)
+		if _, err := n.c.GetTask(ctx, "billing/invoice-1"); err == nil {
+			t.Fatal("the task is still there after the confirmed delete")
+		}
+		shot(t, b, "desktop-after-delete")
+	})
+
+	t.Run("phone", func(t *testing.T) {
+		b := browser(t, 390, 844)
+		var overflow bool
+		run(t, b, "cluster view at 390 px",
+			// Headless windows are at least 500 px wide: emulate the phone.
+			chromedp.EmulateViewport(390, 844),
+			chromedp.Navigate(n.ts.URL+"/"),
+			chromedp.WaitVisible(`#pmap[data-partitions="16"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth`, &overflow),
+		)
+		if overflow {
+			t.Error("the cluster view is wider than 390 px")
+		}
+		shot(t, b, "phone-cluster")
+		run(t, b, "task page at 390 px",
+			chromedp.Navigate(n.ts.URL+"/#/task/reports%2Fdaily"),
+			chromedp.WaitVisible(`#task-next tr`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth`, &overflow),
+		)
+		if overflow {
+			t.Error("the task page is wider than 390 px")
+		}
+		shot(t, b, "phone-task")
+	})
+}
+
+// TestDashboard_BrowserAsksForToken: on a node with an auth token the page
+// holds no token, asks for one, and shows the cluster once given it.
+func TestDashboard_BrowserAsksForToken(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1", token: "s3cret-token"})
+	if a := call(t, n.ts, "GET", "/", ""); a.status != 200 || strings.Contains(string(a.body), "s3cret") {
+		t.Fatalf("GET /: %d, or the page holds the token", a.status)
+	}
+	b := browser(t, 1280, 900)
+	var msg, legend string
+	run(t, b, "asks",
+		chromedp.Navigate(n.ts.URL+"/"),
+		chromedp.WaitVisible(`#tokenbox`, chromedp.ByQuery),
+		chromedp.Text(`#msg`, &msg, chromedp.ByQuery),
+	)
+	if !strings.Contains(msg, "401") {
+		t.Fatalf("message %q, want the 401", msg)
+	}
+	run(t, b, "token given",
+		chromedp.SendKeys(`#token`, "s3cret-token", chromedp.ByQuery),
+		chromedp.Click(`#token-form button.primary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#pmap[data-partitions="16"]`, chromedp.ByQuery),
+		chromedp.Text(`#pmap-legend`, &legend, chromedp.ByQuery),
+	)
+	if !strings.Contains(legend, "node-1") {
+		t.Fatalf("legend %q after the token", legend)
+	}
+}
+
+// run runs browser actions as one step, failing the test with the step's
+// name.
+func run(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+// shot saves a screenshot of a passing test when $SHARDCRON_SCREENSHOTS is
+// set, to look at the page.
+func shot(t *testing.T, ctx context.Context, name string) {
+	dir := os.Getenv("SHARDCRON_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Logf("screenshot: %v", err)
+	}
+}

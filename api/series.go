@@ -1,0 +1,207 @@
+package api
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/membership"
+)
+
+// seriesLen is how many one-second samples a node keeps for the
+// dashboard's live charts: five minutes.
+const seriesLen = 301
+
+// Point is one interval of a node's series: what happened between the
+// previous sample and T.
+type Point struct {
+	T         int64   `json:"t"`          // end of the interval, Unix ms
+	FireRate  float64 `json:"fire_rate"`  // fires per second
+	P99LagMS  float64 `json:"p99_lag_ms"` // p99 of shardcron_fire_lag_seconds over the interval, ms (0 without fires)
+	Failures  uint64  `json:"failures"`   // executions failed or timed out
+	Misfires  uint64  `json:"misfires"`   // fires dispatched later than the misfire threshold
+	QueueFill float64 `json:"queue_fill"` // queue depth / capacity at T
+}
+
+// NodeSeries is one node's series, oldest point first.
+type NodeSeries struct {
+	ID     string  `json:"id"`
+	Points []Point `json:"points"`
+	Error  string  `json:"error,omitempty"` // why the node's points are missing
+}
+
+type seriesResponse struct {
+	IntervalMS int64        `json:"interval_ms"`
+	Nodes      []NodeSeries `json:"nodes"`
+}
+
+// seriesSample is one sample of the engine's counters.
+type seriesSample struct {
+	at                 time.Time
+	fires, fail, miss  uint64
+	lag                []uint64 // cumulative bucket counts of the fire-lag histogram
+	lagCount           uint64
+	queueDepth, queCap int
+}
+
+// series keeps the last seriesLen samples.
+type series struct {
+	mu      sync.Mutex // guards samples, next and n
+	samples [seriesLen]seriesSample
+	bounds  []float64 // of the lag histogram, the same in every sample
+	next, n int
+}
+
+func (s *series) add(at time.Time, st engine.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bounds = st.FireLag.Bounds
+	s.samples[s.next] = seriesSample{at: at, fires: st.Fires,
+		fail: st.Executions["failed"] + st.Executions["timeout"], miss: st.Misfires,
+		lag: st.FireLag.Counts, lagCount: st.FireLag.Count,
+		queueDepth: st.QueueDepth, queCap: st.QueueCapacity}
+	s.next = (s.next + 1) % seriesLen
+	s.n = min(s.n+1, seriesLen)
+}
+
+// points returns the intervals between consecutive samples, oldest first.
+// An interval where a counter went back (never, short of a bug) is left
+// out rather than shown as a spike.
+func (s *series) points() []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Point, 0, s.n)
+	for i := 1; i < s.n; i++ {
+		a := &s.samples[(s.next-s.n+i-1+seriesLen)%seriesLen]
+		b := &s.samples[(s.next-s.n+i+seriesLen)%seriesLen]
+		dt := b.at.Sub(a.at).Seconds()
+		if dt <= 0 || b.fires < a.fires || b.fail < a.fail || b.miss < a.miss || b.lagCount < a.lagCount {
+			continue
+		}
+		p := Point{T: b.at.UnixMilli(), FireRate: round3(float64(b.fires-a.fires) / dt),
+			Failures: b.fail - a.fail, Misfires: b.miss - a.miss}
+		if b.queCap > 0 {
+			p.QueueFill = round3(float64(b.queueDepth) / float64(b.queCap))
+		}
+		if b.lagCount > a.lagCount && len(a.lag) == len(b.lag) && len(b.lag) == len(s.bounds) {
+			h := engine.Histogram{Bounds: s.bounds, Counts: make([]uint64, len(b.lag)), Count: b.lagCount - a.lagCount}
+			for j := range b.lag {
+				h.Counts[j] = b.lag[j] - a.lag[j]
+			}
+			p.P99LagMS = round3(quantile(h, 0.99) * 1000)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// quantile estimates the q-quantile of a cumulative histogram,
+// interpolating linearly within the bucket that holds it, as Prometheus's
+// histogram_quantile does; past the last bound it answers the last bound.
+func quantile(h engine.Histogram, q float64) float64 {
+	if h.Count == 0 || len(h.Bounds) == 0 {
+		return 0
+	}
+	rank := q * float64(h.Count)
+	lower, below := 0.0, uint64(0)
+	for i, c := range h.Counts {
+		if float64(c) >= rank {
+			in := float64(c - below)
+			if in == 0 {
+				return h.Bounds[i]
+			}
+			return lower + (h.Bounds[i]-lower)*(rank-float64(below))/in
+		}
+		lower, below = h.Bounds[i], c
+	}
+	return h.Bounds[len(h.Bounds)-1]
+}
+
+// seriesHandler: GET /v1/series (extension), the last five minutes of fire
+// rate, p99 lag, failures and misfires of every node, for the dashboard's
+// charts; ?scope=self answers this node's only (what the others ask).
+func (s *Server) seriesHandler(w http.ResponseWriter, r *http.Request) {
+	self := NodeSeries{ID: s.e.NodeID(), Points: s.series.points()}
+	resp := seriesResponse{IntervalMS: sampleInterval.Milliseconds(), Nodes: []NodeSeries{self}}
+	if r.URL.Query().Get("scope") == "self" {
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	ms, err := s.memberList(r.Context())
+	if err != nil {
+		s.log.Warn("api: listing members failed; answering this node's series only", "err", err)
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	var mu sync.Mutex // guards resp.Nodes
+	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
+		ns := NodeSeries{ID: m.ID, Points: []Point{}}
+		var got seriesResponse
+		if err := c.do(ctx, http.MethodGet, "/v1/series", map[string][]string{"scope": {"self"}}, nil, nil, &got); err != nil {
+			ns.Error = "did not answer: " + err.Error()
+		} else if len(got.Nodes) == 1 {
+			ns.Points = got.Nodes[0].Points
+		}
+		mu.Lock()
+		resp.Nodes = append(resp.Nodes, ns)
+		mu.Unlock()
+	})
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// maxNextFires bounds GET /v1/tasks/{id}/next?count=.
+const maxNextFires = 100
+
+// nextResponse is the answer of GET /v1/tasks/{id}/next.
+type nextResponse struct {
+	Timezone string   `json:"timezone"`
+	Next     []string `json:"next"` // RFC 3339 in the task's time zone, without jitter
+}
+
+// nextFires: GET /v1/tasks/{id}/next?count=5 (extension), the task's next
+// scheduled times from now, in its time zone. Jitter is not added: it is
+// computed per fire by the owner.
+func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	n, err := parseLimit(r.URL.Query().Get("count"), 5, maxNextFires)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "count: want a whole number from 1 to %d, got %q", maxNextFires, r.URL.Query().Get("count"))
+		return
+	}
+	t, err := s.reg.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	resp := nextResponse{Timezone: t.Timezone, Next: []string{}}
+	if resp.Timezone == "" {
+		resp.Timezone = "UTC"
+	}
+	// Stored tasks were validated: these only fail on a node whose time
+	// zone database lacks the zone.
+	sched, err := schedule.Parse(t.Schedule, t.Timezone, t.ID)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "schedule of task %q: %v", id, err)
+		return
+	}
+	loc, err := time.LoadLocation(resp.Timezone)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "time zone of task %q: %v", id, err)
+		return
+	}
+	at := time.Now()
+	for range n {
+		at = sched.Next(at)
+		if at.IsZero() {
+			break
+		}
+		resp.Next = append(resp.Next, at.In(loc).Format(time.RFC3339))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// bulkHelp is the part of the help of pause, resume, trigger and delete
+// that explains selectors.
+const bulkHelp = `
+With --prefix, --label or --all instead of an ID, the command acts on every
+task they choose (all labels must match) and prints how many it changed;
+--dry-run only counts. A bulk delete needs --yes. Tasks are changed in
+etcd transactions of up to 128 tasks, not all at once: if the command
+fails midway, running it again finishes the job. Raise --timeout for
+hundreds of thousands of tasks.
+`
+
+// bulkFlags choose the tasks of a bulk action instead of a task ID.
+type bulkFlags struct {
+	prefix string
+	labels kvFlag
+	all    bool
+	dryRun bool
+	yes    bool // delete only
+}
+
+func (b *bulkFlags) register(c *command, action engine.BulkAction) {
+	c.fs.StringVar(&b.prefix, "prefix", "", "act on every task whose id starts with `P` (instead of an ID)")
+	c.fs.Var(&b.labels, "label", "act on every task with label `K=V` (repeatable: all must match)")
+	c.fs.BoolVar(&b.all, "all", false, "act on every task of the cluster")
+	c.fs.BoolVar(&b.dryRun, "dry-run", false, "with a selector: count the tasks and change nothing")
+	if action == engine.BulkDelete {
+		c.fs.BoolVar(&b.yes, "yes", false, "confirm a bulk delete (without it, a bulk delete only counts)")
+	}
+}
+
+func (b *bulkFlags) selected() bool { return b.prefix != "" || len(b.labels) > 0 || b.all }
+
+// onTaskOrBulk is onTask for a command that also takes a selector: with
+// --prefix, --label or --all it runs the bulk action instead of one.
+func onTaskOrBulk(c *command, args []string, action engine.BulkAction, one func(ctx context.Context, cf *clientFlags, id string) int) int {
+	var cf clientFlags
+	var b bulkFlags
+	b.register(c, action)
+	cf.register(c)
+	pos, code, done := c.parseClient(args, &cf)
+	if done {
+		return code
+	}
+	if !b.selected() {
+		if b.dryRun || b.yes {
+			return c.usageError("--dry-run and --yes go with a selector: --prefix, --label or --all")
+		}
+		return withTaskID(c, &cf, pos, one)
+	}
+	if len(pos) > 0 {
+		return c.usageError("give a task ID or a selector (--prefix, --label, --all), not both; got %q", pos[0])
+	}
+	if b.all && (b.prefix != "" || len(b.labels) > 0) {
+		return c.usageError("--all chooses every task: leave out --prefix and --label, or leave out --all")
+	}
+	sel := engine.Selector{Prefix: b.prefix, Labels: b.labels, All: b.all, DryRun: b.dryRun}
+	confirmed := action != engine.BulkDelete || b.yes || b.dryRun
+	if !confirmed {
+		sel.DryRun = true
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	res, err := cf.client().Bulk(ctx, action, sel)
+	if err != nil {
+		return cf.fail(c, "", err)
+	}
+	if !confirmed {
+		fmt.Fprintf(c.stderr, "%s: would delete %d tasks%s; nothing was deleted: add --yes to delete them\n",
+			c.name, res.Changed, sampleText(res))
+		return exitError
+	}
+	return printResult(c, &cf, res, func(w io.Writer) error { return writeBulk(w, res) })
+}
+
+var bulkPast = map[engine.BulkAction]string{
+	engine.BulkPause: "paused", engine.BulkResume: "resumed", engine.BulkDelete: "deleted", engine.BulkTrigger: "triggered",
+}
+
+// writeBulk prints a bulk result: "paused 550 of 550 matched tasks".
+func writeBulk(w io.Writer, res *engine.BulkResult) error {
+	var b strings.Builder
+	if res.DryRun {
+		fmt.Fprintf(&b, "dry run: would have %s %d of %d matched tasks", bulkPast[res.Action], res.Changed, res.Matched)
+	} else {
+		fmt.Fprintf(&b, "%s %d of %d matched tasks", bulkPast[res.Action], res.Changed, res.Matched)
+	}
+	if res.Unchanged > 0 {
+		fmt.Fprintf(&b, "; %d already were", res.Unchanged)
+	}
+	if res.Skipped > 0 {
+		fmt.Fprintf(&b, "; %d changed meanwhile and no longer matched", res.Skipped)
+	}
+	b.WriteString(sampleText(res))
+	_, err := fmt.Fprintln(w, b.String())
+	return err
+}
+
+// sampleText names the first matched tasks: " (e.g. a, b, c, ...)".
+func sampleText(res *engine.BulkResult) string {
+	if len(res.Sample) == 0 {
+		return ""
+	}
+	more := ""
+	if res.Matched > len(res.Sample) {
+		more = ", ..."
+	}
+	return " (e.g. " + strings.Join(res.Sample, ", ") + more + ")"
+}

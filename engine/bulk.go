@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// BulkAction is what Registry.Bulk does to every task a Selector chooses.
+type BulkAction string
+
+// Bulk actions.
+const (
+	BulkPause   BulkAction = "pause"   // set paused; paused tasks are left alone
+	BulkResume  BulkAction = "resume"  // clear paused; running tasks are left alone
+	BulkDelete  BulkAction = "delete"  // delete the task
+	BulkTrigger BulkAction = "trigger" // fire once now, outside the schedule (paused tasks too)
+)
+
+// ParseBulkAction returns the action named s, or a *ValidationError.
+func ParseBulkAction(s string) (BulkAction, error) {
+	switch a := BulkAction(s); a {
+	case BulkPause, BulkResume, BulkDelete, BulkTrigger:
+		return a, nil
+	}
+	return "", invalid("action", "%q is not one of pause, resume, delete, trigger", s)
+}
+
+// Selector chooses the tasks of a bulk action: those whose id starts with
+// Prefix and that carry every label of Labels. An empty selector chooses
+// nothing unless All is set, so that a forgotten filter never pauses or
+// deletes a whole cluster.
+type Selector struct {
+	Prefix string            `json:"prefix,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// All must be set to choose every task (with no prefix and no label).
+	All bool `json:"all,omitempty"`
+	// DryRun counts what the action would do and writes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Validate reports a selector that chooses nothing by mistake.
+func (s Selector) Validate() error {
+	if s.Prefix == "" && len(s.Labels) == 0 && !s.All {
+		return invalid("selector", `give a prefix, at least one label, or "all": true to act on every task`)
+	}
+	if s.All && (s.Prefix != "" || len(s.Labels) > 0) {
+		return invalid("selector", `"all" chooses every task: leave out prefix and labels, or leave out "all"`)
+	}
+	if len(s.Prefix) > maxIDLen {
+		return invalid("prefix", "%d bytes, more than the %d of the longest task id", len(s.Prefix), maxIDLen)
+	}
+	for k := range s.Labels {
+		if k == "" {
+			return invalid("labels", "a label key is empty")
+		}
+	}
+	return nil
+}
+
+// BulkResult counts what a bulk action did (or, with DryRun, would do).
+type BulkResult struct {
+	Action BulkAction `json:"action"`
+	DryRun bool       `json:"dry_run"`
+	// Matched is how many tasks the selector chose.
+	Matched int `json:"matched"`
+	// Changed is how many of them the action changed: paused, resumed,
+	// deleted or triggered. Unchanged were already as asked (a pause of a
+	// paused task). Skipped changed or went away between the read and the
+	// write and no longer match: another writer got there first.
+	Changed   int `json:"changed"`
+	Unchanged int `json:"unchanged"`
+	Skipped   int `json:"skipped"`
+	// Sample holds the ids of up to BulkSampleSize matched tasks, in key
+	// order, so that a dry run shows what it would touch.
+	Sample []string `json:"sample"`
+}
+
+// BulkSampleSize bounds BulkResult.Sample.
+const BulkSampleSize = 10
+
+// bulkItem is one matched task on its way to a transaction.
+type bulkItem struct {
+	key string
+	kv  *mvccpb.KeyValue
+	val []byte // the new value of a pause or resume
+}
+
+// Bulk applies action to every task sel chooses, reading the tasks page by
+// page and writing them in transactions of at most 128 operations and
+// 1 MiB. Each write compares the task's version with the one read, so a
+// task changed in between is read again and acted on only if it still
+// matches. The tasks are not changed atomically as a whole: a failure or
+// ctx ending midway returns what was done so far with the error, and
+// running the same action again finishes the job (actions are idempotent;
+// a trigger fires again).
+func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (BulkResult, error) {
+	res := BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}}
+	if _, err := ParseBulkAction(string(action)); err != nil {
+		return res, err
+	}
+	if err := sel.Validate(); err != nil {
+		return res, err
+	}
+	from := r.keys.tasks()
+	end := clientv3.GetPrefixRangeEnd(from)
+	var batch []bulkItem
+	size := 0
+	flush := func() error {
+		err := r.bulkCommit(ctx, action, sel, batch, &res)
+		batch, size = batch[:0], 0
+		return err
+	}
+	for {
+		resp, err := r.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPageSize))
+		if err != nil {
+			return res, fmt.Errorf("bulk %s: read tasks: %w", action, err)
+		}
+		for _, kv := range resp.Kvs {
+			it, change, ok, err := r.bulkMatch(action, sel, kv)
+			if err != nil {
+				return res, fmt.Errorf("bulk %s: %w", action, err)
+			}
+			if !ok {
+				continue
+			}
+			res.Matched++
+			if len(res.Sample) < BulkSampleSize {
+				_, id, _ := r.keys.parseTaskKey(it.key)
+				res.Sample = append(res.Sample, id)
+			}
+			if !change {
+				res.Unchanged++
+				continue
+			}
+			if sel.DryRun {
+				res.Changed++
+				continue
+			}
+			if n := len(it.key) + len(it.val); len(batch) == maxTxnOps || size+n > maxTxnBytes && len(batch) > 0 {
+				if err := flush(); err != nil {
+					return res, err
+				}
+			}
+			batch = append(batch, it)
+			size += len(it.key) + len(it.val)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if len(batch) > 0 {
+		if err := flush(); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// bulkMatch decides what action does to the stored task kv: ok when sel
+// chooses it, change when the action would change it (with the new value
+// of a pause or resume in it.val).
+func (r *Registry) bulkMatch(action BulkAction, sel Selector, kv *mvccpb.KeyValue) (it bulkItem, change, ok bool, err error) {
+	key := string(kv.Key)
+	_, id, valid := r.keys.parseTaskKey(key)
+	if !valid || !strings.HasPrefix(id, sel.Prefix) {
+		return it, false, false, nil
+	}
+	it = bulkItem{key: key, kv: kv}
+	if len(sel.Labels) == 0 && (action == BulkDelete || action == BulkTrigger) {
+		return it, true, true, nil // no need to decode
+	}
+	t, err := r.decode(kv)
+	if err != nil {
+		return it, false, false, err
+	}
+	if !hasLabels(t.Labels, sel.Labels) {
+		return it, false, false, nil
+	}
+	switch action {
+	case BulkPause, BulkResume:
+		want := action == BulkPause
+		if t.Paused == want {
+			return it, false, true, nil
+		}
+		t.Paused = want
+		val, _, err := r.encode(t, kv)
+		if err != nil {
+			return it, false, false, err
+		}
+		it.val = val
+	}
+	return it, true, true, nil
+}
+
+// bulkCommit writes one transaction of items, each under a compare of the
+// version read. When another writer changed one of them in between, the
+// transaction changes nothing and the items are done one at a time.
+func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Selector, items []bulkItem, res *BulkResult) error {
+	if len(items) == 0 {
+		return nil
+	}
+	at := r.now().UTC().Truncate(time.Millisecond).UnixMilli()
+	cmps := make([]clientv3.Cmp, 0, len(items))
+	ops := make([]clientv3.Op, 0, len(items))
+	for _, it := range items {
+		cmp, op := r.bulkOp(action, it, at)
+		cmps, ops = append(cmps, cmp), append(ops, op)
+	}
+	resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("bulk %s: write %d tasks: %w", action, len(items), err)
+	}
+	if resp.Succeeded {
+		res.Changed += len(items)
+		return nil
+	}
+	for _, it := range items {
+		if err := r.bulkOne(ctx, action, sel, it, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bulkOp is the compare and the write of one item. A trigger only needs
+// the task to exist: it does not change the task.
+func (r *Registry) bulkOp(action BulkAction, it bulkItem, at int64) (clientv3.Cmp, clientv3.Op) {
+	switch action {
+	case BulkDelete:
+		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), clientv3.OpDelete(it.key)
+	case BulkTrigger:
+		p, id, _ := r.keys.parseTaskKey(it.key)
+		return clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0), clientv3.OpPut(r.keys.trigger(p, id, at), "")
+	default:
+		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), clientv3.OpPut(it.key, string(it.val))
+	}
+}
+
+// bulkOne reads one task again and acts on it if it still matches, up to
+// casRetries times under contention.
+func (r *Registry) bulkOne(ctx context.Context, action BulkAction, sel Selector, it bulkItem, res *BulkResult) error {
+	for range casRetries {
+		cur, err := r.cli.Get(ctx, it.key)
+		if err != nil {
+			return fmt.Errorf("bulk %s: read %s: %w", action, it.key, err)
+		}
+		if len(cur.Kvs) == 0 {
+			res.Skipped++ // deleted in between
+			return nil
+		}
+		next, change, ok, err := r.bulkMatch(action, sel, cur.Kvs[0])
+		if err != nil {
+			return fmt.Errorf("bulk %s: %w", action, err)
+		}
+		if !ok {
+			res.Skipped++
+			return nil
+		}
+		if !change {
+			res.Unchanged++
+			return nil
+		}
+		cmp, op := r.bulkOp(action, next, r.now().UTC().Truncate(time.Millisecond).UnixMilli())
+		tr, err := r.cli.Txn(ctx).If(cmp).Then(op).Commit()
+		if err != nil {
+			return fmt.Errorf("bulk %s: write %s: %w", action, it.key, err)
+		}
+		if tr.Succeeded {
+			res.Changed++
+			return nil
+		}
+	}
+	return fmt.Errorf("bulk %s: %s: too much contention, run the action again", action, it.key)
+}

@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// bulkFleet writes n tasks "fleet/<i>", every other one labelled
+// team=billing, the others team=ads.
+func bulkFleet(t *testing.T, reg *Registry, n int) {
+	t.Helper()
+	tasks := make([]*Task, n)
+	for i := range tasks {
+		team := "ads"
+		if i%2 == 0 {
+			team = "billing"
+		}
+		tasks[i] = noopTask(fmt.Sprintf("fleet/%04d", i), "@every 1h")
+		tasks[i].Labels = map[string]string{"team": team}
+	}
+	if _, errs, err := reg.PutBatch(context.Background(), tasks); err != nil || len(errs) > 0 {
+		t.Fatalf("put fleet: %v %v", err, errs)
+	}
+}
+
+func pausedCount(t *testing.T, reg *Registry, labels map[string]string) (paused, total int) {
+	t.Helper()
+	opts := ListOptions{Prefix: "fleet/", Labels: labels}
+	for {
+		page, next, err := reg.List(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range page {
+			total++
+			if task.Paused {
+				paused++
+			}
+		}
+		if next == "" {
+			return paused, total
+		}
+		opts.Cursor = next
+	}
+}
+
+// TestRegistry_Bulk pauses, resumes, triggers and deletes by selector over
+// more tasks than one transaction and one read page hold: dry runs write
+// nothing, counts add up, and the writes go in transactions of at most
+// 128 tasks (each successful transaction moves etcd's revision by one).
+func TestRegistry_Bulk(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bulk")
+	ctx := context.Background()
+	const n = 1100 // 550 billing: five transactions; more than two read pages
+	bulkFleet(t, reg, n)
+	billing := map[string]string{"team": "billing"}
+
+	rev := revision(t, c.Client)
+	res, err := reg.Bulk(ctx, BulkPause, Selector{Labels: billing, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != n/2 || res.Changed != n/2 || !res.DryRun || len(res.Sample) != BulkSampleSize {
+		t.Fatalf("dry run: %+v", res)
+	}
+	if got := revision(t, c.Client); got != rev {
+		t.Fatalf("a dry run moved the revision from %d to %d", rev, got)
+	}
+	if p, _ := pausedCount(t, reg, nil); p != 0 {
+		t.Fatalf("a dry run paused %d tasks", p)
+	}
+
+	res, err = reg.Bulk(ctx, BulkPause, Selector{Labels: billing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != n/2 || res.Changed != n/2 || res.Unchanged != 0 || res.Skipped != 0 {
+		t.Fatalf("pause: %+v", res)
+	}
+	wantTxns := int64((n/2 + maxTxnOps - 1) / maxTxnOps)
+	if got := revision(t, c.Client) - rev; got != wantTxns {
+		t.Fatalf("pause of %d tasks took %d transactions, want %d of at most %d", n/2, got, wantTxns, maxTxnOps)
+	}
+	if p, total := pausedCount(t, reg, billing); p != total || total != n/2 {
+		t.Fatalf("billing: %d of %d paused, want all %d", p, total, n/2)
+	}
+	if p, _ := pausedCount(t, reg, map[string]string{"team": "ads"}); p != 0 {
+		t.Fatalf("ads: %d paused, want none", p)
+	}
+
+	res, err = reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != 100 || res.Changed != 50 || res.Unchanged != 50 {
+		t.Fatalf("pause by prefix fleet/00: %+v, want 100 matched, 50 changed, 50 already paused", res)
+	}
+
+	res, err = reg.Bulk(ctx, BulkResume, Selector{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != n || res.Changed != n/2+50 {
+		t.Fatalf("resume all: %+v", res)
+	}
+	if p, _ := pausedCount(t, reg, nil); p != 0 {
+		t.Fatalf("%d tasks still paused after resume all", p)
+	}
+
+	res, err = reg.Bulk(ctx, BulkTrigger, Selector{Prefix: "fleet/001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trig, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed != 10 || trig.Count != 10 {
+		t.Fatalf("trigger fleet/001*: %+v, %d trigger requests written, want 10", res, trig.Count)
+	}
+
+	res, err = reg.Bulk(ctx, BulkDelete, Selector{Prefix: "fleet/0", Labels: map[string]string{"team": "ads"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed != 500 {
+		t.Fatalf("delete ads under fleet/0: %+v, want 500", res)
+	}
+	if _, total := pausedCount(t, reg, nil); total != n-500 {
+		t.Fatalf("%d tasks left, want %d", total, n-500)
+	}
+}
+
+// TestRegistry_BulkRefusesEmptySelector: a selector without prefix, labels
+// or all is refused and writes nothing, as are contradictory ones and
+// unknown actions.
+func TestRegistry_BulkRefusesEmptySelector(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bulkbad")
+	bulkFleet(t, reg, 4)
+	rev := revision(t, c.Client)
+	for _, tc := range []struct {
+		action BulkAction
+		sel    Selector
+	}{
+		{BulkDelete, Selector{}},
+		{BulkPause, Selector{DryRun: true}},
+		{BulkDelete, Selector{All: true, Prefix: "fleet/"}},
+		{BulkPause, Selector{Labels: map[string]string{"": "x"}}},
+		{"explode", Selector{All: true}},
+	} {
+		res, err := reg.Bulk(context.Background(), tc.action, tc.sel)
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			t.Errorf("%s %+v: err %v, want a *ValidationError", tc.action, tc.sel, err)
+		}
+		if res.Matched != 0 || res.Changed != 0 {
+			t.Errorf("%s %+v: %+v, want nothing done", tc.action, tc.sel, res)
+		}
+	}
+	if got := revision(t, c.Client); got != rev {
+		t.Fatalf("refused bulk actions moved the revision from %d to %d", rev, got)
+	}
+}
+
+// TestRegistry_BulkRereadsChangedTasks: when another writer changes a task
+// between the bulk read and its write, the transaction writes nothing and
+// each task is read again: one that no longer matches is skipped, one
+// that still does is changed.
+func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bulkrace")
+	ctx := context.Background()
+	bulkFleet(t, reg, 4) // fleet/0000 and fleet/0002 are billing
+	sel := Selector{Labels: map[string]string{"team": "billing"}}
+
+	var items []bulkItem
+	for _, id := range []string{"fleet/0000", "fleet/0002"} {
+		resp, err := c.Client.Get(ctx, reg.key(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		it, change, ok, err := reg.bulkMatch(BulkPause, sel, resp.Kvs[0])
+		if err != nil || !ok || !change {
+			t.Fatalf("match %s: %v %v %v", id, ok, change, err)
+		}
+		items = append(items, it)
+	}
+	// Another writer moves fleet/0000 to another team and reschedules
+	// fleet/0002, after the bulk read.
+	moved, err := reg.Get(ctx, "fleet/0000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Labels = map[string]string{"team": "ads"}
+	putTask(t, reg, moved)
+	resched, err := reg.Get(ctx, "fleet/0002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resched.Schedule = "@every 2h"
+	putTask(t, reg, resched)
+
+	var res BulkResult
+	if err := reg.bulkCommit(ctx, BulkPause, sel, items, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed != 1 || res.Skipped != 1 {
+		t.Fatalf("%+v, want 1 changed and 1 skipped", res)
+	}
+	if got, _ := reg.Get(ctx, "fleet/0000"); got.Paused {
+		t.Fatal("fleet/0000 left team billing before the write and was paused anyway")
+	}
+	got, _ := reg.Get(ctx, "fleet/0002")
+	if !got.Paused || got.Schedule != "@every 2h" {
+		t.Fatalf("fleet/0002: paused %v schedule %q, want paused with the other writer's schedule", got.Paused, got.Schedule)
+	}
+}
