@@ -559,3 +559,41 @@ func TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing(t *testing.T) {
 		noGapAllowingLead(t, log, id)
 	}
 }
+
+// A node waiting for a partition's lock and cut off from etcd still
+// closes: waiting for the lock leaves nothing to clean up without a
+// deadline. (Mutex.Lock cleaned its queued key up with no deadline, so the
+// wait, and Close with it, hung for as long as etcd was out of reach.)
+func TestEngine_CloseWhileWaitingForALockAndCutOff(t *testing.T) {
+	c := etcdtest.Start(t)
+	// Another session holds partition 0's lock and never lets go.
+	lease, err := c.Client.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKeys(DefaultPrefix)
+	if _, err := c.Client.Put(context.Background(), fmt.Sprintf("%s/%x", k.lock(0), int64(lease.ID)), "", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, func(c *Config) {
+		c.Partitions = 2
+		c.DrainTimeout = time.Second
+	}, noWait)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().PartitionsOwned == 1 })
+	proxy.Cut()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = a.e.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(40 * time.Second):
+		a.e = nil // the cleanup would wait for this Close
+		t.Fatal("Close hung while the node waited for a lock, cut off from etcd")
+	}
+	proxy.Restore()
+	a.e = nil // closed: the cleanup only closes its store
+	_ = a.store.Close()
+}

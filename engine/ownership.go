@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -373,10 +374,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	}
 	prepared()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
-	if err := m.Lock(ctx); err != nil {
-		// A Lock canceled while waiting, or whose put was cut off, can
-		// leave our key in the lock's queue, where it would become the
-		// owner once the previous one goes.
+	if err := e.lock(ctx, m, p); err != nil {
+		// A lock whose put was cut off can leave our key behind, where it
+		// would become the owner once the previous one goes.
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
 		r.stray = !e.deleteLockKey(p, sess)
 		return r
@@ -495,6 +495,49 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 
 // sessionID names a session in checkpoints and watermark keys: its lease.
 func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.Lease())) }
+
+// lock takes p's mutex, waiting while another session holds it. It tries
+// (Mutex.TryLock, whose cleanup is bounded by ctx) and waits for the
+// holder's key to go between tries, rather than queueing in Mutex.Lock:
+// a canceled Lock cleans its queued key up with no deadline, which can
+// hang a rejoin while etcd is out of reach. Only the ring's owner of p
+// asks for it, so there is no queue to keep fair.
+func (e *Engine) lock(ctx context.Context, m *concurrency.Mutex, p int) error {
+	for {
+		err := m.TryLock(ctx)
+		if !errors.Is(err, concurrency.ErrLocked) {
+			return err
+		}
+		resp, err := e.cli.Get(ctx, e.keys.lock(p)+"/", clientv3.WithFirstCreate()...)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			continue // gone already
+		}
+		if err := e.waitDeleted(ctx, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDeleted waits until key is deleted after revision rev.
+func (e *Engine) waitDeleted(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range e.cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("the watch of the lock holder ended")
+}
 
 // unlock releases a partition lock, and reports whether it did.
 func (e *Engine) unlock(m *concurrency.Mutex) bool {
