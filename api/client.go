@@ -85,7 +85,7 @@ func (c *Client) PutTask(ctx context.Context, t *engine.Task, ifVersion int64) (
 }
 
 // PutTaskJSON creates or replaces the task id with the task JSON body
-// (API.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
+// (docs/api.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
 // in PutTask.
 func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*engine.Task, error) {
 	h := http.Header{"Content-Type": {"application/json"}}

@@ -1,4 +1,4 @@
-// Package api is a node's HTTP face: the JSON API of API.md ("HTTP API"),
+// Package api is a node's HTTP face: the JSON API of docs/api.md ("HTTP API"),
 // Prometheus metrics, a small embedded dashboard, and Client, a Go client of
 // that API used by the command line.
 //
@@ -35,7 +35,7 @@
 //
 // # Extension endpoints
 //
-// Besides API.md's table, nodes answer these, which other nodes use and
+// Besides docs/api.md's table, nodes answer these, which other nodes use and
 // which are part of the contract too:
 //
 //	GET /v1/tasks/{id}/state          the task's state if this node owns it, else 404

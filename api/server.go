@@ -334,7 +334,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), allow)
 		return
 	}
-	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in API.md)", r.Method, r.URL.EscapedPath())
+	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in docs/api.md)", r.Method, r.URL.EscapedPath())
 	if strings.HasPrefix(r.URL.Path, "/v1/tasks/") {
 		msg += `; a task id containing "/" must be path-escaped in the URL, e.g. /v1/tasks/billing%2Finvoice-42`
 	}

@@ -25,7 +25,7 @@ const (
 	exitUsage = 2 // the command line is wrong; nothing was sent
 )
 
-// Defaults of the client flags (API.md "The binary").
+// Defaults of the client flags (docs/api.md "The binary").
 const (
 	defaultServer  = "http://127.0.0.1:8080"
 	defaultTimeout = 30 * time.Second

@@ -1,4 +1,4 @@
-// Command shardcron runs a shardcron node and talks to one: see API.md for
+// Command shardcron runs a shardcron node and talks to one: see docs/api.md for
 // the commands, their flags and the HTTP API they use.
 package main
 

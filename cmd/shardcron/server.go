@@ -27,7 +27,7 @@ import (
 	"github.com/shardcron/shardcron/store"
 )
 
-// serverFlags are the flags of 'shardcron server' (API.md).
+// serverFlags are the flags of 'shardcron server' (docs/api.md).
 type serverFlags struct {
 	etcd, etcdPrefix                       string
 	etcdCACert, etcdCert, etcdKey          string

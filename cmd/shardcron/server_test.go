@@ -242,18 +242,32 @@ func TestServer_HistoryFlagsReachStore(t *testing.T) {
 	}
 }
 
+// TestServer_HelpExplainsFlags: --help lists every flag 'server' takes,
+// and docs/api.md names each one.
 func TestServer_HelpExplainsFlags(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "server", "--help")
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, flag := range []string{"-etcd", "-etcd-prefix", "-etcd-cacert", "-etcd-cert", "-etcd-key", "-etcd-user",
-		"-etcd-password", "-data-dir", "-listen", "-node-id", "-partitions", "-replication", "-load", "-workers",
-		"-queue", "-lease-ttl", "-tick", "-misfire-threshold", "-history", "-history-ttl", "-history-success-limit", "-history-failure-limit", "-allow-exec",
-		"-auth-token", "-log-format"} {
-		if !strings.Contains(stderr, "  "+flag+" ") && !strings.Contains(stderr, "  "+flag+"\n") {
-			t.Errorf("--help does not list %s", flag)
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	var f serverFlags
+	f.register(fs)
+	n := 0
+	fs.VisitAll(func(fl *flag.Flag) {
+		n++
+		if !strings.Contains(stderr, "  -"+fl.Name+" ") && !strings.Contains(stderr, "  -"+fl.Name+"\n") {
+			t.Errorf("--help does not list -%s", fl.Name)
 		}
+		if !strings.Contains(string(doc), "`--"+fl.Name+"`") {
+			t.Errorf("docs/api.md does not name the server flag --%s", fl.Name)
+		}
+	})
+	if n < 30 {
+		t.Errorf("only %d server flags registered", n)
 	}
 }
 

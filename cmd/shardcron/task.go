@@ -132,7 +132,7 @@ const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION] [fla
        shardcron task put --id ID --schedule SPEC EXECUTOR [flags]
 
 Creates a task, or replaces the task with the same id, and prints its new
-version. The task comes either from a JSON file (API.md "Task JSON"; '-'
+version. The task comes either from a JSON file (docs/api.md "Task JSON"; '-'
 reads stdin) or from flags, never from both.
 
 From flags, the executor is one of:
