@@ -318,6 +318,27 @@ func TestCLI_AgainstRunningServer(t *testing.T) {
 	if out := mustOK(cli("", "nodes")); !strings.Contains(out, "cli-node") {
 		t.Fatalf("nodes: %s", out)
 	}
+	// get | edit | put -f honours the version read: a change made in
+	// between is not overwritten, unless --force.
+	read := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json"))
+	edited := strings.Replace(read, `"paused": false`, `"paused": true`, 1)
+	edited = strings.Replace(edited, `"paused":false`, `"paused":true`, 1)
+	mustOK(cli("", "task", "put", "--id", "cli/every-second", "--schedule", "*/2 * * * * *", "--url", s.URL))
+	if _, stderr, code := cli(edited, "task", "put", "-f", "-"); code != 1 || !strings.Contains(stderr, "changed since it was read") {
+		t.Fatalf("put -f of a stale version: exit %d: %s", code, stderr)
+	}
+	if out := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json")); !strings.Contains(out, `*/2 * * * * *`) {
+		t.Fatalf("a stale put -f overwrote the change: %s", out)
+	}
+	mustOK(cli(edited, "task", "put", "-f", "-", "--force"))
+	if _, stderr, code := cli(edited, "task", "put", "-f", "-", "--force", "--if-match", "3"); code != 2 || !strings.Contains(stderr, "--force and --if-match") {
+		t.Fatalf("--force with --if-match: exit %d: %s", code, stderr)
+	}
+	// A task no live node can run is refused, with what to do.
+	if _, stderr, code := cli("", "task", "put", "--id", "cli/exec", "--schedule", "@daily", "--command", "/bin/true"); code != 1 ||
+		!strings.Contains(stderr, "no live node runs the exec executor") || !strings.Contains(stderr, "--allow-exec") {
+		t.Fatalf("exec task without --allow-exec: exit %d: %s", code, stderr)
+	}
 	mustOK(cli("", "task", "delete", "cli/every-second"))
 	if _, stderr, code := cli("", "task", "get", "cli/every-second"); code != 1 || !strings.Contains(stderr, "not found") {
 		t.Fatalf("get after delete: exit %d: %s", code, stderr)
