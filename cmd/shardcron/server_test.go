@@ -318,6 +318,9 @@ func TestCLI_AgainstRunningServer(t *testing.T) {
 	if out := mustOK(cli("", "nodes")); !strings.Contains(out, "cli-node") {
 		t.Fatalf("nodes: %s", out)
 	}
+	if out := mustOK(cli("", "ready")); out != "ready\n" {
+		t.Fatalf("ready: %q", out)
+	}
 	// get | edit | put -f honours the version read: a change made in
 	// between is not overwritten, unless --force.
 	read := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json"))

@@ -444,8 +444,8 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force 
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
-			fmt.Fprintf(c.stderr, "shardcron: %s: version %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)\n",
-				subject(id), ifMatch)
+			fmt.Fprintf(c.stderr, "%s\nversion %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)\n",
+				describeError(cf, subject(id), err), ifMatch)
 			return exitError
 		}
 		return cf.fail(c, subject(id), err)
