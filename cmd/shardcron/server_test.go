@@ -402,8 +402,10 @@ func TestServer_HistoryFlags(t *testing.T) {
 }
 
 // TestServer_ExecOffByDefault puts an exec task on a node started without
-// --allow-exec: its command never runs, and its fires fail with an error
-// that names the flag.
+// --allow-exec, the only live node: the PUT is refused with an error that
+// names the flag, nothing is written, and the command never runs. (A node
+// without --allow-exec that owns an exec task accepted because another
+// node runs it fails its fires: engine's TestEngine_ExecNeedsAllowExec.)
 func TestServer_ExecOffByDefault(t *testing.T) {
 	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "16")
 	p.waitReady(t)
@@ -412,23 +414,26 @@ func TestServer_ExecOffByDefault(t *testing.T) {
 		t.Skip("no touch command")
 	}
 	mark := filepath.Join(t.TempDir(), "ran")
-	putTaskHTTP(t, p.API, "exec-off", map[string]any{
+	b, _ := json.Marshal(map[string]any{
 		"schedule": "* * * * * *", "executor": map[string]any{"type": "exec", "command": []string{touch, mark}},
 	})
-	var last string
-	etcdtest.WaitFor(t, 20*time.Second, func() bool {
-		out, _, code := runCLI(t, "", "task", "history", "exec-off", "--output", "json", "--server", p.API)
-		last = out
-		_, ran := os.Stat(mark)
-		return code == 0 && strings.Contains(out, "failed") || ran == nil
-	})
-	if !strings.Contains(last, "--allow-exec") {
-		t.Errorf("history of an exec task on a node without --allow-exec:\n%s", last)
+	req, _ := http.NewRequest(http.MethodPut, p.API+"/v1/tasks/exec-off", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Error("the command ran on a node started without --allow-exec")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "--allow-exec") {
+		t.Fatalf("PUT of an exec task with no node running --allow-exec: %d %s", resp.StatusCode, body)
+	}
+	if _, stderr, code := runCLI(t, "", "task", "get", "exec-off", "--server", p.API); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("the refused task was written: exit %d %s", code, stderr)
 	}
 	if code := p.stop(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the command ran on a node started without --allow-exec")
 	}
 }
