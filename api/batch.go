@@ -21,6 +21,14 @@ type BatchResult struct {
 	// in the batch (for JSON Lines: among the non-blank lines), in index
 	// order. Never null in answers.
 	Errors []engine.BatchError `json:"errors"`
+	// Warnings are tasks written that only some live nodes can run.
+	Warnings []BatchWarning `json:"warnings,omitempty"`
+}
+
+// BatchWarning is a warning about the task at Index of a batch.
+type BatchWarning struct {
+	Index   int    `json:"index"`
+	Warning string `json:"warning"`
 }
 
 // batchItem is one item of a batch as sent.
@@ -50,6 +58,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	res := BatchResult{Errors: []engine.BatchError{}}
 	tasks := make([]*engine.Task, 0, len(items))
 	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
+	var runners *engine.Runners         // read once, by the first task that needs them
 	for i, it := range items {
 		t, err := engine.DecodeTask(it.raw)
 		if err != nil {
@@ -59,6 +68,19 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 			}
 			res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: msg})
 			continue
+		}
+		warning, err := s.runnable(r.Context(), t, &runners)
+		if err != nil {
+			var ve *engine.ValidationError
+			if !errors.As(err, &ve) {
+				s.fail(w, r, t.ID, err)
+				return
+			}
+			res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: err.Error()})
+			continue
+		}
+		if warning != "" {
+			res.Warnings = append(res.Warnings, BatchWarning{Index: i, Warning: warning})
 		}
 		tasks = append(tasks, t)
 		index = append(index, i)

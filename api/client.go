@@ -29,6 +29,9 @@ type Client struct {
 	// HTTP sends the requests; nil means http.DefaultClient. Requests are
 	// bounded by their ctx only, unless HTTP has a Timeout.
 	HTTP *http.Client
+	// Warn, when set, receives the warnings of successful answers (the
+	// Shardcron-Warning header: a task only some nodes can run).
+	Warn func(string)
 }
 
 // NewClient returns a client of the node at baseURL, sending token when it
@@ -85,7 +88,7 @@ func (c *Client) PutTask(ctx context.Context, t *engine.Task, ifVersion int64) (
 }
 
 // PutTaskJSON creates or replaces the task id with the task JSON body
-// (API.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
+// (docs/api.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
 // in PutTask.
 func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*engine.Task, error) {
 	h := http.Header{"Content-Type": {"application/json"}}
@@ -310,6 +313,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		return &Error{Status: resp.StatusCode, Message: errorMessage(b)}
+	}
+	if w := resp.Header.Get(WarningHeader); w != "" && c.Warn != nil {
+		c.Warn(w)
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body) // lets the connection be reused

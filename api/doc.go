@@ -1,4 +1,4 @@
-// Package api is a node's HTTP face: the JSON API of API.md ("HTTP API"),
+// Package api is a node's HTTP face: the JSON API of docs/api.md ("HTTP API"),
 // Prometheus metrics, a small embedded dashboard, and Client, a Go client of
 // that API used by the command line.
 //
@@ -16,8 +16,14 @@
 //     nothing.
 //   - With Config.AuthToken set, every request under /v1 needs
 //     "Authorization: Bearer <token>" (compared in constant time); /healthz,
-//     /readyz, /metrics and the dashboard page stay open. Nodes of a cluster
-//     are expected to share the token: a node sends its own to its peers.
+//     /readyz and /metrics stay open unless Config.ProbeAuth, and the
+//     dashboard page always does. Config.ReadToken is accepted for GET and
+//     HEAD only: every write with it is a 403. Nodes of a cluster are
+//     expected to share the token: a node sends its own to its peers. No
+//     answer or log line quotes a token.
+//   - A task that no live node can run (exec without a node running
+//     --allow-exec, a handler no node registered) is refused with a 400;
+//     one only some nodes can run is written with a Shardcron-Warning.
 //   - Task ids in paths are path-escaped segments ("billing%2Finvoice-42");
 //     any id the engine accepts round-trips, "/" and spaces included.
 //   - A request that needs other nodes (a task's state, history, the node
@@ -35,7 +41,7 @@
 //
 // # Extension endpoints
 //
-// Besides API.md's table, nodes answer these, which other nodes use and
+// Besides docs/api.md's table, nodes answer these, which other nodes use and
 // which are part of the contract too:
 //
 //	GET /v1/tasks/{id}/state          the task's state if this node owns it, else 404

@@ -67,8 +67,9 @@ type testNode struct {
 }
 
 type nodeOptions struct {
-	id    string
-	token string
+	id        string
+	token     string
+	allowExec bool
 }
 
 const testPartitions = 16
@@ -94,6 +95,7 @@ func startNode(t *testing.T, c *etcdtest.Cluster, o nodeOptions) *testNode {
 	cfg := engine.DefaultConfig(o.id)
 	cfg.APIAddr = ts.Listener.Addr().String()
 	cfg.Version = "test-1"
+	cfg.AllowExec = o.allowExec
 	cfg.Partitions = testPartitions
 	cfg.LeaseTTL = 2 * time.Second
 	cfg.Workers, cfg.Queue, cfg.BatchSize = 4, 1024, 256

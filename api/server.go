@@ -52,9 +52,18 @@ type Config struct {
 	// AuthToken, when not empty, is required of every request under /v1 as
 	// "Authorization: Bearer <token>"; others get 401. The node also sends
 	// it with its requests to other nodes, so a cluster shares one token.
-	// /healthz, /readyz, /metrics and the dashboard page stay open (load
-	// balancers and scrapers); the dashboard asks the user for the token.
+	// /healthz, /readyz and /metrics stay open (load balancers and
+	// scrapers) unless ProbeAuth; the dashboard page always does, and asks
+	// the user for the token.
 	AuthToken string
+	// ReadToken, when not empty, is a second token that may only read:
+	// requests with it are served for GET and HEAD, and refused with 403
+	// for every write. It needs AuthToken and must differ from it.
+	ReadToken string
+	// ProbeAuth puts /healthz, /readyz and /metrics behind the tokens too
+	// (either one); by default they are open, for load balancers and
+	// scrapers that hold no secret. It needs AuthToken.
+	ProbeAuth bool
 	// Version is the software version, reported by /v1/nodes/self and the
 	// shardcron_build_info metric.
 	Version string
@@ -83,8 +92,14 @@ func (c Config) Validate() error {
 	if c.MaxBatchBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBatchBytes must not be negative, got %d", ErrConfig, c.MaxBatchBytes))
 	}
-	if strings.ContainsAny(c.AuthToken, "\r\n") {
-		errs = append(errs, fmt.Errorf("%w: AuthToken must not contain line breaks", ErrConfig))
+	if strings.ContainsAny(c.AuthToken, "\r\n") || strings.ContainsAny(c.ReadToken, "\r\n") {
+		errs = append(errs, fmt.Errorf("%w: AuthToken and ReadToken must not contain line breaks", ErrConfig))
+	}
+	if c.ReadToken != "" && (c.AuthToken == "" || c.ReadToken == c.AuthToken) {
+		errs = append(errs, fmt.Errorf("%w: ReadToken needs an AuthToken that differs from it", ErrConfig))
+	}
+	if c.ProbeAuth && c.AuthToken == "" {
+		errs = append(errs, fmt.Errorf("%w: ProbeAuth needs AuthToken", ErrConfig))
 	}
 	return errors.Join(errs...)
 }
@@ -102,6 +117,7 @@ type Server struct {
 	peer     *http.Client
 	ownPeer  bool     // peer was made here: Close closes its idle connections
 	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
+	readSum  [32]byte // sha256 of ReadToken
 
 	rate    rateSampler
 	series  series
@@ -137,6 +153,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.AuthToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+	if cfg.ReadToken != "" {
+		s.readSum = sha256.Sum256([]byte(cfg.ReadToken))
 	}
 	s.reqs = newRequestMetrics()
 	reg, err := newMetrics(s.e, cfg.Version, s.reqs)
@@ -195,12 +214,11 @@ func (s *Server) sampleLoop() {
 // /readyz, /metrics and the dashboard at /.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
-// openPatterns are served without the auth token.
-var openPatterns = map[string]bool{
+// probePatterns are served without a token unless Config.ProbeAuth.
+var probePatterns = map[string]bool{
 	"GET /healthz": true,
 	"GET /readyz":  true,
 	"GET /metrics": true,
-	"GET /{$}":     true,
 }
 
 func (s *Server) routes() *http.ServeMux {
@@ -257,7 +275,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	req := withSlashID(r)
 	_, pattern = s.mux.Handler(req)
-	open := openPatterns[pattern] || pattern == "" && !underV1(req.URL.Path)
+	// The dashboard page holds no data: it asks the user for a token.
+	open := pattern == "GET /{$}" || probePatterns[pattern] && !s.cfg.ProbeAuth || pattern == "" && !underV1(req.URL.Path)
 	if !open && !s.authorized(sw, req) {
 		return
 	}
@@ -311,8 +330,9 @@ func pathID(r *http.Request) string {
 func underV1(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
 
 // authorized checks the bearer token, answering 401 when it is missing or
-// wrong. Both sides are hashed first so that the comparison takes the same
-// time whatever the length of the token sent.
+// wrong, and 403 when it is the read-only token on a write. Both sides are
+// hashed first so that the comparison takes the same time whatever the
+// length of the token sent. No answer or log quotes a token.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.AuthToken == "" {
 		return true
@@ -325,12 +345,20 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="shardcron", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "the bearer token is not this node's auth token")
+	full := subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
+	read := s.cfg.ReadToken != "" && subtle.ConstantTimeCompare(got[:], s.readSum[:]) == 1
+	switch {
+	case full:
+		return true
+	case read && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		return true
+	case read:
+		writeError(w, http.StatusForbidden, "the read-only token cannot %s %s: writes need the auth token", r.Method, r.URL.EscapedPath())
 		return false
 	}
-	return true
+	w.Header().Set("WWW-Authenticate", `Bearer realm="shardcron", error="invalid_token"`)
+	writeError(w, http.StatusUnauthorized, "the bearer token is not this node's auth token")
+	return false
 }
 
 // noRoute answers a request no pattern matches: 405 with Allow when the
@@ -346,7 +374,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), allow)
 		return
 	}
-	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in API.md)", r.Method, r.URL.EscapedPath())
+	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in docs/api.md)", r.Method, r.URL.EscapedPath())
 	if strings.HasPrefix(r.URL.Path, "/v1/tasks/") {
 		msg += `; a task id containing "/" must be path-escaped in the URL, e.g. /v1/tasks/billing%2Finvoice-42`
 	}

@@ -701,6 +701,52 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 	})
 
+	t.Run("ReadTokenAndProbeAuth", func(t *testing.T) {
+		var logs syncBuffer
+		_, rts := n.serve(t, Config{AuthToken: "full-XYZ", ReadToken: "read-XYZ", ProbeAuth: true,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		read, full := []string{"Authorization", "Bearer read-XYZ"}, []string{"Authorization", "Bearer full-XYZ"}
+		if a := call(t, rts, "PUT", "/v1/tasks/rt", noopJSON(""), full...); a.status != http.StatusOK {
+			t.Fatalf("PUT with the auth token: %v", a)
+		}
+		for _, path := range []string{"/v1/tasks?limit=1", "/v1/tasks/rt", "/v1/tasks/rt/history", "/v1/nodes", "/v1/partitions", "/healthz", "/readyz", "/metrics"} {
+			if a := call(t, rts, "GET", path, "", read...); a.status != http.StatusOK {
+				t.Fatalf("GET %s with the read token: %v", path, a)
+			}
+		}
+		// Every write the API has, refused with the read token, and
+		// nothing changed.
+		for _, w := range []struct{ method, path, body string }{
+			{"PUT", "/v1/tasks/rt", noopJSON("")}, {"PUT", "/v1/tasks/rt2", noopJSON("")}, {"DELETE", "/v1/tasks/rt", ""},
+			{"POST", "/v1/tasks:batch", `{"id": "rt3", "schedule": "@daily", "executor": {"type": "noop"}}`},
+			{"POST", "/v1/tasks/rt/pause", ""}, {"POST", "/v1/tasks/rt/resume", ""}, {"POST", "/v1/tasks/rt/trigger", ""},
+		} {
+			wantError(t, call(t, rts, w.method, w.path, w.body, read...), http.StatusForbidden, "read-only token")
+		}
+		if a := call(t, rts, "GET", "/v1/tasks/rt", "", read...); a.status != http.StatusOK || decodeTask(t, a).Paused {
+			t.Fatalf("after refused writes: %v", a)
+		}
+		wantError(t, call(t, rts, "GET", "/v1/tasks/rt2", "", read...), http.StatusNotFound)
+		for _, probe := range []string{"/healthz", "/readyz", "/metrics"} {
+			wantError(t, call(t, rts, "GET", probe, ""), http.StatusUnauthorized)
+		}
+		if a := call(t, rts, "GET", "/", ""); a.status != http.StatusOK {
+			t.Fatalf("the dashboard page without a token: %v", a)
+		}
+		if l := logs.String(); strings.Contains(l, "XYZ") {
+			t.Fatalf("a token reached the log: %s", l)
+		}
+	})
+
+	t.Run("TokenConfigRefused", func(t *testing.T) {
+		for _, c := range []Config{{ReadToken: "r"}, {AuthToken: "a", ReadToken: "a"}, {ProbeAuth: true}} {
+			c.Engine = n.e
+			if _, err := New(c); !errors.Is(err, ErrConfig) {
+				t.Errorf("%+v: %v", c, err)
+			}
+		}
+	})
+
 	// Last: a closed engine is fenced, and /readyz says so.
 	t.Run("NotReadyAfterClose", func(t *testing.T) {
 		if err := n.e.Close(); err != nil {

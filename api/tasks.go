@@ -51,15 +51,47 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "id: %q in the body differs from %q in the path", t.ID, id)
 		return
 	}
+	warning, err := s.runnable(r.Context(), t, nil)
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
 	stored, err := s.reg.Put(r.Context(), t, engine.PutOptions{IfVersion: ifVersion})
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
 	}
+	if warning != "" {
+		w.Header().Set(WarningHeader, warning)
+	}
 	// Only a local state: the owner has likely not seen this write yet,
 	// and asking another node would slow every write down.
 	stored.State = s.localState(r.Context(), id)
 	writeTask(w, http.StatusOK, stored)
+}
+
+// WarningHeader carries what a successful PUT /v1/tasks/{id} warns of: a
+// task that only some live nodes can run.
+const WarningHeader = "Shardcron-Warning"
+
+// runnable refuses (*engine.ValidationError) a task that no live node can
+// run, and returns a warning when only some can. rs caches the nodes'
+// capabilities across the tasks of a batch; nil reads them.
+func (s *Server) runnable(ctx context.Context, t *engine.Task, rs **engine.Runners) (string, error) {
+	if !engine.NeedsRunner(t) {
+		return "", nil
+	}
+	if rs == nil || *rs == nil {
+		got, err := s.reg.Runners(ctx)
+		if err != nil {
+			return "", err
+		}
+		if rs == nil {
+			return got.Check(t)
+		}
+		*rs = &got
+	}
+	return (*rs).Check(t)
 }
 
 // parseIfMatch reads If-Match: a version, plain (123) or quoted ("123").

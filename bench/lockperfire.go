@@ -13,7 +13,8 @@ import (
 	"github.com/shardcron/shardcron/engine"
 )
 
-// The seed's design (../shared/seeds/), built as the article builds it:
+// The seed's design (a Chinese article on etcd-locked cron, the baseline
+// of docs/design.md), built as the article builds it:
 // every node runs a robfig cron holding every task; on each fire, each node
 // creates a concurrency.Session (a lease and its keep-alive) and races for
 // the task's concurrency.Mutex with TryLock; the winner submits the task to

@@ -26,7 +26,7 @@ func clockTweak(clock Clock, misfire time.Duration, more func(*Config)) func(*Co
 
 // TestEngine_DSTBerlin2026 runs Europe/Berlin tasks through both clock
 // changes of 2026 on a clock ten times faster than real time, and checks
-// API.md's rule end to end: a wall time in the spring gap fires once at
+// docs/api.md's rule end to end: a wall time in the spring gap fires once at
 // the first instant after it, and a wall time of the repeated autumn hour
 // fires only at its first occurrence.
 func TestEngine_DSTBerlin2026(t *testing.T) {

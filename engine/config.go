@@ -88,6 +88,10 @@ type Config struct {
 	Clock Clock
 	// Logger receives the engine's logs (default slog.Default()).
 	Logger *slog.Logger
+
+	// handlerNames lists the handlers registered on the engine, published
+	// with the node's membership; set by New.
+	handlerNames func() []string
 }
 
 // DefaultConfig returns the defaults for a node.
@@ -191,10 +195,20 @@ func (c Config) Validate() error {
 func (c Config) membership(cli *clientv3.Client) membership.Config {
 	return membership.Config{
 		Client: cli, Prefix: c.Prefix, NodeID: c.NodeID,
-		Info: membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version},
+		Info: c.nodeInfo(),
 		TTL:  c.LeaseTTL, KeepAliveInterval: c.KeepAliveInterval, FenceMargin: c.FenceMargin,
 		Logger: c.Logger,
 	}
+}
+
+// nodeInfo is what the node publishes under its membership key: its
+// address, version and what it can run.
+func (c Config) nodeInfo() membership.NodeInfo {
+	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Exec: c.AllowExec}
+	if c.handlerNames != nil {
+		info.Handlers = c.handlerNames()
+	}
+	return info
 }
 
 func (c Config) ring() ring.Config {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		uncached:  make([]atomic.Bool, cfg.Partitions),
 	}
 	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec, durations: &e.execDur}
+	e.cfg.handlerNames = e.handlers.Names
 	if cfg.Version != "" {
 		e.execs.userAgent = "shardcron/" + cfg.Version
 	}
@@ -114,9 +116,33 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 }
 
 // Handle registers an in-process handler for tasks whose executor is
-// {"type": "handler", "name": name}. It may be called before or after Start;
-// a fire of a task whose handler is not registered on its owner fails.
-func (e *Engine) Handle(name string, fn HandlerFunc) { e.handlers.Handle(name, fn) }
+// {"type": "handler", "name": name}; a nil fn removes it. It may be called
+// before or after Start: the node publishes its handlers in its membership
+// record (after Start, with one etcd write, 5 s at most, logged when it
+// fails), and the API refuses a handler task that no live node registered.
+// A fire of a task whose handler is not registered on its owner fails.
+func (e *Engine) Handle(name string, fn HandlerFunc) {
+	e.handlers.Handle(name, fn)
+	e.publishInfo()
+}
+
+// publishInfo brings the node's membership record up to date with its
+// handlers, when it has a live session whose record differs.
+func (e *Engine) publishInfo() {
+	s := e.sess.Load()
+	if s == nil || s.Fenced() {
+		return // Join and rejoin publish the current info
+	}
+	info := e.cfg.nodeInfo()
+	if slices.Equal(info.Handlers, s.Info().Handlers) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Publish(ctx, info); err != nil {
+		e.log.Warn("publishing the node's handlers failed; the API may refuse tasks of the new ones", "err", err)
+	}
+}
 
 // Registry returns the task registry; it is usable once Start returned.
 func (e *Engine) Registry() *Registry { return e.reg }
@@ -140,6 +166,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.sess.Store(sess)
+	e.publishInfo() // a handler registered while Join ran
 
 	now := e.cfg.Clock.Now().UnixNano()
 	e.pool = newPool(e.cfg, e.store, &e.stats, e.fenced, now)

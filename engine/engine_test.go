@@ -39,7 +39,7 @@ func TestEngine_EverySecondNoDuplicateNoGap(t *testing.T) {
 	}
 }
 
-// TestEngine_EtcdRequestsIndependentOfFireRate checks DESIGN.md invariant 5:
+// TestEngine_EtcdRequestsIndependentOfFireRate checks docs/design.md invariant 5:
 // in steady state a node sends etcd the same number of requests over a
 // fixed window whether it fires 10 or 5000 times a second (watermark
 // writes and keep-alives, nothing per fire). The node's client counts what

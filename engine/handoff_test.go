@@ -29,7 +29,7 @@ func noGap(t *testing.T, log *fireLog, id string) {
 // watermark, not from the new session's: nothing between the cut and the
 // restart may be skipped, and only fires scheduled in the bounded lead
 // after the dead session's last acknowledged watermark may repeat
-// (DESIGN.md invariant 3).
+// (docs/design.md invariant 3).
 func TestEngine_CrashThenRestartWithSameIDMissesNothing(t *testing.T) {
 	c := etcdtest.Start(t)
 	log := newFireLog()
@@ -358,7 +358,7 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 
 // Nodes join and leave gracefully while 200 tasks fire every second: the
 // ring moves partitions at every change, and no fire may be repeated or
-// missed (DESIGN.md invariants 1 and 2).
+// missed (docs/design.md invariants 1 and 2).
 func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster scenario")

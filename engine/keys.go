@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// keys is the etcd key layout of DESIGN.md under one prefix.
+// keys is the etcd key layout of docs/design.md under one prefix.
 //
 // Partitions are written as five zero-padded digits (P is at most 65536), so
 // the keys of one partition form one contiguous range, and consecutive

@@ -11,7 +11,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
 
-// effectWithin is DESIGN.md invariant 6: a put, pause, resume, delete or
+// effectWithin is docs/design.md invariant 6: a put, pause, resume, delete or
 // trigger takes effect on the owner within one second of the registry call
 // returning.
 const effectWithin = time.Second

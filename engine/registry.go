@@ -23,7 +23,7 @@ var (
 	ErrPartitionsMismatch = errors.New("engine: partition count differs from the cluster's")
 )
 
-// etcd's request limits (DESIGN.md): a transaction holds at most 128
+// etcd's request limits (docs/design.md): a transaction holds at most 128
 // operations and a request at most 1.5 MiB; batches stay well inside both.
 const (
 	maxTxnOps     = 128

@@ -40,7 +40,7 @@ func noopTask(id, spec string) *Task {
 	return &Task{ID: id, Schedule: spec, Executor: Executor{Type: ExecutorNoop}}
 }
 
-// TestRegistry_RefusesBadInput is DESIGN.md invariant 8: every kind of bad
+// TestRegistry_RefusesBadInput is docs/design.md invariant 8: every kind of bad
 // input is refused with a *ValidationError naming the field, through each
 // way in (DecodeTask for JSON, Put and PutBatch for Go values), and etcd's
 // revision does not move.

@@ -12,7 +12,7 @@ import (
 // RequestCounter counts the requests an etcd client sends, by operation
 // (range, put, txn, lease_keep_alive, watch, ...), to show that steady
 // state costs etcd a number of requests independent of the fire rate
-// (DESIGN.md invariant 5). Install it with DialOptions on the client:
+// (docs/design.md invariant 5). Install it with DialOptions on the client:
 //
 //	clientv3.Config{DialOptions: rc.DialOptions(), ...}
 //

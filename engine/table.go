@@ -10,7 +10,7 @@ import (
 
 // The task table keeps an owner's tasks in pointer-free records, so that a
 // heap of ten million tasks gives the garbage collector almost nothing to
-// scan (DESIGN.md, facts measured): records live in fixed pages, task ids
+// scan (docs/design.md, facts measured): records live in fixed pages, task ids
 // in append-only byte chunks, and the id index maps a 64-bit hash to a
 // record, with collisions chained through the records. The records of a
 // partition are linked in a list of their own, so that releasing or

@@ -29,7 +29,7 @@ const (
 	DefaultHTTPMethod    = "POST"
 )
 
-// Task is a recurring task as API.md's "Task JSON" defines it: the JSON field
+// Task is a recurring task as docs/api.md's "Task JSON" defines it: the JSON field
 // names and formats of this struct are the external contract.
 //
 // Build one with DecodeTask, or in Go and call Validate; both apply the
@@ -157,7 +157,7 @@ type HistoryLimit struct {
 }
 
 // MisfirePolicy is what happens to fires missed by more than the misfire
-// threshold (see DESIGN.md).
+// threshold (see docs/design.md).
 type MisfirePolicy string
 
 // The misfire policies.
@@ -242,7 +242,7 @@ func parseDuration(b []byte) (time.Duration, string) {
 	return v, ""
 }
 
-// DecodeTask decodes and validates a task from its JSON (API.md "Task
+// DecodeTask decodes and validates a task from its JSON (docs/api.md "Task
 // JSON"), applying the defaults to the fields left out. It refuses, with a
 // *ValidationError naming the field: input over MaxTaskSize, malformed JSON
 // or trailing data, invalid UTF-8, unknown fields (names match exactly, not

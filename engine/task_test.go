@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// apiExample is the task of API.md's "Task JSON".
+// apiExample is the task of docs/api.md's "Task JSON".
 const apiExample = `{
   "id": "billing/invoice-42",
   "schedule": "0 */5 * * * *",

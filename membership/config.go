@@ -24,7 +24,8 @@ const (
 const maxNodeIDLen = 256
 
 // NodeInfo is what a node publishes under its key, as JSON
-// {"id","api_addr","started_at","version"}.
+// {"id","api_addr","started_at","version","leaving","exec","handlers"}.
+// It is read by every node on every membership change: keep it small.
 type NodeInfo struct {
 	ID        string    `json:"id"`
 	APIAddr   string    `json:"api_addr"`
@@ -33,6 +34,11 @@ type NodeInfo struct {
 	// Leaving is set by Session.Leave: the node is handing its partitions
 	// over before it goes, and the ring leaves it out.
 	Leaving bool `json:"leaving,omitempty"`
+	// Exec says that the node runs the exec executor (--allow-exec), and
+	// Handlers names the in-process handlers it registered, sorted: the
+	// registry refuses a task that no live node can run.
+	Exec     bool     `json:"exec,omitempty"`
+	Handlers []string `json:"handlers,omitempty"`
 }
 
 // Config configures Join. Zero durations take the defaults named on each

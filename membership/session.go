@@ -48,11 +48,12 @@ const revokeTimeout = 5 * time.Second
 //
 // All methods are safe for concurrent use.
 type Session struct {
-	cli   *clientv3.Client
-	cfg   Config // defaults applied
-	key   string
-	lease clientv3.LeaseID
-	log   *slog.Logger
+	cli    *clientv3.Client
+	cfg    Config     // defaults applied; cfg.Info is guarded by infoMu
+	infoMu sync.Mutex // guards cfg.Info after Join, and orders its writes
+	key    string
+	lease  clientv3.LeaseID
+	log    *slog.Logger
 
 	// base is the origin of the session's monotonic clock: deadline holds
 	// nanoseconds since base, so wall-clock jumps cannot move it.
@@ -396,8 +397,35 @@ func (s *Session) Key() string { return nodeKey(s.cfg.Prefix, s.cfg.NodeID) }
 // stays under the lease: the other nodes leave it out of the ring and take
 // its partitions over while it still fires them. Close removes the key.
 func (s *Session) Leave(ctx context.Context) error {
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
 	info := s.cfg.Info
 	info.Leaving = true
+	return s.putInfo(ctx, info, "mark %s as leaving")
+}
+
+// Publish replaces what the node publishes under its key (its
+// capabilities, say) with info. The id, the start time and the leaving
+// mark stay the session's: info cannot change them.
+func (s *Session) Publish(ctx context.Context, info NodeInfo) error {
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
+	info.ID, info.StartedAt, info.Leaving = s.cfg.Info.ID, s.cfg.Info.StartedAt, s.cfg.Info.Leaving
+	return s.putInfo(ctx, info, "publish the node info of %s")
+}
+
+// Info returns what the node publishes under its key.
+func (s *Session) Info() NodeInfo {
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
+	return s.cfg.Info
+}
+
+// putInfo writes info under the node key, on the condition that the key is
+// still the session's, and keeps it as the session's on success. what
+// names the operation for the error, with a %s for the node id. The
+// caller holds infoMu.
+func (s *Session) putInfo(ctx context.Context, info NodeInfo, what string) error {
 	value, err := json.Marshal(info)
 	if err != nil {
 		return fmt.Errorf("membership: encode node info: %w", err)
@@ -407,12 +435,13 @@ func (s *Session) Leave(ctx context.Context) error {
 		Then(clientv3.OpPut(s.key, string(value), clientv3.WithLease(s.lease))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("membership: mark %s as leaving: %w", s.cfg.NodeID, err)
+		return fmt.Errorf("membership: "+what+": %w", s.cfg.NodeID, err)
 	}
 	if !resp.Succeeded {
 		s.end(ErrLeaseLost)
 		return ErrLeaseLost
 	}
+	s.cfg.Info = info
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -338,5 +339,33 @@ func BenchmarkSession_Fenced(b *testing.B) {
 		if s.Fenced() {
 			b.Fatal("fenced")
 		}
+	}
+}
+
+// TestSession_PublishKeepsIdentityAndLeaving: Publish changes what the
+// node advertises (its capabilities), never its id, start time or leaving
+// mark, and Leave keeps what was published.
+func TestSession_PublishKeepsIdentityAndLeaving(t *testing.T) {
+	c := etcdtest.Start(t)
+	s := join(t, testConfig(c.Client, "cap"))
+	started := s.Info().StartedAt
+	ctx := ctxTimeout(t, 5*time.Second)
+	if err := s.Publish(ctx, NodeInfo{ID: "other", APIAddr: "127.0.0.1:81", Exec: true, Handlers: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(ctx, NodeInfo{APIAddr: "127.0.0.1:81", Exec: true, Handlers: []string{"a", "b", "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	ms, _, err := List(ctx, c.Client, "")
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("List = %+v, %v", ms, err)
+	}
+	got := ms[0].Info
+	if got.ID != "cap" || !got.StartedAt.Equal(started) || !got.Leaving || !got.Exec ||
+		!slices.Equal(got.Handlers, []string{"a", "b", "c"}) || got.APIAddr != "127.0.0.1:81" {
+		t.Fatalf("published %+v", got)
 	}
 }

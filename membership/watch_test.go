@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestList_SortedWithRevision(t *testing.T) {
 	if ms[0].Info.APIAddr != "127.0.0.1:80" || ms[0].Info.ID != "a" || ms[0].Info.Version != "test" {
 		t.Errorf("member a info %+v", ms[0].Info)
 	}
-	if ms[3].Info != (NodeInfo{ID: "d"}) {
+	if !reflect.DeepEqual(ms[3].Info, NodeInfo{ID: "d"}) {
 		t.Errorf("malformed member info %+v, want only the id", ms[3].Info)
 	}
 	resp, err := c.Client.Get(ctx, "/")

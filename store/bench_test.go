@@ -87,7 +87,7 @@ func BenchmarkHistoryWrite(b *testing.B) {
 	}
 }
 
-// taskValue is a task JSON of about 400 bytes, the size DESIGN.md plans for.
+// taskValue is a task JSON of about 400 bytes, the size docs/design.md plans for.
 func taskValue(i int) []byte {
 	return fmt.Appendf(nil, `{"id":"task-%012d","schedule":"H/5 * * * *","timezone":"Europe/Berlin",`+
 		`"executor":{"type":"http","url":"http://127.0.0.5/hook/%d","method":"POST","headers":{"X-Team":"billing"},`+

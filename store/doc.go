@@ -4,7 +4,7 @@
 //
 // It knows nothing of etcd or scheduling: values are opaque bytes,
 // partitions are uint32, revisions int64. Only etcd is authoritative
-// (DESIGN.md invariant 9): deleting the data directory loses execution
+// (docs/design.md invariant 9): deleting the data directory loses execution
 // history, never a task or a fire, so every failure here can be answered
 // by reading etcd again.
 //
@@ -72,7 +72,7 @@
 // byte below MaxHistoryLimit; the value is the record's sequence number
 // (uint64 big-endian, increasing across restarts: it orders the records
 // of a ring) followed by the record. Task ids contain no control
-// characters (API.md), so \x00 ends the id. The partition prefix t/<p>/
+// characters (docs/api.md), so \x00 ends the id. The partition prefix t/<p>/
 // selects exactly one partition, so a partition is one prefix scan. The
 // layout's version is Badger's external magic number (formatVersion): a
 // directory with another layout is refused. Earlier versions kept one key

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Execution statuses (API.md's execution record).
+// Execution statuses (docs/api.md's execution record).
 const (
 	StatusOK       = "ok"
 	StatusFailed   = "failed"
@@ -17,7 +17,7 @@ const (
 )
 
 // Execution is one execution record: one attempt of one fire of a task, or
-// a fire that was skipped, misfired or canceled. Its JSON form is API.md's
+// a fire that was skipped, misfired or canceled. Its JSON form is docs/api.md's
 // execution record. Times returned by History are in UTC with nanosecond
 // precision and no monotonic clock reading.
 type Execution struct {

@@ -58,6 +58,8 @@ func cli(stdin string, args ...string) cliResult {
 		code = runNodes(args[1:], &out, &errb)
 	case "version":
 		code = runVersion(args[1:], &out, &errb)
+	case "ready":
+		code = runReady(args[1:], &out, &errb)
 	default:
 		panic("cli: unknown command " + args[0])
 	}
@@ -270,6 +272,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"import":       {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
 		"nodes":        {"PARTITIONS"},
 		"version":      {"--output"},
+		"ready":        {"/readyz", "--server"},
 	}
 	for name, parts := range commands {
 		for _, h := range []string{"--help", "-h"} {
@@ -326,6 +329,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
 		{[]string{"import", "--batch", "0", "-"}, []string{"--batch: 0 is not within 1-10000"}},
 		{[]string{"nodes", "extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"ready", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"version", "--output", "xml"}, []string{`--output: "xml"`}},
 		{[]string{"version", "--server", "x"}, []string{"flag provided but not defined: -server"}},
 	}

@@ -25,7 +25,7 @@ const (
 	exitUsage = 2 // the command line is wrong; nothing was sent
 )
 
-// Defaults of the client flags (API.md "The binary").
+// Defaults of the client flags (docs/api.md "The binary").
 const (
 	defaultServer  = "http://127.0.0.1:8080"
 	defaultTimeout = 30 * time.Second
@@ -202,12 +202,14 @@ type clientFlags struct {
 	token   string
 	output  string
 	timeout time.Duration
+	stderr  io.Writer // receives the node's warnings
 }
 
 // register adds the client flags to c. Defaults from the environment are
 // applied by resolve, after parsing, so that --help shows the built-in
 // defaults and never prints a token.
 func (f *clientFlags) register(c *command) {
+	f.stderr = c.stderr
 	c.fs.StringVar(&f.server, "server", defaultServer, "base `URL` of a node's HTTP API (env "+envServer+")")
 	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envToken+")")
 	c.fs.StringVar(&f.output, "output", outputTable, "output `FORMAT`: table or json")
@@ -267,7 +269,14 @@ func normalizeServer(s string) (string, error) {
 }
 
 // client returns an API client for the flags.
-func (f *clientFlags) client() *api.Client { return api.NewClient(f.server, f.token) }
+// Warnings of the node go to stderr.
+func (f *clientFlags) client() *api.Client {
+	c := api.NewClient(f.server, f.token)
+	if f.stderr != nil {
+		c.Warn = func(w string) { fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w) }
+	}
+	return c
+}
 
 // ctx returns the context of one request: it ends after --timeout.
 func (f *clientFlags) ctx() (context.Context, context.CancelFunc) {

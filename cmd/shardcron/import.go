@@ -24,7 +24,7 @@ import (
 const importHelp = `Usage: shardcron import [flags] FILE
        shardcron import [flags] -          (read stdin)
 
-Bulk-loads tasks from JSON Lines: one task JSON object per line (API.md
+Bulk-loads tasks from JSON Lines: one task JSON object per line (docs/api.md
 "Task JSON"); blank lines and lines starting with # are skipped. Tasks are
 sent in batches to POST /v1/tasks:batch. A line that is not valid (bad
 JSON, a task the server refuses, more than 64 KiB) is reported with its

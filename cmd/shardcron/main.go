@@ -1,4 +1,4 @@
-// Command shardcron runs a shardcron node and talks to one: see API.md for
+// Command shardcron runs a shardcron node and talks to one: see docs/api.md for
 // the commands, their flags and the HTTP API they use.
 package main
 
@@ -15,6 +15,7 @@ Usage:
   shardcron task     put|get|list|delete|pause|resume|trigger|history ...
   shardcron import   FILE        bulk-load tasks from JSON Lines ('-' = stdin)
   shardcron nodes                members, their partitions and task counts
+  shardcron ready                exit 0 if the node is ready (health checks)
   shardcron bench    [flags]     the benchmark harness
   shardcron version
 
@@ -43,6 +44,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runImport(rest, stdin, stdout, stderr)
 	case "nodes":
 		return runNodes(rest, stdout, stderr)
+	case "ready":
+		return runReady(rest, stdout, stderr)
 	case "bench":
 		return runBench(rest, stdout, stderr)
 	case "version", "--version":

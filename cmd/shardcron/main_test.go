@@ -56,8 +56,15 @@ type proc struct {
 // node logs that it started.
 func startServer(t *testing.T, wait bool, args ...string) *proc {
 	t.Helper()
+	return startServerEnv(t, nil, wait, args...)
+}
+
+// startServerEnv is startServer with env added to the environment.
+func startServerEnv(t *testing.T, env []string, wait bool, args ...string) *proc {
+	t.Helper()
 	all := append([]string{"server", "--listen", "127.0.0.1:0", "--log-format", "json", "--lease-ttl", "2s"}, args...)
 	p := &proc{t: t, cmd: exec.Command(binPath, all...), exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,9 @@ import (
 	"github.com/shardcron/shardcron/store"
 )
 
-// serverFlags are the flags of 'shardcron server' (API.md).
+// serverFlags are the flags of 'shardcron server' (docs/api.md). Every
+// flag can also come from the environment variable SHARDCRON_<FLAG> (upper
+// case, '-' as '_'); the command line wins.
 type serverFlags struct {
 	etcd, etcdPrefix                       string
 	etcdCACert, etcdCert, etcdKey          string
@@ -43,6 +45,8 @@ type serverFlags struct {
 	successLimit, failureLimit             int
 	allowExec                              bool
 	authToken, logFormat, logLevel         string
+	authTokenFile, etcdPasswordFile        string
+	readToken, readTokenFile, probeAuth    string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 }
 
@@ -56,11 +60,34 @@ SIGINT or SIGTERM stops the node gracefully: it stops accepting requests,
 hands its partitions over with their checkpoints written, lets running
 executions finish (up to --drain-timeout) and exits 0.
 
+Every flag can also be set by the environment variable named after it:
+SHARDCRON_ and the flag in upper case with '_' for '-' (--lease-ttl is
+SHARDCRON_LEASE_TTL). A flag on the command line wins over its variable.
+Secrets (tokens, the etcd password) are best given as files
+(--auth-token-file, --read-token-file, --etcd-password-file) or variables;
+their values are never printed, in this help or in logs and errors.
+
 Example:
   shardcron server --listen 127.0.0.1:8080 --data-dir ./node1
+  SHARDCRON_AUTH_TOKEN_FILE=/run/secrets/token shardcron server --etcd https://etcd:2379
 
 Flags:
 `
+
+// secretFlags hold secrets: their values (from the command line, a file
+// or the environment) are never printed.
+var secretFlags = map[string]bool{"auth-token": true, "read-token": true, "etcd-password": true}
+
+// envName is the environment variable of a server flag.
+func envName(flag string) string {
+	return "SHARDCRON_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Probe authorization modes (--probe-auth).
+const (
+	probeOpen  = "open"
+	probeToken = "token"
+)
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	d := engine.DefaultConfig("")
@@ -70,7 +97,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate file for etcd TLS")
 	fs.StringVar(&f.etcdKey, "etcd-key", "", "client key file for etcd TLS")
 	fs.StringVar(&f.etcdUser, "etcd-user", "", "etcd user name")
-	fs.StringVar(&f.etcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&f.etcdPassword, "etcd-password", "", "etcd password (prefer --etcd-password-file: a command line is visible to every local user)")
+	fs.StringVar(&f.etcdPasswordFile, "etcd-password-file", "", "read the etcd password from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.etcdListen, "etcd-listen", "", "client address of the embedded etcd (default: 127.0.0.1 and the API port + 10000)")
 	fs.StringVar(&f.etcdPeerListen, "etcd-peer-listen", "", "peer address of the embedded etcd (default: 127.0.0.1 and the API port + 20000)")
 	fs.StringVar(&f.dataDir, "data-dir", "./shardcron-data", "directory of the Badger cache and execution history (and the embedded etcd)")
@@ -92,7 +120,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.failureLimit, "history-failure-limit", store.DefaultFailureLimit,
 		fmt.Sprintf("failed, timed-out, skipped, misfired and canceled executions kept per task, the most recent (0-%d; a task's history_limit.failures overrides it)", store.MaxHistoryLimit))
 	fs.BoolVar(&f.allowExec, "allow-exec", false, "enable the exec executor on this node (tasks then run commands as this user)")
-	fs.StringVar(&f.authToken, "auth-token", os.Getenv("SHARDCRON_AUTH_TOKEN"), "when set, every /v1 request needs 'Authorization: Bearer <token>' (env SHARDCRON_AUTH_TOKEN)")
+	fs.StringVar(&f.authToken, "auth-token", "", "when set, every /v1 request needs 'Authorization: Bearer <token>'; nodes of a cluster share it (prefer --auth-token-file)")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
+	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
+	fs.StringVar(&f.readTokenFile, "read-token-file", "", "read the read-only token from `FILE` (trailing newline ignored)")
+	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long to wait for etcd at start before giving up")
@@ -105,6 +137,13 @@ func runServer(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f serverFlags
 	f.register(fs)
+	fs.VisitAll(func(fl *flag.Flag) {
+		if secretFlags[fl.Name] {
+			fl.Usage += " (env " + envName(fl.Name) + "; its value is never shown)"
+		} else {
+			fl.Usage += " (env " + envName(fl.Name) + ")"
+		}
+	})
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serverUsage)
 		fs.PrintDefaults()
@@ -113,6 +152,14 @@ func runServer(args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if err := applyEnv(fs, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		return 2
+	}
+	if err := f.readSecrets(); err != nil {
+		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -136,6 +183,63 @@ func runServer(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// applyEnv sets every flag left off the command line from its environment
+// variable (envName), when that is set. The value of a secret is never
+// quoted in an error.
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	var errs []error
+	fs.VisitAll(func(fl *flag.Flag) {
+		v, ok := lookup(envName(fl.Name))
+		if !ok || set[fl.Name] {
+			return
+		}
+		if err := fs.Set(fl.Name, v); err != nil {
+			if secretFlags[fl.Name] {
+				errs = append(errs, fmt.Errorf("%s: not a valid value for --%s", envName(fl.Name), fl.Name))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: invalid value %q for --%s: %v", envName(fl.Name), v, fl.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// readSecrets reads the secrets given as files. A secret given both
+// directly and as a file is refused: which one wins would be a guess.
+func (f *serverFlags) readSecrets() error {
+	for _, s := range []struct {
+		name, file string
+		dst        *string
+	}{
+		{"auth-token", f.authTokenFile, &f.authToken},
+		{"read-token", f.readTokenFile, &f.readToken},
+		{"etcd-password", f.etcdPasswordFile, &f.etcdPassword},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if *s.dst != "" {
+			return fmt.Errorf("--%s and --%s-file are both set (on the command line or in %s and %s): give one",
+				s.name, s.name, envName(s.name), envName(s.name+"-file"))
+		}
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			return fmt.Errorf("--%s-file: %w", s.name, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		switch {
+		case v == "":
+			return fmt.Errorf("--%s-file: %s is empty", s.name, s.file)
+		case strings.ContainsAny(v, "\r\n"):
+			return fmt.Errorf("--%s-file: %s holds more than one line", s.name, s.file)
+		}
+		*s.dst = v
+	}
+	return nil
 }
 
 // check refuses flag values that the engine would otherwise take as "use
@@ -169,6 +273,16 @@ func (f *serverFlags) check() error {
 	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
 	default:
 		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
+	}
+	switch {
+	case f.probeAuth != probeOpen && f.probeAuth != probeToken:
+		return fmt.Errorf("--probe-auth: %q is not open or token", f.probeAuth)
+	case f.probeAuth == probeToken && f.authToken == "":
+		return errors.New("--probe-auth token needs --auth-token (or --auth-token-file)")
+	case f.readToken != "" && f.authToken == "":
+		return errors.New("--read-token needs --auth-token: without it, writes need no token at all")
+	case f.readToken != "" && f.readToken == f.authToken:
+		return errors.New("--read-token must differ from --auth-token")
 	}
 	return nil
 }
@@ -285,7 +399,8 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	defer eng.Close()
 
-	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, Version: version, Logger: log})
+	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, ReadToken: f.readToken,
+		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log})
 	if err != nil {
 		return err
 	}

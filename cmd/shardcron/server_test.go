@@ -242,18 +242,32 @@ func TestServer_HistoryFlagsReachStore(t *testing.T) {
 	}
 }
 
+// TestServer_HelpExplainsFlags: --help lists every flag 'server' takes,
+// and docs/api.md names each one.
 func TestServer_HelpExplainsFlags(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "server", "--help")
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, flag := range []string{"-etcd", "-etcd-prefix", "-etcd-cacert", "-etcd-cert", "-etcd-key", "-etcd-user",
-		"-etcd-password", "-data-dir", "-listen", "-node-id", "-partitions", "-replication", "-load", "-workers",
-		"-queue", "-lease-ttl", "-tick", "-misfire-threshold", "-history", "-history-ttl", "-history-success-limit", "-history-failure-limit", "-allow-exec",
-		"-auth-token", "-log-format"} {
-		if !strings.Contains(stderr, "  "+flag+" ") && !strings.Contains(stderr, "  "+flag+"\n") {
-			t.Errorf("--help does not list %s", flag)
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	var f serverFlags
+	f.register(fs)
+	n := 0
+	fs.VisitAll(func(fl *flag.Flag) {
+		n++
+		if !strings.Contains(stderr, "  -"+fl.Name+" ") && !strings.Contains(stderr, "  -"+fl.Name+"\n") {
+			t.Errorf("--help does not list -%s", fl.Name)
 		}
+		if !strings.Contains(string(doc), "`--"+fl.Name+"`") {
+			t.Errorf("docs/api.md does not name the server flag --%s", fl.Name)
+		}
+	})
+	if n < 30 {
+		t.Errorf("only %d server flags registered", n)
 	}
 }
 
@@ -303,6 +317,30 @@ func TestCLI_AgainstRunningServer(t *testing.T) {
 	}
 	if out := mustOK(cli("", "nodes")); !strings.Contains(out, "cli-node") {
 		t.Fatalf("nodes: %s", out)
+	}
+	if out := mustOK(cli("", "ready")); out != "ready\n" {
+		t.Fatalf("ready: %q", out)
+	}
+	// get | edit | put -f honours the version read: a change made in
+	// between is not overwritten, unless --force.
+	read := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json"))
+	edited := strings.Replace(read, `"paused": false`, `"paused": true`, 1)
+	edited = strings.Replace(edited, `"paused":false`, `"paused":true`, 1)
+	mustOK(cli("", "task", "put", "--id", "cli/every-second", "--schedule", "*/2 * * * * *", "--url", s.URL))
+	if _, stderr, code := cli(edited, "task", "put", "-f", "-"); code != 1 || !strings.Contains(stderr, "changed since it was read") {
+		t.Fatalf("put -f of a stale version: exit %d: %s", code, stderr)
+	}
+	if out := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json")); !strings.Contains(out, `*/2 * * * * *`) {
+		t.Fatalf("a stale put -f overwrote the change: %s", out)
+	}
+	mustOK(cli(edited, "task", "put", "-f", "-", "--force"))
+	if _, stderr, code := cli(edited, "task", "put", "-f", "-", "--force", "--if-match", "3"); code != 2 || !strings.Contains(stderr, "--force and --if-match") {
+		t.Fatalf("--force with --if-match: exit %d: %s", code, stderr)
+	}
+	// A task no live node can run is refused, with what to do.
+	if _, stderr, code := cli("", "task", "put", "--id", "cli/exec", "--schedule", "@daily", "--command", "/bin/true"); code != 1 ||
+		!strings.Contains(stderr, "no live node runs the exec executor") || !strings.Contains(stderr, "--allow-exec") {
+		t.Fatalf("exec task without --allow-exec: exit %d: %s", code, stderr)
 	}
 	mustOK(cli("", "task", "delete", "cli/every-second"))
 	if _, stderr, code := cli("", "task", "get", "cli/every-second"); code != 1 || !strings.Contains(stderr, "not found") {
@@ -364,8 +402,10 @@ func TestServer_HistoryFlags(t *testing.T) {
 }
 
 // TestServer_ExecOffByDefault puts an exec task on a node started without
-// --allow-exec: its command never runs, and its fires fail with an error
-// that names the flag.
+// --allow-exec, the only live node: the PUT is refused with an error that
+// names the flag, nothing is written, and the command never runs. (A node
+// without --allow-exec that owns an exec task accepted because another
+// node runs it fails its fires: engine's TestEngine_ExecNeedsAllowExec.)
 func TestServer_ExecOffByDefault(t *testing.T) {
 	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "16")
 	p.waitReady(t)
@@ -374,23 +414,26 @@ func TestServer_ExecOffByDefault(t *testing.T) {
 		t.Skip("no touch command")
 	}
 	mark := filepath.Join(t.TempDir(), "ran")
-	putTaskHTTP(t, p.API, "exec-off", map[string]any{
+	b, _ := json.Marshal(map[string]any{
 		"schedule": "* * * * * *", "executor": map[string]any{"type": "exec", "command": []string{touch, mark}},
 	})
-	var last string
-	etcdtest.WaitFor(t, 20*time.Second, func() bool {
-		out, _, code := runCLI(t, "", "task", "history", "exec-off", "--output", "json", "--server", p.API)
-		last = out
-		_, ran := os.Stat(mark)
-		return code == 0 && strings.Contains(out, "failed") || ran == nil
-	})
-	if !strings.Contains(last, "--allow-exec") {
-		t.Errorf("history of an exec task on a node without --allow-exec:\n%s", last)
+	req, _ := http.NewRequest(http.MethodPut, p.API+"/v1/tasks/exec-off", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Error("the command ran on a node started without --allow-exec")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "--allow-exec") {
+		t.Fatalf("PUT of an exec task with no node running --allow-exec: %d %s", resp.StatusCode, body)
+	}
+	if _, stderr, code := runCLI(t, "", "task", "get", "exec-off", "--server", p.API); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("the refused task was written: exit %d %s", code, stderr)
 	}
 	if code := p.stop(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the command ran on a node started without --allow-exec")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -133,11 +134,11 @@ func printResult(c *command, cf *clientFlags, v any, table func(io.Writer) error
 
 // --- task put ---------------------------------------------------------------
 
-const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION] [flags]
+const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION | --force] [flags]
        shardcron task put --id ID --schedule SPEC EXECUTOR [flags]
 
 Creates a task, or replaces the task with the same id, and prints its new
-version. The task comes either from a JSON file (API.md "Task JSON"; '-'
+version. The task comes either from a JSON file (docs/api.md "Task JSON"; '-'
 reads stdin) or from flags, never from both.
 
 From flags, the executor is one of:
@@ -151,6 +152,12 @@ checked here first for a quick error; the server has the last word.
 
 --if-match VERSION replaces the task only if its version is still VERSION
 (optimistic concurrency); otherwise nothing changes and the command fails.
+With -f, a "version" in the file (as 'task get --output json' prints it)
+is that condition: a task changed by someone else since it was read is not
+overwritten. --force replaces it whatever its version.
+
+A task that only some live nodes can run (exec, a handler) is written
+with a warning on stderr; one that no live node can run is refused.
 
 Examples:
   shardcron task put -f invoice.json
@@ -165,6 +172,7 @@ Examples:
 type putFlags struct {
 	file    string
 	ifMatch int64
+	force   bool
 
 	id, schedule, timezone string
 	url, method, body      string
@@ -199,7 +207,8 @@ func (p *putFlags) register(c *command) {
 	fs := c.fs
 	fs.StringVar(&p.file, "f", "", "read the task from `FILE` (JSON; '-' = stdin) instead of the task flags")
 	fs.StringVar(&p.file, "file", "", "alias of --f")
-	fs.Int64Var(&p.ifMatch, "if-match", 0, "replace only if the stored task has this `VERSION` (0: unconditionally)")
+	fs.Int64Var(&p.ifMatch, "if-match", 0, "replace only if the stored task has this `VERSION` (0: unconditionally; with -f, default the file's \"version\")")
+	fs.BoolVar(&p.force, "force", false, "with -f, replace the task whatever its version (ignore the file's \"version\")")
 	fs.StringVar(&p.id, "id", "", "task `ID`: 1-256 bytes of UTF-8 (required)")
 	fs.StringVar(&p.schedule, "schedule", "", "cron `SPEC` with 5 or 6 fields, or @hourly, @every 30s, ... (required)")
 	fs.StringVar(&p.timezone, "timezone", "", "IANA time `ZONE` of the schedule (server default UTC)")
@@ -356,13 +365,19 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return c.usageError("--if-match: %d is not a version", p.ifMatch)
 	}
 
+	if p.force && set["if-match"] {
+		return c.usageError("--force and --if-match contradict each other: give one")
+	}
 	if set["f"] || set["file"] {
 		for _, n := range taskFlagNames {
 			if set[n] {
 				return c.usageError("--%s cannot be combined with -f: the task comes from the file or from flags", n)
 			}
 		}
-		return putFromFile(c, &cf, p.file, p.ifMatch, stdin)
+		return putFromFile(c, &cf, p.file, p.ifMatch, p.force, stdin)
+	}
+	if p.force {
+		return c.usageError("--force applies to -f only: a task from flags has no version")
 	}
 	t, msg := p.build(set)
 	if msg != "" {
@@ -387,7 +402,11 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // putFromFile sends the file's JSON as it is, so that the server decodes
 // exactly what the user wrote (unknown fields included) and the client
 // needs to know no more of the task than its id.
-func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, stdin io.Reader) int {
+//
+// The file's "version", unless force or an explicit ifMatch, is sent as
+// If-Match: a task read, edited and put back is not written over a change
+// made in between.
+func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force bool, stdin io.Reader) int {
 	var data []byte
 	var err error
 	name := file
@@ -406,7 +425,8 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, stdin 
 		return exitError
 	}
 	var head struct {
-		ID json.RawMessage `json:"id"`
+		ID      json.RawMessage `json:"id"`
+		Version json.RawMessage `json:"version"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
 		fmt.Fprintf(c.stderr, "shardcron: %s: not a task JSON object: %v\n", name, err)
@@ -417,10 +437,22 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, stdin 
 		fmt.Fprintf(c.stderr, "shardcron: %s: the task has no \"id\" (a string, required)\n", name)
 		return exitError
 	}
+	if ifMatch == 0 && !force && len(head.Version) > 0 && string(head.Version) != "null" {
+		if err := json.Unmarshal(head.Version, &ifMatch); err != nil || ifMatch < 0 {
+			fmt.Fprintf(c.stderr, "shardcron: %s: \"version\" is %s, not a task version (a positive integer)\n", name, head.Version)
+			return exitError
+		}
+	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
 	got, err := cf.client().PutTaskJSON(ctx, id, data, ifMatch)
 	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
+			fmt.Fprintf(c.stderr, "%s\nversion %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)\n",
+				describeError(cf, subject(id), err), ifMatch)
+			return exitError
+		}
 		return cf.fail(c, subject(id), err)
 	}
 	return printPut(c, cf, got)

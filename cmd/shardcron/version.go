@@ -4,12 +4,30 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 )
 
-// version is the release of this binary, set at build time with
-// -ldflags "-X main.version=v1.2.3"; "dev" for a plain 'go build'. Nodes
-// publish it in their membership record and /metrics.
+// version is the release of this binary: set at build time with
+// -ldflags "-X main.version=v1.2.3", else the module version Go stamped in
+// the build info ('go install github.com/shardcron/shardcron/cmd/shardcron@v1.2.3'
+// stamps v1.2.3, a build in a git checkout a pseudo-version), else "dev".
+// Nodes publish it in their membership record and in /metrics build_info,
+// so that 'shardcron version' and build_info always agree.
 var version = "dev"
+
+func init() { version = buildVersion(version, debug.ReadBuildInfo) }
+
+// buildVersion returns the version set by -ldflags when there is one, else
+// the main module's version from the build info, else "dev".
+func buildVersion(ldflags string, read func() (*debug.BuildInfo, bool)) string {
+	if ldflags != "" && ldflags != "dev" {
+		return ldflags
+	}
+	if bi, ok := read(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
 
 const versionHelp = `Usage: shardcron version [--output table|json]
 

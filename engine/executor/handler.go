@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -43,6 +44,19 @@ func (h *Handlers) Handle(name string, fn HandlerFunc) {
 		m[name] = fn
 	}
 	h.m.Store(&m)
+}
+
+// Names returns the names of the registered handlers, sorted. A nil
+// *Handlers has none.
+func (h *Handlers) Names() []string {
+	if h == nil {
+		return nil
+	}
+	m := h.m.Load()
+	if m == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(*m))
 }
 
 // Lookup returns the handler registered under name. A nil *Handlers has

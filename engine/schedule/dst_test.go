@@ -14,7 +14,7 @@ import (
 )
 
 // TestNext_DST checks exactly which instants fire across the clock changes
-// of 2026, against the rule of API.md: a wall time in a gap fires once at the
+// of 2026, against the rule of docs/api.md: a wall time in a gap fires once at the
 // first instant after the gap, a repeated wall time once at its first
 // occurrence, and nothing fires twice.
 func TestNext_DST(t *testing.T) {

@@ -7,7 +7,7 @@
 // the NOSPACE alarm); and a verifier that counts the recorded fires per
 // idempotency key over every scheduled second of a window.
 //
-// The verifier checks DESIGN.md's invariants 1 to 3: every task fires
+// The verifier checks docs/design.md's invariants 1 to 3: every task fires
 // exactly once in every second of the window, except that a crash-like fault
 // (SIGKILL, SIGSTOP past the lease, cut-off from etcd, a release whose
 // checkpoint write failed) may repeat the faulted node's fires of at most

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The headers the http executor sends with every fire (API.md, "What
+// The headers the http executor sends with every fire (docs/api.md, "What
 // executors receive").
 const (
 	headerKey     = "Idempotency-Key"

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// TestServer_RefusesTasksNoLiveNodeCanRun: exec tasks need a node with
+// --allow-exec, handler tasks a node that registered the handler; with
+// none the PUT is a 400 and nothing is written, with only some it is
+// written with a warning. A handler registered after Start counts.
+func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
+	c := etcdtest.Start(t)
+	n1 := startNode(t, c, nodeOptions{id: "plain"})
+	ts := n1.ts
+
+	execTask := `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/true"]}}`
+	a := call(t, ts, "PUT", "/v1/tasks/e1", execTask)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "no live node runs the exec executor") ||
+		!strings.Contains(string(a.body), "--allow-exec") {
+		t.Fatalf("exec task on a cluster without --allow-exec: %v", a)
+	}
+	if a := call(t, ts, "GET", "/v1/tasks/e1", ""); a.status != http.StatusNotFound {
+		t.Fatalf("a refused task was written: %v", a)
+	}
+	a = call(t, ts, "PUT", "/v1/tasks/h1", `{"schedule": "@daily", "executor": {"type": "handler", "name": "zz"}}`)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `no live node runs the handler \"zz\"`) {
+		t.Fatalf("handler task nobody registered: %v", a)
+	}
+	if a := call(t, ts, "PUT", "/v1/tasks/h2", `{"schedule": "@daily", "executor": {"type": "handler", "name": "h"}}`); a.status != http.StatusOK || a.header.Get(WarningHeader) != "" {
+		t.Fatalf("handler every node registered: %v, warning %q", a, a.header.Get(WarningHeader))
+	}
+
+	n2 := startNode(t, c, nodeOptions{id: "runner", allowExec: true})
+	n2.e.Handle("late", func(context.Context, engine.Fire) error { return nil })
+	a = call(t, ts, "PUT", "/v1/tasks/e1", execTask)
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes run the exec executor") {
+		t.Fatalf("exec task with one node of two running it: %v, warning %q", a, a.header.Get(WarningHeader))
+	}
+	a = call(t, ts, "PUT", "/v1/tasks/h3", `{"schedule": "@daily", "executor": {"type": "handler", "name": "late"}}`)
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), `only 1 of 2 live nodes run the handler "late"`) {
+		t.Fatalf("handler registered after Start on one node: %v, warning %q", a, a.header.Get(WarningHeader))
+	}
+
+	batch := `{"id": "b1", "schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/true"]}}
+{"id": "b2", "schedule": "@daily", "executor": {"type": "handler", "name": "nobody"}}
+{"id": "b3", "schedule": "@daily", "executor": {"type": "noop"}}
+`
+	a = call(t, ts, "POST", "/v1/tasks:batch", batch)
+	var res BatchResult
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK {
+		t.Fatalf("batch: %v (%v)", a, err)
+	}
+	if res.Written != 2 || len(res.Errors) != 1 || res.Errors[0].Index != 1 || !strings.Contains(res.Errors[0].Error, "nobody") ||
+		len(res.Warnings) != 1 || res.Warnings[0].Index != 0 {
+		t.Fatalf("batch answered %+v", res)
+	}
+}
+
+func TestRunners_Check(t *testing.T) {
+	rs := engine.Runners{Nodes: 3, Exec: 3, Handlers: map[string]int{"all": 3, "some": 1}}
+	for _, tc := range []struct {
+		ex            engine.Executor
+		warn, refused bool
+	}{
+		{engine.Executor{Type: engine.ExecutorNoop}, false, false},
+		{engine.Executor{Type: engine.ExecutorExec}, false, false},
+		{engine.Executor{Type: engine.ExecutorHandler, Name: "all"}, false, false},
+		{engine.Executor{Type: engine.ExecutorHandler, Name: "some"}, true, false},
+		{engine.Executor{Type: engine.ExecutorHandler, Name: "none"}, false, true},
+	} {
+		w, err := rs.Check(&engine.Task{Executor: tc.ex})
+		if (w != "") != tc.warn || (err != nil) != tc.refused {
+			t.Errorf("%+v: warning %q, err %v", tc.ex, w, err)
+		}
+	}
+	if _, err := (engine.Runners{Nodes: 2}).Check(&engine.Task{Executor: engine.Executor{Type: engine.ExecutorExec}}); err == nil {
+		t.Error("exec with no node running it was accepted")
+	}
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// TestServer_SecretsNeverShow runs a node that holds every kind of secret
+// (auth and read tokens from the environment and a file, an etcd password
+// from a file, a task with a secret header and a password in its URL that
+// fails on every fire), at debug level, and greps everything it printed,
+// its --help, the history and the errors the API answered: no secret
+// appears. It also checks that 'shardcron version' and build_info agree.
+func TestServer_SecretsNeverShow(t *testing.T) {
+	dir := t.TempDir()
+	secrets := map[string]string{
+		"auth":  "auth-SECRET-e1",
+		"read":  "read-SECRET-f2",
+		"etcd":  "etcd-SECRET-a3",
+		"hdr":   "hdr-SECRET-b4",
+		"url":   "url-SECRET-c5",
+		"token": "wrong-SECRET-d6",
+	}
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	env := []string{"SHARDCRON_AUTH_TOKEN=" + secrets["auth"], "SHARDCRON_READ_TOKEN_FILE=" + write("read", secrets["read"])}
+
+	// --help with the secrets in the environment.
+	help := exec.Command(binPath, "server", "--help")
+	help.Env = append(os.Environ(), append(env, "SHARDCRON_ETCD_PASSWORD="+secrets["etcd"])...)
+	out, _ := help.CombinedOutput()
+	printed := string(out)
+
+	p := startServerEnv(t, env, true, "--data-dir", filepath.Join(dir, "data"), "--partitions", "8", "--log-level", "debug",
+		"--etcd-user", "root", "--etcd-password-file", write("etcd", secrets["etcd"]))
+	p.waitReady(t)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close()
+
+	do := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, p.API+path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	task, _ := json.Marshal(map[string]any{
+		"schedule": "* * * * * *",
+		"executor": map[string]any{"type": "http", "url": "http://user:" + secrets["url"] + "@" + dead + "/hook",
+			"headers": map[string]string{"X-Secret": secrets["hdr"]}},
+	})
+	if code, body := do("PUT", "/v1/tasks/leaky", secrets["auth"], string(task)); code != http.StatusOK {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	var answers strings.Builder
+	for _, r := range []struct{ method, path, token string }{
+		{"PUT", "/v1/tasks/leaky", secrets["read"]}, {"GET", "/v1/tasks", secrets["token"]},
+		{"GET", "/v1/tasks", ""}, {"DELETE", "/v1/tasks/leaky", secrets["read"]},
+	} {
+		_, body := do(r.method, r.path, r.token, string(task))
+		answers.WriteString(body)
+	}
+	var history string
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		_, history = do("GET", "/v1/tasks/leaky/history", secrets["read"], "")
+		return strings.Contains(history, `"failed"`)
+	})
+
+	// build_info and 'shardcron version' name the same version.
+	_, metrics := do("GET", "/metrics", "", "")
+	vout, _, _ := runCLI(t, "", "version", "--output", "json")
+	var v struct{ Version string }
+	if err := json.Unmarshal([]byte(vout), &v); err != nil || v.Version == "" {
+		t.Fatalf("version --output json: %q %v", vout, err)
+	}
+	if m := regexp.MustCompile(`shardcron_build_info\{[^}]*version="([^"]*)"`).FindStringSubmatch(metrics); m == nil || m[1] != v.Version {
+		t.Fatalf("build_info %v, shardcron version %q", m, v.Version)
+	}
+
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	everything := map[string]string{"--help": printed, "the node's output": p.log(), "API error answers": answers.String(), "history": history}
+	for where, text := range everything {
+		for name, secret := range secrets {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s secret appears in %s:\n%s", name, where, text)
+			}
+		}
+	}
+	if !bytes.Contains([]byte(p.log()), []byte(`"level":"DEBUG"`)) {
+		t.Error("the node logged nothing at debug level: the check proves little")
+	}
+}
+
+func TestBuildVersion(t *testing.T) {
+	info := func(v string) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Main: debug.Module{Version: v}}, true }
+	}
+	none := func() (*debug.BuildInfo, bool) { return nil, false }
+	for _, tc := range []struct {
+		ldflags string
+		read    func() (*debug.BuildInfo, bool)
+		want    string
+	}{
+		{"v1.2.3", info("v9.9.9"), "v1.2.3"}, // -ldflags wins
+		{"dev", info("v1.4.0"), "v1.4.0"},    // go install ...@v1.4.0
+		{"dev", info("(devel)"), "dev"},
+		{"dev", info(""), "dev"},
+		{"dev", none, "dev"},
+	} {
+		if got := buildVersion(tc.ldflags, tc.read); got != tc.want {
+			t.Errorf("buildVersion(%q) = %q, want %q", tc.ldflags, got, tc.want)
+		}
+	}
+}
