@@ -179,6 +179,12 @@ func (r *Registry) commit(ctx context.Context, w taskWrite) (rev int64, ok bool,
 	return resp.Header.Revision, resp.Succeeded, nil
 }
 
+// indexMarker is the value of the marker: the index's layout version and
+// when it was complete.
+func (r *Registry) indexMarker() []byte {
+	return fmt.Appendf(nil, `{"version":1,"built":%q}`, r.now().UTC().Format(time.RFC3339))
+}
+
 // indexBuildChunk is how many tasks one transaction of BuildIndex indexes at
 // most; fewer when their labels need more operations.
 const indexBuildChunk = 64
@@ -214,38 +220,35 @@ func (r *Registry) BuildIndex(ctx context.Context) (indexed int, err error) {
 	if ok, err := r.IndexBuilt(ctx); err != nil || ok {
 		return 0, err
 	}
-	from, end := r.keys.tasks(), clientv3.GetPrefixRangeEnd(r.keys.tasks())
-	var rev int64
+	rev, _, err := r.readRevision(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("build index: %w", err)
+	}
+	s := &keyStream{cli: r.cli, base: r.keys.tasks(), rev: rev, values: true}
+	defer s.close()
+	chunk := make([]*mvccpb.KeyValue, 0, indexBuildChunk)
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPageSize)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := r.cli.Get(ctx, from, opts...)
+		_, ok, err := s.head(ctx)
 		if err != nil {
 			return indexed, fmt.Errorf("build index: read tasks: %w", err)
 		}
-		rev = resp.Header.Revision
-		for chunk := range slices.Chunk(resp.Kvs, indexBuildChunk) {
+		if ok {
+			chunk = append(chunk, s.buf[s.i])
+			s.i++
+		}
+		if len(chunk) == indexBuildChunk || (!ok && len(chunk) > 0) {
 			n, err := r.indexChunk(ctx, chunk)
 			indexed += n
 			if err != nil {
 				return indexed, err
 			}
+			chunk = chunk[:0]
 		}
-		if !resp.More {
+		if !ok {
 			break
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	rec, err := json.Marshal(struct {
-		Version int       `json:"version"`
-		Built   time.Time `json:"built"`
-	}{1, r.now().UTC()})
-	if err != nil {
-		return indexed, err
-	}
-	if _, err := r.cli.Put(ctx, r.keys.indexBuilt(), string(rec)); err != nil {
+	if _, err := r.cli.Put(ctx, r.keys.indexBuilt(), string(r.indexMarker())); err != nil {
 		return indexed, fmt.Errorf("build index: write marker: %w", err)
 	}
 	r.indexed.Store(true)

@@ -3,12 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +30,7 @@ const (
 	maxTxnOps     = 128
 	maxTxnBytes   = 1 << 20
 	listPageSize  = 500
-	maxListPages  = 20 // pages one List call scans for filtered results
-	casRetries    = 5  // attempts of a read-modify-write under contention
+	casRetries    = 5 // attempts of a read-modify-write under contention
 	maxBatchItems = 10000
 )
 
@@ -76,7 +73,8 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	key := r.keys.cluster()
 	resp, err := cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(rec))).
+		// A new cluster is indexed from its first task on.
+		Then(clientv3.OpPut(key, string(rec)), clientv3.OpPut(r.keys.indexBuilt(), string(r.indexMarker()))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -250,74 +248,6 @@ func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 		return time.Time{}, ErrNotFound
 	}
 	return at, nil
-}
-
-// ListOptions filter and page List.
-type ListOptions struct {
-	Prefix string            // only ids with this prefix
-	Labels map[string]string // only tasks with all these labels
-	Limit  int               // at most this many tasks (default and maximum 1000)
-	Cursor string            // from a previous List's next cursor
-}
-
-// List returns tasks in key order (partition, then id) and the cursor of the
-// next page, empty at the end. With filters it may return fewer than Limit
-// tasks together with a cursor: it bounds the keys one call scans.
-func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*Task, string, error) {
-	limit := opts.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
-	}
-	from := r.keys.tasks()
-	if opts.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(opts.Cursor)
-		if err != nil || !strings.HasPrefix(string(b), from) {
-			return nil, "", invalid("cursor", "not a cursor returned by a previous list")
-		}
-		from = string(b)
-	}
-	end := clientv3.GetPrefixRangeEnd(r.keys.tasks())
-	var out []*Task
-	var rev int64
-	for page := 0; page < maxListPages; page++ {
-		ops := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPageSize)}
-		if rev != 0 {
-			ops = append(ops, clientv3.WithRev(rev)) // one consistent snapshot per call
-		}
-		resp, err := r.cli.Get(ctx, from, ops...)
-		if err != nil {
-			return nil, "", fmt.Errorf("list tasks: %w", err)
-		}
-		rev = resp.Header.Revision
-		for i, kv := range resp.Kvs {
-			if _, id, ok := r.keys.parseTaskKey(string(kv.Key)); !ok || !strings.HasPrefix(id, opts.Prefix) {
-				continue
-			}
-			t, err := r.decode(kv)
-			if err != nil {
-				return nil, "", err
-			}
-			if !hasLabels(t.Labels, opts.Labels) {
-				continue
-			}
-			out = append(out, t)
-			if len(out) == limit {
-				if i == len(resp.Kvs)-1 && !resp.More {
-					return out, "", nil
-				}
-				return out, cursorAfter(kv.Key), nil
-			}
-		}
-		if !resp.More {
-			return out, "", nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	return out, base64.RawURLEncoding.EncodeToString([]byte(from)), nil
-}
-
-func cursorAfter(key []byte) string {
-	return base64.RawURLEncoding.EncodeToString(append(bytes.Clone(key), 0))
 }
 
 func hasLabels(have, want map[string]string) bool {
