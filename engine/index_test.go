@@ -118,6 +118,16 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", w, errs, err)
 	}
 	checkIndex(t, c.Client, reg)
+
+	// Bulk actions: a pause keeps the labels, a delete takes the index keys.
+	if _, err := reg.Bulk(ctx, BulkPause, Selector{Labels: map[string]string{"team": "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, c.Client, reg)
+	if res, err := reg.Bulk(ctx, BulkDelete, Selector{Prefix: "b/"}); err != nil || res.Changed != 300 {
+		t.Fatalf("bulk delete: %+v, %v", res, err)
+	}
+	checkIndex(t, c.Client, reg)
 }
 
 // listAll pages through List with opts and returns the ids in order,

@@ -28,12 +28,6 @@ type ListOptions struct {
 	Cursor string            // the last id of the previous page: this page starts after it
 }
 
-// Selector chooses the tasks of an export: all of them by default.
-type Selector struct {
-	Prefix string            // only ids with this prefix
-	Labels map[string]string // only tasks with all these labels
-}
-
 // query is what one scan of the index reads.
 type query struct {
 	prefix string
@@ -106,7 +100,8 @@ func checkCursor(c string) error {
 	return nil
 }
 
-// Export gives fn every task that sel matches, as stored (the task JSON
+// Export gives fn every task that sel's Prefix and Labels match (All,
+// DryRun and Validate are the bulk actions' and do not apply), as stored (the task JSON
 // without the fields responses add, which 'shardcron import' and
 // POST /v1/tasks:batch read back as is), ordered by id, all read at one etcd
 // revision: a consistent snapshot, whatever is written while it runs. It
