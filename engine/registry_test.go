@@ -17,7 +17,7 @@ import (
 
 // revision returns etcd's current revision: a request that writes nothing
 // leaves it where it was.
-func revision(t *testing.T, cli *clientv3.Client) int64 {
+func revision(t testing.TB, cli *clientv3.Client) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
