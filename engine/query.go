@@ -418,30 +418,26 @@ func (s *keyStream) head(ctx context.Context) (id string, ok bool, err error) {
 	return string(s.buf[s.i].Key[len(s.base):]), true, nil
 }
 
-// seek moves the stream to the first id at or after id. It reads on
-// through at most two more chunks, then reopens the stream at id: a seek
-// over a long gap (a rare label's next match) costs one round trip, not the
-// keys in between.
+// seek moves the stream to the first id at or after id. Past the keys it
+// holds, it reopens the stream at id: a seek over a long gap (a rare
+// label's next match in a common label) costs one round trip, not the keys
+// in between.
 func (s *keyStream) seek(ctx context.Context, id string) error {
 	if _, _, err := s.head(ctx); err != nil {
 		return err
 	}
 	key := s.base + id
-	for reads := 0; ; {
+	for {
 		s.i += sort.Search(len(s.buf)-s.i, func(k int) bool { return string(s.buf[s.i+k].Key) >= key })
 		if s.i < len(s.buf) || s.eof {
 			return nil
 		}
-		if reads == 2 {
-			if err := s.open(ctx, key); err != nil {
-				return err
-			}
-			reads = 0
+		if err := s.open(ctx, key); err != nil {
+			return err
 		}
 		if err := s.fill(ctx); err != nil {
 			return err
 		}
-		reads++
 	}
 }
 
