@@ -37,7 +37,8 @@ func fillRegistry(b *testing.B, reg *Registry, n int) time.Duration {
 // BenchmarkIndex measures queries and the export at fleet size, on one
 // embedded etcd holding n tasks with their index:
 //
-//	go test -run '^$' -bench 'Index/n=1000000' -benchtime 100x ./engine/
+//	go test -run '^$' -bench 'Index/n=1000000/query' -benchtime 100x ./engine/
+//	go test -run '^$' -bench 'Index/n=1000000/export' -benchtime 1x ./engine/
 //
 // query=prefix100: the first page of the 100 ids with a prefix;
 // query=label100: the first page of the 100 tasks with a label;
