@@ -62,7 +62,7 @@ func (e *Error) Error() string {
 type ListOptions struct {
 	Prefix string            // only ids with this prefix
 	Labels map[string]string // only tasks with all these labels
-	Limit  int               // at most this many tasks (1-1000; 0: the server's default, 1000)
+	Limit  int               // at most this many tasks (1-10000; 0: the server's default, 1000)
 	Cursor string            // from a previous ListTasks's next cursor
 }
 
@@ -118,9 +118,9 @@ func (c *Client) DeleteTask(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, taskPath(id), nil, nil, nil, nil)
 }
 
-// ListTasks returns one page of tasks in key order and the cursor of the
-// next page, "" after the last. With filters a page may hold fewer tasks
-// than the limit and still be followed by another.
+// ListTasks returns one page of tasks in id order and the cursor of the
+// next page (the page's last id), "" after the last. A page holds
+// opts.Limit tasks (at most MaxListLimit), fewer only at the end.
 func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engine.Task, next string, err error) {
 	q := url.Values{}
 	if opts.Prefix != "" {
@@ -140,6 +140,22 @@ func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engi
 		return nil, "", err
 	}
 	return resp.Tasks, resp.NextCursor, nil
+}
+
+// Export writes to w every task that opts.Prefix and opts.Labels select,
+// as JSON Lines in id order, read by the server from one etcd revision
+// (opts.Limit and opts.Cursor must be zero). Each line is a task as
+// stored, which PutBatch and 'shardcron import' read back unchanged. An
+// answer cut off by the server is an error.
+func (c *Client) Export(ctx context.Context, opts ListOptions, w io.Writer) error {
+	q := url.Values{}
+	if opts.Prefix != "" {
+		q.Set("prefix", opts.Prefix)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Labels)) {
+		q.Add("label", k+"="+opts.Labels[k])
+	}
+	return c.do(ctx, http.MethodGet, "/v1/tasks:export", q, nil, nil, w)
 }
 
 // PutBatch creates or replaces many tasks: body is a JSON array of tasks
@@ -319,6 +335,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body) // lets the connection be reused
+		return nil
+	}
+	if w, ok := out.(io.Writer); ok { // a streamed answer, copied as it comes
+		if _, err := io.Copy(w, resp.Body); err != nil {
+			return fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
+		}
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {

@@ -30,8 +30,10 @@ const (
 	// GET /v1/tasks/{id}/history.
 	DefaultHistoryLimit = 100
 	MaxHistoryLimit     = 1000
-	// MaxListLimit is the largest limit of GET /v1/tasks (and its default).
-	MaxListLimit = 1000
+	// DefaultListLimit and MaxListLimit are the default and largest limit
+	// of GET /v1/tasks.
+	DefaultListLimit = engine.DefaultListLimit
+	MaxListLimit     = engine.MaxListLimit
 
 	// peerTimeout bounds one request to another node: a node that does not
 	// answer within it is left out of the answer.
@@ -231,6 +233,7 @@ func (s *Server) routes() *http.ServeMux {
 	for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
 		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
 	}
+	m.HandleFunc("GET /v1/tasks:export", s.exportTasks)
 	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)

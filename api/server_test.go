@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -285,11 +286,32 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		for _, q := range []struct{ query, want string }{
 			{"label=team", "label"}, {"label==x", "label"}, {"label=a=1&label=a=2", "twice"},
-			{"limit=0", "limit"}, {"limit=-1", "limit"}, {"limit=abc", "limit"}, {"limit=1001", "limit"},
-			{"cursor=not-a-cursor", "cursor"},
+			{"limit=0", "limit"}, {"limit=-1", "limit"}, {"limit=abc", "limit"}, {"limit=10001", "limit"},
+			{"cursor=not%01an-id", "cursor"},
 		} {
 			wantError(t, call(t, ts, "GET", "/v1/tasks?"+q.query, ""), http.StatusBadRequest, q.want)
 		}
+	})
+
+	t.Run("Export", func(t *testing.T) {
+		var buf bytes.Buffer
+		if err := n.c.Export(ctx, ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &buf); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+		if len(lines) != 9 {
+			t.Fatalf("export: %d lines, want 9:\n%s", len(lines), buf.String())
+		}
+		// Importing an export into the same cluster finds every task as it is.
+		res, err := n.c.PutBatch(ctx, buf.Bytes())
+		if err != nil || res.Written != 9 || len(res.Errors) != 0 {
+			t.Fatalf("re-import: %+v, %v", res, err)
+		}
+		var again bytes.Buffer
+		if err := n.c.Export(ctx, ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &again); err != nil || again.String() != buf.String() {
+			t.Fatalf("export after re-import differs (%v):\n%s\nwant\n%s", err, again.String(), buf.String())
+		}
+		wantError(t, call(t, ts, "GET", "/v1/tasks:export?limit=5", ""), http.StatusBadRequest, "prefix and label only")
 	})
 
 	t.Run("Batch", func(t *testing.T) {

@@ -206,39 +206,55 @@ func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Select
 		return nil
 	}
 	at := r.now().UTC().Truncate(time.Millisecond).UnixMilli()
-	cmps := make([]clientv3.Cmp, 0, len(items))
-	ops := make([]clientv3.Op, 0, len(items))
-	for _, it := range items {
-		cmp, op := r.bulkOp(action, it, at)
-		cmps, ops = append(cmps, cmp), append(ops, op)
-	}
-	resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("bulk %s: write %d tasks: %w", action, len(items), err)
-	}
-	if resp.Succeeded {
-		res.Changed += len(items)
+	// A delete takes the task's index keys with it: items are grouped so
+	// that a transaction holds at most maxTxnOps operations.
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	var group []bulkItem
+	commit := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("bulk %s: write %d tasks: %w", action, len(group), err)
+		}
+		if resp.Succeeded {
+			res.Changed += len(group)
+		} else {
+			for _, it := range group {
+				if err := r.bulkOne(ctx, action, sel, it, res); err != nil {
+					return err
+				}
+			}
+		}
+		cmps, ops, group = nil, nil, nil
 		return nil
 	}
 	for _, it := range items {
-		if err := r.bulkOne(ctx, action, sel, it, res); err != nil {
-			return err
+		cmp, itOps := r.bulkOp(action, it, at)
+		if len(ops)+len(itOps) > maxTxnOps {
+			if err := commit(); err != nil {
+				return err
+			}
 		}
+		cmps, ops, group = append(cmps, cmp), append(ops, itOps...), append(group, it)
 	}
-	return nil
+	return commit()
 }
 
 // bulkOp is the compare and the write of one item. A trigger only needs
 // the task to exist: it does not change the task.
-func (r *Registry) bulkOp(action BulkAction, it bulkItem, at int64) (clientv3.Cmp, clientv3.Op) {
+func (r *Registry) bulkOp(action BulkAction, it bulkItem, at int64) (clientv3.Cmp, []clientv3.Op) {
+	p, id, _ := r.keys.parseTaskKey(it.key)
 	switch action {
 	case BulkDelete:
-		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), clientv3.OpDelete(it.key)
+		w := r.remove(id, it.kv) // the task and its index keys
+		return w.cmp(), w.ops
 	case BulkTrigger:
-		p, id, _ := r.keys.parseTaskKey(it.key)
-		return clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0), clientv3.OpPut(r.keys.trigger(p, id, at), "")
-	default:
-		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), clientv3.OpPut(it.key, string(it.val))
+		return clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0), []clientv3.Op{clientv3.OpPut(r.keys.trigger(p, id, at), "")}
+	default: // pause and resume change no label: the index stays as it is
+		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), []clientv3.Op{clientv3.OpPut(it.key, string(it.val))}
 	}
 }
 
@@ -266,8 +282,8 @@ func (r *Registry) bulkOne(ctx context.Context, action BulkAction, sel Selector,
 			res.Unchanged++
 			return nil
 		}
-		cmp, op := r.bulkOp(action, next, r.now().UTC().Truncate(time.Millisecond).UnixMilli())
-		tr, err := r.cli.Txn(ctx).If(cmp).Then(op).Commit()
+		cmp, ops := r.bulkOp(action, next, r.now().UTC().Truncate(time.Millisecond).UnixMilli())
+		tr, err := r.cli.Txn(ctx).If(cmp).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("bulk %s: write %s: %w", action, it.key, err)
 		}

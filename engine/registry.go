@@ -3,11 +3,12 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -29,8 +30,7 @@ const (
 	maxTxnOps     = 128
 	maxTxnBytes   = 1 << 20
 	listPageSize  = 500
-	maxListPages  = 20 // pages one List call scans for filtered results
-	casRetries    = 5  // attempts of a read-modify-write under contention
+	casRetries    = 5 // attempts of a read-modify-write under contention
 	maxBatchItems = 10000
 )
 
@@ -43,6 +43,11 @@ type Registry struct {
 	keys       keys
 	partitions int
 	now        func() time.Time
+	indexed    atomic.Bool // the index marker was seen: every task is indexed
+	// noIndex makes writes leave the index alone, as writers did before it
+	// existed. Tests set it to build such clusters, and to measure what the
+	// index costs.
+	noIndex bool
 }
 
 // Cluster is the record /<prefix>/cluster, written once when the cluster is
@@ -68,7 +73,8 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	key := r.keys.cluster()
 	resp, err := cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(rec))).
+		// A new cluster is indexed from its first task on.
+		Then(clientv3.OpPut(key, string(rec)), clientv3.OpPut(r.keys.indexBuilt(), string(r.indexMarker()))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -156,20 +162,13 @@ func (r *Registry) Put(ctx context.Context, t *Task, opts PutOptions) (*Task, er
 		if same {
 			return r.decode(old)
 		}
-		var modRev int64
-		if old != nil {
-			modRev = old.ModRevision
-		}
-		resp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, string(val))).
-			Commit()
+		rev, ok, err := r.commit(ctx, r.write(t.ID, old, val, t.Labels))
 		if err != nil {
 			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
 		}
-		if resp.Succeeded {
+		if ok {
 			return r.decode(&mvccpb.KeyValue{Key: []byte(key), Value: val,
-				ModRevision: resp.Header.Revision, CreateRevision: createRev(old, resp.Header.Revision)})
+				ModRevision: rev, CreateRevision: createRev(old, rev)})
 		}
 		if opts.IfVersion != 0 {
 			return nil, ErrVersionMismatch
@@ -190,14 +189,24 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	resp, err := r.cli.Delete(ctx, r.key(id))
-	if err != nil {
-		return fmt.Errorf("delete task %q: %w", id, err)
+	key := r.key(id)
+	for range casRetries {
+		resp, err := r.cli.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("delete task %q: %w", id, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return ErrNotFound
+		}
+		_, ok, err := r.commit(ctx, r.remove(id, resp.Kvs[0]))
+		if err != nil {
+			return fmt.Errorf("delete task %q: %w", id, err)
+		}
+		if ok {
+			return nil
+		}
 	}
-	if resp.Deleted == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return fmt.Errorf("delete task %q: too much contention, try again", id)
 }
 
 // SetPaused sets the task's paused flag, and returns the task as stored.
@@ -241,74 +250,6 @@ func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 	return at, nil
 }
 
-// ListOptions filter and page List.
-type ListOptions struct {
-	Prefix string            // only ids with this prefix
-	Labels map[string]string // only tasks with all these labels
-	Limit  int               // at most this many tasks (default and maximum 1000)
-	Cursor string            // from a previous List's next cursor
-}
-
-// List returns tasks in key order (partition, then id) and the cursor of the
-// next page, empty at the end. With filters it may return fewer than Limit
-// tasks together with a cursor: it bounds the keys one call scans.
-func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*Task, string, error) {
-	limit := opts.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
-	}
-	from := r.keys.tasks()
-	if opts.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(opts.Cursor)
-		if err != nil || !strings.HasPrefix(string(b), from) {
-			return nil, "", invalid("cursor", "not a cursor returned by a previous list")
-		}
-		from = string(b)
-	}
-	end := clientv3.GetPrefixRangeEnd(r.keys.tasks())
-	var out []*Task
-	var rev int64
-	for page := 0; page < maxListPages; page++ {
-		ops := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPageSize)}
-		if rev != 0 {
-			ops = append(ops, clientv3.WithRev(rev)) // one consistent snapshot per call
-		}
-		resp, err := r.cli.Get(ctx, from, ops...)
-		if err != nil {
-			return nil, "", fmt.Errorf("list tasks: %w", err)
-		}
-		rev = resp.Header.Revision
-		for i, kv := range resp.Kvs {
-			if _, id, ok := r.keys.parseTaskKey(string(kv.Key)); !ok || !strings.HasPrefix(id, opts.Prefix) {
-				continue
-			}
-			t, err := r.decode(kv)
-			if err != nil {
-				return nil, "", err
-			}
-			if !hasLabels(t.Labels, opts.Labels) {
-				continue
-			}
-			out = append(out, t)
-			if len(out) == limit {
-				if i == len(resp.Kvs)-1 && !resp.More {
-					return out, "", nil
-				}
-				return out, cursorAfter(kv.Key), nil
-			}
-		}
-		if !resp.More {
-			return out, "", nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	return out, base64.RawURLEncoding.EncodeToString([]byte(from)), nil
-}
-
-func cursorAfter(key []byte) string {
-	return base64.RawURLEncoding.EncodeToString(append(bytes.Clone(key), 0))
-}
-
 func hasLabels(have, want map[string]string) bool {
 	for k, v := range want {
 		if got, ok := have[k]; !ok || got != v {
@@ -324,8 +265,9 @@ type BatchError struct {
 	Error string `json:"error"`
 }
 
-// PutBatch validates and writes many tasks, in transactions of at most 128
-// tasks and 1 MiB. Invalid tasks are reported by index and do not stop the
+// PutBatch validates and writes many tasks, each with its index keys in the
+// same transaction, in transactions of at most 128 operations and 1 MiB, a
+// few at once. Invalid tasks are reported by index and do not stop the
 // others; tasks identical to what is stored are not rewritten, so putting
 // the same batch twice writes nothing the second time. A later item with
 // the same id as an earlier one wins. written counts the tasks now stored as
@@ -349,27 +291,59 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*Task) (written int, er
 		pos[t.ID] = len(valid)
 		valid = append(valid, i)
 	}
+	var chunks [][]int
 	for len(valid) > 0 {
 		n, size := 0, 0
 		for n < len(valid) && n < maxTxnOps && size < maxTxnBytes {
 			size += len(tasks[valid[n]].ID) + 1024 // a rough bound before encoding
 			n++
 		}
-		chunk := valid[:n]
+		chunks = append(chunks, valid[:n])
 		valid = valid[n:]
-		w, cerrs, err := r.putChunk(ctx, tasks, chunk)
-		written += w
-		errs = append(errs, cerrs...)
-		if err != nil {
-			return written, errs, err
-		}
 	}
-	return written, errs, nil
+	var (
+		mu       sync.Mutex // guards written, errs and failed
+		failed   error
+		wg       sync.WaitGroup
+		next     atomic.Int64
+		nworkers = min(batchWorkers, len(chunks))
+	)
+	for range nworkers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				mu.Lock()
+				stop := i >= len(chunks) || failed != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				w, cerrs, err := r.putChunk(ctx, tasks, chunks[i])
+				mu.Lock()
+				written += w
+				errs = append(errs, cerrs...)
+				if err != nil && failed == nil {
+					failed = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
+	return written, errs, failed
 }
 
+// batchWorkers is how many chunks of one PutBatch are written at once:
+// etcd commits concurrent transactions together, so with the index's extra
+// keys a few chunks in flight keep the import rate of single-key batches.
+const batchWorkers = 4
+
 // putChunk writes up to maxTxnOps tasks: one transaction reads what is
-// stored, one writes what changed under compares of the mod revisions read.
-// If another writer got in between, the chunk falls back to single puts.
+// stored, then transactions of whole tasks with their index keys (at most
+// maxTxnOps operations each) write what changed, under compares of the mod
+// revisions read. Tasks of a transaction that finds one of them changed by
+// another writer are written again one at a time.
 func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int, []BatchError, error) {
 	gets := make([]clientv3.Op, len(idx))
 	for i, j := range idx {
@@ -379,10 +353,31 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int,
 	if err != nil {
 		return 0, nil, fmt.Errorf("batch: read tasks: %w", err)
 	}
-	var cmps []clientv3.Cmp
-	var puts []clientv3.Op
 	var errs []BatchError
-	written, size := 0, 0
+	written := 0
+	var (
+		cmps  []clientv3.Cmp
+		ops   []clientv3.Op
+		size  int
+		group []int // the tasks of the transaction being packed
+		alone []int // tasks to write one at a time
+	)
+	flush := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		tr, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("batch: write tasks: %w", err)
+		}
+		if tr.Succeeded {
+			written += len(group)
+		} else {
+			alone = append(alone, group...)
+		}
+		cmps, ops, size, group = nil, nil, 0, nil
+		return nil
+	}
 	for i, j := range idx {
 		t := tasks[j]
 		var old *mvccpb.KeyValue
@@ -394,34 +389,30 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int,
 			errs = append(errs, BatchError{Index: j, Error: err.Error()})
 			continue
 		}
-		written++
 		if same {
+			written++
 			continue
 		}
-		key := r.key(t.ID)
-		var modRev int64
-		if old != nil {
-			modRev = old.ModRevision
+		w := r.write(t.ID, old, val, t.Labels)
+		if len(w.ops) > maxTxnOps || w.size > maxTxnBytes {
+			alone = append(alone, j)
+			continue
 		}
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
-		puts = append(puts, clientv3.OpPut(key, string(val)))
-		size += len(key) + len(val)
-	}
-	if len(puts) == 0 {
-		return written, errs, nil
-	}
-	if size <= maxTxnBytes {
-		tr, err := r.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
-		if err != nil {
-			return 0, nil, fmt.Errorf("batch: write tasks: %w", err)
+		if len(ops)+len(w.ops) > maxTxnOps || size+w.size > maxTxnBytes {
+			if err := flush(); err != nil {
+				return written, errs, err
+			}
 		}
-		if tr.Succeeded {
-			return written, errs, nil
-		}
+		cmps = append(cmps, w.cmp())
+		ops = append(ops, w.ops...)
+		size += w.size
+		group = append(group, j)
 	}
-	// Contention or a chunk of large tasks: one at a time.
-	written, errs = 0, nil
-	for _, j := range idx {
+	if err := flush(); err != nil {
+		return written, errs, err
+	}
+	// Contention, or tasks too large for a shared transaction.
+	for _, j := range alone {
 		if _, err := r.Put(ctx, tasks[j], PutOptions{}); err != nil {
 			if ctx.Err() != nil {
 				return written, errs, err

@@ -398,6 +398,15 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		return err
 	}
 	defer eng.Close()
+	// A cluster written before the index existed is indexed once, in the
+	// background: until then lists and exports scan every task.
+	ictx, stopIndex := context.WithCancel(ctx)
+	indexDone := make(chan struct{})
+	go func() {
+		defer close(indexDone)
+		buildIndex(ictx, eng.Registry(), log)
+	}()
+	defer func() { stopIndex(); <-indexDone }()
 
 	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, ReadToken: f.readToken,
 		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log})
@@ -431,6 +440,24 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	log.Info("shardcron node stopped", "node", f.nodeID)
 	return nil
+}
+
+// buildIndex runs Registry.BuildIndex when the index marker is missing,
+// logging what it did. Several nodes may run it at once: it is idempotent.
+func buildIndex(ctx context.Context, reg *engine.Registry, log *slog.Logger) {
+	if built, err := reg.IndexBuilt(ctx); err != nil || built {
+		return
+	}
+	start := time.Now()
+	log.Info("indexing the tasks of a cluster written before the index; lists scan every task until it is done")
+	n, err := reg.BuildIndex(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("building the task index failed; it is retried at the next start", "indexed", n, "err", err)
+		}
+		return
+	}
+	log.Info("task index built", "tasks", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
 func splitList(s string) []string {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +11,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shardcron/shardcron/api"
@@ -26,6 +30,7 @@ Subcommands:
   put       create or replace a task, from a JSON file (-f) or from flags
   get       show one task and its owner's state
   list      list tasks, by id prefix and labels
+  export    write tasks as JSON Lines that 'shardcron import' reads back
   delete    delete a task, or every task of a prefix or labels
   pause     stop a task from firing, keeping its definition (or many: --label, --prefix)
   resume    let a paused task fire again (or many)
@@ -54,6 +59,8 @@ func runTask(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return taskGet(rest, stdout, stderr)
 	case "list", "ls":
 		return taskList(rest, stdout, stderr)
+	case "export":
+		return taskExport(rest, stdout, stderr)
 	case "delete", "rm":
 		return taskDelete(rest, stdout, stderr)
 	case "pause":
@@ -505,9 +512,10 @@ func taskGet(args []string, stdout, stderr io.Writer) int {
 
 const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--limit N] [--all] [flags]
 
-Lists tasks one page at a time, in the registry's order (by partition,
-then id; not alphabetical): without --all it prints one
-page and, when there are more, says how to get the next. --all follows
+Lists tasks one page at a time, ordered by id (byte order): without --all
+it prints one page and, when there are more, says how to get the next.
+A page holds --limit tasks (at most 10000), fewer only at the end; the
+cursor of the next page is the last id of this one. --all follows
 the pages to the end. With --output json it prints the API's answer,
 {"tasks": [...], "next_cursor": "..."}; with --all, every task in one
 "tasks" array and an empty cursor.
@@ -571,6 +579,67 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 type listResult struct {
 	Tasks      []*engine.Task `json:"tasks"`
 	NextCursor string         `json:"next_cursor"` // "" after the last page
+}
+
+// --- task export ------------------------------------------------------------
+
+const taskExportHelp = `Usage: shardcron task export [--prefix P] [--label K=V]... [flags] > tasks.jsonl
+
+Writes every matching task (all of them by default) to stdout as
+JSON Lines, ordered by id: one task per line, as stored, which
+'shardcron import' reads back unchanged (into this cluster or another one). The
+node reads all of them from one etcd revision, so the export is a
+consistent snapshot however long it takes and whatever is written
+meanwhile. --timeout does not apply: an export of millions of tasks runs
+until it is done (Ctrl-C stops it). At the end it prints "exported N
+tasks" on stderr.
+
+Examples:
+  shardcron task export > fleet.jsonl
+  shardcron task export --label team=billing | shardcron import --server http://other:8080 -
+`
+
+func taskExport(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task export", taskExportHelp, stdout, stderr)
+	var cf clientFlags
+	var prefix string
+	var labels kvFlag
+	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
+	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
+	cf.register(c)
+	pos, code, done := c.parseClient(args, &cf)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q (filter with --prefix or --label; the tasks go to stdout)", pos[0])
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	lines := &lineCounter{w: stdout}
+	bw := bufio.NewWriterSize(lines, 256<<10)
+	err := cf.client().Export(ctx, api.ListOptions{Prefix: prefix, Labels: labels}, bw)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "export stopped after %d tasks\n", lines.n)
+		return cf.fail(c, "", err)
+	}
+	fmt.Fprintf(stderr, "exported %d tasks\n", lines.n)
+	return exitOK
+}
+
+// lineCounter counts the lines written through it.
+type lineCounter struct {
+	w io.Writer
+	n int
+}
+
+func (l *lineCounter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	l.n += bytes.Count(p[:n], []byte{'\n'})
+	return n, err
 }
 
 // --- task delete, pause, resume ------------------------------------------------

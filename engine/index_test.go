@@ -1,0 +1,493 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// checkIndex fails the test unless the index holds exactly the keys the
+// stored tasks call for: one id key per task, one label key per label.
+func checkIndex(t *testing.T, cli *clientv3.Client, reg *Registry) {
+	t.Helper()
+	ctx := context.Background()
+	tasks, err := cli.Get(ctx, reg.keys.tasks(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, kv := range tasks.Kvs {
+		_, id, _ := reg.keys.parseTaskKey(string(kv.Key))
+		want[reg.keys.indexID(id)] = true
+		for k, v := range storedLabels(kv.Value) {
+			want[reg.keys.indexLabel(k, v)+id] = true
+		}
+	}
+	idx, err := cli.Get(ctx, reg.keys.index(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(tasks.Header.Revision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, kv := range idx.Kvs {
+		if k := string(kv.Key); k != reg.keys.indexBuilt() {
+			got[k] = true
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("index lacks %s", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("index holds %s, which no task calls for", k)
+		}
+	}
+}
+
+func labelled(id string, labels map[string]string) *Task {
+	task := noopTask(id, "* * * * *")
+	task.Labels = labels
+	return task
+}
+
+// TestIndex_FollowsEveryWrite: after a create, a label change, a pause, a
+// delete, batches of new, changed and unchanged tasks, and a task that
+// changes all of its 64 labels at once (more than one transaction holds),
+// the index holds exactly what the tasks call for.
+func TestIndex_FollowsEveryWrite(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/ix")
+	ctx := context.Background()
+
+	putTask(t, reg, labelled("a/1", map[string]string{"team": "x", "env": "prod", "tier": "1"}))
+	checkIndex(t, c.Client, reg)
+	putTask(t, reg, labelled("a/1", map[string]string{"team": "y", "env": "prod", "zone": "eu"})) // changed, kept, removed, added
+	checkIndex(t, c.Client, reg)
+	if _, err := reg.SetPaused(ctx, "a/1", true); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, c.Client, reg)
+	putTask(t, reg, labelled("a/2", map[string]string{"team": "y"}))
+	if err := reg.Delete(ctx, "a/1"); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, c.Client, reg)
+
+	var batch []*Task
+	for i := range 300 {
+		batch = append(batch, labelled(fmt.Sprintf("b/%03d", i), map[string]string{"n": fmt.Sprint(i % 7), "team": "z"}))
+	}
+	batch = append(batch, labelled("a/2", map[string]string{"team": "w"}))
+	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
+		t.Fatalf("batch: written %d, errors %v, err %v", w, errs, err)
+	}
+	checkIndex(t, c.Client, reg)
+	for i, task := range batch {
+		if i%3 == 0 {
+			task.Labels = map[string]string{"n": "moved"}
+		}
+	}
+	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
+		t.Fatalf("second batch: written %d, errors %v, err %v", w, errs, err)
+	}
+	checkIndex(t, c.Client, reg)
+
+	many := func(v string) map[string]string {
+		l := map[string]string{}
+		for i := range maxLabels {
+			l[fmt.Sprintf("k%02d", i)] = v + fmt.Sprint(i)
+		}
+		return l
+	}
+	putTask(t, reg, labelled("wide", many("a")))
+	putTask(t, reg, labelled("wide", many("b"))) // 1 put, 64 deletes, 64 puts
+	checkIndex(t, c.Client, reg)
+	if w, errs, err := reg.PutBatch(ctx, []*Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(errs) > 0 || w != 2 {
+		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", w, errs, err)
+	}
+	checkIndex(t, c.Client, reg)
+
+	// Bulk actions: a pause keeps the labels, a delete takes the index keys.
+	if _, err := reg.Bulk(ctx, BulkPause, Selector{Labels: map[string]string{"team": "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, c.Client, reg)
+	if res, err := reg.Bulk(ctx, BulkDelete, Selector{Prefix: "b/"}); err != nil || res.Changed != 300 {
+		t.Fatalf("bulk delete: %+v, %v", res, err)
+	}
+	checkIndex(t, c.Client, reg)
+}
+
+// listAll pages through List with opts and returns the ids in order,
+// failing on a page that is not full but for the last, or ids out of order.
+func listAll(t *testing.T, reg *Registry, opts ListOptions, between func(page int)) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for page := 0; ; page++ {
+		if page > 10000 {
+			t.Fatal("the cursor never ends")
+		}
+		if between != nil {
+			between(page)
+		}
+		tasks, next, err := reg.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := opts.Limit
+		if limit == 0 {
+			limit = DefaultListLimit
+		}
+		if next != "" && len(tasks) != limit {
+			t.Fatalf("page %d: %d tasks and a next cursor, want full pages of %d", page, len(tasks), limit)
+		}
+		for _, task := range tasks {
+			if len(ids) > 0 && task.ID <= ids[len(ids)-1] {
+				t.Fatalf("page %d: %q after %q: not in id order, or twice", page, task.ID, ids[len(ids)-1])
+			}
+			if !strings.HasPrefix(task.ID, opts.Prefix) || !hasLabels(task.Labels, opts.Labels) {
+				t.Fatalf("page %d: %s %v does not match %+v", page, task.ID, task.Labels, opts)
+			}
+			ids = append(ids, task.ID)
+		}
+		if next == "" {
+			return ids
+		}
+		if next != tasks[len(tasks)-1].ID {
+			t.Fatalf("next cursor %q, want the page's last id %q", next, tasks[len(tasks)-1].ID)
+		}
+		opts.Cursor = next
+	}
+}
+
+// TestList_FullPagesStableUnderWrites: while another writer creates and
+// deletes tasks around them, paging by prefix and by label returns every
+// task that exists throughout exactly once, in id order, in full pages.
+func TestList_FullPagesStableUnderWrites(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/stable")
+	ctx := context.Background()
+	var stable []*Task
+	for i := range 400 {
+		stable = append(stable, labelled(fmt.Sprintf("job/%04d", 2*i), map[string]string{"team": "pay", "even": fmt.Sprint(i%2 == 0)}))
+	}
+	if _, _, err := reg.PutBatch(ctx, stable); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := fmt.Sprintf("job/%04d", 2*rng.IntN(400)+1) // odd: never a stable one
+			if rng.IntN(2) == 0 {
+				_, _ = reg.Put(ctx, labelled(id, map[string]string{"team": "pay", "even": "true"}), PutOptions{})
+			} else {
+				_ = reg.Delete(ctx, id)
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+
+	for _, opts := range []ListOptions{
+		{Prefix: "job/", Limit: 7},
+		{Labels: map[string]string{"team": "pay"}, Limit: 13},
+		{Prefix: "job/0", Labels: map[string]string{"team": "pay", "even": "true"}, Limit: 5},
+	} {
+		got := listAll(t, reg, opts, nil)
+		seen := map[string]bool{}
+		for _, id := range got {
+			seen[id] = true
+		}
+		for _, task := range stable {
+			if strings.HasPrefix(task.ID, opts.Prefix) && hasLabels(task.Labels, opts.Labels) && !seen[task.ID] {
+				t.Errorf("%+v: stable task %s missing", opts, task.ID)
+			}
+		}
+	}
+}
+
+// TestList_PrefixesAndLabelsWithDelimiters: a prefix is bytes ('/' is no
+// separator), and labels whose keys hold '/' and values hold '=' or '/' do
+// not share index ranges: with label keys and values unescaped, {a: "b/c"}
+// of task "x" and {a: "b"} of task "c/x" would be one index key, and
+// deleting "c/x" would lose "x".
+func TestList_PrefixesAndLabelsWithDelimiters(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/delim")
+	ctx := context.Background()
+	for _, id := range []string{"a/b", "a/b/", "a/b/c", "a/b/c/d", "a/bc", "a%2Fb", "ab", "a"} {
+		putTask(t, reg, noopTask(id, "* * * * *"))
+	}
+	for prefix, want := range map[string][]string{
+		"a/b/": {"a/b/", "a/b/c", "a/b/c/d"},
+		"a/b":  {"a/b", "a/b/", "a/b/c", "a/b/c/d", "a/bc"},
+		"a/":   {"a/b", "a/b/", "a/b/c", "a/b/c/d", "a/bc"},
+		"a%":   {"a%2Fb"},
+		"":     {"a", "a%2Fb", "a/b", "a/b/", "a/b/c", "a/b/c/d", "a/bc", "ab"},
+	} {
+		for _, limit := range []int{1, 2, 100} {
+			if got := listAll(t, reg, ListOptions{Prefix: prefix, Limit: limit}, nil); !slices.Equal(got, want) {
+				t.Errorf("prefix %q limit %d: %v, want %v", prefix, limit, got, want)
+			}
+		}
+	}
+
+	putTask(t, reg, labelled("x", map[string]string{"a": "b/c", "k/1": "v=w"}))
+	putTask(t, reg, labelled("c/x", map[string]string{"a": "b", "k": "1=v=w"}))
+	checkIndex(t, c.Client, reg)
+	if err := reg.Delete(ctx, "c/x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []map[string]string{{"a": "b/c"}, {"k/1": "v=w"}, {"a": "b/c", "k/1": "v=w"}} {
+		if got := listAll(t, reg, ListOptions{Labels: l}, nil); !slices.Equal(got, []string{"x"}) {
+			t.Errorf("labels %v: %v, want [x]", l, got)
+		}
+	}
+	checkIndex(t, c.Client, reg)
+}
+
+// TestList_SeveralLabels: labels are ANDed. The intersection of three
+// labels is sparse (one task in 105), so the streams seek over long gaps.
+func TestList_SeveralLabels(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/and")
+	ctx := context.Background()
+	var all []*Task
+	for i := range 2100 {
+		all = append(all, labelled(fmt.Sprintf("t%05d", i), map[string]string{
+			"m3": fmt.Sprint(i % 3), "m5": fmt.Sprint(i % 5), "m7": fmt.Sprint(i % 7)}))
+	}
+	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		labels map[string]string
+		prefix string
+	}{
+		{map[string]string{"m3": "0", "m5": "0", "m7": "0"}, ""},
+		{map[string]string{"m3": "1", "m7": "6"}, "t01"},
+		{map[string]string{"m5": "4"}, ""},
+		{map[string]string{"m5": "4", "m7": "nope"}, ""},
+	} {
+		var want []string
+		for _, task := range all {
+			if strings.HasPrefix(task.ID, tt.prefix) && hasLabels(task.Labels, tt.labels) {
+				want = append(want, task.ID)
+			}
+		}
+		for _, limit := range []int{4, 1000} {
+			got := listAll(t, reg, ListOptions{Prefix: tt.prefix, Labels: tt.labels, Limit: limit}, nil)
+			if !slices.Equal(got, want) {
+				t.Errorf("labels %v prefix %q limit %d: %d ids %v, want %d", tt.labels, tt.prefix, limit, len(got), got, len(want))
+			}
+		}
+	}
+}
+
+// TestExport_OneRevision: tasks written, changed and deleted while an
+// export runs change nothing in it: it gives the tasks as they were when it
+// began, in id order, as stored.
+func TestExport_OneRevision(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/export")
+	ctx := context.Background()
+	var all []*Task
+	for i := range 1500 {
+		all = append(all, labelled(fmt.Sprintf("e/%04d", i), map[string]string{"team": fmt.Sprint(i % 2)}))
+	}
+	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Client.Get(ctx, reg.keys.tasks(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, kv := range before.Kvs {
+		_, id, _ := reg.keys.parseTaskKey(string(kv.Key))
+		want[id] = string(kv.Value)
+	}
+	var got []string
+	first := true
+	n, _, err := reg.Export(ctx, Selector{}, func(task []byte) error {
+		if first {
+			first = false
+			var churn []*Task
+			for i := range 200 {
+				churn = append(churn, labelled(fmt.Sprintf("e/%04d", 7*i), map[string]string{"team": "changed"}))
+				churn = append(churn, labelled(fmt.Sprintf("e/new/%04d", i), nil))
+			}
+			if _, _, err := reg.PutBatch(ctx, churn); err != nil {
+				return err
+			}
+			for i := range 100 {
+				if err := reg.Delete(ctx, fmt.Sprintf("e/%04d", 11*i+1)); err != nil {
+					return err
+				}
+			}
+		}
+		got = append(got, string(task))
+		return nil
+	})
+	if err != nil || n != len(all) || len(got) != len(all) {
+		t.Fatalf("export: %d tasks (%d given), %v; want %d", n, len(got), err, len(all))
+	}
+	ids := slices.Sorted(maps.Keys(want))
+	for i, line := range got {
+		if line != want[ids[i]] {
+			t.Fatalf("export line %d: %s\nwant the task as stored before: %s", i, line, want[ids[i]])
+		}
+	}
+
+	// A selection by label and prefix, read back by the batch path, is
+	// the same tasks.
+	var sel []*Task
+	if _, _, err := reg.Export(ctx, Selector{Prefix: "e/00", Labels: map[string]string{"team": "changed"}}, func(b []byte) error {
+		task, err := DecodeTask(b)
+		sel = append(sel, task)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sel) != 14 { // e/0000 ... e/0098 by 7, but e/0056, deleted
+		t.Errorf("selection: %d tasks, want 14", len(sel))
+	}
+	rev := revision(t, c.Client)
+	if w, errs, err := reg.PutBatch(ctx, sel); err != nil || len(errs) > 0 || w != len(sel) || revision(t, c.Client) != rev {
+		t.Errorf("re-import of an export: written %d, errors %v, err %v; revision moved: %v", w, errs, err, revision(t, c.Client) != rev)
+	}
+}
+
+// TestBuildIndex_OfAnOlderCluster: tasks written without the index (as
+// nodes before it did) are listed by scanning until BuildIndex has run,
+// while writes go on; then the index holds exactly what they call for.
+func TestBuildIndex_OfAnOlderCluster(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	old := openRegistry(t, c.Client, "/old")
+	old.noIndex = true
+	if _, err := c.Client.Delete(ctx, old.keys.index(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	var all []*Task
+	for i := range 700 {
+		all = append(all, labelled(fmt.Sprintf("o/%04d", i), map[string]string{"team": fmt.Sprint(i % 3)}))
+	}
+	if _, _, err := old.PutBatch(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := openRegistry(t, c.Client, "/old")
+	if built, err := reg.IndexBuilt(ctx); err != nil || built {
+		t.Fatalf("IndexBuilt before the build: %v, %v", built, err)
+	}
+	want := func(team string) []string {
+		var ids []string
+		for _, task := range all {
+			if task.Labels["team"] == team {
+				ids = append(ids, task.ID)
+			}
+		}
+		return ids
+	}
+	if got := listAll(t, reg, ListOptions{Labels: map[string]string{"team": "1"}, Limit: 9}, nil); !slices.Equal(got, want("1")) {
+		t.Errorf("before the build: %v, want %v", got, want("1"))
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; i < 700; i += 5 {
+			if i%10 == 0 {
+				_ = reg.Delete(ctx, fmt.Sprintf("o/%04d", i))
+			} else {
+				_, _ = reg.Put(ctx, labelled(fmt.Sprintf("o/%04d", i), map[string]string{"team": "moved"}), PutOptions{})
+			}
+		}
+	})
+	n, err := reg.BuildIndex(ctx)
+	wg.Wait()
+	if err != nil || n == 0 {
+		t.Fatalf("BuildIndex: %d, %v", n, err)
+	}
+	checkIndex(t, c.Client, reg)
+	if built, err := reg.IndexBuilt(ctx); err != nil || !built {
+		t.Fatalf("IndexBuilt after the build: %v, %v", built, err)
+	}
+	var moved []string
+	for i := 5; i < 700; i += 10 {
+		moved = append(moved, fmt.Sprintf("o/%04d", i))
+	}
+	if got := listAll(t, reg, ListOptions{Labels: map[string]string{"team": "moved"}, Limit: 9}, nil); !slices.Equal(got, moved) {
+		t.Errorf("after the build: %v, want %v", got, moved)
+	}
+	if n, err := reg.BuildIndex(ctx); err != nil || n != 0 {
+		t.Errorf("a second BuildIndex: %d, %v; want nothing done", n, err)
+	}
+}
+
+// TestList_DuringHandOver: a second node joins, taking half of the
+// partitions, while a client pages through the tasks: every task is listed
+// once, in order.
+func TestList_DuringHandOver(t *testing.T) {
+	c := etcdtest.Start(t)
+	n1 := startNode(t, c, "", nil, nil)
+	reg := n1.e.Registry()
+	ctx := context.Background()
+	var all []*Task
+	for i := range 600 {
+		all = append(all, handlerTask(fmt.Sprintf("h/%04d", i), "@every 1h"))
+	}
+	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	joined := false
+	got := listAll(t, reg, ListOptions{Prefix: "h/", Limit: 50}, func(page int) {
+		if page == 3 {
+			startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "node-2" })
+			etcdtest.WaitFor(t, 20*time.Second, func() bool {
+				owned := 0
+				for p := range 16 {
+					if n1.e.Owns(p) {
+						owned++
+					}
+				}
+				return owned < 16
+			})
+			joined = true
+		}
+	})
+	if !joined {
+		t.Fatal("the second node never joined")
+	}
+	want := make([]string, len(all))
+	for i, task := range all {
+		want[i] = task.ID
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("listed %d tasks, want %d: %v", len(got), len(want), got)
+	}
+}
