@@ -101,7 +101,7 @@ type memoEntry struct {
 }
 
 // loop is the dispatch loop: the one goroutine that owns the wheel and the
-// task table (STYLE.md: state with many transitions belongs to one
+// task table (state with many transitions belongs to one
 // goroutine). Everything else talks to it through cmds.
 type loop struct {
 	cfg     Config
@@ -248,7 +248,7 @@ func (l *loop) dispatch() bool {
 	if full {
 		through -= int64(l.cfg.Tick)
 	}
-	// Dispatch first, then compute next times (DESIGN.md facts).
+	// Dispatch first, then compute next times (docs/design.md, facts measured).
 	l.jobs = l.jobs[:0]
 	for _, e := range l.expired {
 		l.release(e, now)

@@ -95,7 +95,7 @@ func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
 }
 
 // prepare reads partition p ahead of its lock: from the Badger cache when
-// it has the partition (DESIGN.md invariant 7: no range read), else with
+// it has the partition (docs/design.md, invariant 7: no range read), else with
 // a range read, which replaces the cache.
 func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 	if e.store != nil {

@@ -362,7 +362,7 @@ func (s *serving) end(leaving bool) {
 	_ = s.sess.Close()
 }
 
-// acquire takes partition p (DESIGN.md, Partitions and ownership): lock its
+// acquire takes partition p (docs/design.md, Partitions and ownership): lock its
 // mutex, read where its last owner got to, record the hand-over, load its
 // tasks and watch them.
 func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {

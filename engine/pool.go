@@ -20,7 +20,7 @@ const (
 	kindDropped         // handed over with its partition: skipped by workers
 )
 
-// Statuses of an attempt, as in API.md's execution record.
+// Statuses of an attempt, as in the execution record of docs/api.md.
 const (
 	statusNone = iota
 	statusOK
@@ -77,7 +77,7 @@ type mark struct {
 // in chunks, and the node's watermark.
 //
 // The watermark W is the wheel time up to which every released fire has
-// been taken by a worker, not merely queued (DESIGN.md): a fire lost in a
+// been taken by a worker, not merely queued (docs/design.md): a fire lost in a
 // crash while queued is then fired again by the next owner.
 type pool struct {
 	node    string
