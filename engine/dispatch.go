@@ -120,7 +120,7 @@ type loop struct {
 	fenced  func() bool
 	acked   *atomic.Int64 // the watermark etcd last acknowledged, unix ns; 0 before the first
 	ackCh   chan struct{} // signalled after each acknowledgement
-	cmds    chan any
+	cmds    chan command
 
 	through  int64 // every fire due up to here was released by the wheel and handed to the pool
 	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
@@ -146,7 +146,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan any, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
+		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 	}
 }
@@ -334,93 +334,38 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	r.misfires++
 	l.stats.misfires.Add(1)
-	h := l.scheds.Get(r.sched)
-	oldest := now - int64(prof.catchup)
-	fire := int64(0)
-	switch prof.misfire {
-	case MisfireFireAll:
-		// Every missed time in the catch-up window, oldest first: this
-		// one, or the first in the window; its successors come due at once.
-		// sched stays the first missed time: when that one is out of the
-		// window, the fires dropped with it are recorded below.
-		first := sched
-		if first < oldest {
-			first = next(h, oldest-1)
-		}
-		if first != 0 && first <= now {
-			fire = first
-		}
-	case MisfireFireOnce:
-		fire = latestBefore(h, max(sched, oldest), now)
-	}
+	fire, resume := misfireFire(prof.misfire, l.scheds.Get(r.sched), sched, now, prof.catchup)
 	if fire != sched {
+		// sched stays the first missed time: when fire_all's window begins
+		// later, or fire_once picks a later time, this one is recorded.
 		l.record(r, sched, 1, statusMisfired, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
 	}
-	if fire == 0 {
-		r.next = now // resume after now
-	} else {
-		r.next = fire
-	}
+	r.next = resume
 	return fire
-}
-
-// latestBefore returns the latest fire of h in [from, to], or 0. A
-// schedule of fixed period jumps there; others bisect on time, about 60
-// Next calls whatever the window, instead of one per missed fire.
-func latestBefore(h schedule.Schedule, from, to int64) int64 {
-	first := next(h, from-1)
-	if first == 0 || first > to {
-		return 0
-	}
-	if p, ok := h.(interface{ Period() time.Duration }); ok && p.Period() > 0 {
-		d := int64(p.Period())
-		return first + (to-first)/d*d
-	}
-	// The largest x with next(x) <= to gives the latest fire: next(x).
-	lo, hi := first-1, to // next(lo) <= to; next(hi) > to
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if n := next(h, mid); n != 0 && n <= to {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return next(h, lo)
-}
-
-// next returns the first fire of h after t (unix ns), or 0.
-func next(h schedule.Schedule, t int64) int64 {
-	n := h.Next(time.Unix(0, t))
-	if n.IsZero() {
-		return 0
-	}
-	return n.UnixNano()
 }
 
 // admit applies the concurrency policy and queues a job for the fire.
 func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8) {
-	if r.running > 0 {
-		switch prof.concurrency {
-		case ConcurrencyForbid:
-			l.skip(r, sched, 1, "the previous fire is still running (concurrency forbid)")
-			return
-		case ConcurrencyBufferOne:
-			if _, waiting := l.pending[i]; waiting {
-				l.skip(r, sched, 1, "a fire is already waiting for the running one (concurrency buffer_one)")
-			} else {
-				l.pending[i] = sched
-			}
-			return
-		case ConcurrencyReplace:
-			// The running fire is canceled, and so are those still waiting
-			// for a worker: only the newest runs.
-			l.pool.cancelRunning(i)
-			l.pool.replaceQueued(i, r.gen)
-			for k := range l.unpushed {
-				if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen {
-					u.replaced = true
-				}
+	_, waiting := l.pending[i]
+	switch admit(prof.concurrency, int(r.running), waiting, false) {
+	case admitSkip:
+		why := "the previous fire is still running (concurrency forbid)"
+		if waiting {
+			why = "a fire is already waiting for the running one (concurrency buffer_one)"
+		}
+		l.skip(r, sched, 1, why)
+		return
+	case admitBuffer:
+		l.pending[i] = sched
+		return
+	case admitReplace:
+		// The running fire is canceled, and so are those still waiting for
+		// a worker: only the newest runs.
+		l.pool.cancelRunning(i)
+		l.pool.replaceQueued(i, r.gen)
+		for k := range l.unpushed {
+			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen {
+				u.replaced = true
 			}
 		}
 	}
@@ -523,7 +468,7 @@ func (l *loop) releaseRetry(slot uint32) {
 // replace lets the newer fire win, so the retry is skipped.
 func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
 	prof := l.profs.list[r.prof]
-	if r.running > 0 && prof.concurrency != ConcurrencyAllow {
+	if admit(prof.concurrency, int(r.running), false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
 		return
 	}
@@ -581,28 +526,29 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
 }
 
-func (l *loop) handle(c any) {
-	switch c := c.(type) {
-	case *loadCmd:
-		l.load(c)
-		l.retryTriggers()
-	case *eventsCmd:
-		l.events(c)
-		l.retryTriggers()
-	case *releaseCmd:
-		c.reply <- l.releaseParts(c.parts)
-	case *handOverQueuedCmd:
-		l.handOverQueued(c.hand)
-		c.reply <- struct{}{}
-	case *triggerCmd:
-		c.reply <- l.trigger(c)
-	case *stateCmd:
-		c.reply <- l.state(c.id)
-	case *throughCmd:
-		c.reply <- l.through
-	case *takeOverCmd:
-		l.takeOver(c)
-	}
+// command is a request to the dispatch loop: run carries it out on the
+// loop's goroutine. A command that answers does so on a channel of its own
+// with room for the answer, so that run never blocks (Engine's request
+// waits for it).
+type command interface{ run(l *loop) }
+
+func (c *loadCmd) run(l *loop)   { l.load(c); l.retryTriggers() }
+func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers() }
+func (c *releaseCmd) run(l *loop) {
+	c.reply <- l.releaseParts(c.parts)
+}
+func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
+func (c *triggerCmd) run(l *loop)        { c.reply <- l.trigger(c) }
+func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
+func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
+func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }
+func (wakeCmd) run(*loop)                {}
+
+// wakeCmd only wakes the loop, so that it looks at the clock again.
+type wakeCmd struct{}
+
+func (l *loop) handle(c command) {
+	c.run(l)
 	l.tasks.Store(int64(l.tab.n))
 }
 

@@ -265,8 +265,25 @@ func (e *Engine) leave() {
 	}
 }
 
+// request sends the loop a command that answers on reply, and waits for
+// the answer, unless the loop ends or ctx does first.
+func request[T any](ctx context.Context, e *Engine, c command, reply <-chan T) (T, error) {
+	var zero T
+	if err := e.call(ctx, c); err != nil {
+		return zero, err
+	}
+	select {
+	case v := <-reply:
+		return v, nil
+	case <-e.loopDone:
+		return zero, ErrClosed
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
 // call sends a command to the dispatch loop, unless the loop is gone.
-func (e *Engine) call(ctx context.Context, c any) error {
+func (e *Engine) call(ctx context.Context, c command) error {
 	if e.loop == nil {
 		return ErrClosed
 	}
@@ -284,16 +301,8 @@ func (e *Engine) call(ctx context.Context, c any) error {
 // does not own it.
 func (e *Engine) TaskState(ctx context.Context, id string) (*TaskState, bool) {
 	c := &stateCmd{id: id, reply: make(chan *TaskState, 1)}
-	if e.call(ctx, c) != nil {
-		return nil, false
-	}
-	select {
-	case s := <-c.reply:
-		return s, s != nil
-	case <-e.loopDone:
-	case <-ctx.Done():
-	}
-	return nil, false
+	s, err := request(ctx, e, c, c.reply)
+	return s, err == nil && s != nil
 }
 
 // Owns reports whether this node owns partition p.

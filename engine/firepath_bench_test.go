@@ -113,7 +113,7 @@ func benchFirePath(b *testing.B, n int) {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		clock.setNow(boundary)
-		l.cmds <- struct{}{} // wake the loop: its timer was set by the old clock
+		l.cmds <- wakeCmd{} // its timer was set by the old clock
 		t0 := time.Now()
 		for executed() < target {
 			time.Sleep(100 * time.Microsecond)

@@ -341,12 +341,7 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 // partitions unrun (loop.handOverQueued).
 func (e *Engine) handOverQueued(hand map[int]*handOver) {
 	c := &handOverQueuedCmd{hand: hand, reply: make(chan struct{}, 1)}
-	if e.call(context.Background(), c) == nil {
-		select {
-		case <-c.reply:
-		case <-e.loopDone:
-		}
-	}
+	_, _ = request(context.Background(), e, c, c.reply)
 }
 
 // releaseChunks groups partitions into transactions within etcd's limits.
@@ -406,12 +401,8 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 // releaseLoop takes partitions' tasks out of the wheel (releaseParts).
 func (e *Engine) releaseLoop(ps []int) release {
 	c := &releaseCmd{parts: ps, reply: make(chan release, 1)}
-	if e.call(context.Background(), c) == nil {
-		select {
-		case r := <-c.reply:
-			return r
-		case <-e.loopDone:
-		}
+	if r, err := request(context.Background(), e, c, c.reply); err == nil {
+		return r
 	}
 	// The loop is gone: nothing was dispatched past the watermark.
 	hand := make(map[int]*handOver, len(ps))

@@ -483,17 +483,7 @@ func (e *Engine) fireTrigger(ctx context.Context, key string) {
 		return
 	}
 	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), reply: make(chan bool, 1)}
-	if e.call(ctx, c) != nil {
-		return
-	}
-	select {
-	case took := <-c.reply:
-		if !took {
-			return
-		}
-	case <-e.loopDone:
-		return
-	case <-ctx.Done():
+	if took, err := request(ctx, e, c, c.reply); err != nil || !took {
 		return
 	}
 	if _, err := e.cli.Delete(ctx, key); err != nil {

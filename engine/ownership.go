@@ -456,15 +456,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 // it; a release that comes first wins, as the write needs the lock.
 func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *concurrency.Mutex, p int, cp checkpoint) {
 	c := &throughCmd{reply: make(chan int64, 1)}
-	if e.call(ctx, c) != nil {
-		return
-	}
-	var armed int64
-	select {
-	case armed = <-c.reply:
-	case <-e.loopDone:
-		return
-	case <-ctx.Done():
+	armed, err := request(ctx, e, c, c.reply)
+	if err != nil {
 		return
 	}
 	t := time.NewTicker(e.cfg.WatermarkInterval / 2)

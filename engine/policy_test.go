@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+)
+
+func TestMisfireFire(t *testing.T) {
+	tab := schedule.NewTable()
+	h, err := tab.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := tab.Get(h)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	sec := int64(time.Second)
+	window := time.Minute
+	for _, tt := range []struct {
+		name         string
+		p            MisfirePolicy
+		sched        int64
+		fire, resume int64
+	}{
+		{"fire_once late", MisfireFireOnce, now - 10*sec, now, now},
+		{"fire_once past the window", MisfireFireOnce, now - 5*60*sec, now, now},
+		{"fire_all late", MisfireFireAll, now - 10*sec, now - 10*sec, now - 10*sec},
+		{"fire_all past the window starts at its edge", MisfireFireAll, now - 5*60*sec, now - 60*sec, now - 60*sec},
+		{"skip late", MisfireSkip, now - 10*sec, 0, now},
+		{"skip past the window", MisfireSkip, now - 5*60*sec, 0, now},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fire, resume := misfireFire(tt.p, every, tt.sched, now, window)
+			if fire != tt.fire || resume != tt.resume {
+				t.Errorf("misfireFire = %d, %d; want %d, %d (in s from now: %d, %d; want %d, %d)",
+					fire, resume, tt.fire, tt.resume, (fire-now)/sec, (resume-now)/sec, (tt.fire-now)/sec, (tt.resume-now)/sec)
+			}
+		})
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	for _, tt := range []struct {
+		p       ConcurrencyPolicy
+		running int
+		waiting bool
+		retry   bool
+		want    admission
+	}{
+		{ConcurrencyAllow, 0, false, false, admitRun},
+		{ConcurrencyAllow, 3, false, false, admitRun},
+		{ConcurrencyAllow, 1, false, true, admitRun},
+		{ConcurrencyForbid, 0, false, false, admitRun},
+		{ConcurrencyForbid, 1, false, false, admitSkip},
+		{ConcurrencyForbid, 1, false, true, admitSkip},
+		{ConcurrencyBufferOne, 0, false, false, admitRun},
+		{ConcurrencyBufferOne, 1, false, false, admitBuffer},
+		{ConcurrencyBufferOne, 1, true, false, admitSkip},
+		{ConcurrencyBufferOne, 1, false, true, admitSkip},
+		{ConcurrencyReplace, 0, false, false, admitRun},
+		{ConcurrencyReplace, 1, false, false, admitReplace},
+		{ConcurrencyReplace, 1, false, true, admitSkip},
+	} {
+		if got := admit(tt.p, tt.running, tt.waiting, tt.retry); got != tt.want {
+			t.Errorf("admit(%s, running %d, waiting %v, retry %v) = %d, want %d", tt.p, tt.running, tt.waiting, tt.retry, got, tt.want)
+		}
+	}
+}
