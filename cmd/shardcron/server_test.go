@@ -189,6 +189,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--log-format", "xml"},
 			{"--partitions", "0"},
 			{"--workers", "-1"},
+			{"--queue", "100", "--batch", "200"}, // a batch larger than the queue
 			{"--load", "1"},
 			{"extra"},
 		} {

@@ -146,6 +146,7 @@ func (c *Cluster) AddNode() *Node {
 	args := append([]string{
 		"--partitions", strconv.Itoa(c.opt.Partitions),
 		"--workers", strconv.Itoa(c.opt.Workers), "--queue", strconv.Itoa(c.opt.Queue),
+		"--batch", strconv.Itoa(max(1, c.opt.Queue/4)),
 		"--lease-ttl", c.opt.LeaseTTL.String(), "--misfire-threshold", c.opt.Misfire.String(),
 		"--history", "none", "--drain-timeout", "10s",
 	}, c.opt.Args...)

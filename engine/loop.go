@@ -1,0 +1,367 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/timerwheel"
+)
+
+// retryBase splits the wheel's ids: below it a task record's next fire,
+// from it a waiting retry.
+const retryBase = 1 << 30
+
+// taskDef is a task as the loop takes it: parsed and interned by the
+// goroutine that read it from etcd or Badger, off the loop.
+type taskDef struct {
+	id     string
+	hash   uint64 // xxhash64 of id; hash % P is the partition
+	part   int
+	sched  schedule.Handle
+	prof   *profile
+	paused bool
+}
+
+// Commands to the dispatch loop.
+type (
+	// loadCmd adds the tasks of an acquired partition, resuming after the
+	// watermark resume (unix ns).
+	loadCmd struct {
+		part   int
+		fence  int64
+		resume int64
+		defs   []taskDef
+		first  bool // the first chunk of the partition: it becomes owned
+		done   chan struct{}
+	}
+	// eventsCmd applies task changes seen by a partition's watch. With
+	// replace, upserts are the whole partition: tasks not among them go.
+	eventsCmd struct {
+		part    int
+		upserts []taskDef
+		deletes []string
+		replace bool
+	}
+	// releaseCmd takes partitions' tasks out of the wheel; the loop
+	// answers with what to hand over (releaseParts).
+	releaseCmd struct {
+		parts []int
+		reply chan release
+	}
+	// handOverQueuedCmd hands over the queued fires of released partitions
+	// unrun, when workers did not take them in time (handOverQueued).
+	handOverQueuedCmd struct {
+		hand  map[int]*handOver
+		reply chan struct{}
+	}
+	// takeOverCmd runs the fires a previous owner handed over.
+	takeOverCmd struct {
+		part  int
+		fires []pendingFire
+	}
+	// triggerCmd fires a task once, outside its schedule.
+	triggerCmd struct {
+		part  int
+		id    string
+		at    int64
+		reply chan bool // whether the loop took it: fired, or held for its task
+	}
+	// throughCmd asks for the dispatch point.
+	throughCmd struct{ reply chan int64 }
+	// stateCmd asks for a task's state.
+	stateCmd struct {
+		id    string
+		reply chan *TaskState
+	}
+)
+
+type partState struct {
+	owned bool
+	fence int64
+}
+
+type retryState struct {
+	rec, gen uint32
+	sched    int64
+	attempt  uint16
+}
+
+// memoEntry caches one Next: in a burst a million tasks sharing a schedule
+// share its next time.
+type memoEntry struct {
+	h        schedule.Handle
+	from, to int64
+}
+
+// loop is the dispatch loop: the one goroutine that owns the wheel and the
+// task table (state with many transitions belongs to one
+// goroutine). Everything else talks to it through cmds.
+type loop struct {
+	cfg     Config
+	wheel   *timerwheel.Wheel
+	tab     *taskTable
+	profs   *profileTable
+	scheds  *schedule.Table
+	parts   []partState
+	retries []retryState
+	rfree   []uint32
+	pending map[uint32]int64 // buffer_one: the fire waiting for the running one, by record
+	pool    *pool
+	holds   *holds
+	stats   *stats
+	history *store.Store
+	fenced  func() bool
+	acked   *atomic.Int64 // the watermark etcd last acknowledged, unix ns; 0 before the first
+	ackCh   chan struct{} // signalled after each acknowledgement
+	cmds    chan command
+
+	through  int64 // every fire due up to here was released by the wheel and handed to the pool
+	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
+	expired  []timerwheel.Expired
+	jobs     []job
+	unpushed []job // jobs the full queue did not take yet
+	memo     [256]memoEntry
+
+	early     []earlyTrigger       // triggers that came before their task
+	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
+
+	tasks atomic.Int64 // records, for Stats
+	owned atomic.Int64 // partitions owned, for Stats
+}
+
+func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, history *store.Store,
+	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) *loop {
+	w, err := timerwheel.New(cfg.Tick, now)
+	if err != nil {
+		panic(err) // Config.Validate checked the tick
+	}
+	return &loop{
+		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
+		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
+		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
+		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
+	}
+}
+
+// run dispatches until ctx ends.
+func (l *loop) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l.service()
+		if l.dispatch() {
+			continue // more is due now: commands are served between batches
+		}
+		timer.Reset(l.sleep())
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-l.cmds:
+			l.handle(c)
+		case b := <-l.pool.done:
+			l.complete(&b)
+		case <-l.pool.space:
+		case <-l.ackCh:
+		case <-timer.C:
+		}
+	}
+}
+
+// service handles what is waiting, without blocking and within bounds, so
+// that a burst cannot starve commands or completions starve the burst.
+func (l *loop) service() {
+	for range 64 {
+		select {
+		case c := <-l.cmds:
+			l.handle(c)
+		case b := <-l.pool.done:
+			l.complete(&b)
+		default:
+			return
+		}
+	}
+}
+
+// sleep returns how long the loop may sleep: until the next timer, and at
+// most a watermark interval so that the watermark follows time when idle.
+func (l *loop) sleep() time.Duration {
+	d := l.cfg.WatermarkInterval
+	acked := l.acked.Load()
+	// A full queue wakes the loop through pool.space.
+	if len(l.unpushed) > 0 || l.fenced() || acked == 0 || l.pool.free() == 0 {
+		return d
+	}
+	// A timer beyond the lead waits for the next acknowledgement (ackCh).
+	if next, ok := l.wheel.NextDeadline(); ok && next <= acked+int64(l.cfg.Lead) {
+		d = min(d, l.cfg.Clock.Until(time.Unix(0, next)))
+	}
+	return max(d, 0)
+}
+
+// command is a request to the dispatch loop: run carries it out on the
+// loop's goroutine. A command that answers does so on a channel of its own
+// with room for the answer, so that run never blocks (Engine's request
+// waits for it).
+type command interface{ run(l *loop) }
+
+func (c *loadCmd) run(l *loop)   { l.load(c); l.retryTriggers() }
+func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers() }
+func (c *releaseCmd) run(l *loop) {
+	c.reply <- l.releaseParts(c.parts)
+}
+func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
+func (c *triggerCmd) run(l *loop)        { c.reply <- l.trigger(c) }
+func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
+func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
+func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }
+func (wakeCmd) run(*loop)                {}
+
+// wakeCmd only wakes the loop, so that it looks at the clock again.
+type wakeCmd struct{}
+
+func (l *loop) handle(c command) {
+	c.run(l)
+	l.tasks.Store(int64(l.tab.n))
+}
+
+func (l *loop) load(c *loadCmd) {
+	defer close(c.done)
+	if c.first {
+		if !l.parts[c.part].owned {
+			l.owned.Add(1)
+		}
+		l.parts[c.part] = partState{owned: true, fence: c.fence}
+	}
+	if !l.parts[c.part].owned {
+		return // released while loading
+	}
+	for i := range c.defs {
+		l.upsert(&c.defs[i], c.resume)
+	}
+}
+
+// upsert adds or updates a task. A new task resumes after resume; a task
+// whose schedule changed resumes after now.
+func (l *loop) upsert(d *taskDef, resume int64) {
+	i, r, ok := l.tab.lookup(d.id)
+	if !ok {
+		i, r = l.tab.add(d.id, d.hash, d.part)
+		r.sched = d.sched
+		r.prof = l.profs.ref(d.prof)
+		r.jitter = uint32(d.prof.jitter / time.Millisecond)
+		if d.paused {
+			r.flags |= flagPaused
+			return
+		}
+		l.arm(i, r, l.firstAfter(r, resume))
+		return
+	}
+	old := r.prof
+	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
+	l.profs.unref(old)
+	jitter := uint32(d.prof.jitter / time.Millisecond)
+	wasPaused := r.flags&flagPaused != 0
+	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused {
+		return // the timer stands
+	}
+	r.sched, r.jitter = d.sched, jitter
+	if d.paused {
+		r.flags |= flagPaused
+		l.wheel.Cancel(i)
+		r.next = 0
+		return
+	}
+	r.flags &^= flagPaused
+	l.arm(i, r, l.firstAfter(r, max(l.through, l.cfg.Clock.Now().UnixNano())))
+}
+
+func (l *loop) events(c *eventsCmd) {
+	if !l.parts[c.part].owned {
+		return
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	for i := range c.upserts {
+		l.upsert(&c.upserts[i], max(l.through, now))
+	}
+	gone := map[uint32]uint32{} // record -> generation of the deleted tasks
+	for _, id := range c.deletes {
+		if i, r, ok := l.tab.lookup(id); ok {
+			gone[i] = r.gen
+			l.remove(i)
+		}
+	}
+	if c.replace {
+		keep := make(map[string]bool, len(c.upserts))
+		for i := range c.upserts {
+			keep[c.upserts[i].id] = true
+		}
+		l.tab.eachIn(c.part, func(i uint32, r *record) {
+			if !keep[l.tab.id(r)] {
+				gone[i] = r.gen
+				l.remove(i)
+			}
+		})
+	}
+	// The fires of deleted tasks that wait for a worker must not run: a
+	// delete takes effect on the owner within a watch delivery (invariant
+	// 6), not after a queue that a slow executor may hold for long.
+	// remove() does not drop them itself because a release removes whole
+	// partitions and hands their queued fires over instead.
+	if len(gone) > 0 {
+		l.dropJobs(func(j *job) bool {
+			gen, ok := gone[j.rec]
+			return ok && j.gen == gen
+		})
+	}
+}
+
+// dropJobs takes the jobs for which drop returns true out of those waiting
+// for room, and marks those queued to be skipped by workers.
+func (l *loop) dropJobs(drop func(j *job) bool) {
+	keep := l.unpushed[:0]
+	for i := range l.unpushed {
+		if !drop(&l.unpushed[i]) {
+			keep = append(keep, l.unpushed[i])
+		}
+	}
+	clear(l.unpushed[len(keep):])
+	l.unpushed = keep
+	l.pool.dropQueued(drop)
+}
+
+func (l *loop) remove(i uint32) {
+	r := l.tab.rec(i)
+	l.wheel.Cancel(i)
+	delete(l.pending, i)
+	l.profs.unref(r.prof)
+	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
+}
+
+func (l *loop) state(id string) *TaskState {
+	_, r, ok := l.tab.lookup(id)
+	if !ok {
+		return nil
+	}
+	s := &TaskState{
+		Owner:      l.cfg.NodeID,
+		LastStatus: statusNames[r.status],
+		Fires:      uint64(r.fires),
+		Failures:   uint64(r.failures),
+		Misfires:   uint64(r.misfires),
+		Skipped:    uint64(r.skipped),
+	}
+	if r.next != 0 && r.flags&flagPaused == 0 {
+		s.NextFireAt = time.Unix(0, r.next).UTC()
+	}
+	if r.lastFire != 0 {
+		s.LastFireAt = time.Unix(0, r.lastFire).UTC()
+	}
+	return s
+}

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/shardcron/shardcron/membership"
+)
+
+// Watermarks: how far a session got, so that its successors after a crash
+// resume there.
+//
+// A fire goes through three points, each behind the one before:
+//
+//	through  the loop's dispatch point: every fire the wheel released up to
+//	         it was handed to the pool (loop.through, published with the
+//	         jobs pushed so far; never past a fire armed and not released)
+//	taken    the pool's watermark: every job pushed before a published
+//	         point was taken by a worker, so every fire up to the point
+//	         started (pool.watermark)
+//	acked    the watermark etcd acknowledged: written every
+//	         WatermarkInterval under /<prefix>/watermarks/<node>/<session>,
+//	         held at the mark of any uncommitted release (holds)
+//
+// Dispatch runs at most Lead past acked (the bounded lead), so a successor
+// that resumes from acked repeats at most Lead of fires. A partition's
+// checkpoint names the session (nameSession) only once acked passed the
+// point where the partition was armed.
+
+// nameSession completes an acquire: once the session's acknowledged
+// watermark is past the point where p was armed, every fire of p due
+// before it has been taken, and the checkpoint may name the session so
+// that a successor after a crash resumes from its watermark (repeating at
+// most the bounded lead) instead of from p's resume point, and without the
+// pending fires, which ran. It keeps trying for as long as the partition
+// is held: a checkpoint left unnamed would make a crash days later replay
+// from the old point. It runs beside the partition's watch and ends with
+// it; a release that comes first wins, as the write needs the lock.
+func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *concurrency.Mutex, p int, cp checkpoint) {
+	c := &throughCmd{reply: make(chan int64, 1)}
+	armed, err := request(ctx, e, c, c.reply)
+	if err != nil {
+		return
+	}
+	t := time.NewTicker(e.cfg.WatermarkInterval / 2)
+	defer t.Stop()
+	for e.acked.Load() <= armed {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.Done():
+			return
+		case <-t.C:
+		}
+	}
+	cp.Session, cp.Pending = sessionID(sess), nil // the handed-over fires were taken too
+	backoff := e.cfg.WatermarkInterval
+	for {
+		_, err := e.putCheckpoint(ctx, m, p, cp)
+		if err == nil || ctx.Err() != nil || sess.Fenced() {
+			return
+		}
+		e.log.Warn("naming the session in a checkpoint failed; retrying", "partition", p, "err", err, "in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// sessionID names a session in checkpoints and watermark keys: its lease.
+func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.Lease())) }
+
+// writeWatermarks records the session's watermark every WatermarkInterval:
+// one etcd request per node whatever the fire rate. A fenced node writes
+// nothing, so its successors resume from what it had taken before.
+//
+// The write is conditioned on the session's lease still holding the node
+// key, so that the lease is checked every interval at no extra request: a
+// node whose lease ended while its clock did not see it (a frozen VM) ends
+// its session at its next write, having run at most the bounded lead past
+// its last acknowledged watermark.
+func (e *Engine) writeWatermarks(ctx context.Context) {
+	t := time.NewTicker(e.cfg.WatermarkInterval)
+	defer t.Stop()
+	for {
+		if s := e.sess.Load(); s != nil && !s.Fenced() {
+			w := e.holds.cap(e.pool.watermark.Load())
+			val, _ := time.Unix(0, w).UTC().MarshalText()
+			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
+			resp, err := e.cli.Txn(wctx).
+				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).
+				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))).
+				Commit()
+			cancel()
+			if err == nil && !resp.Succeeded {
+				e.log.Warn("the session's lease no longer holds the node key; ending the session")
+				s.Lost()
+			} else if err == nil {
+				e.acked.Store(w)
+				select {
+				case e.ackCh <- struct{}{}:
+				default:
+				}
+			} else if ctx.Err() == nil {
+				e.log.Warn("writing the node watermark failed; dispatch pauses at the lead", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// collectWatermarks deletes the watermark keys that no checkpoint needs
+// any more: those of sessions that are gone and that no unreleased
+// checkpoint names. Run once a session owns its partitions.
+func (e *Engine) collectWatermarks(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wm, err := e.cli.Get(ctx, e.keys.watermarks(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(wm.Kvs) == 0 {
+		return
+	}
+	cps, err := e.cli.Get(ctx, e.keys.checkpoints(), clientv3.WithPrefix())
+	if err != nil {
+		return
+	}
+	needed := map[string]bool{}
+	for _, kv := range cps.Kvs {
+		var cp checkpoint
+		if json.Unmarshal(kv.Value, &cp) == nil && !cp.Released && cp.Session != "" {
+			needed[e.keys.watermark(cp.Node, cp.Session)] = true
+		}
+	}
+	live := map[string]bool{}
+	if ms, _, err := membership.List(ctx, e.cli, e.cfg.Prefix); err == nil {
+		for _, m := range ms {
+			live[m.ID] = true
+		}
+	} else {
+		return
+	}
+	if s := e.sess.Load(); s != nil {
+		needed[e.keys.watermark(e.cfg.NodeID, sessionID(s))] = true
+	}
+	var dels []clientv3.Op
+	for _, kv := range wm.Kvs {
+		key := string(kv.Key)
+		node, _, _ := strings.Cut(strings.TrimPrefix(key, e.keys.watermarks()), "/")
+		// A live node's other sessions are its own business: it may still
+		// be writing. Only keys of sessions nobody can need are removed.
+		if !needed[key] && (!live[node] || node == e.cfg.NodeID) {
+			dels = append(dels, clientv3.OpDelete(key))
+		}
+	}
+	// Only if no checkpoint changed since it was read: an acquire that
+	// failed may have put back one that names a session read as unneeded.
+	unchanged := clientv3.Compare(clientv3.ModRevision(e.keys.checkpoints()), "<", cps.Header.Revision+1).WithPrefix()
+	for chunk := range slices.Chunk(dels, maxTxnOps-1) {
+		resp, err := e.cli.Txn(ctx).If(unchanged).Then(chunk...).Commit()
+		if err != nil || !resp.Succeeded {
+			return
+		}
+	}
+}
