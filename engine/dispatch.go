@@ -8,7 +8,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardcron/shardcron/engine/schedule"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -198,10 +197,8 @@ func (l *loop) record(r *record, sched int64, attempt int, status uint8, why str
 		return
 	}
 	now := l.cfg.Clock.Now()
-	l.history.RecordKeep(store.Execution{
-		TaskID: l.tab.id(r), ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: now, FinishedAt: now,
-		Attempt: attempt, Node: l.cfg.NodeID, Status: statusNames[status], Error: why,
-	}, l.profs.list[r.prof].keepFor(status))
+	l.history.RecordKeep(execution(l.tab.id(r), l.cfg.NodeID, sched, attempt, status, now, now, why),
+		l.profs.list[r.prof].keepFor(status))
 }
 
 // reschedule puts record i back in the wheel at its next fire after r.next.

@@ -69,6 +69,7 @@ type Engine struct {
 	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
 	loopDone  chan struct{}
 	closeOnce sync.Once
+	done      chan struct{} // closed when Close returns
 	closeErr  error
 	started   atomic.Bool
 }
@@ -103,6 +104,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		ackCh:     make(chan struct{}, 1),
 		holds:     newHolds(),
 		left:      make(chan struct{}),
+		done:      make(chan struct{}),
 		preparing: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
@@ -170,7 +172,12 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	now := e.cfg.Clock.Now().UnixNano()
 	e.pool = newPool(e.cfg, e.store, &e.stats, e.fenced, now)
-	e.loop = newLoop(e.cfg, e.scheds, e.pool, e.holds, &e.stats, e.store, e.fenced, &e.acked, e.ackCh, now)
+	if e.loop, err = newLoop(e.cfg, e.scheds, e.pool, e.holds, &e.stats, e.store, e.fenced, &e.acked, e.ackCh, now); err != nil {
+		close(e.pool.quit)
+		e.pool.drain(0)
+		_ = sess.Close()
+		return err
+	}
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop
@@ -218,6 +225,7 @@ func (e *Engine) Fenced() bool { return e.fenced() }
 // after it, and revokes the session. Close is idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
+		defer close(e.done)
 		if !e.started.Load() || e.cancel == nil {
 			return
 		}
@@ -264,6 +272,10 @@ func (e *Engine) leave() {
 		e.log.Warn("the other nodes did not take every partition over in time; releasing the rest", "waited", prepareWait)
 	}
 }
+
+// Done is closed when Close has returned: the node left the cluster, its
+// partitions are handed over and its executions drained.
+func (e *Engine) Done() <-chan struct{} { return e.done }
 
 // request sends the loop a command that answers on reply, and waits for
 // the answer, unless the loop ends or ctx does first.

@@ -56,7 +56,10 @@ func benchFirePath(b *testing.B, n int) {
 	var acked atomic.Int64
 	acked.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in this benchmark
 	p := newPool(cfg, nil, st, notFenced, start)
-	l := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, &acked, make(chan struct{}, 1), start)
+	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, &acked, make(chan struct{}, 1), start)
+	if err != nil {
+		b.Fatal(err)
+	}
 	// The queue and batch buffers are per node, not per task.
 	runtime.GC()
 	var before runtime.MemStats

@@ -45,7 +45,10 @@ func newTestLoop(t *testing.T, at time.Time, tweak func(*Config)) *testLoop {
 	p := newPool(cfg, nil, st, never, start)
 	var acked atomic.Int64
 	acked.Store(math.MaxInt64 / 2) // no lead limit
-	l := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, func() bool { return false }, &acked, make(chan struct{}, 1), start)
+	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, func() bool { return false }, &acked, make(chan struct{}, 1), start)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		close(p.quit)
 		p.drain(time.Second)
@@ -596,4 +599,22 @@ func TestEngine_CloseWhileWaitingForALockAndCutOff(t *testing.T) {
 	proxy.Restore()
 	a.e = nil // closed: the cleanup only closes its store
 	_ = a.store.Close()
+}
+
+// Done is closed once Close returned, not before.
+func TestEngine_DoneAfterClose(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := startNode(t, c, "", nil, nil)
+	e := a.e
+	select {
+	case <-e.Done():
+		t.Fatal("Done before Close")
+	default:
+	}
+	a.stop(t)
+	select {
+	case <-e.Done():
+	default:
+		t.Fatal("Done still open after Close")
+	}
 }

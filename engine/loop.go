@@ -136,10 +136,10 @@ type loop struct {
 }
 
 func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, history *store.Store,
-	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) *loop {
+	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) (*loop, error) {
 	w, err := timerwheel.New(cfg.Tick, now)
 	if err != nil {
-		panic(err) // Config.Validate checked the tick
+		return nil, err
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
@@ -147,7 +147,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
-	}
+	}, nil
 }
 
 // run dispatches until ctx ends.
@@ -252,7 +252,11 @@ func (l *loop) load(c *loadCmd) {
 func (l *loop) upsert(d *taskDef, resume int64) {
 	i, r, ok := l.tab.lookup(d.id)
 	if !ok {
-		i, r = l.tab.add(d.id, d.hash, d.part)
+		var err error
+		if i, r, err = l.tab.add(d.id, d.hash, d.part); err != nil {
+			l.cfg.Logger.Error("a task cannot be armed", "task", d.id, "err", err)
+			return
+		}
 		r.sched = d.sched
 		r.prof = l.profs.ref(d.prof)
 		r.jitter = uint32(d.prof.jitter / time.Millisecond)

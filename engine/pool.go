@@ -424,11 +424,8 @@ func (p *pool) complete(out *completionBatch) {
 func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 	t.exec(statusCanceled)
 	if p.history != nil {
-		p.history.RecordKeep(store.Execution{
-			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: now,
-			Attempt: int(j.attempt), Node: p.node, Status: statusNames[statusCanceled],
-			Error: "replaced by a newer fire before it started (concurrency replace)",
-		}, j.prof.keepFor(statusCanceled))
+		p.history.RecordKeep(execution(j.id, p.node, j.sched, int(j.attempt), statusCanceled, now, now,
+			"replaced by a newer fire before it started (concurrency replace)"), j.prof.keepFor(statusCanceled))
 	}
 	return statusCanceled
 }
@@ -451,13 +448,11 @@ func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
 		if !j.prof.noop {
 			finished = p.clock.Now()
 		}
-		e := store.Execution{
-			TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), StartedAt: now, FinishedAt: finished,
-			Attempt: int(j.attempt), Node: p.node, Status: statusNames[st],
-		}
+		why := ""
 		if err != nil {
-			e.Error = err.Error()
+			why = err.Error()
 		}
+		e := execution(j.id, p.node, j.sched, int(j.attempt), st, now, finished, why)
 		p.history.RecordKeep(e, j.prof.keepFor(st))
 	}
 	return st
@@ -488,6 +483,14 @@ func (p *pool) execute(j *job) (err error) {
 		}
 	}()
 	return j.prof.exec.Execute(ctx, f)
+}
+
+// execution is the history record of one attempt of the fire (id, sched).
+func execution(id, node string, sched int64, attempt int, st uint8, started, finished time.Time, why string) store.Execution {
+	return store.Execution{
+		TaskID: id, ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: started, FinishedAt: finished,
+		Attempt: attempt, Node: node, Status: statusNames[st], Error: why,
+	}
 }
 
 func statusOf(err error) uint8 {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -102,7 +103,7 @@ func (t *taskTable) lookup(id string) (uint32, *record, bool) {
 
 // add creates a record for a task id of partition part that is not in the
 // table. hash is xxhash64 of the id.
-func (t *taskTable) add(id string, hash uint64, part int) (uint32, *record) {
+func (t *taskTable) add(id string, hash uint64, part int) (uint32, *record, error) {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
@@ -110,7 +111,7 @@ func (t *taskTable) add(id string, hash uint64, part int) (uint32, *record) {
 	} else {
 		i = uint32(len(t.pages) * recPageSize)
 		if i >= maxRecords {
-			panic("engine: task table full") // a billion tasks on one node
+			return 0, nil, fmt.Errorf("engine: task table full (%d records)", maxRecords)
 		}
 		t.pages = append(t.pages, make([]record, recPageSize))
 		for j := recPageSize - 1; j > 0; j-- {
@@ -130,7 +131,7 @@ func (t *taskTable) add(id string, hash uint64, part int) (uint32, *record) {
 	}
 	t.parts[part] = i
 	t.n++
-	return i, r
+	return i, r, nil
 }
 
 // remove frees record i.
