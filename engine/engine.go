@@ -139,7 +139,7 @@ func (e *Engine) publishInfo() {
 	if slices.Equal(info.Handlers, s.Info().Handlers) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	if err := s.Publish(ctx, info); err != nil {
 		e.log.Warn("publishing the node's handlers failed; the API may refuse tasks of the new ones", "err", err)
@@ -256,7 +256,7 @@ func (e *Engine) leave() {
 	if s == nil || s.Fenced() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	err := s.Leave(ctx)
 	cancel()
 	if err != nil {

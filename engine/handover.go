@@ -76,10 +76,6 @@ type pendingFire struct {
 // after the mark (repeats rather than misses).
 const maxHandOver = 2000
 
-// handOverWait bounds how long a release waits for workers to take the
-// partition's queued fires before it hands them over unrun.
-const handOverWait = 2 * time.Second
-
 // release is the loop's answer to a releaseCmd.
 type release struct {
 	hand map[int]*handOver
@@ -314,7 +310,7 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 			oldest = s.since
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	ps := slices.Sorted(maps.Keys(stuck))
 	for _, chunk := range e.releaseChunks(ps, hand) {
@@ -380,7 +376,7 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond) {
 			break
 		}
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		resp, err := e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		switch {
@@ -515,7 +511,7 @@ func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int,
 // restoreCheckpoint writes back (or deletes, when prev is nil) the
 // checkpoint an acquire replaced, while m is held.
 func (e *Engine) restoreCheckpoint(m *concurrency.Mutex, p int, prev []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	op := clientv3.OpDelete(e.keys.checkpoint(p))
 	if prev != nil {

@@ -334,7 +334,7 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 	prefix := e.keys.partition(p)
 	var wch clientv3.WatchChan
-	backoff := 100 * time.Millisecond
+	var b backoff
 	var noted time.Time // when a progress notification last moved the cached revision
 	for ctx.Err() == nil {
 		if wch == nil {
@@ -377,13 +377,12 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 				return
 			}
 			rev = resp.Events[len(resp.Events)-1].Kv.ModRevision
-			backoff = 100 * time.Millisecond
+			b.reset()
 		}
 		wch = nil
-		if !sleepCtx(ctx, backoff) {
+		if !b.wait(ctx) {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -50,7 +50,7 @@ func (e *Engine) coordinate(ctx context.Context, sess *membership.Session) {
 
 // rejoin joins the cluster again, retrying until ctx ends.
 func (e *Engine) rejoin(ctx context.Context) *membership.Session {
-	backoff := 100 * time.Millisecond
+	var b backoff
 	for {
 		s, err := membership.Join(ctx, e.cfg.membership(e.cli))
 		if err == nil {
@@ -58,11 +58,10 @@ func (e *Engine) rejoin(ctx context.Context) *membership.Session {
 			e.log.Info("rejoined the cluster with a new session", "lease", fmt.Sprintf("%x", int64(s.Lease())))
 			return s
 		}
-		e.log.Warn("rejoining the cluster failed; retrying", "err", err, "in", backoff)
-		if !sleepCtx(ctx, backoff) {
+		e.log.Warn("rejoining the cluster failed; retrying", "err", err, "in", b.next())
+		if !b.wait(ctx) {
 			return nil
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -348,7 +347,7 @@ func (s *serving) end(leaving bool) {
 		}
 		if len(s.stuck) == 0 {
 			// No checkpoint names this session any more.
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			dctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 			_, _ = e.cli.Delete(dctx, e.keys.watermark(e.cfg.NodeID, sessionID(s.sess)))
 			cancel()
 		}
@@ -488,7 +487,7 @@ func (e *Engine) waitDeleted(ctx context.Context, key string, rev int64) error {
 
 // unlock releases a partition lock, and reports whether it did.
 func (e *Engine) unlock(m *concurrency.Mutex) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	if err := m.Unlock(ctx); err != nil {
 		e.log.Warn("unlocking a partition failed", "lock", m.Key(), "err", err)
@@ -514,15 +513,4 @@ func (e *Engine) deleteLockKey(p int, sess *membership.Session) bool {
 		}
 	}
 	return false
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

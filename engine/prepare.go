@@ -23,14 +23,6 @@ import (
 // prepareWait. The gap between the two owners is then a lock hand-off and
 // a catch-up of the changes since the read, whatever the partition's size.
 
-// prepareWait bounds how long a node keeps firing a partition it lost,
-// waiting for the new owner to prepare it.
-const prepareWait = 30 * time.Second
-
-// preparedFlush is how often a node publishes the partitions it prepared,
-// at most: one write covers every partition prepared in between.
-const preparedFlush = 50 * time.Millisecond
-
 // preparedSets maps a node id to the partitions it has prepared.
 type preparedSets map[string]map[int]bool
 
@@ -38,7 +30,7 @@ type preparedSets map[string]map[int]bool
 // lock, under the session's lease.
 func (e *Engine) publishPrepared(ctx context.Context, lease clientv3.LeaseID, parts map[int]bool) {
 	val, _ := json.Marshal(slices.Sorted(maps.Keys(parts)))
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	if _, err := e.cli.Put(ctx, e.keys.prepared(e.cfg.NodeID), string(val), clientv3.WithLease(lease)); err != nil {
 		e.log.Warn("publishing the prepared partitions failed; their owners hand them over after a wait", "err", err)

@@ -13,10 +13,6 @@ import (
 // nobody owned the partition) hands it to the loop, and deletes the key
 // once the loop took it.
 
-// triggerWait is how long a trigger waits for its task to be loaded, and
-// how long a fired trigger is remembered.
-const triggerWait = 10 * time.Second
-
 type triggerKey struct {
 	id string
 	at int64
@@ -148,11 +144,10 @@ func (e *Engine) fireTrigger(ctx context.Context, key string) {
 // deleteTrigger deletes a fired trigger's key, retrying until it is gone
 // or the node closes.
 func (e *Engine) deleteTrigger(key string) {
-	backoff := 100 * time.Millisecond
-	for sleepCtx(e.runCtx, backoff) {
+	var b backoff
+	for b.wait(e.runCtx) {
 		if _, err := e.cli.Delete(e.runCtx, key); err == nil {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }

@@ -61,17 +61,16 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 		}
 	}
 	cp.Session, cp.Pending = sessionID(sess), nil // the handed-over fires were taken too
-	backoff := e.cfg.WatermarkInterval
+	var b backoff
 	for {
 		_, err := e.putCheckpoint(ctx, m, p, cp)
 		if err == nil || ctx.Err() != nil || sess.Fenced() {
 			return
 		}
-		e.log.Warn("naming the session in a checkpoint failed; retrying", "partition", p, "err", err, "in", backoff)
-		if !sleepCtx(ctx, backoff) {
+		e.log.Warn("naming the session in a checkpoint failed; retrying", "partition", p, "err", err, "in", b.next())
+		if !b.wait(ctx) {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
