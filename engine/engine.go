@@ -56,9 +56,8 @@ type Engine struct {
 	owned     []atomic.Bool // partitions owned, for trigger routing and the API
 	loads     atomic.Uint64 // full range reads of a partition
 	uncached  []atomic.Bool // partitions whose Badger cache was dropped until their next range read
-	requests  *RequestCounter
-	execDur   durations // how long executions take (not noop ones)
-	fences    fences    // sessions that ended fenced
+	execDur   durations     // how long executions take (not noop ones)
+	fences    fences        // sessions that ended fenced
 
 	pool *pool
 	loop *loop

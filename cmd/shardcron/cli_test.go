@@ -676,7 +676,7 @@ func TestImport_RetriesTransientFailures(t *testing.T) {
 	mu.Lock()
 	fails = 100
 	mu.Unlock()
-	im, out, errb = testImporter(t, ts.URL, 1)
+	im, _, errb = testImporter(t, ts.URL, 1)
 	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "b")), "test"); code != exitError {
 		t.Fatalf("exit %d, want 1", code)
 	}
