@@ -123,10 +123,12 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			s.dirty = false
 			e.publishPrepared(sctx, sess.Lease(), s.mine)
 		case sets, ok := <-others:
-			if ok {
-				s.others = sets
-				s.reconcile()
+			if !ok {
+				others = nil // ended with the service
+				continue
 			}
+			s.others = sets
+			s.reconcile()
 		case <-s.handOver.C:
 			s.reconcile()
 		case <-ctx.Done():
