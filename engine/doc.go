@@ -79,11 +79,17 @@
 //
 // # Where to change what
 //
-//   - The hand-over protocol: handover.go (release, take-over, checkpoints)
-//     and prepare.go (make-before-break); acquire and the session's
-//     service are in ownership.go.
-//   - Dispatch, misfire and concurrency policies: dispatch.go; the worker
-//     pool and the watermark's accounting: pool.go.
+//   - The hand-over protocol: handover.go (release, take-over, checkpoints,
+//     held watermarks, stuck releases), prepare.go (make-before-break) and
+//     the acquire in ownership.go, which also keeps a session's service.
+//   - A misfire or concurrency policy: policy.go (pure functions, with
+//     table tests); the loop applies them in dispatch.go.
+//   - The dispatch loop and its commands: loop.go; the fire path:
+//     dispatch.go; the worker pool and the watermark's accounting: pool.go;
+//     watermarks in etcd: watermark.go; triggers: trigger.go; the
+//     protocol's timings: timings.go.
+//   - An executor: engine/executor (its fields' rules), then profile.go and
+//     validate.go here.
 
 // # Watermarks
 //
