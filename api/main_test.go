@@ -70,6 +70,8 @@ type nodeOptions struct {
 	id        string
 	token     string
 	allowExec bool
+	execAllow []string // --exec-allow
+	httpAllow []string // --http-allow
 }
 
 const testPartitions = 16
@@ -96,6 +98,7 @@ func startNode(t *testing.T, c *etcdtest.Cluster, o nodeOptions) *testNode {
 	cfg.APIAddr = ts.Listener.Addr().String()
 	cfg.Version = "test-1"
 	cfg.AllowExec = o.allowExec
+	cfg.ExecAllow, cfg.HTTPAllow = o.execAllow, o.httpAllow
 	cfg.Partitions = testPartitions
 	cfg.LeaseTTL = 2 * time.Second
 	cfg.Workers, cfg.Queue, cfg.BatchSize = 4, 1024, 256

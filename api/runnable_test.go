@@ -84,3 +84,41 @@ func TestRunners_Check(t *testing.T) {
 		t.Error("exec with no node running it was accepted")
 	}
 }
+
+// TestServer_RefusesWhatAllowListsLeaveOut: with every live node's
+// --exec-allow leaving a command out, or every --http-allow a host, the
+// PUT is a 400 that says why and nothing is written; when only some nodes
+// allow it, it is written with a warning.
+func TestServer_RefusesWhatAllowListsLeaveOut(t *testing.T) {
+	c := etcdtest.Start(t)
+	n1 := startNode(t, c, nodeOptions{id: "strict", allowExec: true, execAllow: []string{"/opt/jobs"}, httpAllow: []string{"127.0.0.2"}})
+	ts := n1.ts
+
+	a := call(t, ts, "PUT", "/v1/tasks/e1", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/sh", "-c", "id"]}}`)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `no live node may run \"/bin/sh\"`) ||
+		!strings.Contains(string(a.body), "exec allow-list (/opt/jobs)") {
+		t.Fatalf("exec task outside every --exec-allow: %v", a)
+	}
+	a = call(t, ts, "PUT", "/v1/tasks/h1", `{"schedule": "@daily", "executor": {"type": "http", "url": "http://127.0.0.1:9/"}}`)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `host \"127.0.0.1\" is outside the node's http allow-list (127.0.0.2)`) {
+		t.Fatalf("http task outside every --http-allow: %v", a)
+	}
+	for _, id := range []string{"e1", "h1"} {
+		if a := call(t, ts, "GET", "/v1/tasks/"+id, ""); a.status != http.StatusNotFound {
+			t.Fatalf("a refused task was written: %v", a)
+		}
+	}
+	if a := call(t, ts, "PUT", "/v1/tasks/e2", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/opt/jobs/backup"]}}`); a.status != http.StatusOK {
+		t.Fatalf("exec task under --exec-allow: %v", a)
+	}
+
+	startNode(t, c, nodeOptions{id: "open", allowExec: true})
+	a = call(t, ts, "PUT", "/v1/tasks/h1", `{"schedule": "@daily", "executor": {"type": "http", "url": "http://127.0.0.1:9/"}}`)
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes") {
+		t.Fatalf("http task one node of two allows: %v, warning %q", a, a.header.Get(WarningHeader))
+	}
+	a = call(t, ts, "PUT", "/v1/tasks/e1", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/sh", "-c", "id"]}}`)
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes") {
+		t.Fatalf("exec task one node of two allows: %v, warning %q", a, a.header.Get(WarningHeader))
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 )
@@ -78,6 +79,14 @@ type Config struct {
 	// AllowExec enables the exec executor on this node (default false):
 	// a task could otherwise run any command as the node's user.
 	AllowExec bool
+	// ExecAllow, when not empty, lists the absolute path prefixes the exec
+	// executor's commands must lie under (--exec-allow; see
+	// executor.PathAllow). Empty: any command, once AllowExec is set.
+	ExecAllow []string
+	// HTTPAllow, when not empty, lists the hosts, *.domains, IPs and CIDRs
+	// the HTTP executor may reach (--http-allow; see executor.HostAllow).
+	// Empty: any host.
+	HTTPAllow []string
 
 	// Requests, when set, is the counter installed on the etcd client's
 	// connection; Stats reports its counts.
@@ -164,6 +173,16 @@ func (c Config) Validate() error {
 	if c.NodeID == "" {
 		bad("NodeID", "required")
 	}
+	if len(c.ExecAllow) > 0 {
+		if _, err := executor.ParsePathAllow(c.ExecAllow); err != nil {
+			bad("ExecAllow", "%v", err)
+		}
+	}
+	if len(c.HTTPAllow) > 0 {
+		if _, err := executor.ParseHostAllow(c.HTTPAllow); err != nil {
+			bad("HTTPAllow", "%v", err)
+		}
+	}
 	if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor, Load: c.Load}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -204,7 +223,8 @@ func (c Config) membership(cli *clientv3.Client) membership.Config {
 // nodeInfo is what the node publishes under its membership key: its
 // address, version and what it can run.
 func (c Config) nodeInfo() membership.NodeInfo {
-	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Exec: c.AllowExec}
+	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Exec: c.AllowExec,
+		ExecAllow: c.ExecAllow, HTTPAllow: c.HTTPAllow}
 	if c.handlerNames != nil {
 		info.Handlers = c.handlerNames()
 	}

@@ -88,7 +88,19 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc, err := executor.NewClient(executor.DefaultClientConfig())
+	hcfg := executor.DefaultClientConfig()
+	var execAllow *executor.PathAllow
+	if len(cfg.HTTPAllow) > 0 {
+		if hcfg.Allow, err = executor.ParseHostAllow(cfg.HTTPAllow); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.ExecAllow) > 0 {
+		if execAllow, err = executor.ParsePathAllow(cfg.ExecAllow); err != nil {
+			return nil, err
+		}
+	}
+	hc, err := executor.NewClient(hcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +120,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
 	}
-	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec, durations: &e.execDur}
+	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec, execAllow: execAllow, durations: &e.execDur}
 	e.cfg.handlerNames = e.handlers.Names
 	if cfg.Version != "" {
 		e.execs.userAgent = "shardcron/" + cfg.Version

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -520,5 +522,50 @@ func TestEngine_Jitter(t *testing.T) {
 	}
 	if steps[0] == tasks || len(steps) < 3 {
 		t.Errorf("fires by clock step after 12:00:01: %v; want them spread over the 900 ms jitter", steps)
+	}
+}
+
+// TestEngine_AllowListsRefuseAtFire: a task accepted elsewhere whose
+// command lies outside this node's ExecAllow, or whose host outside its
+// HTTPAllow, fails every fire with an error naming the allow-list, and
+// neither the command nor the request runs.
+func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
+	t.Parallel()
+	touch, err := exec.LookPath("touch")
+	if err != nil {
+		t.Skip("no touch command")
+	}
+	hits := make(chan struct{}, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits <- struct{}{} }))
+	defer srv.Close()
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.AllowExec = true
+		cfg.ExecAllow = []string{filepath.Join(t.TempDir(), "jobs")}
+		cfg.HTTPAllow = []string{"127.0.0.2"}
+	})
+	mark := filepath.Join(t.TempDir(), "ran")
+	putTask(t, n.e.Registry(), &Task{ID: "exec", Schedule: "* * * * * *",
+		Executor: Executor{Type: ExecutorExec, Command: []string{touch, mark}}})
+	putTask(t, n.e.Registry(), &Task{ID: "http", Schedule: "* * * * * *",
+		Executor: Executor{Type: ExecutorHTTP, URL: srv.URL}})
+	for id, want := range map[string]string{"exec": "exec allow-list", "http": "http allow-list (127.0.0.2)"} {
+		var rec store.Execution
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			hs := history(t, n, id)
+			if len(hs) > 0 {
+				rec = hs[0]
+			}
+			return len(hs) > 0
+		})
+		if rec.Status != store.StatusFailed || !strings.Contains(rec.Error, want) {
+			t.Errorf("%s: record %+v; want failed, with an error naming the %s", id, rec, want)
+		}
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("a command outside ExecAllow ran")
+	}
+	if len(hits) != 0 {
+		t.Error("a request outside HTTPAllow reached its server")
 	}
 }

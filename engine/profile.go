@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -107,7 +108,8 @@ type executors struct {
 	userAgent string
 	handlers  *executor.Handlers
 	allowExec bool
-	durations *durations // observes every execution but noop ones; nil: none
+	execAllow *executor.PathAllow // nil: any command
+	durations *durations          // observes every execution but noop ones; nil: none
 }
 
 // newProfile builds the profile of a validated task.
@@ -137,12 +139,17 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 			p.exec = refuse{fmt.Errorf("the exec executor is disabled on this node (start it with --allow-exec)")}
 			break
 		}
-		p.exec, err = executor.NewExec(executor.ExecSpec{Command: t.Executor.Command, Env: t.Executor.Env})
+		p.exec, err = executor.NewExec(executor.ExecSpec{Command: t.Executor.Command, Env: t.Executor.Env, Allow: x.execAllow})
 	case ExecutorHandler:
 		p.exec = executor.NewHandler(x.handlers, t.Executor.Name, t.Executor.Payload)
 		p.payload = t.Executor.Payload
 	default:
 		err = fmt.Errorf("unknown executor %q", t.Executor.Type)
+	}
+	if errors.Is(err, executor.ErrNotAllowed) {
+		// The node's allow-list, not the task, is at fault: every fire
+		// fails with the reason, which history and state show.
+		p.exec, err = refuse{err}, nil
 	}
 	if err != nil {
 		return nil, err

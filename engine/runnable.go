@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/membership"
 )
 
@@ -15,6 +16,12 @@ type Runners struct {
 	Nodes    int            // live nodes that stay
 	Exec     int            // of them, those running the exec executor
 	Handlers map[string]int // handler name -> nodes that registered it
+	// ExecAllow holds the exec allow-list of each node that runs exec (nil
+	// for none), HTTPAllow that of each live node. An allow-list a node
+	// publishes but this one cannot parse (a newer version's syntax)
+	// counts as an empty one: no path, no host.
+	ExecAllow []*executor.PathAllow
+	HTTPAllow []*executor.HostAllow
 }
 
 // Runners reads the live nodes' capabilities: one etcd range read of the
@@ -32,7 +39,21 @@ func (r *Registry) Runners(ctx context.Context) (Runners, error) {
 		rs.Nodes++
 		if m.Info.Exec {
 			rs.Exec++
+			var pa *executor.PathAllow
+			if len(m.Info.ExecAllow) > 0 {
+				if pa, err = executor.ParsePathAllow(m.Info.ExecAllow); err != nil {
+					pa = &executor.PathAllow{}
+				}
+			}
+			rs.ExecAllow = append(rs.ExecAllow, pa)
 		}
+		var ha *executor.HostAllow
+		if len(m.Info.HTTPAllow) > 0 {
+			if ha, err = executor.ParseHostAllow(m.Info.HTTPAllow); err != nil {
+				ha = &executor.HostAllow{}
+			}
+		}
+		rs.HTTPAllow = append(rs.HTTPAllow, ha)
 		for _, h := range slices.Compact(slices.Clone(m.Info.Handlers)) {
 			rs.Handlers[h]++
 		}
@@ -40,22 +61,60 @@ func (r *Registry) Runners(ctx context.Context) (Runners, error) {
 	return rs, nil
 }
 
-// NeedsRunner reports whether t's executor runs only on some nodes (exec,
-// handler), so that Runners.Check applies.
+// NeedsRunner reports whether t's executor may run only on some nodes
+// (exec, handler, and http under an allow-list), so that Runners.Check
+// applies.
 func NeedsRunner(t *Task) bool {
-	return t.Executor.Type == ExecutorExec || t.Executor.Type == ExecutorHandler
+	switch t.Executor.Type {
+	case ExecutorExec, ExecutorHandler, ExecutorHTTP:
+		return true
+	}
+	return false
 }
 
 // Check refuses, with a *ValidationError, a task that no live node can
-// run: an exec task when no node runs --allow-exec, a handler task when no
-// node registered its handler. When only some nodes can, it returns a
-// warning: fires whose partition another node owns fail.
+// run: an exec task when no node runs --allow-exec with an --exec-allow
+// that admits its command, an http task when every node's --http-allow
+// leaves its host out, a handler task when no node registered its handler.
+// When only some nodes can, it returns a warning: fires whose partition
+// another node owns fail.
 func (rs Runners) Check(t *Task) (warning string, err error) {
 	var can int
 	var what, how string
 	switch t.Executor.Type {
 	case ExecutorExec:
 		can, what, how = rs.Exec, "the exec executor", "start a node with --allow-exec"
+		if rs.Exec > 0 && len(t.Executor.Command) > 0 {
+			var why error
+			can, why = 0, nil
+			for _, a := range rs.ExecAllow {
+				if err := a.CheckCommand(t.Executor.Command[0]); err != nil {
+					why = err
+					continue
+				}
+				can++
+			}
+			if can == 0 {
+				return "", invalid("executor.command", "no live node may run %q: %v", t.Executor.Command[0], why)
+			}
+			what = fmt.Sprintf("the exec executor with %q allowed", t.Executor.Command[0])
+		}
+	case ExecutorHTTP:
+		var why error
+		for _, a := range rs.HTTPAllow {
+			if err := a.CheckURL(t.Executor.URL); err != nil {
+				why = err
+				continue
+			}
+			can++
+		}
+		if rs.Nodes == 0 || can == rs.Nodes {
+			return "", nil
+		}
+		if can == 0 {
+			return "", invalid("executor.url", "no live node may reach it: %v", why)
+		}
+		what = "an --http-allow that admits this URL"
 	case ExecutorHandler:
 		can = rs.Handlers[t.Executor.Name]
 		what = fmt.Sprintf("the handler %q", t.Executor.Name)

@@ -39,6 +39,10 @@ type NodeInfo struct {
 	// registry refuses a task that no live node can run.
 	Exec     bool     `json:"exec,omitempty"`
 	Handlers []string `json:"handlers,omitempty"`
+	// ExecAllow and HTTPAllow are the node's allow-lists of commands
+	// (--exec-allow) and hosts (--http-allow); empty allows all.
+	ExecAllow []string `json:"exec_allow,omitempty"`
+	HTTPAllow []string `json:"http_allow,omitempty"`
 }
 
 // Config configures Join. Zero durations take the defaults named on each

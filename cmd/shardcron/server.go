@@ -23,6 +23,7 @@ import (
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/store"
 )
@@ -44,6 +45,7 @@ type serverFlags struct {
 	historyTTL                             time.Duration
 	successLimit, failureLimit             int
 	allowExec                              bool
+	execAllow, httpAllow                   string
 	authToken, logFormat, logLevel         string
 	authTokenFile, etcdPasswordFile        string
 	readToken, readTokenFile, probeAuth    string
@@ -121,6 +123,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.failureLimit, "history-failure-limit", store.DefaultFailureLimit,
 		fmt.Sprintf("failed, timed-out, skipped, misfired and canceled executions kept per task, the most recent (0-%d; a task's history_limit.failures overrides it)", store.MaxHistoryLimit))
 	fs.BoolVar(&f.allowExec, "allow-exec", false, "enable the exec executor on this node (tasks then run commands as this user)")
+	fs.StringVar(&f.execAllow, "exec-allow", "", "comma-separated absolute path `PREFIXES`: exec commands must lie under one (a bare name is resolved in PATH at each fire); empty: any command")
+	fs.StringVar(&f.httpAllow, "http-allow", "", "comma-separated `HOSTS`, *.domains, IPs or CIDRs the http executor may reach (a name not listed must resolve into a listed IP or CIDR); empty: any host")
 	fs.StringVar(&f.authToken, "auth-token", "", "when set, every /v1 request needs 'Authorization: Bearer <token>'; nodes of a cluster share it (prefer --auth-token-file)")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
@@ -272,6 +276,12 @@ func (f *serverFlags) check() error {
 			return fmt.Errorf("%s must be between 0 and %d, got %d", l.flag, store.MaxHistoryLimit, l.v)
 		}
 	}
+	if _, err := executor.ParsePathAllow(splitList(f.execAllow)); f.execAllow != "" && err != nil {
+		return fmt.Errorf("--exec-allow: %w", err)
+	}
+	if _, err := executor.ParseHostAllow(splitList(f.httpAllow)); f.httpAllow != "" && err != nil {
+		return fmt.Errorf("--http-allow: %w", err)
+	}
 	switch f.history {
 	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
 	default:
@@ -380,6 +390,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	cfg.Workers, cfg.Queue, cfg.BatchSize = f.workers, f.queue, f.batch
 	cfg.LeaseTTL, cfg.Tick, cfg.MisfireThreshold = f.leaseTTL, f.tick, f.misfire
 	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
+	cfg.ExecAllow, cfg.HTTPAllow = splitList(f.execAllow), splitList(f.httpAllow)
 	cfg.Requests, cfg.Logger = requests, log
 	eng, err := engine.New(cfg, cli, st)
 	if err != nil {

@@ -44,6 +44,11 @@ type ClientConfig struct {
 	// a fire beyond it waits for a connection within its timeout. Default 0:
 	// no cap, since the worker pool already bounds concurrency.
 	MaxConnsPerHost int
+	// Allow, when set, is the node's HTTP allow-list: the client dials only
+	// the addresses it allows, and refuses a request whose URL host it
+	// leaves out (errors wrap ErrNotAllowed). NewHTTP checks each task's URL
+	// against it too. Default nil: every host.
+	Allow *HostAllow
 }
 
 // DefaultClientConfig returns the configuration NewClient uses for zero
@@ -132,9 +137,13 @@ func NewClient(cfg ClientConfig) (*http.Client, error) {
 	}
 	cfg = cfg.withDefaults()
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: cfg.KeepAlive}
+	dial := dialer.DialContext
+	if cfg.Allow != nil {
+		dial = cfg.Allow.dialContext(dialer)
+	}
 	t := &http.Transport{
 		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            dialer.DialContext,
+		DialContext:            dial,
 		ForceAttemptHTTP2:      true,
 		TLSHandshakeTimeout:    cfg.TLSHandshakeTimeout,
 		ResponseHeaderTimeout:  cfg.ResponseHeaderTimeout,
@@ -146,10 +155,31 @@ func NewClient(cfg ClientConfig) (*http.Client, error) {
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
+	var rt http.RoundTripper = t
+	if cfg.Allow != nil {
+		rt = &allowTransport{Transport: t, allow: cfg.Allow}
+	}
 	return &http.Client{
-		Transport: t,
+		Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
 	}, nil
+}
+
+// allowTransport refuses a request whose URL host the allow-list leaves
+// out before the transport dials anything (the dial checks the rest).
+type allowTransport struct {
+	*http.Transport // CloseIdleConnections comes from it
+	allow           *HostAllow
+}
+
+func (t *allowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := t.allow.checkHost(r.URL.Hostname()); err != nil {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, err
+	}
+	return t.Transport.RoundTrip(r)
 }

@@ -68,6 +68,16 @@
 // next owner may run the fire again, with the same idempotency key). exec is
 // implemented on Unix only; elsewhere NewExec fails.
 //
+// # Allow-lists
+//
+// A node may restrict what its executors reach: ExecSpec.Allow (a
+// PathAllow of path prefixes commands must lie under) and
+// ClientConfig.Allow (a HostAllow of hosts, domains, IPs and CIDRs the
+// shared HTTP client may dial). What the spec already says is refused at
+// construction; what only the fire knows (the PATH lookup of a bare
+// command name, the addresses a host name resolves to) is refused at the
+// fire, before anything runs or is sent. Both errors wrap ErrNotAllowed.
+//
 // # handler
 //
 // Calls a Go function registered by name in a Handlers set, looked up at each

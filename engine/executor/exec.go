@@ -16,6 +16,11 @@ type ExecSpec struct {
 	// Env is added to the command's minimal environment (see the package
 	// documentation), after PATH and HOME, so it may replace them.
 	Env map[string]string
+	// Allow, when set, is the node's exec allow-list: a command outside it
+	// is refused (errors wrap ErrNotAllowed) by NewExec when argv[0] is a
+	// path, at each fire when it is a name looked up in PATH. Default nil:
+	// every command.
+	Allow *PathAllow
 }
 
 // ExitError is the error of a command that did not exit with status 0

@@ -22,8 +22,9 @@ const stderrGrace = 200 * time.Millisecond
 
 // execExec is an exec executor; immutable.
 type execExec struct {
-	argv []string
-	env  []string // baseEnv; the fire's variables are appended per fire
+	argv  []string
+	env   []string   // baseEnv; the fire's variables are appended per fire
+	allow *PathAllow // nil: every command
 }
 
 // NewExec returns an executor that runs spec.Command once per fire (see the
@@ -35,7 +36,10 @@ func NewExec(spec ExecSpec) (Executor, error) {
 	if err := checkExecSpec(spec); err != nil {
 		return nil, err
 	}
-	return &execExec{argv: slices.Clone(spec.Command), env: baseEnv(spec)}, nil
+	if err := spec.Allow.CheckCommand(spec.Command[0]); err != nil {
+		return nil, err
+	}
+	return &execExec{argv: slices.Clone(spec.Command), env: baseEnv(spec), allow: spec.Allow}, nil
 }
 
 // Execute runs the command once: nil when it exits with status 0, an
@@ -46,7 +50,17 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 	if ctx.Err() != nil {
 		return interrupted(ctx, "exec", "not started")
 	}
-	cmd := exec.CommandContext(ctx, e.argv[0], e.argv[1:]...)
+	name := e.argv[0]
+	if e.allow != nil {
+		// The path checked is the path run: no second PATH lookup.
+		p, err := e.allow.resolve(name)
+		if err != nil {
+			return err
+		}
+		name = p
+	}
+	cmd := exec.CommandContext(ctx, name, e.argv[1:]...)
+	cmd.Args[0] = e.argv[0]
 	cmd.Env = fireEnv(e.env, f)
 	// Stdin and Stdout stay nil: os/exec connects them to /dev/null.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

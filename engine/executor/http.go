@@ -126,7 +126,9 @@ type httpExec struct {
 // NewHTTP returns an executor that sends the request spec describes through
 // client, which all HTTP executors of a node share (see NewClient). It
 // parses and checks the spec once: an invalid URL, method or header is an
-// error wrapping ErrInvalidSpec, and so is a nil client.
+// error wrapping ErrInvalidSpec, and so is a nil client. When the client has
+// an allow-list (ClientConfig.Allow), a URL whose host it leaves out
+// whatever DNS answers is an error wrapping ErrNotAllowed.
 func NewHTTP(client *http.Client, spec HTTPSpec) (Executor, error) {
 	if client == nil {
 		return nil, invalidSpec("http: nil *http.Client")
@@ -137,6 +139,11 @@ func NewHTTP(client *http.Client, spec HTTPSpec) (Executor, error) {
 	}
 	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" || u.Host == "" {
 		return nil, invalidSpec("http: url %q: want an absolute http or https URL", spec.URL)
+	}
+	if at, ok := client.Transport.(*allowTransport); ok {
+		if err := at.allow.CheckURL(spec.URL); err != nil {
+			return nil, err
+		}
 	}
 	method := spec.Method
 	if method == "" {

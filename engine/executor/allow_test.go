@@ -1,0 +1,175 @@
+//go:build unix
+
+package executor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAllow_Refuses(t *testing.T) {
+	for _, e := range [][]string{nil, {"relative/bin"}, {"/ok", "bin"}} {
+		if _, err := ParsePathAllow(e); err == nil {
+			t.Errorf("ParsePathAllow(%q): no error", e)
+		}
+	}
+	for _, e := range [][]string{nil, {"http://x"}, {"a..b"}, {"*."}, {"10.0.0.0/33"}, {"host:80"}} {
+		if _, err := ParseHostAllow(e); err == nil {
+			t.Errorf("ParseHostAllow(%q): no error", e)
+		}
+	}
+}
+
+func TestPathAllow_CheckCommand(t *testing.T) {
+	a, err := ParsePathAllow([]string{"/opt/jobs/", "/srv/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for argv0, ok := range map[string]bool{
+		"/opt/jobs/backup": true, "/opt/jobs": true, "/srv/bin/x/y": true, "name": true, // names: at the fire
+		"/opt/jobsx/backup": false, "/opt/jobs/../../bin/sh": false, "/bin/sh": false, "./jobs/x": false, "jobs/x": false,
+	} {
+		err := a.CheckCommand(argv0)
+		if (err == nil) != ok || err != nil && !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("CheckCommand(%q) = %v, want allowed %v", argv0, err, ok)
+		}
+	}
+}
+
+func TestHostAllow_CheckURL(t *testing.T) {
+	names, _ := ParseHostAllow([]string{"hooks.example.com", "*.internal.test", "127.0.0.1"})
+	onlyNames, _ := ParseHostAllow([]string{"hooks.example.com", "*.internal.test"})
+	nets, _ := ParseHostAllow([]string{"127.0.0.0/8", "::1"})
+	for _, c := range []struct {
+		a   *HostAllow
+		url string
+		ok  bool
+	}{
+		{names, "https://HOOKS.example.com./x", true},
+		{names, "http://a.b.internal.test:81/", true},
+		{onlyNames, "http://internal.test/", false}, // the wildcard is for subdomains
+		{names, "http://127.0.0.1:9/", true},
+		{names, "http://127.0.0.2/", false},
+		{names, "http://[::ffff:127.0.0.1]/", true},
+		{onlyNames, "http://other.example.com/", false}, // no IP or CIDR it could resolve into
+		{names, "http://other.example.com/", true},      // it could resolve to 127.0.0.1: checked when dialed
+		{nets, "http://127.9.9.9/", true},
+		{nets, "http://[::1]:8080/", true},
+		{nets, "http://[::2]/", false},
+		{nets, "http://some.name/", true}, // resolved and checked when dialed
+		{nil, "http://anything/", true},
+	} {
+		err := c.a.CheckURL(c.url)
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("%v.CheckURL(%q) = %v, want allowed %v", c.a, c.url, err, c.ok)
+		}
+	}
+}
+
+// TestExec_AllowRefuses: a command outside --exec-allow is refused by
+// NewExec when it is a path, and at the fire (without running) when it is
+// a name that PATH resolves outside; a script under the prefix runs.
+func TestExec_AllowRefuses(t *testing.T) {
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs")
+	if err := os.Mkdir(jobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(dir, "ran")
+	script := filepath.Join(jobs, "job.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	allow, err := ParsePathAllow([]string{jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	touch, err := exec.LookPath("touch")
+	if err != nil {
+		t.Skip("no touch command")
+	}
+	if _, err := NewExec(ExecSpec{Command: []string{touch, mark}, Allow: allow}); !errors.Is(err, ErrNotAllowed) ||
+		!strings.Contains(err.Error(), "outside the node's exec allow-list ("+jobs+")") {
+		t.Fatalf("NewExec of %s outside %s: %v", touch, jobs, err)
+	}
+	e, err := NewExec(ExecSpec{Command: []string{"touch", mark}, Allow: allow})
+	if err != nil {
+		t.Fatalf("NewExec of a bare name: %v", err)
+	}
+	err = e.Execute(context.Background(), testFire())
+	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), `"touch" resolves to `+touch) {
+		t.Fatalf("fire of touch outside the allow-list: %v", err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a command outside the allow-list ran")
+	}
+	e, err = NewExec(ExecSpec{Command: []string{script, mark}, Allow: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Execute(context.Background(), testFire()); err != nil {
+		t.Fatalf("allowed script: %v", err)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the allowed script did not run: %v", err)
+	}
+}
+
+// TestHTTP_AllowRefuses: an IP literal outside --http-allow is refused by
+// NewHTTP; a name outside the names, resolving outside the CIDRs, is
+// refused when dialed, before any byte reaches the server; an allowed
+// address is reached.
+func TestHTTP_AllowRefuses(t *testing.T) {
+	hits := make(chan struct{}, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits <- struct{}{} }))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':'):]
+	client := func(entries ...string) *http.Client {
+		a, err := ParseHostAllow(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewClient(ClientConfig{Allow: a, DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.CloseIdleConnections)
+		return c
+	}
+
+	if _, err := NewHTTP(client("127.0.0.2"), HTTPSpec{URL: srv.URL}); !errors.Is(err, ErrNotAllowed) ||
+		!strings.Contains(err.Error(), `host "127.0.0.1" is outside the node's http allow-list (127.0.0.2)`) {
+		t.Fatalf("NewHTTP to 127.0.0.1 with only 127.0.0.2 allowed: %v", err)
+	}
+	e, err := NewHTTP(client("127.0.0.2/32"), HTTPSpec{URL: "http://localhost" + port})
+	if err != nil {
+		t.Fatalf("NewHTTP of a name, CIDR allow-list: %v", err)
+	}
+	err = e.Execute(context.Background(), testFire())
+	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), `"localhost" resolves to`) {
+		t.Fatalf("fire to localhost with only 127.0.0.2/32 allowed: %v", err)
+	}
+	if len(hits) != 0 {
+		t.Fatal("the refused request reached the server")
+	}
+	for _, allowed := range [][]string{{"127.0.0.0/8", "::1"}, {"localhost"}} {
+		e, err = NewHTTP(client(allowed...), HTTPSpec{URL: "http://localhost" + port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Execute(context.Background(), testFire()); err != nil {
+			t.Fatalf("allowed by %v: %v", allowed, err)
+		}
+	}
+	if len(hits) != 2 {
+		t.Fatalf("%d requests reached the server, want 2", len(hits))
+	}
+}
