@@ -80,7 +80,7 @@ var testLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level
 
 // startNode starts a node against c and waits until it is ready. It is
 // stopped when the test ends: HTTP server, API server, engine, store.
-func startNode(t *testing.T, c *etcdtest.Cluster, o nodeOptions) *testNode {
+func startNode(t testing.TB, c *etcdtest.Cluster, o nodeOptions) *testNode {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	st, err := store.Open(store.DefaultConfig(t.TempDir()))
