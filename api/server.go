@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,12 @@ type Config struct {
 	// connect timeout and a 2 s request timeout, whose idle connections
 	// Close closes.
 	Peer *http.Client
+	// PeerTLS, when set, is the TLS configuration of the default Peer
+	// client: the CA that other nodes' certificates are verified with and
+	// this node's client certificate, for clusters that serve their API
+	// over (mutual) TLS. Ignored when Peer is set. Default nil: Go's
+	// defaults (the system's roots, no client certificate).
+	PeerTLS *tls.Config
 	// MaxBatchBytes bounds the body of POST /v1/tasks:batch; a bigger body
 	// is refused with 413. Default 64 MiB (DefaultMaxBatchBytes): about
 	// 10,000 tasks of 6 KiB. The body is held in memory while decoded.
@@ -151,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 		stop: make(chan struct{}),
 	}
 	if s.peer == nil {
-		s.peer, s.ownPeer = defaultPeerClient(), true
+		s.peer, s.ownPeer = defaultPeerClient(cfg.PeerTLS), true
 	}
 	if cfg.AuthToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
@@ -172,8 +179,11 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func defaultPeerClient() *http.Client {
+func defaultPeerClient(tc *tls.Config) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if tc != nil {
+		t.TLSClientConfig = tc.Clone()
+	}
 	t.DialContext = (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.MaxIdleConnsPerHost = 4
 	t.IdleConnTimeout = 30 * time.Second

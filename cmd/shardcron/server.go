@@ -46,6 +46,7 @@ type serverFlags struct {
 	successLimit, failureLimit             int
 	allowExec                              bool
 	execAllow, httpAllow                   string
+	tlsCert, tlsKey, tlsClientCA, tlsCA    string
 	authToken, logFormat, logLevel         string
 	authTokenFile, etcdPasswordFile        string
 	readToken, readTokenFile, probeAuth    string
@@ -129,6 +130,10 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
 	fs.StringVar(&f.readTokenFile, "read-token-file", "", "read the read-only token from `FILE` (trailing newline ignored)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate `FILE` (PEM, with its chain); SIGHUP reloads it; peers are then reached over https")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
+	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "mutual TLS: every client (CLI, dashboard, probes, other nodes) must present a certificate signed by a CA in this `FILE`; SIGHUP reloads it")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA `FILE` that other nodes' API certificates are verified with (default: the system's roots)")
 	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -276,6 +281,9 @@ func (f *serverFlags) check() error {
 			return fmt.Errorf("%s must be between 0 and %d, got %d", l.flag, store.MaxHistoryLimit, l.v)
 		}
 	}
+	if err := f.checkTLSFlags(); err != nil {
+		return err
+	}
 	if _, err := executor.ParsePathAllow(splitList(f.execAllow)); f.execAllow != "" && err != nil {
 		return fmt.Errorf("--exec-allow: %w", err)
 	}
@@ -340,6 +348,24 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	advertise := f.advertise
 	if advertise == "" {
 		advertise = addr
+	}
+	scheme := "http://"
+	var tlsf *tlsFiles
+	if f.tlsCert != "" {
+		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
+			return err
+		}
+		stopHUP := make(chan struct{})
+		hupDone := tlsf.watchSIGHUP(stopHUP, log)
+		defer func() { close(stopHUP); <-hupDone }()
+		scheme = "https://"
+	}
+	if tlsf != nil && !strings.Contains(advertise, "://") {
+		advertise = scheme + advertise // peers use https when this node serves it
+	}
+	peerTLSConfig, err := peerTLS(f.tlsCA, tlsf)
+	if err != nil {
+		return err
 	}
 
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
@@ -420,7 +446,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	defer func() { stopIndex(); <-indexDone }()
 
 	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, ReadToken: f.readToken,
-		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log})
+		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log, PeerTLS: peerTLSConfig})
 	if err != nil {
 		return err
 	}
@@ -431,8 +457,13 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("shardcron node started", "node", f.nodeID, "api", "http://"+addr, "etcd", strings.Join(endpoints, ","),
+	if tlsf != nil {
+		hs.TLSConfig = tlsf.serverConfig()
+		go func() { served <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- hs.Serve(ln) }()
+	}
+	log.Info("shardcron node started", "node", f.nodeID, "api", scheme+addr, "etcd", strings.Join(endpoints, ","),
 		"partitions", f.partitions, "data_dir", f.dataDir, "version", version)
 
 	select {

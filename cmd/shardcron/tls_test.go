@@ -1,0 +1,227 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// testCA is a certificate authority made in the test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shardcron test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a certificate and key, PEM, for 127.0.0.1 with serial
+// number serial, good for servers and clients.
+func (ca *testCA) issue(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "node"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	// Written aside and renamed, as a certificate manager does, so that a
+	// reload never reads half a file.
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServer_MutualTLS runs two nodes serving their API over mutual TLS
+// with certificates made here: a client with a certificate of the CA is
+// served, one without is refused at the handshake, plain HTTP is refused;
+// each node reaches the other over https (GET /v1/nodes has both reports);
+// SIGHUP makes the node serve a renewed certificate.
+func TestServer_MutualTLS(t *testing.T) {
+	c := etcdtest.Start(t)
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	writeFile(t, caFile, ca.pem)
+	var nodes []*proc
+	var certFiles, keyFiles []string
+	for i := range 2 {
+		certPEM, keyPEM := ca.issue(t, int64(10+i))
+		cf, kf := filepath.Join(dir, "node"+string(rune('a'+i))+".pem"), filepath.Join(dir, "node"+string(rune('a'+i))+"-key.pem")
+		writeFile(t, cf, certPEM)
+		writeFile(t, kf, keyPEM)
+		certFiles, keyFiles = append(certFiles, cf), append(keyFiles, kf)
+		nodes = append(nodes, startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16",
+			"--tls-cert", cf, "--tls-key", kf, "--tls-client-ca", caFile, "--tls-ca", caFile))
+	}
+	clientCert, clientKey := ca.issue(t, 99)
+	pair, err := tls.X509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	client := func(certs ...tls.Certificate) *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs}, DisableKeepAlives: true}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	good := client(pair)
+
+	a := nodes[0]
+	if !strings.HasPrefix(a.API, "https://127.0.0.1:") {
+		t.Fatalf("node started at %q, want https", a.API)
+	}
+	etcdtest.WaitFor(t, 60*time.Second, func() bool {
+		resp, err := good.Get(a.API + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if _, err := client().Get(a.API + "/readyz"); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	if resp, err := http.Get("http://" + strings.TrimPrefix(a.API, "https://") + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP was served")
+		}
+	}
+
+	// Each node asks the other for its report over https, with its own
+	// certificate as the client certificate.
+	var last string
+	etcdtest.WaitFor(t, 30*time.Second, func() bool {
+		resp, err := good.Get(a.API + "/v1/nodes")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var ns struct {
+			Nodes []struct {
+				ID      string `json:"id"`
+				APIAddr string `json:"api_addr"`
+				Error   string `json:"error"`
+			} `json:"nodes"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&ns) != nil {
+			return false
+		}
+		b, _ := json.Marshal(ns)
+		last = string(b)
+		ok := 0
+		for _, n := range ns.Nodes {
+			if n.Error == "" && strings.HasPrefix(n.APIAddr, "https://") {
+				ok++
+			}
+		}
+		return ok == 2
+	})
+	if !strings.Contains(last, "https://") {
+		t.Fatalf("/v1/nodes: %s", last)
+	}
+
+	// A renewed certificate, taken at SIGHUP.
+	serial := func() int64 {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(a.API, "https://"), &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			return -1
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	if got := serial(); got != 10 {
+		t.Fatalf("serial %d before the reload, want 10", got)
+	}
+	certPEM, keyPEM := ca.issue(t, 42)
+	writeFile(t, keyFiles[0], keyPEM)
+	writeFile(t, certFiles[0], certPEM)
+	if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return serial() == 42 })
+	if !strings.Contains(a.log(), "TLS certificate reloaded") {
+		t.Error("the reload was not logged")
+	}
+	for _, p := range nodes {
+		if code := p.stop(); code != 0 {
+			t.Errorf("SIGTERM: exit %d", code)
+		}
+	}
+}
+
+// TestServer_TLSFlagErrors: incomplete or unreadable TLS flags stop the
+// start with a message naming the flag.
+func TestServer_TLSFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	writeFile(t, bad, []byte("not a certificate"))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", bad}, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-client-ca", bad}, "--tls-client-ca needs --tls-cert"},
+		{[]string{"--tls-cert", bad, "--tls-key", bad}, "--tls-cert " + bad},
+	} {
+		_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %q", c.args, code, stderr, c.want)
+		}
+	}
+}
