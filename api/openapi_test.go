@@ -1,0 +1,89 @@
+package api
+
+import (
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// TestOpenAPI_MatchesRoutes: every path and method api/openapi.yaml lists
+// is routed by the server's mux to the route of the same pattern, and
+// every route the server registers is listed.
+func TestOpenAPI_MatchesRoutes(t *testing.T) {
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OpenAPI    string                    `json:"openapi"`
+		Paths      map[string]map[string]any `json:"paths"`
+		Components struct {
+			PathItems map[string]map[string]any `json:"pathItems"`
+		} `json:"components"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi: %q, want 3.x", doc.OpenAPI)
+	}
+	mux := (&Server{}).routes() // routing only: no handler runs
+	var listed []string
+	for path, item := range doc.Paths {
+		if ref, ok := item["$ref"].(string); ok {
+			name, found := strings.CutPrefix(ref, "#/components/pathItems/")
+			if item = doc.Components.PathItems[name]; !found || item == nil {
+				t.Errorf("%s: $ref %q resolves to nothing", path, ref)
+				continue
+			}
+		}
+		for method := range item {
+			switch method {
+			case "get", "put", "post", "delete", "patch", "head":
+			default:
+				continue // parameters, summary...
+			}
+			m := strings.ToUpper(method)
+			pattern := m + " " + path
+			if path == "/" {
+				pattern = m + " /{$}"
+			}
+			listed = append(listed, pattern)
+			r := httptest.NewRequest(m, strings.ReplaceAll(path, "{id}", "task-1"), nil)
+			if _, got := mux.Handler(r); got != pattern {
+				t.Errorf("openapi.yaml lists %s %s; the server routes it to %q", m, path, got)
+			}
+		}
+	}
+
+	src, err := os.ReadFile("server.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`m\.Handle(?:Func)?\("([A-Z]+ [^"]+)"`)
+	var routes []string
+	for _, sm := range re.FindAllStringSubmatch(string(src), -1) {
+		if p := sm[1]; strings.HasSuffix(p, ":") { // the bulk actions, registered in a loop
+			for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
+				routes = append(routes, p+string(a))
+			}
+		} else {
+			routes = append(routes, p)
+		}
+	}
+	if len(routes) < 20 {
+		t.Fatalf("found only %d routes in server.go: the pattern is broken", len(routes))
+	}
+	for _, r := range routes {
+		if !slices.Contains(listed, r) {
+			t.Errorf("route %s is not in openapi.yaml", r)
+		}
+	}
+}
