@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,9 @@ const (
 	defaultTimeout = 30 * time.Second
 	envServer      = "SHARDCRON_SERVER"
 	envToken       = "SHARDCRON_TOKEN"
+	envCACert      = "SHARDCRON_CACERT"
+	envCert        = "SHARDCRON_CERT"
+	envKey         = "SHARDCRON_KEY"
 )
 
 // Output formats of --output.
@@ -203,6 +207,9 @@ type clientFlags struct {
 	output  string
 	timeout time.Duration
 	stderr  io.Writer // receives the node's warnings
+
+	caCert, cert, key string      // files, for a node serving TLS
+	tls               *tls.Config // built from them by resolve; nil: Go's defaults
 }
 
 // register adds the client flags to c. Defaults from the environment are
@@ -214,7 +221,10 @@ func (f *clientFlags) register(c *command) {
 	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envToken+")")
 	c.fs.StringVar(&f.output, "output", outputTable, "output `FORMAT`: table or json")
 	c.fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long one request to the node may take")
-	for _, n := range []string{"server", "token", "output", "timeout"} {
+	c.fs.StringVar(&f.caCert, "cacert", "", "CA certificate `FILE` that the node's TLS certificate is verified with (default: the system's roots; env "+envCACert+")")
+	c.fs.StringVar(&f.cert, "cert", "", "client certificate `FILE`, for a node started with --tls-client-ca (env "+envCert+")")
+	c.fs.StringVar(&f.key, "key", "", "private key `FILE` of --cert (env "+envKey+")")
+	for _, n := range []string{"server", "token", "output", "timeout", "cacert", "cert", "key"} {
 		c.common[n] = true
 	}
 }
@@ -230,6 +240,17 @@ func (f *clientFlags) resolve(c *command) string {
 	if v := os.Getenv(envToken); v != "" && !set["token"] {
 		f.token = v
 	}
+	for _, e := range []struct {
+		flag, env string
+		v         *string
+	}{{"cacert", envCACert, &f.caCert}, {"cert", envCert, &f.cert}, {"key", envKey, &f.key}} {
+		if v := os.Getenv(e.env); v != "" && !set[e.flag] {
+			*e.v = v
+		}
+	}
+	if msg := f.loadTLS(); msg != "" {
+		return msg
+	}
 	server, err := normalizeServer(f.server)
 	if err != nil {
 		return err.Error()
@@ -241,6 +262,34 @@ func (f *clientFlags) resolve(c *command) string {
 	if f.timeout <= 0 {
 		return fmt.Sprintf("--timeout: %s is not more than 0", f.timeout)
 	}
+	return ""
+}
+
+// loadTLS builds f.tls from --cacert, --cert and --key; a non-empty result
+// is a usage error.
+func (f *clientFlags) loadTLS() string {
+	if f.caCert == "" && f.cert == "" && f.key == "" {
+		return ""
+	}
+	if (f.cert == "") != (f.key == "") {
+		return "--cert and --key go together"
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.caCert != "" {
+		pool, err := readCAs("--cacert", f.caCert)
+		if err != nil {
+			return err.Error()
+		}
+		c.RootCAs = pool
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return fmt.Sprintf("--cert %s, --key %s: %v", f.cert, f.key, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	f.tls = c
 	return ""
 }
 
@@ -272,6 +321,9 @@ func normalizeServer(s string) (string, error) {
 // Warnings of the node go to stderr.
 func (f *clientFlags) client() *api.Client {
 	c := api.NewClient(f.server, f.token)
+	if f.tls != nil {
+		c.HTTP = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: f.tls, ForceAttemptHTTP2: true}}
+	}
 	if f.stderr != nil {
 		c.Warn = func(w string) { fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w) }
 	}

@@ -108,6 +108,9 @@ func TestServer_MutualTLS(t *testing.T) {
 			"--tls-cert", cf, "--tls-key", kf, "--tls-client-ca", caFile, "--tls-ca", caFile))
 	}
 	clientCert, clientKey := ca.issue(t, 99)
+	clientCertFile, clientKeyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	writeFile(t, clientCertFile, clientCert)
+	writeFile(t, clientKeyFile, clientKey)
 	pair, err := tls.X509KeyPair(clientCert, clientKey)
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +144,21 @@ func TestServer_MutualTLS(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Error("plain HTTP was served")
 		}
+	}
+
+	// The command line, with the CA and a client certificate, by flags or
+	// by the environment; without a certificate it is refused.
+	if out, stderr, code := runCLI(t, "", "ready", "--server", a.API, "--cacert", caFile, "--cert", clientCertFile, "--key", clientKeyFile); code != 0 || out != "ready\n" {
+		t.Errorf("ready over mutual TLS: exit %d, %q %q", code, out, stderr)
+	}
+	t.Setenv("SHARDCRON_CACERT", caFile)
+	if _, _, code := runCLI(t, "", "ready", "--server", a.API); code == 0 {
+		t.Error("ready without a client certificate succeeded")
+	}
+	t.Setenv("SHARDCRON_CERT", clientCertFile)
+	t.Setenv("SHARDCRON_KEY", clientKeyFile)
+	if out, stderr, code := runCLI(t, "", "nodes", "--server", a.API); code != 0 || !strings.Contains(out, "https://") {
+		t.Errorf("nodes over mutual TLS, files from the environment: exit %d, %q %q", code, out, stderr)
 	}
 
 	// Each node asks the other for its report over https, with its own
