@@ -130,9 +130,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
 	fs.StringVar(&f.readTokenFile, "read-token-file", "", "read the read-only token from `FILE` (trailing newline ignored)")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate `FILE` (PEM, with its chain); SIGHUP reloads it; peers are then reached over https")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate `FILE` (PEM, with its chain), reloaded at SIGHUP and when the files change; peers are then reached over https")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
-	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "mutual TLS: every client (CLI, dashboard, probes, other nodes) must present a certificate signed by a CA in this `FILE`; SIGHUP reloads it")
+	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "mutual TLS: every client (CLI, dashboard, probes, other nodes) must present a certificate signed by a CA in this `FILE` (reloaded as --tls-cert is)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA `FILE` that other nodes' API certificates are verified with (default: the system's roots)")
 	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -352,11 +352,11 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	scheme := "http://"
 	var tlsf *tlsFiles
 	if f.tlsCert != "" {
-		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
+		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA, log); err != nil {
 			return err
 		}
 		stopHUP := make(chan struct{})
-		hupDone := tlsf.watchSIGHUP(stopHUP, log)
+		hupDone := tlsf.watchSIGHUP(stopHUP)
 		defer func() { close(stopHUP); <-hupDone }()
 		scheme = "https://"
 	}

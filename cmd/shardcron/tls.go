@@ -8,32 +8,91 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // tlsFiles serves the API's certificate and, for mutual TLS, the CA of
-// client certificates, from files that SIGHUP reloads: a renewed
+// client certificates, from files reloaded at SIGHUP and when they change
+// (checked at most once per fileCheckInterval, at a handshake): a renewed
 // certificate is taken without a restart, by new connections only.
 type tlsFiles struct {
 	certFile, keyFile, clientCAFile string
+	log                             *slog.Logger
 
-	mu       sync.RWMutex // guards cert and clientCAs
+	mu       sync.RWMutex // guards cert, clientCA and stamp
 	cert     *tls.Certificate
 	clientCA *x509.CertPool // nil: no client certificate asked for
+	stamp    string         // the files' sizes and modification times at the last load attempt
+
+	lastCheck atomic.Int64 // unix nanoseconds of the last look at the files
 }
 
+// fileCheckInterval is how often, at most, a handshake looks whether the
+// files changed: one stat per file.
+const fileCheckInterval = time.Second
+
 // loadTLS reads the files once; an error is one to stop the start with.
-func loadTLS(certFile, keyFile, clientCAFile string) (*tlsFiles, error) {
-	t := &tlsFiles{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile}
+func loadTLS(certFile, keyFile, clientCAFile string, log *slog.Logger) (*tlsFiles, error) {
+	t := &tlsFiles{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile, log: log}
 	if err := t.reload(); err != nil {
 		return nil, err
 	}
+	t.lastCheck.Store(time.Now().UnixNano())
 	return t, nil
+}
+
+// stampFiles describes the files' sizes and modification times.
+func (t *tlsFiles) stampFiles() string {
+	var b strings.Builder
+	for _, f := range []string{t.certFile, t.keyFile, t.clientCAFile} {
+		if f == "" {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%d@%d;", fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			b.WriteString("missing;")
+		}
+	}
+	return b.String()
+}
+
+// reloadIfChanged reloads the files when they changed since the last load
+// attempt; at most once per fileCheckInterval, on whichever handshake
+// comes first.
+func (t *tlsFiles) reloadIfChanged() {
+	now := time.Now().UnixNano()
+	last := t.lastCheck.Load()
+	if now-last < int64(fileCheckInterval) || !t.lastCheck.CompareAndSwap(last, now) {
+		return
+	}
+	stamp := t.stampFiles()
+	t.mu.RLock()
+	same := stamp == t.stamp
+	t.mu.RUnlock()
+	if same {
+		return
+	}
+	if err := t.reload(); err != nil {
+		t.log.Error("TLS files changed but did not load; the previous certificate stays in use", "err", err)
+		return
+	}
+	t.log.Info("TLS certificate reloaded: its files changed", "cert", t.certFile)
 }
 
 // reload reads the files again; on error the previous certificate stays.
 func (t *tlsFiles) reload() error {
+	stamp := t.stampFiles()
+	defer func() {
+		// A failed load is not retried until the files change again.
+		t.mu.Lock()
+		t.stamp = stamp
+		t.mu.Unlock()
+	}()
 	cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
 	if err != nil {
 		return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", t.certFile, t.keyFile, err)
@@ -69,6 +128,7 @@ func (t *tlsFiles) serverConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			t.reloadIfChanged()
 			t.mu.RLock()
 			defer t.mu.RUnlock()
 			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*t.cert},
@@ -91,7 +151,8 @@ func (t *tlsFiles) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certific
 
 // watchSIGHUP reloads the files at each SIGHUP until stop is closed,
 // logging the outcome; done is closed when it has returned.
-func (t *tlsFiles) watchSIGHUP(stop <-chan struct{}, log *slog.Logger) (done <-chan struct{}) {
+func (t *tlsFiles) watchSIGHUP(stop <-chan struct{}) (done <-chan struct{}) {
+	log := t.log
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	d := make(chan struct{})

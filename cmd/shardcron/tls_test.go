@@ -89,7 +89,8 @@ func writeFile(t *testing.T, path string, b []byte) {
 // with certificates made here: a client with a certificate of the CA is
 // served, one without is refused at the handshake, plain HTTP is refused;
 // each node reaches the other over https (GET /v1/nodes has both reports);
-// SIGHUP makes the node serve a renewed certificate.
+// the node serves a renewed certificate after SIGHUP, and after its files
+// change without one.
 func TestServer_MutualTLS(t *testing.T) {
 	c := etcdtest.Start(t)
 	ca := newTestCA(t)
@@ -213,9 +214,14 @@ func TestServer_MutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return serial() == 42 })
-	if !strings.Contains(a.log(), "TLS certificate reloaded") {
+	if !strings.Contains(a.log(), "SIGHUP: TLS certificate reloaded") {
 		t.Error("the reload was not logged")
 	}
+	// Renewed again, without a signal: the node sees the files change.
+	certPEM, keyPEM = ca.issue(t, 43)
+	writeFile(t, keyFiles[0], keyPEM)
+	writeFile(t, certFiles[0], certPEM)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return serial() == 43 })
 	for _, p := range nodes {
 		if code := p.stop(); code != 0 {
 			t.Errorf("SIGTERM: exit %d", code)
