@@ -103,28 +103,42 @@ func checkCursor(c string) error {
 // Export gives fn every task that sel's Prefix and Labels match (All,
 // DryRun and Validate are the bulk actions' and do not apply), as stored (the task JSON
 // without the fields responses add, which 'shardcron import' and
-// POST /v1/tasks:batch read back as is), ordered by id, all read at one etcd
-// revision: a consistent snapshot, whatever is written while it runs. It
-// returns how many tasks it gave and the revision. fn's error stops it.
+// POST /v1/tasks:batch read back as is), all read at one etcd revision: a
+// consistent snapshot, whatever is written while it runs. It returns how
+// many tasks it gave and the revision. fn's error stops it.
+//
+// The order is the one of each: by id with a prefix or labels, by
+// partition and then id for a whole export (see each).
 func (r *Registry) Export(ctx context.Context, sel Selector, fn func(task []byte) error) (n int, rev int64, err error) {
 	q := query{prefix: sel.Prefix, labels: sel.Labels}
 	rev, built, err := r.readRevision(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("export tasks: %w", err)
 	}
-	emit := func(kv *mvccpb.KeyValue, _ string) error {
+	err = r.each(ctx, q, rev, built, func(kv *mvccpb.KeyValue, _ string) error {
 		n++
 		return fn(kv.Value)
-	}
-	if built {
-		_, err = r.scanAt(ctx, q, rev, 0, emit)
-	} else {
-		_, err = r.scanTasks(ctx, q, rev, 0, emit)
-	}
+	})
 	if err != nil {
 		return n, rev, fmt.Errorf("export tasks at revision %d: %w", rev, err)
 	}
 	return n, rev, nil
+}
+
+// each gives fn every task that q matches at revision rev (q.after is
+// honoured too). With a prefix or labels, and the index built, it reads the
+// matches the index names, in id order. Without a filter it streams the
+// task keys with their values, in key order (by partition, then id): the
+// index would only add a second read of every task, which halves the rate
+// of a whole export or bulk action at fleet size.
+func (r *Registry) each(ctx context.Context, q query, rev int64, built bool, fn func(kv *mvccpb.KeyValue, id string) error) error {
+	var err error
+	if built && (q.prefix != "" || len(q.labels) > 0) {
+		_, err = r.scanAt(ctx, q, rev, 0, fn)
+	} else {
+		_, err = r.scanTasks(ctx, q, rev, 0, fn)
+	}
+	return err
 }
 
 // readRevision returns etcd's current revision, and whether the index is
