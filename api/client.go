@@ -143,7 +143,8 @@ func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engi
 }
 
 // Export writes to w every task that opts.Prefix and opts.Labels select,
-// as JSON Lines in id order, read by the server from one etcd revision
+// as JSON Lines (in id order with a filter; by partition, then id, for the
+// whole fleet), read by the server from one etcd revision
 // (opts.Limit and opts.Cursor must be zero). Each line is a task as
 // stored, which PutBatch and 'shardcron import' read back unchanged. An
 // answer cut off by the server is an error.

@@ -280,8 +280,9 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 
 // exportTasks: GET /v1/tasks:export?prefix=&label=k=v, every matching task
 // as JSON Lines (the task as stored: what POST /v1/tasks:batch and
-// 'shardcron import' read back unchanged), in id order, all read at one
-// etcd revision, streamed.
+// 'shardcron import' read back unchanged), all read at one etcd revision,
+// streamed: in id order with a prefix or labels, by partition and then id
+// for the whole fleet (one read per task instead of two, see Registry.Export).
 func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 	opts, err := parseListQuery(r)
 	if err != nil {

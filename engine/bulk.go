@@ -75,8 +75,9 @@ type BulkResult struct {
 	Changed   int `json:"changed"`
 	Unchanged int `json:"unchanged"`
 	Skipped   int `json:"skipped"`
-	// Sample holds the ids of up to BulkSampleSize matched tasks, in key
-	// order, so that a dry run shows what it would touch.
+	// Sample holds the ids of up to BulkSampleSize matched tasks, in the
+	// order read (by id for a prefix or labels), so that a dry run shows
+	// what it would touch.
 	Sample []string `json:"sample"`
 }
 
@@ -90,8 +91,8 @@ type bulkItem struct {
 	val []byte // the new value of a pause or resume
 }
 
-// Bulk applies action to every task sel chooses, reading the tasks page by
-// page and writing them in transactions of at most 128 operations and
+// Bulk applies action to every task sel chooses, read at one etcd revision
+// (through the index for a prefix or labels, see each), writing them in transactions of at most 128 operations and
 // 1 MiB. Each write compares the task's version with the one read, so a
 // task changed in between is read again and acted on only if it still
 // matches. The tasks are not changed atomically as a whole: a failure or
@@ -106,8 +107,6 @@ func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (B
 	if err := sel.Validate(); err != nil {
 		return res, err
 	}
-	from := r.keys.tasks()
-	end := clientv3.GetPrefixRangeEnd(from)
 	var batch []bulkItem
 	size := 0
 	flush := func() error {
@@ -115,44 +114,47 @@ func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (B
 		batch, size = batch[:0], 0
 		return err
 	}
-	for {
-		resp, err := r.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPageSize))
+	rev, built, err := r.readRevision(ctx)
+	if err != nil {
+		return res, fmt.Errorf("bulk %s: %w", action, err)
+	}
+	var fnErr error // an error of the action, not of the read
+	err = r.each(ctx, query{prefix: sel.Prefix, labels: sel.Labels}, rev, built, func(kv *mvccpb.KeyValue, _ string) error {
+		it, change, ok, err := r.bulkMatch(action, sel, kv)
 		if err != nil {
-			return res, fmt.Errorf("bulk %s: read tasks: %w", action, err)
+			fnErr = fmt.Errorf("bulk %s: %w", action, err)
+			return fnErr
 		}
-		for _, kv := range resp.Kvs {
-			it, change, ok, err := r.bulkMatch(action, sel, kv)
-			if err != nil {
-				return res, fmt.Errorf("bulk %s: %w", action, err)
-			}
-			if !ok {
-				continue
-			}
-			res.Matched++
-			if len(res.Sample) < BulkSampleSize {
-				_, id, _ := r.keys.parseTaskKey(it.key)
-				res.Sample = append(res.Sample, id)
-			}
-			if !change {
-				res.Unchanged++
-				continue
-			}
-			if sel.DryRun {
-				res.Changed++
-				continue
-			}
-			if n := len(it.key) + len(it.val); len(batch) == maxTxnOps || size+n > maxTxnBytes && len(batch) > 0 {
-				if err := flush(); err != nil {
-					return res, err
-				}
-			}
-			batch = append(batch, it)
-			size += len(it.key) + len(it.val)
+		if !ok {
+			return nil
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
+		res.Matched++
+		if len(res.Sample) < BulkSampleSize {
+			_, id, _ := r.keys.parseTaskKey(it.key)
+			res.Sample = append(res.Sample, id)
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		if !change {
+			res.Unchanged++
+			return nil
+		}
+		if sel.DryRun {
+			res.Changed++
+			return nil
+		}
+		if n := len(it.key) + len(it.val); len(batch) == maxTxnOps || size+n > maxTxnBytes && len(batch) > 0 {
+			if fnErr = flush(); fnErr != nil {
+				return fnErr
+			}
+		}
+		batch = append(batch, it)
+		size += len(it.key) + len(it.val)
+		return nil
+	})
+	if err != nil {
+		if fnErr == nil {
+			err = fmt.Errorf("bulk %s: read tasks at revision %d: %w", action, rev, err)
+		}
+		return res, err
 	}
 	if len(batch) > 0 {
 		if err := flush(); err != nil {

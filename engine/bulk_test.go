@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -224,5 +225,42 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 	got, _ := reg.Get(ctx, "fleet/0002")
 	if !got.Paused || got.Schedule != "@every 2h" {
 		t.Fatalf("fleet/0002: paused %v schedule %q, want paused with the other writer's schedule", got.Paused, got.Schedule)
+	}
+}
+
+// TestRegistry_BulkReadsTheIndex selects by prefix and by label through the
+// index: the matches come in id order (the task keys are in partition
+// order), at one revision, and only the selected tasks change.
+func TestRegistry_BulkReadsTheIndex(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bulkindex")
+	ctx := context.Background()
+	bulkFleet(t, reg, 300)
+	other := noopTask("fleetx", "@every 1h") // shares the prefix "fleet" only
+	if _, err := reg.Put(ctx, other, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/01", DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"fleet/0100", "fleet/0101", "fleet/0102", "fleet/0103", "fleet/0104",
+		"fleet/0105", "fleet/0106", "fleet/0107", "fleet/0108", "fleet/0109"}
+	if res.Matched != 100 || res.Changed != 100 || !slices.Equal(res.Sample, want) {
+		t.Errorf("dry run by prefix: %+v; want 100 matched, sample %v", res, want)
+	}
+	res, err = reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/", Labels: map[string]string{"team": "ads"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != 150 || res.Changed != 150 || res.Sample[0] != "fleet/0001" || res.Sample[1] != "fleet/0003" {
+		t.Errorf("pause by label: %+v; want 150 changed, sample fleet/0001, fleet/0003, ...", res)
+	}
+	if paused, total := pausedCount(t, reg, map[string]string{"team": "ads"}); paused != 150 || total != 150 {
+		t.Errorf("team=ads: %d of %d paused, want 150 of 150", paused, total)
+	}
+	if paused, _ := pausedCount(t, reg, map[string]string{"team": "billing"}); paused != 0 {
+		t.Errorf("team=billing: %d paused, want 0", paused)
 	}
 }
