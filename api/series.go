@@ -92,7 +92,7 @@ func (s *series) points() []Point {
 			for j := range b.lag {
 				h.Counts[j] = b.lag[j] - a.lag[j]
 			}
-			p.P99LagMS = round3(quantile(h, 0.99) * 1000)
+			p.P99LagMS = round3(h.Quantile(0.99) * 1000)
 		}
 		out = append(out, p)
 	}
@@ -100,28 +100,6 @@ func (s *series) points() []Point {
 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
-
-// quantile estimates the q-quantile of a cumulative histogram,
-// interpolating linearly within the bucket that holds it, as Prometheus's
-// histogram_quantile does; past the last bound it answers the last bound.
-func quantile(h engine.Histogram, q float64) float64 {
-	if h.Count == 0 || len(h.Bounds) == 0 {
-		return 0
-	}
-	rank := q * float64(h.Count)
-	lower, below := 0.0, uint64(0)
-	for i, c := range h.Counts {
-		if float64(c) >= rank {
-			in := float64(c - below)
-			if in == 0 {
-				return h.Bounds[i]
-			}
-			return lower + (h.Bounds[i]-lower)*(rank-float64(below))/in
-		}
-		lower, below = h.Bounds[i], c
-	}
-	return h.Bounds[len(h.Bounds)-1]
-}
 
 // seriesHandler: GET /v1/series (extension), the last five minutes of fire
 // rate, p99 lag, failures and misfires of every node, for the dashboard's

@@ -129,30 +129,8 @@ func benchFirePath(b *testing.B, n int) {
 	slices.Sort(durations)
 	median := durations[len(durations)/2]
 	b.ReportMetric(float64(n)/median.Seconds(), "fires/s")
-	b.ReportMetric(quantile(st.lag(), 0.99)*1000, "p99-lag-ms")
+	b.ReportMetric(st.lag().Quantile(0.99)*1000, "p99-lag-ms")
 	b.ReportMetric(float64(mallocs)/float64(b.N*n), "allocs/fire")
 	b.ReportMetric(float64(loaded.HeapAlloc-before.HeapAlloc)/float64(n), "B/task")
 	b.ReportMetric(float64(gcTime.Microseconds())/1000, "gc-ms")
-}
-
-// quantile estimates the q-quantile (0 < q <= 1) of h, interpolating
-// linearly within the bucket that holds it, as Prometheus's
-// histogram_quantile does.
-func quantile(h Histogram, q float64) float64 {
-	if h.Count == 0 {
-		return 0
-	}
-	rank := q * float64(h.Count)
-	prevBound, prevCount := 0.0, uint64(0)
-	for i, c := range h.Counts {
-		if float64(c) >= rank {
-			inBucket := float64(c - prevCount)
-			if inBucket == 0 {
-				return h.Bounds[i]
-			}
-			return prevBound + (h.Bounds[i]-prevBound)*(rank-float64(prevCount))/inBucket
-		}
-		prevBound, prevCount = h.Bounds[i], c
-	}
-	return h.Bounds[len(h.Bounds)-1]
 }

@@ -82,6 +82,28 @@ type Histogram struct {
 	Sum    float64 // seconds
 }
 
+// Quantile estimates the q-quantile (0 < q <= 1) of h in seconds,
+// interpolating linearly within the bucket that holds it, as Prometheus's
+// histogram_quantile does; past the last bound it answers the last bound.
+func (h Histogram) Quantile(q float64) float64 {
+	if h.Count == 0 || len(h.Bounds) == 0 {
+		return 0
+	}
+	rank := q * float64(h.Count)
+	lower, below := 0.0, uint64(0)
+	for i, c := range h.Counts {
+		if float64(c) >= rank {
+			in := float64(c - below)
+			if in == 0 {
+				return h.Bounds[i]
+			}
+			return lower + (h.Bounds[i]-lower)*(rank-float64(below))/in
+		}
+		lower, below = h.Bounds[i], c
+	}
+	return h.Bounds[len(h.Bounds)-1]
+}
+
 func (s *stats) lag() Histogram {
 	h := Histogram{Bounds: make([]float64, len(lagBounds)), Counts: make([]uint64, len(lagBounds))}
 	var cum uint64
