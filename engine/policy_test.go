@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -66,17 +65,5 @@ func TestAdmit(t *testing.T) {
 		if got := admit(tt.p, tt.running, tt.waiting, tt.retry); got != tt.want {
 			t.Errorf("admit(%s, running %d, waiting %v, retry %v) = %d, want %d", tt.p, tt.running, tt.waiting, tt.retry, got, tt.want)
 		}
-	}
-}
-
-func TestHistogram_Quantile(t *testing.T) {
-	h := Histogram{Bounds: []float64{0.1, 0.2, 0.4}, Counts: []uint64{50, 90, 100}, Count: 100}
-	for _, tt := range []struct{ q, want float64 }{{0.5, 0.1}, {0.25, 0.05}, {0.7, 0.15}, {0.95, 0.3}, {1, 0.4}} {
-		if got := h.Quantile(tt.q); math.Abs(got-tt.want) > 1e-9 {
-			t.Errorf("Quantile(%v) = %v, want %v", tt.q, got, tt.want)
-		}
-	}
-	if got := (Histogram{}).Quantile(0.99); got != 0 {
-		t.Errorf("empty histogram: %v", got)
 	}
 }
