@@ -151,7 +151,10 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 
 // admit applies the concurrency policy and queues a job for the fire.
 func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8) {
-	_, waiting := l.pending[i]
+	waiting := false
+	if r.running > 0 { // the fire path looks up nothing for a task at rest
+		_, waiting = l.pending[i]
+	}
 	switch admit(prof.concurrency, int(r.running), waiting, false) {
 	case admitSkip:
 		why := "the previous fire is still running (concurrency forbid)"
