@@ -214,9 +214,9 @@ func TestServer_MutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return serial() == 42 })
-	if !strings.Contains(a.log(), "SIGHUP: TLS certificate reloaded") {
-		t.Error("the reload was not logged")
-	}
+	// The file watcher may take the new files first; the signal's reload
+	// is logged when the node handles it.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(a.log(), "SIGHUP: TLS certificate reloaded") })
 	// Renewed again, without a signal: the node sees the files change.
 	certPEM, keyPEM = ca.issue(t, 43)
 	writeFile(t, keyFiles[0], keyPEM)
