@@ -120,9 +120,17 @@ func TestChaos_EtcdRestart(t *testing.T) {
 	c := start(t, Options{})
 	m := c.Etcd.Members[0]
 	c.Step("stop etcd")
+	// Every node is cut off: whatever it had not recorded when etcd stopped
+	// may repeat, up to the bounded lead.
+	for _, n := range c.Nodes {
+		c.Fault(n.ID, FaultCut, c.opt.Lead)
+	}
 	m.Stop()
 	c.Step("restart etcd on the same data directory and ports")
 	m.Restart(t)
+	for _, n := range c.Nodes {
+		c.Recovered(n.ID)
+	}
 	c.Step("etcd ready")
 	c.WaitReady()
 	c.WaitOwned(ready)

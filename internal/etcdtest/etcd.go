@@ -94,14 +94,18 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	// The advertised URLs keep port 0; nothing dials them in a one-member
 	// cluster once the grpc gateway (which dials its own address) is off.
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	var addrs []string
+	if n > 1 {
+		addrs = freeAddrs(t, 2*n)
+	}
 	var initial []string
 	for i := 0; i < n; i++ {
 		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes,
 			clientURL: loopback, peerURL: loopback, advPeer: loopback}
 		m.logPath = filepath.Join(m.dir, "etcd.log")
 		if n > 1 {
-			m.clientURL = url.URL{Scheme: "http", Host: freeAddr(t)}
-			m.peerURL = url.URL{Scheme: "http", Host: freeAddr(t)}
+			m.clientURL = url.URL{Scheme: "http", Host: addrs[2*i]}
+			m.peerURL = url.URL{Scheme: "http", Host: addrs[2*i+1]}
 			m.advPeer = m.peerURL
 		}
 		initial = append(initial, m.Name+"="+m.advPeer.String())
@@ -144,16 +148,21 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	return c
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t testing.TB) string {
+// freeAddrs returns k distinct loopback addresses with ports that were free
+// a moment ago. Every port stays bound until all are chosen: a port closed
+// at once is often the kernel's next pick.
+func freeAddrs(t testing.TB, k int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: reserve a port: %v", err)
+	addrs := make([]string, k)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("etcdtest: reserve a port: %v", err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
 
 // start starts the member's server on its data directory and waits until it

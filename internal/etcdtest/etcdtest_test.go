@@ -203,3 +203,16 @@ func TestRefusedAddr_Refuses(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeAddrs_Distinct guards the members' addresses: reserved one after
+// another and closed at once, two of a cluster's ports came out equal and
+// the cluster refused to start ("has duplicate url").
+func TestFreeAddrs_Distinct(t *testing.T) {
+	seen := make(map[string]bool)
+	for _, a := range freeAddrs(t, 200) {
+		if seen[a] {
+			t.Fatalf("freeAddrs returned %s twice", a)
+		}
+		seen[a] = true
+	}
+}
