@@ -24,7 +24,7 @@ type collector struct {
 	fires, lag, executions, misfires, queue, owned, tasks *prometheus.Desc
 	etcd, fenced, ready, dropped, fullLoads, watermark    *prometheus.Desc
 	sampled, sampleRatio                                  *prometheus.Desc
-	queueCap, workers, fences, execDur                    *prometheus.Desc
+	queueCap, workers, fences, execDur, handOver          *prometheus.Desc
 	build                                                 *prometheus.Desc
 }
 
@@ -48,6 +48,10 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"stopped dispatching, dropped its partitions and rejoined with a new session."),
 		execDur: d("execution_duration_seconds", "How long executions took, each attempt from its start to its end, "+
 			"by http, exec and handler executors (noop executions are not timed)."),
+		handOver: d("handover_duration_seconds", "How long the phases of partition hand-overs took on this node: "+
+			"prepare (reading a partition while its old owner still fires it), lock_wait (from prepared to holding "+
+			"its lock, i.e. the old owner's release), take (from the lock to the partition armed: the gap in its "+
+			"fires) on the new owner; release (from the mark to the committed checkpoint) on the old one.", "phase"),
 		owned:   d("partitions_owned", "Partitions this node owns."),
 		tasks:   d("tasks", "Tasks held by this node (in the partitions it owns)."),
 		etcd:    d("etcd_requests_total", "Requests sent to etcd by this node's client, by operation.", "op"),
@@ -67,7 +71,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
-		c.queueCap, c.workers, c.fences, c.execDur} {
+		c.queueCap, c.workers, c.fences, c.execDur, c.handOver} {
 		ch <- d
 	}
 }
@@ -92,14 +96,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 
-	histogram := func(d *prometheus.Desc, h engine.Histogram) {
+	histogram := func(d *prometheus.Desc, h engine.Histogram, labels ...string) {
 		buckets := make(map[float64]uint64, len(h.Bounds))
 		for i, b := range h.Bounds {
 			if i < len(h.Counts) {
 				buckets[b] = h.Counts[i]
 			}
 		}
-		if m, err := prometheus.NewConstHistogram(d, h.Count, h.Sum, buckets); err == nil {
+		if m, err := prometheus.NewConstHistogram(d, h.Count, h.Sum, buckets, labels...); err == nil {
 			ch <- m
 		} else {
 			ch <- prometheus.NewInvalidMetric(d, err)
@@ -109,6 +113,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.fires, st.Fires)
 	histogram(c.lag, st.FireLag)
 	histogram(c.execDur, st.ExecDuration)
+	for _, phase := range slices.Sorted(maps.Keys(st.HandOver)) {
+		histogram(c.handOver, st.HandOver[phase], phase)
+	}
 	gauge(c.queueCap, float64(st.QueueCapacity))
 	gauge(c.workers, float64(st.Workers))
 	counter(c.fences, st.Fences)

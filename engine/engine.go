@@ -57,6 +57,7 @@ type Engine struct {
 	loads     atomic.Uint64 // full range reads of a partition
 	uncached  []atomic.Bool // partitions whose Badger cache was dropped until their next range read
 	execDur   durations     // how long executions take (not noop ones)
+	handOver  [numPhases]durations
 	fences    fences        // sessions that ended fenced
 
 	pool *pool
@@ -352,6 +353,10 @@ type Stats struct {
 	Fenced          bool
 	Fences          uint64    // sessions of this node that ended fenced (each followed by a rejoin)
 	ExecDuration    Histogram // how long executions took, noop ones left out
+	// HandOver times the phases of the hand-overs this node went through,
+	// by phase: prepare, lock_wait and take on the new owner (take is the
+	// gap in the partition's fires), release on the old one.
+	HandOver map[string]Histogram
 	Ready           bool
 	Watermark       time.Time // the node watermark etcd last acknowledged
 	FullLoads       uint64    // partitions loaded with a full etcd range read
@@ -376,6 +381,10 @@ func (e *Engine) Stats() Stats {
 		Workers:       e.cfg.Workers,
 		Fences:        e.fences.n.Load(),
 		ExecDuration:  e.execDur.snapshot(),
+		HandOver:      make(map[string]Histogram, numPhases),
+	}
+	for ph, name := range phaseNames {
+		s.HandOver[name] = e.handOver[ph].snapshot()
 	}
 	for st := statusOK; st < numStatus; st++ {
 		s.Executions[statusNames[st]] = e.stats.execs[st].Load()

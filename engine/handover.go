@@ -252,6 +252,7 @@ type stuckRelease struct {
 // still held, for the caller to retry (retryStuck).
 func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 	rel := e.releaseLoop(ps)
+	marked := time.Now()
 	for _, p := range ps {
 		e.owned[p].Store(false)
 		parts[p].stop()
@@ -283,13 +284,15 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: now}
 		}
 	}
+	took := time.Since(marked)
 	for _, p := range ps {
 		if stuck[p] == nil {
 			e.holds.clear(p)
+			e.handOver[phaseRelease].observe(took)
 		}
 		delete(parts, p)
 	}
-	e.log.Info("released partitions", "count", len(ps), "stuck", len(stuck))
+	e.log.Info("released partitions", "partitions", ps, "stuck", len(stuck), "took", took)
 	return stuck
 }
 

@@ -200,6 +200,7 @@ type faultKV struct {
 	failRelease atomic.Bool  // transactions that write a released checkpoint
 	failDelete  atomic.Bool  // deletes of trigger keys
 	slowRead    atomic.Int64 // ns added to reads of tasks
+	afterGet    atomic.Pointer[func(key string)]
 }
 
 func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
@@ -208,7 +209,11 @@ func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 			return nil, ctx.Err()
 		}
 	}
-	return f.KV.Get(ctx, key, opts...)
+	resp, err := f.KV.Get(ctx, key, opts...)
+	if hook := f.afterGet.Load(); hook != nil {
+		(*hook)(key)
+	}
+	return resp, err
 }
 
 var errInjected = errors.New("injected etcd failure")
@@ -458,6 +463,20 @@ func TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo(t *testing.T) {
 	if m := a.e.Stats().Misfires + b.e.Stats().Misfires; m > 0 {
 		t.Errorf("%d misfires: the moved partitions stood still while the new owner read them", m)
 	}
+	// Each phase is timed once per moved partition, on the node that went
+	// through it: the slow read shows in prepare, not in the gap (take).
+	moved := uint64(b.e.Stats().PartitionsOwned)
+	ha, hb := a.e.Stats().HandOver, b.e.Stats().HandOver
+	if ha["release"].Count != moved || hb["take"].Count != moved || hb["lock_wait"].Count != moved {
+		t.Errorf("hand-overs timed: release %d on the old owner, lock_wait %d and take %d on the new; want %d each",
+			ha["release"].Count, hb["lock_wait"].Count, hb["take"].Count, moved)
+	}
+	if p := hb["prepare"]; p.Count != moved || p.Sum < 3*float64(moved) {
+		t.Errorf("prepare timed %d times for %.1f s in all; want %d, at least 3 s each", p.Count, p.Sum, moved)
+	}
+	if tk := hb["take"]; tk.Sum >= 3*float64(moved) {
+		t.Errorf("take %.1f s for %d partitions: the slow read counted in the gap", tk.Sum, moved)
+	}
 }
 
 // The owner deletes a deleted task's execution history with it.
@@ -616,5 +635,55 @@ func TestEngine_DoneAfterClose(t *testing.T) {
 	case <-e.Done():
 	default:
 		t.Fatal("Done still open after Close")
+	}
+}
+
+// TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames: collection
+// reads the checkpoints, then deletes the watermarks no checkpoint names.
+// A failed acquire that puts back, in between, a checkpoint naming a dead
+// session must keep that session's watermark: its successor resumes from
+// it.
+func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	n := startNodeOn(t, cli, "", nil, nil)
+	ctx := context.Background()
+	k := n.e.keys
+	wm := k.watermark("gone", "1f")
+	if _, err := c.Client.Put(ctx, wm, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	restored, _ := json.Marshal(checkpoint{Node: "gone", Session: "1f", Watermark: time.Now().UTC()})
+	hook := func(key string) {
+		if key == k.checkpoints() {
+			faults.afterGet.Store(nil)
+			if _, err := c.Client.Put(ctx, k.checkpoint(99), string(restored)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	faults.afterGet.Store(&hook)
+	n.e.collectWatermarks(ctx)
+	resp, err := c.Client.Get(ctx, wm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatal("the watermark of a session a restored checkpoint names was collected")
+	}
+	// Read again with the checkpoint in place, it still stays; once the
+	// checkpoint is released, it goes.
+	n.e.collectWatermarks(ctx)
+	if resp, _ := c.Client.Get(ctx, wm); len(resp.Kvs) == 0 {
+		t.Fatal("collected although a checkpoint names it")
+	}
+	released, _ := json.Marshal(checkpoint{Node: "gone", Session: "1f", Released: true, Watermark: time.Now().UTC()})
+	if _, err := c.Client.Put(ctx, k.checkpoint(99), string(released)); err != nil {
+		t.Fatal(err)
+	}
+	n.e.collectWatermarks(ctx)
+	if resp, _ := c.Client.Get(ctx, wm); len(resp.Kvs) != 0 {
+		t.Fatal("a watermark nobody needs was kept")
 	}
 }

@@ -52,6 +52,17 @@ func (h *durations) snapshot() Histogram {
 	return out
 }
 
+// Hand-over phases, timed on the node that goes through them.
+const (
+	phasePrepare  = iota // acquire: reading the partition while its old owner still fires it
+	phaseLockWait        // acquire: from prepared to holding the lock (the old owner's release)
+	phaseTake            // acquire: from the lock to the partition armed: the gap in its fires
+	phaseRelease         // release: from the mark to the committed checkpoint
+	numPhases
+)
+
+var phaseNames = [numPhases]string{"prepare", "lock_wait", "take", "release"}
+
 // timed runs an executor and observes how long each execution took.
 type timed struct {
 	executor.Executor

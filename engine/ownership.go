@@ -366,12 +366,14 @@ func (s *serving) end(leaving bool) {
 // tasks and watch them.
 func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
+	start := time.Now()
 	prep, err := e.prepareBounded(ctx, p)
 	if err != nil {
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
 	}
 	prepared()
+	tPrepared := time.Now()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := e.lock(ctx, m, p); err != nil {
 		// A lock whose put was cut off can leave our key behind, where it
@@ -381,6 +383,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		return r
 	}
 	fence := m.Header().Revision
+	tLocked := time.Now()
 	fail := func(err error) acquired {
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
@@ -441,6 +444,12 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.fireTrigger(ctx, string(kv.Key))
 	}
 	r.part = part
+	armed := time.Now()
+	e.handOver[phasePrepare].observe(tPrepared.Sub(start))
+	e.handOver[phaseLockWait].observe(tLocked.Sub(tPrepared))
+	e.handOver[phaseTake].observe(armed.Sub(tLocked))
+	e.log.Info("acquired partition", "partition", p, "fence", fence, "resume", time.Unix(0, resume).UTC(),
+		"prepare", tPrepared.Sub(start), "lock_wait", tLocked.Sub(tPrepared), "take", armed.Sub(tLocked))
 	return r
 }
 
