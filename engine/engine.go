@@ -52,13 +52,13 @@ type Engine struct {
 	ready     atomic.Bool
 	left      chan struct{} // closed once a leaving node handed every partition over
 	leftOnce  sync.Once
-	preparing chan struct{} // a slot per partition being prepared (prepareBounded)
-	owned     []atomic.Bool // partitions owned, for trigger routing and the API
-	loads     atomic.Uint64 // full range reads of a partition
-	uncached  []atomic.Bool // partitions whose Badger cache was dropped until their next range read
-	execDur   durations     // how long executions take (not noop ones)
-	handOver  [numPhases]durations
-	fences    fences        // sessions that ended fenced
+	preparing chan struct{}        // a slot per partition being prepared (prepareBounded)
+	owned     []atomic.Bool        // partitions owned, for trigger routing and the API
+	loads     atomic.Uint64        // full range reads of a partition
+	uncached  []atomic.Bool        // partitions whose Badger cache was dropped until their next range read
+	execDur   durations            // how long executions take (not noop ones)
+	handOver  [numPhases]durations // the hand-over phases this node went through
+	fences    fences               // sessions that ended fenced
 
 	pool *pool
 	loop *loop
@@ -356,7 +356,7 @@ type Stats struct {
 	// HandOver times the phases of the hand-overs this node went through,
 	// by phase: prepare, lock_wait and take on the new owner (take is the
 	// gap in the partition's fires), release on the old one.
-	HandOver map[string]Histogram
+	HandOver        map[string]Histogram
 	Ready           bool
 	Watermark       time.Time // the node watermark etcd last acknowledged
 	FullLoads       uint64    // partitions loaded with a full etcd range read
