@@ -399,3 +399,22 @@ func TestEngine_CloseDrains(t *testing.T) {
 		})
 	}
 }
+
+// A node is not ready before it owns what the ring gives it: before its
+// first member set arrives nothing is desired yet, which the prepared-set
+// watch, answering first, once took for "owns all of it" (and a test put a
+// task before the node had taken its partition).
+func TestEngine_NotReadyBeforeItOwnsItsPartitions(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNodeOn(t, c.Client, "", nil, func(c *Config) { c.Partitions = 8 }, noWait)
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.e.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if owned := n.e.Stats().PartitionsOwned; owned != 8 {
+		t.Fatalf("ready while owning %d of 8 partitions", owned)
+	}
+}

@@ -234,7 +234,9 @@ func (s *serving) handing() []int {
 }
 
 func (s *serving) updateReady() {
-	ready := len(s.acquiring) == 0
+	// Not before the member set listed this node: until then nothing is
+	// desired, which is not the same as owning all of it.
+	ready := s.seenSelf && len(s.acquiring) == 0
 	for p := range s.desired {
 		ready = ready && s.parts[p] != nil
 	}
@@ -525,3 +527,4 @@ func (e *Engine) deleteLockKey(p int, sess *membership.Session) bool {
 	}
 	return false
 }
+
