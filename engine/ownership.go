@@ -527,4 +527,3 @@ func (e *Engine) deleteLockKey(p int, sess *membership.Session) bool {
 	}
 	return false
 }
-
