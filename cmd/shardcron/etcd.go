@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -21,13 +22,13 @@ func derivedAddr(listen string, offset int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+offset))
 }
 
-// startEtcd starts the embedded etcd with its data in dir and its log in
-// logFile, and waits until it serves. It keeps one hour of history
-// (auto-compaction), so a node that restarts within the hour resumes its
-// watches instead of reloading.
-func startEtcd(dir, logFile, clientAddr, peerAddr, logLevel string, timeout time.Duration) (*etcdembed.Server, error) {
+// startEtcd starts the embedded etcd with its data in dir, its warnings
+// and errors in the node's log, and waits until it serves. It keeps one
+// hour of history (auto-compaction), so a node that restarts within the
+// hour resumes its watches instead of reloading.
+func startEtcd(dir string, log *slog.Logger, clientAddr, peerAddr string, timeout time.Duration) (*etcdembed.Server, error) {
 	return etcdembed.Start(etcdembed.Config{
-		Dir: dir, LogFile: logFile, LogLevel: logLevel,
+		Dir: dir, Logger: log,
 		ClientAddr: clientAddr, PeerAddr: peerAddr,
 		CompactionRetention: time.Hour, StartTimeout: timeout,
 	})

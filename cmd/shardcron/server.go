@@ -390,8 +390,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		if peerAddr == "" {
 			peerAddr = derivedAddr(f.listen, 20000)
 		}
-		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), filepath.Join(f.dataDir, "etcd.log"),
-			clientAddr, peerAddr, "error", f.startTimeout)
+		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, f.startTimeout)
 		if err != nil {
 			return err
 		}

@@ -11,11 +11,13 @@ package etcdembed
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Config says where and how the server runs.
@@ -24,7 +26,10 @@ type Config struct {
 	Name string
 	// Dir holds the data. Required.
 	Dir string
-	// LogFile receives the server's log (default: discarded).
+	// Logger receives the server's warnings and errors, under
+	// component=etcd; it takes precedence over LogFile.
+	Logger *slog.Logger
+	// LogFile receives the server's log at LogLevel (default: discarded).
 	LogFile string
 	// LogLevel is zap's level name (default "error").
 	LogLevel string
@@ -87,9 +92,13 @@ func Start(cfg Config) (*Server, error) {
 	if ec.LogLevel == "" {
 		ec.LogLevel = "error"
 	}
-	if cfg.LogFile != "" {
+	switch {
+	case cfg.Logger != nil:
+		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel}
+		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
+	case cfg.LogFile != "":
 		ec.LogOutputs = []string{cfg.LogFile}
-	} else {
+	default:
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	}
 	timeout := cfg.StartTimeout
