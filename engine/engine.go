@@ -121,10 +121,13 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
 	}
-	e.execs = &executors{http: hc, handlers: &e.handlers, allowExec: cfg.AllowExec, execAllow: execAllow, durations: &e.execDur}
+	e.execs = &executors{
+		shared:    executor.Shared{HTTP: hc, Handlers: &e.handlers, AllowExec: cfg.AllowExec, ExecAllow: execAllow},
+		durations: &e.execDur,
+	}
 	e.cfg.handlerNames = e.handlers.Names
 	if cfg.Version != "" {
-		e.execs.userAgent = "shardcron/" + cfg.Version
+		e.execs.shared.UserAgent = "shardcron/" + cfg.Version
 	}
 	return e, nil
 }
@@ -256,7 +259,7 @@ func (e *Engine) Close() error {
 				e.closeErr = err
 			}
 		}
-		e.execs.http.CloseIdleConnections()
+		e.execs.shared.HTTP.CloseIdleConnections()
 	})
 	return e.closeErr
 }

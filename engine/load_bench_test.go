@@ -16,7 +16,7 @@ func BenchmarkLoadDef(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &Engine{cfg: DefaultConfig("bench").withDefaults(), scheds: schedule.NewTable(), execs: &executors{http: hc}}
+	e := &Engine{cfg: DefaultConfig("bench").withDefaults(), scheds: schedule.NewTable(), execs: &executors{shared: executor.Shared{HTTP: hc}}}
 	r := &Registry{keys: newKeys(""), partitions: 1024, now: e.cfg.Clock.Now}
 	vals := make([][]byte, 1024)
 	for i := range vals {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -104,18 +103,15 @@ func profileKey(t *Task) string {
 
 // executors builds the executors of profiles: it holds what they share.
 type executors struct {
-	http      *http.Client
-	userAgent string
-	handlers  *executor.Handlers
-	allowExec bool
-	execAllow *executor.PathAllow // nil: any command
-	durations *durations          // observes every execution but noop ones; nil: none
+	shared    executor.Shared
+	durations *durations // observes every execution but noop ones; nil: none
 }
 
 // newProfile builds the profile of a validated task.
 func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 	p := &profile{
 		key:         key,
+		payload:     t.Executor.Payload,
 		timeout:     time.Duration(t.Timeout),
 		maxAttempts: t.Retry.MaxAttempts,
 		backoff:     time.Duration(t.Retry.Backoff),
@@ -126,26 +122,12 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 		jitter:      time.Duration(t.Jitter),
 		keep:        historyKeep(t.HistoryLimit),
 	}
-	var err error
-	switch t.Executor.Type {
-	case ExecutorNoop:
-		p.exec, p.noop = executor.Noop, true
-	case ExecutorHTTP:
-		p.exec, err = executor.NewHTTP(x.http, executor.HTTPSpec{
-			URL: t.Executor.URL, Method: t.Executor.Method, Headers: t.Executor.Headers, Body: t.Executor.Body,
-			UserAgent: x.userAgent})
-	case ExecutorExec:
-		if !x.allowExec {
-			p.exec = refuse{fmt.Errorf("the exec executor is disabled on this node (start it with --allow-exec)")}
-			break
-		}
-		p.exec, err = executor.NewExec(executor.ExecSpec{Command: t.Executor.Command, Env: t.Executor.Env, Allow: x.execAllow})
-	case ExecutorHandler:
-		p.exec = executor.NewHandler(x.handlers, t.Executor.Name, t.Executor.Payload)
-		p.payload = t.Executor.Payload
-	default:
-		err = fmt.Errorf("unknown executor %q", t.Executor.Type)
+	k, ok := kindOf(t.Executor.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown executor %q", t.Executor.Type)
 	}
+	var err error
+	p.exec, err = k.build(&t.Executor, &x.shared)
 	if errors.Is(err, executor.ErrNotAllowed) {
 		// The node's allow-list, not the task, is at fault: every fire
 		// fails with the reason, which history and state show.
@@ -154,6 +136,7 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.noop = p.exec == executor.Noop
 	if !p.noop && x.durations != nil {
 		p.exec = timed{p.exec, x.durations}
 	}

@@ -276,20 +276,7 @@ func DecodeTask(data []byte) (*Task, error) {
 	d.str("schedule", &t.Schedule)
 	d.str("timezone", &t.Timezone)
 	if e := d.object("executor"); e != nil {
-		e.known(executorFieldNames, nil)
-		var typ string
-		e.str("type", &typ)
-		t.Executor.Type = ExecutorType(typ)
-		e.str("url", &t.Executor.URL)
-		e.str("method", &t.Executor.Method)
-		e.strMap("headers", &t.Executor.Headers)
-		e.str("body", &t.Executor.Body)
-		e.strSlice("command", &t.Executor.Command)
-		e.strMap("env", &t.Executor.Env)
-		e.str("name", &t.Executor.Name)
-		if raw, ok := e.raw("payload"); ok {
-			t.Executor.Payload = raw
-		}
+		decodeExecutor(e, &t.Executor)
 		d.adopt(e)
 	} else if d.err == nil {
 		d.fail("executor", "required: an object such as {\"type\": \"http\", \"url\": \"https://hooks.example.com/invoice\"}")
@@ -331,7 +318,6 @@ var (
 	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
 		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit"}
 	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state"}
-	executorFieldNames = []string{"type", "url", "method", "headers", "body", "command", "env", "name", "payload"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}
 )

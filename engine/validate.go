@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -38,16 +36,15 @@ func invalid(field, format string, args ...any) *ValidationError {
 
 // Limits of the task model.
 const (
-	maxIDLen        = 256
-	maxTimeout      = 24 * time.Hour
-	maxBackoff      = 24 * time.Hour
-	maxCatchup      = 24 * time.Hour
-	maxJitter       = time.Hour
-	maxAttempts     = 100
-	maxLabels       = 64
-	maxLabelKeyLen  = 63
-	maxLabelValLen  = 256
-	maxHandlerNameL = 256
+	maxIDLen       = 256
+	maxTimeout     = 24 * time.Hour
+	maxBackoff     = 24 * time.Hour
+	maxCatchup     = 24 * time.Hour
+	maxJitter      = time.Hour
+	maxAttempts    = 100
+	maxLabels      = 64
+	maxLabelKeyLen = 63
+	maxLabelValLen = 256
 )
 
 // Validate applies the defaults to the fields left zero and checks every
@@ -259,133 +256,4 @@ func checkLabels(labels map[string]string) error {
 func notLabelKeyChar(r rune) bool {
 	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
 		r == '.' || r == '_' || r == '/' || r == '-')
-}
-
-// executorFields lists which fields each executor type takes, for the error
-// that names a field given to the wrong type.
-var executorFields = map[string]ExecutorType{
-	"url": ExecutorHTTP, "method": ExecutorHTTP, "headers": ExecutorHTTP, "body": ExecutorHTTP,
-	"command": ExecutorExec, "env": ExecutorExec,
-	"name": ExecutorHandler, "payload": ExecutorHandler,
-}
-
-func (e *Executor) validate() error {
-	switch e.Type {
-	case ExecutorHTTP, ExecutorExec, ExecutorHandler, ExecutorNoop:
-	case "":
-		return invalid("executor.type", "required (want http, exec, handler or noop)")
-	default:
-		return invalid("executor.type", "unknown executor %q (want http, exec, handler or noop)", e.Type)
-	}
-	// Refuse fields of other types: a url on a noop task is a mistake the
-	// user wants to hear about, not a silently dead setting.
-	present := map[string]bool{
-		"url": e.URL != "", "method": e.Method != "", "headers": e.Headers != nil, "body": e.Body != "",
-		"command": e.Command != nil, "env": e.Env != nil,
-		"name": e.Name != "", "payload": e.Payload != nil,
-	}
-	for _, f := range []string{"url", "method", "headers", "body", "command", "env", "name", "payload"} {
-		if present[f] && executorFields[f] != e.Type {
-			return invalid("executor."+f, "not allowed with executor type %q (%s is for %s)", e.Type, f, executorFields[f])
-		}
-	}
-	switch e.Type {
-	case ExecutorHTTP:
-		return e.validateHTTP()
-	case ExecutorExec:
-		return e.validateExec()
-	case ExecutorHandler:
-		return e.validateHandler()
-	}
-	return nil
-}
-
-func (e *Executor) validateHTTP() error {
-	if e.URL == "" {
-		return invalid("executor.url", "required for executor type http")
-	}
-	u, err := url.Parse(e.URL)
-	if err != nil {
-		return invalid("executor.url", "%q is not a valid URL", e.URL)
-	}
-	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" || u.Host == "" {
-		return invalid("executor.url", "want an absolute http or https URL such as \"https://hooks.example.com/invoice\", got %q", e.URL)
-	}
-	if !isToken(e.Method) {
-		return invalid("executor.method", "%q is not an HTTP method", e.Method)
-	}
-	for name, value := range e.Headers {
-		if !isToken(name) {
-			return invalid("executor.headers", "%q is not a valid header name", name)
-		}
-		if n := strings.ToLower(name); n == "idempotency-key" || strings.HasPrefix(n, "shardcron-") {
-			return invalid("executor.headers", "%q is set by the executor itself", name)
-		}
-		for _, r := range value {
-			if r != '\t' && unicode.IsControl(r) {
-				return invalid("executor.headers", "value of %q contains the control character %U", name, r)
-			}
-		}
-	}
-	return nil
-}
-
-func (e *Executor) validateExec() error {
-	if len(e.Command) == 0 || e.Command[0] == "" {
-		return invalid("executor.command", "required for executor type exec: the argv to run, e.g. [\"/usr/bin/backup\", \"--full\"]")
-	}
-	for i, arg := range e.Command {
-		if strings.IndexByte(arg, 0) >= 0 {
-			return invalid("executor.command", "argument %d contains a NUL byte", i)
-		}
-	}
-	for k, v := range e.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return invalid("executor.env", "%q is not a valid variable name", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return invalid("executor.env", "value of %q contains a NUL byte", k)
-		}
-	}
-	return nil
-}
-
-func (e *Executor) validateHandler() error {
-	switch {
-	case e.Name == "":
-		return invalid("executor.name", "required for executor type handler")
-	case len(e.Name) > maxHandlerNameL:
-		return invalid("executor.name", "%d bytes, more than %d", len(e.Name), maxHandlerNameL)
-	case !utf8.ValidString(e.Name):
-		return invalid("executor.name", "not valid UTF-8")
-	}
-	if r, ok := controlChar(e.Name); ok {
-		return invalid("executor.name", "contains the control character %U", r)
-	}
-	if e.Payload != nil {
-		// The form json.Marshal writes, so that the task round-trips.
-		p, err := json.Marshal(e.Payload)
-		if err != nil {
-			return invalid("executor.payload", "not valid JSON")
-		}
-		e.Payload = p
-	}
-	return nil
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110): a method or header
-// name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }

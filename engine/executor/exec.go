@@ -4,7 +4,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 )
 
 // ExecSpec says what command an exec executor runs: the exec fields of a
@@ -60,28 +59,6 @@ const (
 	EnvNode           = "SHARDCRON_NODE"
 	EnvFence          = "SHARDCRON_FENCE"
 )
-
-// checkExecSpec refuses what the kernel or os/exec would refuse at each
-// fire, so that a bad spec fails once, at load.
-func checkExecSpec(spec ExecSpec) error {
-	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return invalidSpec("exec: empty command")
-	}
-	for i, arg := range spec.Command {
-		if strings.IndexByte(arg, 0) >= 0 {
-			return invalidSpec("exec: argument %d contains a NUL byte", i)
-		}
-	}
-	for k, v := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return invalidSpec("exec: %q is not a valid environment variable name", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return invalidSpec("exec: value of %q contains a NUL byte", k)
-		}
-	}
-	return nil
-}
 
 // baseEnv returns the environment a command starts from: the node's PATH
 // (or defaultPath) and HOME, then the task's variables in name order. The

@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// notFired are the Task fields a fire does not use, by JSON name: the id
+// and schedule are kept beside the profile, the rest are not kept at all.
+var notFired = []string{"id", "labels", "partition", "version", "created_at", "updated_at", "state"}
+
+// notInProfile are the fired fields kept beside the profile rather than in it.
+var notInProfile = []string{"schedule", "timezone", "paused"}
+
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
+
+// TestFiring_HasFireFields fails when a Task field that a fire uses is not
+// decoded by firing, which loading a partition reads stored tasks with.
+func TestFiring_HasFireFields(t *testing.T) {
+	have := map[string]reflect.Type{}
+	for f := range reflect.TypeFor[firing]().Fields() {
+		have[jsonName(f)] = f.Type
+	}
+	for f := range reflect.TypeFor[Task]().Fields() {
+		name := jsonName(f)
+		if slices.Contains(notFired, name) {
+			continue
+		}
+		typ, ok := have[name]
+		if !ok {
+			t.Errorf("Task field %s (%q) is missing from firing", f.Name, name)
+		} else if typ != f.Type {
+			t.Errorf("firing's %q is a %s, Task's a %s", name, typ, f.Type)
+		}
+	}
+}
+
+// TestProfileKey_CoversFireFields fails when a field that a fire uses is
+// left out of profileKey: two tasks differing only in it would share a
+// profile, and one of them would fire with the other's setting. It walks
+// Task by reflection, so a field added to Task, Executor, Retry or
+// HistoryLimit is covered without touching the test.
+func TestProfileKey_CoversFireFields(t *testing.T) {
+	base := Task{ID: "t", Schedule: "@every 1m", Executor: Executor{Type: ExecutorNoop}}
+	if err := base.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for f := range reflect.TypeFor[Task]().Fields() {
+		name := jsonName(f)
+		if slices.Contains(notFired, name) || slices.Contains(notInProfile, name) {
+			continue
+		}
+		eachLeaf(t, reflect.ValueOf(&base).Elem().FieldByIndex(f.Index), name, func(path string, change func(*Task)) {
+			n++
+			// The mutated task need not be valid: profileKey does not
+			// validate, and a key that ignores an invalid value ignores
+			// a valid one too.
+			mut := clone(t, &base)
+			change(mut)
+			if profileKey(mut) == profileKey(&base) {
+				t.Errorf("profileKey ignores %s", path)
+			}
+		})
+	}
+	if n < 15 {
+		t.Fatalf("walked %d fields; the walk is broken", n)
+	}
+}
+
+// eachLeaf calls fn with a change of each leaf field under v (a field of
+// Task, whose path is path); the change applies to another Task at the
+// same place.
+func eachLeaf(t *testing.T, v reflect.Value, path string, fn func(path string, change func(*Task))) {
+	at := func(task *Task) reflect.Value { return fieldAt(reflect.ValueOf(task).Elem(), path) }
+	switch v.Kind() {
+	case reflect.Struct:
+		for f := range v.Type().Fields() {
+			eachLeaf(t, v.FieldByIndex(f.Index), path+"."+jsonName(f), fn)
+		}
+	case reflect.Pointer:
+		// A pointer to a struct: change each of its leaves from nil.
+		elem := reflect.New(v.Type().Elem()).Elem()
+		for f := range elem.Type().Fields() {
+			sub := path + "." + jsonName(f)
+			fn(sub, func(task *Task) {
+				p := reflect.New(v.Type().Elem())
+				at(task).Set(p)
+				setOther(fieldAt(reflect.ValueOf(task).Elem(), sub))
+			})
+		}
+	default:
+		fn(path, func(task *Task) { setOther(at(task)) })
+	}
+}
+
+// fieldAt returns the field of task at path (JSON names, dot-separated),
+// allocating nil pointers on the way.
+func fieldAt(v reflect.Value, path string) reflect.Value {
+	for name := range strings.SplitSeq(path, ".") {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		for f := range v.Type().Fields() {
+			if jsonName(f) == name {
+				v = v.FieldByIndex(f.Index)
+				break
+			}
+		}
+	}
+	return v
+}
+
+// setOther sets v to a value other than its current one.
+func setOther(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		m.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v"))
+		v.Set(m)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 { // json.RawMessage
+			v.SetBytes(append(v.Bytes(), "1"...))
+		} else {
+			v.Set(reflect.Append(v, reflect.ValueOf("a")))
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		setOther(v.Elem())
+	default:
+		panic("setOther: add a case for " + v.Type().String())
+	}
+}
+
+func clone(t *testing.T, task *Task) *Task {
+	b, err := json.Marshal(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Task
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// TestKinds_CoverExecutorFields fails when an Executor field is in no
+// kind's fields, or in two: DecodeTask would refuse it as unknown, or
+// validation could not say which type it belongs to.
+func TestKinds_CoverExecutorFields(t *testing.T) {
+	for f := range reflect.TypeFor[Executor]().Fields() {
+		name := jsonName(f)
+		if name == "type" {
+			continue
+		}
+		n := 0
+		for _, k := range kinds {
+			for _, kf := range k.fields {
+				if kf.name == name {
+					n++
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("Executor field %s (%q) is in %d kinds' fields, want 1", f.Name, name, n)
+		}
+	}
+	for _, k := range kinds {
+		if k.build == nil {
+			t.Errorf("kind %s has no build", k.typ)
+		}
+	}
+}
