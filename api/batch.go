@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // BatchResult is the answer of POST /v1/tasks:batch.
@@ -56,11 +57,11 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := BatchResult{Errors: []engine.BatchError{}}
-	tasks := make([]*engine.Task, 0, len(items))
+	tasks := make([]*task.Task, 0, len(items))
 	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
 	var runners *engine.Runners         // read once, by the first task that needs them
 	for i, it := range items {
-		t, err := engine.DecodeTask(it.raw)
+		t, err := task.DecodeTask(it.raw)
 		if err != nil {
 			msg := err.Error()
 			if it.line > 0 {
@@ -71,7 +72,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		warning, err := s.runnable(r.Context(), t, &runners)
 		if err != nil {
-			var ve *engine.ValidationError
+			var ve *task.ValidationError
 			if !errors.As(err, &ve) {
 				s.fail(w, r, t.ID, err)
 				return
@@ -95,7 +96,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Warn("api: batch write failed", "written", written, "err", err)
 		status := http.StatusInternalServerError
-		var ve *engine.ValidationError
+		var ve *task.ValidationError
 		if errors.As(err, &ve) {
 			status = http.StatusBadRequest
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // maxSelectorBytes bounds the body of a bulk action: a prefix and labels.
@@ -29,7 +30,7 @@ func (s *Server) bulk(action engine.BulkAction) http.HandlerFunc {
 		}
 		res, err := s.reg.Bulk(r.Context(), action, sel)
 		if err != nil {
-			var ve *engine.ValidationError
+			var ve *task.ValidationError
 			if errors.As(err, &ve) {
 				writeError(w, http.StatusBadRequest, "%s", ve.Error())
 				return

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Client is a client of a node's API. Its fields may be set directly; a
@@ -71,7 +71,7 @@ type ListOptions struct {
 // request when t is invalid. With ifVersion not zero, the server writes
 // only if the stored version is ifVersion, else the error is an *Error
 // with Status 412. It returns the task as stored.
-func (c *Client) PutTask(ctx context.Context, t *engine.Task, ifVersion int64) (*engine.Task, error) {
+func (c *Client) PutTask(ctx context.Context, t *task.Task, ifVersion int64) (*task.Task, error) {
 	cp := *t
 	// Validate fills the defaults: a zero Duration would otherwise be sent
 	// as "0s", which the server refuses for fields where zero means default.
@@ -90,12 +90,12 @@ func (c *Client) PutTask(ctx context.Context, t *engine.Task, ifVersion int64) (
 // PutTaskJSON creates or replaces the task id with the task JSON body
 // (docs/api.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
 // in PutTask.
-func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*engine.Task, error) {
+func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*task.Task, error) {
 	h := http.Header{"Content-Type": {"application/json"}}
 	if ifVersion != 0 {
 		h.Set("If-Match", strconv.Quote(strconv.FormatInt(ifVersion, 10)))
 	}
-	var t engine.Task
+	var t task.Task
 	if err := c.do(ctx, http.MethodPut, taskPath(id), nil, body, h, &t); err != nil {
 		return nil, err
 	}
@@ -105,8 +105,8 @@ func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVers
 // GetTask returns the task with its state from its owner (State is nil
 // when the owner did not give it). A missing task is an *Error with Status
 // 404.
-func (c *Client) GetTask(ctx context.Context, id string) (*engine.Task, error) {
-	var t engine.Task
+func (c *Client) GetTask(ctx context.Context, id string) (*task.Task, error) {
+	var t task.Task
 	if err := c.do(ctx, http.MethodGet, taskPath(id), nil, nil, nil, &t); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (c *Client) DeleteTask(ctx context.Context, id string) error {
 // ListTasks returns one page of tasks in id order and the cursor of the
 // next page (the page's last id), "" after the last. A page holds
 // opts.Limit tasks (at most MaxListLimit), fewer only at the end.
-func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engine.Task, next string, err error) {
+func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*task.Task, next string, err error) {
 	q := url.Values{}
 	if opts.Prefix != "" {
 		q.Set("prefix", opts.Prefix)
@@ -175,17 +175,17 @@ func (c *Client) PutBatch(ctx context.Context, body []byte) (*BatchResult, error
 }
 
 // Pause sets the task's paused flag and returns the task as stored.
-func (c *Client) Pause(ctx context.Context, id string) (*engine.Task, error) {
+func (c *Client) Pause(ctx context.Context, id string) (*task.Task, error) {
 	return c.postTask(ctx, id, "pause")
 }
 
 // Resume clears the task's paused flag and returns the task as stored.
-func (c *Client) Resume(ctx context.Context, id string) (*engine.Task, error) {
+func (c *Client) Resume(ctx context.Context, id string) (*task.Task, error) {
 	return c.postTask(ctx, id, "resume")
 }
 
-func (c *Client) postTask(ctx context.Context, id, verb string) (*engine.Task, error) {
-	var t engine.Task
+func (c *Client) postTask(ctx context.Context, id, verb string) (*task.Task, error) {
+	var t task.Task
 	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/"+verb, nil, nil, nil, &t); err != nil {
 		return nil, err
 	}
@@ -234,8 +234,8 @@ func (c *Client) history(ctx context.Context, id string, limit int, local bool) 
 }
 
 // taskState asks the node for the state of a task it owns (404 otherwise).
-func (c *Client) taskState(ctx context.Context, id string) (*engine.TaskState, error) {
-	var st engine.TaskState
+func (c *Client) taskState(ctx context.Context, id string) (*task.State, error) {
+	var st task.State
 	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/state", nil, nil, nil, &st); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // A client creates a task, reads it back with its state from the owning
@@ -17,10 +17,10 @@ func ExampleClient() {
 	ctx := context.Background()
 	c := api.NewClient("http://127.0.0.1:8080", "") // the token, if the node requires one
 
-	t, err := c.PutTask(ctx, &engine.Task{
+	t, err := c.PutTask(ctx, &task.Task{
 		ID:       "billing/invoice-42",
 		Schedule: "0 */5 * * * *",
-		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook"},
+		Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook"},
 	}, 0)
 	if err != nil {
 		fmt.Println(err) // an *engine.ValidationError, or an *api.Error from the node

@@ -21,6 +21,7 @@ import (
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestMain(m *testing.M) {
@@ -245,6 +246,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func handlerTask(id, spec string) *engine.Task {
-	return &engine.Task{ID: id, Schedule: spec, Executor: engine.Executor{Type: engine.ExecutorHandler, Name: "h"}}
+func handlerTask(id, spec string) *task.Task {
+	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
 }

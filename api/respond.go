@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // errorBody is every error answer: {"error": "..."}.
@@ -32,7 +33,7 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 
 // writeTask answers a task with its version as ETag, so that a client can
 // send it back as If-Match.
-func writeTask(w http.ResponseWriter, status int, t *engine.Task) {
+func writeTask(w http.ResponseWriter, status int, t *task.Task) {
 	if t.Version != 0 {
 		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(t.Version, 10)))
 	}
@@ -42,7 +43,7 @@ func writeTask(w http.ResponseWriter, status int, t *engine.Task) {
 // fail answers an error of the registry or the engine: input errors are
 // 4xx with their message, anything else a 5xx naming what failed.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
-	var ve *engine.ValidationError
+	var ve *task.ValidationError
 	switch {
 	case errors.As(err, &ve):
 		writeError(w, http.StatusBadRequest, "%s", ve.Error())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // TestServer_RefusesTasksNoLiveNodeCanRun: exec tasks need a node with
@@ -66,21 +67,21 @@ func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
 func TestRunners_Check(t *testing.T) {
 	rs := engine.Runners{Nodes: 3, Exec: 3, Handlers: map[string]int{"all": 3, "some": 1}}
 	for _, tc := range []struct {
-		ex            engine.Executor
+		ex            task.Executor
 		warn, refused bool
 	}{
-		{engine.Executor{Type: engine.ExecutorNoop}, false, false},
-		{engine.Executor{Type: engine.ExecutorExec}, false, false},
-		{engine.Executor{Type: engine.ExecutorHandler, Name: "all"}, false, false},
-		{engine.Executor{Type: engine.ExecutorHandler, Name: "some"}, true, false},
-		{engine.Executor{Type: engine.ExecutorHandler, Name: "none"}, false, true},
+		{task.Executor{Type: task.ExecutorNoop}, false, false},
+		{task.Executor{Type: task.ExecutorExec}, false, false},
+		{task.Executor{Type: task.ExecutorHandler, Name: "all"}, false, false},
+		{task.Executor{Type: task.ExecutorHandler, Name: "some"}, true, false},
+		{task.Executor{Type: task.ExecutorHandler, Name: "none"}, false, true},
 	} {
-		w, err := rs.Check(&engine.Task{Executor: tc.ex})
+		w, err := rs.Check(&task.Task{Executor: tc.ex})
 		if (w != "") != tc.warn || (err != nil) != tc.refused {
 			t.Errorf("%+v: warning %q, err %v", tc.ex, w, err)
 		}
 	}
-	if _, err := (engine.Runners{Nodes: 2}).Check(&engine.Task{Executor: engine.Executor{Type: engine.ExecutorExec}}); err == nil {
+	if _, err := (engine.Runners{Nodes: 2}).Check(&task.Task{Executor: task.Executor{Type: task.ExecutorExec}}); err == nil {
 		t.Error("exec with no node running it was accepted")
 	}
 }

@@ -18,9 +18,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // noopJSON is a valid task body that fires once a year.
@@ -32,13 +32,13 @@ func noopJSON(id string) string {
 	return `{` + idField + `"schedule": "0 0 1 1 *", "executor": {"type": "noop"}}`
 }
 
-func decodeTask(t *testing.T, a answer) *engine.Task {
+func decodeTask(t *testing.T, a answer) *task.Task {
 	t.Helper()
-	var task engine.Task
-	if err := json.Unmarshal(a.body, &task); err != nil {
+	var tsk task.Task
+	if err := json.Unmarshal(a.body, &tsk); err != nil {
 		t.Fatalf("decode task %s: %v", a.body, err)
 	}
-	return &task
+	return &tsk
 }
 
 // TestServer_SingleNode exercises every endpoint of one node; the node is
@@ -57,7 +57,7 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		put := decodeTask(t, a)
 		if put.ID != "billing/invoice-42" || put.Version <= 0 || put.Partition == nil || put.CreatedAt.IsZero() ||
-			put.Labels["team"] != "billing" || put.Timeout != engine.Duration(time.Minute) {
+			put.Labels["team"] != "billing" || put.Timeout != task.Duration(time.Minute) {
 			t.Fatalf("PUT answered %+v", put)
 		}
 		if got, want := a.header.Get("ETag"), strconv.Quote(strconv.FormatInt(put.Version, 10)); got != want {
@@ -65,7 +65,7 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		// The owner (this node) loads the task from its watch; the state
 		// appears once it has.
-		var got *engine.Task
+		var got *task.Task
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
 			a := call(t, ts, "GET", "/v1/tasks/billing%2Finvoice-42", "")
 			if a.status != http.StatusOK {
@@ -80,7 +80,7 @@ func TestServer_SingleNode(t *testing.T) {
 	})
 
 	t.Run("PutInvalid", func(t *testing.T) {
-		big := strings.Repeat("x", engine.MaxTaskSize)
+		big := strings.Repeat("x", task.MaxTaskSize)
 		for _, tc := range []struct {
 			name, id, body string
 			want           []string
@@ -133,7 +133,7 @@ func TestServer_SingleNode(t *testing.T) {
 		wantError(t, call(t, ts, "PUT", "/v1/tasks/ifm-absent", noopJSON(""), "If-Match", "5"), http.StatusPreconditionFailed)
 
 		// The client: a stale version is a 412 *Error.
-		_, err := n.c.PutTask(ctx, &engine.Task{ID: "ifm", Schedule: "@daily", Executor: engine.Executor{Type: engine.ExecutorNoop}}, v1)
+		_, err := n.c.PutTask(ctx, &task.Task{ID: "ifm", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}}, v1)
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusPreconditionFailed {
 			t.Fatalf("PutTask with a stale version: %v", err)
@@ -167,18 +167,18 @@ func TestServer_SingleNode(t *testing.T) {
 		for _, id := range []string{"billing/invoice-42", "/", "//", "with space", "a/b/c", "/leading", "trailing/",
 			"100%", "%2F", "q?x#y&z=1", ".", "..", "../up", "ünï cødé", "semi;colon", "plus+sign"} {
 			t.Run(id, func(t *testing.T) {
-				task, err := n.c.PutTask(ctx, handlerTask(id, "0 0 1 1 *"), 0)
+				tsk, err := n.c.PutTask(ctx, handlerTask(id, "0 0 1 1 *"), 0)
 				if err != nil {
 					t.Fatalf("PutTask: %v", err)
 				}
-				if task.ID != id {
-					t.Fatalf("PutTask stored id %q", task.ID)
+				if tsk.ID != id {
+					t.Fatalf("PutTask stored id %q", tsk.ID)
 				}
 				if got, err := n.c.GetTask(ctx, id); err != nil || got.ID != id {
 					t.Fatalf("GetTask: %v, %+v", err, got)
 				}
 				tasks, _, err := n.c.ListTasks(ctx, ListOptions{Prefix: id})
-				if err != nil || !slices.ContainsFunc(tasks, func(x *engine.Task) bool { return x.ID == id }) {
+				if err != nil || !slices.ContainsFunc(tasks, func(x *task.Task) bool { return x.ID == id }) {
 					t.Fatalf("ListTasks prefix %q: %v, %d tasks", id, err, len(tasks))
 				}
 				if p, err := n.c.Pause(ctx, id); err != nil || !p.Paused || p.ID != id {
@@ -204,15 +204,15 @@ func TestServer_SingleNode(t *testing.T) {
 		var want []string
 		for i := range 25 {
 			id := fmt.Sprintf("list/t-%02d", i)
-			task := handlerTask(id, "0 0 1 1 *")
-			task.Labels = map[string]string{}
+			tsk := handlerTask(id, "0 0 1 1 *")
+			tsk.Labels = map[string]string{}
 			if i%3 == 0 {
-				task.Labels["team"] = "x"
+				tsk.Labels["team"] = "x"
 			}
 			if i%2 == 0 {
-				task.Labels["env"] = "prod"
+				tsk.Labels["env"] = "prod"
 			}
-			if _, err := n.c.PutTask(ctx, task, 0); err != nil {
+			if _, err := n.c.PutTask(ctx, tsk, 0); err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, id)
@@ -229,8 +229,8 @@ func TestServer_SingleNode(t *testing.T) {
 				t.Fatalf("list: %v", a)
 			}
 			var page struct {
-				Tasks      []*engine.Task `json:"tasks"`
-				NextCursor *string        `json:"next_cursor"`
+				Tasks      []*task.Task `json:"tasks"`
+				NextCursor *string      `json:"next_cursor"`
 			}
 			if err := json.Unmarshal(a.body, &page); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // rfc3339Milli is the format of times the API writes itself (trigger's
@@ -28,13 +29,13 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// One byte more than the limit tells "too big" from "exactly the limit".
-	body, err := io.ReadAll(io.LimitReader(r.Body, engine.MaxTaskSize+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskSize+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
 		return
 	}
-	if len(body) > engine.MaxTaskSize {
-		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", engine.MaxTaskSize)
+	if len(body) > task.MaxTaskSize {
+		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
 		return
 	}
 	body, err = withPathID(body, id)
@@ -42,7 +43,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, id, err)
 		return
 	}
-	t, err := engine.DecodeTask(body)
+	t, err := task.DecodeTask(body)
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
@@ -77,7 +78,7 @@ const WarningHeader = "Shardcron-Warning"
 // runnable refuses (*engine.ValidationError) a task that no live node can
 // run, and returns a warning when only some can. rs caches the nodes'
 // capabilities across the tasks of a batch; nil reads them.
-func (s *Server) runnable(ctx context.Context, t *engine.Task, rs **engine.Runners) (string, error) {
+func (s *Server) runnable(ctx context.Context, t *task.Task, rs **engine.Runners) (string, error) {
 	if !engine.NeedsRunner(t) {
 		return "", nil
 	}
@@ -129,7 +130,7 @@ func withPathID(body []byte, id string) ([]byte, error) {
 			return body, nil
 		}
 		if bodyID != id {
-			return nil, &engine.ValidationError{Field: "id", Reason: fmt.Sprintf(
+			return nil, &task.ValidationError{Field: "id", Reason: fmt.Sprintf(
 				"%q in the body differs from %q in the path (leave id out of the body or make them equal; ids with \"/\" are path-escaped in the URL)",
 				bodyID, id)}
 		}
@@ -164,7 +165,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 }
 
 // localState is the task's state when this node owns it, else nil.
-func (s *Server) localState(ctx context.Context, id string) *engine.TaskState {
+func (s *Server) localState(ctx context.Context, id string) *task.State {
 	if !s.e.Owns(s.reg.Partition(id)) {
 		return nil
 	}
@@ -180,7 +181,7 @@ func (s *Server) localState(ctx context.Context, id string) *engine.TaskState {
 // taskState is the task's state from the node that owns it: this one, or
 // the ring's owner asked over HTTP. nil when nobody answers with one (the
 // partition is moving, the owner is unreachable): a GET never fails for it.
-func (s *Server) taskState(ctx context.Context, id string) *engine.TaskState {
+func (s *Server) taskState(ctx context.Context, id string) *task.State {
 	p := s.reg.Partition(id)
 	if s.e.Owns(p) {
 		return s.localState(ctx, id)
@@ -239,7 +240,7 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 
 // listResponse is the answer of GET /v1/tasks.
 type listResponse struct {
-	Tasks []*engine.Task `json:"tasks"`
+	Tasks []*task.Task `json:"tasks"`
 	// NextCursor is the cursor of the next page (the last id of this one),
 	// "" after the last.
 	NextCursor string `json:"next_cursor"`
@@ -257,7 +258,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jw := newJSONStream(w)
-	next, err := s.reg.ListFunc(r.Context(), opts, func(t *engine.Task) error {
+	next, err := s.reg.ListFunc(r.Context(), opts, func(t *task.Task) error {
 		if jw.n == 0 {
 			jw.begin(`{"tasks":[`)
 		}

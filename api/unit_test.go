@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestMergeHistory(t *testing.T) {
@@ -188,7 +189,7 @@ func TestWithPathID(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := withPathID([]byte(tc.body), tc.id)
 			if tc.err {
-				var ve *engine.ValidationError
+				var ve *task.ValidationError
 				if !errors.As(err, &ve) || ve.Field != "id" {
 					t.Fatalf("err %v, want a ValidationError of id", err)
 				}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // quietSchedule is the schedule of the memory scenario's tasks when none
@@ -30,7 +30,7 @@ func runMemory(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	noop := func(int) engine.Executor { return engine.Executor{Type: engine.ExecutorNoop} }
+	noop := func(int) task.Executor { return task.Executor{Type: task.ExecutorNoop} }
 	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, noop); err != nil {
 		return nil, err
 	}

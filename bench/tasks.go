@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // putChunk is how many tasks one PutBatch call writes.
@@ -18,7 +18,7 @@ const putWriters = 4
 
 // putTasks writes tasks [0, n) to etcd through the registry, exec giving
 // each its executor, and reports progress every few seconds.
-func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i int) engine.Executor) error {
+func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i int) task.Executor) error {
 	start := time.Now()
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
@@ -42,7 +42,7 @@ func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			batch := make([]*engine.Task, 0, putChunk)
+			batch := make([]*task.Task, 0, putChunk)
 			for {
 				lo := int(next.Add(putChunk)) - putChunk
 				if lo >= n {
@@ -51,7 +51,7 @@ func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i 
 				hi := min(lo+putChunk, n)
 				batch = batch[:0]
 				for i := lo; i < hi; i++ {
-					batch = append(batch, &engine.Task{ID: taskID(i), Schedule: spec, Executor: exec(i)})
+					batch = append(batch, &task.Task{ID: taskID(i), Schedule: spec, Executor: exec(i)})
 				}
 				_, errs, err := c.reg.PutBatch(ctx, batch)
 				if err == nil && len(errs) > 0 {
@@ -77,15 +77,15 @@ func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i 
 
 // executorFor returns the executor of task i for the configured executor:
 // keyed tasks call the recording handler, or post to url.
-func executorFor(kind, url string, slot []int32) func(i int) engine.Executor {
-	return func(i int) engine.Executor {
+func executorFor(kind, url string, slot []int32) func(i int) task.Executor {
+	return func(i int) task.Executor {
 		switch {
 		case kind == ExecHTTP:
-			return engine.Executor{Type: engine.ExecutorHTTP, URL: url}
+			return task.Executor{Type: task.ExecutorHTTP, URL: url}
 		case kind == ExecHandler || (slot != nil && slot[i] >= 0):
-			return engine.Executor{Type: engine.ExecutorHandler, Name: handlerName}
+			return task.Executor{Type: task.ExecutorHandler, Name: handlerName}
 		default:
-			return engine.Executor{Type: engine.ExecutorNoop}
+			return task.Executor{Type: task.ExecutorNoop}
 		}
 	}
 }

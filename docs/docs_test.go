@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 func read(t *testing.T, path string) string {
@@ -67,7 +67,7 @@ func jsonFields(t reflect.Type, seen map[reflect.Type]bool, out map[string]strin
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct || seen[t] || t.PkgPath() != reflect.TypeFor[engine.Task]().PkgPath() {
+	if t.Kind() != reflect.Struct || seen[t] || t.PkgPath() != reflect.TypeFor[task.Task]().PkgPath() {
 		return
 	}
 	seen[t] = true
@@ -86,7 +86,7 @@ func jsonFields(t reflect.Type, seen map[reflect.Type]bool, out map[string]strin
 func TestAPI_NamesEveryTaskField(t *testing.T) {
 	doc := read(t, "api.md")
 	fields := map[string]string{}
-	jsonFields(reflect.TypeFor[engine.Task](), map[reflect.Type]bool{}, fields)
+	jsonFields(reflect.TypeFor[task.Task](), map[reflect.Type]bool{}, fields)
 	if len(fields) < 20 {
 		t.Fatalf("found only %d task fields: the reflection walk is broken", len(fields))
 	}

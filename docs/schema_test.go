@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // schemaNode is the part of a JSON Schema the test reads.
@@ -51,11 +51,11 @@ func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 		node  *schemaNode
 		typ   reflect.Type
 	}{
-		{"task", &root, reflect.TypeFor[engine.Task]()},
-		{"executor", root.Properties["executor"], reflect.TypeFor[engine.Executor]()},
-		{"retry", root.Properties["retry"], reflect.TypeFor[engine.Retry]()},
-		{"history_limit", root.Properties["history_limit"], reflect.TypeFor[engine.HistoryLimit]()},
-		{"state", root.Properties["state"], reflect.TypeFor[engine.TaskState]()},
+		{"task", &root, reflect.TypeFor[task.Task]()},
+		{"executor", root.Properties["executor"], reflect.TypeFor[task.Executor]()},
+		{"retry", root.Properties["retry"], reflect.TypeFor[task.Retry]()},
+		{"history_limit", root.Properties["history_limit"], reflect.TypeFor[task.HistoryLimit]()},
+		{"state", root.Properties["state"], reflect.TypeFor[task.State]()},
 	} {
 		if c.node == nil {
 			t.Errorf("%s: not in the schema", c.where)
@@ -71,11 +71,11 @@ func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 		want  []string
 	}{
 		{"executor.type", root.Properties["executor"].Properties["type"].Enum, []string{
-			string(engine.ExecutorHTTP), string(engine.ExecutorExec), string(engine.ExecutorHandler), string(engine.ExecutorNoop)}},
+			string(task.ExecutorHTTP), string(task.ExecutorExec), string(task.ExecutorHandler), string(task.ExecutorNoop)}},
 		{"misfire", root.Properties["misfire"].Enum, []string{
-			string(engine.MisfireFireOnce), string(engine.MisfireSkip), string(engine.MisfireFireAll)}},
+			string(task.MisfireFireOnce), string(task.MisfireSkip), string(task.MisfireFireAll)}},
 		{"concurrency", root.Properties["concurrency"].Enum, []string{
-			string(engine.ConcurrencyAllow), string(engine.ConcurrencyForbid), string(engine.ConcurrencyBufferOne), string(engine.ConcurrencyReplace)}},
+			string(task.ConcurrencyAllow), string(task.ConcurrencyForbid), string(task.ConcurrencyBufferOne), string(task.ConcurrencyReplace)}},
 	} {
 		if !slices.Equal(c.got, c.want) {
 			t.Errorf("%s: the schema allows %v, the engine %v", c.where, c.got, c.want)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardcron/shardcron/task"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,7 +28,7 @@ func ParseBulkAction(s string) (BulkAction, error) {
 	case BulkPause, BulkResume, BulkDelete, BulkTrigger:
 		return a, nil
 	}
-	return "", invalid("action", "%q is not one of pause, resume, delete, trigger", s)
+	return "", task.Invalid("action", "%q is not one of pause, resume, delete, trigger", s)
 }
 
 // Selector chooses the tasks of a bulk action: those whose id starts with
@@ -46,17 +47,17 @@ type Selector struct {
 // Validate reports a selector that chooses nothing by mistake.
 func (s Selector) Validate() error {
 	if s.Prefix == "" && len(s.Labels) == 0 && !s.All {
-		return invalid("selector", `give a prefix, at least one label, or "all": true to act on every task`)
+		return task.Invalid("selector", `give a prefix, at least one label, or "all": true to act on every task`)
 	}
 	if s.All && (s.Prefix != "" || len(s.Labels) > 0) {
-		return invalid("selector", `"all" chooses every task: leave out prefix and labels, or leave out "all"`)
+		return task.Invalid("selector", `"all" chooses every task: leave out prefix and labels, or leave out "all"`)
 	}
-	if len(s.Prefix) > maxIDLen {
-		return invalid("prefix", "%d bytes, more than the %d of the longest task id", len(s.Prefix), maxIDLen)
+	if len(s.Prefix) > task.MaxIDLen {
+		return task.Invalid("prefix", "%d bytes, more than the %d of the longest task id", len(s.Prefix), task.MaxIDLen)
 	}
 	for k := range s.Labels {
 		if k == "" {
-			return invalid("labels", "a label key is empty")
+			return task.Invalid("labels", "a label key is empty")
 		}
 	}
 	return nil

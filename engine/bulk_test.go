@@ -10,13 +10,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // bulkFleet writes n tasks "fleet/<i>", every other one labelled
 // team=billing, the others team=ads.
 func bulkFleet(t *testing.T, reg *Registry, n int) {
 	t.Helper()
-	tasks := make([]*Task, n)
+	tasks := make([]*task.Task, n)
 	for i := range tasks {
 		team := "ads"
 		if i%2 == 0 {
@@ -38,9 +39,9 @@ func pausedCount(t *testing.T, reg *Registry, labels map[string]string) (paused,
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, task := range page {
+		for _, tsk := range page {
 			total++
-			if task.Paused {
+			if tsk.Paused {
 				paused++
 			}
 		}
@@ -160,7 +161,7 @@ func TestRegistry_BulkRefusesEmptySelector(t *testing.T) {
 		{"explode", Selector{All: true}},
 	} {
 		res, err := reg.Bulk(context.Background(), tc.action, tc.sel)
-		var ve *ValidationError
+		var ve *task.ValidationError
 		if !errors.As(err, &ve) {
 			t.Errorf("%s %+v: err %v, want a *ValidationError", tc.action, tc.sel, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // clockTweak runs a node on clock. The bounded lead and the misfire
@@ -32,7 +33,7 @@ func clockTweak(clock Clock, misfire time.Duration, more func(*Config)) func(*Co
 func TestEngine_DSTBerlin2026(t *testing.T) {
 	t.Parallel()
 	utc := func(mo time.Month, d, h, m, s int) time.Time { return time.Date(2026, mo, d, h, m, s, 0, time.UTC) }
-	type task struct {
+	type tsk struct {
 		spec string
 		want []time.Time // every fire while the clock runs from start to end
 		next time.Time   // the next fire after end
@@ -40,12 +41,12 @@ func TestEngine_DSTBerlin2026(t *testing.T) {
 	tests := []struct {
 		name       string
 		start, end time.Time
-		tasks      []task
+		tasks      []tsk
 	}{
 		{
 			// 2026-03-29 01:00 UTC: 02:00 CET becomes 03:00 CEST.
 			name: "spring forward", start: utc(3, 29, 0, 59, 50), end: utc(3, 29, 1, 0, 20),
-			tasks: []task{
+			tasks: []tsk{
 				// Every 5 s of the missing hour: once, at 03:00:00 CEST.
 				{"*/5 * 2 * * *", []time.Time{utc(3, 29, 1, 0, 0)}, utc(3, 30, 0, 0, 0)},
 				// 02:30 does not exist: 03:00:00 CEST.
@@ -55,7 +56,7 @@ func TestEngine_DSTBerlin2026(t *testing.T) {
 		{
 			// 2026-10-25 01:00 UTC: 03:00 CEST becomes 02:00 CET.
 			name: "fall back", start: utc(10, 25, 0, 59, 40), end: utc(10, 25, 1, 0, 20),
-			tasks: []task{
+			tasks: []tsk{
 				// 02:59:45-02:59:55 CEST fire; the repeated 02:00:00 CET
 				// (01:00:00 UTC) and its first seconds do not.
 				{"*/5 * 2 * * *", []time.Time{utc(10, 25, 0, 59, 45), utc(10, 25, 0, 59, 50), utc(10, 25, 0, 59, 55)},
@@ -79,9 +80,9 @@ func TestEngine_DSTBerlin2026(t *testing.T) {
 			ids := make([]string, len(tt.tasks))
 			for i, tk := range tt.tasks {
 				ids[i] = "dst/" + tk.spec
-				task := handlerTask(ids[i], tk.spec)
-				task.Timezone = "Europe/Berlin"
-				putTask(t, n.e.Registry(), task)
+				tsk := handlerTask(ids[i], tk.spec)
+				tsk.Timezone = "Europe/Berlin"
+				putTask(t, n.e.Registry(), tsk)
 				first := tk.next
 				if len(tk.want) > 0 {
 					first = tk.want[0]
@@ -124,7 +125,7 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 	}
 	start := at(0).Add(time.Second / 2) // 12:00:00.5, between two fires
 	tests := []struct {
-		policy MisfirePolicy
+		policy task.MisfirePolicy
 		// want is every fire: 01-03 on time, then the gap from 04 to 33
 		// (the clock stops at 33.5), then 34 and 35 on time.
 		want []time.Time
@@ -132,13 +133,13 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 		misfires uint64
 	}{
 		// Nothing for the missed times; the schedule resumes after now.
-		{MisfireSkip, slices.Concat(seq(1, 3), seq(34, 35)), 1},
+		{task.MisfireSkip, slices.Concat(seq(1, 3), seq(34, 35)), 1},
 		// Once, with the latest missed time.
-		{MisfireFireOnce, slices.Concat(seq(1, 3), seq(33, 33), seq(34, 35)), 1},
+		{task.MisfireFireOnce, slices.Concat(seq(1, 3), seq(33, 33), seq(34, 35)), 1},
 		// Every missed time in the window [33.5-10s, 33.5], oldest first;
 		// those still late by more than the threshold count as misfires
 		// too.
-		{MisfireFireAll, slices.Concat(seq(1, 3), seq(24, 33), seq(34, 35)), 0},
+		{task.MisfireFireAll, slices.Concat(seq(1, 3), seq(24, 33), seq(34, 35)), 0},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.policy), func(t *testing.T) {
@@ -149,11 +150,11 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 			// One worker: handlers run in the order fires were dispatched.
 			n := startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.Workers = 1 }))
 			const id = "misfire"
-			task := handlerTask(id, "* * * * * *")
-			task.Misfire = tt.policy
-			task.CatchupWindow = Duration(10 * time.Second)
-			task.HistoryLimit = &HistoryLimit{Successes: new(50)} // every record, not the last 10
-			putTask(t, n.e.Registry(), task)
+			tsk := handlerTask(id, "* * * * * *")
+			tsk.Misfire = tt.policy
+			tsk.CatchupWindow = task.Duration(10 * time.Second)
+			tsk.HistoryLimit = &task.HistoryLimit{Successes: new(50)} // every record, not the last 10
+			putTask(t, n.e.Registry(), tsk)
 			waitNext(t, n, id, at(1))
 
 			// 01, 02 and 03 fire late by at most 2.5 s: under the threshold.

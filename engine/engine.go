@@ -17,6 +17,7 @@ import (
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // ErrClosed is returned by methods of an Engine that was closed.
@@ -326,8 +327,8 @@ func (e *Engine) call(ctx context.Context, c command) error {
 
 // TaskState returns the state of a task this node owns, and false when it
 // does not own it.
-func (e *Engine) TaskState(ctx context.Context, id string) (*TaskState, bool) {
-	c := &stateCmd{id: id, reply: make(chan *TaskState, 1)}
+func (e *Engine) TaskState(ctx context.Context, id string) (*task.State, bool) {
+	c := &stateCmd{id: id, reply: make(chan *task.State, 1)}
 	s, err := request(ctx, e, c, c.reply)
 	return s, err == nil && s != nil
 }

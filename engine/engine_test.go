@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestEngine_EverySecondNoDuplicateNoGap(t *testing.T) {
@@ -58,8 +59,8 @@ func TestEngine_EtcdRequestsIndependentOfFireRate(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	n := startNodeOn(t, cli, "", nil, func(cfg *Config) { cfg.Requests = rc })
-	noop := func(i int) *Task {
-		return &Task{ID: fmt.Sprintf("rate-%04d", i), Schedule: "* * * * * *", Executor: Executor{Type: ExecutorNoop}}
+	noop := func(i int) *task.Task {
+		return &task.Task{ID: fmt.Sprintf("rate-%04d", i), Schedule: "* * * * * *", Executor: task.Executor{Type: task.ExecutorNoop}}
 	}
 	const window = 3 * time.Second
 	total := func() (sum uint64) {
@@ -85,7 +86,7 @@ func TestEngine_EtcdRequestsIndependentOfFireRate(t *testing.T) {
 		return r1 - r0, f1 - f0
 	}
 	const few, many = 10, 5000
-	var batch []*Task
+	var batch []*task.Task
 	for i := range few {
 		batch = append(batch, noop(i))
 	}

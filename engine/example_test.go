@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 // A node with an in-process handler: it stores a task that calls the
@@ -51,7 +52,7 @@ func ExampleEngine_Handle() {
 	}
 	defer e.Close() // releases the partitions with their checkpoints
 
-	task, err := engine.DecodeTask([]byte(`{
+	tsk, err := task.DecodeTask([]byte(`{
 		"id": "billing/report",
 		"schedule": "* * * * * *",
 		"executor": {"type": "handler", "name": "billing.report", "payload": {"team": "billing"}}
@@ -59,7 +60,7 @@ func ExampleEngine_Handle() {
 	if err != nil {
 		log.Fatal(err) // a *engine.ValidationError naming the field
 	}
-	stored, err := e.Registry().Put(ctx, task, engine.PutOptions{})
+	stored, err := e.Registry().Put(ctx, tsk, engine.PutOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

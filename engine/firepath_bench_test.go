@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/task"
 )
 
 // shiftedClock is real time shifted by an offset the benchmark sets, so that
@@ -66,7 +67,7 @@ func benchFirePath(b *testing.B, n int) {
 	runtime.ReadMemStats(&before)
 
 	prof := &profile{key: "noop", exec: executor.Noop, noop: true, timeout: time.Minute, maxAttempts: 1,
-		misfire: MisfireFireOnce, catchup: time.Minute, concurrency: ConcurrencyAllow}
+		misfire: task.MisfireFireOnce, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
 	defs := make([]taskDef, 0, loadChunk)
 	load := func() {
 		l.handle(&loadCmd{part: 0, resume: base.UnixNano() - 1, defs: defs, first: true, done: make(chan struct{})})

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -77,52 +75,6 @@ func FuzzParseSchedule(f *testing.F) {
 				}
 			}
 			x = next
-		}
-	})
-}
-
-// FuzzDecodeTask checks that decoding never panics, and that a decoded task
-// is valid, re-encodes and re-decodes to an equal task.
-func FuzzDecodeTask(f *testing.F) {
-	f.Add([]byte(apiExample))
-	for _, s := range []string{
-		`{"id": "a", "schedule": "@hourly", "executor": {"type": "noop"}}`,
-		`{"id": "a", "schedule": "H * * * *", "executor": {"type": "exec", "command": ["ls", "-l"], "env": {"A": "b"}}, "labels": {}}`,
-		`{"id": "a<b>&", "schedule": "* * * * *", "executor": {"type": "handler", "name": "h", "payload": {"html": "<b>\u2028", "n": 1e3}}}`,
-		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "handler", "name": "h", "payload": null}, "partition": 3, "state": {"fires": 1}}`,
-		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "https://x/y", "headers": {}}, "retry": {"max_attempts": 100, "backoff": "2h"}}`,
-		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "timeout": "0s"}`,
-		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}} trailing`,
-		`{"id": "\ud800", "schedule": "* * * * *", "executor": {"type": "noop"}}`,
-		`[]`, `null`, `{}`, `{"id": "a", "id": "b", "schedule": "* * * * *", "executor": {"type": "noop"}}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		task, err := DecodeTask(data)
-		if err != nil {
-			if _, ok := err.(*ValidationError); !ok {
-				t.Fatalf("error %v is a %T, not a *ValidationError", err, err)
-			}
-			return
-		}
-		again := *task
-		if err := again.Validate(); err != nil || !reflect.DeepEqual(&again, task) {
-			t.Fatalf("Validate of a decoded task: %v, changed it: %v", err, !reflect.DeepEqual(&again, task))
-		}
-		enc, err := json.Marshal(task)
-		if err != nil {
-			t.Fatalf("Marshal: %v", err)
-		}
-		if len(enc) > MaxTaskSize {
-			return // escaping (<, >, & as \u003c) can grow a task past the limit
-		}
-		back, err := DecodeTask(enc)
-		if err != nil {
-			t.Fatalf("re-decoding %s: %v", enc, err)
-		}
-		if !reflect.DeepEqual(back, task) {
-			t.Fatalf("round trip changed the task:\n got %+v\nwant %+v", back, task)
 		}
 	})
 }

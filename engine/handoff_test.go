@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/task"
 )
 
 // noGap fails the test if a task's fires are not exactly one second apart.
@@ -243,9 +244,9 @@ func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, pa.Endpoint()), "", log.handler, one("node-a"))
 	putTask(t, a.e.Registry(), handlerTask("steady", "* * * * * *"))
 	// Ballast, so that loading the partition takes a while.
-	var ballast []*Task
+	var ballast []*task.Task
 	for i := range 20000 {
-		ballast = append(ballast, &Task{ID: fmt.Sprintf("ballast-%05d", i), Schedule: "0 0 0 1 1 *", Executor: Executor{Type: ExecutorNoop}})
+		ballast = append(ballast, &task.Task{ID: fmt.Sprintf("ballast-%05d", i), Schedule: "0 0 0 1 1 *", Executor: task.Executor{Type: task.ExecutorNoop}})
 	}
 	for chunk := range slices.Chunk(ballast, 1000) {
 		if _, _, err := a.e.Registry().PutBatch(context.Background(), chunk); err != nil {
@@ -315,7 +316,7 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 	}
 	a := startNode(t, c, "", h, node("node-a"))
 	slow := handlerTask("slow", "* * * * * *")
-	slow.Concurrency = ConcurrencyBufferOne
+	slow.Concurrency = task.ConcurrencyBufferOne
 	putTask(t, a.e.Registry(), slow)
 	other := samePart("slow", "other", 4)
 	putTask(t, a.e.Registry(), handlerTask(other, "* * * * * *"))
@@ -377,7 +378,7 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	}
 	a := startNode(t, c, "", log.handler, node("node-a"))
 	const tasks = 200
-	batch := make([]*Task, tasks)
+	batch := make([]*task.Task, tasks)
 	for i := range batch {
 		batch[i] = handlerTask(fmt.Sprintf("fleet-%03d", i), "* * * * * *")
 	}

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
@@ -91,9 +92,9 @@ func (tl *testLoop) dispatched(part int) []string {
 	return out
 }
 
-func noopProfile(misfire MisfirePolicy) *profile {
+func noopProfile(misfire task.MisfirePolicy) *profile {
 	return &profile{key: "noop/" + string(misfire), exec: executor.Noop, noop: true, timeout: time.Minute,
-		maxAttempts: 1, misfire: misfire, catchup: time.Minute, concurrency: ConcurrencyAllow}
+		maxAttempts: 1, misfire: misfire, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
 }
 
 func ids(prefix string, n int) []string {
@@ -113,7 +114,7 @@ func ids(prefix string, n int) []string {
 func TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
-	prof := noopProfile(MisfireFireOnce)
+	prof := noopProfile(task.MisfireFireOnce)
 	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("a", 25)...)
 	tl.add(t, 1, base.Add(-time.Second), prof, "* * * * * *", ids("b", 25)...)
 
@@ -170,8 +171,8 @@ func TestLoop_DispatchPointStaysBeforeFiresArmedInThePast(t *testing.T) {
 	// misfire threshold, so fire_all walks the missed seconds one dispatch
 	// at a time.
 	tl := newTestLoop(t, base.Add(-20*time.Second), nil)
-	tl.add(t, 0, base.Add(-20*time.Second), noopProfile(MisfireFireAll), "* * * * * *", ids("all", 3)...)
-	tl.add(t, 1, base.Add(-20*time.Second), noopProfile(MisfireFireOnce), "* * * * * *", ids("once", 3)...)
+	tl.add(t, 0, base.Add(-20*time.Second), noopProfile(task.MisfireFireAll), "* * * * * *", ids("all", 3)...)
+	tl.add(t, 1, base.Add(-20*time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("once", 3)...)
 	tl.clock.Advance(20 * time.Second)
 	for range 30 {
 		tl.dispatch()
@@ -379,8 +380,8 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	k := newKeys(DefaultPrefix)
-	task := handlerTask("stale", "0 0 1 1 *") // yearly: only the hand-over fires it
-	p := int(xxhash.Sum64String(task.ID) % 4)
+	tsk := handlerTask("stale", "0 0 1 1 *") // yearly: only the hand-over fires it
+	p := int(xxhash.Sum64String(tsk.ID) % 4)
 	now := time.Now().UTC().Truncate(time.Second)
 	cp, _ := json.Marshal(checkpoint{Node: "gone", Watermark: now, Released: true, Pending: []pendingFire{
 		{ID: "stale", At: now.Add(-2 * time.Minute)},  // outside the default 1 m window
@@ -390,7 +391,7 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4 })
-	putTask(t, a.e.Registry(), task)
+	putTask(t, a.e.Registry(), tsk)
 	a.stop(t) // hand over with the task present
 	if _, err := c.Client.Put(context.Background(), k.checkpoint(p), string(cp)); err != nil {
 		t.Fatal(err)
@@ -500,7 +501,7 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 	a := startNode(t, c, "", nil, func(c *Config) { c.Partitions = 1 })
 	reg := a.e.Registry()
 	for _, id := range []string{"same", "changed", "deleted"} {
-		putTask(t, reg, &Task{ID: id, Schedule: "@hourly", Executor: Executor{Type: ExecutorNoop}})
+		putTask(t, reg, &task.Task{ID: id, Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
 	}
 	ctx := context.Background()
 	rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
@@ -508,8 +509,8 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep := &prepared{p: 0, rev: rev, defs: defs}
-	putTask(t, reg, &Task{ID: "changed", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
-	putTask(t, reg, &Task{ID: "created", Schedule: "@daily", Executor: Executor{Type: ExecutorNoop}})
+	putTask(t, reg, &task.Task{ID: "changed", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
+	putTask(t, reg, &task.Task{ID: "created", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
 	if err := reg.Delete(ctx, "deleted"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // This file holds the fixtures of the behaviour tests: a clock the test
@@ -132,7 +133,7 @@ func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, 
 
 // taskState returns the owner's state of a task, failing the test when the
 // node does not own it.
-func taskState(t *testing.T, n *testNode, id string) *TaskState {
+func taskState(t *testing.T, n *testNode, id string) *task.State {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

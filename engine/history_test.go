@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // TestEngine_HistoryLimit: a task's history_limit reaches the store
@@ -33,7 +34,7 @@ func TestEngine_HistoryLimit(t *testing.T) {
 	})
 	t.Cleanup(func() { close(done) })
 	limited := handlerTask("limited", "* * * * * *")
-	limited.HistoryLimit = &HistoryLimit{Successes: new(2), Failures: new(1)}
+	limited.HistoryLimit = &task.HistoryLimit{Successes: new(2), Failures: new(1)}
 	putTask(t, n.e.Registry(), limited)
 	putTask(t, n.e.Registry(), handlerTask("default", "* * * * * *"))
 

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // fillRegistry writes n noop tasks job-0000000... with labels g (i % 10000:
@@ -19,11 +20,11 @@ func fillRegistry(b *testing.B, reg *Registry, n int) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	batch := make([]*Task, 0, maxBatchItems)
+	batch := make([]*task.Task, 0, maxBatchItems)
 	for i := range n {
-		task := noopTask(fmt.Sprintf("job-%07d", i), "@yearly")
-		task.Labels = map[string]string{"g": fmt.Sprint(i % 10000), "team": fmt.Sprint(i % 10)}
-		batch = append(batch, task)
+		tsk := noopTask(fmt.Sprintf("job-%07d", i), "@yearly")
+		tsk.Labels = map[string]string{"g": fmt.Sprint(i % 10000), "team": fmt.Sprint(i % 10)}
+		batch = append(batch, tsk)
 		if len(batch) == cap(batch) || i == n-1 {
 			if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
 				b.Fatalf("fill: %v %v", err, errs)

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // checkIndex fails the test unless the index holds exactly the keys the
@@ -54,10 +55,10 @@ func checkIndex(t *testing.T, cli *clientv3.Client, reg *Registry) {
 	}
 }
 
-func labelled(id string, labels map[string]string) *Task {
-	task := noopTask(id, "* * * * *")
-	task.Labels = labels
-	return task
+func labelled(id string, labels map[string]string) *task.Task {
+	tsk := noopTask(id, "* * * * *")
+	tsk.Labels = labels
+	return tsk
 }
 
 // TestIndex_FollowsEveryWrite: after a create, a label change, a pause, a
@@ -84,7 +85,7 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 	}
 	checkIndex(t, c.Client, reg)
 
-	var batch []*Task
+	var batch []*task.Task
 	for i := range 300 {
 		batch = append(batch, labelled(fmt.Sprintf("b/%03d", i), map[string]string{"n": fmt.Sprint(i % 7), "team": "z"}))
 	}
@@ -93,9 +94,9 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 		t.Fatalf("batch: written %d, errors %v, err %v", w, errs, err)
 	}
 	checkIndex(t, c.Client, reg)
-	for i, task := range batch {
+	for i, tsk := range batch {
 		if i%3 == 0 {
-			task.Labels = map[string]string{"n": "moved"}
+			tsk.Labels = map[string]string{"n": "moved"}
 		}
 	}
 	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
@@ -105,7 +106,7 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 
 	many := func(v string) map[string]string {
 		l := map[string]string{}
-		for i := range maxLabels {
+		for i := range task.MaxLabels {
 			l[fmt.Sprintf("k%02d", i)] = v + fmt.Sprint(i)
 		}
 		return l
@@ -113,7 +114,7 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 	putTask(t, reg, labelled("wide", many("a")))
 	putTask(t, reg, labelled("wide", many("b"))) // 1 put, 64 deletes, 64 puts
 	checkIndex(t, c.Client, reg)
-	if w, errs, err := reg.PutBatch(ctx, []*Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(errs) > 0 || w != 2 {
+	if w, errs, err := reg.PutBatch(ctx, []*task.Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(errs) > 0 || w != 2 {
 		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", w, errs, err)
 	}
 	checkIndex(t, c.Client, reg)
@@ -153,14 +154,14 @@ func listAll(t *testing.T, reg *Registry, opts ListOptions, between func(page in
 		if next != "" && len(tasks) != limit {
 			t.Fatalf("page %d: %d tasks and a next cursor, want full pages of %d", page, len(tasks), limit)
 		}
-		for _, task := range tasks {
-			if len(ids) > 0 && task.ID <= ids[len(ids)-1] {
-				t.Fatalf("page %d: %q after %q: not in id order, or twice", page, task.ID, ids[len(ids)-1])
+		for _, tsk := range tasks {
+			if len(ids) > 0 && tsk.ID <= ids[len(ids)-1] {
+				t.Fatalf("page %d: %q after %q: not in id order, or twice", page, tsk.ID, ids[len(ids)-1])
 			}
-			if !strings.HasPrefix(task.ID, opts.Prefix) || !hasLabels(task.Labels, opts.Labels) {
-				t.Fatalf("page %d: %s %v does not match %+v", page, task.ID, task.Labels, opts)
+			if !strings.HasPrefix(tsk.ID, opts.Prefix) || !hasLabels(tsk.Labels, opts.Labels) {
+				t.Fatalf("page %d: %s %v does not match %+v", page, tsk.ID, tsk.Labels, opts)
 			}
-			ids = append(ids, task.ID)
+			ids = append(ids, tsk.ID)
 		}
 		if next == "" {
 			return ids
@@ -180,7 +181,7 @@ func TestList_FullPagesStableUnderWrites(t *testing.T) {
 	c := etcdtest.Start(t)
 	reg := openRegistry(t, c.Client, "/stable")
 	ctx := context.Background()
-	var stable []*Task
+	var stable []*task.Task
 	for i := range 400 {
 		stable = append(stable, labelled(fmt.Sprintf("job/%04d", 2*i), map[string]string{"team": "pay", "even": fmt.Sprint(i%2 == 0)}))
 	}
@@ -217,9 +218,9 @@ func TestList_FullPagesStableUnderWrites(t *testing.T) {
 		for _, id := range got {
 			seen[id] = true
 		}
-		for _, task := range stable {
-			if strings.HasPrefix(task.ID, opts.Prefix) && hasLabels(task.Labels, opts.Labels) && !seen[task.ID] {
-				t.Errorf("%+v: stable task %s missing", opts, task.ID)
+		for _, tsk := range stable {
+			if strings.HasPrefix(tsk.ID, opts.Prefix) && hasLabels(tsk.Labels, opts.Labels) && !seen[tsk.ID] {
+				t.Errorf("%+v: stable task %s missing", opts, tsk.ID)
 			}
 		}
 	}
@@ -273,7 +274,7 @@ func TestList_SeveralLabels(t *testing.T) {
 	c := etcdtest.Start(t)
 	reg := openRegistry(t, c.Client, "/and")
 	ctx := context.Background()
-	var all []*Task
+	var all []*task.Task
 	for i := range 2100 {
 		all = append(all, labelled(fmt.Sprintf("t%05d", i), map[string]string{
 			"m3": fmt.Sprint(i % 3), "m5": fmt.Sprint(i % 5), "m7": fmt.Sprint(i % 7)}))
@@ -291,9 +292,9 @@ func TestList_SeveralLabels(t *testing.T) {
 		{map[string]string{"m5": "4", "m7": "nope"}, ""},
 	} {
 		var want []string
-		for _, task := range all {
-			if strings.HasPrefix(task.ID, tt.prefix) && hasLabels(task.Labels, tt.labels) {
-				want = append(want, task.ID)
+		for _, tsk := range all {
+			if strings.HasPrefix(tsk.ID, tt.prefix) && hasLabels(tsk.Labels, tt.labels) {
+				want = append(want, tsk.ID)
 			}
 		}
 		for _, limit := range []int{4, 1000} {
@@ -313,7 +314,7 @@ func TestExport_OneRevision(t *testing.T) {
 	c := etcdtest.Start(t)
 	reg := openRegistry(t, c.Client, "/export")
 	ctx := context.Background()
-	var all []*Task
+	var all []*task.Task
 	for i := range 1500 {
 		all = append(all, labelled(fmt.Sprintf("e/%04d", i), map[string]string{"team": fmt.Sprint(i % 2)}))
 	}
@@ -331,10 +332,10 @@ func TestExport_OneRevision(t *testing.T) {
 	}
 	var got []string
 	first := true
-	n, _, err := reg.Export(ctx, Selector{}, func(task []byte) error {
+	n, _, err := reg.Export(ctx, Selector{}, func(tsk []byte) error {
 		if first {
 			first = false
-			var churn []*Task
+			var churn []*task.Task
 			for i := range 200 {
 				churn = append(churn, labelled(fmt.Sprintf("e/%04d", 7*i), map[string]string{"team": "changed"}))
 				churn = append(churn, labelled(fmt.Sprintf("e/new/%04d", i), nil))
@@ -348,7 +349,7 @@ func TestExport_OneRevision(t *testing.T) {
 				}
 			}
 		}
-		got = append(got, string(task))
+		got = append(got, string(tsk))
 		return nil
 	})
 	if err != nil || n != len(all) || len(got) != len(all) {
@@ -362,10 +363,10 @@ func TestExport_OneRevision(t *testing.T) {
 
 	// A selection by label and prefix, read back by the batch path, is
 	// the same tasks.
-	var sel []*Task
+	var sel []*task.Task
 	if _, _, err := reg.Export(ctx, Selector{Prefix: "e/00", Labels: map[string]string{"team": "changed"}}, func(b []byte) error {
-		task, err := DecodeTask(b)
-		sel = append(sel, task)
+		tsk, err := task.DecodeTask(b)
+		sel = append(sel, tsk)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -373,7 +374,7 @@ func TestExport_OneRevision(t *testing.T) {
 	if len(sel) != 14 { // e/0000 ... e/0098 by 7, but e/0056, deleted
 		t.Errorf("selection: %d tasks, want 14", len(sel))
 	}
-	if !slices.IsSortedFunc(sel, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) }) {
+	if !slices.IsSortedFunc(sel, func(a, b *task.Task) int { return strings.Compare(a.ID, b.ID) }) {
 		t.Errorf("a selection by prefix and label is not in id order")
 	}
 	rev := revision(t, c.Client)
@@ -394,7 +395,7 @@ func TestBuildIndex_OfAnOlderCluster(t *testing.T) {
 	if _, err := c.Client.Delete(ctx, old.keys.index(), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	var all []*Task
+	var all []*task.Task
 	for i := range 700 {
 		all = append(all, labelled(fmt.Sprintf("o/%04d", i), map[string]string{"team": fmt.Sprint(i % 3)}))
 	}
@@ -408,9 +409,9 @@ func TestBuildIndex_OfAnOlderCluster(t *testing.T) {
 	}
 	want := func(team string) []string {
 		var ids []string
-		for _, task := range all {
-			if task.Labels["team"] == team {
-				ids = append(ids, task.ID)
+		for _, tsk := range all {
+			if tsk.Labels["team"] == team {
+				ids = append(ids, tsk.ID)
 			}
 		}
 		return ids
@@ -458,7 +459,7 @@ func TestList_DuringHandOver(t *testing.T) {
 	n1 := startNode(t, c, "", nil, nil)
 	reg := n1.e.Registry()
 	ctx := context.Background()
-	var all []*Task
+	var all []*task.Task
 	for i := range 600 {
 		all = append(all, handlerTask(fmt.Sprintf("h/%04d", i), "@every 1h"))
 	}
@@ -485,8 +486,8 @@ func TestList_DuringHandOver(t *testing.T) {
 		t.Fatal("the second node never joined")
 	}
 	want := make([]string, len(all))
-	for i, task := range all {
-		want[i] = task.ID
+	for i, tsk := range all {
+		want[i] = tsk.ID
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("listed %d tasks, want %d: %v", len(got), len(want), got)
@@ -502,7 +503,7 @@ func TestList_PageSkipsStaleIndexKeys(t *testing.T) {
 	reg := openRegistry(t, c.Client, "/stale")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tasks := []*Task{labelled("s/1", nil), labelled("s/2", nil)}
+	tasks := []*task.Task{labelled("s/1", nil), labelled("s/2", nil)}
 	for _, id := range []string{"s/3", "s/4", "s/5"} {
 		tasks = append(tasks, labelled(id, map[string]string{"team": "x"}))
 	}
@@ -524,8 +525,8 @@ func TestList_PageSkipsStaleIndexKeys(t *testing.T) {
 		if next != "" && len(page) != 2 {
 			t.Errorf("page %d holds %d tasks before the end, want 2", pages, len(page))
 		}
-		for _, task := range page {
-			got = append(got, task.ID)
+		for _, tsk := range page {
+			got = append(got, tsk.ID)
 		}
 		if next == "" {
 			break

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 const (
@@ -33,17 +34,17 @@ func (e *Engine) decoder() *decoder { return &decoder{e: e, profs: map[string]*p
 // only these fields skips the labels and times, which loading a partition
 // would otherwise allocate for every task.
 type firing struct {
-	Schedule      string            `json:"schedule"`
-	Timezone      string            `json:"timezone"`
-	Executor      Executor          `json:"executor"`
-	Timeout       Duration          `json:"timeout"`
-	Retry         Retry             `json:"retry"`
-	Misfire       MisfirePolicy     `json:"misfire"`
-	CatchupWindow Duration          `json:"catchup_window"`
-	Concurrency   ConcurrencyPolicy `json:"concurrency"`
-	Jitter        Duration          `json:"jitter"`
-	Paused        bool              `json:"paused"`
-	HistoryLimit  *HistoryLimit     `json:"history_limit"`
+	Schedule      string                 `json:"schedule"`
+	Timezone      string                 `json:"timezone"`
+	Executor      task.Executor          `json:"executor"`
+	Timeout       task.Duration          `json:"timeout"`
+	Retry         task.Retry             `json:"retry"`
+	Misfire       task.MisfirePolicy     `json:"misfire"`
+	CatchupWindow task.Duration          `json:"catchup_window"`
+	Concurrency   task.ConcurrencyPolicy `json:"concurrency"`
+	Jitter        task.Duration          `json:"jitter"`
+	Paused        bool                   `json:"paused"`
+	HistoryLimit  *task.HistoryLimit     `json:"history_limit"`
 }
 
 func (d *decoder) def(id string, value []byte) (taskDef, error) {
@@ -51,7 +52,7 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	if err := json.Unmarshal(value, &f); err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
 	}
-	t := Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
+	t := task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
 		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
 		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit}
 	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/task"
 )
 
 // BenchmarkLoadDef measures turning one stored task into what the loop
@@ -20,8 +21,8 @@ func BenchmarkLoadDef(b *testing.B) {
 	r := &Registry{keys: newKeys(""), partitions: 1024, now: e.cfg.Clock.Now}
 	vals := make([][]byte, 1024)
 	for i := range vals {
-		t := &Task{ID: fmt.Sprintf("bench/%010d", i), Schedule: "*/5 * * * * *",
-			Executor: Executor{Type: ExecutorHTTP, URL: "http://127.0.0.5/hook"}, Labels: map[string]string{"team": "a"}}
+		t := &task.Task{ID: fmt.Sprintf("bench/%010d", i), Schedule: "*/5 * * * * *",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook"}, Labels: map[string]string{"team": "a"}}
 		if err := t.Validate(); err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -77,7 +78,7 @@ type (
 	// stateCmd asks for a task's state.
 	stateCmd struct {
 		id    string
-		reply chan *TaskState
+		reply chan *task.State
 	}
 )
 
@@ -348,12 +349,12 @@ func (l *loop) remove(i uint32) {
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }
 
-func (l *loop) state(id string) *TaskState {
+func (l *loop) state(id string) *task.State {
 	_, r, ok := l.tab.lookup(id)
 	if !ok {
 		return nil
 	}
-	s := &TaskState{
+	s := &task.State{
 		Owner:      l.cfg.NodeID,
 		LastStatus: statusNames[r.status],
 		Fires:      uint64(r.fires),

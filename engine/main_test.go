@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestMain(m *testing.M) {
@@ -89,15 +90,15 @@ func (n *testNode) stop(t *testing.T) {
 	n.e = nil
 }
 
-func handlerTask(id, spec string) *Task {
-	return &Task{ID: id, Schedule: spec, Executor: Executor{Type: ExecutorHandler, Name: "h"}}
+func handlerTask(id, spec string) *task.Task {
+	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
 }
 
-func putTask(t *testing.T, r *Registry, task *Task) *Task {
+func putTask(t *testing.T, r *Registry, tsk *task.Task) *task.Task {
 	t.Helper()
-	got, err := r.Put(context.Background(), task, PutOptions{})
+	got, err := r.Put(context.Background(), tsk, PutOptions{})
 	if err != nil {
-		t.Fatalf("put %s: %v", task.ID, err)
+		t.Fatalf("put %s: %v", tsk.ID, err)
 	}
 	return got
 }

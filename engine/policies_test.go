@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // TestEngine_ConcurrencyPolicies fires an every-second task on a clock the
@@ -50,12 +51,12 @@ func TestEngine_ConcurrencyPolicies(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		policy ConcurrencyPolicy
+		policy task.ConcurrencyPolicy
 		run    func(t *testing.T, e env)
 		fires  uint64 // state counters at the end
 		skip   uint64
 	}{
-		{ConcurrencyAllow, func(t *testing.T, e env) {
+		{task.ConcurrencyAllow, func(t *testing.T, e env) {
 			wantSched(t, fire(t, e), 1)
 			// 01 still runs: 02 runs alongside it.
 			wantSched(t, fire(t, e), 2)
@@ -64,7 +65,7 @@ func TestEngine_ConcurrencyPolicies(t *testing.T) {
 			waitStatuses(t, e, 1, "ok")
 			waitStatuses(t, e, 2, "ok")
 		}, 2, 0},
-		{ConcurrencyForbid, func(t *testing.T, e env) {
+		{task.ConcurrencyForbid, func(t *testing.T, e env) {
 			wantSched(t, fire(t, e), 1)
 			// 01 still runs: 02 is skipped and recorded.
 			e.clock.Advance(time.Second)
@@ -78,7 +79,7 @@ func TestEngine_ConcurrencyPolicies(t *testing.T) {
 			e.g.releaseOne(t)
 			waitStatuses(t, e, 3, "ok")
 		}, 2, 1},
-		{ConcurrencyBufferOne, func(t *testing.T, e env) {
+		{task.ConcurrencyBufferOne, func(t *testing.T, e env) {
 			wantSched(t, fire(t, e), 1)
 			// 02 waits for 01; 03 finds 02 waiting and is skipped.
 			e.clock.Advance(time.Second)
@@ -94,7 +95,7 @@ func TestEngine_ConcurrencyPolicies(t *testing.T) {
 			waitStatuses(t, e, 3, "skipped")
 			e.g.none(t)
 		}, 2, 1},
-		{ConcurrencyReplace, func(t *testing.T, e env) {
+		{task.ConcurrencyReplace, func(t *testing.T, e env) {
 			wantSched(t, fire(t, e), 1)
 			// 02 cancels 01 and runs.
 			wantSched(t, fire(t, e), 2)
@@ -111,9 +112,9 @@ func TestEngine_ConcurrencyPolicies(t *testing.T) {
 			n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, nil))
 			g := newGate(t)
 			n.e.Handle("h", g.handler)
-			task := handlerTask(id, "* * * * * *")
-			task.Concurrency = tt.policy
-			putTask(t, n.e.Registry(), task)
+			tsk := handlerTask(id, "* * * * * *")
+			tsk.Concurrency = tt.policy
+			putTask(t, n.e.Registry(), tsk)
 			waitNext(t, n, id, at(1))
 
 			tt.run(t, env{n: n, clock: clock, g: g})
@@ -142,11 +143,11 @@ func TestEngine_Retries(t *testing.T) {
 		return nil
 	}))
 	n.e.Handle("broken", log.handler(func(context.Context, Fire) error { return errors.New("always fails") }))
-	retrying := func(id, handler string, attempts int) *Task {
-		task := handlerTask(id, "* * * * * *")
-		task.Executor.Name = handler
-		task.Retry = Retry{MaxAttempts: attempts, Backoff: Duration(100 * time.Millisecond)}
-		return task
+	retrying := func(id, handler string, attempts int) *task.Task {
+		tsk := handlerTask(id, "* * * * * *")
+		tsk.Executor.Name = handler
+		tsk.Retry = task.Retry{MaxAttempts: attempts, Backoff: task.Duration(100 * time.Millisecond)}
+		return tsk
 	}
 	putTask(t, n.e.Registry(), retrying("flaky", "flaky", 3))
 	putTask(t, n.e.Registry(), retrying("broken", "broken", 2))
@@ -248,10 +249,10 @@ func TestEngine_Timeout(t *testing.T) {
 			mu.Unlock()
 			return tt.ret(ctx)
 		})
-		task := handlerTask(tt.name, "* * * * * *")
-		task.Executor.Name = tt.name
-		task.Timeout = Duration(timeout)
-		putTask(t, n.e.Registry(), task)
+		tsk := handlerTask(tt.name, "* * * * * *")
+		tsk.Executor.Name = tt.name
+		tsk.Timeout = task.Duration(timeout)
+		putTask(t, n.e.Registry(), tsk)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,7 +296,7 @@ func TestEngine_BufferedFireDoesNotStallNode(t *testing.T) {
 	n.e.Handle("slow", g.handler)
 	slow := handlerTask("slow", "* * * * * *")
 	slow.Executor.Name = "slow"
-	slow.Concurrency = ConcurrencyBufferOne
+	slow.Concurrency = task.ConcurrencyBufferOne
 	putTask(t, n.e.Registry(), slow)
 	putTask(t, n.e.Registry(), handlerTask("other", "* * * * * *"))
 	waitNext(t, n, "slow", at(1))
@@ -339,7 +340,7 @@ func TestEngine_ReplaceCancelsQueuedFire(t *testing.T) {
 	g.next(t)
 
 	rep := handlerTask("rep", "* * * * * *")
-	rep.Concurrency = ConcurrencyReplace
+	rep.Concurrency = task.ConcurrencyReplace
 	putTask(t, n.e.Registry(), rep)
 	waitNext(t, n, "rep", at(2))
 	clock.Advance(time.Second) // rep@02 waits for the worker
@@ -373,10 +374,10 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 		}
 		return nil
 	})
-	task := handlerTask("r", "* * * * * *")
-	task.Concurrency = ConcurrencyForbid
-	task.Retry = Retry{MaxAttempts: 2, Backoff: Duration(2 * time.Second), MaxBackoff: Duration(2 * time.Second)}
-	putTask(t, n.e.Registry(), task)
+	tsk := handlerTask("r", "* * * * * *")
+	tsk.Concurrency = task.ConcurrencyForbid
+	tsk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(2 * time.Second), MaxBackoff: task.Duration(2 * time.Second)}
+	putTask(t, n.e.Registry(), tsk)
 	waitNext(t, n, "r", at(1))
 	clock.Advance(time.Second) // r@01 fails; its retry waits 1-2 s
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return slices.Equal(statusesAt(t, n, "r", at(1)), []string{"failed"}) })
@@ -441,8 +442,8 @@ func TestEngine_ExecNeedsAllowExec(t *testing.T) {
 			c := etcdtest.Start(t)
 			n := startNode(t, c, "", nil, func(cfg *Config) { cfg.AllowExec = allow })
 			mark := filepath.Join(t.TempDir(), "ran")
-			putTask(t, n.e.Registry(), &Task{ID: "exec", Schedule: "* * * * * *",
-				Executor: Executor{Type: ExecutorExec, Command: []string{touch, mark}}})
+			putTask(t, n.e.Registry(), &task.Task{ID: "exec", Schedule: "* * * * * *",
+				Executor: task.Executor{Type: task.ExecutorExec, Command: []string{touch, mark}}})
 			var rec store.Execution
 			etcdtest.WaitFor(t, 10*time.Second, func() bool {
 				hs := history(t, n, "exec")
@@ -489,12 +490,12 @@ func TestEngine_Jitter(t *testing.T) {
 	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, nil))
 	const tasks = 20
 	for i := range tasks {
-		task := handlerTask(fmt.Sprintf("jitter-%02d", i), "* * * * * *")
-		task.Jitter = Duration(900 * time.Millisecond)
-		putTask(t, n.e.Registry(), task)
+		tsk := handlerTask(fmt.Sprintf("jitter-%02d", i), "* * * * * *")
+		tsk.Jitter = task.Duration(900 * time.Millisecond)
+		putTask(t, n.e.Registry(), tsk)
 		// The next fire keeps its whole second: jitter delays the release,
 		// not the identity.
-		waitNext(t, n, task.ID, at(1))
+		waitNext(t, n, tsk.ID, at(1))
 	}
 	clock.Advance(50 * time.Millisecond) // 12:00:01.000
 	for step := range 4 {
@@ -545,10 +546,10 @@ func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
 		cfg.HTTPAllow = []string{"127.0.0.2"}
 	})
 	mark := filepath.Join(t.TempDir(), "ran")
-	putTask(t, n.e.Registry(), &Task{ID: "exec", Schedule: "* * * * * *",
-		Executor: Executor{Type: ExecutorExec, Command: []string{touch, mark}}})
-	putTask(t, n.e.Registry(), &Task{ID: "http", Schedule: "* * * * * *",
-		Executor: Executor{Type: ExecutorHTTP, URL: srv.URL}})
+	putTask(t, n.e.Registry(), &task.Task{ID: "exec", Schedule: "* * * * * *",
+		Executor: task.Executor{Type: task.ExecutorExec, Command: []string{touch, mark}}})
+	putTask(t, n.e.Registry(), &task.Task{ID: "http", Schedule: "* * * * * *",
+		Executor: task.Executor{Type: task.ExecutorHTTP, URL: srv.URL}})
 	for id, want := range map[string]string{"exec": "exec allow-list", "http": "http allow-list (127.0.0.2)"} {
 		var rec store.Execution
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/task"
 )
 
 // The misfire and concurrency policies as pure functions of their inputs:
@@ -21,10 +22,10 @@ import (
 // or the first in the window, its successors coming due at once (the loop
 // arms them in the past). fire_once fires the latest missed time only.
 // skip fires none.
-func misfireFire(p MisfirePolicy, h schedule.Schedule, sched, now int64, catchup time.Duration) (fire, resume int64) {
+func misfireFire(p task.MisfirePolicy, h schedule.Schedule, sched, now int64, catchup time.Duration) (fire, resume int64) {
 	oldest := now - int64(catchup)
 	switch p {
-	case MisfireFireAll:
+	case task.MisfireFireAll:
 		first := sched
 		if first < oldest {
 			first = next(h, oldest-1)
@@ -32,7 +33,7 @@ func misfireFire(p MisfirePolicy, h schedule.Schedule, sched, now int64, catchup
 		if first != 0 && first <= now {
 			fire = first
 		}
-	case MisfireFireOnce:
+	case task.MisfireFireOnce:
 		fire = latestBefore(h, max(sched, oldest), now)
 	}
 	if fire == 0 {
@@ -55,20 +56,20 @@ const (
 // flight, one of which may be buffered (waiting). A retry is a later
 // attempt of an older fire: while another fire runs, only allow lets it
 // run alongside.
-func admit(p ConcurrencyPolicy, running int, waiting, retry bool) admission {
-	if running == 0 || p == ConcurrencyAllow {
+func admit(p task.ConcurrencyPolicy, running int, waiting, retry bool) admission {
+	if running == 0 || p == task.ConcurrencyAllow {
 		return admitRun
 	}
 	if retry {
 		return admitSkip
 	}
 	switch p {
-	case ConcurrencyBufferOne:
+	case task.ConcurrencyBufferOne:
 		if waiting {
 			return admitSkip
 		}
 		return admitBuffer
-	case ConcurrencyReplace:
+	case task.ConcurrencyReplace:
 		return admitReplace
 	}
 	return admitSkip // forbid

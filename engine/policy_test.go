@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestMisfireFire(t *testing.T) {
@@ -19,16 +20,16 @@ func TestMisfireFire(t *testing.T) {
 	window := time.Minute
 	for _, tt := range []struct {
 		name         string
-		p            MisfirePolicy
+		p            task.MisfirePolicy
 		sched        int64
 		fire, resume int64
 	}{
-		{"fire_once late", MisfireFireOnce, now - 10*sec, now, now},
-		{"fire_once past the window", MisfireFireOnce, now - 5*60*sec, now, now},
-		{"fire_all late", MisfireFireAll, now - 10*sec, now - 10*sec, now - 10*sec},
-		{"fire_all past the window starts at its edge", MisfireFireAll, now - 5*60*sec, now - 60*sec, now - 60*sec},
-		{"skip late", MisfireSkip, now - 10*sec, 0, now},
-		{"skip past the window", MisfireSkip, now - 5*60*sec, 0, now},
+		{"fire_once late", task.MisfireFireOnce, now - 10*sec, now, now},
+		{"fire_once past the window", task.MisfireFireOnce, now - 5*60*sec, now, now},
+		{"fire_all late", task.MisfireFireAll, now - 10*sec, now - 10*sec, now - 10*sec},
+		{"fire_all past the window starts at its edge", task.MisfireFireAll, now - 5*60*sec, now - 60*sec, now - 60*sec},
+		{"skip late", task.MisfireSkip, now - 10*sec, 0, now},
+		{"skip past the window", task.MisfireSkip, now - 5*60*sec, 0, now},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fire, resume := misfireFire(tt.p, every, tt.sched, now, window)
@@ -42,25 +43,25 @@ func TestMisfireFire(t *testing.T) {
 
 func TestAdmit(t *testing.T) {
 	for _, tt := range []struct {
-		p       ConcurrencyPolicy
+		p       task.ConcurrencyPolicy
 		running int
 		waiting bool
 		retry   bool
 		want    admission
 	}{
-		{ConcurrencyAllow, 0, false, false, admitRun},
-		{ConcurrencyAllow, 3, false, false, admitRun},
-		{ConcurrencyAllow, 1, false, true, admitRun},
-		{ConcurrencyForbid, 0, false, false, admitRun},
-		{ConcurrencyForbid, 1, false, false, admitSkip},
-		{ConcurrencyForbid, 1, false, true, admitSkip},
-		{ConcurrencyBufferOne, 0, false, false, admitRun},
-		{ConcurrencyBufferOne, 1, false, false, admitBuffer},
-		{ConcurrencyBufferOne, 1, true, false, admitSkip},
-		{ConcurrencyBufferOne, 1, false, true, admitSkip},
-		{ConcurrencyReplace, 0, false, false, admitRun},
-		{ConcurrencyReplace, 1, false, false, admitReplace},
-		{ConcurrencyReplace, 1, false, true, admitSkip},
+		{task.ConcurrencyAllow, 0, false, false, admitRun},
+		{task.ConcurrencyAllow, 3, false, false, admitRun},
+		{task.ConcurrencyAllow, 1, false, true, admitRun},
+		{task.ConcurrencyForbid, 0, false, false, admitRun},
+		{task.ConcurrencyForbid, 1, false, false, admitSkip},
+		{task.ConcurrencyForbid, 1, false, true, admitSkip},
+		{task.ConcurrencyBufferOne, 0, false, false, admitRun},
+		{task.ConcurrencyBufferOne, 1, false, false, admitBuffer},
+		{task.ConcurrencyBufferOne, 1, true, false, admitSkip},
+		{task.ConcurrencyBufferOne, 1, false, true, admitSkip},
+		{task.ConcurrencyReplace, 0, false, false, admitRun},
+		{task.ConcurrencyReplace, 1, false, false, admitReplace},
+		{task.ConcurrencyReplace, 1, false, true, admitSkip},
 	} {
 		if got := admit(tt.p, tt.running, tt.waiting, tt.retry); got != tt.want {
 			t.Errorf("admit(%s, running %d, waiting %v, retry %v) = %d, want %d", tt.p, tt.running, tt.waiting, tt.retry, got, tt.want)

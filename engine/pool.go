@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Kinds of job.
@@ -461,7 +462,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
 func (p *pool) execute(j *job) (err error) {
 	ctx, cancel := context.WithTimeout(p.execCtx, j.prof.timeout)
 	defer cancel()
-	if j.prof.concurrency == ConcurrencyReplace {
+	if j.prof.concurrency == task.ConcurrencyReplace {
 		p.runMu.Lock()
 		p.runSeq++
 		key := p.runSeq

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/task"
 )
 
 // A profile is everything about a task that a fire needs except its id
@@ -30,9 +30,9 @@ type profile struct {
 	maxAttempts int
 	backoff     time.Duration
 	maxBackoff  time.Duration
-	misfire     MisfirePolicy
+	misfire     task.MisfirePolicy
 	catchup     time.Duration
-	concurrency ConcurrencyPolicy
+	concurrency task.ConcurrencyPolicy
 	jitter      time.Duration
 	keep        [2]int // history limits of successes and failures; -1: the store's default
 }
@@ -47,7 +47,7 @@ func (p *profile) keepFor(st uint8) int {
 }
 
 // historyKeep turns a task's history limits into profile.keep.
-func historyKeep(l *HistoryLimit) [2]int {
+func historyKeep(l *task.HistoryLimit) [2]int {
 	keep := [2]int{-1, -1}
 	if l != nil {
 		for i, v := range []*int{l.Successes, l.Failures} {
@@ -62,7 +62,7 @@ func historyKeep(l *HistoryLimit) [2]int {
 // profileKey returns the intern key of a task's profile: its executor
 // and policies, length-prefixed so that no two profiles share a key. Built
 // by hand: loading a partition computes one per task.
-func profileKey(t *Task) string {
+func profileKey(t *task.Task) string {
 	var b []byte
 	str := func(s string) {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
@@ -89,7 +89,7 @@ func profileKey(t *Task) string {
 	strMap(x.Env)
 	str(x.Name)
 	str(string(x.Payload))
-	for _, d := range []Duration{t.Timeout, t.Retry.Backoff, t.Retry.MaxBackoff, t.CatchupWindow, t.Jitter} {
+	for _, d := range []task.Duration{t.Timeout, t.Retry.Backoff, t.Retry.MaxBackoff, t.CatchupWindow, t.Jitter} {
 		b = strconv.AppendInt(append(b, ','), int64(d), 10)
 	}
 	b = strconv.AppendInt(append(b, ','), int64(t.Retry.MaxAttempts), 10)
@@ -108,7 +108,7 @@ type executors struct {
 }
 
 // newProfile builds the profile of a validated task.
-func (x *executors) newProfile(key string, t *Task) (*profile, error) {
+func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 	p := &profile{
 		key:         key,
 		payload:     t.Executor.Payload,
@@ -122,12 +122,8 @@ func (x *executors) newProfile(key string, t *Task) (*profile, error) {
 		jitter:      time.Duration(t.Jitter),
 		keep:        historyKeep(t.HistoryLimit),
 	}
-	k, ok := kindOf(t.Executor.Type)
-	if !ok {
-		return nil, fmt.Errorf("unknown executor %q", t.Executor.Type)
-	}
 	var err error
-	p.exec, err = k.build(&t.Executor, &x.shared)
+	p.exec, err = t.Executor.Build(&x.shared)
 	if errors.Is(err, executor.ErrNotAllowed) {
 		// The node's allow-list, not the task, is at fault: every fire
 		// fails with the reason, which history and state show.

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // notFired are the Task fields a fire does not use, by JSON name: the id
@@ -27,7 +30,7 @@ func TestFiring_HasFireFields(t *testing.T) {
 	for f := range reflect.TypeFor[firing]().Fields() {
 		have[jsonName(f)] = f.Type
 	}
-	for f := range reflect.TypeFor[Task]().Fields() {
+	for f := range reflect.TypeFor[task.Task]().Fields() {
 		name := jsonName(f)
 		if slices.Contains(notFired, name) {
 			continue
@@ -47,17 +50,17 @@ func TestFiring_HasFireFields(t *testing.T) {
 // Task by reflection, so a field added to Task, Executor, Retry or
 // HistoryLimit is covered without touching the test.
 func TestProfileKey_CoversFireFields(t *testing.T) {
-	base := Task{ID: "t", Schedule: "@every 1m", Executor: Executor{Type: ExecutorNoop}}
+	base := task.Task{ID: "t", Schedule: "@every 1m", Executor: task.Executor{Type: task.ExecutorNoop}}
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	for f := range reflect.TypeFor[Task]().Fields() {
+	for f := range reflect.TypeFor[task.Task]().Fields() {
 		name := jsonName(f)
 		if slices.Contains(notFired, name) || slices.Contains(notInProfile, name) {
 			continue
 		}
-		eachLeaf(t, reflect.ValueOf(&base).Elem().FieldByIndex(f.Index), name, func(path string, change func(*Task)) {
+		eachLeaf(t, reflect.ValueOf(&base).Elem().FieldByIndex(f.Index), name, func(path string, change func(*task.Task)) {
 			n++
 			// The mutated task need not be valid: profileKey does not
 			// validate, and a key that ignores an invalid value ignores
@@ -77,8 +80,8 @@ func TestProfileKey_CoversFireFields(t *testing.T) {
 // eachLeaf calls fn with a change of each leaf field under v (a field of
 // Task, whose path is path); the change applies to another Task at the
 // same place.
-func eachLeaf(t *testing.T, v reflect.Value, path string, fn func(path string, change func(*Task))) {
-	at := func(task *Task) reflect.Value { return fieldAt(reflect.ValueOf(task).Elem(), path) }
+func eachLeaf(t *testing.T, v reflect.Value, path string, fn func(path string, change func(*task.Task))) {
+	at := func(tk *task.Task) reflect.Value { return fieldAt(reflect.ValueOf(tk).Elem(), path) }
 	switch v.Kind() {
 	case reflect.Struct:
 		for f := range v.Type().Fields() {
@@ -89,14 +92,14 @@ func eachLeaf(t *testing.T, v reflect.Value, path string, fn func(path string, c
 		elem := reflect.New(v.Type().Elem()).Elem()
 		for f := range elem.Type().Fields() {
 			sub := path + "." + jsonName(f)
-			fn(sub, func(task *Task) {
+			fn(sub, func(tk *task.Task) {
 				p := reflect.New(v.Type().Elem())
-				at(task).Set(p)
-				setOther(fieldAt(reflect.ValueOf(task).Elem(), sub))
+				at(tk).Set(p)
+				setOther(fieldAt(reflect.ValueOf(tk).Elem(), sub))
 			})
 		}
 	default:
-		fn(path, func(task *Task) { setOther(at(task)) })
+		fn(path, func(tk *task.Task) { setOther(at(tk)) })
 	}
 }
 
@@ -147,42 +150,22 @@ func setOther(v reflect.Value) {
 	}
 }
 
-func clone(t *testing.T, task *Task) *Task {
-	b, err := json.Marshal(task)
+func clone(t *testing.T, tk *task.Task) *task.Task {
+	b, err := json.Marshal(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c Task
+	var c task.Task
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
 	return &c
 }
 
-// TestKinds_CoverExecutorFields fails when an Executor field is in no
-// kind's fields, or in two: DecodeTask would refuse it as unknown, or
-// validation could not say which type it belongs to.
-func TestKinds_CoverExecutorFields(t *testing.T) {
-	for f := range reflect.TypeFor[Executor]().Fields() {
-		name := jsonName(f)
-		if name == "type" {
-			continue
-		}
-		n := 0
-		for _, k := range kinds {
-			for _, kf := range k.fields {
-				if kf.name == name {
-					n++
-				}
-			}
-		}
-		if n != 1 {
-			t.Errorf("Executor field %s (%q) is in %d kinds' fields, want 1", f.Name, name, n)
-		}
-	}
-	for _, k := range kinds {
-		if k.build == nil {
-			t.Errorf("kind %s has no build", k.typ)
-		}
+// TestMaxHistoryLimit_MatchesStore: package task states the store's limit
+// without linking the store.
+func TestMaxHistoryLimit_MatchesStore(t *testing.T) {
+	if task.MaxHistoryLimit != store.MaxHistoryLimit {
+		t.Fatalf("task.MaxHistoryLimit = %d, store.MaxHistoryLimit = %d", task.MaxHistoryLimit, store.MaxHistoryLimit)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardcron/shardcron/task"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -41,9 +42,9 @@ type query struct {
 // cursor is the page's last id, so paging is stable while tasks come and go:
 // a task present from the first page to the last is returned exactly once,
 // whatever is added, deleted or handed over meanwhile.
-func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*Task, string, error) {
-	var out []*Task
-	next, err := r.ListFunc(ctx, opts, func(t *Task) error {
+func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*task.Task, string, error) {
+	var out []*task.Task
+	next, err := r.ListFunc(ctx, opts, func(t *task.Task) error {
 		out = append(out, t)
 		return nil
 	})
@@ -55,13 +56,13 @@ func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*Task, string,
 
 // ListFunc is List giving the page's tasks to fn one by one, in order,
 // instead of building the page: fn's error stops the list and is returned.
-func (r *Registry) ListFunc(ctx context.Context, opts ListOptions, fn func(*Task) error) (next string, err error) {
+func (r *Registry) ListFunc(ctx context.Context, opts ListOptions, fn func(*task.Task) error) (next string, err error) {
 	limit := opts.Limit
 	switch {
 	case limit == 0:
 		limit = DefaultListLimit
 	case limit < 0 || limit > MaxListLimit:
-		return "", invalid("limit", "want 1 to %d, got %d", MaxListLimit, limit)
+		return "", task.Invalid("limit", "want 1 to %d, got %d", MaxListLimit, limit)
 	}
 	if err := checkCursor(opts.Cursor); err != nil {
 		return "", err
@@ -90,10 +91,10 @@ func checkCursor(c string) error {
 	if c == "" {
 		return nil
 	}
-	if err := checkID(c); err != nil {
-		var ve *ValidationError
+	if err := task.CheckID(c); err != nil {
+		var ve *task.ValidationError
 		if errors.As(err, &ve) {
-			return invalid("cursor", "not the last id of a page (%s)", ve.Reason)
+			return task.Invalid("cursor", "not the last id of a page (%s)", ve.Reason)
 		}
 		return err
 	}
@@ -109,7 +110,7 @@ func checkCursor(c string) error {
 //
 // The order is the one of each: by id with a prefix or labels, by
 // partition and then id for a whole export (see each).
-func (r *Registry) Export(ctx context.Context, sel Selector, fn func(task []byte) error) (n int, rev int64, err error) {
+func (r *Registry) Export(ctx context.Context, sel Selector, fn func(tsk []byte) error) (n int, rev int64, err error) {
 	q := query{prefix: sel.Prefix, labels: sel.Labels}
 	rev, built, err := r.readRevision(ctx)
 	if err != nil {

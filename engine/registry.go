@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Registry errors.
@@ -111,8 +112,8 @@ func (r *Registry) Partition(id string) int { return ring.Partition(id, r.partit
 func (r *Registry) key(id string) string { return r.keys.task(r.Partition(id), id) }
 
 // Get returns the task with the given id, or ErrNotFound.
-func (r *Registry) Get(ctx context.Context, id string) (*Task, error) {
-	if err := checkID(id); err != nil {
+func (r *Registry) Get(ctx context.Context, id string) (*task.Task, error) {
+	if err := task.CheckID(id); err != nil {
 		return nil, err
 	}
 	resp, err := r.cli.Get(ctx, r.key(id))
@@ -136,7 +137,7 @@ type PutOptions struct {
 // Put validates t and creates or replaces it. A put that changes nothing
 // writes nothing and returns the stored version. It returns the task as
 // stored, with its partition, version and times.
-func (r *Registry) Put(ctx context.Context, t *Task, opts PutOptions) (*Task, error) {
+func (r *Registry) Put(ctx context.Context, t *task.Task, opts PutOptions) (*task.Task, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func createRev(old *mvccpb.KeyValue, rev int64) int64 {
 
 // Delete removes the task, or returns ErrNotFound.
 func (r *Registry) Delete(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := task.CheckID(id); err != nil {
 		return err
 	}
 	key := r.key(id)
@@ -210,7 +211,7 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 }
 
 // SetPaused sets the task's paused flag, and returns the task as stored.
-func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*Task, error) {
+func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*task.Task, error) {
 	for range casRetries {
 		t, err := r.Get(ctx, id)
 		if err != nil {
@@ -272,9 +273,9 @@ type BatchError struct {
 // the same batch twice writes nothing the second time. A later item with
 // the same id as an earlier one wins. written counts the tasks now stored as
 // given (rewritten or already identical).
-func (r *Registry) PutBatch(ctx context.Context, tasks []*Task) (written int, errs []BatchError, err error) {
+func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []BatchError, err error) {
 	if len(tasks) > maxBatchItems {
-		return 0, nil, invalid("", "a batch holds at most %d tasks, got %d", maxBatchItems, len(tasks))
+		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", maxBatchItems, len(tasks))
 	}
 	pos := make(map[string]int, len(tasks)) // id -> its place in valid
 	valid := make([]int, 0, len(tasks))
@@ -346,7 +347,7 @@ const batchWorkers = 8
 // maxTxnOps operations each) write what changed, under compares of the mod
 // revisions read. Tasks of a transaction that finds one of them changed by
 // another writer are written again one at a time.
-func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int, []BatchError, error) {
+func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []BatchError, error) {
 	gets := make([]clientv3.Op, len(idx))
 	for i, j := range idx {
 		gets[i] = clientv3.OpGet(r.key(tasks[j].ID))
@@ -429,13 +430,13 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*Task, idx []int) (int,
 
 // storedTask is a task as the registry writes it: the input fields and the
 // times; partition and version come from the key and its revision.
-func (r *Registry) encode(t *Task, old *mvccpb.KeyValue) (val []byte, same bool, err error) {
+func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same bool, err error) {
 	s := *t
 	s.Partition, s.Version, s.State = nil, 0, nil
 	now := r.now().UTC().Truncate(time.Millisecond)
 	s.CreatedAt, s.UpdatedAt = now, now
 	if old != nil {
-		var prev Task
+		var prev task.Task
 		if json.Unmarshal(old.Value, &prev) == nil {
 			s.CreatedAt = prev.CreatedAt
 			s.UpdatedAt = prev.UpdatedAt
@@ -451,9 +452,9 @@ func (r *Registry) encode(t *Task, old *mvccpb.KeyValue) (val []byte, same bool,
 	}
 	// What is stored comes back with the fields responses add, and a client
 	// may PUT back what it got: that must fit DecodeTask's limit too.
-	if len(val)+responseRoom > MaxTaskSize {
-		return nil, false, invalid("", "task is %d bytes of JSON as stored (with its defaults); with the %d bytes responses add it exceeds the limit of %d (64 KiB)",
-			len(val), responseRoom, MaxTaskSize)
+	if len(val)+responseRoom > task.MaxTaskSize {
+		return nil, false, task.Invalid("", "task is %d bytes of JSON as stored (with its defaults); with the %d bytes responses add it exceeds the limit of %d (64 KiB)",
+			len(val), responseRoom, task.MaxTaskSize)
 	}
 	return val, false, nil
 }
@@ -464,7 +465,7 @@ const responseRoom = 1024
 
 // marshalStored encodes a task as the registry stores it: without HTML
 // escaping, so that "<" stays one byte, as the API answers it.
-func marshalStored(t *Task) ([]byte, error) {
+func marshalStored(t *task.Task) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -475,8 +476,8 @@ func marshalStored(t *Task) ([]byte, error) {
 }
 
 // decode turns a stored task into the API's form.
-func (r *Registry) decode(kv *mvccpb.KeyValue) (*Task, error) {
-	var t Task
+func (r *Registry) decode(kv *mvccpb.KeyValue) (*task.Task, error) {
+	var t task.Task
 	if err := json.Unmarshal(kv.Value, &t); err != nil {
 		return nil, fmt.Errorf("engine: stored task %s is corrupt: %w", kv.Key, err)
 	}

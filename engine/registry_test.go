@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // revision returns etcd's current revision: a request that writes nothing
@@ -37,8 +38,8 @@ func openRegistry(t *testing.T, cli *clientv3.Client, prefix string) *Registry {
 	return r
 }
 
-func noopTask(id, spec string) *Task {
-	return &Task{ID: id, Schedule: spec, Executor: Executor{Type: ExecutorNoop}}
+func noopTask(id, spec string) *task.Task {
+	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorNoop}}
 }
 
 // TestRegistry_RefusesBadInput is docs/design.md invariant 8: every kind of bad
@@ -53,36 +54,36 @@ func TestRegistry_RefusesBadInput(t *testing.T) {
 	putTask(t, reg, noopTask("existing", "* * * * *")) // a task that bad input must not change
 
 	big := strings.Repeat("b", 80<<10)
-	with := func(f func(*Task)) *Task {
-		task := &Task{ID: "existing", Schedule: "* * * * *", Executor: Executor{Type: ExecutorNoop}}
-		f(task)
-		return task
+	with := func(f func(*task.Task)) *task.Task {
+		tsk := &task.Task{ID: "existing", Schedule: "* * * * *", Executor: task.Executor{Type: task.ExecutorNoop}}
+		f(tsk)
+		return tsk
 	}
 	tests := []struct {
 		name  string
-		doc   string // the input as JSON
-		task  *Task  // the same as a Go value; nil when only JSON can be malformed
+		doc   string     // the input as JSON
+		task  *task.Task // the same as a Go value; nil when only JSON can be malformed
 		field string
 	}{
 		{"invalid schedule", `{"id": "existing", "schedule": "61 * * * * *", "executor": {"type": "noop"}}`,
-			with(func(t *Task) { t.Schedule = "61 * * * * *" }), "schedule"},
+			with(func(t *task.Task) { t.Schedule = "61 * * * * *" }), "schedule"},
 		{"never fires", `{"id": "existing", "schedule": "0 0 30 2 *", "executor": {"type": "noop"}}`,
-			with(func(t *Task) { t.Schedule = "0 0 30 2 *" }), "schedule"},
+			with(func(t *task.Task) { t.Schedule = "0 0 30 2 *" }), "schedule"},
 		{"TZ= prefix", `{"id": "existing", "schedule": "TZ=Europe/Berlin * * * * *", "executor": {"type": "noop"}}`,
-			with(func(t *Task) { t.Schedule = "TZ=Europe/Berlin * * * * *" }), "schedule"},
+			with(func(t *task.Task) { t.Schedule = "TZ=Europe/Berlin * * * * *" }), "schedule"},
 		{"unknown time zone", `{"id": "existing", "schedule": "* * * * *", "timezone": "Mars/Olympus", "executor": {"type": "noop"}}`,
-			with(func(t *Task) { t.Timezone = "Mars/Olympus" }), "timezone"},
+			with(func(t *task.Task) { t.Timezone = "Mars/Olympus" }), "timezone"},
 		{"oversized", `{"id": "existing", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "body": "` + big + `"}}`,
-			with(func(t *Task) { t.Executor = Executor{Type: ExecutorHTTP, URL: "http://x/", Body: big} }), ""},
+			with(func(t *task.Task) { t.Executor = task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: big} }), ""},
 		{"malformed JSON", `{"id": "existing", "schedule": "* * * * *",`, nil, ""},
 		{"unknown executor", `{"id": "existing", "schedule": "* * * * *", "executor": {"type": "ftp"}}`,
-			with(func(t *Task) { t.Executor.Type = "ftp" }), "executor.type"},
+			with(func(t *task.Task) { t.Executor.Type = "ftp" }), "executor.type"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			check := func(how string, err error) {
 				t.Helper()
-				var ve *ValidationError
+				var ve *task.ValidationError
 				if !errors.As(err, &ve) {
 					t.Fatalf("%s: error %v (%T) is not a *ValidationError", how, err, err)
 				}
@@ -92,14 +93,14 @@ func TestRegistry_RefusesBadInput(t *testing.T) {
 			}
 			before := revision(t, c.Client)
 
-			_, err := DecodeTask([]byte(tt.doc))
+			_, err := task.DecodeTask([]byte(tt.doc))
 			check("DecodeTask", err)
 			if tt.task != nil {
 				_, err = reg.Put(ctx, tt.task, PutOptions{})
 				check("Put", err)
 				_, err = reg.Put(ctx, tt.task, PutOptions{IfVersion: 1})
 				check("Put with IfVersion", err)
-				written, errs, err := reg.PutBatch(ctx, []*Task{tt.task})
+				written, errs, err := reg.PutBatch(ctx, []*task.Task{tt.task})
 				if err != nil || written != 0 || len(errs) != 1 || errs[0].Index != 0 {
 					t.Errorf("PutBatch: written %d, errors %+v, err %v; want 0 and the item's error", written, errs, err)
 				} else if tt.field != "" && !strings.HasPrefix(errs[0].Error, tt.field+": ") {
@@ -111,7 +112,7 @@ func TestRegistry_RefusesBadInput(t *testing.T) {
 				t.Errorf("etcd revision moved from %d to %d", before, after)
 			}
 			got, err := reg.Get(ctx, "existing")
-			if err != nil || got.Schedule != "* * * * *" || got.Executor.Type != ExecutorNoop {
+			if err != nil || got.Schedule != "* * * * *" || got.Executor.Type != task.ExecutorNoop {
 				t.Errorf("the stored task changed: %+v, %v", got, err)
 			}
 		})
@@ -186,12 +187,12 @@ func TestRegistry(t *testing.T) {
 
 	t.Run("list", func(t *testing.T) {
 		reg := openRegistry(t, c.Client, "/list")
-		var all []*Task
+		var all []*task.Task
 		for _, team := range []string{"a", "b"} {
 			for i := range 15 {
-				task := noopTask(fmt.Sprintf("%s/%02d", team, i), "* * * * *")
-				task.Labels = map[string]string{"team": team, "env": []string{"prod", "dev"}[i%2]}
-				all = append(all, task)
+				tsk := noopTask(fmt.Sprintf("%s/%02d", team, i), "* * * * *")
+				tsk.Labels = map[string]string{"team": team, "env": []string{"prod", "dev"}[i%2]}
+				all = append(all, tsk)
 			}
 		}
 		if written, errs, err := reg.PutBatch(ctx, all); err != nil || written != len(all) || len(errs) > 0 {
@@ -212,11 +213,11 @@ func TestRegistry(t *testing.T) {
 				if limit := cmp.Or(opts.Limit, DefaultListLimit); len(tasks) > limit || (next != "" && len(tasks) != limit) {
 					t.Errorf("page of %d tasks, limit %d, next cursor %q: want full pages", len(tasks), limit, next)
 				}
-				for _, task := range tasks {
-					if task.Partition == nil || *task.Partition != reg.Partition(task.ID) || task.Version == 0 {
-						t.Errorf("listed %s without its partition and version: %+v", task.ID, task)
+				for _, tsk := range tasks {
+					if tsk.Partition == nil || *tsk.Partition != reg.Partition(tsk.ID) || tsk.Version == 0 {
+						t.Errorf("listed %s without its partition and version: %+v", tsk.ID, tsk)
 					}
-					ids = append(ids, task.ID)
+					ids = append(ids, tsk.ID)
 				}
 				if next == "" {
 					return ids
@@ -225,11 +226,11 @@ func TestRegistry(t *testing.T) {
 			}
 		}
 		// want returns the ids of all that match, in id order.
-		want := func(match func(*Task) bool) []string {
+		want := func(match func(*task.Task) bool) []string {
 			var ids []string
-			for _, task := range all {
-				if match(task) {
-					ids = append(ids, task.ID)
+			for _, tsk := range all {
+				if match(tsk) {
+					ids = append(ids, tsk.ID)
 				}
 			}
 			slices.Sort(ids)
@@ -238,17 +239,17 @@ func TestRegistry(t *testing.T) {
 		tests := []struct {
 			name  string
 			opts  ListOptions
-			match func(*Task) bool
+			match func(*task.Task) bool
 		}{
-			{"everything in one page", ListOptions{}, func(*Task) bool { return true }},
-			{"pages of 7", ListOptions{Limit: 7}, func(*Task) bool { return true }},
-			{"pages of 10", ListOptions{Limit: 10}, func(*Task) bool { return true }},
-			{"prefix", ListOptions{Prefix: "a/", Limit: 4}, func(t *Task) bool { return strings.HasPrefix(t.ID, "a/") }},
+			{"everything in one page", ListOptions{}, func(*task.Task) bool { return true }},
+			{"pages of 7", ListOptions{Limit: 7}, func(*task.Task) bool { return true }},
+			{"pages of 10", ListOptions{Limit: 10}, func(*task.Task) bool { return true }},
+			{"prefix", ListOptions{Prefix: "a/", Limit: 4}, func(t *task.Task) bool { return strings.HasPrefix(t.ID, "a/") }},
 			{"label", ListOptions{Labels: map[string]string{"env": "dev"}, Limit: 3},
-				func(t *Task) bool { return t.Labels["env"] == "dev" }},
+				func(t *task.Task) bool { return t.Labels["env"] == "dev" }},
 			{"labels and prefix", ListOptions{Prefix: "b/", Labels: map[string]string{"team": "b", "env": "prod"}, Limit: 2},
-				func(t *Task) bool { return t.Labels["team"] == "b" && t.Labels["env"] == "prod" }},
-			{"no match", ListOptions{Labels: map[string]string{"team": "c"}}, func(*Task) bool { return false }},
+				func(t *task.Task) bool { return t.Labels["team"] == "b" && t.Labels["env"] == "prod" }},
+			{"no match", ListOptions{Labels: map[string]string{"team": "c"}}, func(*task.Task) bool { return false }},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -258,7 +259,7 @@ func TestRegistry(t *testing.T) {
 			})
 		}
 		t.Run("bad cursor", func(t *testing.T) {
-			var ve *ValidationError
+			var ve *task.ValidationError
 			if _, _, err := reg.List(ctx, ListOptions{Cursor: "not\x01an id"}); !errors.As(err, &ve) || ve.Field != "cursor" {
 				t.Errorf("List with a bad cursor: %v, want a *ValidationError on cursor", err)
 			}
@@ -269,11 +270,11 @@ func TestRegistry(t *testing.T) {
 		reg := openRegistry(t, c.Client, "/batch")
 		bad := noopTask("bad-zone", "* * * * *")
 		bad.Timezone = "Nowhere/Else"
-		batch := []*Task{
+		batch := []*task.Task{
 			noopTask("ok/1", "* * * * *"),
 			noopTask("bad-schedule", "61 * * * * *"),
 			noopTask("ok/2", "0 * * * *"),
-			{ID: "bad-executor", Schedule: "* * * * *", Executor: Executor{Type: "ftp"}},
+			{ID: "bad-executor", Schedule: "* * * * *", Executor: task.Executor{Type: "ftp"}},
 			bad,
 			noopTask("ok/1", "30 * * * *"), // the same id again: the later one wins
 		}
@@ -371,26 +372,26 @@ func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, body := range []string{
-		strings.Repeat("x", MaxTaskSize-4096), strings.Repeat("x", MaxTaskSize-1500), strings.Repeat("x", MaxTaskSize-600),
-		strings.Repeat("<", MaxTaskSize-1500), // HTML-escaped, it would be six times longer
+		strings.Repeat("x", task.MaxTaskSize-4096), strings.Repeat("x", task.MaxTaskSize-1500), strings.Repeat("x", task.MaxTaskSize-600),
+		strings.Repeat("<", task.MaxTaskSize-1500), // HTML-escaped, it would be six times longer
 	} {
 		size := len(body)
-		task := &Task{ID: fmt.Sprintf("large-%d", i), Schedule: "@hourly",
-			Executor: Executor{Type: ExecutorHTTP, URL: "http://x/", Body: body}}
-		got, err := r.Put(context.Background(), task, PutOptions{})
+		tsk := &task.Task{ID: fmt.Sprintf("large-%d", i), Schedule: "@hourly",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: body}}
+		got, err := r.Put(context.Background(), tsk, PutOptions{})
 		if err != nil {
-			var ve *ValidationError
+			var ve *task.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("size %d: %v", size, err)
 			}
 			continue // refused as a whole: fine, nothing to round-trip
 		}
-		got.State = &TaskState{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40}
+		got.State = &task.State{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40}
 		b, err := marshalStored(got) // as the API answers: no HTML escaping
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := DecodeTask(b); err != nil {
+		if _, err := task.DecodeTask(b); err != nil {
 			t.Errorf("size %d: a stored task's response (%d bytes) cannot be PUT back: %v", size, len(b), err)
 		}
 	}

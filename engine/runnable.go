@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Runners is what the cluster's live nodes can run, as their membership
@@ -64,9 +65,9 @@ func (r *Registry) Runners(ctx context.Context) (Runners, error) {
 // NeedsRunner reports whether t's executor may run only on some nodes
 // (exec, handler, and http under an allow-list), so that Runners.Check
 // applies.
-func NeedsRunner(t *Task) bool {
+func NeedsRunner(t *task.Task) bool {
 	switch t.Executor.Type {
-	case ExecutorExec, ExecutorHandler, ExecutorHTTP:
+	case task.ExecutorExec, task.ExecutorHandler, task.ExecutorHTTP:
 		return true
 	}
 	return false
@@ -78,11 +79,11 @@ func NeedsRunner(t *Task) bool {
 // leaves its host out, a handler task when no node registered its handler.
 // When only some nodes can, it returns a warning: fires whose partition
 // another node owns fail.
-func (rs Runners) Check(t *Task) (warning string, err error) {
+func (rs Runners) Check(t *task.Task) (warning string, err error) {
 	var can int
 	var what, how string
 	switch t.Executor.Type {
-	case ExecutorExec:
+	case task.ExecutorExec:
 		can, what, how = rs.Exec, "the exec executor", "start a node with --allow-exec"
 		if rs.Exec > 0 && len(t.Executor.Command) > 0 {
 			var why error
@@ -95,11 +96,11 @@ func (rs Runners) Check(t *Task) (warning string, err error) {
 				can++
 			}
 			if can == 0 {
-				return "", invalid("executor.command", "no live node may run %q: %v", t.Executor.Command[0], why)
+				return "", task.Invalid("executor.command", "no live node may run %q: %v", t.Executor.Command[0], why)
 			}
 			what = fmt.Sprintf("the exec executor with %q allowed", t.Executor.Command[0])
 		}
-	case ExecutorHTTP:
+	case task.ExecutorHTTP:
 		var why error
 		for _, a := range rs.HTTPAllow {
 			if err := a.CheckURL(t.Executor.URL); err != nil {
@@ -112,10 +113,10 @@ func (rs Runners) Check(t *Task) (warning string, err error) {
 			return "", nil
 		}
 		if can == 0 {
-			return "", invalid("executor.url", "no live node may reach it: %v", why)
+			return "", task.Invalid("executor.url", "no live node may reach it: %v", why)
 		}
 		what = "an --http-allow that admits this URL"
-	case ExecutorHandler:
+	case task.ExecutorHandler:
 		can = rs.Handlers[t.Executor.Name]
 		what = fmt.Sprintf("the handler %q", t.Executor.Name)
 		how = "register it with Engine.Handle on the nodes that should run it"
@@ -125,10 +126,10 @@ func (rs Runners) Check(t *Task) (warning string, err error) {
 	switch {
 	case can == 0:
 		field := "executor.type"
-		if t.Executor.Type == ExecutorHandler {
+		if t.Executor.Type == task.ExecutorHandler {
 			field = "executor.name"
 		}
-		return "", invalid(field, "no live node runs %s (%d live nodes): %s", what, rs.Nodes, how)
+		return "", task.Invalid(field, "no live node runs %s (%d live nodes): %s", what, rs.Nodes, how)
 	case can < rs.Nodes:
 		return fmt.Sprintf("only %d of %d live nodes run %s: fires of this task fail while its partition is owned by another node", can, rs.Nodes, what), nil
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // cliResult is what one command run printed and returned.
@@ -94,7 +95,7 @@ func deadServer(t *testing.T) string {
 // --- flags -------------------------------------------------------------------
 
 // buildPut parses 'task put' arguments into a task, or the usage error.
-func buildPut(t *testing.T, args ...string) (*engine.Task, string) {
+func buildPut(t *testing.T, args ...string) (*task.Task, string) {
 	t.Helper()
 	c := newCommand("shardcron task put", taskPutHelp, io.Discard, io.Discard)
 	var cf clientFlags
@@ -113,7 +114,7 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		want *engine.Task
+		want *task.Task
 	}{{
 		name: "http with everything",
 		args: []string{"--id", "billing/invoice-42", "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
@@ -121,16 +122,16 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 			"--body", `{"k":1}`, "--task-timeout", "30s", "--max-attempts", "3", "--backoff", "1s",
 			"--max-backoff", "1m", "--misfire", "fire_all", "--catchup-window", "5m", "--concurrency", "forbid",
 			"--jitter", "2s", "--paused", "--label", "team=billing", "--label", "tier=1", "--label", "team=ops"},
-		want: &engine.Task{
+		want: &task.Task{
 			ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin",
-			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "PUT",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "PUT",
 				Headers: map[string]string{"X-Team": "billing", "X-Eq": "a=b"}, Body: `{"k":1}`},
-			Timeout:       engine.Duration(30 * time.Second),
-			Retry:         engine.Retry{MaxAttempts: 3, Backoff: engine.Duration(time.Second), MaxBackoff: engine.Duration(time.Minute)},
-			Misfire:       engine.MisfireFireAll,
-			CatchupWindow: engine.Duration(5 * time.Minute),
-			Concurrency:   engine.ConcurrencyForbid,
-			Jitter:        engine.Duration(2 * time.Second),
+			Timeout:       task.Duration(30 * time.Second),
+			Retry:         task.Retry{MaxAttempts: 3, Backoff: task.Duration(time.Second), MaxBackoff: task.Duration(time.Minute)},
+			Misfire:       task.MisfireFireAll,
+			CatchupWindow: task.Duration(5 * time.Minute),
+			Concurrency:   task.ConcurrencyForbid,
+			Jitter:        task.Duration(2 * time.Second),
 			Paused:        true,
 			Labels:        map[string]string{"team": "ops", "tier": "1"}, // a later value wins
 		},
@@ -138,21 +139,21 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 		name: "exec argv in order",
 		args: []string{"--id", "backup", "--schedule", "@daily", "--command", "/usr/bin/backup",
 			"--command", "--full", "--command", "a b", "--env", "MODE=x=y"},
-		want: &engine.Task{ID: "backup", Schedule: "@daily", Executor: engine.Executor{Type: engine.ExecutorExec,
+		want: &task.Task{ID: "backup", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorExec,
 			Command: []string{"/usr/bin/backup", "--full", "a b"}, Env: map[string]string{"MODE": "x=y"}}},
 	}, {
 		name: "handler with payload",
 		args: []string{"--id", "h1", "--schedule", "@every 30s", "--handler", "sync", "--payload", `{"a":[1,2]}`},
-		want: &engine.Task{ID: "h1", Schedule: "@every 30s", Executor: engine.Executor{Type: engine.ExecutorHandler,
+		want: &task.Task{ID: "h1", Schedule: "@every 30s", Executor: task.Executor{Type: task.ExecutorHandler,
 			Name: "sync", Payload: json.RawMessage(`{"a":[1,2]}`)}},
 	}, {
 		name: "noop, defaults left to the server",
 		args: []string{"--id", "n", "--schedule", "* * * * *", "--noop"},
-		want: &engine.Task{ID: "n", Schedule: "* * * * *", Executor: engine.Executor{Type: engine.ExecutorNoop}},
+		want: &task.Task{ID: "n", Schedule: "* * * * *", Executor: task.Executor{Type: task.ExecutorNoop}},
 	}, {
 		name: "flags after --if-match and zero jitter allowed",
 		args: []string{"--noop", "--jitter", "0s", "--if-match", "7", "--schedule", "@hourly", "--id", "j"},
-		want: &engine.Task{ID: "j", Schedule: "@hourly", Executor: engine.Executor{Type: engine.ExecutorNoop}},
+		want: &task.Task{ID: "j", Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -406,13 +407,13 @@ func TestVersion(t *testing.T) {
 func TestOutput_Tables(t *testing.T) {
 	at := time.Date(2025, 12, 2, 14, 5, 0, 0, time.UTC)
 	p := 7
-	tasks := []*engine.Task{{
+	tasks := []*task.Task{{
 		ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin", Version: 1234,
-		Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "POST"},
-		State:    &engine.TaskState{Owner: "n1", NextFireAt: at},
+		Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "POST"},
+		State:    &task.State{Owner: "n1", NextFireAt: at},
 	}, {
 		ID: "b", Schedule: "@daily", Timezone: "UTC", Paused: true, Version: 9, Partition: &p,
-		Executor: engine.Executor{Type: engine.ExecutorExec, Command: []string{"/bin/echo", "a b"}},
+		Executor: task.Executor{Type: task.ExecutorExec, Command: []string{"/bin/echo", "a b"}},
 	}}
 	execs := []store.Execution{{
 		TaskID: "a", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond), FinishedAt: at.Add(1503 * time.Millisecond),
@@ -460,12 +461,12 @@ func TestOutput_Tables(t *testing.T) {
 	}
 
 	var b bytes.Buffer
-	task := *tasks[0]
-	task.Labels = map[string]string{"tier": "1", "team": "billing"}
-	task.Executor.Headers = map[string]string{"X-Team": "billing"}
-	task.Retry = engine.Retry{MaxAttempts: 3, Backoff: engine.Duration(time.Second), MaxBackoff: engine.Duration(time.Minute)}
-	task.Partition = &p
-	if err := writeTaskDetail(&b, &task); err != nil {
+	tsk := *tasks[0]
+	tsk.Labels = map[string]string{"tier": "1", "team": "billing"}
+	tsk.Executor.Headers = map[string]string{"X-Team": "billing"}
+	tsk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(time.Second), MaxBackoff: task.Duration(time.Minute)}
+	tsk.Partition = &p
+	if err := writeTaskDetail(&b, &tsk); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
@@ -497,9 +498,9 @@ func TestOutput_Truncate(t *testing.T) {
 // --- import -----------------------------------------------------------------------
 
 func TestLineReader(t *testing.T) {
-	long := `{"id":"` + strings.Repeat("x", engine.MaxTaskSize) + `"}`
-	exact := `{"id":"` + strings.Repeat("y", engine.MaxTaskSize-9) + `"}` // 64 KiB exactly
-	if len(exact) != engine.MaxTaskSize {
+	long := `{"id":"` + strings.Repeat("x", task.MaxTaskSize) + `"}`
+	exact := `{"id":"` + strings.Repeat("y", task.MaxTaskSize-9) + `"}` // 64 KiB exactly
+	if len(exact) != task.MaxTaskSize {
 		t.Fatalf("exact is %d bytes", len(exact))
 	}
 	input := strings.Join([]string{
@@ -586,15 +587,15 @@ func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]
 		}
 		res := api.BatchResult{Errors: []engine.BatchError{}}
 		for i, l := range lines {
-			var task struct{ ID string }
-			_ = json.Unmarshal(l, &task)
-			if strings.HasPrefix(task.ID, "bad") {
+			var tsk struct{ ID string }
+			_ = json.Unmarshal(l, &tsk)
+			if strings.HasPrefix(tsk.ID, "bad") {
 				res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
 				continue
 			}
 			res.Written++
 			fb.mu.Lock()
-			fb.ids = append(fb.ids, task.ID)
+			fb.ids = append(fb.ids, tsk.ID)
 			fb.mu.Unlock()
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -871,15 +872,15 @@ func TestCLI_AgainstNode(t *testing.T) {
 	n, tokenURL := startCLINode(t, "s3cret")
 	srv := []string{"--server", n.url}
 	run := func(stdin string, args ...string) cliResult { return cli(stdin, append(args, srv...)...) }
-	getTask := func(t *testing.T, id string) *engine.Task {
+	getTask := func(t *testing.T, id string) *task.Task {
 		t.Helper()
 		r := run("", "task", "get", id, "--output", "json")
 		wantCLI(t, r, 0, nil, nil)
-		var task engine.Task
-		if err := json.Unmarshal([]byte(r.stdout), &task); err != nil {
+		var tsk task.Task
+		if err := json.Unmarshal([]byte(r.stdout), &tsk); err != nil {
 			t.Fatalf("get --output json: %v\n%s", err, r)
 		}
-		return &task
+		return &tsk
 	}
 	const id = "billing/invoice-42"
 	// The task is live, so it calls a receiver on this machine, and the test
@@ -898,14 +899,14 @@ func TestCLI_AgainstNode(t *testing.T) {
 		r := run("", "task", "put", "--id", id, "--schedule", "0 */5 * * * *", "--timezone", "Europe/Berlin",
 			"--url", hook, "--header", "X-Team=billing", "--max-attempts", "3", "--label", "team=billing")
 		wantCLI(t, r, 0, []string{`put task "billing/invoice-42": version `}, nil)
-		task := getTask(t, id)
-		if task.ID != id || task.Timezone != "Europe/Berlin" || task.Retry.MaxAttempts != 3 || task.Version == 0 ||
-			task.Executor.Headers["X-Team"] != "billing" || task.Labels["team"] != "billing" {
-			t.Fatalf("stored task %+v", task)
+		tsk := getTask(t, id)
+		if tsk.ID != id || tsk.Timezone != "Europe/Berlin" || tsk.Retry.MaxAttempts != 3 || tsk.Version == 0 ||
+			tsk.Executor.Headers["X-Team"] != "billing" || tsk.Labels["team"] != "billing" {
+			t.Fatalf("stored task %+v", tsk)
 		}
 		r = run("", "task", "get", id)
 		wantCLI(t, r, 0, []string{"ID:", id, "Executor:", "http POST " + hook, "Retry:", "3 attempts",
-			fmt.Sprintf("Version:          %d", task.Version), "Owner:"}, nil)
+			fmt.Sprintf("Version:          %d", tsk.Version), "Owner:"}, nil)
 		wantCLI(t, run("", "task", "trigger", id), 0, nil, nil)
 		select {
 		case team := <-hooked:
@@ -918,17 +919,17 @@ func TestCLI_AgainstNode(t *testing.T) {
 	})
 
 	t.Run("put -f from a file and from stdin, with if-match", func(t *testing.T) {
-		task := getTask(t, id)
+		tsk := getTask(t, id)
 		// What get printed goes back in, output-only fields and all.
 		r := run("", "task", "get", id, "--output", "json")
 		edited := strings.Replace(r.stdout, `"paused": false`, `"paused": true`, 1)
-		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(task.Version))
+		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(tsk.Version))
 		wantCLI(t, r, 0, []string{"put task"}, nil)
-		if got := getTask(t, id); !got.Paused || got.Version <= task.Version {
-			t.Fatalf("after put -f -: paused %v version %d (was %d)", got.Paused, got.Version, task.Version)
+		if got := getTask(t, id); !got.Paused || got.Version <= tsk.Version {
+			t.Fatalf("after put -f -: paused %v version %d (was %d)", got.Paused, got.Version, tsk.Version)
 		}
 		// The old version again: refused with the server's explanation.
-		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(task.Version))
+		r = run(edited, "task", "put", "-f", "-", "--if-match", fmt.Sprint(tsk.Version))
 		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42" has another version than If-Match says`})
 
 		file := filepath.Join(t.TempDir(), "task.json")
@@ -962,15 +963,15 @@ func TestCLI_AgainstNode(t *testing.T) {
 		r = run("", "task", "list", "--prefix", "list/", "--limit", "2", "--all", "--output", "json")
 		wantCLI(t, r, 0, nil, nil)
 		var res struct {
-			Tasks      []*engine.Task
+			Tasks      []*task.Task
 			NextCursor *string `json:"next_cursor"` // present and empty after the last page
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
-		for _, task := range res.Tasks {
-			ids = append(ids, task.ID)
+		for _, tsk := range res.Tasks {
+			ids = append(ids, tsk.ID)
 		}
 		if !reflect.DeepEqual(ids, []string{"list/1", "list/2", "list/3", "list/4", "list/5"}) || res.NextCursor == nil || *res.NextCursor != "" {
 			t.Errorf("--all: ids %v, cursor %v", ids, res.NextCursor)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/task"
 )
 
 const importHelp = `Usage: shardcron import [flags] FILE
@@ -447,7 +448,7 @@ type lineReader struct {
 
 func newLineReader(r io.Reader) *lineReader {
 	// Room for the largest task plus "\r\n": a longer line is too long.
-	return &lineReader{r: bufio.NewReaderSize(r, engine.MaxTaskSize+2)}
+	return &lineReader{r: bufio.NewReaderSize(r, task.MaxTaskSize+2)}
 }
 
 // next returns the next line to send and its number; (nil, n, nil, nil)
@@ -473,7 +474,7 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 		}
 		lr.line++
 		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
-			"task is about %d bytes of JSON, more than the limit of %d (64 KiB)", size, engine.MaxTaskSize)}, nil
+			"task is about %d bytes of JSON, more than the limit of %d (64 KiB)", size, task.MaxTaskSize)}, nil
 	case err == io.EOF:
 		lr.eof = true
 		if len(data) == 0 {
@@ -487,9 +488,9 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 	if len(data) == 0 || data[0] == '#' {
 		return nil, lr.line, nil, nil
 	}
-	if len(data) > engine.MaxTaskSize {
+	if len(data) > task.MaxTaskSize {
 		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
-			"task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), engine.MaxTaskSize)}, nil
+			"task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), task.MaxTaskSize)}, nil
 	}
 	if msg := checkJSONObject(data); msg != "" {
 		return nil, lr.line, &lineError{Line: lr.line, Error: msg}, nil

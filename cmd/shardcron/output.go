@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Widths past which a table cell is cut, so that one long URL or error
@@ -87,17 +87,17 @@ func dash(s string) string {
 
 // describeExecutor summarizes what a task runs: "http POST http://x/hook",
 // "exec /usr/bin/backup --full", "handler sync", "noop".
-func describeExecutor(x engine.Executor) string {
+func describeExecutor(x task.Executor) string {
 	switch x.Type {
-	case engine.ExecutorHTTP:
+	case task.ExecutorHTTP:
 		m := x.Method
 		if m == "" {
-			m = engine.DefaultHTTPMethod
+			m = task.DefaultHTTPMethod
 		}
 		return "http " + m + " " + x.URL
-	case engine.ExecutorExec:
+	case task.ExecutorExec:
 		return strings.TrimSpace("exec " + quoteArgv(x.Command))
-	case engine.ExecutorHandler:
+	case task.ExecutorHandler:
 		return "handler " + x.Name
 	}
 	return string(x.Type)
@@ -133,7 +133,7 @@ func formatMap(m map[string]string) string {
 }
 
 // writeTaskTable prints tasks as a table, one row each.
-func writeTaskTable(w io.Writer, tasks []*engine.Task) error {
+func writeTaskTable(w io.Writer, tasks []*task.Task) error {
 	tw := newTable(w)
 	row(tw, "ID", "SCHEDULE", "TZ", "EXECUTOR", "PAUSED", "NEXT FIRE", "VERSION")
 	for _, t := range tasks {
@@ -153,7 +153,7 @@ func writeTaskTable(w io.Writer, tasks []*engine.Task) error {
 
 // writeTaskDetail prints one task as "Key: value" lines: the definition,
 // then what the cluster knows of it, then the owner's state.
-func writeTaskDetail(w io.Writer, t *engine.Task) error {
+func writeTaskDetail(w io.Writer, t *task.Task) error {
 	tw := newTable(w)
 	kv := func(k, v string) { row(tw, k+":", v) }
 	kv("ID", t.ID)
@@ -162,18 +162,18 @@ func writeTaskDetail(w io.Writer, t *engine.Task) error {
 	kv("Executor", describeExecutor(t.Executor))
 	x := t.Executor
 	switch x.Type {
-	case engine.ExecutorHTTP:
+	case task.ExecutorHTTP:
 		if len(x.Headers) > 0 {
 			kv("  Headers", formatMap(x.Headers))
 		}
 		if x.Body != "" {
 			kv("  Body", truncate(x.Body, maxErrorWidth))
 		}
-	case engine.ExecutorExec:
+	case task.ExecutorExec:
 		if len(x.Env) > 0 {
 			kv("  Env", formatMap(x.Env))
 		}
-	case engine.ExecutorHandler:
+	case task.ExecutorHandler:
 		if len(x.Payload) > 0 {
 			kv("  Payload", truncate(string(x.Payload), maxErrorWidth))
 		}
@@ -181,7 +181,7 @@ func writeTaskDetail(w io.Writer, t *engine.Task) error {
 	kv("Timeout", durationOrDefault(t.Timeout))
 	attempts := t.Retry.MaxAttempts
 	if attempts == 0 {
-		attempts = engine.DefaultMaxAttempts
+		attempts = task.DefaultMaxAttempts
 	}
 	retry := "none (1 attempt)"
 	if attempts > 1 {
@@ -217,7 +217,7 @@ func writeTaskDetail(w io.Writer, t *engine.Task) error {
 }
 
 // durationOrDefault shows a duration, "-" when left to the default.
-func durationOrDefault(d engine.Duration) string {
+func durationOrDefault(d task.Duration) string {
 	if d == 0 {
 		return "-"
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 const taskHelp = `Usage: shardcron task SUBCOMMAND [flags] [ARGS]
@@ -251,7 +252,7 @@ var taskFlagNames = []string{"id", "schedule", "timezone", "url", "method", "hea
 // server applies its defaults; an explicit zero where zero is not a value
 // is refused rather than silently turned into the default. A non-empty
 // result is a usage error.
-func (p *putFlags) build(set map[string]bool) (*engine.Task, string) {
+func (p *putFlags) build(set map[string]bool) (*task.Task, string) {
 	var missing []string
 	if p.id == "" {
 		missing = append(missing, "--id")
@@ -260,23 +261,23 @@ func (p *putFlags) build(set map[string]bool) (*engine.Task, string) {
 		missing = append(missing, "--schedule")
 	}
 	var kinds []string
-	t := &engine.Task{ID: p.id, Schedule: p.schedule, Timezone: p.timezone, Paused: p.paused}
+	t := &task.Task{ID: p.id, Schedule: p.schedule, Timezone: p.timezone, Paused: p.paused}
 	x := &t.Executor
 	if set["url"] {
 		kinds = append(kinds, "--url")
-		x.Type = engine.ExecutorHTTP
+		x.Type = task.ExecutorHTTP
 	}
 	if set["command"] {
 		kinds = append(kinds, "--command")
-		x.Type = engine.ExecutorExec
+		x.Type = task.ExecutorExec
 	}
 	if set["handler"] {
 		kinds = append(kinds, "--handler")
-		x.Type = engine.ExecutorHandler
+		x.Type = task.ExecutorHandler
 	}
 	if p.noop {
 		kinds = append(kinds, "--noop")
-		x.Type = engine.ExecutorNoop
+		x.Type = task.ExecutorNoop
 	}
 	switch {
 	case len(kinds) == 0:
@@ -304,7 +305,7 @@ func (p *putFlags) build(set map[string]bool) (*engine.Task, string) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-		dst  *engine.Duration
+		dst  *task.Duration
 	}{
 		{"task-timeout", p.taskTimeout, &t.Timeout},
 		{"backoff", p.backoff, &t.Retry.Backoff},
@@ -314,18 +315,18 @@ func (p *putFlags) build(set map[string]bool) (*engine.Task, string) {
 		if set[d.name] && d.v <= 0 {
 			return nil, fmt.Sprintf("--%s: %s is not more than 0 (leave the flag out for the default)", d.name, d.v)
 		}
-		*d.dst = engine.Duration(d.v)
+		*d.dst = task.Duration(d.v)
 	}
 	if set["jitter"] && p.jitter < 0 {
 		return nil, fmt.Sprintf("--jitter: %s is negative", p.jitter)
 	}
-	t.Jitter = engine.Duration(p.jitter)
+	t.Jitter = task.Duration(p.jitter)
 	if set["max-attempts"] && p.maxAttempts < 1 {
 		return nil, fmt.Sprintf("--max-attempts: %d is less than 1 (leave the flag out for the default)", p.maxAttempts)
 	}
 	t.Retry.MaxAttempts = p.maxAttempts
-	t.Misfire = engine.MisfirePolicy(p.misfire)
-	t.Concurrency = engine.ConcurrencyPolicy(p.concurrency)
+	t.Misfire = task.MisfirePolicy(p.misfire)
+	t.Concurrency = task.ConcurrencyPolicy(p.concurrency)
 	if len(p.labels) > 0 {
 		t.Labels = p.labels
 	}
@@ -343,7 +344,7 @@ func joinAnd(s []string) string {
 // flagError rewrites a validation error of a task built from flags to name
 // the flag ("--max-attempts (retry.max_attempts): ...").
 func flagError(err error) error {
-	var ve *engine.ValidationError
+	var ve *task.ValidationError
 	if !errors.As(err, &ve) {
 		return err
 	}
@@ -419,15 +420,15 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force 
 	name := file
 	if file == "-" {
 		name = "stdin"
-		data, err = io.ReadAll(io.LimitReader(stdin, engine.MaxTaskSize+1))
+		data, err = io.ReadAll(io.LimitReader(stdin, task.MaxTaskSize+1))
 	} else {
-		data, err = readFileLimited(file, engine.MaxTaskSize+1)
+		data, err = readFileLimited(file, task.MaxTaskSize+1)
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "shardcron: %v\n", err)
 		return exitError
 	}
-	if len(data) > engine.MaxTaskSize {
+	if len(data) > task.MaxTaskSize {
 		fmt.Fprintf(c.stderr, "shardcron: %s: a task is at most 64 KiB of JSON\n", name)
 		return exitError
 	}
@@ -476,7 +477,7 @@ func readFileLimited(name string, limit int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 
-func printPut(c *command, cf *clientFlags, t *engine.Task) int {
+func printPut(c *command, cf *clientFlags, t *task.Task) int {
 	return printResult(c, cf, t, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "put %s: version %d\n", subject(t.ID), t.Version)
 		return err
@@ -550,7 +551,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	}
 	cl := cf.client()
 	opts := api.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor}
-	var tasks []*engine.Task
+	var tasks []*task.Task
 	for {
 		ctx, cancel := cf.ctx()
 		page, next, err := cl.ListTasks(ctx, opts)
@@ -565,7 +566,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if tasks == nil {
-		tasks = []*engine.Task{} // "tasks": [] rather than null
+		tasks = []*task.Task{} // "tasks": [] rather than null
 	}
 	out := listResult{Tasks: tasks, NextCursor: opts.Cursor}
 	rc := printResult(c, &cf, out, func(w io.Writer) error { return writeTaskTable(w, tasks) })
@@ -577,8 +578,8 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 
 // listResult is the JSON of 'task list': the API's list answer.
 type listResult struct {
-	Tasks      []*engine.Task `json:"tasks"`
-	NextCursor string         `json:"next_cursor"` // "" after the last page
+	Tasks      []*task.Task `json:"tasks"`
+	NextCursor string       `json:"next_cursor"` // "" after the last page
 }
 
 // --- task export ------------------------------------------------------------
@@ -711,7 +712,7 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	c := newCommand(name, help, stdout, stderr)
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
 		cl := cf.client()
-		var t *engine.Task
+		var t *task.Task
 		var err error
 		if pause {
 			t, err = cl.Pause(ctx, id)

@@ -1,4 +1,4 @@
-package engine
+package task
 
 import (
 	"bytes"
@@ -85,7 +85,7 @@ type Task struct {
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// State is the owning node's view of the task.
-	State *TaskState `json:"state,omitempty"`
+	State *State `json:"state,omitempty"`
 }
 
 // Executor says what a fire runs. Type selects the kind; each kind takes
@@ -187,9 +187,9 @@ const (
 	ConcurrencyReplace ConcurrencyPolicy = "replace"
 )
 
-// TaskState is the owning node's view of a task, in API responses. Counters
+// State is the owning node's view of a task, in API responses. Counters
 // count since the owner took the task's partition.
-type TaskState struct {
+type State struct {
 	Owner      string    `json:"owner"`
 	NextFireAt time.Time `json:"next_fire_at,omitzero"`
 	LastFireAt time.Time `json:"last_fire_at,omitzero"`
@@ -219,7 +219,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	v, reason := parseDuration(b)
 	if reason != "" {
-		return fmt.Errorf("engine: %s", reason)
+		return fmt.Errorf("task: %s", reason)
 	}
 	*d = Duration(v)
 	return nil
@@ -253,21 +253,21 @@ func parseDuration(b []byte) (time.Duration, string) {
 // ignored.
 func DecodeTask(data []byte) (*Task, error) {
 	if len(data) > MaxTaskSize {
-		return nil, invalid("", "task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), MaxTaskSize)
+		return nil, Invalid("", "task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), MaxTaskSize)
 	}
 	if !utf8.Valid(data) {
-		return nil, invalid("", "task JSON is not valid UTF-8")
+		return nil, Invalid("", "task JSON is not valid UTF-8")
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(data, &obj); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, invalid("", "malformed JSON at byte %d: %s", se.Offset, se.Error())
+			return nil, Invalid("", "malformed JSON at byte %d: %s", se.Offset, se.Error())
 		}
-		return nil, invalid("", "task must be a JSON object, got %s", jsonKind(data))
+		return nil, Invalid("", "task must be a JSON object, got %s", jsonKind(data))
 	}
 	if obj == nil {
-		return nil, invalid("", "task must be a JSON object, got null")
+		return nil, Invalid("", "task must be a JSON object, got null")
 	}
 	d := &objDecoder{obj: obj}
 	d.known(taskFields, outputOnlyFields)
@@ -333,7 +333,7 @@ type objDecoder struct {
 
 func (d *objDecoder) fail(name, format string, args ...any) {
 	if d.err == nil {
-		d.err = invalid(d.prefix+name, format, args...)
+		d.err = Invalid(d.prefix+name, format, args...)
 	}
 }
 

@@ -1,4 +1,4 @@
-package engine
+package task
 
 import (
 	"encoding/json"
@@ -118,7 +118,7 @@ func TestDecodeTask_OutputOnlyFields(t *testing.T) {
 	resp.Version = 42
 	resp.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	resp.UpdatedAt = resp.CreatedAt.Add(time.Hour)
-	resp.State = &TaskState{Owner: "node-1", NextFireAt: resp.UpdatedAt, LastStatus: "ok", Fires: 3}
+	resp.State = &State{Owner: "node-1", NextFireAt: resp.UpdatedAt, LastStatus: "ok", Fires: 3}
 	data, err := json.Marshal(resp)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package engine
+package task
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardcron/shardcron/engine/schedule"
-	"github.com/shardcron/shardcron/store"
 )
 
 // ValidationError reports task input that cannot be accepted: the API answers
@@ -30,19 +29,27 @@ func (e *ValidationError) Error() string {
 	return e.Field + ": " + e.Reason
 }
 
-func invalid(field, format string, args ...any) *ValidationError {
+// Invalid returns a *ValidationError on field with the formatted reason.
+func Invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// MaxHistoryLimit is the most executions of one class a task's
+// HistoryLimit may keep: store.MaxHistoryLimit, which a test in package
+// engine holds it equal to (this package does not link the store).
+const MaxHistoryLimit = 100
+
+// MaxIDLen is the longest task id, in bytes.
+const MaxIDLen = 256
+
 // Limits of the task model.
 const (
-	maxIDLen       = 256
 	maxTimeout     = 24 * time.Hour
 	maxBackoff     = 24 * time.Hour
 	maxCatchup     = 24 * time.Hour
 	maxJitter      = time.Hour
 	maxAttempts    = 100
-	maxLabels      = 64
+	MaxLabels      = 64
 	maxLabelKeyLen = 63
 	maxLabelValLen = 256
 )
@@ -54,19 +61,19 @@ const (
 // equal Task. Validate is idempotent. The output-only fields are ignored.
 func (t *Task) Validate() error {
 	t.applyDefaults()
-	if err := checkID(t.ID); err != nil {
+	if err := CheckID(t.ID); err != nil {
 		return err
 	}
 	if t.Schedule == "" {
-		return invalid("schedule", "required: a cron spec such as \"*/5 * * * *\" or a descriptor such as \"@hourly\"")
+		return Invalid("schedule", "required: a cron spec such as \"*/5 * * * *\" or a descriptor such as \"@hourly\"")
 	}
 	sched, err := schedule.Parse(t.Schedule, t.Timezone, t.ID)
 	if err != nil {
 		var se *schedule.Error
 		if errors.As(err, &se) && se.Zone {
-			return invalid("timezone", "%s", se.Error())
+			return Invalid("timezone", "%s", se.Error())
 		}
-		return invalid("schedule", "%s", err.Error())
+		return Invalid("schedule", "%s", err.Error())
 	}
 	if err := t.Executor.validate(); err != nil {
 		return err
@@ -75,7 +82,7 @@ func (t *Task) Validate() error {
 		return err
 	}
 	if t.Retry.MaxAttempts < 1 || t.Retry.MaxAttempts > maxAttempts {
-		return invalid("retry.max_attempts", "%d is not within 1-%d", t.Retry.MaxAttempts, maxAttempts)
+		return Invalid("retry.max_attempts", "%d is not within 1-%d", t.Retry.MaxAttempts, maxAttempts)
 	}
 	if err := checkDuration("retry.backoff", t.Retry.Backoff, false, maxBackoff); err != nil {
 		return err
@@ -84,12 +91,12 @@ func (t *Task) Validate() error {
 		return err
 	}
 	if t.Retry.MaxBackoff < t.Retry.Backoff {
-		return invalid("retry.max_backoff", "%s is less than retry.backoff %s", t.Retry.MaxBackoff, t.Retry.Backoff)
+		return Invalid("retry.max_backoff", "%s is less than retry.backoff %s", t.Retry.MaxBackoff, t.Retry.Backoff)
 	}
 	switch t.Misfire {
 	case MisfireFireOnce, MisfireSkip, MisfireFireAll:
 	default:
-		return invalid("misfire", "unknown policy %q (want fire_once, skip or fire_all)", t.Misfire)
+		return Invalid("misfire", "unknown policy %q (want fire_once, skip or fire_all)", t.Misfire)
 	}
 	if err := checkDuration("catchup_window", t.CatchupWindow, false, maxCatchup); err != nil {
 		return err
@@ -97,7 +104,7 @@ func (t *Task) Validate() error {
 	switch t.Concurrency {
 	case ConcurrencyAllow, ConcurrencyForbid, ConcurrencyBufferOne, ConcurrencyReplace:
 	default:
-		return invalid("concurrency", "unknown policy %q (want allow, forbid, buffer_one or replace)", t.Concurrency)
+		return Invalid("concurrency", "unknown policy %q (want allow, forbid, buffer_one or replace)", t.Concurrency)
 	}
 	if err := checkDuration("jitter", t.Jitter, true, maxJitter); err != nil {
 		return err
@@ -106,7 +113,7 @@ func (t *Task) Validate() error {
 		// A fire delayed past the next one would arm that one late, and the
 		// schedule would slide into misfires.
 		if gap := shortestGap(sched); time.Duration(t.Jitter) >= gap {
-			return invalid("jitter", "%s is not shorter than the schedule's shortest interval %s", t.Jitter, gap)
+			return Invalid("jitter", "%s is not shorter than the schedule's shortest interval %s", t.Jitter, gap)
 		}
 	}
 	if err := checkLabels(t.Labels); err != nil {
@@ -115,7 +122,7 @@ func (t *Task) Validate() error {
 	return t.HistoryLimit.check()
 }
 
-// check refuses limits out of 0-store.MaxHistoryLimit.
+// check refuses limits out of 0-MaxHistoryLimit.
 func (l *HistoryLimit) check() error {
 	if l == nil {
 		return nil
@@ -124,9 +131,9 @@ func (l *HistoryLimit) check() error {
 		name, flag string
 		v          *int
 	}{{"successes", "--history-success-limit", l.Successes}, {"failures", "--history-failure-limit", l.Failures}} {
-		if f.v != nil && (*f.v < 0 || *f.v > store.MaxHistoryLimit) {
-			return invalid("history_limit."+f.name, "%d is not within 0-%d (leave it out for the node's %s)",
-				*f.v, store.MaxHistoryLimit, f.flag)
+		if f.v != nil && (*f.v < 0 || *f.v > MaxHistoryLimit) {
+			return Invalid("history_limit."+f.name, "%d is not within 0-%d (leave it out for the node's %s)",
+				*f.v, MaxHistoryLimit, f.flag)
 		}
 	}
 	return nil
@@ -199,17 +206,19 @@ func (t *Task) applyDefaults() {
 	}
 }
 
-func checkID(id string) error {
+// CheckID refuses an id that is not 1-MaxIDLen bytes of UTF-8 without
+// control characters, with a *ValidationError on "id".
+func CheckID(id string) error {
 	switch {
 	case id == "":
-		return invalid("id", "required")
-	case len(id) > maxIDLen:
-		return invalid("id", "%d bytes, more than %d", len(id), maxIDLen)
+		return Invalid("id", "required")
+	case len(id) > MaxIDLen:
+		return Invalid("id", "%d bytes, more than %d", len(id), MaxIDLen)
 	case !utf8.ValidString(id):
-		return invalid("id", "%q is not valid UTF-8", id)
+		return Invalid("id", "%q is not valid UTF-8", id)
 	}
 	if r, ok := controlChar(id); ok {
-		return invalid("id", "%q contains the control character %U", id, r)
+		return Invalid("id", "%q contains the control character %U", id, r)
 	}
 	return nil
 }
@@ -228,26 +237,26 @@ func controlChar(s string) (rune, bool) {
 func checkDuration(field string, d Duration, zeroOK bool, limit time.Duration) error {
 	switch {
 	case d < 0 || d == 0 && !zeroOK:
-		return invalid(field, "%s is not more than 0", d)
+		return Invalid(field, "%s is not more than 0", d)
 	case time.Duration(d) > limit:
-		return invalid(field, "%s is more than %s", d, Duration(limit))
+		return Invalid(field, "%s is more than %s", d, Duration(limit))
 	}
 	return nil
 }
 
 func checkLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return invalid("labels", "%d labels, more than %d", len(labels), maxLabels)
+	if len(labels) > MaxLabels {
+		return Invalid("labels", "%d labels, more than %d", len(labels), MaxLabels)
 	}
 	for k, v := range labels {
 		if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyChar) >= 0 {
-			return invalid("labels", "key %q: want 1-%d bytes of A-Z a-z 0-9 . _ / -", k, maxLabelKeyLen)
+			return Invalid("labels", "key %q: want 1-%d bytes of A-Z a-z 0-9 . _ / -", k, maxLabelKeyLen)
 		}
 		if len(v) > maxLabelValLen {
-			return invalid("labels", "value of %q: %d bytes, more than %d", k, len(v), maxLabelValLen)
+			return Invalid("labels", "value of %q: %d bytes, more than %d", k, len(v), maxLabelValLen)
 		}
 		if !utf8.ValidString(v) {
-			return invalid("labels", "value of %q is not valid UTF-8", k)
+			return Invalid("labels", "value of %q is not valid UTF-8", k)
 		}
 	}
 	return nil

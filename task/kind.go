@@ -1,8 +1,9 @@
-package engine
+package task
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/shardcron/shardcron/engine/executor"
@@ -14,8 +15,9 @@ import (
 // kinds.
 //
 // To add an executor type: its fields on Executor, one entry here, and the
-// fields in profileKey (TestProfileKey_CoversFireFields fails until they
-// are). Its field rules belong in package executor, next to the executor.
+// fields in engine's profileKey (engine's TestProfileKey_CoversFireFields
+// fails until they are). Its field rules and constructor belong in package
+// executor, next to the executor.
 type kind struct {
 	typ    ExecutorType
 	fields []kindField
@@ -79,7 +81,7 @@ var kinds = []kind{
 				// The form json.Marshal writes, so that the task round-trips.
 				p, err := json.Marshal(e.Payload)
 				if err != nil {
-					return invalid("executor.payload", "not valid JSON")
+					return Invalid("executor.payload", "not valid JSON")
 				}
 				e.Payload = p
 			}
@@ -138,6 +140,18 @@ var (
 	}()
 )
 
+// Build returns the executor of a validated task's executor, built with
+// what the node's executors share. An exec executor on a node that does not
+// allow exec is an error wrapping executor.ErrNotAllowed, as is a command
+// or host the node's allow-lists leave out.
+func (e *Executor) Build(sh *executor.Shared) (executor.Executor, error) {
+	k, ok := kindOf(e.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown executor %q", e.Type)
+	}
+	return k.build(e, sh)
+}
+
 // kindOf returns the kind of type typ.
 func kindOf(typ ExecutorType) (*kind, bool) {
 	for i := range kinds {
@@ -152,9 +166,9 @@ func (e *Executor) validate() error {
 	k, ok := kindOf(e.Type)
 	switch {
 	case e.Type == "":
-		return invalid("executor.type", "required (want %s)", kindTypes)
+		return Invalid("executor.type", "required (want %s)", kindTypes)
 	case !ok:
-		return invalid("executor.type", "unknown executor %q (want %s)", e.Type, kindTypes)
+		return Invalid("executor.type", "unknown executor %q (want %s)", e.Type, kindTypes)
 	}
 	// Refuse fields of other types: a url on a noop task is a mistake the
 	// user wants to hear about, not a silently dead setting.
@@ -164,7 +178,7 @@ func (e *Executor) validate() error {
 		}
 		for _, f := range other.fields {
 			if f.set(e) {
-				return invalid("executor."+f.name, "not allowed with executor type %q (%s is for %s)", e.Type, f.name, other.typ)
+				return Invalid("executor."+f.name, "not allowed with executor type %q (%s is for %s)", e.Type, f.name, other.typ)
 			}
 		}
 	}
@@ -173,7 +187,7 @@ func (e *Executor) validate() error {
 	}
 	err := k.check(e)
 	if fe := (*executor.FieldError)(nil); errors.As(err, &fe) {
-		return invalid("executor."+fe.Field, "%s", fe.Reason)
+		return Invalid("executor."+fe.Field, "%s", fe.Reason)
 	}
 	return err
 }
