@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -21,7 +21,7 @@ type BatchResult struct {
 	// Errors lists the items that were not written, by their 0-based index
 	// in the batch (for JSON Lines: among the non-blank lines), in index
 	// order. Never null in answers.
-	Errors []engine.BatchError `json:"errors"`
+	Errors []registry.BatchError `json:"errors"`
 	// Warnings are tasks written that only some live nodes can run.
 	Warnings []BatchWarning `json:"warnings,omitempty"`
 }
@@ -56,10 +56,10 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	res := BatchResult{Errors: []engine.BatchError{}}
+	res := BatchResult{Errors: []registry.BatchError{}}
 	tasks := make([]*task.Task, 0, len(items))
 	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
-	var runners *engine.Runners         // read once, by the first task that needs them
+	var runners *registry.Runners       // read once, by the first task that needs them
 	for i, it := range items {
 		t, err := task.DecodeTask(it.raw)
 		if err != nil {
@@ -67,7 +67,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 			if it.line > 0 {
 				msg = fmt.Sprintf("line %d: %s", it.line, msg)
 			}
-			res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: msg})
+			res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: msg})
 			continue
 		}
 		warning, err := s.runnable(r.Context(), t, &runners)
@@ -77,7 +77,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, r, t.ID, err)
 				return
 			}
-			res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: err.Error()})
+			res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: err.Error()})
 			continue
 		}
 		if warning != "" {
@@ -92,7 +92,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		e.Index = index[e.Index]
 		res.Errors = append(res.Errors, e)
 	}
-	slices.SortStableFunc(res.Errors, func(a, b engine.BatchError) int { return a.Index - b.Index })
+	slices.SortStableFunc(res.Errors, func(a, b registry.BatchError) int { return a.Index - b.Index })
 	if err != nil {
 		s.log.Warn("api: batch write failed", "written", written, "err", err)
 		status := http.StatusInternalServerError

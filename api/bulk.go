@@ -9,7 +9,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -21,7 +21,7 @@ const maxSelectorBytes = 64 << 10
 // ({"prefix", "labels", "all", "dry_run"}) and answers the counts
 // (engine.BulkResult). A failure midway answers the counts done so far
 // with the error; running the action again finishes it.
-func (s *Server) bulk(action engine.BulkAction) http.HandlerFunc {
+func (s *Server) bulk(action registry.BulkAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sel, err := decodeSelector(r.Body)
 		if err != nil {
@@ -37,7 +37,7 @@ func (s *Server) bulk(action engine.BulkAction) http.HandlerFunc {
 			}
 			s.log.Warn("api: bulk action failed midway", "action", action, "changed", res.Changed, "err", err)
 			writeJSON(w, http.StatusInternalServerError, struct {
-				engine.BulkResult
+				registry.BulkResult
 				Error string `json:"error"`
 			}{res, fmt.Sprintf("bulk %s stopped after %d of the matched tasks were changed: %v (run it again to finish)",
 				action, res.Changed, err)})
@@ -49,8 +49,8 @@ func (s *Server) bulk(action engine.BulkAction) http.HandlerFunc {
 
 // decodeSelector reads a selector, refusing unknown fields: a misspelt
 // "lables" must not widen a delete to every task of a prefix.
-func decodeSelector(body io.Reader) (engine.Selector, error) {
-	var sel engine.Selector
+func decodeSelector(body io.Reader) (registry.Selector, error) {
+	var sel registry.Selector
 	b, err := io.ReadAll(io.LimitReader(body, maxSelectorBytes+1))
 	if err != nil {
 		return sel, fmt.Errorf("reading the request body: %w", err)
@@ -74,12 +74,12 @@ func decodeSelector(body io.Reader) (engine.Selector, error) {
 
 // Bulk applies action to every task sel chooses (POST /v1/tasks:<action>)
 // and returns the counts; with sel.DryRun it only counts.
-func (c *Client) Bulk(ctx context.Context, action engine.BulkAction, sel engine.Selector) (*engine.BulkResult, error) {
+func (c *Client) Bulk(ctx context.Context, action registry.BulkAction, sel registry.Selector) (*registry.BulkResult, error) {
 	body, err := json.Marshal(sel)
 	if err != nil {
 		return nil, fmt.Errorf("encode selector: %w", err)
 	}
-	var res engine.BulkResult
+	var res registry.BulkResult
 	h := http.Header{"Content-Type": {"application/json"}}
 	if err := c.do(ctx, http.MethodPost, "/v1/tasks:"+string(action), nil, body, h, &res); err != nil {
 		return nil, err

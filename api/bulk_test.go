@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 )
 
 // TestServer_Bulk: POST /v1/tasks:<action> by selector through the HTTP
@@ -43,18 +43,18 @@ func TestServer_Bulk(t *testing.T) {
 	}
 
 	a := call(t, n.ts, "POST", "/v1/tasks:pause", `{"labels":{"team":"billing"},"prefix":"bulk/","dry_run":true}`)
-	var res engine.BulkResult
+	var res registry.BulkResult
 	if a.status != http.StatusOK || json.Unmarshal(a.body, &res) != nil {
 		t.Fatalf("dry run: %v", a)
 	}
-	if res.Matched != 2 || res.Changed != 2 || !res.DryRun || res.Action != engine.BulkPause {
+	if res.Matched != 2 || res.Changed != 2 || !res.DryRun || res.Action != registry.BulkPause {
 		t.Fatalf("dry run: %+v", res)
 	}
 	if got, _ := n.c.GetTask(ctx, "bulk/a"); got.Paused {
 		t.Fatal("a dry run paused bulk/a")
 	}
 
-	got, err := n.c.Bulk(ctx, engine.BulkPause, engine.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
+	got, err := n.c.Bulk(ctx, registry.BulkPause, registry.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
 	if err != nil || got.Changed != 2 {
 		t.Fatalf("pause: %+v %v", got, err)
 	}
@@ -64,7 +64,7 @@ func TestServer_Bulk(t *testing.T) {
 		}
 	}
 
-	got, err = n.c.Bulk(ctx, engine.BulkTrigger, engine.Selector{Prefix: "bulk/a"})
+	got, err = n.c.Bulk(ctx, registry.BulkTrigger, registry.Selector{Prefix: "bulk/a"})
 	if err != nil || got.Changed != 1 {
 		t.Fatalf("trigger: %+v %v", got, err)
 	}
@@ -74,7 +74,7 @@ func TestServer_Bulk(t *testing.T) {
 		return len(n.fires.fires) == 1 && n.fires.fires[0].TaskID == "bulk/a"
 	})
 
-	got, err = n.c.Bulk(ctx, engine.BulkDelete, engine.Selector{Labels: map[string]string{"team": "billing"}})
+	got, err = n.c.Bulk(ctx, registry.BulkDelete, registry.Selector{Labels: map[string]string{"team": "billing"}})
 	if err != nil || got.Changed != 3 {
 		t.Fatalf("delete: %+v %v", got, err)
 	}

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardcron/shardcron/registry"
 	"sigs.k8s.io/yaml"
-
-	"github.com/shardcron/shardcron/engine"
 )
 
 // TestOpenAPI_MatchesRoutes: every path and method api/openapi.yaml lists
@@ -71,7 +70,7 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	var routes []string
 	for _, sm := range re.FindAllStringSubmatch(string(src), -1) {
 		if p := sm[1]; strings.HasSuffix(p, ":") { // the bulk actions, registered in a loop
-			for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
+			for _, a := range []registry.BulkAction{registry.BulkPause, registry.BulkResume, registry.BulkDelete, registry.BulkTrigger} {
 				routes = append(routes, p+string(a))
 			}
 		} else {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -47,9 +48,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err err
 	switch {
 	case errors.As(err, &ve):
 		writeError(w, http.StatusBadRequest, "%s", ve.Error())
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, registry.ErrNotFound):
 		writeError(w, http.StatusNotFound, "task %q not found", id)
-	case errors.Is(err, engine.ErrVersionMismatch):
+	case errors.Is(err, registry.ErrVersionMismatch):
 		writeError(w, http.StatusPreconditionFailed,
 			"task %q has another version than If-Match says (it changed or does not exist): GET it and retry with its current version", id)
 	case errors.Is(err, engine.ErrClosed):

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -65,7 +66,7 @@ func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
 }
 
 func TestRunners_Check(t *testing.T) {
-	rs := engine.Runners{Nodes: 3, Exec: 3, Handlers: map[string]int{"all": 3, "some": 1}}
+	rs := registry.Runners{Nodes: 3, Exec: 3, Handlers: map[string]int{"all": 3, "some": 1}}
 	for _, tc := range []struct {
 		ex            task.Executor
 		warn, refused bool
@@ -81,7 +82,7 @@ func TestRunners_Check(t *testing.T) {
 			t.Errorf("%+v: warning %q, err %v", tc.ex, w, err)
 		}
 	}
-	if _, err := (engine.Runners{Nodes: 2}).Check(&task.Task{Executor: task.Executor{Type: task.ExecutorExec}}); err == nil {
+	if _, err := (registry.Runners{Nodes: 2}).Check(&task.Task{Executor: task.Executor{Type: task.ExecutorExec}}); err == nil {
 		t.Error("exec with no node running it was accepted")
 	}
 }

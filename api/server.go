@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 )
 
 // Limits and defaults of the API.
@@ -26,15 +27,15 @@ const (
 	// DefaultMaxBatchBytes is Config.MaxBatchBytes when left zero.
 	DefaultMaxBatchBytes = 64 << 20
 	// MaxBatchItems is the most tasks one POST /v1/tasks:batch may hold.
-	MaxBatchItems = 10000
+	MaxBatchItems = registry.MaxBatchItems
 	// DefaultHistoryLimit and MaxHistoryLimit bound the records of one
 	// GET /v1/tasks/{id}/history.
 	DefaultHistoryLimit = 100
 	MaxHistoryLimit     = 1000
 	// DefaultListLimit and MaxListLimit are the default and largest limit
 	// of GET /v1/tasks.
-	DefaultListLimit = engine.DefaultListLimit
-	MaxListLimit     = engine.MaxListLimit
+	DefaultListLimit = registry.DefaultListLimit
+	MaxListLimit     = registry.MaxListLimit
 
 	// peerTimeout bounds one request to another node: a node that does not
 	// answer within it is left out of the answer.
@@ -118,7 +119,7 @@ func (c Config) Validate() error {
 type Server struct {
 	cfg      Config
 	e        *engine.Engine
-	reg      *engine.Registry
+	reg      *registry.Registry
 	log      *slog.Logger
 	mux      *http.ServeMux
 	metrics  *prometheus.Registry
@@ -240,7 +241,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
 	m.HandleFunc("GET /v1/tasks", s.listTasks)
 	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
-	for _, a := range []engine.BulkAction{engine.BulkPause, engine.BulkResume, engine.BulkDelete, engine.BulkTrigger} {
+	for _, a := range []registry.BulkAction{registry.BulkPause, registry.BulkResume, registry.BulkDelete, registry.BulkTrigger} {
 		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
 	}
 	m.HandleFunc("GET /v1/tasks:export", s.exportTasks)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -57,7 +57,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, id, err)
 		return
 	}
-	stored, err := s.reg.Put(r.Context(), t, engine.PutOptions{IfVersion: ifVersion})
+	stored, err := s.reg.Put(r.Context(), t, registry.PutOptions{IfVersion: ifVersion})
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
@@ -78,8 +78,8 @@ const WarningHeader = "Shardcron-Warning"
 // runnable refuses (*engine.ValidationError) a task that no live node can
 // run, and returns a warning when only some can. rs caches the nodes'
 // capabilities across the tasks of a batch; nil reads them.
-func (s *Server) runnable(ctx context.Context, t *task.Task, rs **engine.Runners) (string, error) {
-	if !engine.NeedsRunner(t) {
+func (s *Server) runnable(ctx context.Context, t *task.Task, rs **registry.Runners) (string, error) {
+	if !registry.NeedsRunner(t) {
 		return "", nil
 	}
 	if rs == nil || *rs == nil {
@@ -296,7 +296,7 @@ func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	jw := newJSONStream(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	n, _, err := s.reg.Export(r.Context(), engine.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {
+	n, _, err := s.reg.Export(r.Context(), registry.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {
 		if jw.n == 0 {
 			jw.begin("")
 		}
@@ -316,9 +316,9 @@ func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 	jw.end("")
 }
 
-func parseListQuery(r *http.Request) (engine.ListOptions, error) {
+func parseListQuery(r *http.Request) (registry.ListOptions, error) {
 	q := r.URL.Query()
-	opts := engine.ListOptions{Prefix: q.Get("prefix"), Cursor: q.Get("cursor")}
+	opts := registry.ListOptions{Prefix: q.Get("prefix"), Cursor: q.Get("cursor")}
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdembed"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 )
 
@@ -29,7 +30,7 @@ type cluster struct {
 	ownDir bool
 	etcd   *etcdembed.Server
 	admin  *clientv3.Client
-	reg    *engine.Registry
+	reg    *registry.Registry
 	log    *slog.Logger
 
 	mu    sync.Mutex // guards nodes
@@ -75,7 +76,7 @@ func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 		c.close()
 		return nil, err
 	}
-	if c.reg, err = engine.OpenRegistry(ctx, c.admin, engine.DefaultPrefix, cfg.Partitions); err != nil {
+	if c.reg, err = registry.OpenRegistry(ctx, c.admin, engine.DefaultPrefix, cfg.Partitions); err != nil {
 		c.close()
 		return nil, fmt.Errorf("bench: open registry: %w", err)
 	}

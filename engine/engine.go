@@ -15,6 +15,7 @@ import (
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
@@ -38,7 +39,7 @@ type Engine struct {
 	cli      *clientv3.Client
 	store    *store.Store
 	keys     keys
-	reg      *Registry
+	reg      *registry.Registry
 	ring     *ring.Ring
 	scheds   *schedule.Table
 	handlers executor.Handlers
@@ -163,7 +164,7 @@ func (e *Engine) publishInfo() {
 }
 
 // Registry returns the task registry; it is usable once Start returned.
-func (e *Engine) Registry() *Registry { return e.reg }
+func (e *Engine) Registry() *registry.Registry { return e.reg }
 
 // Start opens the registry (checking the cluster's partition count), joins
 // the cluster and starts firing. It returns once the node is a member; the
@@ -174,7 +175,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("engine: already started")
 	}
-	reg, err := OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+	reg, err := registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -60,7 +61,7 @@ func ExampleEngine_Handle() {
 	if err != nil {
 		log.Fatal(err) // a *engine.ValidationError naming the field
 	}
-	stored, err := e.Registry().Put(ctx, tsk, engine.PutOptions{})
+	stored, err := e.Registry().Put(ctx, tsk, registry.PutOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

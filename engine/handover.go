@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -350,7 +351,7 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 	size := 0
 	for _, p := range ps {
 		n := 256 + 300*len(hand[p].pending) // a generous estimate of the checkpoint
-		if len(cur) == maxTxnOps/2 || (len(cur) > 0 && size+n > maxTxnBytes) {
+		if len(cur) == registry.MaxTxnOps/2 || (len(cur) > 0 && size+n > registry.MaxTxnBytes) {
 			chunks, cur, size = append(chunks, cur), nil, 0
 		}
 		cur = append(cur, p)

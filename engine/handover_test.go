@@ -421,10 +421,9 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
 	time.Sleep(300 * time.Millisecond) // a few failed deletes
 	faults.failDelete.Store(false)
-	k := newKeys(DefaultPrefix)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		r, err := c.Client.Get(context.Background(), k.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return err == nil && r.Count == 0
+		r, err := a.e.Registry().PendingTriggers(context.Background())
+		return err == nil && len(r.Kvs) == 0
 	})
 	a.stop(t)
 	b := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4; c.NodeID = "node-b" })

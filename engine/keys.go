@@ -2,15 +2,16 @@ package engine
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 )
 
-// keys is the etcd key layout of docs/design.md under one prefix.
+// keys is the etcd key layout of the runtime (docs/design.md): partition
+// locks, checkpoints, watermarks and prepared records, under the cluster's
+// prefix. The task, trigger and index keys are package registry's, which
+// reads and writes them.
 //
-// Partitions are written as five zero-padded digits (P is at most 65536), so
-// the keys of one partition form one contiguous range, and consecutive
-// partitions are adjacent ranges.
+// Partitions are written as five zero-padded digits (P is at most 65536),
+// as the registry writes them.
 type keys struct{ prefix string } // without a trailing slash
 
 func newKeys(prefix string) keys {
@@ -20,13 +21,9 @@ func newKeys(prefix string) keys {
 	return keys{prefix: strings.TrimRight(prefix, "/")}
 }
 
-func (k keys) cluster() string              { return k.prefix + "/cluster" }
-func (k keys) tasks() string                { return k.prefix + "/tasks/" }
-func (k keys) partition(p int) string       { return fmt.Sprintf("%s/tasks/%05d/", k.prefix, p) }
-func (k keys) task(p int, id string) string { return k.partition(p) + id }
-func (k keys) lock(p int) string            { return fmt.Sprintf("%s/locks/%05d", k.prefix, p) }
-func (k keys) checkpoint(p int) string      { return fmt.Sprintf("%s/checkpoints/%05d", k.prefix, p) }
-func (k keys) checkpoints() string          { return k.prefix + "/checkpoints/" }
+func (k keys) lock(p int) string       { return fmt.Sprintf("%s/locks/%05d", k.prefix, p) }
+func (k keys) checkpoint(p int) string { return fmt.Sprintf("%s/checkpoints/%05d", k.prefix, p) }
+func (k keys) checkpoints() string     { return k.prefix + "/checkpoints/" }
 func (k keys) watermark(node, session string) string {
 	return k.prefix + "/watermarks/" + node + "/" + session
 }
@@ -34,43 +31,4 @@ func (k keys) watermarks() string     { return k.prefix + "/watermarks/" }
 func (k keys) preparedPrefix() string { return k.prefix + "/prepared/" }
 func (k keys) prepared(node string) string {
 	return k.prefix + "/prepared/" + node
-}
-func (k keys) triggers() string           { return k.prefix + "/triggers/" }
-func (k keys) triggerPrefix(p int) string { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }
-func (k keys) trigger(p int, id string, at int64) string {
-	return fmt.Sprintf("%s/triggers/%05d/%d/%s", k.prefix, p, at, id)
-}
-
-// parseTaskKey splits a task key into its partition and task id.
-func (k keys) parseTaskKey(key string) (p int, id string, ok bool) {
-	rest, found := strings.CutPrefix(key, k.tasks())
-	if !found || len(rest) < 7 || rest[5] != '/' {
-		return 0, "", false
-	}
-	p, err := strconv.Atoi(rest[:5])
-	if err != nil {
-		return 0, "", false
-	}
-	return p, rest[6:], true
-}
-
-// parseTriggerKey splits a trigger key into partition, time and task id.
-func (k keys) parseTriggerKey(key string) (p int, at int64, id string, ok bool) {
-	rest, found := strings.CutPrefix(key, k.triggers())
-	if !found || len(rest) < 7 || rest[5] != '/' {
-		return 0, 0, "", false
-	}
-	p, err := strconv.Atoi(rest[:5])
-	if err != nil {
-		return 0, 0, "", false
-	}
-	atStr, id, found := strings.Cut(rest[6:], "/")
-	if !found {
-		return 0, 0, "", false
-	}
-	at, err = strconv.ParseInt(atStr, 10, 64)
-	if err != nil {
-		return 0, 0, "", false
-	}
-	return p, at, id, true
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 )
 
 // effectWithin is docs/design.md invariant 6: a put, pause, resume, delete or
@@ -58,7 +59,10 @@ func TestEngine_ChangesTakeEffectWithinOneSecond(t *testing.T) {
 	var trigActive, trigPaused time.Time // the triggered fires' scheduled times
 	pausedAt := returned("pause", func() error { _, err := reg.SetPaused(ctx, "paused", true); return err })
 	deletedAt := returned("delete", func() error { return reg.Delete(ctx, "deleted") })
-	putAt := returned("put", func() error { _, err := reg.Put(ctx, handlerTask("put", "* * * * * *"), PutOptions{}); return err })
+	putAt := returned("put", func() error {
+		_, err := reg.Put(ctx, handlerTask("put", "* * * * * *"), registry.PutOptions{})
+		return err
+	})
 	trigActiveAt := returned("trigger", func() (err error) { trigActive, err = reg.Trigger(ctx, "trigger/active"); return err })
 	trigPausedAt := returned("trigger", func() (err error) { trigPaused, err = reg.Trigger(ctx, "trigger/paused"); return err })
 	settled := nextSecond(trigPausedAt.Add(effectWithin)).Add(2 * time.Second)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -12,14 +11,11 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
-	"github.com/shardcron/shardcron/task"
 )
 
-const (
-	loadPage  = 1000 // keys per range request of a full load
-	loadChunk = 4096 // tasks per command to the dispatch loop
-)
+const loadChunk = 4096 // tasks per command to the dispatch loop
 
 // decoder turns stored task JSON into taskDefs. It shares profiles within
 // one load, so a million tasks with one profile build one executor.
@@ -30,31 +26,11 @@ type decoder struct {
 
 func (e *Engine) decoder() *decoder { return &decoder{e: e, profs: map[string]*profile{}} }
 
-// firing is the part of a stored task a node needs to fire it: decoding
-// only these fields skips the labels and times, which loading a partition
-// would otherwise allocate for every task.
-type firing struct {
-	Schedule      string                 `json:"schedule"`
-	Timezone      string                 `json:"timezone"`
-	Executor      task.Executor          `json:"executor"`
-	Timeout       task.Duration          `json:"timeout"`
-	Retry         task.Retry             `json:"retry"`
-	Misfire       task.MisfirePolicy     `json:"misfire"`
-	CatchupWindow task.Duration          `json:"catchup_window"`
-	Concurrency   task.ConcurrencyPolicy `json:"concurrency"`
-	Jitter        task.Duration          `json:"jitter"`
-	Paused        bool                   `json:"paused"`
-	HistoryLimit  *task.HistoryLimit     `json:"history_limit"`
-}
-
 func (d *decoder) def(id string, value []byte) (taskDef, error) {
-	var f firing
-	if err := json.Unmarshal(value, &f); err != nil {
-		return taskDef{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
+	t, err := registry.DecodeFiring(id, value)
+	if err != nil {
+		return taskDef{}, err
 	}
-	t := task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
-		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
-		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit}
 	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
@@ -132,12 +108,12 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	if rev == 0 {
 		return nil, nil
 	}
-	now, err := e.cli.Get(ctx, e.keys.cluster(), clientv3.WithCountOnly())
+	now, err := e.reg.Revision(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if rev > now.Header.Revision {
-		e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", now.Header.Revision)
+	if rev > now {
+		e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", now)
 		return nil, nil
 	}
 	return &prepared{p: p, rev: rev, defs: defs}, nil
@@ -172,17 +148,12 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev i
 	return atRev, e.send(ctx, p, fence, resume, defs)
 }
 
-// changeReads are the reads changesSince needs, to be done at the
+// changeReads are the reads changesSince needs (registry.ChangeReads), to be done at the
 // revision of the partition's acquisition, in the acquire's transaction:
 // the tasks changed since the prepared read (whatever etcd compacted
 // since), and the partition's count.
 func (e *Engine) changeReads(prep *prepared) []clientv3.Op {
-	prefix := e.keys.partition(prep.p)
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	return []clientv3.Op{
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithMinModRev(prep.rev+1)),
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly()),
-	}
+	return e.reg.ChangeReads(prep.p, prep.rev)
 }
 
 // changesSince returns the tasks of a prepared partition that changed
@@ -194,35 +165,13 @@ func (e *Engine) changeReads(prep *prepared) []clientv3.Op {
 // that it delivered everything up to atRev.)
 func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, read []*etcdserverpb.ResponseOp) (map[string][]byte, error) {
 	p := prep.p
-	prefix := e.keys.partition(p)
-	end := clientv3.GetPrefixRangeEnd(prefix)
 	had := make(map[string]bool, len(prep.defs))
 	for i := range prep.defs {
 		had[prep.defs[i].id] = true
 	}
-	touched := map[string][]byte{}
-	created := 0
-	for _, kv := range read[0].GetResponseRange().Kvs {
-		id := string(kv.Key[len(prefix):])
-		touched[id] = kv.Value
-		if !had[id] {
-			created++
-		}
-	}
-	if count := read[1].GetResponseRange().Count; count != int64(len(prep.defs)+created) {
-		keys, err := e.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
-		if err != nil {
-			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
-		}
-		present := make(map[string]bool, len(keys.Kvs))
-		for _, kv := range keys.Kvs {
-			present[string(kv.Key[len(prefix):])] = true
-		}
-		for id := range had {
-			if !present[id] {
-				touched[id] = nil
-			}
-		}
+	touched, err := e.reg.Changes(ctx, p, had, atRev, read)
+	if err != nil {
+		return nil, err
 	}
 	if e.caching(p) {
 		var puts []store.KV
@@ -284,39 +233,21 @@ func (e *Engine) send(ctx context.Context, p int, fence, resume int64, defs []ta
 // replaces its cache.
 func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []taskDef, error) {
 	e.loads.Add(1)
-	prefix := e.keys.partition(p)
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	var rev int64
 	var defs []taskDef
 	var kvs []store.KV
-	for from := prefix; ; {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(loadPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := e.cli.Get(ctx, from, opts...)
+	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte) {
+		def, err := d.def(id, value)
 		if err != nil {
-			return 0, nil, fmt.Errorf("read partition %d: %w", p, err)
+			e.log.Warn("skipping a stored task", "partition", p, "err", err)
+			return
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
+		defs = append(defs, def)
+		if e.store != nil {
+			kvs = append(kvs, store.KV{ID: id, Value: value})
 		}
-		for _, kv := range resp.Kvs {
-			id := string(kv.Key[len(prefix):])
-			def, err := d.def(id, kv.Value)
-			if err != nil {
-				e.log.Warn("skipping a stored task", "partition", p, "err", err)
-				continue
-			}
-			defs = append(defs, def)
-			if e.store != nil {
-				kvs = append(kvs, store.KV{ID: id, Value: kv.Value})
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	})
+	if err != nil {
+		return 0, nil, err
 	}
 	if e.store != nil {
 		if err := e.store.Reset(uint32(p), rev, kvs); err != nil {
@@ -333,14 +264,12 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 // the load left one open. If etcd compacted past the revision, it reloads
 // the partition.
 func (e *Engine) watch(ctx context.Context, p int, rev int64) {
-	prefix := e.keys.partition(p)
 	var wch clientv3.WatchChan
 	var b backoff
 	var noted time.Time // when a progress notification last moved the cached revision
 	for ctx.Err() == nil {
 		if wch == nil {
-			wch = e.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(),
-				clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+			wch = e.reg.WatchPartition(ctx, p, rev)
 		}
 		for resp := range wch {
 			if resp.CompactRevision != 0 {
@@ -390,11 +319,10 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 // apply hands a batch of watch events to the cache and the loop. Events on
 // one key collapse to the last.
 func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) error {
-	prefix := e.keys.partition(p)
 	last := make(map[string]*clientv3.Event, len(events))
 	var order []string
 	for _, ev := range events {
-		id := string(ev.Kv.Key[len(prefix):])
+		id := e.reg.PartitionID(p, ev.Kv.Key)
 		if _, seen := last[id]; !seen {
 			order = append(order, id)
 		}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -94,9 +95,9 @@ func handlerTask(id, spec string) *task.Task {
 	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
 }
 
-func putTask(t *testing.T, r *Registry, tsk *task.Task) *task.Task {
+func putTask(t *testing.T, r *registry.Registry, tsk *task.Task) *task.Task {
 	t.Helper()
-	got, err := r.Put(context.Background(), tsk, PutOptions{})
+	got, err := r.Put(context.Background(), tsk, registry.PutOptions{})
 	if err != nil {
 		t.Fatalf("put %s: %v", tsk.ID, err)
 	}

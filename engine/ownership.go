@@ -402,7 +402,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
 	var held *clientv3.TxnResponse
 	if err == nil {
-		reads := append(e.changeReads(prep), clientv3.OpGet(e.keys.triggerPrefix(p), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		reads := append(e.changeReads(prep), e.reg.TriggerRead(p))
 		held, err = e.putCheckpoint(ctx, m, p, hold, reads...)
 	}
 	if err != nil {

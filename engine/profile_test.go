@@ -11,8 +11,8 @@ import (
 	"github.com/shardcron/shardcron/task"
 )
 
-// notFired are the Task fields a fire does not use, by JSON name: the id
-// and schedule are kept beside the profile, the rest are not kept at all.
+// notFired are the Task fields a fire does not use, by JSON name
+// (registry's TestFiring_HasFireFields has the same list).
 var notFired = []string{"id", "labels", "partition", "version", "created_at", "updated_at", "state"}
 
 // notInProfile are the fired fields kept beside the profile rather than in it.
@@ -21,27 +21,6 @@ var notInProfile = []string{"schedule", "timezone", "paused"}
 func jsonName(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 	return name
-}
-
-// TestFiring_HasFireFields fails when a Task field that a fire uses is not
-// decoded by firing, which loading a partition reads stored tasks with.
-func TestFiring_HasFireFields(t *testing.T) {
-	have := map[string]reflect.Type{}
-	for f := range reflect.TypeFor[firing]().Fields() {
-		have[jsonName(f)] = f.Type
-	}
-	for f := range reflect.TypeFor[task.Task]().Fields() {
-		name := jsonName(f)
-		if slices.Contains(notFired, name) {
-			continue
-		}
-		typ, ok := have[name]
-		if !ok {
-			t.Errorf("Task field %s (%q) is missing from firing", f.Name, name)
-		} else if typ != f.Type {
-			t.Errorf("firing's %q is a %s, Task's a %s", name, typ, f.Type)
-		}
-	}
 }
 
 // TestProfileKey_CoversFireFields fails when a field that a fire uses is

@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Triggers: a fire asked for through the API, outside the schedule.
@@ -92,13 +90,9 @@ func (l *loop) retryTriggers() {
 func (e *Engine) watchTriggers(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithProgressNotify()}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev+1))
-		}
-		for resp := range e.cli.Watch(clientv3.WithRequireLeader(ctx), e.keys.triggers(), opts...) {
+		for resp := range e.reg.WatchTriggers(ctx, rev) {
 			if resp.CompactRevision != 0 {
-				if r, err := e.cli.Get(ctx, e.keys.triggers(), clientv3.WithPrefix()); err == nil {
+				if r, err := e.reg.PendingTriggers(ctx); err == nil {
 					for _, kv := range r.Kvs {
 						e.fireTrigger(ctx, string(kv.Key))
 					}
@@ -125,7 +119,7 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 // loop took it; a trigger of a partition in hand-over stays for the next
 // owner's load.
 func (e *Engine) fireTrigger(ctx context.Context, key string) {
-	p, at, id, ok := e.keys.parseTriggerKey(key)
+	p, at, id, ok := e.reg.ParseTrigger(key)
 	if !ok || !e.Owns(p) {
 		return
 	}

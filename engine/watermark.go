@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/registry"
 )
 
 // Watermarks: how far a session got, so that its successors after a crash
@@ -165,7 +166,7 @@ func (e *Engine) collectWatermarks(ctx context.Context) {
 	// Only if no checkpoint changed since it was read: an acquire that
 	// failed may have put back one that names a session read as unneeded.
 	unchanged := clientv3.Compare(clientv3.ModRevision(e.keys.checkpoints()), "<", cps.Header.Revision+1).WithPrefix()
-	for chunk := range slices.Chunk(dels, maxTxnOps-1) {
+	for chunk := range slices.Chunk(dels, registry.MaxTxnOps-1) {
 		resp, err := e.cli.Txn(ctx).If(unchanged).Then(chunk...).Commit()
 		if err != nil || !resp.Succeeded {
 			return

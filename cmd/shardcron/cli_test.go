@@ -31,6 +31,7 @@ import (
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -558,7 +559,7 @@ func TestLineReader(t *testing.T) {
 
 func TestImport_MapBatchErrors(t *testing.T) {
 	lines := []int{3, 7, 9}
-	got := mapBatchErrors(lines, []engine.BatchError{
+	got := mapBatchErrors(lines, []registry.BatchError{
 		{Index: 0, Error: "line 1: schedule: bad"}, // the server's own line numbering is dropped
 		{Index: 1, Error: "line 1: id: keeps a prefix that is not its own"},
 		{Index: 2, Error: "no prefix"},
@@ -585,12 +586,12 @@ func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]
 		if before != nil && before(w, lines) {
 			return
 		}
-		res := api.BatchResult{Errors: []engine.BatchError{}}
+		res := api.BatchResult{Errors: []registry.BatchError{}}
 		for i, l := range lines {
 			var tsk struct{ ID string }
 			_ = json.Unmarshal(l, &tsk)
 			if strings.HasPrefix(tsk.ID, "bad") {
-				res.Errors = append(res.Errors, engine.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
+				res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
 				continue
 			}
 			res.Written++

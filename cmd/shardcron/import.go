@@ -18,7 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -364,7 +364,7 @@ func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, erro
 
 // mapBatchErrors turns the server's per-item errors (by index in the
 // batch) into errors by input line.
-func mapBatchErrors(lines []int, errs []engine.BatchError) []lineError {
+func mapBatchErrors(lines []int, errs []registry.BatchError) []lineError {
 	out := make([]lineError, 0, len(errs))
 	for _, e := range errs {
 		l := 0 // an index the batch did not have: the server is confused, say so without a line

@@ -25,6 +25,7 @@ import (
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 )
 
@@ -485,7 +486,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 
 // buildIndex runs Registry.BuildIndex when the index marker is missing,
 // logging what it did. Several nodes may run it at once: it is idempotent.
-func buildIndex(ctx context.Context, reg *engine.Registry, log *slog.Logger) {
+func buildIndex(ctx context.Context, reg *registry.Registry, log *slog.Logger) {
 	if built, err := reg.IndexBuilt(ctx); err != nil || built {
 		return
 	}

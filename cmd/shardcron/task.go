@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -661,7 +661,7 @@ Examples:
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
-	return onTaskOrBulk(c, args, engine.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, registry.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
 		if err := cf.client().DeleteTask(ctx, id); err != nil {
 			return cf.fail(c, subject(id), err)
 		}
@@ -705,9 +705,9 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	if pause {
 		name, help, verb = "shardcron task pause", taskPauseHelp, "paused"
 	}
-	action := engine.BulkResume
+	action := registry.BulkResume
 	if pause {
-		action = engine.BulkPause
+		action = registry.BulkPause
 	}
 	c := newCommand(name, help, stdout, stderr)
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
@@ -745,7 +745,7 @@ Examples:
 
 func taskTrigger(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
-	return onTaskOrBulk(c, args, engine.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, registry.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
 		at, err := cf.client().Trigger(ctx, id)
 		if err != nil {
 			return cf.fail(c, subject(id), err)

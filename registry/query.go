@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -171,7 +171,7 @@ func (r *Registry) scan(ctx context.Context, q query, limit int, fn func(kv *mvc
 
 // Reading the index.
 const (
-	fetchBatch   = maxTxnOps // task reads in one transaction
+	fetchBatch   = MaxTxnOps // task reads in one transaction
 	fetchWorkers = 4         // transactions of task reads in flight (an export)
 	scanRound    = fetchBatch * fetchWorkers
 	pageRound    = 1024 // ids of a page read before its tasks

@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -104,7 +104,7 @@ type taskWrite struct {
 	key    string
 	modRev int64
 	ops    []clientv3.Op // the task write first, then the index writes
-	size   int           // bytes of keys and values, to keep a transaction under maxTxnBytes
+	size   int           // bytes of keys and values, to keep a transaction under MaxTxnBytes
 }
 
 // write is the write of a task's new stored value val with labels over
@@ -146,7 +146,7 @@ func (w taskWrite) cmp() clientv3.Cmp {
 // task was still at the revision it was read at, and the revision of the
 // write.
 func (r *Registry) commit(ctx context.Context, w taskWrite) (rev int64, ok bool, err error) {
-	if len(w.ops) <= maxTxnOps {
+	if len(w.ops) <= MaxTxnOps {
 		resp, err := r.cli.Txn(ctx).If(w.cmp()).Then(w.ops...).Commit()
 		if err != nil {
 			return 0, false, err
@@ -166,7 +166,7 @@ func (r *Registry) commit(ctx context.Context, w taskWrite) (rev int64, ok bool,
 			rest = append(rest, op)
 		}
 	}
-	for chunk := range slices.Chunk(puts, maxTxnOps) {
+	for chunk := range slices.Chunk(puts, MaxTxnOps) {
 		resp, err := r.cli.Txn(ctx).If(w.cmp()).Then(chunk...).Commit()
 		if err != nil || !resp.Succeeded {
 			return 0, false, err
@@ -286,12 +286,12 @@ func (r *Registry) indexChunk(ctx context.Context, kvs []*mvccpb.KeyValue) (int,
 			continue
 		}
 		add := r.keys.indexOps(id, false, nil, true, storedLabels(kv.Value))
-		if len(ops)+len(add) > maxTxnOps {
+		if len(ops)+len(add) > MaxTxnOps {
 			if err := flush(); err != nil {
 				return 0, err
 			}
 		}
-		if len(add) > maxTxnOps {
+		if len(add) > MaxTxnOps {
 			if err := r.indexOne(ctx, string(kv.Key)); err != nil {
 				return 0, err
 			}

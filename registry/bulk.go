@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -142,7 +142,7 @@ func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (B
 			res.Changed++
 			return nil
 		}
-		if n := len(it.key) + len(it.val); len(batch) == maxTxnOps || size+n > maxTxnBytes && len(batch) > 0 {
+		if n := len(it.key) + len(it.val); len(batch) == MaxTxnOps || size+n > MaxTxnBytes && len(batch) > 0 {
 			if fnErr = flush(); fnErr != nil {
 				return fnErr
 			}
@@ -210,7 +210,7 @@ func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Select
 	}
 	at := r.now().UTC().Truncate(time.Millisecond).UnixMilli()
 	// A delete takes the task's index keys with it: items are grouped so
-	// that a transaction holds at most maxTxnOps operations.
+	// that a transaction holds at most MaxTxnOps operations.
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	var group []bulkItem
@@ -236,7 +236,7 @@ func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Select
 	}
 	for _, it := range items {
 		cmp, itOps := r.bulkOp(action, it, at)
-		if len(ops)+len(itOps) > maxTxnOps {
+		if len(ops)+len(itOps) > MaxTxnOps {
 			if err := commit(); err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -448,49 +448,6 @@ func TestBuildIndex_OfAnOlderCluster(t *testing.T) {
 	}
 	if n, err := reg.BuildIndex(ctx); err != nil || n != 0 {
 		t.Errorf("a second BuildIndex: %d, %v; want nothing done", n, err)
-	}
-}
-
-// TestList_DuringHandOver: a second node joins, taking half of the
-// partitions, while a client pages through the tasks: every task is listed
-// once, in order.
-func TestList_DuringHandOver(t *testing.T) {
-	c := etcdtest.Start(t)
-	n1 := startNode(t, c, "", nil, nil)
-	reg := n1.e.Registry()
-	ctx := context.Background()
-	var all []*task.Task
-	for i := range 600 {
-		all = append(all, handlerTask(fmt.Sprintf("h/%04d", i), "@every 1h"))
-	}
-	if _, _, err := reg.PutBatch(ctx, all); err != nil {
-		t.Fatal(err)
-	}
-	joined := false
-	got := listAll(t, reg, ListOptions{Prefix: "h/", Limit: 50}, func(page int) {
-		if page == 3 {
-			startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "node-2" })
-			etcdtest.WaitFor(t, 20*time.Second, func() bool {
-				owned := 0
-				for p := range 16 {
-					if n1.e.Owns(p) {
-						owned++
-					}
-				}
-				return owned < 16
-			})
-			joined = true
-		}
-	})
-	if !joined {
-		t.Fatal("the second node never joined")
-	}
-	want := make([]string, len(all))
-	for i, tsk := range all {
-		want[i] = tsk.ID
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("listed %d tasks, want %d: %v", len(got), len(want), got)
 	}
 }
 

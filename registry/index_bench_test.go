@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func fillRegistry(b *testing.B, reg *Registry, n int) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	batch := make([]*task.Task, 0, maxBatchItems)
+	batch := make([]*task.Task, 0, MaxBatchItems)
 	for i := range n {
 		tsk := noopTask(fmt.Sprintf("job-%07d", i), "@yearly")
 		tsk.Labels = map[string]string{"g": fmt.Sprint(i % 10000), "team": fmt.Sprint(i % 10)}

@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"context"
@@ -87,9 +87,9 @@ func TestRegistry_Bulk(t *testing.T) {
 	if res.Matched != n/2 || res.Changed != n/2 || res.Unchanged != 0 || res.Skipped != 0 {
 		t.Fatalf("pause: %+v", res)
 	}
-	wantTxns := int64((n/2 + maxTxnOps - 1) / maxTxnOps)
+	wantTxns := int64((n/2 + MaxTxnOps - 1) / MaxTxnOps)
 	if got := revision(t, c.Client) - rev; got != wantTxns {
-		t.Fatalf("pause of %d tasks took %d transactions, want %d of at most %d", n/2, got, wantTxns, maxTxnOps)
+		t.Fatalf("pause of %d tasks took %d transactions, want %d of at most %d", n/2, got, wantTxns, MaxTxnOps)
 	}
 	if p, total := pausedCount(t, reg, billing); p != total || total != n/2 {
 		t.Fatalf("billing: %d of %d paused, want all %d", p, total, n/2)

@@ -1,4 +1,4 @@
-package engine
+package registry
 
 import (
 	"bytes"
@@ -20,19 +20,25 @@ import (
 
 // Registry errors.
 var (
-	ErrNotFound           = errors.New("engine: task not found")
-	ErrVersionMismatch    = errors.New("engine: task version does not match")
-	ErrPartitionsMismatch = errors.New("engine: partition count differs from the cluster's")
+	ErrNotFound           = errors.New("registry: task not found")
+	ErrVersionMismatch    = errors.New("registry: task version does not match")
+	ErrPartitionsMismatch = errors.New("registry: partition count differs from the cluster's")
 )
 
 // etcd's request limits (docs/design.md): a transaction holds at most 128
-// operations and a request at most 1.5 MiB; batches stay well inside both.
+// operations and a request at most 1.5 MiB; batches stay well inside both,
+// and so do the engine's checkpoint and watermark transactions.
 const (
-	maxTxnOps     = 128
-	maxTxnBytes   = 1 << 20
-	listPageSize  = 500
-	casRetries    = 5 // attempts of a read-modify-write under contention
-	maxBatchItems = 10000
+	MaxTxnOps   = 128     // operations in one transaction
+	MaxTxnBytes = 1 << 20 // bytes of one transaction's operations
+)
+
+// MaxBatchItems is the most tasks one PutBatch takes.
+const MaxBatchItems = 10000
+
+const (
+	listPageSize = 500
+	casRetries   = 5 // attempts of a read-modify-write under contention
 )
 
 // Registry is the authoritative store of task definitions: etcd keys
@@ -64,7 +70,7 @@ type Cluster struct {
 // ErrPartitionsMismatch: P is fixed for the life of a cluster.
 func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, partitions int) (*Registry, error) {
 	if partitions < 1 || partitions > ring.MaxPartitions {
-		return nil, fmt.Errorf("engine: partitions must be between 1 and %d, got %d", ring.MaxPartitions, partitions)
+		return nil, fmt.Errorf("registry: partitions must be between 1 and %d, got %d", ring.MaxPartitions, partitions)
 	}
 	r := &Registry{cli: cli, keys: newKeys(prefix), partitions: partitions, now: time.Now}
 	rec, err := json.Marshal(Cluster{Partitions: partitions, Created: r.now().UTC()})
@@ -79,7 +85,7 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return nil, fmt.Errorf("engine: read cluster record %s: %w", key, err)
+		return nil, fmt.Errorf("registry: read cluster record %s: %w", key, err)
 	}
 	if resp.Succeeded {
 		return r, nil
@@ -87,7 +93,7 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	var c Cluster
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &c) != nil || c.Partitions < 1 {
-		return nil, fmt.Errorf("engine: cluster record %s is unreadable: %q", key, firstValue(kvs))
+		return nil, fmt.Errorf("registry: cluster record %s is unreadable: %q", key, firstValue(kvs))
 	}
 	if c.Partitions != partitions {
 		return nil, fmt.Errorf("%w: the cluster under %s has %d partitions, this node was started with %d (partitions are fixed when a cluster is created)",
@@ -274,8 +280,8 @@ type BatchError struct {
 // the same id as an earlier one wins. written counts the tasks now stored as
 // given (rewritten or already identical).
 func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []BatchError, err error) {
-	if len(tasks) > maxBatchItems {
-		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", maxBatchItems, len(tasks))
+	if len(tasks) > MaxBatchItems {
+		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
 	}
 	pos := make(map[string]int, len(tasks)) // id -> its place in valid
 	valid := make([]int, 0, len(tasks))
@@ -295,7 +301,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 	var chunks [][]int
 	for len(valid) > 0 {
 		n, size := 0, 0
-		for n < len(valid) && n < maxTxnOps && size < maxTxnBytes {
+		for n < len(valid) && n < MaxTxnOps && size < MaxTxnBytes {
 			size += len(tasks[valid[n]].ID) + 1024 // a rough bound before encoding
 			n++
 		}
@@ -342,9 +348,9 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 // about 10 % more tasks/s than 4 through the HTTP batch path (BENCHMARKS.md).
 const batchWorkers = 8
 
-// putChunk writes up to maxTxnOps tasks: one transaction reads what is
+// putChunk writes up to MaxTxnOps tasks: one transaction reads what is
 // stored, then transactions of whole tasks with their index keys (at most
-// maxTxnOps operations each) write what changed, under compares of the mod
+// MaxTxnOps operations each) write what changed, under compares of the mod
 // revisions read. Tasks of a transaction that finds one of them changed by
 // another writer are written again one at a time.
 func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []BatchError, error) {
@@ -397,11 +403,11 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 			continue
 		}
 		w := r.write(t.ID, old, val, t.Labels)
-		if len(w.ops) > maxTxnOps || w.size > maxTxnBytes {
+		if len(w.ops) > MaxTxnOps || w.size > MaxTxnBytes {
 			alone = append(alone, j)
 			continue
 		}
-		if len(ops)+len(w.ops) > maxTxnOps || size+w.size > maxTxnBytes {
+		if len(ops)+len(w.ops) > MaxTxnOps || size+w.size > MaxTxnBytes {
 			if err := flush(); err != nil {
 				return written, errs, err
 			}
@@ -479,7 +485,7 @@ func marshalStored(t *task.Task) ([]byte, error) {
 func (r *Registry) decode(kv *mvccpb.KeyValue) (*task.Task, error) {
 	var t task.Task
 	if err := json.Unmarshal(kv.Value, &t); err != nil {
-		return nil, fmt.Errorf("engine: stored task %s is corrupt: %w", kv.Key, err)
+		return nil, fmt.Errorf("registry: stored task %s is corrupt: %w", kv.Key, err)
 	}
 	p, _, _ := r.keys.parseTaskKey(string(kv.Key))
 	t.Partition = &p

@@ -1,0 +1,180 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/task"
+)
+
+// readPage is how many keys one range request of ReadPartition reads.
+const readPage = 1000
+
+// The partition reads below are what a node that owns partitions needs:
+// a whole partition at one revision, what changed since, and a watch. The
+// ids they give are the task ids; the values are the stored task JSON,
+// which DecodeFiring reads.
+
+// Revision returns etcd's current revision, with one read of one key.
+func (r *Registry) Revision(ctx context.Context) (int64, error) {
+	resp, err := r.cli.Get(ctx, r.keys.cluster(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// ReadPartition reads partition p's tasks at one revision, in pages, and
+// gives each to fn in id order. It returns the revision read.
+func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, value []byte)) (int64, error) {
+	prefix := r.keys.partition(p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for from := prefix; ; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(readPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := r.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("read partition %d: %w", p, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			fn(string(kv.Key[len(prefix):]), kv.Value)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// ChangeReads are the reads Changes needs, to be done in one transaction
+// at the revision the changes are wanted up to: partition p's tasks
+// changed after revision since (whatever etcd compacted since), and the
+// partition's count.
+func (r *Registry) ChangeReads(p int, since int64) []clientv3.Op {
+	prefix := r.keys.partition(p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	return []clientv3.Op{
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithMinModRev(since+1)),
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly()),
+	}
+}
+
+// Changes returns the tasks of partition p that changed since a read that
+// found the tasks of had, as of atRev, from the answers to ChangeReads: the
+// last value of every task created or changed, and nil for every task
+// deleted. Only when the count says that tasks were deleted does it ask
+// etcd for the ids. (A watch would have to wait for etcd to sync every
+// watcher of its stream before it could say that it delivered everything
+// up to atRev.)
+func (r *Registry) Changes(ctx context.Context, p int, had map[string]bool, atRev int64, read []*etcdserverpb.ResponseOp) (map[string][]byte, error) {
+	prefix := r.keys.partition(p)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	touched := map[string][]byte{}
+	created := 0
+	for _, kv := range read[0].GetResponseRange().Kvs {
+		id := string(kv.Key[len(prefix):])
+		touched[id] = kv.Value
+		if !had[id] {
+			created++
+		}
+	}
+	if count := read[1].GetResponseRange().Count; count != int64(len(had)+created) {
+		keys, err := r.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
+		if err != nil {
+			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
+		}
+		present := make(map[string]bool, len(keys.Kvs))
+		for _, kv := range keys.Kvs {
+			present[string(kv.Key[len(prefix):])] = true
+		}
+		for id := range had {
+			if !present[id] {
+				touched[id] = nil
+			}
+		}
+	}
+	return touched, nil
+}
+
+// WatchPartition watches partition p's tasks after revision after, with
+// progress notifications, until ctx ends. PartitionID names the task of an
+// event.
+func (r *Registry) WatchPartition(ctx context.Context, p int, after int64) clientv3.WatchChan {
+	return r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.partition(p), clientv3.WithPrefix(),
+		clientv3.WithRev(after+1), clientv3.WithProgressNotify())
+}
+
+// PartitionID returns the task id of a key of partition p, as
+// WatchPartition's events carry.
+func (r *Registry) PartitionID(p int, key []byte) string {
+	// Every partition's prefix is as long: "<prefix>/tasks/ppppp/".
+	return string(key[len(r.keys.prefix)+len("/tasks/00000/"):])
+}
+
+// TriggerRead is the read of partition p's pending triggers (keys only),
+// for a transaction; ParseTrigger reads its keys.
+func (r *Registry) TriggerRead(p int) clientv3.Op {
+	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+}
+
+// WatchTriggers watches every partition's trigger puts (not deletes),
+// after revision after when it is positive, with progress notifications,
+// until ctx ends.
+func (r *Registry) WatchTriggers(ctx context.Context, after int64) clientv3.WatchChan {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithProgressNotify()}
+	if after > 0 {
+		opts = append(opts, clientv3.WithRev(after+1))
+	}
+	return r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.triggers(), opts...)
+}
+
+// PendingTriggers reads every partition's pending triggers.
+func (r *Registry) PendingTriggers(ctx context.Context) (*clientv3.GetResponse, error) {
+	return r.cli.Get(ctx, r.keys.triggers(), clientv3.WithPrefix())
+}
+
+// ParseTrigger splits a trigger key into partition, time (Unix
+// milliseconds) and task id.
+func (r *Registry) ParseTrigger(key string) (p int, at int64, id string, ok bool) {
+	return r.keys.parseTriggerKey(key)
+}
+
+// firing is the part of a stored task a node needs to fire it: decoding
+// only these fields skips the labels and times, which loading a partition
+// would otherwise allocate for every task.
+type firing struct {
+	Schedule      string                 `json:"schedule"`
+	Timezone      string                 `json:"timezone"`
+	Executor      task.Executor          `json:"executor"`
+	Timeout       task.Duration          `json:"timeout"`
+	Retry         task.Retry             `json:"retry"`
+	Misfire       task.MisfirePolicy     `json:"misfire"`
+	CatchupWindow task.Duration          `json:"catchup_window"`
+	Concurrency   task.ConcurrencyPolicy `json:"concurrency"`
+	Jitter        task.Duration          `json:"jitter"`
+	Paused        bool                   `json:"paused"`
+	HistoryLimit  *task.HistoryLimit     `json:"history_limit"`
+}
+
+// DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
+// WatchPartition) with only the fields a fire needs: the labels and the
+// output-only fields stay zero. The stored task was validated when written.
+func DecodeFiring(id string, value []byte) (task.Task, error) {
+	var f firing
+	if err := json.Unmarshal(value, &f); err != nil {
+		return task.Task{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
+	}
+	return task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
+		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
+		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit}, nil
+}

@@ -1,0 +1,383 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
+)
+
+// revision returns etcd's current revision: a request that writes nothing
+// leaves it where it was.
+func revision(t testing.TB, cli *clientv3.Client) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/revision-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func openRegistry(t *testing.T, cli *clientv3.Client, prefix string) *Registry {
+	t.Helper()
+	r, err := OpenRegistry(context.Background(), cli, prefix, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func noopTask(id, spec string) *task.Task {
+	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorNoop}}
+}
+
+// TestRegistry_RefusesBadInput is docs/design.md invariant 8: every kind of bad
+// input is refused with a *ValidationError naming the field, through each
+// way in (DecodeTask for JSON, Put and PutBatch for Go values), and etcd's
+// revision does not move.
+func TestRegistry_RefusesBadInput(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bad")
+	ctx := context.Background()
+	putTask(t, reg, noopTask("existing", "* * * * *")) // a task that bad input must not change
+
+	big := strings.Repeat("b", 80<<10)
+	with := func(f func(*task.Task)) *task.Task {
+		tsk := &task.Task{ID: "existing", Schedule: "* * * * *", Executor: task.Executor{Type: task.ExecutorNoop}}
+		f(tsk)
+		return tsk
+	}
+	tests := []struct {
+		name  string
+		doc   string     // the input as JSON
+		task  *task.Task // the same as a Go value; nil when only JSON can be malformed
+		field string
+	}{
+		{"invalid schedule", `{"id": "existing", "schedule": "61 * * * * *", "executor": {"type": "noop"}}`,
+			with(func(t *task.Task) { t.Schedule = "61 * * * * *" }), "schedule"},
+		{"never fires", `{"id": "existing", "schedule": "0 0 30 2 *", "executor": {"type": "noop"}}`,
+			with(func(t *task.Task) { t.Schedule = "0 0 30 2 *" }), "schedule"},
+		{"TZ= prefix", `{"id": "existing", "schedule": "TZ=Europe/Berlin * * * * *", "executor": {"type": "noop"}}`,
+			with(func(t *task.Task) { t.Schedule = "TZ=Europe/Berlin * * * * *" }), "schedule"},
+		{"unknown time zone", `{"id": "existing", "schedule": "* * * * *", "timezone": "Mars/Olympus", "executor": {"type": "noop"}}`,
+			with(func(t *task.Task) { t.Timezone = "Mars/Olympus" }), "timezone"},
+		{"oversized", `{"id": "existing", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "body": "` + big + `"}}`,
+			with(func(t *task.Task) { t.Executor = task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: big} }), ""},
+		{"malformed JSON", `{"id": "existing", "schedule": "* * * * *",`, nil, ""},
+		{"unknown executor", `{"id": "existing", "schedule": "* * * * *", "executor": {"type": "ftp"}}`,
+			with(func(t *task.Task) { t.Executor.Type = "ftp" }), "executor.type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check := func(how string, err error) {
+				t.Helper()
+				var ve *task.ValidationError
+				if !errors.As(err, &ve) {
+					t.Fatalf("%s: error %v (%T) is not a *ValidationError", how, err, err)
+				}
+				if ve.Field != tt.field {
+					t.Errorf("%s: field %q, want %q (%v)", how, ve.Field, tt.field, err)
+				}
+			}
+			before := revision(t, c.Client)
+
+			_, err := task.DecodeTask([]byte(tt.doc))
+			check("DecodeTask", err)
+			if tt.task != nil {
+				_, err = reg.Put(ctx, tt.task, PutOptions{})
+				check("Put", err)
+				_, err = reg.Put(ctx, tt.task, PutOptions{IfVersion: 1})
+				check("Put with IfVersion", err)
+				written, errs, err := reg.PutBatch(ctx, []*task.Task{tt.task})
+				if err != nil || written != 0 || len(errs) != 1 || errs[0].Index != 0 {
+					t.Errorf("PutBatch: written %d, errors %+v, err %v; want 0 and the item's error", written, errs, err)
+				} else if tt.field != "" && !strings.HasPrefix(errs[0].Error, tt.field+": ") {
+					t.Errorf("PutBatch: error %q does not name %s", errs[0].Error, tt.field)
+				}
+			}
+
+			if after := revision(t, c.Client); after != before {
+				t.Errorf("etcd revision moved from %d to %d", before, after)
+			}
+			got, err := reg.Get(ctx, "existing")
+			if err != nil || got.Schedule != "* * * * *" || got.Executor.Type != task.ExecutorNoop {
+				t.Errorf("the stored task changed: %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestRegistry is the registry's contract on a real etcd: optimistic
+// concurrency, puts that change nothing, pagination and filters, batches,
+// missing tasks, and the fixed partition count.
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+
+	t.Run("if-match", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/ifmatch")
+		v1 := putTask(t, reg, noopTask("a", "* * * * *")).Version
+		before := revision(t, c.Client)
+		for _, v := range []int64{v1 + 1000, v1 - 1} {
+			if _, err := reg.Put(ctx, noopTask("a", "0 * * * *"), PutOptions{IfVersion: v}); !errors.Is(err, ErrVersionMismatch) {
+				t.Errorf("put with version %d (stored %d): %v, want ErrVersionMismatch", v, v1, err)
+			}
+		}
+		if _, err := reg.Put(ctx, noopTask("new", "0 * * * *"), PutOptions{IfVersion: v1}); !errors.Is(err, ErrVersionMismatch) {
+			t.Errorf("put of a missing task with a version: %v, want ErrVersionMismatch", err)
+		}
+		if after := revision(t, c.Client); after != before {
+			t.Errorf("refused puts moved the revision from %d to %d", before, after)
+		}
+		if got, err := reg.Get(ctx, "a"); err != nil || got.Schedule != "* * * * *" || got.Version != v1 {
+			t.Errorf("after refused puts: %+v, %v", got, err)
+		}
+		if _, err := reg.Get(ctx, "new"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a refused create was stored: %v", err)
+		}
+
+		v2, err := reg.Put(ctx, noopTask("a", "0 * * * *"), PutOptions{IfVersion: v1})
+		if err != nil || v2.Version <= v1 || v2.Schedule != "0 * * * *" {
+			t.Fatalf("put with the stored version: %+v, %v", v2, err)
+		}
+		if _, err := reg.Put(ctx, noopTask("a", "1 * * * *"), PutOptions{IfVersion: v1}); !errors.Is(err, ErrVersionMismatch) {
+			t.Errorf("put with a stale version: %v, want ErrVersionMismatch", err)
+		}
+	})
+
+	t.Run("idempotent put", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/idem")
+		first := putTask(t, reg, noopTask("a", "* * * * *"))
+		before := revision(t, c.Client)
+		again, err := reg.Put(ctx, noopTask("a", "* * * * *"), PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Version != first.Version || !again.UpdatedAt.Equal(first.UpdatedAt) || !again.CreatedAt.Equal(first.CreatedAt) {
+			t.Errorf("second put: version %d updated %v, first: version %d updated %v",
+				again.Version, again.UpdatedAt, first.Version, first.UpdatedAt)
+		}
+		// With the version it has: still nothing to write.
+		if again, err = reg.Put(ctx, noopTask("a", "* * * * *"), PutOptions{IfVersion: first.Version}); err != nil || again.Version != first.Version {
+			t.Errorf("second put with If-Match: %+v, %v", again, err)
+		}
+		if after := revision(t, c.Client); after != before {
+			t.Errorf("an unchanged put moved the revision from %d to %d", before, after)
+		}
+		// A real change keeps created_at and moves updated_at.
+		changed := putTask(t, reg, noopTask("a", "0 * * * *"))
+		if !changed.CreatedAt.Equal(first.CreatedAt) || changed.Version <= first.Version {
+			t.Errorf("after a change: created %v version %d, before: created %v version %d",
+				changed.CreatedAt, changed.Version, first.CreatedAt, first.Version)
+		}
+	})
+
+	t.Run("list", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/list")
+		var all []*task.Task
+		for _, team := range []string{"a", "b"} {
+			for i := range 15 {
+				tsk := noopTask(fmt.Sprintf("%s/%02d", team, i), "* * * * *")
+				tsk.Labels = map[string]string{"team": team, "env": []string{"prod", "dev"}[i%2]}
+				all = append(all, tsk)
+			}
+		}
+		if written, errs, err := reg.PutBatch(ctx, all); err != nil || written != len(all) || len(errs) > 0 {
+			t.Fatalf("batch: written %d, errors %v, err %v", written, errs, err)
+		}
+		// list pages through with opts and returns the ids in order.
+		list := func(t *testing.T, opts ListOptions) []string {
+			t.Helper()
+			var ids []string
+			for page := 0; ; page++ {
+				if page > 100 {
+					t.Fatal("the cursor never ends")
+				}
+				tasks, next, err := reg.List(ctx, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if limit := cmp.Or(opts.Limit, DefaultListLimit); len(tasks) > limit || (next != "" && len(tasks) != limit) {
+					t.Errorf("page of %d tasks, limit %d, next cursor %q: want full pages", len(tasks), limit, next)
+				}
+				for _, tsk := range tasks {
+					if tsk.Partition == nil || *tsk.Partition != reg.Partition(tsk.ID) || tsk.Version == 0 {
+						t.Errorf("listed %s without its partition and version: %+v", tsk.ID, tsk)
+					}
+					ids = append(ids, tsk.ID)
+				}
+				if next == "" {
+					return ids
+				}
+				opts.Cursor = next
+			}
+		}
+		// want returns the ids of all that match, in id order.
+		want := func(match func(*task.Task) bool) []string {
+			var ids []string
+			for _, tsk := range all {
+				if match(tsk) {
+					ids = append(ids, tsk.ID)
+				}
+			}
+			slices.Sort(ids)
+			return ids
+		}
+		tests := []struct {
+			name  string
+			opts  ListOptions
+			match func(*task.Task) bool
+		}{
+			{"everything in one page", ListOptions{}, func(*task.Task) bool { return true }},
+			{"pages of 7", ListOptions{Limit: 7}, func(*task.Task) bool { return true }},
+			{"pages of 10", ListOptions{Limit: 10}, func(*task.Task) bool { return true }},
+			{"prefix", ListOptions{Prefix: "a/", Limit: 4}, func(t *task.Task) bool { return strings.HasPrefix(t.ID, "a/") }},
+			{"label", ListOptions{Labels: map[string]string{"env": "dev"}, Limit: 3},
+				func(t *task.Task) bool { return t.Labels["env"] == "dev" }},
+			{"labels and prefix", ListOptions{Prefix: "b/", Labels: map[string]string{"team": "b", "env": "prod"}, Limit: 2},
+				func(t *task.Task) bool { return t.Labels["team"] == "b" && t.Labels["env"] == "prod" }},
+			{"no match", ListOptions{Labels: map[string]string{"team": "c"}}, func(*task.Task) bool { return false }},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if got, want := list(t, tt.opts), want(tt.match); !slices.Equal(got, want) {
+					t.Errorf("listed %v,\nwant   %v", got, want)
+				}
+			})
+		}
+		t.Run("bad cursor", func(t *testing.T) {
+			var ve *task.ValidationError
+			if _, _, err := reg.List(ctx, ListOptions{Cursor: "not\x01an id"}); !errors.As(err, &ve) || ve.Field != "cursor" {
+				t.Errorf("List with a bad cursor: %v, want a *ValidationError on cursor", err)
+			}
+		})
+	})
+
+	t.Run("batch", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/batch")
+		bad := noopTask("bad-zone", "* * * * *")
+		bad.Timezone = "Nowhere/Else"
+		batch := []*task.Task{
+			noopTask("ok/1", "* * * * *"),
+			noopTask("bad-schedule", "61 * * * * *"),
+			noopTask("ok/2", "0 * * * *"),
+			{ID: "bad-executor", Schedule: "* * * * *", Executor: task.Executor{Type: "ftp"}},
+			bad,
+			noopTask("ok/1", "30 * * * *"), // the same id again: the later one wins
+		}
+		written, errs, err := reg.PutBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written != 3 {
+			t.Errorf("written %d, want 3 (ok/1 twice, ok/2)", written)
+		}
+		var idx []int
+		for _, e := range errs {
+			idx = append(idx, e.Index)
+		}
+		slices.Sort(idx)
+		if !slices.Equal(idx, []int{1, 3, 4}) {
+			t.Errorf("errors at %v, want [1 3 4]: %+v", idx, errs)
+		}
+		for _, e := range errs {
+			if field := map[int]string{1: "schedule", 3: "executor.type", 4: "timezone"}[e.Index]; !strings.HasPrefix(e.Error, field+": ") {
+				t.Errorf("item %d: error %q does not name %s", e.Index, e.Error, field)
+			}
+		}
+		for id, spec := range map[string]string{"ok/1": "30 * * * *", "ok/2": "0 * * * *"} {
+			if got, err := reg.Get(ctx, id); err != nil || got.Schedule != spec {
+				t.Errorf("%s: %+v, %v; want schedule %q", id, got, err, spec)
+			}
+		}
+		for _, id := range []string{"bad-schedule", "bad-executor", "bad-zone"} {
+			if _, err := reg.Get(ctx, id); !errors.Is(err, ErrNotFound) {
+				t.Errorf("%s was stored: %v", id, err)
+			}
+		}
+		// The same batch again writes nothing.
+		before := revision(t, c.Client)
+		if written, _, err := reg.PutBatch(ctx, batch); err != nil || written != 3 {
+			t.Errorf("batch again: written %d, %v", written, err)
+		}
+		if after := revision(t, c.Client); after != before {
+			t.Errorf("an unchanged batch moved the revision from %d to %d", before, after)
+		}
+	})
+
+	t.Run("not found", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/missing")
+		before := revision(t, c.Client)
+		if _, err := reg.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get: %v", err)
+		}
+		if err := reg.Delete(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Delete: %v", err)
+		}
+		if _, err := reg.SetPaused(ctx, "nope", true); !errors.Is(err, ErrNotFound) {
+			t.Errorf("SetPaused: %v", err)
+		}
+		if _, err := reg.Trigger(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Trigger: %v", err)
+		}
+		if after := revision(t, c.Client); after != before {
+			t.Errorf("requests on a missing task moved the revision from %d to %d", before, after)
+		}
+	})
+
+	t.Run("partitions mismatch", func(t *testing.T) {
+		openRegistry(t, c.Client, "/fixed") // creates the cluster with 16
+		if _, err := OpenRegistry(ctx, c.Client, "/fixed", 32); !errors.Is(err, ErrPartitionsMismatch) {
+			t.Errorf("OpenRegistry with 32 partitions: %v, want ErrPartitionsMismatch", err)
+		}
+		openRegistry(t, c.Client, "/fixed") // 16 still opens
+	})
+}
+
+// A task stored close to the size limit must come back in a form that can
+// be PUT back: what responses add (partition, version, state) and what the
+// registry adds (defaults, times) must not push it over DecodeTask's limit.
+func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
+	c := etcdtest.Start(t)
+	r, err := OpenRegistry(context.Background(), c.Client, "", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range []string{
+		strings.Repeat("x", task.MaxTaskSize-4096), strings.Repeat("x", task.MaxTaskSize-1500), strings.Repeat("x", task.MaxTaskSize-600),
+		strings.Repeat("<", task.MaxTaskSize-1500), // HTML-escaped, it would be six times longer
+	} {
+		size := len(body)
+		tsk := &task.Task{ID: fmt.Sprintf("large-%d", i), Schedule: "@hourly",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: body}}
+		got, err := r.Put(context.Background(), tsk, PutOptions{})
+		if err != nil {
+			var ve *task.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("size %d: %v", size, err)
+			}
+			continue // refused as a whole: fine, nothing to round-trip
+		}
+		got.State = &task.State{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40}
+		b, err := marshalStored(got) // as the API answers: no HTML escaping
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := task.DecodeTask(b); err != nil {
+			t.Errorf("size %d: a stored task's response (%d bytes) cannot be PUT back: %v", size, len(b), err)
+		}
+	}
+}
