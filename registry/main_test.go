@@ -21,7 +21,3 @@ func putTask(t *testing.T, r *Registry, tsk *task.Task) *task.Task {
 	}
 	return got
 }
-
-func handlerTask(id, spec string) *task.Task {
-	return &task.Task{ID: id, Schedule: spec, Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
-}
