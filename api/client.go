@@ -67,7 +67,7 @@ type ListOptions struct {
 }
 
 // PutTask creates or replaces t. It validates t first (applying the
-// defaults, on a copy), returning the *engine.ValidationError without a
+// defaults, on a copy), returning the *task.ValidationError without a
 // request when t is invalid. With ifVersion not zero, the server writes
 // only if the stored version is ifVersion, else the error is an *Error
 // with Status 412. It returns the task as stored.

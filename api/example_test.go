@@ -23,7 +23,7 @@ func ExampleClient() {
 		Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook"},
 	}, 0)
 	if err != nil {
-		fmt.Println(err) // an *engine.ValidationError, or an *api.Error from the node
+		fmt.Println(err) // an *task.ValidationError, or an *api.Error from the node
 		return
 	}
 	fmt.Println("stored version", t.Version, "in partition", *t.Partition)

@@ -75,7 +75,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 // task that only some live nodes can run.
 const WarningHeader = "Shardcron-Warning"
 
-// runnable refuses (*engine.ValidationError) a task that no live node can
+// runnable refuses (*task.ValidationError) a task that no live node can
 // run, and returns a warning when only some can. rs caches the nodes'
 // capabilities across the tasks of a batch; nil reads them.
 func (s *Server) runnable(ctx context.Context, t *task.Task, rs **registry.Runners) (string, error) {

@@ -81,7 +81,7 @@ func jsonFields(t reflect.Type, seen map[reflect.Type]bool, out map[string]strin
 	}
 }
 
-// TestAPI_NamesEveryTaskField: every JSON field of engine.Task (executor,
+// TestAPI_NamesEveryTaskField: every JSON field of task.Task (executor,
 // retry, history_limit and state included) is in docs/api.md.
 func TestAPI_NamesEveryTaskField(t *testing.T) {
 	doc := read(t, "api.md")

@@ -39,7 +39,7 @@ func schemaKeys(m map[string]*schemaNode) []string {
 }
 
 // TestTaskSchema_MatchesEngineTask: docs/task.schema.json names exactly the
-// JSON fields of engine.Task and of its nested objects, and the enums hold
+// JSON fields of task.Task and of its nested objects, and the enums hold
 // the engine's values.
 func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 	var root schemaNode

@@ -1,6 +1,9 @@
-// Package engine is a shardcron node: the task model and its validation,
-// the etcd task registry, partition ownership and hand-over, dispatch from
-// the timing wheel, the worker pool, retries and executors.
+// Package engine is a shardcron node's runtime: partition ownership and
+// hand-over, dispatch from the timing wheel, the worker pool, retries, and
+// the executors built for the tasks it owns. The task model and its
+// validation are package task; the task definitions in etcd (CRUD, lists,
+// triggers, and the partition reads and watch a node loads from) are
+// package registry, through which the engine reads its partitions.
 //
 // # What it guarantees
 //
@@ -46,8 +49,8 @@
 //   - A restarted node whose Badger cache is usable loads its partitions
 //     from it, brought up to date by one request for what changed since
 //     the cached revision, with no range read of the partition.
-//   - Bad input is refused with a *ValidationError before anything is
-//     written: the etcd revision does not move.
+//   - Bad input is refused with a *task.ValidationError before anything is
+//     written (package registry): the etcd revision does not move.
 //
 // # What it does not guarantee
 //
@@ -88,8 +91,13 @@
 //     dispatch.go; the worker pool and the watermark's accounting: pool.go;
 //     watermarks in etcd: watermark.go; triggers: trigger.go; the
 //     protocol's timings: timings.go.
-//   - An executor: engine/executor (its fields' rules), then profile.go and
-//     validate.go here.
+//   - An executor: engine/executor (the executor, its constructor and its
+//     fields' rules, as a Check method returning *executor.FieldError),
+//     its fields on task.Executor and one entry in task/kind.go's kinds
+//     (fields, check, build), then the fields in profileKey (profile.go):
+//     TestProfileKey_CoversFireFields fails until they are there.
+//   - The task model, its defaults and validation: package task. How tasks
+//     are stored, listed and read by partition: package registry.
 
 // # Watermarks
 //
@@ -108,7 +116,9 @@
 // unrun fires it hands over ("pending": [{"id", "at", "trigger"}]);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the
 // owner has taken it; and /<prefix>/prepared/<node-id>, under the node's
-// lease, lists the partitions it prepared and waits to lock.
+// lease, lists the partitions it prepared and waits to lock. This package
+// names the runtime's keys (keys.go: locks, checkpoints, watermarks,
+// prepared); package registry names the task, trigger and index keys.
 //
 // # Concurrency
 //

@@ -59,7 +59,7 @@ func ExampleEngine_Handle() {
 		"executor": {"type": "handler", "name": "billing.report", "payload": {"team": "billing"}}
 	}`))
 	if err != nil {
-		log.Fatal(err) // a *engine.ValidationError naming the field
+		log.Fatal(err) // a *task.ValidationError naming the field
 	}
 	stored, err := e.Registry().Put(ctx, tsk, registry.PutOptions{})
 	if err != nil {

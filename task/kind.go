@@ -11,8 +11,8 @@ import (
 
 // kind is one executor type: the JSON fields it takes, the rules they obey
 // and how a node builds its executor. Validation, DecodeTask, the error
-// that names a field given to the wrong type and newProfile all derive from
-// kinds.
+// that names a field given to the wrong type (and the type it belongs to)
+// and engine's newProfile all derive from kinds.
 //
 // To add an executor type: its fields on Executor, one entry here, and the
 // fields in engine's profileKey (engine's TestProfileKey_CoversFireFields
@@ -116,17 +116,6 @@ var (
 			names = append(names, string(k.typ))
 		}
 		return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-	}()
-	// executorFields maps each kind's fields to the kind, for the error
-	// that names a field given to the wrong type.
-	executorFields = func() map[string]ExecutorType {
-		m := map[string]ExecutorType{}
-		for _, k := range kinds {
-			for _, f := range k.fields {
-				m[f.name] = k.typ
-			}
-		}
-		return m
 	}()
 	// executorFieldNames are the executor object's JSON fields.
 	executorFieldNames = func() []string {
