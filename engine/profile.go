@@ -122,8 +122,12 @@ func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 		jitter:      time.Duration(t.Jitter),
 		keep:        historyKeep(t.HistoryLimit),
 	}
+	// A copy: Build calls through the kinds table, which escape analysis
+	// cannot see through, and t must not escape: loading decodes every
+	// task into one on the stack.
+	ex := t.Executor
 	var err error
-	p.exec, err = t.Executor.Build(&x.shared)
+	p.exec, err = ex.Build(&x.shared)
 	if errors.Is(err, executor.ErrNotAllowed) {
 		// The node's allow-list, not the task, is at fault: every fire
 		// fails with the reason, which history and state show.
