@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// The tests of this file pin down what doc.go says the engine does not
+// guarantee: each shows the limitation happening, so that the list stays
+// true, and fails once the engine does better (then the case leaves the
+// list). They run on a clock the test moves and handlers that block until
+// released, so that nothing depends on timing.
+
+// limitsAt is a second of the limits tests' clock.
+func limitsAt(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+
+// blocked is a handler call held until the test lets it go.
+type blocked struct {
+	Fire
+	ctx   context.Context // the call's context: canceled when the engine gives up on it
+	ended chan struct{}   // closed when the call returned
+}
+
+// holder is a handler that holds every call of the tasks it is told,
+// until release, and lets the others through.
+type holder struct {
+	ids     map[string]bool
+	started chan blocked
+	release chan struct{}
+	once    sync.Once
+}
+
+// newHolder returns a holder of the calls of ids that lets them all go
+// when the test ends. Create it after the nodes whose calls it holds
+// (cleanups run last first), so that no node waits for a held call while
+// it closes.
+func newHolder(t *testing.T, ids ...string) *holder {
+	h := &holder{ids: map[string]bool{}, started: make(chan blocked, 64), release: make(chan struct{})}
+	for _, id := range ids {
+		h.ids[id] = true
+	}
+	t.Cleanup(h.open)
+	return h
+}
+
+func (h *holder) handler(ctx context.Context, f Fire) error {
+	if !h.ids[f.TaskID] {
+		return nil
+	}
+	b := blocked{Fire: f, ctx: ctx, ended: make(chan struct{})}
+	defer close(b.ended)
+	h.started <- b
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *holder) open() { h.once.Do(func() { close(h.release) }) }
+
+// next returns the next call that started.
+func (h *holder) next(t *testing.T) blocked {
+	t.Helper()
+	select {
+	case b := <-h.started:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no held fire started within 10s")
+		return blocked{}
+	}
+}
+
+// running reports whether a held call is still running, its context live.
+func (b blocked) running() bool {
+	select {
+	case <-b.ended:
+		return false
+	default:
+		return b.ctx.Err() == nil
+	}
+}
+
+// Concurrency policies hold on one owner only. forbid, buffer_one and
+// replace each keep a second fire from running beside the first, on the
+// node that runs the first; the next owner of a partition does not know
+// that a fire still runs on the old one. Here each task's fire of 12:00:01
+// still runs on node-a (held) when node-a leaves gracefully; node-b starts
+// each task's fire of 12:00:02 at once, beside it, and node-a's run is not
+// canceled (TestEngine_ConcurrencyPolicies shows what each policy does on
+// one owner: skip, wait, cancel).
+func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	policies := map[string]ConcurrencyPolicy{
+		"forbid": ConcurrencyForbid, "buffer": ConcurrencyBufferOne, "replace": ConcurrencyReplace,
+	}
+	var h *holder
+	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
+	node := func(id string) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) {
+			cfg.NodeID = id
+			cfg.Partitions = 4
+			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
+		})
+	}
+	a := startNode(t, c, "", handler, node("node-a"))
+	h = newHolder(t, "forbid", "buffer", "replace")
+	for id, p := range policies {
+		task := handlerTask(id, "* * * * * *")
+		task.Concurrency = p
+		putTask(t, a.e.Registry(), task)
+		waitNext(t, a, id, limitsAt(1))
+	}
+	clock.Advance(time.Second)
+	old := map[string]blocked{}
+	for range policies {
+		r := h.next(t)
+		old[r.TaskID] = r
+	}
+
+	// node-b joins and node-a leaves gracefully while its runs are held:
+	// every partition goes to node-b. Close returns once the held runs
+	// end.
+	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	closed := make(chan error, 1)
+	ea := a.e
+	go func() { closed <- ea.Close() }()
+	for id := range policies {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) })
+		waitNext(t, b, id, limitsAt(2))
+	}
+	clock.Advance(time.Second)
+	for range policies {
+		r := h.next(t)
+		prev := old[r.TaskID]
+		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+			t.Errorf("%s: started %s on %s, want 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		if !prev.running() {
+			t.Errorf("%s (%s): the run of %s on %s ended before the next fire started; the limitation is gone",
+				r.TaskID, policies[r.TaskID], prev.ScheduledAt.Format(time.TimeOnly), prev.Node)
+		}
+	}
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+}
+
+// quietNode keeps a node's errors only: a node whose etcd requests a test
+// refuses on purpose warns about each.
+func quietNode(cfg *Config) {
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// refusingKV refuses the requests a test chooses on one node's client, at
+// any time: transactions with a Put for which refuse returns true, and
+// Deletes of the keys it returns true for.
+type refusingKV struct {
+	clientv3.KV
+	put atomic.Pointer[func(key, value string) bool]
+	del atomic.Pointer[func(key string) bool]
+}
+
+// refuseOn puts a refusingKV in front of cli's KV.
+func refuseOn(cli *clientv3.Client) *refusingKV {
+	r := &refusingKV{KV: cli.KV}
+	cli.KV = r
+	return r
+}
+
+// puts refuses from now on the transactions with a Put that match.
+func (r *refusingKV) puts(match func(key, value string) bool) { r.put.Store(&match) }
+
+// deletes refuses from now on the Deletes of keys that match.
+func (r *refusingKV) deletes(match func(key string) bool) { r.del.Store(&match) }
+
+func (r *refusingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if m := r.del.Load(); m != nil && (*m)(key) {
+		return nil, errInjected
+	}
+	return r.KV.Delete(ctx, key, opts...)
+}
+
+func (r *refusingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &refusingTxn{Txn: r.KV.Txn(ctx), r: r}
+}
+
+type refusingTxn struct {
+	clientv3.Txn
+	r    *refusingKV
+	fail bool
+}
+
+func (t *refusingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *refusingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	if m := t.r.put.Load(); m != nil {
+		for _, op := range ops {
+			if op.IsPut() && (*m)(string(op.KeyBytes()), string(op.ValueBytes())) {
+				t.fail = true
+			}
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.fail {
+		return nil, errInjected
+	}
+	return t.Txn.Commit()
+}
+
+// watermarkWrites matches the node watermark's writes.
+func watermarkWrites(key, _ string) bool { return strings.Contains(key, "/watermarks/") }
