@@ -232,3 +232,126 @@ func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
 
 // watermarkWrites matches the node watermark's writes.
 func watermarkWrites(key, _ string) bool { return strings.Contains(key, "/watermarks/") }
+
+// waitNamed waits until partition p's checkpoint names the session of node
+// n: from then on a successor after a crash resumes from that session's
+// acknowledged watermark.
+func waitNamed(t *testing.T, c *etcdtest.Cluster, n *testNode, p int) {
+	t.Helper()
+	sess := sessionID(n.e.sess.Load())
+	key := newKeys("").checkpoint(p)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return readCheckpoint(t, c, key).Session == sess })
+}
+
+// crash cuts node n off from etcd through its proxy and waits until it
+// fenced itself: for the cluster it crashed (its lease runs out and its
+// locks pass on), and it dispatches nothing more.
+func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
+	t.Helper()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, n.e.Fenced)
+}
+
+// A retry waits in its node's wheel, not in etcd: when the node crashes,
+// or hands the partition over gracefully, the next owner knows nothing of
+// it and the fire gets no further attempt. Here attempt 1 of a triggered
+// fire fails on node-a with a retry due 5-10 s later; node-b takes the
+// partition and runs the schedule 20 s on, and attempt 2 never runs.
+func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
+	for _, how := range []string{"graceful", "crash"} {
+		t.Run(how, func(t *testing.T) {
+			c := etcdtest.Start(t)
+			clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+			log := &callLog{}
+			h := log.handler(func(_ context.Context, f Fire) error {
+				if f.TaskID == "flaky" {
+					return errInjected
+				}
+				return nil
+			})
+			node := func(id string) func(*Config) {
+				return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+			}
+			proxy := c.NewProxy(t)
+			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
+			flaky := handlerTask("flaky", "0 0 0 1 1 *") // yearly: only the trigger fires it
+			flaky.Retry = Retry{MaxAttempts: 3, Backoff: Duration(10 * time.Second), MaxBackoff: Duration(10 * time.Second)}
+			putTask(t, a.e.Registry(), flaky)
+			putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+			if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+				t.Fatal(err)
+			}
+			// The failure is applied: the retry waits in node-a's wheel.
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, a, "flaky").Failures == 1 })
+
+			var b *testNode
+			if how == "graceful" {
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
+				a.stop(t)
+			} else {
+				clock.Advance(time.Second)
+				etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+				waitNamed(t, c, a, 0)
+				crash(t, a, proxy)
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+			clock.Advance(20 * time.Second) // past the retry's time
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(20)) })
+			a.stop(t)
+			b.stop(t)
+			calls := log.of("flaky")
+			if len(calls) != 1 || calls[0].Attempt != 1 || calls[0].Node != "node-a" {
+				for _, c := range calls {
+					t.Logf("flaky: attempt %d of %s on %s", c.Attempt, c.ScheduledAt.Format(time.TimeOnly), c.Node)
+				}
+				t.Errorf("flaky ran %d attempts, want only attempt 1 on node-a: the waiting retry was handed over", len(calls))
+			}
+		})
+	}
+}
+
+// A buffer_one fire waiting behind a running one is in flight with it: the
+// node watermark passes it (it would otherwise hold the bounded lead, and
+// every task of the node, for as long as the running fire takes). A crash
+// loses it; a graceful hand-over passes it on
+// (TestEngine_GracefulHandOverPassesWaitingFires).
+func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	var h *holder
+	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
+	node := func(id string) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1; cfg.DrainTimeout = time.Second })
+	}
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", handler, node("node-a"))
+	h = newHolder(t, "slow")
+	slow := handlerTask("slow", "* * * * * *")
+	slow.Concurrency = ConcurrencyBufferOne
+	putTask(t, a.e.Registry(), slow)
+	waitNext(t, a, "slow", limitsAt(1))
+	clock.Advance(time.Second)
+	if r := h.next(t); !r.ScheduledAt.Equal(limitsAt(1)) {
+		t.Fatalf("first fire %s", r.ScheduledAt.Format(time.TimeOnly))
+	}
+	waitNext(t, a, "slow", limitsAt(2))
+	clock.Advance(time.Second)
+	waitNext(t, a, "slow", limitsAt(3)) // 12:00:02 was released: it waits behind 12:00:01
+	sess := sessionID(a.e.sess.Load())
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return !readWatermark(t, c, "node-a", sess).Before(limitsAt(2))
+	})
+	waitNamed(t, c, a, 0)
+
+	crash(t, a, proxy)
+	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	waitNext(t, b, "slow", limitsAt(3))
+	clock.Advance(time.Second)
+	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
+		t.Errorf("started %s on %s, want 12:00:03 on node-b, the fire of 12:00:02 lost", r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	h.open()
+	a.stop(t)
+}
