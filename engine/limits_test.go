@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,4 +355,129 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	}
 	h.open()
 	a.stop(t)
+}
+
+// runsAt returns the nodes that ran the first attempt of id's fire at
+// sched, in order.
+func runsAt(log *callLog, id string, sched time.Time) []string {
+	var out []string
+	for _, c := range log.of(id) {
+		if c.Attempt == 1 && c.ScheduledAt.Equal(sched) {
+			out = append(out, c.Node)
+		}
+	}
+	return out
+}
+
+// A new owner names its session in a partition's checkpoint only once its
+// acknowledged watermark covers the partition's catch-up (nameSession).
+// Until then the checkpoint points at the previous owner's point, and a
+// crash makes the next owner resume from there: it repeats what the
+// crashed owner fired since. Here etcd refuses node-b's naming, which
+// stretches that window (it is normally a watermark interval or two):
+// node-b fires 12:00:02 and 12:00:03, crashes, and node-c fires both again.
+func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+	}
+	a := startNode(t, c, "", log.handler(nil), node("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+
+	proxy := c.NewProxy(t)
+	cliB := c.NewClient(t, proxy.Endpoint())
+	refuseOn(cliB).puts(func(key, value string) bool {
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"session":`)
+	})
+	b := startNodeOn(t, cliB, "", log.handler(nil), func(cfg *Config) { node("node-b")(cfg); quietNode(cfg) })
+	a.stop(t) // a graceful hand-over: node-b resumes after node-a's mark
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "tick") })
+	for s := 2; s <= 3; s++ {
+		waitNext(t, b, "tick", limitsAt(s))
+		clock.Advance(time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
+	}
+	cp := readCheckpoint(t, c, newKeys("").checkpoint(0))
+	if cp.Node != "node-b" || cp.Session != "" {
+		t.Fatalf("checkpoint %+v, want node-b's naming no session", cp)
+	}
+
+	crash(t, b, proxy)
+	startNode(t, c, "", log.handler(nil), node("node-c"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(3))) == 2 })
+	for s := 1; s <= 3; s++ {
+		want := []string{"node-b", "node-c"}
+		if s == 1 {
+			want = []string{"node-a"}
+		}
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
+			t.Errorf("tick@%s ran on %v, want %v", limitsAt(s).Format(time.TimeOnly), got, want)
+		}
+	}
+	b.stop(t)
+}
+
+// A released checkpoint lists at most maxHandOver (2000) fires handed over
+// unrun. Past that its point stops before the first fire left out, and the
+// next owner fires every task from there as well as the listed fires: the
+// listed fires due at or after the point run twice. Here 2100 fires of
+// one tick wait in the queue (no worker takes them) when the partition is
+// released: 2000 are listed, the point stops before the tick, and the next
+// owner runs those 2000 twice and the other 100 once.
+func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
+	const n = maxHandOver + 100
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(MisfireFireOnce), "* * * * * *", ids("q", n)...)
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	tl.dispatch()
+	if got := len(tl.dispatched(0)); got != n {
+		t.Fatalf("%d fires queued, want %d", got, n)
+	}
+	rel := tl.releaseParts([]int{0})
+	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	hand := rel.hand[0]
+	if len(hand.pending) != maxHandOver {
+		t.Errorf("%d fires listed, want %d", len(hand.pending), maxHandOver)
+	}
+	if left := tl.dispatched(0); len(left) != 0 {
+		t.Errorf("%d fires still queued to run here after the hand-over", len(left))
+	}
+	if want := base.UnixNano() - 1; hand.mark != want {
+		t.Errorf("released point %s, want just before the tick %s", time.Unix(0, hand.mark).UTC().Format(time.StampNano), base.Format(time.TimeOnly))
+	}
+
+	// What the next owner runs: every task from its first fire after the
+	// point, and the listed fires.
+	runs := map[string]int{}
+	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	for _, id := range ids("q", n) {
+		if at := next(tl.scheds.Get(h), hand.mark); at == base.UnixNano() {
+			runs[id]++
+		}
+	}
+	for _, f := range hand.pending {
+		if f.At.Equal(base) {
+			runs[f.ID]++
+		}
+	}
+	twice, once := 0, 0
+	for _, id := range ids("q", n) {
+		switch runs[id] {
+		case 2:
+			twice++
+		case 1:
+			once++
+		default:
+			t.Errorf("%s@%s runs %d times on the next owner", id, base.Format(time.TimeOnly), runs[id])
+		}
+	}
+	if twice != maxHandOver || once != n-maxHandOver {
+		t.Errorf("the next owner runs %d fires of the tick twice and %d once, want %d and %d", twice, once, maxHandOver, n-maxHandOver)
+	}
 }
