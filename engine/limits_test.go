@@ -481,3 +481,178 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 		t.Errorf("the next owner runs %d fires of the tick twice and %d once, want %d and %d", twice, once, maxHandOver, n-maxHandOver)
 	}
 }
+
+// startStalledNode starts node-a on clock through a proxy (so that the test
+// can crash it) with the every-second task id, fires 12:00:01, and waits
+// until etcd acknowledged a watermark at or past it and the checkpoint
+// names the session. Then it refuses node-a's watermark writes: its
+// acknowledged watermark stays at 12:00:01.5, and dispatch at most the
+// bounded lead (1 s) past it.
+func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfire time.Duration, log *callLog, id string) (*testNode, *etcdtest.Proxy) {
+	t.Helper()
+	proxy := c.NewProxy(t)
+	cli := c.NewClient(t, proxy.Endpoint())
+	faults := refuseOn(cli)
+	a := startNodeOn(t, cli, "", log.handler(nil), clockTweak(clock, misfire, func(cfg *Config) {
+		cfg.NodeID = "node-a"
+		cfg.Partitions = 1
+		quietNode(cfg)
+	}))
+	putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+	waitNext(t, a, id, limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
+	waitNamed(t, c, a, 0)
+	sess := sessionID(a.e.sess.Load())
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !readWatermark(t, c, "node-a", sess).Before(limitsAt(1)) })
+	faults.puts(watermarkWrites)
+	return a, proxy
+}
+
+// Executors run a fire at least once in failure scenarios. A crashed
+// node's successor resumes from the last watermark etcd acknowledged for
+// it, and the node dispatched up to the bounded lead past that: those
+// fires run again, with the same idempotency key and a higher fence. Here
+// node-a's watermark stays at 12:00:01.5; it fires 12:00:02 (within the
+// 1 s lead) but not 12:00:03, crashes, and node-b fires 12:00:02 again,
+// then 12:00:03 once.
+func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	a, proxy := startStalledNode(t, c, clock, time.Hour, log, "tick")
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(2)) })
+	clock.Advance(time.Second) // 12:00:03 is past the lead: node-a waits for an acknowledgement
+	waitNext(t, a, "tick", limitsAt(3))
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 }))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(3)) })
+	for s, want := range map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}} {
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
+			t.Errorf("tick@%s ran on %v, want %v", limitsAt(s).Format(time.TimeOnly), got, want)
+		}
+	}
+	var twice []call
+	for _, c := range log.of("tick") {
+		if c.ScheduledAt.Equal(limitsAt(2)) {
+			twice = append(twice, c)
+		}
+	}
+	if len(twice) == 2 {
+		if twice[0].IdempotencyKey() != twice[1].IdempotencyKey() {
+			t.Errorf("the repeat's idempotency key %s differs from the first run's %s", twice[1].IdempotencyKey(), twice[0].IdempotencyKey())
+		}
+		if twice[1].Fence <= twice[0].Fence {
+			t.Errorf("the repeat's fence %d is not above the first run's %d: a receiver cannot refuse the older", twice[1].Fence, twice[0].Fence)
+		}
+	}
+	a.stop(t)
+}
+
+// A misfire decision looks up to the present, past the bounded lead: after
+// a stall longer than the misfire threshold, fire_once fires the latest
+// missed time at once, though the node's acknowledged watermark is far
+// behind it. A crash right after makes the next owner resume from that
+// watermark, make the same decision, and fire that one catch-up fire
+// again (not the missed fires it stands for). Here node-a stalls from
+// 12:00:01.5 to 12:00:31.5 and fires 12:00:31; node-b fires it again.
+func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	a, proxy := startStalledNode(t, c, clock, 5*time.Second, log, "late") // fire_once, the default
+	clock.Advance(30 * time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(31)) })
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 }))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
+	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
+	}
+	if got := secs(log.scheds("late")); !slices.Equal(got, []string{"12:00:01.000", "12:00:31.000", "12:00:31.000"}) {
+		t.Errorf("late fired at %v, want 12:00:01, then the catch-up fire 12:00:31 twice", got)
+	}
+	a.stop(t)
+}
+
+// A trigger's key is its only record until the owner deletes it, after
+// the fire. When the delete fails and the node crashes before a retry
+// succeeds, the next owner finds the key at its acquire and fires the
+// trigger again (TestEngine_TriggerWhoseDeleteFailedFiresOnce shows that
+// a live node retries the delete, so a graceful hand-over fires it once).
+func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	proxy := c.NewProxy(t)
+	cliA := c.NewClient(t, proxy.Endpoint())
+	refuseOn(cliA).deletes(func(key string) bool { return strings.Contains(key, "/triggers/") })
+	a := startNodeOn(t, cliA, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 1; quietNode(cfg) })
+	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 })
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 2 })
+	calls := log.of("once")
+	if calls[0].Node != "node-a" || calls[1].Node != "node-b" || calls[0].IdempotencyKey() != calls[1].IdempotencyKey() {
+		t.Errorf("the trigger ran as %s on %s, then %s on %s; want the same fire on node-a, then node-b",
+			calls[0].IdempotencyKey(), calls[0].Node, calls[1].IdempotencyKey(), calls[1].Node)
+	}
+	a.stop(t)
+}
+
+// A release waits up to handOverWait (2 s) for workers to take the
+// partition's queued fires, and only then lists those still queued in its
+// checkpoint. Meanwhile neither node fires the partition: behind busy
+// workers a hand-over stands still that long, and its fires run late on
+// the next owner (once: neither repeated nor lost). Here node-a's only
+// worker is held by a triggered fire, tick@12:00:01 waits in its queue,
+// and node-a leaves: the release takes at least 2 s and node-b runs tick@1.
+func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	var h *holder
+	handler := log.handler(func(ctx context.Context, f Fire) error { return h.handler(ctx, f) })
+	node := func(id string, workers int) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) {
+			cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.DrainTimeout = id, 1, workers, time.Minute
+		})
+	}
+	a := startNode(t, c, "", handler, node("node-a", 1))
+	h = newHolder(t, "slow")
+	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	if _, err := a.e.Registry().Trigger(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // node-a's only worker is busy
+	clock.Advance(time.Second)
+	waitNext(t, a, "tick", limitsAt(2)) // tick@1 is queued behind it
+
+	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b", 8))
+	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	closed := make(chan error, 1)
+	ea := a.e
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(1))) > 0 })
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	if got := runsAt(log, "tick", limitsAt(1)); !slices.Equal(got, []string{"node-b"}) {
+		t.Errorf("tick@12:00:01 ran on %v, want node-b only", got)
+	}
+	rel := ea.Stats().HandOver["release"]
+	if rel.Count != 1 || rel.Sum < handOverWait.Seconds() {
+		t.Errorf("node-a released %d times in %.2f s, want once, waiting at least %s for its worker", rel.Count, rel.Sum, handOverWait)
+	}
+	b.stop(t)
+}
