@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
 )
 
 // The tests of this file pin down what doc.go says the engine does not
@@ -21,6 +22,13 @@ import (
 // true, and fails once the engine does better (then the case leaves the
 // list). They run on a clock the test moves and handlers that block until
 // released, so that nothing depends on timing.
+
+// limitsParts is the partitions of the limits tests' nodes: the fewest
+// that two nodes can share.
+const limitsParts = 2
+
+// partOf returns the partition of task id.
+func partOf(id string) int { return ring.Partition(id, limitsParts) }
 
 // limitsAt is a second of the limits tests' clock.
 func limitsAt(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
@@ -172,8 +180,17 @@ func quietNode(cfg *Config) {
 // Deletes of the keys it returns true for.
 type refusingKV struct {
 	clientv3.KV
-	put atomic.Pointer[func(key, value string) bool]
-	del atomic.Pointer[func(key string) bool]
+	put   atomic.Pointer[func(key, value string) bool]
+	del   atomic.Pointer[func(key string) bool]
+	pause atomic.Pointer[pausing]
+}
+
+// pausing holds the commit of the next transaction with a Put that
+// matches: it says so on reached, and commits once until is closed.
+type pausing struct {
+	match   func(key, value string) bool
+	reached chan struct{}
+	until   <-chan struct{}
 }
 
 // refuseOn puts a refusingKV in front of cli's KV.
@@ -185,6 +202,15 @@ func refuseOn(cli *clientv3.Client) *refusingKV {
 
 // puts refuses from now on the transactions with a Put that match.
 func (r *refusingKV) puts(match func(key, value string) bool) { r.put.Store(&match) }
+
+// pauses holds the commit of the next transaction with a Put that matches
+// until until is closed; the channel it returns is closed when one is
+// held.
+func (r *refusingKV) pauses(match func(key, value string) bool, until <-chan struct{}) <-chan struct{} {
+	p := &pausing{match: match, reached: make(chan struct{}), until: until}
+	r.pause.Store(p)
+	return p.reached
+}
 
 // deletes refuses from now on the Deletes of keys that match.
 func (r *refusingKV) deletes(match func(key string) bool) { r.del.Store(&match) }
@@ -202,8 +228,9 @@ func (r *refusingKV) Txn(ctx context.Context) clientv3.Txn {
 
 type refusingTxn struct {
 	clientv3.Txn
-	r    *refusingKV
-	fail bool
+	r     *refusingKV
+	fail  bool
+	pause *pausing
 }
 
 func (t *refusingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
@@ -213,11 +240,16 @@ func (t *refusingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	if m := t.r.put.Load(); m != nil {
-		for _, op := range ops {
-			if op.IsPut() && (*m)(string(op.KeyBytes()), string(op.ValueBytes())) {
-				t.fail = true
-			}
+	for _, op := range ops {
+		if !op.IsPut() {
+			continue
+		}
+		key, value := string(op.KeyBytes()), string(op.ValueBytes())
+		if m := t.r.put.Load(); m != nil && (*m)(key, value) {
+			t.fail = true
+		}
+		if p := t.r.pause.Load(); p != nil && p.match(key, value) && t.r.pause.CompareAndSwap(p, nil) {
+			t.pause = p
 		}
 	}
 	t.Txn = t.Txn.Then(ops...)
@@ -227,6 +259,10 @@ func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.fail {
 		return nil, errInjected
+	}
+	if t.pause != nil {
+		close(t.pause.reached)
+		<-t.pause.until
 	}
 	return t.Txn.Commit()
 }
@@ -271,7 +307,7 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 				return nil
 			})
 			node := func(id string) func(*Config) {
-				return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+				return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts })
 			}
 			proxy := c.NewProxy(t)
 			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
@@ -292,7 +328,7 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 			} else {
 				clock.Advance(time.Second)
 				etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
-				waitNamed(t, c, a, 0)
+				waitNamed(t, c, a, partOf("flaky"))
 				crash(t, a, proxy)
 				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
 			}
@@ -323,7 +359,7 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	var h *holder
 	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
 	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1; cfg.DrainTimeout = time.Second })
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts; cfg.DrainTimeout = time.Second })
 	}
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", handler, node("node-a"))
@@ -343,7 +379,7 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return !readWatermark(t, c, "node-a", sess).Before(limitsAt(2))
 	})
-	waitNamed(t, c, a, 0)
+	waitNamed(t, c, a, partOf("slow"))
 
 	crash(t, a, proxy)
 	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b"))
@@ -381,7 +417,7 @@ func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
 	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
 	log := &callLog{}
 	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts })
 	}
 	a := startNode(t, c, "", log.handler(nil), node("node-a"))
 	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
@@ -402,7 +438,7 @@ func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
 		clock.Advance(time.Second)
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
 	}
-	cp := readCheckpoint(t, c, newKeys("").checkpoint(0))
+	cp := readCheckpoint(t, c, newKeys("").checkpoint(partOf("tick")))
 	if cp.Node != "node-b" || cp.Session != "" {
 		t.Fatalf("checkpoint %+v, want node-b's naming no session", cp)
 	}
@@ -495,14 +531,14 @@ func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfi
 	faults := refuseOn(cli)
 	a := startNodeOn(t, cli, "", log.handler(nil), clockTweak(clock, misfire, func(cfg *Config) {
 		cfg.NodeID = "node-a"
-		cfg.Partitions = 1
+		cfg.Partitions = limitsParts
 		quietNode(cfg)
 	}))
 	putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
 	waitNext(t, a, id, limitsAt(1))
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
-	waitNamed(t, c, a, 0)
+	waitNamed(t, c, a, partOf(id))
 	sess := sessionID(a.e.sess.Load())
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !readWatermark(t, c, "node-a", sess).Before(limitsAt(1)) })
 	faults.puts(watermarkWrites)
@@ -527,7 +563,7 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 	waitNext(t, a, "tick", limitsAt(3))
 
 	crash(t, a, proxy)
-	startNode(t, c, "", log.handler(nil), clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 }))
+	startNode(t, c, "", log.handler(nil), clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts }))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(3)) })
 	for s, want := range map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}} {
 		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
@@ -567,7 +603,7 @@ func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(31)) })
 
 	crash(t, a, proxy)
-	startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 }))
+	startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts }))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
 	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
@@ -589,7 +625,7 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 	proxy := c.NewProxy(t)
 	cliA := c.NewClient(t, proxy.Endpoint())
 	refuseOn(cliA).deletes(func(key string) bool { return strings.Contains(key, "/triggers/") })
-	a := startNodeOn(t, cliA, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 1; quietNode(cfg) })
+	a := startNodeOn(t, cliA, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = limitsParts; quietNode(cfg) })
 	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
 		t.Fatal(err)
@@ -597,7 +633,7 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 })
 
 	crash(t, a, proxy)
-	startNode(t, c, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 1 })
+	startNode(t, c, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts })
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 2 })
 	calls := log.of("once")
 	if calls[0].Node != "node-a" || calls[1].Node != "node-b" || calls[0].IdempotencyKey() != calls[1].IdempotencyKey() {
@@ -622,7 +658,7 @@ func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *tes
 	handler := log.handler(func(ctx context.Context, f Fire) error { return h.handler(ctx, f) })
 	node := func(id string, workers int) func(*Config) {
 		return clockTweak(clock, time.Hour, func(cfg *Config) {
-			cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.DrainTimeout = id, 1, workers, time.Minute
+			cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.DrainTimeout = id, limitsParts, workers, time.Minute
 		})
 	}
 	a := startNode(t, c, "", handler, node("node-a", 1))
@@ -651,8 +687,90 @@ func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *tes
 		t.Errorf("tick@12:00:01 ran on %v, want node-b only", got)
 	}
 	rel := ea.Stats().HandOver["release"]
-	if rel.Count != 1 || rel.Sum < handOverWait.Seconds() {
-		t.Errorf("node-a released %d times in %.2f s, want once, waiting at least %s for its worker", rel.Count, rel.Sum, handOverWait)
+	if rel.Sum < handOverWait.Seconds() {
+		t.Errorf("node-a released %d partitions in %.2f s, want at least %s of waiting for its worker", rel.Count, rel.Sum, handOverWait)
 	}
 	b.stop(t)
+}
+
+// blockCmd holds the dispatch loop until out is closed: the commands sent
+// meanwhile wait in line. in is closed once the loop is held.
+type blockCmd struct{ in, out chan struct{} }
+
+func (c blockCmd) run(*loop) { close(c.in); <-c.out }
+
+// holdLoop holds n's dispatch loop until the returned function is called
+// (at the latest when the test ends).
+func holdLoop(t *testing.T, n *testNode) (let func()) {
+	t.Helper()
+	c := blockCmd{in: make(chan struct{}), out: make(chan struct{})}
+	var once sync.Once
+	let = func() { once.Do(func() { close(c.out) }) }
+	t.Cleanup(let)
+	if err := n.e.call(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	<-c.in
+	return let
+}
+
+// An acquire that fails after it loaded its partition (canceled: the node
+// leaves, or the ring gave the partition to another node meanwhile) takes
+// the tasks out of the wheel as a release does, dispatching the fires due
+// up to the loop's time, and puts the previous checkpoint back: the next
+// owner resumes from the previous point and fires those again. Here the
+// partition was released at 12:00:01.5 and nobody fired it until
+// 12:00:04.5. node-b's acquire loads it while node-b's loop is held, and
+// node-b leaves: its acquire, canceled, undoes, and node-b fires
+// 12:00:02-04. node-c comes next and fires them again.
+func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
+	c := etcdtest.Start(t)
+	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+	}
+	a := startNode(t, c, "", log.handler(nil), node("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+	a.stop(t) // released at 12:00:01.5
+	clock.Advance(3 * time.Second)
+
+	cliB := c.NewClient(t)
+	go_ := make(chan struct{})
+	held := refuseOn(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
+	}, go_)
+	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("node-b did not acquire the partition")
+	}
+	let := holdLoop(t, b)
+	close(go_)
+	// The acquire's load is in line for the loop, and the acquire waits
+	// for it.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 })
+	closed := make(chan error, 1)
+	eb := b.e
+	go func() { closed <- eb.Close() }()
+	// Canceled, the acquire undoes: its release is in line too.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 2 })
+	let()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-b: %v", err)
+	}
+	startNode(t, c, "", log.handler(nil), node("node-c"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(4))) == 2 })
+	for s := 2; s <= 4; s++ {
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, []string{"node-b", "node-c"}) {
+			t.Errorf("tick@%s ran on %v, want node-b, then node-c", limitsAt(s).Format(time.TimeOnly), got)
+		}
+	}
+	if got := runsAt(log, "tick", limitsAt(1)); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("tick@12:00:01 ran on %v, want node-a only", got)
+	}
 }
