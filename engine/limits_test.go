@@ -33,6 +33,23 @@ func partOf(id string) int { return ring.Partition(id, limitsParts) }
 // limitsAt is a second of the limits tests' clock.
 func limitsAt(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
 
+// limitsStart starts a limits test's etcd, and its clock frozen at
+// 12:00:00.5.
+func limitsStart(t *testing.T) (*etcdtest.Cluster, *testClock) {
+	return etcdtest.Start(t), newTestClock(limitsAt(0).Add(time.Second/2), 0)
+}
+
+// limitsNode configures a limits test's node: its id, limitsParts
+// partitions, the clock with a misfire threshold, then more.
+func limitsNode(clock *testClock, misfire time.Duration, id string, more ...func(*Config)) func(*Config) {
+	return clockTweak(clock, misfire, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions = id, limitsParts
+		for _, m := range more {
+			m(cfg)
+		}
+	})
+}
+
 // blocked is a handler call held until the test lets it go.
 type blocked struct {
 	Fire
@@ -110,16 +127,14 @@ func (b blocked) running() bool {
 // canceled (TestEngine_ConcurrencyPolicies shows what each policy does on
 // one owner: skip, wait, cancel).
 func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	policies := map[string]ConcurrencyPolicy{
 		"forbid": ConcurrencyForbid, "buffer": ConcurrencyBufferOne, "replace": ConcurrencyReplace,
 	}
 	var h *holder
 	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
 	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) {
-			cfg.NodeID = id
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = 4
 			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
 		})
@@ -297,8 +312,7 @@ func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
 func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 	for _, how := range []string{"graceful", "crash"} {
 		t.Run(how, func(t *testing.T) {
-			c := etcdtest.Start(t)
-			clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+			c, clock := limitsStart(t)
 			log := &callLog{}
 			h := log.handler(func(_ context.Context, f Fire) error {
 				if f.TaskID == "flaky" {
@@ -306,9 +320,7 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 				}
 				return nil
 			})
-			node := func(id string) func(*Config) {
-				return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts })
-			}
+			node := func(id string) func(*Config) { return limitsNode(clock, time.Hour, id) }
 			proxy := c.NewProxy(t)
 			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
 			flaky := handlerTask("flaky", "0 0 0 1 1 *") // yearly: only the trigger fires it
@@ -319,7 +331,12 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The failure is applied: the retry waits in node-a's wheel.
-			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, a, "flaky").Failures == 1 })
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				s, ok := a.e.TaskState(ctx, "flaky")
+				return ok && s.Failures == 1
+			})
 
 			var b *testNode
 			if how == "graceful" {
@@ -354,12 +371,11 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 // loses it; a graceful hand-over passes it on
 // (TestEngine_GracefulHandOverPassesWaitingFires).
 func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	var h *holder
 	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
 	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts; cfg.DrainTimeout = time.Second })
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.DrainTimeout = time.Second })
 	}
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", handler, node("node-a"))
@@ -413,12 +429,9 @@ func runsAt(log *callLog, id string, sched time.Time) []string {
 // stretches that window (it is normally a watermark interval or two):
 // node-b fires 12:00:02 and 12:00:03, crashes, and node-c fires both again.
 func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	log := &callLog{}
-	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = limitsParts })
-	}
+	node := func(id string) func(*Config) { return limitsNode(clock, time.Hour, id) }
 	a := startNode(t, c, "", log.handler(nil), node("node-a"))
 	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
 	waitNext(t, a, "tick", limitsAt(1))
@@ -529,11 +542,7 @@ func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfi
 	proxy := c.NewProxy(t)
 	cli := c.NewClient(t, proxy.Endpoint())
 	faults := refuseOn(cli)
-	a := startNodeOn(t, cli, "", log.handler(nil), clockTweak(clock, misfire, func(cfg *Config) {
-		cfg.NodeID = "node-a"
-		cfg.Partitions = limitsParts
-		quietNode(cfg)
-	}))
+	a := startNodeOn(t, cli, "", log.handler(nil), limitsNode(clock, misfire, "node-a", quietNode))
 	putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
 	waitNext(t, a, id, limitsAt(1))
 	clock.Advance(time.Second)
@@ -553,8 +562,7 @@ func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfi
 // 1 s lead) but not 12:00:03, crashes, and node-b fires 12:00:02 again,
 // then 12:00:03 once.
 func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	log := &callLog{}
 	a, proxy := startStalledNode(t, c, clock, time.Hour, log, "tick")
 	clock.Advance(time.Second)
@@ -563,7 +571,7 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 	waitNext(t, a, "tick", limitsAt(3))
 
 	crash(t, a, proxy)
-	startNode(t, c, "", log.handler(nil), clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts }))
+	startNode(t, c, "", log.handler(nil), limitsNode(clock, time.Hour, "node-b"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(3)) })
 	for s, want := range map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}} {
 		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
@@ -595,15 +603,14 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 // again (not the missed fires it stands for). Here node-a stalls from
 // 12:00:01.5 to 12:00:31.5 and fires 12:00:31; node-b fires it again.
 func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	log := &callLog{}
 	a, proxy := startStalledNode(t, c, clock, 5*time.Second, log, "late") // fire_once, the default
 	clock.Advance(30 * time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(31)) })
 
 	crash(t, a, proxy)
-	startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts }))
+	startNode(t, c, "", log.handler(nil), limitsNode(clock, 5*time.Second, "node-b"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
 	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
@@ -651,15 +658,12 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 // worker is held by a triggered fire, tick@12:00:01 waits in its queue,
 // and node-a leaves: the release takes at least 2 s and node-b runs tick@1.
 func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	log := &callLog{}
 	var h *holder
 	handler := log.handler(func(ctx context.Context, f Fire) error { return h.handler(ctx, f) })
 	node := func(id string, workers int) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) {
-			cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.DrainTimeout = id, limitsParts, workers, time.Minute
-		})
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Workers, cfg.DrainTimeout = workers, time.Minute })
 	}
 	a := startNode(t, c, "", handler, node("node-a", 1))
 	h = newHolder(t, "slow")
@@ -724,11 +728,10 @@ func holdLoop(t *testing.T, n *testNode) (let func()) {
 // node-b leaves: its acquire, canceled, undoes, and node-b fires
 // 12:00:02-04. node-c comes next and fires them again.
 func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
-	c := etcdtest.Start(t)
-	clock := newTestClock(limitsAt(0).Add(time.Second/2), 0)
+	c, clock := limitsStart(t)
 	log := &callLog{}
 	node := func(id string) func(*Config) {
-		return clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NodeID = id; cfg.Partitions = 1 })
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 }) // the loop hears from one acquire only
 	}
 	a := startNode(t, c, "", log.handler(nil), node("node-a"))
 	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
