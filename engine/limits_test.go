@@ -691,8 +691,8 @@ func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *tes
 		t.Errorf("tick@12:00:01 ran on %v, want node-b only", got)
 	}
 	rel := ea.Stats().HandOver["release"]
-	if rel.Sum < handOverWait.Seconds() {
-		t.Errorf("node-a released %d partitions in %.2f s, want at least %s of waiting for its worker", rel.Count, rel.Sum, handOverWait)
+	if rel.Sum < 2 { // doc.go says up to 2 s
+		t.Errorf("node-a released %d partitions in %.2f s, want at least 2 s of waiting for its worker", rel.Count, rel.Sum)
 	}
 	b.stop(t)
 }
