@@ -67,9 +67,9 @@ type holder struct {
 }
 
 // newHolder returns a holder of the calls of ids that lets them all go
-// when the test ends. Create it after the nodes whose calls it holds
-// (cleanups run last first), so that no node waits for a held call while
-// it closes.
+// when the test ends. Call t.Cleanup(h.open) again once the nodes whose
+// calls it holds started (cleanups run last first), so that no node waits
+// for a held call while it closes.
 func newHolder(t *testing.T, ids ...string) *holder {
 	h := &holder{ids: map[string]bool{}, started: make(chan blocked, 64), release: make(chan struct{})}
 	for _, id := range ids {
@@ -131,16 +131,14 @@ func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
 	policies := map[string]ConcurrencyPolicy{
 		"forbid": ConcurrencyForbid, "buffer": ConcurrencyBufferOne, "replace": ConcurrencyReplace,
 	}
-	var h *holder
-	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
+	h := newHolder(t, "forbid", "buffer", "replace")
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = 4
 			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
 		})
 	}
-	a := startNode(t, c, "", handler, node("node-a"))
-	h = newHolder(t, "forbid", "buffer", "replace")
+	a := startNode(t, c, "", h.handler, node("node-a"))
 	for id, p := range policies {
 		task := handlerTask(id, "* * * * * *")
 		task.Concurrency = p
@@ -157,8 +155,8 @@ func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
 	// node-b joins and node-a leaves gracefully while its runs are held:
 	// every partition goes to node-b. Close returns once the held runs
 	// end.
-	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b"))
-	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first
 	closed := make(chan error, 1)
 	ea := a.e
 	go func() { closed <- ea.Close() }()
@@ -372,14 +370,12 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 // (TestEngine_GracefulHandOverPassesWaitingFires).
 func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	c, clock := limitsStart(t)
-	var h *holder
-	handler := func(ctx context.Context, f Fire) error { return h.handler(ctx, f) }
+	h := newHolder(t, "slow")
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.DrainTimeout = time.Second })
 	}
 	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", handler, node("node-a"))
-	h = newHolder(t, "slow")
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
 	slow := handlerTask("slow", "* * * * * *")
 	slow.Concurrency = ConcurrencyBufferOne
 	putTask(t, a.e.Registry(), slow)
@@ -398,8 +394,8 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	waitNamed(t, c, a, partOf("slow"))
 
 	crash(t, a, proxy)
-	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b"))
-	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first
 	waitNext(t, b, "slow", limitsAt(3))
 	clock.Advance(time.Second)
 	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
@@ -660,13 +656,12 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *testing.T) {
 	c, clock := limitsStart(t)
 	log := &callLog{}
-	var h *holder
-	handler := log.handler(func(ctx context.Context, f Fire) error { return h.handler(ctx, f) })
+	h := newHolder(t, "slow")
+	handler := log.handler(h.handler)
 	node := func(id string, workers int) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Workers, cfg.DrainTimeout = workers, time.Minute })
 	}
 	a := startNode(t, c, "", handler, node("node-a", 1))
-	h = newHolder(t, "slow")
 	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
 	waitNext(t, a, "tick", limitsAt(1))
@@ -678,7 +673,7 @@ func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *tes
 	waitNext(t, a, "tick", limitsAt(2)) // tick@1 is queued behind it
 
 	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b", 8))
-	t.Cleanup(h.open) // again: cleanups run last first, and node-b came after the holder
+	t.Cleanup(h.open) // again: cleanups run last first
 	closed := make(chan error, 1)
 	ea := a.e
 	go func() { closed <- ea.Close() }()
