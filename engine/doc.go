@@ -54,31 +54,55 @@
 //
 // # What it does not guarantee
 //
+// Each case names the test that shows it happening; a test that fails
+// because the engine does better takes its case off this list.
+//
 //   - Retries are attempts of a fire that already started: a retry waiting
 //     in the wheel when its node crashes, or when its partition is handed
-//     over, is not repeated by the next owner. A buffer_one fire waiting
-//     behind a running one is lost with it in a crash (a graceful hand-over
-//     passes it on).
+//     over, is not run by the next owner
+//     (TestEngine_WaitingRetryIsNotHandedOver).
+//   - A buffer_one fire waiting behind a running one is lost with it in a
+//     crash: the watermark passes it. A graceful hand-over passes it on
+//     (TestEngine_BufferedFireIsLostInACrash).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner:
-//     the next owner does not know that a fire is still running on the old
-//     one, so after a hand-over a fire may start while the previous one
-//     still runs there.
+//     the next owner does not know that a fire still runs on the old one,
+//     so after a hand-over the next fire starts while the previous one
+//     still runs there, and replace does not cancel it
+//     (TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver).
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
-//     makes the next owner resume from the partition's previous point, so
-//     fires in between may repeat. Likewise an acquire that fails after
-//     loading part of a partition puts the previous checkpoint back.
+//     makes the next owner resume from the partition's previous point, and
+//     what the new owner fired since repeats
+//     (TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires).
+//   - An acquire that fails after loading its partition (canceled: the node
+//     leaves or the ring moves the partition) takes the tasks out as a
+//     release does, dispatching the fires due up to the loop's time, then
+//     puts the previous checkpoint back: the next owner fires them again
+//     (TestEngine_AcquireUndoneAfterLoadingRepeatsFires).
 //   - A released checkpoint lists at most 2000 unrun fires; past that its
-//     point stops before the rest, which the next owner repeats. Queued
-//     fires are listed only when workers did not take them within 2 s.
+//     point stops before the first fire left out, and the next owner fires
+//     every task from there as well as the listed fires, so listed fires at
+//     or after that point run twice
+//     (TestLoop_ReleaseListsAtMost2000UnrunFires).
+//   - A release waits up to 2 s for workers to take the partition's queued
+//     fires before it lists them as unrun; meanwhile neither node fires the
+//     partition, so behind busy workers a hand-over stands still that long
+//     and its fires run late (once)
+//     (TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver).
 //   - A misfire decision (a fire released later than the misfire threshold,
-//     after a pause) looks up to the present, past the bounded lead: a
-//     crash right after it may repeat that one catch-up fire.
+//     after a stall) looks up to the present, past the bounded lead: a
+//     crash right after it repeats that one catch-up fire on the next
+//     owner, not the missed fires it stands for
+//     (TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash).
 //   - A fired trigger whose key could not be deleted before its node
-//     crashed fires again on the next owner.
-//   - Executors run a fire at least once in failure scenarios; receivers
-//     deduplicate on the idempotency key and may refuse fences lower than
-//     one they have seen (Shardcron-Fence).
+//     crashed fires again on the next owner
+//     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash).
+//   - Executors run a fire at least once in failure scenarios: after a
+//     crash, the fires dispatched past the last acknowledged watermark (at
+//     most Config.Lead of them) run again with the same idempotency key and
+//     a higher fence. Receivers deduplicate on the key and may refuse
+//     fences lower than one they have seen (Shardcron-Fence)
+//     (TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark).
 //
 // # Where to change what
 //

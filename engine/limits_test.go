@@ -1,0 +1,774 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
+)
+
+// The tests of this file pin down what doc.go says the engine does not
+// guarantee: each shows the limitation happening, so that the list stays
+// true, and fails once the engine does better (then the case leaves the
+// list). They run on a clock the test moves and handlers that block until
+// released, so that nothing depends on timing.
+
+// limitsParts is the partitions of the limits tests' nodes: the fewest
+// that two nodes can share.
+const limitsParts = 2
+
+// partOf returns the partition of task id.
+func partOf(id string) int { return ring.Partition(id, limitsParts) }
+
+// limitsAt is a second of the limits tests' clock.
+func limitsAt(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+
+// limitsStart starts a limits test's etcd, and its clock frozen at
+// 12:00:00.5.
+func limitsStart(t *testing.T) (*etcdtest.Cluster, *testClock) {
+	return etcdtest.Start(t), newTestClock(limitsAt(0).Add(time.Second/2), 0)
+}
+
+// limitsNode configures a limits test's node: its id, limitsParts
+// partitions, the clock with a misfire threshold, then more.
+func limitsNode(clock *testClock, misfire time.Duration, id string, more ...func(*Config)) func(*Config) {
+	return clockTweak(clock, misfire, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions = id, limitsParts
+		for _, m := range more {
+			m(cfg)
+		}
+	})
+}
+
+// blocked is a handler call held until the test lets it go.
+type blocked struct {
+	Fire
+	ctx   context.Context // the call's context: canceled when the engine gives up on it
+	ended chan struct{}   // closed when the call returned
+}
+
+// holder is a handler that holds every call of the tasks it is told,
+// until release, and lets the others through.
+type holder struct {
+	ids     map[string]bool
+	started chan blocked
+	release chan struct{}
+	once    sync.Once
+}
+
+// newHolder returns a holder of the calls of ids that lets them all go
+// when the test ends. Call t.Cleanup(h.open) again once the nodes whose
+// calls it holds started (cleanups run last first), so that no node waits
+// for a held call while it closes.
+func newHolder(t *testing.T, ids ...string) *holder {
+	h := &holder{ids: map[string]bool{}, started: make(chan blocked, 64), release: make(chan struct{})}
+	for _, id := range ids {
+		h.ids[id] = true
+	}
+	t.Cleanup(h.open)
+	return h
+}
+
+func (h *holder) handler(ctx context.Context, f Fire) error {
+	if !h.ids[f.TaskID] {
+		return nil
+	}
+	b := blocked{Fire: f, ctx: ctx, ended: make(chan struct{})}
+	defer close(b.ended)
+	h.started <- b
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *holder) open() { h.once.Do(func() { close(h.release) }) }
+
+// next returns the next call that started.
+func (h *holder) next(t *testing.T) blocked {
+	t.Helper()
+	select {
+	case b := <-h.started:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no held fire started within 10s")
+		return blocked{}
+	}
+}
+
+// running reports whether a held call is still running, its context live.
+func (b blocked) running() bool {
+	select {
+	case <-b.ended:
+		return false
+	default:
+		return b.ctx.Err() == nil
+	}
+}
+
+// Concurrency policies hold on one owner only. forbid, buffer_one and
+// replace each keep a second fire from running beside the first, on the
+// node that runs the first; the next owner of a partition does not know
+// that a fire still runs on the old one. Here each task's fire of 12:00:01
+// still runs on node-a (held) when node-a leaves gracefully; node-b starts
+// each task's fire of 12:00:02 at once, beside it, and node-a's run is not
+// canceled (TestEngine_ConcurrencyPolicies shows what each policy does on
+// one owner: skip, wait, cancel).
+func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
+	c, clock := limitsStart(t)
+	policies := map[string]ConcurrencyPolicy{
+		"forbid": ConcurrencyForbid, "buffer": ConcurrencyBufferOne, "replace": ConcurrencyReplace,
+	}
+	h := newHolder(t, "forbid", "buffer", "replace")
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = 4
+			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
+		})
+	}
+	a := startNode(t, c, "", h.handler, node("node-a"))
+	for id, p := range policies {
+		task := handlerTask(id, "* * * * * *")
+		task.Concurrency = p
+		putTask(t, a.e.Registry(), task)
+		waitNext(t, a, id, limitsAt(1))
+	}
+	clock.Advance(time.Second)
+	old := map[string]blocked{}
+	for range policies {
+		r := h.next(t)
+		old[r.TaskID] = r
+	}
+
+	// node-b joins and node-a leaves gracefully while its runs are held:
+	// every partition goes to node-b. Close returns once the held runs
+	// end.
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first
+	closed := make(chan error, 1)
+	ea := a.e
+	go func() { closed <- ea.Close() }()
+	for id := range policies {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) })
+		waitNext(t, b, id, limitsAt(2))
+	}
+	clock.Advance(time.Second)
+	for range policies {
+		r := h.next(t)
+		prev := old[r.TaskID]
+		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+			t.Errorf("%s: started %s on %s, want 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		if !prev.running() {
+			t.Errorf("%s (%s): the run of %s on %s ended before the next fire started; the limitation is gone",
+				r.TaskID, policies[r.TaskID], prev.ScheduledAt.Format(time.TimeOnly), prev.Node)
+		}
+	}
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+}
+
+// quietNode keeps a node's errors only: a node whose etcd requests a test
+// refuses on purpose warns about each.
+func quietNode(cfg *Config) {
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// refusingKV refuses the requests a test chooses on one node's client, at
+// any time: transactions with a Put for which refuse returns true, and
+// Deletes of the keys it returns true for.
+type refusingKV struct {
+	clientv3.KV
+	put   atomic.Pointer[func(key, value string) bool]
+	del   atomic.Pointer[func(key string) bool]
+	pause atomic.Pointer[pausing]
+}
+
+// pausing holds the commit of the next transaction with a Put that
+// matches: it says so on reached, and commits once until is closed.
+type pausing struct {
+	match   func(key, value string) bool
+	reached chan struct{}
+	until   <-chan struct{}
+}
+
+// refuseOn puts a refusingKV in front of cli's KV.
+func refuseOn(cli *clientv3.Client) *refusingKV {
+	r := &refusingKV{KV: cli.KV}
+	cli.KV = r
+	return r
+}
+
+// puts refuses from now on the transactions with a Put that match.
+func (r *refusingKV) puts(match func(key, value string) bool) { r.put.Store(&match) }
+
+// pauses holds the commit of the next transaction with a Put that matches
+// until until is closed; the channel it returns is closed when one is
+// held.
+func (r *refusingKV) pauses(match func(key, value string) bool, until <-chan struct{}) <-chan struct{} {
+	p := &pausing{match: match, reached: make(chan struct{}), until: until}
+	r.pause.Store(p)
+	return p.reached
+}
+
+// deletes refuses from now on the Deletes of keys that match.
+func (r *refusingKV) deletes(match func(key string) bool) { r.del.Store(&match) }
+
+func (r *refusingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if m := r.del.Load(); m != nil && (*m)(key) {
+		return nil, errInjected
+	}
+	return r.KV.Delete(ctx, key, opts...)
+}
+
+func (r *refusingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &refusingTxn{Txn: r.KV.Txn(ctx), r: r}
+}
+
+type refusingTxn struct {
+	clientv3.Txn
+	r     *refusingKV
+	fail  bool
+	pause *pausing
+}
+
+func (t *refusingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *refusingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if !op.IsPut() {
+			continue
+		}
+		key, value := string(op.KeyBytes()), string(op.ValueBytes())
+		if m := t.r.put.Load(); m != nil && (*m)(key, value) {
+			t.fail = true
+		}
+		if p := t.r.pause.Load(); p != nil && p.match(key, value) && t.r.pause.CompareAndSwap(p, nil) {
+			t.pause = p
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.fail {
+		return nil, errInjected
+	}
+	if t.pause != nil {
+		close(t.pause.reached)
+		<-t.pause.until
+	}
+	return t.Txn.Commit()
+}
+
+// watermarkWrites matches the node watermark's writes.
+func watermarkWrites(key, _ string) bool { return strings.Contains(key, "/watermarks/") }
+
+// waitNamed waits until partition p's checkpoint names the session of node
+// n: from then on a successor after a crash resumes from that session's
+// acknowledged watermark.
+func waitNamed(t *testing.T, c *etcdtest.Cluster, n *testNode, p int) {
+	t.Helper()
+	sess := sessionID(n.e.sess.Load())
+	key := newKeys("").checkpoint(p)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return readCheckpoint(t, c, key).Session == sess })
+}
+
+// crash cuts node n off from etcd through its proxy and waits until it
+// fenced itself: for the cluster it crashed (its lease runs out and its
+// locks pass on), and it dispatches nothing more.
+func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
+	t.Helper()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, n.e.Fenced)
+}
+
+// A retry waits in its node's wheel, not in etcd: when the node crashes,
+// or hands the partition over gracefully, the next owner knows nothing of
+// it and the fire gets no further attempt. Here attempt 1 of a triggered
+// fire fails on node-a with a retry due 5-10 s later; node-b takes the
+// partition and runs the schedule 20 s on, and attempt 2 never runs.
+func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
+	for _, how := range []string{"graceful", "crash"} {
+		t.Run(how, func(t *testing.T) {
+			c, clock := limitsStart(t)
+			log := &callLog{}
+			h := log.handler(func(_ context.Context, f Fire) error {
+				if f.TaskID == "flaky" {
+					return errInjected
+				}
+				return nil
+			})
+			node := func(id string) func(*Config) { return limitsNode(clock, time.Hour, id) }
+			proxy := c.NewProxy(t)
+			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
+			flaky := handlerTask("flaky", "0 0 0 1 1 *") // yearly: only the trigger fires it
+			flaky.Retry = Retry{MaxAttempts: 3, Backoff: Duration(10 * time.Second), MaxBackoff: Duration(10 * time.Second)}
+			putTask(t, a.e.Registry(), flaky)
+			putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+			if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+				t.Fatal(err)
+			}
+			// The failure is applied: the retry waits in node-a's wheel.
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				s, ok := a.e.TaskState(ctx, "flaky")
+				return ok && s.Failures == 1
+			})
+
+			var b *testNode
+			if how == "graceful" {
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
+				a.stop(t)
+			} else {
+				clock.Advance(time.Second)
+				etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+				waitNamed(t, c, a, partOf("flaky"))
+				crash(t, a, proxy)
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+			clock.Advance(20 * time.Second) // past the retry's time
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(20)) })
+			a.stop(t)
+			b.stop(t)
+			calls := log.of("flaky")
+			if len(calls) != 1 || calls[0].Attempt != 1 || calls[0].Node != "node-a" {
+				for _, c := range calls {
+					t.Logf("flaky: attempt %d of %s on %s", c.Attempt, c.ScheduledAt.Format(time.TimeOnly), c.Node)
+				}
+				t.Errorf("flaky ran %d attempts, want only attempt 1 on node-a: the waiting retry was handed over", len(calls))
+			}
+		})
+	}
+}
+
+// A buffer_one fire waiting behind a running one is in flight with it: the
+// node watermark passes it (it would otherwise hold the bounded lead, and
+// every task of the node, for as long as the running fire takes). A crash
+// loses it; a graceful hand-over passes it on
+// (TestEngine_GracefulHandOverPassesWaitingFires).
+func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
+	c, clock := limitsStart(t)
+	h := newHolder(t, "slow")
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.DrainTimeout = time.Second })
+	}
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
+	slow := handlerTask("slow", "* * * * * *")
+	slow.Concurrency = ConcurrencyBufferOne
+	putTask(t, a.e.Registry(), slow)
+	waitNext(t, a, "slow", limitsAt(1))
+	clock.Advance(time.Second)
+	if r := h.next(t); !r.ScheduledAt.Equal(limitsAt(1)) {
+		t.Fatalf("first fire %s", r.ScheduledAt.Format(time.TimeOnly))
+	}
+	waitNext(t, a, "slow", limitsAt(2))
+	clock.Advance(time.Second)
+	waitNext(t, a, "slow", limitsAt(3)) // 12:00:02 was released: it waits behind 12:00:01
+	sess := sessionID(a.e.sess.Load())
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return !readWatermark(t, c, "node-a", sess).Before(limitsAt(2))
+	})
+	waitNamed(t, c, a, partOf("slow"))
+
+	crash(t, a, proxy)
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first
+	waitNext(t, b, "slow", limitsAt(3))
+	clock.Advance(time.Second)
+	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
+		t.Errorf("started %s on %s, want 12:00:03 on node-b, the fire of 12:00:02 lost", r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	h.open()
+	a.stop(t)
+}
+
+// runsAt returns the nodes that ran the first attempt of id's fire at
+// sched, in order.
+func runsAt(log *callLog, id string, sched time.Time) []string {
+	var out []string
+	for _, c := range log.of(id) {
+		if c.Attempt == 1 && c.ScheduledAt.Equal(sched) {
+			out = append(out, c.Node)
+		}
+	}
+	return out
+}
+
+// A new owner names its session in a partition's checkpoint only once its
+// acknowledged watermark covers the partition's catch-up (nameSession).
+// Until then the checkpoint points at the previous owner's point, and a
+// crash makes the next owner resume from there: it repeats what the
+// crashed owner fired since. Here etcd refuses node-b's naming, which
+// stretches that window (it is normally a watermark interval or two):
+// node-b fires 12:00:02 and 12:00:03, crashes, and node-c fires both again.
+func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	node := func(id string) func(*Config) { return limitsNode(clock, time.Hour, id) }
+	a := startNode(t, c, "", log.handler(nil), node("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+
+	proxy := c.NewProxy(t)
+	cliB := c.NewClient(t, proxy.Endpoint())
+	refuseOn(cliB).puts(func(key, value string) bool {
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"session":`)
+	})
+	b := startNodeOn(t, cliB, "", log.handler(nil), func(cfg *Config) { node("node-b")(cfg); quietNode(cfg) })
+	a.stop(t) // a graceful hand-over: node-b resumes after node-a's mark
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "tick") })
+	for s := 2; s <= 3; s++ {
+		waitNext(t, b, "tick", limitsAt(s))
+		clock.Advance(time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
+	}
+	cp := readCheckpoint(t, c, newKeys("").checkpoint(partOf("tick")))
+	if cp.Node != "node-b" || cp.Session != "" {
+		t.Fatalf("checkpoint %+v, want node-b's naming no session", cp)
+	}
+
+	crash(t, b, proxy)
+	startNode(t, c, "", log.handler(nil), node("node-c"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(3))) == 2 })
+	for s := 1; s <= 3; s++ {
+		want := []string{"node-b", "node-c"}
+		if s == 1 {
+			want = []string{"node-a"}
+		}
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
+			t.Errorf("tick@%s ran on %v, want %v", limitsAt(s).Format(time.TimeOnly), got, want)
+		}
+	}
+	b.stop(t)
+}
+
+// A released checkpoint lists at most maxHandOver (2000) fires handed over
+// unrun. Past that its point stops before the first fire left out, and the
+// next owner fires every task from there as well as the listed fires: the
+// listed fires due at or after the point run twice. Here 2100 fires of
+// one tick wait in the queue (no worker takes them) when the partition is
+// released: 2000 are listed, the point stops before the tick, and the next
+// owner runs those 2000 twice and the other 100 once.
+func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
+	const n = maxHandOver + 100
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(MisfireFireOnce), "* * * * * *", ids("q", n)...)
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	tl.dispatch()
+	if got := len(tl.dispatched(0)); got != n {
+		t.Fatalf("%d fires queued, want %d", got, n)
+	}
+	rel := tl.releaseParts([]int{0})
+	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	hand := rel.hand[0]
+	if len(hand.pending) != maxHandOver {
+		t.Errorf("%d fires listed, want %d", len(hand.pending), maxHandOver)
+	}
+	if left := tl.dispatched(0); len(left) != 0 {
+		t.Errorf("%d fires still queued to run here after the hand-over", len(left))
+	}
+	if want := base.UnixNano() - 1; hand.mark != want {
+		t.Errorf("released point %s, want just before the tick %s", time.Unix(0, hand.mark).UTC().Format(time.StampNano), base.Format(time.TimeOnly))
+	}
+
+	// What the next owner runs: every task from its first fire after the
+	// point, and the listed fires.
+	runs := map[string]int{}
+	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	for _, id := range ids("q", n) {
+		if at := next(tl.scheds.Get(h), hand.mark); at == base.UnixNano() {
+			runs[id]++
+		}
+	}
+	for _, f := range hand.pending {
+		if f.At.Equal(base) {
+			runs[f.ID]++
+		}
+	}
+	twice, once := 0, 0
+	for _, id := range ids("q", n) {
+		switch runs[id] {
+		case 2:
+			twice++
+		case 1:
+			once++
+		default:
+			t.Errorf("%s@%s runs %d times on the next owner", id, base.Format(time.TimeOnly), runs[id])
+		}
+	}
+	if twice != maxHandOver || once != n-maxHandOver {
+		t.Errorf("the next owner runs %d fires of the tick twice and %d once, want %d and %d", twice, once, maxHandOver, n-maxHandOver)
+	}
+}
+
+// startStalledNode starts node-a on clock through a proxy (so that the test
+// can crash it) with the every-second task id, fires 12:00:01, and waits
+// until etcd acknowledged a watermark at or past it and the checkpoint
+// names the session. Then it refuses node-a's watermark writes: its
+// acknowledged watermark stays at 12:00:01.5, and dispatch at most the
+// bounded lead (1 s) past it.
+func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfire time.Duration, log *callLog, id string) (*testNode, *etcdtest.Proxy) {
+	t.Helper()
+	proxy := c.NewProxy(t)
+	cli := c.NewClient(t, proxy.Endpoint())
+	faults := refuseOn(cli)
+	a := startNodeOn(t, cli, "", log.handler(nil), limitsNode(clock, misfire, "node-a", quietNode))
+	putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+	waitNext(t, a, id, limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
+	waitNamed(t, c, a, partOf(id))
+	sess := sessionID(a.e.sess.Load())
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !readWatermark(t, c, "node-a", sess).Before(limitsAt(1)) })
+	faults.puts(watermarkWrites)
+	return a, proxy
+}
+
+// Executors run a fire at least once in failure scenarios. A crashed
+// node's successor resumes from the last watermark etcd acknowledged for
+// it, and the node dispatched up to the bounded lead past that: those
+// fires run again, with the same idempotency key and a higher fence. Here
+// node-a's watermark stays at 12:00:01.5; it fires 12:00:02 (within the
+// 1 s lead) but not 12:00:03, crashes, and node-b fires 12:00:02 again,
+// then 12:00:03 once.
+func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	a, proxy := startStalledNode(t, c, clock, time.Hour, log, "tick")
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(2)) })
+	clock.Advance(time.Second) // 12:00:03 is past the lead: node-a waits for an acknowledgement
+	waitNext(t, a, "tick", limitsAt(3))
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), limitsNode(clock, time.Hour, "node-b"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(3)) })
+	for s, want := range map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}} {
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, want) {
+			t.Errorf("tick@%s ran on %v, want %v", limitsAt(s).Format(time.TimeOnly), got, want)
+		}
+	}
+	var twice []call
+	for _, c := range log.of("tick") {
+		if c.ScheduledAt.Equal(limitsAt(2)) {
+			twice = append(twice, c)
+		}
+	}
+	if len(twice) == 2 {
+		if twice[0].IdempotencyKey() != twice[1].IdempotencyKey() {
+			t.Errorf("the repeat's idempotency key %s differs from the first run's %s", twice[1].IdempotencyKey(), twice[0].IdempotencyKey())
+		}
+		if twice[1].Fence <= twice[0].Fence {
+			t.Errorf("the repeat's fence %d is not above the first run's %d: a receiver cannot refuse the older", twice[1].Fence, twice[0].Fence)
+		}
+	}
+	a.stop(t)
+}
+
+// A misfire decision looks up to the present, past the bounded lead: after
+// a stall longer than the misfire threshold, fire_once fires the latest
+// missed time at once, though the node's acknowledged watermark is far
+// behind it. A crash right after makes the next owner resume from that
+// watermark, make the same decision, and fire that one catch-up fire
+// again (not the missed fires it stands for). Here node-a stalls from
+// 12:00:01.5 to 12:00:31.5 and fires 12:00:31; node-b fires it again.
+func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	a, proxy := startStalledNode(t, c, clock, 5*time.Second, log, "late") // fire_once, the default
+	clock.Advance(30 * time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(31)) })
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), limitsNode(clock, 5*time.Second, "node-b"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
+	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
+	}
+	if got := secs(log.scheds("late")); !slices.Equal(got, []string{"12:00:01.000", "12:00:31.000", "12:00:31.000"}) {
+		t.Errorf("late fired at %v, want 12:00:01, then the catch-up fire 12:00:31 twice", got)
+	}
+	a.stop(t)
+}
+
+// A trigger's key is its only record until the owner deletes it, after
+// the fire. When the delete fails and the node crashes before a retry
+// succeeds, the next owner finds the key at its acquire and fires the
+// trigger again (TestEngine_TriggerWhoseDeleteFailedFiresOnce shows that
+// a live node retries the delete, so a graceful hand-over fires it once).
+func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	proxy := c.NewProxy(t)
+	cliA := c.NewClient(t, proxy.Endpoint())
+	refuseOn(cliA).deletes(func(key string) bool { return strings.Contains(key, "/triggers/") })
+	a := startNodeOn(t, cliA, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = limitsParts; quietNode(cfg) })
+	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 })
+
+	crash(t, a, proxy)
+	startNode(t, c, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = limitsParts })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 2 })
+	calls := log.of("once")
+	if calls[0].Node != "node-a" || calls[1].Node != "node-b" || calls[0].IdempotencyKey() != calls[1].IdempotencyKey() {
+		t.Errorf("the trigger ran as %s on %s, then %s on %s; want the same fire on node-a, then node-b",
+			calls[0].IdempotencyKey(), calls[0].Node, calls[1].IdempotencyKey(), calls[1].Node)
+	}
+	a.stop(t)
+}
+
+// A release waits up to handOverWait (2 s) for workers to take the
+// partition's queued fires, and only then lists those still queued in its
+// checkpoint. Meanwhile neither node fires the partition: behind busy
+// workers a hand-over stands still that long, and its fires run late on
+// the next owner (once: neither repeated nor lost). Here node-a's only
+// worker is held by a triggered fire, tick@12:00:01 waits in its queue,
+// and node-a leaves: the release takes at least 2 s and node-b runs tick@1.
+func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	h := newHolder(t, "slow")
+	handler := log.handler(h.handler)
+	node := func(id string, workers int) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Workers, cfg.DrainTimeout = workers, time.Minute })
+	}
+	a := startNode(t, c, "", handler, node("node-a", 1))
+	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	if _, err := a.e.Registry().Trigger(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // node-a's only worker is busy
+	clock.Advance(time.Second)
+	waitNext(t, a, "tick", limitsAt(2)) // tick@1 is queued behind it
+
+	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b", 8))
+	t.Cleanup(h.open) // again: cleanups run last first
+	closed := make(chan error, 1)
+	ea := a.e
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(1))) > 0 })
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	if got := runsAt(log, "tick", limitsAt(1)); !slices.Equal(got, []string{"node-b"}) {
+		t.Errorf("tick@12:00:01 ran on %v, want node-b only", got)
+	}
+	rel := ea.Stats().HandOver["release"]
+	if rel.Sum < 2 { // doc.go says up to 2 s
+		t.Errorf("node-a released %d partitions in %.2f s, want at least 2 s of waiting for its worker", rel.Count, rel.Sum)
+	}
+	b.stop(t)
+}
+
+// blockCmd holds the dispatch loop until out is closed: the commands sent
+// meanwhile wait in line. in is closed once the loop is held.
+type blockCmd struct{ in, out chan struct{} }
+
+func (c blockCmd) run(*loop) { close(c.in); <-c.out }
+
+// holdLoop holds n's dispatch loop until the returned function is called
+// (at the latest when the test ends).
+func holdLoop(t *testing.T, n *testNode) (let func()) {
+	t.Helper()
+	c := blockCmd{in: make(chan struct{}), out: make(chan struct{})}
+	var once sync.Once
+	let = func() { once.Do(func() { close(c.out) }) }
+	t.Cleanup(let)
+	if err := n.e.call(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	<-c.in
+	return let
+}
+
+// An acquire that fails after it loaded its partition (canceled: the node
+// leaves, or the ring gave the partition to another node meanwhile) takes
+// the tasks out of the wheel as a release does, dispatching the fires due
+// up to the loop's time, and puts the previous checkpoint back: the next
+// owner resumes from the previous point and fires those again. Here the
+// partition was released at 12:00:01.5 and nobody fired it until
+// 12:00:04.5. node-b's acquire loads it while node-b's loop is held, and
+// node-b leaves: its acquire, canceled, undoes, and node-b fires
+// 12:00:02-04. node-c comes next and fires them again.
+func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 }) // the loop hears from one acquire only
+	}
+	a := startNode(t, c, "", log.handler(nil), node("node-a"))
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+	a.stop(t) // released at 12:00:01.5
+	clock.Advance(3 * time.Second)
+
+	cliB := c.NewClient(t)
+	go_ := make(chan struct{})
+	held := refuseOn(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
+	}, go_)
+	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("node-b did not acquire the partition")
+	}
+	let := holdLoop(t, b)
+	close(go_)
+	// The acquire's load is in line for the loop, and the acquire waits
+	// for it.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 })
+	closed := make(chan error, 1)
+	eb := b.e
+	go func() { closed <- eb.Close() }()
+	// Canceled, the acquire undoes: its release is in line too.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 2 })
+	let()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-b: %v", err)
+	}
+	startNode(t, c, "", log.handler(nil), node("node-c"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(4))) == 2 })
+	for s := 2; s <= 4; s++ {
+		if got := runsAt(log, "tick", limitsAt(s)); !slices.Equal(got, []string{"node-b", "node-c"}) {
+			t.Errorf("tick@%s ran on %v, want node-b, then node-c", limitsAt(s).Format(time.TimeOnly), got)
+		}
+	}
+	if got := runsAt(log, "tick", limitsAt(1)); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("tick@12:00:01 ran on %v, want node-a only", got)
+	}
+}
