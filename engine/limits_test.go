@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/task"
 )
 
 // The tests of this file pin down what doc.go says the engine does not
@@ -128,8 +129,8 @@ func (b blocked) running() bool {
 // one owner: skip, wait, cancel).
 func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
 	c, clock := limitsStart(t)
-	policies := map[string]ConcurrencyPolicy{
-		"forbid": ConcurrencyForbid, "buffer": ConcurrencyBufferOne, "replace": ConcurrencyReplace,
+	policies := map[string]task.ConcurrencyPolicy{
+		"forbid": task.ConcurrencyForbid, "buffer": task.ConcurrencyBufferOne, "replace": task.ConcurrencyReplace,
 	}
 	h := newHolder(t, "forbid", "buffer", "replace")
 	node := func(id string) func(*Config) {
@@ -322,7 +323,7 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 			proxy := c.NewProxy(t)
 			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
 			flaky := handlerTask("flaky", "0 0 0 1 1 *") // yearly: only the trigger fires it
-			flaky.Retry = Retry{MaxAttempts: 3, Backoff: Duration(10 * time.Second), MaxBackoff: Duration(10 * time.Second)}
+			flaky.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
 			putTask(t, a.e.Registry(), flaky)
 			putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
 			if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
@@ -377,7 +378,7 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
 	slow := handlerTask("slow", "* * * * * *")
-	slow.Concurrency = ConcurrencyBufferOne
+	slow.Concurrency = task.ConcurrencyBufferOne
 	putTask(t, a.e.Registry(), slow)
 	waitNext(t, a, "slow", limitsAt(1))
 	clock.Advance(time.Second)
@@ -478,7 +479,7 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 	const n = maxHandOver + 100
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
-	tl.add(t, 0, base.Add(-time.Second), noopProfile(MisfireFireOnce), "* * * * * *", ids("q", n)...)
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("q", n)...)
 	tl.clock.Advance(time.Second/2 + time.Millisecond)
 	tl.dispatch()
 	if got := len(tl.dispatched(0)); got != n {
