@@ -545,3 +545,27 @@ type taskKV struct {
 
 // has reports whether id is within the query's prefix and after its cursor.
 func (q query) has(id string) bool { return strings.HasPrefix(id, q.prefix) && id > q.after }
+
+// GetMany returns the tasks of ids, read at one etcd revision, in the
+// order of ids; a task that is not stored is nil. It reads them in
+// transactions of many reads, so a page of ids costs a few round trips.
+func (r *Registry) GetMany(ctx context.Context, ids []string) ([]*Task, error) {
+	rev, _, err := r.readRevision(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	kvs, err := r.fetch(ctx, ids, rev)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	out := make([]*Task, len(ids))
+	for i, kv := range kvs {
+		if kv == nil {
+			continue
+		}
+		if out[i], err = r.decode(kv); err != nil {
+			return nil, fmt.Errorf("get tasks: %w", err)
+		}
+	}
+	return out, nil
+}
