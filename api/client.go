@@ -128,6 +128,23 @@ func (c *Client) DeleteTask(ctx context.Context, id string) error {
 // next page (the page's last id), "" after the last. A page holds
 // opts.Limit tasks (at most MaxListLimit), fewer only at the end.
 func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engine.Task, next string, err error) {
+	p, err := c.ListPage(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return p.Tasks, p.NextCursor, nil
+}
+
+// ListPage is one page of ListTasks with the whole answer: Partial lists
+// the nodes that did not answer a list by status.
+type ListPage struct {
+	Tasks      []*engine.Task
+	NextCursor string
+	Partial    []string
+}
+
+// ListPage is ListTasks giving the whole answer.
+func (c *Client) ListPage(ctx context.Context, opts ListOptions) (*ListPage, error) {
 	q := url.Values{}
 	if opts.Prefix != "" {
 		q.Set("prefix", opts.Prefix)
@@ -149,9 +166,9 @@ func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*engi
 	}
 	var resp listResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, nil, &resp); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return resp.Tasks, resp.NextCursor, nil
+	return &ListPage{Tasks: resp.Tasks, NextCursor: resp.NextCursor, Partial: resp.Partial}, nil
 }
 
 // Export writes to w every task that opts.Prefix and opts.Labels select,

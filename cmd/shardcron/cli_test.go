@@ -945,6 +945,39 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, r, 1, nil, []string{`shardcron: task "bad": colour: unknown field`})
 	})
 
+	t.Run("list by status, with next fires", func(t *testing.T) {
+		refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "receiver refuses", http.StatusInternalServerError)
+		}))
+		t.Cleanup(refuse.Close)
+		r := run("", "task", "put", "--id", "health/bad", "--schedule", "* * * * * *", "--url", refuse.URL+"/hook")
+		wantCLI(t, r, 0, nil, nil)
+		r = run("", "task", "put", "--id", "health/ok", "--schedule", "* * * * * *", "--noop")
+		wantCLI(t, r, 0, nil, nil)
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			r := run("", "task", "list", "--status", "failing", "--output", "json")
+			return r.code == 0 && strings.Contains(r.stdout, `"id": "health/bad"`) && !strings.Contains(r.stdout, "health/ok")
+		})
+		r = run("", "task", "list", "--status", "failing")
+		wantCLI(t, r, 0, []string{"FAILS", "LAST ERROR", "health/bad", "500"}, nil)
+		if strings.Contains(r.stdout, "health/ok") {
+			t.Errorf("a healthy task listed as failing:\n%s", r)
+		}
+		// NEXT FIRE comes from the owner's state: a time, not "-".
+		r = run("", "task", "list", "--prefix", "health/")
+		wantCLI(t, r, 0, []string{"NEXT FIRE"}, nil)
+		for _, line := range strings.Split(r.stdout, "\n")[1:] {
+			if line != "" && !strings.Contains(line, time.Now().UTC().Format("2006-01-02T")) {
+				t.Errorf("a row without its next fire:\n%s", r)
+			}
+		}
+		r = run("", "task", "list", "--status", "broken")
+		wantCLI(t, r, 2, nil, []string{"--status", "failing, paused or stale"})
+		for _, id := range []string{"health/bad", "health/ok"} {
+			wantCLI(t, run("", "task", "delete", id), 0, nil, nil)
+		}
+	})
+
 	t.Run("list pages and filters", func(t *testing.T) {
 		for i := 1; i <= 5; i++ {
 			team := "a"
