@@ -261,19 +261,20 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 
 func TestHelp_EveryCommand(t *testing.T) {
 	commands := map[string][]string{
-		"task put":     {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
-		"task get":     {"ID"},
-		"task list":    {"--prefix", "--label K=V", "--limit", "--all", "--cursor"},
-		"task export":  {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
-		"task delete":  {"ID"},
-		"task pause":   {"ID"},
-		"task resume":  {"ID"},
-		"task trigger": {"ID"},
-		"task history": {"--limit", "(default 20)"},
-		"import":       {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
-		"nodes":        {"PARTITIONS"},
-		"version":      {"--output"},
-		"ready":        {"/readyz", "--server"},
+		"task put":      {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
+		"task get":      {"ID"},
+		"task list":     {"--prefix", "--label K=V", "--limit", "--all", "--cursor", "--status S", "failing, paused or stale"},
+		"task failures": {"--limit", "newest first"},
+		"task export":   {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
+		"task delete":   {"ID"},
+		"task pause":    {"ID"},
+		"task resume":   {"ID"},
+		"task trigger":  {"ID"},
+		"task history":  {"--limit", "(default 20)"},
+		"import":        {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
+		"nodes":         {"PARTITIONS"},
+		"version":       {"--output"},
+		"ready":         {"/readyz", "--server"},
 	}
 	for name, parts := range commands {
 		for _, h := range []string{"--help", "-h"} {
@@ -973,6 +974,12 @@ func TestCLI_AgainstNode(t *testing.T) {
 		}
 		r = run("", "task", "list", "--status", "broken")
 		wantCLI(t, r, 2, nil, []string{"--status", "failing, paused or stale"})
+		r = run("", "task", "failures", "--limit", "3")
+		wantCLI(t, r, 0, []string{"SCHEDULED", "TASK", "health/bad", "failed", "500"}, nil)
+		if strings.Contains(r.stdout, "health/ok") || strings.Count(r.stdout, "\n") > 4 {
+			t.Errorf("failures, limit 3:\n%s", r)
+		}
+		wantCLI(t, run("", "task", "failures", "--limit", "0"), 2, nil, []string{"--limit"})
 		for _, id := range []string{"health/bad", "health/ok"} {
 			wantCLI(t, run("", "task", "delete", id), 0, nil, nil)
 		}

@@ -37,6 +37,7 @@ Subcommands:
   resume    let a paused task fire again (or many)
   trigger   fire a task once now, outside its schedule (or many)
   history   show a task's execution records, newest first
+  failures  show the cluster's latest failed attempts, newest first
 
 Run 'shardcron task SUBCOMMAND --help' for a subcommand's flags.
 
@@ -72,6 +73,8 @@ func runTask(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return taskTrigger(rest, stdout, stderr)
 	case "history":
 		return taskHistory(rest, stdout, stderr)
+	case "failures":
+		return taskFailures(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
 			return runTask([]string{rest[0], "--help"}, stdin, stdout, stderr)
