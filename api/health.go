@@ -29,6 +29,53 @@ const (
 type statusAnswer struct {
 	Tasks []engine.TaskMatch `json:"tasks"`
 	More  bool               `json:"more"`
+	// Held are the partitions the node owned from before its scan to
+	// after it: all of their tasks were looked at.
+	Held []int `json:"held"`
+}
+
+// queryHeld runs the engine's Query and says which partitions the node
+// owned throughout it.
+func (s *Server) queryHeld(ctx context.Context, q engine.StatusQuery) (statusAnswer, error) {
+	before := make([]bool, s.reg.Partitions())
+	for p := range before {
+		before[p] = s.e.Owns(p)
+	}
+	ms, more, err := s.e.Query(ctx, q)
+	if err != nil {
+		return statusAnswer{}, err
+	}
+	if ms == nil {
+		ms = []engine.TaskMatch{}
+	}
+	a := statusAnswer{Tasks: ms, More: more, Held: []int{}}
+	for p, was := range before {
+		if was && s.e.Owns(p) {
+			a.Held = append(a.Held, p)
+		}
+	}
+	return a, nil
+}
+
+// uncovered returns the partitions that no answer held throughout its
+// scan: they changed hands (or their owner did not answer), so their
+// tasks may be missing.
+func uncovered(answers []statusAnswer, partitions int) []int {
+	held := make([]bool, partitions)
+	for _, a := range answers {
+		for _, p := range a.Held {
+			if p >= 0 && p < partitions {
+				held[p] = true
+			}
+		}
+	}
+	var out []int
+	for p, h := range held {
+		if !h {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // localStatus: GET /v1/tasks:status?status=&prefix=&after=&limit=
@@ -45,19 +92,17 @@ func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ms, more, err := s.e.Query(r.Context(), engine.StatusQuery{Status: st, Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit})
+	a, err := s.queryHeld(r.Context(), engine.StatusQuery{Status: st, Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit})
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
 	}
-	if ms == nil {
-		ms = []engine.TaskMatch{}
-	}
-	writeJSON(w, http.StatusOK, statusAnswer{Tasks: ms, More: more})
+	writeJSON(w, http.StatusOK, a)
 }
 
 // statusRound asks every node for its first matches of q and merges them
-// (mergeStatus). missing says which nodes did not answer.
+// (mergeStatus). missing says which nodes did not answer, and which
+// partitions no node held throughout its scan.
 func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches []engine.TaskMatch, bound string, more bool, missing []string, err error) {
 	var (
 		mu      sync.Mutex // guards answers and missing
@@ -82,14 +127,17 @@ func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches
 			answers = append(answers, *a)
 		})
 	})
-	own, ownMore, err := s.e.Query(ctx, q)
+	own, err := s.queryHeld(ctx, q)
 	wg.Wait()
 	if err != nil {
 		return nil, "", false, nil, err
 	}
-	answers = append(answers, statusAnswer{Tasks: own, More: ownMore})
+	answers = append(answers, own)
 	matches, bound, more = mergeStatus(answers)
 	slices.Sort(missing)
+	if ps := uncovered(answers, s.reg.Partitions()); len(ps) > 0 {
+		missing = append(missing, fmt.Sprintf("partitions %v were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing", ps))
+	}
 	return matches, bound, more, missing, nil
 }
 
@@ -135,9 +183,13 @@ func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts engin
 	after, next := opts.Cursor, ""
 	var partial []string
 	var last string
+	// A round asks each node for limit+1 matches, and twice as many as
+	// the round before when labels left the page short: a label that few
+	// of the matches carry costs a few large rounds, not many small ones.
+	k := opts.Limit + 1
 	err := func() error {
-		for {
-			q := engine.StatusQuery{Status: st, Prefix: opts.Prefix, After: after, Limit: opts.Limit + 1}
+		for ; ; k = min(2*k, engine.MaxListLimit+1) {
+			q := engine.StatusQuery{Status: st, Prefix: opts.Prefix, After: after, Limit: k}
 			ms, bound, more, missing, err := s.statusRound(ctx, q)
 			if err != nil {
 				return err

@@ -95,7 +95,14 @@ func TestServer_FleetHealth(t *testing.T) {
 		t.Helper()
 		var out []string
 		for {
-			page, next := list(cl, opts)
+			p, err := cl.ListPage(ctx, opts)
+			if err != nil {
+				t.Fatalf("list %+v: %v", opts, err)
+			}
+			if len(p.Partial) > 0 {
+				t.Fatalf("list %+v: partial %q", opts, p.Partial)
+			}
+			page, next := p.Tasks, p.NextCursor
 			out = append(out, idsOf(page)...)
 			if next == "" {
 				return out
@@ -226,7 +233,8 @@ func TestServer_FleetHealth(t *testing.T) {
 			}
 		}
 		a := call(t, n1.ts, "GET", "/v1/tasks?status=failing", "")
-		if a.status != http.StatusOK || !strings.Contains(string(a.body), `"partial":["node-2: `) {
+		if a.status != http.StatusOK || !strings.Contains(string(a.body), `"partial":["node-2: `) ||
+			!strings.Contains(string(a.body), "were held by no node that answered") {
 			t.Fatalf("with node-2 not answering: %v", a)
 		}
 		for _, id := range failing {
@@ -270,5 +278,15 @@ func TestMergeStatus(t *testing.T) {
 				t.Errorf("got %q, bound %q, more %v; want %q, %q, %v", got, bound, more, tt.want, tt.wantBound, tt.wantMore)
 			}
 		})
+	}
+}
+
+func TestUncovered(t *testing.T) {
+	answers := []statusAnswer{{Held: []int{0, 2}}, {Held: []int{3, 9}}}
+	if got := uncovered(answers, 5); !slices.Equal(got, []int{1, 4}) {
+		t.Errorf("uncovered: %v, want [1 4]", got)
+	}
+	if got := uncovered(append(answers, statusAnswer{Held: []int{1, 4}}), 5); got != nil {
+		t.Errorf("uncovered with every partition held: %v", got)
 	}
 }
