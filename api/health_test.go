@@ -21,20 +21,14 @@ import (
 // GET /v1/tasks?state=1, GET /v1/failures, and a partial answer when a
 // node does not answer.
 func TestServer_FleetHealth(t *testing.T) {
-	c := etcdtest.Start(t)
-	n1 := startNode(t, c, nodeOptions{id: "node-1"})
-	n2 := startNode(t, c, nodeOptions{id: "node-2"})
-	etcdtest.WaitFor(t, 30*time.Second, func() bool { return settled(n1, n2) })
-	ctx := context.Background()
-
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, n1, n2, recv := startHealthPair(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/fail/") {
 			http.Error(w, "receiver says no", http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(recv.Close)
+	})
+	ctx := context.Background()
 
 	// Two failing and two healthy tasks on each node; every other one of
 	// each labelled team=x.
@@ -289,4 +283,71 @@ func TestUncovered(t *testing.T) {
 	if got := uncovered(append(answers, statusAnswer{Held: []int{1, 4}}), 5); got != nil {
 		t.Errorf("uncovered with every partition held: %v", got)
 	}
+}
+
+// TestServer_StatusListDuringHandOver pages through the failing tasks of
+// two nodes while a third joins and partitions move: no task comes twice
+// or out of id order across the pages, and once the cluster has settled
+// every node lists every failing task again.
+func TestServer_StatusListDuringHandOver(t *testing.T) {
+	c, n1, n2, recv := startHealthPair(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	})
+	ctx := context.Background()
+	var failing []string
+	for i := range 24 {
+		id := fmt.Sprintf("hand/%02d", i)
+		failing = append(failing, id)
+		task := &engine.Task{ID: id, Schedule: "* * * * * *",
+			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: recv.URL + "/" + id}}
+		if _, err := n1.c.PutTask(ctx, task, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete := func(n *testNode) bool {
+		tasks, _, err := n.c.ListTasks(ctx, ListOptions{Status: "failing"})
+		return err == nil && len(tasks) == len(failing)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return complete(n1) })
+
+	var n3 *testNode
+	seen := map[string]bool{}
+	last := ""
+	opts := ListOptions{Status: "failing", Limit: 2}
+	for page := 0; ; page++ {
+		if page == 3 {
+			n3 = startNode(t, c, nodeOptions{id: "node-3"})
+		}
+		p, err := n1.c.ListPage(ctx, opts)
+		if err != nil {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		for _, task := range p.Tasks {
+			if seen[task.ID] || task.ID <= last {
+				t.Errorf("page %d: %s again or out of order (last %s)", page, task.ID, last)
+			}
+			seen[task.ID], last = true, task.ID
+		}
+		if p.NextCursor == "" {
+			break
+		}
+		opts.Cursor = p.NextCursor
+	}
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return settled(n1, n2, n3) })
+	for _, n := range []*testNode{n1, n2, n3} {
+		etcdtest.WaitFor(t, 20*time.Second, func() bool { return complete(n) })
+	}
+}
+
+// startHealthPair starts two settled nodes and a receiver of their HTTP
+// tasks that answers with h.
+func startHealthPair(t *testing.T, h http.HandlerFunc) (*etcdtest.Cluster, *testNode, *testNode, *httptest.Server) {
+	t.Helper()
+	c := etcdtest.Start(t)
+	n1 := startNode(t, c, nodeOptions{id: "node-1"})
+	n2 := startNode(t, c, nodeOptions{id: "node-2"})
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return settled(n1, n2) })
+	recv := httptest.NewServer(h)
+	t.Cleanup(recv.Close)
+	return c, n1, n2, recv
 }
