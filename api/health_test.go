@@ -288,7 +288,9 @@ func TestUncovered(t *testing.T) {
 // TestServer_StatusListDuringHandOver pages through the failing tasks of
 // two nodes while a third joins and partitions move: no task comes twice
 // or out of id order across the pages, and once the cluster has settled
-// every node lists every failing task again.
+// every node lists every failing task again, those that moved too: their
+// health went with their partitions' checkpoints (the tasks fire once a
+// year, so no new failure tells the new owner).
 func TestServer_StatusListDuringHandOver(t *testing.T) {
 	c, n1, n2, recv := startHealthPair(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
@@ -298,11 +300,23 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	for i := range 24 {
 		id := fmt.Sprintf("hand/%02d", i)
 		failing = append(failing, id)
-		task := &engine.Task{ID: id, Schedule: "* * * * * *",
+		task := &engine.Task{ID: id, Schedule: "0 0 0 1 1 *",
 			Executor: engine.Executor{Type: engine.ExecutorHTTP, URL: recv.URL + "/" + id}}
 		if _, err := n1.c.PutTask(ctx, task, 0); err != nil {
 			t.Fatal(err)
 		}
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		tasks, _, err := n1.c.ListTasks(ctx, ListOptions{Prefix: "hand/", State: true})
+		for _, task := range tasks {
+			if task.State == nil {
+				return false
+			}
+		}
+		return err == nil && len(tasks) == len(failing)
+	})
+	if _, err := n1.e.Registry().Bulk(ctx, engine.BulkTrigger, engine.Selector{Prefix: "hand/"}); err != nil {
+		t.Fatal(err)
 	}
 	complete := func(n *testNode) bool {
 		tasks, _, err := n.c.ListTasks(ctx, ListOptions{Status: "failing"})
@@ -336,6 +350,22 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return settled(n1, n2, n3) })
 	for _, n := range []*testNode{n1, n2, n3} {
 		etcdtest.WaitFor(t, 20*time.Second, func() bool { return complete(n) })
+	}
+	tasks, _, err := n3.c.ListTasks(ctx, ListOptions{Status: "failing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, task := range tasks {
+		if task.State.Owner == "node-3" {
+			moved++
+			if task.State.ConsecutiveFailures != 1 || task.State.LastFailureAt.IsZero() || !strings.Contains(task.State.LastError, "503") {
+				t.Errorf("%s moved to node-3 with state %+v", task.ID, task.State)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no failing task moved to node-3: the test shows nothing")
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -363,3 +364,94 @@ func (e *Engine) TaskStates(ctx context.Context, ids []string) ([]*TaskState, er
 // CheckCursor refuses (*ValidationError) a cursor that cannot be the last
 // id of a page, as List does.
 func CheckCursor(c string) error { return checkCursor(c) }
+
+// handedHealth is the health of a task that failed, as a released
+// checkpoint hands it to the partition's next owner: a graceful hand-over
+// keeps a failing task failing. A crash loses it (the next owner starts
+// afresh), as it loses the counters.
+type handedHealth struct {
+	ID       string    `json:"id"`
+	Fails    uint32    `json:"fails,omitempty"`
+	FailedAt time.Time `json:"failed_at,omitzero"`
+	Error    string    `json:"error,omitempty"`
+	OKAt     time.Time `json:"ok_at,omitzero"`
+}
+
+// Bounds of the health a checkpoint hands over, which keep a checkpoint
+// within etcd's request size: the failing tasks first, then the others
+// that failed once.
+const (
+	maxHandOverHealth = 500
+	handOverErrorLen  = 256
+)
+
+// handHealth returns the health to hand over with partition p: its tasks
+// that failed since this node took them. Called only from the dispatch
+// loop, before the partition's records are removed.
+func (l *loop) handHealth(p int) []handedHealth {
+	var failing, recovered []handedHealth
+	l.tab.eachIn(p, func(i uint32, r *record) {
+		h, ok := l.health[i]
+		if !ok && r.failStreak == 0 {
+			return
+		}
+		e := handedHealth{ID: l.tab.id(r), Fails: r.failStreak, Error: h.err}
+		if len(e.Error) > handOverErrorLen {
+			e.Error = e.Error[:handOverErrorLen]
+			for len(e.Error) > 0 && !utf8.ValidString(e.Error) {
+				e.Error = e.Error[:len(e.Error)-1]
+			}
+		}
+		if h.failAt != 0 {
+			e.FailedAt = time.Unix(0, h.failAt).UTC()
+		}
+		switch {
+		case r.flags&flagOK != 0:
+			e.OKAt = time.Unix(int64(r.okAt), 0).UTC()
+		case h.okAt != 0:
+			e.OKAt = time.Unix(int64(h.okAt), 0).UTC()
+		}
+		if r.failStreak > 0 {
+			failing = append(failing, e)
+		} else {
+			recovered = append(recovered, e)
+		}
+	})
+	out := append(failing, recovered...)
+	return out[:min(len(out), maxHandOverHealth)]
+}
+
+// healthCmd gives the tasks of a partition just taken the health its
+// previous owner handed over.
+type healthCmd struct {
+	part    int
+	entries []handedHealth
+}
+
+func (c *healthCmd) run(l *loop) {
+	for _, e := range c.entries {
+		i, r, ok := l.tab.lookup(e.ID)
+		if !ok || int(r.part) != c.part || r.failStreak != 0 || r.flags&flagOK != 0 {
+			continue // gone, or it has a fire's outcome here already
+		}
+		r.failStreak = e.Fails
+		h := l.health[i]
+		if !e.FailedAt.IsZero() {
+			h.failAt, h.err = e.FailedAt.UnixNano(), strings.Clone(e.Error)
+		}
+		if !e.OKAt.IsZero() {
+			h.okAt = unixSecs(e.OKAt.UnixNano())
+		}
+		l.health[i] = h
+	}
+}
+
+// checkpointHealth returns the health a released checkpoint hands over;
+// none from a checkpoint that is not readable or not released.
+func checkpointHealth(prev []byte) []handedHealth {
+	var cp checkpoint
+	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released {
+		return nil
+	}
+	return cp.Health
+}

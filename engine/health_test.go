@@ -9,7 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
 
@@ -202,5 +207,84 @@ func TestTruncateError(t *testing.T) {
 	}
 	if truncateError("short") != "short" {
 		t.Error("a short error changed")
+	}
+}
+
+// TestLoop_HandHealth checks what a released partition hands over of its
+// tasks' health, and that the next owner's loop takes it: failing tasks
+// first, within the bounds, errors cut on a rune boundary, and a task
+// that already has an outcome on the new owner keeps its own.
+func TestLoop_HandHealth(t *testing.T) {
+	newTestLoop := func() *loop {
+		cfg := DefaultConfig("n").withDefaults()
+		cfg.Partitions = 2
+		st := &stats{}
+		never := func() bool { return false }
+		var acked atomic.Int64
+		p := newPool(cfg, nil, st, never, 0)
+		t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+		l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, never, &acked, make(chan struct{}, 1), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prof := &profile{key: "noop", exec: executor.Noop, noop: true, timeout: time.Minute, maxAttempts: 1,
+			misfire: MisfireFireOnce, catchup: time.Minute, concurrency: ConcurrencyAllow}
+		var defs []taskDef
+		for i := range maxHandOverHealth + 10 {
+			id := fmt.Sprintf("t/%04d", i)
+			h, err := l.scheds.Intern("@every 1h", "UTC", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 1, sched: h, prof: prof})
+		}
+		l.handle(&loadCmd{part: 1, defs: defs, first: true, done: make(chan struct{})})
+		return l
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	old := newTestLoop()
+	long := strings.Repeat("é", handOverErrorLen)
+	// t/0000-t/0019 fail (t/0001 with a long error); the others failed
+	// once and recovered: more than the bound in all.
+	for k := range maxHandOverHealth + 10 {
+		i, r, _ := old.tab.lookup(fmt.Sprintf("t/%04d", k))
+		why := "boom"
+		if k == 1 {
+			why = long
+		}
+		old.outcome(i, r, at, statusFailed, why)
+		if k >= 20 {
+			old.outcome(i, r, at+int64(time.Hour), statusOK, "")
+		}
+	}
+	handed := old.handHealth(1)
+	if len(handed) != maxHandOverHealth {
+		t.Fatalf("%d handed over, want the bound %d", len(handed), maxHandOverHealth)
+	}
+	var first handedHealth
+	for k, h := range handed {
+		if failing := h.Fails > 0; failing != (k < 20) {
+			t.Fatalf("handed over %d is %s with %d fails: want the 20 failing first", k, h.ID, h.Fails)
+		}
+		if h.ID == "t/0001" {
+			first = h
+		}
+	}
+	if first.Fails != 1 || len(first.Error) > handOverErrorLen || !utf8.ValidString(first.Error) || !strings.HasPrefix(long, first.Error) {
+		t.Errorf("t/0001 handed over: %d fails, %d bytes of error", first.Fails, len(first.Error))
+	}
+
+	next := newTestLoop()
+	i, r, _ := next.tab.lookup("t/0002")
+	next.outcome(i, r, at+2*int64(time.Hour), statusOK, "") // succeeded on the new owner already
+	next.handle(&healthCmd{part: 1, entries: handed})
+	now := at + 3*int64(time.Hour)
+	i, r, _ = next.tab.lookup("t/0001")
+	if s := next.stateOf(i, r, now); s.ConsecutiveFailures != 1 || !s.LastFailureAt.Equal(time.Unix(0, at)) || s.LastError != first.Error {
+		t.Errorf("t/0001 on the new owner: %+v", s)
+	}
+	i, r, _ = next.tab.lookup("t/0002")
+	if s := next.stateOf(i, r, now); s.ConsecutiveFailures != 0 || !s.LastFailureAt.IsZero() {
+		t.Errorf("t/0002, which succeeded on the new owner, took the old failure: %+v", s)
 	}
 }
