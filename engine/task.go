@@ -202,7 +202,8 @@ type TaskState struct {
 	// (to the second), LastFailureAt that of the last fire whose last
 	// attempt failed or timed out, LastError its error, and
 	// ConsecutiveFailures how many fires in a row ended so; a success
-	// resets it. Kept by the owner since it took the task's partition.
+	// resets it. Kept by the owner; a graceful hand-over passes them on for
+	// tasks that failed (handedHealth), a crash loses them.
 	LastSuccessAt       time.Time `json:"last_success_at,omitzero"`
 	LastFailureAt       time.Time `json:"last_failure_at,omitzero"`
 	ConsecutiveFailures uint64    `json:"consecutive_failures"`
