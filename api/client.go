@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardcron/shardcron/engine"
+
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -64,6 +66,12 @@ type ListOptions struct {
 	Labels map[string]string // only tasks with all these labels
 	Limit  int               // at most this many tasks (1-10000; 0: the server's default, 1000)
 	Cursor string            // from a previous ListTasks's next cursor
+	// Status keeps only the tasks with this status ("failing", "paused",
+	// "stale"), as their owners see them; each then carries its state.
+	Status string
+	// State asks for each task's state from its owner (next fire, last
+	// success and failure...). With Status it always comes.
+	State bool
 }
 
 // PutTask creates or replaces t. It validates t first (applying the
@@ -122,6 +130,23 @@ func (c *Client) DeleteTask(ctx context.Context, id string) error {
 // next page (the page's last id), "" after the last. A page holds
 // opts.Limit tasks (at most MaxListLimit), fewer only at the end.
 func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*task.Task, next string, err error) {
+	p, err := c.ListPage(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return p.Tasks, p.NextCursor, nil
+}
+
+// ListPage is one page of ListTasks with the whole answer: Partial lists
+// the nodes that did not answer a list by status.
+type ListPage struct {
+	Tasks      []*task.Task
+	NextCursor string
+	Partial    []string
+}
+
+// ListPage is ListTasks giving the whole answer.
+func (c *Client) ListPage(ctx context.Context, opts ListOptions) (*ListPage, error) {
 	q := url.Values{}
 	if opts.Prefix != "" {
 		q.Set("prefix", opts.Prefix)
@@ -135,11 +160,17 @@ func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*task
 	if opts.Cursor != "" {
 		q.Set("cursor", opts.Cursor)
 	}
+	if opts.Status != "" {
+		q.Set("status", opts.Status)
+	}
+	if opts.State {
+		q.Set("state", "1")
+	}
 	var resp listResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, nil, &resp); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return resp.Tasks, resp.NextCursor, nil
+	return &ListPage{Tasks: resp.Tasks, NextCursor: resp.NextCursor, Partial: resp.Partial}, nil
 }
 
 // Export writes to w every task that opts.Prefix and opts.Labels select,
@@ -365,4 +396,59 @@ func errorMessage(b []byte) string {
 		}
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// localStatus asks the node for the tasks it owns with a status
+// (GET /v1/tasks:status).
+func (c *Client) localStatus(ctx context.Context, q engine.StatusQuery) (*statusAnswer, error) {
+	v := url.Values{"status": {string(q.Status)}, "limit": {strconv.Itoa(q.Limit)}}
+	if q.Prefix != "" {
+		v.Set("prefix", q.Prefix)
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	var a statusAnswer
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks:status", v, nil, nil, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// localStates asks the node for the states of the tasks it holds among
+// ids (POST /v1/tasks:states), in the order of ids.
+func (c *Client) localStates(ctx context.Context, ids []string) ([]*task.State, error) {
+	body, err := json.Marshal(statesRequest{IDs: ids})
+	if err != nil {
+		return nil, err
+	}
+	var a statesAnswer
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:states", nil, body, nil, &a); err != nil {
+		return nil, err
+	}
+	return a.States, nil
+}
+
+// Failures returns the cluster's latest failed or timed-out attempts,
+// newest first, at most limit (0: the server's default, at most
+// MaxFailuresLimit), and the nodes that did not answer.
+func (c *Client) Failures(ctx context.Context, limit int) ([]store.Execution, []string, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var resp failuresResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/failures", q, nil, nil, &resp); err != nil {
+		return nil, nil, err
+	}
+	return resp.Failures, resp.Partial, nil
+}
+
+func (c *Client) localFailures(ctx context.Context, limit int) ([]store.Execution, error) {
+	q := url.Values{"local": {"1"}, "limit": {strconv.Itoa(limit)}}
+	var resp failuresResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/failures", q, nil, nil, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Failures, nil
 }

@@ -158,6 +158,27 @@ func TestDashboard_Browser(t *testing.T) {
 		}
 		shot(t, b, "desktop-task")
 
+		// The owner has seen the pause: the status search finds it.
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			tasks, _, err := n.c.ListTasks(ctx, ListOptions{Status: "paused", Prefix: "billing/"})
+			return err == nil && len(tasks) == 1
+		})
+		var badge string
+		run(t, b, "search by status",
+			chromedp.Click(`#nav-tasks`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#search`, chromedp.ByQuery),
+			chromedp.SetValue(`#status`, "paused", chromedp.ByQuery),
+			chromedp.Click(`#search button`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#tasks a[href="#/task/billing%2Finvoice-1"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll("#tasks tr").length`, &rows),
+			chromedp.Text(`#tasks .badge`, &badge, chromedp.ByQuery),
+			chromedp.Click(`#tasks a[href="#/task/billing%2Finvoice-1"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#task-status.paused`, chromedp.ByQuery),
+		)
+		if rows != 1 || badge != "paused" {
+			t.Fatalf("search paused billing/ with team=billing: %d rows, badge %q; want 1, paused", rows, badge)
+		}
+
 		run(t, b, "delete asks first",
 			chromedp.Click(`#delete`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),

@@ -245,6 +245,9 @@ func (s *Server) routes() *http.ServeMux {
 		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
 	}
 	m.HandleFunc("GET /v1/tasks:export", s.exportTasks)
+	m.HandleFunc("GET /v1/tasks:status", s.localStatus)
+	m.HandleFunc("POST /v1/tasks:states", s.localStates)
+	m.HandleFunc("GET /v1/failures", s.failures)
 	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -244,26 +245,75 @@ type listResponse struct {
 	// NextCursor is the cursor of the next page (the last id of this one),
 	// "" after the last.
 	NextCursor string `json:"next_cursor"`
+	// Partial lists the nodes that did not answer a list by status (with
+	// why): their tasks may be missing. Absent when every node answered.
+	Partial []string `json:"partial,omitempty"`
 }
 
-// listTasks: GET /v1/tasks?prefix=&label=k=v&limit=&cursor=, answered from
-// the registry's index in id order. The page is streamed as it is read,
-// never built whole: a page of 10 000 tasks costs the memory of a few
-// hundred. An error after the first task has been sent cuts the answer
-// off, so that a client sees it fail instead of taking it for a page.
+// listTasks: GET /v1/tasks?prefix=&label=k=v&limit=&cursor=&state=&status=,
+// answered from the registry's index in id order (with status, by the
+// owners: listByStatus). The page is streamed as it is read, never built
+// whole: a page of 10 000 tasks costs the memory of a few hundred. With
+// state=1 each task carries its state from its owner, asked for a chunk
+// of the page at once. An error after the first task has been sent cuts
+// the answer off, so that a client sees it fail instead of taking it for
+// a page.
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	opts, err := parseListQuery(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	jw := newJSONStream(w)
-	next, err := s.reg.ListFunc(r.Context(), opts, func(t *task.Task) error {
-		if jw.n == 0 {
-			jw.begin(`{"tasks":[`)
+	q := r.URL.Query()
+	if q.Has("status") {
+		st, err := engine.ParseStatus(q.Get("status"))
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
 		}
-		return jw.item(t)
+		s.listByStatus(w, r, opts, st)
+		return
+	}
+	withState := false
+	switch v := q.Get("state"); v {
+	case "", "0", "false":
+	case "1", "true":
+		withState = true
+	default:
+		writeError(w, http.StatusBadRequest, "state: want 1 or true to add each task's state, got %q", v)
+		return
+	}
+	jw := newJSONStream(w)
+	var chunk []*task.Task // tasks waiting for their states
+	flush := func() error {
+		s.fillStates(r.Context(), chunk)
+		for _, t := range chunk {
+			if jw.n == 0 {
+				jw.begin(`{"tasks":[`)
+			}
+			if err := jw.item(t); err != nil {
+				return err
+			}
+		}
+		clear(chunk)
+		chunk = chunk[:0]
+		return nil
+	}
+	next, err := s.reg.ListFunc(r.Context(), opts, func(t *task.Task) error {
+		if !withState {
+			if jw.n == 0 {
+				jw.begin(`{"tasks":[`)
+			}
+			return jw.item(t)
+		}
+		if chunk = append(chunk, t); len(chunk) == statesChunk {
+			return flush()
+		}
+		return nil
 	})
+	if err == nil && len(chunk) > 0 {
+		err = flush()
+	}
 	if err != nil {
 		if jw.n == 0 {
 			s.fail(w, r, "", err)

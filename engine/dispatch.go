@@ -295,11 +295,16 @@ func (l *loop) complete(b *completionBatch) {
 		r.running--
 		r.status = c.status
 		prof := l.profs.list[r.prof]
+		final := true
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
 				l.retry(c.rec, r, prof, c.sched, c.attempt+1)
+				final = false
 			}
+		}
+		if final {
+			l.outcome(c.rec, r, c.sched, c.status, c.err)
 		}
 		if at, waiting := l.pending[c.rec]; waiting && r.running == 0 {
 			delete(l.pending, c.rec)

@@ -137,7 +137,9 @@
 //
 // docs/design.md's layout, with these additions: watermark keys carry the
 // session (above); a checkpoint may name the session ("session") and list
-// unrun fires it hands over ("pending": [{"id", "at", "trigger"}]);
+// unrun fires it hands over ("pending": [{"id", "at", "trigger"}]) and,
+// released, the health of its tasks that failed ("health": [{"id",
+// "fails", "failed_at", "error", "ok_at"}], health.go);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the
 // owner has taken it; and /<prefix>/prepared/<node-id>, under the node's
 // lease, lists the partitions it prepared and waits to lock. This package

@@ -48,11 +48,12 @@ import (
 // checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
 // last owner got to.
 type checkpoint struct {
-	Node      string        `json:"node"`
-	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
-	Watermark time.Time     `json:"watermark"`
-	Released  bool          `json:"released"`
-	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
+	Node      string         `json:"node"`
+	Session   string         `json:"session,omitempty"` // the owner's lease, naming its watermark key
+	Watermark time.Time      `json:"watermark"`
+	Released  bool           `json:"released"`
+	Pending   []pendingFire  `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
+	Health    []handedHealth `json:"health,omitempty"`  // on release: the tasks that failed, for the next owner (health.go)
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -62,6 +63,7 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	pending []pendingFire
+	health  []handedHealth // tasks that failed here (health.go)
 }
 
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
@@ -127,6 +129,7 @@ func (l *loop) releaseParts(parts []int) release {
 	clear(l.early[len(keepEarly):])
 	l.early = keepEarly
 	for _, p := range parts {
+		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
 	}
 	l.pushJobs()
@@ -350,7 +353,7 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 	var cur []int
 	size := 0
 	for _, p := range ps {
-		n := 256 + 300*len(hand[p].pending) // a generous estimate of the checkpoint
+		n := 256 + 300*len(hand[p].pending) + (handOverErrorLen+200)*len(hand[p].health) // a generous estimate of the checkpoint
 		if len(cur) == registry.MaxTxnOps/2 || (len(cur) > 0 && size+n > registry.MaxTxnBytes) {
 			chunks, cur, size = append(chunks, cur), nil, 0
 		}
@@ -372,7 +375,7 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 	for _, p := range ps {
 		m := parts[p].mu
 		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
-			Released: true, Pending: hand[p].pending})
+			Released: true, Pending: hand[p].pending, Health: hand[p].health})
 		cmps = append(cmps, m.IsOwner())
 		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
 	}

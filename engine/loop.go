@@ -112,7 +112,8 @@ type loop struct {
 	parts   []partState
 	retries []retryState
 	rfree   []uint32
-	pending map[uint32]int64 // buffer_one: the fire waiting for the running one, by record
+	pending map[uint32]int64      // buffer_one: the fire waiting for the running one, by record
+	health  map[uint32]taskHealth // tasks that failed since the owner took them, by record (health.go)
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -144,7 +145,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
@@ -261,6 +262,7 @@ func (l *loop) upsert(d *taskDef, resume int64) {
 		r.sched = d.sched
 		r.prof = l.profs.ref(d.prof)
 		r.jitter = uint32(d.prof.jitter / time.Millisecond)
+		l.restartClock(i, r, l.cfg.Clock.Now().UnixNano())
 		if d.paused {
 			r.flags |= flagPaused
 			return
@@ -275,6 +277,9 @@ func (l *loop) upsert(d *taskDef, resume int64) {
 	wasPaused := r.flags&flagPaused != 0
 	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused {
 		return // the timer stands
+	}
+	if r.sched != d.sched || wasPaused && !d.paused {
+		l.restartClock(i, r, l.cfg.Clock.Now().UnixNano())
 	}
 	r.sched, r.jitter = d.sched, jitter
 	if d.paused {
@@ -345,28 +350,15 @@ func (l *loop) remove(i uint32) {
 	r := l.tab.rec(i)
 	l.wheel.Cancel(i)
 	delete(l.pending, i)
+	delete(l.health, i)
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }
 
 func (l *loop) state(id string) *task.State {
-	_, r, ok := l.tab.lookup(id)
+	i, r, ok := l.tab.lookup(id)
 	if !ok {
 		return nil
 	}
-	s := &task.State{
-		Owner:      l.cfg.NodeID,
-		LastStatus: statusNames[r.status],
-		Fires:      uint64(r.fires),
-		Failures:   uint64(r.failures),
-		Misfires:   uint64(r.misfires),
-		Skipped:    uint64(r.skipped),
-	}
-	if r.next != 0 && r.flags&flagPaused == 0 {
-		s.NextFireAt = time.Unix(0, r.next).UTC()
-	}
-	if r.lastFire != 0 {
-		s.LastFireAt = time.Unix(0, r.lastFire).UTC()
-	}
-	return s
+	return l.stateOf(i, r, l.cfg.Clock.Now().UnixNano())
 }

@@ -436,6 +436,12 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		}
 		e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
 	}
+	if health := checkpointHealth(prev); len(health) > 0 {
+		// Best effort: the tasks' health is not worth undoing the acquire.
+		if err := e.call(ctx, &healthCmd{part: p, entries: health}); err != nil {
+			e.log.Warn("the health of tasks handed over was not applied", "partition", p, "tasks", len(health), "err", err)
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()

@@ -59,6 +59,7 @@ type completion struct {
 	attempt uint16
 	kind    uint8
 	status  uint8
+	err     string // the error of a failed or timed-out attempt
 }
 
 // completionBatch travels by value: sending one allocates nothing.
@@ -110,6 +111,8 @@ type pool struct {
 	runMu   sync.Mutex // guards running
 	running map[uint64]runningFire
 	runSeq  uint64 // guarded by runMu
+
+	failures failureLog // the latest failed attempts, for GET /v1/failures
 
 	wg sync.WaitGroup
 }
@@ -345,13 +348,14 @@ func (p *pool) work() {
 				continue
 			}
 			var st uint8
+			var why string
 			if j.replaced {
 				st = p.cancelUnrun(j, now, &t)
 			} else {
 				t.observeLag(now.UnixNano() - j.due)
-				st = p.run(j, now, &t)
+				st, why = p.run(j, now, &t)
 			}
-			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
+			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why}
 			out.n++
 			if out.n == len(out.c) {
 				p.complete(&out)
@@ -431,8 +435,9 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 	return statusCanceled
 }
 
-// run executes one job and records its history.
-func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
+// run executes one job and records its history; it returns the attempt's
+// status and, for a failure, its error.
+func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	if j.kind != kindRetry {
 		t.fires++
 	}
@@ -444,19 +449,26 @@ func (p *pool) run(j *job, now time.Time, t *tally) uint8 {
 	}
 	st := statusOf(err)
 	t.exec(st)
+	if err == nil && p.history == nil {
+		return st, ""
+	}
+	finished := now
+	if !j.prof.noop {
+		finished = p.clock.Now()
+	}
+	why := ""
+	if err != nil {
+		why = err.Error()
+	}
+	e := execution(j.id, p.node, j.sched, int(j.attempt), st, now, finished, why)
 	if p.history != nil {
-		finished := now
-		if !j.prof.noop {
-			finished = p.clock.Now()
-		}
-		why := ""
-		if err != nil {
-			why = err.Error()
-		}
-		e := execution(j.id, p.node, j.sched, int(j.attempt), st, now, finished, why)
 		p.history.RecordKeep(e, j.prof.keepFor(st))
 	}
-	return st
+	if st == statusFailed || st == statusTimeout {
+		p.failures.add(e)
+		return st, why
+	}
+	return st, ""
 }
 
 func (p *pool) execute(j *job) (err error) {

@@ -32,9 +32,10 @@ const (
 const (
 	flagLive   = 1 << iota // the slot holds a task
 	flagPaused             // the task is paused: not in the wheel
+	flagOK                 // okAt is a fire that succeeded, not when the staleness clock started
 )
 
-// record is one task on its owner: 72 bytes, no pointers.
+// record is one task on its owner: 80 bytes, no pointers.
 type record struct {
 	next     int64 // scheduled time of the next fire, unix ns; 0 when none
 	lastFire int64 // scheduled time of the last fire dispatched
@@ -55,6 +56,15 @@ type record struct {
 	status   uint8  // status of the last finished attempt
 	flags    uint8
 	jitter   uint32 // the task's jitter bound, in milliseconds
+	// okAt is, in unix seconds, the scheduled time of the last fire that
+	// succeeded (flagOK), or else when the owner started to watch the task
+	// for staleness (it took the task, or the task was resumed or
+	// rescheduled). Seconds keep the record at 80 bytes: cron and @every
+	// times are whole seconds.
+	okAt uint32
+	// failStreak counts the fires in a row whose last attempt failed; a
+	// success resets it.
+	failStreak uint32
 }
 
 type taskTable struct {

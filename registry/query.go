@@ -87,6 +87,10 @@ func (r *Registry) ListFunc(ctx context.Context, opts ListOptions, fn func(*task
 }
 
 // checkCursor refuses a cursor that cannot be an id.
+// CheckCursor refuses (*task.ValidationError) a cursor that cannot be the
+// last id of a page, as List does.
+func CheckCursor(c string) error { return checkCursor(c) }
+
 func checkCursor(c string) error {
 	if c == "" {
 		return nil
@@ -546,3 +550,27 @@ type taskKV struct {
 
 // has reports whether id is within the query's prefix and after its cursor.
 func (q query) has(id string) bool { return strings.HasPrefix(id, q.prefix) && id > q.after }
+
+// GetMany returns the tasks of ids, read at one etcd revision, in the
+// order of ids; a task that is not stored is nil. It reads them in
+// transactions of many reads, so a page of ids costs a few round trips.
+func (r *Registry) GetMany(ctx context.Context, ids []string) ([]*task.Task, error) {
+	rev, _, err := r.readRevision(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	kvs, err := r.fetch(ctx, ids, rev)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	out := make([]*task.Task, len(ids))
+	for i, kv := range kvs {
+		if kv == nil {
+			continue
+		}
+		if out[i], err = r.decode(kv); err != nil {
+			return nil, fmt.Errorf("get tasks: %w", err)
+		}
+	}
+	return out, nil
+}

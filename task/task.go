@@ -198,6 +198,19 @@ type State struct {
 	Failures   uint64    `json:"failures"`
 	Misfires   uint64    `json:"misfires"`
 	Skipped    uint64    `json:"skipped"`
+	// LastSuccessAt is the scheduled time of the last fire that succeeded
+	// (to the second), LastFailureAt that of the last fire whose last
+	// attempt failed or timed out, LastError its error, and
+	// ConsecutiveFailures how many fires in a row ended so; a success
+	// resets it. Kept by the owner; a graceful hand-over passes them on for
+	// tasks that failed (handedHealth), a crash loses them.
+	LastSuccessAt       time.Time `json:"last_success_at,omitzero"`
+	LastFailureAt       time.Time `json:"last_failure_at,omitzero"`
+	ConsecutiveFailures uint64    `json:"consecutive_failures"`
+	LastError           string    `json:"last_error,omitempty"`
+	// Stale: no fire succeeded within two of the schedule's intervals
+	// (see StatusStale).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string

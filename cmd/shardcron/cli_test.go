@@ -263,19 +263,20 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 
 func TestHelp_EveryCommand(t *testing.T) {
 	commands := map[string][]string{
-		"task put":     {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
-		"task get":     {"ID"},
-		"task list":    {"--prefix", "--label K=V", "--limit", "--all", "--cursor"},
-		"task export":  {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
-		"task delete":  {"ID"},
-		"task pause":   {"ID"},
-		"task resume":  {"ID"},
-		"task trigger": {"ID"},
-		"task history": {"--limit", "(default 20)"},
-		"import":       {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
-		"nodes":        {"PARTITIONS"},
-		"version":      {"--output"},
-		"ready":        {"/readyz", "--server"},
+		"task put":      {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
+		"task get":      {"ID"},
+		"task list":     {"--prefix", "--label K=V", "--limit", "--all", "--cursor", "--status S", "failing, paused or stale"},
+		"task failures": {"--limit", "newest first"},
+		"task export":   {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
+		"task delete":   {"ID"},
+		"task pause":    {"ID"},
+		"task resume":   {"ID"},
+		"task trigger":  {"ID"},
+		"task history":  {"--limit", "(default 20)"},
+		"import":        {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
+		"nodes":         {"PARTITIONS"},
+		"version":       {"--output"},
+		"ready":         {"/readyz", "--server"},
 	}
 	for name, parts := range commands {
 		for _, h := range []string{"--help", "-h"} {
@@ -945,6 +946,45 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, r, 1, nil, []string{`shardcron: task "bad": schedule: `, "61"})
 		r = run(`{"id":"bad","schedule":"@hourly","executor":{"type":"noop"},"colour":1}`, "task", "put", "-f", "-")
 		wantCLI(t, r, 1, nil, []string{`shardcron: task "bad": colour: unknown field`})
+	})
+
+	t.Run("list by status, with next fires", func(t *testing.T) {
+		refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "receiver refuses", http.StatusInternalServerError)
+		}))
+		t.Cleanup(refuse.Close)
+		r := run("", "task", "put", "--id", "health/bad", "--schedule", "* * * * * *", "--url", refuse.URL+"/hook")
+		wantCLI(t, r, 0, nil, nil)
+		r = run("", "task", "put", "--id", "health/ok", "--schedule", "* * * * * *", "--noop")
+		wantCLI(t, r, 0, nil, nil)
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			r := run("", "task", "list", "--status", "failing", "--output", "json")
+			return r.code == 0 && strings.Contains(r.stdout, `"id": "health/bad"`) && !strings.Contains(r.stdout, "health/ok")
+		})
+		r = run("", "task", "list", "--status", "failing")
+		wantCLI(t, r, 0, []string{"FAILS", "LAST ERROR", "health/bad", "500"}, nil)
+		if strings.Contains(r.stdout, "health/ok") {
+			t.Errorf("a healthy task listed as failing:\n%s", r)
+		}
+		// NEXT FIRE comes from the owner's state: a time, not "-".
+		r = run("", "task", "list", "--prefix", "health/")
+		wantCLI(t, r, 0, []string{"NEXT FIRE"}, nil)
+		for _, line := range strings.Split(r.stdout, "\n")[1:] {
+			if line != "" && !strings.Contains(line, time.Now().UTC().Format("2006-01-02T")) {
+				t.Errorf("a row without its next fire:\n%s", r)
+			}
+		}
+		r = run("", "task", "list", "--status", "broken")
+		wantCLI(t, r, 2, nil, []string{"--status", "failing, paused or stale"})
+		r = run("", "task", "failures", "--limit", "3")
+		wantCLI(t, r, 0, []string{"SCHEDULED", "TASK", "health/bad", "failed", "500"}, nil)
+		if strings.Contains(r.stdout, "health/ok") || strings.Count(r.stdout, "\n") > 4 {
+			t.Errorf("failures, limit 3:\n%s", r)
+		}
+		wantCLI(t, run("", "task", "failures", "--limit", "0"), 2, nil, []string{"--limit"})
+		for _, id := range []string{"health/bad", "health/ok"} {
+			wantCLI(t, run("", "task", "delete", id), 0, nil, nil)
+		}
 	})
 
 	t.Run("list pages and filters", func(t *testing.T) {

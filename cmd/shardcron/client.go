@@ -131,6 +131,19 @@ func (c *command) parseClient(args []string, cf *clientFlags) (pos []string, cod
 	return pos, 0, false
 }
 
+// parseClientOnly is parseClient for a command that takes no argument: an
+// argument is a usage error. done says the command ends with code.
+func (c *command) parseClientOnly(args []string, cf *clientFlags) (code int, done bool) {
+	pos, code, done := c.parseClient(args, cf)
+	if done {
+		return code, true
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q", pos[0]), true
+	}
+	return 0, false
+}
+
 // usageError prints a command-line error and how to get help, and returns
 // the usage exit code.
 func (c *command) usageError(format string, args ...any) int {

@@ -29,12 +29,8 @@ func runNodes(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron nodes", nodesHelp, stdout, stderr)
 	var cf clientFlags
 	cf.register(c)
-	pos, code, done := c.parseClient(args, &cf)
-	if done {
+	if code, done := c.parseClientOnly(args, &cf); done {
 		return code
-	}
-	if len(pos) > 0 {
-		return c.usageError("unexpected argument %q", pos[0])
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()

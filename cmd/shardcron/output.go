@@ -151,6 +151,22 @@ func writeTaskTable(w io.Writer, tasks []*task.Task) error {
 	return tw.Flush()
 }
 
+// writeHealthTable prints tasks with their health, one row each.
+func writeHealthTable(w io.Writer, tasks []*task.Task) error {
+	tw := newTable(w)
+	row(tw, "ID", "SCHEDULE", "OWNER", "FAILS", "LAST SUCCESS", "LAST FAILURE", "LAST ERROR")
+	for _, t := range tasks {
+		s := t.State
+		if s == nil {
+			row(tw, t.ID, t.Schedule, "-", "-", "-", "-", "-")
+			continue
+		}
+		row(tw, t.ID, t.Schedule, dash(s.Owner), strconv.FormatUint(s.ConsecutiveFailures, 10),
+			formatTime(s.LastSuccessAt), formatTime(s.LastFailureAt), dash(truncate(s.LastError, maxErrorWidth)))
+	}
+	return tw.Flush()
+}
+
 // writeTaskDetail prints one task as "Key: value" lines: the definition,
 // then what the cluster knows of it, then the owner's state.
 func writeTaskDetail(w io.Writer, t *task.Task) error {
@@ -210,6 +226,11 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 		kv("Failures", strconv.FormatUint(s.Failures, 10))
 		kv("Misfires", strconv.FormatUint(s.Misfires, 10))
 		kv("Skipped", strconv.FormatUint(s.Skipped, 10))
+		kv("Last success", formatTime(s.LastSuccessAt))
+		kv("Last failure", formatTime(s.LastFailureAt))
+		kv("Fails in a row", strconv.FormatUint(s.ConsecutiveFailures, 10))
+		kv("Last error", dash(truncate(s.LastError, maxErrorWidth)))
+		kv("Stale", strconv.FormatBool(s.Stale))
 	} else {
 		kv("Owner", "- (no node owns its partition right now)")
 	}

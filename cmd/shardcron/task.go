@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shardcron/shardcron/engine"
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/registry"
@@ -30,13 +33,14 @@ Creates, reads and changes tasks through a node's HTTP API.
 Subcommands:
   put       create or replace a task, from a JSON file (-f) or from flags
   get       show one task and its owner's state
-  list      list tasks, by id prefix and labels
+  list      list tasks, by id prefix, labels and status (failing, paused, stale)
   export    write tasks as JSON Lines that 'shardcron import' reads back
   delete    delete a task, or every task of a prefix or labels
   pause     stop a task from firing, keeping its definition (or many: --label, --prefix)
   resume    let a paused task fire again (or many)
   trigger   fire a task once now, outside its schedule (or many)
   history   show a task's execution records, newest first
+  failures  show the cluster's latest failed attempts, newest first
 
 Run 'shardcron task SUBCOMMAND --help' for a subcommand's flags.
 
@@ -72,6 +76,8 @@ func runTask(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return taskTrigger(rest, stdout, stderr)
 	case "history":
 		return taskHistory(rest, stdout, stderr)
+	case "failures":
+		return taskFailures(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
 			return runTask([]string{rest[0], "--help"}, stdin, stdout, stderr)
@@ -511,29 +517,40 @@ func taskGet(args []string, stdout, stderr io.Writer) int {
 
 // --- task list --------------------------------------------------------------
 
-const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--limit N] [--all] [flags]
+const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--status S] [--limit N] [--all] [flags]
 
 Lists tasks one page at a time, ordered by id (byte order): without --all
 it prints one page and, when there are more, says how to get the next.
 A page holds --limit tasks (at most 10000), fewer only at the end; the
 cursor of the next page is the last id of this one. --all follows
-the pages to the end. With --output json it prints the API's answer,
+the pages to the end. Each task comes with its state from the node that
+owns it (NEXT FIRE). With --output json it prints the API's answer,
 {"tasks": [...], "next_cursor": "..."}; with --all, every task in one
 "tasks" array and an empty cursor.
 
+--status keeps the tasks whose owners see them so: failing (the last
+fire failed after its last attempt), paused, or stale (no fire succeeded
+within two of the schedule's intervals); the table then shows their
+health: failures in a row, last success, last failure and its error.
+When a node does not answer, its tasks are missing and a warning on
+stderr says so ("partial" in JSON).
+
 Examples:
   shardcron task list --prefix billing/
+  shardcron task list --status failing
+  shardcron task list --label team=billing --status stale --all
   shardcron task list --label team=billing --all --output json | jq -r '.tasks[].id'
 `
 
 func taskList(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task list", taskListHelp, stdout, stderr)
 	var cf clientFlags
-	var prefix, cursor string
+	var prefix, cursor, status string
 	var labels kvFlag
 	var limit int
 	var all bool
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
+	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
 	c.fs.IntVar(&limit, "limit", 0, "tasks per page, at most (0: the server's page size)")
 	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
@@ -549,27 +566,45 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	if limit < 0 {
 		return c.usageError("--limit: %d is negative", limit)
 	}
+	if status != "" {
+		if _, err := engine.ParseStatus(status); err != nil {
+			return c.usageError("--status: %s", strings.TrimPrefix(err.Error(), "status: "))
+		}
+	}
 	cl := cf.client()
-	opts := api.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor}
+	opts := api.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
 	var tasks []*task.Task
+	var partial []string
 	for {
 		ctx, cancel := cf.ctx()
-		page, next, err := cl.ListTasks(ctx, opts)
+		page, err := cl.ListPage(ctx, opts)
 		cancel()
 		if err != nil {
 			return cf.fail(c, "", err)
 		}
-		tasks = append(tasks, page...)
-		opts.Cursor = next
-		if !all || next == "" {
+		tasks = append(tasks, page.Tasks...)
+		for _, p := range page.Partial {
+			if !slices.Contains(partial, p) {
+				partial = append(partial, p)
+			}
+		}
+		opts.Cursor = page.NextCursor
+		if !all || opts.Cursor == "" {
 			break
 		}
 	}
 	if tasks == nil {
 		tasks = []*task.Task{} // "tasks": [] rather than null
 	}
-	out := listResult{Tasks: tasks, NextCursor: opts.Cursor}
-	rc := printResult(c, &cf, out, func(w io.Writer) error { return writeTaskTable(w, tasks) })
+	for _, p := range partial {
+		fmt.Fprintf(stderr, "warning: partial answer, the tasks of a node are missing: %s\n", p)
+	}
+	out := listResult{Tasks: tasks, NextCursor: opts.Cursor, Partial: partial}
+	table := func(w io.Writer) error { return writeTaskTable(w, tasks) }
+	if status != "" {
+		table = func(w io.Writer) error { return writeHealthTable(w, tasks) }
+	}
+	rc := printResult(c, &cf, out, table)
 	if rc == exitOK && cf.output == outputTable && opts.Cursor != "" {
 		fmt.Fprintf(stderr, "more tasks: list them all with --all, or the next page with --cursor %s\n", opts.Cursor)
 	}
@@ -580,6 +615,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 type listResult struct {
 	Tasks      []*task.Task `json:"tasks"`
 	NextCursor string       `json:"next_cursor"` // "" after the last page
+	Partial    []string     `json:"partial,omitempty"`
 }
 
 // --- task export ------------------------------------------------------------

@@ -1,0 +1,401 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/membership"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
+)
+
+// Fleet health: lists by status, answered by the owners, the states of a
+// page of tasks, and the cluster's recent failures.
+
+// Limits of GET /v1/failures.
+const (
+	DefaultFailuresLimit = 100
+	MaxFailuresLimit     = 1000
+)
+
+// statusAnswer is a node's answer to GET /v1/tasks:status: the first
+// tasks it owns with a status, in id order, and whether more follow.
+type statusAnswer struct {
+	Tasks []engine.TaskMatch `json:"tasks"`
+	More  bool               `json:"more"`
+	// Held are the partitions the node owned from before its scan to
+	// after it: all of their tasks were looked at.
+	Held []int `json:"held"`
+}
+
+// queryHeld runs the engine's Query and says which partitions the node
+// owned throughout it.
+func (s *Server) queryHeld(ctx context.Context, q engine.StatusQuery) (statusAnswer, error) {
+	before := make([]bool, s.reg.Partitions())
+	for p := range before {
+		before[p] = s.e.Owns(p)
+	}
+	ms, more, err := s.e.Query(ctx, q)
+	if err != nil {
+		return statusAnswer{}, err
+	}
+	if ms == nil {
+		ms = []engine.TaskMatch{}
+	}
+	a := statusAnswer{Tasks: ms, More: more, Held: []int{}}
+	for p, was := range before {
+		if was && s.e.Owns(p) {
+			a.Held = append(a.Held, p)
+		}
+	}
+	return a, nil
+}
+
+// uncovered returns the partitions that no answer held throughout its
+// scan: they changed hands (or their owner did not answer), so their
+// tasks may be missing.
+func uncovered(answers []statusAnswer, partitions int) []int {
+	held := make([]bool, partitions)
+	for _, a := range answers {
+		for _, p := range a.Held {
+			if p >= 0 && p < partitions {
+				held[p] = true
+			}
+		}
+	}
+	var out []int
+	for p, h := range held {
+		if !h {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// localStatus: GET /v1/tasks:status?status=&prefix=&after=&limit=
+// (extension, node to node): the tasks this node owns with a status.
+func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	st, err := engine.ParseStatus(q.Get("status"))
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	limit, err := parseLimit(q.Get("limit"), DefaultListLimit, registry.MaxListLimit+1)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	a, err := s.queryHeld(r.Context(), engine.StatusQuery{Status: st, Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit})
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// statusRound asks every node for its first matches of q and merges them
+// (mergeStatus). missing says which nodes did not answer, and which
+// partitions no node held throughout its scan.
+func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches []engine.TaskMatch, bound string, more bool, missing []string, err error) {
+	var (
+		mu      sync.Mutex // guards answers and missing
+		answers []statusAnswer
+	)
+	ms, merr := s.memberList(ctx)
+	if merr != nil {
+		s.log.Warn("api: listing members failed; answering with this node's tasks only", "err", merr)
+		missing = append(missing, "the member list could not be read: "+merr.Error())
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *Client) {
+			a, err := c.localStatus(ctx, q)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.Warn("api: a node did not list its tasks by status; answering without it", "node", m.ID, "err", err)
+				missing = append(missing, m.ID+": "+err.Error())
+				return
+			}
+			answers = append(answers, *a)
+		})
+	})
+	own, err := s.queryHeld(ctx, q)
+	wg.Wait()
+	if err != nil {
+		return nil, "", false, nil, err
+	}
+	answers = append(answers, own)
+	matches, bound, more = mergeStatus(answers)
+	slices.Sort(missing)
+	if ps := uncovered(answers, s.reg.Partitions()); len(ps) > 0 {
+		missing = append(missing, fmt.Sprintf("partitions %v were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing", ps))
+	}
+	return matches, bound, more, missing, nil
+}
+
+// mergeStatus merges the nodes' answers: the matches in id order, each id
+// once, up to bound when a node has more (past that node's last id
+// another of its matches could come before the next ones of the others);
+// more tells whether any node has more.
+func mergeStatus(answers []statusAnswer) (matches []engine.TaskMatch, bound string, more bool) {
+	for _, a := range answers {
+		matches = append(matches, a.Tasks...)
+		if a.More && len(a.Tasks) > 0 {
+			if last := a.Tasks[len(a.Tasks)-1].ID; !more || last < bound {
+				bound = last
+			}
+			more = true
+		}
+	}
+	slices.SortStableFunc(matches, func(a, b engine.TaskMatch) int { return strings.Compare(a.ID, b.ID) })
+	// A task seen by two nodes (one releasing its partition, one taking
+	// it) is listed once.
+	matches = slices.CompactFunc(matches, func(a, b engine.TaskMatch) bool { return a.ID == b.ID })
+	if more {
+		end, _ := slices.BinarySearchFunc(matches, bound, func(m engine.TaskMatch, id string) int { return strings.Compare(m.ID, id) })
+		matches = matches[:min(end+1, len(matches))]
+	}
+	return matches, bound, more
+}
+
+// listByStatus: GET /v1/tasks?status=failing|paused|stale with the other
+// filters of a list. The owners say which of their tasks have the status,
+// in id order; the tasks are read from etcd and checked against the labels.
+// Rounds go on until the page holds opts.Limit tasks and one more match
+// is known (then the cursor is the page's last id), or no match remains.
+// Every task carries its state. A node that does not answer makes the
+// answer partial, which "partial" says.
+func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts registry.ListOptions, st engine.TaskStatus) {
+	ctx := r.Context()
+	if err := registry.CheckCursor(opts.Cursor); err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	jw := newJSONStream(w)
+	after, next := opts.Cursor, ""
+	var partial []string
+	var last string
+	// A round asks each node for limit+1 matches, and twice as many as
+	// the round before when labels left the page short: a label that few
+	// of the matches carry costs a few large rounds, not many small ones.
+	k := opts.Limit + 1
+	err := func() error {
+		for ; ; k = min(2*k, registry.MaxListLimit+1) {
+			q := engine.StatusQuery{Status: st, Prefix: opts.Prefix, After: after, Limit: k}
+			ms, bound, more, missing, err := s.statusRound(ctx, q)
+			if err != nil {
+				return err
+			}
+			for _, m := range missing {
+				if !slices.Contains(partial, m) {
+					partial = append(partial, m)
+				}
+			}
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				ids[i] = m.ID
+			}
+			tasks, err := s.reg.GetMany(ctx, ids)
+			if err != nil {
+				return err
+			}
+			for i, t := range tasks {
+				if t == nil || !hasLabels(t.Labels, opts.Labels) {
+					continue // deleted since, or not labelled so
+				}
+				if jw.n == opts.Limit {
+					next = last // a match follows the full page
+					return nil
+				}
+				if jw.n == 0 {
+					jw.begin(`{"tasks":[`)
+				}
+				t.State = ms[i].State
+				if err := jw.item(t); err != nil {
+					return err
+				}
+				last = t.ID
+			}
+			if !more {
+				return nil
+			}
+			after = bound
+		}
+	}()
+	if err != nil {
+		if jw.n == 0 {
+			s.fail(w, r, "", fmt.Errorf("list %s tasks: %w", st, err))
+			return
+		}
+		s.log.Warn("api: list by status failed after its first tasks were sent; cutting the answer off", "err", err)
+		jw.abort()
+		return
+	}
+	if jw.n == 0 {
+		jw.begin(`{"tasks":[`)
+	}
+	tail, _ := json.Marshal(next)
+	end := `],"next_cursor":` + string(tail)
+	if len(partial) > 0 {
+		p, _ := json.Marshal(partial)
+		end += `,"partial":` + string(p)
+	}
+	jw.end(end + "}\n")
+}
+
+// hasLabels reports whether labels hold every pair of want.
+func hasLabels(labels, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// statesChunk is how many tasks of a page get their states at once.
+const statesChunk = 500
+
+// fillStates sets the state of each task from its owner: this node, or the
+// ring's owner asked once for all of its tasks among them. A task whose
+// owner does not answer keeps a nil state, as GET /v1/tasks/{id} does.
+func (s *Server) fillStates(ctx context.Context, tasks []*task.Task) {
+	a := s.e.Assignment()
+	if a == nil {
+		return
+	}
+	byOwner := map[string][]int{}
+	for i, t := range tasks {
+		owner := a.Owner(s.reg.Partition(t.ID))
+		byOwner[owner] = append(byOwner[owner], i)
+	}
+	var wg sync.WaitGroup
+	for owner, idx := range byOwner {
+		if owner == "" {
+			continue
+		}
+		ids := make([]string, len(idx))
+		for k, i := range idx {
+			ids[k] = tasks[i].ID
+		}
+		wg.Go(func() {
+			var states []*task.State
+			var err error
+			if owner == s.e.NodeID() {
+				sctx, cancel := context.WithTimeout(ctx, stateTimeout)
+				states, err = s.e.TaskStates(sctx, ids)
+				cancel()
+			} else if c := s.peerClient(ctx, owner); c != nil {
+				pctx, cancel := context.WithTimeout(ctx, peerTimeout)
+				states, err = c.localStates(pctx, ids)
+				cancel()
+			}
+			if err != nil || len(states) != len(ids) {
+				s.log.Warn("api: the owner of tasks did not give their states", "owner", owner, "tasks", len(ids), "err", err)
+				return
+			}
+			for k, i := range idx {
+				tasks[i].State = states[k] // each goroutine sets its own tasks
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// maxStatesBody bounds the body of POST /v1/tasks:states: registry.MaxListLimit
+// ids of 256 bytes, escaped.
+const maxStatesBody = 16 << 20
+
+// statesRequest and statesAnswer are the body and answer of
+// POST /v1/tasks:states.
+type statesRequest struct {
+	IDs []string `json:"ids"`
+}
+
+type statesAnswer struct {
+	States []*task.State `json:"states"`
+}
+
+// localStates: POST /v1/tasks:states {"ids": [...]} (extension, node to
+// node): the states of the tasks this node holds, in the order of ids,
+// null for the others.
+func (s *Server) localStates(w http.ResponseWriter, r *http.Request) {
+	var req statesRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxStatesBody))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "want {\"ids\": [task ids]}: %v", err)
+		return
+	}
+	if len(req.IDs) > registry.MaxListLimit {
+		writeError(w, http.StatusBadRequest, "ids: at most %d, got %d", registry.MaxListLimit, len(req.IDs))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), stateTimeout)
+	defer cancel()
+	states, err := s.e.TaskStates(ctx, req.IDs)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statesAnswer{States: states})
+}
+
+// failuresResponse is the answer of GET /v1/failures.
+type failuresResponse struct {
+	Failures []store.Execution `json:"failures"`
+	// Partial lists the nodes that did not answer (with why); absent when
+	// every node did.
+	Partial []string `json:"partial,omitempty"`
+}
+
+// failures: GET /v1/failures?limit= , the latest failed or timed-out
+// attempts of the cluster, newest first (by scheduled time), at most
+// limit: each node remembers its last 1000 since it started. With local=1
+// (extension) from this node only.
+func (s *Server) failures(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"), DefaultFailuresLimit, MaxFailuresLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	local := s.e.RecentFailures(limit)
+	if l := q.Get("local"); l == "1" || l == "true" {
+		writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(local)})
+		return
+	}
+	lists := [][]store.Execution{local}
+	var partial []string
+	ms, err := s.memberList(r.Context())
+	if err != nil {
+		s.log.Warn("api: listing members failed; answering with this node's failures only", "err", err)
+		partial = append(partial, "the member list could not be read: "+err.Error())
+	}
+	var mu sync.Mutex // guards lists and partial
+	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
+		recs, err := c.localFailures(ctx, limit)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			s.log.Warn("api: a node did not give its failures; answering without it", "node", m.ID, "err", err)
+			partial = append(partial, m.ID+": "+err.Error())
+			return
+		}
+		lists = append(lists, recs)
+	})
+	slices.Sort(partial)
+	writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(mergeHistory(lists, limit)), Partial: partial})
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/store"
+)
+
+// --- task failures ----------------------------------------------------------
+
+const taskFailuresHelp = `Usage: shardcron task failures [--limit N] [flags]
+
+Shows the cluster's latest failed or timed-out attempts, newest first (by
+scheduled time), one row per attempt, from every node: each node keeps
+its last 1000 in memory since it started. A node that does not answer is
+named in a warning on stderr ("partial" in JSON).
+
+Example:
+  shardcron task failures --limit 50
+`
+
+func taskFailures(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task failures", taskFailuresHelp, stdout, stderr)
+	var cf clientFlags
+	var limit int
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, "failures to show, at most (at most 1000)")
+	cf.register(c)
+	if code, done := c.parseClientOnly(args, &cf); done {
+		return code
+	}
+	if limit < 1 || limit > api.MaxFailuresLimit {
+		return c.usageError("--limit: %d is not from 1 to %d", limit, api.MaxFailuresLimit)
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	fs, partial, err := cf.client().Failures(ctx, limit)
+	if err != nil {
+		return cf.fail(c, "", err)
+	}
+	if fs == nil {
+		fs = []store.Execution{}
+	}
+	for _, p := range partial {
+		fmt.Fprintf(stderr, "warning: partial answer, the failures of a node are missing: %s\n", p)
+	}
+	out := struct {
+		Failures []store.Execution `json:"failures"`
+		Partial  []string          `json:"partial,omitempty"`
+	}{fs, partial}
+	return printResult(c, &cf, out, func(w io.Writer) error { return writeFailuresTable(w, fs) })
+}
+
+// writeFailuresTable prints failed attempts of any task, newest first.
+func writeFailuresTable(w io.Writer, execs []store.Execution) error {
+	tw := newTable(w)
+	row(tw, "SCHEDULED", "TASK", "ATTEMPT", "STATUS", "NODE", "ERROR")
+	for _, e := range execs {
+		row(tw, formatTime(e.ScheduledAt), e.TaskID, strconv.Itoa(e.Attempt), dash(e.Status), dash(e.Node),
+			dash(truncate(e.Error, maxErrorWidth)))
+	}
+	return tw.Flush()
+}

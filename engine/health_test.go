@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
+)
+
+// TestEngine_Health drives a node's clock through fires of tasks that
+// succeed, fail and are paused, and checks the state the owner keeps
+// (last success, last failure, failures in a row, last error), the status
+// filters of Query (failing, paused, stale) with prefix, cursor and limit,
+// and the node's recent failures.
+func TestEngine_Health(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 500e6, time.UTC)
+	at := func(s int) time.Time { return time.Date(2026, 1, 1, 12, 0, s, 0, time.UTC) }
+	clock := newTestClock(t0, 0)
+	var failing atomic.Bool
+	failing.Store(true)
+	h := func(_ context.Context, f Fire) error {
+		if f.TaskID == "paused/1" {
+			return errors.New("resumed and failing")
+		}
+		if strings.HasPrefix(f.TaskID, "bad/") && failing.Load() {
+			return fmt.Errorf("boom %s", f.TaskID)
+		}
+		return nil
+	}
+	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, nil))
+	reg := n.e.Registry()
+	ids := []string{"bad/1", "bad/2", "bad/3", "ok/1"}
+	for _, id := range ids {
+		putTask(t, reg, handlerTask(id, "@every 10s"))
+	}
+	paused := handlerTask("paused/1", "@every 10s")
+	paused.Paused = true
+	putTask(t, reg, paused)
+	for _, id := range ids {
+		waitNext(t, n, id, at(10))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(n, "paused/1") })
+
+	query := func(st TaskStatus, prefix, after string, limit int) ([]string, bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, more, err := n.e.Query(ctx, StatusQuery{Status: st, Prefix: prefix, After: after, Limit: limit})
+		if err != nil {
+			t.Fatalf("query %s: %v", st, err)
+		}
+		got := []string{}
+		for _, m := range ms {
+			if m.State == nil || m.State.Owner != "node-1" {
+				t.Errorf("query %s: %s has state %+v, want the owner's", st, m.ID, m.State)
+			}
+			got = append(got, m.ID)
+		}
+		return got, more
+	}
+	expect := func(st TaskStatus, prefix, after string, limit int, want []string, wantMore bool) {
+		t.Helper()
+		got, more := query(st, prefix, after, limit)
+		if !slices.Equal(got, want) || more != wantMore {
+			t.Errorf("query %s prefix %q after %q limit %d: %q, more %v; want %q, more %v",
+				st, prefix, after, limit, got, more, want, wantMore)
+		}
+	}
+	// fired waits until every task's fire at sched has finished.
+	fired := func(sched time.Time) {
+		t.Helper()
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			for _, id := range ids {
+				s := taskState(t, n, id)
+				if !s.LastSuccessAt.Equal(sched) && !s.LastFailureAt.Equal(sched) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	expect(StatusFailing, "", "", 10, []string{}, false)
+	expect(StatusStale, "", "", 10, []string{}, false)
+	expect(StatusPaused, "", "", 10, []string{"paused/1"}, false)
+
+	clock.Advance(10 * time.Second) // 12:00:10.5: the fires of :10
+	fired(at(10))
+	bad := taskState(t, n, "bad/1")
+	if bad.ConsecutiveFailures != 1 || !bad.LastFailureAt.Equal(at(10)) || bad.LastError != "boom bad/1" || !bad.LastSuccessAt.IsZero() {
+		t.Errorf("bad/1 after one failure: %+v", bad)
+	}
+	if ok := taskState(t, n, "ok/1"); ok.ConsecutiveFailures != 0 || !ok.LastSuccessAt.Equal(at(10)) || !ok.LastFailureAt.IsZero() || ok.LastError != "" {
+		t.Errorf("ok/1 after one success: %+v", ok)
+	}
+	expect(StatusFailing, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
+	expect(StatusFailing, "", "", 2, []string{"bad/1", "bad/2"}, true)
+	expect(StatusFailing, "", "bad/2", 2, []string{"bad/3"}, false)
+	expect(StatusFailing, "bad/3", "", 10, []string{"bad/3"}, false)
+	expect(StatusFailing, "ok/", "", 10, []string{}, false)
+	expect(StatusStale, "", "", 10, []string{}, false) // one interval without success: not yet
+
+	clock.Advance(11 * time.Second) // 12:00:21.5: the fires of :20 failed too
+	fired(at(20))
+	if bad := taskState(t, n, "bad/2"); bad.ConsecutiveFailures != 2 || !bad.Stale {
+		t.Errorf("bad/2 after two failures: %+v", bad)
+	}
+	// No success since the node took them (12:00:00), and :20 has passed.
+	expect(StatusStale, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
+	expect(StatusStale, "bad/", "bad/1", 1, []string{"bad/2"}, true)
+
+	failing.Store(false)
+	clock.Advance(10 * time.Second) // 12:00:31.5: the fires of :30 succeed
+	fired(at(30))
+	bad = taskState(t, n, "bad/1")
+	if bad.ConsecutiveFailures != 0 || !bad.LastSuccessAt.Equal(at(30)) || !bad.LastFailureAt.Equal(at(20)) || bad.LastError != "boom bad/1" || bad.Stale {
+		t.Errorf("bad/1 after its recovery: %+v", bad)
+	}
+	expect(StatusFailing, "", "", 10, []string{}, false)
+	expect(StatusStale, "", "", 10, []string{}, false)
+
+	fails := n.e.RecentFailures(100)
+	if len(fails) != 6 {
+		t.Fatalf("%d recent failures, want 6 (3 tasks x 2 fires): %+v", len(fails), fails)
+	}
+	for i, f := range fails {
+		want := at(20)
+		if i >= 3 {
+			want = at(10)
+		}
+		if !f.ScheduledAt.Equal(want) || f.Status != "failed" || f.Error != "boom "+f.TaskID || f.Node != "node-1" {
+			t.Errorf("recent failure %d: %+v, want one of %v", i, f, want)
+		}
+	}
+	if got := n.e.RecentFailures(2); len(got) != 2 {
+		t.Errorf("RecentFailures(2) gave %d", len(got))
+	}
+
+	// A task resumed after a long pause starts its staleness clock again:
+	// its first fire after the resume fails, and it is not stale for that.
+	if _, err := reg.SetPaused(context.Background(), "paused/1", false); err != nil {
+		t.Fatal(err)
+	}
+	waitNext(t, n, "paused/1", at(40))
+	expect(StatusPaused, "", "", 10, []string{}, false)
+	clock.Advance(10 * time.Second) // 12:00:41.5
+	fired(at(40))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "paused/1").LastFailureAt.Equal(at(40)) })
+	expect(StatusFailing, "", "", 10, []string{"paused/1"}, false)
+	expect(StatusStale, "", "", 10, []string{}, false)
+}
+
+// TestEngine_HealthCountsFiresNotAttempts checks that a fire whose retry
+// succeeds is a success: only a fire's last attempt counts.
+func TestEngine_HealthCountsFiresNotAttempts(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	h := func(_ context.Context, f Fire) error {
+		if f.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	n := startNode(t, c, "", h, nil)
+	tsk := handlerTask("flaky", "* * * * * *")
+	tsk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Millisecond)}
+	putTask(t, n.e.Registry(), tsk)
+	etcdtest.WaitFor(t, 15*time.Second, func() bool {
+		s, ok := n.e.TaskState(context.Background(), "flaky")
+		return ok && s.Failures >= 2 && !s.LastSuccessAt.IsZero()
+	})
+	if s := taskState(t, n, "flaky"); s.ConsecutiveFailures != 0 || !s.LastFailureAt.IsZero() {
+		t.Errorf("a task whose retries succeed: %+v; want no failed fire", s)
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	for _, s := range []string{"failing", "paused", "stale"} {
+		if got, err := ParseStatus(s); err != nil || string(got) != s {
+			t.Errorf("ParseStatus(%q) = %q, %v", s, got, err)
+		}
+	}
+	var ve *task.ValidationError
+	if _, err := ParseStatus("broken"); !errors.As(err, &ve) || ve.Field != "status" {
+		t.Errorf("ParseStatus(broken): %v, want a status ValidationError", err)
+	}
+}
+
+func TestTruncateError(t *testing.T) {
+	long := strings.Repeat("é", maxErrorLen) // 2 bytes a rune
+	got := truncateError(long)
+	if len(got) > maxErrorLen+len("…") || !strings.HasSuffix(got, "…") || !strings.HasPrefix(long, strings.TrimSuffix(got, "…")) {
+		t.Errorf("truncateError: %d bytes, %q...", len(got), got[:10])
+	}
+	if truncateError("short") != "short" {
+		t.Error("a short error changed")
+	}
+}
+
+// TestLoop_HandHealth checks what a released partition hands over of its
+// tasks' health, and that the next owner's loop takes it: failing tasks
+// first, within the bounds, errors cut on a rune boundary, and a task
+// that already has an outcome on the new owner keeps its own.
+func TestLoop_HandHealth(t *testing.T) {
+	newTestLoop := func() *loop {
+		cfg := DefaultConfig("n").withDefaults()
+		cfg.Partitions = 2
+		st := &stats{}
+		never := func() bool { return false }
+		var acked atomic.Int64
+		p := newPool(cfg, nil, st, never, 0)
+		t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+		l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, never, &acked, make(chan struct{}, 1), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prof := &profile{key: "noop", exec: executor.Noop, noop: true, timeout: time.Minute, maxAttempts: 1,
+			misfire: task.MisfireFireOnce, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
+		var defs []taskDef
+		for i := range maxHandOverHealth + 10 {
+			id := fmt.Sprintf("t/%04d", i)
+			h, err := l.scheds.Intern("@every 1h", "UTC", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 1, sched: h, prof: prof})
+		}
+		l.handle(&loadCmd{part: 1, defs: defs, first: true, done: make(chan struct{})})
+		return l
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	old := newTestLoop()
+	long := strings.Repeat("é", handOverErrorLen)
+	// t/0000-t/0019 fail (t/0001 with a long error); the others failed
+	// once and recovered: more than the bound in all.
+	for k := range maxHandOverHealth + 10 {
+		i, r, _ := old.tab.lookup(fmt.Sprintf("t/%04d", k))
+		why := "boom"
+		if k == 1 {
+			why = long
+		}
+		old.outcome(i, r, at, statusFailed, why)
+		if k >= 20 {
+			old.outcome(i, r, at+int64(time.Hour), statusOK, "")
+		}
+	}
+	handed := old.handHealth(1)
+	if len(handed) != maxHandOverHealth {
+		t.Fatalf("%d handed over, want the bound %d", len(handed), maxHandOverHealth)
+	}
+	var first handedHealth
+	for k, h := range handed {
+		if failing := h.Fails > 0; failing != (k < 20) {
+			t.Fatalf("handed over %d is %s with %d fails: want the 20 failing first", k, h.ID, h.Fails)
+		}
+		if h.ID == "t/0001" {
+			first = h
+		}
+	}
+	if first.Fails != 1 || len(first.Error) > handOverErrorLen || !utf8.ValidString(first.Error) || !strings.HasPrefix(long, first.Error) {
+		t.Errorf("t/0001 handed over: %d fails, %d bytes of error", first.Fails, len(first.Error))
+	}
+
+	next := newTestLoop()
+	i, r, _ := next.tab.lookup("t/0002")
+	next.outcome(i, r, at+2*int64(time.Hour), statusOK, "") // succeeded on the new owner already
+	next.handle(&healthCmd{part: 1, entries: handed})
+	now := at + 3*int64(time.Hour)
+	i, r, _ = next.tab.lookup("t/0001")
+	if s := next.stateOf(i, r, now); s.ConsecutiveFailures != 1 || !s.LastFailureAt.Equal(time.Unix(0, at)) || s.LastError != first.Error {
+		t.Errorf("t/0001 on the new owner: %+v", s)
+	}
+	i, r, _ = next.tab.lookup("t/0002")
+	if s := next.stateOf(i, r, now); s.ConsecutiveFailures != 0 || !s.LastFailureAt.IsZero() {
+		t.Errorf("t/0002, which succeeded on the new owner, took the old failure: %+v", s)
+	}
+}
