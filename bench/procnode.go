@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -202,8 +203,8 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 			name = name[:i]
 		}
 		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue // NaN and the like: not a figure the bench reads
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			continue // not a figure the bench reads
 		}
 		out[name] += v
 	}
