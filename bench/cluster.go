@@ -57,7 +57,11 @@ type node struct {
 // startCluster starts the embedded etcd; nodes come with addNode.
 func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	c := &cluster{cfg: cfg, dir: cfg.Dir}
-	if c.dir == "" {
+	if c.dir != "" {
+		if err := os.MkdirAll(c.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("bench: work directory: %w", err)
+		}
+	} else {
 		d, err := os.MkdirTemp("", "shardcron-bench-")
 		if err != nil {
 			return nil, fmt.Errorf("bench: work directory: %w", err)

@@ -48,7 +48,8 @@ func shardcronBinary(t *testing.T) string {
 // directory.
 func TestRun_ProcsRebalance(t *testing.T) {
 	cfg := small(Rebalance)
-	cfg.Procs, cfg.Binary, cfg.Dir = true, shardcronBinary(t), t.TempDir()
+	// A work directory that does not exist yet is made.
+	cfg.Procs, cfg.Binary, cfg.Dir = true, shardcronBinary(t), filepath.Join(t.TempDir(), "work")
 	r, m := runJSON(t, cfg)
 	var keys []string
 	for k := range m {

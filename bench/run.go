@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -33,6 +34,10 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	for run := range cfg.Runs {
 		for i, s := range names {
 			c := scenarioConfig(given, s, len(names) > 1)
+			if c.Dir != "" && (cfg.Runs > 1 || len(names) > 1) {
+				// Each run starts from an empty etcd and empty caches.
+				c.Dir = filepath.Join(c.Dir, fmt.Sprintf("%s-%d", s, run+1))
+			}
 			switch {
 			case cfg.Runs > 1:
 				fmt.Fprintf(cfg.Progress, "bench: == %s, run %d of %d ==\n", s, run+1, cfg.Runs)

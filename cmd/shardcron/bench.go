@@ -87,7 +87,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, rebalance and failover as 'shardcron server' processes")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
-	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd and the caches (default: a temporary directory, removed afterwards)")
+	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
 	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table and SVG charts, self-contained")
 	var cpuProfile string
