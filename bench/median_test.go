@@ -60,6 +60,11 @@ func TestRatios(t *testing.T) {
 	if _, ok := got["afterfunc fires_per_sec"]; ok {
 		t.Errorf("a ratio against afterfunc, which did not run")
 	}
+	for _, r := range Ratios(rs) {
+		if r.Figure == "etcd_requests_per_fire" && r.ShardcronValue != 0.01 {
+			t.Errorf("shardcron's etcd requests per fire %v, want 0.01 (small figures keep their digits)", r.ShardcronValue)
+		}
+	}
 	if len(Ratios(rs[2:])) != 0 {
 		t.Errorf("ratios without shardcron's throughput")
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"text/tabwriter"
 )
 
@@ -53,7 +55,7 @@ func Ratios(results []*Result) []Ratio {
 			times = x / y
 		}
 		out = append(out, Ratio{Figure: figure, Shardcron: sc.Scenario, Baseline: b.Scenario,
-			ShardcronValue: round(x, 3), BaselineValue: round(y, 3), Times: round(times, 2)})
+			ShardcronValue: sig(x, 4), BaselineValue: sig(y, 4), Times: sig(times, 4)})
 	}
 	tp, mem := find(Throughput), find(Memory)
 	for _, name := range Baselines {
@@ -100,8 +102,27 @@ func WriteRatios(w io.Writer, ratios []Ratio) {
 func ratiosCells(ratios []Ratio) [][]string {
 	var rows [][]string
 	for _, r := range ratios {
-		rows = append(rows, []string{r.Figure, r.Shardcron, fmt.Sprintf("%.4g", r.ShardcronValue),
-			r.Baseline, fmt.Sprintf("%.4g", r.BaselineValue), fmt.Sprintf("%.1f×", r.Times)})
+		rows = append(rows, []string{r.Figure, r.Shardcron, figure(r.ShardcronValue),
+			r.Baseline, figure(r.BaselineValue), figure(r.Times) + "×"})
 	}
 	return rows
+}
+
+// sig keeps n significant digits of v: a ratio's figures span from
+// thousandths (etcd requests per fire) to millions.
+func sig(v float64, n int) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
+// figure prints v without exponent: whole from 1000 up, else with up to
+// four significant digits.
+func figure(v float64) string {
+	if math.Abs(v) >= 1000 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
