@@ -73,10 +73,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
 	var report string
 	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
-	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "in-process nodes (default 1; rebalance, failover and lock-per-fire 3)")
-	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after the event (default 10s)")
+	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes (default 1; rebalance, failover and lock-per-fire 3)")
+	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
 	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own)`)
-	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process, records every fire) or http (posts to a loopback receiver)")
+	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member (default 20)")
 	c.fs.Float64Var(&cfg.Load, "load", 0, "bounded-load factor (default 1.25)")
@@ -89,7 +89,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
-	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table and SVG charts, self-contained")
+	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table, the ratios and SVG charts, self-contained")
 	var cpuProfile string
 	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	pos, code, done := c.parse(args)
