@@ -125,3 +125,20 @@ func TestStartedURL(t *testing.T) {
 		}
 	}
 }
+
+// TestRun_ProcsFailover kills a node process with SIGKILL: its partitions
+// move once its lease ends, and their probes fire again on the survivor.
+func TestRun_ProcsFailover(t *testing.T) {
+	cfg := small(Failover)
+	cfg.Procs, cfg.Binary = true, shardcronBinary(t)
+	r, _ := runJSON(t, cfg)
+	checkConsistent(t, cfg, r)
+	if !r.Procs || r.HandoffMaxMs <= 0 {
+		t.Errorf("procs %v, hand-over max %.3f ms: want node processes and the moved partitions' first fires timed", r.Procs, r.HandoffMaxMs)
+	}
+	// engine/doc.go: after a crash none is missed inside the catch-up
+	// window (1 m by default), which covers the 2 s lease.
+	if r.Missed != 0 {
+		t.Errorf("missed %d keyed fires after the kill, want 0", r.Missed)
+	}
+}
