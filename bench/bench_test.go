@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,18 @@ import (
 	"go.uber.org/goleak"
 )
 
+// binDir holds the shardcron binary the process tests build; removed at
+// the end.
+var binDir string
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(code int) {
+			if binDir != "" {
+				_ = os.RemoveAll(binDir)
+			}
+			os.Exit(code)
+		}),
 		// HTTP connections (the http executor, the import client) end their
 		// reader goroutines asynchronously after their transports close.
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
@@ -72,7 +83,7 @@ func TestRun_EveryScenario(t *testing.T) {
 			r, m := runJSON(t, cfg)
 			var keys []string
 			for k := range m {
-				if k != "note" {
+				if _, ok := optional[k]; !ok {
 					keys = append(keys, k)
 				}
 			}
@@ -113,6 +124,18 @@ func checkConsistent(t *testing.T, cfg Config, r *Result) {
 		}
 		if r.ReadyMs <= 0 {
 			t.Errorf("ready_ms %.1f: want > 0", r.ReadyMs)
+		}
+	}
+	if has("leave_handoff_p50_ms") {
+		if !(0 <= r.LeaveHandoffP50Ms && r.LeaveHandoffP50Ms <= r.LeaveHandoffP99Ms && r.LeaveHandoffP99Ms <= r.LeaveHandoffMaxMs) {
+			t.Errorf("leave hand-over p50 %.3f, p99 %.3f, max %.3f: not ordered", r.LeaveHandoffP50Ms, r.LeaveHandoffP99Ms, r.LeaveHandoffMaxMs)
+		}
+		// The partitions the joining node took go back when it leaves.
+		if r.LeaveMovedPartitions != r.MovedPartitions {
+			t.Errorf("leave_moved_partitions %d, moved_partitions %d: want the same", r.LeaveMovedPartitions, r.MovedPartitions)
+		}
+		if r.LeaveReadyMs <= 0 {
+			t.Errorf("leave_ready_ms %.1f: want > 0", r.LeaveReadyMs)
 		}
 	}
 	if has("keyed_tasks") && (r.KeyedTasks < 1 || r.KeyedTasks > r.Tasks) {
@@ -180,6 +203,12 @@ func TestConfig_Validate(t *testing.T) {
 		{"short duration", Config{Scenario: Throughput, Duration: time.Millisecond}, "duration: must be at least 1s"},
 		{"negative tasks", Config{Scenario: Throughput, Tasks: -1}, "tasks: must be between"},
 		{"bad partitions", Config{Scenario: Throughput, Partitions: -3}, "artitions"},
+		{"unknown in a list", Config{Scenario: "throughput,fast"}, `unknown scenario "fast"`},
+		{"negative runs", Config{Scenario: Throughput, Runs: -1}, "runs: must be between"},
+		{"procs on memory", Config{Scenario: Memory, Procs: true, Binary: "/bin/sh"}, "procs: applies to"},
+		{"procs without binary", Config{Scenario: Rebalance, Procs: true}, "binary: node processes need"},
+		{"procs with a directory", Config{Scenario: Rebalance, Procs: true, Binary: "/"}, "is not an executable"},
+		{"procs with handler", Config{Scenario: Throughput, Procs: true, Binary: "/bin/sh", Executor: ExecHandler}, "handler runs in-process only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -188,7 +217,9 @@ func TestConfig_Validate(t *testing.T) {
 			}
 		})
 	}
-	if err := (Config{Scenario: All}).Validate(); err != nil {
-		t.Errorf("Validate(all) = %v", err)
+	for _, ok := range []Config{{Scenario: All}, {Scenario: All, Procs: true, Binary: "/bin/sh"}, {Scenario: "throughput,robfig", Runs: 3}} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("Validate(%s) = %v", ok.Scenario, err)
+		}
 	}
 }

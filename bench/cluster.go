@@ -38,22 +38,31 @@ type cluster struct {
 	rec   *recorder // set before the first node starts; nil: fires are not observed
 }
 
-// node is one in-process engine with its own etcd client.
+// node is one node of the cluster: an in-process engine with its own etcd
+// client, or (Config.Procs) a 'shardcron server' process.
 type node struct {
-	idx    int
-	id     string
-	eng    *engine.Engine
-	cli    *clientv3.Client
-	reqs   *engine.RequestCounter
-	st     *store.Store
-	dead   bool     // killed: the cluster no longer counts it; guarded by cluster.mu
-	frozen counters // its counters when it was killed
+	idx  int
+	id   string
+	eng  *engine.Engine // in-process; nil for a process
+	cli  *clientv3.Client
+	reqs *engine.RequestCounter
+	st   *store.Store
+	proc *procNode // a process; nil in-process
+	// gone: killed or left, so the cluster no longer counts it, and
+	// frozen holds its counters as they were then; guarded by cluster.mu.
+	gone   bool
+	killed bool
+	frozen counters
 }
 
 // startCluster starts the embedded etcd; nodes come with addNode.
 func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	c := &cluster{cfg: cfg, dir: cfg.Dir}
-	if c.dir == "" {
+	if c.dir != "" {
+		if err := os.MkdirAll(c.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("bench: work directory: %w", err)
+		}
+	} else {
 		d, err := os.MkdirTemp("", "shardcron-bench-")
 		if err != nil {
 			return nil, fmt.Errorf("bench: work directory: %w", err)
@@ -110,33 +119,15 @@ func (c *cluster) addNode(ctx context.Context, cached bool) (*node, error) {
 
 func (c *cluster) startNode(ctx context.Context, idx int, cached bool) (*node, error) {
 	n := &node{idx: idx, id: fmt.Sprintf("bench-%d", idx), reqs: &engine.RequestCounter{}}
-	var err error
-	if n.cli, err = c.newClient(n.reqs); err != nil {
-		return nil, err
-	}
-	if cached {
-		sc := store.DefaultConfig(filepath.Join(c.dir, "cache-"+n.id))
-		sc.History, sc.Logger = store.HistoryNone, c.log
-		if n.st, err = store.Open(sc); err != nil {
-			n.cli.Close()
-			return nil, fmt.Errorf("bench: open cache of %s: %w", n.id, err)
+	if c.cfg.Procs {
+		args := procArgs(c.cfg, n.id, c.etcd.Endpoint, filepath.Join(c.dir, "data-"+n.id))
+		p, err := startProc(ctx, c.cfg.Binary, args, logPath(c.dir, n.id), readyTimeout(c.cfg))
+		if err != nil {
+			return nil, fmt.Errorf("%w (node %s)", err, n.id)
 		}
-	}
-	ec := c.cfg.engineConfig(n.id)
-	ec.Requests, ec.Logger = n.reqs, c.log
-	if n.eng, err = engine.New(ec, n.cli, n.st); err != nil {
-		n.close()
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if rec := c.rec; rec != nil {
-		n.eng.Handle(handlerName, func(_ context.Context, f engine.Fire) error {
-			rec.observe(idx, f.TaskID, f.ScheduledAt, time.Now())
-			return nil
-		})
-	}
-	if err := n.eng.Start(ctx); err != nil {
-		n.close()
-		return nil, fmt.Errorf("bench: start %s: %w", n.id, err)
+		n.proc = p
+	} else if err := c.startEngine(ctx, n, cached); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	if idx == len(c.nodes) {
@@ -148,13 +139,47 @@ func (c *cluster) startNode(ctx context.Context, idx int, cached bool) (*node, e
 	return n, nil
 }
 
-// live returns the nodes that run and were not killed.
+// startEngine starts n as an in-process engine.
+func (c *cluster) startEngine(ctx context.Context, n *node, cached bool) error {
+	var err error
+	if n.cli, err = c.newClient(n.reqs); err != nil {
+		return err
+	}
+	if cached {
+		sc := store.DefaultConfig(filepath.Join(c.dir, "cache-"+n.id))
+		sc.History, sc.Logger = store.HistoryNone, c.log
+		if n.st, err = store.Open(sc); err != nil {
+			n.cli.Close()
+			return fmt.Errorf("bench: open cache of %s: %w", n.id, err)
+		}
+	}
+	ec := c.cfg.engineConfig(n.id)
+	ec.Requests, ec.Logger = n.reqs, c.log
+	if n.eng, err = engine.New(ec, n.cli, n.st); err != nil {
+		n.close()
+		return fmt.Errorf("bench: %w", err)
+	}
+	if rec := c.rec; rec != nil {
+		idx := n.idx
+		n.eng.Handle(handlerName, func(_ context.Context, f engine.Fire) error {
+			rec.observe(idx, f.TaskID, f.ScheduledAt, time.Now())
+			return nil
+		})
+	}
+	if err := n.eng.Start(ctx); err != nil {
+		n.close()
+		return fmt.Errorf("bench: start %s: %w", n.id, err)
+	}
+	return nil
+}
+
+// live returns the nodes that run and were neither killed nor left.
 func (c *cluster) live() []*node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*node
 	for _, n := range c.nodes {
-		if n != nil && n.eng != nil && !n.dead {
+		if n != nil && !n.gone && (n.eng != nil || n.proc != nil) {
 			out = append(out, n)
 		}
 	}
@@ -164,6 +189,9 @@ func (c *cluster) live() []*node {
 // close stops the node gracefully (partitions released) and its client.
 func (n *node) close() error {
 	var errs []error
+	if n.proc != nil {
+		errs = append(errs, n.proc.stop())
+	}
 	if n.eng != nil {
 		errs = append(errs, n.eng.Close())
 		n.eng = nil
@@ -179,19 +207,51 @@ func (n *node) close() error {
 	return errors.Join(errs...)
 }
 
-// kill cuts node idx off as a crash would: its client is closed, so it
-// writes nothing more to etcd, and the recorder drops its later fires. The
-// engine is closed at the end of the run; it is fenced long before.
-func (c *cluster) kill(idx int) {
+// kill cuts node idx off as a crash would: a process gets SIGKILL; an
+// in-process node's client is closed, so it writes nothing more to etcd,
+// and the recorder drops its later fires (its engine is closed at the end
+// of the run; it is fenced long before).
+func (c *cluster) kill(ctx context.Context, idx int) {
 	c.mu.Lock()
 	n := c.nodes[idx]
-	n.frozen = n.counters()
-	n.dead = true
+	c.mu.Unlock()
+	k := n.counters(ctx)
+	c.mu.Lock()
+	n.frozen, n.gone, n.killed = k, true, true
 	c.mu.Unlock()
 	if c.rec != nil {
 		c.rec.kill(idx, time.Now())
 	}
+	if n.proc != nil {
+		n.proc.kill()
+		return
+	}
 	_ = n.cli.Close()
+}
+
+// leave stops node idx gracefully (SIGTERM for a process) and waits until
+// it has released its partitions and stopped. Its counters stay in the
+// cluster's sums as they were when it stopped.
+func (c *cluster) leave(ctx context.Context, idx int) error {
+	c.mu.Lock()
+	n := c.nodes[idx]
+	c.mu.Unlock()
+	var err error
+	if n.proc != nil {
+		err = n.proc.stop()
+	} else {
+		err = n.eng.Close()
+	}
+	// A process's counters are those of its last scrape, at most a second
+	// before it stopped; an engine's are read after its Close.
+	k := n.counters(ctx)
+	c.mu.Lock()
+	n.frozen, n.gone = k, true
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("bench: %s leaves: %w", n.id, err)
+	}
+	return nil
 }
 
 // waitReady waits until every live node is Ready and they hold want tasks
@@ -199,14 +259,19 @@ func (c *cluster) kill(idx int) {
 func (c *cluster) waitReady(ctx context.Context, want int, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
+	// A process is asked over HTTP: less often, so as not to load it.
+	every := 20 * time.Millisecond
+	if c.cfg.Procs {
+		every = 100 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		ready, tasks := true, 0
 		for _, n := range c.live() {
-			s := n.eng.Stats()
-			ready = ready && s.Ready
-			tasks += s.Tasks
+			r, t := n.ready(ctx)
+			ready = ready && r
+			tasks += t
 		}
 		if ready && (want < 0 || tasks == want) {
 			return nil
@@ -219,37 +284,79 @@ func (c *cluster) waitReady(ctx context.Context, want int, timeout time.Duration
 	}
 }
 
-// counters are the nodes' counters summed.
-type counters struct {
-	fires, misfires, requests uint64
+// ready reports whether the node is Ready, and how many tasks it holds.
+func (n *node) ready(ctx context.Context) (bool, int) {
+	if n.proc != nil {
+		_, ready, tasks, err := n.proc.scrape(ctx)
+		return ready && err == nil, tasks
+	}
+	s := n.eng.Stats()
+	return s.Ready, s.Tasks
 }
 
-// counters sums the counters of every node, those of killed nodes as they
-// were when they were killed.
+// counters are the nodes' counters summed. cpu and rss are those of node
+// processes; in-process nodes leave them 0 (the bench's process has them).
+type counters struct {
+	fires, misfires, requests uint64
+	cpu                       time.Duration
+	rss                       uint64
+}
+
+// counters sums the counters of every node, those of nodes that are gone
+// as they were when they went (their RSS then counts no more).
 func (c *cluster) counters() counters {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	c.mu.Lock()
 	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
 	var s counters
 	for _, n := range nodes {
-		k := n.frozen
-		if !n.dead {
-			k = n.counters()
+		c.mu.Lock()
+		k, gone := n.frozen, n.gone
+		c.mu.Unlock()
+		if !gone {
+			k = n.counters(ctx)
+		} else {
+			k.rss = 0
 		}
 		s.fires += k.fires
 		s.misfires += k.misfires
 		s.requests += k.requests
+		s.cpu += k.cpu
+		s.rss += k.rss
 	}
 	return s
 }
 
-func (n *node) counters() counters {
+func (n *node) counters(ctx context.Context) counters {
+	if n.proc != nil {
+		k, _, _, _ := n.proc.scrape(ctx) // on failure: the last scrape's
+		return k
+	}
 	st := n.eng.Stats()
 	k := counters{fires: st.Fires, misfires: st.Misfires}
 	for _, v := range n.reqs.Counts() {
 		k.requests += v
 	}
 	return k
+}
+
+// owners returns the owner index of every partition in the current ring
+// of node n (-1: no owner yet).
+func (n *node) owners(ctx context.Context, partitions int) ([]int, error) {
+	if n.proc != nil {
+		return n.proc.owners(ctx, partitions)
+	}
+	a := n.eng.Assignment()
+	out := make([]int, partitions)
+	for p := range out {
+		out[p] = -1
+		if a != nil {
+			out[p] = nodeIndex(a.Owner(p))
+		}
+	}
+	return out, nil
 }
 
 // close stops every node, etcd, and removes the work directory it made.
@@ -259,7 +366,7 @@ func (c *cluster) close() error {
 	nodes := c.nodes
 	c.mu.Unlock()
 	for _, n := range nodes {
-		if n.dead {
+		if n.killed {
 			_ = n.close() // its client is gone: the release fails, as a crash's would
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,10 @@ const (
 	AfterFunc   = "afterfunc"
 	All         = "all"
 )
+
+// ProcScenarios are the scenarios Config.Procs applies to: those whose
+// figures depend on nodes not sharing a process.
+var ProcScenarios = []string{Throughput, Rebalance, Failover}
 
 // Scenarios lists every scenario but All, in the order All runs them.
 var Scenarios = []string{Throughput, Burst, Memory, Import, Restart, Rebalance, Failover, LockPerFire, Robfig, AfterFunc}
@@ -72,6 +77,21 @@ type Config struct {
 	// LeaseTTL is the nodes' session lease (default 10s): failover takes
 	// about this long.
 	LeaseTTL time.Duration
+
+	// Procs runs the nodes of the scenarios in ProcScenarios as separate
+	// 'shardcron server' processes of Binary, so that their heaps and
+	// garbage collections share nothing with each other, with the embedded
+	// etcd or with the harness (which stay in the bench's process). With
+	// All or a list, the other scenarios run in-process; alone, they refuse
+	// it.
+	Procs bool
+	// Binary is the shardcron command node processes run (required with
+	// Procs; the bench command passes its own executable).
+	Binary string
+
+	// Runs is how many times each scenario runs; a Result then holds the
+	// median of each figure (default 1).
+	Runs int
 
 	// Dir holds etcd's data and the nodes' caches (default: a temporary
 	// directory removed at the end).
@@ -137,6 +157,9 @@ func (c Config) Defaults() Config {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = d.LeaseTTL
 	}
+	if c.Runs == 0 {
+		c.Runs = 1
+	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -150,8 +173,26 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("bench: %s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if c.Scenario != All && !slices.Contains(Scenarios, c.Scenario) {
-		bad("scenario", "unknown scenario %q (want %s or all)", c.Scenario, strings.Join(Scenarios, ", "))
+	for _, s := range strings.Split(c.Scenario, ",") {
+		if s != All && !slices.Contains(Scenarios, s) {
+			bad("scenario", "unknown scenario %q (want %s or all, or a comma-separated list)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	if c.Runs < 1 || c.Runs > 100 {
+		bad("runs", "must be between 1 and 100, got %d", c.Runs)
+	}
+	if c.Procs && slices.Contains(Scenarios, c.Scenario) && !slices.Contains(ProcScenarios, c.Scenario) {
+		bad("procs", "applies to %s, not to %s", strings.Join(ProcScenarios, ", "), c.Scenario)
+	}
+	if c.Procs {
+		if c.Executor == ExecHandler {
+			bad("executor", "handler runs in-process only; node processes take noop or http")
+		}
+		if c.Binary == "" {
+			bad("binary", "node processes need the shardcron binary")
+		} else if fi, err := os.Stat(c.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			bad("binary", "%q is not an executable file", c.Binary)
+		}
 	}
 	if c.Tasks < 1 || c.Tasks > 100_000_000 {
 		bad("tasks", "must be between 1 and 100000000, got %d", c.Tasks)

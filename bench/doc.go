@@ -1,8 +1,16 @@
-// Package bench is shardcron's benchmark harness: it runs one scenario
+// Package bench is shardcron's benchmark harness: it runs scenarios
 // (throughput, burst, memory, import, restart, rebalance, failover, and the
-// baselines lock-per-fire, robfig and afterfunc) on in-process nodes that
-// share one embedded etcd, and reports what it measured as a Result, a JSON
-// line and an HTML report with SVG charts.
+// baselines lock-per-fire, robfig and afterfunc) on nodes that share one
+// embedded etcd, and reports what they measured as Results, ratios against
+// the baselines, a JSON line and an HTML report with SVG charts.
+//
+// Nodes run in the bench's process, or (Config.Procs, for throughput,
+// rebalance and failover) as 'shardcron server' processes, so that their
+// heaps and garbage collections are their own as in production. etcd, the
+// receiver of the keyed fires and the recorder stay in the bench's process.
+// A process's counters, CPU time and RSS come from its /metrics, its ring
+// from /v1/partitions, its fires from the receiver (its keyed tasks use the
+// http executor).
 //
 // # What a figure means
 //
@@ -20,8 +28,17 @@
 //     partition (a handler task standing among the noop ones), since noop
 //     fires are invisible by design. Fire totals of all tasks come from the
 //     engines' counters.
-//   - CPU cores and RSS are those of the whole process, the embedded etcd
-//     and the harness included: the figures are an upper bound of a node's.
+//   - In-process, CPU cores and RSS are those of the whole process, the
+//     embedded etcd and the harness included: an upper bound of a node's.
+//     With node processes they are the nodes' sums (a node that is gone
+//     counts its CPU until it went, and no RSS).
+//   - A hand-over's lag is, per partition that moved, the lag of its probe's
+//     first fire on its new owner after the event. Rebalance measures two
+//     events: the join, then the joined node's graceful leave, each over its
+//     own window (the join's ends where the leave's begins).
+//   - With several runs, each figure is the median of the runs' (the lower
+//     middle one for an even count); the note lists duplicates, misses and
+//     misfires run by run where the runs disagree.
 //   - etcd requests are counted on the nodes' clients (engine.RequestCounter)
 //     over the steady window only.
 //

@@ -74,7 +74,9 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 
 // runHandover measures a join (rebalance) or a kill (failover) under load:
 // the cluster runs, the event happens, and the cluster runs cfg.Duration
-// more (at least until every node is ready again, plus 3 s).
+// more (at least until every node is ready again, plus 3 s). Rebalance
+// then makes the node that joined leave gracefully and measures the same
+// for the leave.
 func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, error) {
 	initial := cfg.Nodes
 	if scenario == Rebalance {
@@ -93,44 +95,127 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 	if err := sleepUntil(ctx, w.from.Add(2*time.Second+300*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	before := owners(f.live()[0], cfg.Partitions)
-	event := time.Now()
-	f.meter.rec.markEvent(event)
-	if scenario == Rebalance {
-		fmt.Fprintf(cfg.Progress, "bench: node %d joins\n", cfg.Nodes-1)
-		if _, err := f.addNode(ctx, false); err != nil {
+	last := cfg.Nodes - 1
+	event := func() error {
+		if scenario == Rebalance {
+			fmt.Fprintf(cfg.Progress, "bench: node %d joins\n", last)
+			_, err := f.addNode(ctx, false)
+			return err
+		}
+		fmt.Fprintf(cfg.Progress, "bench: node %d is killed\n", last)
+		f.kill(ctx, last)
+		return nil
+	}
+	h, err := f.handover(ctx, event)
+	if err != nil {
+		return nil, err
+	}
+	if scenario != Rebalance {
+		if err := f.closeWindow(ctx, w, h.end); err != nil {
 			return nil, err
 		}
-	} else {
-		fmt.Fprintf(cfg.Progress, "bench: node %d is killed\n", cfg.Nodes-1)
-		f.kill(cfg.Nodes - 1)
+		r, err := f.result(scenario, cfg.Nodes, w)
+		if err != nil {
+			return nil, err
+		}
+		h.fill(r)
+		return r, nil
 	}
-	if err := f.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+
+	// The join's window ends where the leave's begins; the leave comes
+	// 300 ms into it, as the join did.
+	w.to = h.end.Add(time.Second - 1).Truncate(time.Second)
+	if err := sleepUntil(ctx, w.to.Add(-500*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	ready := time.Since(event)
-	fmt.Fprintf(cfg.Progress, "bench: ready again %v after the event\n", ready.Round(time.Millisecond))
-	end := slices.MaxFunc([]time.Time{event.Add(cfg.Duration), time.Now().Add(3 * time.Second)}, time.Time.Compare)
-	if err := f.closeWindow(ctx, w, end); err != nil {
+	w.cb, w.b = f.count(), snapshot()
+	wl := &window{from: w.to, a: w.b, ca: w.cb}
+	if err := sleepUntil(ctx, wl.from.Add(300*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	after := owners(f.live()[0], cfg.Partitions)
+	hl, err := f.handover(ctx, func() error {
+		fmt.Fprintf(cfg.Progress, "bench: node %d leaves\n", last)
+		return f.leave(ctx, last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := f.closeWindow(ctx, wl, hl.end); err != nil {
+		return nil, err
+	}
 	r, err := f.result(scenario, cfg.Nodes, w)
 	if err != nil {
 		return nil, err
 	}
-	r.ReadyMs = ms(int64(ready))
+	h.fill(r)
+	rl, err := f.result(scenario, cfg.Nodes, wl)
+	if err != nil {
+		return nil, err
+	}
+	hl.fill(rl)
+	r.LeaveReadyMs, r.LeaveMisfires, r.LeaveMissed, r.LeaveDuplicates = rl.ReadyMs, rl.Misfires, rl.Missed, rl.Duplicates
+	r.LeaveLagP99Ms = rl.LagP99Ms
+	r.LeaveHandoffP50Ms, r.LeaveHandoffP99Ms, r.LeaveHandoffMaxMs = rl.HandoffP50Ms, rl.HandoffP99Ms, rl.HandoffMaxMs
+	r.LeaveHandoffGapMaxMs, r.LeaveMovedPartitions = rl.HandoffGapMaxMs, rl.MovedPartitions
+	return r, nil
+}
+
+// handover is what one event did to the partitions.
+type handover struct {
+	ready      time.Duration // from the event until every node is ready with every task
+	end        time.Time     // when the measurement of the event may end
+	moved      int
+	lags, gaps []float64 // per moved partition, ms
+}
+
+// handover marks the event, runs it, waits until the live nodes are ready
+// with every task, and lets the cluster run until cfg.Duration after the
+// event (at least 3 s after ready). It returns the hand-over of every
+// partition whose owner changed, from the probes' first fires on their new
+// owners.
+func (f *fleet) handover(ctx context.Context, event func() error) (*handover, error) {
+	cfg := f.meter.cfg
+	before, err := f.live()[0].owners(ctx, cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	at := time.Now()
+	f.meter.rec.markEvent(at)
+	if err := event(); err != nil {
+		return nil, err
+	}
+	if err := f.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
+		return nil, err
+	}
+	h := &handover{ready: time.Since(at)}
+	fmt.Fprintf(cfg.Progress, "bench: ready again %v after the event\n", h.ready.Round(time.Millisecond))
+	h.end = slices.MaxFunc([]time.Time{at.Add(cfg.Duration), time.Now().Add(3 * time.Second)}, time.Time.Compare)
+	// The moved partitions' first fires on their new owners come within a
+	// period of ready; the owners are read then.
+	if err := sleepUntil(ctx, h.end.Add(-time.Second)); err != nil {
+		return nil, err
+	}
+	after, err := f.live()[0].owners(ctx, cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
 	moves := map[int][2]int{}
 	for p := range before {
 		if before[p] != after[p] && before[p] >= 0 && after[p] >= 0 {
 			moves[p] = [2]int{before[p], after[p]}
 		}
 	}
-	r.MovedPartitions = len(moves)
-	lags, gaps := f.meter.rec.handoff(moves)
-	r.HandoffP50Ms, r.HandoffP99Ms, r.HandoffMaxMs = quantile(lags, 0.5), quantile(lags, 0.99), quantile(lags, 1)
-	r.HandoffGapMaxMs = quantile(gaps, 1)
-	return r, nil
+	h.moved = len(moves)
+	h.lags, h.gaps = f.meter.rec.handoff(moves)
+	return h, nil
+}
+
+// fill sets r's hand-over figures.
+func (h *handover) fill(r *Result) {
+	r.ReadyMs = ms(int64(h.ready))
+	r.MovedPartitions = h.moved
+	r.HandoffP50Ms, r.HandoffP99Ms, r.HandoffMaxMs = quantile(h.lags, 0.5), quantile(h.lags, 0.99), quantile(h.lags, 1)
+	r.HandoffGapMaxMs = quantile(h.gaps, 1)
 }
 
 // quantile is the nearest-rank q-quantile of vs, 0 for none.

@@ -56,11 +56,13 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	}
 	// The recorder must exist before tasks fire, and its seconds must cover
 	// the whole run: loading, the window and the tail.
-	width := int((cfg.Duration+cfg.LeaseTTL)/time.Second) + 240 + cfg.Tasks/20_000
+	width := int((2*cfg.Duration+cfg.LeaseTTL)/time.Second) + 300 + cfg.Tasks/10_000
 	f.meter.rec = newRecorder(cfg.Tasks, cfg.Partitions, cfg.Nodes, time.Now().Truncate(time.Second), width, f.slot)
 	f.cluster.rec = f.meter.rec
 	url := ""
-	if cfg.Executor == ExecHTTP {
+	// A node process cannot call the bench's handler: its keyed tasks post
+	// to the receiver instead.
+	if cfg.Executor == ExecHTTP || cfg.Procs {
 		if f.recv, err = startReceiver(f.meter.rec); err != nil {
 			return nil, err
 		}
@@ -181,6 +183,13 @@ func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
 	r.FiresPerSec = float64(r.Fires) / r.DurationS
 	r.CPUCores = cores(w.a, w.b)
 	r.RSSBytes = rss()
+	if m.cfg.Procs {
+		// The nodes' own: a node that joined in the window has all its
+		// CPU time in it.
+		r.Procs, r.HarnessCores = true, r.CPUCores
+		r.CPUCores = float64(w.cb.cpu-w.ca.cpu) / float64(w.b.at.Sub(w.a.at))
+		r.RSSBytes = w.cb.rss
+	}
 	r.EtcdRequests = w.cb.requests - w.ca.requests
 	r.Misfires = w.cb.misfires - w.ca.misfires
 	lag := m.rec.lagRan(w.from, w.to)
@@ -189,7 +198,7 @@ func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
 	}
 	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lag.quantileMs(0.5), lag.quantileMs(0.99), lag.maxMs()
 	r.LagDist = lag.buckets()
-	r.Duplicates = m.rec.duplicates.Load()
+	r.Duplicates = m.rec.dups(w.from, w.to)
 	var err error
 	if r.Missed, err = m.rec.missed(m.spec, m.cfg.Tasks, w.from, w.to); err != nil {
 		return nil, err
@@ -235,18 +244,4 @@ func nodeIndex(id string) int {
 		return -1
 	}
 	return i
-}
-
-// owners returns the owner index of every partition in the current ring
-// of node n.
-func owners(n *node, partitions int) []int {
-	a := n.eng.Assignment()
-	out := make([]int, partitions)
-	for p := range out {
-		out[p] = -1
-		if a != nil {
-			out[p] = nodeIndex(a.Owner(p))
-		}
-	}
-	return out
 }

@@ -40,11 +40,11 @@ type recorder struct {
 	bits       []atomic.Uint32 // slot*width + second
 	keyed      int
 
-	fires      atomic.Uint64
-	duplicates atomic.Uint64
-	outside    atomic.Uint64 // fires scheduled outside the covered seconds
-	perSec     []*lagHist    // by scheduled second
-	perExec    []*lagHist    // by the second the fire ran in
+	fires     atomic.Uint64
+	dupPerSec []atomic.Uint32 // duplicates by scheduled second
+	outside   atomic.Uint64   // fires scheduled outside the covered seconds
+	perSec    []*lagHist      // by scheduled second
+	perExec   []*lagHist      // by the second the fire ran in
 
 	event    atomic.Int64   // unix ns of the event (join, kill), 0 before
 	first    []atomic.Int64 // [p*nodes+n] unix ns of n's first fire of p after the event
@@ -69,13 +69,14 @@ func newRecorder(tasks, partitions, nodes int, base time.Time, width int, slot [
 	r := &recorder{
 		partitions: partitions, nodes: nodes,
 		base: base.Unix(), width: width, slot: slot, keyed: keyed,
-		bits:     make([]atomic.Uint32, (keyed*width+31)/32),
-		perSec:   make([]*lagHist, width),
-		perExec:  make([]*lagHist, width),
-		first:    make([]atomic.Int64, partitions*nodes),
-		firstLag: make([]atomic.Int64, partitions*nodes),
-		last:     make([]atomic.Int64, partitions*nodes),
-		dead:     make([]atomic.Int64, nodes),
+		bits:      make([]atomic.Uint32, (keyed*width+31)/32),
+		perSec:    make([]*lagHist, width),
+		dupPerSec: make([]atomic.Uint32, width),
+		perExec:   make([]*lagHist, width),
+		first:     make([]atomic.Int64, partitions*nodes),
+		firstLag:  make([]atomic.Int64, partitions*nodes),
+		last:      make([]atomic.Int64, partitions*nodes),
+		dead:      make([]atomic.Int64, nodes),
 	}
 	for i := range r.perSec {
 		r.perSec[i], r.perExec[i] = newLagHist(), newLagHist()
@@ -137,7 +138,7 @@ func (r *recorder) observe(node int, id string, sched, now time.Time) {
 		if s := r.slotOf(i); s >= 0 {
 			bit := s*r.width + int(sec)
 			if r.bits[bit/32].Or(1<<(bit%32))&(1<<(bit%32)) != 0 {
-				r.duplicates.Add(1)
+				r.dupPerSec[sec].Add(1)
 			}
 		}
 	}
@@ -162,8 +163,28 @@ func atomicMax(a *atomic.Int64, v int64) {
 // kill makes node's fires after now count as never run.
 func (r *recorder) kill(node int, now time.Time) { r.dead[node].Store(now.UnixNano()) }
 
-// markEvent starts the hand-over accounting.
-func (r *recorder) markEvent(now time.Time) { r.event.Store(now.UnixNano()) }
+// markEvent starts the hand-over accounting, anew at each event: the
+// first fires of an earlier event are forgotten.
+func (r *recorder) markEvent(now time.Time) {
+	// No first fire is taken while the old ones are cleared: with the
+	// event at 0, observe takes none.
+	r.event.Store(0)
+	for i := range r.first {
+		r.first[i].Store(0)
+		r.firstLag[i].Store(0)
+	}
+	r.event.Store(now.UnixNano())
+}
+
+// dups counts the duplicates among the keyed fires scheduled in the
+// seconds [from, to).
+func (r *recorder) dups(from, to time.Time) uint64 {
+	var n uint64
+	for s := max(from.Unix()-r.base, 0); s < min(to.Unix()-r.base, int64(r.width)); s++ {
+		n += uint64(r.dupPerSec[s].Load())
+	}
+	return n
+}
 
 // lag merges the histograms of the scheduled seconds [from, to).
 func (r *recorder) lag(from, to time.Time) *lagHist {

@@ -31,6 +31,10 @@ svg{background:#fafafa;border:1px solid #ddd;margin:4px 8px 12px 0}
 <h2>Comparison</h2>
 <table><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
+{{if .Ratios}}<h2>Ratios</h2>
+<p>Measured in the same invocation: how many times better shardcron does than each baseline.</p>
+<table><tr><th>figure</th><th>shardcron</th><th></th><th>baseline</th><th></th><th>shardcron better by</th></tr>
+{{range .Ratios}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>{{end}}
 {{range .Charts}}<h2>{{.Title}}</h2>
 {{if .Series}}<div><b>Lag over time</b> (by scheduled second; green p50, red p99, grey max)</div>{{.Series}}{{end}}
 {{if .Dist}}<div><b>Lag distribution</b> (fires per lag bucket, log scale of lag)</div>{{.Dist}}{{end}}
@@ -43,15 +47,17 @@ type reportChart struct {
 	Series, Dist template.HTML
 }
 
-func writeReport(dir string, results []*Result) (string, error) {
+func writeReport(dir string, results []*Result, ratios []Ratio) (string, error) {
 	head, rows := tableCells(results)
 	data := struct {
 		When, Go string
 		CPUs     int
 		Head     []string
 		Rows     [][]string
+		Ratios   [][]string
 		Charts   []reportChart
-	}{When: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(), CPUs: runtime.NumCPU(), Head: head, Rows: rows}
+	}{When: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(), CPUs: runtime.NumCPU(), Head: head, Rows: rows,
+		Ratios: ratiosCells(ratios)}
 	for _, r := range results {
 		c := reportChart{Title: fmt.Sprintf("%s: %d tasks", r.Scenario, r.Tasks)}
 		if len(r.LagSeries) > 1 {

@@ -42,7 +42,26 @@ type Result struct {
 	HandoffGapMaxMs float64 // per moved partition, last fire on the old owner to first on the new
 	FirstFireMs     float64 // restart: from start to the first fire
 	LoadMs          float64 // memory: loading the tasks into the engine
-	Note            string
+
+	// Rebalance's second event: the node that joined leaves gracefully
+	// (SIGTERM, or Close in-process). The same figures, over the window
+	// from the leave to the end.
+	LeaveReadyMs         float64 // from the leave until the others are ready with every task
+	LeaveMisfires        uint64
+	LeaveMissed          uint64
+	LeaveDuplicates      uint64
+	LeaveLagP99Ms        float64
+	LeaveHandoffP50Ms    float64
+	LeaveHandoffP99Ms    float64
+	LeaveHandoffMaxMs    float64
+	LeaveHandoffGapMaxMs float64
+	LeaveMovedPartitions int
+
+	// Shown in the JSON only when set.
+	Runs         int     // runs the figures are the medians of, when more than 1
+	Procs        bool    // the nodes ran as processes: CPU and RSS are theirs
+	HarnessCores float64 // with Procs: the bench's own process (etcd, receiver, recorder)
+	Note         string
 
 	// Charts; not in the JSON.
 	LagSeries []SeriesPoint `json:"-"`
@@ -103,7 +122,29 @@ var fields = []field{
 	{"handoff_gap_max_ms", func(r *Result) any { return round(r.HandoffGapMaxMs, 3) }},
 	{"first_fire_ms", func(r *Result) any { return round(r.FirstFireMs, 1) }},
 	{"load_ms", func(r *Result) any { return round(r.LoadMs, 1) }},
+	{"leave_ready_ms", func(r *Result) any { return round(r.LeaveReadyMs, 1) }},
+	{"leave_misfires", func(r *Result) any { return r.LeaveMisfires }},
+	{"leave_missed", func(r *Result) any { return r.LeaveMissed }},
+	{"leave_duplicates", func(r *Result) any { return r.LeaveDuplicates }},
+	{"leave_lag_p99_ms", func(r *Result) any { return round(r.LeaveLagP99Ms, 3) }},
+	{"leave_handoff_p50_ms", func(r *Result) any { return round(r.LeaveHandoffP50Ms, 3) }},
+	{"leave_handoff_p99_ms", func(r *Result) any { return round(r.LeaveHandoffP99Ms, 3) }},
+	{"leave_handoff_max_ms", func(r *Result) any { return round(r.LeaveHandoffMaxMs, 3) }},
+	{"leave_handoff_gap_max_ms", func(r *Result) any { return round(r.LeaveHandoffGapMaxMs, 3) }},
+	{"leave_moved_partitions", func(r *Result) any { return r.LeaveMovedPartitions }},
+	{"runs", func(r *Result) any { return r.Runs }},
+	{"procs", func(r *Result) any { return r.Procs }},
+	{"harness_cpu_cores", func(r *Result) any { return round(r.HarnessCores, 3) }},
 	{"note", func(r *Result) any { return r.Note }},
+}
+
+// optional are the fields in the JSON only when set, whatever the
+// scenario.
+var optional = map[string]func(r *Result) bool{
+	"runs":              func(r *Result) bool { return r.Runs > 1 },
+	"procs":             func(r *Result) bool { return r.Procs },
+	"harness_cpu_cores": func(r *Result) bool { return r.Procs },
+	"note":              func(r *Result) bool { return r.Note != "" },
 }
 
 // firing are the fields of every scenario that fires tasks for a window.
@@ -116,24 +157,26 @@ var Fields = map[string][]string{
 	Throughput:  firing,
 	Burst:       firing,
 	LockPerFire: firing,
-	Rebalance:   append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
-	Failover:    append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
-	Robfig:      {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
-	AfterFunc:   {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
-	Memory:      {"scenario", "tasks", "nodes", "bytes_per_task", "etcd_bytes_per_task", "gc_pause_ms", "rss_bytes", "load_ms"},
-	Import:      {"scenario", "tasks", "duration_s", "tasks_per_sec", "cpu_cores", "rss_bytes", "etcd_requests"},
-	Restart:     {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
+	Rebalance: append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms",
+		"leave_ready_ms", "leave_misfires", "leave_missed", "leave_duplicates", "leave_lag_p99_ms",
+		"leave_handoff_p50_ms", "leave_handoff_p99_ms", "leave_handoff_max_ms", "leave_handoff_gap_max_ms", "leave_moved_partitions"),
+	Failover:  append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
+	Robfig:    {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
+	AfterFunc: {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
+	Memory:    {"scenario", "tasks", "nodes", "bytes_per_task", "etcd_bytes_per_task", "gc_pause_ms", "rss_bytes", "load_ms"},
+	Import:    {"scenario", "tasks", "duration_s", "tasks_per_sec", "cpu_cores", "rss_bytes", "etcd_requests"},
+	Restart:   {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
 }
 
 // MarshalJSON writes the fields of Fields[r.Scenario] (every field for an
-// unknown scenario), plus "note" when set.
+// unknown scenario), plus the optional ones that are set.
 func (r *Result) MarshalJSON() ([]byte, error) {
 	want := Fields[r.Scenario]
 	var b bytes.Buffer
 	b.WriteByte('{')
 	n := 0
 	for _, f := range fields {
-		if want != nil && !slices.Contains(want, f.name) && !(f.name == "note" && r.Note != "") {
+		if set, ok := optional[f.name]; ok && !set(r) || !ok && want != nil && !slices.Contains(want, f.name) {
 			continue
 		}
 		if n > 0 {

@@ -3,42 +3,88 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 )
 
-// Run runs cfg's scenario and returns what it measured; All runs every
-// scenario and returns one Result each, in the order of Scenarios.
+// Run runs cfg's scenarios and returns what they measured, one Result per
+// scenario in the order given (All: the order of Scenarios). With
+// cfg.Runs > 1 the scenarios run in turn, run after run, so that a noisy
+// moment of the machine falls on all of them alike, and each Result holds
+// the medians of its runs. On an error it returns the scenarios measured
+// so far with it.
 func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	given := cfg
 	cfg = cfg.Defaults()
-	if cfg.Scenario != All {
-		r, err := runOne(ctx, cfg)
-		if err != nil {
-			return nil, err
+	names := scenarioList(cfg.Scenario)
+	per := make([][]*Result, len(names))
+	medians := func() []*Result {
+		var out []*Result
+		for _, rs := range per {
+			if len(rs) > 0 {
+				out = append(out, median(rs))
+			}
 		}
-		return []*Result{r}, nil
+		return out
 	}
-	var out []*Result
-	for _, s := range Scenarios {
-		// Flags given apply to every scenario; the others take each
-		// scenario's defaults (its task count, its nodes).
-		c := given
-		c.Scenario = s
-		if s == Rebalance || s == Failover {
+	for run := range cfg.Runs {
+		for i, s := range names {
+			c := scenarioConfig(given, s, len(names) > 1)
+			if c.Dir != "" && (cfg.Runs > 1 || len(names) > 1) {
+				// Each run starts from an empty etcd and empty caches.
+				c.Dir = filepath.Join(c.Dir, fmt.Sprintf("%s-%d", s, run+1))
+			}
+			switch {
+			case cfg.Runs > 1:
+				fmt.Fprintf(cfg.Progress, "bench: == %s, run %d of %d ==\n", s, run+1, cfg.Runs)
+			case len(names) > 1:
+				fmt.Fprintf(cfg.Progress, "bench: == %s ==\n", s)
+			}
+			r, err := runOne(ctx, c)
+			if err != nil {
+				return medians(), fmt.Errorf("%s: %w", s, err)
+			}
+			per[i] = append(per[i], r)
+		}
+	}
+	return medians(), nil
+}
+
+// scenarioList expands All and splits a comma-separated list.
+func scenarioList(scenario string) []string {
+	var out []string
+	for _, s := range strings.Split(scenario, ",") {
+		if s == All {
+			out = append(out, Scenarios...)
+		} else {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// scenarioConfig is the configuration of scenario s in a run of given. In
+// a list, the flags given apply to every scenario they fit; the others
+// take each scenario's defaults (its task count, its nodes).
+func scenarioConfig(given Config, s string, inList bool) Config {
+	c := given
+	c.Scenario = s
+	if inList {
+		if (s == Rebalance || s == Failover) && c.Nodes > 0 {
 			c.Nodes = max(c.Nodes, 2)
 		}
-		c = c.Defaults()
-		fmt.Fprintf(cfg.Progress, "bench: == %s ==\n", s)
-		r, err := runOne(ctx, c)
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", s, err)
-		}
-		out = append(out, r)
+		c.Procs = c.Procs && slices.Contains(ProcScenarios, s)
 	}
-	return out, nil
+	return c.Defaults()
 }
+
+// IsList reports whether scenario names more than one scenario (All or a
+// comma-separated list): Run then returns several Results.
+func IsList(scenario string) bool { return len(scenarioList(scenario)) > 1 }
 
 func runOne(ctx context.Context, cfg Config) (*Result, error) {
 	switch cfg.Scenario {

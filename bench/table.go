@@ -29,6 +29,8 @@ var columns = []column{
 	{"missed", "missed", func(r *Result) string { return fmt.Sprint(r.Missed) }},
 	{"misfires", "misfires", func(r *Result) string { return fmt.Sprint(r.Misfires) }},
 	{"hand-over p99", "handoff_p99_ms", func(r *Result) string { return msCell(r.HandoffP99Ms) }},
+	{"leave misfires", "leave_misfires", func(r *Result) string { return fmt.Sprint(r.LeaveMisfires) }},
+	{"leave hand-over p99", "leave_handoff_p99_ms", func(r *Result) string { return msCell(r.LeaveHandoffP99Ms) }},
 	{"B/task", "bytes_per_task", func(r *Result) string { return fmt.Sprintf("%.0f", r.BytesPerTask) }},
 	{"etcd B/task", "etcd_bytes_per_task", func(r *Result) string { return fmt.Sprintf("%.0f", r.EtcdBytesPerTask) }},
 	{"GC", "gc_pause_ms", func(r *Result) string { return msCell(r.GCPauseMs) }},

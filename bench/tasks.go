@@ -76,13 +76,15 @@ func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i 
 }
 
 // executorFor returns the executor of task i for the configured executor:
-// keyed tasks call the recording handler, or post to url.
+// keyed tasks post to url when it is set (the http executor, or node
+// processes), else call the recording handler.
 func executorFor(kind, url string, slot []int32) func(i int) task.Executor {
 	return func(i int) task.Executor {
+		keyed := kind == ExecHTTP || kind == ExecHandler || (slot != nil && slot[i] >= 0)
 		switch {
-		case kind == ExecHTTP:
+		case keyed && url != "":
 			return task.Executor{Type: task.ExecutorHTTP, URL: url}
-		case kind == ExecHandler || (slot != nil && slot[i] >= 0):
+		case keyed:
 			return task.Executor{Type: task.ExecutorHandler, Name: handlerName}
 		default:
 			return task.Executor{Type: task.ExecutorNoop}

@@ -14,10 +14,11 @@ import (
 	"github.com/shardcron/shardcron/bench"
 )
 
-const benchHelp = `Usage: shardcron bench SCENARIO [flags]
+const benchHelp = `Usage: shardcron bench SCENARIO[,SCENARIO...] [flags]
 
-Runs a benchmark scenario on in-process nodes that share an embedded etcd
-on loopback, and prints what it measured. Progress goes to stderr.
+Runs benchmark scenarios on nodes that share an embedded etcd on loopback,
+and prints what they measured. The nodes run in the bench's process, or with
+--procs as 'shardcron server' processes. Progress goes to stderr.
 
 Scenarios:
   throughput     --nodes nodes fire --tasks tasks on --schedule for --duration:
@@ -28,8 +29,9 @@ Scenarios:
   import         --tasks tasks through the HTTP batch API: tasks/s
   restart        a warm restart of a node with --tasks tasks from its cache:
                  time to ready and to the first fire
-  rebalance      a node joins a cluster of --nodes - 1 under load: hand-over
-                 gap per moved partition, misfires, duplicates, misses
+  rebalance      a node joins a cluster of --nodes - 1 under load, then leaves
+                 gracefully (SIGTERM): for each event, hand-over lag per moved
+                 partition, misfires, duplicates, misses, time to ready
   failover       one of --nodes nodes is killed under load: the same figures
   lock-per-fire  the seed design: every node's robfig cron fires every task
                  and each fire races for an etcd mutex (NewSession + TryLock)
@@ -37,14 +39,31 @@ Scenarios:
   afterfunc      one time.AfterFunc per task
   all            every scenario, then the comparison table
 
+Several scenarios (all, or a list such as throughput,lock-per-fire,robfig)
+run side by side: with --runs N they take turns, run after run, and each
+row is the median of its N runs. When throughput (and memory) run with a
+baseline (lock-per-fire, robfig, afterfunc), a ratio table follows: how many
+times better shardcron does on fires/s, lag p99, CPU per fire, etcd requests
+per fire and bytes per task.
+
+--procs runs the nodes of throughput, rebalance and failover as separate
+'shardcron server' processes (this executable, or --bin), so that the nodes'
+heaps and garbage collections share nothing with each other or with etcd;
+etcd, the HTTP receiver of the keyed fires and the bookkeeping stay in the
+bench's process. Figures then come from the nodes' /metrics and
+/v1/partitions and from the receiver; cpu_cores and rss_bytes are the node
+processes' (harness_cpu_cores is the bench's own). Each node's log is
+written to its work directory (--dir to keep it).
+
 Lag is when the executor ran minus the scheduled time. Duplicates and misses
 are counted by idempotency key; with the noop executor on one probe task per
 partition (noop fires are invisible), with handler and http on every task.
-CPU and RSS are the whole process's, embedded etcd included.
+In-process, CPU and RSS are the whole process's, embedded etcd included.
 
 Examples:
   shardcron bench throughput --tasks 1000000 --duration 20s
-  shardcron bench rebalance --tasks 1000000 --nodes 2 --json
+  shardcron bench rebalance --tasks 1000000 --nodes 2 --procs --json
+  shardcron bench throughput,lock-per-fire,robfig,afterfunc --runs 3
   shardcron bench all --tasks 100000 --report ./bench-report
 `
 
@@ -54,10 +73,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
 	var report string
 	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
-	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "in-process nodes (default 1; rebalance, failover and lock-per-fire 3)")
-	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after the event (default 10s)")
+	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes (default 1; rebalance, failover and lock-per-fire 3)")
+	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
 	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own)`)
-	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process, records every fire) or http (posts to a loopback receiver)")
+	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member (default 20)")
 	c.fs.Float64Var(&cfg.Load, "load", 0, "bounded-load factor (default 1.25)")
@@ -65,9 +84,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node (default 65536)")
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node: failover takes about this long (default 10s)")
-	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd and the caches (default: a temporary directory, removed afterwards)")
-	c.fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object on the last line of stdout (all: an array)")
-	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table and SVG charts, self-contained")
+	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, rebalance and failover as 'shardcron server' processes")
+	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
+	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
+	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
+	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
+	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table, the ratios and SVG charts, self-contained")
 	var cpuProfile string
 	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	pos, code, done := c.parse(args)
@@ -82,6 +104,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Scenario = pos[0]
 	cfg.Progress = stderr
+	if cfg.Procs && cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "shardcron bench: --procs: this executable: %v (give --bin)\n", err)
+			return exitError
+		}
+		cfg.Binary = exe
+	}
 	if err := cfg.Validate(); err != nil {
 		return c.usageError("%v", err)
 	}
@@ -116,8 +146,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	bench.WriteTable(stdout, results)
+	ratios := bench.Ratios(results)
+	bench.WriteRatios(stdout, ratios)
 	if report != "" {
-		path, rerr := bench.WriteReport(report, results)
+		path, rerr := bench.WriteReport(report, results, ratios)
 		if rerr != nil {
 			fmt.Fprintf(stderr, "shardcron bench: %v\n", rerr)
 			return exitError
@@ -126,8 +158,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if asJSON {
 		var b []byte
-		if cfg.Scenario == bench.All {
-			b, _ = json.Marshal(results)
+		if bench.IsList(cfg.Scenario) {
+			if ratios == nil {
+				ratios = []bench.Ratio{}
+			}
+			b, _ = json.Marshal(struct {
+				Results []*bench.Result `json:"results"`
+				Ratios  []bench.Ratio   `json:"ratios"`
+			}{results, ratios})
 		} else {
 			b, _ = json.Marshal(results[0])
 		}

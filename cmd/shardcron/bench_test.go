@@ -51,6 +51,10 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "rebalance", "--nodes", "1"}, "at least 2 nodes"},
 		{[]string{"bench", "throughput", "--executor", "exec"}, `unknown executor "exec"`},
 		{[]string{"bench", "throughput", "burst"}, "want one SCENARIO"},
+		{[]string{"bench", "memory", "--procs"}, "procs: applies to throughput, rebalance, failover"},
+		{[]string{"bench", "rebalance", "--procs", "--bin", "/"}, "is not an executable"},
+		{[]string{"bench", "throughput", "--runs", "-2"}, "runs: must be between"},
+		{[]string{"bench", "throughput,slow"}, `unknown scenario "slow"`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tc.args, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {
@@ -58,7 +62,37 @@ func TestBench_BadCommandLines(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"bench", "--help"}, nil, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--report") {
+	if code := run([]string{"bench", "--help"}, nil, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--report") ||
+		!strings.Contains(out.String(), "--procs") || !strings.Contains(out.String(), "--runs") {
 		t.Errorf("--help: exit %d, output %q", code, out.String())
+	}
+}
+
+// TestBench_ListJSON runs two scenarios in one invocation: the JSON is one
+// object with a result each and the ratios between them, and the table of
+// ratios is printed.
+func TestBench_ListJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "throughput,afterfunc", "--tasks", "100", "--duration", "1s", "--partitions", "8",
+		"--workers", "4", "--queue", "4096", "--json"}, nil, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var m struct {
+		Results []map[string]any `json:"results"`
+		Ratios  []map[string]any `json:"ratios"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+		t.Fatalf("last line of stdout is not the JSON object: %q: %v", lines[len(lines)-1], err)
+	}
+	if len(m.Results) != 2 || m.Results[0]["scenario"] != "throughput" || m.Results[1]["scenario"] != "afterfunc" {
+		t.Errorf("results %v: want throughput then afterfunc", m.Results)
+	}
+	if len(m.Ratios) == 0 || m.Ratios[0]["baseline"] != "afterfunc" {
+		t.Errorf("ratios %v: want some against afterfunc", m.Ratios)
+	}
+	if !strings.Contains(out.String(), "shardcron better by") {
+		t.Errorf("no ratio table in the output:\n%s", out.String())
 	}
 }
