@@ -316,6 +316,25 @@ func (f *serverFlags) storeConfig(log *slog.Logger) store.Config {
 	return c
 }
 
+// openStore opens the Badger cache. A corrupt one is set aside
+// (store.SetAside) and a new, empty one opened: the node reloads every
+// partition it owns from etcd and keeps firing; the execution history the
+// corrupt directory held is lost, and the log says so and where it went.
+func openStore(cfg store.Config, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Open(cfg)
+	if !errors.Is(err, store.ErrCorrupt) {
+		return st, err
+	}
+	aside, size, aerr := store.SetAside(cfg.Dir)
+	if aerr != nil {
+		return nil, fmt.Errorf("%w; setting it aside failed too: %v", err, aerr)
+	}
+	log.Error("the Badger cache is corrupt: it was set aside and an empty one started; "+
+		"tasks are reloaded from etcd, the execution history it held is lost",
+		"dir", cfg.Dir, "moved_to", aside, "lost_history_bytes", size, "err", err)
+	return store.Open(cfg)
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -371,7 +390,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	st, err := store.Open(f.storeConfig(log))
+	st, err := openStore(f.storeConfig(log), log)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("data directory %s is in use by another process (is another shardcron server running with it?)", f.dataDir)
