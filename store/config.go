@@ -146,7 +146,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func()       // called by the history writer before each batch
+	writeHook      func() error // called by the history writer before each batch; an error fails the batch
 	beforeRevision func() error // called by split Apply/Reset before writing the revision
 }
 

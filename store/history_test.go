@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,11 +203,12 @@ func TestHistory_VisibleBeforeFlush(t *testing.T) {
 func blockedWriter(cfg *Config) (entered <-chan struct{}, release func()) {
 	in, out := make(chan struct{}), make(chan struct{})
 	var once, releaseOnce sync.Once
-	cfg.writeHook = func() {
+	cfg.writeHook = func() error {
 		once.Do(func() {
 			close(in)
 			<-out
 		})
+		return nil
 	}
 	return in, func() { releaseOnce.Do(func() { close(out) }) }
 }
@@ -379,5 +383,42 @@ func TestRecord_NoAllocation(t *testing.T) {
 	e := exec1("0123456789abcdef", 0, 1, StatusFailed)
 	if n := testing.AllocsPerRun(500, func() { s.Record(e) }); n != 0 {
 		t.Errorf("Record allocates %.1f times per call", n)
+	}
+}
+
+// TestHistory_DiskFull: while the disk refuses writes (ENOSPC injected
+// before each batch), Record still takes every record without waiting,
+// Flush reports the error and the lost records are counted; once the disk
+// takes writes again, new records are written.
+func TestHistory_DiskFull(t *testing.T) {
+	cfg := testConfig(t)
+	var full atomic.Bool
+	full.Store(true)
+	cfg.writeHook = func() error {
+		if full.Load() {
+			return fmt.Errorf("write: %w", syscall.ENOSPC)
+		}
+		return nil
+	}
+	s := openTest(t, cfg)
+	for i := range 5 {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Flush on a full disk = %v, want ENOSPC", err)
+	}
+	if got, dropped := s.WriteFailed(), s.Dropped(); got != 5 || dropped != 5 {
+		t.Fatalf("WriteFailed = %d, Dropped = %d, want 5 and 5", got, dropped)
+	}
+	full.Store(false)
+	for i := 10; i < 13; i++ {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	flush(t, s)
+	if got := history(t, s, "t", 0); len(got) != 3 || !got[0].ScheduledAt.Equal(t0.Add(12*time.Second)) {
+		t.Fatalf("history after the disk freed up: %d records (%s)", len(got), statuses(got))
+	}
+	if got := s.WriteFailed(); got != 5 {
+		t.Errorf("WriteFailed = %d after good writes, want still 5", got)
 	}
 }
