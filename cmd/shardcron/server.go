@@ -419,12 +419,15 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 
 	requests := &engine.RequestCounter{}
-	cli, err := newEtcdClient(f, endpoints, requests)
+	cli, etcdTLS, err := newEtcdClient(f, endpoints, requests)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
 	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
+		if ctx.Err() == nil {
+			err = explainEtcd(endpoints, etcdTLS, err)
+		}
 		return err
 	}
 
@@ -530,13 +533,15 @@ func splitList(s string) []string {
 	return out
 }
 
-func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, error) {
+// newEtcdClient connects to etcd with the TLS and auth flags, and returns
+// the TLS configuration it used (nil: plain) for explainEtcd.
+func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, *tls.Config, error) {
 	var tlsCfg *tls.Config
 	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
 		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
 		var err error
 		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("etcd TLS: %w", err)
+			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
 		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
@@ -549,9 +554,9 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		return nil, nil, explainEtcd(endpoints, tlsCfg, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
 	}
-	return cli, nil
+	return cli, tlsCfg, nil
 }
 
 // waitForEtcd retries until etcd answers, logging each failure, and gives
