@@ -50,6 +50,7 @@ type serverFlags struct {
 	authToken, logFormat, logLevel         string
 	authTokenFile, etcdPasswordFile        string
 	readToken, readTokenFile, probeAuth    string
+	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 }
 
@@ -134,6 +135,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "mutual TLS: every client (CLI, dashboard, probes, other nodes) must present a certificate signed by a CA in this `FILE` (reloaded as --tls-cert is)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA `FILE` that other nodes' API certificates are verified with (default: the system's roots)")
+	fs.StringVar(&f.probeListen, "probe-listen", "", "also serve /healthz, /readyz and /metrics, and nothing else, over plain HTTP at this address: "+
+		"for probes that cannot present the client certificate --tls-client-ca asks for (kubelet, container health checks); --probe-auth applies")
 	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -359,6 +362,13 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
+	var probeLn net.Listener
+	if f.probeListen != "" {
+		if probeLn, err = net.Listen("tcp", f.probeListen); err != nil {
+			return fmt.Errorf("--probe-listen on %s: %w", f.probeListen, err)
+		}
+		defer probeLn.Close()
+	}
 	if f.nodeID == "" {
 		host, _ := os.Hostname()
 		_, port, _ := net.SplitHostPort(addr)
@@ -477,15 +487,23 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 2) // the API's and the probes' servers
 	if tlsf != nil {
 		hs.TLSConfig = tlsf.serverConfig()
 		go func() { served <- hs.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { served <- hs.Serve(ln) }()
 	}
-	log.Info("shardcron node started", "node", f.nodeID, "api", scheme+addr, "etcd", strings.Join(endpoints, ","),
-		"partitions", f.partitions, "data_dir", f.dataDir, "version", version)
+	var probes *http.Server
+	started := []any{"node", f.nodeID, "api", scheme + addr, "etcd", strings.Join(endpoints, ","),
+		"partitions", f.partitions, "data_dir", f.dataDir, "version", version}
+	if probeLn != nil {
+		probes = &http.Server{Handler: srv.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { served <- probes.Serve(probeLn) }()
+		started = append(started, "probes", "http://"+probeLn.Addr().String())
+	}
+	log.Info("shardcron node started", started...)
 
 	select {
 	case <-ctx.Done():
@@ -500,6 +518,11 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	if err := eng.Close(); err != nil {
 		log.Warn("closing the engine", "err", err)
+	}
+	// The probes answer until the drain is over: a liveness probe sees the
+	// node alive, and /readyz not ready, while it hands over.
+	if probes != nil {
+		_ = probes.Shutdown(sctx)
 	}
 	log.Info("shardcron node stopped", "node", f.nodeID)
 	return nil
