@@ -184,9 +184,6 @@ func documentedStatuses(t *testing.T) map[string][]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type operation struct {
-		Responses map[string]any `json:"responses"`
-	}
 	var doc struct {
 		Paths      map[string]map[string]any `json:"paths"`
 		Components struct {
