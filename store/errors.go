@@ -19,6 +19,12 @@ var (
 	// file of the data directory fails its checks (bad magic, checksum,
 	// truncated table) or makes Badger panic.
 	ErrCorrupt = errors.New("store: data directory is corrupt")
+
+	// ErrDiskFull is matched (errors.Is) by the error of a write refused
+	// because the data directory's filesystem has less free space than
+	// Config.MinFreeBytes. Nothing was written; later writes succeed once
+	// there is room again.
+	ErrDiskFull = errors.New("store: disk full")
 )
 
 // lockedError is ErrLocked with the directory in its message.

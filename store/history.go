@@ -340,6 +340,9 @@ func (s *Store) writeRecords(batch []record) error {
 			return err
 		}
 	}
+	if err := s.checkRoom(); err != nil {
+		return err
+	}
 	t := &s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -500,6 +503,9 @@ func (s *Store) DeleteHistory(ctx context.Context, taskID string) error {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: delete history of %q: %w", taskID, err)
+	}
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	s.slots.forget(taskID)
