@@ -100,7 +100,10 @@
 // therefore first checks the free space of the directory's filesystem and
 // is refused with ErrDiskFull below Config.MinFreeBytes (default 4 ×
 // MemTableSize). History refused or failed so is counted (WriteFailed);
-// Record never waits on the disk. Writes resume once there is room.
+// Record never waits on the disk. Writes resume once there is room. A
+// directory deleted under the open store refuses writes the same way
+// (ErrDirDeleted), and Close still returns: Badger's last flush goes to
+// an empty directory made for it and deleted after.
 //
 // # Lifecycle
 //

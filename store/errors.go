@@ -25,6 +25,12 @@ var (
 	// Config.MinFreeBytes. Nothing was written; later writes succeed once
 	// there is room again.
 	ErrDiskFull = errors.New("store: disk full")
+
+	// ErrDirDeleted is matched by the error of a write refused because the
+	// data directory was deleted under the open store: Badger could make
+	// no new file there, and its writes would stall. Reads of what it holds
+	// go on; a restart starts a new directory.
+	ErrDirDeleted = errors.New("store: data directory deleted")
 )
 
 // lockedError is ErrLocked with the directory in its message.

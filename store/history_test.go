@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -420,5 +421,51 @@ func TestHistory_DiskFull(t *testing.T) {
 	}
 	if got := s.WriteFailed(); got != 5 {
 		t.Errorf("WriteFailed = %d after good writes, want still 5", got)
+	}
+}
+
+// TestStore_DirectoryDeleted: once the data directory is deleted under an
+// open store, writes are refused with an error that says so (history is
+// counted as lost) instead of reaching a Badger that can make no new file;
+// Close still returns (Badger would retry flushing its memtable into the
+// missing directory forever), and the path opens afresh.
+func TestStore_DirectoryDeleted(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(0, 1, []KV{{ID: "a", Value: []byte("1")}}, nil); err != nil { // in the memtable
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	s.Record(exec1("t", 1, 1, StatusOK))
+	if err := s.Flush(context.Background()); !errors.Is(err, ErrDirDeleted) {
+		t.Errorf("Flush after the directory was deleted = %v, want ErrDirDeleted", err)
+	}
+	if s.WriteFailed() != 1 {
+		t.Errorf("WriteFailed = %d, want 1", s.WriteFailed())
+	}
+	if err := s.Apply(0, 2, []KV{{ID: "b", Value: []byte("2")}}, nil); !errors.Is(err, ErrDirDeleted) || !strings.Contains(err.Error(), cfg.Dir) {
+		t.Errorf("Apply after the directory was deleted = %v, want ErrDirDeleted naming it", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hung")
+	}
+	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Close left %s behind: %v", cfg.Dir, err)
+	}
+	s = openTest(t, cfg)
+	if rev, _ := s.Partition(0, nil); rev != 0 {
+		t.Errorf("the reopened directory has revision %d, want a new one", rev)
 	}
 }
