@@ -97,8 +97,11 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("api: batch write failed", "written", written, "err", err)
 		status := http.StatusInternalServerError
 		var ve *task.ValidationError
-		if errors.As(err, &ve) {
+		switch {
+		case errors.As(err, &ve):
 			status = http.StatusBadRequest
+		case errors.Is(err, registry.ErrNoSpace):
+			status, err = http.StatusServiceUnavailable, fmt.Errorf("%s: %w", noSpaceMessage, err)
 		}
 		writeJSON(w, status, struct {
 			Error string `json:"error"`

@@ -36,7 +36,11 @@ func (s *Server) bulk(action registry.BulkAction) http.HandlerFunc {
 				return
 			}
 			s.log.Warn("api: bulk action failed midway", "action", action, "changed", res.Changed, "err", err)
-			writeJSON(w, http.StatusInternalServerError, struct {
+			status := http.StatusInternalServerError
+			if errors.Is(err, registry.ErrNoSpace) {
+				status, err = http.StatusServiceUnavailable, fmt.Errorf("%s: %w", noSpaceMessage, err)
+			}
+			writeJSON(w, status, struct {
 				registry.BulkResult
 				Error string `json:"error"`
 			}{res, fmt.Sprintf("bulk %s stopped after %d of the matched tasks were changed: %v (run it again to finish)",

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,14 +46,26 @@ func (l *fireLog) handler(ctx context.Context, f engine.Fire) error {
 
 // fired reports whether the task fired at scheduled time at.
 func (l *fireLog) fired(id string, at time.Time) bool {
+	return l.any(func(f engine.Fire) bool { return f.TaskID == id && f.ScheduledAt.Equal(at) })
+}
+
+// any reports whether a fire the handler saw satisfies match.
+func (l *fireLog) any(match func(engine.Fire) bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, f := range l.fires {
-		if f.TaskID == id && f.ScheduledAt.Equal(at) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(l.fires, match)
+}
+
+// count returns how many fires the handler saw.
+func (l *fireLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.fires)
+}
+
+// firedAfter reports whether task id fired at a scheduled time after t.
+func (l *fireLog) firedAfter(id string, t time.Time) bool {
+	return l.any(func(f engine.Fire) bool { return f.TaskID == id && f.ScheduledAt.After(t) })
 }
 
 // testNode is an engine with a Badger store, served by a Server on an

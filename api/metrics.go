@@ -21,11 +21,11 @@ type collector struct {
 	e       *engine.Engine
 	version string
 
-	fires, lag, executions, misfires, queue, owned, tasks *prometheus.Desc
-	etcd, fenced, ready, dropped, fullLoads, watermark    *prometheus.Desc
-	sampled, sampleRatio                                  *prometheus.Desc
-	queueCap, workers, fences, execDur, handOver          *prometheus.Desc
-	build                                                 *prometheus.Desc
+	fires, lag, executions, misfires, queue, owned, tasks           *prometheus.Desc
+	etcd, fenced, ready, dropped, writeFailed, fullLoads, watermark *prometheus.Desc
+	sampled, sampleRatio                                            *prometheus.Desc
+	queueCap, workers, fences, execDur, handOver                    *prometheus.Desc
+	build                                                           *prometheus.Desc
 }
 
 func newCollector(e *engine.Engine, version string) *collector {
@@ -58,6 +58,8 @@ func newCollector(e *engine.Engine, version string) *collector {
 		fenced:  d("fenced", "1 when the node is fenced and dispatches nothing, else 0."),
 		ready:   d("ready", "1 when the node owns every partition the ring gives it, else 0."),
 		dropped: d("history_dropped_total", "Execution records dropped because the history buffer was full (or their write failed)."),
+		writeFailed: d("history_write_failed_total", "Execution records lost because their write to disk failed "+
+			"(disk full, I/O error; also counted in shardcron_history_dropped_total). Firing goes on meanwhile."),
 		sampled: d("history_sampled_total", "Successful execution records left out of the history by sampling, "+
 			"while records arrive faster than the disk takes them. Failures are never sampled."),
 		sampleRatio: d("history_sample_ratio", "Share of successful executions currently recorded in the history: "+
@@ -71,7 +73,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
-		c.queueCap, c.workers, c.fences, c.execDur, c.handOver} {
+		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed} {
 		ch <- d
 	}
 }
@@ -132,6 +134,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.fenced, flag(st.Fenced))
 	gauge(c.ready, flag(st.Ready))
 	counter(c.dropped, st.HistoryDropped)
+	counter(c.writeFailed, st.HistoryFailed)
 	counter(c.sampled, st.HistorySampled)
 	gauge(c.sampleRatio, 1/float64(max(1, st.HistorySampling)))
 	counter(c.fullLoads, st.FullLoads)

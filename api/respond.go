@@ -41,6 +41,10 @@ func writeTask(w http.ResponseWriter, status int, t *task.Task) {
 	writeJSON(w, status, t)
 }
 
+// noSpaceMessage begins the answer to a write etcd refused for space.
+const noSpaceMessage = "etcd is out of space (its NOSPACE alarm is raised), so it refuses every write until an " +
+	"operator frees space (compact and defragment etcd, then disarm the alarm: etcdctl alarm disarm); reads go on"
+
 // fail answers an error of the registry or the engine: input errors are
 // 4xx with their message, anything else a 5xx naming what failed.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
@@ -53,6 +57,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err err
 	case errors.Is(err, registry.ErrVersionMismatch):
 		writeError(w, http.StatusPreconditionFailed,
 			"task %q has another version than If-Match says (it changed or does not exist): GET it and retry with its current version", id)
+	case errors.Is(err, registry.ErrNoSpace):
+		s.log.Warn("api: etcd refused a write: its space quota is exhausted (NOSPACE alarm)", "method", r.Method,
+			"path", r.URL.EscapedPath(), "err", err)
+		writeError(w, http.StatusServiceUnavailable, "%s: %v", noSpaceMessage, err)
 	case errors.Is(err, engine.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "the node is shutting down: retry on another node")
 	case errors.Is(err, context.DeadlineExceeded):

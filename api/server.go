@@ -227,6 +227,24 @@ func (s *Server) sampleLoop() {
 // /readyz, /metrics and the dashboard at /.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
+// ProbeHandler returns a handler of the probes only: GET /healthz,
+// /readyz and /metrics, answered as Handler answers them (behind the token
+// when Config.ProbeAuth); anything else is a 404 that names the three. It
+// is for a listener of its own (shardcron server --probe-listen), so that
+// a load balancer, kubelet or container health check reaches the probes
+// without the client certificate the API asks for under mutual TLS, and
+// without reaching any task.
+func (s *Server) ProbeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := s.mux.Handler(r); !probePatterns[pattern] {
+			writeError(w, http.StatusNotFound, "no such endpoint: %s %s (this listener serves only GET /healthz, /readyz and /metrics)",
+				r.Method, r.URL.EscapedPath())
+			return
+		}
+		s.serveHTTP(w, r)
+	})
+}
+
 // probePatterns are served without a token unless Config.ProbeAuth.
 var probePatterns = map[string]bool{
 	"GET /healthz": true,

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,12 @@ func TestDeploy(t *testing.T) {
 		hc := regexp.MustCompile(`(?s)HEALTHCHECK.*?CMD (\[.*?\])`).FindStringSubmatch(d)
 		if hc == nil || !strings.Contains(hc[1], `"ready"`) {
 			t.Fatalf("HEALTHCHECK does not run 'shardcron ready' (GET /readyz): %v", hc)
+		}
+		// It asks the probe listener, which needs no client certificate
+		// when the API serves mutual TLS.
+		probe := regexp.MustCompile(`SHARDCRON_PROBE_LISTEN=(\S+)`).FindStringSubmatch(d)
+		if probe == nil || !strings.Contains(hc[1], `"http://`+probe[1]+`"`) {
+			t.Errorf("HEALTHCHECK %s does not ask the probe listener (SHARDCRON_PROBE_LISTEN %v)", hc[1], probe)
 		}
 		if out, err := exec.Command(bin, "ready", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "/readyz") {
 			t.Errorf("shardcron ready --help: %v %s", err, out)
@@ -231,16 +238,29 @@ func TestDeploy(t *testing.T) {
 			t.Errorf("terminationGracePeriodSeconds %v does not outlast the hand-over and the drain", g)
 		}
 		c := pod["containers"].([]any)[0].(map[string]any)
-		probe := c["readinessProbe"].(map[string]any)["httpGet"].(map[string]any)
-		if probe["path"] != "/readyz" {
-			t.Errorf("readiness probe %v", probe)
-		}
 		env := map[string]string{}
 		for _, e := range c["env"].([]any) {
 			m := e.(map[string]any)
 			v, _ := m["value"].(string)
 			env[m["name"].(string)] = v
 			checkEnv(t, "the StatefulSet", m["name"].(string), flags)
+		}
+		// Every probe asks the probe listener's port, which kubelet
+		// reaches without the client certificate mutual TLS asks for.
+		ports := map[string]string{}
+		for _, p := range c["ports"].([]any) {
+			m := p.(map[string]any)
+			ports[m["name"].(string)] = fmt.Sprint(m["containerPort"])
+		}
+		if _, port, _ := strings.Cut(env["SHARDCRON_PROBE_LISTEN"], ":"); port == "" || ports["probes"] != port {
+			t.Errorf("SHARDCRON_PROBE_LISTEN %q, container port probes %q", env["SHARDCRON_PROBE_LISTEN"], ports["probes"])
+		}
+		for kind, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz", "startupProbe": "/healthz"} {
+			probe, _ := c[kind].(map[string]any)
+			get, _ := probe["httpGet"].(map[string]any)
+			if get["path"] != path || get["port"] != "probes" {
+				t.Errorf("%s %v, want %s on the port probes", kind, get, path)
+			}
 		}
 		if !strings.Contains(env["SHARDCRON_ADVERTISE"], "$(POD_NAME).shardcron-headless.") {
 			t.Errorf("SHARDCRON_ADVERTISE %q does not use the headless service", env["SHARDCRON_ADVERTISE"])

@@ -363,9 +363,10 @@ type Stats struct {
 	// gap in the partition's fires), release on the old one.
 	HandOver        map[string]Histogram
 	Ready           bool
-	Watermark       time.Time // the node watermark etcd last acknowledged
-	FullLoads       uint64    // partitions loaded with a full etcd range read
-	HistoryDropped  uint64
+	Watermark       time.Time         // the node watermark etcd last acknowledged
+	FullLoads       uint64            // partitions loaded with a full etcd range read
+	HistoryDropped  uint64            // records refused (buffer full) or lost to a failed write
+	HistoryFailed   uint64            // records lost to a failed write (disk full, I/O error); also in HistoryDropped
 	HistorySampled  uint64            // successes left out of the history by sampling
 	HistorySampling int               // one success in HistorySampling is recorded (1: all)
 	EtcdRequests    map[string]uint64 // when Config.Requests is set
@@ -403,7 +404,7 @@ func (e *Engine) Stats() Stats {
 		s.QueueDepth = e.pool.depth()
 	}
 	if e.store != nil {
-		s.HistoryDropped = e.store.Dropped()
+		s.HistoryDropped, s.HistoryFailed = e.store.Dropped(), e.store.WriteFailed()
 		s.HistorySampled, s.HistorySampling = e.store.Sampled(), e.store.Sampling()
 	}
 	if e.cfg.Requests != nil {

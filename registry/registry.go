@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/ring"
@@ -23,6 +24,14 @@ var (
 	ErrNotFound           = errors.New("registry: task not found")
 	ErrVersionMismatch    = errors.New("registry: task version does not match")
 	ErrPartitionsMismatch = errors.New("registry: partition count differs from the cluster's")
+
+	// ErrNoSpace is matched (errors.Is) by the error of a write etcd
+	// refused because its space quota is exhausted (its NOSPACE alarm is
+	// raised). etcd then refuses every write, in every member, until an
+	// operator frees space (compact, defragment) and disarms the alarm;
+	// reads, watches and lease keep-alives go on. It is etcd's own error
+	// value, so an error from any etcd call matches it.
+	ErrNoSpace error = rpctypes.ErrNoSpace
 )
 
 // etcd's request limits (docs/design.md): a transaction holds at most 128

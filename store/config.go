@@ -113,6 +113,17 @@ type Config struct {
 	// and Reset calls are split into several.
 	MemTableSize int64
 
+	// MinFreeBytes is the free space on the data directory's filesystem
+	// below which every write (task cache, history) is refused with
+	// ErrDiskFull: Badger writes its log through a memory-mapped sparse
+	// file, where a full disk is a SIGBUS that kills the process instead of
+	// an error. 0 means 4 × MemTableSize (64 MiB by default), room for the
+	// memtable being written and the next one; negative disables the check.
+	// Another process filling the disk between a check and a write can
+	// still crash the node: keep the data directory on a filesystem of its
+	// own, or watch its free space.
+	MinFreeBytes int64
+
 	// NumMemtables is the number of immutable memtables that may wait for
 	// a flush before writes stall. Default 2; at least 1.
 	NumMemtables int
@@ -146,7 +157,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func()       // called by the history writer before each batch
+	writeHook      func() error // called by the history writer before each batch; an error fails the batch
 	beforeRevision func() error // called by split Apply/Reset before writing the revision
 }
 

@@ -92,6 +92,19 @@
 // cache. Badger logs through the Config's slog.Logger, its INFO chatter at
 // Debug.
 //
+// # A full disk
+//
+// Badger writes its log into a sparse file mapped into memory: on a full
+// disk a write there is a SIGBUS that kills the process, not an error.
+// Every write (Apply, Reset, Drop, the history writer, DeleteHistory)
+// therefore first checks the free space of the directory's filesystem and
+// is refused with ErrDiskFull below Config.MinFreeBytes (default 4 ×
+// MemTableSize). History refused or failed so is counted (WriteFailed);
+// Record never waits on the disk. Writes resume once there is room. A
+// directory deleted under the open store refuses writes the same way
+// (ErrDirDeleted), and Close still returns: Badger's last flush goes to
+// an empty directory made for it and deleted after.
+//
 // # Lifecycle
 //
 // Open takes an exclusive lock on the directory (ErrLocked if another Store

@@ -19,6 +19,18 @@ var (
 	// file of the data directory fails its checks (bad magic, checksum,
 	// truncated table) or makes Badger panic.
 	ErrCorrupt = errors.New("store: data directory is corrupt")
+
+	// ErrDiskFull is matched (errors.Is) by the error of a write refused
+	// because the data directory's filesystem has less free space than
+	// Config.MinFreeBytes. Nothing was written; later writes succeed once
+	// there is room again.
+	ErrDiskFull = errors.New("store: disk full")
+
+	// ErrDirDeleted is matched by the error of a write refused because the
+	// data directory was deleted under the open store: Badger could make
+	// no new file there, and its writes would stall. Reads of what it holds
+	// go on; a restart starts a new directory.
+	ErrDirDeleted = errors.New("store: data directory deleted")
 )
 
 // lockedError is ErrLocked with the directory in its message.

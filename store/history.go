@@ -58,6 +58,7 @@ type historyBuffer struct {
 	kick   chan struct{}     // capacity 1: wakes the writer before its tick
 
 	dropped  atomic.Uint64 // records refused (buffer full, closed) or whose write failed
+	failed   atomic.Uint64 // records whose write failed (disk full, I/O error); also in dropped
 	sampled  atomic.Uint64 // successes left out by sampling
 	sampling atomic.Uint32 // k: one success in k is kept; 1 keeps all. Set by the writer at each swap
 
@@ -213,6 +214,13 @@ func (s *Store) RecordKeep(e Execution, keep int) {
 // write failed.
 func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
 
+// WriteFailed returns how many records have been lost since Open because
+// their write to disk failed (a full disk, an I/O error); Dropped counts
+// them too. A failed write never blocks Record nor the fires recording:
+// the writer logs it, counts the batch and takes the next one, so history
+// is written again as soon as the disk takes it.
+func (s *Store) WriteFailed() uint64 { return s.history.failed.Load() }
+
 // Sampled returns how many successful execution records have been left
 // out by sampling since Open.
 func (s *Store) Sampled() uint64 { return s.history.sampled.Load() }
@@ -308,6 +316,7 @@ func (s *Store) writeBatch() int {
 	h.written += uint64(n)
 	if err != nil {
 		h.dropped.Add(uint64(n))
+		h.failed.Add(uint64(n))
 		if h.err == nil {
 			h.err = err
 		}
@@ -327,7 +336,12 @@ func (s *Store) writeBatch() int {
 // sized up front.
 func (s *Store) writeRecords(batch []record) error {
 	if s.cfg.writeHook != nil {
-		s.cfg.writeHook()
+		if err := s.cfg.writeHook(); err != nil {
+			return err
+		}
+	}
+	if err := s.checkRoom(); err != nil {
+		return err
 	}
 	t := &s.slots
 	t.mu.Lock()
@@ -489,6 +503,9 @@ func (s *Store) DeleteHistory(ctx context.Context, taskID string) error {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: delete history of %q: %w", taskID, err)
+	}
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	s.slots.forget(taskID)

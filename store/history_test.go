@@ -2,11 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,11 +204,12 @@ func TestHistory_VisibleBeforeFlush(t *testing.T) {
 func blockedWriter(cfg *Config) (entered <-chan struct{}, release func()) {
 	in, out := make(chan struct{}), make(chan struct{})
 	var once, releaseOnce sync.Once
-	cfg.writeHook = func() {
+	cfg.writeHook = func() error {
 		once.Do(func() {
 			close(in)
 			<-out
 		})
+		return nil
 	}
 	return in, func() { releaseOnce.Do(func() { close(out) }) }
 }
@@ -379,5 +384,88 @@ func TestRecord_NoAllocation(t *testing.T) {
 	e := exec1("0123456789abcdef", 0, 1, StatusFailed)
 	if n := testing.AllocsPerRun(500, func() { s.Record(e) }); n != 0 {
 		t.Errorf("Record allocates %.1f times per call", n)
+	}
+}
+
+// TestHistory_DiskFull: while the disk refuses writes (ENOSPC injected
+// before each batch), Record still takes every record without waiting,
+// Flush reports the error and the lost records are counted; once the disk
+// takes writes again, new records are written.
+func TestHistory_DiskFull(t *testing.T) {
+	cfg := testConfig(t)
+	var full atomic.Bool
+	full.Store(true)
+	cfg.writeHook = func() error {
+		if full.Load() {
+			return fmt.Errorf("write: %w", syscall.ENOSPC)
+		}
+		return nil
+	}
+	s := openTest(t, cfg)
+	for i := range 5 {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Flush on a full disk = %v, want ENOSPC", err)
+	}
+	if got, dropped := s.WriteFailed(), s.Dropped(); got != 5 || dropped != 5 {
+		t.Fatalf("WriteFailed = %d, Dropped = %d, want 5 and 5", got, dropped)
+	}
+	full.Store(false)
+	for i := 10; i < 13; i++ {
+		s.Record(exec1("t", i, 1, StatusOK))
+	}
+	flush(t, s)
+	if got := history(t, s, "t", 0); len(got) != 3 || !got[0].ScheduledAt.Equal(t0.Add(12*time.Second)) {
+		t.Fatalf("history after the disk freed up: %d records (%s)", len(got), statuses(got))
+	}
+	if got := s.WriteFailed(); got != 5 {
+		t.Errorf("WriteFailed = %d after good writes, want still 5", got)
+	}
+}
+
+// TestStore_DirectoryDeleted: once the data directory is deleted under an
+// open store, writes are refused with an error that says so (history is
+// counted as lost) instead of reaching a Badger that can make no new file;
+// Close still returns (Badger would retry flushing its memtable into the
+// missing directory forever), and the path opens afresh.
+func TestStore_DirectoryDeleted(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(0, 1, []KV{{ID: "a", Value: []byte("1")}}, nil); err != nil { // in the memtable
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	s.Record(exec1("t", 1, 1, StatusOK))
+	if err := s.Flush(context.Background()); !errors.Is(err, ErrDirDeleted) {
+		t.Errorf("Flush after the directory was deleted = %v, want ErrDirDeleted", err)
+	}
+	if s.WriteFailed() != 1 {
+		t.Errorf("WriteFailed = %d, want 1", s.WriteFailed())
+	}
+	if err := s.Apply(0, 2, []KV{{ID: "b", Value: []byte("2")}}, nil); !errors.Is(err, ErrDirDeleted) || !strings.Contains(err.Error(), cfg.Dir) {
+		t.Errorf("Apply after the directory was deleted = %v, want ErrDirDeleted naming it", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hung")
+	}
+	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Close left %s behind: %v", cfg.Dir, err)
+	}
+	s = openTest(t, cfg)
+	if rev, _ := s.Partition(0, nil); rev != 0 {
+		t.Errorf("the reopened directory has revision %d, want a new one", rev)
 	}
 }

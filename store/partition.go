@@ -77,6 +77,9 @@ func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: apply partition %d: %w", p, err)
+	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := writeTasks(txn, p, puts, deletes); err != nil {
 			return err
@@ -122,6 +125,9 @@ func (s *Store) Reset(p uint32, rev int64, tasks []KV) error {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: reset partition %d: %w", p, err)
+	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		// Deleting every cached key then setting the new ones leaves one
 		// pending write per key: the set replaces the delete.
@@ -228,6 +234,9 @@ func (s *Store) Drop(p uint32) error {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: drop partition %d: %w", p, err)
+	}
 	if err := s.deleteRevision(p); err != nil {
 		return fmt.Errorf("store: drop partition %d: %w", p, err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -178,8 +179,22 @@ func (s *Store) Close() error {
 		if err := s.history.takeErr(); err != nil {
 			errs = append(errs, fmt.Errorf("store: write history: %w", err))
 		}
+		// A directory deleted under the store: Badger's close flushes its
+		// memtables into new files there and would retry forever. Give it
+		// an empty directory to write them to, then delete that: without
+		// the MANIFEST, deleted with the rest, those files are of no use.
+		recreated := false
+		if _, err := os.Stat(s.cfg.Dir); errors.Is(err, fs.ErrNotExist) {
+			recreated = os.MkdirAll(s.cfg.Dir, 0o700) == nil
+		}
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("store: close badger: %w", err))
+		}
+		if recreated {
+			if err := os.RemoveAll(s.cfg.Dir); err != nil {
+				errs = append(errs, fmt.Errorf("store: remove the directory made for closing: %w", err))
+			}
+			s.log.Warn("store: the data directory was deleted while open; what was not written is lost", "dir", s.cfg.Dir)
 		}
 		if s.lock != nil {
 			if err := s.lock.Close(); err != nil {

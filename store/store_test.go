@@ -357,15 +357,47 @@ func TestOpen_Corrupt(t *testing.T) {
 				t.Errorf("Open = %v, want an error matching ErrCorrupt", err)
 			}
 			t.Logf("Open: %v", err)
-			// The failed Open released the directory: after moving the
-			// corrupt files away the same directory opens.
-			if err := os.RemoveAll(cfg.Dir); err != nil {
+			// The failed Open released the directory: once SetAside has
+			// moved it away, the same path opens empty.
+			aside, size, err := SetAside(cfg.Dir)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if aside != cfg.Dir+AsideSuffix || size <= 0 {
+				t.Fatalf("SetAside = %s, %d bytes", aside, size)
+			}
+			if _, err := os.Stat(filepath.Join(aside, "MANIFEST")); err != nil {
+				t.Fatalf("the corrupt files were not kept: %v", err)
 			}
 			s = openTest(t, cfg)
 			if rev, _ := s.Partition(0, nil); rev != 0 {
 				t.Errorf("fresh directory has revision %d", rev)
 			}
 		})
+	}
+}
+
+// TestSetAside_ReplacesEarlierCopy: a second SetAside keeps only the
+// newest damaged directory, and one of a missing directory fails by name.
+func TestSetAside_ReplacesEarlierCopy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	for _, name := range []string{"first", "second"} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		aside, size, err := SetAside(dir)
+		if err != nil || size != int64(len(name)) {
+			t.Fatalf("SetAside = %s, %d, %v", aside, size, err)
+		}
+	}
+	entries, err := os.ReadDir(dir + AsideSuffix)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "second" {
+		t.Fatalf("aside holds %v (%v), want only the second copy", entries, err)
+	}
+	if _, _, err := SetAside(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("SetAside of a missing directory = %v, want an error naming it", err)
 	}
 }

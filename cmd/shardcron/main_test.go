@@ -120,6 +120,20 @@ func (p *proc) log() string {
 	return p.raw.String()
 }
 
+// started returns the value of key in the node's "shardcron node
+// started" log line, "" before that line.
+func (p *proc) started(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.lines {
+		if m["msg"] == "shardcron node started" {
+			v, _ := m[key].(string)
+			return v
+		}
+	}
+	return ""
+}
+
 func (p *proc) kill() {
 	select {
 	case <-p.exited:

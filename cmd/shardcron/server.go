@@ -51,6 +51,7 @@ type serverFlags struct {
 	authToken, logFormat, logLevel         string
 	authTokenFile, etcdPasswordFile        string
 	readToken, readTokenFile, probeAuth    string
+	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 }
 
@@ -135,6 +136,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "mutual TLS: every client (CLI, dashboard, probes, other nodes) must present a certificate signed by a CA in this `FILE` (reloaded as --tls-cert is)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA `FILE` that other nodes' API certificates are verified with (default: the system's roots)")
+	fs.StringVar(&f.probeListen, "probe-listen", "", "also serve /healthz, /readyz and /metrics, and nothing else, over plain HTTP at this address: "+
+		"for probes that cannot present the client certificate --tls-client-ca asks for (kubelet, container health checks); --probe-auth applies")
 	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -317,6 +320,25 @@ func (f *serverFlags) storeConfig(log *slog.Logger) store.Config {
 	return c
 }
 
+// openStore opens the Badger cache. A corrupt one is set aside
+// (store.SetAside) and a new, empty one opened: the node reloads every
+// partition it owns from etcd and keeps firing; the execution history the
+// corrupt directory held is lost, and the log says so and where it went.
+func openStore(cfg store.Config, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Open(cfg)
+	if !errors.Is(err, store.ErrCorrupt) {
+		return st, err
+	}
+	aside, size, aerr := store.SetAside(cfg.Dir)
+	if aerr != nil {
+		return nil, fmt.Errorf("%w; setting it aside failed too: %v", err, aerr)
+	}
+	log.Error("the Badger cache is corrupt: it was set aside and an empty one started; "+
+		"tasks are reloaded from etcd, the execution history it held is lost",
+		"dir", cfg.Dir, "moved_to", aside, "lost_history_bytes", size, "err", err)
+	return store.Open(cfg)
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -341,6 +363,13 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
+	var probeLn net.Listener
+	if f.probeListen != "" {
+		if probeLn, err = net.Listen("tcp", f.probeListen); err != nil {
+			return fmt.Errorf("--probe-listen on %s: %w", f.probeListen, err)
+		}
+		defer probeLn.Close()
+	}
 	if f.nodeID == "" {
 		host, _ := os.Hostname()
 		_, port, _ := net.SplitHostPort(addr)
@@ -372,7 +401,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	st, err := store.Open(f.storeConfig(log))
+	st, err := openStore(f.storeConfig(log), log)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("data directory %s is in use by another process (is another shardcron server running with it?)", f.dataDir)
@@ -401,12 +430,15 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 
 	requests := &engine.RequestCounter{}
-	cli, err := newEtcdClient(f, endpoints, requests)
+	cli, etcdTLS, err := newEtcdClient(f, endpoints, requests)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
 	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
+		if ctx.Err() == nil {
+			err = explainEtcd(endpoints, etcdTLS, err)
+		}
 		return err
 	}
 
@@ -456,15 +488,23 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 2) // the API's and the probes' servers
 	if tlsf != nil {
 		hs.TLSConfig = tlsf.serverConfig()
 		go func() { served <- hs.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { served <- hs.Serve(ln) }()
 	}
-	log.Info("shardcron node started", "node", f.nodeID, "api", scheme+addr, "etcd", strings.Join(endpoints, ","),
-		"partitions", f.partitions, "data_dir", f.dataDir, "version", version)
+	var probes *http.Server
+	started := []any{"node", f.nodeID, "api", scheme + addr, "etcd", strings.Join(endpoints, ","),
+		"partitions", f.partitions, "data_dir", f.dataDir, "version", version}
+	if probeLn != nil {
+		probes = &http.Server{Handler: srv.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { served <- probes.Serve(probeLn) }()
+		started = append(started, "probes", "http://"+probeLn.Addr().String())
+	}
+	log.Info("shardcron node started", started...)
 
 	select {
 	case <-ctx.Done():
@@ -479,6 +519,11 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 	if err := eng.Close(); err != nil {
 		log.Warn("closing the engine", "err", err)
+	}
+	// The probes answer until the drain is over: a liveness probe sees the
+	// node alive, and /readyz not ready, while it hands over.
+	if probes != nil {
+		_ = probes.Shutdown(sctx)
 	}
 	log.Info("shardcron node stopped", "node", f.nodeID)
 	return nil
@@ -512,13 +557,15 @@ func splitList(s string) []string {
 	return out
 }
 
-func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, error) {
+// newEtcdClient connects to etcd with the TLS and auth flags, and returns
+// the TLS configuration it used (nil: plain) for explainEtcd.
+func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, *tls.Config, error) {
 	var tlsCfg *tls.Config
 	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
 		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
 		var err error
 		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("etcd TLS: %w", err)
+			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
 		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
@@ -531,9 +578,9 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		return nil, nil, explainEtcd(endpoints, tlsCfg, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
 	}
-	return cli, nil
+	return cli, tlsCfg, nil
 }
 
 // waitForEtcd retries until etcd answers, logging each failure, and gives

@@ -82,6 +82,16 @@ func (s *sink) gaps(prefix string, until time.Time) []string {
 	return out
 }
 
+// putEverySecond puts task id, every second to s, through the node at api
+// and waits for its first two fires.
+func (s *sink) putEverySecond(t *testing.T, api, id string) {
+	t.Helper()
+	putTaskHTTP(t, api, id, map[string]any{
+		"schedule": "* * * * * *", "executor": map[string]any{"type": "http", "url": s.URL},
+	})
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count(id + "@"); return n >= 2 })
+}
+
 func putTaskHTTP(t *testing.T, api, id string, task map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(task)
@@ -104,10 +114,7 @@ func TestServer_FiresSurvivesRestartAndStopsOnSIGTERM(t *testing.T) {
 	// misfire threshold far above it has every missed second caught up.
 	p := startServer(t, true, "--data-dir", dir, "--partitions", "16", "--misfire-threshold", "1m")
 	p.waitReady(t)
-	putTaskHTTP(t, p.API, "e2e-every-second", map[string]any{
-		"schedule": "* * * * * *", "executor": map[string]any{"type": "http", "url": s.URL},
-	})
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("e2e-every-second@"); return n >= 2 })
+	s.putEverySecond(t, p.API, "e2e-every-second")
 	if code := p.stop(); code != 0 {
 		t.Fatalf("SIGTERM: exit code %d, want 0\n%s", code, p.log())
 	}
@@ -436,5 +443,46 @@ func TestServer_ExecOffByDefault(t *testing.T) {
 	}
 	if _, err := os.Stat(mark); err == nil {
 		t.Error("the command ran on a node started without --allow-exec")
+	}
+}
+
+// TestServer_CorruptCacheIsRebuilt: a node whose Badger cache was damaged
+// while it was down sets the directory aside, says so in its log, reloads
+// its tasks from etcd and keeps firing.
+func TestServer_CorruptCacheIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	s := newSink(t)
+	args := []string{"--data-dir", dir, "--partitions", "16", "--misfire-threshold", "1m"}
+	p := startServer(t, true, args...)
+	p.waitReady(t)
+	s.putEverySecond(t, p.API, "corrupt-every-second")
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit code %d\n%s", code, p.log())
+	}
+	cache := filepath.Join(dir, "cache")
+	garbage := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 16)
+	if err := os.WriteFile(filepath.Join(cache, "MANIFEST"), garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.count("corrupt-every-second@")
+
+	p2 := startServer(t, true, args...)
+	p2.waitReady(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { n, _ := s.count("corrupt-every-second@"); return n >= before+2 })
+	log := p2.log()
+	for _, want := range []string{"the Badger cache is corrupt", `"dir":"` + cache + `"`,
+		`"moved_to":"` + cache + store.AsideSuffix + `"`, "execution history it held is lost", "lost_history_bytes"} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("log does not contain %s:\n%s", want, log)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(cache+store.AsideSuffix, "MANIFEST")); err != nil || !bytes.Equal(b, garbage) {
+		t.Fatalf("the corrupt directory was not kept aside: %v", err)
+	}
+	if code := p2.stop(); code != 0 {
+		t.Fatalf("second SIGTERM: exit code %d", code)
+	}
+	if _, dups := s.count("corrupt-every-second@"); dups > 0 {
+		t.Errorf("%d fires delivered twice across the rebuild", dups)
 	}
 }

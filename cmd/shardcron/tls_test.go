@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -106,7 +107,7 @@ func TestServer_MutualTLS(t *testing.T) {
 		writeFile(t, kf, keyPEM)
 		certFiles, keyFiles = append(certFiles, cf), append(keyFiles, kf)
 		nodes = append(nodes, startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16",
-			"--tls-cert", cf, "--tls-key", kf, "--tls-client-ca", caFile, "--tls-ca", caFile))
+			"--tls-cert", cf, "--tls-key", kf, "--tls-client-ca", caFile, "--tls-ca", caFile, "--probe-listen", "127.0.0.1:0"))
 	}
 	clientCert, clientKey := ca.issue(t, 99)
 	clientCertFile, clientKeyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
@@ -145,6 +146,36 @@ func TestServer_MutualTLS(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Error("plain HTTP was served")
 		}
+	}
+
+	// The probes' own listener answers without a certificate (kubelet,
+	// docker HEALTHCHECK), and serves nothing but the probes.
+	probes := a.started("probes")
+	if !strings.HasPrefix(probes, "http://127.0.0.1:") {
+		t.Fatalf("no probe listener in the start line: %q", probes)
+	}
+	for path, want := range map[string]string{"/readyz": `"status":"ready"`, "/healthz": "ok", "/metrics": "shardcron_build_info"} {
+		resp, err := http.Get(probes + path)
+		if err != nil {
+			t.Fatalf("GET %s on the probe listener: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s on the probe listener: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	if resp, err := http.Get(probes + "/v1/tasks"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "serves only GET /healthz, /readyz and /metrics") {
+			t.Errorf("GET /v1/tasks on the probe listener: %d %s", resp.StatusCode, body)
+		}
+	}
+	if out, stderr, code := runCLI(t, "", "ready", "--server", probes); code != 0 || out != "ready\n" {
+		t.Errorf("ready on the probe listener: exit %d, %q %q", code, out, stderr)
 	}
 
 	// The command line, with the CA and a client certificate, by flags or

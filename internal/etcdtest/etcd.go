@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -36,6 +37,16 @@ type Options struct {
 	// under which etcd refuses Put, Txn with writes and LeaseGrant but keeps
 	// serving reads, deletes and keep-alives.
 	QuotaBackendBytes int64
+	// ClientTLS, when set, has every member serve its clients over TLS
+	// with these files (ClientCertAuth: only clients with a certificate
+	// of TrustedCAFile are served); Endpoints are then https URLs, and
+	// Client and NewClient present the same certificate as clients.
+	ClientTLS *transport.TLSInfo
+	// RootPassword, when set, turns on etcd's authentication once the
+	// cluster runs: user "root" with this password holds the root role,
+	// and a request without valid credentials is refused. Client and
+	// NewClient log in as root.
+	RootPassword string
 }
 
 // Cluster is a running embedded etcd of one or more members.
@@ -48,7 +59,9 @@ type Cluster struct {
 	// Members are the cluster's members, in order.
 	Members []*Member
 
-	logger *zap.Logger
+	logger       *zap.Logger
+	tls          *transport.TLSInfo // Options.ClientTLS
+	rootPassword string             // Options.RootPassword
 }
 
 // Member is one embedded etcd server of a Cluster. It can be stopped and
@@ -63,6 +76,7 @@ type Member struct {
 	advPeer      url.URL // the advertised peer URL (port 0 for a single member)
 	initial      string  // the initial cluster string
 	quota        int64
+	tls          *transport.TLSInfo // serve clients over TLS; nil: plain
 
 	mu   sync.Mutex // guards etcd
 	etcd *embed.Etcd
@@ -88,7 +102,11 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	if n <= 0 {
 		n = 1
 	}
-	c := &Cluster{}
+	c := &Cluster{tls: o.ClientTLS}
+	scheme := "http"
+	if o.ClientTLS != nil {
+		scheme = "https"
+	}
 	// Port 0: the kernel picks a free port when etcd binds, so no port is
 	// ever reserved and released (which races with parallel test packages).
 	// The advertised URLs keep port 0; nothing dials them in a one-member
@@ -100,11 +118,11 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	var initial []string
 	for i := 0; i < n; i++ {
-		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes,
-			clientURL: loopback, peerURL: loopback, advPeer: loopback}
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes, tls: o.ClientTLS,
+			clientURL: url.URL{Scheme: scheme, Host: loopback.Host}, peerURL: loopback, advPeer: loopback}
 		m.logPath = filepath.Join(m.dir, "etcd.log")
 		if n > 1 {
-			m.clientURL = url.URL{Scheme: "http", Host: addrs[2*i]}
+			m.clientURL = url.URL{Scheme: scheme, Host: addrs[2*i]}
 			m.peerURL = url.URL{Scheme: "http", Host: addrs[2*i+1]}
 			m.advPeer = m.peerURL
 		}
@@ -145,7 +163,30 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	c.logger = c.Members[0].etcd.GetLogger()
 	c.Client = c.NewClient(t)
+	if o.RootPassword != "" {
+		c.enableAuth(t, o.RootPassword)
+	}
 	return c
+}
+
+// enableAuth adds user root with password and the root role, turns
+// authentication on, and replaces Client by one logged in as root.
+func (c *Cluster) enableAuth(t testing.TB, password string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := c.Client.UserAdd(ctx, "root", password); err != nil {
+		t.Fatalf("etcdtest: add user root: %v", err)
+	}
+	if _, err := c.Client.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatalf("etcdtest: grant root: %v", err)
+	}
+	if _, err := c.Client.AuthEnable(ctx); err != nil {
+		t.Fatalf("etcdtest: enable auth: %v", err)
+	}
+	_ = c.Client.Close()
+	c.rootPassword = password
+	c.Client = c.NewClient(t)
 }
 
 // freeAddrs returns k distinct loopback addresses with ports that were free
@@ -178,6 +219,9 @@ func (m *Member) start() error {
 	cfg.InitialCluster = m.initial
 	cfg.EnableGRPCGateway = false
 	cfg.QuotaBackendBytes = m.quota
+	if m.tls != nil {
+		cfg.ClientTLSInfo = *m.tls
+	}
 
 	// Tests need no durability: skip fsync. A 10 ms raft tick halves the
 	// start-up time (the single member elects itself within a few ticks); it
@@ -206,14 +250,19 @@ func (m *Member) start() error {
 	m.etcd = e
 	// Keep the bound ports, so that a restart listens where clients and
 	// proxies already point.
-	m.clientURL = url.URL{Scheme: "http", Host: e.Clients[0].Addr().String()}
+	m.clientURL = url.URL{Scheme: m.clientURL.Scheme, Host: e.Clients[0].Addr().String()}
 	m.peerURL = url.URL{Scheme: "http", Host: e.Peers[0].Addr().String()}
 	m.mu.Unlock()
 	return nil
 }
 
-// Endpoint is the member's client URL ("http://127.0.0.1:port").
-func (m *Member) Endpoint() string { return "http://" + m.Addr() }
+// Endpoint is the member's client URL ("http://127.0.0.1:port", https
+// when it serves TLS).
+func (m *Member) Endpoint() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clientURL.Scheme + "://" + m.clientURL.Host
+}
 
 // Addr is the member's client address ("127.0.0.1:port"), e.g. the target of
 // a Proxy. It stays the same across Stop and Restart.
@@ -308,11 +357,22 @@ func (c *Cluster) NewClient(t testing.TB, endpoints ...string) *clientv3.Client 
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      c.logger,
-	})
+	}
+	if c.tls != nil {
+		tc, err := c.tls.ClientConfig()
+		if err != nil {
+			t.Fatalf("etcdtest: client TLS: %v", err)
+		}
+		cfg.TLS = tc
+	}
+	if c.rootPassword != "" {
+		cfg.Username, cfg.Password = "root", c.rootPassword
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("etcdtest: new client: %v", err)
 	}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// explainEtcd adds to err, an etcd client's failure to reach endpoints,
+// what the operator can act on: a refused login names the flags to
+// check, and a connection that fails below gRPC (which only reports a
+// deadline) is tried once by hand to find the TLS error behind it. It
+// never adds a credential: the error texts it adds come from etcd and
+// crypto/tls.
+func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "authentication failed"):
+		return fmt.Errorf("%w (check --etcd-user and --etcd-password or --etcd-password-file)", err)
+	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "user name is empty"),
+		strings.Contains(msg, "invalid auth token"):
+		return fmt.Errorf("%w (etcd has authentication on: give --etcd-user and --etcd-password-file)", err)
+	}
+	if len(endpoints) == 0 {
+		return err
+	}
+	if perr := probeTLS(endpoints[0], tlsCfg); perr != nil {
+		return fmt.Errorf("%w; %w", err, perr)
+	}
+	return err
+}
+
+// errServesTLS is probeTLS's finding for a plain endpoint that speaks TLS.
+var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
+
+// probeTLS connects to endpoint as the etcd client would and returns what
+// the TLS layer says, with the flag to look at; nil when the transport
+// works (or the endpoint cannot be reached at all, which the caller's
+// error already says).
+func probeTLS(endpoint string, tlsCfg *tls.Config) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if u.Scheme != "https" {
+		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) // only to learn whether it speaks TLS
+		if tc.Handshake() == nil {
+			return errServesTLS
+		}
+		return nil
+	}
+	cfg := &tls.Config{}
+	if tlsCfg != nil {
+		cfg = tlsCfg.Clone()
+	}
+	cfg.ServerName, cfg.NextProtos = u.Hostname(), []string{"h2"}
+	tc := tls.Client(conn, cfg)
+	if err := tc.Handshake(); err != nil {
+		return tlsHint(err)
+	}
+	// With TLS 1.3 a server that refuses the client's certificate says so
+	// after the handshake: at the first read.
+	_ = tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	var b [1]byte
+	if _, err := tc.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
+		return tlsHint(err)
+	}
+	return nil
+}
+
+// tlsHint wraps a TLS error with the flags that fix it.
+func tlsHint(err error) error {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case strings.Contains(err.Error(), "remote error"):
+		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give --etcd-cert and --etcd-key, "+
+			"signed by a CA etcd trusts)", err)
+	case strings.Contains(err.Error(), "x509:"):
+		return fmt.Errorf("TLS: %w (--etcd-cacert must name the CA that signed etcd's certificate)", err)
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return nil // no answer: the caller's error says as much
+	}
+	return fmt.Errorf("TLS: %w", err)
+}

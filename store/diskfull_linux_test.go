@@ -1,0 +1,72 @@
+//go:build linux
+
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardcron/shardcron/internal/tmpfs"
+)
+
+// TestStore_RealDiskFull fills the filesystem of an open store (a small
+// tmpfs) to the last byte. Writes are then refused with ErrDiskFull and
+// counted, where Badger, writing its log through a sparse memory-mapped
+// file, would die of SIGBUS; once space is freed they succeed again.
+func TestStore_RealDiskFull(t *testing.T) {
+	fs := tmpfs.Mount(t, 64<<20)
+	cfg := DefaultConfig(filepath.Join(fs, "cache"))
+	cfg.MemTableSize = 4 << 20 // a log file of 8 MiB; 16 MiB kept free
+	s := openTest(t, cfg)
+	if err := s.Apply(0, 1, []KV{{ID: "a", Value: []byte("1")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(fs, "filler")
+	tmpfs.Fill(t, filler)
+
+	// About 40 MiB of records: five times the log file, which the kernel
+	// could not back.
+	long := strings.Repeat("x", 400)
+	const n = 100_000
+	for i := range n {
+		e := exec1(fmt.Sprintf("task-%d", i%1000), i, 1, StatusFailed)
+		e.Error = long
+		s.Record(e)
+		if i%10_000 == 9_999 {
+			if err := s.Flush(context.Background()); !errors.Is(err, ErrDiskFull) {
+				t.Fatalf("Flush on a full disk = %v, want ErrDiskFull", err)
+			}
+		}
+	}
+	if got := s.WriteFailed(); got != n {
+		t.Errorf("WriteFailed = %d, want %d", got, n)
+	}
+	err := s.Apply(0, 2, []KV{{ID: "b", Value: []byte("2")}}, nil)
+	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), fs) {
+		t.Fatalf("Apply on a full disk = %v, want ErrDiskFull naming the directory", err)
+	}
+	t.Logf("Apply: %v", err)
+	var ids []string
+	if rev, err := s.Partition(0, func(id string, _ []byte) error { ids = append(ids, id); return nil }); err != nil || rev != 1 || len(ids) != 1 {
+		t.Fatalf("partition 0 after the refused Apply: revision %d, tasks %v, %v; want 1 and [a]", rev, ids, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		s.Record(exec1("after", i, 1, StatusOK))
+	}
+	flush(t, s)
+	if got := history(t, s, "after", 0); len(got) != 5 {
+		t.Fatalf("%d records written once space was freed, want 5", len(got))
+	}
+	if err := s.Apply(0, 2, []KV{{ID: "b", Value: []byte("2")}}, nil); err != nil {
+		t.Fatalf("Apply once space was freed: %v", err)
+	}
+}
