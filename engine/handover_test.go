@@ -682,8 +682,11 @@ func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
 	if _, err := c.Client.Put(ctx, k.checkpoint(99), string(released)); err != nil {
 		t.Fatal(err)
 	}
-	n.e.collectWatermarks(ctx)
-	if resp, _ := c.Client.Get(ctx, wm); len(resp.Kvs) != 0 {
-		t.Fatal("a watermark nobody needs was kept")
-	}
+	// A collection gives up when any checkpoint changed while it ran (the
+	// node names its own sessions meanwhile): one of a few goes through.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.collectWatermarks(ctx)
+		resp, err := c.Client.Get(ctx, wm)
+		return err == nil && len(resp.Kvs) == 0
+	})
 }
