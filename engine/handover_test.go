@@ -195,14 +195,69 @@ func TestLoop_DispatchPointStaysBeforeFiresArmedInThePast(t *testing.T) {
 	}
 }
 
-// faultKV fails the etcd requests a test chooses, on one node's client.
+// faultKV fails, slows or holds the etcd requests a test chooses, on one
+// node's client, at any time.
 type faultKV struct {
 	clientv3.KV
-	failRelease atomic.Bool  // transactions that write a released checkpoint
-	failDelete  atomic.Bool  // deletes of trigger keys
-	slowRead    atomic.Int64 // ns added to reads of tasks
-	afterGet    atomic.Pointer[func(key string)]
+	put      atomic.Pointer[func(key, value string) bool] // transactions with a Put that matches fail
+	del      atomic.Pointer[func(key string) bool]        // Deletes of keys that match fail
+	pause    atomic.Pointer[pausing]
+	slowRead atomic.Int64 // ns added to reads of tasks
+	afterGet atomic.Pointer[func(key string)]
 }
+
+// pausing holds the commit of the next transaction with a Put that
+// matches: it says so on reached, and commits once until is closed.
+type pausing struct {
+	match   func(key, value string) bool
+	reached chan struct{}
+	until   <-chan struct{}
+}
+
+var errInjected = errors.New("injected etcd failure")
+
+// injectFaults puts a faultKV in front of cli's KV.
+func injectFaults(cli *clientv3.Client) *faultKV {
+	f := &faultKV{KV: cli.KV}
+	cli.KV = f
+	return f
+}
+
+// puts fails from now on the transactions with a Put that matches; nil
+// fails none.
+func (f *faultKV) puts(match func(key, value string) bool) {
+	if match == nil {
+		f.put.Store(nil)
+	} else {
+		f.put.Store(&match)
+	}
+}
+
+// deletes fails from now on the Deletes of keys that match; nil fails
+// none.
+func (f *faultKV) deletes(match func(key string) bool) {
+	if match == nil {
+		f.del.Store(nil)
+	} else {
+		f.del.Store(&match)
+	}
+}
+
+// pauses holds the commit of the next transaction with a Put that matches
+// until until is closed; the channel it returns is closed when one is
+// held.
+func (f *faultKV) pauses(match func(key, value string) bool, until <-chan struct{}) <-chan struct{} {
+	p := &pausing{match: match, reached: make(chan struct{}), until: until}
+	f.pause.Store(p)
+	return p.reached
+}
+
+// releasedCheckpoints matches the writes of a released checkpoint;
+// triggerKeys the keys of triggers.
+func releasedCheckpoints(key, value string) bool {
+	return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"released":true`)
+}
+func triggerKeys(key string) bool { return strings.Contains(key, "/triggers/") }
 
 func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if d := time.Duration(f.slowRead.Load()); d > 0 && strings.Contains(key, "/tasks/") {
@@ -217,17 +272,8 @@ func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 	return resp, err
 }
 
-var errInjected = errors.New("injected etcd failure")
-
-// injectFaults puts a faultKV in front of cli's KV.
-func injectFaults(cli *clientv3.Client) *faultKV {
-	f := &faultKV{KV: cli.KV}
-	cli.KV = f
-	return f
-}
-
 func (f *faultKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if f.failDelete.Load() && strings.Contains(key, "/triggers/") {
+	if m := f.del.Load(); m != nil && (*m)(key) {
 		return nil, errInjected
 	}
 	return f.KV.Delete(ctx, key, opts...)
@@ -239,8 +285,9 @@ func (f *faultKV) Txn(ctx context.Context) clientv3.Txn {
 
 type faultTxn struct {
 	clientv3.Txn
-	f    *faultKV
-	fail bool
+	f     *faultKV
+	fail  bool
+	pause *pausing
 }
 
 func (t *faultTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
@@ -251,9 +298,15 @@ func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 
 func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	for _, op := range ops {
-		if op.IsPut() && strings.Contains(string(op.KeyBytes()), "/checkpoints/") &&
-			strings.Contains(string(op.ValueBytes()), `"released":true`) && t.f.failRelease.Load() {
+		if !op.IsPut() {
+			continue
+		}
+		key, value := string(op.KeyBytes()), string(op.ValueBytes())
+		if m := t.f.put.Load(); m != nil && (*m)(key, value) {
 			t.fail = true
+		}
+		if p := t.f.pause.Load(); p != nil && p.match(key, value) && t.f.pause.CompareAndSwap(p, nil) {
+			t.pause = p
 		}
 	}
 	t.Txn = t.Txn.Then(ops...)
@@ -263,6 +316,10 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.fail {
 		return nil, errInjected
+	}
+	if t.pause != nil {
+		close(t.pause.reached)
+		<-t.pause.until
 	}
 	return t.Txn.Commit()
 }
@@ -328,15 +385,15 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 			}
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(tasks[0])) >= 2 })
 
-			faults.failRelease.Store(true)
+			faults.puts(releasedCheckpoints)
 			sessA := a.e.sess.Load()
 			b := startNodeOn(t, c.Client, "", log.handler, cfg("node-b"), noWait)
 			if tc.refuse > 0 {
 				time.Sleep(tc.refuse)
-				faults.failRelease.Store(false)
+				faults.puts(nil)
 			} else {
 				etcdtest.WaitFor(t, 20*time.Second, func() bool { return sessA.Fenced() })
-				faults.failRelease.Store(false)
+				faults.puts(nil)
 			}
 			etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Ready() && a.e.Ready() })
 			until := time.Now().Truncate(time.Second).Add(2 * time.Second)
@@ -414,13 +471,13 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 	faults := injectFaults(cliA)
 	a := startNodeOn(t, cliA, "", log.handler, func(c *Config) { c.Partitions = 4 })
 	putTask(t, a.e.Registry(), handlerTask("once", "0 0 1 1 *"))
-	faults.failDelete.Store(true)
+	faults.deletes(triggerKeys)
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
 	time.Sleep(300 * time.Millisecond) // a few failed deletes
-	faults.failDelete.Store(false)
+	faults.deletes(nil)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		r, err := a.e.Registry().PendingTriggers(context.Background())
 		return err == nil && len(r.Kvs) == 0

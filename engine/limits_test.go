@@ -7,11 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/ring"
@@ -189,98 +186,6 @@ func quietNode(cfg *Config) {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// refusingKV refuses the requests a test chooses on one node's client, at
-// any time: transactions with a Put for which refuse returns true, and
-// Deletes of the keys it returns true for.
-type refusingKV struct {
-	clientv3.KV
-	put   atomic.Pointer[func(key, value string) bool]
-	del   atomic.Pointer[func(key string) bool]
-	pause atomic.Pointer[pausing]
-}
-
-// pausing holds the commit of the next transaction with a Put that
-// matches: it says so on reached, and commits once until is closed.
-type pausing struct {
-	match   func(key, value string) bool
-	reached chan struct{}
-	until   <-chan struct{}
-}
-
-// refuseOn puts a refusingKV in front of cli's KV.
-func refuseOn(cli *clientv3.Client) *refusingKV {
-	r := &refusingKV{KV: cli.KV}
-	cli.KV = r
-	return r
-}
-
-// puts refuses from now on the transactions with a Put that match.
-func (r *refusingKV) puts(match func(key, value string) bool) { r.put.Store(&match) }
-
-// pauses holds the commit of the next transaction with a Put that matches
-// until until is closed; the channel it returns is closed when one is
-// held.
-func (r *refusingKV) pauses(match func(key, value string) bool, until <-chan struct{}) <-chan struct{} {
-	p := &pausing{match: match, reached: make(chan struct{}), until: until}
-	r.pause.Store(p)
-	return p.reached
-}
-
-// deletes refuses from now on the Deletes of keys that match.
-func (r *refusingKV) deletes(match func(key string) bool) { r.del.Store(&match) }
-
-func (r *refusingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if m := r.del.Load(); m != nil && (*m)(key) {
-		return nil, errInjected
-	}
-	return r.KV.Delete(ctx, key, opts...)
-}
-
-func (r *refusingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &refusingTxn{Txn: r.KV.Txn(ctx), r: r}
-}
-
-type refusingTxn struct {
-	clientv3.Txn
-	r     *refusingKV
-	fail  bool
-	pause *pausing
-}
-
-func (t *refusingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *refusingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if !op.IsPut() {
-			continue
-		}
-		key, value := string(op.KeyBytes()), string(op.ValueBytes())
-		if m := t.r.put.Load(); m != nil && (*m)(key, value) {
-			t.fail = true
-		}
-		if p := t.r.pause.Load(); p != nil && p.match(key, value) && t.r.pause.CompareAndSwap(p, nil) {
-			t.pause = p
-		}
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.fail {
-		return nil, errInjected
-	}
-	if t.pause != nil {
-		close(t.pause.reached)
-		<-t.pause.until
-	}
-	return t.Txn.Commit()
-}
-
 // watermarkWrites matches the node watermark's writes.
 func watermarkWrites(key, _ string) bool { return strings.Contains(key, "/watermarks/") }
 
@@ -437,7 +342,7 @@ func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
 
 	proxy := c.NewProxy(t)
 	cliB := c.NewClient(t, proxy.Endpoint())
-	refuseOn(cliB).puts(func(key, value string) bool {
+	injectFaults(cliB).puts(func(key, value string) bool {
 		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"session":`)
 	})
 	b := startNodeOn(t, cliB, "", log.handler(nil), func(cfg *Config) { node("node-b")(cfg); quietNode(cfg) })
@@ -538,7 +443,7 @@ func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfi
 	t.Helper()
 	proxy := c.NewProxy(t)
 	cli := c.NewClient(t, proxy.Endpoint())
-	faults := refuseOn(cli)
+	faults := injectFaults(cli)
 	a := startNodeOn(t, cli, "", log.handler(nil), limitsNode(clock, misfire, "node-a", quietNode))
 	putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
 	waitNext(t, a, id, limitsAt(1))
@@ -628,7 +533,7 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 	log := &callLog{}
 	proxy := c.NewProxy(t)
 	cliA := c.NewClient(t, proxy.Endpoint())
-	refuseOn(cliA).deletes(func(key string) bool { return strings.Contains(key, "/triggers/") })
+	injectFaults(cliA).deletes(triggerKeys)
 	a := startNodeOn(t, cliA, "", log.handler(nil), func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = limitsParts; quietNode(cfg) })
 	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
@@ -739,7 +644,7 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 
 	cliB := c.NewClient(t)
 	go_ := make(chan struct{})
-	held := refuseOn(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
 		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
 	}, go_)
 	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
