@@ -45,48 +45,13 @@ func BenchmarkFirePath(b *testing.B) {
 }
 
 func benchFirePath(b *testing.B, n int) {
-	clock := &shiftedClock{}
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock.setNow(base.Add(-time.Second / 2))
-	cfg := DefaultConfig("bench").withDefaults()
-	cfg.Clock = clock
-	start := clock.Now().UnixNano()
-
-	st := &stats{}
-	notFenced := func() bool { return false }
-	var acked atomic.Int64
-	acked.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in this benchmark
-	p := newPool(cfg, nil, st, notFenced, start)
-	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, &acked, make(chan struct{}, 1), start)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l, p, clock, base := newBenchLoop(b)
+	st := l.stats
 	// The queue and batch buffers are per node, not per task.
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-
-	prof := &profile{key: "noop", exec: executor.Noop, noop: true, timeout: time.Minute, maxAttempts: 1,
-		misfire: task.MisfireFireOnce, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
-	defs := make([]taskDef, 0, loadChunk)
-	load := func() {
-		l.handle(&loadCmd{part: 0, resume: base.UnixNano() - 1, defs: defs, first: true, done: make(chan struct{})})
-		defs = defs[:0]
-	}
-	for i := range n {
-		id := fmt.Sprintf("bench/%010d", i) // 16 bytes
-		h, err := l.scheds.Intern("* * * * * *", "UTC", id)
-		if err != nil {
-			b.Fatal(err)
-		}
-		hash := xxhash.Sum64String(id)
-		defs = append(defs, taskDef{id: id, hash: hash, part: 0, sched: h, prof: prof})
-		if len(defs) == cap(defs) {
-			load()
-		}
-	}
-	load()
-	defs = nil
+	loadNoopTasks(b, l, n, base, func(int) bool { return false })
 
 	runtime.GC()
 	var loaded runtime.MemStats
@@ -134,4 +99,49 @@ func benchFirePath(b *testing.B, n int) {
 	b.ReportMetric(float64(mallocs)/float64(b.N*n), "allocs/fire")
 	b.ReportMetric(float64(loaded.HeapAlloc-before.HeapAlloc)/float64(n), "B/task")
 	b.ReportMetric(float64(gcTime.Microseconds())/1000, "gc-ms")
+}
+
+// newBenchLoop builds a dispatch loop and its pool on a fake clock, half a
+// second before base, with no etcd and no lead limit.
+func newBenchLoop(b *testing.B) (*loop, *pool, *shiftedClock, time.Time) {
+	clock := &shiftedClock{}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock.setNow(base.Add(-time.Second / 2))
+	cfg := DefaultConfig("bench").withDefaults()
+	cfg.Clock = clock
+	start := clock.Now().UnixNano()
+	st := &stats{}
+	notFenced := func() bool { return false }
+	acked := new(atomic.Int64)
+	acked.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in these benchmarks
+	p := newPool(cfg, nil, st, notFenced, start)
+	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, acked, make(chan struct{}, 1), start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, p, clock, base
+}
+
+// loadNoopTasks loads n every-second noop tasks bench/0000000000... into
+// partition 0, resuming at base; paused(i) pauses task i.
+func loadNoopTasks(b *testing.B, l *loop, n int, base time.Time, paused func(i int) bool) {
+	prof := &profile{key: "noop", exec: executor.Noop, noop: true, timeout: time.Minute, maxAttempts: 1,
+		misfire: task.MisfireFireOnce, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
+	defs := make([]taskDef, 0, loadChunk)
+	load := func() {
+		l.handle(&loadCmd{part: 0, resume: base.UnixNano() - 1, defs: defs, first: true, done: make(chan struct{})})
+		defs = defs[:0]
+	}
+	for i := range n {
+		id := fmt.Sprintf("bench/%010d", i) // 16 bytes
+		h, err := l.scheds.Intern("* * * * * *", "UTC", id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof, paused: paused(i)})
+		if len(defs) == cap(defs) {
+			load()
+		}
+	}
+	load()
 }
