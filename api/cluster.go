@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -153,6 +154,31 @@ func (s *Server) eachPeer(ctx context.Context, ms []membership.Member, fn func(c
 		})
 	}
 	wg.Wait()
+}
+
+// askPeers asks every other member with ask, at once, and returns their
+// answers and why the others are missing, sorted. A failure is logged as
+// "did not <what>"; without the member list only this node answers.
+func askPeers[T any](s *Server, ctx context.Context, what string, ask func(context.Context, *Client) (T, error), attrs ...any) (answers []T, missing []string) {
+	ms, err := s.memberList(ctx)
+	if err != nil {
+		s.log.Warn("api: listing members failed; answering with this node's part only", append(attrs, "err", err)...)
+		missing = append(missing, "the member list could not be read: "+err.Error())
+	}
+	var mu sync.Mutex // guards answers and missing
+	s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *Client) {
+		a, err := ask(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			s.log.Warn("api: a node did not "+what+"; answering without it", append(attrs, "node", m.ID, "err", err)...)
+			missing = append(missing, m.ID+": "+err.Error())
+			return
+		}
+		answers = append(answers, a)
+	})
+	slices.Sort(missing)
+	return answers, missing
 }
 
 // peerReports asks every other member for its /v1/nodes/self. It returns

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/shardcron/shardcron/engine"
-	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
@@ -106,37 +105,25 @@ func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 // (mergeStatus). missing says which nodes did not answer, and which
 // partitions no node held throughout its scan.
 func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches []engine.TaskMatch, bound string, more bool, missing []string, err error) {
-	var (
-		mu      sync.Mutex // guards answers and missing
-		answers []statusAnswer
-	)
-	ms, merr := s.memberList(ctx)
-	if merr != nil {
-		s.log.Warn("api: listing members failed; answering with this node's tasks only", "err", merr)
-		missing = append(missing, "the member list could not be read: "+merr.Error())
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *Client) {
+	var answers []statusAnswer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		answers, missing = askPeers(s, ctx, "list its tasks by status", func(ctx context.Context, c *Client) (statusAnswer, error) {
 			a, err := c.localStatus(ctx, q)
-			mu.Lock()
-			defer mu.Unlock()
 			if err != nil {
-				s.log.Warn("api: a node did not list its tasks by status; answering without it", "node", m.ID, "err", err)
-				missing = append(missing, m.ID+": "+err.Error())
-				return
+				return statusAnswer{}, err
 			}
-			answers = append(answers, *a)
+			return *a, nil
 		})
-	})
+	}()
 	own, err := s.queryHeld(ctx, q)
-	wg.Wait()
+	<-done
 	if err != nil {
 		return nil, "", false, nil, err
 	}
 	answers = append(answers, own)
 	matches, bound, more = mergeStatus(answers)
-	slices.Sort(missing)
 	if ps := uncovered(answers, s.reg.Partitions()); len(ps) > 0 {
 		missing = append(missing, fmt.Sprintf("partitions %v were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing", ps))
 	}
@@ -377,25 +364,9 @@ func (s *Server) failures(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(local)})
 		return
 	}
-	lists := [][]store.Execution{local}
-	var partial []string
-	ms, err := s.memberList(r.Context())
-	if err != nil {
-		s.log.Warn("api: listing members failed; answering with this node's failures only", "err", err)
-		partial = append(partial, "the member list could not be read: "+err.Error())
-	}
-	var mu sync.Mutex // guards lists and partial
-	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
-		recs, err := c.localFailures(ctx, limit)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			s.log.Warn("api: a node did not give its failures; answering without it", "node", m.ID, "err", err)
-			partial = append(partial, m.ID+": "+err.Error())
-			return
-		}
-		lists = append(lists, recs)
+	lists, partial := askPeers(s, r.Context(), "give its failures", func(ctx context.Context, c *Client) ([]store.Execution, error) {
+		return c.localFailures(ctx, limit)
 	})
-	slices.Sort(partial)
+	lists = append(lists, local)
 	writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(mergeHistory(lists, limit)), Partial: partial})
 }

@@ -5,9 +5,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"sync"
 
-	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/store"
 )
 
@@ -35,22 +33,10 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(local)})
 		return
 	}
-	lists := [][]store.Execution{local}
-	ms, err := s.memberList(r.Context())
-	if err != nil {
-		s.log.Warn("api: listing members failed; answering with this node's history only", "task", id, "err", err)
-	}
-	var mu sync.Mutex // guards lists
-	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
-		recs, err := c.localHistory(ctx, id, limit)
-		if err != nil {
-			s.log.Warn("api: a node did not give its history; answering without it", "task", id, "node", m.ID, "err", err)
-			return
-		}
-		mu.Lock()
-		lists = append(lists, recs)
-		mu.Unlock()
-	})
+	lists, _ := askPeers(s, r.Context(), "give its history", func(ctx context.Context, c *Client) ([]store.Execution, error) {
+		return c.localHistory(ctx, id, limit)
+	}, "task", id)
+	lists = append(lists, local)
 	writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(mergeHistory(lists, limit))})
 }
 
