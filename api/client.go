@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
-
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -400,7 +398,7 @@ func errorMessage(b []byte) string {
 
 // localStatus asks the node for the tasks it owns with a status
 // (GET /v1/tasks:status).
-func (c *Client) localStatus(ctx context.Context, q engine.StatusQuery) (*statusAnswer, error) {
+func (c *Client) localStatus(ctx context.Context, q task.StatusQuery) (*statusAnswer, error) {
 	v := url.Values{"status": {string(q.Status)}, "limit": {strconv.Itoa(q.Limit)}}
 	if q.Prefix != "" {
 		v.Set("prefix", q.Prefix)

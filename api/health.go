@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
@@ -28,8 +27,8 @@ const (
 // statusAnswer is a node's answer to GET /v1/tasks:status: the first
 // tasks it owns with a status, in id order, and whether more follow.
 type statusAnswer struct {
-	Tasks []engine.TaskMatch `json:"tasks"`
-	More  bool               `json:"more"`
+	Tasks []task.Match `json:"tasks"`
+	More  bool         `json:"more"`
 	// Held are the partitions the node owned from before its scan to
 	// after it: all of their tasks were looked at.
 	Held []int `json:"held"`
@@ -37,7 +36,7 @@ type statusAnswer struct {
 
 // queryHeld runs the engine's Query and says which partitions the node
 // owned throughout it.
-func (s *Server) queryHeld(ctx context.Context, q engine.StatusQuery) (statusAnswer, error) {
+func (s *Server) queryHeld(ctx context.Context, q task.StatusQuery) (statusAnswer, error) {
 	before := make([]bool, s.reg.Partitions())
 	for p := range before {
 		before[p] = s.e.Owns(p)
@@ -47,7 +46,7 @@ func (s *Server) queryHeld(ctx context.Context, q engine.StatusQuery) (statusAns
 		return statusAnswer{}, err
 	}
 	if ms == nil {
-		ms = []engine.TaskMatch{}
+		ms = []task.Match{}
 	}
 	a := statusAnswer{Tasks: ms, More: more, Held: []int{}}
 	for p, was := range before {
@@ -83,7 +82,7 @@ func uncovered(answers []statusAnswer, partitions int) []int {
 // (extension, node to node): the tasks this node owns with a status.
 func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	st, err := engine.ParseStatus(q.Get("status"))
+	st, err := task.ParseStatus(q.Get("status"))
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
@@ -93,7 +92,7 @@ func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	a, err := s.queryHeld(r.Context(), engine.StatusQuery{Status: st, Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit})
+	a, err := s.queryHeld(r.Context(), task.StatusQuery{Status: st, Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit})
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
@@ -104,7 +103,7 @@ func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 // statusRound asks every node for its first matches of q and merges them
 // (mergeStatus). missing says which nodes did not answer, and which
 // partitions no node held throughout its scan.
-func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches []engine.TaskMatch, bound string, more bool, missing []string, err error) {
+func (s *Server) statusRound(ctx context.Context, q task.StatusQuery) (matches []task.Match, bound string, more bool, missing []string, err error) {
 	var answers []statusAnswer
 	done := make(chan struct{})
 	go func() {
@@ -134,7 +133,7 @@ func (s *Server) statusRound(ctx context.Context, q engine.StatusQuery) (matches
 // once, up to bound when a node has more (past that node's last id
 // another of its matches could come before the next ones of the others);
 // more tells whether any node has more.
-func mergeStatus(answers []statusAnswer) (matches []engine.TaskMatch, bound string, more bool) {
+func mergeStatus(answers []statusAnswer) (matches []task.Match, bound string, more bool) {
 	for _, a := range answers {
 		matches = append(matches, a.Tasks...)
 		if a.More && len(a.Tasks) > 0 {
@@ -144,12 +143,12 @@ func mergeStatus(answers []statusAnswer) (matches []engine.TaskMatch, bound stri
 			more = true
 		}
 	}
-	slices.SortStableFunc(matches, func(a, b engine.TaskMatch) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(matches, func(a, b task.Match) int { return strings.Compare(a.ID, b.ID) })
 	// A task seen by two nodes (one releasing its partition, one taking
 	// it) is listed once.
-	matches = slices.CompactFunc(matches, func(a, b engine.TaskMatch) bool { return a.ID == b.ID })
+	matches = slices.CompactFunc(matches, func(a, b task.Match) bool { return a.ID == b.ID })
 	if more {
-		end, _ := slices.BinarySearchFunc(matches, bound, func(m engine.TaskMatch, id string) int { return strings.Compare(m.ID, id) })
+		end, _ := slices.BinarySearchFunc(matches, bound, func(m task.Match, id string) int { return strings.Compare(m.ID, id) })
 		matches = matches[:min(end+1, len(matches))]
 	}
 	return matches, bound, more
@@ -162,7 +161,7 @@ func mergeStatus(answers []statusAnswer) (matches []engine.TaskMatch, bound stri
 // is known (then the cursor is the page's last id), or no match remains.
 // Every task carries its state. A node that does not answer makes the
 // answer partial, which "partial" says.
-func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts registry.ListOptions, st engine.TaskStatus) {
+func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts registry.ListOptions, st task.Status) {
 	ctx := r.Context()
 	if err := registry.CheckCursor(opts.Cursor); err != nil {
 		s.fail(w, r, "", err)
@@ -178,7 +177,7 @@ func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts regis
 	k := opts.Limit + 1
 	err := func() error {
 		for ; ; k = min(2*k, registry.MaxListLimit+1) {
-			q := engine.StatusQuery{Status: st, Prefix: opts.Prefix, After: after, Limit: k}
+			q := task.StatusQuery{Status: st, Prefix: opts.Prefix, After: after, Limit: k}
 			ms, bound, more, missing, err := s.statusRound(ctx, q)
 			if err != nil {
 				return err

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
@@ -243,9 +242,9 @@ func TestServer_FleetHealth(t *testing.T) {
 
 func TestMergeStatus(t *testing.T) {
 	ans := func(more bool, ids ...string) statusAnswer {
-		a := statusAnswer{More: more, Tasks: []engine.TaskMatch{}}
+		a := statusAnswer{More: more, Tasks: []task.Match{}}
 		for _, id := range ids {
-			a.Tasks = append(a.Tasks, engine.TaskMatch{ID: id})
+			a.Tasks = append(a.Tasks, task.Match{ID: id})
 		}
 		return a
 	}

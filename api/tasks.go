@@ -12,7 +12,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -266,7 +265,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	if q.Has("status") {
-		st, err := engine.ParseStatus(q.Get("status"))
+		st, err := task.ParseStatus(q.Get("status"))
 		if err != nil {
 			s.fail(w, r, "", err)
 			return

@@ -22,34 +22,6 @@ import (
 // failStreak); a task that has failed since its owner took it costs an
 // entry of loop.health as well.
 
-// TaskStatus is a status filter of Engine.Query and GET /v1/tasks?status=.
-type TaskStatus string
-
-// The status filters.
-const (
-	// StatusFailing: the task's last fire failed after its last attempt
-	// (consecutive_failures > 0).
-	StatusFailing TaskStatus = "failing"
-	// StatusPaused: the task is paused.
-	StatusPaused TaskStatus = "paused"
-	// StatusStale: the task is not paused and no fire of it succeeded
-	// within two of its schedule's intervals: the second scheduled time
-	// after its last success has passed. Before a first success on its
-	// owner, the clock starts when the owner took the task (or when it was
-	// created, resumed or rescheduled), so a hand-over or a resume never
-	// makes a task stale at once.
-	StatusStale TaskStatus = "stale"
-)
-
-// ParseStatus reads a status filter; a bad one is a *ValidationError.
-func ParseStatus(s string) (TaskStatus, error) {
-	switch st := TaskStatus(s); st {
-	case StatusFailing, StatusPaused, StatusStale:
-		return st, nil
-	}
-	return "", &task.ValidationError{Field: "status", Reason: fmt.Sprintf("want failing, paused or stale, got %q", s)}
-}
-
 // maxErrorLen bounds the last error kept per task: a failing fleet must
 // not hold megabytes of response bodies.
 const maxErrorLen = 512
@@ -114,7 +86,7 @@ func truncateError(s string) string {
 }
 
 // stale reports whether record r is stale at now (unix ns): see
-// StatusStale. Called only from the dispatch loop.
+// task.StatusStale. Called only from the dispatch loop.
 func (l *loop) stale(r *record, now int64) bool {
 	if r.flags&flagPaused != 0 || r.okAt == 0 {
 		return false
@@ -169,30 +141,16 @@ func (l *loop) stateOf(i uint32, r *record, now int64) *task.State {
 
 // has reports whether record r has status st at now. Called only from the
 // dispatch loop.
-func (l *loop) has(r *record, st TaskStatus, now int64) bool {
+func (l *loop) has(r *record, st task.Status, now int64) bool {
 	switch st {
-	case StatusFailing:
+	case task.StatusFailing:
 		return r.failStreak > 0
-	case StatusPaused:
+	case task.StatusPaused:
 		return r.flags&flagPaused != 0
-	case StatusStale:
+	case task.StatusStale:
 		return l.stale(r, now)
 	}
 	return false
-}
-
-// StatusQuery selects tasks this node owns by status.
-type StatusQuery struct {
-	Status TaskStatus
-	Prefix string // only ids with this prefix
-	After  string // only ids after this one ("": from the first)
-	Limit  int    // at most this many, 1 to MaxListLimit+1
-}
-
-// TaskMatch is a task a StatusQuery selected, with its state.
-type TaskMatch struct {
-	ID    string      `json:"id"`
-	State *task.State `json:"state"`
 }
 
 // queryChunk is how many records one queryCmd looks at: the dispatch loop
@@ -200,9 +158,9 @@ type TaskMatch struct {
 // them by a chunk's time, not the scan's.
 const queryChunk = 1 << 15
 
-// queryCmd scans records [from, from+queryChunk) for a StatusQuery.
+// queryCmd scans records [from, from+queryChunk) for a task.StatusQuery.
 type queryCmd struct {
-	q     StatusQuery
+	q     task.StatusQuery
 	from  uint32
 	reply chan queryAnswer
 }
@@ -211,7 +169,7 @@ type queryCmd struct {
 // (one more tells whether more follow),
 // in id order; next is the record to go on from, or nilRec at the end.
 type queryAnswer struct {
-	matches []TaskMatch
+	matches []task.Match
 	next    uint32
 }
 
@@ -222,7 +180,7 @@ func (l *loop) query(c *queryCmd) queryAnswer {
 	now := l.cfg.Clock.Now().UnixNano()
 	total := uint32(len(l.tab.pages) * recPageSize)
 	end := min(total, c.from+queryChunk)
-	var out []TaskMatch
+	var out []task.Match
 	for i := c.from; i < end; i++ {
 		r := l.tab.rec(i)
 		if r.flags&flagLive == 0 || !l.has(r, c.q.Status, now) {
@@ -232,7 +190,7 @@ func (l *loop) query(c *queryCmd) queryAnswer {
 		if !strings.HasPrefix(id, c.q.Prefix) || id <= c.q.After {
 			continue
 		}
-		out = append(out, TaskMatch{ID: id, State: l.stateOf(i, r, now)})
+		out = append(out, task.Match{ID: id, State: l.stateOf(i, r, now)})
 		if len(out) >= 4*(c.q.Limit+1) {
 			out = smallest(out, c.q.Limit+1)
 		}
@@ -245,8 +203,8 @@ func (l *loop) query(c *queryCmd) queryAnswer {
 }
 
 // smallest keeps the n matches of smallest id, in id order.
-func smallest(ms []TaskMatch, n int) []TaskMatch {
-	slices.SortFunc(ms, func(a, b TaskMatch) int { return strings.Compare(a.ID, b.ID) })
+func smallest(ms []task.Match, n int) []task.Match {
+	slices.SortFunc(ms, func(a, b task.Match) int { return strings.Compare(a.ID, b.ID) })
 	if len(ms) > n {
 		clear(ms[n:])
 		ms = ms[:n]
@@ -259,14 +217,14 @@ func smallest(ms []TaskMatch, n int) []TaskMatch {
 // states, and whether more follow. The dispatch loop scans its records in
 // chunks and serves fires between them, so the answer is not one instant's:
 // a task that changes status during the scan may be missed or included.
-func (e *Engine) Query(ctx context.Context, q StatusQuery) (matches []TaskMatch, more bool, err error) {
-	if _, err := ParseStatus(string(q.Status)); err != nil {
+func (e *Engine) Query(ctx context.Context, q task.StatusQuery) (matches []task.Match, more bool, err error) {
+	if _, err := task.ParseStatus(string(q.Status)); err != nil {
 		return nil, false, err
 	}
 	if q.Limit < 1 || q.Limit > registry.MaxListLimit+1 {
 		return nil, false, &task.ValidationError{Field: "limit", Reason: fmt.Sprintf("want 1 to %d, got %d", registry.MaxListLimit+1, q.Limit)}
 	}
-	var all []TaskMatch
+	var all []task.Match
 	for from := uint32(0); from != nilRec; {
 		c := &queryCmd{q: q, from: from, reply: make(chan queryAnswer, 1)}
 		a, err := request(ctx, e, c, c.reply)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // BenchmarkQuery measures Engine.Query on a node holding n every-second
@@ -17,13 +18,13 @@ import (
 // ms/query and the matches found.
 func BenchmarkQuery(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
-		for _, st := range []TaskStatus{StatusFailing, StatusPaused, StatusStale} {
+		for _, st := range []task.Status{task.StatusFailing, task.StatusPaused, task.StatusStale} {
 			b.Run(fmt.Sprintf("tasks=%d/status=%s", n, st), func(b *testing.B) { benchQuery(b, n, st) })
 		}
 	}
 }
 
-func benchQuery(b *testing.B, n int, st TaskStatus) {
+func benchQuery(b *testing.B, n int, st task.Status) {
 	l, p, clock, base := newBenchLoop(b)
 	loadNoopTasks(b, l, n, base, func(i int) bool { return i%100 == 1 })
 	for i := 0; i < n; i += 100 { // one in a hundred failing, and stale
@@ -45,7 +46,7 @@ func benchQuery(b *testing.B, n int, st TaskStatus) {
 	var found int
 	b.ResetTimer()
 	for range b.N {
-		ms, _, err := e.Query(ctx, StatusQuery{Status: st, Limit: registry.DefaultListLimit})
+		ms, _, err := e.Query(ctx, task.StatusQuery{Status: st, Limit: registry.DefaultListLimit})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -55,11 +55,11 @@ func TestEngine_Health(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(n, "paused/1") })
 
-	query := func(st TaskStatus, prefix, after string, limit int) ([]string, bool) {
+	query := func(st task.Status, prefix, after string, limit int) ([]string, bool) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ms, more, err := n.e.Query(ctx, StatusQuery{Status: st, Prefix: prefix, After: after, Limit: limit})
+		ms, more, err := n.e.Query(ctx, task.StatusQuery{Status: st, Prefix: prefix, After: after, Limit: limit})
 		if err != nil {
 			t.Fatalf("query %s: %v", st, err)
 		}
@@ -72,7 +72,7 @@ func TestEngine_Health(t *testing.T) {
 		}
 		return got, more
 	}
-	expect := func(st TaskStatus, prefix, after string, limit int, want []string, wantMore bool) {
+	expect := func(st task.Status, prefix, after string, limit int, want []string, wantMore bool) {
 		t.Helper()
 		got, more := query(st, prefix, after, limit)
 		if !slices.Equal(got, want) || more != wantMore {
@@ -94,9 +94,9 @@ func TestEngine_Health(t *testing.T) {
 		})
 	}
 
-	expect(StatusFailing, "", "", 10, []string{}, false)
-	expect(StatusStale, "", "", 10, []string{}, false)
-	expect(StatusPaused, "", "", 10, []string{"paused/1"}, false)
+	expect(task.StatusFailing, "", "", 10, []string{}, false)
+	expect(task.StatusStale, "", "", 10, []string{}, false)
+	expect(task.StatusPaused, "", "", 10, []string{"paused/1"}, false)
 
 	clock.Advance(10 * time.Second) // 12:00:10.5: the fires of :10
 	fired(at(10))
@@ -107,12 +107,12 @@ func TestEngine_Health(t *testing.T) {
 	if ok := taskState(t, n, "ok/1"); ok.ConsecutiveFailures != 0 || !ok.LastSuccessAt.Equal(at(10)) || !ok.LastFailureAt.IsZero() || ok.LastError != "" {
 		t.Errorf("ok/1 after one success: %+v", ok)
 	}
-	expect(StatusFailing, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
-	expect(StatusFailing, "", "", 2, []string{"bad/1", "bad/2"}, true)
-	expect(StatusFailing, "", "bad/2", 2, []string{"bad/3"}, false)
-	expect(StatusFailing, "bad/3", "", 10, []string{"bad/3"}, false)
-	expect(StatusFailing, "ok/", "", 10, []string{}, false)
-	expect(StatusStale, "", "", 10, []string{}, false) // one interval without success: not yet
+	expect(task.StatusFailing, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
+	expect(task.StatusFailing, "", "", 2, []string{"bad/1", "bad/2"}, true)
+	expect(task.StatusFailing, "", "bad/2", 2, []string{"bad/3"}, false)
+	expect(task.StatusFailing, "bad/3", "", 10, []string{"bad/3"}, false)
+	expect(task.StatusFailing, "ok/", "", 10, []string{}, false)
+	expect(task.StatusStale, "", "", 10, []string{}, false) // one interval without success: not yet
 
 	clock.Advance(11 * time.Second) // 12:00:21.5: the fires of :20 failed too
 	fired(at(20))
@@ -120,8 +120,8 @@ func TestEngine_Health(t *testing.T) {
 		t.Errorf("bad/2 after two failures: %+v", bad)
 	}
 	// No success since the node took them (12:00:00), and :20 has passed.
-	expect(StatusStale, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
-	expect(StatusStale, "bad/", "bad/1", 1, []string{"bad/2"}, true)
+	expect(task.StatusStale, "", "", 10, []string{"bad/1", "bad/2", "bad/3"}, false)
+	expect(task.StatusStale, "bad/", "bad/1", 1, []string{"bad/2"}, true)
 
 	failing.Store(false)
 	clock.Advance(10 * time.Second) // 12:00:31.5: the fires of :30 succeed
@@ -130,8 +130,8 @@ func TestEngine_Health(t *testing.T) {
 	if bad.ConsecutiveFailures != 0 || !bad.LastSuccessAt.Equal(at(30)) || !bad.LastFailureAt.Equal(at(20)) || bad.LastError != "boom bad/1" || bad.Stale {
 		t.Errorf("bad/1 after its recovery: %+v", bad)
 	}
-	expect(StatusFailing, "", "", 10, []string{}, false)
-	expect(StatusStale, "", "", 10, []string{}, false)
+	expect(task.StatusFailing, "", "", 10, []string{}, false)
+	expect(task.StatusStale, "", "", 10, []string{}, false)
 
 	fails := n.e.RecentFailures(100)
 	if len(fails) != 6 {
@@ -156,12 +156,12 @@ func TestEngine_Health(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNext(t, n, "paused/1", at(40))
-	expect(StatusPaused, "", "", 10, []string{}, false)
+	expect(task.StatusPaused, "", "", 10, []string{}, false)
 	clock.Advance(10 * time.Second) // 12:00:41.5
 	fired(at(40))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "paused/1").LastFailureAt.Equal(at(40)) })
-	expect(StatusFailing, "", "", 10, []string{"paused/1"}, false)
-	expect(StatusStale, "", "", 10, []string{}, false)
+	expect(task.StatusFailing, "", "", 10, []string{"paused/1"}, false)
+	expect(task.StatusStale, "", "", 10, []string{}, false)
 }
 
 // TestEngine_HealthCountsFiresNotAttempts checks that a fire whose retry
@@ -190,13 +190,13 @@ func TestEngine_HealthCountsFiresNotAttempts(t *testing.T) {
 
 func TestParseStatus(t *testing.T) {
 	for _, s := range []string{"failing", "paused", "stale"} {
-		if got, err := ParseStatus(s); err != nil || string(got) != s {
-			t.Errorf("ParseStatus(%q) = %q, %v", s, got, err)
+		if got, err := task.ParseStatus(s); err != nil || string(got) != s {
+			t.Errorf("task.ParseStatus(%q) = %q, %v", s, got, err)
 		}
 	}
 	var ve *task.ValidationError
-	if _, err := ParseStatus("broken"); !errors.As(err, &ve) || ve.Field != "status" {
-		t.Errorf("ParseStatus(broken): %v, want a status ValidationError", err)
+	if _, err := task.ParseStatus("broken"); !errors.As(err, &ve) || ve.Field != "status" {
+		t.Errorf("task.ParseStatus(broken): %v, want a status ValidationError", err)
 	}
 }
 

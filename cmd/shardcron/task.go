@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardcron/shardcron/engine"
-
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
@@ -567,7 +565,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("--limit: %d is negative", limit)
 	}
 	if status != "" {
-		if _, err := engine.ParseStatus(status); err != nil {
+		if _, err := task.ParseStatus(status); err != nil {
 			return c.usageError("--status: %s", strings.TrimPrefix(err.Error(), "status: "))
 		}
 	}
