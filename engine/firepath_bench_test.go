@@ -60,15 +60,7 @@ func benchFirePath(b *testing.B, n int) {
 	runtime.GC()
 	gcTime := time.Since(gcStart)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		close(p.quit)
-		p.drain(time.Second)
-	}()
+	runBenchLoop(b, l, p)
 	// Completions flow back to the loop; count executions to know a burst
 	// is over.
 	executed := func() uint64 { return st.execs[statusOK].Load() }
@@ -144,4 +136,19 @@ func loadNoopTasks(b *testing.B, l *loop, n int, base time.Time, paused func(i i
 		}
 	}
 	load()
+}
+
+// runBenchLoop runs l until the benchmark ends, then stops it and drains
+// its pool.
+func runBenchLoop(b *testing.B, l *loop, p *pool) (context.Context, chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+		close(p.quit)
+		p.drain(time.Second)
+	})
+	return ctx, done
 }

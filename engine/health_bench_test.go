@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -33,15 +32,7 @@ func benchQuery(b *testing.B, n int, st task.Status) {
 		r.okAt, r.lastFire = unixSecs(base.UnixNano()-int64(10*time.Second)), base.UnixNano()-int64(time.Second)
 	}
 	clock.setNow(base.Add(-time.Second / 4)) // nothing due: the loop idles
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		close(p.quit)
-		p.drain(time.Second)
-	}()
+	ctx, done := runBenchLoop(b, l, p)
 	e := &Engine{loop: l, loopDone: done}
 	var found int
 	b.ResetTimer()
