@@ -9,28 +9,10 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
-
-// BatchResult is the answer of POST /v1/tasks:batch.
-type BatchResult struct {
-	// Written counts the tasks now stored as given (rewritten, or already
-	// identical and left alone).
-	Written int `json:"written"`
-	// Errors lists the items that were not written, by their 0-based index
-	// in the batch (for JSON Lines: among the non-blank lines), in index
-	// order. Never null in answers.
-	Errors []registry.BatchError `json:"errors"`
-	// Warnings are tasks written that only some live nodes can run.
-	Warnings []BatchWarning `json:"warnings,omitempty"`
-}
-
-// BatchWarning is a warning about the task at Index of a batch.
-type BatchWarning struct {
-	Index   int    `json:"index"`
-	Warning string `json:"warning"`
-}
 
 // batchItem is one item of a batch as sent.
 type batchItem struct {
@@ -56,7 +38,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	res := BatchResult{Errors: []registry.BatchError{}}
+	res := client.BatchResult{Errors: []task.BatchError{}}
 	tasks := make([]*task.Task, 0, len(items))
 	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
 	var runners *registry.Runners       // read once, by the first task that needs them
@@ -67,7 +49,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 			if it.line > 0 {
 				msg = fmt.Sprintf("line %d: %s", it.line, msg)
 			}
-			res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: msg})
+			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: msg})
 			continue
 		}
 		warning, err := s.runnable(r.Context(), t, &runners)
@@ -77,11 +59,11 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, r, t.ID, err)
 				return
 			}
-			res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: err.Error()})
+			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: err.Error()})
 			continue
 		}
 		if warning != "" {
-			res.Warnings = append(res.Warnings, BatchWarning{Index: i, Warning: warning})
+			res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: warning})
 		}
 		tasks = append(tasks, t)
 		index = append(index, i)
@@ -92,7 +74,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		e.Index = index[e.Index]
 		res.Errors = append(res.Errors, e)
 	}
-	slices.SortStableFunc(res.Errors, func(a, b registry.BatchError) int { return a.Index - b.Index })
+	slices.SortStableFunc(res.Errors, func(a, b task.BatchError) int { return a.Index - b.Index })
 	if err != nil {
 		s.log.Warn("api: batch write failed", "written", written, "err", err)
 		status := http.StatusInternalServerError
@@ -105,7 +87,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, status, struct {
 			Error string `json:"error"`
-			BatchResult
+			client.BatchResult
 		}{fmt.Sprintf("batch stopped after writing %d tasks: %v", written, err), res})
 		return
 	}

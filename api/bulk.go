@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +20,7 @@ const maxSelectorBytes = 64 << 10
 // ({"prefix", "labels", "all", "dry_run"}) and answers the counts
 // (engine.BulkResult). A failure midway answers the counts done so far
 // with the error; running the action again finishes it.
-func (s *Server) bulk(action registry.BulkAction) http.HandlerFunc {
+func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sel, err := decodeSelector(r.Body)
 		if err != nil {
@@ -41,7 +40,7 @@ func (s *Server) bulk(action registry.BulkAction) http.HandlerFunc {
 				status, err = http.StatusServiceUnavailable, fmt.Errorf("%s: %w", noSpaceMessage, err)
 			}
 			writeJSON(w, status, struct {
-				registry.BulkResult
+				task.BulkResult
 				Error string `json:"error"`
 			}{res, fmt.Sprintf("bulk %s stopped after %d of the matched tasks were changed: %v (run it again to finish)",
 				action, res.Changed, err)})
@@ -53,8 +52,8 @@ func (s *Server) bulk(action registry.BulkAction) http.HandlerFunc {
 
 // decodeSelector reads a selector, refusing unknown fields: a misspelt
 // "lables" must not widen a delete to every task of a prefix.
-func decodeSelector(body io.Reader) (registry.Selector, error) {
-	var sel registry.Selector
+func decodeSelector(body io.Reader) (task.Selector, error) {
+	var sel task.Selector
 	b, err := io.ReadAll(io.LimitReader(body, maxSelectorBytes+1))
 	if err != nil {
 		return sel, fmt.Errorf("reading the request body: %w", err)
@@ -74,19 +73,4 @@ func decodeSelector(body io.Reader) (registry.Selector, error) {
 		return sel, errors.New("selector: more than one JSON value in the body")
 	}
 	return sel, nil
-}
-
-// Bulk applies action to every task sel chooses (POST /v1/tasks:<action>)
-// and returns the counts; with sel.DryRun it only counts.
-func (c *Client) Bulk(ctx context.Context, action registry.BulkAction, sel registry.Selector) (*registry.BulkResult, error) {
-	body, err := json.Marshal(sel)
-	if err != nil {
-		return nil, fmt.Errorf("encode selector: %w", err)
-	}
-	var res registry.BulkResult
-	h := http.Header{"Content-Type": {"application/json"}}
-	if err := c.do(ctx, http.MethodPost, "/v1/tasks:"+string(action), nil, body, h, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
 }

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // TestServer_Bulk: POST /v1/tasks:<action> by selector through the HTTP
@@ -38,23 +39,23 @@ func TestServer_Bulk(t *testing.T) {
 			wantError(t, call(t, n.ts, "POST", tc.path, tc.body), http.StatusBadRequest, tc.want)
 		})
 	}
-	if tasks, _, _ := n.c.ListTasks(ctx, ListOptions{}); len(tasks) != 4 {
+	if tasks, _, _ := n.c.ListTasks(ctx, client.ListOptions{}); len(tasks) != 4 {
 		t.Fatalf("refused bulk actions left %d tasks, want 4", len(tasks))
 	}
 
 	a := call(t, n.ts, "POST", "/v1/tasks:pause", `{"labels":{"team":"billing"},"prefix":"bulk/","dry_run":true}`)
-	var res registry.BulkResult
+	var res task.BulkResult
 	if a.status != http.StatusOK || json.Unmarshal(a.body, &res) != nil {
 		t.Fatalf("dry run: %v", a)
 	}
-	if res.Matched != 2 || res.Changed != 2 || !res.DryRun || res.Action != registry.BulkPause {
+	if res.Matched != 2 || res.Changed != 2 || !res.DryRun || res.Action != task.BulkPause {
 		t.Fatalf("dry run: %+v", res)
 	}
 	if got, _ := n.c.GetTask(ctx, "bulk/a"); got.Paused {
 		t.Fatal("a dry run paused bulk/a")
 	}
 
-	got, err := n.c.Bulk(ctx, registry.BulkPause, registry.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
+	got, err := n.c.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
 	if err != nil || got.Changed != 2 {
 		t.Fatalf("pause: %+v %v", got, err)
 	}
@@ -64,7 +65,7 @@ func TestServer_Bulk(t *testing.T) {
 		}
 	}
 
-	got, err = n.c.Bulk(ctx, registry.BulkTrigger, registry.Selector{Prefix: "bulk/a"})
+	got, err = n.c.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "bulk/a"})
 	if err != nil || got.Changed != 1 {
 		t.Fatalf("trigger: %+v %v", got, err)
 	}
@@ -74,11 +75,11 @@ func TestServer_Bulk(t *testing.T) {
 		return len(n.fires.fires) == 1 && n.fires.fires[0].TaskID == "bulk/a"
 	})
 
-	got, err = n.c.Bulk(ctx, registry.BulkDelete, registry.Selector{Labels: map[string]string{"team": "billing"}})
+	got, err = n.c.Bulk(ctx, task.BulkDelete, task.Selector{Labels: map[string]string{"team": "billing"}})
 	if err != nil || got.Changed != 3 {
 		t.Fatalf("delete: %+v %v", got, err)
 	}
-	if tasks, _, _ := n.c.ListTasks(ctx, ListOptions{}); len(tasks) != 1 || tasks[0].ID != "bulk/c" {
+	if tasks, _, _ := n.c.ListTasks(ctx, client.ListOptions{}); len(tasks) != 1 || tasks[0].ID != "bulk/c" {
 		t.Fatalf("after deleting billing: %d tasks, want bulk/c alone", len(tasks))
 	}
 }

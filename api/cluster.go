@@ -9,67 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/membership"
 )
-
-// Node is a member of the cluster as GET /v1/nodes reports it, and this
-// node as GET /v1/nodes/self does.
-type Node struct {
-	// ID, APIAddr, StartedAt and Version are what the node published in its
-	// membership record.
-	ID        string    `json:"id"`
-	APIAddr   string    `json:"api_addr"`
-	StartedAt time.Time `json:"started_at"`
-	Version   string    `json:"version"`
-	// Partitions is how many partitions the ring assigns to the node, and
-	// PartitionList which (ascending), as the answering node's ring has it.
-	Partitions    int   `json:"partitions"`
-	PartitionList []int `json:"partition_list"`
-	// Owned are the partitions the node reports holding right now
-	// (ascending): it lags PartitionList while partitions move. Null when
-	// the node did not answer.
-	Owned []int `json:"owned"`
-	// Tasks is how many tasks the node holds, Fires how many fires it has
-	// dispatched since it started, FireRate its fires per second over about
-	// the last 10 s, QueueDepth the fires waiting for a worker.
-	Tasks      int     `json:"tasks"`
-	Fires      uint64  `json:"fires"`
-	FireRate   float64 `json:"fire_rate"`
-	QueueDepth int     `json:"queue_depth"`
-	// Ready: the node owns every partition the ring gives it. Fenced: it
-	// has stopped dispatching until it rejoins.
-	Ready  bool `json:"ready"`
-	Fenced bool `json:"fenced"`
-	// Error says why the node's own figures (Owned to Fenced) are missing:
-	// it did not answer. Empty otherwise.
-	Error string `json:"error,omitempty"`
-}
-
-// Partition is one partition as GET /v1/partitions reports it.
-type Partition struct {
-	Partition int `json:"partition"`
-	// Owner is the node the ring assigns the partition to; "" before the
-	// node has seen the member list.
-	Owner string `json:"owner"`
-	// State is "owned" when Owner reports holding the partition, else
-	// "moving" (being released by its previous owner or acquired by the
-	// new one, or Owner did not answer).
-	State string `json:"state"`
-}
-
-// Partition states.
-const (
-	PartitionOwned  = "owned"
-	PartitionMoving = "moving"
-)
-
-type nodesResponse struct {
-	Nodes []Node `json:"nodes"`
-}
-
-type partitionsResponse struct {
-	Partitions []Partition `json:"partitions"`
-}
 
 // memberCacheTTL is how long a member list read from etcd is reused: a
 // dashboard polling several endpoints costs etcd one read a second.
@@ -104,7 +46,7 @@ func (s *Server) memberList(ctx context.Context) ([]membership.Member, error) {
 
 // peerClient returns a client of another node's API, nil when the node is
 // not a member or published no address.
-func (s *Server) peerClient(ctx context.Context, nodeID string) *Client {
+func (s *Server) peerClient(ctx context.Context, nodeID string) *client.Client {
 	ms, err := s.memberList(ctx)
 	if err != nil {
 		s.log.Warn("api: listing members failed", "err", err)
@@ -118,11 +60,11 @@ func (s *Server) peerClient(ctx context.Context, nodeID string) *Client {
 	return nil
 }
 
-func (s *Server) clientFor(m membership.Member) *Client {
+func (s *Server) clientFor(m membership.Member) *client.Client {
 	if m.Info.APIAddr == "" {
 		return nil
 	}
-	return &Client{BaseURL: baseURL(m.Info.APIAddr), Token: s.cfg.AuthToken, HTTP: s.peer}
+	return &client.Client{BaseURL: baseURL(m.Info.APIAddr), Token: s.cfg.AuthToken, HTTP: s.peer}
 }
 
 // baseURL turns a published api_addr ("node-1.internal:8080" or a URL) into a
@@ -137,7 +79,7 @@ func baseURL(addr string) string {
 // eachPeer calls fn concurrently for every member but this node that
 // published an address, each under peerTimeout, and returns when all have
 // returned.
-func (s *Server) eachPeer(ctx context.Context, ms []membership.Member, fn func(context.Context, membership.Member, *Client)) {
+func (s *Server) eachPeer(ctx context.Context, ms []membership.Member, fn func(context.Context, membership.Member, *client.Client)) {
 	var wg sync.WaitGroup
 	for _, m := range ms {
 		if m.ID == s.e.NodeID() {
@@ -159,14 +101,14 @@ func (s *Server) eachPeer(ctx context.Context, ms []membership.Member, fn func(c
 // askPeers asks every other member with ask, at once, and returns their
 // answers and why the others are missing, sorted. A failure is logged as
 // "did not <what>"; without the member list only this node answers.
-func askPeers[T any](s *Server, ctx context.Context, what string, ask func(context.Context, *Client) (T, error), attrs ...any) (answers []T, missing []string) {
+func askPeers[T any](s *Server, ctx context.Context, what string, ask func(context.Context, *client.Client) (T, error), attrs ...any) (answers []T, missing []string) {
 	ms, err := s.memberList(ctx)
 	if err != nil {
 		s.log.Warn("api: listing members failed; answering with this node's part only", append(attrs, "err", err)...)
 		missing = append(missing, "the member list could not be read: "+err.Error())
 	}
 	var mu sync.Mutex // guards answers and missing
-	s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *Client) {
+	s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *client.Client) {
 		a, err := ask(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
@@ -183,12 +125,12 @@ func askPeers[T any](s *Server, ctx context.Context, what string, ask func(conte
 
 // peerReports asks every other member for its /v1/nodes/self. It returns
 // the answers by node id, and why the others are missing.
-func (s *Server) peerReports(ctx context.Context, ms []membership.Member) (map[string]*Node, map[string]string) {
-	reports := map[string]*Node{}
+func (s *Server) peerReports(ctx context.Context, ms []membership.Member) (map[string]*client.Node, map[string]string) {
+	reports := map[string]*client.Node{}
 	missing := map[string]string{}
 	var mu sync.Mutex // guards reports and missing
-	s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *Client) {
-		n, err := c.self(ctx)
+	s.eachPeer(ctx, ms, func(ctx context.Context, m membership.Member, c *client.Client) {
+		n, err := c.Self(ctx)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -202,9 +144,9 @@ func (s *Server) peerReports(ctx context.Context, ms []membership.Member) (map[s
 }
 
 // selfNode is this node's own report.
-func (s *Server) selfNode() Node {
+func (s *Server) selfNode() client.Node {
 	st := s.e.Stats()
-	n := Node{
+	n := client.Node{
 		ID:         s.e.NodeID(),
 		Version:    s.cfg.Version,
 		Owned:      []int{},
@@ -225,7 +167,7 @@ func (s *Server) selfNode() Node {
 }
 
 // fillRing sets the partitions the ring of this node assigns to n.
-func (s *Server) fillRing(n *Node) {
+func (s *Server) fillRing(n *client.Node) {
 	n.PartitionList = []int{}
 	if a := s.e.Assignment(); a != nil {
 		if l := a.Owned(n.ID); l != nil {
@@ -236,7 +178,7 @@ func (s *Server) fillRing(n *Node) {
 }
 
 // fillMember sets what m published.
-func fillMember(n *Node, m membership.Member) {
+func fillMember(n *client.Node, m membership.Member) {
 	n.APIAddr, n.StartedAt = m.Info.APIAddr, m.Info.StartedAt
 	if m.Info.Version != "" {
 		n.Version = m.Info.Version
@@ -265,10 +207,10 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 	}
 	reports, missing := s.peerReports(r.Context(), ms)
 	self := s.e.NodeID()
-	out := make([]Node, 0, len(ms)+1)
+	out := make([]client.Node, 0, len(ms)+1)
 	seenSelf := false
 	for _, m := range ms {
-		var n Node
+		var n client.Node
 		switch rep := reports[m.ID]; {
 		case m.ID == self:
 			n, seenSelf = s.selfNode(), true
@@ -292,12 +234,12 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 		n.Error = "not registered as a member: the node lost its session and is rejoining"
 		out = append(out, n)
 	}
-	writeJSON(w, http.StatusOK, nodesResponse{Nodes: out})
+	writeJSON(w, http.StatusOK, client.NodesResponse{Nodes: out})
 }
 
 // partitions: GET /v1/partitions, the owner and state of every partition.
 func (s *Server) partitions(w http.ResponseWriter, r *http.Request) {
-	var reports map[string]*Node
+	var reports map[string]*client.Node
 	if ms, err := s.memberList(r.Context()); err != nil {
 		s.log.Warn("api: listing members failed; reporting only this node's partitions as owned", "err", err)
 	} else {
@@ -315,17 +257,17 @@ func (s *Server) partitions(w http.ResponseWriter, r *http.Request) {
 	}
 	a := s.e.Assignment()
 	self := s.e.NodeID()
-	out := make([]Partition, s.reg.Partitions())
+	out := make([]client.Partition, s.reg.Partitions())
 	for p := range out {
 		owner := ""
 		if a != nil {
 			owner = a.Owner(p)
 		}
-		state := PartitionMoving
+		state := client.PartitionMoving
 		if owner == self && s.e.Owns(p) || owner != self && held[owner] != nil && held[owner][p] {
-			state = PartitionOwned
+			state = client.PartitionOwned
 		}
-		out[p] = Partition{Partition: p, Owner: owner, State: state}
+		out[p] = client.Partition{Partition: p, Owner: owner, State: state}
 	}
-	writeJSON(w, http.StatusOK, partitionsResponse{Partitions: out})
+	writeJSON(w, http.StatusOK, client.PartitionsResponse{Partitions: out})
 }

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // settled reports whether every node sees all of them as members and owns
@@ -64,7 +65,7 @@ func TestServer_TwoNodes(t *testing.T) {
 			return got.State != nil && got.State.Owner == "node-2"
 		})
 		// The extension endpoint answers only on the owner.
-		path := "/v1/tasks/" + escapeID(remoteID) + "/state"
+		path := "/v1/tasks/" + client.EscapeID(remoteID) + "/state"
 		wantError(t, call(t, n1.ts, "GET", path, "", "Authorization", "Bearer "+token), http.StatusNotFound, "does not own")
 		if a := call(t, n2.ts, "GET", path, "", "Authorization", "Bearer "+token); a.status != http.StatusOK {
 			t.Fatalf("state on the owner: %v", a)
@@ -74,28 +75,28 @@ func TestServer_TwoNodes(t *testing.T) {
 
 	id := "merge/x"
 	base := time.Now().UTC().Truncate(time.Millisecond)
-	rec := func(sec, attempt int, node, status, errMsg string) store.Execution {
+	rec := func(sec, attempt int, node, status, errMsg string) task.Execution {
 		at := base.Add(time.Duration(sec) * time.Second)
-		return store.Execution{TaskID: id, ScheduledAt: at, StartedAt: at.Add(time.Millisecond),
+		return task.Execution{TaskID: id, ScheduledAt: at, StartedAt: at.Add(time.Millisecond),
 			FinishedAt: at.Add(2 * time.Millisecond), Attempt: attempt, Node: node, Status: status, Error: errMsg}
 	}
-	shared := rec(2, 1, "node-1", store.StatusOK, "")
-	for _, r := range []store.Execution{rec(1, 1, "node-1", store.StatusOK, ""), rec(3, 1, "node-1", store.StatusFailed, "boom"), shared} {
+	shared := rec(2, 1, "node-1", task.ExecutionOK, "")
+	for _, r := range []task.Execution{rec(1, 1, "node-1", task.ExecutionOK, ""), rec(3, 1, "node-1", task.ExecutionFailed, "boom"), shared} {
 		n1.st.Record(r)
 	}
-	for _, r := range []store.Execution{rec(2, 2, "node-2", store.StatusOK, ""), rec(4, 1, "node-2", store.StatusOK, ""), shared} {
+	for _, r := range []task.Execution{rec(2, 2, "node-2", task.ExecutionOK, ""), rec(4, 1, "node-2", task.ExecutionOK, ""), shared} {
 		n2.st.Record(r)
 	}
-	merged := []store.Execution{
-		rec(4, 1, "node-2", store.StatusOK, ""),
-		rec(3, 1, "node-1", store.StatusFailed, "boom"),
-		rec(2, 2, "node-2", store.StatusOK, ""),
+	merged := []task.Execution{
+		rec(4, 1, "node-2", task.ExecutionOK, ""),
+		rec(3, 1, "node-1", task.ExecutionFailed, "boom"),
+		rec(2, 2, "node-2", task.ExecutionOK, ""),
 		shared,
-		rec(1, 1, "node-1", store.StatusOK, ""),
+		rec(1, 1, "node-1", task.ExecutionOK, ""),
 	}
 
 	t.Run("HistoryMerged", func(t *testing.T) {
-		for name, c := range map[string]*Client{"node-1": c1, "node-2": c2} {
+		for name, c := range map[string]*client.Client{"node-1": c1, "node-2": c2} {
 			got, err := c.History(ctx, id, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -108,14 +109,14 @@ func TestServer_TwoNodes(t *testing.T) {
 				t.Fatalf("history from %s, limit 2: %+v, %v", name, got, err)
 			}
 		}
-		local, err := c1.localHistory(ctx, id, 0)
+		local, err := c1.LocalHistory(ctx, id, 0)
 		if err != nil || len(local) != 3 {
 			t.Fatalf("local history of node-1: %+v, %v", local, err)
 		}
 	})
 
 	t.Run("Nodes", func(t *testing.T) {
-		var nodes []Node
+		var nodes []client.Node
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
 			var err error
 			if nodes, err = c1.Nodes(ctx); err != nil {
@@ -139,13 +140,13 @@ func TestServer_TwoNodes(t *testing.T) {
 	})
 
 	t.Run("Partitions", func(t *testing.T) {
-		var ps []Partition
+		var ps []client.Partition
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
 			var err error
 			if ps, err = c2.Partitions(ctx); err != nil {
 				t.Fatal(err)
 			}
-			return !slices.ContainsFunc(ps, func(p Partition) bool { return p.State != PartitionOwned })
+			return !slices.ContainsFunc(ps, func(p client.Partition) bool { return p.State != client.PartitionOwned })
 		})
 		owners := map[string]int{}
 		for i, p := range ps {
@@ -205,20 +206,20 @@ func TestServer_TwoNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range ps {
-			if want := p.Owner == "node-1"; (p.State == PartitionOwned) != want {
+			if want := p.Owner == "node-1"; (p.State == client.PartitionOwned) != want {
 				t.Fatalf("partition %+v with node-2 down", p)
 			}
 		}
-		// The down node's client sees a transport error, not an *Error.
-		var ae *Error
+		// The down node's client sees a transport error, not an *client.Error.
+		var ae *client.Error
 		if _, err := c2.Nodes(ctx); err == nil || errors.As(err, &ae) {
 			t.Fatalf("Nodes from a closed server: %v", err)
 		}
 	})
 }
 
-func equalExecutions(a, b []store.Execution) bool {
-	return slices.EqualFunc(a, b, func(x, y store.Execution) bool {
+func equalExecutions(a, b []task.Execution) bool {
+	return slices.EqualFunc(a, b, func(x, y task.Execution) bool {
 		return x.TaskID == y.TaskID && x.ScheduledAt.Equal(y.ScheduledAt) && x.StartedAt.Equal(y.StartedAt) &&
 			x.FinishedAt.Equal(y.FinishedAt) && x.Attempt == y.Attempt && x.Node == y.Node &&
 			x.Status == y.Status && x.Error == y.Error

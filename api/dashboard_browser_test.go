@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
 
@@ -160,7 +161,7 @@ func TestDashboard_Browser(t *testing.T) {
 
 		// The owner has seen the pause: the status search finds it.
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
-			tasks, _, err := n.c.ListTasks(ctx, ListOptions{Status: "paused", Prefix: "billing/"})
+			tasks, _, err := n.c.ListTasks(ctx, client.ListOptions{Status: "paused", Prefix: "billing/"})
 			return err == nil && len(tasks) == 1
 		})
 		var badge string

@@ -1,6 +1,7 @@
 // Package api is a node's HTTP face: the JSON API of docs/api.md ("HTTP API"),
-// Prometheus metrics, a small embedded dashboard, and Client, a Go client of
-// that API used by the command line.
+// Prometheus metrics and a small embedded dashboard. Its Go client, used by
+// the command line and by nodes to ask each other, is package api/client,
+// which also holds the JSON bodies both sides share.
 //
 // A Server serves one started engine.Engine. It knows nothing of etcd: task
 // definitions go through the engine's Registry, task state and execution
@@ -46,7 +47,7 @@
 //
 //	GET /v1/tasks/{id}/state          the task's state if this node owns it, else 404
 //	GET /v1/tasks/{id}/history?local=1  this node's own records only
-//	GET /v1/nodes/self                this node's Node, with "owned" partitions
+//	GET /v1/nodes/self                this node's client.Node, with "owned" partitions
 //
 // Task answers carry ETag: "<version>", usable as If-Match.
 package api

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -24,31 +24,21 @@ const (
 	MaxFailuresLimit     = 1000
 )
 
-// statusAnswer is a node's answer to GET /v1/tasks:status: the first
-// tasks it owns with a status, in id order, and whether more follow.
-type statusAnswer struct {
-	Tasks []task.Match `json:"tasks"`
-	More  bool         `json:"more"`
-	// Held are the partitions the node owned from before its scan to
-	// after it: all of their tasks were looked at.
-	Held []int `json:"held"`
-}
-
 // queryHeld runs the engine's Query and says which partitions the node
 // owned throughout it.
-func (s *Server) queryHeld(ctx context.Context, q task.StatusQuery) (statusAnswer, error) {
+func (s *Server) queryHeld(ctx context.Context, q task.StatusQuery) (client.StatusAnswer, error) {
 	before := make([]bool, s.reg.Partitions())
 	for p := range before {
 		before[p] = s.e.Owns(p)
 	}
 	ms, more, err := s.e.Query(ctx, q)
 	if err != nil {
-		return statusAnswer{}, err
+		return client.StatusAnswer{}, err
 	}
 	if ms == nil {
 		ms = []task.Match{}
 	}
-	a := statusAnswer{Tasks: ms, More: more, Held: []int{}}
+	a := client.StatusAnswer{Tasks: ms, More: more, Held: []int{}}
 	for p, was := range before {
 		if was && s.e.Owns(p) {
 			a.Held = append(a.Held, p)
@@ -60,7 +50,7 @@ func (s *Server) queryHeld(ctx context.Context, q task.StatusQuery) (statusAnswe
 // uncovered returns the partitions that no answer held throughout its
 // scan: they changed hands (or their owner did not answer), so their
 // tasks may be missing.
-func uncovered(answers []statusAnswer, partitions int) []int {
+func uncovered(answers []client.StatusAnswer, partitions int) []int {
 	held := make([]bool, partitions)
 	for _, a := range answers {
 		for _, p := range a.Held {
@@ -104,14 +94,14 @@ func (s *Server) localStatus(w http.ResponseWriter, r *http.Request) {
 // (mergeStatus). missing says which nodes did not answer, and which
 // partitions no node held throughout its scan.
 func (s *Server) statusRound(ctx context.Context, q task.StatusQuery) (matches []task.Match, bound string, more bool, missing []string, err error) {
-	var answers []statusAnswer
+	var answers []client.StatusAnswer
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		answers, missing = askPeers(s, ctx, "list its tasks by status", func(ctx context.Context, c *Client) (statusAnswer, error) {
-			a, err := c.localStatus(ctx, q)
+		answers, missing = askPeers(s, ctx, "list its tasks by status", func(ctx context.Context, c *client.Client) (client.StatusAnswer, error) {
+			a, err := c.LocalStatus(ctx, q)
 			if err != nil {
-				return statusAnswer{}, err
+				return client.StatusAnswer{}, err
 			}
 			return *a, nil
 		})
@@ -133,7 +123,7 @@ func (s *Server) statusRound(ctx context.Context, q task.StatusQuery) (matches [
 // once, up to bound when a node has more (past that node's last id
 // another of its matches could come before the next ones of the others);
 // more tells whether any node has more.
-func mergeStatus(answers []statusAnswer) (matches []task.Match, bound string, more bool) {
+func mergeStatus(answers []client.StatusAnswer) (matches []task.Match, bound string, more bool) {
 	for _, a := range answers {
 		matches = append(matches, a.Tasks...)
 		if a.More && len(a.Tasks) > 0 {
@@ -283,7 +273,7 @@ func (s *Server) fillStates(ctx context.Context, tasks []*task.Task) {
 				cancel()
 			} else if c := s.peerClient(ctx, owner); c != nil {
 				pctx, cancel := context.WithTimeout(ctx, peerTimeout)
-				states, err = c.localStates(pctx, ids)
+				states, err = c.LocalStates(pctx, ids)
 				cancel()
 			}
 			if err != nil || len(states) != len(ids) {
@@ -302,21 +292,11 @@ func (s *Server) fillStates(ctx context.Context, tasks []*task.Task) {
 // ids of 256 bytes, escaped.
 const maxStatesBody = 16 << 20
 
-// statesRequest and statesAnswer are the body and answer of
-// POST /v1/tasks:states.
-type statesRequest struct {
-	IDs []string `json:"ids"`
-}
-
-type statesAnswer struct {
-	States []*task.State `json:"states"`
-}
-
 // localStates: POST /v1/tasks:states {"ids": [...]} (extension, node to
 // node): the states of the tasks this node holds, in the order of ids,
 // null for the others.
 func (s *Server) localStates(w http.ResponseWriter, r *http.Request) {
-	var req statesRequest
+	var req client.StatesRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxStatesBody))
 	if err == nil {
 		err = json.Unmarshal(body, &req)
@@ -336,15 +316,7 @@ func (s *Server) localStates(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, statesAnswer{States: states})
-}
-
-// failuresResponse is the answer of GET /v1/failures.
-type failuresResponse struct {
-	Failures []store.Execution `json:"failures"`
-	// Partial lists the nodes that did not answer (with why); absent when
-	// every node did.
-	Partial []string `json:"partial,omitempty"`
+	writeJSON(w, http.StatusOK, client.StatesAnswer{States: states})
 }
 
 // failures: GET /v1/failures?limit= , the latest failed or timed-out
@@ -360,12 +332,12 @@ func (s *Server) failures(w http.ResponseWriter, r *http.Request) {
 	}
 	local := s.e.RecentFailures(limit)
 	if l := q.Get("local"); l == "1" || l == "true" {
-		writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(local)})
+		writeJSON(w, http.StatusOK, client.FailuresResponse{Failures: nonNil(local)})
 		return
 	}
-	lists, partial := askPeers(s, r.Context(), "give its failures", func(ctx context.Context, c *Client) ([]store.Execution, error) {
-		return c.localFailures(ctx, limit)
+	lists, partial := askPeers(s, r.Context(), "give its failures", func(ctx context.Context, c *client.Client) ([]task.Execution, error) {
+		return c.LocalFailures(ctx, limit)
 	})
 	lists = append(lists, local)
-	writeJSON(w, http.StatusOK, failuresResponse{Failures: nonNil(mergeHistory(lists, limit)), Partial: partial})
+	writeJSON(w, http.StatusOK, client.FailuresResponse{Failures: nonNil(mergeHistory(lists, limit)), Partial: partial})
 }

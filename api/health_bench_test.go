@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -53,7 +53,7 @@ func BenchmarkListByStatus(b *testing.B) {
 		}
 	}
 	etcdtest.WaitFor(b, 5*time.Minute, func() bool { return node.e.Stats().Tasks == n })
-	if _, err := reg.Bulk(ctx, registry.BulkTrigger, registry.Selector{Labels: map[string]string{"fail": "1"}}); err != nil {
+	if _, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Labels: map[string]string{"fail": "1"}}); err != nil {
 		b.Fatal(err)
 	}
 	etcdtest.WaitFor(b, 5*time.Minute, func() bool {
@@ -62,12 +62,12 @@ func BenchmarkListByStatus(b *testing.B) {
 	})
 	for _, bc := range []struct {
 		name string
-		opts ListOptions
+		opts client.ListOptions
 	}{
-		{"status=failing", ListOptions{Status: "failing", Limit: 1000}},
-		{"status=failing/label=team=x", ListOptions{Status: "failing", Labels: map[string]string{"team": "x"}, Limit: 1000}},
-		{"no-filter", ListOptions{Limit: 1000}},
-		{"no-filter/state", ListOptions{Limit: 1000, State: true}},
+		{"status=failing", client.ListOptions{Status: "failing", Limit: 1000}},
+		{"status=failing/label=team=x", client.ListOptions{Status: "failing", Labels: map[string]string{"team": "x"}, Limit: 1000}},
+		{"no-filter", client.ListOptions{Limit: 1000}},
+		{"no-filter/state", client.ListOptions{Limit: 1000, State: true}},
 	} {
 		b.Run(fmt.Sprintf("tasks=%d/%s", n, bc.name), func(b *testing.B) {
 			var got int

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -69,7 +69,7 @@ func TestServer_FleetHealth(t *testing.T) {
 	}
 	put("paused/1", 1, true)
 
-	list := func(cl *Client, opts ListOptions) ([]*task.Task, string) {
+	list := func(cl *client.Client, opts client.ListOptions) ([]*task.Task, string) {
 		t.Helper()
 		tasks, next, err := cl.ListTasks(ctx, opts)
 		if err != nil {
@@ -86,7 +86,7 @@ func TestServer_FleetHealth(t *testing.T) {
 	}
 	// every follows the cursor with pages of limit, checking each page is
 	// full but the last.
-	every := func(cl *Client, opts ListOptions) []string {
+	every := func(cl *client.Client, opts client.ListOptions) []string {
 		t.Helper()
 		var out []string
 		for {
@@ -110,12 +110,12 @@ func TestServer_FleetHealth(t *testing.T) {
 	}
 
 	etcdtest.WaitFor(t, 20*time.Second, func() bool {
-		got, _ := list(n1.c, ListOptions{Status: "failing"})
+		got, _ := list(n1.c, client.ListOptions{Status: "failing"})
 		return slices.Equal(idsOf(got), failing)
 	})
 
 	t.Run("States", func(t *testing.T) {
-		got, _ := list(n2.c, ListOptions{Status: "failing"})
+		got, _ := list(n2.c, client.ListOptions{Status: "failing"})
 		for _, task := range got {
 			st := task.State
 			if st == nil || st.ConsecutiveFailures < 1 || st.LastFailureAt.IsZero() ||
@@ -138,11 +138,11 @@ func TestServer_FleetHealth(t *testing.T) {
 	})
 
 	t.Run("StatusPages", func(t *testing.T) {
-		for _, cl := range []*Client{n1.c, n2.c} {
-			if got := every(cl, ListOptions{Status: "failing", Limit: 1}); !slices.Equal(got, failing) {
+		for _, cl := range []*client.Client{n1.c, n2.c} {
+			if got := every(cl, client.ListOptions{Status: "failing", Limit: 1}); !slices.Equal(got, failing) {
 				t.Errorf("failing, pages of 1: %q, want %q", got, failing)
 			}
-			if got := every(cl, ListOptions{Status: "failing", Limit: 3}); !slices.Equal(got, failing) {
+			if got := every(cl, client.ListOptions{Status: "failing", Limit: 3}); !slices.Equal(got, failing) {
 				t.Errorf("failing, pages of 3: %q, want %q", got, failing)
 			}
 		}
@@ -152,26 +152,26 @@ func TestServer_FleetHealth(t *testing.T) {
 				withLabel = append(withLabel, id)
 			}
 		}
-		if got := every(n1.c, ListOptions{Status: "failing", Labels: map[string]string{"team": "x"}, Limit: 1}); !slices.Equal(got, withLabel) {
+		if got := every(n1.c, client.ListOptions{Status: "failing", Labels: map[string]string{"team": "x"}, Limit: 1}); !slices.Equal(got, withLabel) {
 			t.Errorf("failing with team=x: %q, want %q", got, withLabel)
 		}
-		if got := every(n2.c, ListOptions{Status: "failing", Prefix: failing[1], Limit: 1}); !slices.Equal(got, failing[1:2]) {
+		if got := every(n2.c, client.ListOptions{Status: "failing", Prefix: failing[1], Limit: 1}); !slices.Equal(got, failing[1:2]) {
 			t.Errorf("failing with prefix %s: %q", failing[1], got)
 		}
-		if got := every(n2.c, ListOptions{Status: "failing", Prefix: "ok/", Limit: 1}); len(got) != 0 {
+		if got := every(n2.c, client.ListOptions{Status: "failing", Prefix: "ok/", Limit: 1}); len(got) != 0 {
 			t.Errorf("failing with prefix ok/: %q, want none", got)
 		}
-		if got := every(n2.c, ListOptions{Status: "paused", Limit: 10}); !slices.Equal(got, []string{"paused/1"}) {
+		if got := every(n2.c, client.ListOptions{Status: "paused", Limit: 10}); !slices.Equal(got, []string{"paused/1"}) {
 			t.Errorf("paused: %q", got)
 		}
 		// Failing since they were created, so past two seconds: stale.
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
-			return slices.Equal(every(n1.c, ListOptions{Status: "stale", Limit: 2}), failing)
+			return slices.Equal(every(n1.c, client.ListOptions{Status: "stale", Limit: 2}), failing)
 		})
 	})
 
 	t.Run("StateOfAPage", func(t *testing.T) {
-		got, _ := list(n1.c, ListOptions{State: true})
+		got, _ := list(n1.c, client.ListOptions{State: true})
 		if len(got) != len(failing)+len(healthy)+1 {
 			t.Fatalf("%d tasks, want %d", len(got), len(failing)+len(healthy)+1)
 		}
@@ -182,7 +182,7 @@ func TestServer_FleetHealth(t *testing.T) {
 				t.Errorf("%s: no next fire: %+v", task.ID, task.State)
 			}
 		}
-		if got, _ := list(n1.c, ListOptions{}); got[0].State != nil {
+		if got, _ := list(n1.c, client.ListOptions{}); got[0].State != nil {
 			t.Errorf("a list without state=1 carries state %+v", got[0].State)
 		}
 	})
@@ -241,8 +241,8 @@ func TestServer_FleetHealth(t *testing.T) {
 }
 
 func TestMergeStatus(t *testing.T) {
-	ans := func(more bool, ids ...string) statusAnswer {
-		a := statusAnswer{More: more, Tasks: []task.Match{}}
+	ans := func(more bool, ids ...string) client.StatusAnswer {
+		a := client.StatusAnswer{More: more, Tasks: []task.Match{}}
 		for _, id := range ids {
 			a.Tasks = append(a.Tasks, task.Match{ID: id})
 		}
@@ -250,17 +250,17 @@ func TestMergeStatus(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		answers   []statusAnswer
+		answers   []client.StatusAnswer
 		want      []string
 		wantBound string
 		wantMore  bool
 	}{
-		{"none", []statusAnswer{ans(false), ans(false)}, nil, "", false},
-		{"all", []statusAnswer{ans(false, "b", "d"), ans(false, "a", "c")}, []string{"a", "b", "c", "d"}, "", false},
+		{"none", []client.StatusAnswer{ans(false), ans(false)}, nil, "", false},
+		{"all", []client.StatusAnswer{ans(false, "b", "d"), ans(false, "a", "c")}, []string{"a", "b", "c", "d"}, "", false},
 		// node 1 may hold c, which comes before node 2's d: d waits.
-		{"bounded", []statusAnswer{ans(true, "a", "b"), ans(false, "d")}, []string{"a", "b"}, "b", true},
-		{"smallest bound", []statusAnswer{ans(true, "a", "e"), ans(true, "b", "c"), ans(false, "d")}, []string{"a", "b", "c"}, "c", true},
-		{"seen twice", []statusAnswer{ans(false, "a", "b"), ans(false, "b")}, []string{"a", "b"}, "", false},
+		{"bounded", []client.StatusAnswer{ans(true, "a", "b"), ans(false, "d")}, []string{"a", "b"}, "b", true},
+		{"smallest bound", []client.StatusAnswer{ans(true, "a", "e"), ans(true, "b", "c"), ans(false, "d")}, []string{"a", "b", "c"}, "c", true},
+		{"seen twice", []client.StatusAnswer{ans(false, "a", "b"), ans(false, "b")}, []string{"a", "b"}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,11 +277,11 @@ func TestMergeStatus(t *testing.T) {
 }
 
 func TestUncovered(t *testing.T) {
-	answers := []statusAnswer{{Held: []int{0, 2}}, {Held: []int{3, 9}}}
+	answers := []client.StatusAnswer{{Held: []int{0, 2}}, {Held: []int{3, 9}}}
 	if got := uncovered(answers, 5); !slices.Equal(got, []int{1, 4}) {
 		t.Errorf("uncovered: %v, want [1 4]", got)
 	}
-	if got := uncovered(append(answers, statusAnswer{Held: []int{1, 4}}), 5); got != nil {
+	if got := uncovered(append(answers, client.StatusAnswer{Held: []int{1, 4}}), 5); got != nil {
 		t.Errorf("uncovered with every partition held: %v", got)
 	}
 }
@@ -308,7 +308,7 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 		}
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		tasks, _, err := n1.c.ListTasks(ctx, ListOptions{Prefix: "hand/", State: true})
+		tasks, _, err := n1.c.ListTasks(ctx, client.ListOptions{Prefix: "hand/", State: true})
 		for _, task := range tasks {
 			if task.State == nil {
 				return false
@@ -316,11 +316,11 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 		}
 		return err == nil && len(tasks) == len(failing)
 	})
-	if _, err := n1.e.Registry().Bulk(ctx, registry.BulkTrigger, registry.Selector{Prefix: "hand/"}); err != nil {
+	if _, err := n1.e.Registry().Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "hand/"}); err != nil {
 		t.Fatal(err)
 	}
 	complete := func(n *testNode) bool {
-		tasks, _, err := n.c.ListTasks(ctx, ListOptions{Status: "failing"})
+		tasks, _, err := n.c.ListTasks(ctx, client.ListOptions{Status: "failing"})
 		return err == nil && len(tasks) == len(failing)
 	}
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return complete(n1) })
@@ -328,7 +328,7 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	var n3 *testNode
 	seen := map[string]bool{}
 	last := ""
-	opts := ListOptions{Status: "failing", Limit: 2}
+	opts := client.ListOptions{Status: "failing", Limit: 2}
 	for page := 0; ; page++ {
 		if page == 3 {
 			n3 = startNode(t, c, nodeOptions{id: "node-3"})
@@ -352,7 +352,7 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	for _, n := range []*testNode{n1, n2, n3} {
 		etcdtest.WaitFor(t, 20*time.Second, func() bool { return complete(n) })
 	}
-	tasks, _, err := n3.c.ListTasks(ctx, ListOptions{Status: "failing"})
+	tasks, _, err := n3.c.ListTasks(ctx, client.ListOptions{Status: "failing"})
 	if err != nil {
 		t.Fatal(err)
 	}

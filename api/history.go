@@ -6,13 +6,9 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/task"
 )
-
-// historyResponse is the answer of GET /v1/tasks/{id}/history.
-type historyResponse struct {
-	Executions []store.Execution `json:"executions"`
-}
 
 // history: GET /v1/tasks/{id}/history?limit=, newest first, merged from
 // every node; with local=1 (extension) from this node's store only.
@@ -30,19 +26,19 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if l := q.Get("local"); l == "1" || l == "true" {
-		writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(local)})
+		writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(local)})
 		return
 	}
-	lists, _ := askPeers(s, r.Context(), "give its history", func(ctx context.Context, c *Client) ([]store.Execution, error) {
-		return c.localHistory(ctx, id, limit)
+	lists, _ := askPeers(s, r.Context(), "give its history", func(ctx context.Context, c *client.Client) ([]task.Execution, error) {
+		return c.LocalHistory(ctx, id, limit)
 	}, "task", id)
 	lists = append(lists, local)
-	writeJSON(w, http.StatusOK, historyResponse{Executions: nonNil(mergeHistory(lists, limit))})
+	writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(mergeHistory(lists, limit))})
 }
 
-func nonNil(e []store.Execution) []store.Execution {
+func nonNil(e []task.Execution) []task.Execution {
 	if e == nil {
-		return []store.Execution{}
+		return []task.Execution{}
 	}
 	return e
 }
@@ -50,14 +46,14 @@ func nonNil(e []store.Execution) []store.Execution {
 // mergeHistory merges the records of several nodes, newest first: by
 // scheduled_at, then attempt, descending; identical records (a node asked
 // twice, or reachable at two addresses) are kept once; at most limit.
-func mergeHistory(lists [][]store.Execution, limit int) []store.Execution {
-	var all []store.Execution
+func mergeHistory(lists [][]task.Execution, limit int) []task.Execution {
+	var all []task.Execution
 	for _, l := range lists {
 		all = append(all, l...)
 	}
 	// A total order, so that identical records end up next to each other
 	// and the answer does not depend on which node answered first.
-	slices.SortFunc(all, func(a, b store.Execution) int {
+	slices.SortFunc(all, func(a, b task.Execution) int {
 		return cmp.Or(
 			b.ScheduledAt.Compare(a.ScheduledAt),
 			cmp.Compare(b.Attempt, a.Attempt),
@@ -69,7 +65,7 @@ func mergeHistory(lists [][]store.Execution, limit int) []store.Execution {
 			cmp.Compare(a.TaskID, b.TaskID),
 		)
 	})
-	all = slices.CompactFunc(all, func(a, b store.Execution) bool {
+	all = slices.CompactFunc(all, func(a, b task.Execution) bool {
 		return a.TaskID == b.TaskID && a.ScheduledAt.Equal(b.ScheduledAt) && a.StartedAt.Equal(b.StartedAt) &&
 			a.FinishedAt.Equal(b.FinishedAt) && a.Attempt == b.Attempt && a.Node == b.Node &&
 			a.Status == b.Status && a.Error == b.Error

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
@@ -75,7 +76,7 @@ type testNode struct {
 	st    *store.Store
 	srv   *Server
 	ts    *httptest.Server
-	c     *Client // no token
+	c     *client.Client // no token
 	fires *fireLog
 	hang  atomic.Bool // while set, every request hangs until its client gives up
 }
@@ -144,7 +145,7 @@ func startNode(t testing.TB, c *etcdtest.Cluster, o nodeOptions) *testNode {
 		h.ServeHTTP(w, r)
 	})
 	ts.Start()
-	n.c = &Client{BaseURL: ts.URL, HTTP: ts.Client()}
+	n.c = &client.Client{BaseURL: ts.URL, HTTP: ts.Client()}
 	t.Cleanup(func() {
 		ts.Close()
 		_ = srv.Close()
@@ -161,8 +162,8 @@ func startNode(t testing.TB, c *etcdtest.Cluster, o nodeOptions) *testNode {
 }
 
 // client returns a client of n sending token.
-func (n *testNode) client(token string) *Client {
-	return &Client{BaseURL: n.ts.URL, Token: token, HTTP: n.ts.Client()}
+func (n *testNode) client(token string) *client.Client {
+	return &client.Client{BaseURL: n.ts.URL, Token: token, HTTP: n.ts.Client()}
 }
 
 // serve starts another Server on n's engine with cfg (Engine filled in),

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 	"sigs.k8s.io/yaml"
 )
 
@@ -70,7 +70,7 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	var routes []string
 	for _, sm := range re.FindAllStringSubmatch(string(src), -1) {
 		if p := sm[1]; strings.HasSuffix(p, ":") { // the bulk actions, registered in a loop
-			for _, a := range []registry.BulkAction{registry.BulkPause, registry.BulkResume, registry.BulkDelete, registry.BulkTrigger} {
+			for _, a := range []task.BulkAction{task.BulkPause, task.BulkResume, task.BulkDelete, task.BulkTrigger} {
 				routes = append(routes, p+string(a))
 			}
 		} else {

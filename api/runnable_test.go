@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
@@ -35,19 +36,19 @@ func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
 	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `no live node runs the handler \"zz\"`) {
 		t.Fatalf("handler task nobody registered: %v", a)
 	}
-	if a := call(t, ts, "PUT", "/v1/tasks/h2", `{"schedule": "@daily", "executor": {"type": "handler", "name": "h"}}`); a.status != http.StatusOK || a.header.Get(WarningHeader) != "" {
-		t.Fatalf("handler every node registered: %v, warning %q", a, a.header.Get(WarningHeader))
+	if a := call(t, ts, "PUT", "/v1/tasks/h2", `{"schedule": "@daily", "executor": {"type": "handler", "name": "h"}}`); a.status != http.StatusOK || a.header.Get(client.WarningHeader) != "" {
+		t.Fatalf("handler every node registered: %v, warning %q", a, a.header.Get(client.WarningHeader))
 	}
 
 	n2 := startNode(t, c, nodeOptions{id: "runner", allowExec: true})
 	n2.e.Handle("late", func(context.Context, engine.Fire) error { return nil })
 	a = call(t, ts, "PUT", "/v1/tasks/e1", execTask)
-	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes run the exec executor") {
-		t.Fatalf("exec task with one node of two running it: %v, warning %q", a, a.header.Get(WarningHeader))
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(client.WarningHeader), "only 1 of 2 live nodes run the exec executor") {
+		t.Fatalf("exec task with one node of two running it: %v, warning %q", a, a.header.Get(client.WarningHeader))
 	}
 	a = call(t, ts, "PUT", "/v1/tasks/h3", `{"schedule": "@daily", "executor": {"type": "handler", "name": "late"}}`)
-	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), `only 1 of 2 live nodes run the handler "late"`) {
-		t.Fatalf("handler registered after Start on one node: %v, warning %q", a, a.header.Get(WarningHeader))
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(client.WarningHeader), `only 1 of 2 live nodes run the handler "late"`) {
+		t.Fatalf("handler registered after Start on one node: %v, warning %q", a, a.header.Get(client.WarningHeader))
 	}
 
 	batch := `{"id": "b1", "schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/true"]}}
@@ -55,7 +56,7 @@ func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
 {"id": "b3", "schedule": "@daily", "executor": {"type": "noop"}}
 `
 	a = call(t, ts, "POST", "/v1/tasks:batch", batch)
-	var res BatchResult
+	var res client.BatchResult
 	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK {
 		t.Fatalf("batch: %v (%v)", a, err)
 	}
@@ -116,11 +117,11 @@ func TestServer_RefusesWhatAllowListsLeaveOut(t *testing.T) {
 
 	startNode(t, c, nodeOptions{id: "open", allowExec: true})
 	a = call(t, ts, "PUT", "/v1/tasks/h1", `{"schedule": "@daily", "executor": {"type": "http", "url": "http://127.0.0.1:9/"}}`)
-	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes") {
-		t.Fatalf("http task one node of two allows: %v, warning %q", a, a.header.Get(WarningHeader))
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(client.WarningHeader), "only 1 of 2 live nodes") {
+		t.Fatalf("http task one node of two allows: %v, warning %q", a, a.header.Get(client.WarningHeader))
 	}
 	a = call(t, ts, "PUT", "/v1/tasks/e1", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/sh", "-c", "id"]}}`)
-	if a.status != http.StatusOK || !strings.Contains(a.header.Get(WarningHeader), "only 1 of 2 live nodes") {
-		t.Fatalf("exec task one node of two allows: %v, warning %q", a, a.header.Get(WarningHeader))
+	if a.status != http.StatusOK || !strings.Contains(a.header.Get(client.WarningHeader), "only 1 of 2 live nodes") {
+		t.Fatalf("exec task one node of two allows: %v, warning %q", a, a.header.Get(client.WarningHeader))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/membership"
@@ -15,29 +16,6 @@ import (
 // seriesLen is how many one-second samples a node keeps for the
 // dashboard's live charts: five minutes.
 const seriesLen = 301
-
-// Point is one interval of a node's series: what happened between the
-// previous sample and T.
-type Point struct {
-	T         int64   `json:"t"`          // end of the interval, Unix ms
-	FireRate  float64 `json:"fire_rate"`  // fires per second
-	P99LagMS  float64 `json:"p99_lag_ms"` // p99 of shardcron_fire_lag_seconds over the interval, ms (0 without fires)
-	Failures  uint64  `json:"failures"`   // executions failed or timed out
-	Misfires  uint64  `json:"misfires"`   // fires dispatched later than the misfire threshold
-	QueueFill float64 `json:"queue_fill"` // queue depth / capacity at T
-}
-
-// NodeSeries is one node's series, oldest point first.
-type NodeSeries struct {
-	ID     string  `json:"id"`
-	Points []Point `json:"points"`
-	Error  string  `json:"error,omitempty"` // why the node's points are missing
-}
-
-type seriesResponse struct {
-	IntervalMS int64        `json:"interval_ms"`
-	Nodes      []NodeSeries `json:"nodes"`
-}
 
 // seriesSample is one sample of the engine's counters.
 type seriesSample struct {
@@ -71,10 +49,10 @@ func (s *series) add(at time.Time, st engine.Stats) {
 // points returns the intervals between consecutive samples, oldest first.
 // An interval where a counter went back (never, short of a bug) is left
 // out rather than shown as a spike.
-func (s *series) points() []Point {
+func (s *series) points() []client.Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Point, 0, s.n)
+	out := make([]client.Point, 0, s.n)
 	for i := 1; i < s.n; i++ {
 		a := &s.samples[(s.next-s.n+i-1+seriesLen)%seriesLen]
 		b := &s.samples[(s.next-s.n+i+seriesLen)%seriesLen]
@@ -82,7 +60,7 @@ func (s *series) points() []Point {
 		if dt <= 0 || b.fires < a.fires || b.fail < a.fail || b.miss < a.miss || b.lagCount < a.lagCount {
 			continue
 		}
-		p := Point{T: b.at.UnixMilli(), FireRate: round3(float64(b.fires-a.fires) / dt),
+		p := client.Point{T: b.at.UnixMilli(), FireRate: round3(float64(b.fires-a.fires) / dt),
 			Failures: b.fail - a.fail, Misfires: b.miss - a.miss}
 		if b.queCap > 0 {
 			p.QueueFill = round3(float64(b.queueDepth) / float64(b.queCap))
@@ -105,8 +83,8 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 // rate, p99 lag, failures and misfires of every node, for the dashboard's
 // charts; ?scope=self answers this node's only (what the others ask).
 func (s *Server) seriesHandler(w http.ResponseWriter, r *http.Request) {
-	self := NodeSeries{ID: s.e.NodeID(), Points: s.series.points()}
-	resp := seriesResponse{IntervalMS: sampleInterval.Milliseconds(), Nodes: []NodeSeries{self}}
+	self := client.NodeSeries{ID: s.e.NodeID(), Points: s.series.points()}
+	resp := client.SeriesResponse{IntervalMS: sampleInterval.Milliseconds(), Nodes: []client.NodeSeries{self}}
 	if r.URL.Query().Get("scope") == "self" {
 		writeJSON(w, http.StatusOK, resp)
 		return
@@ -118,13 +96,12 @@ func (s *Server) seriesHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mu sync.Mutex // guards resp.Nodes
-	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *Client) {
-		ns := NodeSeries{ID: m.ID, Points: []Point{}}
-		var got seriesResponse
-		if err := c.do(ctx, http.MethodGet, "/v1/series", map[string][]string{"scope": {"self"}}, nil, nil, &got); err != nil {
+	s.eachPeer(r.Context(), ms, func(ctx context.Context, m membership.Member, c *client.Client) {
+		ns := client.NodeSeries{ID: m.ID, Points: []client.Point{}}
+		if points, err := c.LocalSeries(ctx); err != nil {
 			ns.Error = "did not answer: " + err.Error()
-		} else if len(got.Nodes) == 1 {
-			ns.Points = got.Nodes[0].Points
+		} else {
+			ns.Points = points
 		}
 		mu.Lock()
 		resp.Nodes = append(resp.Nodes, ns)

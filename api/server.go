@@ -20,6 +20,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Limits and defaults of the API.
@@ -259,7 +260,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
 	m.HandleFunc("GET /v1/tasks", s.listTasks)
 	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
-	for _, a := range []registry.BulkAction{registry.BulkPause, registry.BulkResume, registry.BulkDelete, registry.BulkTrigger} {
+	for _, a := range []task.BulkAction{task.BulkPause, task.BulkResume, task.BulkDelete, task.BulkTrigger} {
 		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
 	}
 	m.HandleFunc("GET /v1/tasks:export", s.exportTasks)

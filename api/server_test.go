@@ -18,8 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -99,7 +99,7 @@ func TestServer_SingleNode(t *testing.T) {
 			{"empty body", "inv-11", ``, []string{"malformed JSON"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				path := "/v1/tasks/" + escapeID(tc.id)
+				path := "/v1/tasks/" + client.EscapeID(tc.id)
 				wantError(t, call(t, ts, "PUT", path, tc.body), http.StatusBadRequest, tc.want...)
 				// Refused input changes nothing.
 				if a := call(t, ts, "GET", path, ""); a.status != http.StatusNotFound && a.status != http.StatusBadRequest {
@@ -132,9 +132,9 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		wantError(t, call(t, ts, "PUT", "/v1/tasks/ifm-absent", noopJSON(""), "If-Match", "5"), http.StatusPreconditionFailed)
 
-		// The client: a stale version is a 412 *Error.
+		// The client: a stale version is a 412 *client.Error.
 		_, err := n.c.PutTask(ctx, &task.Task{ID: "ifm", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}}, v1)
-		var ae *Error
+		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusPreconditionFailed {
 			t.Fatalf("PutTask with a stale version: %v", err)
 		}
@@ -157,7 +157,7 @@ func TestServer_SingleNode(t *testing.T) {
 		} {
 			wantError(t, call(t, ts, r[0], r[1], ""), http.StatusNotFound, `task "missing" not found`)
 		}
-		var ae *Error
+		var ae *client.Error
 		if _, err := n.c.GetTask(ctx, "missing"); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 			t.Fatalf("GetTask: %v", err)
 		}
@@ -177,7 +177,7 @@ func TestServer_SingleNode(t *testing.T) {
 				if got, err := n.c.GetTask(ctx, id); err != nil || got.ID != id {
 					t.Fatalf("GetTask: %v, %+v", err, got)
 				}
-				tasks, _, err := n.c.ListTasks(ctx, ListOptions{Prefix: id})
+				tasks, _, err := n.c.ListTasks(ctx, client.ListOptions{Prefix: id})
 				if err != nil || !slices.ContainsFunc(tasks, func(x *task.Task) bool { return x.ID == id }) {
 					t.Fatalf("ListTasks prefix %q: %v, %d tasks", id, err, len(tasks))
 				}
@@ -258,7 +258,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("%d pages of at most 10 for 25 tasks", pages)
 		}
 
-		count := func(opts ListOptions) int {
+		count := func(opts client.ListOptions) int {
 			t.Helper()
 			n2 := 0
 			for {
@@ -273,13 +273,13 @@ func TestServer_SingleNode(t *testing.T) {
 				opts.Cursor = next
 			}
 		}
-		if got := count(ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}); got != 9 {
+		if got := count(client.ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}); got != 9 {
 			t.Fatalf("label team=x: %d tasks, want 9", got)
 		}
-		if got := count(ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x", "env": "prod"}, Limit: 2}); got != 5 {
+		if got := count(client.ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x", "env": "prod"}, Limit: 2}); got != 5 {
 			t.Fatalf("labels team=x, env=prod: %d tasks, want 5", got)
 		}
-		if got := count(ListOptions{Prefix: "lis"}); got != 26 {
+		if got := count(client.ListOptions{Prefix: "lis"}); got != 26 {
 			t.Fatalf("prefix lis: %d tasks, want 26", got)
 		}
 		if a := call(t, ts, "GET", "/v1/tasks?prefix=nothing-has-this", ""); a.status != http.StatusOK ||
@@ -297,7 +297,7 @@ func TestServer_SingleNode(t *testing.T) {
 
 	t.Run("Export", func(t *testing.T) {
 		var buf bytes.Buffer
-		if err := n.c.Export(ctx, ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &buf); err != nil {
+		if err := n.c.Export(ctx, client.ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &buf); err != nil {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
@@ -310,7 +310,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("re-import: %+v, %v", res, err)
 		}
 		var again bytes.Buffer
-		if err := n.c.Export(ctx, ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &again); err != nil || again.String() != buf.String() {
+		if err := n.c.Export(ctx, client.ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &again); err != nil || again.String() != buf.String() {
 			t.Fatalf("export after re-import differs (%v):\n%s\nwant\n%s", err, again.String(), buf.String())
 		}
 		wantError(t, call(t, ts, "GET", "/v1/tasks:export?limit=5", ""), http.StatusBadRequest, "prefix and label only")
@@ -322,7 +322,7 @@ func TestServer_SingleNode(t *testing.T) {
 		if a.status != http.StatusOK || !strings.Contains(string(a.body), `"written":2`) {
 			t.Fatalf("array batch: %v", a)
 		}
-		var res BatchResult
+		var res client.BatchResult
 		if err := json.Unmarshal(a.body, &res); err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +360,7 @@ func TestServer_SingleNode(t *testing.T) {
 		items = lines
 		wantError(t, call(t, ts, "POST", "/v1/tasks:batch", strings.Join(lines, "\n")), http.StatusBadRequest, "at most 10000")
 		wantError(t, call(t, ts, "POST", "/v1/tasks:batch", "["+strings.Join(items, ",")+"]"), http.StatusBadRequest, "at most 10000")
-		if tasks, _, err := n.c.ListTasks(ctx, ListOptions{Prefix: "toomany/"}); err != nil || len(tasks) != 0 {
+		if tasks, _, err := n.c.ListTasks(ctx, client.ListOptions{Prefix: "toomany/"}); err != nil || len(tasks) != 0 {
 			t.Fatalf("after refused batches: %d tasks, %v", len(tasks), err)
 		}
 
@@ -435,7 +435,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = n.c.DeleteTask(ctx, id) }()
-		var recs []store.Execution
+		var recs []task.Execution
 		etcdtest.WaitFor(t, 15*time.Second, func() bool {
 			h, err := n.c.History(ctx, id, 0)
 			if err != nil {
@@ -490,7 +490,7 @@ func TestServer_SingleNode(t *testing.T) {
 			}
 		}
 		a = call(t, ts, "GET", "/v1/nodes/self", "")
-		var self Node
+		var self client.Node
 		if err := json.Unmarshal(a.body, &self); err != nil || self.ID != "node-1" || len(self.Owned) != testPartitions {
 			t.Fatalf("self: %v, %s", err, a.body)
 		}
@@ -505,7 +505,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("%d partitions", len(ps))
 		}
 		for i, p := range ps {
-			if p.Partition != i || p.Owner != "node-1" || p.State != PartitionOwned {
+			if p.Partition != i || p.Owner != "node-1" || p.State != client.PartitionOwned {
 				t.Fatalf("partition %d: %+v", i, p)
 			}
 		}
@@ -522,7 +522,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("Ready: %v", err)
 		}
 		// A bare host:port with a trailing slash is a base URL too.
-		bare := NewClient(strings.TrimPrefix(ts.URL, "http://")+"/", "")
+		bare := client.NewClient(strings.TrimPrefix(ts.URL, "http://")+"/", "")
 		bare.HTTP = ts.Client()
 		if err := bare.Ready(ctx); err != nil {
 			t.Fatalf("Ready with a bare address: %v", err)
@@ -720,13 +720,13 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		wantError(t, call(t, ats, "GET", "/nope", ""), http.StatusNotFound)
 
-		good := &Client{BaseURL: ats.URL, Token: "s3cret", HTTP: ats.Client()}
-		if _, _, err := good.ListTasks(ctx, ListOptions{Limit: 1}); err != nil {
+		good := &client.Client{BaseURL: ats.URL, Token: "s3cret", HTTP: ats.Client()}
+		if _, _, err := good.ListTasks(ctx, client.ListOptions{Limit: 1}); err != nil {
 			t.Fatalf("client with the token: %v", err)
 		}
-		var ae *Error
-		bad := &Client{BaseURL: ats.URL, HTTP: ats.Client()}
-		if _, _, err := bad.ListTasks(ctx, ListOptions{}); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		var ae *client.Error
+		bad := &client.Client{BaseURL: ats.URL, HTTP: ats.Client()}
+		if _, _, err := bad.ListTasks(ctx, client.ListOptions{}); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Fatalf("client without the token: %v", err)
 		}
 		// The access log, at debug level.
@@ -791,7 +791,7 @@ func TestServer_SingleNode(t *testing.T) {
 		if !strings.Contains(string(a.body), `"status":"not ready"`) || !strings.Contains(string(a.body), `"reason":"fenced`) {
 			t.Fatalf("readyz: %s", a.body)
 		}
-		var ae *Error
+		var ae *client.Error
 		if err := n.c.Ready(ctx); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, "fenced") {
 			t.Fatalf("Ready: %v", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -63,17 +64,13 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if warning != "" {
-		w.Header().Set(WarningHeader, warning)
+		w.Header().Set(client.WarningHeader, warning)
 	}
 	// Only a local state: the owner has likely not seen this write yet,
 	// and asking another node would slow every write down.
 	stored.State = s.localState(r.Context(), id)
 	writeTask(w, http.StatusOK, stored)
 }
-
-// WarningHeader carries what a successful PUT /v1/tasks/{id} warns of: a
-// task that only some live nodes can run.
-const WarningHeader = "Shardcron-Warning"
 
 // runnable refuses (*task.ValidationError) a task that no live node can
 // run, and returns a warning when only some can. rs caches the nodes'
@@ -200,9 +197,9 @@ func (s *Server) taskState(ctx context.Context, id string) *task.State {
 	}
 	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
-	st, err := c.taskState(ctx, id)
+	st, err := c.TaskState(ctx, id)
 	if err != nil {
-		var ae *Error
+		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 			s.log.Warn("api: the owner of a task did not give its state", "task", id, "owner", owner, "err", err)
 		}
@@ -236,17 +233,6 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// listResponse is the answer of GET /v1/tasks.
-type listResponse struct {
-	Tasks []*task.Task `json:"tasks"`
-	// NextCursor is the cursor of the next page (the last id of this one),
-	// "" after the last.
-	NextCursor string `json:"next_cursor"`
-	// Partial lists the nodes that did not answer a list by status (with
-	// why): their tasks may be missing. Absent when every node answered.
-	Partial []string `json:"partial,omitempty"`
 }
 
 // listTasks: GET /v1/tasks?prefix=&label=k=v&limit=&cursor=&state=&status=,
@@ -345,7 +331,7 @@ func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	jw := newJSONStream(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	n, _, err := s.reg.Export(r.Context(), registry.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {
+	n, _, err := s.reg.Export(r.Context(), task.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {
 		if jw.n == 0 {
 			jw.begin("")
 		}
@@ -416,11 +402,6 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 	writeTask(w, http.StatusOK, t)
 }
 
-// triggerResponse is the answer of POST /v1/tasks/{id}/trigger.
-type triggerResponse struct {
-	ScheduledAt string `json:"scheduled_at"` // RFC 3339, ms
-}
-
 // triggerTask: POST /v1/tasks/{id}/trigger, fire once now.
 func (s *Server) triggerTask(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
@@ -429,7 +410,7 @@ func (s *Server) triggerTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, id, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, triggerResponse{ScheduledAt: at.UTC().Format(rfc3339Milli)})
+	writeJSON(w, http.StatusAccepted, client.TriggerResponse{ScheduledAt: at.UTC().Format(rfc3339Milli)})
 }
 
 // healthz: the process answers.

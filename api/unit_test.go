@@ -12,16 +12,16 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
 func TestMergeHistory(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	rec := func(sec, attempt int, node string) store.Execution {
+	rec := func(sec, attempt int, node string) task.Execution {
 		at := t0.Add(time.Duration(sec) * time.Second)
-		return store.Execution{TaskID: "t", ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: attempt, Node: node, Status: "ok"}
+		return task.Execution{TaskID: "t", ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: attempt, Node: node, Status: "ok"}
 	}
 	// The same instant in another location is the same record.
 	inBerlin := rec(2, 1, "a")
@@ -33,22 +33,22 @@ func TestMergeHistory(t *testing.T) {
 
 	for _, tc := range []struct {
 		name  string
-		lists [][]store.Execution
+		lists [][]task.Execution
 		limit int
-		want  []store.Execution
+		want  []task.Execution
 	}{
 		{"empty", nil, 10, nil},
-		{"one list kept", [][]store.Execution{{rec(3, 1, "a"), rec(2, 1, "a")}}, 10, []store.Execution{rec(3, 1, "a"), rec(2, 1, "a")}},
-		{"interleaved", [][]store.Execution{{rec(5, 1, "a"), rec(1, 1, "a")}, {rec(4, 1, "b"), rec(2, 1, "b")}}, 10,
-			[]store.Execution{rec(5, 1, "a"), rec(4, 1, "b"), rec(2, 1, "b"), rec(1, 1, "a")}},
-		{"attempt desc within a time", [][]store.Execution{{rec(2, 1, "a")}, {rec(2, 3, "b"), rec(2, 2, "a")}}, 10,
-			[]store.Execution{rec(2, 3, "b"), rec(2, 2, "a"), rec(2, 1, "a")}},
-		{"identical once", [][]store.Execution{{rec(2, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "a")}, {inBerlin}}, 10,
-			[]store.Execution{rec(2, 1, "a"), rec(1, 1, "a")}},
-		{"same fire on two nodes kept", [][]store.Execution{{rec(2, 1, "a")}, {rec(2, 1, "b")}}, 10,
-			[]store.Execution{rec(2, 1, "a"), rec(2, 1, "b")}},
-		{"limit", [][]store.Execution{{rec(3, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "b")}}, 2,
-			[]store.Execution{rec(3, 1, "a"), rec(2, 1, "b")}},
+		{"one list kept", [][]task.Execution{{rec(3, 1, "a"), rec(2, 1, "a")}}, 10, []task.Execution{rec(3, 1, "a"), rec(2, 1, "a")}},
+		{"interleaved", [][]task.Execution{{rec(5, 1, "a"), rec(1, 1, "a")}, {rec(4, 1, "b"), rec(2, 1, "b")}}, 10,
+			[]task.Execution{rec(5, 1, "a"), rec(4, 1, "b"), rec(2, 1, "b"), rec(1, 1, "a")}},
+		{"attempt desc within a time", [][]task.Execution{{rec(2, 1, "a")}, {rec(2, 3, "b"), rec(2, 2, "a")}}, 10,
+			[]task.Execution{rec(2, 3, "b"), rec(2, 2, "a"), rec(2, 1, "a")}},
+		{"identical once", [][]task.Execution{{rec(2, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "a")}, {inBerlin}}, 10,
+			[]task.Execution{rec(2, 1, "a"), rec(1, 1, "a")}},
+		{"same fire on two nodes kept", [][]task.Execution{{rec(2, 1, "a")}, {rec(2, 1, "b")}}, 10,
+			[]task.Execution{rec(2, 1, "a"), rec(2, 1, "b")}},
+		{"limit", [][]task.Execution{{rec(3, 1, "a"), rec(1, 1, "a")}, {rec(2, 1, "b")}}, 2,
+			[]task.Execution{rec(3, 1, "a"), rec(2, 1, "b")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := mergeHistory(tc.lists, tc.limit)
@@ -161,11 +161,11 @@ func TestEscapeID(t *testing.T) {
 	})
 	for _, id := range []string{"plain", "billing/invoice-42", "with space", "/", "//", "a//b", ".", "..", "../x",
 		"x/..", "./x", "/x", "x/", "%", "%2F", "%zz", "?", "#", "a?b=c#d", "ü", "日本", "+", ";", "@", "tab\tno"} {
-		req := httptest.NewRequest("GET", "/v1/tasks/"+escapeID(id)+"/history", nil)
+		req := httptest.NewRequest("GET", "/v1/tasks/"+client.EscapeID(id)+"/history", nil)
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, withSlashID(req))
 		if w.Code != http.StatusOK || w.Body.String() != id {
-			t.Errorf("id %q escaped as %q: %d %q", id, escapeID(id), w.Code, w.Body.String())
+			t.Errorf("id %q escaped as %q: %d %q", id, client.EscapeID(id), w.Code, w.Body.String())
 		}
 	}
 }
@@ -214,25 +214,6 @@ func TestBaseURL(t *testing.T) {
 	} {
 		if got := baseURL(in); got != want {
 			t.Errorf("baseURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestError(t *testing.T) {
-	e := &Error{Status: 404, Message: `task "a" not found`}
-	if got := e.Error(); got != `task "a" not found (HTTP 404)` {
-		t.Fatalf("Error() = %q", got)
-	}
-	if got := (&Error{Status: 502}).Error(); got != "Bad Gateway (HTTP 502)" {
-		t.Fatalf("Error() without message = %q", got)
-	}
-	for body, want := range map[string]string{
-		`{"error":"x"}`:                         "x",
-		`{"status":"not ready","reason":"why"}`: "why",
-		"plain text\n":                          "plain text",
-	} {
-		if got := errorMessage([]byte(body)); got != want {
-			t.Errorf("errorMessage(%q) = %q, want %q", body, got, want)
 		}
 	}
 }

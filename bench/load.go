@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -102,7 +103,7 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = hs.Serve(ln) }()
 	defer func() { _ = hs.Close(); <-done }()
-	client := api.NewClient("http://"+ln.Addr().String(), "")
+	cl := client.NewClient("http://"+ln.Addr().String(), "")
 
 	a, ca := snapshot(), c.counters()
 	last := time.Now()
@@ -112,7 +113,7 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 		for i := lo; i < min(lo+importBatch, cfg.Tasks); i++ {
 			body = fmt.Appendf(body, `{"id":%q,"schedule":%q,"executor":{"type":"noop"}}`+"\n", taskID(i), cfg.Schedule)
 		}
-		res, err := client.PutBatch(ctx, body)
+		res, err := cl.PutBatch(ctx, body)
 		if err != nil {
 			return nil, fmt.Errorf("bench: import batch at task %d: %w", lo, err)
 		}

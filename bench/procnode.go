@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 )
 
@@ -217,7 +217,7 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 // owners returns the owner index of every partition as the node's ring
 // has it (-1: none, or not a bench node).
 func (p *procNode) owners(ctx context.Context, partitions int) ([]int, error) {
-	ps, err := api.NewClient(p.url, "").Partitions(ctx)
+	ps, err := client.NewClient(p.url, "").Partitions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: partitions of %s: %w", p.url, err)
 	}

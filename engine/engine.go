@@ -415,7 +415,7 @@ func (e *Engine) Stats() Stats {
 
 // History returns the execution records of a task kept on this node, newest
 // first.
-func (e *Engine) History(id string, limit int) ([]store.Execution, error) {
+func (e *Engine) History(id string, limit int) ([]task.Execution, error) {
 	if e.store == nil {
 		return nil, nil
 	}

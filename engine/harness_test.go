@@ -166,7 +166,7 @@ func waitNext(t *testing.T, n *testNode, id string, want time.Time) {
 
 // history returns the node's execution records of a task, oldest first
 // (by scheduled time, then attempt).
-func history(t *testing.T, n *testNode, id string) []store.Execution {
+func history(t *testing.T, n *testNode, id string) []task.Execution {
 	t.Helper()
 	hs, err := n.e.History(id, 0)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -248,11 +247,11 @@ const failureLogSize = 1000
 // written by workers on failures only, so a healthy fleet never touches it.
 type failureLog struct {
 	mu   sync.Mutex // guards ring and n
-	ring [failureLogSize]store.Execution
+	ring [failureLogSize]task.Execution
 	n    uint64 // failures ever added; the newest is at (n-1) % size
 }
 
-func (f *failureLog) add(e store.Execution) {
+func (f *failureLog) add(e task.Execution) {
 	e.Error = truncateError(e.Error)
 	f.mu.Lock()
 	f.ring[f.n%failureLogSize] = e
@@ -261,11 +260,11 @@ func (f *failureLog) add(e store.Execution) {
 }
 
 // latest returns at most limit failures, newest added first.
-func (f *failureLog) latest(limit int) []store.Execution {
+func (f *failureLog) latest(limit int) []task.Execution {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := min(uint64(max(limit, 0)), f.n, failureLogSize)
-	out := make([]store.Execution, 0, k)
+	out := make([]task.Execution, 0, k)
 	for j := uint64(1); j <= k; j++ {
 		out = append(out, f.ring[(f.n-j)%failureLogSize])
 	}
@@ -275,9 +274,9 @@ func (f *failureLog) latest(limit int) []store.Execution {
 // RecentFailures returns this node's latest failed or timed-out attempts,
 // newest first: at most limit, and at most the last 1000 since the node
 // started (kept in memory, whatever --history says).
-func (e *Engine) RecentFailures(limit int) []store.Execution {
+func (e *Engine) RecentFailures(limit int) []task.Execution {
 	if e.pool == nil {
-		return []store.Execution{} // not started
+		return []task.Execution{} // not started
 	}
 	return e.pool.failures.latest(limit)
 }

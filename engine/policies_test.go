@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -444,7 +443,7 @@ func TestEngine_ExecNeedsAllowExec(t *testing.T) {
 			mark := filepath.Join(t.TempDir(), "ran")
 			putTask(t, n.e.Registry(), &task.Task{ID: "exec", Schedule: "* * * * * *",
 				Executor: task.Executor{Type: task.ExecutorExec, Command: []string{touch, mark}}})
-			var rec store.Execution
+			var rec task.Execution
 			etcdtest.WaitFor(t, 10*time.Second, func() bool {
 				hs := history(t, n, "exec")
 				if len(hs) > 0 {
@@ -454,12 +453,12 @@ func TestEngine_ExecNeedsAllowExec(t *testing.T) {
 			})
 			_, statErr := os.Stat(mark)
 			if allow {
-				if rec.Status != store.StatusOK || statErr != nil {
+				if rec.Status != task.ExecutionOK || statErr != nil {
 					t.Errorf("allowed: record %+v, command ran: %v", rec, statErr)
 				}
 				return
 			}
-			if rec.Status != store.StatusFailed || !strings.Contains(rec.Error, "--allow-exec") {
+			if rec.Status != task.ExecutionFailed || !strings.Contains(rec.Error, "--allow-exec") {
 				t.Errorf("record %+v; want failed, with an error naming --allow-exec", rec)
 			}
 			if statErr == nil {
@@ -551,7 +550,7 @@ func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
 	putTask(t, n.e.Registry(), &task.Task{ID: "http", Schedule: "* * * * * *",
 		Executor: task.Executor{Type: task.ExecutorHTTP, URL: srv.URL}})
 	for id, want := range map[string]string{"exec": "exec allow-list", "http": "http allow-list (127.0.0.2)"} {
-		var rec store.Execution
+		var rec task.Execution
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
 			hs := history(t, n, id)
 			if len(hs) > 0 {
@@ -559,7 +558,7 @@ func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
 			}
 			return len(hs) > 0
 		})
-		if rec.Status != store.StatusFailed || !strings.Contains(rec.Error, want) {
+		if rec.Status != task.ExecutionFailed || !strings.Contains(rec.Error, want) {
 			t.Errorf("%s: record %+v; want failed, with an error naming the %s", id, rec, want)
 		}
 	}

@@ -33,8 +33,8 @@ const (
 	numStatus
 )
 
-var statusNames = [numStatus]string{"", store.StatusOK, store.StatusFailed, store.StatusTimeout,
-	store.StatusSkipped, store.StatusMisfired, store.StatusCanceled}
+var statusNames = [numStatus]string{"", task.ExecutionOK, task.ExecutionFailed, task.ExecutionTimeout,
+	task.ExecutionSkipped, task.ExecutionMisfired, task.ExecutionCanceled}
 
 // job is one attempt of a fire, handed from the dispatch loop to a worker.
 type job struct {
@@ -499,8 +499,8 @@ func (p *pool) execute(j *job) (err error) {
 }
 
 // execution is the history record of one attempt of the fire (id, sched).
-func execution(id, node string, sched int64, attempt int, st uint8, started, finished time.Time, why string) store.Execution {
-	return store.Execution{
+func execution(id, node string, sched int64, attempt int, st uint8, started, finished time.Time, why string) task.Execution {
+	return task.Execution{
 		TaskID: id, ScheduledAt: time.Unix(0, sched).UTC(), StartedAt: started, FinishedAt: finished,
 		Attempt: attempt, Node: node, Status: statusNames[st], Error: why,
 	}

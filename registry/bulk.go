@@ -11,80 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// BulkAction is what Registry.Bulk does to every task a Selector chooses.
-type BulkAction string
-
-// Bulk actions.
-const (
-	BulkPause   BulkAction = "pause"   // set paused; paused tasks are left alone
-	BulkResume  BulkAction = "resume"  // clear paused; running tasks are left alone
-	BulkDelete  BulkAction = "delete"  // delete the task
-	BulkTrigger BulkAction = "trigger" // fire once now, outside the schedule (paused tasks too)
-)
-
-// ParseBulkAction returns the action named s, or a *ValidationError.
-func ParseBulkAction(s string) (BulkAction, error) {
-	switch a := BulkAction(s); a {
-	case BulkPause, BulkResume, BulkDelete, BulkTrigger:
-		return a, nil
-	}
-	return "", task.Invalid("action", "%q is not one of pause, resume, delete, trigger", s)
-}
-
-// Selector chooses the tasks of a bulk action: those whose id starts with
-// Prefix and that carry every label of Labels. An empty selector chooses
-// nothing unless All is set, so that a forgotten filter never pauses or
-// deletes a whole cluster.
-type Selector struct {
-	Prefix string            `json:"prefix,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// All must be set to choose every task (with no prefix and no label).
-	All bool `json:"all,omitempty"`
-	// DryRun counts what the action would do and writes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
-}
-
-// Validate reports a selector that chooses nothing by mistake.
-func (s Selector) Validate() error {
-	if s.Prefix == "" && len(s.Labels) == 0 && !s.All {
-		return task.Invalid("selector", `give a prefix, at least one label, or "all": true to act on every task`)
-	}
-	if s.All && (s.Prefix != "" || len(s.Labels) > 0) {
-		return task.Invalid("selector", `"all" chooses every task: leave out prefix and labels, or leave out "all"`)
-	}
-	if len(s.Prefix) > task.MaxIDLen {
-		return task.Invalid("prefix", "%d bytes, more than the %d of the longest task id", len(s.Prefix), task.MaxIDLen)
-	}
-	for k := range s.Labels {
-		if k == "" {
-			return task.Invalid("labels", "a label key is empty")
-		}
-	}
-	return nil
-}
-
-// BulkResult counts what a bulk action did (or, with DryRun, would do).
-type BulkResult struct {
-	Action BulkAction `json:"action"`
-	DryRun bool       `json:"dry_run"`
-	// Matched is how many tasks the selector chose.
-	Matched int `json:"matched"`
-	// Changed is how many of them the action changed: paused, resumed,
-	// deleted or triggered. Unchanged were already as asked (a pause of a
-	// paused task). Skipped changed or went away between the read and the
-	// write and no longer match: another writer got there first.
-	Changed   int `json:"changed"`
-	Unchanged int `json:"unchanged"`
-	Skipped   int `json:"skipped"`
-	// Sample holds the ids of up to BulkSampleSize matched tasks, in the
-	// order read (by id for a prefix or labels), so that a dry run shows
-	// what it would touch.
-	Sample []string `json:"sample"`
-}
-
-// BulkSampleSize bounds BulkResult.Sample.
-const BulkSampleSize = 10
-
 // bulkItem is one matched task on its way to a transaction.
 type bulkItem struct {
 	key string
@@ -100,9 +26,9 @@ type bulkItem struct {
 // ctx ending midway returns what was done so far with the error, and
 // running the same action again finishes the job (actions are idempotent;
 // a trigger fires again).
-func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (BulkResult, error) {
-	res := BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}}
-	if _, err := ParseBulkAction(string(action)); err != nil {
+func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Selector) (task.BulkResult, error) {
+	res := task.BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}}
+	if _, err := task.ParseBulkAction(string(action)); err != nil {
 		return res, err
 	}
 	if err := sel.Validate(); err != nil {
@@ -130,7 +56,7 @@ func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (B
 			return nil
 		}
 		res.Matched++
-		if len(res.Sample) < BulkSampleSize {
+		if len(res.Sample) < task.BulkSampleSize {
 			_, id, _ := r.keys.parseTaskKey(it.key)
 			res.Sample = append(res.Sample, id)
 		}
@@ -168,14 +94,14 @@ func (r *Registry) Bulk(ctx context.Context, action BulkAction, sel Selector) (B
 // bulkMatch decides what action does to the stored task kv: ok when sel
 // chooses it, change when the action would change it (with the new value
 // of a pause or resume in it.val).
-func (r *Registry) bulkMatch(action BulkAction, sel Selector, kv *mvccpb.KeyValue) (it bulkItem, change, ok bool, err error) {
+func (r *Registry) bulkMatch(action task.BulkAction, sel task.Selector, kv *mvccpb.KeyValue) (it bulkItem, change, ok bool, err error) {
 	key := string(kv.Key)
 	_, id, valid := r.keys.parseTaskKey(key)
 	if !valid || !strings.HasPrefix(id, sel.Prefix) {
 		return it, false, false, nil
 	}
 	it = bulkItem{key: key, kv: kv}
-	if len(sel.Labels) == 0 && (action == BulkDelete || action == BulkTrigger) {
+	if len(sel.Labels) == 0 && (action == task.BulkDelete || action == task.BulkTrigger) {
 		return it, true, true, nil // no need to decode
 	}
 	t, err := r.decode(kv)
@@ -186,8 +112,8 @@ func (r *Registry) bulkMatch(action BulkAction, sel Selector, kv *mvccpb.KeyValu
 		return it, false, false, nil
 	}
 	switch action {
-	case BulkPause, BulkResume:
-		want := action == BulkPause
+	case task.BulkPause, task.BulkResume:
+		want := action == task.BulkPause
 		if t.Paused == want {
 			return it, false, true, nil
 		}
@@ -204,7 +130,7 @@ func (r *Registry) bulkMatch(action BulkAction, sel Selector, kv *mvccpb.KeyValu
 // bulkCommit writes one transaction of items, each under a compare of the
 // version read. When another writer changed one of them in between, the
 // transaction changes nothing and the items are done one at a time.
-func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Selector, items []bulkItem, res *BulkResult) error {
+func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel task.Selector, items []bulkItem, res *task.BulkResult) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -248,13 +174,13 @@ func (r *Registry) bulkCommit(ctx context.Context, action BulkAction, sel Select
 
 // bulkOp is the compare and the write of one item. A trigger only needs
 // the task to exist: it does not change the task.
-func (r *Registry) bulkOp(action BulkAction, it bulkItem, at int64) (clientv3.Cmp, []clientv3.Op) {
+func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64) (clientv3.Cmp, []clientv3.Op) {
 	p, id, _ := r.keys.parseTaskKey(it.key)
 	switch action {
-	case BulkDelete:
+	case task.BulkDelete:
 		w := r.remove(id, it.kv) // the task and its index keys
 		return w.cmp(), w.ops
-	case BulkTrigger:
+	case task.BulkTrigger:
 		return clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0), []clientv3.Op{clientv3.OpPut(r.keys.trigger(p, id, at), "")}
 	default: // pause and resume change no label: the index stays as it is
 		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), []clientv3.Op{clientv3.OpPut(it.key, string(it.val))}
@@ -263,7 +189,7 @@ func (r *Registry) bulkOp(action BulkAction, it bulkItem, at int64) (clientv3.Cm
 
 // bulkOne reads one task again and acts on it if it still matches, up to
 // casRetries times under contention.
-func (r *Registry) bulkOne(ctx context.Context, action BulkAction, sel Selector, it bulkItem, res *BulkResult) error {
+func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task.Selector, it bulkItem, res *task.BulkResult) error {
 	for range casRetries {
 		cur, err := r.cli.Get(ctx, it.key)
 		if err != nil {

@@ -66,11 +66,11 @@ func TestRegistry_Bulk(t *testing.T) {
 	billing := map[string]string{"team": "billing"}
 
 	rev := revision(t, c.Client)
-	res, err := reg.Bulk(ctx, BulkPause, Selector{Labels: billing, DryRun: true})
+	res, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: billing, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Matched != n/2 || res.Changed != n/2 || !res.DryRun || len(res.Sample) != BulkSampleSize {
+	if res.Matched != n/2 || res.Changed != n/2 || !res.DryRun || len(res.Sample) != task.BulkSampleSize {
 		t.Fatalf("dry run: %+v", res)
 	}
 	if got := revision(t, c.Client); got != rev {
@@ -80,7 +80,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("a dry run paused %d tasks", p)
 	}
 
-	res, err = reg.Bulk(ctx, BulkPause, Selector{Labels: billing})
+	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: billing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("ads: %d paused, want none", p)
 	}
 
-	res, err = reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/00"})
+	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/00"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("pause by prefix fleet/00: %+v, want 100 matched, 50 changed, 50 already paused", res)
 	}
 
-	res, err = reg.Bulk(ctx, BulkResume, Selector{All: true})
+	res, err = reg.Bulk(ctx, task.BulkResume, task.Selector{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("%d tasks still paused after resume all", p)
 	}
 
-	res, err = reg.Bulk(ctx, BulkTrigger, Selector{Prefix: "fleet/001"})
+	res, err = reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "fleet/001"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("trigger fleet/001*: %+v, %d trigger requests written, want 10", res, trig.Count)
 	}
 
-	res, err = reg.Bulk(ctx, BulkDelete, Selector{Prefix: "fleet/0", Labels: map[string]string{"team": "ads"}})
+	res, err = reg.Bulk(ctx, task.BulkDelete, task.Selector{Prefix: "fleet/0", Labels: map[string]string{"team": "ads"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,14 +151,14 @@ func TestRegistry_BulkRefusesEmptySelector(t *testing.T) {
 	bulkFleet(t, reg, 4)
 	rev := revision(t, c.Client)
 	for _, tc := range []struct {
-		action BulkAction
-		sel    Selector
+		action task.BulkAction
+		sel    task.Selector
 	}{
-		{BulkDelete, Selector{}},
-		{BulkPause, Selector{DryRun: true}},
-		{BulkDelete, Selector{All: true, Prefix: "fleet/"}},
-		{BulkPause, Selector{Labels: map[string]string{"": "x"}}},
-		{"explode", Selector{All: true}},
+		{task.BulkDelete, task.Selector{}},
+		{task.BulkPause, task.Selector{DryRun: true}},
+		{task.BulkDelete, task.Selector{All: true, Prefix: "fleet/"}},
+		{task.BulkPause, task.Selector{Labels: map[string]string{"": "x"}}},
+		{"explode", task.Selector{All: true}},
 	} {
 		res, err := reg.Bulk(context.Background(), tc.action, tc.sel)
 		var ve *task.ValidationError
@@ -184,7 +184,7 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 	reg := openRegistry(t, c.Client, "/bulkrace")
 	ctx := context.Background()
 	bulkFleet(t, reg, 4) // fleet/0000 and fleet/0002 are billing
-	sel := Selector{Labels: map[string]string{"team": "billing"}}
+	sel := task.Selector{Labels: map[string]string{"team": "billing"}}
 
 	var items []bulkItem
 	for _, id := range []string{"fleet/0000", "fleet/0002"} {
@@ -192,7 +192,7 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		it, change, ok, err := reg.bulkMatch(BulkPause, sel, resp.Kvs[0])
+		it, change, ok, err := reg.bulkMatch(task.BulkPause, sel, resp.Kvs[0])
 		if err != nil || !ok || !change {
 			t.Fatalf("match %s: %v %v %v", id, ok, change, err)
 		}
@@ -213,8 +213,8 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 	resched.Schedule = "@every 2h"
 	putTask(t, reg, resched)
 
-	var res BulkResult
-	if err := reg.bulkCommit(ctx, BulkPause, sel, items, &res); err != nil {
+	var res task.BulkResult
+	if err := reg.bulkCommit(ctx, task.BulkPause, sel, items, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Changed != 1 || res.Skipped != 1 {
@@ -242,7 +242,7 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 	if _, err := reg.Put(ctx, other, PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/01", DryRun: true})
+	res, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/01", DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 	if res.Matched != 100 || res.Changed != 100 || !slices.Equal(res.Sample, want) {
 		t.Errorf("dry run by prefix: %+v; want 100 matched, sample %v", res, want)
 	}
-	res, err = reg.Bulk(ctx, BulkPause, Selector{Prefix: "fleet/", Labels: map[string]string{"team": "ads"}})
+	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/", Labels: map[string]string{"team": "ads"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func BenchmarkIndex(b *testing.B) {
 				start := time.Now()
 				total := 0
 				for range b.N {
-					got, _, err := reg.Export(ctx, Selector{}, func([]byte) error { return nil })
+					got, _, err := reg.Export(ctx, task.Selector{}, func([]byte) error { return nil })
 					if err != nil || got != n {
 						b.Fatalf("exported %d, %v; want %d", got, err, n)
 					}

@@ -120,11 +120,11 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 	checkIndex(t, c.Client, reg)
 
 	// Bulk actions: a pause keeps the labels, a delete takes the index keys.
-	if _, err := reg.Bulk(ctx, BulkPause, Selector{Labels: map[string]string{"team": "z"}}); err != nil {
+	if _, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: map[string]string{"team": "z"}}); err != nil {
 		t.Fatal(err)
 	}
 	checkIndex(t, c.Client, reg)
-	if res, err := reg.Bulk(ctx, BulkDelete, Selector{Prefix: "b/"}); err != nil || res.Changed != 300 {
+	if res, err := reg.Bulk(ctx, task.BulkDelete, task.Selector{Prefix: "b/"}); err != nil || res.Changed != 300 {
 		t.Fatalf("bulk delete: %+v, %v", res, err)
 	}
 	checkIndex(t, c.Client, reg)
@@ -332,7 +332,7 @@ func TestExport_OneRevision(t *testing.T) {
 	}
 	var got []string
 	first := true
-	n, _, err := reg.Export(ctx, Selector{}, func(tsk []byte) error {
+	n, _, err := reg.Export(ctx, task.Selector{}, func(tsk []byte) error {
 		if first {
 			first = false
 			var churn []*task.Task
@@ -364,7 +364,7 @@ func TestExport_OneRevision(t *testing.T) {
 	// A selection by label and prefix, read back by the batch path, is
 	// the same tasks.
 	var sel []*task.Task
-	if _, _, err := reg.Export(ctx, Selector{Prefix: "e/00", Labels: map[string]string{"team": "changed"}}, func(b []byte) error {
+	if _, _, err := reg.Export(ctx, task.Selector{Prefix: "e/00", Labels: map[string]string{"team": "changed"}}, func(b []byte) error {
 		tsk, err := task.DecodeTask(b)
 		sel = append(sel, tsk)
 		return err

@@ -114,7 +114,7 @@ func checkCursor(c string) error {
 //
 // The order is the one of each: by id with a prefix or labels, by
 // partition and then id for a whole export (see each).
-func (r *Registry) Export(ctx context.Context, sel Selector, fn func(stored []byte) error) (n int, rev int64, err error) {
+func (r *Registry) Export(ctx context.Context, sel task.Selector, fn func(stored []byte) error) (n int, rev int64, err error) {
 	q := query{prefix: sel.Prefix, labels: sel.Labels}
 	rev, built, err := r.readRevision(ctx)
 	if err != nil {

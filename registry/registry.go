@@ -275,12 +275,6 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-// BatchError is the error of one item of PutBatch.
-type BatchError struct {
-	Index int    `json:"index"`
-	Error string `json:"error"`
-}
-
 // PutBatch validates and writes many tasks, each with its index keys in the
 // same transaction, in transactions of at most 128 operations and 1 MiB, a
 // few at once. Invalid tasks are reported by index and do not stop the
@@ -288,7 +282,7 @@ type BatchError struct {
 // the same batch twice writes nothing the second time. A later item with
 // the same id as an earlier one wins. written counts the tasks now stored as
 // given (rewritten or already identical).
-func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []BatchError, err error) {
+func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []task.BatchError, err error) {
 	if len(tasks) > MaxBatchItems {
 		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
 	}
@@ -296,7 +290,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 	valid := make([]int, 0, len(tasks))
 	for i, t := range tasks {
 		if err := t.Validate(); err != nil {
-			errs = append(errs, BatchError{Index: i, Error: err.Error()})
+			errs = append(errs, task.BatchError{Index: i, Error: err.Error()})
 			continue
 		}
 		if j, dup := pos[t.ID]; dup {
@@ -362,7 +356,7 @@ const batchWorkers = 8
 // MaxTxnOps operations each) write what changed, under compares of the mod
 // revisions read. Tasks of a transaction that finds one of them changed by
 // another writer are written again one at a time.
-func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []BatchError, error) {
+func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []task.BatchError, error) {
 	gets := make([]clientv3.Op, len(idx))
 	for i, j := range idx {
 		gets[i] = clientv3.OpGet(r.key(tasks[j].ID))
@@ -371,7 +365,7 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 	if err != nil {
 		return 0, nil, fmt.Errorf("batch: read tasks: %w", err)
 	}
-	var errs []BatchError
+	var errs []task.BatchError
 	written := 0
 	var (
 		cmps  []clientv3.Cmp
@@ -404,7 +398,7 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 		}
 		val, same, err := r.encode(t, old)
 		if err != nil {
-			errs = append(errs, BatchError{Index: j, Error: err.Error()})
+			errs = append(errs, task.BatchError{Index: j, Error: err.Error()})
 			continue
 		}
 		if same {
@@ -435,7 +429,7 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 			if ctx.Err() != nil {
 				return written, errs, err
 			}
-			errs = append(errs, BatchError{Index: j, Error: err.Error()})
+			errs = append(errs, task.BatchError{Index: j, Error: err.Error()})
 			continue
 		}
 		written++

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 // BenchmarkRecord is the fire path's cost of recording an execution.
@@ -15,7 +17,7 @@ import (
 func BenchmarkRecord(b *testing.B) {
 	b.Run("path=buffered", func(b *testing.B) {
 		s := openTest(b, testConfig(b))
-		e := exec1("0123456789abcdef", 0, 1, StatusOK)
+		e := exec1("0123456789abcdef", 0, 1, task.ExecutionOK)
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -41,7 +43,7 @@ func BenchmarkRecord(b *testing.B) {
 		entered, release := blockedWriter(&cfg)
 		s := openTest(b, cfg)
 		b.Cleanup(release)
-		e := exec1("0123456789abcdef", 0, 1, StatusOK)
+		e := exec1("0123456789abcdef", 0, 1, task.ExecutionOK)
 		s.Record(e)
 		<-entered
 		for range cfg.HistoryBuffer {
@@ -74,7 +76,7 @@ func BenchmarkHistoryWrite(b *testing.B) {
 	n := 0
 	for n < b.N {
 		for j := 0; j < 16384 && n < b.N; j++ {
-			s.Record(exec1(ids[n%len(ids)], n/len(ids), 1, StatusOK))
+			s.Record(exec1(ids[n%len(ids)], n/len(ids), 1, task.ExecutionOK))
 			n++
 		}
 		if err := s.Flush(ctx); err != nil {
@@ -175,7 +177,7 @@ func BenchmarkReset(b *testing.B) {
 func BenchmarkHistory(b *testing.B) {
 	s := openTest(b, testConfig(b))
 	for i := range 10000 {
-		s.Record(exec1("0123456789abcdef", i, 1, StatusOK))
+		s.Record(exec1("0123456789abcdef", i, 1, task.ExecutionOK))
 	}
 	flush(b, s)
 	b.ReportAllocs()

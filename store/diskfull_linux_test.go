@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shardcron/shardcron/internal/tmpfs"
+	"github.com/shardcron/shardcron/task"
 )
 
 // TestStore_RealDiskFull fills the filesystem of an open store (a small
@@ -34,7 +35,7 @@ func TestStore_RealDiskFull(t *testing.T) {
 	long := strings.Repeat("x", 400)
 	const n = 100_000
 	for i := range n {
-		e := exec1(fmt.Sprintf("task-%d", i%1000), i, 1, StatusFailed)
+		e := exec1(fmt.Sprintf("task-%d", i%1000), i, 1, task.ExecutionFailed)
 		e.Error = long
 		s.Record(e)
 		if i%10_000 == 9_999 {
@@ -60,7 +61,7 @@ func TestStore_RealDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		s.Record(exec1("after", i, 1, StatusOK))
+		s.Record(exec1("after", i, 1, task.ExecutionOK))
 	}
 	flush(t, s)
 	if got := history(t, s, "after", 0); len(got) != 5 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 func Example() {
@@ -32,8 +33,8 @@ func Example() {
 	fmt.Println("watch from", rev+1)
 
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	s.Record(store.Execution{TaskID: "a", ScheduledAt: at, Attempt: 1, Node: "n1", Status: store.StatusFailed, Error: "HTTP 503"})
-	s.Record(store.Execution{TaskID: "a", ScheduledAt: at, Attempt: 2, Node: "n1", Status: store.StatusOK})
+	s.Record(task.Execution{TaskID: "a", ScheduledAt: at, Attempt: 1, Node: "n1", Status: task.ExecutionFailed, Error: "HTTP 503"})
+	s.Record(task.Execution{TaskID: "a", ScheduledAt: at, Attempt: 2, Node: "n1", Status: task.ExecutionOK})
 	_ = s.Flush(context.Background())
 	h, _ := s.History("a", 10)
 	for _, e := range h {

@@ -4,32 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"time"
-)
 
-// Execution statuses (docs/api.md's execution record).
-const (
-	StatusOK       = "ok"
-	StatusFailed   = "failed"
-	StatusTimeout  = "timeout"
-	StatusSkipped  = "skipped"
-	StatusMisfired = "misfired"
-	StatusCanceled = "canceled"
+	"github.com/shardcron/shardcron/task"
 )
-
-// Execution is one execution record: one attempt of one fire of a task, or
-// a fire that was skipped, misfired or canceled. Its JSON form is docs/api.md's
-// execution record. Times returned by History are in UTC with nanosecond
-// precision and no monotonic clock reading.
-type Execution struct {
-	TaskID      string    `json:"task_id"`
-	ScheduledAt time.Time `json:"scheduled_at"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
-	Attempt     int       `json:"attempt"` // 1-based
-	Node        string    `json:"node"`
-	Status      string    `json:"status"` // one of the Status constants
-	Error       string    `json:"error,omitempty"`
-}
 
 // Record value encoding, version 1 (the task id is in the key):
 //
@@ -55,7 +32,7 @@ const (
 	flagStatusString
 )
 
-var statusCodes = [...]string{1: StatusOK, 2: StatusFailed, 3: StatusTimeout, 4: StatusSkipped, 5: StatusMisfired, 6: StatusCanceled}
+var statusCodes = [...]string{1: task.ExecutionOK, 2: task.ExecutionFailed, 3: task.ExecutionTimeout, 4: task.ExecutionSkipped, 5: task.ExecutionMisfired, 6: task.ExecutionCanceled}
 
 func statusCode(s string) byte {
 	for i := 1; i < len(statusCodes); i++ {
@@ -69,7 +46,7 @@ func statusCode(s string) byte {
 var errBadRecord = errors.New("store: malformed execution record")
 
 // appendRecord appends the encoding of e (without its task id) to b.
-func appendRecord(b []byte, e *Execution) []byte {
+func appendRecord(b []byte, e *task.Execution) []byte {
 	var flags byte
 	if !e.ScheduledAt.IsZero() {
 		flags |= flagScheduled
@@ -110,14 +87,14 @@ func appendString(b []byte, s string) []byte {
 }
 
 // recordSize is an upper bound of len(appendRecord(nil, e)).
-func recordSize(e *Execution) int {
+func recordSize(e *task.Execution) int {
 	return 2 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64 +
 		3*binary.MaxVarintLen64 + len(e.Status) + len(e.Node) + len(e.Error)
 }
 
 // decodeRecord decodes a value written by appendRecord into e, leaving
 // e.TaskID alone. It never panics, whatever b holds.
-func decodeRecord(b []byte, e *Execution) error {
+func decodeRecord(b []byte, e *task.Execution) error {
 	if len(b) < 2 || b[0] != recordVersion {
 		return errBadRecord
 	}

@@ -5,25 +5,27 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 func TestRecord_EncodeDecode(t *testing.T) {
 	at := time.Date(2030, 1, 1, 0, 0, 0, 123456789, time.UTC)
 	tests := []struct {
 		name string
-		e    Execution
+		e    task.Execution
 	}{
-		{"zero", Execution{}},
-		{"ok", Execution{ScheduledAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(time.Second), Attempt: 1, Node: "n1", Status: StatusOK}},
-		{"error", Execution{ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: 5, Node: "n", Status: StatusFailed, Error: "HTTP 503: unavailable"}},
-		{"started before scheduled", Execution{ScheduledAt: at, StartedAt: at.Add(-time.Hour), Attempt: 1, Status: StatusMisfired}},
-		{"only finished", Execution{FinishedAt: at, Status: StatusCanceled}},
-		{"custom status", Execution{ScheduledAt: at, Status: "paused?"}},
-		{"empty status", Execution{ScheduledAt: at}},
-		{"negative attempt", Execution{Attempt: -7, Status: StatusSkipped}},
-		{"big attempt", Execution{Attempt: math.MaxInt32 + 10, Status: StatusTimeout}},
-		{"far times", Execution{ScheduledAt: time.Unix(0, math.MinInt64+1), FinishedAt: time.Unix(0, math.MaxInt64), Status: StatusOK}},
-		{"long error", Execution{Status: StatusFailed, Error: string(bytes.Repeat([]byte("x"), 100000))}},
+		{"zero", task.Execution{}},
+		{"ok", task.Execution{ScheduledAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(time.Second), Attempt: 1, Node: "n1", Status: task.ExecutionOK}},
+		{"error", task.Execution{ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: 5, Node: "n", Status: task.ExecutionFailed, Error: "HTTP 503: unavailable"}},
+		{"started before scheduled", task.Execution{ScheduledAt: at, StartedAt: at.Add(-time.Hour), Attempt: 1, Status: task.ExecutionMisfired}},
+		{"only finished", task.Execution{FinishedAt: at, Status: task.ExecutionCanceled}},
+		{"custom status", task.Execution{ScheduledAt: at, Status: "paused?"}},
+		{"empty status", task.Execution{ScheduledAt: at}},
+		{"negative attempt", task.Execution{Attempt: -7, Status: task.ExecutionSkipped}},
+		{"big attempt", task.Execution{Attempt: math.MaxInt32 + 10, Status: task.ExecutionTimeout}},
+		{"far times", task.Execution{ScheduledAt: time.Unix(0, math.MinInt64+1), FinishedAt: time.Unix(0, math.MaxInt64), Status: task.ExecutionOK}},
+		{"long error", task.Execution{Status: task.ExecutionFailed, Error: string(bytes.Repeat([]byte("x"), 100000))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestRecord_EncodeDecode(t *testing.T) {
 			if len(b) > recordSize(&tt.e) {
 				t.Errorf("encoded %d bytes, recordSize says at most %d", len(b), recordSize(&tt.e))
 			}
-			var got Execution
+			var got task.Execution
 			got.TaskID = "kept"
 			if err := decodeRecord(b, &got); err != nil {
 				t.Fatal(err)
@@ -60,8 +62,8 @@ func TestRecord_EncodeDecode(t *testing.T) {
 
 func TestRecord_Compact(t *testing.T) {
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	e := Execution{TaskID: "0123456789abcdef", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond),
-		FinishedAt: at.Add(40 * time.Millisecond), Attempt: 1, Node: "node-1", Status: StatusOK}
+	e := task.Execution{TaskID: "0123456789abcdef", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond),
+		FinishedAt: at.Add(40 * time.Millisecond), Attempt: 1, Node: "node-1", Status: task.ExecutionOK}
 	v := appendRecord(nil, &e)
 	k := appendSlotKey(nil, e.TaskID, classSuccess, 9)
 	if len(v) > 32 || len(k) > 24 {
@@ -73,9 +75,9 @@ func TestRecord_Compact(t *testing.T) {
 // something that decodes to the same record.
 func FuzzDecodeRecord(f *testing.F) {
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, e := range []Execution{
+	for _, e := range []task.Execution{
 		{},
-		{ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: 2, Node: "n", Status: StatusFailed, Error: "boom"},
+		{ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: 2, Node: "n", Status: task.ExecutionFailed, Error: "boom"},
 		{Status: "custom", Attempt: -1},
 	} {
 		f.Add(appendRecord(nil, &e))
@@ -83,11 +85,11 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{1, 0xff})
 	f.Add([]byte{1, 8, 0x80, 0x80, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var e Execution
+		var e task.Execution
 		if decodeRecord(b, &e) != nil {
 			return
 		}
-		var again Execution
+		var again task.Execution
 		if err := decodeRecord(appendRecord(nil, &e), &again); err != nil {
 			t.Fatalf("re-encoding of %+v: %v", e, err)
 		}

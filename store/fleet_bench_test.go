@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 // BenchmarkHistoryDisk simulates hours of every-second fires of 1000 tasks
@@ -38,7 +40,7 @@ func benchmarkHistoryDisk(b *testing.B, hours int) {
 		start := time.Now()
 		for sec := range seconds {
 			for _, id := range ids {
-				s.Record(exec1(id, sec, 1, StatusOK))
+				s.Record(exec1(id, sec, 1, task.ExecutionOK))
 			}
 			if err := s.Flush(ctx); err != nil {
 				b.Fatal(err)
@@ -105,7 +107,7 @@ func BenchmarkHistoryFireRate(b *testing.B) {
 				n := 0
 				for step := range seconds * 1000 {
 					for range perStep {
-						s.Record(exec1(ids[n%rate], n/rate, 1, StatusOK))
+						s.Record(exec1(ids[n%rate], n/rate, 1, task.ExecutionOK))
 						n++
 					}
 					if d := time.Until(start.Add(time.Duration(step+1) * time.Millisecond)); d > 0 {

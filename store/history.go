@@ -13,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/task"
 )
 
 // class is what a record counts against: the success limit (status "ok")
@@ -29,7 +30,7 @@ const (
 var classLetters = [numClasses]byte{'s', 'f'}
 
 func classOf(status string) class {
-	if status == StatusOK {
+	if status == task.ExecutionOK {
 		return classSuccess
 	}
 	return classFailure
@@ -38,10 +39,10 @@ func classOf(status string) class {
 // maxSampling bounds Sampling: at worst one success in 1024 is kept.
 const maxSampling = 1024
 
-// record is an accepted Execution with the sequence number that orders it
+// record is an accepted execution with the sequence number that orders it
 // among the records of its task and the limit of its class.
 type record struct {
-	e    Execution
+	e    task.Execution
 	seq  uint64
 	keep uint8 // 1 to MaxHistoryLimit
 }
@@ -144,7 +145,7 @@ func sampledOut(id string, scheduledAt time.Time, k uint32) bool {
 
 // Record is RecordKeep(e, -1): it keeps as many of e's task's records as
 // the Config's limits say.
-func (s *Store) Record(e Execution) { s.RecordKeep(e, -1) }
+func (s *Store) Record(e task.Execution) { s.RecordKeep(e, -1) }
 
 // RecordKeep accepts e for the execution history of e.TaskID, of which the
 // store keeps the keep most recent records of e's class: successes
@@ -167,7 +168,7 @@ func (s *Store) Record(e Execution) { s.RecordKeep(e, -1) }
 // already waiting, or after Close, e is dropped and counted in Dropped.
 // Records still buffered are lost if the process dies; Flush and Close
 // write them.
-func (s *Store) RecordKeep(e Execution, keep int) {
+func (s *Store) RecordKeep(e task.Execution, keep int) {
 	h := &s.history
 	c := classOf(e.Status)
 	switch {
@@ -385,7 +386,7 @@ func (s *Store) writeRecords(batch []record) error {
 
 // decodeSlot decodes a slot's value: the record's sequence number, then
 // the record.
-func decodeSlot(v []byte, e *Execution) (uint64, error) {
+func decodeSlot(v []byte, e *task.Execution) (uint64, error) {
 	if len(v) < 8 {
 		return 0, errBadRecord
 	}
@@ -398,7 +399,7 @@ func decodeSlot(v []byte, e *Execution) (uint64, error) {
 // so a record is visible as soon as Record returns, within the limits of
 // its task. Expired records are never returned. A record that cannot be
 // decoded is skipped and logged.
-func (s *Store) History(taskID string, limit int) ([]Execution, error) {
+func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
 	}
@@ -460,7 +461,7 @@ func (s *Store) History(taskID string, limit int) ([]Execution, error) {
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	res := make([]Execution, len(out))
+	res := make([]task.Execution, len(out))
 	for i := range out {
 		res[i] = out[i].e
 	}

@@ -15,23 +15,24 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/task"
 )
 
 var t0 = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
 
-func exec1(task string, sec, attempt int, status string) Execution {
+func exec1(id string, sec, attempt int, status string) task.Execution {
 	at := t0.Add(time.Duration(sec) * time.Second)
-	return Execution{
-		TaskID: task, ScheduledAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(20 * time.Millisecond),
+	return task.Execution{
+		TaskID: id, ScheduledAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(20 * time.Millisecond),
 		Attempt: attempt, Node: "node-1", Status: status,
 	}
 }
 
-func history(t testing.TB, s *Store, task string, limit int) []Execution {
+func history(t testing.TB, s *Store, id string, limit int) []task.Execution {
 	t.Helper()
-	h, err := s.History(task, limit)
+	h, err := s.History(id, limit)
 	if err != nil {
-		t.Fatalf("History(%q, %d): %v", task, limit, err)
+		t.Fatalf("History(%q, %d): %v", id, limit, err)
 	}
 	return h
 }
@@ -43,7 +44,7 @@ func flush(t testing.TB, s *Store) {
 	}
 }
 
-func statuses(h []Execution) string {
+func statuses(h []task.Execution) string {
 	var out []string
 	for _, e := range h {
 		out = append(out, e.Status)
@@ -52,7 +53,7 @@ func statuses(h []Execution) string {
 }
 
 func TestHistory_Modes(t *testing.T) {
-	all := []string{StatusOK, StatusFailed, StatusTimeout, StatusSkipped, StatusMisfired, StatusCanceled, "future-status"}
+	all := []string{task.ExecutionOK, task.ExecutionFailed, task.ExecutionTimeout, task.ExecutionSkipped, task.ExecutionMisfired, task.ExecutionCanceled, "future-status"}
 	tests := []struct {
 		mode string
 		want string // newest first
@@ -83,15 +84,15 @@ func TestHistory_Modes(t *testing.T) {
 func TestHistory_RoundTrip(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	local := time.FixedZone("X", 3600)
-	in := []Execution{
+	in := []task.Execution{
 		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(2030, 1, 2, 5, 4, 5, 6, local),
 			StartedAt: time.Date(2030, 1, 2, 5, 4, 5, 999, local), FinishedAt: time.Date(2030, 1, 2, 3, 5, 0, 0, time.UTC),
-			Attempt: 3, Node: "node-é", Status: StatusTimeout, Error: "context deadline exceeded"},
+			Attempt: 3, Node: "node-é", Status: task.ExecutionTimeout, Error: "context deadline exceeded"},
 		// skipped: never started
-		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC), Attempt: 1, Status: StatusSkipped},
+		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC), Attempt: 1, Status: task.ExecutionSkipped},
 		// before 1970, odd status, a negative attempt, no times at all
 		{TaskID: "billing/invoice-42", ScheduledAt: time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), Attempt: -1, Status: "weird", Node: ""},
-		{TaskID: "billing/invoice-42", Status: StatusOK},
+		{TaskID: "billing/invoice-42", Status: task.ExecutionOK},
 	}
 	for _, e := range in {
 		s.Record(e)
@@ -132,8 +133,8 @@ func TestHistory_Order(t *testing.T) {
 	}
 	rng.Shuffle(len(fires), func(i, j int) { fires[i], fires[j] = fires[j], fires[i] })
 	for _, f := range fires {
-		for _, task := range []string{"a", "a b", "ab", "a/b"} {
-			s.Record(exec1(task, f.sec, f.attempt, StatusOK))
+		for _, id := range []string{"a", "a b", "ab", "a/b"} {
+			s.Record(exec1(id, f.sec, f.attempt, task.ExecutionOK))
 		}
 	}
 	slices.SortFunc(fires, func(x, y fire) int {
@@ -172,7 +173,7 @@ func TestHistory_Order(t *testing.T) {
 // (a trigger at the same millisecond, a retry recorded twice), last first.
 func TestHistory_SameFireTwice(t *testing.T) {
 	s := openTest(t, testConfig(t))
-	first, second := exec1("t", 0, 1, StatusFailed), exec1("t", 0, 1, StatusOK)
+	first, second := exec1("t", 0, 1, task.ExecutionFailed), exec1("t", 0, 1, task.ExecutionOK)
 	s.Record(first)
 	flush(t, s)
 	s.Record(second)
@@ -188,12 +189,12 @@ func TestHistory_VisibleBeforeFlush(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.FlushInterval = 10 * time.Second
 	s := openTest(t, cfg)
-	s.Record(exec1("t", 1, 1, StatusOK))
+	s.Record(exec1("t", 1, 1, task.ExecutionOK))
 	if n := len(history(t, s, "t", 0)); n != 1 {
 		t.Fatalf("buffered: %d records, want 1", n)
 	}
 	flush(t, s)
-	s.Record(exec1("t", 2, 1, StatusOK))
+	s.Record(exec1("t", 2, 1, task.ExecutionOK))
 	if got := history(t, s, "t", 0); len(got) != 2 || got[0].ScheduledAt.Equal(got[1].ScheduledAt) {
 		t.Fatalf("half written: %+v, want 2 distinct records", got)
 	}
@@ -222,13 +223,13 @@ func TestRecord_FullBufferDrops(t *testing.T) {
 	s := openTest(t, cfg)
 	t.Cleanup(release) // before Close, which waits for the writer
 
-	s.Record(exec1("t", 0, 1, StatusOK)) // a quarter of 4: wakes the writer, which takes it and blocks
+	s.Record(exec1("t", 0, 1, task.ExecutionOK)) // a quarter of 4: wakes the writer, which takes it and blocks
 	<-entered
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 1; i <= 14; i++ {
-			s.Record(exec1("t", i, 1, StatusOK))
+			s.Record(exec1("t", i, 1, task.ExecutionOK))
 		}
 	}()
 	// Were Record to wait for room, this would never close.
@@ -257,7 +258,7 @@ func TestFlush_ContextEnds(t *testing.T) {
 	entered, release := blockedWriter(&cfg)
 	s := openTest(t, cfg)
 	t.Cleanup(release)
-	s.Record(exec1("t", 0, 1, StatusOK))
+	s.Record(exec1("t", 0, 1, task.ExecutionOK))
 	<-entered
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -276,7 +277,7 @@ func TestHistory_TTL(t *testing.T) {
 	cfg.HistoryTTL = time.Second
 	s := openTest(t, cfg)
 	before := time.Now()
-	s.Record(exec1("t", 0, 1, StatusOK))
+	s.Record(exec1("t", 0, 1, task.ExecutionOK))
 	flush(t, s)
 	after := time.Now()
 
@@ -306,11 +307,11 @@ func TestHistory_TTL(t *testing.T) {
 func TestDeleteHistory(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	for i := range 10 {
-		s.Record(exec1("gone", i, 1, StatusOK))
-		s.Record(exec1("gone2", i, 1, StatusOK))
+		s.Record(exec1("gone", i, 1, task.ExecutionOK))
+		s.Record(exec1("gone2", i, 1, task.ExecutionOK))
 	}
 	flush(t, s)
-	s.Record(exec1("gone", 99, 1, StatusOK)) // buffered: DeleteHistory flushes it first
+	s.Record(exec1("gone", 99, 1, task.ExecutionOK)) // buffered: DeleteHistory flushes it first
 	if err := s.DeleteHistory(context.Background(), "gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +336,7 @@ func TestHistory_Concurrent(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range per {
-				s.Record(exec1(fmt.Sprintf("w%d", w), i, 1, StatusOK))
+				s.Record(exec1(fmt.Sprintf("w%d", w), i, 1, task.ExecutionOK))
 			}
 		})
 	}
@@ -381,7 +382,7 @@ func TestRecord_NoAllocation(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.FlushInterval = 10 * time.Second
 	s := openTest(t, cfg)
-	e := exec1("0123456789abcdef", 0, 1, StatusFailed)
+	e := exec1("0123456789abcdef", 0, 1, task.ExecutionFailed)
 	if n := testing.AllocsPerRun(500, func() { s.Record(e) }); n != 0 {
 		t.Errorf("Record allocates %.1f times per call", n)
 	}
@@ -403,7 +404,7 @@ func TestHistory_DiskFull(t *testing.T) {
 	}
 	s := openTest(t, cfg)
 	for i := range 5 {
-		s.Record(exec1("t", i, 1, StatusOK))
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
 	}
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Flush on a full disk = %v, want ENOSPC", err)
@@ -413,7 +414,7 @@ func TestHistory_DiskFull(t *testing.T) {
 	}
 	full.Store(false)
 	for i := 10; i < 13; i++ {
-		s.Record(exec1("t", i, 1, StatusOK))
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
 	}
 	flush(t, s)
 	if got := history(t, s, "t", 0); len(got) != 3 || !got[0].ScheduledAt.Equal(t0.Add(12*time.Second)) {
@@ -441,7 +442,7 @@ func TestStore_DirectoryDeleted(t *testing.T) {
 	if err := os.RemoveAll(cfg.Dir); err != nil {
 		t.Fatal(err)
 	}
-	s.Record(exec1("t", 1, 1, StatusOK))
+	s.Record(exec1("t", 1, 1, task.ExecutionOK))
 	if err := s.Flush(context.Background()); !errors.Is(err, ErrDirDeleted) {
 		t.Errorf("Flush after the directory was deleted = %v, want ErrDirDeleted", err)
 	}

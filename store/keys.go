@@ -9,7 +9,7 @@ import (
 const (
 	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
 	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision (int64 BE)
-	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded Execution
+	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded task.Execution
 
 	// nsOldHistory held one key per execution record, without bound, in
 	// versions before the per-task limits; Open deletes it.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/task"
 )
 
 // countKeys counts the live keys under prefix.
@@ -28,7 +29,7 @@ func countKeys(t testing.TB, s *Store, prefix string) int {
 
 // wantSeconds checks that h is exactly the records scheduled at the given
 // seconds after t0, in that order.
-func wantSeconds(t testing.TB, what string, h []Execution, secs ...int) {
+func wantSeconds(t testing.TB, what string, h []task.Execution, secs ...int) {
 	t.Helper()
 	ok := len(h) == len(secs)
 	for i := 0; ok && i < len(h); i++ {
@@ -56,9 +57,9 @@ func span(from, to int) []int { // from down to to, inclusive
 // and the disk holds no more than those.
 func TestHistory_DefaultLimits(t *testing.T) {
 	s := openTest(t, testConfig(t))
-	statuses := []string{StatusFailed, StatusTimeout, StatusSkipped, StatusMisfired, StatusCanceled}
+	statuses := []string{task.ExecutionFailed, task.ExecutionTimeout, task.ExecutionSkipped, task.ExecutionMisfired, task.ExecutionCanceled}
 	for i := range 50 {
-		st := StatusOK
+		st := task.ExecutionOK
 		if i%2 == 1 {
 			st = statuses[i/2%len(statuses)]
 		}
@@ -85,11 +86,11 @@ func TestHistory_TaskLimits(t *testing.T) {
 	cfg.HistorySuccessLimit, cfg.HistoryFailureLimit = 4, 2
 	s := openTest(t, cfg)
 	for i := range 150 {
-		s.RecordKeep(exec1("three", i, 1, StatusOK), 3)
-		s.RecordKeep(exec1("none", i, 1, StatusOK), 0)
-		s.RecordKeep(exec1("capped", i, 1, StatusOK), 1000)
-		s.RecordKeep(exec1("default", i, 1, StatusOK), -1)
-		s.Record(exec1("failing", i, 1, StatusFailed))
+		s.RecordKeep(exec1("three", i, 1, task.ExecutionOK), 3)
+		s.RecordKeep(exec1("none", i, 1, task.ExecutionOK), 0)
+		s.RecordKeep(exec1("capped", i, 1, task.ExecutionOK), 1000)
+		s.RecordKeep(exec1("default", i, 1, task.ExecutionOK), -1)
+		s.Record(exec1("failing", i, 1, task.ExecutionFailed))
 	}
 	flush(t, s)
 	wantSeconds(t, "keep 3", history(t, s, "three", 0), 149, 148, 147)
@@ -107,10 +108,10 @@ func TestHistory_TaskLimits(t *testing.T) {
 func TestHistory_LimitChanges(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	for i := range 10 {
-		s.RecordKeep(exec1("t", i, 1, StatusOK), 10)
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionOK), 10)
 	}
 	flush(t, s)
-	s.RecordKeep(exec1("t", 10, 1, StatusOK), 3)
+	s.RecordKeep(exec1("t", 10, 1, task.ExecutionOK), 3)
 	wantSeconds(t, "buffered, lowered to 3", history(t, s, "t", 0), 10, 9, 8)
 	flush(t, s)
 	wantSeconds(t, "written, lowered to 3", history(t, s, "t", 0), 10, 9, 8)
@@ -118,7 +119,7 @@ func TestHistory_LimitChanges(t *testing.T) {
 		t.Errorf("%d keys after lowering the limit to 3, want 3", n)
 	}
 	for i := 11; i < 20; i++ {
-		s.RecordKeep(exec1("t", i, 1, StatusOK), 5)
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionOK), 5)
 	}
 	flush(t, s)
 	wantSeconds(t, "raised to 5", history(t, s, "t", 0), 19, 18, 17, 16, 15)
@@ -133,20 +134,20 @@ func TestHistory_RestartKeepsLastN(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 15 {
-		s.Record(exec1("t", i, 1, StatusOK))
-		s.Record(exec1("t", i, 1, StatusFailed))
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
+		s.Record(exec1("t", i, 1, task.ExecutionFailed))
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s = openTest(t, cfg)
 	for i := 15; i < 20; i++ {
-		s.Record(exec1("t", i, 1, StatusOK))
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
 	}
 	flush(t, s)
-	var oks, fails []Execution
+	var oks, fails []task.Execution
 	for _, e := range history(t, s, "t", 0) {
-		if e.Status == StatusOK {
+		if e.Status == task.ExecutionOK {
 			oks = append(oks, e)
 		} else {
 			fails = append(fails, e)
@@ -163,9 +164,9 @@ func TestHistory_DiskBoundedByTasks(t *testing.T) {
 	const tasks, rounds = 200, 60
 	for r := range rounds {
 		for i := range tasks {
-			st := StatusOK
+			st := task.ExecutionOK
 			if (i+r)%7 == 0 {
-				st = StatusFailed
+				st = task.ExecutionFailed
 			}
 			s.Record(exec1(fmt.Sprintf("task-%d", i), r, 1, st))
 		}
@@ -184,13 +185,13 @@ func TestHistory_DiskBoundedByTasks(t *testing.T) {
 func TestHistory_DeleteForgetsSlots(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	for i := range 7 {
-		s.Record(exec1("t", i, 1, StatusOK))
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
 	}
 	flush(t, s)
 	if err := s.DeleteHistory(t.Context(), "t"); err != nil {
 		t.Fatal(err)
 	}
-	s.Record(exec1("t", 100, 1, StatusOK))
+	s.Record(exec1("t", 100, 1, task.ExecutionOK))
 	flush(t, s)
 	wantSeconds(t, "after delete", history(t, s, "t", 0), 100)
 }
@@ -234,15 +235,15 @@ func TestSampling_KeepsFailures(t *testing.T) {
 	entered, release := blockedWriter(&cfg)
 	s := openTest(t, cfg)
 	t.Cleanup(release)
-	s.Record(exec1("warm", 0, 1, StatusOK))
+	s.Record(exec1("warm", 0, 1, task.ExecutionOK))
 	<-entered
 	s.history.sampling.Store(4)
 	const n = 200 // about 50 kept: under the limit
 	for i := range n {
-		s.Record(exec1("a", i, 1, StatusOK))
-		s.Record(exec1("b", i, 1, StatusOK))
+		s.Record(exec1("a", i, 1, task.ExecutionOK))
+		s.Record(exec1("b", i, 1, task.ExecutionOK))
 		if i%10 == 0 {
-			s.Record(exec1("a", i, 2, StatusFailed))
+			s.Record(exec1("a", i, 2, task.ExecutionFailed))
 		}
 	}
 	kept := map[string]int{}

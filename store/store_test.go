@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/task"
 	"go.uber.org/goleak"
 )
 
@@ -176,7 +177,7 @@ func TestClose_Idempotent(t *testing.T) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
 	}
-	s.Record(Execution{TaskID: "a", Status: StatusOK})
+	s.Record(task.Execution{TaskID: "a", Status: task.ExecutionOK})
 	if got := s.Dropped(); got != 1 {
 		t.Errorf("Dropped after a Record after Close = %d, want 1", got)
 	}
@@ -192,7 +193,7 @@ func TestClose_FlushesHistory(t *testing.T) {
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	const n = 1000
 	for i := range n {
-		s.Record(Execution{TaskID: "t", ScheduledAt: base.Add(time.Duration(i) * time.Second), Attempt: 1, Status: StatusOK})
+		s.Record(task.Execution{TaskID: "t", ScheduledAt: base.Add(time.Duration(i) * time.Second), Attempt: 1, Status: task.ExecutionOK})
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // bulkHelp is the part of the help of pause, resume, trigger and delete
@@ -29,12 +29,12 @@ type bulkFlags struct {
 	yes    bool // delete only
 }
 
-func (b *bulkFlags) register(c *command, action registry.BulkAction) {
+func (b *bulkFlags) register(c *command, action task.BulkAction) {
 	c.fs.StringVar(&b.prefix, "prefix", "", "act on every task whose id starts with `P` (instead of an ID)")
 	c.fs.Var(&b.labels, "label", "act on every task with label `K=V` (repeatable: all must match)")
 	c.fs.BoolVar(&b.all, "all", false, "act on every task of the cluster")
 	c.fs.BoolVar(&b.dryRun, "dry-run", false, "with a selector: count the tasks and change nothing")
-	if action == registry.BulkDelete {
+	if action == task.BulkDelete {
 		c.fs.BoolVar(&b.yes, "yes", false, "confirm a bulk delete (without it, a bulk delete only counts)")
 	}
 }
@@ -43,7 +43,7 @@ func (b *bulkFlags) selected() bool { return b.prefix != "" || len(b.labels) > 0
 
 // onTaskOrBulk is onTask for a command that also takes a selector: with
 // --prefix, --label or --all it runs the bulk action instead of one.
-func onTaskOrBulk(c *command, args []string, action registry.BulkAction, one func(ctx context.Context, cf *clientFlags, id string) int) int {
+func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ctx context.Context, cf *clientFlags, id string) int) int {
 	var cf clientFlags
 	var b bulkFlags
 	b.register(c, action)
@@ -64,8 +64,8 @@ func onTaskOrBulk(c *command, args []string, action registry.BulkAction, one fun
 	if b.all && (b.prefix != "" || len(b.labels) > 0) {
 		return c.usageError("--all chooses every task: leave out --prefix and --label, or leave out --all")
 	}
-	sel := registry.Selector{Prefix: b.prefix, Labels: b.labels, All: b.all, DryRun: b.dryRun}
-	confirmed := action != registry.BulkDelete || b.yes || b.dryRun
+	sel := task.Selector{Prefix: b.prefix, Labels: b.labels, All: b.all, DryRun: b.dryRun}
+	confirmed := action != task.BulkDelete || b.yes || b.dryRun
 	if !confirmed {
 		sel.DryRun = true
 	}
@@ -83,12 +83,12 @@ func onTaskOrBulk(c *command, args []string, action registry.BulkAction, one fun
 	return printResult(c, &cf, res, func(w io.Writer) error { return writeBulk(w, res) })
 }
 
-var bulkPast = map[registry.BulkAction]string{
-	registry.BulkPause: "paused", registry.BulkResume: "resumed", registry.BulkDelete: "deleted", registry.BulkTrigger: "triggered",
+var bulkPast = map[task.BulkAction]string{
+	task.BulkPause: "paused", task.BulkResume: "resumed", task.BulkDelete: "deleted", task.BulkTrigger: "triggered",
 }
 
 // writeBulk prints a bulk result: "paused 550 of 550 matched tasks".
-func writeBulk(w io.Writer, res *registry.BulkResult) error {
+func writeBulk(w io.Writer, res *task.BulkResult) error {
 	var b strings.Builder
 	if res.DryRun {
 		fmt.Fprintf(&b, "dry run: would have %s %d of %d matched tasks", bulkPast[res.Action], res.Changed, res.Matched)
@@ -107,7 +107,7 @@ func writeBulk(w io.Writer, res *registry.BulkResult) error {
 }
 
 // sampleText names the first matched tasks: " (e.g. a, b, c, ...)".
-func sampleText(res *registry.BulkResult) string {
+func sampleText(res *task.BulkResult) string {
 	if len(res.Sample) == 0 {
 		return ""
 	}

@@ -29,9 +29,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -417,11 +417,11 @@ func TestOutput_Tables(t *testing.T) {
 		ID: "b", Schedule: "@daily", Timezone: "UTC", Paused: true, Version: 9, Partition: &p,
 		Executor: task.Executor{Type: task.ExecutorExec, Command: []string{"/bin/echo", "a b"}},
 	}}
-	execs := []store.Execution{{
+	execs := []task.Execution{{
 		TaskID: "a", ScheduledAt: at, StartedAt: at.Add(3 * time.Millisecond), FinishedAt: at.Add(1503 * time.Millisecond),
-		Attempt: 2, Node: "n1", Status: store.StatusFailed, Error: "HTTP 500:\nboom",
-	}, {TaskID: "a", ScheduledAt: at.Add(-time.Minute + 250*time.Millisecond), Attempt: 1, Node: "n2", Status: store.StatusSkipped}}
-	nodes := []api.Node{
+		Attempt: 2, Node: "n1", Status: task.ExecutionFailed, Error: "HTTP 500:\nboom",
+	}, {TaskID: "a", ScheduledAt: at.Add(-time.Minute + 250*time.Millisecond), Attempt: 1, Node: "n2", Status: task.ExecutionSkipped}}
+	nodes := []client.Node{
 		{ID: "n1", APIAddr: "127.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
 		{ID: "n2", APIAddr: "127.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
 		{ID: "n3", Partitions: 0, Error: "timeout"},
@@ -560,7 +560,7 @@ func TestLineReader(t *testing.T) {
 
 func TestImport_MapBatchErrors(t *testing.T) {
 	lines := []int{3, 7, 9}
-	got := mapBatchErrors(lines, []registry.BatchError{
+	got := mapBatchErrors(lines, []task.BatchError{
 		{Index: 0, Error: "line 1: schedule: bad"}, // the server's own line numbering is dropped
 		{Index: 1, Error: "line 1: id: keeps a prefix that is not its own"},
 		{Index: 2, Error: "no prefix"},
@@ -587,12 +587,12 @@ func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]
 		if before != nil && before(w, lines) {
 			return
 		}
-		res := api.BatchResult{Errors: []registry.BatchError{}}
+		res := client.BatchResult{Errors: []task.BatchError{}}
 		for i, l := range lines {
 			var tsk struct{ ID string }
 			_ = json.Unmarshal(l, &tsk)
 			if strings.HasPrefix(tsk.ID, "bad") {
-				res.Errors = append(res.Errors, registry.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
+				res.Errors = append(res.Errors, task.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
 				continue
 			}
 			res.Written++
@@ -616,7 +616,7 @@ type fakeBatches struct {
 func testImporter(t *testing.T, url string, batch int) (*importer, *bytes.Buffer, *bytes.Buffer) {
 	cf := &clientFlags{server: url, output: outputTable, timeout: 10 * time.Second}
 	var out, errb bytes.Buffer
-	return &importer{cf: cf, client: api.NewClient(url, ""), batch: batch, maxBytes: maxImportBatchBytes,
+	return &importer{cf: cf, client: client.NewClient(url, ""), batch: batch, maxBytes: maxImportBatchBytes,
 		retries: 3, backoff: time.Millisecond, stdout: &out, stderr: &errb}, &out, &errb
 }
 
@@ -1065,7 +1065,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		})
 		wantCLI(t, hist, 0, []string{"SCHEDULED", "ATTEMPT", "STATUS", "NODE", "DURATION", "ERROR", "cli-node"}, nil)
 		r = run("", "task", "history", "t1", "--output", "json", "--limit", "1")
-		var h struct{ Executions []store.Execution }
+		var h struct{ Executions []task.Execution }
 		if err := json.Unmarshal([]byte(r.stdout), &h); err != nil || len(h.Executions) != 1 || h.Executions[0].Status != "ok" {
 			t.Fatalf("history json: %v\n%s", err, r)
 		}

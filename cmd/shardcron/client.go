@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 )
 
 // Exit codes of every command.
@@ -332,8 +332,8 @@ func normalizeServer(s string) (string, error) {
 
 // client returns an API client for the flags.
 // Warnings of the node go to stderr.
-func (f *clientFlags) client() *api.Client {
-	c := api.NewClient(f.server, f.token)
+func (f *clientFlags) client() *client.Client {
+	c := client.NewClient(f.server, f.token)
 	if f.tls != nil {
 		c.HTTP = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: f.tls, ForceAttemptHTTP2: true}}
 	}
@@ -363,7 +363,7 @@ func describeError(f *clientFlags, subject string, err error) string {
 	if subject != "" {
 		prefix += subject + ": "
 	}
-	var ae *api.Error
+	var ae *client.Error
 	switch {
 	case errors.As(err, &ae):
 		msg := prefix + ae.Message

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 // --- task failures ----------------------------------------------------------
@@ -41,20 +41,20 @@ func taskFailures(args []string, stdout, stderr io.Writer) int {
 		return cf.fail(c, "", err)
 	}
 	if fs == nil {
-		fs = []store.Execution{}
+		fs = []task.Execution{}
 	}
 	for _, p := range partial {
 		fmt.Fprintf(stderr, "warning: partial answer, the failures of a node are missing: %s\n", p)
 	}
 	out := struct {
-		Failures []store.Execution `json:"failures"`
-		Partial  []string          `json:"partial,omitempty"`
+		Failures []task.Execution `json:"failures"`
+		Partial  []string         `json:"partial,omitempty"`
 	}{fs, partial}
 	return printResult(c, &cf, out, func(w io.Writer) error { return writeFailuresTable(w, fs) })
 }
 
 // writeFailuresTable prints failed attempts of any task, newest first.
-func writeFailuresTable(w io.Writer, execs []store.Execution) error {
+func writeFailuresTable(w io.Writer, execs []task.Execution) error {
 	tw := newTable(w)
 	row(tw, "SCHEDULED", "TASK", "ATTEMPT", "STATUS", "NODE", "ERROR")
 	for _, e := range execs {

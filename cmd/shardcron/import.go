@@ -18,7 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -185,7 +185,7 @@ func countLines(r io.Reader) (int64, error) {
 // goroutine.
 type importer struct {
 	cf       *clientFlags
-	client   *api.Client
+	client   *client.Client
 	batch    int           // lines per request
 	maxBytes int           // body bytes per request, about
 	retries  int           // attempts of one request
@@ -334,7 +334,7 @@ func plural(n int, one, many string) string {
 // large (413) is split in two. A non-nil error ends the import.
 func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, error) {
 	res, err := im.post(ctx, b.body)
-	var ae *api.Error
+	var ae *client.Error
 	if errors.As(err, &ae) {
 		switch {
 		case ae.Status == http.StatusRequestEntityTooLarge && len(b.lines) > 1:
@@ -364,7 +364,7 @@ func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, erro
 
 // mapBatchErrors turns the server's per-item errors (by index in the
 // batch) into errors by input line.
-func mapBatchErrors(lines []int, errs []registry.BatchError) []lineError {
+func mapBatchErrors(lines []int, errs []task.BatchError) []lineError {
 	out := make([]lineError, 0, len(errs))
 	for _, e := range errs {
 		l := 0 // an index the batch did not have: the server is confused, say so without a line
@@ -403,7 +403,7 @@ func (b *importBatch) split() (*importBatch, *importBatch) {
 // or a node that failed or is temporarily unavailable (429, 5xx: etcd
 // may have been slow or between leaders). Batches
 // are idempotent, so a retry after a lost answer rewrites nothing.
-func (im *importer) post(ctx context.Context, body []byte) (*api.BatchResult, error) {
+func (im *importer) post(ctx context.Context, body []byte) (*client.BatchResult, error) {
 	delay := im.backoff
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, im.cf.timeout)
@@ -424,7 +424,7 @@ func (im *importer) post(ctx context.Context, body []byte) (*api.BatchResult, er
 }
 
 func (im *importer) transient(err error) bool {
-	var ae *api.Error
+	var ae *client.Error
 	if errors.As(err, &ae) {
 		switch ae.Status {
 		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 )
 
 const nodesHelp = `Usage: shardcron nodes [flags]
@@ -39,16 +39,16 @@ func runNodes(args []string, stdout, stderr io.Writer) int {
 		return cf.fail(c, "", err)
 	}
 	if nodes == nil {
-		nodes = []api.Node{}
+		nodes = []client.Node{}
 	}
 	out := struct {
-		Nodes []api.Node `json:"nodes"`
+		Nodes []client.Node `json:"nodes"`
 	}{nodes}
 	return printResult(c, &cf, out, func(w io.Writer) error { return writeNodesTable(w, nodes) })
 }
 
 // writeNodesTable prints one row per node.
-func writeNodesTable(w io.Writer, nodes []api.Node) error {
+func writeNodesTable(w io.Writer, nodes []client.Node) error {
 	tw := newTable(w)
 	row(tw, "ID", "ADDR", "VERSION", "STARTED", "PARTITIONS", "TASKS", "FIRES/S", "STATE")
 	for _, n := range nodes {

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -247,7 +246,7 @@ func durationOrDefault(d task.Duration) string {
 
 // writeHistoryTable prints execution records, newest first as the API
 // returns them.
-func writeHistoryTable(w io.Writer, execs []store.Execution) error {
+func writeHistoryTable(w io.Writer, execs []task.Execution) error {
 	tw := newTable(w)
 	row(tw, "SCHEDULED", "ATTEMPT", "STATUS", "NODE", "DURATION", "ERROR")
 	for _, e := range execs {

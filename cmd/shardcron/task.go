@@ -18,9 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardcron/shardcron/api"
-	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -459,7 +457,7 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force 
 	defer cancel()
 	got, err := cf.client().PutTaskJSON(ctx, id, data, ifMatch)
 	if err != nil {
-		var ae *api.Error
+		var ae *client.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
 			fmt.Fprintf(c.stderr, "%s\nversion %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)\n",
 				describeError(cf, subject(id), err), ifMatch)
@@ -570,7 +568,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cl := cf.client()
-	opts := api.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
+	opts := client.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
 	var tasks []*task.Task
 	var partial []string
 	for {
@@ -655,7 +653,7 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	lines := &lineCounter{w: stdout}
 	bw := bufio.NewWriterSize(lines, 256<<10)
-	err := cf.client().Export(ctx, api.ListOptions{Prefix: prefix, Labels: labels}, bw)
+	err := cf.client().Export(ctx, client.ListOptions{Prefix: prefix, Labels: labels}, bw)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}
@@ -695,7 +693,7 @@ Examples:
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
-	return onTaskOrBulk(c, args, registry.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, task.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
 		if err := cf.client().DeleteTask(ctx, id); err != nil {
 			return cf.fail(c, subject(id), err)
 		}
@@ -739,9 +737,9 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	if pause {
 		name, help, verb = "shardcron task pause", taskPauseHelp, "paused"
 	}
-	action := registry.BulkResume
+	action := task.BulkResume
 	if pause {
-		action = registry.BulkPause
+		action = task.BulkPause
 	}
 	c := newCommand(name, help, stdout, stderr)
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
@@ -779,7 +777,7 @@ Examples:
 
 func taskTrigger(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
-	return onTaskOrBulk(c, args, registry.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
+	return onTaskOrBulk(c, args, task.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
 		at, err := cf.client().Trigger(ctx, id)
 		if err != nil {
 			return cf.fail(c, subject(id), err)
@@ -822,10 +820,10 @@ func taskHistory(args []string, stdout, stderr io.Writer) int {
 			return cf.fail(c, subject(id), err)
 		}
 		if execs == nil {
-			execs = []store.Execution{}
+			execs = []task.Execution{}
 		}
 		out := struct {
-			Executions []store.Execution `json:"executions"`
+			Executions []task.Execution `json:"executions"`
 		}{execs}
 		return printResult(c, cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
 	})

@@ -1,4 +1,4 @@
-package api_test
+package client_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/shardcron/shardcron/api"
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -15,7 +15,7 @@ import (
 // node at 127.0.0.1:8080.)
 func ExampleClient() {
 	ctx := context.Background()
-	c := api.NewClient("http://127.0.0.1:8080", "") // the token, if the node requires one
+	c := client.NewClient("http://127.0.0.1:8080", "") // the token, if the node requires one
 
 	t, err := c.PutTask(ctx, &task.Task{
 		ID:       "billing/invoice-42",
@@ -23,13 +23,13 @@ func ExampleClient() {
 		Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook"},
 	}, 0)
 	if err != nil {
-		fmt.Println(err) // an *task.ValidationError, or an *api.Error from the node
+		fmt.Println(err) // an *task.ValidationError, or an *client.Error from the node
 		return
 	}
 	fmt.Println("stored version", t.Version, "in partition", *t.Partition)
 
 	got, err := c.GetTask(ctx, "billing/invoice-42")
-	var ae *api.Error
+	var ae *client.Error
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
 		fmt.Println("deleted meanwhile")

@@ -1,4 +1,4 @@
-package api
+package client
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -164,7 +163,7 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions) (*ListPage, err
 	if opts.State {
 		q.Set("state", "1")
 	}
-	var resp listResponse
+	var resp ListResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, nil, &resp); err != nil {
 		return nil, err
 	}
@@ -225,7 +224,7 @@ func (c *Client) postTask(ctx context.Context, id, verb string) (*task.Task, err
 // scheduled time of that fire (its idempotency key's time). The fire
 // happens asynchronously, shortly after.
 func (c *Client) Trigger(ctx context.Context, id string) (time.Time, error) {
-	var resp triggerResponse
+	var resp TriggerResponse
 	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/trigger", nil, nil, nil, &resp); err != nil {
 		return time.Time{}, err
 	}
@@ -238,16 +237,17 @@ func (c *Client) Trigger(ctx context.Context, id string) (time.Time, error) {
 
 // History returns up to limit execution records of the task from every
 // node, newest first (limit 0: the server's default, 100; at most 1000).
-func (c *Client) History(ctx context.Context, id string, limit int) ([]store.Execution, error) {
+func (c *Client) History(ctx context.Context, id string, limit int) ([]task.Execution, error) {
 	return c.history(ctx, id, limit, false)
 }
 
-// localHistory asks for the node's own records only (?local=1).
-func (c *Client) localHistory(ctx context.Context, id string, limit int) ([]store.Execution, error) {
+// LocalHistory returns the node's own records of the task only (?local=1):
+// what History gathers from every node.
+func (c *Client) LocalHistory(ctx context.Context, id string, limit int) ([]task.Execution, error) {
 	return c.history(ctx, id, limit, true)
 }
 
-func (c *Client) history(ctx context.Context, id string, limit int, local bool) ([]store.Execution, error) {
+func (c *Client) history(ctx context.Context, id string, limit int, local bool) ([]task.Execution, error) {
 	q := url.Values{}
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -255,15 +255,16 @@ func (c *Client) history(ctx context.Context, id string, limit int, local bool) 
 	if local {
 		q.Set("local", "1")
 	}
-	var resp historyResponse
+	var resp HistoryResponse
 	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/history", q, nil, nil, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Executions, nil
 }
 
-// taskState asks the node for the state of a task it owns (404 otherwise).
-func (c *Client) taskState(ctx context.Context, id string) (*task.State, error) {
+// TaskState returns the state of a task the node owns (an *Error with
+// status 404 otherwise): what GET /v1/tasks/{id}?state=1 asks the owner.
+func (c *Client) TaskState(ctx context.Context, id string) (*task.State, error) {
 	var st task.State
 	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/state", nil, nil, nil, &st); err != nil {
 		return nil, err
@@ -272,7 +273,7 @@ func (c *Client) taskState(ctx context.Context, id string) (*task.State, error) 
 }
 
 // self asks the node for its own report (/v1/nodes/self).
-func (c *Client) self(ctx context.Context) (*Node, error) {
+func (c *Client) Self(ctx context.Context) (*Node, error) {
 	var n Node
 	if err := c.do(ctx, http.MethodGet, "/v1/nodes/self", nil, nil, nil, &n); err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (c *Client) self(ctx context.Context) (*Node, error) {
 
 // Nodes returns the cluster's members with their partitions and counters.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
-	var resp nodesResponse
+	var resp NodesResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, nil, nil, &resp); err != nil {
 		return nil, err
 	}
@@ -291,7 +292,7 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 
 // Partitions returns the owner and state of every partition.
 func (c *Client) Partitions(ctx context.Context) ([]Partition, error) {
-	var resp partitionsResponse
+	var resp PartitionsResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/partitions", nil, nil, nil, &resp); err != nil {
 		return nil, err
 	}
@@ -305,12 +306,12 @@ func (c *Client) Ready(ctx context.Context) error {
 }
 
 // taskPath is the path of a task: its id path-escaped as one segment.
-func taskPath(id string) string { return "/v1/tasks/" + escapeID(id) }
+func taskPath(id string) string { return "/v1/tasks/" + EscapeID(id) }
 
-// escapeID path-escapes a task id into one path segment: "/" becomes %2F,
+// EscapeID path-escapes a task id into one path segment: "/" becomes %2F,
 // and the ids "." and ".." are escaped too, since they would otherwise be
 // resolved away as path elements.
-func escapeID(id string) string {
+func EscapeID(id string) string {
 	e := url.PathEscape(id)
 	if e == "." || e == ".." {
 		e = strings.ReplaceAll(e, ".", "%2E")
@@ -396,9 +397,10 @@ func errorMessage(b []byte) string {
 	return strings.TrimSpace(string(b))
 }
 
-// localStatus asks the node for the tasks it owns with a status
-// (GET /v1/tasks:status).
-func (c *Client) localStatus(ctx context.Context, q task.StatusQuery) (*statusAnswer, error) {
+// LocalStatus returns the first tasks the node owns with a status, in id
+// order (GET /v1/tasks:status, node to node): what ListTasks with a Status
+// gathers from every node.
+func (c *Client) LocalStatus(ctx context.Context, q task.StatusQuery) (*StatusAnswer, error) {
 	v := url.Values{"status": {string(q.Status)}, "limit": {strconv.Itoa(q.Limit)}}
 	if q.Prefix != "" {
 		v.Set("prefix", q.Prefix)
@@ -406,21 +408,22 @@ func (c *Client) localStatus(ctx context.Context, q task.StatusQuery) (*statusAn
 	if q.After != "" {
 		v.Set("after", q.After)
 	}
-	var a statusAnswer
+	var a StatusAnswer
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks:status", v, nil, nil, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
 }
 
-// localStates asks the node for the states of the tasks it holds among
-// ids (POST /v1/tasks:states), in the order of ids.
-func (c *Client) localStates(ctx context.Context, ids []string) ([]*task.State, error) {
-	body, err := json.Marshal(statesRequest{IDs: ids})
+// LocalStates returns the states of the tasks the node holds among ids,
+// in the order of ids, nil for the others (POST /v1/tasks:states, node to
+// node).
+func (c *Client) LocalStates(ctx context.Context, ids []string) ([]*task.State, error) {
+	body, err := json.Marshal(StatesRequest{IDs: ids})
 	if err != nil {
 		return nil, err
 	}
-	var a statesAnswer
+	var a StatesAnswer
 	if err := c.do(ctx, http.MethodPost, "/v1/tasks:states", nil, body, nil, &a); err != nil {
 		return nil, err
 	}
@@ -430,23 +433,53 @@ func (c *Client) localStates(ctx context.Context, ids []string) ([]*task.State, 
 // Failures returns the cluster's latest failed or timed-out attempts,
 // newest first, at most limit (0: the server's default, at most
 // MaxFailuresLimit), and the nodes that did not answer.
-func (c *Client) Failures(ctx context.Context, limit int) ([]store.Execution, []string, error) {
+func (c *Client) Failures(ctx context.Context, limit int) ([]task.Execution, []string, error) {
 	q := url.Values{}
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var resp failuresResponse
+	var resp FailuresResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/failures", q, nil, nil, &resp); err != nil {
 		return nil, nil, err
 	}
 	return resp.Failures, resp.Partial, nil
 }
 
-func (c *Client) localFailures(ctx context.Context, limit int) ([]store.Execution, error) {
+// LocalFailures returns the node's own latest failures only (?local=1):
+// what Failures gathers from every node.
+func (c *Client) LocalFailures(ctx context.Context, limit int) ([]task.Execution, error) {
 	q := url.Values{"local": {"1"}, "limit": {strconv.Itoa(limit)}}
-	var resp failuresResponse
+	var resp FailuresResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/failures", q, nil, nil, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Failures, nil
+}
+
+// Bulk applies action to every task sel chooses (POST /v1/tasks:<action>)
+// and returns the counts; with sel.DryRun it only counts.
+func (c *Client) Bulk(ctx context.Context, action task.BulkAction, sel task.Selector) (*task.BulkResult, error) {
+	body, err := json.Marshal(sel)
+	if err != nil {
+		return nil, fmt.Errorf("encode selector: %w", err)
+	}
+	var res task.BulkResult
+	h := http.Header{"Content-Type": {"application/json"}}
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:"+string(action), nil, body, h, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// LocalSeries returns the node's own recent counters (GET
+// /v1/series?scope=self), oldest first.
+func (c *Client) LocalSeries(ctx context.Context) ([]Point, error) {
+	var resp SeriesResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/series", url.Values{"scope": {"self"}}, nil, nil, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Nodes) != 1 {
+		return nil, fmt.Errorf("GET /v1/series?scope=self: %d series, want 1", len(resp.Nodes))
+	}
+	return resp.Nodes[0].Points, nil
 }
