@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -420,4 +421,41 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 		}
 	}
 	everySecond(t, log, ids, to)
+}
+
+// A task whose cached value the node cannot decode (corrupted on disk) is
+// not skipped: the node loads the partition from etcd instead and fires it.
+func TestEngine_UndecodableCachedTaskIsLoadedFromEtcd(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	dir := t.TempDir()
+	one := func(c *Config) { c.Partitions = 1 }
+	a := startNode(t, c, dir, log.handler, one)
+	putTask(t, a.e.Registry(), handlerTask("corrupted", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("corrupted")) >= 1 })
+	a.stop(t)
+
+	st, err := store.Open(store.DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Partition(0, nil)
+	if err != nil || rev == 0 {
+		t.Fatalf("the cache of partition 0: revision %d, %v", rev, err)
+	}
+	if err := st.Apply(0, rev, []store.KV{{ID: "corrupted", Value: []byte(`{"schedule": "* * *`)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := time.Now()
+	b := startNode(t, c, dir, log.handler, one)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.ContainsFunc(log.forTask("corrupted"), func(s time.Time) bool { return s.After(restarted) })
+	})
+	if loads := b.e.Stats().FullLoads; loads == 0 {
+		t.Error("the partition was served from a cache holding a task it cannot decode")
+	}
 }

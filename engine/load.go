@@ -88,17 +88,18 @@ func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 }
 
 // prepareCached prepares p from the Badger cache, or returns nil when the
-// cache cannot serve: it has nothing, cannot be read, or is ahead of etcd
-// (etcd was restored or replaced under it).
+// cache cannot serve: it has nothing, cannot be read, holds a task it
+// cannot decode (a value corrupted on disk: etcd has the good one), or is
+// ahead of etcd (etcd was restored or replaced under it).
 func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	d := e.decoder()
 	var defs []taskDef
 	rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
-		if def, err := d.def(id, value); err != nil {
-			e.log.Warn("skipping a cached task", "partition", p, "err", err)
-		} else {
-			defs = append(defs, def)
+		def, err := d.def(id, value)
+		if err != nil {
+			return fmt.Errorf("cached task %q: %w", id, err)
 		}
+		defs = append(defs, def)
 		return nil
 	})
 	if err != nil {
