@@ -128,7 +128,8 @@
 //     (fields, check, build), then the fields in profileKey (profile.go):
 //     TestProfileKey_CoversFireFields fails until they are there.
 //   - The task model, its defaults and validation: package task. How tasks
-//     are stored, listed and read by partition: package registry.
+//     are stored, listed and read by partition: package registry. Talking
+//     to a node from Go without linking the runtime: package api/client.
 
 // # Watermarks
 //
