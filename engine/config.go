@@ -88,6 +88,18 @@ type Config struct {
 	// Empty: any host.
 	HTTPAllow []string
 
+	// Alerts (issue 9; notify.go).
+
+	// NotifyURL is where alerts go for tasks whose notify block names no
+	// url, and, for tasks without a notify block, where their failure and
+	// recovery alerts go (--notify-url). Empty: only tasks with a notify
+	// url alert. The HTTP allow-list applies to it.
+	NotifyURL string
+	// NotifyQueue is how many alerts may wait for delivery (default 1024).
+	// Alerts are sent off the fire path; when the queue is full an alert is
+	// dropped and counted, never waited for.
+	NotifyQueue int
+
 	// Requests, when set, is the counter installed on the etcd client's
 	// connection; Stats reports its counts.
 	Requests *RequestCounter
@@ -120,6 +132,7 @@ func DefaultConfig(nodeID string) Config {
 		Lead:              time.Second,
 		WatermarkInterval: 100 * time.Millisecond,
 		DrainTimeout:      30 * time.Second,
+		NotifyQueue:       1024,
 	}
 }
 
@@ -153,6 +166,7 @@ func (c Config) withDefaults() Config {
 	setD(&c.Lead, d.Lead)
 	setD(&c.WatermarkInterval, d.WatermarkInterval)
 	setD(&c.DrainTimeout, d.DrainTimeout)
+	set(&c.NotifyQueue, d.NotifyQueue)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -203,6 +217,14 @@ func (c Config) Validate() error {
 	}
 	if c.Lead < 2*c.WatermarkInterval {
 		bad("Lead", "must be at least twice WatermarkInterval (%v) or dispatch stalls between writes, got %v", c.WatermarkInterval, c.Lead)
+	}
+	if c.NotifyURL != "" {
+		if err := (executor.HTTPSpec{URL: c.NotifyURL}).Check(); err != nil {
+			bad("NotifyURL", "want an absolute http or https URL (not shown: it may hold a secret)")
+		}
+	}
+	if c.NotifyQueue < 1 {
+		bad("NotifyQueue", "must be at least 1, got %d", c.NotifyQueue)
 	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "must not be negative, got %v", c.DrainTimeout)

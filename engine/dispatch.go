@@ -8,6 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/task"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -115,7 +116,11 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 	}
 	prof := l.profs.list[r.prof]
 	sched := r.next
-	if late := now - e.At; late > int64(l.cfg.MisfireThreshold) {
+	late := now-e.At > int64(l.cfg.MisfireThreshold)
+	if lateness(r, late) {
+		l.alert(task.NotifyMisfire, r, sched, 1, statusMisfired, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
+	}
+	if late {
 		sched = l.misfire(r, prof, sched, now)
 		if sched == 0 {
 			return
@@ -303,7 +308,10 @@ func (l *loop) complete(b *completionBatch) {
 			}
 		}
 		if final {
-			l.outcome(c.rec, r, c.sched, c.status, c.err)
+			if ev := l.outcome(c.rec, r, c.sched, c.status, c.err); ev != "" {
+				l.alert(ev, r, c.sched, int(c.attempt), c.status, c.err)
+			}
+			l.pauseOnFailure(r)
 		}
 		if at, waiting := l.pending[c.rec]; waiting && r.running == 0 {
 			delete(l.pending, c.rec)

@@ -45,6 +45,7 @@ type Engine struct {
 	handlers executor.Handlers
 	execs    *executors
 	stats    stats
+	notify   *notifier // alerts and pause_on_failure (notify.go)
 
 	sess      atomic.Pointer[membership.Session]
 	acked     acked                        // the node watermark etcd last acknowledged
@@ -126,11 +127,17 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 	e.execs = &executors{
 		shared:    executor.Shared{HTTP: hc, Handlers: &e.handlers, AllowExec: cfg.AllowExec, ExecAllow: execAllow},
 		durations: &e.execDur,
+		notifyURL: cfg.NotifyURL,
 	}
 	e.cfg.handlerNames = e.handlers.Names
 	if cfg.Version != "" {
 		e.execs.shared.UserAgent = "shardcron/" + cfg.Version
 	}
+	ua := e.execs.shared.UserAgent
+	if ua == "" {
+		ua = "shardcron/dev"
+	}
+	e.notify = newNotifier(hc, ua, cfg.NotifyQueue, e.log)
 	return e, nil
 }
 
@@ -195,6 +202,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		_ = sess.Close()
 		return err
 	}
+	e.notify.start(func(ctx context.Context, id string) error {
+		_, err := e.reg.SetPaused(ctx, id, true)
+		return err
+	})
+	e.loop.alerts = e.notify
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop
@@ -253,6 +265,7 @@ func (e *Engine) Close() error {
 		<-e.loopDone
 		close(e.pool.quit)
 		e.pool.drain(e.cfg.DrainTimeout)
+		e.notify.stop(min(e.cfg.DrainTimeout, notifyGrace))
 		if s := e.sess.Load(); s != nil {
 			// A fenced session has ended already; failing to revoke its
 			// lease then only means etcd is still out of reach.
@@ -370,6 +383,12 @@ type Stats struct {
 	HistorySampled  uint64            // successes left out of the history by sampling
 	HistorySampling int               // one success in HistorySampling is recorded (1: all)
 	EtcdRequests    map[string]uint64 // when Config.Requests is set
+
+	// Alerts (issue 9): alerts by result (sent, failed, refused by
+	// --http-allow, dropped on a full queue), and tasks paused by
+	// pause_on_failure.
+	Notify          map[string]uint64
+	PausedOnFailure uint64
 }
 
 // Stats returns the engine's counters.
@@ -410,6 +429,11 @@ func (e *Engine) Stats() Stats {
 	if e.cfg.Requests != nil {
 		s.EtcdRequests = e.cfg.Requests.Counts()
 	}
+	s.Notify = make(map[string]uint64, numNotifyResults)
+	for r, name := range notifyResultNames {
+		s.Notify[name] = e.notify.results[r].Load()
+	}
+	s.PausedOnFailure = e.notify.pauses.Load()
 	return s
 }
 

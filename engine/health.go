@@ -53,14 +53,21 @@ func (l *loop) restartClock(i uint32, r *record, now int64) {
 
 // outcome records how a fire of record i ended after its last attempt:
 // status ok, failed or timeout (others change nothing), with the error of
-// a failure. Called only from the dispatch loop.
-func (l *loop) outcome(i uint32, r *record, sched int64, status uint8, why string) {
+// a failure. It returns the change of state the fire made, for alerts:
+// failure when it broke a run of successes (or was the first to end),
+// recovery when it ended a run of failures, "" otherwise, so that a task
+// failing on every fire alerts once. Called only from the dispatch loop.
+func (l *loop) outcome(i uint32, r *record, sched int64, status uint8, why string) task.NotifyEvent {
 	switch status {
 	case statusOK:
+		recovered := r.failStreak > 0
 		r.okAt, r.flags, r.failStreak = unixSecs(sched), r.flags|flagOK, 0
 		if h, ok := l.health[i]; ok && h.okAt != 0 {
 			h.okAt = 0
 			l.health[i] = h
+		}
+		if recovered {
+			return task.NotifyRecovery
 		}
 	case statusFailed, statusTimeout:
 		if r.failStreak < ^uint32(0) {
@@ -69,7 +76,23 @@ func (l *loop) outcome(i uint32, r *record, sched int64, status uint8, why strin
 		h := l.health[i]
 		h.failAt, h.err = sched, truncateError(why)
 		l.health[i] = h
+		if r.failStreak == 1 {
+			return task.NotifyFailure
+		}
 	}
+	return ""
+}
+
+// lateness records whether a fire of record r was released late (a
+// misfire) and reports whether that is a change of state: the first late
+// fire after timely ones, for misfire alerts. Called only from the
+// dispatch loop, on the fire path: a timely fire costs one flag test.
+func lateness(r *record, late bool) (changed bool) {
+	if late == (r.flags&flagLate != 0) {
+		return false
+	}
+	r.flags ^= flagLate
+	return late
 }
 
 // truncateError cuts an error to maxErrorLen bytes, on a rune boundary.

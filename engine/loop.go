@@ -122,6 +122,7 @@ type loop struct {
 	acked   *acked        // the watermark etcd last acknowledged
 	ackCh   chan struct{} // signalled after each acknowledgement
 	cmds    chan command
+	alerts  *notifier // nil: no alerts (tests)
 
 	through  int64 // every fire due up to here was released by the wheel and handed to the pool
 	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64

@@ -35,6 +35,12 @@ type profile struct {
 	concurrency task.ConcurrencyPolicy
 	jitter      time.Duration
 	keep        [2]int // history limits of successes and failures; -1: the store's default
+
+	// Alerts and capture (issue 9).
+	notify     *notifyTarget // nil: no alerts
+	pauseAfter uint32        // pause_on_failure; 0: never
+	capture    int           // capture.max_bytes; 0: no capture
+	captureAll bool          // capture.on always, not only failures
 }
 
 // keepFor returns the history limit of a record of status st, for
@@ -98,6 +104,18 @@ func profileKey(t *task.Task) string {
 	for _, k := range historyKeep(t.HistoryLimit) {
 		b = strconv.AppendInt(append(b, ','), int64(k), 10)
 	}
+	// Alerts and capture (issue 9): a task without them adds a few bytes.
+	if n := t.Notify; n != nil {
+		b = append(b, 'n')
+		b = strconv.AppendInt(b, int64(n.EventMask()), 10)
+		str(n.URL)
+		strMap(n.Headers)
+	}
+	b = strconv.AppendInt(append(b, ','), int64(t.PauseOnFailure), 10)
+	if c := t.Capture; c != nil {
+		b = strconv.AppendInt(append(b, 'c'), int64(c.MaxBytes), 10)
+		str(string(c.On))
+	}
 	return string(b)
 }
 
@@ -105,6 +123,7 @@ func profileKey(t *task.Task) string {
 type executors struct {
 	shared    executor.Shared
 	durations *durations // observes every execution but noop ones; nil: none
+	notifyURL string     // Config.NotifyURL
 }
 
 // newProfile builds the profile of a validated task.
@@ -121,12 +140,19 @@ func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 		concurrency: t.Concurrency,
 		jitter:      time.Duration(t.Jitter),
 		keep:        historyKeep(t.HistoryLimit),
+		pauseAfter:  uint32(max(t.PauseOnFailure, 0)),
+	}
+	if c := t.Capture; c != nil {
+		p.capture, p.captureAll = c.MaxBytes, c.On == task.CaptureAlways
+	}
+	var err error
+	if p.notify, err = newNotifyTarget(t.Notify, x.notifyURL); err != nil {
+		return nil, err
 	}
 	// A copy: Build calls through the kinds table, which escape analysis
 	// cannot see through, and t must not escape: loading decodes every
 	// task into one on the stack.
 	ex := t.Executor
-	var err error
 	p.exec, err = ex.Build(&x.shared)
 	if errors.Is(err, executor.ErrNotAllowed) {
 		// The node's allow-list, not the task, is at fault: every fire

@@ -119,7 +119,7 @@ func setOther(v reflect.Value) {
 		if v.Type().Elem().Kind() == reflect.Uint8 { // json.RawMessage
 			v.SetBytes(append(v.Bytes(), "1"...))
 		} else {
-			v.Set(reflect.Append(v, reflect.ValueOf("a")))
+			v.Set(reflect.Append(v, reflect.ValueOf("a").Convert(v.Type().Elem())))
 		}
 	case reflect.Pointer:
 		v.Set(reflect.New(v.Type().Elem()))

@@ -33,6 +33,7 @@ const (
 	flagLive   = 1 << iota // the slot holds a task
 	flagPaused             // the task is paused: not in the wheel
 	flagOK                 // okAt is a fire that succeeded, not when the staleness clock started
+	flagLate               // the last fire released was a misfire (health.go, lateness)
 )
 
 // record is one task on its owner: 80 bytes, no pointers.

@@ -164,6 +164,10 @@ type firing struct {
 	Jitter        task.Duration          `json:"jitter"`
 	Paused        bool                   `json:"paused"`
 	HistoryLimit  *task.HistoryLimit     `json:"history_limit"`
+	// Alerts and capture (issue 9).
+	Notify         *task.Notify  `json:"notify"`
+	PauseOnFailure int           `json:"pause_on_failure"`
+	Capture        *task.Capture `json:"capture"`
 }
 
 // DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
@@ -176,5 +180,6 @@ func DecodeFiring(id string, value []byte) (task.Task, error) {
 	}
 	return task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
 		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
-		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit}, nil
+		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit,
+		Notify: f.Notify, PauseOnFailure: f.PauseOnFailure, Capture: f.Capture}, nil
 }

@@ -73,6 +73,19 @@ type Task struct {
 	// --history-failure-limit.
 	HistoryLimit *HistoryLimit `json:"history_limit,omitempty"`
 
+	// Alerts and output capture (issue 9; alerts.go).
+
+	// Notify, when set, sends alerts on changes of the task's state.
+	// Default: none, or failure and recovery alerts to the node's
+	// --notify-url when it has one.
+	Notify *Notify `json:"notify,omitempty"`
+	// PauseOnFailure pauses the task after this many fires in a row failed
+	// (0 to 1000; default 0, never).
+	PauseOnFailure int `json:"pause_on_failure,omitempty"`
+	// Capture, when set, keeps the output of attempts with their execution
+	// records. Default: none.
+	Capture *Capture `json:"capture,omitempty"`
+
 	// Output-only fields, set in API responses. DecodeTask accepts and
 	// ignores them, so that a client can PUT back what it got.
 
@@ -318,6 +331,7 @@ func DecodeTask(data []byte) (*Task, error) {
 		l.count("failures", &t.HistoryLimit.Failures)
 		d.adopt(l)
 	}
+	decodeAlerts(d, &t)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -329,7 +343,8 @@ func DecodeTask(data []byte) (*Task, error) {
 
 var (
 	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
-		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit"}
+		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit",
+		"notify", "pause_on_failure", "capture"}
 	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}

@@ -119,7 +119,10 @@ func (t *Task) Validate() error {
 	if err := checkLabels(t.Labels); err != nil {
 		return err
 	}
-	return t.HistoryLimit.check()
+	if err := t.HistoryLimit.check(); err != nil {
+		return err
+	}
+	return t.checkAlerts()
 }
 
 // check refuses limits out of 0-MaxHistoryLimit.

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
+)
+
+// alertSink is an httptest receiver of alerts.
+type alertSink struct {
+	srv    *httptest.Server
+	mu     sync.Mutex // guards alerts and header
+	alerts []Alert
+	header []http.Header
+}
+
+func newAlertSink(t *testing.T) *alertSink {
+	s := &alertSink{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a Alert
+		if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+			t.Errorf("alert body: %v", err)
+		}
+		s.mu.Lock()
+		s.alerts = append(s.alerts, a)
+		s.header = append(s.header, r.Header.Clone())
+		s.mu.Unlock()
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// of returns the alerts received for a task, in order of arrival.
+func (s *alertSink) of(id string) (out []Alert, hs []http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range s.alerts {
+		if a.TaskID == id {
+			out = append(out, a)
+			hs = append(hs, s.header[i])
+		}
+	}
+	return out, hs
+}
+
+// TestEngine_NotifyOnChangeOfState fails two tasks on fire after fire, each
+// retried once, then lets one recover. The sink must see, per task, one
+// failure alert after the last attempt (not one per fire nor per attempt)
+// and one recovery alert: the task without a notify block through the
+// node's --notify-url, the other at its own url with its headers. A task
+// with pause_on_failure 2 is paused in the registry after its second
+// failed fire.
+func TestEngine_NotifyOnChangeOfState(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	sink := newAlertSink(t)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 500e6, time.UTC)
+	at := func(s int) time.Time { return time.Date(2026, 1, 1, 12, 0, s, 0, time.UTC) }
+	clock := newTestClock(t0, 0)
+	var failing atomic.Bool
+	failing.Store(true)
+	h := func(_ context.Context, f Fire) error {
+		if f.TaskID == "pause/1" || failing.Load() {
+			return errors.New("boom " + f.TaskID)
+		}
+		return nil
+	}
+	n := startNode(t, c, "", h, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.NotifyURL = sink.srv.URL + "/default" }))
+	reg := n.e.Registry()
+	retried := func(tk *task.Task) *task.Task {
+		tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(time.Second)}
+		return tk
+	}
+	putTask(t, reg, retried(handlerTask("plain/1", "@every 10s")))
+	own := retried(handlerTask("own/1", "@every 10s"))
+	own.Notify = &task.Notify{URL: sink.srv.URL + "/own", Headers: map[string]string{"X-Token": "tok-SECRET"}}
+	putTask(t, reg, own)
+	pause := handlerTask("pause/1", "@every 10s")
+	pause.PauseOnFailure = 2
+	pause.Notify = &task.Notify{On: []task.NotifyEvent{task.NotifyRecovery}} // no failure alert
+	putTask(t, reg, pause)
+	for _, id := range []string{"plain/1", "own/1", "pause/1"} {
+		waitNext(t, n, id, at(10))
+	}
+	// fire moves the clock step on to release the next fires and, while
+	// they fail, one second more for their retries, waiting each time until
+	// the loop applied the outcome (State.Failures counts attempts).
+	attempts := uint64(0)
+	fire := func(step time.Duration, streak uint64) {
+		t.Helper()
+		states := func(ok func(s *task.State) bool) {
+			t.Helper()
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return ok(taskState(t, n, "plain/1")) && ok(taskState(t, n, "own/1"))
+			})
+		}
+		clock.Advance(step)
+		if streak == 0 {
+			states(func(s *task.State) bool { return s.ConsecutiveFailures == 0 })
+			return
+		}
+		attempts++
+		states(func(s *task.State) bool { return s.Failures == attempts })
+		clock.Advance(time.Second)
+		attempts++
+		states(func(s *task.State) bool { return s.Failures == attempts && s.ConsecutiveFailures == streak })
+	}
+	fire(10*time.Second, 1) // 12:00:10.5, then the retries by :11.5
+	fire(9*time.Second, 2)  // :20.5
+	fire(9*time.Second, 3)  // :30.5
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		tk, err := reg.Get(context.Background(), "pause/1")
+		return err == nil && tk.Paused
+	})
+	failing.Store(false)
+	fire(9*time.Second, 0) // :40.5
+
+	for _, id := range []string{"plain/1", "own/1"} {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { a, _ := sink.of(id); return len(a) >= 2 })
+		got, hs := sink.of(id)
+		if len(got) != 2 {
+			t.Fatalf("%s: %d alerts, want 2 (failure, recovery): %+v", id, len(got), got)
+		}
+		f, r := got[0], got[1]
+		wantKey := id + "@" + "1767268810000" // 12:00:10
+		if f.Event != task.NotifyFailure || f.Status != "failed" || f.Attempt != 2 || f.IdempotencyKey != wantKey ||
+			f.Error != "boom "+id || f.ConsecutiveFailures != 1 || f.Node != "node-1" || !f.ScheduledAt.Equal(at(10)) {
+			t.Errorf("%s: failure alert %+v", id, f)
+		}
+		if r.Event != task.NotifyRecovery || r.Status != "ok" || r.Attempt != 1 || r.Error != "" || !r.ScheduledAt.Equal(at(40)) {
+			t.Errorf("%s: recovery alert %+v", id, r)
+		}
+		if k := hs[0].Get("Idempotency-Key"); k != wantKey+"/failure" {
+			t.Errorf("%s: Idempotency-Key %q", id, k)
+		}
+		if id == "own/1" && hs[0].Get("X-Token") != "tok-SECRET" {
+			t.Errorf("own/1: headers %v, want its X-Token", hs[0])
+		}
+		if id == "plain/1" && hs[0].Get("X-Token") != "" {
+			t.Errorf("plain/1 carries another task's header")
+		}
+	}
+	if got, _ := sink.of("pause/1"); len(got) != 0 {
+		t.Errorf("pause/1 alerts on recovery only, and did not recover: %+v", got)
+	}
+	st := n.e.Stats()
+	if st.Notify["sent"] != 4 || st.Notify["failed"] != 0 || st.Notify["dropped"] != 0 || st.PausedOnFailure != 1 {
+		t.Errorf("stats: notify %v, paused on failure %d; want 4 sent, 1 paused", st.Notify, st.PausedOnFailure)
+	}
+}
+
+// TestNotifier_FullQueueDropsAndCounts: the loop never waits for the
+// notifier; what the queue cannot take is dropped and counted.
+func TestNotifier_FullQueueDropsAndCounts(t *testing.T) {
+	n := newNotifier(http.DefaultClient, "ua", 2, quietLogger())
+	for range 5 {
+		n.enqueue(notice{taskID: "t", alert: Alert{Event: task.NotifyFailure}})
+	}
+	if got := n.results[notifyDropped].Load(); got != 3 {
+		t.Fatalf("dropped %d alerts, want 3 (queue of 2, 5 alerts)", got)
+	}
+	if len(n.q) != 2 {
+		t.Fatalf("queued %d, want 2", len(n.q))
+	}
+}
+
+// TestNotifier_RetriesThenCounts: an alert answered 5xx is retried up to
+// its attempts and counted failed; one whose host the node's --http-allow
+// leaves out is refused without an attempt reaching anything.
+func TestNotifier_RetriesThenCounts(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	allow, err := executor.ParseHostAllow([]string{"127.0.0.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		allow  *executor.HostAllow
+		result int
+		hits   int32
+	}{
+		{"failing", nil, notifyFailed, 3},
+		{"refused", allow, notifyRefused, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits.Store(0)
+			client, err := executor.NewClient(executor.ClientConfig{Allow: tc.allow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.CloseIdleConnections()
+			n := newNotifier(client, "ua", 4, quietLogger())
+			n.backoff = time.Millisecond
+			n.start(nil)
+			to, err := newNotifyTarget(&task.Notify{On: []task.NotifyEvent{task.NotifyFailure}, URL: srv.URL}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.enqueue(notice{taskID: "t", to: to, alert: Alert{Event: task.NotifyFailure, TaskID: "t"}})
+			n.stop(5 * time.Second)
+			if got := n.results[tc.result].Load(); got != 1 {
+				t.Errorf("result %s counted %d times, want 1", notifyResultNames[tc.result], got)
+			}
+			if got := hits.Load(); got != tc.hits {
+				t.Errorf("the receiver got %d requests, want %d", got, tc.hits)
+			}
+		})
+	}
+}
