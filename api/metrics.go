@@ -26,6 +26,9 @@ type collector struct {
 	sampled, sampleRatio                                            *prometheus.Desc
 	queueCap, workers, fences, execDur, handOver                    *prometheus.Desc
 	build                                                           *prometheus.Desc
+	// Issue 9: alerts, pause_on_failure, the retry backlog and cache
+	// write errors.
+	notify, pausedOnFailure, retryBacklog, cacheWriteErrors *prometheus.Desc
 }
 
 func newCollector(e *engine.Engine, version string) *collector {
@@ -40,10 +43,11 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"to a worker starting it, for first attempts and retries. It covers the timing wheel's tick, dispatch and "+
 			"the wait for a free worker, not the execution itself; misfires show up here as large values."),
 		executions: d("executions_total", "Execution attempts by status, including skipped and misfired fires.", "status"),
-		misfires:   d("misfires_total", "Fires dispatched later than the misfire threshold."),
-		queue:      d("queue_depth", "Fires waiting for a worker (at most shardcron_queue_capacity)."),
-		queueCap:   d("queue_capacity", "Fires that may wait for a worker (--queue); dispatch pauses when the queue is full."),
-		workers:    d("workers", "Executions that may run at once (--workers)."),
+		misfires: d("misfires_total", "Fires dispatched later than the misfire threshold (or handed over unrun and "+
+			"older than their catch-up window), by the task's misfire policy.", "policy"),
+		queue:    d("queue_depth", "Fires waiting for a worker (at most shardcron_queue_capacity)."),
+		queueCap: d("queue_capacity", "Fires that may wait for a worker (--queue); dispatch pauses when the queue is full."),
+		workers:  d("workers", "Executions that may run at once (--workers)."),
 		fences: d("fence_events_total", "Times this node's session passed its fencing deadline or ended, so that the node "+
 			"stopped dispatching, dropped its partitions and rejoined with a new session."),
 		execDur: d("execution_duration_seconds", "How long executions took, each attempt from its start to its end, "+
@@ -67,13 +71,21 @@ func newCollector(e *engine.Engine, version string) *collector {
 		fullLoads: d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
 		watermark: d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
 		build:     d("build_info", "Always 1; labels name the version of shardcron and of Go that built it.", "version", "goversion"),
+		notify: d("notify_total", "Alerts of task state changes by result: sent (answered 2xx), failed (every attempt failed), "+
+			"refused (--http-allow leaves the url out), dropped (the alert queue was full).", "result"),
+		pausedOnFailure: d("paused_on_failure_total", "Tasks this node paused because they failed pause_on_failure fires in a row."),
+		retryBacklog:    d("retry_backlog", "Retries waiting for their backoff in this node's timing wheel."),
+		cacheWriteErrors: d("cache_write_errors_total", "Writes of task changes to the Badger partition cache that failed; "+
+			"each drops that partition's cache until its next etcd read (history write failures are in "+
+			"shardcron_history_write_failed_total)."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
-		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed} {
+		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
+		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors} {
 		ch <- d
 	}
 }
@@ -124,7 +136,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, status := range slices.Sorted(maps.Keys(st.Executions)) {
 		counter(c.executions, st.Executions[status], status)
 	}
-	counter(c.misfires, st.Misfires)
+	for _, policy := range slices.Sorted(maps.Keys(st.MisfiresByPolicy)) {
+		counter(c.misfires, st.MisfiresByPolicy[policy], policy)
+	}
+	for _, result := range slices.Sorted(maps.Keys(st.Notify)) {
+		counter(c.notify, st.Notify[result], result)
+	}
+	counter(c.pausedOnFailure, st.PausedOnFailure)
+	gauge(c.retryBacklog, float64(st.RetryBacklog))
+	counter(c.cacheWriteErrors, st.CacheWriteErrors)
 	gauge(c.queue, float64(st.QueueDepth))
 	gauge(c.owned, float64(st.PartitionsOwned))
 	gauge(c.tasks, float64(st.Tasks))

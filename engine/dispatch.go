@@ -142,7 +142,7 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 // missed ones it stands for.
 func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	r.misfires++
-	l.stats.misfires.Add(1)
+	l.stats.misfire(prof.misfire)
 	fire, resume := misfireFire(prof.misfire, l.scheds.Get(r.sched), sched, now, prof.catchup)
 	if fire != sched {
 		// sched stays the first missed time: when fire_all's window begins
@@ -266,6 +266,7 @@ func (l *loop) firstAfter(r *record, w int64) int64 {
 func (l *loop) releaseRetry(slot uint32) {
 	rs := l.retries[slot]
 	l.rfree = append(l.rfree, slot)
+	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
 		return
@@ -341,5 +342,6 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 		l.retries = append(l.retries, retryState{})
 	}
 	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt}
+	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
 }

@@ -389,6 +389,14 @@ type Stats struct {
 	// pause_on_failure.
 	Notify          map[string]uint64
 	PausedOnFailure uint64
+
+	// Issue 9, part 6: misfires by the task's misfire policy (they add up
+	// to Misfires), retries waiting for their backoff, and failed writes
+	// to the Badger partition cache (each drops that partition's cache
+	// until its next etcd read; history write failures are HistoryFailed).
+	MisfiresByPolicy map[string]uint64
+	RetryBacklog     int
+	CacheWriteErrors uint64
 }
 
 // Stats returns the engine's counters.
@@ -434,6 +442,14 @@ func (e *Engine) Stats() Stats {
 		s.Notify[name] = e.notify.results[r].Load()
 	}
 	s.PausedOnFailure = e.notify.pauses.Load()
+	s.MisfiresByPolicy = make(map[string]uint64, len(misfirePolicies))
+	for k, p := range misfirePolicies {
+		s.MisfiresByPolicy[string(p)] = e.stats.misfiresBy[k].Load()
+	}
+	s.CacheWriteErrors = e.stats.cacheFailed.Load()
+	if e.loop != nil {
+		s.RetryBacklog = int(e.loop.retrying.Load())
+	}
 	return s
 }
 

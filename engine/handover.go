@@ -189,7 +189,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		at := f.At.UnixNano()
 		if now-at > int64(prof.catchup) {
 			r.misfires++
-			l.stats.misfires.Add(1)
+			l.stats.misfire(prof.misfire)
 			l.record(r, at, 1, statusMisfired, "handed over unrun, and older than the catch-up window")
 			continue
 		}

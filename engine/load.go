@@ -197,6 +197,7 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 // record a revision over a partial cache.
 func (e *Engine) dropCache(p int, err error) {
 	e.log.Warn("caching task changes failed; the partition will be reloaded from etcd next time", "partition", p, "err", err)
+	e.stats.cacheFailed.Add(1)
 	e.uncached[p].Store(true)
 	if err := e.store.Drop(uint32(p)); err != nil {
 		e.log.Warn("dropping the partition cache failed", "partition", p, "err", err)

@@ -134,8 +134,9 @@ type loop struct {
 	early     []earlyTrigger       // triggers that came before their task
 	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
 
-	tasks atomic.Int64 // records, for Stats
-	owned atomic.Int64 // partitions owned, for Stats
+	tasks    atomic.Int64 // records, for Stats
+	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats
+	owned    atomic.Int64 // partitions owned, for Stats
 }
 
 func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, history *store.Store,

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 // lagBounds are the upper bounds of the fire-lag histogram buckets: from
@@ -27,6 +29,26 @@ type stats struct {
 	lagSum   atomic.Int64                      // nanoseconds
 	misfires atomic.Uint64
 	skipped  atomic.Uint64
+
+	// Issue 9, part 6: misfires by the policy that handled them, and
+	// failed writes to the partition cache.
+	misfiresBy  [len(misfirePolicies)]atomic.Uint64
+	cacheFailed atomic.Uint64
+}
+
+// misfirePolicies are the policies in the order stats.misfiresBy counts
+// them.
+var misfirePolicies = [...]task.MisfirePolicy{task.MisfireFireOnce, task.MisfireSkip, task.MisfireFireAll}
+
+// misfire counts a misfire handled by policy p. Called from the dispatch
+// loop.
+func (s *stats) misfire(p task.MisfirePolicy) {
+	s.misfires.Add(1)
+	for k, q := range misfirePolicies {
+		if q == p {
+			s.misfiresBy[k].Add(1)
+		}
+	}
 }
 
 // tally is one worker's share of the counters, added to stats once per

@@ -33,6 +33,11 @@ func TestServer_SecretsNeverShow(t *testing.T) {
 		"hdr":   "hdr-SECRET-b4",
 		"url":   "url-SECRET-c5",
 		"token": "wrong-SECRET-d6",
+		// Alerts (issue 9): the default notify url's password and token,
+		// and a task's notify header.
+		"notifypw":  "notifypw-SECRET-g7",
+		"notifytok": "notifytok-SECRET-h8",
+		"notifyhdr": "notifyhdr-SECRET-i9",
 	}
 	write := func(name, v string) string {
 		p := filepath.Join(dir, name)
@@ -41,7 +46,18 @@ func TestServer_SecretsNeverShow(t *testing.T) {
 		}
 		return p
 	}
-	env := []string{"SHARDCRON_AUTH_TOKEN=" + secrets["auth"], "SHARDCRON_READ_TOKEN_FILE=" + write("read", secrets["read"])}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close()
+	// The alerts of the failing task go to the node's --notify-url, a dead
+	// address with a password and a token in it, with a secret header:
+	// every delivery fails and is logged.
+	notifyURL := "http://alerts:" + secrets["notifypw"] + "@" + dead + "/alert?token=" + secrets["notifytok"]
+	env := []string{"SHARDCRON_AUTH_TOKEN=" + secrets["auth"], "SHARDCRON_READ_TOKEN_FILE=" + write("read", secrets["read"]),
+		"SHARDCRON_NOTIFY_URL=" + notifyURL}
 
 	// --help with the secrets in the environment.
 	help := exec.Command(binPath, "server", "--help")
@@ -52,13 +68,6 @@ func TestServer_SecretsNeverShow(t *testing.T) {
 	p := startServerEnv(t, env, true, "--data-dir", filepath.Join(dir, "data"), "--partitions", "8", "--log-level", "debug",
 		"--etcd-user", "root", "--etcd-password-file", write("etcd", secrets["etcd"]))
 	p.waitReady(t)
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := closed.Addr().String()
-	closed.Close()
-
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, p.API+path, strings.NewReader(body))
@@ -77,6 +86,7 @@ func TestServer_SecretsNeverShow(t *testing.T) {
 		"schedule": "* * * * * *",
 		"executor": map[string]any{"type": "http", "url": "http://user:" + secrets["url"] + "@" + dead + "/hook",
 			"headers": map[string]string{"X-Secret": secrets["hdr"]}},
+		"notify": map[string]any{"headers": map[string]string{"X-Notify": secrets["notifyhdr"]}},
 	})
 	if code, body := do("PUT", "/v1/tasks/leaky", secrets["auth"], string(task)); code != http.StatusOK {
 		t.Fatalf("PUT: %d %s", code, body)
@@ -95,8 +105,15 @@ func TestServer_SecretsNeverShow(t *testing.T) {
 		return strings.Contains(history, `"failed"`)
 	})
 
+	// The alert of the failure was tried and failed: its errors are in
+	// the log.
+	var metrics string
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		_, metrics = do("GET", "/metrics", "", "")
+		return strings.Contains(metrics, `shardcron_notify_total{result="failed"} 1`)
+	})
+
 	// build_info and 'shardcron version' name the same version.
-	_, metrics := do("GET", "/metrics", "", "")
 	vout, _, _ := runCLI(t, "", "version", "--output", "json")
 	var v struct{ Version string }
 	if err := json.Unmarshal([]byte(vout), &v); err != nil || v.Version == "" {

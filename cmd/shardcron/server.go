@@ -47,6 +47,7 @@ type serverFlags struct {
 	successLimit, failureLimit             int
 	allowExec                              bool
 	execAllow, httpAllow                   string
+	notifyURL                              string
 	tlsCert, tlsKey, tlsClientCA, tlsCA    string
 	authToken, logFormat, logLevel         string
 	authTokenFile, etcdPasswordFile        string
@@ -81,7 +82,8 @@ Flags:
 
 // secretFlags hold secrets: their values (from the command line, a file
 // or the environment) are never printed.
-var secretFlags = map[string]bool{"auth-token": true, "read-token": true, "etcd-password": true}
+// A notify url is one: a webhook's url often carries its token.
+var secretFlags = map[string]bool{"auth-token": true, "read-token": true, "etcd-password": true, "notify-url": true}
 
 // envName is the environment variable of a server flag.
 func envName(flag string) string {
@@ -128,6 +130,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allowExec, "allow-exec", false, "enable the exec executor on this node (tasks then run commands as this user)")
 	fs.StringVar(&f.execAllow, "exec-allow", "", "comma-separated absolute path `PREFIXES`: exec commands must lie under one (a bare name is resolved in PATH at each fire); empty: any command")
 	fs.StringVar(&f.httpAllow, "http-allow", "", "comma-separated `HOSTS`, *.domains, IPs or CIDRs the http executor may reach (a name not listed must resolve into a listed IP or CIDR); empty: any host")
+	fs.StringVar(&f.notifyURL, "notify-url", "", "default `URL` of failure alerts: tasks without a notify block POST their failure and recovery alerts here, "+
+		"and a notify block without a url uses it (--http-allow applies; see docs/api.md \"Alerts\"); empty: only tasks with their own notify url alert")
 	fs.StringVar(&f.authToken, "auth-token", "", "when set, every /v1 request needs 'Authorization: Bearer <token>'; nodes of a cluster share it (prefer --auth-token-file)")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
@@ -294,6 +298,10 @@ func (f *serverFlags) check() error {
 	if _, err := executor.ParseHostAllow(splitList(f.httpAllow)); f.httpAllow != "" && err != nil {
 		return fmt.Errorf("--http-allow: %w", err)
 	}
+	if f.notifyURL != "" && (executor.HTTPSpec{URL: f.notifyURL}).Check() != nil {
+		// Not quoted: the url may hold a secret.
+		return errors.New("--notify-url: want an absolute http or https URL such as https://alerts.example.com/shardcron")
+	}
 	switch f.history {
 	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
 	default:
@@ -450,6 +458,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
 	cfg.ExecAllow, cfg.HTTPAllow = splitList(f.execAllow), splitList(f.httpAllow)
 	cfg.Requests, cfg.Logger = requests, log
+	cfg.NotifyURL = f.notifyURL
 	eng, err := engine.New(cfg, cli, st)
 	if err != nil {
 		return err
