@@ -55,6 +55,8 @@ func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 		{"executor", root.Properties["executor"], reflect.TypeFor[task.Executor]()},
 		{"retry", root.Properties["retry"], reflect.TypeFor[task.Retry]()},
 		{"history_limit", root.Properties["history_limit"], reflect.TypeFor[task.HistoryLimit]()},
+		{"notify", root.Properties["notify"], reflect.TypeFor[task.Notify]()},
+		{"capture", root.Properties["capture"], reflect.TypeFor[task.Capture]()},
 		{"state", root.Properties["state"], reflect.TypeFor[task.State]()},
 	} {
 		if c.node == nil {
@@ -74,6 +76,8 @@ func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 			string(task.ExecutorHTTP), string(task.ExecutorExec), string(task.ExecutorHandler), string(task.ExecutorNoop)}},
 		{"misfire", root.Properties["misfire"].Enum, []string{
 			string(task.MisfireFireOnce), string(task.MisfireSkip), string(task.MisfireFireAll)}},
+		{"capture.on", root.Properties["capture"].Properties["on"].Enum, []string{
+			string(task.CaptureFailure), string(task.CaptureAlways)}},
 		{"concurrency", root.Properties["concurrency"].Enum, []string{
 			string(task.ConcurrencyAllow), string(task.ConcurrencyForbid), string(task.ConcurrencyBufferOne), string(task.ConcurrencyReplace)}},
 	} {
