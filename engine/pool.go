@@ -442,10 +442,14 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 		t.fires++
 	}
 	var err error
+	var out *executor.Output // the capture, for tasks that have one
 	if j.prof.noop {
 		// Nothing to run, nothing to time out: no context, no Fire.
 	} else {
-		err = p.execute(j)
+		if j.prof.capture > 0 {
+			out = executor.NewOutput(j.prof.capture)
+		}
+		err = p.execute(j, out)
 	}
 	st := statusOf(err)
 	t.exec(st)
@@ -461,6 +465,9 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 		why = err.Error()
 	}
 	e := execution(j.id, p.node, j.sched, int(j.attempt), st, now, finished, why)
+	if out != nil && (err != nil || j.prof.captureAll) {
+		e.Output = out.String()
+	}
 	if p.history != nil {
 		p.history.RecordKeep(e, j.prof.keepFor(st))
 	}
@@ -471,7 +478,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	return st, ""
 }
 
-func (p *pool) execute(j *job) (err error) {
+func (p *pool) execute(j *job, out *executor.Output) (err error) {
 	ctx, cancel := context.WithTimeout(p.execCtx, j.prof.timeout)
 	defer cancel()
 	if j.prof.concurrency == task.ConcurrencyReplace {
@@ -488,7 +495,7 @@ func (p *pool) execute(j *job) (err error) {
 	}
 	f := &executor.Fire{
 		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
-		Node: p.node, Fence: j.fence, Payload: j.prof.payload,
+		Node: p.node, Fence: j.fence, Payload: j.prof.payload, Output: out,
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -20,6 +20,7 @@ import (
 //	byte    status code (1..6)  or  uvarint len + bytes
 //	uvarint len + node
 //	uvarint len + error
+//	uvarint len + output                    (if flags bit 4: a task's capture)
 //
 // Deltas keep the common record (all three times within seconds of each
 // other) to about 30 bytes plus the node name.
@@ -30,6 +31,7 @@ const (
 	flagStarted
 	flagFinished
 	flagStatusString
+	flagOutput // the record ends with the captured output
 )
 
 var statusCodes = [...]string{1: task.ExecutionOK, 2: task.ExecutionFailed, 3: task.ExecutionTimeout, 4: task.ExecutionSkipped, 5: task.ExecutionMisfired, 6: task.ExecutionCanceled}
@@ -61,6 +63,9 @@ func appendRecord(b []byte, e *task.Execution) []byte {
 	if code == 0 {
 		flags |= flagStatusString
 	}
+	if e.Output != "" {
+		flags |= flagOutput
+	}
 	b = append(b, recordVersion, flags)
 	var prev int64
 	for i, t := range [3]time.Time{e.ScheduledAt, e.StartedAt, e.FinishedAt} {
@@ -78,7 +83,11 @@ func appendRecord(b []byte, e *task.Execution) []byte {
 		b = appendString(b, e.Status)
 	}
 	b = appendString(b, e.Node)
-	return appendString(b, e.Error)
+	b = appendString(b, e.Error)
+	if flags&flagOutput != 0 {
+		b = appendString(b, e.Output)
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -89,7 +98,7 @@ func appendString(b []byte, s string) []byte {
 // recordSize is an upper bound of len(appendRecord(nil, e)).
 func recordSize(e *task.Execution) int {
 	return 2 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64 +
-		3*binary.MaxVarintLen64 + len(e.Status) + len(e.Node) + len(e.Error)
+		4*binary.MaxVarintLen64 + len(e.Status) + len(e.Node) + len(e.Error) + len(e.Output)
 }
 
 // decodeRecord decodes a value written by appendRecord into e, leaving
@@ -99,7 +108,7 @@ func decodeRecord(b []byte, e *task.Execution) error {
 		return errBadRecord
 	}
 	flags := b[1]
-	if flags&^(flagScheduled|flagStarted|flagFinished|flagStatusString) != 0 {
+	if flags&^(flagScheduled|flagStarted|flagFinished|flagStatusString|flagOutput) != 0 {
 		return errBadRecord
 	}
 	b = b[2:]
@@ -142,6 +151,12 @@ func decodeRecord(b []byte, e *task.Execution) error {
 	}
 	if e.Error, b, ok = readString(b); !ok {
 		return errBadRecord
+	}
+	e.Output = ""
+	if flags&flagOutput != 0 {
+		if e.Output, b, ok = readString(b); !ok {
+			return errBadRecord
+		}
 	}
 	if len(b) != 0 {
 		return errBadRecord

@@ -26,6 +26,8 @@ func TestRecord_EncodeDecode(t *testing.T) {
 		{"big attempt", task.Execution{Attempt: math.MaxInt32 + 10, Status: task.ExecutionTimeout}},
 		{"far times", task.Execution{ScheduledAt: time.Unix(0, math.MinInt64+1), FinishedAt: time.Unix(0, math.MaxInt64), Status: task.ExecutionOK}},
 		{"long error", task.Execution{Status: task.ExecutionFailed, Error: string(bytes.Repeat([]byte("x"), 100000))}},
+		{"output", task.Execution{ScheduledAt: at, Attempt: 1, Node: "n", Status: task.ExecutionFailed, Error: "exit status 1", Output: "line 1\nline 2\n"}},
+		{"output, no error", task.Execution{ScheduledAt: at, Status: task.ExecutionOK, Output: string(bytes.Repeat([]byte("o"), 4096))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +81,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		{},
 		{ScheduledAt: at, StartedAt: at, FinishedAt: at, Attempt: 2, Node: "n", Status: task.ExecutionFailed, Error: "boom"},
 		{Status: "custom", Attempt: -1},
+		{ScheduledAt: at, Status: task.ExecutionOK, Output: "captured"},
 	} {
 		f.Add(appendRecord(nil, &e))
 	}

@@ -25,4 +25,7 @@ type Execution struct {
 	Node        string    `json:"node"`
 	Status      string    `json:"status"` // one of the Execution status constants
 	Error       string    `json:"error,omitempty"`
+	// Output is the start of what the attempt printed, for a task with
+	// capture (issue 9): at most its max_bytes, valid UTF-8.
+	Output string `json:"output,omitempty"`
 }

@@ -62,7 +62,8 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 	cmd := exec.CommandContext(ctx, name, e.argv[1:]...)
 	cmd.Args[0] = e.argv[0]
 	cmd.Env = fireEnv(e.env, f)
-	// Stdin and Stdout stay nil: os/exec connects them to /dev/null.
+	// Stdin stays nil, and Stdout unless the task captures its output:
+	// os/exec connects them to /dev/null.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	// Our own pipe rather than an io.Writer as Stderr: os/exec would then
@@ -74,6 +75,24 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 		return fmt.Errorf("exec: stderr pipe: %w", err)
 	}
 	cmd.Stderr = pw
+	// The capture reads stdout through a pipe of its own, for the same
+	// reason, so that the error's stderr tail stays stderr only.
+	var opr, opw *os.File
+	if f.Output != nil {
+		if opr, opw, err = os.Pipe(); err != nil {
+			pr.Close()
+			pw.Close()
+			return fmt.Errorf("exec: stdout pipe: %w", err)
+		}
+		cmd.Stdout = opw
+	}
+	closeAll := func(fs ...*os.File) {
+		for _, x := range fs {
+			if x != nil {
+				x.Close()
+			}
+		}
+	}
 
 	var (
 		mu     sync.Mutex // guards exited, and orders Cancel's kill before the reap
@@ -92,8 +111,7 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 		return nil
 	}
 	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
+		closeAll(pr, pw, opr, opw)
 		if ctx.Err() != nil {
 			return interrupted(ctx, "exec", "not started")
 		}
@@ -103,15 +121,28 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 		}
 		return fmt.Errorf("exec: start %q: %w", e.argv[0], err)
 	}
-	pw.Close() // the children hold their copies: EOF when the last one exits
+	closeAll(pw, opw) // the children hold their copies: EOF when the last one exits
 	pgid := cmd.Process.Pid
 
 	var stderr tail
+	var errOut io.Writer = &stderr
+	if f.Output != nil {
+		errOut = io.MultiWriter(&stderr, f.Output)
+	}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, _ = io.Copy(&stderr, pr)
+		_, _ = io.Copy(errOut, pr)
 	}()
+	outCopied := make(chan struct{})
+	if opr != nil {
+		go func() {
+			defer close(outCopied)
+			_, _ = io.Copy(f.Output, opr)
+		}()
+	} else {
+		close(outCopied)
+	}
 
 	killGroup := func() {
 		mu.Lock()
@@ -131,8 +162,12 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 		killGroup()
 	}
 	_ = pr.SetReadDeadline(time.Now().Add(stderrGrace))
+	if opr != nil {
+		_ = opr.SetReadDeadline(time.Now().Add(stderrGrace))
+	}
 	<-copied
-	pr.Close()
+	<-outCopied
+	closeAll(pr, opr)
 
 	state := cmd.ProcessState
 	switch {

@@ -355,3 +355,23 @@ func BenchmarkExec(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "fires/s")
 }
+
+// TestExec_CapturesStdoutAndStderr: with Fire.Output, both streams are
+// kept (up to the bound), and the error's stderr tail stays stderr only.
+func TestExec_CapturesStdoutAndStderr(t *testing.T) {
+	f := testFire()
+	f.Output = NewOutput(4096)
+	err := mustExec(t, ExecSpec{Command: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}).Execute(context.Background(), f)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.ExitCode != 3 || ee.Stderr != "err" {
+		t.Fatalf("got %v, want exit 3 with stderr \"err\"", err)
+	}
+	got := f.Output.String()
+	if !strings.Contains(got, "out\n") || !strings.Contains(got, "err\n") || len(got) != len("out\nerr\n") {
+		t.Errorf("captured %q, want stdout and stderr", got)
+	}
+	// Without capture, stdout goes nowhere and nothing is kept.
+	if err := mustExec(t, ExecSpec{Command: []string{"sh", "-c", "echo out"}}).Execute(context.Background(), testFire()); err != nil {
+		t.Fatal(err)
+	}
+}

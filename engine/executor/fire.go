@@ -29,6 +29,11 @@ type Fire struct {
 	// Payload is the handler executor's payload, nil for other executors.
 	// Handlers share it across fires and must not modify it.
 	Payload json.RawMessage
+	// Output, when not nil, receives the start of what the attempt printed
+	// (the task's capture): an exec command's stdout and stderr, an http
+	// answer's body. A handler may write to it. Nil for tasks without
+	// capture: then nothing is kept.
+	Output *Output
 }
 
 // IdempotencyKey returns "<task-id>@<scheduled_at unix ms>": the same for

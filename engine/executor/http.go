@@ -203,12 +203,16 @@ func (e *httpExec) Execute(ctx context.Context, f *Fire) error {
 		return fmt.Errorf("http: %w", err)
 	}
 	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	if f.Output != nil {
+		body = io.TeeReader(resp.Body, f.Output) // the capture: Output never fails a write
+	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		// The answer is in: a failure while draining does not change it.
-		_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+		_, _ = io.CopyN(io.Discard, body, maxDrain)
 		return nil
 	}
-	return statusError(resp)
+	return statusError(resp, body)
 }
 
 // request builds the fire's request: the task's headers plus ours.
@@ -253,9 +257,10 @@ func (e *httpExec) request(ctx context.Context, f *Fire) *http.Request {
 	return r.WithContext(ctx)
 }
 
-// statusError reads the start of a failed response's body into its error,
-// and drains a bounded amount more so the connection can be reused.
-func statusError(resp *http.Response) error {
+// statusError reads the start of a failed response's body (read from
+// body) into its error, and drains a bounded amount more so the
+// connection can be reused.
+func statusError(resp *http.Response, body io.Reader) error {
 	code := strconv.Itoa(resp.StatusCode)
 	reason := strings.TrimSpace(strings.TrimPrefix(resp.Status, code))
 	if reason == "" {
@@ -266,9 +271,9 @@ func statusError(resp *http.Response) error {
 		se.Location = resp.Header.Get("Location")
 	}
 	buf := make([]byte, maxErrorBody+1)
-	n, _ := io.ReadFull(resp.Body, buf)
+	n, _ := io.ReadFull(body, buf)
 	se.Body = oneLine(buf[:min(n, maxErrorBody)], n > maxErrorBody)
-	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	_, _ = io.CopyN(io.Discard, body, maxDrain)
 	return se
 }
 
