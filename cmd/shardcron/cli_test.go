@@ -445,6 +445,16 @@ func TestOutput_Tables(t *testing.T) {
 			"2025-12-02T14:05:00Z     2        failed   n1    1.5s      HTTP 500: boom\n" +
 			"2025-12-02T14:04:00.25Z  1        skipped  n2    -         -\n",
 	}, {
+		name: "history table with output",
+		write: func(w io.Writer) error {
+			return writeHistoryTable(w, []store.Execution{{ScheduledAt: execs[0].ScheduledAt, Attempt: 1, Status: "failed",
+				Node: "n1", Error: "exit status 1", Output: "line 1\n\x1b[2Jline 2\n"}})
+		},
+		want: "" +
+			"SCHEDULED             ATTEMPT  STATUS  NODE  DURATION  ERROR\n" +
+			"2025-12-02T14:05:00Z  1        failed  n1    -         exit status 1\n" +
+			"\n--- output of 2025-12-02T14:05:00Z, attempt 1 (failed) ---\nline 1\n\uFFFD[2Jline 2\n",
+	}, {
 		name:  "nodes table",
 		write: func(w io.Writer) error { return writeNodesTable(w, nodes) },
 		want: "" +

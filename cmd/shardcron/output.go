@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/shardcron/shardcron/task"
@@ -257,5 +258,35 @@ func writeHistoryTable(w io.Writer, execs []task.Execution) error {
 		row(tw, formatTime(e.ScheduledAt), strconv.Itoa(e.Attempt), dash(e.Status), dash(e.Node), dur,
 			dash(truncate(e.Error, maxErrorWidth)))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeOutputs(w, execs)
+}
+
+// writeOutputs prints, under the history table, the output that tasks
+// with capture kept, one block per record that has some.
+func writeOutputs(w io.Writer, execs []store.Execution) error {
+	for _, e := range execs {
+		if e.Output == "" {
+			continue
+		}
+		out := strings.TrimRight(printable(e.Output), "\n")
+		if _, err := fmt.Fprintf(w, "\n--- output of %s, attempt %d (%s) ---\n%s\n", formatTime(e.ScheduledAt), e.Attempt, dash(e.Status), out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printable replaces the control characters of a task's output but
+// newline and tab with U+FFFD: captured output must not drive the
+// terminal (escape sequences).
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
