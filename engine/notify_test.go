@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -220,5 +221,13 @@ func TestNotifier_RetriesThenCounts(t *testing.T) {
 				t.Errorf("the receiver got %d requests, want %d", got, tc.hits)
 			}
 		})
+	}
+}
+
+// TestRecord_Size: alerts and capture live in the profile, so that a
+// task's record stays 80 bytes (BENCHMARKS.md, the fleet's memory budget).
+func TestRecord_Size(t *testing.T) {
+	if got := unsafe.Sizeof(record{}); got != 80 {
+		t.Fatalf("record is %d bytes, want 80", got)
 	}
 }
