@@ -154,6 +154,8 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 			tsk.Misfire = tt.policy
 			tsk.CatchupWindow = task.Duration(10 * time.Second)
 			tsk.HistoryLimit = &task.HistoryLimit{Successes: new(50)} // every record, not the last 10
+			sink := newAlertSink(t)
+			tsk.Notify = &task.Notify{On: []task.NotifyEvent{task.NotifyMisfire}, URL: sink.srv.URL}
 			putTask(t, n.e.Registry(), tsk)
 			waitNext(t, n, id, at(1))
 
@@ -172,7 +174,19 @@ func TestEngine_MisfirePolicies(t *testing.T) {
 
 			st := taskState(t, n, id)
 			hist := history(t, n, id)
-			n.stop(t)
+			stats := n.e.Stats()
+			n.stop(t) // sends the queued alerts
+
+			// One misfire alert for the gap, however many of its fires
+			// were late; misfires are counted under the task's policy.
+			if alerts, _ := sink.of(id); len(alerts) != 1 || alerts[0].Event != task.NotifyMisfire || alerts[0].Status != "misfired" {
+				t.Errorf("alerts %+v, want one misfire alert", alerts)
+			}
+			for p, k := range stats.MisfiresByPolicy {
+				if want := map[bool]uint64{true: stats.Misfires}[p == string(tt.policy)]; k != want || stats.Misfires == 0 {
+					t.Errorf("misfires of policy %s: %d, want %d of %d", p, k, want, stats.Misfires)
+				}
+			}
 
 			if got := log.scheds(id); !slices.EqualFunc(got, tt.want, time.Time.Equal) {
 				t.Errorf("fired at %v,\nwant     %v", secs(got), secs(tt.want))

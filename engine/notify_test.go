@@ -112,6 +112,9 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		}
 		attempts++
 		states(func(s *task.State) bool { return s.Failures == attempts })
+		if b := n.e.Stats().RetryBacklog; b != 2 {
+			t.Errorf("retry backlog %d, want 2 (one retry of each task waits)", b)
+		}
 		clock.Advance(time.Second)
 		attempts++
 		states(func(s *task.State) bool { return s.Failures == attempts && s.ConsecutiveFailures == streak })
@@ -125,6 +128,9 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 	})
 	failing.Store(false)
 	fire(9*time.Second, 0) // :40.5
+	if b := n.e.Stats().RetryBacklog; b != 0 {
+		t.Errorf("retry backlog %d after the retries ran, want 0", b)
+	}
 
 	for _, id := range []string{"plain/1", "own/1"} {
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { a, _ := sink.of(id); return len(a) >= 2 })
@@ -230,4 +236,24 @@ func TestRecord_Size(t *testing.T) {
 	if got := unsafe.Sizeof(record{}); got != 80 {
 		t.Fatalf("record is %d bytes, want 80", got)
 	}
+}
+
+// TestEngine_CacheWriteErrorsCounted: a task change the Badger cache
+// refuses (here: the store is closed under the node) is counted, besides
+// dropping the partition's cache.
+func TestEngine_CacheWriteErrorsCounted(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", func(context.Context, Fire) error { return nil }, nil)
+	reg := n.e.Registry()
+	putTask(t, reg, handlerTask("cache/1", "@hourly"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(n, "cache/1") })
+	if got := n.e.Stats().CacheWriteErrors; got != 0 {
+		t.Fatalf("%d cache write errors before any fault", got)
+	}
+	if err := n.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("cache/1", "@daily")) // the watch's change cannot be cached
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return n.e.Stats().CacheWriteErrors >= 1 })
 }
