@@ -111,6 +111,14 @@ func TestServer_RefusesWhatAllowListsLeaveOut(t *testing.T) {
 			t.Fatalf("a refused task was written: %v", a)
 		}
 	}
+	// Alerts go through the http executors' client: the same allow-list.
+	a = call(t, ts, "PUT", "/v1/tasks/n1", `{"schedule": "@daily", "executor": {"type": "noop"}, "notify": {"url": "http://127.0.0.1:9/alerts"}}`)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `notify.url: no live node may send alerts there`) {
+		t.Fatalf("notify url outside every --http-allow: %v", a)
+	}
+	if a := call(t, ts, "PUT", "/v1/tasks/n2", `{"schedule": "@daily", "executor": {"type": "noop"}, "notify": {"url": "http://127.0.0.2:9/alerts"}}`); a.status != http.StatusOK {
+		t.Fatalf("notify url under --http-allow: %v", a)
+	}
 	if a := call(t, ts, "PUT", "/v1/tasks/e2", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/opt/jobs/backup"]}}`); a.status != http.StatusOK {
 		t.Fatalf("exec task under --exec-allow: %v", a)
 	}

@@ -66,6 +66,9 @@ func (r *Registry) Runners(ctx context.Context) (Runners, error) {
 // (exec, handler, and http under an allow-list), so that Runners.Check
 // applies.
 func NeedsRunner(t *task.Task) bool {
+	if t.Notify != nil && t.Notify.URL != "" {
+		return true // the nodes' --http-allow applies to alerts
+	}
 	switch t.Executor.Type {
 	case task.ExecutorExec, task.ExecutorHandler, task.ExecutorHTTP:
 		return true
@@ -78,8 +81,49 @@ func NeedsRunner(t *task.Task) bool {
 // that admits its command, an http task when every node's --http-allow
 // leaves its host out, a handler task when no node registered its handler.
 // When only some nodes can, it returns a warning: fires whose partition
-// another node owns fail.
+// another node owns fail. A notify url is checked as an http task's url:
+// alerts go through the same client (checkNotify).
 func (rs Runners) Check(t *task.Task) (warning string, err error) {
+	nw, err := rs.checkNotify(t)
+	if err != nil {
+		return "", err
+	}
+	w, err := rs.checkExecutor(t)
+	if err != nil {
+		return "", err
+	}
+	if w != "" && nw != "" {
+		return w + "; " + nw, nil
+	}
+	return w + nw, nil
+}
+
+// checkNotify refuses a notify url that every live node's --http-allow
+// leaves out, and warns when only some allow it.
+func (rs Runners) checkNotify(t *task.Task) (warning string, err error) {
+	if t.Notify == nil || t.Notify.URL == "" || rs.Nodes == 0 {
+		return "", nil
+	}
+	var can int
+	var why error
+	for _, a := range rs.HTTPAllow {
+		if err := a.CheckURL(t.Notify.URL); err != nil {
+			why = err
+			continue
+		}
+		can++
+	}
+	switch {
+	case can == rs.Nodes:
+		return "", nil
+	case can == 0:
+		return "", task.Invalid("notify.url", "no live node may send alerts there: %v", why)
+	}
+	return fmt.Sprintf("only %d of %d live nodes may send alerts to the notify url: alerts of this task are refused while another node owns it", can, rs.Nodes), nil
+}
+
+// checkExecutor is Check of the task's executor.
+func (rs Runners) checkExecutor(t *task.Task) (warning string, err error) {
 	var can int
 	var what, how string
 	switch t.Executor.Type {
