@@ -104,15 +104,7 @@ func (rs Runners) checkNotify(t *task.Task) (warning string, err error) {
 	if t.Notify == nil || t.Notify.URL == "" || rs.Nodes == 0 {
 		return "", nil
 	}
-	var can int
-	var why error
-	for _, a := range rs.HTTPAllow {
-		if err := a.CheckURL(t.Notify.URL); err != nil {
-			why = err
-			continue
-		}
-		can++
-	}
+	can, why := rs.reaching(t.Notify.URL)
 	switch {
 	case can == rs.Nodes:
 		return "", nil
@@ -146,13 +138,7 @@ func (rs Runners) checkExecutor(t *task.Task) (warning string, err error) {
 		}
 	case task.ExecutorHTTP:
 		var why error
-		for _, a := range rs.HTTPAllow {
-			if err := a.CheckURL(t.Executor.URL); err != nil {
-				why = err
-				continue
-			}
-			can++
-		}
+		can, why = rs.reaching(t.Executor.URL)
 		if rs.Nodes == 0 || can == rs.Nodes {
 			return "", nil
 		}
@@ -178,4 +164,17 @@ func (rs Runners) checkExecutor(t *task.Task) (warning string, err error) {
 		return fmt.Sprintf("only %d of %d live nodes run %s: fires of this task fail while its partition is owned by another node", can, rs.Nodes, what), nil
 	}
 	return "", nil
+}
+
+// reaching counts the live nodes whose --http-allow admits url, with the
+// reason of one that does not.
+func (rs Runners) reaching(url string) (can int, why error) {
+	for _, a := range rs.HTTPAllow {
+		if err := a.CheckURL(url); err != nil {
+			why = err
+			continue
+		}
+		can++
+	}
+	return can, why
 }
