@@ -447,7 +447,7 @@ func TestOutput_Tables(t *testing.T) {
 	}, {
 		name: "history table with output",
 		write: func(w io.Writer) error {
-			return writeHistoryTable(w, []store.Execution{{ScheduledAt: execs[0].ScheduledAt, Attempt: 1, Status: "failed",
+			return writeHistoryTable(w, []task.Execution{{ScheduledAt: execs[0].ScheduledAt, Attempt: 1, Status: "failed",
 				Node: "n1", Error: "exit status 1", Output: "line 1\n\x1b[2Jline 2\n"}})
 		},
 		want: "" +

@@ -266,7 +266,7 @@ func writeHistoryTable(w io.Writer, execs []task.Execution) error {
 
 // writeOutputs prints, under the history table, the output that tasks
 // with capture kept, one block per record that has some.
-func writeOutputs(w io.Writer, execs []store.Execution) error {
+func writeOutputs(w io.Writer, execs []task.Execution) error {
 	for _, e := range execs {
 		if e.Output == "" {
 			continue
