@@ -104,6 +104,13 @@
 //   - A fired trigger whose key could not be deleted before its node
 //     crashed fires again on the next owner
 //     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash).
+//   - Task health (the failure streak, the last success and failure) is
+//     the owner's, in memory. A graceful hand-over passes it on; a crash
+//     loses it: the next owner starts afresh, so a task still failing sends
+//     one more failure alert and its pause_on_failure counts from 0 again
+//     (TestEngine_FailureStreakIsLostInACrash). Alerts are sent at most
+//     once per change of state, with retries, and are lost when the alert
+//     queue is full (counted) or the node stops with some still queued.
 //   - Executors run a fire at least once in failure scenarios: after a
 //     crash, the fires dispatched past the last acknowledged watermark (at
 //     most Config.Lead of them) run again with the same idempotency key and

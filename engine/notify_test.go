@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,4 +257,67 @@ func TestEngine_CacheWriteErrorsCounted(t *testing.T) {
 	}
 	putTask(t, reg, handlerTask("cache/1", "@daily")) // the watch's change cannot be cached
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return n.e.Stats().CacheWriteErrors >= 1 })
+}
+
+// A task's failure streak is its owner's, in memory: a graceful hand-over
+// passes it on with the partition's checkpoint, so the next owner does not
+// repeat the failure alert; a crash loses it, and a task still failing
+// alerts once more on the next owner (docs/api.md, "Alerts").
+func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
+	for _, how := range []string{"graceful", "crash"} {
+		t.Run(how, func(t *testing.T) {
+			c, clock := limitsStart(t)
+			sink := newAlertSink(t)
+			h := func(_ context.Context, f Fire) error {
+				if f.TaskID == "sick" {
+					return errors.New("still sick")
+				}
+				return nil
+			}
+			node := func(id string) func(*Config) {
+				return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.NotifyURL = sink.srv.URL })
+			}
+			proxy := c.NewProxy(t)
+			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
+			putTask(t, a.e.Registry(), handlerTask("sick", "* * * * * *"))
+			waitNext(t, a, "sick", limitsAt(1))
+			clock.Advance(time.Second) // 12:00:01 fails on node-a: its failure alert
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { got, _ := sink.of("sick"); return len(got) == 1 })
+
+			var b *testNode
+			if how == "graceful" {
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"), noWait)
+				a.stop(t)
+			} else {
+				waitNamed(t, c, a, partOf("sick"))
+				crash(t, a, proxy)
+				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"), noWait)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "sick") })
+			clock.Advance(2 * time.Second) // 12:00:02 and :03 fail on node-b
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, b, "sick").Failures >= 2 })
+			st := taskState(t, b, "sick")
+			b.stop(t) // sends what is queued
+			a.stop(t)
+
+			got, _ := sink.of("sick")
+			var nodes []string
+			for _, al := range got {
+				nodes = append(nodes, al.Node+":"+string(al.Event))
+			}
+			want := map[string][]string{
+				"graceful": {"node-a:failure"},
+				"crash":    {"node-a:failure", "node-b:failure"},
+			}[how]
+			if !slices.Equal(nodes, want) {
+				t.Errorf("alerts %v, want %v", nodes, want)
+			}
+			// node-b counts its own failures (after a crash it may repeat
+			// 12:00:01, past node-a's acknowledged watermark), plus node-a's
+			// one when it was handed over.
+			if handed := map[string]uint64{"graceful": 1, "crash": 0}[how]; st.ConsecutiveFailures != st.Failures+handed {
+				t.Errorf("node-b's streak %d after %d failures of its own, want %d", st.ConsecutiveFailures, st.Failures, st.Failures+handed)
+			}
+		})
+	}
 }
