@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // chromiumPath finds a headless-capable Chromium: $SHARDCRON_CHROMIUM, or
@@ -198,6 +201,43 @@ func TestDashboard_Browser(t *testing.T) {
 			t.Fatal("the task is still there after the confirmed delete")
 		}
 		shot(t, b, "desktop-after-delete")
+	})
+
+	// Issue 9, output capture: a task's history folds each record's
+	// captured output, as text, never markup.
+	t.Run("captured output", func(t *testing.T) {
+		const out = "line 1\n<b id=injected>not markup</b>\n"
+		n.e.Handle("out", func(_ context.Context, f engine.Fire) error {
+			if f.Output != nil {
+				f.Output.Write([]byte(out))
+			}
+			return errors.New("failed with output")
+		})
+		tk := &task.Task{ID: "cap/out", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "out"},
+			Capture: &task.Capture{MaxBytes: 4096}}
+		if _, err := n.c.PutTask(ctx, tk, 0); err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { _, err := n.c.Trigger(ctx, "cap/out"); return err == nil })
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			h, err := n.c.History(ctx, "cap/out", 1)
+			return err == nil && len(h) == 1 && h[0].Output == out
+		})
+		b := browser(t, 1280, 1000)
+		var shown string
+		var injected int
+		run(t, b, "history with output",
+			chromedp.Navigate(n.ts.URL+"/#/task/cap%2Fout"),
+			chromedp.WaitVisible(`#history details.output summary`, chromedp.ByQuery),
+			chromedp.Click(`#history details.output summary`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#history details.output pre`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelector("#history details.output pre").textContent`, &shown),
+			chromedp.Evaluate(`document.querySelectorAll("#injected").length`, &injected),
+		)
+		if shown != out || injected != 0 {
+			t.Fatalf("the history shows output %q (%d elements injected), want %q as text", shown, injected, out)
+		}
+		shot(t, b, "desktop-output")
 	})
 
 	t.Run("phone", func(t *testing.T) {
