@@ -308,14 +308,15 @@ func (l *loop) alert(ev task.NotifyEvent, r *record, sched int64, attempt int, s
 }
 
 // pauseOnFailure asks for record r's task to be paused when its failure
-// streak just reached the profile's pause_on_failure. Called only from the
-// dispatch loop.
+// streak just reached a multiple of the profile's pause_on_failure K: a
+// task resumed while still failing (its streak goes on) is paused again
+// after K more failures. Called only from the dispatch loop.
 func (l *loop) pauseOnFailure(r *record) {
 	k := l.profs.list[r.prof].pauseAfter
-	if l.alerts == nil || k == 0 || r.failStreak != k {
+	if l.alerts == nil || k == 0 || r.failStreak == 0 || r.failStreak%k != 0 {
 		return
 	}
-	l.alerts.enqueue(notice{pause: true, taskID: l.tab.id(r), fails: uint64(k)})
+	l.alerts.enqueue(notice{pause: true, taskID: l.tab.id(r), fails: uint64(r.failStreak)})
 }
 
 // notifyGrace bounds how long Close lets queued alerts go out.

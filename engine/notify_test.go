@@ -127,8 +127,23 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		tk, err := reg.Get(context.Background(), "pause/1")
 		return err == nil && tk.Paused
 	})
+	// Resumed while still failing, it is paused again after 2 more
+	// failures (its streak goes on: 4).
+	if _, err := reg.SetPaused(context.Background(), "pause/1", false); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !taskState(t, n, "pause/1").NextFireAt.IsZero() })
 	failing.Store(false)
 	fire(9*time.Second, 0) // :40.5
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "pause/1").Failures == 3 })
+	if tk, err := reg.Get(context.Background(), "pause/1"); err != nil || tk.Paused {
+		t.Fatalf("pause/1 paused again after one failure since its resume (err %v)", err)
+	}
+	clock.Advance(10 * time.Second) // :50.5
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		tk, err := reg.Get(context.Background(), "pause/1")
+		return err == nil && tk.Paused
+	})
 	if b := n.e.Stats().RetryBacklog; b != 0 {
 		t.Errorf("retry backlog %d after the retries ran, want 0", b)
 	}
@@ -162,8 +177,8 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		t.Errorf("pause/1 alerts on recovery only, and did not recover: %+v", got)
 	}
 	st := n.e.Stats()
-	if st.Notify["sent"] != 4 || st.Notify["failed"] != 0 || st.Notify["dropped"] != 0 || st.PausedOnFailure != 1 {
-		t.Errorf("stats: notify %v, paused on failure %d; want 4 sent, 1 paused", st.Notify, st.PausedOnFailure)
+	if st.Notify["sent"] != 4 || st.Notify["failed"] != 0 || st.Notify["dropped"] != 0 || st.PausedOnFailure != 2 {
+		t.Errorf("stats: notify %v, paused on failure %d; want 4 sent, 2 pauses", st.Notify, st.PausedOnFailure)
 	}
 }
 

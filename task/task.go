@@ -79,7 +79,8 @@ type Task struct {
 	// Default: none, or failure and recovery alerts to the node's
 	// --notify-url when it has one.
 	Notify *Notify `json:"notify,omitempty"`
-	// PauseOnFailure pauses the task after this many fires in a row failed
+	// PauseOnFailure pauses the task after this many fires in a row failed,
+	// and again after as many more if it is resumed while still failing
 	// (0 to 1000; default 0, never).
 	PauseOnFailure int `json:"pause_on_failure,omitempty"`
 	// Capture, when set, keeps the output of attempts with their execution
