@@ -271,13 +271,13 @@ func (l *loop) releaseRetry(slot uint32) {
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
 		return
 	}
-	l.admitRetry(rs.rec, r, rs.sched, rs.attempt)
+	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over)
 }
 
 // admitRetry queues a retry. While another fire of the task runs, only
 // allow lets it run alongside: forbid and buffer_one keep fires apart and
 // replace lets the newer fire win, so the retry is skipped.
-func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
+func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over *task.Override) {
 	prof := l.profs.list[r.prof]
 	if admit(prof.concurrency, int(r.running), false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
@@ -286,7 +286,7 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16) {
 	r.running++
 	l.jobs = append(l.jobs, job{
 		id: l.tab.id(r), prof: prof, sched: sched, due: l.cfg.Clock.Now().UnixNano(),
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part,
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part, over: over,
 	})
 }
 
@@ -304,7 +304,7 @@ func (l *loop) complete(b *completionBatch) {
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
-				l.retry(c.rec, r, prof, c.sched, c.attempt+1)
+				l.retry(c.rec, r, prof, c.sched, c.attempt+1, c.over)
 				final = false
 			}
 		}
@@ -326,7 +326,7 @@ func (l *loop) complete(b *completionBatch) {
 
 // retry waits in the wheel, never in a worker: exponential backoff with
 // jitter, capped.
-func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16) {
+func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, over *task.Override) {
 	backoff := prof.backoff << min(attempt-2, 30)
 	if backoff <= 0 || backoff > prof.maxBackoff {
 		backoff = prof.maxBackoff
@@ -341,7 +341,7 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 		slot = uint32(len(l.retries))
 		l.retries = append(l.retries, retryState{})
 	}
-	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt, over: over}
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
 }

@@ -71,6 +71,8 @@ type Engine struct {
 	loopStop  context.CancelFunc
 	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
 	loopDone  chan struct{}
+	chainStop chan struct{} // closed by Close once the workers are drained
+	chainDone chan struct{} // closed when the chain writer returned
 	closeOnce sync.Once
 	done      chan struct{} // closed when Close returns
 	closeErr  error
@@ -218,6 +220,8 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.runCtx, e.cancel = runCtx, cancel
+	e.chainStop, e.chainDone = make(chan struct{}), make(chan struct{})
+	go func() { defer close(e.chainDone); e.writeChains(e.pool.chains, e.chainStop) }()
 	e.wg.Add(3)
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
@@ -266,6 +270,8 @@ func (e *Engine) Close() error {
 		close(e.pool.quit)
 		e.pool.drain(e.cfg.DrainTimeout)
 		e.notify.stop(min(e.cfg.DrainTimeout, notifyGrace))
+		close(e.chainStop) // the workers are done: write the chains they queued
+		<-e.chainDone
 		if s := e.sess.Load(); s != nil {
 			// A fenced session has ended already; failing to revoke its
 			// lease then only means etcd is still out of reach.

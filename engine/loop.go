@@ -71,7 +71,8 @@ type (
 		part  int
 		id    string
 		at    int64
-		reply chan bool // whether the loop took it: fired, or held for its task
+		over  *task.Override // the body or payload of this fire; nil: the task's
+		reply chan bool      // whether the loop took it: fired, or held for its task
 	}
 	// throughCmd asks for the dispatch point.
 	throughCmd struct{ reply chan int64 }
@@ -91,6 +92,7 @@ type retryState struct {
 	rec, gen uint32
 	sched    int64
 	attempt  uint16
+	over     *task.Override // a trigger's override: its retries send it too
 }
 
 // memoEntry caches one Next: in a burst a million tasks sharing a schedule

@@ -449,7 +449,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	go func() { wg.Wait(); close(part.done) }()
 	// Triggers written while nobody owned p.
 	for _, kv := range held.Responses[3].GetResponseRange().Kvs {
-		e.fireTrigger(ctx, string(kv.Key))
+		e.fireTrigger(ctx, kv.Key, kv.Value)
 	}
 	r.part = part
 	armed := time.Now()

@@ -48,7 +48,8 @@ type job struct {
 	attempt  uint16
 	part     uint16
 	kind     uint8
-	replaced bool // a newer fire of a replace task came first: cancel unrun
+	replaced bool           // a newer fire of a replace task came first: cancel unrun
+	over     *task.Override // a trigger's body or payload for this fire; nil: the task's
 }
 
 // completion is what the loop learns of a finished job.
@@ -59,7 +60,8 @@ type completion struct {
 	attempt uint16
 	kind    uint8
 	status  uint8
-	err     string // the error of a failed or timed-out attempt
+	err     string         // the error of a failed or timed-out attempt
+	over    *task.Override // the fire's override, for its retries
 }
 
 // completionBatch travels by value: sending one allocates nothing.
@@ -112,7 +114,8 @@ type pool struct {
 	running map[uint64]runningFire
 	runSeq  uint64 // guarded by runMu
 
-	failures failureLog // the latest failed attempts, for GET /v1/failures
+	failures failureLog  // the latest failed attempts, for GET /v1/failures
+	chains   *chainQueue // the triggers of fires that ended with targets (chain.go)
 
 	wg sync.WaitGroup
 }
@@ -137,6 +140,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		q:       make([]job, cfg.Queue),
 		space:   make(chan struct{}, 1),
 		running: make(map[uint64]runningFire),
+		chains:  newChainQueue(),
 	}
 	p.ready.L = &p.mu
 	p.watermark.Store(start)
@@ -355,7 +359,7 @@ func (p *pool) work() {
 				t.observeLag(now.UnixNano() - j.due)
 				st, why = p.run(j, now, &t)
 			}
-			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why}
+			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why, over: j.over}
 			out.n++
 			if out.n == len(out.c) {
 				p.complete(&out)
@@ -453,6 +457,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	}
 	st := statusOf(err)
 	t.exec(st)
+	p.chain(j, st)
 	if err == nil && p.history == nil {
 		return st, ""
 	}
@@ -478,6 +483,24 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	return st, ""
 }
 
+// chain queues the chain triggers of a fire whose attempt ended with st,
+// when that attempt was its last: it succeeded, or it failed or timed out
+// with no attempt left.
+func (p *pool) chain(j *job, st uint8) {
+	var targets []string
+	switch st {
+	case statusOK:
+		targets = j.prof.onSuccess
+	case statusFailed, statusTimeout:
+		if int(j.attempt) >= j.prof.maxAttempts {
+			targets = j.prof.onFailure
+		}
+	}
+	if len(targets) > 0 {
+		p.chains.add(chainFire{from: j.id, sched: j.sched, targets: targets})
+	}
+}
+
 func (p *pool) execute(j *job, out *executor.Output) (err error) {
 	ctx, cancel := context.WithTimeout(p.execCtx, j.prof.timeout)
 	defer cancel()
@@ -496,6 +519,12 @@ func (p *pool) execute(j *job, out *executor.Output) (err error) {
 	f := &executor.Fire{
 		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
 		Node: p.node, Fence: j.fence, Payload: j.prof.payload, Output: out,
+	}
+	if j.over != nil {
+		f.Body = j.over.Body
+		if j.over.Payload != nil {
+			f.Payload = j.over.Payload
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil {

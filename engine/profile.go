@@ -41,6 +41,10 @@ type profile struct {
 	pauseAfter uint32        // pause_on_failure; 0: never
 	capture    int           // capture.max_bytes; 0: no capture
 	captureAll bool          // capture.on always, not only failures
+
+	// Chains (issue 12; chain.go).
+	onSuccess []string // tasks to trigger when a fire succeeds
+	onFailure []string // tasks to trigger when a fire fails after its last attempt
 }
 
 // keepFor returns the history limit of a record of status st, for
@@ -116,6 +120,13 @@ func profileKey(t *task.Task) string {
 		b = strconv.AppendInt(append(b, 'c'), int64(c.MaxBytes), 10)
 		str(string(c.On))
 	}
+	// Chains (issue 12).
+	for _, ids := range [][]string{t.OnSuccess, t.OnFailure} {
+		b = strconv.AppendInt(append(b, ';'), int64(len(ids)), 10)
+		for _, id := range ids {
+			str(id)
+		}
+	}
 	return string(b)
 }
 
@@ -141,6 +152,8 @@ func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 		jitter:      time.Duration(t.Jitter),
 		keep:        historyKeep(t.HistoryLimit),
 		pauseAfter:  uint32(max(t.PauseOnFailure, 0)),
+		onSuccess:   t.OnSuccess,
+		onFailure:   t.OnFailure,
 	}
 	if c := t.Capture; c != nil {
 		p.capture, p.captureAll = c.MaxBytes, c.On == task.CaptureAlways

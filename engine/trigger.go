@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/shardcron/shardcron/registry"
 )
 
 // Triggers: a fire asked for through the API, outside the schedule.
@@ -57,6 +59,11 @@ func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
 	}
 	l.triggered[triggerKey{c.id, c.at}] = now + int64(triggerWait)
 	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger)
+	if c.over != nil && len(l.jobs) > 0 {
+		if j := &l.jobs[len(l.jobs)-1]; j.rec == i && j.sched == c.at {
+			j.over = c.over
+		}
+	}
 	l.pushJobs()
 	return true
 }
@@ -94,7 +101,7 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 			if resp.CompactRevision != 0 {
 				if r, err := e.reg.PendingTriggers(ctx); err == nil {
 					for _, kv := range r.Kvs {
-						e.fireTrigger(ctx, string(kv.Key))
+						e.fireTrigger(ctx, kv.Key, kv.Value)
 					}
 					rev = r.Header.Revision
 				}
@@ -104,7 +111,7 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 				break
 			}
 			for _, ev := range resp.Events {
-				e.fireTrigger(ctx, string(ev.Kv.Key))
+				e.fireTrigger(ctx, ev.Kv.Key, ev.Kv.Value)
 				rev = ev.Kv.ModRevision
 			}
 			if resp.IsProgressNotify() {
@@ -118,12 +125,13 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 // fireTrigger hands a trigger to the loop and deletes its key once the
 // loop took it; a trigger of a partition in hand-over stays for the next
 // owner's load.
-func (e *Engine) fireTrigger(ctx context.Context, key string) {
+func (e *Engine) fireTrigger(ctx context.Context, k, value []byte) {
+	key := string(k)
 	p, at, id, ok := e.reg.ParseTrigger(key)
 	if !ok || !e.Owns(p) {
 		return
 	}
-	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), reply: make(chan bool, 1)}
+	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(value), reply: make(chan bool, 1)}
 	if took, err := request(ctx, e, c, c.reply); err != nil || !took {
 		return
 	}

@@ -103,8 +103,9 @@ func (k keys) indexOps(id string, existed bool, oldLabels map[string]string, exi
 type taskWrite struct {
 	key    string
 	modRev int64
-	ops    []clientv3.Op // the task write first, then the index writes
-	size   int           // bytes of keys and values, to keep a transaction under MaxTxnBytes
+	ops    []clientv3.Op  // the task write first, then the index writes
+	size   int            // bytes of keys and values, to keep a transaction under MaxTxnBytes
+	extra  []clientv3.Cmp // further conditions of the write (the chains it was checked against)
 }
 
 // write is the write of a task's new stored value val with labels over
@@ -138,6 +139,9 @@ func (r *Registry) withIndex(w taskWrite, id string, old *mvccpb.KeyValue, exist
 	return w
 }
 
+// cmps is the write's conditions: cmp and extra.
+func (w taskWrite) cmps() []clientv3.Cmp { return append([]clientv3.Cmp{w.cmp()}, w.extra...) }
+
 func (w taskWrite) cmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(w.key), "=", w.modRev)
 }
@@ -147,7 +151,7 @@ func (w taskWrite) cmp() clientv3.Cmp {
 // write.
 func (r *Registry) commit(ctx context.Context, w taskWrite) (rev int64, ok bool, err error) {
 	if len(w.ops) <= MaxTxnOps {
-		resp, err := r.cli.Txn(ctx).If(w.cmp()).Then(w.ops...).Commit()
+		resp, err := r.cli.Txn(ctx).If(w.cmps()...).Then(w.ops...).Commit()
 		if err != nil {
 			return 0, false, err
 		}
@@ -167,12 +171,12 @@ func (r *Registry) commit(ctx context.Context, w taskWrite) (rev int64, ok bool,
 		}
 	}
 	for chunk := range slices.Chunk(puts, MaxTxnOps) {
-		resp, err := r.cli.Txn(ctx).If(w.cmp()).Then(chunk...).Commit()
+		resp, err := r.cli.Txn(ctx).If(w.cmps()...).Then(chunk...).Commit()
 		if err != nil || !resp.Succeeded {
 			return 0, false, err
 		}
 	}
-	resp, err := r.cli.Txn(ctx).If(w.cmp()).Then(append([]clientv3.Op{w.ops[0]}, rest...)...).Commit()
+	resp, err := r.cli.Txn(ctx).If(w.cmps()...).Then(append([]clientv3.Op{w.ops[0]}, rest...)...).Commit()
 	if err != nil {
 		return 0, false, err
 	}

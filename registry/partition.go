@@ -121,10 +121,11 @@ func (r *Registry) PartitionID(p int, key []byte) string {
 	return string(key[len(r.keys.prefix)+len("/tasks/00000/"):])
 }
 
-// TriggerRead is the read of partition p's pending triggers (keys only),
-// for a transaction; ParseTrigger reads its keys.
+// TriggerRead is the read of partition p's pending triggers, for a
+// transaction; ParseTrigger reads its keys and DecodeTriggerValue the
+// overrides their values carry.
 func (r *Registry) TriggerRead(p int) clientv3.Op {
-	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix())
 }
 
 // WatchTriggers watches every partition's trigger puts (not deletes),
@@ -168,6 +169,9 @@ type firing struct {
 	Notify         *task.Notify  `json:"notify"`
 	PauseOnFailure int           `json:"pause_on_failure"`
 	Capture        *task.Capture `json:"capture"`
+	// Chains (issue 12).
+	OnSuccess []string `json:"on_success"`
+	OnFailure []string `json:"on_failure"`
 }
 
 // DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
@@ -181,5 +185,6 @@ func DecodeFiring(id string, value []byte) (task.Task, error) {
 	return task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,
 		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
 		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit,
-		Notify: f.Notify, PauseOnFailure: f.PauseOnFailure, Capture: f.Capture}, nil
+		Notify: f.Notify, PauseOnFailure: f.PauseOnFailure, Capture: f.Capture,
+		OnSuccess: f.OnSuccess, OnFailure: f.OnFailure}, nil
 }

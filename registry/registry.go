@@ -147,6 +147,9 @@ type PutOptions struct {
 	// version (its etcd mod revision) is exactly this one; otherwise it
 	// returns ErrVersionMismatch.
 	IfVersion int64
+	// AllowMissingTargets lets on_success and on_failure name tasks that
+	// do not exist (yet); their fires' triggers then find nothing.
+	AllowMissingTargets bool
 }
 
 // Put validates t and creates or replaces it. A put that changes nothing
@@ -178,7 +181,15 @@ func (r *Registry) Put(ctx context.Context, t *task.Task, opts PutOptions) (*tas
 		if same {
 			return r.decode(old)
 		}
-		rev, ok, err := r.commit(ctx, r.write(t.ID, old, val, t.Labels))
+		var chains []clientv3.Cmp
+		if old == nil || chainsChanged(t, old.Value) {
+			if chains, err = r.checkChains(ctx, t, opts.AllowMissingTargets); err != nil {
+				return nil, err
+			}
+		}
+		w := r.write(t.ID, old, val, t.Labels)
+		w.extra = chains
+		rev, ok, err := r.commit(ctx, w)
 		if err != nil {
 			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
 		}
@@ -227,15 +238,33 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 
 // SetPaused sets the task's paused flag, and returns the task as stored.
 func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*task.Task, error) {
+	return r.setPaused(ctx, id, paused, nil)
+}
+
+// Pause pauses the task with a pause record (who, when, a note), which
+// the task and its state show until it is resumed. Pausing a paused task
+// replaces its record.
+func (r *Registry) Pause(ctx context.Context, id string, p task.Pause) (*task.Task, error) {
+	if err := task.CheckPauseNote(p.Note); err != nil {
+		return nil, err
+	}
+	if p.At.IsZero() {
+		p.At = r.now().UTC().Truncate(time.Millisecond)
+	}
+	return r.setPaused(ctx, id, true, &p)
+}
+
+func (r *Registry) setPaused(ctx context.Context, id string, paused bool, p *task.Pause) (*task.Task, error) {
 	for range casRetries {
 		t, err := r.Get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if t.Paused == paused {
+		if t.Paused == paused && p == nil {
 			return t, nil
 		}
 		t.Paused = paused
+		t.Pause = p
 		t2, err := r.Put(ctx, t, PutOptions{IfVersion: t.Version})
 		if !errors.Is(err, ErrVersionMismatch) {
 			return t2, err
@@ -249,21 +278,68 @@ func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*task
 // The request is a key under /<prefix>/triggers/ that the owner deletes
 // once it has fired.
 func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
-	p := r.Partition(id)
+	return r.TriggerWith(ctx, id, nil)
+}
+
+// TriggerWith is Trigger with an override of the fire's HTTP body or
+// handler payload (nil: none), checked against the task's executor and
+// carried as the trigger key's value.
+func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override) (time.Time, error) {
 	at := r.now().UTC().Truncate(time.Millisecond)
+	return at, r.TriggerAt(ctx, id, at, o)
+}
+
+// TriggerAt writes a trigger of the task for the scheduled time at (its
+// idempotency key "<id>@<at ms>"), as chains do with the scheduled time of
+// the fire that triggers them. Two triggers of one task at one time are
+// one key: the owner fires it once.
+func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time, o *task.Override) error {
+	if err := task.CheckID(id); err != nil {
+		return err
+	}
+	p := r.Partition(id)
 	key := r.keys.trigger(p, id, at.UnixMilli())
 	tk := r.keys.task(p, id)
-	resp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0)).
-		Then(clientv3.OpPut(key, "")).
-		Commit()
+	cmp := clientv3.Compare(clientv3.CreateRevision(tk), ">", 0)
+	var val []byte
+	if !o.Empty() {
+		t, err := r.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := o.Check(t); err != nil {
+			return err
+		}
+		if val, err = json.Marshal(o); err != nil {
+			return fmt.Errorf("trigger task %q: %w", id, err)
+		}
+		// The override was checked against this version of the task.
+		cmp = clientv3.Compare(clientv3.ModRevision(tk), "=", t.Version)
+	}
+	resp, err := r.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(val))).Commit()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("trigger task %q: %w", id, err)
+		return fmt.Errorf("trigger task %q: %w", id, err)
 	}
 	if !resp.Succeeded {
-		return time.Time{}, ErrNotFound
+		if o.Empty() {
+			return ErrNotFound
+		}
+		return fmt.Errorf("trigger task %q: %w (it changed while the trigger was checked)", id, ErrVersionMismatch)
 	}
-	return at, nil
+	return nil
+}
+
+// DecodeTriggerValue reads a trigger key's value: the override it carries,
+// nil for none (an empty value, as Trigger writes).
+func DecodeTriggerValue(v []byte) *task.Override {
+	if len(v) == 0 {
+		return nil
+	}
+	var o task.Override
+	if json.Unmarshal(v, &o) != nil || o.Empty() {
+		return nil
+	}
+	return &o
 }
 
 func hasLabels(have, want map[string]string) bool {
@@ -301,6 +377,37 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 		pos[t.ID] = len(valid)
 		valid = append(valid, i)
 	}
+	// Tasks with chains go one by one after the others, in batch order,
+	// through Put's chain check: targets may come later in the batch, and
+	// a cycle closed within the batch is refused at the task that closes it.
+	var chained []int
+	plain := valid[:0]
+	for _, i := range valid {
+		if len(tasks[i].OnSuccess)+len(tasks[i].OnFailure) > 0 {
+			chained = append(chained, i)
+		} else {
+			plain = append(plain, i)
+		}
+	}
+	valid = plain
+	defer func() {
+		if err != nil {
+			return
+		}
+		for _, i := range chained {
+			if _, perr := r.Put(ctx, tasks[i], PutOptions{AllowMissingTargets: true}); perr != nil {
+				var ve *task.ValidationError
+				if !errors.As(perr, &ve) {
+					err = perr
+					return
+				}
+				errs = append(errs, BatchError{Index: i, Error: perr.Error()})
+				continue
+			}
+			written++
+		}
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
+	}()
 	var chunks [][]int
 	for len(valid) > 0 {
 		n, size := 0, 0
@@ -442,11 +549,17 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same bool, err error) {
 	s := *t
 	s.Partition, s.Version, s.State = nil, 0, nil
+	if !s.Paused {
+		s.Pause = nil
+	}
 	now := r.now().UTC().Truncate(time.Millisecond)
 	s.CreatedAt, s.UpdatedAt = now, now
 	if old != nil {
 		var prev task.Task
 		if json.Unmarshal(old.Value, &prev) == nil {
+			if s.Paused && s.Pause == nil {
+				s.Pause = prev.Pause // a PUT that keeps the task paused keeps who paused it
+			}
 			s.CreatedAt = prev.CreatedAt
 			s.UpdatedAt = prev.UpdatedAt
 			if v, err := marshalStored(&s); err == nil && bytes.Equal(v, old.Value) {

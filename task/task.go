@@ -87,6 +87,16 @@ type Task struct {
 	// records. Default: none.
 	Capture *Capture `json:"capture,omitempty"`
 
+	// Chaining (issue 12): when a fire of this task ends after its last
+	// attempt, its owner triggers each task of OnSuccess (the fire
+	// succeeded) or OnFailure (it failed or timed out) once, with the
+	// idempotency key "<target>@<this fire's scheduled ms>". At most
+	// MaxChainTargets ids each, no duplicates; the registry refuses a
+	// chain that closes a cycle, and targets that do not exist unless
+	// asked to allow them.
+	OnSuccess []string `json:"on_success,omitempty"`
+	OnFailure []string `json:"on_failure,omitempty"`
+
 	// Output-only fields, set in API responses. DecodeTask accepts and
 	// ignores them, so that a client can PUT back what it got.
 
@@ -100,6 +110,39 @@ type Task struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// State is the owning node's view of the task.
 	State *State `json:"state,omitempty"`
+	// Pause says who paused the task, when, and why: set by the pause
+	// request and kept while the task stays paused (a PUT that keeps it
+	// paused keeps it); nil for a task not paused that way.
+	Pause *Pause `json:"pause,omitempty"`
+}
+
+// Pause is a pause request's record: who paused the task (the token's
+// name, "token" when tokens are not named, "anonymous" without auth),
+// when, and an optional note of at most MaxPauseNote bytes.
+type Pause struct {
+	Note string    `json:"note,omitempty"`
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+}
+
+// MaxPauseNote is the longest pause note, in bytes.
+const MaxPauseNote = 1024
+
+// CheckPauseNote refuses a pause note longer than MaxPauseNote or holding
+// control characters other than tab and newline.
+func CheckPauseNote(note string) error {
+	if len(note) > MaxPauseNote {
+		return Invalid("note", "%d bytes, more than the limit of %d", len(note), MaxPauseNote)
+	}
+	if !utf8.ValidString(note) {
+		return Invalid("note", "not valid UTF-8")
+	}
+	for _, r := range note {
+		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f {
+			return Invalid("note", "control character %U", r)
+		}
+	}
+	return nil
 }
 
 // Executor says what a fire runs. Type selects the kind; each kind takes
@@ -225,6 +268,11 @@ type State struct {
 	// Stale: no fire succeeded within two of the schedule's intervals
 	// (see StatusStale).
 	Stale bool `json:"stale,omitempty"`
+	// Pause is the task's pause record (Task.Pause), shown with its state.
+	Pause *Pause `json:"pause,omitempty"`
+	// Backfill is the task's latest backfill and its progress, as etcd
+	// records it.
+	Backfill *Backfill `json:"backfill,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -333,6 +381,8 @@ func DecodeTask(data []byte) (*Task, error) {
 		d.adopt(l)
 	}
 	decodeAlerts(d, &t)
+	d.strSlice("on_success", &t.OnSuccess)
+	d.strSlice("on_failure", &t.OnFailure)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -345,8 +395,9 @@ func DecodeTask(data []byte) (*Task, error) {
 var (
 	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
 		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit",
-		"notify", "pause_on_failure", "capture"}
-	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state"}
+		"notify", "pause_on_failure", "capture",
+		"on_success", "on_failure"}
+	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state", "pause"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}
 )

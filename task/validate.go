@@ -122,7 +122,45 @@ func (t *Task) Validate() error {
 	if err := t.HistoryLimit.check(); err != nil {
 		return err
 	}
+	if err := t.checkChains(); err != nil {
+		return err
+	}
 	return t.checkAlerts()
+}
+
+// MaxChainTargets is the most ids on_success and on_failure hold each.
+const MaxChainTargets = 16
+
+// checkChains refuses chain targets that are not task ids, repeated, the
+// task itself, or too many. Empty lists become nil.
+func (t *Task) checkChains() error {
+	for _, f := range []struct {
+		name string
+		ids  *[]string
+	}{{"on_success", &t.OnSuccess}, {"on_failure", &t.OnFailure}} {
+		if len(*f.ids) == 0 {
+			*f.ids = nil
+			continue
+		}
+		if len(*f.ids) > MaxChainTargets {
+			return Invalid(f.name, "%d targets, more than the limit of %d", len(*f.ids), MaxChainTargets)
+		}
+		for i, id := range *f.ids {
+			field := fmt.Sprintf("%s[%d]", f.name, i)
+			if err := CheckID(id); err != nil {
+				return Invalid(field, "%s", err.(*ValidationError).Reason)
+			}
+			if id == t.ID {
+				return Invalid(field, "%q is the task itself: a chain must not form a cycle", id)
+			}
+			for _, prev := range (*f.ids)[:i] {
+				if prev == id {
+					return Invalid(field, "%q is listed twice", id)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // check refuses limits out of 0-MaxHistoryLimit.

@@ -26,14 +26,18 @@ type Fire struct {
 	// held while firing. A receiver that remembers the highest fence it saw
 	// per task can refuse fires from a node that lost its partition.
 	Fence int64
-	// Payload is the handler executor's payload, nil for other executors.
-	// Handlers share it across fires and must not modify it.
+	// Payload is the handler executor's payload, nil for other executors:
+	// the task's, or a trigger's override for this one fire. Handlers share
+	// it across fires and must not modify it.
 	Payload json.RawMessage
 	// Output, when not nil, receives the start of what the attempt printed
 	// (the task's capture): an exec command's stdout and stderr, an http
 	// answer's body. A handler may write to it. Nil for tasks without
 	// capture: then nothing is kept.
 	Output *Output
+	// Body, when not nil, replaces the http executor's request body for
+	// this one fire (a trigger's override); "" sends none.
+	Body *string
 }
 
 // IdempotencyKey returns "<task-id>@<scheduled_at unix ms>": the same for

@@ -249,7 +249,15 @@ func (e *httpExec) request(ctx context.Context, f *Fire) *http.Request {
 		Header:     h,
 		Host:       e.host,
 	}
-	if e.getBody != nil {
+	if f.Body != nil {
+		// A trigger's override replaces the task's body for this fire.
+		if body := *f.Body; body != "" {
+			getBody := func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
+			r.Body, _ = getBody()
+			r.GetBody = getBody
+			r.ContentLength = int64(len(body))
+		}
+	} else if e.getBody != nil {
 		r.Body, _ = e.getBody()
 		r.GetBody = e.getBody
 		r.ContentLength = int64(len(e.body))

@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/shardcron/shardcron/registry"
+)
+
+// Chains: when a fire ends after its last attempt, the worker that ran it
+// queues its task's on_success (it succeeded) or on_failure (it failed or
+// timed out) targets here, and the chain writer triggers each through the
+// registry's trigger path with the fire's scheduled time, so that the
+// target's fire has the idempotency key "<target>@<scheduled ms of the
+// fire that ended>". The same fire ending twice (a repeat after a crash)
+// triggers the same keys: receivers deduplicate them, and two trigger
+// writes of one target and time are one etcd key, which its owner fires
+// once.
+//
+// The queue lives in memory: a crash between a fire's end and its
+// triggers' writes loses them. Close writes what is queued once the
+// workers are drained.
+
+// chainFire is the ended fire of a task with targets to trigger.
+type chainFire struct {
+	from    string // the task whose fire ended, for logs
+	sched   int64  // its scheduled time, unix ns
+	targets []string
+}
+
+// chainQueue is the queue of chain triggers to write; safe for concurrent
+// use by the workers and the writer.
+type chainQueue struct {
+	mu   sync.Mutex // guards q
+	q    []chainFire
+	wake chan struct{} // signalled when q becomes non-empty
+}
+
+func newChainQueue() *chainQueue { return &chainQueue{wake: make(chan struct{}, 1)} }
+
+func (c *chainQueue) add(f chainFire) {
+	c.mu.Lock()
+	c.q = append(c.q, f)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *chainQueue) take() []chainFire {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.q
+	c.q = nil
+	return q
+}
+
+// writeChains writes the queued chain triggers until stop is closed, then
+// writes what is left (etcdTimeout at most) and returns.
+func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for {
+		select {
+		case <-q.wake:
+			e.triggerChains(ctx, q.take(), stop)
+		case <-stop:
+			ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+			e.triggerChains(ctx, q.take(), nil)
+			cancel()
+			return
+		}
+	}
+}
+
+// triggerChains writes the triggers of fs, retrying each on etcd errors
+// until it is written, ctx ends or stop closes (then it tries once more
+// per trigger, for Close). A target that does not exist is logged and
+// skipped: the registry allows missing targets on request.
+func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}) {
+	for _, f := range fs {
+		at := time.Unix(0, f.sched).UTC()
+		for _, id := range f.targets {
+			var b backoff
+			for {
+				err := e.reg.TriggerAt(ctx, id, at, nil)
+				if err == nil {
+					break
+				}
+				if errors.Is(err, registry.ErrNotFound) {
+					e.log.Warn("a chain target does not exist; not triggered", "task", f.from, "target", id, "scheduled_at", at)
+					break
+				}
+				e.log.Warn("writing a chain trigger failed; retrying", "task", f.from, "target", id, "err", err)
+				if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
+					break
+				}
+			}
+		}
+	}
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
