@@ -518,7 +518,7 @@ func (p *pool) execute(j *job, out *executor.Output) (err error) {
 	}
 	f := &executor.Fire{
 		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
-		Node: p.node, Fence: j.fence, Payload: j.prof.payload, Output: out,
+		Node: p.node, Fence: j.fence, Output: out,
 	}
 	if j.over != nil {
 		f.Body = j.over.Body

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -25,7 +24,6 @@ type profile struct {
 	refs        int    // records using it; owned by the dispatch loop
 	exec        executor.Executor
 	noop        bool // exec is executor.Noop: workers take such fires in chunks
-	payload     json.RawMessage
 	timeout     time.Duration
 	maxAttempts int
 	backoff     time.Duration
@@ -141,7 +139,6 @@ type executors struct {
 func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 	p := &profile{
 		key:         key,
-		payload:     t.Executor.Payload,
 		timeout:     time.Duration(t.Timeout),
 		maxAttempts: t.Retry.MaxAttempts,
 		backoff:     time.Duration(t.Retry.Backoff),

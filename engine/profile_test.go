@@ -13,7 +13,7 @@ import (
 
 // notFired are the Task fields a fire does not use, by JSON name
 // (registry's TestFiring_HasFireFields has the same list).
-var notFired = []string{"id", "labels", "partition", "version", "created_at", "updated_at", "state"}
+var notFired = []string{"id", "labels", "partition", "version", "created_at", "updated_at", "state", "pause"}
 
 // notInProfile are the fired fields kept beside the profile rather than in it.
 var notInProfile = []string{"schedule", "timezone", "paused"}

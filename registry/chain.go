@@ -38,83 +38,65 @@ func (r *Registry) checkChains(ctx context.Context, t *task.Task, allowMissing b
 		return nil, nil
 	}
 	var cmps []clientv3.Cmp
-	seen := map[string]bool{t.ID: true}
-	// path[id] is how the walk reached id from t, for the error.
-	path := map[string][]string{}
-	origin := map[string]string{} // the field of t whose target led to id
-	var queue []string
-	// follow queues the targets of id not seen yet, or names the cycle.
-	follow := func(id string, next []string) error {
-		for _, n := range next {
-			if n == t.ID {
-				return cycleError(origin[id], append(path[id], t.ID))
-			}
-			if !seen[n] {
-				seen[n] = true
-				path[n] = append(slices.Clone(path[id]), n)
-				origin[n] = origin[id]
-				queue = append(queue, n)
-			}
-		}
-		return nil
-	}
-	for _, f := range []struct {
-		name string
-		ids  []string
-	}{{"on_success", t.OnSuccess}, {"on_failure", t.OnFailure}} {
-		for i, id := range f.ids {
-			if seen[id] {
-				continue
-			}
-			key := r.key(id)
-			resp, err := r.cli.Get(ctx, key)
-			if err != nil {
-				return nil, fmt.Errorf("check chain target %q: %w", id, err)
-			}
-			if len(resp.Kvs) == 0 {
-				if !allowMissing {
-					return nil, task.Invalid(fmt.Sprintf("%s[%d]", f.name, i),
-						"task %q does not exist (put it first, or allow missing targets: ?allow_missing_targets=1, --allow-missing)", id)
-				}
-				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-				seen[id] = true
-				continue
-			}
-			seen[id] = true
-			path[id] = []string{t.ID, id}
-			origin[id] = f.name
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision))
-			next, err := links(resp.Kvs[0].Value)
-			if err != nil {
-				return nil, fmt.Errorf("check chain target %q: %w", id, err)
-			}
-			if err := follow(id, next); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for len(queue) > 0 {
-		id := queue[0]
-		queue = queue[1:]
-		if len(cmps) >= maxChainWalk {
-			return nil, task.Invalid(origin[id], "the chains from %q reach more than %d tasks, more than the cycle check reads", t.ID, maxChainWalk)
-		}
+	// read returns the targets of stored task id, and whether it exists;
+	// either way the put's transaction is conditioned on what it saw.
+	read := func(id string) ([]string, bool, error) {
 		key := r.key(id)
 		resp, err := r.cli.Get(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("check chains of %q: %w", id, err)
+			return nil, false, fmt.Errorf("check the chains of %q: %w", id, err)
 		}
 		if len(resp.Kvs) == 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-			continue
+			return nil, false, nil
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision))
 		next, err := links(resp.Kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("check chains of %q: %w", id, err)
+			return nil, false, fmt.Errorf("check the chains of %q: %w", id, err)
 		}
-		if err := follow(id, next); err != nil {
+		return next, true, nil
+	}
+	seen := map[string]bool{t.ID: true}
+	path := map[string][]string{} // how the walk reached id from t, for the error
+	origin := map[string]string{} // the field of t whose target led to id
+	type hop struct{ id, field string }
+	var queue []hop
+	for _, f := range []struct {
+		name string
+		ids  []string
+	}{{"on_success", t.OnSuccess}, {"on_failure", t.OnFailure}} {
+		for _, id := range f.ids {
+			if !seen[id] {
+				seen[id] = true
+				path[id], origin[id] = []string{t.ID, id}, f.name
+				queue = append(queue, hop{id, fmt.Sprintf("%s[%d]", f.name, slices.Index(f.ids, id))})
+			}
+		}
+	}
+	top := len(queue) // the first top hops are t's own targets
+	for n := 0; n < len(queue); n++ {
+		id := queue[n].id
+		if len(cmps) >= maxChainWalk {
+			return nil, task.Invalid(origin[id], "the chains from %q reach more than %d tasks, more than the cycle check reads", t.ID, maxChainWalk)
+		}
+		next, ok, err := read(id)
+		if err != nil {
 			return nil, err
+		}
+		if !ok && n < top && !allowMissing {
+			return nil, task.Invalid(queue[n].field,
+				"task %q does not exist (put it first, or allow missing targets: ?allow_missing_targets=1, --allow-missing)", id)
+		}
+		for _, m := range next {
+			if m == t.ID {
+				return nil, cycleError(origin[id], append(path[id], t.ID))
+			}
+			if !seen[m] {
+				seen[m] = true
+				path[m], origin[m] = append(slices.Clone(path[id]), m), origin[id]
+				queue = append(queue, hop{id: m})
+			}
 		}
 	}
 	return cmps, nil

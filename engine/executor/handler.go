@@ -106,7 +106,8 @@ type handlerExec struct {
 }
 
 // NewHandler returns an executor that calls the handler registered in h
-// under name, with payload as the fire's Payload. The handler is looked up
+// under name, with payload as the fire's Payload unless the fire carries
+// one of its own (a trigger's override). The handler is looked up
 // at each Execute, so one registered after the task was loaded is found;
 // when none is registered, Execute fails with an error wrapping
 // ErrNotRegistered ("handler %q is not registered on this node").
@@ -129,7 +130,9 @@ func (e *handlerExec) Execute(ctx context.Context, f *Fire) (err error) {
 		return interrupted(ctx, fmt.Sprintf("handler %q", e.name), "not started")
 	}
 	fire := *f
-	fire.Payload = e.payload
+	if fire.Payload == nil { // set: a trigger's override for this fire
+		fire.Payload = e.payload
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Handler: e.name, Value: r, Stack: debug.Stack()}

@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
+)
+
+// A chained fire's trigger has the key "<target>@<source's scheduled ms>":
+// every ended fire of a source triggers its on_success or on_failure target
+// exactly once, with that key, while the sources' partitions move between
+// nodes (a join and a graceful leave).
+func TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	h := func(ctx context.Context, f Fire) error {
+		_ = log.handler(ctx, f)
+		if strings.HasPrefix(f.TaskID, "src-") && f.ScheduledAt.Unix()%2 == 1 {
+			return errors.New("odd second")
+		}
+		return nil
+	}
+	node := func(id string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.NodeID = id
+			cfg.Partitions = 16
+			cfg.DrainTimeout = time.Second
+			cfg.MisfireThreshold = time.Minute
+		}
+	}
+	a := startNode(t, c, "", h, node("node-a"))
+	reg := a.e.Registry()
+	const sources = 12
+	for i := range sources {
+		// The targets never fire by their schedule within the test.
+		putTask(t, reg, handlerTask(fmt.Sprintf("ok-%02d", i), "0 0 1 1 *"))
+		putTask(t, reg, handlerTask(fmt.Sprintf("bad-%02d", i), "0 0 1 1 *"))
+		src := handlerTask(fmt.Sprintf("src-%02d", i), "* * * * * *")
+		src.OnSuccess = []string{fmt.Sprintf("ok-%02d", i)}
+		src.OnFailure = []string{fmt.Sprintf("bad-%02d", i)}
+		putTask(t, reg, src)
+	}
+	settle := func() {
+		t.Helper()
+		n := len(log.forTask("src-00"))
+		etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(log.forTask("src-00")) >= n+3 })
+	}
+	settle()
+	b := startNode(t, c, "", h, node("node-b"))
+	settle()
+	a.stop(t) // a graceful leave: its partitions go to b
+	settle()
+	to := time.Now().Add(-2 * time.Second)
+	// Every source fire up to to has ended: its chain trigger comes within
+	// a watch delivery.
+	targetOf := func(i int, at time.Time) string {
+		if at.Unix()%2 == 1 {
+			return fmt.Sprintf("bad-%02d", i)
+		}
+		return fmt.Sprintf("ok-%02d", i)
+	}
+	missing := func() []string {
+		var out []string
+		for i := range sources {
+			for _, at := range log.forTask(fmt.Sprintf("src-%02d", i)) {
+				if at.After(to) {
+					continue
+				}
+				key := fmt.Sprintf("%s@%d", targetOf(i, at), at.UnixMilli())
+				log.mu.Lock()
+				n := log.seen[key]
+				log.mu.Unlock()
+				if n == 0 {
+					out = append(out, key)
+				}
+			}
+		}
+		return out
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(missing()) == 0 })
+	b.stop(t)
+
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("%d fires repeated, e.g. %v", len(d), d[:min(5, len(d))])
+	}
+	for i := range sources {
+		src := map[int64]bool{}
+		for _, at := range log.forTask(fmt.Sprintf("src-%02d", i)) {
+			src[at.UnixMilli()] = true
+		}
+		for _, id := range []string{fmt.Sprintf("ok-%02d", i), fmt.Sprintf("bad-%02d", i)} {
+			for _, at := range log.forTask(id) {
+				if !src[at.UnixMilli()] || targetOf(i, at) != id {
+					t.Errorf("%s fired at %s, which no fire of src-%02d ending so asked for", id, at.Format("15:04:05.000"), i)
+				}
+			}
+		}
+	}
+	everySecond(t, log, []string{"src-00", "src-05", "src-11"}, to)
+}
+
+// A trigger's override replaces the handler payload of that one fire, and
+// its retries; the task's next fires have their own payload again.
+func TestEngine_TriggerOverrideReachesTheHandler(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	n := startNode(t, c, "", log.handler, nil)
+	reg := n.e.Registry()
+	tk := handlerTask("over", "0 0 1 1 *")
+	tk.Executor.Payload = []byte(`{"own":true}`)
+	putTask(t, reg, tk)
+	ctx := context.Background()
+	if _, err := reg.TriggerWith(ctx, "over", &task.Override{Payload: []byte(` {"once": 1} `)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.TriggerWith(ctx, "over", &task.Override{Body: new(string)}); err == nil {
+		t.Error("a body override of a handler task was accepted")
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("over")) == 1 })
+	if _, err := reg.Trigger(ctx, "over"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("over")) == 2 })
+	log.mu.Lock()
+	got := []string{string(log.fires[0].Payload), string(log.fires[1].Payload)}
+	log.mu.Unlock()
+	if got[0] != `{"once":1}` || got[1] != `{"own":true}` {
+		t.Errorf("payloads %q, want the override then the task's own", got)
+	}
+}
+
+// The registry refuses a chain that closes a cycle, naming it, and a
+// missing target unless allowed; the write leaves etcd as it was.
+func TestRegistry_ChainsRefuseCyclesAndMissingTargets(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, nil)
+	reg := n.e.Registry()
+	ctx := context.Background()
+	x := handlerTask("x", "@hourly")
+	x.OnSuccess = []string{"y"}
+	if _, err := reg.Put(ctx, x, registry.PutOptions{}); err == nil || !strings.Contains(err.Error(), `task "y" does not exist`) {
+		t.Fatalf("missing target: %v", err)
+	}
+	putTask(t, reg, handlerTask("z", "@hourly"))
+	if _, err := reg.Put(ctx, x, registry.PutOptions{AllowMissingTargets: true}); err != nil {
+		t.Fatal(err)
+	}
+	y := handlerTask("y", "@hourly")
+	y.OnFailure = []string{"z"}
+	putTask(t, reg, y)
+	z := handlerTask("z", "@hourly")
+	z.OnSuccess = []string{"x"}
+	_, err := reg.Put(ctx, z, registry.PutOptions{})
+	var ve *task.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "on_success" || !strings.Contains(err.Error(), `"z" -> "x" -> "y" -> "z"`) {
+		t.Fatalf("cycle: %v", err)
+	}
+	got, err := reg.Get(ctx, "z")
+	if err != nil || len(got.OnSuccess) != 0 {
+		t.Errorf("the refused put changed z: %+v, %v", got, err)
+	}
+}
