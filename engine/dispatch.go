@@ -271,22 +271,22 @@ func (l *loop) releaseRetry(slot uint32) {
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
 		return
 	}
-	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over)
+	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over, rs.bf)
 }
 
 // admitRetry queues a retry. While another fire of the task runs, only
 // allow lets it run alongside: forbid and buffer_one keep fires apart and
 // replace lets the newer fire win, so the retry is skipped.
-func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over *task.Override) {
+func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
 	prof := l.profs.list[r.prof]
-	if admit(prof.concurrency, int(r.running), false, true) == admitSkip {
+	if bf == nil && admit(prof.concurrency, int(r.running), false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
 		return
 	}
 	r.running++
 	l.jobs = append(l.jobs, job{
 		id: l.tab.id(r), prof: prof, sched: sched, due: l.cfg.Clock.Now().UnixNano(),
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part, over: over,
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part, over: over, bf: bf,
 	})
 }
 
@@ -304,7 +304,7 @@ func (l *loop) complete(b *completionBatch) {
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
-				l.retry(c.rec, r, prof, c.sched, c.attempt+1, c.over)
+				l.retry(c.rec, r, prof, c.sched, c.attempt+1, c.over, c.bf)
 				final = false
 			}
 		}
@@ -326,7 +326,7 @@ func (l *loop) complete(b *completionBatch) {
 
 // retry waits in the wheel, never in a worker: exponential backoff with
 // jitter, capped.
-func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, over *task.Override) {
+func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
 	backoff := prof.backoff << min(attempt-2, 30)
 	if backoff <= 0 || backoff > prof.maxBackoff {
 		backoff = prof.maxBackoff
@@ -341,7 +341,7 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 		slot = uint32(len(l.retries))
 		l.retries = append(l.retries, retryState{})
 	}
-	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt, over: over}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt, over: over, bf: bf}
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
 }

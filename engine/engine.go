@@ -65,6 +65,7 @@ type Engine struct {
 
 	pool *pool
 	loop *loop
+	bf   backfills // the backfills this node runs (backfill.go)
 
 	runCtx    context.Context    // ends when Close begins
 	cancel    context.CancelFunc // stops the coordinator, watches and writer
@@ -222,7 +223,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.runCtx, e.cancel = runCtx, cancel
 	e.chainStop, e.chainDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(e.chainDone); e.writeChains(e.pool.chains, e.chainStop) }()
-	e.wg.Add(3)
+	e.wg.Add(4)
+	go func() { defer e.wg.Done(); e.watchBackfills(runCtx) }()
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
@@ -265,6 +267,7 @@ func (e *Engine) Close() error {
 		e.leave()
 		e.cancel()
 		e.wg.Wait() // the coordinator released the partitions
+		e.stopAllBackfills()
 		e.loopStop()
 		<-e.loopDone
 		close(e.pool.quit)

@@ -69,9 +69,10 @@ type handOver struct {
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
 // it.
 type pendingFire struct {
-	ID      string    `json:"id"`
-	At      time.Time `json:"at"`
-	Trigger bool      `json:"trigger,omitempty"`
+	ID       string    `json:"id"`
+	At       time.Time `json:"at"`
+	Trigger  bool      `json:"trigger,omitempty"`
+	Backfill bool      `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
 }
 
 // maxHandOver bounds the fires one checkpoint lists; past it, the mark
@@ -160,7 +161,8 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		}
 		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
 			if len(h.pending) < maxHandOver {
-				h.pending = append(h.pending, pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(), Trigger: j.kind == kindTrigger})
+				h.pending = append(h.pending, pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
+					Trigger: j.kind == kindTrigger, Backfill: j.kind == kindBackfill})
 			} else {
 				h.mark = min(h.mark, j.due-1)
 			}
@@ -187,6 +189,10 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		}
 		prof := l.profs.list[r.prof]
 		at := f.At.UnixNano()
+		if f.Backfill {
+			l.admitBackfill(i, r, at, nil) // its backfill's progress is past it
+			continue
+		}
 		if now-at > int64(prof.catchup) {
 			r.misfires++
 			l.stats.misfire(prof.misfire)
@@ -255,6 +261,9 @@ type stuckRelease struct {
 // returns the partitions whose release etcd did not take; their locks are
 // still held, for the caller to retry (retryStuck).
 func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
+	// Backfills first: each records the last fire it dispatched, which the
+	// release then runs here or hands over.
+	e.stopBackfills(ps, true)
 	rel := e.releaseLoop(ps)
 	marked := time.Now()
 	for _, p := range ps {
@@ -428,6 +437,7 @@ func (e *Engine) releaseLoop(ps []int) release {
 // last watermark etcd acknowledged, and repeats nothing.
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
 	ps := slices.Collect(maps.Keys(parts))
+	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)
 	e.handOverQueued(rel.hand)
 	for p, s := range stuck {

@@ -93,6 +93,7 @@ type retryState struct {
 	sched    int64
 	attempt  uint16
 	over     *task.Override // a trigger's override: its retries send it too
+	bf       *backfillRun   // the fire's backfill, told when its last attempt ends
 }
 
 // memoEntry caches one Next: in a burst a million tasks sharing a schedule

@@ -451,6 +451,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	for _, kv := range held.Responses[3].GetResponseRange().Kvs {
 		e.fireTrigger(ctx, kv.Key, kv.Value)
 	}
+	// Backfills of p, from their recorded progress: p is owned, so the
+	// backfill watch starts those written from now on.
+	e.startBackfills(ctx, p)
 	r.part = part
 	armed := time.Now()
 	e.handOver[phasePrepare].observe(tPrepared.Sub(start))

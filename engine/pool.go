@@ -18,6 +18,7 @@ const (
 	kindSchedule = iota // a fire of the task's schedule
 	kindRetry           // a later attempt of a failed fire
 	kindTrigger         // a fire asked for through the API
+	kindBackfill        // a fire of a backfill (backfill.go)
 	kindDropped         // handed over with its partition: skipped by workers
 )
 
@@ -50,6 +51,7 @@ type job struct {
 	kind     uint8
 	replaced bool           // a newer fire of a replace task came first: cancel unrun
 	over     *task.Override // a trigger's body or payload for this fire; nil: the task's
+	bf       *backfillRun   // the backfill this fire is of, told when it ends; nil: none
 }
 
 // completion is what the loop learns of a finished job.
@@ -62,6 +64,7 @@ type completion struct {
 	status  uint8
 	err     string         // the error of a failed or timed-out attempt
 	over    *task.Override // the fire's override, for its retries
+	bf      *backfillRun   // the fire's backfill, for its retries
 }
 
 // completionBatch travels by value: sending one allocates nothing.
@@ -355,11 +358,14 @@ func (p *pool) work() {
 			var why string
 			if j.replaced {
 				st = p.cancelUnrun(j, now, &t)
+				if j.bf != nil {
+					j.bf.end(j.sched)
+				}
 			} else {
 				t.observeLag(now.UnixNano() - j.due)
 				st, why = p.run(j, now, &t)
 			}
-			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why, over: j.over}
+			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why, over: j.over, bf: j.bf}
 			out.n++
 			if out.n == len(out.c) {
 				p.complete(&out)
@@ -458,6 +464,9 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	st := statusOf(err)
 	t.exec(st)
 	p.chain(j, st)
+	if j.bf != nil && final(j, st) {
+		j.bf.end(j.sched)
+	}
 	if err == nil && p.history == nil {
 		return st, ""
 	}
@@ -483,18 +492,22 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	return st, ""
 }
 
+// final reports whether j's attempt, ended with st, is its fire's last:
+// only a failure or a timeout with attempts left is retried.
+func final(j *job, st uint8) bool {
+	return st != statusFailed && st != statusTimeout || int(j.attempt) >= j.prof.maxAttempts
+}
+
 // chain queues the chain triggers of a fire whose attempt ended with st,
 // when that attempt was its last: it succeeded, or it failed or timed out
 // with no attempt left.
 func (p *pool) chain(j *job, st uint8) {
 	var targets []string
-	switch st {
-	case statusOK:
+	switch {
+	case st == statusOK:
 		targets = j.prof.onSuccess
-	case statusFailed, statusTimeout:
-		if int(j.attempt) >= j.prof.maxAttempts {
-			targets = j.prof.onFailure
-		}
+	case (st == statusFailed || st == statusTimeout) && final(j, st):
+		targets = j.prof.onFailure
 	}
 	if len(targets) > 0 {
 		p.chains.add(chainFire{from: j.id, sched: j.sched, targets: targets})

@@ -119,7 +119,9 @@ func (r *Registry) write(id string, old *mvccpb.KeyValue, val []byte, labels map
 // remove is the delete of the stored task old, with its index.
 func (r *Registry) remove(id string, old *mvccpb.KeyValue) taskWrite {
 	key := r.key(id)
-	w := taskWrite{key: key, ops: []clientv3.Op{clientv3.OpDelete(key)}, size: len(key)}
+	// A deleted task's backfill ends with it.
+	bf := r.keys.backfill(r.Partition(id), id)
+	w := taskWrite{key: key, ops: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(bf)}, size: len(key) + len(bf)}
 	return r.withIndex(w, id, old, false, nil)
 }
 

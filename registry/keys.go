@@ -9,7 +9,7 @@ import (
 )
 
 // keys is the etcd key layout of docs/design.md's task definitions,
-// triggers and index, under the cluster's prefix. (The runtime's locks,
+// triggers, backfills and index, under the cluster's prefix. (The runtime's locks,
 // checkpoints, watermarks and prepared records are package engine's.)
 //
 // Partitions are written as five zero-padded digits (P is at most 65536), so
@@ -30,13 +30,30 @@ func (k keys) partition(p int) string       { return fmt.Sprintf("%s/tasks/%05d/
 func (k keys) task(p int, id string) string { return k.partition(p) + id }
 func (k keys) triggers() string             { return k.prefix + "/triggers/" }
 func (k keys) triggerPrefix(p int) string   { return fmt.Sprintf("%s/triggers/%05d/", k.prefix, p) }
+func (k keys) backfills() string            { return k.prefix + "/backfills/" }
+func (k keys) backfillPrefix(p int) string {
+	return fmt.Sprintf("%s/backfills/%05d/", k.prefix, p)
+}
+func (k keys) backfill(p int, id string) string { return k.backfillPrefix(p) + id }
+
+// parseBackfillKey splits a backfill key into its partition and task id.
+func (k keys) parseBackfillKey(key string) (p int, id string, ok bool) {
+	return parsePartitionKey(key, k.backfills())
+}
+
 func (k keys) trigger(p int, id string, at int64) string {
 	return fmt.Sprintf("%s/triggers/%05d/%d/%s", k.prefix, p, at, id)
 }
 
 // parseTaskKey splits a task key into its partition and task id.
 func (k keys) parseTaskKey(key string) (p int, id string, ok bool) {
-	rest, found := strings.CutPrefix(key, k.tasks())
+	return parsePartitionKey(key, k.tasks())
+}
+
+// parsePartitionKey splits a key "<under><ppppp>/<id>" into its partition
+// and id.
+func parsePartitionKey(key, under string) (p int, id string, ok bool) {
+	rest, found := strings.CutPrefix(key, under)
 	if !found || len(rest) < 7 || rest[5] != '/' {
 		return 0, "", false
 	}

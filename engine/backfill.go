@@ -1,0 +1,383 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
+)
+
+// Backfills (registry.Backfill writes the request): the owner of a task's
+// partition runs every scheduled time of the task in [from, to] through
+// the dispatch loop and the worker pool, as triggers, with the fires'
+// usual idempotency keys, at most the request's concurrency at a time.
+//
+// Its progress in etcd mirrors the watermark. The record's Through is a
+// point of the backfill's times such that every fire at or before it has
+// ended (its last attempt finished), and the runner never dispatches a
+// fire more than backfillLead(concurrency) fires past the Through etcd
+// last acknowledged. So:
+//
+//   - After a crash, the next owner continues after the acknowledged
+//     Through: at most the lead of fires repeat, none is missed.
+//   - A graceful release stops the runner before the loop releases the
+//     partition and records Through at the last fire dispatched: every
+//     fire up to it runs here (a worker took it) or is handed over unrun in
+//     the partition's checkpoint (flagged backfill, so the next owner runs
+//     it whatever its age). The next owner continues after it: nothing
+//     repeats.
+//
+// A record written before the release whose release etcd then refuses for
+// longer than the lease TTL (a stuck release) loses the fires it handed
+// over unrun, as a crash would not: see docs/design.md.
+
+// backfillLead is how many fires a backfill runs past its acknowledged
+// progress at most: its concurrency twice, so that the next fires start
+// while the progress write of those that ended is in flight.
+func backfillLead(concurrency int) int { return 2 * concurrency }
+
+// backfillRun is one running backfill on the owner of its task.
+type backfillRun struct {
+	id     string
+	part   int
+	ended  chan int64 // scheduled times (unix ns) of its fires that ended; room for every fire in flight
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the runner returned
+	// graceful is set before cancel when the partition is released: the
+	// runner then records the last fire it dispatched as its progress.
+	graceful bool // guarded by backfills.mu until cancel, read after
+}
+
+// end tells the runner that its fire at sched ended. Called by workers
+// and the dispatch loop; never blocks (ended has room for every fire in
+// flight).
+func (b *backfillRun) end(sched int64) {
+	select {
+	case b.ended <- sched:
+	default:
+	}
+}
+
+// backfills are the runs of this node, by task id.
+type backfills struct {
+	mu   sync.Mutex // guards runs and released
+	runs map[string]*backfillRun
+	// released are the partitions whose backfills were stopped, until
+	// they are acquired again: a watch event (a runner's own last record)
+	// must not start a runner of a partition on its way out.
+	released map[int]bool
+	wg       sync.WaitGroup
+}
+
+// backfillCmd dispatches one fire of a backfill.
+type backfillCmd struct {
+	part  int
+	id    string
+	at    int64
+	bf    *backfillRun
+	reply chan backfillAnswer
+}
+
+// backfillAnswer is the loop's answer to a backfillCmd.
+type backfillAnswer uint8
+
+const (
+	backfillTook     backfillAnswer = iota // the fire is dispatched
+	backfillNoTask                         // the loop does not hold the task (yet: the partition's watch may lag)
+	backfillNotOwned                       // the partition is not this node's (any more), or the node is fenced
+)
+
+func (c *backfillCmd) run(l *loop) { c.reply <- l.backfill(c) }
+
+// backfill admits one fire of a backfill. The task's concurrency policy
+// does not apply: the backfill's own concurrency bounds its fires. Called
+// only from the dispatch loop.
+func (l *loop) backfill(c *backfillCmd) backfillAnswer {
+	if !l.parts[c.part].owned || l.fenced() {
+		return backfillNotOwned
+	}
+	i, r, ok := l.tab.lookup(c.id)
+	if !ok {
+		return backfillNoTask
+	}
+	l.admitBackfill(i, r, c.at, c.bf)
+	l.pushJobs()
+	return backfillTook
+}
+
+func (l *loop) admitBackfill(i uint32, r *record, sched int64, run *backfillRun) {
+	r.running++
+	r.fires++
+	l.jobs = append(l.jobs, job{
+		id: l.tab.id(r), prof: l.profs.list[r.prof], sched: sched, due: l.cfg.Clock.Now().UnixNano(),
+		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kindBackfill, part: r.part, bf: run,
+	})
+}
+
+// startBackfills starts the running backfills of partition p, which this
+// node just acquired.
+func (e *Engine) startBackfills(ctx context.Context, p int) {
+	e.bf.mu.Lock()
+	delete(e.bf.released, p)
+	e.bf.mu.Unlock()
+	resp, err := e.reg.PartitionBackfills(ctx, p)
+	if err != nil {
+		e.log.Warn("reading a partition's backfills failed; they resume at its next acquire", "partition", p, "err", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		e.startBackfill(string(kv.Key), kv.Value, kv.ModRevision)
+	}
+}
+
+// startBackfill starts the backfill of a record unless it is done, its
+// partition is not this node's, or it runs already.
+func (e *Engine) startBackfill(key string, value []byte, rev int64) {
+	p, id, ok := e.reg.ParseBackfill(key)
+	if !ok || !e.Owns(p) {
+		return
+	}
+	rec, err := registry.DecodeBackfill(value)
+	if err != nil || rec.State != task.BackfillRunning {
+		return
+	}
+	e.bf.mu.Lock()
+	defer e.bf.mu.Unlock()
+	if e.bf.runs == nil {
+		e.bf.runs = map[string]*backfillRun{}
+	}
+	if _, running := e.bf.runs[id]; running || e.bf.released[p] {
+		return
+	}
+	// Not under runCtx, which Close ends before the coordinator releases
+	// the partitions: their release stops the runners, gracefully.
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &backfillRun{id: id, part: p, ended: make(chan int64, backfillLead(rec.Concurrency)+1), cancel: cancel, done: make(chan struct{})}
+	e.bf.runs[id] = b
+	e.bf.wg.Go(func() {
+		defer close(b.done)
+		e.runBackfill(ctx, b, rec, rev)
+		e.bf.mu.Lock()
+		if e.bf.runs[id] == b {
+			delete(e.bf.runs, id)
+		}
+		e.bf.mu.Unlock()
+	})
+}
+
+// stopBackfills stops the backfills of partitions ps and waits for their
+// runners. graceful: the partitions are being released, and each runner
+// records the last fire it dispatched as its progress first.
+func (e *Engine) stopBackfills(ps []int, graceful bool) {
+	e.bf.mu.Lock()
+	if e.bf.released == nil {
+		e.bf.released = map[int]bool{}
+	}
+	for _, p := range ps {
+		e.bf.released[p] = true
+	}
+	var stop []*backfillRun
+	for _, b := range e.bf.runs {
+		if slices.Contains(ps, b.part) {
+			b.graceful = graceful
+			b.cancel()
+			stop = append(stop, b)
+		}
+	}
+	e.bf.mu.Unlock()
+	for _, b := range stop {
+		<-b.done
+	}
+}
+
+// stopAllBackfills stops every backfill, recording nothing: Close, once
+// the partitions are released (which stopped theirs gracefully).
+func (e *Engine) stopAllBackfills() {
+	e.bf.mu.Lock()
+	for _, b := range e.bf.runs {
+		b.cancel()
+	}
+	e.bf.mu.Unlock()
+	e.bf.wg.Wait()
+}
+
+// stopBackfill stops the backfill of a task whose record was deleted or
+// replaced, without recording anything.
+func (e *Engine) stopBackfill(id string) {
+	e.bf.mu.Lock()
+	b := e.bf.runs[id]
+	e.bf.mu.Unlock()
+	if b != nil {
+		b.cancel()
+		<-b.done
+	}
+}
+
+// watchBackfills starts the backfills written for the partitions this
+// node owns and stops those deleted, resuming after the last revision it
+// saw when its watch breaks.
+func (e *Engine) watchBackfills(ctx context.Context) {
+	var rev int64
+	for ctx.Err() == nil {
+		for resp := range e.reg.WatchBackfills(ctx, rev) {
+			if resp.CompactRevision != 0 {
+				rev = 0 // read again from now: acquires read their partitions
+				break
+			}
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				rev = ev.Kv.ModRevision
+				key := string(ev.Kv.Key)
+				if ev.Type == 1 { // delete: the task is gone
+					if _, id, ok := e.reg.ParseBackfill(key); ok {
+						e.stopBackfill(id)
+					}
+					continue
+				}
+				e.startBackfill(key, ev.Kv.Value, ev.Kv.ModRevision)
+			}
+			if resp.IsProgressNotify() {
+				rev = max(rev, resp.Header.Revision)
+			}
+		}
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+// backfillTimes returns the scheduled times of the task in the record's
+// range, as unix ns.
+func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfill) ([]int64, error) {
+	t, err := e.reg.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := schedule.Parse(t.Schedule, t.Timezone, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	var times []int64
+	for n := sched.Next(rec.From.Add(-time.Nanosecond)); !n.IsZero() && !n.After(rec.To) && len(times) < task.MaxBackfillFires; n = sched.Next(n) {
+		times = append(times, n.UnixNano())
+	}
+	return times, nil
+}
+
+// runBackfill runs one backfill from its recorded progress until it is
+// done, its context ends, or the loop refuses a fire (the partition or the
+// task is gone).
+func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Backfill, rev int64) {
+	times, err := e.backfillTimes(ctx, b.id, rec)
+	if err != nil {
+		e.log.Warn("a backfill cannot start; it resumes at the partition's next acquire", "task", b.id, "err", err)
+		return
+	}
+	// The first fire after the recorded progress.
+	start := 0
+	if !rec.Through.IsZero() {
+		through := rec.Through.UnixNano()
+		start, _ = slices.BinarySearch(times, through+1)
+	}
+	lead := backfillLead(rec.Concurrency)
+	next, done, acked := start, start, start
+	inflight := map[int64]int{} // scheduled time -> index, of the fires dispatched and not ended
+	ended := map[int]bool{}     // indexes past done that ended
+	record := func(n int, state string) bool {
+		r := *rec
+		r.Done, r.State, r.Node = n, state, e.cfg.NodeID
+		if n > 0 {
+			r.Through = time.Unix(0, times[n-1]).UTC()
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+		defer cancel()
+		newRev, ok, err := e.reg.RecordBackfill(wctx, b.id, &r, rev)
+		if err != nil {
+			e.log.Warn("recording a backfill's progress failed; retrying", "task", b.id, "err", err)
+			return false
+		}
+		if !ok {
+			e.log.Info("a backfill was replaced or its task deleted; stopping", "task", b.id)
+			b.cancel()
+			return false
+		}
+		rev, acked = newRev, n
+		return true
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		for next < len(times) && len(inflight) < rec.Concurrency && next < acked+lead && ctx.Err() == nil {
+			c := &backfillCmd{part: b.part, id: b.id, at: times[next], bf: b, reply: make(chan backfillAnswer, 1)}
+			// Not under ctx: a request canceled after the loop took it
+			// would leave a dispatched fire out of the graceful record.
+			answer, err := request(context.Background(), e, c, c.reply)
+			if err == nil && answer == backfillNoTask {
+				// The task's put may not have reached the loop yet; a
+				// deleted task's backfill record goes with it, which
+				// stops this runner.
+				sleepCtx(ctx, 100*time.Millisecond)
+				continue
+			}
+			if err != nil || answer != backfillTook {
+				if ctx.Err() == nil {
+					e.log.Info("a backfill stopped: this node no longer owns its task", "task", b.id)
+				}
+				// What was dispatched is not recorded: the next owner
+				// repeats it rather than miss it.
+				return
+			}
+			inflight[times[next]] = next
+			next++
+		}
+		if done == len(times) {
+			for !record(done, task.BackfillDone) && ctx.Err() == nil {
+				sleepCtx(ctx, time.Second)
+			}
+			return
+		}
+		select {
+		case s := <-b.ended:
+			for more := true; more; {
+				if i, ok := inflight[s]; ok {
+					delete(inflight, s)
+					ended[i] = true
+				}
+				select {
+				case s = <-b.ended:
+				default:
+					more = false
+				}
+			}
+			for ended[done] {
+				delete(ended, done)
+				done++
+			}
+			if done > acked && done < len(times) {
+				record(done, task.BackfillRunning)
+			}
+		case <-tick.C:
+			if done > acked && done < len(times) {
+				record(done, task.BackfillRunning)
+			}
+		case <-ctx.Done():
+			e.bf.mu.Lock()
+			graceful := b.graceful
+			e.bf.mu.Unlock()
+			if graceful && next > acked {
+				// Every fire dispatched runs here or is handed over with
+				// the partition: the next owner goes on after the last.
+				state := task.BackfillRunning
+				if next == len(times) {
+					state = task.BackfillDone
+				}
+				record(next, state)
+			}
+			return
+		}
+	}
+}

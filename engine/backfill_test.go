@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
+)
+
+// backfillProgress reads the task's backfill record.
+func backfillProgress(t *testing.T, reg *registry.Registry, id string) *task.Backfill {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := reg.GetBackfill(ctx, id)
+	if err != nil || b == nil {
+		t.Fatalf("backfill of %s: %v, %v", id, b, err)
+	}
+	return b
+}
+
+// directRegistry is a registry on the cluster's own client, which no
+// proxy cuts.
+func directRegistry(t *testing.T, c *etcdtest.Cluster) *registry.Registry {
+	t.Helper()
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, "", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// A backfill runs every scheduled time of [from, to] once, with the
+// fires' usual idempotency keys, while its task's partition changes hands
+// in the middle of it: gracefully (the owner leaves) nothing repeats; after
+// a crash at most the backfill's lead repeats. Nothing is missed either way,
+// and the record ends done with every fire counted.
+func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
+	for _, how := range []string{"graceful", "crash"} {
+		t.Run(how, func(t *testing.T) {
+			c := etcdtest.Start(t)
+			log := newFireLog()
+			now := time.Now().Truncate(time.Second)
+			from, to := now.Add(-240*time.Second), now.Add(-time.Second)
+			h := func(ctx context.Context, f Fire) error {
+				_ = log.handler(ctx, f)
+				if !f.ScheduledAt.After(to) {
+					time.Sleep(20 * time.Millisecond) // a backfill fire: slow enough to be cut in the middle
+				}
+				return nil
+			}
+			node := func(id string) func(*Config) {
+				return func(cfg *Config) {
+					cfg.NodeID = id
+					cfg.DrainTimeout = 5 * time.Second
+					cfg.MisfireThreshold = time.Minute
+				}
+			}
+			proxy := c.NewProxy(t)
+			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
+			reg := a.e.Registry()
+			putTask(t, reg, handlerTask("bf", "* * * * * *"))
+			const concurrency = 3
+			b, err := reg.Backfill(context.Background(), "bf", from, to, concurrency)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Fires != 240 {
+				t.Fatalf("the backfill counts %d fires, want 240", b.Fires)
+			}
+			if _, err := reg.Backfill(context.Background(), "bf", from, to, concurrency); err == nil {
+				t.Error("a second backfill was accepted while the first runs")
+			}
+			etcdtest.WaitFor(t, 20*time.Second, func() bool { return backfillProgress(t, directRegistry(t, c), "bf").Done >= 40 })
+			switch how {
+			case "graceful":
+				startNode(t, c, "", h, node("node-b"))
+				a.stop(t)
+			case "crash":
+				crash(t, a, proxy)
+				startNode(t, c, "", h, node("node-b"))
+			}
+			rb := directRegistry(t, c)
+			etcdtest.WaitFor(t, 30*time.Second, func() bool { return backfillProgress(t, rb, "bf").State == task.BackfillDone })
+			got := backfillProgress(t, rb, "bf")
+			if got.Done != 240 || !got.Through.Equal(to) || got.Node != "node-b" {
+				t.Errorf("final record %+v, want 240 fires done through %s by node-b", got, to)
+			}
+			repeats := 0
+			for at := from; !at.After(to); at = at.Add(time.Second) {
+				key := fmt.Sprintf("bf@%d", at.UnixMilli())
+				log.mu.Lock()
+				n := log.seen[key]
+				log.mu.Unlock()
+				switch {
+				case n == 0:
+					t.Errorf("%s never ran", key)
+				case n > 1:
+					repeats += n - 1
+				}
+			}
+			switch {
+			case how == "graceful" && repeats > 0:
+				t.Errorf("%d backfill fires repeated across a graceful hand-over", repeats)
+			case how == "crash" && repeats > backfillLead(concurrency):
+				t.Errorf("%d backfill fires repeated after a crash, more than the lead %d", repeats, backfillLead(concurrency))
+			}
+			t.Logf("%s: %d repeats", how, repeats)
+			a.stop(t)
+		})
+	}
+}
