@@ -270,6 +270,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
+	m.HandleFunc("POST /v1/tasks/{id}/backfill", s.backfillTask)
 	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
 	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
 	m.HandleFunc("GET /v1/tasks/{id}/next", s.nextFires)

@@ -58,7 +58,12 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, id, err)
 		return
 	}
-	stored, err := s.reg.Put(r.Context(), t, registry.PutOptions{IfVersion: ifVersion})
+	allowMissing, err := parseFlag(r, "allow_missing_targets")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	stored, err := s.reg.Put(r.Context(), t, registry.PutOptions{IfVersion: ifVersion, AllowMissingTargets: allowMissing})
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
@@ -158,7 +163,37 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t.State = s.taskState(r.Context(), id)
+	s.addRecords(r.Context(), t)
 	writeTask(w, http.StatusOK, t)
+}
+
+// addRecords shows in the task's state what etcd records of it besides
+// its definition: its pause record and its latest backfill (issue 12).
+func (s *Server) addRecords(ctx context.Context, t *task.Task) {
+	bf, err := s.reg.GetBackfill(ctx, t.ID)
+	if err != nil {
+		s.log.Warn("api: reading a task's backfill failed", "task", t.ID, "err", err)
+	}
+	if bf == nil && t.Pause == nil {
+		return
+	}
+	if t.State == nil {
+		t.State = &task.State{} // the owner did not answer: the records still show
+	}
+	t.State.Pause, t.State.Backfill = t.Pause, bf
+}
+
+// parseFlag reads a boolean query parameter: absent is false.
+func parseFlag(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s: %q is not a boolean (1, true, 0, false)", name, v)
+	}
+	return b, nil
 }
 
 // localState is the task's state when this node owns it, else nil.
@@ -393,19 +428,87 @@ func (s *Server) resumeTask(w http.ResponseWriter, r *http.Request) { s.setPause
 
 func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
 	id := pathID(r)
-	t, err := s.reg.SetPaused(r.Context(), id, paused)
+	var t *task.Task
+	var err error
+	if paused {
+		var req pauseRequest
+		if !readSmallJSON(w, r, &req) {
+			return
+		}
+		t, err = s.reg.Pause(r.Context(), id, task.Pause{Note: req.Note, By: s.caller(r)})
+	} else {
+		t, err = s.reg.SetPaused(r.Context(), id, false)
+	}
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
 	}
 	t.State = s.localState(r.Context(), id)
+	s.addRecords(r.Context(), t)
 	writeTask(w, http.StatusOK, t)
 }
 
-// triggerTask: POST /v1/tasks/{id}/trigger, fire once now.
+// pauseRequest is the optional body of POST /v1/tasks/{id}/pause.
+type pauseRequest struct {
+	Note string `json:"note"`
+}
+
+// caller names who sent a request, for a pause record: tokens are not
+// named, so "token" when the node requires one (only the full token may
+// write), else "anonymous".
+func (s *Server) caller(*http.Request) string {
+	if s.cfg.AuthToken != "" {
+		return "token"
+	}
+	return "anonymous"
+}
+
+// maxSmallBody bounds the JSON bodies of pause, trigger and backfill.
+const maxSmallBody = 2*task.MaxOverrideSize + 1024
+
+// readSmallJSON decodes an optional JSON object body into dst (an empty
+// body leaves it zero), refusing unknown fields; it answers 400 itself and
+// returns false on a bad body.
+func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxSmallBody+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+		return false
+	}
+	if len(body) > maxSmallBody {
+		writeError(w, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		writeError(w, http.StatusBadRequest, "the request body is not the JSON object expected: %v", err)
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "the request body holds more than one JSON value")
+		return false
+	}
+	return true
+}
+
+// triggerTask: POST /v1/tasks/{id}/trigger, fire once now, with an
+// optional body {"body": "..."} (http tasks) or {"payload": ...} (handler
+// tasks) replacing the task's for that one fire.
 func (s *Server) triggerTask(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
-	at, err := s.reg.Trigger(r.Context(), id)
+	var o task.Override
+	if !readSmallJSON(w, r, &o) {
+		return
+	}
+	at, err := s.reg.TriggerWith(r.Context(), id, &o)
+	if errors.Is(err, registry.ErrVersionMismatch) {
+		writeError(w, http.StatusConflict, "task %q changed while its override was checked: try again", id)
+		return
+	}
 	if err != nil {
 		s.fail(w, r, id, err)
 		return

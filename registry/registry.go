@@ -401,7 +401,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 					err = perr
 					return
 				}
-				errs = append(errs, BatchError{Index: i, Error: perr.Error()})
+				errs = append(errs, task.BatchError{Index: i, Error: perr.Error()})
 				continue
 			}
 			written++

@@ -77,31 +77,52 @@ type ListOptions struct {
 // only if the stored version is ifVersion, else the error is an *Error
 // with Status 412. It returns the task as stored.
 func (c *Client) PutTask(ctx context.Context, t *task.Task, ifVersion int64) (*task.Task, error) {
+	return c.PutTaskWith(ctx, t, PutOptions{IfVersion: ifVersion})
+}
+
+// PutTaskWith is PutTask with options.
+func (c *Client) PutTaskWith(ctx context.Context, t *task.Task, o PutOptions) (*task.Task, error) {
 	cp := *t
 	// Validate fills the defaults: a zero Duration would otherwise be sent
 	// as "0s", which the server refuses for fields where zero means default.
 	if err := cp.Validate(); err != nil {
 		return nil, err
 	}
-	cp.Partition, cp.Version, cp.State = nil, 0, nil
+	cp.Partition, cp.Version, cp.State, cp.Pause = nil, 0, nil, nil
 	cp.CreatedAt, cp.UpdatedAt = time.Time{}, time.Time{}
 	body, err := json.Marshal(&cp)
 	if err != nil {
 		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
 	}
-	return c.PutTaskJSON(ctx, cp.ID, body, ifVersion)
+	return c.PutTaskJSONWith(ctx, cp.ID, body, o)
 }
 
 // PutTaskJSON creates or replaces the task id with the task JSON body
 // (docs/api.md "Task JSON"; its "id" may be left out), sent as is. ifVersion as
 // in PutTask.
 func (c *Client) PutTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*task.Task, error) {
+	return c.PutTaskJSONWith(ctx, id, body, PutOptions{IfVersion: ifVersion})
+}
+
+// PutOptions qualify a put: IfVersion as in PutTask, AllowMissingTargets
+// lets on_success and on_failure name tasks that do not exist (yet).
+type PutOptions struct {
+	IfVersion           int64
+	AllowMissingTargets bool
+}
+
+// PutTaskJSONWith is PutTaskJSON with options.
+func (c *Client) PutTaskJSONWith(ctx context.Context, id string, body []byte, o PutOptions) (*task.Task, error) {
 	h := http.Header{"Content-Type": {"application/json"}}
-	if ifVersion != 0 {
-		h.Set("If-Match", strconv.Quote(strconv.FormatInt(ifVersion, 10)))
+	if o.IfVersion != 0 {
+		h.Set("If-Match", strconv.Quote(strconv.FormatInt(o.IfVersion, 10)))
+	}
+	var q url.Values
+	if o.AllowMissingTargets {
+		q = url.Values{"allow_missing_targets": {"1"}}
 	}
 	var t task.Task
-	if err := c.do(ctx, http.MethodPut, taskPath(id), nil, body, h, &t); err != nil {
+	if err := c.do(ctx, http.MethodPut, taskPath(id), q, body, h, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -204,17 +225,31 @@ func (c *Client) PutBatch(ctx context.Context, body []byte) (*BatchResult, error
 
 // Pause sets the task's paused flag and returns the task as stored.
 func (c *Client) Pause(ctx context.Context, id string) (*task.Task, error) {
-	return c.postTask(ctx, id, "pause")
+	return c.postTask(ctx, id, "pause", nil)
+}
+
+// PauseWithNote pauses the task with a note, which the task's state shows
+// with who paused it and when.
+func (c *Client) PauseWithNote(ctx context.Context, id, note string) (*task.Task, error) {
+	return c.postTask(ctx, id, "pause", map[string]string{"note": note})
 }
 
 // Resume clears the task's paused flag and returns the task as stored.
 func (c *Client) Resume(ctx context.Context, id string) (*task.Task, error) {
-	return c.postTask(ctx, id, "resume")
+	return c.postTask(ctx, id, "resume", nil)
 }
 
-func (c *Client) postTask(ctx context.Context, id, verb string) (*task.Task, error) {
+func (c *Client) postTask(ctx context.Context, id, verb string, req any) (*task.Task, error) {
+	var body []byte
+	var h http.Header
+	if req != nil {
+		var err error
+		if body, h, err = jsonBody(req); err != nil {
+			return nil, err
+		}
+	}
 	var t task.Task
-	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/"+verb, nil, nil, nil, &t); err != nil {
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/"+verb, nil, body, h, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -224,8 +259,22 @@ func (c *Client) postTask(ctx context.Context, id, verb string) (*task.Task, err
 // scheduled time of that fire (its idempotency key's time). The fire
 // happens asynchronously, shortly after.
 func (c *Client) Trigger(ctx context.Context, id string) (time.Time, error) {
+	return c.TriggerWith(ctx, id, nil)
+}
+
+// TriggerWith is Trigger with an override of the fire's HTTP body or
+// handler payload (nil: none).
+func (c *Client) TriggerWith(ctx context.Context, id string, o *task.Override) (time.Time, error) {
+	var body []byte
+	var h http.Header
+	if !o.Empty() {
+		var err error
+		if body, h, err = jsonBody(o); err != nil {
+			return time.Time{}, err
+		}
+	}
 	var resp TriggerResponse
-	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/trigger", nil, nil, nil, &resp); err != nil {
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/trigger", nil, body, h, &resp); err != nil {
 		return time.Time{}, err
 	}
 	at, err := time.Parse(time.RFC3339, resp.ScheduledAt)
@@ -482,4 +531,29 @@ func (c *Client) LocalSeries(ctx context.Context) ([]Point, error) {
 		return nil, fmt.Errorf("GET /v1/series?scope=self: %d series, want 1", len(resp.Nodes))
 	}
 	return resp.Nodes[0].Points, nil
+}
+
+// jsonBody encodes a request body and its Content-Type.
+func jsonBody(v any) ([]byte, http.Header, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode the request: %w", err)
+	}
+	return b, http.Header{"Content-Type": {"application/json"}}, nil
+}
+
+// Backfill asks the task's owner to run every scheduled time of the task in
+// [from, to], at most concurrency at a time (0: the default, 1), and
+// returns the backfill's record. Its progress shows in the task's state
+// (GetTask).
+func (c *Client) Backfill(ctx context.Context, id string, from, to time.Time, concurrency int) (*task.Backfill, error) {
+	body, h, err := jsonBody(BackfillRequest{From: from, To: to, Concurrency: concurrency})
+	if err != nil {
+		return nil, err
+	}
+	var b task.Backfill
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/backfill", nil, body, h, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }

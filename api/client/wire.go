@@ -48,6 +48,14 @@ type TriggerResponse struct {
 	ScheduledAt string `json:"scheduled_at"` // RFC 3339, ms
 }
 
+// BackfillRequest is the body of POST /v1/tasks/{id}/backfill; the
+// answer is the backfill's record, a task.Backfill.
+type BackfillRequest struct {
+	From        time.Time `json:"from"`
+	To          time.Time `json:"to"`
+	Concurrency int       `json:"concurrency,omitempty"`
+}
+
 // HistoryResponse is the answer of GET /v1/tasks/{id}/history.
 type HistoryResponse struct {
 	Executions []task.Execution `json:"executions"`

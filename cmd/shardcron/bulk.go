@@ -43,7 +43,10 @@ func (b *bulkFlags) selected() bool { return b.prefix != "" || len(b.labels) > 0
 
 // onTaskOrBulk is onTask for a command that also takes a selector: with
 // --prefix, --label or --all it runs the bulk action instead of one.
-func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ctx context.Context, cf *clientFlags, id string) int) int {
+//
+// oneOnly names the command's flags that apply to one task only: given
+// with a selector they are a usage error.
+func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ctx context.Context, cf *clientFlags, id string) int, oneOnly ...string) int {
 	var cf clientFlags
 	var b bulkFlags
 	b.register(c, action)
@@ -60,6 +63,11 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	}
 	if len(pos) > 0 {
 		return c.usageError("give a task ID or a selector (--prefix, --label, --all), not both; got %q", pos[0])
+	}
+	for _, name := range oneOnly {
+		if f := c.fs.Lookup(name); f != nil && f.Value.String() != f.DefValue {
+			return c.usageError("--%s applies to one task (an ID), not to a selector", name)
+		}
 	}
 	if b.all && (b.prefix != "" || len(b.labels) > 0) {
 		return c.usageError("--all chooses every task: leave out --prefix and --label, or leave out --all")

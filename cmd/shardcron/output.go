@@ -210,7 +210,19 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 	kv("Concurrency", dash(string(t.Concurrency)))
 	kv("Jitter", t.Jitter.String())
 	kv("Paused", strconv.FormatBool(t.Paused))
+	if p := t.Pause; p != nil {
+		kv("  Paused by", fmt.Sprintf("%s at %s", p.By, formatTime(p.At)))
+		if p.Note != "" {
+			kv("  Note", truncate(p.Note, maxErrorWidth))
+		}
+	}
 	kv("Labels", formatMap(t.Labels))
+	if len(t.OnSuccess) > 0 {
+		kv("On success", strings.Join(t.OnSuccess, ", "))
+	}
+	if len(t.OnFailure) > 0 {
+		kv("On failure", strings.Join(t.OnFailure, ", "))
+	}
 	if t.Partition != nil {
 		kv("Partition", strconv.Itoa(*t.Partition))
 	}
@@ -230,6 +242,10 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 		kv("Last failure", formatTime(s.LastFailureAt))
 		kv("Fails in a row", strconv.FormatUint(s.ConsecutiveFailures, 10))
 		kv("Last error", dash(truncate(s.LastError, maxErrorWidth)))
+		if b := s.Backfill; b != nil {
+			kv("Backfill", fmt.Sprintf("%s: %d of %d fires done, through %s (%s to %s, %d at a time, recorded by %s)",
+				b.State, b.Done, b.Fires, formatTime(b.Through), formatTime(b.From), formatTime(b.To), b.Concurrency, dash(b.Node)))
+		}
 		kv("Stale", strconv.FormatBool(s.Stale))
 	} else {
 		kv("Owner", "- (no node owns its partition right now)")

@@ -35,6 +35,7 @@ Subcommands:
   pause     stop a task from firing, keeping its definition (or many: --label, --prefix)
   resume    let a paused task fire again (or many)
   trigger   fire a task once now, outside its schedule (or many)
+  backfill  run every scheduled time of a task in a past range once
   history   show a task's execution records, newest first
   failures  show the cluster's latest failed attempts, newest first
 
@@ -70,6 +71,8 @@ func runTask(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return taskSetPaused(rest, false, stdout, stderr)
 	case "trigger":
 		return taskTrigger(rest, stdout, stderr)
+	case "backfill":
+		return taskBackfill(rest, stdout, stderr)
 	case "history":
 		return taskHistory(rest, stdout, stderr)
 	case "failures":
@@ -169,6 +172,11 @@ overwritten. --force replaces it whatever its version.
 A task that only some live nodes can run (exec, a handler) is written
 with a warning on stderr; one that no live node can run is refused.
 
+--on-success ID and --on-failure ID (repeatable) chain tasks: when a fire
+ends after its last attempt, the target is triggered with the idempotency
+key "<target>@<this fire's scheduled ms>". A chain that would form a cycle
+is refused, and so is a target that does not exist unless --allow-missing.
+
 Examples:
   shardcron task put -f invoice.json
   shardcron task put --id billing/invoice-42 --schedule '0 */5 * * * *' \
@@ -199,6 +207,8 @@ type putFlags struct {
 	jitter                 time.Duration
 	paused                 bool
 	labels                 kvFlag
+	onSuccess, onFailure   listFlag
+	allowMissing           bool
 }
 
 // fieldFlags maps a task JSON field to the flag that sets it, so that a
@@ -211,6 +221,7 @@ var fieldFlags = map[string]string{
 	"timeout": "--task-timeout", "retry.max_attempts": "--max-attempts", "retry.backoff": "--backoff",
 	"retry.max_backoff": "--max-backoff", "misfire": "--misfire", "catchup_window": "--catchup-window",
 	"concurrency": "--concurrency", "jitter": "--jitter", "labels": "--label",
+	"on_success": "--on-success", "on_failure": "--on-failure",
 }
 
 func (p *putFlags) register(c *command) {
@@ -241,13 +252,16 @@ func (p *putFlags) register(c *command) {
 	fs.DurationVar(&p.jitter, "jitter", 0, "delay each fire by a deterministic amount below this")
 	fs.BoolVar(&p.paused, "paused", false, "create the task paused")
 	fs.Var(&p.labels, "label", "add a label `K=V` (repeatable)")
+	fs.Var(&p.onSuccess, "on-success", "trigger the task `ID` when a fire succeeds (repeatable, at most 16)")
+	fs.Var(&p.onFailure, "on-failure", "trigger the task `ID` when a fire fails after its last attempt (repeatable, at most 16)")
+	fs.BoolVar(&p.allowMissing, "allow-missing", false, "let --on-success/--on-failure (or on_success/on_failure in -f) name tasks that do not exist yet")
 }
 
 // taskFlagNames are the flags that set task fields (all but -f and
 // --if-match).
 var taskFlagNames = []string{"id", "schedule", "timezone", "url", "method", "header", "body", "command", "env",
 	"handler", "payload", "noop", "task-timeout", "max-attempts", "backoff", "max-backoff", "misfire",
-	"catchup-window", "concurrency", "jitter", "paused", "label"}
+	"catchup-window", "concurrency", "jitter", "paused", "label", "on-success", "on-failure"}
 
 // build makes a Task from the flags. set holds the flags given on the
 // command line. Zero-valued flags are left out of the task so that the
@@ -332,6 +346,7 @@ func (p *putFlags) build(set map[string]bool) (*task.Task, string) {
 	if len(p.labels) > 0 {
 		t.Labels = p.labels
 	}
+	t.OnSuccess, t.OnFailure = p.onSuccess, p.onFailure
 	return t, ""
 }
 
@@ -384,7 +399,7 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return c.usageError("--%s cannot be combined with -f: the task comes from the file or from flags", n)
 			}
 		}
-		return putFromFile(c, &cf, p.file, p.ifMatch, p.force, stdin)
+		return putFromFile(c, &cf, p.file, client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing}, p.force, stdin)
 	}
 	if p.force {
 		return c.usageError("--force applies to -f only: a task from flags has no version")
@@ -402,7 +417,7 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
-	got, err := cf.client().PutTask(ctx, t, p.ifMatch)
+	got, err := cf.client().PutTaskWith(ctx, t, client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing})
 	if err != nil {
 		return cf.fail(c, subject(t.ID), err)
 	}
@@ -416,7 +431,8 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // The file's "version", unless force or an explicit ifMatch, is sent as
 // If-Match: a task read, edited and put back is not written over a change
 // made in between.
-func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force bool, stdin io.Reader) int {
+func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, force bool, stdin io.Reader) int {
+	ifMatch := o.IfVersion
 	var data []byte
 	var err error
 	name := file
@@ -455,7 +471,8 @@ func putFromFile(c *command, cf *clientFlags, file string, ifMatch int64, force 
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
-	got, err := cf.client().PutTaskJSON(ctx, id, data, ifMatch)
+	o.IfVersion = ifMatch
+	got, err := cf.client().PutTaskJSONWith(ctx, id, data, o)
 	if err != nil {
 		var ae *client.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
@@ -708,15 +725,16 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-const taskPauseHelp = `Usage: shardcron task pause ID [flags]
+const taskPauseHelp = `Usage: shardcron task pause ID [--note TEXT] [flags]
        shardcron task pause (--prefix P | --label K=V... | --all) [--dry-run] [flags]
 
 Pauses a task: it keeps its definition and does not fire until resumed.
-Pausing a paused task changes nothing. Prints the new version
-(--output json: the task).
+Pausing one task records who paused it and when, with --note, which
+'task get' shows until it is resumed (pausing it again replaces them).
+Prints the new version (--output json: the task).
 
 Examples:
-  shardcron task pause billing/invoice-42
+  shardcron task pause billing/invoice-42 --note "provider outage, INC-123"
   shardcron task pause --label team=billing --dry-run
 ` + bulkHelp
 
@@ -742,12 +760,18 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 		action = task.BulkPause
 	}
 	c := newCommand(name, help, stdout, stderr)
+	var note string
+	var oneOnly []string
+	if pause {
+		c.fs.StringVar(&note, "note", "", "why the task is paused (at most 1024 bytes): its state shows it with who paused it and when")
+		oneOnly = []string{"note"}
+	}
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
 		cl := cf.client()
 		var t *task.Task
 		var err error
 		if pause {
-			t, err = cl.Pause(ctx, id)
+			t, err = cl.PauseWithNote(ctx, id, note)
 		} else {
 			t, err = cl.Resume(ctx, id)
 		}
@@ -758,7 +782,7 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 			_, err := fmt.Fprintf(w, "%s %s: version %d\n", verb, subject(id), t.Version)
 			return err
 		})
-	})
+	}, oneOnly...)
 }
 
 // --- task trigger -----------------------------------------------------------
@@ -768,17 +792,38 @@ const taskTriggerHelp = `Usage: shardcron task trigger ID [flags]
 
 Fires a task once now, outside its schedule (also when it is paused), and
 prints the scheduled time of that fire: its executions show up in
-'task history' under that time.
+'task history' under that time. --body (http tasks) or --payload (handler
+tasks) replaces the task's for that one fire and its retries.
 
 Examples:
   shardcron task trigger billing/invoice-42
+  shardcron task trigger billing/invoice-42 --body '{"invoice": 42, "resend": true}'
+  shardcron task trigger jobs/reindex --payload '{"full": true}'
   shardcron task trigger --prefix reports/daily/
 ` + bulkHelp
 
 func taskTrigger(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task trigger", taskTriggerHelp, stdout, stderr)
+	var body, payload string
+	c.fs.StringVar(&body, "body", "", "http tasks: send `BODY` as this fire's request body instead of the task's")
+	c.fs.StringVar(&payload, "payload", "", "handler tasks: pass the `JSON` value to this fire's handler instead of the task's payload")
 	return onTaskOrBulk(c, args, task.BulkTrigger, func(ctx context.Context, cf *clientFlags, id string) int {
-		at, err := cf.client().Trigger(ctx, id)
+		var o task.Override
+		c.fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "body":
+				o.Body = &body
+			case "payload":
+				o.Payload = json.RawMessage(payload)
+			}
+		})
+		if o.Body != nil && o.Payload != nil {
+			return c.usageError("--body (http tasks) and --payload (handler tasks) exclude each other")
+		}
+		if o.Payload != nil && !json.Valid(o.Payload) {
+			return c.usageError("--payload: %q is not JSON (a string needs quotes: --payload '\"x\"')", payload)
+		}
+		at, err := cf.client().TriggerWith(ctx, id, &o)
 		if err != nil {
 			return cf.fail(c, subject(id), err)
 		}
@@ -787,6 +832,56 @@ func taskTrigger(args []string, stdout, stderr io.Writer) int {
 		}{at.UTC().Format("2006-01-02T15:04:05.000Z07:00")} // as the API writes it
 		return printResult(c, cf, out, func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "triggered %s: scheduled at %s\n", subject(id), formatTime(at))
+			return err
+		})
+	}, "body", "payload")
+}
+
+// --- task backfill ----------------------------------------------------------
+
+const taskBackfillHelp = `Usage: shardcron task backfill ID --from TIME --to TIME [--concurrency N] [flags]
+
+Runs every scheduled time of the task in [--from, --to] (RFC 3339 times)
+once, with the fires' usual idempotency keys "<id>@<scheduled ms>", so
+that receivers deduplicate what already ran. The task's owner runs it, at
+most --concurrency fires at a time, and records its progress in etcd:
+'task get' shows it, and a new owner continues after it when the task's
+partition changes hands. --to must not be in the future; one backfill
+runs at most 10000 fires, and one runs per task at a time.
+
+Example:
+  shardcron task backfill reports/daily --from 2026-11-01T00:00:00Z --to 2026-11-30T23:59:59Z --concurrency 4
+`
+
+func taskBackfill(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("shardcron task backfill", taskBackfillHelp, stdout, stderr)
+	var from, to string
+	var concurrency int
+	c.fs.StringVar(&from, "from", "", "the first scheduled `TIME` to run (RFC 3339, required)")
+	c.fs.StringVar(&to, "to", "", "the last scheduled `TIME` to run (RFC 3339, not in the future, required)")
+	c.fs.IntVar(&concurrency, "concurrency", task.DefaultBackfillConcurrency, fmt.Sprintf("fires of the backfill running at once, `N` from 1 to %d", task.MaxBackfillConcurrency))
+	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		var times [2]time.Time
+		for i, f := range []struct{ name, v string }{{"from", from}, {"to", to}} {
+			if f.v == "" {
+				return c.usageError("missing --%s", f.name)
+			}
+			t, err := time.Parse(time.RFC3339, f.v)
+			if err != nil {
+				return c.usageError("--%s: %q is not an RFC 3339 time such as 2026-11-01T00:00:00Z", f.name, f.v)
+			}
+			times[i] = t
+		}
+		if concurrency < 1 || concurrency > task.MaxBackfillConcurrency {
+			return c.usageError("--concurrency: %d is not within 1-%d", concurrency, task.MaxBackfillConcurrency)
+		}
+		b, err := cf.client().Backfill(ctx, id, times[0], times[1], concurrency)
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		return printResult(c, cf, b, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "backfill of %s: %d fires from %s to %s, %d at a time ('task get' shows its progress)\n",
+				subject(id), b.Fires, formatTime(b.From), formatTime(b.To), b.Concurrency)
 			return err
 		})
 	})

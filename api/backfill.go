@@ -1,0 +1,36 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/registry"
+)
+
+// backfillTask: POST /v1/tasks/{id}/backfill, run every scheduled time of
+// the task in [from, to]. The request is written to etcd, where the task's
+// owner finds it as it finds triggers (and a new owner after a hand-over,
+// with its progress); 202 with the record, 409 while another backfill of
+// the task runs.
+func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	var req client.BackfillRequest
+	if !readSmallJSON(w, r, &req) {
+		return
+	}
+	b, err := s.reg.Backfill(r.Context(), id, req.From, req.To, req.Concurrency)
+	switch {
+	case errors.Is(err, registry.ErrBackfillRunning):
+		writeError(w, http.StatusConflict, "task %q: %v; wait until it is done (task get shows its progress)", id, err)
+		return
+	case errors.Is(err, registry.ErrVersionMismatch):
+		writeError(w, http.StatusConflict, "task %q or its backfill changed meanwhile: try again", id)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, b)
+}
