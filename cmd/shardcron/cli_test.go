@@ -269,9 +269,10 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"task failures": {"--limit", "newest first"},
 		"task export":   {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
 		"task delete":   {"ID"},
-		"task pause":    {"ID"},
+		"task pause":    {"ID", "--note TEXT"},
 		"task resume":   {"ID"},
-		"task trigger":  {"ID"},
+		"task trigger":  {"ID", "--body BODY", "--payload JSON"},
+		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000"},
 		"task history":  {"--limit", "(default 20)"},
 		"import":        {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
 		"nodes":         {"PARTITIONS"},
@@ -327,6 +328,12 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "delete", "--all", "--prefix", "x"}, []string{"--all chooses every task"}},
 		{[]string{"task", "trigger", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"task", "history", "a", "--limit", "0"}, []string{"--limit: 0 is less than 1"}},
+		{[]string{"task", "pause", "--all", "--note", "x"}, []string{"--note applies to one task"}},
+		{[]string{"task", "trigger", "a", "--body", "x", "--payload", "1"}, []string{"--body (http tasks) and --payload (handler tasks) exclude each other"}},
+		{[]string{"task", "trigger", "a", "--payload", "{x"}, []string{`--payload: "{x" is not JSON`}},
+		{[]string{"task", "backfill", "a", "--to", "2026-01-01T00:00:00Z"}, []string{"missing --from"}},
+		{[]string{"task", "backfill", "a", "--from", "yesterday", "--to", "2026-01-01T00:00:00Z"}, []string{`--from: "yesterday" is not an RFC 3339 time`}},
+		{[]string{"task", "backfill", "a", "--from", "2025-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z", "--concurrency", "0"}, []string{"--concurrency: 0 is not within 1-32"}},
 		{[]string{"task", "list", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"import"}, []string{"missing FILE"}},
@@ -949,6 +956,53 @@ func TestCLI_AgainstNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantCLI(t, run("", "task", "put", "-f", file, "--output", "json"), 0, []string{`"id": "from-file"`, `"version": `}, nil)
+	})
+
+	t.Run("chains, pause notes, trigger bodies and backfills", func(t *testing.T) {
+		r := run("", "task", "put", "--id", "chain/a", "--schedule", "@hourly", "--noop", "--on-success", "chain/b")
+		wantCLI(t, r, 1, nil, []string{`on_success[0]: task "chain/b" does not exist`, "--allow-missing"})
+		r = run("", "task", "put", "--id", "chain/a", "--schedule", "@hourly", "--noop", "--on-success", "chain/b", "--allow-missing")
+		wantCLI(t, r, 0, nil, nil)
+		r = run(`{"id":"chain/b","schedule":"@hourly","executor":{"type":"noop"},"on_failure":["chain/a"]}`, "task", "put", "-f", "-")
+		wantCLI(t, r, 1, nil, []string{`the chains would form a cycle: "chain/b" -> "chain/a" -> "chain/b"`})
+		wantCLI(t, run("", "task", "get", "chain/a"), 0, []string{"On success:", "chain/b"}, nil)
+
+		wantCLI(t, run("", "task", "pause", "chain/a", "--note", "waiting for INC-7"), 0, []string{"paused"}, nil)
+		wantCLI(t, run("", "task", "get", "chain/a"), 0, []string{"Paused by:", "anonymous", "Note:", "waiting for INC-7"}, nil)
+
+		bodies := make(chan string, 4)
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			bodies <- string(b)
+		}))
+		t.Cleanup(sink.Close)
+		r = run("", "task", "put", "--id", "trigger/body", "--schedule", "0 0 1 1 *", "--url", sink.URL+"/hook", "--body", "own")
+		wantCLI(t, r, 0, nil, nil)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return getTask(t, "trigger/body").State != nil })
+		wantCLI(t, run("", "task", "trigger", "trigger/body", "--body", "just this once"), 0, []string{"triggered"}, nil)
+		select {
+		case b := <-bodies:
+			if b != "just this once" {
+				t.Errorf("the receiver got body %q, want the override", b)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the triggered task never called its receiver")
+		}
+		wantCLI(t, run("", "task", "trigger", "trigger/body", "--payload", "1"), 1, nil,
+			[]string{"payload: task \"trigger/body\" runs a http executor"})
+
+		now := time.Now().UTC().Truncate(time.Minute)
+		from, to := now.Add(-5*time.Minute).Format(time.RFC3339), now.Add(-time.Minute).Format(time.RFC3339)
+		wantCLI(t, run("", "task", "put", "--id", "backfill/m", "--schedule", "0 * * * * *", "--noop"), 0, nil, nil)
+		r = run("", "task", "backfill", "backfill/m", "--from", from, "--to", to, "--concurrency", "2")
+		wantCLI(t, r, 0, []string{`backfill of task "backfill/m": 5 fires`, "2 at a time"}, nil)
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			s := getTask(t, "backfill/m").State
+			return s != nil && s.Backfill != nil && s.Backfill.State == task.BackfillDone
+		})
+		wantCLI(t, run("", "task", "get", "backfill/m"), 0, []string{"Backfill:", "done: 5 of 5 fires done"}, nil)
+		r = run("", "task", "backfill", "backfill/m", "--from", to, "--to", from)
+		wantCLI(t, r, 1, nil, []string{"is not after from"})
 	})
 
 	t.Run("the server's validation message", func(t *testing.T) {

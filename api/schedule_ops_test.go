@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
+)
+
+// Issue 12's task operations through the HTTP API: chains refused and
+// allowed, pause notes, trigger overrides and backfills, each bad request
+// with a clear error.
+func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	ts := n.ts
+	ctx := context.Background()
+
+	t.Run("Chains", func(t *testing.T) {
+		body := `{"schedule": "@hourly", "executor": {"type": "handler", "name": "h"}, "on_success": ["chain/b"]}`
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/chain%2Fa", body), http.StatusBadRequest,
+			`on_success[0]: task "chain/b" does not exist`, "allow_missing_targets")
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/chain%2Fa?allow_missing_targets=maybe", body), http.StatusBadRequest,
+			"allow_missing_targets")
+		if a := call(t, ts, "PUT", "/v1/tasks/chain%2Fa?allow_missing_targets=1", body); a.status != http.StatusOK {
+			t.Fatalf("put with a missing target allowed: %v", a)
+		}
+		back := `{"schedule": "@hourly", "executor": {"type": "handler", "name": "h"}, "on_failure": ["chain/a"]}`
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/chain%2Fb", back), http.StatusBadRequest,
+			`on_failure: the chains would form a cycle: "chain/b" -> "chain/a" -> "chain/b"`)
+		if _, err := n.c.GetTask(ctx, "chain/b"); err == nil {
+			t.Error("the refused put wrote chain/b")
+		}
+	})
+
+	t.Run("PauseNote", func(t *testing.T) {
+		id := "pause/noted"
+		if _, err := n.c.PutTask(ctx, handlerTask(id, "@hourly"), 0); err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, call(t, ts, "POST", "/v1/tasks/pause%2Fnoted/pause", `{"nope": 1}`), http.StatusBadRequest, "nope")
+		wantError(t, call(t, ts, "POST", "/v1/tasks/pause%2Fnoted/pause", `{"note": "`+strings.Repeat("x", 1025)+`"}`),
+			http.StatusBadRequest, "note: 1025 bytes")
+		before := time.Now().Add(-time.Second)
+		if _, err := n.c.PauseWithNote(ctx, id, "provider outage, INC-123"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := n.c.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := got.State.Pause
+		if !got.Paused || p == nil || p.Note != "provider outage, INC-123" || p.By != "anonymous" || p.At.Before(before) {
+			t.Fatalf("paused %v, state's pause %+v", got.Paused, p)
+		}
+		// A put that keeps the task paused keeps who paused it.
+		got.Labels = map[string]string{"k": "v"}
+		if _, err := n.c.PutTask(ctx, got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := n.c.GetTask(ctx, id); again.Pause == nil || again.Pause.Note != p.Note {
+			t.Errorf("a put of the paused task dropped its pause record: %+v", again.Pause)
+		}
+		if _, err := n.c.Resume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := n.c.GetTask(ctx, id); again.Pause != nil || again.State != nil && again.State.Pause != nil {
+			t.Errorf("a resumed task keeps its pause record: %+v", again.Pause)
+		}
+	})
+
+	t.Run("TriggerOverride", func(t *testing.T) {
+		id := "trigger/override"
+		if _, err := n.c.PutTask(ctx, handlerTask(id, "0 0 1 1 *"), 0); err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			got, err := n.c.GetTask(ctx, id)
+			return err == nil && got.State != nil && got.State.Owner != ""
+		})
+		wantError(t, call(t, ts, "POST", "/v1/tasks/trigger%2Foverride/trigger", `{"body": "x"}`), http.StatusBadRequest,
+			"body: task \"trigger/override\" runs a handler executor: only an http task takes a body")
+		wantError(t, call(t, ts, "POST", "/v1/tasks/trigger%2Foverride/trigger", `{"payload": {"a": }}`), http.StatusBadRequest)
+		at, err := n.c.TriggerWith(ctx, id, &task.Override{Payload: json.RawMessage(`{"once": true}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			return n.fires.any(func(f engine.Fire) bool {
+				return f.TaskID == id && f.ScheduledAt.Equal(at) && string(f.Payload) == `{"once":true}`
+			})
+		})
+	})
+
+	t.Run("Backfill", func(t *testing.T) {
+		id := "backfill/minutely"
+		if _, err := n.c.PutTask(ctx, handlerTask(id, "0 * * * * *"), 0); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC().Truncate(time.Minute)
+		path := "/v1/tasks/backfill%2Fminutely/backfill"
+		for _, bad := range []struct{ body, want string }{
+			{`{}`, "from: required"},
+			{fmt.Sprintf(`{"from": %q, "to": %q}`, now.Format(time.RFC3339), now.Add(-time.Hour).Format(time.RFC3339)), "is not after from"},
+			{fmt.Sprintf(`{"from": %q, "to": %q}`, now.Add(-time.Hour).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339)), "is in the future"},
+			{fmt.Sprintf(`{"from": %q, "to": %q}`, now.AddDate(0, 0, -8).Format(time.RFC3339), now.Format(time.RFC3339)), "more than 10000 scheduled times"},
+			{fmt.Sprintf(`{"from": %q, "to": %q, "concurrency": 33}`, now.Add(-time.Hour).Format(time.RFC3339), now.Format(time.RFC3339)), "concurrency: 33 is not within 1-32"},
+		} {
+			wantError(t, call(t, ts, "POST", path, bad.body), http.StatusBadRequest, bad.want)
+		}
+		wantError(t, call(t, ts, "POST", "/v1/tasks/backfill%2Fnone/backfill",
+			fmt.Sprintf(`{"from": %q, "to": %q}`, now.Add(-time.Hour).Format(time.RFC3339), now.Format(time.RFC3339))), http.StatusNotFound)
+		from, to := now.Add(-10*time.Minute), now.Add(-time.Minute)
+		b, err := n.c.Backfill(ctx, id, from, to, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Fires != 10 || b.State != task.BackfillRunning {
+			t.Fatalf("backfill record %+v, want 10 fires running", b)
+		}
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			got, err := n.c.GetTask(ctx, id)
+			return err == nil && got.State != nil && got.State.Backfill != nil && got.State.Backfill.State == task.BackfillDone
+		})
+		for at := from; !at.After(to); at = at.Add(time.Minute) {
+			if !n.fires.fired(id, at) {
+				t.Errorf("the backfill did not fire %s", at.Format(time.TimeOnly))
+			}
+		}
+		got, _ := n.c.GetTask(ctx, id)
+		if bf := got.State.Backfill; bf.Done != 10 || !bf.Through.Equal(to) {
+			t.Errorf("final record %+v", bf)
+		}
+	})
+}
