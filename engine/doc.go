@@ -20,6 +20,13 @@
 //     the mark (TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce,
 //     TestEngine_JoinsAndLeavesNeitherRepeatNorMiss, and the chaos suite in
 //     internal/clustertest).
+//   - A backfill (backfill.go) continues on the next owner after the
+//     progress etcd last acknowledged: a graceful hand-over repeats none of
+//     its fires, a crash at most 2 × its concurrency, and none is missed
+//     (TestEngine_BackfillSurvivesAHandOver). A chain (chain.go) triggers
+//     each target once per ended fire, with the key "<target>@<the fire's
+//     scheduled ms>", across graceful hand-overs
+//     (TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver).
 //   - Make-before-break (prepare.go): the new owner reads and decodes a
 //     partition while the old owner still fires it, so a hand-over stands
 //     still for a lock hand-off and one request, not for the partition's
@@ -111,6 +118,11 @@
 //     (TestEngine_FailureStreakIsLostInACrash). Alerts are sent at most
 //     once per change of state, with retries, and are lost when the alert
 //     queue is full (counted) or the node stops with some still queued.
+//   - A backfill repeats at most 2 × its concurrency of fires after a
+//     crash (TestEngine_BackfillSurvivesAHandOver/crash). Not yet pinned by
+//     a test: chain triggers wait in memory between the end of the fire and
+//     their etcd write, so a crash in between loses them; a released
+//     checkpoint's pending list does not carry a trigger's override.
 //   - Executors run a fire at least once in failure scenarios: after a
 //     crash, the fires dispatched past the last acknowledged watermark (at
 //     most Config.Lead of them) run again with the same idempotency key and
@@ -152,7 +164,8 @@
 //
 // docs/design.md's layout, with these additions: watermark keys carry the
 // session (above); a checkpoint may name the session ("session") and list
-// unrun fires it hands over ("pending": [{"id", "at", "trigger"}]) and,
+// unrun fires it hands over ("pending": [{"id", "at", "trigger",
+// "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the
