@@ -56,6 +56,9 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 			node := func(id string) func(*Config) {
 				return func(cfg *Config) {
 					cfg.NodeID = id
+					// Fewer workers than the backfill's concurrency: some of
+					// its fires wait in the queue, and a crash drops them.
+					cfg.Workers = 4
 					cfg.DrainTimeout = 5 * time.Second
 					cfg.MisfireThreshold = time.Minute
 				}
@@ -64,7 +67,7 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 			a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, node("node-a"))
 			reg := a.e.Registry()
 			putTask(t, reg, handlerTask("bf", "* * * * * *"))
-			const concurrency = 3
+			const concurrency = 8
 			b, err := reg.Backfill(context.Background(), "bf", from, to, concurrency)
 			if err != nil {
 				t.Fatal(err)
