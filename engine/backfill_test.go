@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,5 +116,39 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 			t.Logf("%s: %d repeats", how, repeats)
 			a.stop(t)
 		})
+	}
+}
+
+// Backfill fires still queued when their partition is released are handed
+// over unrun, flagged as backfill fires, and the next owner runs them
+// whatever their age: a backfill's fires are older than any catch-up
+// window, and its record says they were dispatched.
+func TestLoop_QueuedBackfillFiresAreHandedOverAndRun(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	prof := noopProfile(task.MisfireFireOnce)
+	a := newTestLoop(t, at, nil)
+	a.add(t, 0, at, prof, "0 0 0 1 1 *", "bf")
+	for i := range 3 {
+		c := &backfillCmd{part: 0, id: "bf", at: old.Add(time.Duration(i) * time.Hour).UnixNano(), reply: make(chan backfillAnswer, 1)}
+		a.handle(c)
+		if got := <-c.reply; got != backfillTook {
+			t.Fatalf("backfill fire %d: answer %d", i, got)
+		}
+	}
+	rel := a.releaseParts([]int{0})
+	a.handOverQueued(rel.hand) // the workers took nothing in time
+	pending := rel.hand[0].pending
+	if len(pending) != 3 || !pending[0].Backfill || pending[0].Trigger {
+		t.Fatalf("handed over %+v, want the 3 backfill fires flagged backfill", pending)
+	}
+
+	b := newTestLoop(t, at, nil)
+	b.add(t, 0, at, prof, "0 0 0 1 1 *", "bf")
+	b.handle(&takeOverCmd{part: 0, fires: pending})
+	want := []string{fmt.Sprintf("bf@%d", old.UnixMilli()), fmt.Sprintf("bf@%d", old.Add(time.Hour).UnixMilli()),
+		fmt.Sprintf("bf@%d", old.Add(2*time.Hour).UnixMilli())}
+	if got := b.dispatched(0); !slices.Equal(got, want) {
+		t.Errorf("the next owner dispatched %v, want %v", got, want)
 	}
 }
