@@ -206,7 +206,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.notify.start(func(ctx context.Context, id string) error {
-		_, err := e.reg.SetPaused(ctx, id, true)
+		// A pause record says who paused the task (issue 12).
+		_, err := e.reg.Pause(ctx, id, task.Pause{By: PausedByPolicy,
+			Note: "paused by its owner after failures in a row (pause_on_failure)"})
 		return err
 	})
 	e.loop.alerts = e.notify
@@ -247,6 +249,10 @@ func (e *Engine) fenced() bool {
 
 // Ready reports whether the node owns every partition the ring gives it.
 func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// PausedByPolicy is who a task's pause record names when its owner paused
+// it after failures in a row (pause_on_failure).
+const PausedByPolicy = "pause_on_failure"
 
 // Fenced reports whether the node is fenced: it dispatches nothing until it
 // has rejoined with a new session.

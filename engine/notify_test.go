@@ -127,6 +127,10 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		tk, err := reg.Get(context.Background(), "pause/1")
 		return err == nil && tk.Paused
 	})
+	// Its pause record says who paused it (issue 12).
+	if tk, err := reg.Get(context.Background(), "pause/1"); err != nil || tk.Pause == nil || tk.Pause.By != PausedByPolicy {
+		t.Errorf("pause/1's pause record %+v (err %v), want one by %s", tk.Pause, err, PausedByPolicy)
+	}
 	// Resumed while still failing, it is paused again after 2 more
 	// failures (its streak goes on: 4).
 	if _, err := reg.SetPaused(context.Background(), "pause/1", false); err != nil {
