@@ -458,74 +458,107 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 // about 10 % more tasks/s than 4 through the HTTP batch path (BENCHMARKS.md).
 const batchWorkers = 8
 
-// putChunk writes up to MaxTxnOps tasks: one transaction reads what is
-// stored, then transactions of whole tasks with their index keys (at most
-// MaxTxnOps operations each) write what changed, under compares of the mod
-// revisions read. Tasks of a transaction that finds one of them changed by
+// putChunk writes up to MaxTxnOps tasks, each with its index keys, in
+// transactions of at most MaxTxnOps operations. It first writes them as new
+// tasks: each transaction compares every key's mod revision with 0 (not
+// stored) and, when one is stored, reads all of its keys in its Else branch
+// instead of writing. An import into a fleet that does not hold its tasks
+// yet thus takes one round trip per transaction, not a read and then a
+// write. The tasks of a transaction that found some stored are then written
+// over what it read (identical ones left alone), under compares of the mod
+// revisions read; those of a transaction that finds one of them changed by
 // another writer are written again one at a time.
 func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []task.BatchError, error) {
-	gets := make([]clientv3.Op, len(idx))
-	for i, j := range idx {
-		gets[i] = clientv3.OpGet(r.key(tasks[j].ID))
-	}
-	resp, err := r.cli.Txn(ctx).Then(gets...).Commit()
-	if err != nil {
-		return 0, nil, fmt.Errorf("batch: read tasks: %w", err)
-	}
-	var errs []task.BatchError
-	written := 0
 	var (
-		cmps  []clientv3.Cmp
-		ops   []clientv3.Op
-		size  int
-		group []int // the tasks of the transaction being packed
-		alone []int // tasks to write one at a time
+		written int
+		errs    []task.BatchError
+		g       txnGroup
+		stored  []readTask // tasks the first write found stored
+		alone   []int      // tasks to write one at a time
 	)
-	flush := func() error {
-		if len(group) == 0 {
+	flushNew := func() error {
+		if len(g.tasks) == 0 {
 			return nil
 		}
-		tr, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tr, err := r.cli.Txn(ctx).If(g.cmps...).Then(g.ops...).Else(g.reads...).Commit()
 		if err != nil {
 			return fmt.Errorf("batch: write tasks: %w", err)
 		}
 		if tr.Succeeded {
-			written += len(group)
+			written += len(g.tasks)
 		} else {
-			alone = append(alone, group...)
+			for k, j := range g.tasks {
+				rt := readTask{index: j}
+				if kvs := tr.Responses[k].GetResponseRange().Kvs; len(kvs) > 0 {
+					rt.old = kvs[0]
+				}
+				stored = append(stored, rt)
+			}
 		}
-		cmps, ops, size, group = nil, nil, 0, nil
+		g.reset()
 		return nil
 	}
-	for i, j := range idx {
+	for _, j := range idx {
 		t := tasks[j]
-		var old *mvccpb.KeyValue
-		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
-			old = kvs[0]
-		}
-		val, same, err := r.encode(t, old)
+		val, _, err := r.encode(t, nil)
 		if err != nil {
-			errs = append(errs, task.BatchError{Index: j, Error: err.Error()})
+			// Put reads what is stored and reports the error it finds.
+			alone = append(alone, j)
+			continue
+		}
+		w := r.write(t.ID, nil, val, t.Labels)
+		if len(w.ops) > MaxTxnOps || w.size > MaxTxnBytes {
+			alone = append(alone, j)
+			continue
+		}
+		if !g.fits(w) {
+			if err := flushNew(); err != nil {
+				return written, errs, err
+			}
+		}
+		g.add(j, w, true)
+	}
+	if err := flushNew(); err != nil {
+		return written, errs, err
+	}
+	flush := func() error {
+		if len(g.tasks) == 0 {
+			return nil
+		}
+		tr, err := r.cli.Txn(ctx).If(g.cmps...).Then(g.ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("batch: write tasks: %w", err)
+		}
+		if tr.Succeeded {
+			written += len(g.tasks)
+		} else {
+			alone = append(alone, g.tasks...)
+		}
+		g.reset()
+		return nil
+	}
+	for _, rt := range stored {
+		t := tasks[rt.index]
+		val, same, err := r.encode(t, rt.old)
+		if err != nil {
+			errs = append(errs, task.BatchError{Index: rt.index, Error: err.Error()})
 			continue
 		}
 		if same {
 			written++
 			continue
 		}
-		w := r.write(t.ID, old, val, t.Labels)
+		w := r.write(t.ID, rt.old, val, t.Labels)
 		if len(w.ops) > MaxTxnOps || w.size > MaxTxnBytes {
-			alone = append(alone, j)
+			alone = append(alone, rt.index)
 			continue
 		}
-		if len(ops)+len(w.ops) > MaxTxnOps || size+w.size > MaxTxnBytes {
+		if !g.fits(w) {
 			if err := flush(); err != nil {
 				return written, errs, err
 			}
 		}
-		cmps = append(cmps, w.cmp())
-		ops = append(ops, w.ops...)
-		size += w.size
-		group = append(group, j)
+		g.add(rt.index, w, false)
 	}
 	if err := flush(); err != nil {
 		return written, errs, err
@@ -543,6 +576,42 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 	}
 	return written, errs, nil
 }
+
+// readTask is a task of a batch, by its index, with what etcd holds under
+// its key (nil: nothing).
+type readTask struct {
+	index int
+	old   *mvccpb.KeyValue
+}
+
+// txnGroup packs task writes into one transaction of at most MaxTxnOps
+// operations and MaxTxnBytes.
+type txnGroup struct {
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
+	reads []clientv3.Op // the Else branch: read every task's key
+	size  int
+	tasks []int // the batch indexes of the tasks packed
+}
+
+// fits reports whether w joins the group without breaking its limits.
+func (g *txnGroup) fits(w taskWrite) bool {
+	return len(g.ops)+len(w.ops) <= MaxTxnOps && g.size+w.size <= MaxTxnBytes
+}
+
+// add packs w, the write of the task at batch index j, with a read of its
+// key in the Else branch when read is set.
+func (g *txnGroup) add(j int, w taskWrite, read bool) {
+	g.cmps = append(g.cmps, w.cmp())
+	g.ops = append(g.ops, w.ops...)
+	if read {
+		g.reads = append(g.reads, clientv3.OpGet(w.key))
+	}
+	g.size += w.size
+	g.tasks = append(g.tasks, j)
+}
+
+func (g *txnGroup) reset() { *g = txnGroup{} }
 
 // storedTask is a task as the registry writes it: the input fields and the
 // times; partition and version come from the key and its revision.

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -380,4 +382,79 @@ func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 			t.Errorf("size %d: a stored task's response (%d bytes) cannot be PUT back: %v", size, len(b), err)
 		}
 	}
+}
+
+// A batch of tasks etcd does not hold yet is written without a read first:
+// one transaction per 64 tasks (a task and its id index key are 2 of a
+// transaction's 128 operations). A batch that finds some of its tasks
+// stored reads them in the same transaction, then writes over them: changed
+// tasks keep their creation time, identical ones are left alone, new ones
+// are written.
+func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	var txns atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Txn") {
+			txns.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	reg := openRegistry(t, cli, "/fresh")
+	ctx := context.Background()
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	reg.now = func() time.Time { return created }
+
+	var batch []*task.Task
+	for i := range 100 {
+		batch = append(batch, noopTask(fmt.Sprintf("t/%03d", i), "* * * * *"))
+	}
+	txns.Store(0)
+	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
+		t.Fatalf("new tasks: written %d, errors %v, err %v", w, errs, err)
+	}
+	if n := txns.Load(); n != 2 {
+		t.Errorf("a batch of 100 new tasks took %d transactions, want 2 (64 and 36 tasks, no read)", n)
+	}
+
+	updated := created.Add(time.Hour)
+	reg.now = func() time.Time { return updated }
+	before, err := reg.Get(ctx, "t/010")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := []*task.Task{}
+	for i := range 10 {
+		mixed = append(mixed,
+			noopTask(fmt.Sprintf("t/%03d", i), "0 * * * *"),    // changed
+			noopTask(fmt.Sprintf("t/%03d", 10+i), "* * * * *"), // identical
+			noopTask(fmt.Sprintf("u/%03d", i), "* * * * *"))    // new
+	}
+	if w, errs, err := reg.PutBatch(ctx, mixed); err != nil || len(errs) > 0 || w != len(mixed) {
+		t.Fatalf("mixed batch: written %d, errors %v, err %v", w, errs, err)
+	}
+	for id, want := range map[string][3]any{
+		"t/000": {"0 * * * *", created, updated},
+		"t/010": {"* * * * *", created, created},
+		"u/000": {"* * * * *", updated, updated},
+	} {
+		got, err := reg.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Schedule != want[0] || !got.CreatedAt.Equal(want[1].(time.Time)) || !got.UpdatedAt.Equal(want[2].(time.Time)) {
+			t.Errorf("%s: schedule %q, created %v, updated %v; want %v", id, got.Schedule, got.CreatedAt, got.UpdatedAt, want)
+		}
+	}
+	if after, err := reg.Get(ctx, "t/010"); err != nil || after.Version != before.Version {
+		t.Errorf("an identical task was rewritten: version %d, then %+v, %v", before.Version, after, err)
+	}
+	checkIndex(t, cli, reg)
 }
