@@ -168,6 +168,16 @@ func checkConsistent(t *testing.T, cfg Config, r *Result) {
 	if has("ready_ms") && r.Scenario == Restart && (r.ReadyMs <= 0 || r.FirstFireMs <= 0) {
 		t.Errorf("ready_ms %.1f, first_fire_ms %.1f: want both > 0", r.ReadyMs, r.FirstFireMs)
 	}
+	if has("prefix100_p50_ms") {
+		for _, q := range [][2]float64{{r.PrefixP50Ms, r.PrefixP99Ms}, {r.LabelP50Ms, r.LabelP99Ms}, {r.PageP50Ms, r.PageP99Ms}} {
+			if !(0 < q[0] && q[0] <= q[1]) {
+				t.Errorf("query p50 %.3f, p99 %.3f: want 0 < p50 <= p99", q[0], q[1])
+			}
+		}
+		if got := r.ExportTasksPerSec * r.DurationS; math.Abs(got-float64(r.Tasks)) > 0.05*float64(r.Tasks) {
+			t.Errorf("export_tasks_per_sec × duration_s = %.0f, tasks = %d", got, r.Tasks)
+		}
+	}
 	if has("rss_bytes") && r.RSSBytes == 0 {
 		t.Errorf("rss_bytes 0")
 	}

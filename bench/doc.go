@@ -1,12 +1,13 @@
 // Package bench is shardcron's benchmark harness: it runs scenarios
-// (throughput, burst, memory, import, restart, rebalance, failover, and the
+// (throughput, burst, memory, import, restart, query, rebalance, failover, and the
 // baselines lock-per-fire, robfig and afterfunc) on nodes that share one
 // embedded etcd, and reports what they measured as Results, ratios against
 // the baselines, a JSON line and an HTML report with SVG charts.
 //
-// Nodes run in the bench's process, or (Config.Procs, for throughput,
-// rebalance and failover) as 'shardcron server' processes, so that their
-// heaps and garbage collections are their own as in production. etcd, the
+// Nodes run in the bench's process, or (Config.Procs, for every scenario
+// in ProcScenarios: all but memory and the baselines) as 'shardcron
+// server' processes, so that their heaps and garbage collections are
+// their own as in production. etcd, the
 // receiver of the keyed fires and the recorder stay in the bench's process.
 // A process's counters, CPU time and RSS come from its /metrics, its ring
 // from /v1/partitions, its fires from the receiver (its keyed tasks use the
@@ -39,6 +40,9 @@
 //   - With several runs, each figure is the median of the runs' (the lower
 //     middle one for an even count); the note lists duplicates, misses and
 //     misfires run by run where the runs disagree.
+//   - A query's latency is that of GET /v1/tasks to the first node, the
+//     answer read and decoded, as a client sees it: p50 and p99 over 100
+//     rounds. The export is GET /v1/tasks:export of every task.
 //   - etcd requests are counted on the nodes' clients (engine.RequestCounter)
 //     over the steady window only.
 //

@@ -3,12 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"runtime"
 	"time"
 
-	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
@@ -90,20 +87,12 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Config{Engine: n.eng, Logger: c.log})
+	url, stop, err := c.serveAPI(n)
 	if err != nil {
-		return nil, fmt.Errorf("bench: api: %w", err)
+		return nil, err
 	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("bench: api listener: %w", err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = hs.Serve(ln) }()
-	defer func() { _ = hs.Close(); <-done }()
-	cl := client.NewClient("http://"+ln.Addr().String(), "")
+	defer stop()
+	cl := client.NewClient(url, "")
 
 	a, ca := snapshot(), c.counters()
 	last := time.Now()
@@ -130,6 +119,11 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	r.TasksPerSec = float64(cfg.Tasks) / r.DurationS
 	r.CPUCores = cores(a, b)
 	r.RSSBytes = rss()
+	if cfg.Procs {
+		r.Procs, r.HarnessCores = true, r.CPUCores
+		r.CPUCores = float64(cb.cpu-ca.cpu) / float64(b.at.Sub(a.at))
+		r.RSSBytes = cb.rss
+	}
 	r.EtcdRequests = cb.requests - ca.requests
 	return r, nil
 }
@@ -147,7 +141,17 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 	c.rec = newRecorder(cfg.Tasks, cfg.Partitions, 1, time.Now().Truncate(time.Second),
 		int(readyTimeout(cfg)/time.Second)*3, probeSlots(cfg.Tasks, cfg.Partitions))
 	slot := c.rec.slot
-	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, executorFor(ExecNoop, "", slot)); err != nil {
+	url := ""
+	if cfg.Procs {
+		// A node process posts its probes' fires to the receiver.
+		recv, err := startReceiver(c.rec)
+		if err != nil {
+			return nil, err
+		}
+		defer recv.close()
+		url = recv.url
+	}
+	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, executorFor(ExecNoop, url, slot)); err != nil {
 		return nil, err
 	}
 	n, err := c.addNode(ctx, true)
@@ -169,7 +173,7 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
 		return nil, err
 	}
-	r := &Result{Scenario: Restart, Tasks: cfg.Tasks, Nodes: 1, ReadyMs: ms(int64(time.Since(start)))}
+	r := &Result{Scenario: Restart, Tasks: cfg.Tasks, Nodes: 1, ReadyMs: ms(int64(time.Since(start))), Procs: cfg.Procs}
 	// The first fire after the restart: at most one schedule period after
 	// ready.
 	deadline := time.Now().Add(time.Minute)
@@ -183,5 +187,8 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	r.RSSBytes = rss()
+	if cfg.Procs {
+		r.RSSBytes = c.counters().rss
+	}
 	return r, nil
 }

@@ -142,3 +142,23 @@ func TestRun_ProcsFailover(t *testing.T) {
 		t.Errorf("missed %d keyed fires after the kill, want 0", r.Missed)
 	}
 }
+
+// TestRun_ProcsScenarios runs burst, import, restart and query with a node
+// process at a small size: each must measure through the process (its
+// /metrics, its API, the receiver), with the process's CPU and RSS.
+func TestRun_ProcsScenarios(t *testing.T) {
+	for _, s := range []string{Burst, Import, Restart, Query} {
+		t.Run(s, func(t *testing.T) {
+			cfg := small(s)
+			cfg.Procs, cfg.Binary = true, shardcronBinary(t)
+			r, m := runJSON(t, cfg)
+			checkConsistent(t, cfg, r)
+			if m["procs"] != true {
+				t.Errorf("procs %v: the node ran in-process", m["procs"])
+			}
+			if s == Import && r.CPUCores <= 0 {
+				t.Errorf("cpu_cores %.3f: want the node process's (> 0)", r.CPUCores)
+			}
+		})
+	}
+}

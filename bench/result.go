@@ -43,6 +43,16 @@ type Result struct {
 	FirstFireMs     float64 // restart: from start to the first fire
 	LoadMs          float64 // memory: loading the tasks into the engine
 
+	// Query: latencies of GET /v1/tasks over queryRounds rounds, and the
+	// export of every task.
+	PrefixP50Ms       float64 // the first page of 100 prefix matches
+	PrefixP99Ms       float64
+	LabelP50Ms        float64 // 100 tasks with a label
+	LabelP99Ms        float64
+	PageP50Ms         float64 // a page of 1000 without a filter, from the middle
+	PageP99Ms         float64
+	ExportTasksPerSec float64
+
 	// Rebalance's second event: the node that joined leaves gracefully
 	// (SIGTERM, or Close in-process). The same figures, over the window
 	// from the leave to the end.
@@ -122,6 +132,13 @@ var fields = []field{
 	{"handoff_gap_max_ms", func(r *Result) any { return round(r.HandoffGapMaxMs, 3) }},
 	{"first_fire_ms", func(r *Result) any { return round(r.FirstFireMs, 1) }},
 	{"load_ms", func(r *Result) any { return round(r.LoadMs, 1) }},
+	{"prefix100_p50_ms", func(r *Result) any { return round(r.PrefixP50Ms, 3) }},
+	{"prefix100_p99_ms", func(r *Result) any { return round(r.PrefixP99Ms, 3) }},
+	{"label100_p50_ms", func(r *Result) any { return round(r.LabelP50Ms, 3) }},
+	{"label100_p99_ms", func(r *Result) any { return round(r.LabelP99Ms, 3) }},
+	{"page1000_p50_ms", func(r *Result) any { return round(r.PageP50Ms, 3) }},
+	{"page1000_p99_ms", func(r *Result) any { return round(r.PageP99Ms, 3) }},
+	{"export_tasks_per_sec", func(r *Result) any { return round(r.ExportTasksPerSec, 1) }},
 	{"leave_ready_ms", func(r *Result) any { return round(r.LeaveReadyMs, 1) }},
 	{"leave_misfires", func(r *Result) any { return r.LeaveMisfires }},
 	{"leave_missed", func(r *Result) any { return r.LeaveMissed }},
@@ -143,7 +160,7 @@ var fields = []field{
 var optional = map[string]func(r *Result) bool{
 	"runs":              func(r *Result) bool { return r.Runs > 1 },
 	"procs":             func(r *Result) bool { return r.Procs },
-	"harness_cpu_cores": func(r *Result) bool { return r.Procs },
+	"harness_cpu_cores": func(r *Result) bool { return r.Procs && r.HarnessCores > 0 },
 	"note":              func(r *Result) bool { return r.Note != "" },
 }
 
@@ -166,6 +183,8 @@ var Fields = map[string][]string{
 	Memory:    {"scenario", "tasks", "nodes", "bytes_per_task", "etcd_bytes_per_task", "gc_pause_ms", "rss_bytes", "load_ms"},
 	Import:    {"scenario", "tasks", "duration_s", "tasks_per_sec", "cpu_cores", "rss_bytes", "etcd_requests"},
 	Restart:   {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
+	Query: {"scenario", "tasks", "nodes", "duration_s", "rss_bytes", "prefix100_p50_ms", "prefix100_p99_ms",
+		"label100_p50_ms", "label100_p99_ms", "page1000_p50_ms", "page1000_p99_ms", "export_tasks_per_sec"},
 }
 
 // MarshalJSON writes the fields of Fields[r.Scenario] (every field for an

@@ -100,6 +100,8 @@ func runOne(ctx context.Context, cfg Config) (*Result, error) {
 		return runImport(ctx, cfg)
 	case Restart:
 		return runRestart(ctx, cfg)
+	case Query:
+		return runQuery(ctx, cfg)
 	case LockPerFire:
 		return runLockPerFire(ctx, cfg)
 	case Robfig:

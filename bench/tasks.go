@@ -19,6 +19,14 @@ const putWriters = 4
 // putTasks writes tasks [0, n) to etcd through the registry, exec giving
 // each its executor, and reports progress every few seconds.
 func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i int) task.Executor) error {
+	return c.writeTasks(ctx, n, func(i int) *task.Task {
+		return &task.Task{ID: taskID(i), Schedule: spec, Executor: exec(i)}
+	})
+}
+
+// writeTasks writes tasks [0, n), newTask giving task i, to etcd through the
+// registry, and reports progress every few seconds.
+func (c *cluster) writeTasks(ctx context.Context, n int, newTask func(i int) *task.Task) error {
 	start := time.Now()
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
@@ -51,7 +59,7 @@ func (c *cluster) putTasks(ctx context.Context, n int, spec string, exec func(i 
 				hi := min(lo+putChunk, n)
 				batch = batch[:0]
 				for i := lo; i < hi; i++ {
-					batch = append(batch, &task.Task{ID: taskID(i), Schedule: spec, Executor: exec(i)})
+					batch = append(batch, newTask(i))
 				}
 				_, errs, err := c.reg.PutBatch(ctx, batch)
 				if err == nil && len(errs) > 0 {

@@ -29,6 +29,10 @@ Scenarios:
   import         --tasks tasks through the HTTP batch API: tasks/s
   restart        a warm restart of a node with --tasks tasks from its cache:
                  time to ready and to the first fire
+  query          --tasks tasks with two labels on --nodes nodes: p50 and p99
+                 over 100 rounds of GET /v1/tasks to the first node (the first
+                 page of 100 prefix matches, 100 label matches, a page of
+                 1000 without a filter), then the export of every task
   rebalance      a node joins a cluster of --nodes - 1 under load, then leaves
                  gracefully (SIGTERM): for each event, hand-over lag per moved
                  partition, misfires, duplicates, misses, time to ready
@@ -46,9 +50,11 @@ baseline (lock-per-fire, robfig, afterfunc), a ratio table follows: how many
 times better shardcron does on fires/s, lag p99, CPU per fire, etcd requests
 per fire and bytes per task.
 
---procs runs the nodes of throughput, rebalance and failover as separate
-'shardcron server' processes (this executable, or --bin), so that the nodes'
-heaps and garbage collections share nothing with each other or with etcd;
+--procs runs the nodes of throughput, burst, import, restart, query,
+rebalance and failover as separate 'shardcron server' processes (this
+executable, or --bin), so that the nodes' heaps and garbage collections
+share nothing with each other or with etcd (memory stays in-process: its
+bytes a task are the live heap after a full GC, read inside the process);
 etcd, the HTTP receiver of the keyed fires and the bookkeeping stay in the
 bench's process. Figures then come from the nodes' /metrics and
 /v1/partitions and from the receiver; cpu_cores and rss_bytes are the node
@@ -63,6 +69,7 @@ In-process, CPU and RSS are the whole process's, embedded etcd included.
 Examples:
   shardcron bench throughput --tasks 1000000 --duration 20s
   shardcron bench rebalance --tasks 1000000 --nodes 2 --procs --json
+  shardcron bench query --tasks 1000000 --nodes 3 --procs --json
   shardcron bench throughput,lock-per-fire,robfig,afterfunc --runs 3
   shardcron bench all --tasks 100000 --report ./bench-report
 `
@@ -84,7 +91,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node (default 65536)")
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node: failover takes about this long (default 10s)")
-	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, rebalance and failover as 'shardcron server' processes")
+	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, rebalance and failover as 'shardcron server' processes")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")

@@ -51,7 +51,7 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "rebalance", "--nodes", "1"}, "at least 2 nodes"},
 		{[]string{"bench", "throughput", "--executor", "exec"}, `unknown executor "exec"`},
 		{[]string{"bench", "throughput", "burst"}, "want one SCENARIO"},
-		{[]string{"bench", "memory", "--procs"}, "procs: applies to throughput, rebalance, failover"},
+		{[]string{"bench", "memory", "--procs"}, "procs: applies to throughput, burst, import, restart, query, rebalance, failover"},
 		{[]string{"bench", "rebalance", "--procs", "--bin", "/"}, "is not an executable"},
 		{[]string{"bench", "throughput", "--runs", "-2"}, "runs: must be between"},
 		{[]string{"bench", "throughput,slow"}, `unknown scenario "slow"`},
