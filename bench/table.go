@@ -36,6 +36,10 @@ var columns = []column{
 	{"GC", "gc_pause_ms", func(r *Result) string { return msCell(r.GCPauseMs) }},
 	{"tasks/s", "tasks_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.TasksPerSec) }},
 	{"ready", "ready_ms", func(r *Result) string { return msCell(r.ReadyMs) }},
+	{"prefix100 p99", "prefix100_p99_ms", func(r *Result) string { return msCell(r.PrefixP99Ms) }},
+	{"label100 p99", "label100_p99_ms", func(r *Result) string { return msCell(r.LabelP99Ms) }},
+	{"page1000 p99", "page1000_p99_ms", func(r *Result) string { return msCell(r.PageP99Ms) }},
+	{"export/s", "export_tasks_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExportTasksPerSec) }},
 }
 
 func msCell(v float64) string {
