@@ -12,7 +12,7 @@ import (
 
 // FuzzParseSchedule checks that parsing never panics, and that a schedule
 // that parses has a strictly increasing Next, in UTC on whole seconds, equal
-// to robfig's in UTC.
+// to robfig's in UTC. An @at schedule fires at most once.
 func FuzzParseSchedule(f *testing.F) {
 	for _, s := range []struct {
 		spec, zone, id string
@@ -31,6 +31,10 @@ func FuzzParseSchedule(f *testing.F) {
 		{"*/7 1-5,10 1,15 */2 ?", "Australia/Lord_Howe", "lh", 1_791_000_000},
 		{"H/0 * * * *", "", "", 0},
 		{"59 59 23 31 12 6", "Asia/Kolkata", "end", 253_402_300_000},
+		{"@at 2027-01-01T00:00:00Z", "", "once", 1_798_761_599},
+		{"@at 2026-03-29T02:30:00", "Europe/Berlin", "gap", 1_774_745_000},
+		{"@at 9999-12-31T23:59:59+14:00", "", "far", 253_402_200_000},
+		{"@at 2027-01-01T00:00:00.5Z", "", "frac", 0},
 	} {
 		f.Add(s.spec, s.zone, s.id, s.at)
 	}
@@ -58,6 +62,14 @@ func FuzzParseSchedule(f *testing.F) {
 			}
 		}
 		x := time.Unix(at, int64(uint64(at)%1e9))
+		if once, ok, err := schedule.At(spec, zone); ok {
+			if err != nil {
+				t.Fatalf("Parse accepted %q but At refuses it: %v", spec, err)
+			}
+			if next := s.Next(x); !next.IsZero() && (!next.Equal(once) || !s.Next(next).IsZero()) {
+				t.Fatalf("%q in %q: Next(%v) = %v, then %v; want %v once", spec, zone, x, next, s.Next(next), once)
+			}
+		}
 		for range 10 {
 			next := s.Next(x)
 			if next.IsZero() {

@@ -3,7 +3,7 @@
 // A schedule is a cron expression with 5 fields (minute hour day-of-month
 // month day-of-week, minute resolution) or 6 fields (a leading second), a
 // descriptor (@yearly @annually @monthly @weekly @daily @midnight @hourly),
-// or "@every d". Cron fields are parsed by github.com/robfig/cron/v3 into its
+// "@every d", or "@at t" (one fire, at an RFC 3339 time). Cron fields are parsed by github.com/robfig/cron/v3 into its
 // bit sets, and fire times follow robfig's matching rules exactly, but are
 // found by this package's own allocation-free search over those bit sets
 // (robfig's SpecSchedule.Next steps a second at a time, 2-3 µs per fire, and
@@ -79,6 +79,15 @@
 // time zone: Next(t) = (floor(t/d)+1)*d. So "@every 1h" fires on the hour,
 // "@every 90s" at 00:00:00, 00:01:30, ... UTC, and the phase survives
 // restarts and hand-offs between nodes.
+//
+// # @at
+//
+// "@at t" fires once, at t, an RFC 3339 time of whole seconds
+// ("@at 2027-01-01T00:00:00Z"). A time with an offset is that instant,
+// whatever the time zone; a time without one ("@at 2027-01-01T09:00:00")
+// is a wall-clock time of the time zone, mapped to an instant by the
+// daylight saving time rule below. Next(t) is that instant while t is
+// before it, and the zero time from then on. At returns the instant.
 //
 // # Time zones and daylight saving time
 //

@@ -88,11 +88,20 @@ func Resolve(spec, taskID string) (string, error) {
 type key struct {
 	bits  [6]uint64 // robfig's field bit sets, star bits of the day fields included
 	every int64     // @every interval in seconds, 0 for cron
-	zone  string    // zone name, "" for @every (which ignores the zone)
+	zone  string    // zone name, "" for @every and @at (which the zone no longer affects)
+	once  bool      // an @at schedule, firing once at the instant at
+	at    int64     // @at instant in unix seconds
 }
 
 // parse parses spec and zone into a schedule and its interning key.
 func parse(spec, zone, taskID string) (Schedule, key, error) {
+	if s := strings.TrimSpace(spec); isAt(s) {
+		sec, err := parseAt(spec, s, zone)
+		if err != nil {
+			return nil, key{}, err
+		}
+		return &at{sec: sec}, key{once: true, at: sec}, nil
+	}
 	p, err := parseSpec(spec, taskID)
 	if err != nil {
 		return nil, key{}, err

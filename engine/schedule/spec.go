@@ -51,7 +51,7 @@ var descriptors = map[string]string{
 	"@hourly":   "0 0 * * * *",
 }
 
-const descriptorList = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every <duration>"
+const descriptorList = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, @every <duration> or @at <RFC 3339 time>"
 
 // parseSpec validates spec and resolves its H fields for task id. It checks
 // at least everything robfig's parser checks, so that robfig never sees an
@@ -111,6 +111,14 @@ func parseDescriptor(spec, s string) (parsed, error) {
 			return fail("interval must be whole seconds and at least 1s")
 		}
 		return parsed{resolved: "@every " + d.String(), every: int64(d / time.Second)}, nil
+	}
+	if fs[0] == "@at" {
+		// Checked here for Resolve, which has no zone: the zone only moves
+		// a time without offset, so "UTC" checks the form.
+		if _, err := parseAt(spec, s, ""); err != nil {
+			return parsed{}, err
+		}
+		return parsed{resolved: "@at " + fs[1]}, nil
 	}
 	r, ok := descriptors[fs[0]]
 	if !ok {
