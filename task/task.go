@@ -96,6 +96,22 @@ type Task struct {
 	// asked to allow them.
 	OnSuccess []string `json:"on_success,omitempty"`
 	OnFailure []string `json:"on_failure,omitempty"`
+	// Windows, limits and one-shot tasks (window.go; docs/api.md "Windows,
+	// limits and one-shot tasks"). The owner schedules no fire outside
+	// the task's Window.
+
+	// NotBefore: no fire is scheduled before it. Optional.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// NotAfter: no fire is scheduled after it. Optional; after NotBefore.
+	NotAfter time.Time `json:"not_after,omitzero"`
+	// MaxFires limits the task to the first MaxFires scheduled times of its
+	// schedule at or after NotBefore, or CreatedAt without it: 1 to
+	// MaxFiresLimit, 0 (left out) for no limit.
+	MaxFires int `json:"max_fires,omitempty"`
+	// DeleteAfterFire: once the task's last fire ended, its owner deletes
+	// it (unless it changed since). Only for a task that ends: an @at
+	// schedule, NotAfter or MaxFires.
+	DeleteAfterFire bool `json:"delete_after_fire,omitempty"`
 
 	// Output-only fields, set in API responses. DecodeTask accepts and
 	// ignores them, so that a client can PUT back what it got.
@@ -273,6 +289,10 @@ type State struct {
 	// Backfill is the task's latest backfill and its progress, as etcd
 	// records it.
 	Backfill *Backfill `json:"backfill,omitempty"`
+
+	// Ended says why the task fires no more: EndedNotAfter, EndedMaxFires
+	// or EndedAt (window.go); empty while it has fires to come.
+	Ended string `json:"ended,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -345,7 +365,7 @@ func DecodeTask(data []byte) (*Task, error) {
 		return nil, Invalid("", "task must be a JSON object, got null")
 	}
 	d := &objDecoder{obj: obj}
-	d.known(taskFields, outputOnlyFields)
+	d.known(slices.Concat(taskFields, windowFields), outputOnlyFields)
 	var t Task
 	d.str("id", &t.ID)
 	d.str("schedule", &t.Schedule)
@@ -383,6 +403,10 @@ func DecodeTask(data []byte) (*Task, error) {
 	decodeAlerts(d, &t)
 	d.strSlice("on_success", &t.OnSuccess)
 	d.strSlice("on_failure", &t.OnFailure)
+	d.instant("not_before", &t.NotBefore)
+	d.instant("not_after", &t.NotAfter)
+	d.maxFires("max_fires", &t.MaxFires)
+	d.boolean("delete_after_fire", &t.DeleteAfterFire)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -398,6 +422,7 @@ var (
 		"notify", "pause_on_failure", "capture",
 		"on_success", "on_failure"}
 	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state", "pause"}
+	windowFields       = []string{"not_before", "not_after", "max_fires", "delete_after_fire"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}
 )

@@ -125,6 +125,9 @@ func (t *Task) Validate() error {
 	if err := t.checkChains(); err != nil {
 		return err
 	}
+	if err := t.checkWindow(sched); err != nil {
+		return err
+	}
 	return t.checkAlerts()
 }
 
@@ -232,6 +235,8 @@ func (t *Task) applyDefaults() {
 	if len(t.Labels) == 0 {
 		t.Labels = nil
 	}
+	// One form per instant, so that a task decodes to what it encoded.
+	t.NotBefore, t.NotAfter = utcOrZero(t.NotBefore), utcOrZero(t.NotAfter)
 	e := &t.Executor
 	if len(e.Headers) == 0 {
 		e.Headers = nil
