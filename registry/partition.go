@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -172,6 +173,14 @@ type firing struct {
 	// Chains (issue 12).
 	OnSuccess []string `json:"on_success"`
 	OnFailure []string `json:"on_failure"`
+
+	// The window (task.Window): max_fires counts from created_at without
+	// not_before.
+	NotBefore       time.Time `json:"not_before"`
+	NotAfter        time.Time `json:"not_after"`
+	MaxFires        int       `json:"max_fires"`
+	DeleteAfterFire bool      `json:"delete_after_fire"`
+	CreatedAt       time.Time `json:"created_at"`
 }
 
 // DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
@@ -186,5 +195,6 @@ func DecodeFiring(id string, value []byte) (task.Task, error) {
 		Retry: f.Retry, Misfire: f.Misfire, CatchupWindow: f.CatchupWindow, Concurrency: f.Concurrency,
 		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit,
 		Notify: f.Notify, PauseOnFailure: f.PauseOnFailure, Capture: f.Capture,
-		OnSuccess: f.OnSuccess, OnFailure: f.OnFailure}, nil
+		OnSuccess: f.OnSuccess, OnFailure: f.OnFailure,
+		NotBefore: f.NotBefore, NotAfter: f.NotAfter, MaxFires: f.MaxFires, DeleteAfterFire: f.DeleteAfterFire, CreatedAt: f.CreatedAt}, nil
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // notFired are the Task fields a fire does not use, by JSON name: the id
-// is the key's, the rest are not kept by the engine.
-var notFired = []string{"id", "labels", "partition", "version", "created_at", "updated_at", "state", "pause"}
+// is the key's, the rest are not kept by the engine. (created_at is:
+// max_fires counts from it.)
+var notFired = []string{"id", "labels", "partition", "version", "updated_at", "state", "pause"}
 
 func jsonName(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")

@@ -236,6 +236,34 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	return fmt.Errorf("delete task %q: too much contention, try again", id)
 }
 
+// DeleteIfVersion removes the task only if its version (etcd mod
+// revision) is still version: ErrVersionMismatch when it changed, so that
+// a concurrent edit wins; ErrNotFound when it is gone. The owner deletes a
+// delete_after_fire task so once it ended.
+func (r *Registry) DeleteIfVersion(ctx context.Context, id string, version int64) error {
+	if err := task.CheckID(id); err != nil {
+		return err
+	}
+	resp, err := r.cli.Get(ctx, r.key(id))
+	if err != nil {
+		return fmt.Errorf("delete task %q: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ErrNotFound
+	}
+	if resp.Kvs[0].ModRevision != version {
+		return ErrVersionMismatch
+	}
+	_, ok, err := r.commit(ctx, r.remove(id, resp.Kvs[0]))
+	if err != nil {
+		return fmt.Errorf("delete task %q: %w", id, err)
+	}
+	if !ok {
+		return ErrVersionMismatch
+	}
+	return nil
+}
+
 // SetPaused sets the task's paused flag, and returns the task as stored.
 func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*task.Task, error) {
 	return r.setPaused(ctx, id, paused, nil)

@@ -160,6 +160,28 @@ func TestRegistry(t *testing.T) {
 		}
 	})
 
+	t.Run("delete if version", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/delif")
+		v1 := putTask(t, reg, noopTask("a", "* * * * *")).Version
+		v2 := putTask(t, reg, noopTask("a", "0 * * * *")).Version // a concurrent edit
+		before := revision(t, c.Client)
+		if err := reg.DeleteIfVersion(ctx, "a", v1); !errors.Is(err, ErrVersionMismatch) {
+			t.Errorf("delete of an edited task: %v, want ErrVersionMismatch", err)
+		}
+		if after := revision(t, c.Client); after != before {
+			t.Errorf("a refused delete moved the revision from %d to %d", before, after)
+		}
+		if err := reg.DeleteIfVersion(ctx, "a", v2); err != nil {
+			t.Fatalf("delete at the stored version: %v", err)
+		}
+		if _, err := reg.Get(ctx, "a"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("after the delete: %v, want ErrNotFound", err)
+		}
+		if err := reg.DeleteIfVersion(ctx, "a", v2); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delete of a deleted task: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("idempotent put", func(t *testing.T) {
 		reg := openRegistry(t, c.Client, "/idem")
 		first := putTask(t, reg, noopTask("a", "* * * * *"))
