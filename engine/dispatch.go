@@ -143,7 +143,7 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	r.misfires++
 	l.stats.misfire(prof.misfire)
-	fire, resume := misfireFire(prof.misfire, l.scheds.Get(r.sched), sched, now, prof.catchup)
+	fire, resume := misfireFire(prof.misfire, l.schedOf(r), sched, now, prof.catchup)
 	if fire != sched {
 		// sched stays the first missed time: when fire_all's window begins
 		// later, or fire_once picks a later time, this one is recorded.
@@ -184,6 +184,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	r.running++
 	if kind != kindRetry {
 		r.fires++
+		r.flags &^= flagEdited // this fire runs the definition as it stands
 	}
 	l.jobs = append(l.jobs, job{
 		id: l.tab.id(r), prof: prof, sched: sched, due: due,
@@ -214,8 +215,11 @@ func (l *loop) reschedule(i uint32) {
 	if r.flags&flagLive == 0 || r.flags&flagPaused != 0 || r.next == 0 {
 		return
 	}
-	n := l.nextMemo(r.sched, r.next)
+	n := l.nextOf(r, r.next)
 	l.arm(i, r, n)
+	if n == 0 {
+		l.checkEnded(i, r) // past its window: out of the wheel
+	}
 }
 
 // arm schedules record i's fire at scheduled time n (0: none).
@@ -255,7 +259,7 @@ func (l *loop) nextMemo(h schedule.Handle, from int64) int64 {
 // firstAfter returns the first fire of r whose release (with jitter) is
 // after w: the fire to resume with after the watermark w.
 func (l *loop) firstAfter(r *record, w int64) int64 {
-	h := l.scheds.Get(r.sched)
+	h := l.schedOf(r)
 	n := next(h, w-int64(r.jitter)*int64(time.Millisecond))
 	for n != 0 && n+l.delay(r, n) <= w {
 		n = next(h, n)
@@ -317,6 +321,9 @@ func (l *loop) complete(b *completionBatch) {
 		if at, waiting := l.pending[c.rec]; waiting && r.running == 0 {
 			delete(l.pending, c.rec)
 			l.admit(c.rec, r, prof, at, l.cfg.Clock.Now().UnixNano(), kindSchedule)
+		}
+		if final {
+			l.checkEnded(c.rec, r)
 		}
 	}
 	if len(l.jobs) > 0 {

@@ -225,8 +225,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.runCtx, e.cancel = runCtx, cancel
 	e.chainStop, e.chainDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(e.chainDone); e.writeChains(e.pool.chains, e.chainStop) }()
-	e.wg.Add(4)
+	e.wg.Add(5)
 	go func() { defer e.wg.Done(); e.watchBackfills(runCtx) }()
+	go func() { defer e.wg.Done(); e.deleteEnded(runCtx) }()
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()

@@ -146,7 +146,7 @@ func (l *loop) flush(i uint32, r *record, mark, now int64) {
 			return
 		}
 		l.release(timerwheel.Expired{ID: i, At: due}, now)
-		r.next = l.nextMemo(r.sched, r.next)
+		r.next = l.nextOf(r, r.next)
 	}
 }
 

@@ -120,11 +120,11 @@ func (l *loop) stale(r *record, now int64) bool {
 	if r.lastFire <= ref && r.next > now {
 		return false
 	}
-	f1 := l.nextMemo(r.sched, ref)
+	f1 := l.nextOf(r, ref)
 	if f1 == 0 {
 		return false
 	}
-	f2 := l.nextMemo(r.sched, f1)
+	f2 := l.nextOf(r, f1)
 	return f2 != 0 && f2 < now
 }
 
@@ -140,6 +140,7 @@ func (l *loop) stateOf(i uint32, r *record, now int64) *task.State {
 		Skipped:             uint64(r.skipped),
 		ConsecutiveFailures: uint64(r.failStreak),
 		Stale:               l.stale(r, now),
+		Ended:               l.endedOf(r),
 	}
 	if r.next != 0 && r.flags&flagPaused == 0 {
 		s.NextFireAt = time.Unix(0, r.next).UTC()

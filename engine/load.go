@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 )
@@ -31,16 +32,25 @@ func (d *decoder) def(id string, value []byte) (taskDef, error) {
 	if err != nil {
 		return taskDef{}, err
 	}
-	h, err := d.e.scheds.Intern(t.Schedule, t.Timezone, id)
+	spec := t.Schedule
+	if _, once, _ := schedule.At(spec, t.Timezone); once {
+		spec = atSchedule // bounded to its one second by its window
+	}
+	h, err := d.e.scheds.Intern(spec, t.Timezone, id)
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
 	}
-	key := profileKey(&t)
+	var win *window
+	if t.NotBefore != (time.Time{}) || t.NotAfter != (time.Time{}) || t.MaxFires > 0 || spec != t.Schedule {
+		win = windowOf(&t, d.e.scheds.Get(h), d.e.cfg.Clock.Now())
+	}
+	key := profileKey(&t) + windowKey(h, win, &t)
 	prof := d.profs[key]
 	if prof == nil {
 		if prof, err = d.e.execs.newProfile(key, &t); err != nil {
 			return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
 		}
+		prof.win = win
 		d.profs[key] = prof
 	}
 	hash := xxhash.Sum64String(id)

@@ -134,6 +134,8 @@ type loop struct {
 	unpushed []job // jobs the full queue did not take yet
 	memo     [256]memoEntry
 
+	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
+
 	early     []earlyTrigger       // triggers that came before their task
 	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
 
@@ -154,6 +156,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
+		ended: make(chan endedTask, endedQueue),
 	}, nil
 }
 
@@ -250,13 +253,15 @@ func (l *loop) load(c *loadCmd) {
 		return // released while loading
 	}
 	for i := range c.defs {
-		l.upsert(&c.defs[i], c.resume)
+		l.upsert(&c.defs[i], c.resume, false)
 	}
 }
 
 // upsert adds or updates a task. A new task resumes after resume; a task
-// whose schedule changed resumes after now.
-func (l *loop) upsert(d *taskDef, resume int64) {
+// whose schedule changed resumes after now. put says the task was just
+// written (a watch event): a one-shot whose time is past then fires by its
+// misfire policy (armed in the past, released late) rather than never.
+func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	i, r, ok := l.tab.lookup(d.id)
 	if !ok {
 		var err error
@@ -272,15 +277,21 @@ func (l *loop) upsert(d *taskDef, resume int64) {
 			r.flags |= flagPaused
 			return
 		}
-		l.arm(i, r, l.firstAfter(r, resume))
+		l.arm(i, r, l.startOf(r, resume, put))
 		return
 	}
 	old := r.prof
+	sameWin := l.profs.list[old].win.same(d.prof.win)
 	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
 	l.profs.unref(old)
+	r.flags &^= flagDeleting // a new definition: the deleter looks again once it ends
+	if r.running > 0 && d.prof.deleteAfter {
+		r.flags |= flagEdited // an edit while the fire runs wins: no delete after it
+	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
 	wasPaused := r.flags&flagPaused != 0
-	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused {
+	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused && sameWin {
+		l.checkEnded(i, r)
 		return // the timer stands
 	}
 	if r.sched != d.sched || wasPaused && !d.paused {
@@ -294,7 +305,8 @@ func (l *loop) upsert(d *taskDef, resume int64) {
 		return
 	}
 	r.flags &^= flagPaused
-	l.arm(i, r, l.firstAfter(r, max(l.through, l.cfg.Clock.Now().UnixNano())))
+	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin)))
+	l.checkEnded(i, r)
 }
 
 func (l *loop) events(c *eventsCmd) {
@@ -303,7 +315,7 @@ func (l *loop) events(c *eventsCmd) {
 	}
 	now := l.cfg.Clock.Now().UnixNano()
 	for i := range c.upserts {
-		l.upsert(&c.upserts[i], max(l.through, now))
+		l.upsert(&c.upserts[i], max(l.through, now), true)
 	}
 	gone := map[uint32]uint32{} // record -> generation of the deleted tasks
 	for _, id := range c.deletes {

@@ -436,6 +436,10 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		}
 		e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
 	}
+	// Ended delete_after_fire tasks whose last owner did not delete them.
+	if err := e.call(ctx, &endedCmd{part: p}); err != nil {
+		return undo(fmt.Errorf("look for ended tasks: %w", err))
+	}
 	if health := checkpointHealth(prev); len(health) > 0 {
 		// Best effort: the tasks' health is not worth undoing the acquire.
 		if err := e.call(ctx, &healthCmd{part: p, entries: health}); err != nil {

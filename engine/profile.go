@@ -43,6 +43,11 @@ type profile struct {
 	// Chains (issue 12; chain.go).
 	onSuccess []string // tasks to trigger when a fire succeeds
 	onFailure []string // tasks to trigger when a fire fails after its last attempt
+
+	// The window and deletion (window.go).
+	win         *window   // nil: the task's fires are not bounded
+	deleteAfter bool      // delete_after_fire
+	updatedAt   time.Time // of the definition, with deleteAfter: an edit since keeps the task
 }
 
 // keepFor returns the history limit of a record of status st, for
@@ -125,6 +130,12 @@ func profileKey(t *task.Task) string {
 			str(id)
 		}
 	}
+	// The window as written; def adds what it computes from it (windowKey).
+	for _, at := range []time.Time{t.NotBefore, t.NotAfter} {
+		b = strconv.AppendInt(append(b, ','), at.UnixNano(), 10)
+	}
+	b = strconv.AppendInt(append(b, ','), int64(t.MaxFires), 10)
+	b = strconv.AppendBool(append(b, ','), t.DeleteAfterFire)
 	return string(b)
 }
 
@@ -151,6 +162,10 @@ func (x *executors) newProfile(key string, t *task.Task) (*profile, error) {
 		pauseAfter:  uint32(max(t.PauseOnFailure, 0)),
 		onSuccess:   t.OnSuccess,
 		onFailure:   t.OnFailure,
+		deleteAfter: t.DeleteAfterFire,
+	}
+	if t.DeleteAfterFire {
+		p.updatedAt = t.UpdatedAt
 	}
 	if c := t.Capture; c != nil {
 		p.capture, p.captureAll = c.MaxBytes, c.On == task.CaptureAlways

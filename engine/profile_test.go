@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
@@ -61,12 +62,14 @@ func TestProfileKey_CoversFireFields(t *testing.T) {
 // same place.
 func eachLeaf(t *testing.T, v reflect.Value, path string, fn func(path string, change func(*task.Task))) {
 	at := func(tk *task.Task) reflect.Value { return fieldAt(reflect.ValueOf(tk).Elem(), path) }
-	switch v.Kind() {
-	case reflect.Struct:
+	switch {
+	case v.Type() == reflect.TypeFor[time.Time]():
+		fn(path, func(tk *task.Task) { setOther(at(tk)) })
+	case v.Kind() == reflect.Struct:
 		for f := range v.Type().Fields() {
 			eachLeaf(t, v.FieldByIndex(f.Index), path+"."+jsonName(f), fn)
 		}
-	case reflect.Pointer:
+	case v.Kind() == reflect.Pointer:
 		// A pointer to a struct: change each of its leaves from nil.
 		elem := reflect.New(v.Type().Elem()).Elem()
 		for f := range elem.Type().Fields() {
@@ -104,6 +107,10 @@ func fieldAt(v reflect.Value, path string) reflect.Value {
 
 // setOther sets v to a value other than its current one.
 func setOther(v reflect.Value) {
+	if t, ok := v.Interface().(time.Time); ok {
+		v.Set(reflect.ValueOf(t.Add(time.Second)))
+		return
+	}
 	switch v.Kind() {
 	case reflect.String:
 		v.SetString(v.String() + "x")

@@ -30,10 +30,12 @@ const (
 
 // Record flags.
 const (
-	flagLive   = 1 << iota // the slot holds a task
-	flagPaused             // the task is paused: not in the wheel
-	flagOK                 // okAt is a fire that succeeded, not when the staleness clock started
-	flagLate               // the last fire released was a misfire (health.go, lateness)
+	flagLive     = 1 << iota // the slot holds a task
+	flagPaused               // the task is paused: not in the wheel
+	flagOK                   // okAt is a fire that succeeded, not when the staleness clock started
+	flagLate                 // the last fire released was a misfire (health.go, lateness)
+	flagDeleting             // ended with delete_after_fire: handed to the deleter (window.go)
+	flagEdited               // delete_after_fire: the definition changed while a fire ran, so it was not the one fired
 )
 
 // record is one task on its owner: 80 bytes, no pointers.

@@ -181,11 +181,12 @@ type firing struct {
 	MaxFires        int       `json:"max_fires"`
 	DeleteAfterFire bool      `json:"delete_after_fire"`
 	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"` // delete_after_fire: an edit since keeps the task
 }
 
 // DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
 // WatchPartition) with only the fields a fire needs: the labels and the
-// output-only fields stay zero. The stored task was validated when written.
+// output-only fields but the times stay zero. The stored task was validated when written.
 func DecodeFiring(id string, value []byte) (task.Task, error) {
 	var f firing
 	if err := json.Unmarshal(value, &f); err != nil {
@@ -196,5 +197,6 @@ func DecodeFiring(id string, value []byte) (task.Task, error) {
 		Jitter: f.Jitter, Paused: f.Paused, HistoryLimit: f.HistoryLimit,
 		Notify: f.Notify, PauseOnFailure: f.PauseOnFailure, Capture: f.Capture,
 		OnSuccess: f.OnSuccess, OnFailure: f.OnFailure,
-		NotBefore: f.NotBefore, NotAfter: f.NotAfter, MaxFires: f.MaxFires, DeleteAfterFire: f.DeleteAfterFire, CreatedAt: f.CreatedAt}, nil
+		NotBefore: f.NotBefore, NotAfter: f.NotAfter, MaxFires: f.MaxFires, DeleteAfterFire: f.DeleteAfterFire,
+		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}, nil
 }

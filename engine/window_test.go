@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
+)
+
+func TestWindow_Next(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	ns := func(s string) int64 { return at(s).UnixNano() }
+	every, err := schedule.Parse("@every 10s", "", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		w    window
+		from string
+		want string // "" for none
+	}{
+		{"before the window: its first fire", window{s: every, from: ns("2027-01-01T00:00:00Z")}, "2026-06-01T00:00:00Z", "2027-01-01T00:00:00Z"},
+		{"not_before itself counts", window{s: every, from: ns("2027-01-01T00:00:05Z")}, "2026-06-01T00:00:00Z", "2027-01-01T00:00:10Z"},
+		{"inside", window{s: every, from: ns("2027-01-01T00:00:00Z"), to: ns("2027-01-01T00:01:00Z")}, "2027-01-01T00:00:31Z", "2027-01-01T00:00:40Z"},
+		{"the last fire is the end", window{s: every, to: ns("2027-01-01T00:01:00Z")}, "2027-01-01T00:00:59Z", "2027-01-01T00:01:00Z"},
+		{"past the end", window{s: every, to: ns("2027-01-01T00:01:00Z")}, "2027-01-01T00:01:00Z", ""},
+		{"a one-shot: every second bounded to one", window{s: every, from: ns("2027-01-01T00:00:00Z"), to: ns("2027-01-01T00:00:00Z"), once: true}, "2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"},
+		{"a one-shot fires once", window{s: every, from: ns("2027-01-01T00:00:00Z"), to: ns("2027-01-01T00:00:00Z"), once: true}, "2027-01-01T00:00:00Z", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.w.Next(at(tt.from))
+			if tt.want == "" && !got.IsZero() || tt.want != "" && !got.Equal(at(tt.want)) {
+				t.Errorf("Next(%s) = %v, want %q", tt.from, got, tt.want)
+			}
+		})
+	}
+	a := &window{s: every, from: 1, to: 2}
+	if !a.same(&window{s: every, from: 1, to: 2}) || a.same(&window{s: every, from: 1, to: 3}) || a.same(nil) || !(*window)(nil).same(nil) {
+		t.Error("same compares wrongly")
+	}
+}
+
+// TestMisfireFire_Window: a misfire decision never picks a time outside the
+// task's window, so a one-shot put after its time fires by its policy.
+func TestMisfireFire_Window(t *testing.T) {
+	every, _ := schedule.Parse("@every 1s", "", "x")
+	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	sec := int64(time.Second)
+	once := &window{s: every, from: now - 10*sec, to: now - 10*sec, once: true}
+	ended := &window{s: every, to: now - 5*sec}
+	for _, tt := range []struct {
+		name         string
+		p            task.MisfirePolicy
+		h            schedule.Schedule
+		sched        int64
+		fire, resume int64
+	}{
+		{"one-shot fire_once", task.MisfireFireOnce, once, now - 10*sec, now - 10*sec, now - 10*sec},
+		{"one-shot fire_all", task.MisfireFireAll, once, now - 10*sec, now - 10*sec, now - 10*sec},
+		{"one-shot skip", task.MisfireSkip, once, now - 10*sec, 0, now},
+		{"fire_once stops at not_after", task.MisfireFireOnce, ended, now - 20*sec, now - 5*sec, now - 5*sec},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fire, resume := misfireFire(tt.p, tt.h, tt.sched, now, time.Minute)
+			if fire != tt.fire || resume != tt.resume {
+				t.Errorf("misfireFire = %d, %d; want %d, %d (s from now)", (fire-now)/sec, (resume-now)/sec, (tt.fire-now)/sec, (tt.resume-now)/sec)
+			}
+			if fire != 0 && next(tt.h, resume) != 0 {
+				t.Errorf("after the fire, the window still has %v", time.Unix(0, next(tt.h, resume)).UTC())
+			}
+		})
+	}
+}
+
+// TestEngine_WindowsAndOneShotsAcrossAHandOver: tasks bounded by
+// not_before and not_after, by max_fires, and one-shots (one in the
+// future with delete_after_fire, one edited while it fires, two put after
+// their time) fire exactly their times, once each by idempotency key, while
+// a node joins and the first one leaves in the middle; the owner's state
+// says why each one ended, and the one-shot is deleted from etcd.
+func TestEngine_WindowsAndOneShotsAcrossAHandOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster scenario")
+	}
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg, err := registry.OpenRegistry(ctx, c.Client, "/shardcron", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := newFireLog()
+	edited := make(chan error, 1)
+	handler := func(ctx context.Context, f Fire) error {
+		if f.TaskID == "once-edited" {
+			// An edit while the fire runs: the owner must not delete it.
+			tk, err := reg.Get(ctx, f.TaskID)
+			if err == nil {
+				tk.Labels = map[string]string{"edited": "yes"}
+				_, err = reg.Put(ctx, tk, registry.PutOptions{})
+			}
+			edited <- err
+		}
+		return log.handler(ctx, f)
+	}
+	node := func(id string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.NodeID = id
+			cfg.Partitions = 64
+			cfg.DrainTimeout = time.Second
+			cfg.MisfireThreshold = 5 * time.Second
+		}
+	}
+	a := startNode(t, c, "", handler, node("node-a"))
+	t0 := nextSecond(time.Now().Add(3 * time.Second))
+	past := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	win := handlerTask("win", "* * * * * *")
+	win.NotBefore, win.NotAfter, win.Misfire = t0, t0.Add(6*time.Second), task.MisfireFireAll
+	count := handlerTask("count", "* * * * * *")
+	count.NotBefore, count.MaxFires, count.Misfire = t0, 5, task.MisfireFireAll
+	once := handlerTask("once", "@at "+t0.Add(4*time.Second).Format(time.RFC3339))
+	once.DeleteAfterFire = true
+	onceEdited := handlerTask("once-edited", "@at "+t0.Add(3*time.Second).Format(time.RFC3339))
+	onceEdited.DeleteAfterFire = true
+	late := handlerTask("late", "@at "+past.Format(time.RFC3339))
+	late.DeleteAfterFire = true
+	lateSkip := handlerTask("late-skip", "@at "+past.Format(time.RFC3339))
+	lateSkip.Misfire = task.MisfireSkip
+	for _, tk := range []*task.Task{win, count, once, onceEdited, late, lateSkip} {
+		putTask(t, reg, tk)
+	}
+
+	fired := func(id string) int { return len(log.forTask(id)) }
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return fired("win") >= 2 })
+	b := startNode(t, c, "", handler, node("node-b"))
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return fired("win") >= 4 })
+	a.stop(t) // b owns every task from here on
+	etcdtest.WaitFor(t, 30*time.Second, func() bool {
+		return fired("win") >= 7 && fired("count") >= 5 && fired("once") >= 1 && fired("late") >= 1 && fired("once-edited") >= 1
+	})
+	// Two seconds more, in which nothing may fire any more.
+	end := time.Now().Add(2 * time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(end) })
+
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
+	}
+	secondsFrom := func(from time.Time, n int) []time.Time {
+		var out []time.Time
+		for i := range n {
+			out = append(out, from.Add(time.Duration(i)*time.Second))
+		}
+		return out
+	}
+	for _, w := range []struct {
+		id   string
+		want []time.Time
+	}{
+		{"win", secondsFrom(t0, 7)},
+		{"count", secondsFrom(t0, 5)},
+		{"once", []time.Time{t0.Add(4 * time.Second)}},
+		{"once-edited", []time.Time{t0.Add(3 * time.Second)}},
+		{"late", []time.Time{past}},
+		{"late-skip", nil},
+	} {
+		got := log.forTask(w.id)
+		slices.SortFunc(got, time.Time.Compare)
+		if !slices.EqualFunc(got, w.want, time.Time.Equal) {
+			t.Errorf("%s fired at %v, want %v", w.id, secs(got), secs(w.want))
+		}
+	}
+	if err := <-edited; err != nil {
+		t.Fatalf("editing once-edited while it fired: %v", err)
+	}
+	// The deleted ones are gone from etcd; the edited one stays.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		_, e1 := reg.Get(ctx, "once")
+		_, e2 := reg.Get(ctx, "late")
+		return errors.Is(e1, registry.ErrNotFound) && errors.Is(e2, registry.ErrNotFound)
+	})
+	if _, err := reg.Get(ctx, "once-edited"); err != nil {
+		t.Errorf("once-edited, edited while it fired: %v; want it kept", err)
+	}
+	for id, want := range map[string]string{"win": task.EndedNotAfter, "count": task.EndedMaxFires, "late-skip": task.EndedAt, "once-edited": task.EndedAt} {
+		s := taskState(t, b, id)
+		if s.Ended != want || !s.NextFireAt.IsZero() {
+			t.Errorf("%s: ended %q, next %v; want ended %q and no next fire", id, s.Ended, s.NextFireAt, want)
+		}
+	}
+	if n := len(b.e.loop.ended); n != 0 {
+		t.Errorf("%d deletions still queued", n)
+	}
+	_ = fmt.Sprint()
+}
