@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -203,5 +202,4 @@ func TestEngine_WindowsAndOneShotsAcrossAHandOver(t *testing.T) {
 	if n := len(b.e.loop.ended); n != 0 {
 		t.Errorf("%d deletions still queued", n)
 	}
-	_ = fmt.Sprint()
 }
