@@ -9,7 +9,6 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
-	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/membership"
 )
 
@@ -110,21 +109,12 @@ func (s *Server) seriesHandler(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// maxNextFires bounds GET /v1/tasks/{id}/next?count=.
-const maxNextFires = 100
-
-// nextResponse is the answer of GET /v1/tasks/{id}/next.
-type nextResponse struct {
-	Timezone string   `json:"timezone"`
-	Next     []string `json:"next"` // RFC 3339 in the task's time zone, without jitter
-}
-
 // nextFires: GET /v1/tasks/{id}/next?count=5 (extension), the task's next
-// scheduled times from now, in its time zone. Jitter is not added: it is
-// computed per fire by the owner.
+// scheduled times from now, in its time zone, within its window; with a
+// jitter, when each is released (preview).
 func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
-	n, err := parseLimit(r.URL.Query().Get("count"), 5, maxNextFires)
+	n, err := parseLimit(r.URL.Query().Get("count"), defaultNextFires, maxNextFires)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "count: want a whole number from 1 to %d, got %q", maxNextFires, r.URL.Query().Get("count"))
 		return
@@ -134,29 +124,12 @@ func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, id, err)
 		return
 	}
-	resp := nextResponse{Timezone: t.Timezone, Next: []string{}}
-	if resp.Timezone == "" {
-		resp.Timezone = "UTC"
-	}
-	// Stored tasks were validated: these only fail on a node whose time
+	// Stored tasks were validated: this only fails on a node whose time
 	// zone database lacks the zone.
-	sched, err := schedule.Parse(t.Schedule, t.Timezone, t.ID)
+	p, err := preview(t, time.Now(), n)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "schedule of task %q: %v", id, err)
+		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	loc, err := time.LoadLocation(resp.Timezone)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "time zone of task %q: %v", id, err)
-		return
-	}
-	at := time.Now()
-	for range n {
-		at = sched.Next(at)
-		if at.IsZero() {
-			break
-		}
-		resp.Next = append(resp.Next, at.In(loc).Format(time.RFC3339))
-	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, p)
 }

@@ -274,6 +274,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
 	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
 	m.HandleFunc("GET /v1/tasks/{id}/next", s.nextFires)
+	m.HandleFunc("POST /v1/schedules:preview", s.previewSchedule)
 	m.HandleFunc("GET /v1/series", s.seriesHandler)
 	m.HandleFunc("GET /v1/nodes", s.nodes)
 	m.HandleFunc("GET /v1/nodes/self", s.selfHandler)

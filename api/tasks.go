@@ -29,6 +29,11 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	dry, err := dryRunParam(r.URL.Query().Get("dry_run"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	// One byte more than the limit tells "too big" from "exactly the limit".
 	body, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskSize+1))
 	if err != nil {
@@ -63,13 +68,17 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if warning != "" {
+		w.Header().Set(client.WarningHeader, warning)
+	}
+	if dry {
+		s.dryRun(w, r, t, registry.PutOptions{IfVersion: ifVersion, AllowMissingTargets: allowMissing})
+		return
+	}
 	stored, err := s.reg.Put(r.Context(), t, registry.PutOptions{IfVersion: ifVersion, AllowMissingTargets: allowMissing})
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
-	}
-	if warning != "" {
-		w.Header().Set(client.WarningHeader, warning)
 	}
 	// Only a local state: the owner has likely not seen this write yet,
 	// and asking another node would slow every write down.

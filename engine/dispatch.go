@@ -239,11 +239,19 @@ func (l *loop) arm(i uint32, r *record, n int64) {
 // delay is the task's jitter for the fire at n: deterministic per (id, n),
 // so every node computes the same.
 func (l *loop) delay(r *record, n int64) int64 {
-	if r.jitter == 0 {
+	return int64(Delay(l.tab.id(r), n, r.jitter))
+}
+
+// Delay is the jitter of the fire of task id scheduled at sched (unix ns)
+// for a task whose jitter is jitterMS milliseconds: in [0, jitter), whole
+// milliseconds, and deterministic, so that every node and the schedule
+// preview compute the same.
+func Delay(id string, sched int64, jitterMS uint32) time.Duration {
+	if jitterMS == 0 {
 		return 0
 	}
-	h := xxhash.Sum64String(l.tab.id(r)) ^ uint64(n)*0x9e3779b97f4a7c15
-	return int64(h%uint64(r.jitter)) * int64(time.Millisecond)
+	h := xxhash.Sum64String(id) ^ uint64(sched)*0x9e3779b97f4a7c15
+	return time.Duration(h%uint64(jitterMS)) * time.Millisecond
 }
 
 func (l *loop) nextMemo(h schedule.Handle, from int64) int64 {

@@ -204,6 +204,41 @@ func (r *Registry) Put(ctx context.Context, t *task.Task, opts PutOptions) (*tas
 	return nil, fmt.Errorf("put task %q: too much contention, try again", t.ID)
 }
 
+// Check is Put without the write (a dry run): it validates t, checks its
+// size as stored and opts.IfVersion, and returns the task as Put would
+// store it, with the stored version (0 for a task that does not exist).
+func (r *Registry) Check(ctx context.Context, t *task.Task, opts PutOptions) (*task.Task, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	key := r.key(t.ID)
+	cur, err := r.cli.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("check task %q: %w", t.ID, err)
+	}
+	var old *mvccpb.KeyValue
+	if len(cur.Kvs) > 0 {
+		old = cur.Kvs[0]
+	}
+	val, _, err := r.encode(t, old)
+	if err != nil {
+		return nil, err
+	}
+	if opts.IfVersion != 0 && (old == nil || old.ModRevision != opts.IfVersion) {
+		return nil, ErrVersionMismatch
+	}
+	if old == nil || chainsChanged(t, old.Value) {
+		if _, err := r.checkChains(ctx, t, opts.AllowMissingTargets); err != nil {
+			return nil, err
+		}
+	}
+	kv := &mvccpb.KeyValue{Key: []byte(key), Value: val}
+	if old != nil {
+		kv.ModRevision = old.ModRevision
+	}
+	return r.decode(kv)
+}
+
 func createRev(old *mvccpb.KeyValue, rev int64) int64 {
 	if old != nil {
 		return old.CreateRevision

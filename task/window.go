@@ -65,6 +65,7 @@ func (t *Task) Window(s schedule.Schedule, anchor time.Time) Window {
 		if from.IsZero() {
 			from = anchor
 		}
+		w.From = from // the count's first time opens the window
 		last := nthFire(s, from, t.MaxFires)
 		if !last.IsZero() && (w.To.IsZero() || last.Before(w.To)) {
 			w.To, w.End = last, EndedMaxFires

@@ -78,15 +78,15 @@ func TestTask_Window(t *testing.T) {
 		{"max_fires from not_before, inclusive", Task{Schedule: "@hourly", NotBefore: at("2027-01-01T00:00:00Z"), MaxFires: 3, CreatedAt: created},
 			Window{From: at("2027-01-01T00:00:00Z"), To: at("2027-01-01T02:00:00Z"), End: EndedMaxFires}},
 		{"max_fires from created_at", Task{Schedule: "0 0 * * * *", MaxFires: 2, CreatedAt: created},
-			Window{To: at("2027-02-01T02:00:00Z"), End: EndedMaxFires}},
+			Window{From: created, To: at("2027-02-01T02:00:00Z"), End: EndedMaxFires}},
 		{"max_fires of @every from created_at", Task{Schedule: "@every 10s", MaxFires: 4, CreatedAt: created},
-			Window{To: at("2027-02-01T00:01:00Z"), End: EndedMaxFires}}, // :30 counts: at or after
+			Window{From: created, To: at("2027-02-01T00:01:00Z"), End: EndedMaxFires}}, // :30 counts: at or after
 		{"max_fires of a new task from the anchor", Task{Schedule: "@every 1m", MaxFires: 1},
-			Window{To: at("2027-03-01T10:21:00Z"), End: EndedMaxFires}},
+			Window{From: now, To: at("2027-03-01T10:21:00Z"), End: EndedMaxFires}},
 		{"not_after before the count's end", Task{Schedule: "@hourly", MaxFires: 100, NotAfter: at("2027-02-01T05:00:00Z"), CreatedAt: created},
-			Window{To: at("2027-02-01T05:00:00Z"), End: EndedNotAfter}},
+			Window{From: created, To: at("2027-02-01T05:00:00Z"), End: EndedNotAfter}},
 		{"count before not_after", Task{Schedule: "@hourly", MaxFires: 2, NotAfter: at("2027-02-01T05:00:00Z"), CreatedAt: created},
-			Window{To: at("2027-02-01T02:00:00Z"), End: EndedMaxFires}},
+			Window{From: created, To: at("2027-02-01T02:00:00Z"), End: EndedMaxFires}},
 		{"@at", Task{Schedule: "@at 2027-06-01T12:00:00", Timezone: "Europe/Berlin"},
 			Window{From: at("2027-06-01T10:00:00Z"), To: at("2027-06-01T10:00:00Z"), End: EndedAt}},
 	} {

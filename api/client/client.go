@@ -82,6 +82,16 @@ func (c *Client) PutTask(ctx context.Context, t *task.Task, ifVersion int64) (*t
 
 // PutTaskWith is PutTask with options.
 func (c *Client) PutTaskWith(ctx context.Context, t *task.Task, o PutOptions) (*task.Task, error) {
+	body, err := taskBody(t)
+	if err != nil {
+		return nil, err
+	}
+	return c.PutTaskJSONWith(ctx, t.ID, body, o)
+}
+
+// taskBody is the JSON of t to send: validated, without the output-only
+// fields.
+func taskBody(t *task.Task) ([]byte, error) {
 	cp := *t
 	// Validate fills the defaults: a zero Duration would otherwise be sent
 	// as "0s", which the server refuses for fields where zero means default.
@@ -94,7 +104,62 @@ func (c *Client) PutTaskWith(ctx context.Context, t *task.Task, o PutOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
 	}
-	return c.PutTaskJSONWith(ctx, cp.ID, body, o)
+	return body, nil
+}
+
+// CheckTask is PutTask as a dry run (PUT ?dry_run=1): the server validates
+// t as a put would and answers what it would store with its next fire
+// times, writing nothing.
+func (c *Client) CheckTask(ctx context.Context, t *task.Task, ifVersion int64) (*DryRun, error) {
+	body, err := taskBody(t)
+	if err != nil {
+		return nil, err
+	}
+	return c.CheckTaskJSON(ctx, t.ID, body, ifVersion)
+}
+
+// CheckTaskJSON is PutTaskJSON as a dry run (see CheckTask).
+func (c *Client) CheckTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*DryRun, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if ifVersion != 0 {
+		h.Set("If-Match", strconv.Quote(strconv.FormatInt(ifVersion, 10)))
+	}
+	var d DryRun
+	if err := c.do(ctx, http.MethodPut, taskPath(id), url.Values{"dry_run": {"1"}}, body, h, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// PreviewRequest asks POST /v1/schedules:preview for the next fire times
+// of a schedule; the fields are the task's of the same names.
+type PreviewRequest struct {
+	Schedule  string        `json:"schedule"`
+	Timezone  string        `json:"timezone,omitempty"`
+	ID        string        `json:"id,omitempty"`
+	Jitter    task.Duration `json:"jitter,omitempty"`
+	NotBefore time.Time     `json:"not_before,omitzero"`
+	NotAfter  time.Time     `json:"not_after,omitzero"`
+	MaxFires  int           `json:"max_fires,omitempty"`
+	// Count is how many times (1-100; 0: the server's default 5).
+	Count int `json:"count,omitempty"`
+	// CreatedAt is what max_fires counts from without NotBefore; zero:
+	// now.
+	CreatedAt time.Time `json:"created_at,omitzero"`
+}
+
+// Preview returns the next fire times of a schedule as its owner would
+// compute them.
+func (c *Client) Preview(ctx context.Context, req PreviewRequest) (*Preview, error) {
+	body, err := json.Marshal(&req)
+	if err != nil {
+		return nil, fmt.Errorf("encode preview: %w", err)
+	}
+	var p Preview
+	if err := c.do(ctx, http.MethodPost, "/v1/schedules:preview", nil, body, http.Header{"Content-Type": {"application/json"}}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // PutTaskJSON creates or replaces the task id with the task JSON body

@@ -174,3 +174,27 @@ type SeriesResponse struct {
 	IntervalMS int64        `json:"interval_ms"`
 	Nodes      []NodeSeries `json:"nodes"`
 }
+
+// Preview is the next fire times of a schedule (docs/api.md "Schedule
+// preview").
+type Preview struct {
+	// Timezone is the zone the times are written in: the task's.
+	Timezone string `json:"timezone"`
+	// Next are the scheduled times, RFC 3339 in Timezone; the fires'
+	// idempotency keys are "<id>@<unix ms>" of these.
+	Next []string `json:"next"`
+	// Due are, with a jitter, the times each fire is released (its
+	// scheduled time plus its jitter), RFC 3339 with milliseconds.
+	Due []string `json:"due,omitempty"`
+	// Ended says why there are fewer than asked for: the window's end
+	// (task.EndedNotAfter, EndedMaxFires or EndedAt).
+	Ended string `json:"ended,omitempty"`
+}
+
+// DryRun is the answer of PUT /v1/tasks/{id}?dry_run=1: the task as it
+// would be stored, and its next fire times. Nothing is written.
+type DryRun struct {
+	DryRun  bool       `json:"dry_run"`
+	Task    *task.Task `json:"task"`
+	Preview *Preview   `json:"preview"`
+}
