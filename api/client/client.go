@@ -110,22 +110,26 @@ func taskBody(t *task.Task) ([]byte, error) {
 // CheckTask is PutTask as a dry run (PUT ?dry_run=1): the server validates
 // t as a put would and answers what it would store with its next fire
 // times, writing nothing.
-func (c *Client) CheckTask(ctx context.Context, t *task.Task, ifVersion int64) (*DryRun, error) {
+func (c *Client) CheckTask(ctx context.Context, t *task.Task, o PutOptions) (*DryRun, error) {
 	body, err := taskBody(t)
 	if err != nil {
 		return nil, err
 	}
-	return c.CheckTaskJSON(ctx, t.ID, body, ifVersion)
+	return c.CheckTaskJSON(ctx, t.ID, body, o)
 }
 
 // CheckTaskJSON is PutTaskJSON as a dry run (see CheckTask).
-func (c *Client) CheckTaskJSON(ctx context.Context, id string, body []byte, ifVersion int64) (*DryRun, error) {
+func (c *Client) CheckTaskJSON(ctx context.Context, id string, body []byte, o PutOptions) (*DryRun, error) {
 	h := http.Header{"Content-Type": {"application/json"}}
-	if ifVersion != 0 {
-		h.Set("If-Match", strconv.Quote(strconv.FormatInt(ifVersion, 10)))
+	if o.IfVersion != 0 {
+		h.Set("If-Match", strconv.Quote(strconv.FormatInt(o.IfVersion, 10)))
+	}
+	q := url.Values{"dry_run": {"1"}}
+	if o.AllowMissingTargets {
+		q.Set("allow_missing_targets", "1")
 	}
 	var d DryRun
-	if err := c.do(ctx, http.MethodPut, taskPath(id), url.Values{"dry_run": {"1"}}, body, h, &d); err != nil {
+	if err := c.do(ctx, http.MethodPut, taskPath(id), q, body, h, &d); err != nil {
 		return nil, err
 	}
 	return &d, nil

@@ -223,6 +223,16 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 	if len(t.OnFailure) > 0 {
 		kv("On failure", strings.Join(t.OnFailure, ", "))
 	}
+	if !t.NotBefore.IsZero() || !t.NotAfter.IsZero() || t.MaxFires > 0 || t.DeleteAfterFire {
+		kv("Not before", formatTime(t.NotBefore))
+		kv("Not after", formatTime(t.NotAfter))
+		maxFires := "-"
+		if t.MaxFires > 0 {
+			maxFires = strconv.Itoa(t.MaxFires)
+		}
+		kv("Max fires", maxFires)
+		kv("Delete after fire", strconv.FormatBool(t.DeleteAfterFire))
+	}
 	if t.Partition != nil {
 		kv("Partition", strconv.Itoa(*t.Partition))
 	}
@@ -247,10 +257,20 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 				b.State, b.Done, b.Fires, formatTime(b.Through), formatTime(b.From), formatTime(b.To), b.Concurrency, dash(b.Node)))
 		}
 		kv("Stale", strconv.FormatBool(s.Stale))
+		if s.Ended != "" {
+			kv("Ended", endedText[s.Ended])
+		}
 	} else {
 		kv("Owner", "- (no node owns its partition right now)")
 	}
 	return tw.Flush()
+}
+
+// endedText explains task.State.Ended.
+var endedText = map[string]string{
+	task.EndedNotAfter: "not_after (past its window: fires no more)",
+	task.EndedMaxFires: "max_fires (its max_fires scheduled times are past: fires no more)",
+	task.EndedAt:       "at (its one @at time is past: fires no more)",
 }
 
 // durationOrDefault shows a duration, "-" when left to the default.

@@ -147,8 +147,8 @@ func printResult(c *command, cf *clientFlags, v any, table func(io.Writer) error
 
 // --- task put ---------------------------------------------------------------
 
-const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION | --force] [flags]
-       shardcron task put --id ID --schedule SPEC EXECUTOR [flags]
+const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION | --force] [--dry-run] [flags]
+       shardcron task put --id ID --schedule SPEC EXECUTOR [--dry-run] [flags]
 
 Creates a task, or replaces the task with the same id, and prints its new
 version. The task comes either from a JSON file (docs/api.md "Task JSON"; '-'
@@ -177,6 +177,15 @@ ends after its last attempt, the target is triggered with the idempotency
 key "<target>@<this fire's scheduled ms>". A chain that would form a cycle
 is refused, and so is a target that does not exist unless --allow-missing.
 
+--dry-run has the server check the task as a put would (If-Match
+included) and prints its next 5 fire times; nothing is written.
+
+A task may fire within a window (--not-before, --not-after: RFC 3339
+times), at most --max-fires times (its first N scheduled times from
+--not-before, or from its creation), or once ("--schedule '@at
+2027-01-01T00:00:00Z'"); --delete-after-fire deletes such a task once its
+last fire ended.
+
 Examples:
   shardcron task put -f invoice.json
   shardcron task put --id billing/invoice-42 --schedule '0 */5 * * * *' \
@@ -184,6 +193,9 @@ Examples:
       --max-attempts 3 --backoff 1s --label team=billing
   shardcron task put --id backup/db --schedule '@daily' --command /usr/bin/backup --command --full
   shardcron task get billing/invoice-42 --output json | jq '.paused=true' | shardcron task put -f -
+  shardcron task put --id report/q4 --schedule '@at 2027-01-01T09:00:00' --timezone Europe/Berlin \
+      --url https://hooks.example.com/report --delete-after-fire
+  shardcron task put -f invoice.json --dry-run
 `
 
 // putFlags are the flags of 'task put'.
@@ -209,6 +221,12 @@ type putFlags struct {
 	labels                 kvFlag
 	onSuccess, onFailure   listFlag
 	allowMissing           bool
+
+	// Windows and one-shot tasks, and the dry run.
+	notBefore, notAfter string
+	maxFires            int
+	deleteAfterFire     bool
+	dryRun              bool
 }
 
 // fieldFlags maps a task JSON field to the flag that sets it, so that a
@@ -222,6 +240,8 @@ var fieldFlags = map[string]string{
 	"retry.max_backoff": "--max-backoff", "misfire": "--misfire", "catchup_window": "--catchup-window",
 	"concurrency": "--concurrency", "jitter": "--jitter", "labels": "--label",
 	"on_success": "--on-success", "on_failure": "--on-failure",
+	"not_before": "--not-before", "not_after": "--not-after", "max_fires": "--max-fires",
+	"delete_after_fire": "--delete-after-fire",
 }
 
 func (p *putFlags) register(c *command) {
@@ -255,13 +275,19 @@ func (p *putFlags) register(c *command) {
 	fs.Var(&p.onSuccess, "on-success", "trigger the task `ID` when a fire succeeds (repeatable, at most 16)")
 	fs.Var(&p.onFailure, "on-failure", "trigger the task `ID` when a fire fails after its last attempt (repeatable, at most 16)")
 	fs.BoolVar(&p.allowMissing, "allow-missing", false, "let --on-success/--on-failure (or on_success/on_failure in -f) name tasks that do not exist yet")
+	fs.StringVar(&p.notBefore, "not-before", "", "no fire before this RFC 3339 `TIME`")
+	fs.StringVar(&p.notAfter, "not-after", "", "no fire after this RFC 3339 `TIME`")
+	fs.IntVar(&p.maxFires, "max-fires", 0, "fire at most the first `N` scheduled times, from --not-before or the task's creation (1-100000)")
+	fs.BoolVar(&p.deleteAfterFire, "delete-after-fire", false, "delete the task once its last fire ended (@at, --not-after or --max-fires)")
+	fs.BoolVar(&p.dryRun, "dry-run", false, "have the server check the task and print its next 5 fire times; write nothing")
 }
 
 // taskFlagNames are the flags that set task fields (all but -f and
 // --if-match).
 var taskFlagNames = []string{"id", "schedule", "timezone", "url", "method", "header", "body", "command", "env",
 	"handler", "payload", "noop", "task-timeout", "max-attempts", "backoff", "max-backoff", "misfire",
-	"catchup-window", "concurrency", "jitter", "paused", "label", "on-success", "on-failure"}
+	"catchup-window", "concurrency", "jitter", "paused", "label", "on-success", "on-failure",
+	"not-before", "not-after", "max-fires", "delete-after-fire"}
 
 // build makes a Task from the flags. set holds the flags given on the
 // command line. Zero-valued flags are left out of the task so that the
@@ -347,6 +373,23 @@ func (p *putFlags) build(set map[string]bool) (*task.Task, string) {
 		t.Labels = p.labels
 	}
 	t.OnSuccess, t.OnFailure = p.onSuccess, p.onFailure
+	for _, w := range []struct {
+		name, v string
+		dst     *time.Time
+	}{{"not-before", p.notBefore, &t.NotBefore}, {"not-after", p.notAfter, &t.NotAfter}} {
+		if !set[w.name] {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, w.v)
+		if err != nil {
+			return nil, fmt.Sprintf("--%s: %q is not an RFC 3339 time such as 2027-01-01T00:00:00Z", w.name, w.v)
+		}
+		*w.dst = at
+	}
+	if set["max-fires"] && p.maxFires < 1 {
+		return nil, fmt.Sprintf("--max-fires: %d is less than 1 (leave the flag out for no limit)", p.maxFires)
+	}
+	t.MaxFires, t.DeleteAfterFire = p.maxFires, p.deleteAfterFire
 	return t, ""
 }
 
@@ -399,7 +442,7 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return c.usageError("--%s cannot be combined with -f: the task comes from the file or from flags", n)
 			}
 		}
-		return putFromFile(c, &cf, p.file, client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing}, p.force, stdin)
+		return putFromFile(c, &cf, p.file, client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing}, p.force, p.dryRun, stdin)
 	}
 	if p.force {
 		return c.usageError("--force applies to -f only: a task from flags has no version")
@@ -417,11 +460,57 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
-	got, err := cf.client().PutTaskWith(ctx, t, client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing})
+	o := client.PutOptions{IfVersion: p.ifMatch, AllowMissingTargets: p.allowMissing}
+	if p.dryRun {
+		d, err := cf.client().CheckTask(ctx, t, o)
+		if err != nil {
+			return cf.fail(c, subject(t.ID), err)
+		}
+		return printDryRun(c, &cf, d)
+	}
+	got, err := cf.client().PutTaskWith(ctx, t, o)
 	if err != nil {
 		return cf.fail(c, subject(t.ID), err)
 	}
 	return printPut(c, &cf, got)
+}
+
+// printDryRun prints what a dry run answered: the task would be written,
+// and its next fire times.
+func printDryRun(c *command, cf *clientFlags, d *client.DryRun) int {
+	return printResult(c, cf, d, func(w io.Writer) error {
+		if _, err := fmt.Fprintf(w, "dry run: %s is valid; nothing was written\n", subject(d.Task.ID)); err != nil {
+			return err
+		}
+		return writePreview(w, d.Preview)
+	})
+}
+
+// writePreview prints a preview's times, one a line.
+func writePreview(w io.Writer, p *client.Preview) error {
+	if p == nil {
+		return nil
+	}
+	head := fmt.Sprintf("next %d fire times (%s):", len(p.Next), p.Timezone)
+	if len(p.Next) == 0 {
+		head = "no fire to come"
+	}
+	if p.Ended != "" {
+		head += " then it ends: " + endedText[p.Ended]
+	}
+	if _, err := fmt.Fprintln(w, head); err != nil {
+		return err
+	}
+	for i, at := range p.Next {
+		line := "  " + at
+		if i < len(p.Due) {
+			line += "  (with jitter: " + p.Due[i] + ")"
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // putFromFile sends the file's JSON as it is, so that the server decodes
@@ -431,7 +520,7 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // The file's "version", unless force or an explicit ifMatch, is sent as
 // If-Match: a task read, edited and put back is not written over a change
 // made in between.
-func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, force bool, stdin io.Reader) int {
+func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, force, dryRun bool, stdin io.Reader) int {
 	ifMatch := o.IfVersion
 	var data []byte
 	var err error
@@ -472,6 +561,13 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 	ctx, cancel := cf.ctx()
 	defer cancel()
 	o.IfVersion = ifMatch
+	if dryRun {
+		d, err := cf.client().CheckTaskJSON(ctx, id, data, o)
+		if err != nil {
+			return cf.fail(c, subject(id), err)
+		}
+		return printDryRun(c, cf, d)
+	}
 	got, err := cf.client().PutTaskJSONWith(ctx, id, data, o)
 	if err != nil {
 		var ae *client.Error
