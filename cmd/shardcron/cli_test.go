@@ -152,6 +152,13 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 		args: []string{"--id", "n", "--schedule", "* * * * *", "--noop"},
 		want: &task.Task{ID: "n", Schedule: "* * * * *", Executor: task.Executor{Type: task.ExecutorNoop}},
 	}, {
+		name: "a window, a count and deletion",
+		args: []string{"--id", "w", "--schedule", "@hourly", "--noop", "--not-before", "2027-01-01T00:00:00Z",
+			"--not-after", "2027-02-01T00:00:00+01:00", "--max-fires", "3", "--delete-after-fire", "--dry-run"},
+		want: &task.Task{ID: "w", Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop},
+			NotBefore: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 2, 1, 0, 0, 0, 0, time.FixedZone("", 3600)),
+			MaxFires: 3, DeleteAfterFire: true},
+	}, {
 		name: "flags after --if-match and zero jitter allowed",
 		args: []string{"--noop", "--jitter", "0s", "--if-match", "7", "--schedule", "@hourly", "--id", "j"},
 		want: &task.Task{ID: "j", Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}},
@@ -189,6 +196,8 @@ func TestTaskPut_FlagErrors(t *testing.T) {
 		{"negative jitter", append(base, "--noop", "--jitter", "-1s"), "--jitter: -1s is negative"},
 		{"header without =", append(base, "--url", "http://x/", "--header", "X"), "parse: exit 2"},
 		{"bad duration", append(base, "--noop", "--backoff", "soon"), "parse: exit 2"},
+		{"not a time", append(base, "--noop", "--not-before", "tomorrow"), `--not-before: "tomorrow" is not an RFC 3339 time`},
+		{"zero fires", append(base, "--noop", "--max-fires", "0"), "--max-fires: 0 is less than 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1003,6 +1012,30 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, run("", "task", "get", "backfill/m"), 0, []string{"Backfill:", "done: 5 of 5 fires done"}, nil)
 		r = run("", "task", "backfill", "backfill/m", "--from", to, "--to", from)
 		wantCLI(t, r, 1, nil, []string{"is not after from"})
+	})
+
+	t.Run("put --dry-run, one-shots and windows", func(t *testing.T) {
+		r := run("", "task", "put", "--id", "dry/once", "--schedule", "@at 2030-01-01T09:00:00", "--timezone", "Europe/Berlin",
+			"--noop", "--delete-after-fire", "--dry-run")
+		wantCLI(t, r, 0, []string{`dry run: task "dry/once" is valid; nothing was written`,
+			"next 1 fire times (Europe/Berlin): then it ends: at", "  2030-01-01T09:00:00+01:00"}, nil)
+		r = run(`{"id":"dry/window","schedule":"@every 1h","not_before":"2030-01-01T00:00:00Z","executor":{"type":"noop"}}`,
+			"task", "put", "-f", "-", "--dry-run", "--output", "json")
+		wantCLI(t, r, 0, []string{`"dry_run": true`, `"2030-01-01T00:00:00Z"`, `"2030-01-01T04:00:00Z"`}, nil)
+		// Refused as a put would be, and nothing written either way.
+		r = run("", "task", "put", "--id", "dry/bad", "--schedule", "@hourly", "--noop", "--delete-after-fire", "--dry-run")
+		wantCLI(t, r, 1, nil, []string{"--delete-after-fire (delete_after_fire): the task never ends"})
+		for _, id := range []string{"dry/once", "dry/window", "dry/bad"} {
+			wantCLI(t, run("", "task", "get", id), 1, nil, []string{"not found"})
+		}
+		// A task past its window: get says why it fires no more.
+		r = run("", "task", "put", "--id", "ended/window", "--schedule", "* * * * * *", "--noop",
+			"--not-before", "2020-01-01T00:00:00Z", "--not-after", "2020-01-02T00:00:00Z")
+		wantCLI(t, r, 0, nil, nil)
+		etcdtest.WaitFor(t, 20*time.Second, func() bool {
+			return strings.Contains(run("", "task", "get", "ended/window").stdout, "Ended:")
+		})
+		wantCLI(t, run("", "task", "get", "ended/window"), 0, []string{"Not after:", "2020-01-02", "Ended:", "not_after (past its window"}, nil)
 	})
 
 	t.Run("the server's validation message", func(t *testing.T) {
