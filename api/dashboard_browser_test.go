@@ -105,6 +105,11 @@ func TestDashboard_Browser(t *testing.T) {
 	if _, err := n.c.PutTask(ctx, handlerTask("reports/daily", "@daily"), 0); err != nil {
 		t.Fatal(err)
 	}
+	limited := handlerTask("limited/hourly", "@every 1h")
+	limited.MaxFires, limited.Jitter = 2, task.Duration(time.Second)
+	if _, err := n.c.PutTask(ctx, limited, 0); err != nil {
+		t.Fatal(err)
+	}
 	// The owner has loaded them: a task page shows its state.
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		task, err := n.c.GetTask(ctx, "billing/invoice-1")
@@ -161,6 +166,32 @@ func TestDashboard_Browser(t *testing.T) {
 			t.Fatalf("the API says paused=%v (err %v) after the dashboard paused it", task.Paused, err)
 		}
 		shot(t, b, "desktop-task")
+
+		// A task with a count and a jitter: its page shows the times the
+		// preview computes, when each is released, and that it then ends.
+		var limitedNext string
+		run(t, b, "a limited task's next fires",
+			chromedp.Navigate(n.ts.URL+"/#/task/limited%2Fhourly"),
+			// The next fires of the task before stay until this one's came.
+			chromedp.Poll(`document.querySelector("#task-next").textContent.includes("it ends")`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+			chromedp.Text(`#task-next`, &limitedNext, chromedp.ByQuery),
+		)
+		p, err := n.c.Preview(ctx, PreviewRequest{Schedule: "@every 1h", ID: "limited/hourly", Jitter: limited.Jitter, MaxFires: 2,
+			CreatedAt: mustGet(t, n, "limited/hourly").CreatedAt})
+		if err != nil || len(p.Next) != 2 {
+			t.Fatalf("preview: %+v, %v", p, err)
+		}
+		for i := range p.Next {
+			if !strings.Contains(limitedNext, strings.Replace(p.Next[i], "T", " ", 1)) || !strings.Contains(limitedNext, strings.Replace(p.Due[i], "T", " ", 1)) {
+				t.Errorf("task page next fires %q lack %s released %s", limitedNext, p.Next[i], p.Due[i])
+			}
+		}
+		if !strings.Contains(limitedNext, "it ends: max_fires") {
+			t.Errorf("task page next fires %q do not say the task then ends", limitedNext)
+		}
+		if m := call(t, n.ts, "GET", "/metrics", ""); !strings.Contains(string(m.body), `route="/v1/schedules:preview"`) {
+			t.Errorf("the task page did not ask POST /v1/schedules:preview")
+		}
 
 		// The owner has seen the pause: the status search finds it.
 		etcdtest.WaitFor(t, 10*time.Second, func() bool {
@@ -319,4 +350,13 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
 		t.Logf("screenshot: %v", err)
 	}
+}
+
+func mustGet(t *testing.T, n *testNode, id string) *task.Task {
+	t.Helper()
+	got, err := n.c.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
