@@ -32,6 +32,7 @@ type window struct {
 	from, to int64  // unix ns; 0: open
 	end      string // task.Ended*: what sets to
 	once     bool   // an @at task: a put with its time past fires by the misfire policy
+	written  int64  // an @at task: when its definition was last written (updated_at, unix ns)
 }
 
 // Next is the first fire of the schedule after t inside the window.
@@ -73,6 +74,9 @@ func windowOf(t *task.Task, s schedule.Schedule, anchor time.Time) *window {
 		w.to = tw.To.UnixNano()
 	}
 	w.once = tw.End == task.EndedAt
+	if w.once && !t.UpdatedAt.IsZero() {
+		w.written = t.UpdatedAt.UnixNano()
+	}
 	return w
 }
 
@@ -88,6 +92,7 @@ func windowKey(h schedule.Handle, w *window, t *task.Task) string {
 		b = strconv.AppendInt(append(b, ','), w.from, 10)
 		b = strconv.AppendInt(append(b, ','), w.to, 10)
 		b = append(append(b, ','), w.end...)
+		b = strconv.AppendInt(append(b, ','), w.written, 10)
 	}
 	if t.DeleteAfterFire {
 		b = strconv.AppendInt(append(b, ",d"...), t.UpdatedAt.UnixNano(), 10)
@@ -112,13 +117,15 @@ func (l *loop) nextOf(r *record, from int64) int64 {
 	return l.nextMemo(r.sched, from)
 }
 
-// startOf returns the fire record r resumes with after resume. With put,
-// a one-shot whose time is not after resume is armed at its time all the
-// same: released late, its misfire policy decides (fire it, or record it
-// missed), as for any fire its owner could not run in time.
+// startOf returns the fire record r resumes with after resume. A one-shot
+// whose time is not after resume is armed at its time all the same when
+// nobody can have decided it yet: it was just put (a watch event), or
+// written after resume (a put while its partition changed hands, which the
+// new owner loads). Released late, its misfire policy decides (fire it, or
+// record it missed), as for any fire its owner could not run in time.
 func (l *loop) startOf(r *record, resume int64, put bool) int64 {
 	n := l.firstAfter(r, resume)
-	if w := l.profs.list[r.prof].win; n == 0 && put && w != nil && w.once {
+	if w := l.profs.list[r.prof].win; n == 0 && w != nil && w.once && (put || w.written > resume) {
 		n = w.from
 	}
 	return n

@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -203,3 +206,42 @@ func TestEngine_WindowsAndOneShotsAcrossAHandOver(t *testing.T) {
 		t.Errorf("%d deletions still queued", n)
 	}
 }
+
+// TestLoop_PastOneShotFiresOnceByItsMisfirePolicy: a one-shot whose time is
+// past fires (by its misfire policy) when it was just put, or written after
+// the point its partition resumes from; a load of one written before that
+// point leaves it ended, as a previous owner decided it.
+func TestLoop_PastOneShotFiresOnceByItsMisfirePolicy(t *testing.T) {
+	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, now, nil)
+	at := now.Add(-10 * time.Second)
+	h, err := tl.scheds.Intern(atSchedule, "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneShot := func(id string, written time.Time) taskDef {
+		prof := noopProfile(task.MisfireFireOnce)
+		prof.key += "/" + id
+		prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedAt, once: true, written: written.UnixNano()}
+		return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}
+	}
+	resume := now.Add(-2 * time.Second)
+	tl.handle(&loadCmd{part: 0, resume: resume.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{
+		oneShot("decided", now.Add(-time.Minute)), // written before the resume point: decided before
+		oneShot("moved", now.Add(-time.Second)),   // written while the partition moved
+	}})
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{oneShot("put", now.Add(-time.Minute))}})
+	tl.clock.Advance(time.Second)
+	tl.dispatch()
+	key := func(id string) string { return fmt.Sprintf("%s@%d", id, at.UnixMilli()) }
+	if got, want := tl.dispatched(0), []string{key("moved"), key("put")}; !slices.Equal(sorted(got), want) {
+		t.Errorf("dispatched %v, want %v", got, want)
+	}
+	for _, id := range []string{"decided", "moved", "put"} {
+		if s := tl.state(id); s == nil || s.Ended != task.EndedAt || !s.NextFireAt.IsZero() {
+			t.Errorf("%s: state %+v, want ended at", id, s)
+		}
+	}
+}
+
+func sorted(s []string) []string { slices.Sort(s); return s }
