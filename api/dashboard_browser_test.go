@@ -176,7 +176,7 @@ func TestDashboard_Browser(t *testing.T) {
 			chromedp.Poll(`document.querySelector("#task-next").textContent.includes("it ends")`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 			chromedp.Text(`#task-next`, &limitedNext, chromedp.ByQuery),
 		)
-		p, err := n.c.Preview(ctx, PreviewRequest{Schedule: "@every 1h", ID: "limited/hourly", Jitter: limited.Jitter, MaxFires: 2,
+		p, err := n.c.Preview(ctx, client.PreviewRequest{Schedule: "@every 1h", ID: "limited/hourly", Jitter: limited.Jitter, MaxFires: 2,
 			CreatedAt: mustGet(t, n, "limited/hourly").CreatedAt})
 		if err != nil || len(p.Next) != 2 {
 			t.Fatalf("preview: %+v, %v", p, err)
