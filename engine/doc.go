@@ -146,6 +146,11 @@
 //     its fields on task.Executor and one entry in task/kind.go's kinds
 //     (fields, check, build), then the fields in profileKey (profile.go):
 //     TestProfileKey_CoversFireFields fails until they are there.
+//   - Windows, limits and one-shot tasks (not_before, not_after,
+//     max_fires, @at, delete_after_fire): window.go wraps a task's
+//     schedule in its window (task.Window), which every node derives from
+//     the definition alone, so a hand-over needs nothing more
+//     (TestEngine_WindowsAndOneShotsAcrossAHandOver).
 //   - The task model, its defaults and validation: package task. How tasks
 //     are stored, listed and read by partition: package registry. Talking
 //     to a node from Go without linking the runtime: package api/client.

@@ -19,6 +19,8 @@ func FuzzDecodeTask(f *testing.F) {
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, "timeout": "0s"}`,
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}} trailing`,
 		`{"id": "\ud800", "schedule": "* * * * *", "executor": {"type": "noop"}}`,
+		`{"id": "w", "schedule": "@hourly", "executor": {"type": "noop"}, "not_before": "2027-01-01T09:00:00+09:00", "not_after": "2027-01-02T00:00:00.5Z", "max_fires": 3, "delete_after_fire": true}`,
+		`{"id": "o", "schedule": "@at 2027-01-01T09:00:00", "timezone": "Europe/Berlin", "executor": {"type": "noop"}, "delete_after_fire": true}`,
 		`[]`, `null`, `{}`, `{"id": "a", "id": "b", "schedule": "* * * * *", "executor": {"type": "noop"}}`,
 	} {
 		f.Add([]byte(s))
