@@ -28,9 +28,9 @@ func TestDecodeTask_Window(t *testing.T) {
 			"schedule: 2026-01-01T00:00:00Z is outside not_before and not_after: the task would never fire"},
 		{"not a time", `"schedule": "@hourly", "not_before": "tomorrow"`, `not_before: "tomorrow" is not an RFC 3339 time such as "2027-01-01T00:00:00Z"`},
 		{"not a string", `"schedule": "@hourly", "not_after": 12`, `not_after: want an RFC 3339 time such as "2027-01-01T00:00:00Z", got 12`},
-		{"max_fires 0", `"schedule": "@hourly", "max_fires": 0`, "max_fires: 0 is not within 1-100000 (leave it out for no limit)"},
-		{"max_fires negative", `"schedule": "@hourly", "max_fires": -2`, "max_fires: -2 is not within 1-100000 (leave it out for no limit)"},
-		{"max_fires too many", `"schedule": "@hourly", "max_fires": 100001`, "max_fires: 100001 is not within 1-100000 (leave it out for no limit)"},
+		{"max_fires 0", `"schedule": "@hourly", "max_fires": 0`, "max_fires: 0 is not within 1-10000 (leave it out for no limit)"},
+		{"max_fires negative", `"schedule": "@hourly", "max_fires": -2`, "max_fires: -2 is not within 1-10000 (leave it out for no limit)"},
+		{"max_fires too many", `"schedule": "@hourly", "max_fires": 10001`, "max_fires: 10001 is not within 1-10000 (leave it out for no limit)"},
 		{"max_fires not a number", `"schedule": "@hourly", "max_fires": "3"`, `max_fires: want a whole number, got a string`},
 		{"max_fires of a one-shot", `"schedule": "@at 2027-01-01T00:00:00Z", "max_fires": 1`, "max_fires: an @at schedule fires once: leave max_fires out"},
 		{"delete_after_fire without an end", `"schedule": "@hourly", "delete_after_fire": true`,
@@ -132,4 +132,24 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// BenchmarkNthFire is the cost of max_fires when an owner loads a task:
+// the end of the count at the largest max_fires.
+func BenchmarkNthFire(b *testing.B) {
+	from := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, spec := range []string{"*/5 * * * * *", "@every 5s"} {
+		s, err := schedule.Parse(spec, "Europe/Berlin", "x")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("n=10000/spec="+spec, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if nthFire(s, from, MaxFiresLimit).IsZero() {
+					b.Fatal("no end")
+				}
+			}
+		})
+	}
 }

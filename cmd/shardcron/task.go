@@ -277,7 +277,7 @@ func (p *putFlags) register(c *command) {
 	fs.BoolVar(&p.allowMissing, "allow-missing", false, "let --on-success/--on-failure (or on_success/on_failure in -f) name tasks that do not exist yet")
 	fs.StringVar(&p.notBefore, "not-before", "", "no fire before this RFC 3339 `TIME`")
 	fs.StringVar(&p.notAfter, "not-after", "", "no fire after this RFC 3339 `TIME`")
-	fs.IntVar(&p.maxFires, "max-fires", 0, "fire at most the first `N` scheduled times, from --not-before or the task's creation (1-100000)")
+	fs.IntVar(&p.maxFires, "max-fires", 0, "fire at most the first `N` scheduled times, from --not-before or the task's creation (1-10000)")
 	fs.BoolVar(&p.deleteAfterFire, "delete-after-fire", false, "delete the task once its last fire ended (@at, --not-after or --max-fires)")
 	fs.BoolVar(&p.dryRun, "dry-run", false, "have the server check the task and print its next 5 fire times; write nothing")
 }
