@@ -284,14 +284,16 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	sameWin := l.profs.list[old].win.same(d.prof.win)
 	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
 	l.profs.unref(old)
-	r.flags &^= flagDeleting // a new definition: the deleter looks again once it ends
+	// A new definition: only the end of a fire of it (or the next
+	// acquire) hands it to the deleter, so an edit after the last fire
+	// keeps the task.
+	r.flags &^= flagDeleting
 	if r.running > 0 && d.prof.deleteAfter {
 		r.flags |= flagEdited // an edit while the fire runs wins: no delete after it
 	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
 	wasPaused := r.flags&flagPaused != 0
 	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused && sameWin {
-		l.checkEnded(i, r)
 		return // the timer stands
 	}
 	if r.sched != d.sched || wasPaused && !d.paused {
@@ -306,7 +308,6 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	}
 	r.flags &^= flagPaused
 	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin)))
-	l.checkEnded(i, r)
 }
 
 func (l *loop) events(c *eventsCmd) {
