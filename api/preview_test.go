@@ -147,7 +147,7 @@ func TestServer_PreviewAndDryRun(t *testing.T) {
 		}
 		// The client, on a stored task: its version, and If-Match checked.
 		stored := decodeTask(t, call(t, ts, "PUT", "/v1/tasks/dry2", noopJSON("")))
-		got, err := n.c.CheckTask(ctx, &task.Task{ID: "dry2", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}}, stored.Version)
+		got, err := n.c.CheckTask(ctx, &task.Task{ID: "dry2", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}}, client.PutOptions{IfVersion: stored.Version})
 		if err != nil || got.Task.Version != stored.Version || got.Task.Schedule != "@daily" || len(got.Preview.Next) != 5 {
 			t.Fatalf("CheckTask: %+v, %v", got, err)
 		}
