@@ -64,8 +64,14 @@ func (b *backfillRun) end(sched int64) {
 
 // backfills are the runs of this node, by task id.
 type backfills struct {
-	mu   sync.Mutex // guards runs and released
+	mu   sync.Mutex // guards runs, newest and released
 	runs map[string]*backfillRun
+	// newest is the mod revision of the newest record of each backfill
+	// this node started from or wrote: the watch delivers a runner's own
+	// records late, and one that arrives after its runner finished must
+	// not start another from that older progress, which would run again
+	// the fires recorded after it.
+	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
 	// must not start a runner of a partition on its way out.
@@ -150,9 +156,13 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 	if e.bf.runs == nil {
 		e.bf.runs = map[string]*backfillRun{}
 	}
-	if _, running := e.bf.runs[id]; running || e.bf.released[p] {
+	if _, running := e.bf.runs[id]; running || e.bf.released[p] || rev <= e.bf.newest[id] {
 		return
 	}
+	if e.bf.newest == nil {
+		e.bf.newest = map[string]int64{}
+	}
+	e.bf.newest[id] = rev
 	// Not under runCtx, which Close ends before the coordinator releases
 	// the partitions: their release stops the runners, gracefully.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -210,6 +220,7 @@ func (e *Engine) stopAllBackfills() {
 func (e *Engine) stopBackfill(id string) {
 	e.bf.mu.Lock()
 	b := e.bf.runs[id]
+	delete(e.bf.newest, id)
 	e.bf.mu.Unlock()
 	if b != nil {
 		b.cancel()
@@ -306,6 +317,9 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			return false
 		}
 		rev, acked = newRev, n
+		e.bf.mu.Lock()
+		e.bf.newest[b.id] = max(e.bf.newest[b.id], newRev)
+		e.bf.mu.Unlock()
 		return true
 	}
 	tick := time.NewTicker(time.Second)

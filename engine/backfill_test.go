@@ -10,6 +10,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // backfillProgress reads the task's backfill record.
@@ -94,7 +95,7 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 			if got.Done != 240 || !got.Through.Equal(to) || got.Node != "node-b" {
 				t.Errorf("final record %+v, want 240 fires done through %s by node-b", got, to)
 			}
-			repeats := 0
+			repeats, repeated := 0, []string{}
 			for at := from; !at.After(to); at = at.Add(time.Second) {
 				key := fmt.Sprintf("bf@%d", at.UnixMilli())
 				log.mu.Lock()
@@ -105,17 +106,55 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 					t.Errorf("%s never ran", key)
 				case n > 1:
 					repeats += n - 1
+					repeated = append(repeated, fmt.Sprintf("%d (#%d) x%d", at.UnixMilli(), int(at.Sub(from)/time.Second), n))
 				}
 			}
 			switch {
 			case how == "graceful" && repeats > 0:
-				t.Errorf("%d backfill fires repeated across a graceful hand-over", repeats)
+				t.Errorf("%d backfill fires repeated across a graceful hand-over: %v", repeats, repeated)
 			case how == "crash" && repeats > backfillLead(concurrency):
-				t.Errorf("%d backfill fires repeated after a crash, more than the lead %d", repeats, backfillLead(concurrency))
+				t.Errorf("%d backfill fires repeated after a crash, more than the lead %d: %v", repeats, backfillLead(concurrency), repeated)
 			}
 			t.Logf("%s: %d repeats", how, repeats)
 			a.stop(t)
 		})
+	}
+}
+
+// A runner's own progress records reach its node's watch late: one that
+// arrives after the backfill finished must not start a second runner from
+// that older progress, which would run its last fires again.
+func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	n := startNode(t, c, "", log.handler, nil)
+	reg := n.e.Registry()
+	putTask(t, reg, handlerTask("bf", "* * * * * *"))
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+	if _, err := reg.Backfill(context.Background(), "bf", to.Add(-9*time.Second), to, 1); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+
+	p := reg.Partition("bf")
+	resp, err := reg.PartitionBackfills(context.Background(), p)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the backfill record: %v, %v", resp, err)
+	}
+	kv := resp.Kvs[0]
+	old, err := c.Client.Get(context.Background(), string(kv.Key), clientv3.WithRev(kv.ModRevision-1))
+	if err != nil || len(old.Kvs) != 1 {
+		t.Fatalf("the record before the last: %v, %v", old, err)
+	}
+	if rec, err := registry.DecodeBackfill(old.Kvs[0].Value); err != nil || rec.State != task.BackfillRunning {
+		t.Fatalf("the record before the last is %+v, %v; want a running one", rec, err)
+	}
+	n.e.startBackfill(string(kv.Key), old.Kvs[0].Value, old.Kvs[0].ModRevision)
+	n.e.bf.mu.Lock()
+	_, started := n.e.bf.runs["bf"]
+	n.e.bf.mu.Unlock()
+	if started {
+		t.Error("a late record of a finished backfill started another runner")
 	}
 }
 
