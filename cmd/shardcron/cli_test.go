@@ -1018,7 +1018,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		r := run("", "task", "put", "--id", "dry/once", "--schedule", "@at 2030-01-01T09:00:00", "--timezone", "Europe/Berlin",
 			"--noop", "--delete-after-fire", "--dry-run")
 		wantCLI(t, r, 0, []string{`dry run: task "dry/once" is valid; nothing was written`,
-			"next 1 fire times (Europe/Berlin): then it ends: at", "  2030-01-01T09:00:00+01:00"}, nil)
+			"next 1 fire time (Europe/Berlin), its only one (@at):", "  2030-01-01T09:00:00+01:00"}, nil)
 		r = run(`{"id":"dry/window","schedule":"@every 1h","not_before":"2030-01-01T00:00:00Z","executor":{"type":"noop"}}`,
 			"task", "put", "-f", "-", "--dry-run", "--output", "json")
 		wantCLI(t, r, 0, []string{`"dry_run": true`, `"2030-01-01T00:00:00Z"`, `"2030-01-01T04:00:00Z"`}, nil)

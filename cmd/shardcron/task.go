@@ -486,18 +486,30 @@ func printDryRun(c *command, cf *clientFlags, d *client.DryRun) int {
 	})
 }
 
+// previewEndText says why a preview lists fewer times than asked for.
+var previewEndText = map[string]string{
+	task.EndedNotAfter: "then none: the window ends (not_after)",
+	task.EndedMaxFires: "then none: max_fires is reached",
+	task.EndedAt:       "its only one (@at)",
+}
+
 // writePreview prints a preview's times, one a line.
 func writePreview(w io.Writer, p *client.Preview) error {
 	if p == nil {
 		return nil
 	}
-	head := fmt.Sprintf("next %d fire times (%s):", len(p.Next), p.Timezone)
+	times := "times"
+	if len(p.Next) == 1 {
+		times = "time"
+	}
+	head := fmt.Sprintf("next %d fire %s (%s)", len(p.Next), times, p.Timezone)
 	if len(p.Next) == 0 {
 		head = "no fire to come"
 	}
 	if p.Ended != "" {
-		head += " then it ends: " + endedText[p.Ended]
+		head += ", " + previewEndText[p.Ended]
 	}
+	head += ":"
 	if _, err := fmt.Fprintln(w, head); err != nil {
 		return err
 	}
