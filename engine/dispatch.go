@@ -26,13 +26,14 @@ func (l *loop) dispatch() bool {
 		}
 		l.publish()
 	}
-	// The bounded lead: never run more than Lead past what etcd has
-	// acknowledged, so a successor repeats at most that much.
-	now := l.cfg.Clock.Now().UnixNano()
-	target, ok := l.acked.limit(now, l.cfg.Lead)
-	if !ok {
+	acked := l.acked.Load()
+	if acked == 0 {
 		return false // no watermark recorded yet: no lead to run on
 	}
+	now := l.cfg.Clock.Now().UnixNano()
+	// The bounded lead: never run more than Lead past what etcd has
+	// acknowledged, so a successor repeats at most that much.
+	target := min(now, acked+int64(l.cfg.Lead))
 	free := l.pool.free()
 	if free == 0 {
 		return false
