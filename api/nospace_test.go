@@ -66,9 +66,8 @@ func TestServer_NoSpace(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return call(t, ts, "PUT", "/v1/tasks/after", noopJSON(""), json...).status == http.StatusOK
 	})
-	// Nothing is stranded: the node, which could record no watermark
-	// while the alarm lasted and so paused within its bounded lead, fires
-	// again.
+	// Nothing is stranded: the node, which fired on unrecorded while the
+	// alarm lasted, still fires once it records its watermark again.
 	after := time.Now()
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.fires.firedAfter("every", after) })
 	if a := call(t, ts, "GET", "/v1/tasks/kept", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), `"schedule":"0 0 1 1 *","timezone"`) ||

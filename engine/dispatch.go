@@ -26,14 +26,11 @@ func (l *loop) dispatch() bool {
 		}
 		l.publish()
 	}
-	acked := l.acked.Load()
-	if acked == 0 {
+	now := l.cfg.Clock.Now().UnixNano()
+	target, ok := l.limit(now)
+	if !ok {
 		return false // no watermark recorded yet: no lead to run on
 	}
-	now := l.cfg.Clock.Now().UnixNano()
-	// The bounded lead: never run more than Lead past what etcd has
-	// acknowledged, so a successor repeats at most that much.
-	target := min(now, acked+int64(l.cfg.Lead))
 	free := l.pool.free()
 	if free == 0 {
 		return false
@@ -72,6 +69,19 @@ func (l *loop) dispatch() bool {
 	l.through = max(l.through, min(through, l.lowArm-1))
 	l.publish()
 	return full
+}
+
+// limit is how far dispatch may run at now: the bounded lead (acked.limit),
+// so that a successor repeats at most Lead of fires; but never short of the
+// wheel's clock. While the lead is lifted (NOSPACE) the wheel may run more
+// than Lead past the dispatch point, which a fire armed into the past, with
+// every batch cut, holds back; once the alarm clears, acked is that point,
+// and a limit behind the clock would release nothing: the dispatch point,
+// and the watermark with it, would never move again. What is armed at or
+// before the clock is due, and releasing it runs no further ahead.
+func (l *loop) limit(now int64) (int64, bool) {
+	limit, ok := l.acked.limit(now, l.cfg.Lead)
+	return max(limit, l.wheel.Now()), ok
 }
 
 // publish lets the node watermark follow the dispatch point once every

@@ -38,7 +38,14 @@
 //   - After a crash or a cut-off, the next owner resumes after the dead
 //     session's last watermark etcd acknowledged. Dispatch never runs more
 //     than Config.Lead past that watermark, so at most Lead of fires are
-//     repeated, and none is missed inside the catch-up window. A node that
+//     repeated, and none is missed inside the catch-up window. The one
+//     exception is etcd's NOSPACE alarm: it refuses the watermark, and
+//     every lock and checkpoint write too, so no partition changes hands
+//     while it lasts, and the node fires on rather than stop. A crash
+//     during the alarm makes the next owner resume from the last
+//     watermark recorded before it, so the fires since then that each
+//     task's misfire policy runs late are repeated
+//     (TestEngine_FiresOnThroughNoSpace). A node that
 //     fenced itself and takes its partitions back, nobody having fired them
 //     since, repeats nothing
 //     (TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing).

@@ -48,7 +48,7 @@ type Engine struct {
 	notify   *notifier // alerts and pause_on_failure (notify.go)
 
 	sess      atomic.Pointer[membership.Session]
-	acked     atomic.Int64                 // the node watermark etcd last acknowledged
+	acked     acked                        // the node watermark etcd last acknowledged
 	holds     *holds                       // caps the watermark written while releases are uncommitted
 	ended     atomic.Pointer[endedSession] // what the last fenced session had taken
 	ackCh     chan struct{}
@@ -438,7 +438,7 @@ func (e *Engine) Stats() Stats {
 	for st := statusOK; st < numStatus; st++ {
 		s.Executions[statusNames[st]] = e.stats.execs[st].Load()
 	}
-	if w := e.acked.Load(); w != 0 {
+	if w := e.acked.at.Load(); w != 0 {
 		s.Watermark = time.Unix(0, w).UTC()
 	}
 	if e.loop != nil {

@@ -104,10 +104,10 @@ func newBenchLoop(b *testing.B) (*loop, *pool, *shiftedClock, time.Time) {
 	start := clock.Now().UnixNano()
 	st := &stats{}
 	notFenced := func() bool { return false }
-	acked := new(atomic.Int64)
-	acked.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in these benchmarks
+	ack := new(acked)
+	ack.at.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in these benchmarks
 	p := newPool(cfg, nil, st, notFenced, start)
-	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, acked, make(chan struct{}, 1), start)
+	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, ack, make(chan struct{}, 1), start)
 	if err != nil {
 		b.Fatal(err)
 	}

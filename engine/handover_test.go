@@ -44,9 +44,9 @@ func newTestLoop(t *testing.T, at time.Time, tweak func(*Config)) *testLoop {
 	st := &stats{}
 	never := func() bool { return true } // workers wait: nothing is taken
 	p := newPool(cfg, nil, st, never, start)
-	var acked atomic.Int64
-	acked.Store(math.MaxInt64 / 2) // no lead limit
-	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, func() bool { return false }, &acked, make(chan struct{}, 1), start)
+	var ack acked
+	ack.at.Store(math.MaxInt64 / 2) // no lead limit
+	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, func() bool { return false }, &ack, make(chan struct{}, 1), start)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -221,10 +221,10 @@ func TestLoop_HandHealth(t *testing.T) {
 		cfg.Partitions = 2
 		st := &stats{}
 		never := func() bool { return false }
-		var acked atomic.Int64
+		var ack acked
 		p := newPool(cfg, nil, st, never, 0)
 		t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
-		l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, never, &acked, make(chan struct{}, 1), 0)
+		l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, never, &ack, make(chan struct{}, 1), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

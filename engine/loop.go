@@ -122,7 +122,7 @@ type loop struct {
 	stats   *stats
 	history *store.Store
 	fenced  func() bool
-	acked   *atomic.Int64 // the watermark etcd last acknowledged, unix ns; 0 before the first
+	acked   *acked        // the watermark etcd last acknowledged
 	ackCh   chan struct{} // signalled after each acknowledgement
 	cmds    chan command
 	alerts  *notifier // nil: no alerts (tests)
@@ -145,7 +145,7 @@ type loop struct {
 }
 
 func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, history *store.Store,
-	fenced func() bool, acked *atomic.Int64, ackCh chan struct{}, now int64) (*loop, error) {
+	fenced func() bool, acked *acked, ackCh chan struct{}, now int64) (*loop, error) {
 	w, err := timerwheel.New(cfg.Tick, now)
 	if err != nil {
 		return nil, err
@@ -203,13 +203,13 @@ func (l *loop) service() {
 // most a watermark interval so that the watermark follows time when idle.
 func (l *loop) sleep() time.Duration {
 	d := l.cfg.WatermarkInterval
-	acked := l.acked.Load()
+	limit, acked := l.limit(math.MaxInt64)
 	// A full queue wakes the loop through pool.space.
-	if len(l.unpushed) > 0 || l.fenced() || acked == 0 || l.pool.free() == 0 {
+	if len(l.unpushed) > 0 || l.fenced() || !acked || l.pool.free() == 0 {
 		return d
 	}
 	// A timer beyond the lead waits for the next acknowledgement (ackCh).
-	if next, ok := l.wheel.NextDeadline(); ok && next <= acked+int64(l.cfg.Lead) {
+	if next, ok := l.wheel.NextDeadline(); ok && next <= limit {
 		d = min(d, l.cfg.Clock.Until(time.Unix(0, next)))
 	}
 	return max(d, 0)

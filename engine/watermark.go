@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,9 +33,35 @@ import (
 //	         held at the mark of any uncommitted release (holds)
 //
 // Dispatch runs at most Lead past acked (the bounded lead), so a successor
-// that resumes from acked repeats at most Lead of fires. A partition's
+// that resumes from acked repeats at most Lead of fires; while etcd's
+// NOSPACE alarm refuses the write, dispatch runs on (acked.limit). A partition's
 // checkpoint names the session (nameSession) only once acked passed the
 // point where the partition was armed.
+
+// acked is the session's watermark as etcd last acknowledged it, and
+// whether etcd refuses to record a newer one for lack of space.
+type acked struct {
+	at atomic.Int64 // unix ns; 0 before the first acknowledgement
+	// noSpace: the last write was refused by etcd's NOSPACE alarm. Nobody
+	// can take a partition over while it lasts (every lock and checkpoint
+	// write is refused too), so dispatch runs on without the lead rather
+	// than stop every fire of the node; see limit.
+	noSpace atomic.Bool
+}
+
+// limit is how far dispatch may run at now: Lead past the acknowledged
+// watermark (the bounded lead), or up to now while etcd has no space to
+// record one. ok is false before the first acknowledgement.
+func (a *acked) limit(now int64, lead time.Duration) (limit int64, ok bool) {
+	at := a.at.Load()
+	if at == 0 {
+		return 0, false
+	}
+	if a.noSpace.Load() {
+		return now, true
+	}
+	return min(now, at+int64(lead)), true
+}
 
 // nameSession completes an acquire: once the session's acknowledged
 // watermark is past the point where p was armed, every fire of p due
@@ -52,7 +80,7 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 	}
 	t := time.NewTicker(e.cfg.WatermarkInterval / 2)
 	defer t.Stop()
-	for e.acked.Load() <= armed {
+	for e.acked.at.Load() <= armed {
 		select {
 		case <-ctx.Done():
 			return
@@ -100,16 +128,31 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))).
 				Commit()
 			cancel()
-			if err == nil && !resp.Succeeded {
+			switch {
+			case err == nil && !resp.Succeeded:
 				e.log.Warn("the session's lease no longer holds the node key; ending the session")
 				s.Lost()
-			} else if err == nil {
-				e.acked.Store(w)
+			case err == nil:
+				e.acked.at.Store(w)
+				if e.acked.noSpace.Swap(false) {
+					e.log.Info("etcd has space again: the node watermark is recorded, dispatch runs within the lead again")
+				}
 				select {
 				case e.ackCh <- struct{}{}:
 				default:
 				}
-			} else if ctx.Err() == nil {
+			case errors.Is(err, registry.ErrNoSpace):
+				if !e.acked.noSpace.Swap(true) {
+					e.log.Warn("etcd is out of space (NOSPACE alarm): firing goes on without recording the node watermark; "+
+						"if this node crashes before the alarm is cleared, its successor resumes from the last recorded one",
+						"recorded", time.Unix(0, e.acked.at.Load()).UTC())
+				}
+				select {
+				case e.ackCh <- struct{}{}: // the loop may be waiting at the lead
+				default:
+				}
+				e.checkLease(ctx, s)
+			case ctx.Err() == nil:
 				e.log.Warn("writing the node watermark failed; dispatch pauses at the lead", "err", err)
 			}
 		}
@@ -118,6 +161,18 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// checkLease makes the check a refused watermark write did not: that the
+// session's lease still holds the node key (a read, which NOSPACE allows).
+func (e *Engine) checkLease(ctx context.Context, s *membership.Session) {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
+	defer cancel()
+	resp, err := e.cli.Get(rctx, s.Key())
+	if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.Lease())) {
+		e.log.Warn("the session's lease no longer holds the node key; ending the session")
+		s.Lost()
 	}
 }
 
