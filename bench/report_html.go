@@ -12,9 +12,19 @@ import (
 )
 
 // The report is one HTML file with inline CSS and inline SVG: it opens
-// from disk or a CI artifact with no network.
+// from disk or a CI artifact with no network. Each chart is also written
+// as an SVG file of its own beside it, to link from a README: a chart
+// carries its own style, so it reads the same inline and alone.
 
 const chartW, chartH, padL, padB, padT, padR = 640.0, 220.0, 56.0, 28.0, 12.0, 12.0
+
+// svgOpen starts a chart of width w and height h, with its style.
+func svgOpen(b *strings.Builder, w, h float64) {
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f">`, w, h)
+	b.WriteString(`<style>.axis{stroke:#999}.p50{stroke:#2a7;fill:none}.p99{stroke:#d73;fill:none}` +
+		`.max{stroke:#aaa;fill:none;stroke-dasharray:3 3}.bar{fill:#48c}text{font:11px system-ui,sans-serif;fill:#555}</style>`)
+	fmt.Fprintf(b, `<rect width="%.0f" height="%.0f" fill="#fafafa" stroke="#ddd"/>`, w, h)
+}
 
 var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>shardcron bench report</title>
@@ -22,9 +32,7 @@ var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-svg{background:#fafafa;border:1px solid #ddd;margin:4px 8px 12px 0}
-.axis{stroke:#999}.grid{stroke:#eee}.p50{stroke:#2a7;fill:none}.p99{stroke:#d73;fill:none}.max{stroke:#aaa;fill:none;stroke-dasharray:3 3}
-.bar{fill:#48c}text{font-size:11px;fill:#555}
+svg{margin:4px 8px 12px 0}
 </style></head><body>
 <h1>shardcron bench</h1>
 <p>{{.When}} · Go {{.Go}} · {{.CPUs}} CPUs. Lag is when the executor ran minus the scheduled time.</p>
@@ -34,7 +42,8 @@ svg{background:#fafafa;border:1px solid #ddd;margin:4px 8px 12px 0}
 {{if .Ratios}}<h2>Ratios</h2>
 <p>Measured in the same invocation: how many times better shardcron does than each baseline.</p>
 <table><tr><th>figure</th><th>shardcron</th><th></th><th>baseline</th><th></th><th>shardcron better by</th></tr>
-{{range .Ratios}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>{{end}}
+{{range .Ratios}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
+{{.RatioChart}}{{end}}
 {{range .Charts}}<h2>{{.Title}}</h2>
 {{if .Series}}<div><b>Lag over time</b> (by scheduled second; green p50, red p99, grey max)</div>{{.Series}}{{end}}
 {{if .Dist}}<div><b>Lag distribution</b> (fires per lag bucket, log scale of lag)</div>{{.Dist}}{{end}}
@@ -47,27 +56,48 @@ type reportChart struct {
 	Series, Dist template.HTML
 }
 
+// chartFile is one chart's SVG file in the report's directory.
+type chartFile struct {
+	name string
+	svg  template.HTML
+}
+
 func writeReport(dir string, results []*Result, ratios []Ratio) (string, error) {
 	head, rows := tableCells(results)
 	data := struct {
-		When, Go string
-		CPUs     int
-		Head     []string
-		Rows     [][]string
-		Ratios   [][]string
-		Charts   []reportChart
+		When, Go   string
+		CPUs       int
+		Head       []string
+		Rows       [][]string
+		Ratios     [][]string
+		RatioChart template.HTML
+		Charts     []reportChart
 	}{When: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(), CPUs: runtime.NumCPU(), Head: head, Rows: rows,
 		Ratios: ratiosCells(ratios)}
-	for _, r := range results {
+	var files []chartFile
+	if len(ratios) > 0 {
+		data.RatioChart = ratioSVG(ratios)
+		files = append(files, chartFile{"ratios.svg", data.RatioChart})
+	}
+	for i, r := range results {
 		c := reportChart{Title: fmt.Sprintf("%s: %d tasks", r.Scenario, r.Tasks)}
+		// Numbered: --runs and scenario lists repeat a scenario.
+		stem := fmt.Sprintf("%02d-%s", i+1, r.Scenario)
 		if len(r.LagSeries) > 1 {
 			c.Series = seriesSVG(r.LagSeries)
+			files = append(files, chartFile{stem + "-lag.svg", c.Series})
 		}
 		if len(r.LagDist) > 0 {
 			c.Dist = distSVG(r.LagDist)
+			files = append(files, chartFile{stem + "-dist.svg", c.Dist})
 		}
 		if c.Series != "" || c.Dist != "" {
 			data.Charts = append(data.Charts, c)
+		}
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.svg), 0o644); err != nil {
+			return "", fmt.Errorf("bench: report: %w", err)
 		}
 	}
 	path := filepath.Join(dir, "report.html")
@@ -96,7 +126,7 @@ func seriesSVG(pts []SeriesPoint) template.HTML {
 	x := func(t float64) float64 { return padL + (chartW-padL-padR)*t/tmax }
 	y := func(v float64) float64 { return chartH - padB - (chartH-padB-padT)*v/ymax }
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f">`, chartW, chartH)
+	svgOpen(&b, chartW, chartH)
 	axes(&b, msCell(ymax), fmt.Sprintf("%.0f s", tmax))
 	for _, s := range []struct {
 		class string
@@ -122,13 +152,45 @@ func distSVG(bs []Bucket) template.HTML {
 	}
 	w := (chartW - padL - padR) / float64(len(bs))
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f">`, chartW, chartH)
+	svgOpen(&b, chartW, chartH)
 	axes(&b, fmt.Sprint(cmax), msCell(bs[len(bs)-1].UpperMs))
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s</text>`, padL, chartH-4, msCell(bs[0].UpperMs))
 	for i, bk := range bs {
 		h := (chartH - padB - padT) * float64(bk.Count) / float64(max(cmax, 1))
 		fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>≤ %s: %d</title></rect>`,
 			padL+float64(i)*w, chartH-padB-h, math.Max(w-1, 1), h, msCell(bk.UpperMs), bk.Count)
+	}
+	b.WriteString("</svg>")
+	return template.HTML(b.String())
+}
+
+// ratioSVG draws how many times better shardcron does than each baseline,
+// one bar per ratio, on a log scale from 1× (no better) up: the ratios
+// span from a few times to several hundred.
+func ratioSVG(ratios []Ratio) template.HTML {
+	const rowH, labelW = 22.0, 300.0
+	h := padT + padB + rowH*float64(len(ratios))
+	top := 1.0
+	for _, r := range ratios {
+		top = max(top, r.Times)
+	}
+	top = niceCeil(top)
+	x := func(v float64) float64 {
+		if v <= 1 || top <= 1 {
+			return labelW
+		}
+		return labelW + (chartW-labelW-padR-48)*math.Log10(v)/math.Log10(top)
+	}
+	var b strings.Builder
+	svgOpen(&b, chartW, h)
+	fmt.Fprintf(&b, `<line class="axis" x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f"/>`, labelW, padT, labelW, h-padB)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">1× (log scale to %s×)</text>`, labelW, h-8, figure(top))
+	for i, r := range ratios {
+		y := padT + rowH*float64(i)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s vs %s</text>`, labelW-6, y+rowH/2+4,
+			template.HTMLEscapeString(r.Figure), template.HTMLEscapeString(r.Baseline))
+		fmt.Fprintf(&b, `<rect class="bar" x="%.0f" y="%.1f" width="%.1f" height="%.1f"/>`, labelW, y+3, x(r.Times)-labelW, rowH-6)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s×</text>`, x(r.Times)+4, y+rowH/2+4, figure(sig(r.Times, 3)))
 	}
 	b.WriteString("</svg>")
 	return template.HTML(b.String())

@@ -96,7 +96,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
-	c.fs.StringVar(&report, "report", "", "write DIR/report.html: the comparison table, the ratios and SVG charts, self-contained")
+	c.fs.StringVar(&report, "report", "", "write DIR/report.html (the comparison table, the ratios and SVG charts, self-contained) and each chart as DIR/*.svg")
 	var cpuProfile string
 	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	pos, code, done := c.parse(args)
