@@ -16,14 +16,16 @@ import (
 // as an SVG file of its own beside it, to link from a README: a chart
 // carries its own style, so it reads the same inline and alone.
 
-const chartW, chartH, padL, padB, padT, padR = 640.0, 220.0, 56.0, 28.0, 12.0, 12.0
+const chartW, chartH, padL, padB, padT, padR = 640.0, 236.0, 56.0, 28.0, 28.0, 12.0
 
-// svgOpen starts a chart of width w and height h, with its style.
-func svgOpen(b *strings.Builder, w, h float64) {
+// svgOpen starts a chart of width w and height h, with its style and its
+// title.
+func svgOpen(b *strings.Builder, w, h float64, title string) {
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f">`, w, h)
 	b.WriteString(`<style>.axis{stroke:#999}.p50{stroke:#2a7;fill:none}.p99{stroke:#d73;fill:none}` +
 		`.max{stroke:#aaa;fill:none;stroke-dasharray:3 3}.bar{fill:#48c}text{font:11px system-ui,sans-serif;fill:#555}</style>`)
 	fmt.Fprintf(b, `<rect width="%.0f" height="%.0f" fill="#fafafa" stroke="#ddd"/>`, w, h)
+	fmt.Fprintf(b, `<text x="%.0f" y="16" text-anchor="middle" font-weight="bold">%s</text>`, w/2, template.HTMLEscapeString(title))
 }
 
 var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
@@ -45,8 +47,8 @@ svg{margin:4px 8px 12px 0}
 {{range .Ratios}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
 {{.RatioChart}}{{end}}
 {{range .Charts}}<h2>{{.Title}}</h2>
-{{if .Series}}<div><b>Lag over time</b> (by scheduled second; green p50, red p99, grey max)</div>{{.Series}}{{end}}
-{{if .Dist}}<div><b>Lag distribution</b> (fires per lag bucket, log scale of lag)</div>{{.Dist}}{{end}}
+{{.Series}}
+{{.Dist}}
 {{end}}
 </body></html>
 `))
@@ -84,11 +86,11 @@ func writeReport(dir string, results []*Result, ratios []Ratio) (string, error) 
 		// Numbered: --runs and scenario lists repeat a scenario.
 		stem := fmt.Sprintf("%02d-%s", i+1, r.Scenario)
 		if len(r.LagSeries) > 1 {
-			c.Series = seriesSVG(r.LagSeries)
+			c.Series = seriesSVG(c.Title+": lag by second (green p50, red p99, grey max)", r.LagSeries)
 			files = append(files, chartFile{stem + "-lag.svg", c.Series})
 		}
 		if len(r.LagDist) > 0 {
-			c.Dist = distSVG(r.LagDist)
+			c.Dist = distSVG(c.Title+": fires by lag (log scale of lag)", r.LagDist)
 			files = append(files, chartFile{stem + "-dist.svg", c.Dist})
 		}
 		if c.Series != "" || c.Dist != "" {
@@ -116,7 +118,7 @@ func writeReport(dir string, results []*Result, ratios []Ratio) (string, error) 
 }
 
 // seriesSVG draws p50, p99 and max lag against time, lag on a linear axis.
-func seriesSVG(pts []SeriesPoint) template.HTML {
+func seriesSVG(title string, pts []SeriesPoint) template.HTML {
 	var ymax float64
 	for _, p := range pts {
 		ymax = max(ymax, p.MaxMs)
@@ -126,7 +128,7 @@ func seriesSVG(pts []SeriesPoint) template.HTML {
 	x := func(t float64) float64 { return padL + (chartW-padL-padR)*t/tmax }
 	y := func(v float64) float64 { return chartH - padB - (chartH-padB-padT)*v/ymax }
 	var b strings.Builder
-	svgOpen(&b, chartW, chartH)
+	svgOpen(&b, chartW, chartH, title)
 	axes(&b, msCell(ymax), fmt.Sprintf("%.0f s", tmax))
 	for _, s := range []struct {
 		class string
@@ -145,14 +147,14 @@ func seriesSVG(pts []SeriesPoint) template.HTML {
 }
 
 // distSVG draws the lag distribution as bars, one per bucket.
-func distSVG(bs []Bucket) template.HTML {
+func distSVG(title string, bs []Bucket) template.HTML {
 	var cmax uint64
 	for _, bk := range bs {
 		cmax = max(cmax, bk.Count)
 	}
 	w := (chartW - padL - padR) / float64(len(bs))
 	var b strings.Builder
-	svgOpen(&b, chartW, chartH)
+	svgOpen(&b, chartW, chartH, title)
 	axes(&b, fmt.Sprint(cmax), msCell(bs[len(bs)-1].UpperMs))
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s</text>`, padL, chartH-4, msCell(bs[0].UpperMs))
 	for i, bk := range bs {
@@ -168,7 +170,7 @@ func distSVG(bs []Bucket) template.HTML {
 // one bar per ratio, on a log scale from 1× (no better) up: the ratios
 // span from a few times to several hundred.
 func ratioSVG(ratios []Ratio) template.HTML {
-	const rowH, labelW = 22.0, 300.0
+	const rowH, labelW = 22.0, 300.0 // rows start below the title (padT)
 	h := padT + padB + rowH*float64(len(ratios))
 	top := 1.0
 	for _, r := range ratios {
@@ -182,7 +184,7 @@ func ratioSVG(ratios []Ratio) template.HTML {
 		return labelW + (chartW-labelW-padR-48)*math.Log10(v)/math.Log10(top)
 	}
 	var b strings.Builder
-	svgOpen(&b, chartW, h)
+	svgOpen(&b, chartW, h, "shardcron better by, in the same invocation")
 	fmt.Fprintf(&b, `<line class="axis" x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f"/>`, labelW, padT, labelW, h-padB)
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">1× (log scale to %s×)</text>`, labelW, h-8, figure(top))
 	for i, r := range ratios {
