@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,8 +40,19 @@ func (c *shiftedClock) setNow(t time.Time) { c.offset.Store(int64(time.Until(t))
 // was executed), p99-lag-ms (boundary to a worker taking the fire),
 // allocs/fire, B/task (engine heap per task held, wheel included) and
 // gc-ms (one full collection with the tasks loaded).
+//
+// SHARDCRON_BENCH_TASKS=N runs N tasks instead (10000000 for the fleet
+// size whose memory the bench issue budgets).
 func BenchmarkFirePath(b *testing.B) {
-	for _, n := range []int{100_000, 1_000_000} {
+	sizes := []int{100_000, 1_000_000}
+	if v := os.Getenv("SHARDCRON_BENCH_TASKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SHARDCRON_BENCH_TASKS=%q: want a number of tasks", v)
+		}
+		sizes = []int{n}
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchFirePath(b, n) })
 	}
 }
