@@ -29,6 +29,7 @@ type collector struct {
 	// Issue 9: alerts, pause_on_failure, the retry backlog and cache
 	// write errors.
 	notify, pausedOnFailure, retryBacklog, cacheWriteErrors *prometheus.Desc
+	chainsDropped                                           *prometheus.Desc
 }
 
 func newCollector(e *engine.Engine, version string) *collector {
@@ -78,6 +79,8 @@ func newCollector(e *engine.Engine, version string) *collector {
 		cacheWriteErrors: d("cache_write_errors_total", "Writes of task changes to the Badger partition cache that failed; "+
 			"each drops that partition's cache until its next etcd read (history write failures are in "+
 			"shardcron_history_write_failed_total)."),
+		chainsDropped: d("chain_triggers_dropped_total", "Ended fires whose on_success/on_failure triggers were dropped: "+
+			"the queue of trigger writes was full while etcd refused or was slow to take them."),
 	}
 }
 
@@ -85,7 +88,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
-		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors} {
+		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped} {
 		ch <- d
 	}
 }
@@ -145,6 +148,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.pausedOnFailure, st.PausedOnFailure)
 	gauge(c.retryBacklog, float64(st.RetryBacklog))
 	counter(c.cacheWriteErrors, st.CacheWriteErrors)
+	counter(c.chainsDropped, st.ChainsDropped)
 	gauge(c.queue, float64(st.QueueDepth))
 	gauge(c.owned, float64(st.PartitionsOwned))
 	gauge(c.tasks, float64(st.Tasks))

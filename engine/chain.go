@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardcron/shardcron/registry"
@@ -21,7 +23,11 @@ import (
 //
 // The queue lives in memory: a crash between a fire's end and its
 // triggers' writes loses them. Close writes what is queued once the
-// workers are drained.
+// workers are drained. It is bounded (chainQueueMax): while etcd refuses
+// the writes (out of reach, or its NOSPACE alarm, through which the node
+// fires on) a fleet of chained tasks would otherwise grow it without end;
+// past the bound the ended fires' triggers are dropped and counted
+// (Stats.ChainsDropped).
 
 // chainFire is the ended fire of a task with targets to trigger.
 type chainFire struct {
@@ -30,18 +36,41 @@ type chainFire struct {
 	targets []string
 }
 
+// chainQueueMax bounds the ended fires waiting for their triggers to be
+// written: at about 100 bytes each, 64 MiB at most.
+const chainQueueMax = 1 << 16
+
 // chainQueue is the queue of chain triggers to write; safe for concurrent
 // use by the workers and the writer.
 type chainQueue struct {
-	mu   sync.Mutex // guards q
-	q    []chainFire
-	wake chan struct{} // signalled when q becomes non-empty
+	mu      sync.Mutex // guards q and full
+	q       []chainFire
+	max     int
+	full    bool          // dropping since the queue last had room, for one log line per episode
+	dropped atomic.Uint64 // ended fires whose triggers were dropped on a full queue
+	wake    chan struct{} // signalled when q becomes non-empty
+	log     *slog.Logger
 }
 
-func newChainQueue() *chainQueue { return &chainQueue{wake: make(chan struct{}, 1)} }
+func newChainQueue(log *slog.Logger) *chainQueue {
+	return &chainQueue{max: chainQueueMax, wake: make(chan struct{}, 1), log: log}
+}
 
+// add queues f's triggers, or drops them when the queue is full.
 func (c *chainQueue) add(f chainFire) {
 	c.mu.Lock()
+	if len(c.q) >= c.max {
+		first := !c.full
+		c.full = true
+		c.mu.Unlock()
+		c.dropped.Add(1)
+		if first {
+			c.log.Warn("chain trigger queue full (etcd refuses or is slow to take them); dropping the triggers of ended fires until it has room",
+				"queued", c.max, "task", f.from)
+		}
+		return
+	}
+	c.full = false
 	c.q = append(c.q, f)
 	c.mu.Unlock()
 	select {

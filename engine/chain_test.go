@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,31 @@ func TestRegistry_ChainsRefuseCyclesAndMissingTargets(t *testing.T) {
 	got, err := reg.Get(ctx, "z")
 	if err != nil || len(got.OnSuccess) != 0 {
 		t.Errorf("the refused put changed z: %+v, %v", got, err)
+	}
+}
+
+// While etcd refuses the trigger writes, the queue of ended fires stops at
+// its bound: past it their triggers are dropped and counted, with one log
+// line per episode, and once the writer took the queue it takes fires
+// again.
+func TestChainQueue_DropsPastItsBound(t *testing.T) {
+	var logs strings.Builder
+	q := newChainQueue(slog.New(slog.NewTextHandler(&logs, nil)))
+	q.max = 3
+	for i := range 5 {
+		q.add(chainFire{from: fmt.Sprint("t", i), targets: []string{"next"}})
+	}
+	if n := q.dropped.Load(); n != 2 {
+		t.Errorf("dropped %d, want 2", n)
+	}
+	if got := q.take(); len(got) != 3 || got[0].from != "t0" || got[2].from != "t2" {
+		t.Errorf("queued %v, want the first 3", got)
+	}
+	if n := strings.Count(logs.String(), "chain trigger queue full"); n != 1 {
+		t.Errorf("logged the full queue %d times, want once:\n%s", n, logs.String())
+	}
+	q.add(chainFire{from: "t5", targets: []string{"next"}})
+	if got := q.take(); len(got) != 1 || q.dropped.Load() != 2 {
+		t.Errorf("after the writer took the queue: queued %v, dropped %d; want t5 queued, still 2 dropped", got, q.dropped.Load())
 	}
 }

@@ -413,6 +413,9 @@ type Stats struct {
 	MisfiresByPolicy map[string]uint64
 	RetryBacklog     int
 	CacheWriteErrors uint64
+	// ChainsDropped counts ended fires whose on_success/on_failure
+	// triggers were dropped because the queue of trigger writes was full.
+	ChainsDropped uint64
 }
 
 // Stats returns the engine's counters.
@@ -463,6 +466,7 @@ func (e *Engine) Stats() Stats {
 		s.MisfiresByPolicy[string(p)] = e.stats.misfiresBy[k].Load()
 	}
 	s.CacheWriteErrors = e.stats.cacheFailed.Load()
+	s.ChainsDropped = e.pool.chains.dropped.Load()
 	if e.loop != nil {
 		s.RetryBacklog = int(e.loop.retrying.Load())
 	}

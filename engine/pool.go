@@ -143,7 +143,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		q:       make([]job, cfg.Queue),
 		space:   make(chan struct{}, 1),
 		running: make(map[uint64]runningFire),
-		chains:  newChainQueue(),
+		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
 	}
 	p.ready.L = &p.mu
 	p.watermark.Store(start)
