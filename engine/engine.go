@@ -62,6 +62,7 @@ type Engine struct {
 	execDur   durations            // how long executions take (not noop ones)
 	handOver  [numPhases]durations // the hand-over phases this node went through
 	fences    fences               // sessions that ended fenced
+	shapes    shapeCodes           // cache encodings of the task shapes seen (shape.go)
 
 	pool *pool
 	loop *loop

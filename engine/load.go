@@ -14,47 +14,115 @@ import (
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
+	"github.com/shardcron/shardcron/task"
 )
 
 const loadChunk = 4096 // tasks per command to the dispatch loop
 
-// decoder turns stored task JSON into taskDefs. It shares profiles within
-// one load, so a million tasks with one profile build one executor.
+// decoder turns stored tasks (etcd's JSON, or a cached shape: shape.go)
+// into taskDefs. It shares profiles and shapes within one load, so a
+// million tasks with one profile build one executor, and a million cached
+// tasks of one shape decode one JSON.
 type decoder struct {
-	e     *Engine
-	profs map[string]*profile
+	e      *Engine
+	profs  map[string]*profile
+	shapes map[string]*shape // by cached value
 }
 
-func (e *Engine) decoder() *decoder { return &decoder{e: e, profs: map[string]*profile{}} }
+func (e *Engine) decoder() *decoder {
+	return &decoder{e: e, profs: map[string]*profile{}, shapes: map[string]*shape{}}
+}
 
+// def decodes a stored task.
 func (d *decoder) def(id string, value []byte) (taskDef, error) {
+	def, _, err := d.decode(id, value)
+	return def, err
+}
+
+// decode decodes a stored task and returns, besides, the value to cache
+// for it: its shape once another task of that shape was seen, else value.
+func (d *decoder) decode(id string, value []byte) (taskDef, []byte, error) {
+	if len(value) > 0 && value[0] == shapeMark {
+		def, err := d.fromShape(id, value)
+		return def, value, err
+	}
 	t, err := registry.DecodeFiring(id, value)
 	if err != nil {
-		return taskDef{}, err
+		return taskDef{}, nil, err
 	}
+	def, key, err := d.build(&t)
+	if err != nil {
+		return taskDef{}, nil, err
+	}
+	if key != "" && d.e.store != nil {
+		if c := d.e.shapes.code(key, &t); c != nil {
+			return def, c, nil
+		}
+	}
+	return def, value, nil
+}
+
+// fromShape decodes a cached shape, value: JSON once per load, then a
+// lookup.
+func (d *decoder) fromShape(id string, value []byte) (taskDef, error) {
+	s := d.shapes[string(value)]
+	if s == nil {
+		t, err := registry.DecodeFiring(id, value[1:])
+		if err != nil {
+			return taskDef{}, err
+		}
+		def, key, err := d.build(&t)
+		if err != nil {
+			return taskDef{}, err
+		}
+		if key == "" {
+			return taskDef{}, fmt.Errorf("cached task %q: a shape with a window", id)
+		}
+		s = &shape{spec: t.Schedule, zone: t.Timezone, paused: t.Paused, prof: def.prof}
+		d.shapes[string(value)] = s
+		return def, nil
+	}
+	// The handle may differ from the shape's first task: H fields hash the id.
+	h, err := d.e.scheds.Intern(s.spec, s.zone, id)
+	if err != nil {
+		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
+	}
+	hash := xxhash.Sum64String(id)
+	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: s.prof, paused: s.paused}, nil
+}
+
+// build turns a decoded task into its def. It also returns the task's
+// shape key (shape.go), or "" when its fires depend on more than its shape.
+func (d *decoder) build(t *task.Task) (taskDef, string, error) {
+	id := t.ID
 	spec := t.Schedule
 	if _, once, _ := schedule.At(spec, t.Timezone); once {
 		spec = atSchedule // bounded to its one second by its window
 	}
 	h, err := d.e.scheds.Intern(spec, t.Timezone, id)
 	if err != nil {
-		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
+		return taskDef{}, "", fmt.Errorf("stored task %q: %w", id, err)
 	}
 	var win *window
 	if t.NotBefore != (time.Time{}) || t.NotAfter != (time.Time{}) || t.MaxFires > 0 || spec != t.Schedule {
-		win = windowOf(&t, d.e.scheds.Get(h), d.e.cfg.Clock.Now())
+		win = windowOf(t, d.e.scheds.Get(h), d.e.cfg.Clock.Now())
 	}
-	key := profileKey(&t) + windowKey(h, win, &t)
+	pkey := profileKey(t)
+	key := pkey + windowKey(h, win, t)
 	prof := d.profs[key]
 	if prof == nil {
-		if prof, err = d.e.execs.newProfile(key, &t); err != nil {
-			return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
+		if prof, err = d.e.execs.newProfile(key, t); err != nil {
+			return taskDef{}, "", fmt.Errorf("stored task %q: %w", id, err)
 		}
 		prof.win = win
 		d.profs[key] = prof
 	}
 	hash := xxhash.Sum64String(id)
-	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}, nil
+	def := taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}
+	if !plain(t, spec) {
+		return def, "", nil
+	}
+	return def, shapeKey(pkey, t), nil
 }
 
 // prepared is a partition read ahead of its lock (make-before-break): its
@@ -248,14 +316,14 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 	var defs []taskDef
 	var kvs []store.KV
 	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte) {
-		def, err := d.def(id, value)
+		def, cached, err := d.decode(id, value)
 		if err != nil {
 			e.log.Warn("skipping a stored task", "partition", p, "err", err)
 			return
 		}
 		defs = append(defs, def)
 		if e.store != nil {
-			kvs = append(kvs, store.KV{ID: id, Value: value})
+			kvs = append(kvs, store.KV{ID: id, Value: cached})
 		}
 	})
 	if err != nil {
@@ -349,13 +417,13 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			c.deletes = append(c.deletes, id)
 			continue
 		}
-		def, err := d.def(id, ev.Kv.Value)
+		def, cached, err := d.decode(id, ev.Kv.Value)
 		if err != nil {
 			e.log.Warn("skipping a task change", "partition", p, "err", err)
 			continue
 		}
 		c.upserts = append(c.upserts, def)
-		puts = append(puts, store.KV{ID: id, Value: ev.Kv.Value})
+		puts = append(puts, store.KV{ID: id, Value: cached})
 	}
 	if e.caching(p) {
 		rev := events[len(events)-1].Kv.ModRevision
