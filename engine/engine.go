@@ -63,6 +63,7 @@ type Engine struct {
 	handOver  [numPhases]durations // the hand-over phases this node went through
 	fences    fences               // sessions that ended fenced
 	shapes    shapeCodes           // cache encodings of the task shapes seen (shape.go)
+	revs      *revisions           // etcd's revision, read for the partitions prepared from the cache
 
 	pool *pool
 	loop *loop
@@ -127,6 +128,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		preparing: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
+		revs:      newRevisions(),
 	}
 	e.execs = &executors{
 		shared:    executor.Shared{HTTP: hc, Handlers: &e.handlers, AllowExec: cfg.AllowExec, ExecAllow: execAllow},

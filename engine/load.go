@@ -54,7 +54,7 @@ func (d *decoder) decode(id string, value []byte) (taskDef, []byte, error) {
 	if err != nil {
 		return taskDef{}, nil, err
 	}
-	if key != "" && d.e.store != nil {
+	if key != "" {
 		if c := d.e.shapes.code(key, &t); c != nil {
 			return def, c, nil
 		}
@@ -187,7 +187,7 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	if rev == 0 {
 		return nil, nil
 	}
-	now, err := e.reg.Revision(ctx)
+	now, err := e.revs.notAhead(ctx, e.reg, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +196,39 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 		return nil, nil
 	}
 	return &prepared{p: p, rev: rev, defs: defs}, nil
+}
+
+// revisions shares reads of etcd's revision between the partitions
+// prepared from the cache: a warm restart asks once, not once per
+// partition (each read waits behind the acquires' transactions).
+type revisions struct {
+	sem  chan struct{} // a slot: one read at a time, which the others then share
+	rev  int64         // the last revision read, under sem
+	read time.Time     // when, under sem
+}
+
+func newRevisions() *revisions { return &revisions{sem: make(chan struct{}, 1)} }
+
+// notAhead returns a revision etcd had at most revisionFresh ago, or now,
+// that is at least cached when etcd has it: a cache synced to cached is then
+// not ahead of etcd (restored or replaced under it). A cached revision past
+// the last one read is always checked with a new read.
+func (r *revisions) notAhead(ctx context.Context, reg *registry.Registry, cached int64) (int64, error) {
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-r.sem }()
+	if cached <= r.rev && time.Since(r.read) < revisionFresh {
+		return r.rev, nil
+	}
+	now, err := reg.Revision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	r.rev, r.read = now, time.Now()
+	return now, nil
 }
 
 // arm brings a prepared partition up to atRev, the revision of its

@@ -22,6 +22,9 @@ const (
 	// triggerWait is how long a trigger waits for its task to be loaded,
 	// and how long a fired trigger is remembered.
 	triggerWait = 10 * time.Second
+	// revisionFresh is how long a read of etcd's revision serves the
+	// partitions prepared from the cache after it (revisions.notAhead).
+	revisionFresh = time.Second
 	// etcdTimeout bounds one etcd request made outside a caller's context
 	// (unlocks, restores, watermark deletes, release transactions).
 	etcdTimeout = 5 * time.Second
