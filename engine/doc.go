@@ -151,6 +151,10 @@
 //     schedule in its window (task.Window), which every node derives from
 //     the definition alone, so a hand-over needs nothing more
 //     (TestEngine_WindowsAndOneShotsAcrossAHandOver).
+//   - How the Badger cache keeps tasks (as etcd's JSON, or as a shape
+//     shared by the tasks with the same firing fields) and how a load
+//     decodes them: shape.go and the decoder in load.go. A fired field
+//     that a shape would lose fails TestShape_LoadsAsTheTaskJSON.
 //   - The task model, its defaults and validation: package task. How tasks
 //     are stored, listed and read by partition: package registry. Talking
 //     to a node from Go without linking the runtime: package api/client.

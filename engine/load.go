@@ -187,7 +187,7 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	if rev == 0 {
 		return nil, nil
 	}
-	now, err := e.revs.notAhead(ctx, e.reg, rev)
+	now, err := e.revs.notAhead(ctx, rev, e.appliedRevision, e.reg.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +199,8 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 }
 
 // revisions shares reads of etcd's revision between the partitions
-// prepared from the cache: a warm restart asks once, not once per
-// partition (each read waits behind the acquires' transactions).
+// prepared from the cache: a warm restart asks about once a second, not
+// once per partition (each read waited behind the acquires' writes).
 type revisions struct {
 	sem  chan struct{} // a slot: one read at a time, which the others then share
 	rev  int64         // the last revision read, under sem
@@ -212,8 +212,11 @@ func newRevisions() *revisions { return &revisions{sem: make(chan struct{}, 1)} 
 // notAhead returns a revision etcd had at most revisionFresh ago, or now,
 // that is at least cached when etcd has it: a cache synced to cached is then
 // not ahead of etcd (restored or replaced under it). A cached revision past
-// the last one read is always checked with a new read.
-func (r *revisions) notAhead(ctx context.Context, reg *registry.Registry, cached int64) (int64, error) {
+// the last one read is always checked with a new read. It asks applied
+// first (the revision the etcd member answering has applied: a local
+// read, which waits for no consensus), then, when that is behind cached
+// (a lagging member), current (the cluster's).
+func (r *revisions) notAhead(ctx context.Context, cached int64, applied, current func(context.Context) (int64, error)) (int64, error) {
 	select {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -223,12 +226,25 @@ func (r *revisions) notAhead(ctx context.Context, reg *registry.Registry, cached
 	if cached <= r.rev && time.Since(r.read) < revisionFresh {
 		return r.rev, nil
 	}
-	now, err := reg.Revision(ctx)
-	if err != nil {
-		return 0, err
+	now, err := applied(ctx)
+	if err != nil || now < cached {
+		if now, err = current(ctx); err != nil {
+			return 0, err
+		}
 	}
 	r.rev, r.read = now, time.Now()
 	return now, nil
+}
+
+// appliedRevision returns the revision the etcd member this node talks to
+// has applied, with a serializable read: every revision up to it was
+// committed by the cluster.
+func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
+	resp, err := e.cli.Get(ctx, e.keys.checkpoint(0), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return 0, fmt.Errorf("read the applied revision: %w", err)
+	}
+	return resp.Header.Revision, nil
 }
 
 // arm brings a prepared partition up to atRev, the revision of its
