@@ -8,8 +8,8 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// KV is one cached task: its id and its value (the task JSON as read from
-// etcd; opaque to the store).
+// KV is one cached task: its id and its value, opaque to the store (the
+// engine's: the task JSON as read from etcd, or its shape, engine/shape.go).
 type KV struct {
 	ID    string
 	Value []byte
