@@ -27,6 +27,7 @@ type decoder struct {
 	e      *Engine
 	profs  map[string]*profile
 	shapes map[string]*shape // by cached value
+	key    []byte            // a shape key being built (appendShapeKey)
 }
 
 func (e *Engine) decoder() *decoder {
@@ -55,7 +56,8 @@ func (d *decoder) decode(id string, value []byte) (taskDef, []byte, error) {
 		return taskDef{}, nil, err
 	}
 	if key != "" {
-		if c := d.e.shapes.code(key, &t); c != nil {
+		d.key = appendShapeKey(d.key[:0], key, &t)
+		if c := d.e.shapes.code(d.key, &t); c != nil {
 			return def, c, nil
 		}
 	}
@@ -92,7 +94,8 @@ func (d *decoder) fromShape(id string, value []byte) (taskDef, error) {
 }
 
 // build turns a decoded task into its def. It also returns the task's
-// shape key (shape.go), or "" when its fires depend on more than its shape.
+// profile key when its fires depend on nothing but its shape (shape.go),
+// else "".
 func (d *decoder) build(t *task.Task) (taskDef, string, error) {
 	id := t.ID
 	spec := t.Schedule
@@ -122,7 +125,7 @@ func (d *decoder) build(t *task.Task) (taskDef, string, error) {
 	if !plain(t, spec) {
 		return def, "", nil
 	}
-	return def, shapeKey(pkey, t), nil
+	return def, pkey, nil
 }
 
 // prepared is a partition read ahead of its lock (make-before-break): its

@@ -46,22 +46,22 @@ type shape struct {
 // shape seen once has no code yet: a task alone of its shape stays JSON.
 type shapeCodes struct {
 	mu    sync.Mutex        // guards codes
-	codes map[string][]byte // by shapeKey: nil after one task, the code after two
+	codes map[string][]byte // by shape key (appendShapeKey): nil after one task, the code after two
 }
 
-// code returns the cache value of t, a plain task (noWindow) whose shape
+// code returns the cache value of t, a plain task whose shape
 // key is key, or nil when no other task of this shape was seen yet or the
 // shape cannot be encoded. The value returned is shared: not to be
 // modified.
-func (s *shapeCodes) code(key string, t *task.Task) []byte {
+func (s *shapeCodes) code(key []byte, t *task.Task) []byte {
 	s.mu.Lock()
-	c, seen := s.codes[key]
+	c, seen := s.codes[string(key)]
 	if c != nil || !seen {
 		if !seen {
 			if s.codes == nil || len(s.codes) >= maxShapes {
 				s.codes = make(map[string][]byte)
 			}
-			s.codes[key] = nil
+			s.codes[string(key)] = nil
 		}
 		s.mu.Unlock()
 		return c
@@ -72,10 +72,8 @@ func (s *shapeCodes) code(key string, t *task.Task) []byte {
 		return nil // cached as JSON, as before shapes
 	}
 	s.mu.Lock()
-	if s.codes != nil {
-		if _, ok := s.codes[key]; ok {
-			s.codes[key] = c
-		}
+	if _, ok := s.codes[string(key)]; ok {
+		s.codes[string(key)] = c
 	}
 	s.mu.Unlock()
 	return c
@@ -94,17 +92,17 @@ func encodeShape(t *task.Task) ([]byte, error) {
 	return append([]byte{shapeMark}, b...), nil
 }
 
-// shapeKey identifies a plain task's shape: the tasks with one key have
-// one profile (profileKey, whose test keeps it complete) and the same
-// schedule, time zone and pause, so one shape stands for all of them.
-func shapeKey(profKey string, t *task.Task) string {
-	b := make([]byte, 0, len(profKey)+len(t.Schedule)+len(t.Timezone)+16)
+// appendShapeKey appends the key of a plain task's shape to b: the tasks
+// with one key have one profile (profileKey, whose test keeps it complete)
+// and the same schedule, time zone and pause, so one shape stands for all
+// of them.
+func appendShapeKey(b []byte, profKey string, t *task.Task) []byte {
 	b = append(b, profKey...)
 	for _, s := range []string{t.Schedule, t.Timezone} {
 		b = append(strconv.AppendInt(append(b, '|'), int64(len(s)), 10), ':')
 		b = append(b, s...)
 	}
-	return string(strconv.AppendBool(append(b, '|'), t.Paused))
+	return strconv.AppendBool(append(b, '|'), t.Paused)
 }
 
 // plain reports whether t's fires depend on nothing but its shape and id:

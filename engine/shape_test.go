@@ -23,7 +23,7 @@ import (
 // TestShape_LoadsAsTheTaskJSON changes each field of a task in turn and
 // checks that a task cached as its shape loads as its JSON does: the same
 // profile, schedule and pause, whichever tasks the node cached before it.
-// A field that a fire uses and that encodeShape or shapeKey leaves out
+// A field that a fire uses and that encodeShape or appendShapeKey leaves out
 // fails here. Tasks differing only in fields a fire does not use share a
 // shape; a task whose fires depend on its times stays JSON.
 func TestShape_LoadsAsTheTaskJSON(t *testing.T) {
