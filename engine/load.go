@@ -78,7 +78,7 @@ func (d *decoder) fromShape(id string, value []byte) (taskDef, error) {
 			return taskDef{}, err
 		}
 		if key == "" {
-			return taskDef{}, fmt.Errorf("cached task %q: a shape with a window", id)
+			return taskDef{}, fmt.Errorf("stored task %q: a cached shape with a window", id)
 		}
 		s = &shape{spec: t.Schedule, zone: t.Timezone, paused: t.Paused, prof: def.prof}
 		d.shapes[string(value)] = s

@@ -10,7 +10,7 @@ import (
 )
 
 // Shapes: how the Badger cache keeps tasks that share their firing fields,
-// so that a warm restart decodes each distinct task once, not each task.
+// so that a warm restart decodes each distinct shape once, not each task.
 //
 // A task's shape is what its fires depend on apart from its id: schedule,
 // time zone, pause, executor and policies. Fleets hold many tasks of one
@@ -49,10 +49,9 @@ type shapeCodes struct {
 	codes map[string][]byte // by shape key (appendShapeKey): nil after one task, the code after two
 }
 
-// code returns the cache value of t, a plain task whose shape
-// key is key, or nil when no other task of this shape was seen yet or the
-// shape cannot be encoded. The value returned is shared: not to be
-// modified.
+// code returns the cache value of t, a plain task whose shape key is
+// key, or nil when no other task of this shape was seen yet or the shape
+// cannot be encoded. The value returned is shared: not to be modified.
 func (s *shapeCodes) code(key []byte, t *task.Task) []byte {
 	s.mu.Lock()
 	c, seen := s.codes[string(key)]
