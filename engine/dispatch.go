@@ -59,15 +59,16 @@ func (l *loop) dispatch() bool {
 	l.pushJobs()
 	for _, e := range l.expired {
 		if e.ID < retryBase {
-			l.reschedule(e.ID)
+			l.released = append(l.released, e.ID)
 		}
 	}
-	// Only now is the dispatch point known: a next fire armed at or before
-	// the wheel's time (a fire_all catch-up chain, jitter close to the
-	// period, a dispatch running late) is released by the next Advance,
-	// and the point must not claim it before.
-	l.through = max(l.through, min(through, l.lowArm-1))
-	l.publish()
+	l.releasedThrough = max(l.releasedThrough, through)
+	if full && len(l.unpushed) == 0 && l.pool.free() > 0 {
+		// More is due and the queue has room: the rest of the burst goes
+		// to the workers before the loop computes next times.
+		return true
+	}
+	l.rescheduleReleased()
 	return full
 }
 
@@ -82,6 +83,23 @@ func (l *loop) dispatch() bool {
 func (l *loop) limit(now int64) (int64, bool) {
 	limit, ok := l.acked.limit(now, l.cfg.Lead)
 	return max(limit, l.wheel.Now()), ok
+}
+
+// rescheduleReleased computes the next times of the records released
+// since the last call, and only then moves the dispatch point: a next fire
+// armed at or before the wheel's time (a fire_all catch-up chain, jitter
+// close to the period, a dispatch running late) is released by the next
+// Advance, and the point must not claim it before. Until it runs, a
+// released record's r.next is the fire just released: it runs before any
+// command, which may read or move r.next (handle), and before the loop
+// sleeps.
+func (l *loop) rescheduleReleased() {
+	for _, i := range l.released {
+		l.reschedule(i)
+	}
+	l.released = l.released[:0]
+	l.through = max(l.through, min(l.releasedThrough, l.lowArm-1))
+	l.publish()
 }
 
 // publish lets the node watermark follow the dispatch point once every

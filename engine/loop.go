@@ -128,6 +128,12 @@ type loop struct {
 	alerts  *notifier // nil: no alerts (tests)
 
 	through  int64 // every fire due up to here was released by the wheel and handed to the pool
+	// released are the records whose fires went to the pool since the
+	// last rescheduleReleased, their next times not yet computed, and
+	// releasedThrough the wheel time those batches reached: the dispatch
+	// point moves there once they are rescheduled (rescheduleReleased).
+	released        []uint32
+	releasedThrough int64
 	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
 	expired  []timerwheel.Expired
 	jobs     []job
@@ -169,6 +175,9 @@ func (l *loop) run(ctx context.Context) {
 		if l.dispatch() {
 			continue // more is due now: commands are served between batches
 		}
+		if len(l.released) > 0 {
+			l.rescheduleReleased() // dispatch returned early
+		}
 		timer.Reset(l.sleep())
 		select {
 		case <-ctx.Done():
@@ -186,12 +195,21 @@ func (l *loop) run(ctx context.Context) {
 
 // service handles what is waiting, without blocking and within bounds, so
 // that a burst cannot starve commands or completions starve the burst.
+//
+// Within a burst (records released and not yet rescheduled) completions
+// wait: the loop's time goes to handing the rest of the burst to the
+// workers, and it takes the completions once the queue is full or the
+// burst is out.
 func (l *loop) service() {
+	done := l.pool.done
+	if len(l.released) > 0 {
+		done = nil
+	}
 	for range 64 {
 		select {
 		case c := <-l.cmds:
 			l.handle(c)
-		case b := <-l.pool.done:
+		case b := <-done:
 			l.complete(&b)
 		default:
 			return
@@ -237,6 +255,9 @@ func (wakeCmd) run(*loop)                {}
 type wakeCmd struct{}
 
 func (l *loop) handle(c command) {
+	if len(l.released) > 0 {
+		l.rescheduleReleased() // a command sees every record armed
+	}
 	c.run(l)
 	l.tasks.Store(int64(l.tab.n))
 }
