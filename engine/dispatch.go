@@ -36,6 +36,9 @@ func (l *loop) dispatch() bool {
 		return false
 	}
 	limit := min(l.cfg.BatchSize, free)
+	if k := l.stagedLimit(target, now); k > 0 {
+		limit = k // the staged tick's timers, as one batch (stage.go)
+	}
 	swept := target >= l.wheel.Now() // the wheel's current tick is released first
 	l.expired = l.wheel.Advance(target, limit, l.expired[:0])
 	full := len(l.expired) == limit
@@ -52,11 +55,16 @@ func (l *loop) dispatch() bool {
 		through -= int64(l.cfg.Tick)
 	}
 	// Dispatch first, then compute next times (docs/design.md, facts measured).
-	l.jobs = l.jobs[:0]
-	for _, e := range l.expired {
-		l.release(e, now)
+	if len(l.expired) > 0 {
+		l.epoch++
 	}
-	l.pushJobs()
+	if !l.releaseStaged() {
+		l.jobs = l.jobs[:0]
+		for _, e := range l.expired {
+			l.release(e, now)
+		}
+		l.pushJobs()
+	}
 	for _, e := range l.expired {
 		if e.ID < retryBase {
 			l.released = append(l.released, e.ID)
@@ -94,6 +102,9 @@ func (l *loop) limit(now int64) (int64, bool) {
 // command, which may read or move r.next (handle), and before the loop
 // sleeps.
 func (l *loop) rescheduleReleased() {
+	if l.admitStaged[1] > 0 {
+		l.admitStagedFires()
+	}
 	for _, i := range l.released {
 		l.reschedule(i)
 	}
@@ -333,6 +344,10 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over
 
 // complete applies finished attempts: counters, retries, buffered fires.
 func (l *loop) complete(b *completionBatch) {
+	l.epoch++
+	if l.admitStaged[1] > 0 {
+		l.admitStagedFires() // their completions may be among these
+	}
 	for _, c := range b.c[:b.n] {
 		r := l.tab.rec(c.rec)
 		if r.flags&flagLive == 0 || r.gen != c.gen {

@@ -82,8 +82,8 @@ func (tl *testLoop) dispatched(part int) []string {
 	}
 	p := tl.pool
 	p.mu.Lock()
-	for i := range p.n {
-		add(&p.q[(p.head+i)%len(p.q)])
+	for i := range p.queued() {
+		add(p.at(i))
 	}
 	p.mu.Unlock()
 	for i := range tl.unpushed {

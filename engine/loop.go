@@ -128,17 +128,21 @@ type loop struct {
 	alerts  *notifier // nil: no alerts (tests)
 
 	through  int64 // every fire due up to here was released by the wheel and handed to the pool
+	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
+	expired  []timerwheel.Expired
+	jobs     []job
+	unpushed []job // jobs the full queue did not take yet
+	memo     [256]memoEntry
+
 	// released are the records whose fires went to the pool since the
 	// last rescheduleReleased, their next times not yet computed, and
 	// releasedThrough the wheel time those batches reached: the dispatch
 	// point moves there once they are rescheduled (rescheduleReleased).
 	released        []uint32
 	releasedThrough int64
-	lowArm   int64 // earliest release time armed at or before the wheel's time and not yet released, or math.MaxInt64
-	expired  []timerwheel.Expired
-	jobs     []job
-	unpushed []job // jobs the full queue did not take yet
-	memo     [256]memoEntry
+	staged          stage  // the next tick's jobs, built ahead (stage.go)
+	admitStaged     [2]int // released[from:to] are staged fires whose records are not yet admitted (admitStagedFires)
+	epoch           uint64 // counts what the loop did besides sleeping: a stage is good while it stands
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
@@ -178,7 +182,8 @@ func (l *loop) run(ctx context.Context) {
 		if len(l.released) > 0 {
 			l.rescheduleReleased() // dispatch returned early
 		}
-		timer.Reset(l.sleep())
+		l.stageNext()
+		timer.Reset(l.stageWake(l.sleep()))
 		select {
 		case <-ctx.Done():
 			return
@@ -257,6 +262,9 @@ type wakeCmd struct{}
 func (l *loop) handle(c command) {
 	if len(l.released) > 0 {
 		l.rescheduleReleased() // a command sees every record armed
+	}
+	if _, wake := c.(wakeCmd); !wake {
+		l.epoch++
 	}
 	c.run(l)
 	l.tasks.Store(int64(l.tab.n))
@@ -395,6 +403,9 @@ func (l *loop) remove(i uint32) {
 }
 
 func (l *loop) state(id string) *task.State {
+	if len(l.released) > 0 {
+		l.rescheduleReleased() // the next fire is r.next once rescheduled
+	}
 	i, r, ok := l.tab.lookup(id)
 	if !ok {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,12 @@ type pool struct {
 	ready   sync.Cond  // jobs were pushed, the queue was reset, or the pool is closing
 	q       []job
 	head, n int
+	// seg is a staged burst handed over whole (pushStaged): queued ahead
+	// of the ring, whose jobs were all pushed after it; seg[segHead:] wait.
+	// spare is a taken segment, emptied, for the loop's next stage.
+	seg     []job
+	segHead int
+	spare   []job
 	marks   []mark
 	mhead   int
 	pushed  uint64
@@ -130,6 +137,15 @@ type runningFire struct {
 	cancel context.CancelFunc
 }
 
+// doneRoom is how many completion batches wait for the loop: a full
+// queue's worth of noop jobs, taken in chunks, and a batch per worker
+// twice over, so that workers keep taking a burst while the loop is still
+// handing it out (it takes completions once the queue is full or the burst
+// is out: loop.service).
+func doneRoom(cfg Config) int {
+	return cfg.Queue/chunkMax + 2*cfg.Workers
+}
+
 func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, start int64) *pool {
 	p := &pool{
 		node:    cfg.NodeID,
@@ -138,7 +154,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		history: history,
 		stats:   st,
 		fenced:  fenced,
-		done:    make(chan completionBatch, 2*cfg.Workers),
+		done:    make(chan completionBatch, doneRoom(cfg)),
 		quit:    make(chan struct{}),
 		q:       make([]job, cfg.Queue),
 		space:   make(chan struct{}, 1),
@@ -159,14 +175,69 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 func (p *pool) depth() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.n
+	return p.queued()
 }
 
 // free returns how many jobs the queue can take now.
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.q) - p.n
+	return len(p.q) - p.queued()
+}
+
+// queued returns how many jobs wait, in the segment and the ring. Called
+// with mu held.
+func (p *pool) queued() int { return len(p.seg) - p.segHead + p.n }
+
+// at returns the i-th waiting job, the segment's first. Called with mu
+// held.
+func (p *pool) at(i int) *job {
+	if s := len(p.seg) - p.segHead; i < s {
+		return &p.seg[p.segHead+i]
+	} else {
+		i -= s
+	}
+	return &p.q[(p.head+i)%len(p.q)]
+}
+
+// pop removes the first waiting job. Called with mu held.
+func (p *pool) pop() {
+	if p.segHead < len(p.seg) {
+		p.seg[p.segHead] = job{}
+		p.segHead++
+		if p.segHead == len(p.seg) {
+			p.spare, p.seg, p.segHead = p.seg[:0], nil, 0
+		}
+		return
+	}
+	p.q[p.head] = job{}
+	p.head = (p.head + 1) % len(p.q)
+	p.n--
+}
+
+// pushStaged queues jobs whole, without copying them, when nothing waits
+// and they fit; it reports whether it did (the caller then pushes them as
+// usual). The pool owns jobs from then on: it empties them as workers take
+// them, and hands the slice back through spareSlice.
+func (p *pool) pushStaged(jobs []job) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.queued() != 0 || len(jobs) > len(p.q) || len(jobs) == 0 {
+		return false
+	}
+	p.seg, p.segHead = jobs, 0
+	p.pushed += uint64(len(jobs))
+	p.wake(jobs)
+	return true
+}
+
+// spareSlice returns an emptied slice that held a staged segment, or nil.
+func (p *pool) spareSlice() []job {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.spare
+	p.spare = nil
+	return s
 }
 
 // push queues jobs and returns how many fit; the caller pushes the rest
@@ -174,22 +245,30 @@ func (p *pool) free() int {
 func (p *pool) push(jobs []job) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := min(len(jobs), len(p.q)-p.n)
+	k := min(len(jobs), len(p.q)-p.queued())
 	for i := range k {
 		p.q[(p.head+p.n+i)%len(p.q)] = jobs[i]
 	}
 	p.n += k
 	p.pushed += uint64(k)
-	// Wake as many workers as the jobs need, not all of them: a broadcast
-	// per batch would wake hundreds of workers to find nothing.
-	wake := k
-	if k > 0 && jobs[0].prof.noop {
-		wake = (k + chunkMax - 1) / chunkMax
+	p.wake(jobs[:k])
+	return k
+}
+
+// wake wakes as many workers as jobs, just queued, need, not all of them:
+// a broadcast per batch would wake hundreds of workers to find nothing.
+// Called with mu held.
+func (p *pool) wake(jobs []job) {
+	n := len(jobs)
+	if n > 0 && jobs[0].prof.noop {
+		// Noop jobs use CPU only: a worker per core, each passing the
+		// rest on as it takes (take), keeps every core busy without a
+		// crowd waking to wait for the lock.
+		n = min((n+chunkMax-1)/chunkMax, runtime.GOMAXPROCS(0))
 	}
-	for range min(wake, p.workers) {
+	for range min(n, p.workers) {
 		p.ready.Signal()
 	}
-	return k
 }
 
 // publish says that every fire the wheel released up to through is among
@@ -273,6 +352,8 @@ func (p *pool) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.head, p.n = 0, 0
+	clear(p.seg)
+	p.seg, p.segHead = nil, 0
 	p.taken = p.pushed
 	p.wakeWaiters()
 	p.marks, p.mhead = p.marks[:0], 0
@@ -285,8 +366,8 @@ func (p *pool) reset() {
 func (p *pool) replaceQueued(rec, gen uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i := range p.n {
-		if j := &p.q[(p.head+i)%len(p.q)]; j.rec == rec && j.gen == gen {
+	for i := range p.queued() {
+		if j := p.at(i); j.rec == rec && j.gen == gen {
 			j.replaced = true
 		}
 	}
@@ -298,8 +379,8 @@ func (p *pool) replaceQueued(rec, gen uint32) {
 func (p *pool) dropQueued(drop func(j *job) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i := range p.n {
-		j := &p.q[(p.head+i)%len(p.q)]
+	for i := range p.queued() {
+		j := p.at(i)
 		if j.kind != kindDropped && drop(j) {
 			j.kind = kindDropped
 		}
@@ -383,27 +464,25 @@ func (p *pool) take(buf []job) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A fenced node waits for the reset that drops its queue.
-	for p.n == 0 || p.fenced() {
-		if p.closing && (p.n == 0 || p.fenced()) {
+	for p.queued() == 0 || p.fenced() {
+		if p.closing && (p.queued() == 0 || p.fenced()) {
 			return 0
 		}
 		p.ready.Wait()
 	}
 	k := 0
 	limit := 1
-	if p.q[p.head].prof.noop {
-		limit = min(len(buf), max(1, p.n/p.workers))
+	if p.at(0).prof.noop {
+		limit = len(buf) // a chunk takes microseconds: no worker holds others' jobs for long
 	}
-	full := p.n == len(p.q)
-	for k < limit && p.n > 0 {
-		j := &p.q[p.head]
+	full := p.queued() >= len(p.q)
+	for k < limit && p.queued() > 0 {
+		j := p.at(0)
 		if k > 0 && !j.prof.noop {
 			break
 		}
 		buf[k] = *j
-		*j = job{}
-		p.head = (p.head + 1) % len(p.q)
-		p.n--
+		p.pop()
 		k++
 	}
 	p.taken += uint64(k)
@@ -411,7 +490,7 @@ func (p *pool) take(buf []job) int {
 	if len(p.waiters) > 0 {
 		p.wakeWaiters()
 	}
-	if p.n > 0 {
+	if p.queued() > 0 {
 		p.ready.Signal() // pass the rest on: push woke only as many as it guessed
 	}
 	if full {

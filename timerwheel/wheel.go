@@ -219,6 +219,48 @@ func (w *Wheel) NextDeadline() (at int64, ok bool) {
 	return mulSat(next, w.tick), true
 }
 
+// Peek appends to dst, up to max and without removing them, the timers of
+// the next tick that has any, in the order in which Advance will deliver
+// them, and returns the time at which that tick is due: the owner can build
+// what those timers start before they are due, then check them against
+// what Advance delivers. Peek appends nothing (and returns 0) when the
+// current tick has timers (they are due already), or when the next tick's
+// timers share a slot with other ticks', whose cascade could reorder them.
+// A cron burst, every timer on one second, is in one slot of its own.
+func (w *Wheel) Peek(max int, dst []Expired) (int64, []Expired) {
+	if w.n == 0 || w.slots[w.cur&(level0Slots-1)].head >= 0 {
+		return 0, dst
+	}
+	t, i, ok := w.nextEvent()
+	if !ok {
+		return 0, dst
+	}
+	s := &w.slots[i]
+	if i >= level0Slots {
+		if s.lo != s.hi {
+			return 0, dst
+		}
+		t = s.lo // spliced whole into the empty lower slots on its way down
+	}
+	n := 0
+	for bi := s.head; bi >= 0 && n < max; bi = w.blocks[bi].next {
+		b := w.blocks[bi]
+		for _, it := range b.items[b.start:b.end] {
+			if n == max {
+				break
+			}
+			if *w.gen(it.id) == it.gen {
+				dst = append(dst, Expired{ID: it.id, At: it.at})
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, dst
+	}
+	return mulSat(t, w.tick), dst
+}
+
 // gen returns the generation of id, allocating its page on first use.
 func (w *Wheel) gen(id uint32) *uint32 {
 	p := int(id >> pageBits)

@@ -453,3 +453,84 @@ func checkAgainstReference(seed uint64, ops, compactMin int) error {
 	}
 	return nil
 }
+
+// TestWheel_PeekIsWhatAdvanceDelivers checks Peek against Advance under
+// random schedules, cancels and advances: whatever Peek returns is the
+// start of what the Advance that reaches its time delivers, in order, and
+// nothing is due before that time.
+func TestWheel_PeekIsWhatAdvanceDelivers(t *testing.T) {
+	base := 1_700_000_000_000 * ms
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		w := newWheel(t, time.Millisecond, base)
+		now := base
+		peeked := 0
+		for step := range 300 {
+			switch rng.IntN(4) {
+			case 0: // a burst on one second, as cron gives
+				at := (now/int64(time.Second) + 1 + rng.Int64N(70)) * int64(time.Second)
+				for range rng.IntN(300) {
+					w.Schedule(uint32(rng.IntN(2000)), at)
+				}
+			case 1:
+				w.Schedule(uint32(rng.IntN(2000)), now+rng.Int64N(5*int64(time.Second)))
+			case 2:
+				w.Cancel(uint32(rng.IntN(2000)))
+			}
+			at, got := w.Peek(1+rng.IntN(400), nil)
+			if len(got) == 0 {
+				now += rng.Int64N(300 * ms)
+				w.Advance(now, 0, nil)
+				continue
+			}
+			peeked++
+			if at <= now {
+				t.Fatalf("seed %d step %d: peeked a tick at %d, not after now %d", seed, step, at, now)
+			}
+			if early := w.Advance(at-1, 0, nil); len(early) > 0 {
+				t.Fatalf("seed %d step %d: %d timers due before the peeked tick", seed, step, len(early))
+			}
+			out := w.Advance(at, len(got), nil)
+			if !slices.Equal(out, got) {
+				t.Fatalf("seed %d step %d: Advance delivered %v, Peek said %v", seed, step, out, got)
+			}
+			now = at
+			w.Advance(now, 0, nil)
+		}
+		if peeked == 0 {
+			t.Fatalf("seed %d: Peek never returned timers", seed)
+		}
+	}
+}
+
+func TestWheel_PeekBurst(t *testing.T) {
+	base := 1_700_000_000_000 * ms
+	w := newWheel(t, time.Millisecond, base+300*ms)
+	at := base + 60*int64(time.Second)
+	for i := range uint32(1000) {
+		w.Schedule(i, at)
+	}
+	w.Cancel(7)
+	got, gotAt := []Expired(nil), int64(0)
+	if gotAt, got = w.Peek(10_000, nil); gotAt != at || len(got) != 999 {
+		t.Fatalf("Peek = %d timers due at %d, want 999 at %d", len(got), gotAt, at)
+	}
+	if _, part := w.Peek(10, nil); !slices.Equal(part, got[:10]) {
+		t.Fatalf("Peek(10) = %v, want the first ten %v", part, got[:10])
+	}
+	if w.Len() != 999 {
+		t.Fatalf("Peek removed timers: %d left", w.Len())
+	}
+	// A timer on another tick in the same slot: the cascade may reorder
+	// them, so Peek says nothing.
+	w.Schedule(5000, at+1)
+	if _, mixed := w.Peek(10, nil); len(mixed) != 0 {
+		t.Fatalf("Peek of a mixed slot = %v, want nothing", mixed)
+	}
+	// Once due, the current tick's timers are not ahead.
+	w.Cancel(5000)
+	w.Advance(at, 1, nil)
+	if _, due := w.Peek(10, nil); len(due) != 0 {
+		t.Fatalf("Peek of a due tick = %v, want nothing", due)
+	}
+}

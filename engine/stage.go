@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"github.com/shardcron/shardcron/timerwheel"
+)
+
+// Staging: a burst's jobs built before it is due.
+//
+// When the loop is idle and its next tick with timers is near, it builds
+// the jobs of that tick ahead (stage), so that at the boundary it hands
+// them to the workers first and applies their bookkeeping to the records
+// only then (releaseStaged): what stands between the second and a worker
+// taking its fire is the wheel's Advance and a copy into the queue, not
+// the fire policies.
+//
+// Staging changes nothing: the timers stay in the wheel, the records as
+// they were. The staged jobs are used only if nothing happened in the loop
+// since (no command but a wake, no completion, no release), and only if the
+// Advance that reaches the tick delivers exactly the staged timers, in
+// order: the fires released are then those the wheel releases, as they are
+// released, before the dispatch point moves past them. Otherwise the stage
+// is dropped and the tick is released as any other.
+//
+// Only a prefix of plain fires is staged: a task at rest (not running, not
+// paused, its last fire not late), whose fire runs whatever its policies
+// say. The first timer that is not one ends the stage.
+
+// A burst is staged between stageAhead and stageLast before its tick:
+// late enough that the last burst's completions are in, early enough that
+// staging (some 30 ns a fire) ends before the tick.
+const (
+	stageAhead = 100 * time.Millisecond
+	stageLast  = 10 * time.Millisecond
+)
+
+// stageTries bounds the stages built for one tick, so that a loop that
+// keeps seeing events before a tick does not build it over and over.
+const stageTries = 3
+
+// stage is the staged tick.
+type stage struct {
+	at     int64  // when the tick is due, unix ns; 0: nothing staged
+	minDue int64  // the earliest due time among the jobs
+	epoch  uint64 // loop.epoch when built
+	jobs   []job
+	peek   []timerwheel.Expired
+	tick   int64 // the tick the tries count for
+	tries  int
+}
+
+// stageNext stages the next tick with timers if it is due within
+// stageAhead and the queue has room. Called only from the dispatch loop,
+// when it is about to sleep.
+func (l *loop) stageNext() {
+	s := &l.staged
+	if s.at != 0 && s.epoch == l.epoch {
+		return // still good
+	}
+	s.drop()
+	now := l.cfg.Clock.Now().UnixNano()
+	next, ok := l.wheel.NextDeadline()
+	if !ok || next-now < int64(stageLast) || next-now > int64(stageAhead) || len(l.unpushed) > 0 || l.fenced() {
+		return
+	}
+	if s.tick != next {
+		s.tick, s.tries = next, 0
+	}
+	if s.tries >= stageTries {
+		return
+	}
+	free := l.pool.free()
+	if free == 0 {
+		return
+	}
+	if s.jobs == nil {
+		s.jobs = l.pool.spareSlice()
+	}
+	s.tries++
+	at, peek := l.wheel.Peek(free, s.peek[:0])
+	s.peek = peek
+	if at != next {
+		return
+	}
+	s.minDue = at
+	for _, e := range peek {
+		if e.ID >= retryBase {
+			break
+		}
+		r := l.tab.rec(e.ID)
+		if r.flags&(flagLive|flagPaused|flagLate) != flagLive || r.running > 0 {
+			break
+		}
+		s.minDue = min(s.minDue, e.At)
+		s.jobs = append(s.jobs, job{
+			id: l.tab.id(r), prof: l.profs.list[r.prof], sched: r.next, due: e.At,
+			fence: l.parts[r.part].fence, rec: e.ID, gen: r.gen, attempt: 1, kind: kindSchedule, part: r.part,
+		})
+	}
+	if len(s.jobs) > 0 {
+		s.at, s.epoch = at, l.epoch
+	}
+}
+
+// stageWake returns how long the loop may sleep before it should stage
+// the next tick: until the middle of the staging window, or d when there
+// is nothing to stage.
+func (l *loop) stageWake(d time.Duration) time.Duration {
+	s := &l.staged
+	next, ok := l.wheel.NextDeadline()
+	if !ok || s.at == next && s.epoch == l.epoch || s.tick == next && s.tries >= stageTries {
+		return d
+	}
+	until := l.cfg.Clock.Until(time.Unix(0, next-int64(stageAhead+stageLast)/2))
+	if until <= 0 {
+		return d // in the window or past it: the loop stages before it sleeps
+	}
+	return min(d, until)
+}
+
+// drop forgets the staged jobs.
+func (s *stage) drop() {
+	clear(s.jobs)
+	s.jobs = s.jobs[:0]
+	s.at = 0
+}
+
+// stagedLimit returns how many timers the next Advance should deliver to
+// release the staged tick, or 0 when there is no usable stage for an
+// Advance to target.
+func (l *loop) stagedLimit(target, now int64) int {
+	s := &l.staged
+	if s.at == 0 {
+		return 0
+	}
+	if s.epoch != l.epoch || target < s.at || now-s.minDue > int64(l.cfg.MisfireThreshold) {
+		if s.epoch != l.epoch || target >= s.at {
+			s.drop() // stale, or late enough that some are misfires
+		}
+		return 0
+	}
+	return len(s.jobs)
+}
+
+// releaseStaged hands the staged jobs to the pool if the wheel released
+// exactly their timers, then applies to their records what release would
+// have; it reports whether it did. Otherwise it drops the stage, and the
+// caller releases the timers as usual.
+func (l *loop) releaseStaged() bool {
+	s := &l.staged
+	if s.at == 0 || len(l.expired) == 0 {
+		return false
+	}
+	defer s.drop()
+	if len(l.expired) != len(s.jobs) || !slices.Equal(l.expired, s.peek[:len(s.jobs)]) {
+		return false
+	}
+	l.stats.staged.Add(uint64(len(s.jobs)))
+	if l.pool.pushStaged(s.jobs) {
+		s.jobs = nil // the pool's now
+	} else {
+		l.jobs, s.jobs = s.jobs, l.jobs[:0]
+		l.pushJobs()
+	}
+	// dispatch appends them to released next
+	l.admitStaged = [2]int{len(l.released), len(l.released) + len(l.expired)}
+	return true
+}
+
+// admitStagedFires applies to the records of the staged fires released
+// what admit would have when they were released: it runs after the rest
+// of their burst went to the pool, and before the loop takes a completion
+// or a command.
+func (l *loop) admitStagedFires() {
+	for _, i := range l.released[l.admitStaged[0]:l.admitStaged[1]] {
+		r := l.tab.rec(i)
+		r.lastFire = r.next
+		r.running++
+		r.fires++
+		r.flags &^= flagEdited // this fire runs the definition as it stands
+	}
+	l.admitStaged = [2]int{}
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/task"
+)
+
+// dispatchAll dispatches until nothing more is due, as the loop's run
+// does, and reschedules what it released.
+func (tl *testLoop) dispatchAll() {
+	for tl.dispatch() {
+	}
+	if len(tl.released) > 0 {
+		tl.rescheduleReleased()
+	}
+}
+
+// recordState is what a fire leaves in a task's record.
+func (tl *testLoop) recordState(t *testing.T, id string) string {
+	t.Helper()
+	i, r, ok := tl.tab.lookup(id)
+	if !ok {
+		t.Fatalf("task %s is not in the table", id)
+	}
+	return fmt.Sprintf("next=%d last=%d running=%d fires=%d scheduled=%v", r.next, r.lastFire, r.running, r.fires, tl.wheel.Scheduled(i))
+}
+
+// A tick staged ahead fires as the same tick released at its second: the
+// same fires queued in the same order, the same records after, the same
+// dispatch point, and the next second armed.
+func TestLoop_StagedTickFiresAsUnstaged(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	load := func(tl *testLoop) {
+		tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("a", 25)...)
+		tl.add(t, 1, base.Add(-time.Second), prof, "* * * * * *", ids("b", 25)...)
+	}
+	staged := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+	load(staged)
+	staged.dispatchAll() // up to the clock: nothing due
+	staged.stageNext()
+	if staged.staged.at != base.UnixNano() || len(staged.staged.jobs) != 50 {
+		t.Fatalf("staged %d fires for %d, want 50 for the second %d", len(staged.staged.jobs), staged.staged.at, base.UnixNano())
+	}
+	if staged.through >= base.UnixNano() || staged.wheel.Len() != 50 {
+		t.Fatalf("staging moved the dispatch point to %d or took timers out of the wheel (%d left)", staged.through, staged.wheel.Len())
+	}
+	staged.clock.Advance(51 * time.Millisecond)
+	staged.dispatchAll()
+	if staged.staged.at != 0 {
+		t.Error("the stage was not used up by the tick's release")
+	}
+
+	plain := newTestLoop(t, base.Add(time.Millisecond), nil)
+	load(plain)
+	plain.dispatchAll()
+
+	for part := range 2 {
+		got, want := staged.dispatched(part), plain.dispatched(part)
+		if !slices.Equal(got, want) {
+			t.Errorf("partition %d: staged tick queued %v, want %v", part, got, want)
+		}
+	}
+	for _, id := range append(ids("a", 25), ids("b", 25)...) {
+		if got, want := staged.recordState(t, id), plain.recordState(t, id); got != want {
+			t.Errorf("%s after the staged tick: %s, want %s", id, got, want)
+		}
+	}
+	if staged.through != plain.through {
+		t.Errorf("dispatch point %d after the staged tick, want %d", staged.through, plain.through)
+	}
+}
+
+// What the loop does between staging a tick and its second drops the
+// stage: a task deleted then does not fire, and a task edited then (its
+// timer standing) fires its new definition.
+func TestLoop_StageDroppedByWhatHappensBeforeItsSecond(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, change := range []string{"delete", "edit"} {
+		t.Run(change, func(t *testing.T) {
+			tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+			prof, edited := noopProfile(task.MisfireFireOnce), noopProfile(task.MisfireSkip)
+			tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("a", 20)...)
+			tl.dispatchAll()
+			tl.stageNext()
+			if len(tl.staged.jobs) != 20 {
+				t.Fatalf("staged %d fires, want 20", len(tl.staged.jobs))
+			}
+			if change == "delete" {
+				tl.handle(&eventsCmd{part: 0, deletes: []string{"a-003"}})
+			} else {
+				_, r, _ := tl.tab.lookup("a-003")
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "a-003", hash: xxhash.Sum64String("a-003"), part: 0, sched: r.sched, prof: edited}}})
+			}
+			tl.handle(wakeCmd{})
+			tl.clock.Advance(51 * time.Millisecond)
+			tl.dispatchAll()
+			var got, want []string
+			p := tl.pool
+			p.mu.Lock()
+			for i := range p.queued() {
+				got = append(got, fmt.Sprintf("%s@%d/%s", p.at(i).id, p.at(i).sched/int64(time.Millisecond), p.at(i).prof.key))
+			}
+			p.mu.Unlock()
+			for _, id := range ids("a", 20) {
+				key := prof.key
+				if id == "a-003" {
+					if change == "delete" {
+						continue
+					}
+					key = edited.key
+				}
+				want = append(want, fmt.Sprintf("%s@%d/%s", id, base.UnixMilli(), key))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("queued %v, want %v (a-003: %s before its second)", got, want, change)
+			}
+		})
+	}
+}
+
+// A command served between two batches of one burst sees every record
+// released so far rescheduled: a schedule edited then takes effect from
+// its next time, instead of the burst's rescheduling skipping it.
+func TestLoop_CommandBetweenBatchesSeesNextTimes(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("a", 25)...)
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	if !tl.dispatch() {
+		t.Fatal("the first batch should be cut: the tick holds 25 fires, a batch 10")
+	}
+	first := tl.dispatched(0)[0] // released in the cut batch, its next time not yet computed
+	id := first[:5]
+	h, err := tl.scheds.Intern("*/5 * * * * *", "UTC", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}}})
+	tl.dispatchAll()
+	_, r, _ := tl.tab.lookup(id)
+	if want := base.Add(5 * time.Second).UnixNano(); r.next != want {
+		t.Errorf("%s edited to every 5 s between batches: next fire %s, want %s", id,
+			time.Unix(0, r.next).UTC().Format(time.TimeOnly), time.Unix(0, want).UTC().Format(time.TimeOnly))
+	}
+}
