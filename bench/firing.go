@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/shardcron/shardcron/engine"
 )
 
 // runThroughput fires every task on its schedule for the window.
@@ -48,6 +50,12 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	w.ca, w.a = f.counters(), snapshot()
+	var before []engine.Histogram
+	if cfg.Procs {
+		if before, err = f.fireLags(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// Wait until every fire of the burst ran, or a minute.
 	deadline := at.Add(time.Minute)
 	for f.counters().fires-w.ca.fires < uint64(cfg.Tasks) && time.Now().Before(deadline) {
@@ -62,6 +70,21 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 	r, err := f.result(Burst, cfg.Nodes, w)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Procs {
+		// A probe's request to the receiver times the http executor and the
+		// receiver, not the engine: the lag is the nodes' own, of every
+		// fire of the burst, from due to a worker taking it.
+		after, err := f.fireLags(ctx)
+		if err != nil {
+			return nil, err
+		}
+		h, err := lagSince(before, after)
+		if err != nil {
+			return nil, err
+		}
+		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = h.Quantile(0.5)*1000, h.Quantile(0.99)*1000, maxMs(h)
+		r.LagDist = histBuckets(h)
 	}
 	// The burst lasts from its second to its last fire, not from the
 	// snapshot before it.

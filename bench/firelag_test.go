@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shardcron/shardcron/engine"
+)
+
+// The burst's lag with node processes is read off their fire-lag
+// histograms, before and after: only the fires in between count.
+func TestLagSince_NodeHistograms(t *testing.T) {
+	scrape := func(counts ...uint64) engine.Histogram {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("# TYPE shardcron_fire_lag_seconds histogram\n")
+		for i, le := range []string{"0.001", "0.002", "0.004", "0.008"} {
+			b.WriteString(`shardcron_fire_lag_seconds_bucket{le="` + le + `"} ` + itoa(counts[i]) + "\n")
+		}
+		b.WriteString(`shardcron_fire_lag_seconds_bucket{le="+Inf"} ` + itoa(counts[4]) + "\n")
+		b.WriteString("shardcron_fire_lag_seconds_sum 0.5\nshardcron_fire_lag_seconds_count " + itoa(counts[4]) + "\n")
+		b.WriteString("shardcron_fires_total 77\n")
+		h, err := parseLag(strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	// Two nodes: 10 old fires each, then 100 new ones between them, 99
+	// taken within 2 ms and one within 8 ms.
+	before := []engine.Histogram{scrape(10, 10, 10, 10, 10), scrape(5, 10, 10, 10, 10)}
+	after := []engine.Histogram{scrape(40, 69, 69, 69, 69), scrape(25, 50, 50, 51, 51)}
+	h, err := lagSince(before, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Count != 100 || !slices.Equal(h.Counts, []uint64{50, 99, 99, 100}) {
+		t.Fatalf("burst histogram %v of %d, want [50 99 99 100] of 100", h.Counts, h.Count)
+	}
+	if p50 := h.Quantile(0.5) * 1000; math.Abs(p50-1) > 1e-9 {
+		t.Errorf("p50 %v ms, want 1", p50)
+	}
+	if p99 := h.Quantile(0.99) * 1000; math.Abs(p99-2) > 1e-9 {
+		t.Errorf("p99 %v ms, want 2", p99)
+	}
+	if m := maxMs(h); m != 8 {
+		t.Errorf("max %v ms, want the last non-empty bucket's bound, 8", m)
+	}
+	want := []Bucket{{1, 50}, {2, 49}, {4, 0}, {8, 1}}
+	if got := histBuckets(h); !slices.Equal(got, want) {
+		t.Errorf("distribution %v, want %v", got, want)
+	}
+	if _, err := lagSince(after, before); err == nil {
+		t.Error("histograms that went back were taken")
+	}
+	if _, err := parseLag(strings.NewReader("shardcron_fires_total 77\n")); err == nil {
+		t.Error("metrics without the histogram were taken")
+	}
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
