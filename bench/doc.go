@@ -32,7 +32,9 @@
 //     scheduled second) for the keyed tasks: every task with the handler
 //     and http executors, and with the noop executor one probe task per
 //     partition (a handler task standing among the noop ones), since noop
-//     fires are invisible by design. Fire totals of all tasks come from the
+//     fires are invisible by design. A burst through node processes
+//     probes 64 partitions only: each probe fire there is an HTTP request,
+//     and 1 024 of them at once cost the node more CPU than the burst. Fire totals of all tasks come from the
 //     engines' counters.
 //   - In-process, CPU cores and RSS are those of the whole process, the
 //     embedded etcd and the harness included: an upper bound of a node's.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/ring"
 )
 
 // The burst's lag with node processes is read off their fire-lag
@@ -62,3 +63,33 @@ func TestLagSince_NodeHistograms(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// A burst through node processes probes 64 partitions, not all: each probe
+// fire is an HTTP request whose CPU, 1 024 at once, outweighed the burst's
+// noop fires. Elsewhere every partition keeps its probe.
+func TestProbeSlots_BurstThroughProcesses(t *testing.T) {
+	cfg := Config{Scenario: Burst, Procs: true, Partitions: 1024}
+	if p := probedPartitions(cfg); p != 64 {
+		t.Fatalf("a burst through node processes probes %d partitions, want 64", p)
+	}
+	for _, c := range []Config{{Scenario: Burst, Partitions: 1024}, {Scenario: Throughput, Procs: true, Partitions: 1024}} {
+		if p := probedPartitions(c); p != 1024 {
+			t.Errorf("%s (procs %v) probes %d partitions, want all 1024", c.Scenario, c.Procs, p)
+		}
+	}
+	slot := probeSlots(20_000, 1024, 64)
+	per := map[int]int{}
+	for i, s := range slot {
+		if s >= 0 {
+			per[ring.Partition(taskID(i), 1024)]++
+		}
+	}
+	if len(per) != 64 {
+		t.Errorf("probes in %d partitions, want 64", len(per))
+	}
+	for p, n := range per {
+		if p >= 64 || n != 1 {
+			t.Errorf("partition %d has %d probes, want one in each partition below 64", p, n)
+		}
+	}
+}

@@ -139,7 +139,7 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() { _ = c.close() }()
 	c.rec = newRecorder(cfg.Tasks, cfg.Partitions, 1, time.Now().Truncate(time.Second),
-		int(readyTimeout(cfg)/time.Second)*3, probeSlots(cfg.Tasks, cfg.Partitions))
+		int(readyTimeout(cfg)/time.Second)*3, probeSlots(cfg.Tasks, cfg.Partitions, cfg.Partitions))
 	slot := c.rec.slot
 	url := ""
 	if cfg.Procs {

@@ -85,14 +85,14 @@ func newRecorder(tasks, partitions, nodes int, base time.Time, width int, slot [
 }
 
 // probeSlots returns the keyed slots for the noop executor: the first task
-// of each partition is keyed (a probe), the others are not.
-func probeSlots(tasks, partitions int) []int32 {
+// of each partition below probed is keyed (a probe), the others are not.
+func probeSlots(tasks, partitions, probed int) []int32 {
 	slot := make([]int32, tasks)
 	seen := make([]bool, partitions)
 	var n int32
 	for i := range slot {
 		slot[i] = -1
-		if p := ring.Partition(taskID(i), partitions); !seen[p] {
+		if p := ring.Partition(taskID(i), partitions); p < probed && !seen[p] {
 			seen[p] = true
 			slot[i] = n
 			n++
