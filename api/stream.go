@@ -50,6 +50,18 @@ func (s *jsonStream) item(v any) error {
 	return s.flushIfFull()
 }
 
+// raw adds b, a JSON value, as an element of a JSON array, followed by a
+// newline as item writes it.
+func (s *jsonStream) raw(b []byte) error {
+	if s.n > 0 {
+		s.buf.WriteByte(',')
+	}
+	s.buf.Write(b)
+	s.buf.WriteByte('\n')
+	s.n++
+	return s.flushIfFull()
+}
+
 // line adds b as a line of JSON Lines.
 func (s *jsonStream) line(b []byte) error {
 	s.buf.Write(b)

@@ -282,7 +282,9 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 // listTasks: GET /v1/tasks?prefix=&label=k=v&limit=&cursor=&state=&status=,
 // answered from the registry's index in id order (with status, by the
 // owners: listByStatus). The page is streamed as it is read, never built
-// whole: a page of 10 000 tasks costs the memory of a few hundred. With
+// whole: a page of 10 000 tasks costs the memory of a few hundred. Without
+// state, each task is its stored JSON with partition and version added
+// (Registry.ListJSON), not decoded and encoded again. With
 // state=1 each task carries its state from its owner, asked for a chunk
 // of the page at once. An error after the first task has been sent cuts
 // the answer off, so that a client sees it fail instead of taking it for
@@ -328,18 +330,24 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		chunk = chunk[:0]
 		return nil
 	}
-	next, err := s.reg.ListFunc(r.Context(), opts, func(t *task.Task) error {
-		if !withState {
+	var next string
+	if withState {
+		next, err = s.reg.ListFunc(r.Context(), opts, func(t *task.Task) error {
+			if chunk = append(chunk, t); len(chunk) == statesChunk {
+				return flush()
+			}
+			return nil
+		})
+	} else {
+		// Each task as stored, with its partition and version: the
+		// bytes encoding the decoded task would give, without decoding it.
+		next, err = s.reg.ListJSON(r.Context(), opts, func(t []byte) error {
 			if jw.n == 0 {
 				jw.begin(`{"tasks":[`)
 			}
-			return jw.item(t)
-		}
-		if chunk = append(chunk, t); len(chunk) == statesChunk {
-			return flush()
-		}
-		return nil
-	})
+			return jw.raw(t)
+		})
+	}
 	if err == nil && len(chunk) > 0 {
 		err = flush()
 	}

@@ -57,6 +57,17 @@ func (r *Registry) List(ctx context.Context, opts ListOptions) ([]*task.Task, st
 // ListFunc is List giving the page's tasks to fn one by one, in order,
 // instead of building the page: fn's error stops the list and is returned.
 func (r *Registry) ListFunc(ctx context.Context, opts ListOptions, fn func(*task.Task) error) (next string, err error) {
+	return r.listKV(ctx, opts, func(kv *mvccpb.KeyValue) error {
+		t, err := r.decode(kv)
+		if err != nil {
+			return err
+		}
+		return fn(t)
+	})
+}
+
+// listKV is ListFunc giving the stored keys and values.
+func (r *Registry) listKV(ctx context.Context, opts ListOptions, fn func(*mvccpb.KeyValue) error) (next string, err error) {
 	limit := opts.Limit
 	switch {
 	case limit == 0:
@@ -70,12 +81,8 @@ func (r *Registry) ListFunc(ctx context.Context, opts ListOptions, fn func(*task
 	q := query{prefix: opts.Prefix, labels: opts.Labels, after: opts.Cursor}
 	last := ""
 	more, err := r.scan(ctx, q, limit, func(kv *mvccpb.KeyValue, id string) error {
-		t, err := r.decode(kv)
-		if err != nil {
-			return err
-		}
 		last = id
-		return fn(t)
+		return fn(kv)
 	})
 	if err != nil {
 		return "", fmt.Errorf("list tasks: %w", err)

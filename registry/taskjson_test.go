@@ -1,0 +1,190 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/task"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// storedExamples are tasks as the registry stores them (marshalStored of
+// a decoded, validated task with its times), one for each kind of field.
+func storedExamples(t testing.TB) [][]byte {
+	t.Helper()
+	inputs := []string{
+		`{"id":"a","schedule":"* * * * *","executor":{"type":"noop"}}`,
+		`{"id":"billing/h<t>&p","schedule":"*/5 * * * * *","timezone":"Europe/Paris","executor":{"type":"http",` +
+			`"url":"http://127.0.0.1:9/hook?a=1&b=2","method":"PUT","headers":{"X-B":"2","X-A":"tab\tend"},` +
+			`"body":"{\"k\":\"v\\\\w\",\n\"ctl\":\"\u0001\u001f\u007f\",\"ls\":\"\u2028\u2029\",\"bs\":\"\b\f\r\",\"é\":\"日本\"}"},` +
+			`"timeout":"1m30s","retry":{"max_attempts":3,"backoff":"1.5s","max_backoff":"10m0s"},"misfire":"fire_all",` +
+			`"catchup_window":"1h0m0s","concurrency":"forbid","jitter":"250ms","labels":{"team":"pay","g":"7","created_at":"x"}}`,
+		`{"id":"x","schedule":"@every 1h","executor":{"type":"exec","command":["/bin/echo","a b","\"q\""],"env":{"B":"2","A":"1"}},` +
+			`"history_limit":{"successes":0,"failures":5},"notify":{"on":["failure","recovery"],"url":"http://127.0.0.1:9/n","headers":{"A":"b"}},` +
+			`"pause_on_failure":3,"capture":{"max_bytes":1024,"on":"always"},"on_success":["a","b"],"on_failure":["c"]}`,
+		`{"id":"h","schedule":"0 0 * * *","executor":{"type":"handler","name":"h1","payload":{"b": [1, 2.5e3, -0, "s\"<>\u2028", null, true, {}]}}}`,
+		`{"id":"w","schedule":"0 0 * * *","executor":{"type":"noop"},"not_before":"2026-01-02T03:04:05.123+02:00",` +
+			`"not_after":"2027-01-01T00:00:00Z","max_fires":10,"delete_after_fire":true,"paused":true}`,
+		`{"id":"n","schedule":"@at 2030-01-01T00:00:00Z","executor":{"type":"noop"}}`,
+	}
+	var out [][]byte
+	for i, in := range inputs {
+		tsk, err := task.DecodeTask([]byte(in))
+		if err != nil {
+			t.Fatalf("example %d: %v", i, err)
+		}
+		tsk.CreatedAt = time.Date(2026, 12, 3, 9, 0, 0, 123e6, time.UTC)
+		tsk.UpdatedAt = tsk.CreatedAt.Add(time.Duration(i) * time.Second)
+		if tsk.Paused {
+			tsk.Pause = &task.Pause{Note: "by hand", By: "token", At: tsk.UpdatedAt}
+		}
+		b, err := marshalStored(tsk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// decodedJSON is what responses wrote before the pass-through: the task
+// decoded, with its partition and version, encoded again.
+func decodedJSON(reg *Registry, kv *mvccpb.KeyValue) ([]byte, error) {
+	tsk, err := reg.decode(kv)
+	if err != nil {
+		return nil, err
+	}
+	return marshalStored(tsk)
+}
+
+func storedKV(reg *Registry, p int, id string, value []byte, rev int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(reg.keys.task(p, id)), Value: value, ModRevision: rev}
+}
+
+func TestTaskShape_Followed(t *testing.T) {
+	if taskShapeErr != nil || !passThrough {
+		t.Fatalf("the shape of task.Task is not followed, every listed task is decoded: %v", taskShapeErr)
+	}
+}
+
+// TestAppendTaskJSON_StoredTasksPassThrough: a task as the registry stores
+// it is passed on, and the bytes are those of decoding and encoding it.
+func TestAppendTaskJSON_StoredTasksPassThrough(t *testing.T) {
+	reg := &Registry{keys: newKeys("/p")}
+	for i, stored := range storedExamples(t) {
+		for _, p := range []int{0, 13} {
+			kv := storedKV(reg, p, "id", stored, int64(1000+i))
+			want, err := decodedJSON(reg, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := appendStored(nil, stored, p, kv.ModRevision); !ok {
+				t.Errorf("example %d is not passed through:\n%s", i, stored)
+			}
+			got, err := reg.appendTaskJSON([]byte("keep"), kv)
+			if err != nil || !bytes.Equal(got, append([]byte("keep"), want...)) {
+				t.Errorf("example %d, partition %d:\n got %s (%v)\nwant keep%s", i, p, got, err, want)
+			}
+		}
+	}
+}
+
+// TestAppendTaskJSON_NotCanonicalIsDecoded: a stored value that json reads
+// as a task but that is not what the registry writes is decoded and
+// encoded again, as before; one that does not decode is an error.
+func TestAppendTaskJSON_NotCanonicalIsDecoded(t *testing.T) {
+	reg := &Registry{keys: newKeys("/p")}
+	base := string(storedExamples(t)[1])
+	variants := map[string]string{
+		"space after the brace":      strings.Replace(base, `{"id"`, `{ "id"`, 1),
+		"newline at the end":         base + "\n",
+		"space in a map":             strings.Replace(base, `"g":"7"`, `"g": "7"`, 1),
+		"unknown field":              strings.Replace(base, `{"id"`, `{"old":1,"id"`, 1),
+		"empty string not left out":  strings.Replace(base, `"created_at":"2026`, `"delete_after_fire":false,"created_at":"2026`, 1),
+		"canonical: a field more":    strings.Replace(base, `"created_at":"2026`, `"max_fires":5,"created_at":"2026`, 1),
+		"field out of order":         strings.Replace(base, `"id":"billing/h<t>&p","schedule":"*/5 * * * * *"`, `"schedule":"*/5 * * * * *","id":"billing/h<t>&p"`, 1),
+		"field in upper case":        strings.Replace(base, `"schedule"`, `"Schedule"`, 1),
+		"field written twice":        strings.Replace(base, `"timezone"`, `"id":"other","timezone"`, 1),
+		"field left out":             strings.Replace(base, `"paused":false,`, ``, 1),
+		"empty field not left out":   strings.Replace(base, `"created_at":"2026`, `"on_success":[],"created_at":"2026`, 1),
+		"null field":                 strings.Replace(base, `"created_at":"2026`, `"history_limit":null,"created_at":"2026`, 1),
+		"zero number not left out":   strings.Replace(base, `"created_at":"2026`, `"pause_on_failure":0,"created_at":"2026`, 1),
+		"zero time not left out":     strings.Replace(base, `"created_at":"2026`, `"not_before":"0001-01-01T00:00:00Z","created_at":"2026`, 1),
+		"escape the encoder spares":  strings.Replace(base, `"pay"`, `"p\u0061y"`, 1),
+		"escaped slash":              strings.Replace(base, `http:`, `http:\/`, 1),
+		"upper-case escape":          strings.Replace(base, `\u0001`, `\u0001\u001F`, 1),
+		"raw line separator":         strings.Replace(base, `\u2028`, "\u2028", 1),
+		"labels not sorted":          strings.Replace(base, `{"created_at":"x","g":"7","team":"pay"}`, `{"g":"7","created_at":"x","team":"pay"}`, 1),
+		"duration not as written":    strings.Replace(base, `"1m30s"`, `"90s"`, 1),
+		"time not as written":        strings.Replace(base, `.123Z`, `.1230Z`, 1),
+		"number with exponent":       strings.Replace(base, `"max_attempts":3`, `"max_attempts":3e0`, 1),
+		"number with a leading zero": strings.Replace(base, `"max_attempts":3`, `"max_attempts":03`, 1),
+		"stored partition":           strings.Replace(base, `"created_at"`, `"partition":2,"created_at"`, 1),
+		"stored version":             strings.Replace(base, `"created_at"`, `"version":2,"created_at"`, 1),
+		"stored state":               base[:len(base)-1] + `,"state":{"owner":"n"}}`,
+		"invalid UTF-8 in a string":  strings.Replace(base, `"pay"`, "\"p\xffy\"", 1),
+		"payload written as null":    `{"id":"h","schedule":"0 0 * * *","timezone":"UTC","executor":{"type":"handler","name":"h","payload":null},"timeout":"1m0s","retry":{"max_attempts":1,"backoff":"1s","max_backoff":"1m0s"},"misfire":"fire_once","catchup_window":"1m0s","concurrency":"allow","jitter":"0s","paused":false}`,
+		"payload with a space":       `{"id":"h","schedule":"0 0 * * *","timezone":"UTC","executor":{"type":"handler","name":"h","payload":{"a": 1}},"timeout":"1m0s","retry":{"max_attempts":1,"backoff":"1s","max_backoff":"1m0s"},"misfire":"fire_once","catchup_window":"1m0s","concurrency":"allow","jitter":"0s","paused":false}`,
+		"canonical: without times":   `{"id":"old","schedule":"0 0 * * *","timezone":"UTC","executor":{"type":"noop"},"timeout":"1m0s","retry":{"max_attempts":1,"backoff":"1s","max_backoff":"1m0s"},"misfire":"fire_once","catchup_window":"1m0s","concurrency":"allow","jitter":"0s","paused":false,"labels":{"created_at":"x"}}`,
+	}
+	for name, v := range variants {
+		if v == base {
+			t.Fatalf("%s: the variant is the stored task itself", name)
+		}
+		kv := storedKV(reg, 3, "id", []byte(v), 77)
+		if _, ok := appendStored(nil, kv.Value, 3, 77); ok && !strings.HasPrefix(name, "canonical:") {
+			t.Errorf("%s: passed through:\n%s", name, v)
+		}
+		want, werr := decodedJSON(reg, kv)
+		got, err := reg.appendTaskJSON(nil, kv)
+		if (err != nil) != (werr != nil) || !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s (%v)\nwant %s (%v)", name, got, err, want, werr)
+		}
+	}
+
+	for name, v := range map[string]string{
+		"truncated":       base[:len(base)-1],
+		"not an object":   `["a"]`,
+		"not JSON":        `task`,
+		"a number for id": strings.Replace(base, `"id":"billing/h<t>&p"`, `"id":5`, 1),
+		"a bad duration":  strings.Replace(base, `"1m30s"`, `"banana"`, 1),
+		"a bad time":      strings.Replace(base, `"2026-12-03T09:00:00.123Z"`, `"yesterday"`, 1),
+		"a bad executor":  strings.Replace(base, `"type":"http"`, `"type":7`, 1),
+		"nested garbage":  strings.Replace(base, `"max_attempts":3`, `"max_attempts":{}`, 1),
+	} {
+		kv := storedKV(reg, 3, "id", []byte(v), 77)
+		got, err := reg.appendTaskJSON([]byte("keep"), kv)
+		if err == nil || !strings.Contains(err.Error(), "corrupt") || string(got) != "keep" {
+			t.Errorf("%s: got %s, %v; want the error of a corrupt stored task", name, got, err)
+		}
+	}
+}
+
+// FuzzAppendStored: whatever a stored value holds, a value passed through
+// is byte for byte what decoding and encoding it gives.
+func FuzzAppendStored(f *testing.F) {
+	for _, s := range storedExamples(f) {
+		f.Add(s)
+	}
+	f.Add([]byte(`{"id":"a"}`))
+	reg := &Registry{keys: newKeys("/p")}
+	f.Fuzz(func(t *testing.T, stored []byte) {
+		out, ok := appendStored(nil, stored, 5, 99)
+		if !ok {
+			return
+		}
+		want, err := decodedJSON(reg, storedKV(reg, 5, "id", stored, 99))
+		if err != nil {
+			t.Fatalf("passed through a value that does not decode (%v):\n%s", err, stored)
+		}
+		if !bytes.Equal(out, want) {
+			t.Fatalf("passed through\n%s\nas\n%s\nwant\n%s", stored, out, want)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("not JSON: %s", out)
+		}
+	})
+}
