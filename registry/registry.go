@@ -732,7 +732,7 @@ func marshalStored(t *task.Task) ([]byte, error) {
 // decode turns a stored task into the API's form.
 func (r *Registry) decode(kv *mvccpb.KeyValue) (*task.Task, error) {
 	var t task.Task
-	if err := json.Unmarshal(kv.Value, &t); err != nil {
+	if err := task.DecodeStored(kv.Value, &t); err != nil {
 		return nil, fmt.Errorf("registry: stored task %s is corrupt: %w", kv.Key, err)
 	}
 	p, _, _ := r.keys.parseTaskKey(string(kv.Key))

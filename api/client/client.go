@@ -253,11 +253,25 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions) (*ListPage, err
 	if opts.State {
 		q.Set("state", "1")
 	}
-	var resp ListResponse
+	// The tasks are read one by one by task.DecodeStored, which reads the
+	// JSON the server writes in one pass (what json.Unmarshal reads, in
+	// half the time and fewer allocations).
+	var resp struct {
+		Tasks      []json.RawMessage `json:"tasks"`
+		NextCursor string            `json:"next_cursor"`
+		Partial    []string          `json:"partial"`
+	}
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks", q, nil, nil, &resp); err != nil {
 		return nil, err
 	}
-	return &ListPage{Tasks: resp.Tasks, NextCursor: resp.NextCursor, Partial: resp.Partial}, nil
+	p := &ListPage{Tasks: make([]*task.Task, len(resp.Tasks)), NextCursor: resp.NextCursor, Partial: resp.Partial}
+	for i, raw := range resp.Tasks {
+		p.Tasks[i] = new(task.Task)
+		if err := task.DecodeStored(raw, p.Tasks[i]); err != nil {
+			return nil, fmt.Errorf("GET /v1/tasks: decoding task %d of the answer: %w", i, err)
+		}
+	}
+	return p, nil
 }
 
 // Export writes to w every task that opts.Prefix and opts.Labels select,

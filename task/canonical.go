@@ -1,4 +1,4 @@
-package registry
+package task
 
 import (
 	"bytes"
@@ -9,23 +9,23 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	"github.com/shardcron/shardcron/task"
 )
 
-// A shape is how encoding/json writes a Go type, as far as stored tasks
-// use it. canonical checks that a JSON text is exactly what json.Marshal
-// (without HTML escaping) would write for the value json.Unmarshal reads
-// from it: then the text can be passed on as is, and decoding it and
-// encoding it again would only give the same bytes back. A text that is
-// not canonical (written by hand, or by a version with other fields or
-// defaults) is refused, never guessed at: its reader decodes it instead.
+// A shape is how encoding/json writes a Go type, as far as tasks use it.
+// A JSON text is canonical for a shape when it is exactly what the
+// encoder (without HTML escaping, as the registry stores tasks) writes for
+// the value json.Unmarshal reads from it. A canonical text can be passed on
+// as it is, since decoding and encoding it again gives the same bytes, and
+// read by walking it once (walk), which gives the value json.Unmarshal
+// gives. A text that is not canonical (written by hand, or by a version
+// with other fields or defaults) is refused, never guessed at: its reader
+// falls back to encoding/json.
 type shape struct {
 	kind   shapeKind
 	fields []shapeField // kindStruct, in the struct's order
 	elem   *shape       // kindPtr, kindSlice, kindMap (the values)
 	bits   int          // kindInt, kindUint
+	typ    reflect.Type
 }
 
 type shapeKind uint8
@@ -35,7 +35,7 @@ const (
 	kindBool
 	kindInt
 	kindUint
-	kindDuration // task.Duration: a duration string
+	kindDuration // Duration: a duration string
 	kindTime     // time.Time: an RFC 3339 string
 	kindRaw      // json.RawMessage: any JSON, compacted
 	kindStruct
@@ -46,6 +46,7 @@ const (
 
 type shapeField struct {
 	name      string
+	index     int // of the Go field
 	omitEmpty bool
 	omitZero  bool // only on kindTime (time's IsZero)
 	shape     *shape
@@ -53,7 +54,7 @@ type shapeField struct {
 
 var (
 	typeTime     = reflect.TypeFor[time.Time]()
-	typeDuration = reflect.TypeFor[task.Duration]()
+	typeDuration = reflect.TypeFor[Duration]()
 	typeRaw      = reflect.TypeFor[json.RawMessage]()
 	typeMarsh    = reflect.TypeFor[json.Marshaler]()
 	typeText     = reflect.TypeFor[encoding.TextMarshaler]()
@@ -61,9 +62,18 @@ var (
 
 // shapeOf returns the shape of t, or an error naming the part of t it
 // cannot follow (a type with its own encoding, an embedded struct, a
-// tag option it does not know): the caller then never passes JSON of t
-// through.
+// tag option it does not know): JSON of t is then always left to
+// encoding/json.
 func shapeOf(t reflect.Type) (*shape, error) {
+	s, err := bareShape(t)
+	if err != nil {
+		return nil, err
+	}
+	s.typ = t
+	return s, nil
+}
+
+func bareShape(t reflect.Type) (*shape, error) {
 	switch t {
 	case typeTime:
 		return &shape{kind: kindTime}, nil
@@ -126,7 +136,7 @@ func structShape(t reflect.Type) (*shape, error) {
 		if name == "" {
 			name = f.Name
 		}
-		sf := shapeField{name: name}
+		sf := shapeField{name: name, index: i}
 		for _, o := range strings.Split(opts, ",") {
 			switch o {
 			case "":
@@ -154,71 +164,142 @@ func structShape(t reflect.Type) (*shape, error) {
 	return s, nil
 }
 
-// canonical checks that b[i:] begins with a canonical value of s; it
-// returns the offset after the value, and whether the value is empty as
-// omitempty means it (the encoder would leave its field out).
-func (s *shape) canonical(b []byte, i int) (end int, empty, ok bool) {
+// walk checks that b[i:] begins with a canonical value of s and, when v is
+// valid (settable, and zero), sets v to the value json.Unmarshal reads from
+// it. It returns the offset after the value, and whether the value is
+// empty as omitempty means it (the encoder would leave its field out). On
+// a text that is not canonical, v may be left half set.
+func (s *shape) walk(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
 	if i >= len(b) {
 		return 0, false, false
 	}
+	set := v.IsValid()
 	switch s.kind {
 	case kindString:
-		end, ok = canonicalString(b, i)
+		if end, ok = canonicalString(b, i); ok && set {
+			ok = setString(v, b[i+1:end-1])
+		}
 		return end, end == i+2, ok
 	case kindBool:
+		var val bool
 		switch {
 		case bytes.HasPrefix(b[i:], []byte("true")):
-			return i + 4, false, true
+			end, val = i+4, true
 		case bytes.HasPrefix(b[i:], []byte("false")):
-			return i + 5, true, true
+			end = i + 5
+		default:
+			return 0, false, false
 		}
-		return 0, false, false
+		if set {
+			v.SetBool(val)
+		}
+		return end, !val, true
 	case kindInt, kindUint:
-		return s.canonicalInt(b, i)
+		return s.walkInt(b, i, v)
 	case kindDuration:
-		var d task.Duration
-		return roundTrips(b, i, &d, func() bool { return d == 0 })
+		return walkDuration(b, i, v)
 	case kindTime:
-		var t time.Time
-		return roundTrips(b, i, &t, func() bool { return t.IsZero() })
+		return walkTime(b, i, v)
 	case kindRaw:
 		if bytes.HasPrefix(b[i:], []byte("null")) {
 			return 0, false, false // read as "null", an edge not worth following
 		}
-		end, ok = compactValue(b, i, 0)
+		if end, ok = compactValue(b, i, 0); ok && set {
+			v.SetBytes(bytes.Clone(b[i:end]))
+		}
 		return end, false, ok
 	case kindPtr:
 		if bytes.HasPrefix(b[i:], []byte("null")) {
 			return i + 4, true, true
 		}
-		end, _, ok = s.elem.canonical(b, i)
+		var elem reflect.Value
+		if set {
+			p := reflect.New(s.elem.typ)
+			v.Set(p)
+			elem = p.Elem()
+		}
+		end, _, ok = s.elem.walk(b, i, elem)
 		return end, false, ok
 	case kindSlice:
-		return s.canonicalSlice(b, i)
+		return s.walkSlice(b, i, v)
 	case kindMap:
-		return s.canonicalMap(b, i)
+		return s.walkMap(b, i, v)
 	case kindStruct:
-		end, _, ok = s.canonicalStruct(b, i, nil)
+		end, _, ok = s.walkStruct(b, i, v, nil)
 		return end, false, ok
 	}
 	return 0, false, false
 }
 
-// roundTrips checks a string that v reads and writes back as it is; empty
-// tells whether v is then empty.
-func roundTrips(b []byte, i int, v interface {
-	json.Marshaler
-	json.Unmarshaler
-}, empty func() bool) (end int, isEmpty, ok bool) {
-	end, ok = canonicalString(b, i)
-	if !ok || v.UnmarshalJSON(b[i:end]) != nil {
-		return 0, false, false
+// common are the values most tasks share: their enums and defaults.
+var common = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range []string{DefaultTimezone, DefaultHTTPMethod, "GET", "PUT",
+		string(ExecutorHTTP), string(ExecutorExec), string(ExecutorHandler), string(ExecutorNoop),
+		string(MisfireFireOnce), string(MisfireSkip), string(MisfireFireAll),
+		string(ConcurrencyAllow), string(ConcurrencyForbid), string(ConcurrencyBufferOne), string(ConcurrencyReplace),
+		string(NotifyFailure), string(NotifyRecovery), string(NotifyMisfire), string(CaptureFailure), string(CaptureAlways)} {
+		m[c] = c
 	}
-	out, err := v.MarshalJSON()
-	return end, empty(), err == nil && bytes.Equal(out, b[i:end])
+	return m
+}()
+
+// setString sets v to the JSON string body raw (canonical: any escape is
+// one Go's strconv reads the same).
+func setString(v reflect.Value, raw []byte) bool {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		if c, ok := common[string(raw)]; ok {
+			v.SetString(c) // shared, not allocated again for every task
+			return true
+		}
+		v.SetString(string(raw))
+		return true
+	}
+	str, err := strconv.Unquote(`"` + string(raw) + `"`)
+	if err != nil {
+		return false
+	}
+	v.SetString(str)
+	return true
 }
 
-func (s *shape) canonicalInt(b []byte, i int) (end int, empty, ok bool) {
+// walkDuration reads a Duration written as Go writes it ("1m30s").
+func walkDuration(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
+	end, ok = canonicalString(b, i)
+	if !ok {
+		return 0, false, false
+	}
+	d, reason := parseDuration(b[i:end])
+	if reason != "" || d.String() != string(b[i+1:end-1]) {
+		return 0, false, false
+	}
+	if v.IsValid() {
+		v.SetInt(int64(d))
+	}
+	return end, d == 0, true
+}
+
+// walkTime reads a time.Time written as its MarshalJSON writes it.
+func walkTime(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
+	end, ok = canonicalString(b, i)
+	if !ok {
+		return 0, false, false
+	}
+	var t time.Time
+	if t.UnmarshalJSON(b[i:end]) != nil {
+		return 0, false, false
+	}
+	var buf [64]byte
+	if !bytes.Equal(t.AppendFormat(buf[:0], time.RFC3339Nano), b[i+1:end-1]) {
+		return 0, false, false
+	}
+	if v.IsValid() {
+		*v.Addr().Interface().(*time.Time) = t
+	}
+	return end, t.IsZero(), true
+}
+
+func (s *shape) walkInt(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
 	j := i
 	if j < len(b) && b[j] == '-' && s.kind == kindInt {
 		j++
@@ -234,112 +315,171 @@ func (s *shape) canonicalInt(b []byte, i int) (end int, empty, ok bool) {
 	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
 		return 0, false, false
 	}
-	var err error
 	if s.kind == kindInt {
-		_, err = strconv.ParseInt(string(b[i:j]), 10, s.bits)
+		n, err := strconv.ParseInt(string(b[i:j]), 10, s.bits)
+		if err != nil {
+			return 0, false, false
+		}
+		if v.IsValid() {
+			v.SetInt(n)
+		}
 	} else {
-		_, err = strconv.ParseUint(string(b[i:j]), 10, s.bits)
+		n, err := strconv.ParseUint(string(b[i:j]), 10, s.bits)
+		if err != nil {
+			return 0, false, false
+		}
+		if v.IsValid() {
+			v.SetUint(n)
+		}
 	}
-	return j, j == i+1 && b[i] == '0', err == nil
+	return j, j == i+1 && b[i] == '0', true
 }
 
-func (s *shape) canonicalSlice(b []byte, i int) (end int, empty, ok bool) {
+func (s *shape) walkSlice(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
 	if bytes.HasPrefix(b[i:], []byte("null")) {
 		return i + 4, true, true
 	}
-	end, n, ok := elements(b, i, '[', ']', func(i, _ int) (int, bool) {
-		end, _, ok := s.elem.canonical(b, i)
-		return end, ok
-	})
-	return end, n == 0, ok
+	if v.IsValid() {
+		v.Set(reflect.MakeSlice(v.Type(), 0, 0)) // [] is an empty slice, not nil
+	}
+	if i, ok = open(b, i, '['); !ok {
+		return 0, false, false
+	}
+	for n := 0; ; n++ {
+		var more bool
+		if i, more, ok = item(b, i, n, ']'); !ok || !more {
+			return i, n == 0, ok
+		}
+		var elem reflect.Value
+		if i, elem, ok = s.walkElem(b, i, v); !ok {
+			return 0, false, false
+		}
+		if elem.IsValid() {
+			v.Set(reflect.Append(v, elem))
+		}
+	}
 }
 
-// canonicalMap: the encoder sorts a map's keys; a key with an escape is
+// walkElem walks an element of a slice or map at b[i:], read into a new
+// value (elem) when v, the slice or map, is valid.
+func (s *shape) walkElem(b []byte, i int, v reflect.Value) (end int, elem reflect.Value, ok bool) {
+	if v.IsValid() {
+		elem = reflect.New(s.elem.typ).Elem()
+	}
+	end, _, ok = s.elem.walk(b, i, elem)
+	return end, elem, ok
+}
+
+// walkMap: the encoder sorts a map's keys; a key with an escape is
 // refused, so that its bytes order as its string does.
-func (s *shape) canonicalMap(b []byte, i int) (end int, empty, ok bool) {
+func (s *shape) walkMap(b []byte, i int, v reflect.Value) (end int, empty, ok bool) {
 	if bytes.HasPrefix(b[i:], []byte("null")) {
 		return i + 4, true, true
+	}
+	if v.IsValid() {
+		v.Set(reflect.MakeMap(v.Type()))
+	}
+	if i, ok = open(b, i, '{'); !ok {
+		return 0, false, false
 	}
 	var prev []byte
-	end, n, ok := elements(b, i, '{', '}', func(i, n int) (int, bool) {
+	for n := 0; ; n++ {
+		var more bool
+		if i, more, ok = item(b, i, n, '}'); !ok || !more {
+			return i, n == 0, ok
+		}
 		key, j, ok := plainKey(b, i)
 		if !ok || (n > 0 && bytes.Compare(key, prev) <= 0) {
-			return 0, false
+			return 0, false, false
 		}
 		prev = key
-		end, _, ok := s.elem.canonical(b, j)
-		return end, ok
-	})
-	return end, n == 0, ok
+		var elem reflect.Value
+		if i, elem, ok = s.walkElem(b, j, v); !ok {
+			return 0, false, false
+		}
+		if elem.IsValid() {
+			v.SetMapIndex(reflect.ValueOf(string(key)), elem)
+		}
+	}
 }
 
-// canonicalStruct checks an object of s's fields, in their order, with
-// every field the encoder writes and none it leaves out; closing is the
-// offset of its '}'. at, when not nil, is called with each field's index
-// and the offset of its key before the field is checked; it returns false
-// to refuse the field.
-func (s *shape) canonicalStruct(b []byte, i int, at func(field, off int) bool) (end int, closing int, ok bool) {
+// walkStruct walks an object of s's fields, in their order, with every
+// field the encoder writes and none it leaves out; closing is the offset
+// of its '}'. Field k of s is set in v's Go field into[k] when into is not
+// nil (-1: not set), else in the field's own. at, when not nil, is called
+// with each field's index and the offset of its key before the field is
+// walked; it returns false to refuse the field.
+func (s *shape) walkStruct(b []byte, i int, v reflect.Value, into []int, at ...func(field, off int) bool) (end int, closing int, ok bool) {
+	if i, ok = open(b, i, '{'); !ok {
+		return 0, 0, false
+	}
 	next := 0 // the first field that may come
-	end, _, ok = elements(b, i, '{', '}', func(i, _ int) (int, bool) {
+	for n := 0; ; n++ {
+		var more bool
+		if i, more, ok = item(b, i, n, '}'); !ok {
+			return 0, 0, false
+		}
+		if !more {
+			break
+		}
 		key, j, ok := plainKey(b, i)
 		if !ok {
-			return 0, false
+			return 0, 0, false
 		}
 		k := next
 		for k < len(s.fields) && s.fields[k].name != string(key) {
 			if !s.fields[k].omitEmpty && !s.fields[k].omitZero {
-				return 0, false // skipped over a field the encoder would write
+				return 0, 0, false // skipped over a field the encoder would write
 			}
 			k++
 		}
-		if k == len(s.fields) || (at != nil && !at(k, i)) {
-			return 0, false // unknown, out of order, repeated or refused
+		if k == len(s.fields) || (len(at) > 0 && !at[0](k, i)) {
+			return 0, 0, false // unknown, out of order, repeated or refused
 		}
 		f := s.fields[k]
-		end, empty, ok := f.shape.canonical(b, j)
-		if !ok || (empty && (f.omitEmpty || f.omitZero)) {
-			return 0, false
+		var fv reflect.Value
+		switch {
+		case !v.IsValid():
+		case into == nil:
+			fv = v.Field(f.index)
+		case into[k] >= 0:
+			fv = v.Field(into[k])
+		}
+		var empty bool
+		if i, empty, ok = f.shape.walk(b, j, fv); !ok || (empty && (f.omitEmpty || f.omitZero)) {
+			return 0, 0, false
 		}
 		next = k + 1
-		return end, true
-	})
-	if !ok {
-		return 0, 0, false
 	}
 	for _, f := range s.fields[next:] {
 		if !f.omitEmpty && !f.omitZero {
 			return 0, 0, false // the encoder would write it
 		}
 	}
-	return end, end - 1, true
+	return i, i - 1, true
 }
 
-// elements checks the array or object at b[i:], opened by open and closed
-// by close, its elements separated by commas and each checked by elem
-// (given its offset and its index, it returns the offset after it). It
-// returns the offset after the close and how many elements it holds.
-func elements(b []byte, i int, open, close byte, elem func(i, n int) (int, bool)) (end, n int, ok bool) {
-	if i >= len(b) || b[i] != open {
-		return 0, 0, false
+// open checks that b[i] opens an array or object and returns the offset
+// after it.
+func open(b []byte, i int, c byte) (int, bool) {
+	return i + 1, i < len(b) && b[i] == c
+}
+
+// item moves to the n-th element of an array or object closed by close,
+// at b[i:]: past the comma before it. more is false at the close, and i
+// is then the offset after it.
+func item(b []byte, i, n int, close byte) (at int, more, ok bool) {
+	switch {
+	case i >= len(b):
+		return 0, false, false
+	case b[i] == close:
+		return i + 1, false, true
+	case n == 0:
+		return i, true, true
+	case b[i] == ',':
+		return i + 1, true, true
 	}
-	i++
-	for n = 0; ; n++ {
-		if i >= len(b) {
-			return 0, 0, false
-		}
-		if b[i] == close {
-			return i + 1, n, true
-		}
-		if n > 0 {
-			if b[i] != ',' {
-				return 0, 0, false
-			}
-			i++
-		}
-		if i, ok = elem(i, n); !ok {
-			return 0, 0, false
-		}
-	}
+	return 0, false, false
 }
 
 // plainKey reads an object key without escapes and its colon; it returns
@@ -426,17 +566,27 @@ func compactValue(b []byte, i, depth int) (end int, ok bool) {
 	switch c := b[i]; {
 	case c == '"':
 		return anyString(b, i)
-	case c == '{':
-		end, _, ok = elements(b, i, '{', '}', func(i, _ int) (int, bool) {
-			if i, ok = anyString(b, i); !ok || i >= len(b) || b[i] != ':' {
+	case c == '{' || c == '[':
+		close := byte('}')
+		if c == '[' {
+			close = ']'
+		}
+		i++
+		for n := 0; ; n++ {
+			var more bool
+			if i, more, ok = item(b, i, n, close); !ok || !more {
+				return i, ok
+			}
+			if c == '{' {
+				if i, ok = anyString(b, i); !ok || i >= len(b) || b[i] != ':' {
+					return 0, false
+				}
+				i++
+			}
+			if i, ok = compactValue(b, i, depth+1); !ok {
 				return 0, false
 			}
-			return compactValue(b, i+1, depth+1)
-		})
-		return end, ok
-	case c == '[':
-		end, _, ok = elements(b, i, '[', ']', func(i, _ int) (int, bool) { return compactValue(b, i, depth+1) })
-		return end, ok
+		}
 	case c == 't':
 		return literal(b, i, "true")
 	case c == 'f':
@@ -526,7 +676,3 @@ func number(b []byte, i int) (end int, ok bool) {
 	}
 	return j, true
 }
-
-// validText reports whether b can be checked at all: valid UTF-8 (the
-// decoder would replace bad bytes, and the encoder write them escaped).
-func validText(b []byte) bool { return utf8.Valid(b) }
