@@ -104,3 +104,54 @@ func TestServer_ListPassesStoredTasksThrough(t *testing.T) {
 	}
 	wantError(t, call(t, n.ts, "GET", "/v1/tasks?prefix=a/3", ""), http.StatusInternalServerError, "a/3", "corrupt")
 }
+
+// writeCounter is a ResponseWriter that keeps the size of every write.
+type writeCounter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	writes []int
+}
+
+func (w *writeCounter) Header() http.Header { return w.header }
+func (w *writeCounter) WriteHeader(s int)   { w.status = s }
+func (w *writeCounter) Write(b []byte) (int, error) {
+	w.writes = append(w.writes, len(b))
+	return w.body.Write(b)
+}
+
+// TestServer_ListStreamsThePage: a page is written in pieces of about
+// streamChunk bytes as its tasks are read, never built whole, and the
+// pieces make the page.
+func TestServer_ListStreamsThePage(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	ctx := context.Background()
+	reg := n.e.Registry()
+	var batch []*task.Task
+	for i := range 600 {
+		batch = append(batch, &task.Task{ID: fmt.Sprintf("s/%04d", i), Schedule: "0 0 1 1 *",
+			Executor: task.Executor{Type: task.ExecutorNoop}, Labels: map[string]string{"team": "streaming", "pad": fmt.Sprintf("%0200d", i)}})
+	}
+	if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
+		t.Fatalf("put: %v %v", err, errs)
+	}
+	want, next, err := reg.List(ctx, registry.ListOptions{Limit: 10000})
+	if err != nil || len(want) != 600 {
+		t.Fatalf("list: %d tasks, %v", len(want), err)
+	}
+	w := &writeCounter{header: http.Header{}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "/v1/tasks?limit=10000", nil)
+	n.srv.Handler().ServeHTTP(w, req)
+	if w.status != http.StatusOK || !bytes.Equal(w.body.Bytes(), decodedPage(t, want, next)) {
+		t.Fatalf("status %d, body %.300s", w.status, w.body.Bytes())
+	}
+	if len(w.writes) < w.body.Len()/streamChunk {
+		t.Fatalf("%d bytes in %d writes: the page was built whole", w.body.Len(), len(w.writes))
+	}
+	for _, size := range w.writes {
+		if size > streamChunk+task.MaxTaskSize {
+			t.Fatalf("a write of %d bytes: more than a chunk", size)
+		}
+	}
+}
