@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/shardcron/shardcron/api/client"
@@ -72,11 +74,15 @@ func (c *cluster) dbSize(ctx context.Context) (int64, error) {
 	return st.DbSizeInUse, nil
 }
 
-// importBatch is the batch size of 'shardcron import' (its default).
-const importBatch = 1000
+// The batch size of 'shardcron import' and how many batches it sends at
+// once (its defaults).
+const (
+	importBatch    = 1000
+	importInFlight = 2
+)
 
-// runImport posts cfg.Tasks tasks as JSON Lines to a node's batch API, one
-// batch after the other, as 'shardcron import' does.
+// runImport posts cfg.Tasks tasks as JSON Lines to a node's batch API,
+// importInFlight batches at once, as 'shardcron import' does.
 func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	c, err := startCluster(ctx, cfg)
 	if err != nil {
@@ -96,23 +102,48 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 
 	a, ca := snapshot(), c.counters()
 	last := time.Now()
-	var body []byte
+	los := make(chan int)
+	errs := make(chan error, importInFlight)
+	var wg sync.WaitGroup
+	for range importInFlight {
+		wg.Go(func() {
+			var body []byte
+			for lo := range los {
+				body = body[:0]
+				for i := lo; i < min(lo+importBatch, cfg.Tasks); i++ {
+					body = fmt.Appendf(body, `{"id":%q,"schedule":%q,"executor":{"type":"noop"}}`+"\n", taskID(i), cfg.Schedule)
+				}
+				res, err := cl.PutBatch(ctx, body)
+				if err == nil && len(res.Errors) > 0 {
+					err = errors.New(res.Errors[0].Error)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("bench: import batch at task %d: %w", lo, err)
+					return
+				}
+			}
+		})
+	}
+	var ierr error
+send:
 	for lo := 0; lo < cfg.Tasks; lo += importBatch {
-		body = body[:0]
-		for i := lo; i < min(lo+importBatch, cfg.Tasks); i++ {
-			body = fmt.Appendf(body, `{"id":%q,"schedule":%q,"executor":{"type":"noop"}}`+"\n", taskID(i), cfg.Schedule)
-		}
-		res, err := cl.PutBatch(ctx, body)
-		if err != nil {
-			return nil, fmt.Errorf("bench: import batch at task %d: %w", lo, err)
-		}
-		if len(res.Errors) > 0 {
-			return nil, fmt.Errorf("bench: import batch at task %d: %s", lo, res.Errors[0].Error)
+		select {
+		case los <- lo:
+		case ierr = <-errs:
+			break send
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
-			fmt.Fprintf(cfg.Progress, "bench: imported %d of %d tasks\n", lo+importBatch, cfg.Tasks)
+			fmt.Fprintf(cfg.Progress, "bench: imported %d of %d tasks\n", lo, cfg.Tasks)
 		}
+	}
+	close(los)
+	wg.Wait()
+	if ierr == nil && len(errs) > 0 {
+		ierr = <-errs
+	}
+	if ierr != nil {
+		return nil, ierr
 	}
 	b, cb := snapshot(), c.counters()
 	r := &Result{Scenario: Import, Tasks: cfg.Tasks, DurationS: b.at.Sub(a.at).Seconds()}

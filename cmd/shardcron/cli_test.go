@@ -714,6 +714,60 @@ func TestImport_RetriesTransientFailures(t *testing.T) {
 	}
 }
 
+// TestImport_InFlightInLineOrder: with two batches in flight, the first
+// answered last, the errors are still reported in line order; and when a
+// batch fails for good, the import stops after the lines before it,
+// though the batch in flight after it was written too.
+func TestImport_InFlightInLineOrder(t *testing.T) {
+	release := make(chan struct{}) // closed when the second batch arrived
+	var once sync.Once
+	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		switch {
+		case bytes.Contains(lines[0], []byte(`"a"`)): // the first batch waits for the second
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, `{"error":"the batches were not in flight together"}`)
+				return true
+			}
+		case bytes.Contains(lines[0], []byte(`"bad2"`)):
+			once.Do(func() { close(release) })
+		case bytes.Contains(lines[0], []byte(`"down"`)):
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":"the node is shutting down"}`)
+			return true
+		}
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 2)
+	im.inFlight = 2
+	code := im.run(context.Background(), strings.NewReader(jsonl("a", "bad1", "bad2", "b", "c", "d")), "test")
+	if code != exitError || out.String() != "imported 4 tasks, 2 errors\n" ||
+		errb.String() != "line 2: schedule: refused\nline 3: schedule: refused\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errb)
+	}
+
+	im, out, errb = testImporter(t, ts.URL, 1)
+	im.inFlight = 2
+	code = im.run(context.Background(), strings.NewReader(jsonl("x", "down", "y")), "test")
+	if code != exitError || !strings.Contains(errb.String(), "import stopped after line 1") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errb)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if !slices.Contains(fb.ids, "x") || out.String() != fmt.Sprintf("imported %d tasks, 0 errors\n", 1+btoi(slices.Contains(fb.ids, "y"))) {
+		t.Fatalf("ids %v, stdout %q", fb.ids, out)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func TestImport_SplitsTooLargeBatches(t *testing.T) {
 	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
 		if len(lines) > 2 {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -34,8 +35,13 @@ harmless: tasks that did not change are not rewritten.
 
 On a terminal, a progress bar on stderr shows lines done, rate and time
 left (--quiet hides it). A batch that fails on the network or with a
-temporarily unavailable node is retried. At the end it prints
-"imported N tasks, M errors" and exits 1 if there were errors.
+temporarily unavailable node is retried. --in-flight batches are sent at
+once (default 2); errors are still reported in line order. When a batch
+fails for good the import stops: "import stopped after line N" names the
+last line of the batches before it, which were all written; batches that
+were in flight after it may have been written too. Running the import
+again from the start is safe. At the end it prints "imported N tasks,
+M errors" and exits 1 if there were errors.
 
 Examples:
   shardcron import tasks.jsonl
@@ -46,6 +52,12 @@ Examples:
 // Limits of import.
 const (
 	defaultImportBatch = 1000
+	// defaultImportInFlight is how many batches are sent at once: the
+	// next batch is read and sent while the node writes the one before,
+	// so that neither the network round trip nor a batch's slowest
+	// transaction leaves the node and etcd idle.
+	defaultImportInFlight = 2
+	maxImportInFlight     = 16
 	// maxImportBatchBytes caps the body of one batch, well below the
 	// server's default limit (64 MiB): 1000 lines of large tasks would
 	// otherwise make one huge request. A server with a lower limit answers
@@ -69,7 +81,9 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cf clientFlags
 	var batch int
 	var quiet bool
+	var inFlight int
 	c.fs.IntVar(&batch, "batch", defaultImportBatch, fmt.Sprintf("lines per request, 1-%d", api.MaxBatchItems))
+	c.fs.IntVar(&inFlight, "in-flight", defaultImportInFlight, fmt.Sprintf("requests sent at once, 1-%d (1: one after the other)", maxImportInFlight))
 	c.fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	c.fs.BoolVar(&quiet, "q", false, "alias of --quiet")
 	cf.register(c)
@@ -85,6 +99,9 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if batch < 1 || batch > api.MaxBatchItems {
 		return c.usageError("--batch: %d is not within 1-%d", batch, api.MaxBatchItems)
+	}
+	if inFlight < 1 || inFlight > maxImportInFlight {
+		return c.usageError("--in-flight: %d is not within 1-%d", inFlight, maxImportInFlight)
 	}
 
 	showBar := !quiet && isTerminal(stderr)
@@ -117,6 +134,7 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		cf:       &cf,
 		client:   cf.client(),
 		batch:    batch,
+		inFlight: inFlight,
 		maxBytes: maxImportBatchBytes,
 		retries:  importRetries,
 		backoff:  importBackoff,
@@ -181,12 +199,13 @@ func countLines(r io.Reader) (int64, error) {
 	}
 }
 
-// importer sends JSON Lines to the batch endpoint. It is used by one
-// goroutine.
+// importer sends JSON Lines to the batch endpoint. run is called by one
+// goroutine; it sends up to inFlight batches at once.
 type importer struct {
 	cf       *clientFlags
 	client   *client.Client
 	batch    int           // lines per request
+	inFlight int           // requests at once; 0 is 1
 	maxBytes int           // body bytes per request, about
 	retries  int           // attempts of one request
 	backoff  time.Duration // before the second attempt; doubled after
@@ -194,9 +213,20 @@ type importer struct {
 	stderr   io.Writer
 	bar      *progressbar.ProgressBar // nil: no bar
 
+	mu      sync.Mutex  // guards written and sent, which batches in flight update
 	written int         // tasks the server reported written
-	errs    []lineError // every error, in line order
 	sent    bool        // a request succeeded: the node exists, so a refused connection is transient
+	errs    []lineError // every error, in line order (run's goroutine only)
+}
+
+// sending is a batch in flight: its errors and error are set before done
+// is closed.
+type sending struct {
+	b      *importBatch
+	local  []lineError // the lines of the batch that could not be sent
+	remote []lineError
+	err    error
+	done   chan struct{}
 }
 
 // importBatch is the lines of one request.
@@ -212,30 +242,62 @@ func (b *importBatch) add(line int, data []byte) {
 	b.lines = append(b.lines, line)
 }
 
-// run imports everything in r and prints the summary.
+// run imports everything in r and prints the summary. It sends up to
+// inFlight batches at once and reports them in input order; it returns
+// once every batch it sent has its answer.
 func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 	lr := newLineReader(r)
-	done := 0 // input lines dealt with: sent, skipped or reported
+	done := 0 // input lines dealt with in order: sent, skipped or reported
 	var fatal error
-	for {
+	var queue []*sending // in input order
+	// settle waits for the oldest batch and reports it.
+	settle := func() {
+		s := queue[0]
+		queue = queue[1:]
+		<-s.done
+		switch {
+		case s.err != nil:
+			im.report(s.local, 0)
+			if fatal == nil {
+				fatal = s.err
+			}
+		case fatal != nil: // after the batch that stopped the import: reported, not counted as done
+			im.report(append(s.local, s.remote...), 0)
+		default:
+			im.report(append(s.local, s.remote...), s.b.read)
+			done += s.b.read
+		}
+	}
+	for fatal == nil {
 		b, local, err := im.readBatch(lr)
 		if err != nil {
-			fatal = fmt.Errorf("read %s: %w", name, err)
+			for len(queue) > 0 && fatal == nil { // the batches before the bad read
+				settle()
+			}
+			if fatal == nil {
+				fatal = fmt.Errorf("read %s: %w", name, err)
+			}
 			break
 		}
-		var remote []lineError
+		s := &sending{b: b, local: local, done: make(chan struct{})}
 		if len(b.lines) > 0 {
-			if remote, err = im.send(ctx, b); err != nil {
-				im.report(local, 0)
-				fatal = err
-				break
-			}
+			go func() {
+				defer close(s.done)
+				s.remote, s.err = im.send(ctx, b)
+			}()
+		} else {
+			close(s.done)
 		}
-		im.report(append(local, remote...), b.read)
-		done += b.read
+		queue = append(queue, s)
+		for len(queue) >= max(1, im.inFlight) && fatal == nil {
+			settle()
+		}
 		if lr.eof {
 			break
 		}
+	}
+	for len(queue) > 0 {
+		settle()
 	}
 	if im.bar != nil {
 		_ = im.bar.Finish() // clears the bar
@@ -357,8 +419,10 @@ func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, erro
 	if err != nil {
 		return nil, err
 	}
+	im.mu.Lock()
 	im.sent = true
 	im.written += res.Written
+	im.mu.Unlock()
 	return mapBatchErrors(b.lines, res.Errors), nil
 }
 
@@ -434,6 +498,8 @@ func (im *importer) transient(err error) bool {
 		return false
 	}
 	if isConnRefused(err) {
+		im.mu.Lock()
+		defer im.mu.Unlock()
 		return im.sent
 	}
 	return true // timeouts, resets, EOF mid-answer
