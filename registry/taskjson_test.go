@@ -184,3 +184,28 @@ func FuzzAppendResponse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAppendTaskJSON compares writing a stored task as a response
+// writes it by passing it through with what decoding and encoding it costs.
+func BenchmarkAppendTaskJSON(b *testing.B) {
+	reg := &Registry{keys: newKeys("/p")}
+	kv := storedKV(reg, 3, "id", storedExamples(b)[1], 77)
+	b.Run("impl=pass-through", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			var err error
+			if buf, err = reg.appendTaskJSON(buf[:0], kv); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=decode-encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodedJSON(reg, kv); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
