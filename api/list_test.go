@@ -48,17 +48,18 @@ func TestServer_ListPassesStoredTasksThrough(t *testing.T) {
 	n := startNode(t, c, nodeOptions{id: "node-1"})
 	ctx := context.Background()
 	reg := n.e.Registry()
-	bodies := map[string]string{
-		"a/1": `{"schedule":"* * * * *","executor":{"type":"noop"}}`,
-		"a/2": `{"schedule":"*/5 * * * * *","timezone":"Europe/Paris","executor":{"type":"handler","name":"h",` +
+	bodies := [][2]string{ // in order: a/2 chains to a/1
+		{"a/1", `{"schedule":"* * * * *","executor":{"type":"noop"}}`},
+		{"a/2", `{"schedule":"*/5 * * * * *","timezone":"Europe/Paris","executor":{"type":"handler","name":"h",` +
 			`"payload":{"k": ["v<&>", 1.5e3, null]}},"labels":{"team":"pay","env":"prod"},"retry":{"max_attempts":3,"backoff":"2s"},` +
-			`"jitter":"1s","not_after":"2099-01-01T00:00:00+02:00","max_fires":5,"on_failure":["a/1"]}`,
-		"a/3": `{"schedule":"@every 1h","executor":{"type":"noop"},"history_limit":{"failures":3},"pause_on_failure":2,` +
-			`"notify":{"on":["failure"],"url":"http://127.0.0.1:9/n"},"capture":{"max_bytes":100,"on":"always"}}`,
-		"a/4": `{"schedule":"0 0 1 1 *","executor":{"type":"noop"},"labels":{"note":"\"quoted\"\ttab é \u2028"}}`,
-		"a/5": `{"schedule":"* * * * *","executor":{"type":"noop"}}`,
+			`"jitter":"1s","not_after":"2099-01-01T00:00:00+02:00","max_fires":5,"on_failure":["a/1"]}`},
+		{"a/3", `{"schedule":"@every 1h","executor":{"type":"noop"},"history_limit":{"failures":3},"pause_on_failure":2,` +
+			`"notify":{"on":["failure"],"url":"http://127.0.0.1:9/n"},"capture":{"max_bytes":100,"on":"always"}}`},
+		{"a/4", `{"schedule":"0 0 1 1 *","executor":{"type":"noop"},"labels":{"note":"\"quoted\"\ttab é \u2028"}}`},
+		{"a/5", `{"schedule":"* * * * *","executor":{"type":"noop"}}`},
 	}
-	for id, body := range bodies {
+	for _, b := range bodies {
+		id, body := b[0], b[1]
 		if a := call(t, n.ts, "PUT", "/v1/tasks/"+url.PathEscape(id), body); a.status != http.StatusOK {
 			t.Fatalf("put %s: %s", id, a)
 		}
