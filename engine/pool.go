@@ -192,12 +192,11 @@ func (p *pool) queued() int { return len(p.seg) - p.segHead + p.n }
 // at returns the i-th waiting job, the segment's first. Called with mu
 // held.
 func (p *pool) at(i int) *job {
-	if s := len(p.seg) - p.segHead; i < s {
+	s := len(p.seg) - p.segHead
+	if i < s {
 		return &p.seg[p.segHead+i]
-	} else {
-		i -= s
 	}
-	return &p.q[(p.head+i)%len(p.q)]
+	return &p.q[(p.head+i-s)%len(p.q)]
 }
 
 // pop removes the first waiting job. Called with mu held.

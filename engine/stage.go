@@ -135,10 +135,14 @@ func (l *loop) stagedLimit(target, now int64) int {
 	if s.at == 0 {
 		return 0
 	}
-	if s.epoch != l.epoch || target < s.at || now-s.minDue > int64(l.cfg.MisfireThreshold) {
-		if s.epoch != l.epoch || target >= s.at {
-			s.drop() // stale, or late enough that some are misfires
-		}
+	switch {
+	case s.epoch != l.epoch:
+		s.drop() // stale: something happened in the loop since it was built
+		return 0
+	case target < s.at:
+		return 0 // not due yet: kept for the Advance that reaches it
+	case now-s.minDue > int64(l.cfg.MisfireThreshold):
+		s.drop() // late enough that some are misfires: release decides
 		return 0
 	}
 	return len(s.jobs)
