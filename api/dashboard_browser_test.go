@@ -46,6 +46,9 @@ func browser(t *testing.T, width, height int) context.Context {
 		chromedp.DisableGPU,
 		chromedp.Flag("no-proxy-server", true), // the node is on loopback
 		chromedp.WindowSize(width, height),
+		// chromedp waits 20 s for the browser to start by default; a CI
+		// machine busy with the race detector once took longer.
+		chromedp.WSURLReadTimeout(45*time.Second),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
