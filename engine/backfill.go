@@ -118,10 +118,9 @@ func (l *loop) backfill(c *backfillCmd) backfillAnswer {
 func (l *loop) admitBackfill(i uint32, r *record, sched int64, run *backfillRun) {
 	r.running++
 	r.fires++
-	l.jobs = append(l.jobs, job{
-		id: l.tab.id(r), prof: l.profs.list[r.prof], sched: sched, due: l.cfg.Clock.Now().UnixNano(),
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kindBackfill, part: r.part, bf: run,
-	})
+	j := l.jobOf(i, r, l.profs.list[r.prof], sched, l.cfg.Clock.Now().UnixNano(), kindBackfill)
+	j.bf = run
+	l.jobs = append(l.jobs, j)
 }
 
 // startBackfills starts the running backfills of partition p, which this

@@ -221,15 +221,24 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 			}
 		}
 	}
+	startFire(r)
+	l.jobs = append(l.jobs, l.jobOf(i, r, prof, sched, due, kind))
+}
+
+// startFire notes on r that a fire of its own (not a retry's or a
+// backfill's) is on its way to a worker.
+func startFire(r *record) {
 	r.running++
-	if kind != kindRetry {
-		r.fires++
-		r.flags &^= flagEdited // this fire runs the definition as it stands
-	}
-	l.jobs = append(l.jobs, job{
+	r.fires++
+	r.flags &^= flagEdited // this fire runs the definition as it stands
+}
+
+// jobOf is the job of the first attempt of a fire of record i.
+func (l *loop) jobOf(i uint32, r *record, prof *profile, sched, due int64, kind uint8) job {
+	return job{
 		id: l.tab.id(r), prof: prof, sched: sched, due: due,
 		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kind, part: r.part,
-	})
+	}
 }
 
 func (l *loop) skip(r *record, sched int64, attempt uint16, why string) {
@@ -336,10 +345,9 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over
 		return
 	}
 	r.running++
-	l.jobs = append(l.jobs, job{
-		id: l.tab.id(r), prof: prof, sched: sched, due: l.cfg.Clock.Now().UnixNano(),
-		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: attempt, kind: kindRetry, part: r.part, over: over, bf: bf,
-	})
+	j := l.jobOf(i, r, prof, sched, l.cfg.Clock.Now().UnixNano(), kindRetry)
+	j.attempt, j.over, j.bf = attempt, over, bf
+	l.jobs = append(l.jobs, j)
 }
 
 // complete applies finished attempts: counters, retries, buffered fires.

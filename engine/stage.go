@@ -94,10 +94,7 @@ func (l *loop) stageNext() {
 			break
 		}
 		s.minDue = min(s.minDue, e.At)
-		s.jobs = append(s.jobs, job{
-			id: l.tab.id(r), prof: l.profs.list[r.prof], sched: r.next, due: e.At,
-			fence: l.parts[r.part].fence, rec: e.ID, gen: r.gen, attempt: 1, kind: kindSchedule, part: r.part,
-		})
+		s.jobs = append(s.jobs, l.jobOf(e.ID, r, l.profs.list[r.prof], r.next, e.At, kindSchedule))
 	}
 	if len(s.jobs) > 0 {
 		s.at, s.epoch = at, l.epoch
@@ -181,9 +178,7 @@ func (l *loop) admitStagedFires() {
 	for _, i := range l.released[l.admitStaged[0]:l.admitStaged[1]] {
 		r := l.tab.rec(i)
 		r.lastFire = r.next
-		r.running++
-		r.fires++
-		r.flags &^= flagEdited // this fire runs the definition as it stands
+		startFire(r)
 	}
 	l.admitStaged = [2]int{}
 }
