@@ -49,10 +49,12 @@ func parseLag(r io.Reader) (engine.Histogram, error) {
 		if sp < 0 || !strings.HasPrefix(line, lagMetric+"_") {
 			continue
 		}
-		v, err := strconv.ParseUint(line[sp+1:], 10, 64)
-		if err != nil {
+		// Counts are written as floats: a million is 1e+06.
+		f, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil || f < 0 {
 			continue
 		}
+		v := uint64(f)
 		name := line[:sp]
 		if name == lagMetric+"_count" {
 			h.Count = v
@@ -100,8 +102,12 @@ func lagSince(a, b []engine.Histogram) (engine.Histogram, error) {
 }
 
 // maxMs returns the upper bound of h's last non-empty bucket, in ms: the
-// most h can tell of its largest value (+Inf: its last bound).
+// most h can tell of its largest value (+Inf: its last bound), or 0 when h
+// holds nothing.
 func maxMs(h engine.Histogram) float64 {
+	if h.Count == 0 {
+		return 0
+	}
 	for i := range h.Counts {
 		if h.Counts[i] == h.Count {
 			return h.Bounds[i] * 1000

@@ -32,8 +32,10 @@ func TestLagSince_NodeHistograms(t *testing.T) {
 	}
 	// Two nodes: 10 old fires each, then 100 new ones between them, 99
 	// taken within 2 ms and one within 8 ms.
-	before := []engine.Histogram{scrape(10, 10, 10, 10, 10), scrape(5, 10, 10, 10, 10)}
-	after := []engine.Histogram{scrape(40, 69, 69, 69, 69), scrape(25, 50, 50, 51, 51)}
+	// The second node had fired 1 234 567 times before.
+	const m = 1_234_567
+	before := []engine.Histogram{scrape(10, 10, 10, 10, 10), scrape(m-5, m, m, m, m)}
+	after := []engine.Histogram{scrape(40, 69, 69, 69, 69), scrape(m+15, m+40, m+40, m+41, m+41)}
 	h, err := lagSince(before, after)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,9 @@ func TestLagSince_NodeHistograms(t *testing.T) {
 	}
 }
 
-func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+// itoa writes a count as Prometheus' text format does: as a float, so
+// that a million is 1e+06.
+func itoa(v uint64) string { return strconv.FormatFloat(float64(v), 'g', -1, 64) }
 
 // A burst through node processes probes 64 partitions, not all: each probe
 // fire is an HTTP request whose CPU, 1 024 at once, outweighed the burst's

@@ -175,7 +175,7 @@ func TestLoop_QueuedBackfillFiresAreHandedOverAndRun(t *testing.T) {
 			t.Fatalf("backfill fire %d: answer %d", i, got)
 		}
 	}
-	rel := a.releaseParts([]int{0})
+	rel := a.releaseNow(0)
 	a.handOverQueued(rel.hand) // the workers took nothing in time
 	pending := rel.hand[0].pending
 	if len(pending) != 3 || !pending[0].Backfill || pending[0].Trigger {

@@ -48,8 +48,9 @@ type Config struct {
 	// rather than letting fires pile up.
 	Queue int
 	// BatchSize is the most fires the dispatch loop takes from the wheel
-	// at once (default 4096); the fencing deadline and the lead are checked
-	// before each batch.
+	// at once (default 4096), but for a staged tick, which goes out as one
+	// batch of up to Queue fires (stage.go); the fencing deadline and the
+	// lead are checked before each batch.
 	BatchSize int
 
 	// LeaseTTL is the session lease (default 10s): the failover time after

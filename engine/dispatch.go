@@ -27,7 +27,7 @@ func (l *loop) dispatch() bool {
 		l.publish()
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	target, ok := l.limit(now)
+	target, ok := l.reach(now)
 	if !ok {
 		return false // no watermark recorded yet: no lead to run on
 	}
@@ -35,13 +35,13 @@ func (l *loop) dispatch() bool {
 	if free == 0 {
 		return false
 	}
-	limit := min(l.cfg.BatchSize, free)
-	if k := l.stagedLimit(target, now); k > 0 {
-		limit = k // the staged tick's timers, as one batch (stage.go)
+	batch := min(l.cfg.BatchSize, free)
+	if k := l.useStage(target, now); k > 0 {
+		batch = k // the staged tick's timers, as one batch (stage.go)
 	}
 	swept := target >= l.wheel.Now() // the wheel's current tick is released first
-	l.expired = l.wheel.Advance(target, limit, l.expired[:0])
-	full := len(l.expired) == limit
+	l.expired = l.wheel.Advance(target, batch, l.expired[:0])
+	full := len(l.expired) == batch
 	if swept && !full {
 		// The current tick went out whole, with every timer armed into it
 		// at or before the wheel's time.
@@ -80,7 +80,7 @@ func (l *loop) dispatch() bool {
 	return full
 }
 
-// limit is how far dispatch may run at now: the bounded lead (acked.limit),
+// reach is how far dispatch may run at now: the bounded lead (acked.limit),
 // so that a successor repeats at most Lead of fires; but never short of the
 // wheel's clock. While the lead is lifted (NOSPACE) the wheel may run more
 // than Lead past the dispatch point, which a fire armed into the past, with
@@ -88,7 +88,7 @@ func (l *loop) dispatch() bool {
 // and a limit behind the clock would release nothing: the dispatch point,
 // and the watermark with it, would never move again. What is armed at or
 // before the clock is due, and releasing it runs no further ahead.
-func (l *loop) limit(now int64) (int64, bool) {
+func (l *loop) reach(now int64) (int64, bool) {
 	limit, ok := l.acked.limit(now, l.cfg.Lead)
 	return max(limit, l.wheel.Now()), ok
 }
@@ -102,9 +102,7 @@ func (l *loop) limit(now int64) (int64, bool) {
 // command, which may read or move r.next (handle), and before the loop
 // sleeps.
 func (l *loop) rescheduleReleased() {
-	if l.admitStaged[1] > 0 {
-		l.admitStagedFires()
-	}
+	l.startStagedFires()
 	for _, i := range l.released {
 		l.reschedule(i)
 	}
@@ -328,6 +326,7 @@ func (l *loop) releaseRetry(slot uint32) {
 	rs := l.retries[slot]
 	l.rfree = append(l.rfree, slot)
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
+	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
 		return
@@ -353,9 +352,6 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over
 // complete applies finished attempts: counters, retries, buffered fires.
 func (l *loop) complete(b *completionBatch) {
 	l.epoch++
-	if l.admitStaged[1] > 0 {
-		l.admitStagedFires() // their completions may be among these
-	}
 	for _, c := range b.c[:b.n] {
 		r := l.tab.rec(c.rec)
 		if r.flags&flagLive == 0 || r.gen != c.gen {

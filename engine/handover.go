@@ -93,9 +93,6 @@ type release struct {
 // dispatching their fires due up to the mark, and holds the node
 // watermark at the mark. Called only from the dispatch loop.
 func (l *loop) releaseParts(parts []int) release {
-	if len(l.released) > 0 {
-		l.rescheduleReleased() // flush reads r.next as the fire after those dispatched
-	}
 	now := l.cfg.Clock.Now().UnixNano()
 	mark := l.wheel.Now()
 	out := make(map[int]*handOver, len(parts))

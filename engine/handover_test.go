@@ -92,6 +92,14 @@ func (tl *testLoop) dispatched(part int) []string {
 	return out
 }
 
+// releaseNow releases parts as the coordinator's release command does,
+// between two of the loop's batches.
+func (tl *testLoop) releaseNow(parts ...int) release {
+	c := &releaseCmd{parts: parts, reply: make(chan release, 1)}
+	tl.handle(c)
+	return <-c.reply
+}
+
 func noopProfile(misfire task.MisfirePolicy) *profile {
 	return &profile{key: "noop/" + string(misfire), exec: executor.Noop, noop: true, timeout: time.Minute,
 		maxAttempts: 1, misfire: misfire, catchup: time.Minute, concurrency: task.ConcurrencyAllow}
@@ -123,7 +131,7 @@ func TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce(t *testing.T) 
 		t.Fatal("the first batch should be cut: the tick holds 50 fires, a batch 10")
 	}
 	before := tl.dispatched(0)
-	rel := tl.releaseParts([]int{0})
+	rel := tl.releaseNow(0)
 	hand := rel.hand[0]
 
 	// What the next owner will do: every task from its first fire after

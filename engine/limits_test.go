@@ -390,7 +390,7 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 	if got := len(tl.dispatched(0)); got != n {
 		t.Fatalf("%d fires queued, want %d", got, n)
 	}
-	rel := tl.releaseParts([]int{0})
+	rel := tl.releaseNow(0)
 	tl.handOverQueued(rel.hand) // the workers did not take them in time
 	hand := rel.hand[0]
 	if len(hand.pending) != maxHandOver {

@@ -140,9 +140,12 @@ type loop struct {
 	// point moves there once they are rescheduled (rescheduleReleased).
 	released        []uint32
 	releasedThrough int64
-	staged          stage  // the next tick's jobs, built ahead (stage.go)
-	admitStaged     [2]int // released[from:to] are staged fires whose records are not yet admitted (admitStagedFires)
-	epoch           uint64 // counts what the loop did besides sleeping: a stage is good while it stands
+	staged          stage // the next tick's jobs, built ahead (stage.go)
+	stagedFires     int   // released[:stagedFires] are staged fires not yet started on their records (startStagedFires)
+	// epoch counts what changes records, the wheel or fences: a command
+	// other than a wake (handle), a completion (complete) and a dispatch
+	// that releases timers. A stage is good while it stands.
+	epoch uint64
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
@@ -226,13 +229,13 @@ func (l *loop) service() {
 // most a watermark interval so that the watermark follows time when idle.
 func (l *loop) sleep() time.Duration {
 	d := l.cfg.WatermarkInterval
-	limit, acked := l.limit(math.MaxInt64)
+	reach, ok := l.reach(math.MaxInt64)
 	// A full queue wakes the loop through pool.space.
-	if len(l.unpushed) > 0 || l.fenced() || !acked || l.pool.free() == 0 {
+	if len(l.unpushed) > 0 || l.fenced() || !ok || l.pool.free() == 0 {
 		return d
 	}
 	// A timer beyond the lead waits for the next acknowledgement (ackCh).
-	if next, ok := l.wheel.NextDeadline(); ok && next <= limit {
+	if next, ok := l.wheel.NextDeadline(); ok && next <= reach {
 		d = min(d, l.cfg.Clock.Until(time.Unix(0, next)))
 	}
 	return max(d, 0)
@@ -403,9 +406,6 @@ func (l *loop) remove(i uint32) {
 }
 
 func (l *loop) state(id string) *task.State {
-	if len(l.released) > 0 {
-		l.rescheduleReleased() // the next fire is r.next once rescheduled
-	}
 	i, r, ok := l.tab.lookup(id)
 	if !ok {
 		return nil

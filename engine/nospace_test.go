@@ -52,6 +52,27 @@ func TestEngine_FiresOnThroughNoSpace(t *testing.T) {
 	}
 }
 
+// The lead is lifted only while the latest refused watermark write was
+// refused for NOSPACE: a node cut off from etcd during the alarm pauses at
+// the lead again, as any node whose writes fail, instead of firing on
+// without a bound until it fences itself.
+func TestEngine_CutOffDuringNoSpacePausesAtTheLead(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	fires := newFireLog()
+	n := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", fires.handler, nil)
+	defer n.stop(t)
+	putTask(t, n.e.Registry(), handlerTask("every", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(fires.forTask("every")) >= 1 })
+
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	etcdtest.WaitFor(t, 10*time.Second, n.e.acked.noSpace.Load)
+	proxy.Cut()
+	defer proxy.Restore()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !n.e.acked.noSpace.Load() })
+}
+
 // TestLoop_DispatchBehindAWheelThatRanPastTheLeadGoesOn: while the lead is
 // lifted (NOSPACE) the wheel may run more than Lead past the dispatch
 // point, which a fire armed into the past (a partition taken from a resume

@@ -152,3 +152,34 @@ func TestLoop_CommandBetweenBatchesSeesNextTimes(t *testing.T) {
 			time.Unix(0, r.next).UTC().Format(time.TimeOnly), time.Unix(0, want).UTC().Format(time.TimeOnly))
 	}
 }
+
+// A staged fire counts as running before a retry of its task released in
+// the same second is admitted: under forbid the retry is skipped, as it is
+// when the tick is not staged. The stage ends at the retry's timer, so the
+// retry comes out in the next batch, before the records of the staged
+// fires are otherwise brought up to date.
+func TestLoop_StagedFireCountsAsRunningForItsRetry(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	run := func(stage bool) []string {
+		tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+		prof := noopProfile(task.MisfireFireOnce)
+		prof.concurrency = task.ConcurrencyForbid
+		tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", "x")
+		i, r, _ := tl.tab.lookup("x") // the fire at S-1 failed: its retry is due at S
+		tl.retries = append(tl.retries, retryState{rec: i, gen: r.gen, sched: base.Add(-time.Second).UnixNano(), attempt: 2})
+		tl.wheel.Schedule(retryBase, base.UnixNano())
+		tl.dispatchAll()
+		if stage {
+			tl.stageNext()
+			if len(tl.staged.jobs) != 1 {
+				t.Fatalf("staged %d fires, want x's", len(tl.staged.jobs))
+			}
+		}
+		tl.clock.Advance(52 * time.Millisecond)
+		tl.dispatchAll()
+		return tl.dispatched(0)
+	}
+	if plain, staged := run(false), run(true); !slices.Equal(plain, staged) {
+		t.Errorf("the staged tick queued %v, the unstaged one %v", staged, plain)
+	}
+}

@@ -153,6 +153,8 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 				}
 				e.checkLease(ctx, s)
 			case ctx.Err() == nil:
+				// The lead is lifted only while the latest refusal is NOSPACE.
+				e.acked.noSpace.Store(false)
 				e.log.Warn("writing the node watermark failed; dispatch pauses at the lead", "err", err)
 			}
 		}
@@ -166,6 +168,8 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 
 // checkLease makes the check a refused watermark write did not: that the
 // session's lease still holds the node key (a read, which NOSPACE allows).
+// It has the write's time, the lead: an answer later than that comes after
+// the next write is due anyway.
 func (e *Engine) checkLease(ctx context.Context, s *membership.Session) {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
 	defer cancel()
