@@ -20,12 +20,12 @@
 //     callback: end to end, wheel, queue and worker included. A window's
 //     lag figures are those of the fires that ran in it (a burst's: of the
 //     fires scheduled at its second), so a scheduler that falls behind
-//     shows it as lag. A burst with node processes is the exception: a
-//     probe's lag there would time its HTTP request to the receiver as
-//     much as the node, so its lag figures are the nodes' own fire-lag
-//     histograms over the burst (every fire, from its due time to a
-//     worker taking it; quantiles interpolated in buckets that grow by
-//     half, the maximum a bucket's upper bound).
+//     shows it as lag. A throughput or burst with node processes is the
+//     exception: a probe's lag there would time its HTTP request to the
+//     receiver as much as the node, so its lag figures are the nodes' own
+//     fire-lag histograms over the window or the burst (every fire, from
+//     its due time to a worker taking it; quantiles interpolated in
+//     buckets that grow by half, the maximum a bucket's upper bound).
 //   - A keyed fire scheduled in the window that has not run 2 s after the
 //     window ends is missed.
 //   - Duplicates and misses are counted by idempotency key (task id and

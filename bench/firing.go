@@ -16,6 +16,12 @@ func runThroughput(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer f.close()
+	if cfg.Procs {
+		// The probes' requests to the receiver time the http executor and
+		// the receiver too: the lag is the nodes' own, of every fire in the
+		// window, from due to a worker taking it.
+		f.nodeLags = f.fireLags
+	}
 	w, err := f.openWindow(ctx)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shardcron/shardcron/engine"
 )
 
 // fleet is a cluster whose tasks fire: tasks written, nodes started, fires
@@ -29,6 +31,9 @@ type meter struct {
 	// lagByScheduled takes the window's lag from the fires scheduled in it
 	// (a burst) rather than from those that ran in it.
 	lagByScheduled bool
+	// nodeLags, when set, reads the nodes' own fire-lag histograms at the
+	// window's snapshots, and the window's lag is theirs (runThroughput).
+	nodeLags func(context.Context) ([]engine.Histogram, error)
 
 	sampleStop context.CancelFunc
 	sampleWG   sync.WaitGroup
@@ -164,6 +169,7 @@ type window struct {
 	from, to time.Time
 	a, b     usage
 	ca, cb   counters
+	la, lb   []engine.Histogram // the nodes' fire lag at a and b (meter.nodeLags)
 }
 
 // openWindow waits for the second after the next whole one plus half a
@@ -174,6 +180,12 @@ func (m *meter) openWindow(ctx context.Context) (*window, error) {
 		return nil, err
 	}
 	w := &window{from: from, ca: m.count(), a: snapshot()}
+	if m.nodeLags != nil {
+		var err error
+		if w.la, err = m.nodeLags(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -186,6 +198,12 @@ func (m *meter) closeWindow(ctx context.Context, w *window, end time.Time) error
 		return err
 	}
 	w.cb, w.b = m.count(), snapshot()
+	if m.nodeLags != nil {
+		var err error
+		if w.lb, err = m.nodeLags(ctx); err != nil {
+			return err
+		}
+	}
 	return sleepUntil(ctx, w.to.Add(2*time.Second))
 }
 
@@ -215,6 +233,14 @@ func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
 	}
 	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lag.quantileMs(0.5), lag.quantileMs(0.99), lag.maxMs()
 	r.LagDist = lag.buckets()
+	if w.la != nil && w.lb != nil {
+		h, err := lagSince(w.la, w.lb)
+		if err != nil {
+			return nil, err
+		}
+		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = h.Quantile(0.5)*1000, h.Quantile(0.99)*1000, maxMs(h)
+		r.LagDist = histBuckets(h)
+	}
 	r.Duplicates = m.rec.dups(w.from, w.to)
 	var err error
 	if r.Missed, err = m.rec.missed(m.spec, m.cfg.Tasks, w.from, w.to); err != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,11 +144,12 @@ func TestRun_ProcsFailover(t *testing.T) {
 	}
 }
 
-// TestRun_ProcsScenarios runs burst, import, restart and query with a node
-// process at a small size: each must measure through the process (its
-// /metrics, its API, the receiver), with the process's CPU and RSS.
+// TestRun_ProcsScenarios runs throughput, burst, import, restart and query
+// with a node process at a small size: each must measure through the
+// process (its /metrics, its API, the receiver), with the process's CPU and
+// RSS, and a lag that is the node's own.
 func TestRun_ProcsScenarios(t *testing.T) {
-	for _, s := range []string{Burst, Import, Restart, Query} {
+	for _, s := range []string{Throughput, Burst, Import, Restart, Query} {
 		t.Run(s, func(t *testing.T) {
 			cfg := small(s)
 			cfg.Procs, cfg.Binary = true, shardcronBinary(t)
@@ -158,6 +160,17 @@ func TestRun_ProcsScenarios(t *testing.T) {
 			}
 			if s == Import && r.CPUCores <= 0 {
 				t.Errorf("cpu_cores %.3f: want the node process's (> 0)", r.CPUCores)
+			}
+			if s == Throughput {
+				// The node's histogram holds every fire of the window; the
+				// probes are one task a partition.
+				var n uint64
+				for _, b := range r.LagDist {
+					n += b.Count
+				}
+				if math.Abs(float64(n)-float64(r.Fires)) > 0.1*float64(r.Fires) {
+					t.Errorf("the lag is of %d fires, the window's are %d: want the node's fire lag, of every fire", n, r.Fires)
+				}
 			}
 		})
 	}

@@ -61,7 +61,10 @@ bench's process. Figures then come from the nodes' /metrics and
 processes' (harness_cpu_cores is the bench's own). Each node's log is
 written to its work directory (--dir to keep it).
 
-Lag is when the executor ran minus the scheduled time. Duplicates and misses
+Lag is when the executor ran minus the scheduled time; throughput and burst
+with --procs report the nodes' own lag histograms instead (due to a worker
+taking the fire), since a probe's lag there times its HTTP request too.
+Duplicates and misses
 are counted by idempotency key; with the noop executor on one probe task per
 partition (noop fires are invisible), with handler and http on every task.
 In-process, CPU and RSS are the whole process's, embedded etcd included.
