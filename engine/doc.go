@@ -35,6 +35,10 @@
 //     mark; past the lease TTL the node ends its session so that its locks
 //     pass on: no lock outlives its cause
 //     (TestEngine_FailedReleaseDoesNotStrandPartitions).
+//   - A lock attempt that failed leaves no key ahead of the partition's
+//     next owner: a put etcd applies after the attempt deleted its key is
+//     deleted by the session that made it (stray.go,
+//     TestEngine_LockKeyPutAfterItsAttemptFailedIsDeleted).
 //   - After a crash or a cut-off, the next owner resumes after the dead
 //     session's last watermark etcd acknowledged. Dispatch never runs more
 //     than Config.Lead past that watermark, so at most Lead of fires are

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,6 +211,7 @@ type faultKV struct {
 	put      atomic.Pointer[func(key, value string) bool] // transactions with a Put that matches fail
 	del      atomic.Pointer[func(key string) bool]        // Deletes of keys that match fail
 	pause    atomic.Pointer[pausing]
+	late     atomic.Pointer[lateCommit]
 	slowRead atomic.Int64 // ns added to reads of tasks
 	afterGet atomic.Pointer[func(key string)]
 }
@@ -260,6 +262,48 @@ func (f *faultKV) pauses(match func(key, value string) bool, until <-chan struct
 	return p.reached
 }
 
+// lateCommit is a transaction whose caller gave up while etcd still got
+// it: it fails at its caller when the caller's context ends, and etcd
+// applies it after the next Delete of the key it puts has returned, as
+// etcd can apply a committed proposal after a later request of the same
+// client (sent to another member, or proposed first).
+type lateCommit struct {
+	match   func(key, value string) bool
+	mu      sync.Mutex                 // guards key
+	key     string                     // the key the held transaction puts; "" until one is held
+	reached chan struct{}              // closed when the transaction is held
+	deleted chan struct{}              // closed when a Delete of key returned
+	after   <-chan struct{}            // the commit waits for it too
+	done    chan *clientv3.TxnResponse // the late commit's answer (nil: it failed)
+}
+
+// claim holds the transaction that puts key if none is held yet.
+func (l *lateCommit) claim(key, value string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.key != "" || !l.match(key, value) {
+		return false
+	}
+	l.key = key
+	return true
+}
+
+// puts reports whether the held transaction puts key.
+func (l *lateCommit) puts(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.key == key
+}
+
+// lateCommits makes the next transaction with a Put that matches a late
+// commit (lateCommit), which also waits until after is closed.
+func (f *faultKV) lateCommits(match func(key, value string) bool, after <-chan struct{}) *lateCommit {
+	l := &lateCommit{match: match, reached: make(chan struct{}), deleted: make(chan struct{}), after: after,
+		done: make(chan *clientv3.TxnResponse, 1)}
+	f.late.Store(l)
+	return l
+}
+
 // releasedCheckpoints matches the writes of a released checkpoint;
 // triggerKeys the keys of triggers.
 func releasedCheckpoints(key, value string) bool {
@@ -284,11 +328,15 @@ func (f *faultKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOpt
 	if m := f.del.Load(); m != nil && (*m)(key) {
 		return nil, errInjected
 	}
-	return f.KV.Delete(ctx, key, opts...)
+	resp, err := f.KV.Delete(ctx, key, opts...)
+	if l := f.late.Load(); l != nil && l.puts(key) && f.late.CompareAndSwap(l, nil) {
+		close(l.deleted)
+	}
+	return resp, err
 }
 
 func (f *faultKV) Txn(ctx context.Context) clientv3.Txn {
-	return &faultTxn{Txn: f.KV.Txn(ctx), f: f}
+	return &faultTxn{Txn: f.KV.Txn(ctx), f: f, ctx: ctx}
 }
 
 type faultTxn struct {
@@ -296,10 +344,22 @@ type faultTxn struct {
 	f     *faultKV
 	fail  bool
 	pause *pausing
+	late  *lateCommit
+
+	// The transaction as built, for a late commit.
+	ctx          context.Context
+	cmps         []clientv3.Cmp
+	thens, elses []clientv3.Op
 }
 
-func (t *faultTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *faultTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cmps = append(t.cmps, cs...)
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
 func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.elses = append(t.elses, ops...)
 	t.Txn = t.Txn.Else(ops...)
 	return t
 }
@@ -316,7 +376,11 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 		if p := t.f.pause.Load(); p != nil && p.match(key, value) && t.f.pause.CompareAndSwap(p, nil) {
 			t.pause = p
 		}
+		if l := t.f.late.Load(); l != nil && l.claim(key, value) {
+			t.late = l
+		}
 	}
+	t.thens = append(t.thens, ops...)
 	t.Txn = t.Txn.Then(ops...)
 	return t
 }
@@ -324,6 +388,22 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.fail {
 		return nil, errInjected
+	}
+	if l := t.late; l != nil {
+		close(l.reached)
+		go func() {
+			<-l.deleted
+			<-l.after
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := t.f.KV.Txn(ctx).If(t.cmps...).Then(t.thens...).Else(t.elses...).Commit()
+			if err != nil {
+				resp = nil
+			}
+			l.done <- resp
+		}()
+		<-t.ctx.Done()
+		return nil, t.ctx.Err()
 	}
 	if t.pause != nil {
 		close(t.pause.reached)

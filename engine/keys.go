@@ -22,6 +22,7 @@ func newKeys(prefix string) keys {
 }
 
 func (k keys) lock(p int) string       { return fmt.Sprintf("%s/locks/%05d", k.prefix, p) }
+func (k keys) locks() string           { return k.prefix + "/locks/" }
 func (k keys) checkpoint(p int) string { return fmt.Sprintf("%s/checkpoints/%05d", k.prefix, p) }
 func (k keys) checkpoints() string     { return k.prefix + "/checkpoints/" }
 func (k keys) watermark(node, session string) string {

@@ -75,6 +75,7 @@ type serving struct {
 	acquiring map[int]context.CancelFunc // being acquired
 	desired   map[int]bool               // the ring's share of this node
 	stuck     map[int]*stuckRelease      // released, but etcd did not take the release
+	unsure    map[int]bool               // being acquired when a lock key of ours appeared (stray.go)
 	failed    []int                      // acquires to try again
 	results   chan acquired
 	retry     *time.Timer // failed acquires and stuck releases
@@ -103,19 +104,30 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	s := &serving{
 		e: e, ctx: sctx, sess: sess,
 		parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{},
-		stuck: map[int]*stuckRelease{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
+		stuck: map[int]*stuckRelease{}, unsure: map[int]bool{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
 		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
 		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour),
 	}
 	defer s.retry.Stop()
 	defer s.publish.Stop()
 	defer s.handOver.Stop()
-	defer s.wg.Wait()
+	defer func() {
+		cancel()
+		s.wg.Wait()
+	}()
 	defer func() { s.end(ctx.Err() != nil) }()
 	members := membership.Watch(sctx, e.cli, e.cfg.Prefix, membership.DefaultDebounce)
 	others := e.watchPrepared(sctx)
+	locks := make(chan int)
+	s.wg.Go(func() { e.followLocks(sctx, sess.Lease(), locks) })
 	for {
 		select {
+		case p, ok := <-locks:
+			if !ok {
+				locks = nil // ended with the service
+				continue
+			}
+			s.lockCreated(p)
 		case p := <-s.preparedCh:
 			s.mine[p] = true
 			s.changed()
@@ -286,6 +298,12 @@ func (s *serving) release(ps []int) {
 func (s *serving) finish(r acquired) {
 	e := s.e
 	delete(s.acquiring, r.p)
+	if s.unsure[r.p] {
+		delete(s.unsure, r.p)
+		if r.err != nil && !r.stray {
+			s.deleteStray(r.p) // a key of an earlier attempt, put late
+		}
+	}
 	if s.mine[r.p] {
 		delete(s.mine, r.p)
 		s.changed()
