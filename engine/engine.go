@@ -10,7 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
@@ -183,17 +186,23 @@ func (e *Engine) Registry() *registry.Registry { return e.reg }
 // the cluster and starts firing. It returns once the node is a member; the
 // node is Ready once it owns its partitions. Errors: the partition count
 // differs (ErrPartitionsMismatch), the node id is held by a live node
-// (membership.ErrNodeExists), or etcd is unreachable until ctx ends.
+// (membership.ErrNodeExists), or etcd is unreachable until ctx ends: a
+// start write etcd does not answer (timed out, a leader change) is tried
+// again until then.
 func (e *Engine) Start(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("engine: already started")
 	}
-	reg, err := registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+	reg, err := untilAnswered(ctx, e.log, "opening the registry", func() (*registry.Registry, error) {
+		return registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+	})
 	if err != nil {
 		return err
 	}
 	e.reg = reg
-	sess, err := membership.Join(ctx, e.cfg.membership(e.cli))
+	sess, err := untilAnswered(ctx, e.log, "joining the cluster", func() (*membership.Session, error) {
+		return membership.Join(ctx, e.cfg.membership(e.cli))
+	})
 	if err != nil {
 		return err
 	}
@@ -235,6 +244,38 @@ func (e *Engine) Start(ctx context.Context) error {
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
 	return nil
+}
+
+// untilAnswered calls f until it returns anything but etcd being
+// unavailable (a request timed out, a leader change, no leader, no
+// connection), waiting more after each try, and returns what it returned,
+// or its last error once ctx ends. Both start writes are safe to repeat:
+// the registry's is conditional, and Join revokes the lease of a failed
+// registration, so that its put cannot land later.
+func untilAnswered[T any](ctx context.Context, log *slog.Logger, what string, f func() (T, error)) (T, error) {
+	var b backoff
+	for {
+		v, err := f()
+		if err == nil || !unavailable(err) || ctx.Err() != nil {
+			return v, err
+		}
+		log.Warn(what+" failed; retrying", "err", err, "in", b.next())
+		if !b.wait(ctx) {
+			return v, err
+		}
+	}
+}
+
+// unavailable reports whether err says that etcd did not answer the
+// request, for now: code Unavailable, which etcd gives a request that timed
+// out, a leader change and a member without a leader, and gRPC a missing
+// connection.
+func unavailable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
 }
 
 // fenced reports whether the node must not dispatch: its session is past

@@ -212,6 +212,7 @@ type faultKV struct {
 	del      atomic.Pointer[func(key string) bool]        // Deletes of keys that match fail
 	pause    atomic.Pointer[pausing]
 	late     atomic.Pointer[lateCommit]
+	once     atomic.Pointer[failOnce]
 	slowRead atomic.Int64 // ns added to reads of tasks
 	afterGet atomic.Pointer[func(key string)]
 }
@@ -260,6 +261,18 @@ func (f *faultKV) pauses(match func(key, value string) bool, until <-chan struct
 	p := &pausing{match: match, reached: make(chan struct{}), until: until}
 	f.pause.Store(p)
 	return p.reached
+}
+
+// failOnce fails the next transaction with a Put that matches with err.
+type failOnce struct {
+	match func(key, value string) bool
+	err   error
+}
+
+// failsOnce makes the next transaction with a Put that matches fail with
+// err, without reaching etcd.
+func (f *faultKV) failsOnce(match func(key, value string) bool, err error) {
+	f.once.Store(&failOnce{match: match, err: err})
 }
 
 // lateCommit is a transaction whose caller gave up while etcd still got
@@ -343,6 +356,7 @@ type faultTxn struct {
 	clientv3.Txn
 	f     *faultKV
 	fail  bool
+	err   error // fail with it rather than errInjected
 	pause *pausing
 	late  *lateCommit
 
@@ -376,6 +390,9 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 		if p := t.f.pause.Load(); p != nil && p.match(key, value) && t.f.pause.CompareAndSwap(p, nil) {
 			t.pause = p
 		}
+		if o := t.f.once.Load(); o != nil && o.match(key, value) && t.f.once.CompareAndSwap(o, nil) {
+			t.fail, t.err = true, o.err
+		}
 		if l := t.f.late.Load(); l != nil && l.claim(key, value) {
 			t.late = l
 		}
@@ -387,6 +404,9 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 
 func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.fail {
+		if t.err != nil {
+			return nil, t.err
+		}
 		return nil, errInjected
 	}
 	if l := t.late; l != nil {

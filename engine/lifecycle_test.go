@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 )
@@ -420,5 +422,25 @@ func TestEngine_NotReadyBeforeItOwnsItsPartitions(t *testing.T) {
 	}
 	if owned := n.e.Stats().PartitionsOwned; owned != 8 {
 		t.Fatalf("ready while owning %d of 8 partitions", owned)
+	}
+}
+
+// A start write that etcd answers "request timed out" (a member under load,
+// a leader election: the chaos suite's three members saw it as the nodes
+// started) is tried again: the node starts, rather than exit with it.
+func TestEngine_StartRetriesWhatEtcdDidNotAnswer(t *testing.T) {
+	for _, tc := range []struct{ name, key string }{
+		{"the cluster record", "/shardcron/cluster"},
+		{"the node key", "/shardcron/nodes/node-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := etcdtest.Start(t)
+			cli := c.NewClient(t)
+			injectFaults(cli).failsOnce(func(key, _ string) bool { return key == tc.key }, rpctypes.ErrTimeout)
+			n := startNodeOn(t, cli, "", nil, nil)
+			if !n.e.Ready() {
+				t.Fatal("the node is not ready")
+			}
+		})
 	}
 }
