@@ -61,20 +61,39 @@ func newNode(t testing.TB, bin, id string, etcdAddrs []string, args []string) *N
 	return n
 }
 
-// reservePort returns a loopback address whose port was free a moment ago.
-// The node keeps it across restarts so that its published API address stays
-// right. The port is drawn below Linux's ephemeral range (32768 and up), so
-// that the kernel does not hand it to a listener on port 0, such as the
-// node's own etcd proxies, before the node binds it.
+// reserved are the ports reservePort handed out in this process: a port
+// is free until its node binds it, so two nodes of parallel tests could
+// draw the same one and the second would fail to start.
+var reserved struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// reservePort returns a loopback address whose port was free a moment ago
+// and that no other node of this process got. The node keeps it across
+// restarts so that its published API address stays right. The port is
+// drawn below Linux's ephemeral range (32768 and up), so that the kernel
+// does not hand it to a listener on port 0, such as the node's own etcd
+// proxies, before the node binds it.
 func reservePort(t testing.TB) string {
 	t.Helper()
+	reserved.Lock()
+	defer reserved.Unlock()
+	if reserved.ports == nil {
+		reserved.ports = map[int]bool{}
+	}
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		port := 20000 + rand.IntN(12000)
+		if reserved.ports[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
 		}
 		ln.Close()
+		reserved.ports[port] = true
 		return addr
 	}
 	t.Fatalf("clustertest: no free port below the ephemeral range")
