@@ -399,7 +399,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		// A lock whose put was cut off can leave our key behind, where it
 		// would become the owner once the previous one goes.
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
-		r.stray = !e.deleteLockKey(p, sess)
+		gone, _ := e.deleteLockKey(p, sess)
+		r.stray = !gone
 		return r
 	}
 	fence := m.Header().Revision
@@ -407,7 +408,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	fail := func(err error) acquired {
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
-			r.stray = !e.deleteLockKey(p, sess)
+			gone, _ := e.deleteLockKey(p, sess)
+			r.stray = !gone
 		}
 		return r
 	}
@@ -541,20 +543,21 @@ func (e *Engine) unlock(m *concurrency.Mutex) bool {
 }
 
 // deleteLockKey deletes this session's key in p's lock, in a few tries
-// within bounded time, and reports whether it is gone.
-func (e *Engine) deleteLockKey(p int, sess *membership.Session) bool {
+// within bounded time, and reports whether it is gone, and whether this
+// call deleted it (it was there).
+func (e *Engine) deleteLockKey(p int, sess *membership.Session) (gone, deleted bool) {
 	key := e.lockKey(p, sess.Lease())
 	for attempt := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := e.cli.Delete(ctx, key)
+		resp, err := e.cli.Delete(ctx, key)
 		cancel()
 		if err == nil {
-			return true
+			return true, resp.Deleted > 0
 		}
 		e.log.Warn("deleting a lock key failed", "key", key, "attempt", attempt+1, "err", err)
 		if sess.Fenced() {
-			return true // the lease ends, and the key with it
+			return true, false // the lease ends, and the key with it
 		}
 	}
-	return false
+	return false, false
 }

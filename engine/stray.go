@@ -111,7 +111,11 @@ func (s *serving) lockCreated(p int) {
 // deleteStray deletes this session's lock key of p, which no acquire is
 // using, or ends the session so that its lease takes the key with it.
 func (s *serving) deleteStray(p int) {
-	if s.e.deleteLockKey(p, s.sess) {
+	gone, deleted := s.e.deleteLockKey(p, s.sess)
+	if deleted {
+		s.e.log.Info("deleted a lock key of this session put after its attempt failed", "partition", p)
+	}
+	if gone {
 		return
 	}
 	s.e.log.Error("a lock key left behind could not be deleted; ending the session so that it goes", "partition", p)
