@@ -392,10 +392,19 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
 	}
+	// The partition's watch lives as long as the partition is held, not as
+	// long as this acquire. It opens now, from the prepared read, so that
+	// it has caught up when the lock is ours (catchup.go); should it not,
+	// stopFirst ends it and the partition is read instead.
+	wctx, stopAll := context.WithCancel(context.Background())
+	fctx, stopFirst := context.WithCancel(wctx)
+	stop := func() { stopFirst(); stopAll() }
+	wch := e.reg.WatchPartition(fctx, p, prep.rev)
 	prepared()
 	tPrepared := time.Now()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := e.lock(ctx, m, p); err != nil {
+		stop()
 		// A lock whose put was cut off can leave our key behind, where it
 		// would become the owner once the previous one goes.
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
@@ -406,6 +415,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	fence := m.Header().Revision
 	tLocked := time.Now()
 	fail := func(err error) acquired {
+		stop()
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
 			gone, _ := e.deleteLockKey(p, sess)
@@ -417,21 +427,17 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
-	// this node never released. The same transaction reads what changed in
-	// p since it was prepared, and its pending triggers.
+	// this node never released. The same transaction reads p's pending
+	// triggers; its revision is the one the tasks are brought up to.
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
 	var held *clientv3.TxnResponse
 	if err == nil {
-		reads := append(e.changeReads(prep), e.reg.TriggerRead(p))
-		held, err = e.putCheckpoint(ctx, m, p, hold, reads...)
+		held, err = e.putCheckpoint(ctx, m, p, hold, e.reg.TriggerRead(p))
 	}
 	if err != nil {
 		return fail(err)
 	}
 	e.owned[p].Store(true)
-	// The partition's watch lives as long as the partition is held, not as
-	// long as this acquire.
-	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
 	undo := func(err error) acquired {
 		stop()
@@ -444,8 +450,11 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.holds.clear(p)
 		return fail(err)
 	}
-	taskRev, err := e.arm(ctx, prep, fence, resume, held.Header.Revision, held.Responses[1:3])
+	touched, taskRev, wch, err := e.changesSince(ctx, prep, held.Header.Revision, wch, stopFirst)
 	if err != nil {
+		return undo(fmt.Errorf("catch up: %w", err))
+	}
+	if err := e.arm(ctx, prep, fence, resume, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 	if len(pending) > 0 {
@@ -468,11 +477,11 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()
+	go func() { defer wg.Done(); e.watch(wctx, p, taskRev, wch) }()
 	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
 	go func() { wg.Wait(); close(part.done) }()
 	// Triggers written while nobody owned p.
-	for _, kv := range held.Responses[3].GetResponseRange().Kvs {
+	for _, kv := range held.Responses[1].GetResponseRange().Kvs {
 		e.fireTrigger(ctx, kv.Key, kv.Value)
 	}
 	// Backfills of p, from their recorded progress: p is owned, so the
