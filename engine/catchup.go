@@ -19,48 +19,58 @@ import (
 // lock, before it arms it: a task deleted, paused or changed before A must
 // not fire as it was.
 //
-// The partition's watch opens from R+1 as soon as the partition is
+// A watch of the partition from R+1 opens as soon as the partition is
 // prepared, and the acquire reads it up to A: until an event past A, or a
 // progress notification at A or later, which says that the watch delivered
-// every event up to it. etcd answers a progress request only once every
-// watch of the stream has caught up with its history, and drops it
-// otherwise, so the acquires waiting ask again every progressEvery, one
-// request for all of them: its answer reaches every watch of the stream.
+// every event up to it. etcd sends one on request, only once every watch
+// of the stream has caught up with its history, and drops the request
+// before; so this watch has a gRPC stream of its own (registry.CatchUp),
+// where it waits for no other (at a restart, hundreds of partitions open
+// theirs), and the acquire asks every progressEvery until it is answered.
+// Opened before the lock, the watch has usually caught up when the lock is
+// ours: the first request is answered. The partition's own watch then
+// follows it from the revision reached, on the stream the node's watches
+// share.
+//
 // This costs etcd the revisions written since R. Reading the partition's
 // changes instead costs the partition's size whatever changed: etcd reads
 // every task of the range and filters them by revision, which at a warm
 // restart of 1 M tasks in the acquiring transactions held etcd's apply
-// loop for about 5 s (BENCHMARKS.md).
-//
-// When the watch cannot say (etcd compacted R, the watch failed, or no
-// progress within catchUpWait), the acquire reads the changes at A
+// loop for about 5 s (BENCHMARKS.md). When the watch cannot say (etcd
+// compacted R, the watch failed, or no progress within catchUpWait: etcd
+// before 3.4 has no progress requests), the acquire reads the changes at A
 // instead (registry.ChangesAt).
 //
 // etcd before 3.4.25 and 3.5.8 (etcd-io/etcd#15220) can send a progress
 // notification at revision V before the events of V itself, never before
 // those of earlier revisions. A, the acquire's own transaction, writes no
 // task; so a notification at V ≥ A lacks at most events past A, which the
-// watch delivers next, as any change, and the partition counts as synced
-// to A only.
+// partition's watch delivers, as any change, and the partition counts as
+// synced to A only.
 
 // errNoCatchUp says that a partition's watch could not say that it
 // delivered every change up to the acquisition.
 var errNoCatchUp = errors.New("engine: the partition watch did not catch up")
 
-// catchUp reads wch, partition prep.p's watch from after its prepared
-// read, until it has delivered every change up to atRev. It returns the
-// tasks changed since the read (their last value, nil when deleted) and the
-// revision the partition is then synced to, at least atRev. It returns
-// errNoCatchUp when the watch cannot say: the caller reads the changes
-// instead.
-func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan) (map[string][]byte, int64, error) {
+// catchUp reads wch, a watch of partition prep.p from after its prepared
+// read (registry.CatchUp, which gives progress), until it has delivered
+// every change up to atRev. It returns the tasks changed since the read
+// (their last value, nil when deleted) and the revision the partition is
+// then synced to, at least atRev. It returns errNoCatchUp when the watch
+// cannot say: the caller reads the changes instead.
+func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, int64, error) {
 	touched := map[string][]byte{}
 	rev := prep.rev
-	ask := time.NewTicker(progressEvery)
-	defer ask.Stop()
+	every := time.NewTicker(progressEvery)
+	defer every.Stop()
 	giveUp := time.NewTimer(catchUpWait)
 	defer giveUp.Stop()
-	e.requestProgress(ctx)
+	ask := func() {
+		if err := progress(); err != nil && ctx.Err() == nil {
+			e.log.Debug("requesting watch progress failed; asking again", "partition", prep.p, "err", err)
+		}
+	}
+	ask()
 	for {
 		select {
 		case resp, ok := <-wch:
@@ -88,8 +98,8 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 			if rev > atRev {
 				return touched, rev, nil // etcd sends a revision's events together
 			}
-		case <-ask.C:
-			e.requestProgress(ctx)
+		case <-every.C:
+			ask()
 		case <-giveUp.C:
 			return nil, 0, errNoCatchUp
 		case <-ctx.Done():
@@ -99,16 +109,14 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 }
 
 // changesSince brings a prepared partition up to atRev, the revision of its
-// acquisition: from its watch (catchUp), else with a read of its changes at
-// atRev, after which stopWatch ends the watch. It applies the changes to the
-// Badger cache and returns them, the revision the partition is synced to,
-// and the watch to follow it with from there (nil after a read).
-func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, stopWatch func()) (map[string][]byte, int64, clientv3.WatchChan, error) {
+// acquisition: from its catch-up watch (catchUp), else with a read of its
+// changes at atRev. It applies the changes to the Badger cache and returns
+// them and the revision the partition is synced to.
+func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, int64, error) {
 	p := prep.p
-	touched, rev, err := e.catchUp(ctx, prep, atRev, wch)
+	touched, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
 	if errors.Is(err, errNoCatchUp) {
-		stopWatch()
-		wch, rev = nil, atRev
+		rev = atRev
 		e.log.Info("the partition's watch did not catch up; reading its changes", "partition", p, "since", prep.rev, "revision", atRev)
 		had := make(map[string]bool, len(prep.defs))
 		for i := range prep.defs {
@@ -117,7 +125,7 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 		touched, err = e.reg.ChangesAt(ctx, p, had, prep.rev, atRev)
 	}
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, err
 	}
 	if e.caching(p) {
 		var puts []store.KV
@@ -133,19 +141,5 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 			e.dropCache(p, err)
 		}
 	}
-	return touched, rev, wch, nil
-}
-
-// requestProgress asks etcd for a progress notification on the partition
-// watches' stream, at most once per progressEvery whoever asks: one answer
-// reaches every watch of the stream.
-func (e *Engine) requestProgress(ctx context.Context) {
-	now := time.Now().UnixNano()
-	last := e.progress.Load()
-	if now-last < int64(progressEvery) || !e.progress.CompareAndSwap(last, now) {
-		return
-	}
-	if err := e.reg.RequestPartitionProgress(ctx); err != nil && ctx.Err() == nil {
-		e.log.Debug("requesting watch progress failed; asking again", "err", err)
-	}
+	return touched, rev, nil
 }

@@ -67,7 +67,6 @@ type Engine struct {
 	fences    fences               // sessions that ended fenced
 	shapes    shapeCodes           // cache encodings of the task shapes seen (shape.go)
 	revs      *revisions           // etcd's revision, read for the partitions prepared from the cache
-	progress  atomic.Int64         // when acquires last asked for the partition watches' progress, Unix ns (catchup.go)
 
 	pool *pool
 	loop *loop

@@ -345,9 +345,10 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 
 // watch follows partition p's tasks after revision rev until ctx ends,
 // applying every change to the cache and the loop, starting with wch when
-// the acquire left one open (catchup.go). If etcd compacted past the revision, it reloads
+// the load left one open. If etcd compacted past the revision, it reloads
 // the partition.
-func (e *Engine) watch(ctx context.Context, p int, rev int64, wch clientv3.WatchChan) {
+func (e *Engine) watch(ctx context.Context, p int, rev int64) {
+	var wch clientv3.WatchChan
 	var b backoff
 	var noted time.Time // when a progress notification last moved the cached revision
 	for ctx.Err() == nil {

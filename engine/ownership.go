@@ -392,19 +392,15 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
 	}
-	// The partition's watch lives as long as the partition is held, not as
-	// long as this acquire. It opens now, from the prepared read, so that
-	// it has caught up when the lock is ours (catchup.go); should it not,
-	// stopFirst ends it and the partition is read instead.
-	wctx, stopAll := context.WithCancel(context.Background())
-	fctx, stopFirst := context.WithCancel(wctx)
-	stop := func() { stopFirst(); stopAll() }
-	wch := e.reg.WatchPartition(fctx, p, prep.rev)
+	// Opened now, the catch-up watch has usually caught up with etcd's
+	// history when the lock is ours (catchup.go).
+	cctx, stopCatchUp := context.WithCancel(ctx)
+	defer stopCatchUp()
+	catchUp, progress := e.reg.CatchUp(cctx, p, prep.rev)
 	prepared()
 	tPrepared := time.Now()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
 	if err := e.lock(ctx, m, p); err != nil {
-		stop()
 		// A lock whose put was cut off can leave our key behind, where it
 		// would become the owner once the previous one goes.
 		r.err = fmt.Errorf("lock partition %d: %w", p, err)
@@ -415,7 +411,6 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	fence := m.Header().Revision
 	tLocked := time.Now()
 	fail := func(err error) acquired {
-		stop()
 		r.err = fmt.Errorf("acquire partition %d: %w", p, err)
 		if !e.unlock(m) {
 			gone, _ := e.deleteLockKey(p, sess)
@@ -438,6 +433,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		return fail(err)
 	}
 	e.owned[p].Store(true)
+	// The partition's watch lives as long as the partition is held, not as
+	// long as this acquire.
+	wctx, stop := context.WithCancel(context.Background())
 	part := &owned{mu: m, fence: fence, stop: stop, done: make(chan struct{})}
 	undo := func(err error) acquired {
 		stop()
@@ -450,7 +448,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.holds.clear(p)
 		return fail(err)
 	}
-	touched, taskRev, wch, err := e.changesSince(ctx, prep, held.Header.Revision, wch, stopFirst)
+	touched, taskRev, err := e.changesSince(ctx, prep, held.Header.Revision, catchUp, progress)
+	stopCatchUp()
 	if err != nil {
 		return undo(fmt.Errorf("catch up: %w", err))
 	}
@@ -477,7 +476,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); e.watch(wctx, p, taskRev, wch) }()
+	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()
 	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
 	go func() { wg.Wait(); close(part.done) }()
 	// Triggers written while nobody owned p.

@@ -25,8 +25,8 @@ const (
 	// revisionFresh is how long a read of etcd's revision serves the
 	// partitions prepared from the cache after it (revisions.notAhead).
 	revisionFresh = time.Second
-	// progressEvery is how often acquires waiting for their partition's
-	// watch to catch up ask etcd for its progress, at most (catchup.go).
+	// progressEvery is how often an acquire waiting for its catch-up
+	// watch asks etcd for the watch's progress (catchup.go).
 	progressEvery = 25 * time.Millisecond
 	// catchUpWait bounds that wait; past it, the acquire reads the
 	// partition's changes instead.

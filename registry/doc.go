@@ -2,7 +2,7 @@
 // create, read, update, delete, batches, bulk actions, lists and export by
 // prefix and labels (with their index), triggers, the capability check of
 // the live nodes (Runners), and the reads a node loads its partitions with
-// (ReadPartition, WatchPartition and its progress, ChangesAt, DecodeFiring).
+// (ReadPartition, WatchPartition, CatchUp, ChangesAt, DecodeFiring).
 // It owns the etcd layout of tasks, triggers and the index
 // (/<prefix>/tasks/<partition>/<id>, /<prefix>/triggers/..., /<prefix>/index/...);
 // the engine's runtime keys (locks, checkpoints, watermarks) are not its.

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -103,30 +104,32 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 
 // WatchPartition watches partition p's tasks after revision after, with
 // progress notifications, until ctx ends. PartitionID names the task of an
-// event. The partition watches of a client share a gRPC stream of their
-// own, which RequestPartitionProgress asks for progress on.
+// event.
 func (r *Registry) WatchPartition(ctx context.Context, p int, after int64) clientv3.WatchChan {
-	return r.cli.Watch(partitionStream(ctx), r.keys.partition(p), clientv3.WithPrefix(),
+	return r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.partition(p), clientv3.WithPrefix(),
 		clientv3.WithRev(after+1), clientv3.WithProgressNotify())
 }
 
-// RequestPartitionProgress asks etcd for a progress notification on the
-// partition watches' stream: every watch of it then receives the revision
-// up to which it delivered every event. etcd answers only when all the
-// stream's watches have caught up with its history, and ignores the
-// request otherwise: ask again.
-func (r *Registry) RequestPartitionProgress(ctx context.Context) error {
-	if err := r.cli.RequestProgress(partitionStream(ctx)); err != nil {
-		return fmt.Errorf("request partition watch progress: %w", err)
+// CatchUp watches partition p's tasks after revision after, as
+// WatchPartition does but on a gRPC stream of its own, until ctx ends. It
+// returns the watch and progress, which asks etcd for a progress
+// notification on that stream: the revision up to which the watch
+// delivered every event. etcd answers only once the watch has caught up
+// with its history, and drops the request before: ask again. Alone on its
+// stream, the watch waits for no other watch to catch up. Call progress
+// only while the watch is open: on a stream that ended, it would open an
+// empty one.
+func (r *Registry) CatchUp(ctx context.Context, p int, after int64) (wch clientv3.WatchChan, progress func() error) {
+	// The client keys its streams by the context's metadata.
+	sctx := clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx,
+		"shardcron-catch-up", strconv.FormatUint(r.streams.Add(1), 10)))
+	wch = r.cli.Watch(sctx, r.keys.partition(p), clientv3.WithPrefix(), clientv3.WithRev(after+1))
+	return wch, func() error {
+		if err := r.cli.RequestProgress(sctx); err != nil {
+			return fmt.Errorf("request the progress of partition %d's watch: %w", p, err)
+		}
+		return nil
 	}
-	return nil
-}
-
-// partitionStream is ctx with the metadata that puts partition watches on
-// a stream of their own (the client keys its streams by metadata): a
-// progress request then waits for no other watch of the client.
-func partitionStream(ctx context.Context) context.Context {
-	return clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx, "shardcron-watch", "partitions"))
 }
 
 // PartitionID returns the task id of a key of partition p, as
