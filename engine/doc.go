@@ -28,8 +28,8 @@
 //     scheduled ms>", across graceful hand-overs
 //     (TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver).
 //   - Make-before-break (prepare.go): the new owner reads and decodes a
-//     partition while the old owner still fires it, and opens its watch,
-//     so a hand-over stands still for a lock hand-off, one request and the
+//     partition while the old owner still fires it, and watches it from
+//     there, so a hand-over stands still for a lock hand-off, one request and the
 //     watch's word that it caught up (catchup.go), not for the partition's
 //     size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
 //   - A release etcd refuses is retried with the node watermark held at its
