@@ -29,9 +29,9 @@
 //     (TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver).
 //   - Make-before-break (prepare.go): the new owner reads and decodes a
 //     partition while the old owner still fires it, and watches it from
-//     there, so a hand-over stands still for a lock hand-off, one request and the
-//     watch's word that it caught up (catchup.go), not for the partition's
-//     size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
+//     there, so a hand-over stands still for a lock hand-off, one request
+//     and the watch's word that it caught up (catchup.go), not for the
+//     partition's size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
 //   - A release etcd refuses is retried with the node watermark held at its
 //     mark; past the lease TTL the node ends its session so that its locks
 //     pass on: no lock outlives its cause
@@ -66,8 +66,8 @@
 //   - Task changes (put, pause, resume, delete) and triggers take effect on
 //     the owner within a watch delivery, well under a second.
 //   - A restarted node whose Badger cache is usable loads its partitions
-//     from it, brought up to date by the partition's watch from the cached
-//     revision (catchup.go), with no read of the partition.
+//     from it, brought up to date by a watch from the cached revision
+//     (catchup.go), with no read of the partition.
 //   - Bad input is refused with a *task.ValidationError before anything is
 //     written (package registry): the etcd revision does not move.
 //
