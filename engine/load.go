@@ -88,8 +88,14 @@ func (d *decoder) fromShape(id string, value []byte) (taskDef, error) {
 	if err != nil {
 		return taskDef{}, fmt.Errorf("stored task %q: %w", id, err)
 	}
+	return d.place(id, h, s.prof, s.paused), nil
+}
+
+// place is the def of task id: its schedule, profile and pause, placed in
+// its partition.
+func (d *decoder) place(id string, h schedule.Handle, prof *profile, paused bool) taskDef {
 	hash := xxhash.Sum64String(id)
-	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: s.prof, paused: s.paused}, nil
+	return taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: paused}
 }
 
 // build turns a decoded task into its def. It also returns the task's
@@ -119,8 +125,7 @@ func (d *decoder) build(t *task.Task) (taskDef, string, error) {
 		prof.win = win
 		d.profs[key] = prof
 	}
-	hash := xxhash.Sum64String(id)
-	def := taskDef{id: id, hash: hash, part: int(hash % uint64(d.e.cfg.Partitions)), sched: h, prof: prof, paused: t.Paused}
+	def := d.place(id, h, prof, t.Paused)
 	if !plain(t, spec) {
 		return def, "", nil
 	}
