@@ -688,7 +688,7 @@ func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same 
 	s.CreatedAt, s.UpdatedAt = now, now
 	if old != nil {
 		var prev task.Task
-		if json.Unmarshal(old.Value, &prev) == nil {
+		if task.DecodeStored(old.Value, &prev) == nil {
 			if s.Paused && s.Pause == nil {
 				s.Pause = prev.Pause // a PUT that keeps the task paused keeps who paused it
 			}
