@@ -188,7 +188,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("engine: already started")
 	}
-	reg, err := registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+	var opts []registry.Option
+	if e.cfg.IndexClient != nil {
+		opts = append(opts, registry.WithIndexClient(e.cfg.IndexClient))
+	}
+	reg, err := registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions, opts...)
 	if err != nil {
 		return err
 	}
