@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdembed"
@@ -45,6 +46,7 @@ type node struct {
 	id   string
 	eng  *engine.Engine // in-process; nil for a process
 	cli  *clientv3.Client
+	icli *clientv3.Client // the registry's index reads (registry.WithIndexClient)
 	reqs *engine.RequestCounter
 	st   *store.Store
 	proc *procNode // a process; nil in-process
@@ -92,13 +94,13 @@ func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	return c, nil
 }
 
-func (c *cluster) newClient(reqs *engine.RequestCounter) (*clientv3.Client, error) {
+func (c *cluster) newClient(reqs *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cc := clientv3.Config{
 		Endpoints: []string{c.etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		MaxCallSendMsgSize: 8 << 20, MaxCallRecvMsgSize: 64 << 20,
+		MaxCallSendMsgSize: 8 << 20, MaxCallRecvMsgSize: 64 << 20, DialOptions: dial,
 	}
 	if reqs != nil {
-		cc.DialOptions = reqs.DialOptions()
+		cc.DialOptions = append(reqs.DialOptions(), dial...)
 	}
 	cli, err := clientv3.New(cc)
 	if err != nil {
@@ -145,6 +147,10 @@ func (c *cluster) startEngine(ctx context.Context, n *node, cached bool) error {
 	if n.cli, err = c.newClient(n.reqs); err != nil {
 		return err
 	}
+	if n.icli, err = c.newClient(n.reqs, registry.IndexDialOptions()...); err != nil {
+		n.close()
+		return err
+	}
 	if cached {
 		sc := store.DefaultConfig(filepath.Join(c.dir, "cache-"+n.id))
 		sc.History, sc.Logger = store.HistoryNone, c.log
@@ -154,7 +160,7 @@ func (c *cluster) startEngine(ctx context.Context, n *node, cached bool) error {
 		}
 	}
 	ec := c.cfg.engineConfig(n.id)
-	ec.Requests, ec.Logger = n.reqs, c.log
+	ec.Requests, ec.Logger, ec.IndexClient = n.reqs, c.log, n.icli
 	if n.eng, err = engine.New(ec, n.cli, n.st); err != nil {
 		n.close()
 		return fmt.Errorf("bench: %w", err)
@@ -200,9 +206,11 @@ func (n *node) close() error {
 		errs = append(errs, n.st.Close())
 		n.st = nil
 	}
-	if n.cli != nil {
-		errs = append(errs, n.cli.Close())
-		n.cli = nil
+	for _, cli := range []**clientv3.Client{&n.cli, &n.icli} {
+		if *cli != nil {
+			errs = append(errs, (*cli).Close())
+			*cli = nil
+		}
 	}
 	return errors.Join(errs...)
 }

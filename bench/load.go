@@ -78,7 +78,7 @@ func (c *cluster) dbSize(ctx context.Context) (int64, error) {
 // once (its defaults).
 const (
 	importBatch    = 1000
-	importInFlight = 2
+	importInFlight = 4
 )
 
 // runImport posts cfg.Tasks tasks as JSON Lines to a node's batch API,

@@ -31,6 +31,12 @@ type Config struct {
 	// Default "/shardcron".
 	Prefix string
 
+	// IndexClient, when set, is the etcd client the registry reads its
+	// index ranges through (registry.WithIndexClient: list pages and
+	// filtered exports), one dialled with registry.IndexDialOptions. nil:
+	// the engine's client. It must outlive the engine.
+	IndexClient *clientv3.Client
+
 	// Partitions is P, fixed when the cluster is created (1 to 65536,
 	// default 1024). More partitions balance better and move less per
 	// membership change; each costs a lock and a watch on its owner.

@@ -193,8 +193,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("engine: already started")
 	}
+	var opts []registry.Option
+	if e.cfg.IndexClient != nil {
+		opts = append(opts, registry.WithIndexClient(e.cfg.IndexClient))
+	}
 	reg, err := untilAnswered(ctx, e.log, "opening the registry", func() (*registry.Registry, error) {
-		return registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions)
+		return registry.OpenRegistry(ctx, e.cli, e.cfg.Prefix, e.cfg.Partitions, opts...)
 	})
 	if err != nil {
 		return err

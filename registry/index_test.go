@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -492,5 +495,61 @@ func TestList_PageSkipsStaleIndexKeys(t *testing.T) {
 	}
 	if want := []string{"s/3", "s/4", "s/5"}; !slices.Equal(got, want) {
 		t.Errorf("pages gave %v, want %v", got, want)
+	}
+}
+
+// countingConn counts the bytes read from a connection.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestRegistry_PageReadsIdsThroughIndexClient: with WithIndexClient, a
+// page reads its ids through the index client and its tasks through the
+// main one: of 20 000 ids (about 800 KB) and their tasks, a page of 1000
+// brings the index client some bytes, and less than 256 KiB.
+func TestRegistry_PageReadsIdsThroughIndexClient(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	var read atomic.Int64
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		return countingConn{conn, &read}, err
+	}
+	icli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: append(IndexDialOptions(), grpc.WithContextDialer(dial))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer icli.Close()
+	reg, err := OpenRegistry(ctx, c.Client, "/p", 64, WithIndexClient(icli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20_000
+	for lo := 0; lo < n; lo += MaxBatchItems {
+		batch := make([]*task.Task, 0, MaxBatchItems)
+		for i := lo; i < lo+MaxBatchItems; i++ {
+			batch = append(batch, noopTask(fmt.Sprintf("job-%07d", i), "@yearly"))
+		}
+		if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
+			t.Fatal(err, errs)
+		}
+	}
+	for _, cursor := range []string{"", "job-0005000"} {
+		before := read.Load()
+		tasks, next, err := reg.List(ctx, ListOptions{Cursor: cursor, Limit: 1000})
+		if err != nil || len(tasks) != 1000 || next != tasks[999].ID {
+			t.Fatalf("page after %q: %d tasks, next %q, %v", cursor, len(tasks), next, err)
+		}
+		if got := read.Load() - before; got == 0 || got > 256<<10 {
+			t.Errorf("page after %q: the index client read %d bytes, want some and at most 256 KiB", cursor, got)
+		}
 	}
 }

@@ -201,15 +201,12 @@ type firing struct {
 	UpdatedAt       time.Time `json:"updated_at"` // delete_after_fire: an edit since keeps the task
 }
 
-// firings reads the firing part of stored tasks in one pass.
-var firings = task.NewProjection[firing]()
-
 // DecodeFiring decodes a stored task (a value of ReadPartition, Changes or
 // WatchPartition) with only the fields a fire needs: the labels and the
 // output-only fields but the times stay zero. The stored task was validated when written.
 func DecodeFiring(id string, value []byte) (task.Task, error) {
 	var f firing
-	if err := firings.Decode(value, &f); err != nil {
+	if err := task.DecodeStored(value, &f); err != nil {
 		return task.Task{}, fmt.Errorf("stored task %q is corrupt: %w", id, err)
 	}
 	return task.Task{ID: id, Schedule: f.Schedule, Timezone: f.Timezone, Executor: f.Executor, Timeout: f.Timeout,

@@ -298,7 +298,7 @@ func (r *Registry) matches(q query, rev int64) *intersection {
 	sort.Strings(bases) // a deterministic order of reads
 	m := &intersection{}
 	for _, b := range bases {
-		m.streams = append(m.streams, &keyStream{cli: r.cli, base: b, prefix: q.prefix, after: q.after, rev: rev})
+		m.streams = append(m.streams, &keyStream{cli: r.indexCli, base: b, prefix: q.prefix, after: q.after, rev: rev})
 	}
 	return m
 }

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
@@ -56,6 +57,7 @@ const (
 // A Registry is safe for concurrent use and needs no running Engine.
 type Registry struct {
 	cli        *clientv3.Client
+	indexCli   *clientv3.Client // index range streams (WithIndexClient); cli by default
 	keys       keys
 	partitions int
 	now        func() time.Time
@@ -74,15 +76,47 @@ type Cluster struct {
 	Created    time.Time `json:"created"`
 }
 
+// An Option configures OpenRegistry.
+type Option func(*Registry)
+
+// WithIndexClient makes the registry read its index ranges (the ids of
+// list pages and of filtered exports) through cli, a client dialled with
+// IndexDialOptions, and everything else through the client OpenRegistry
+// is given. cli must outlive the registry.
+func WithIndexClient(cli *clientv3.Client) Option {
+	return func(r *Registry) { r.indexCli = cli }
+}
+
+// IndexDialOptions are the gRPC dial options of the client WithIndexClient
+// takes: a fixed flow-control window of 64 KiB a stream. etcd sends an
+// index range as a stream of chunks that double in size, computing each as
+// soon as the one before is sent, and a page cancels its stream once it
+// holds its ids. On a connection whose window gRPC has grown (it does with
+// every bulk read), etcd runs ahead of a slow reader by several chunks,
+// all of them read for nothing: about as much etcd CPU as the page's 1000
+// task reads, and a quarter of a page's allocations in etcd (BENCHMARKS.md,
+// issue 14's fifth pass). With 64 KiB it stops about one chunk ahead. Bulk
+// reads (whole-fleet exports, partition loads) stay on the main client,
+// whose window grows.
+func IndexDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(indexStreamWindow)}
+}
+
+// indexStreamWindow is gRPC's smallest stream window.
+const indexStreamWindow = 64 << 10
+
 // OpenRegistry returns the registry under prefix, creating the cluster record
 // with the given partition count if there is none. If the cluster exists
 // with another partition count it returns an error wrapping
 // ErrPartitionsMismatch: P is fixed for the life of a cluster.
-func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, partitions int) (*Registry, error) {
+func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, partitions int, opts ...Option) (*Registry, error) {
 	if partitions < 1 || partitions > ring.MaxPartitions {
 		return nil, fmt.Errorf("registry: partitions must be between 1 and %d, got %d", ring.MaxPartitions, partitions)
 	}
-	r := &Registry{cli: cli, keys: newKeys(prefix), partitions: partitions, now: time.Now}
+	r := &Registry{cli: cli, indexCli: cli, keys: newKeys(prefix), partitions: partitions, now: time.Now}
+	for _, o := range opts {
+		o(r)
+	}
 	rec, err := json.Marshal(Cluster{Partitions: partitions, Created: r.now().UTC()})
 	if err != nil {
 		return nil, err
@@ -689,7 +723,7 @@ func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same 
 	s.CreatedAt, s.UpdatedAt = now, now
 	if old != nil {
 		var prev task.Task
-		if json.Unmarshal(old.Value, &prev) == nil {
+		if task.DecodeStored(old.Value, &prev) == nil {
 			if s.Paused && s.Pause == nil {
 				s.Pause = prev.Pause // a PUT that keeps the task paused keeps who paused it
 			}

@@ -19,11 +19,13 @@
 //   - The rules of each executor type's fields live once, in package
 //     executor; kind.go's table says which fields a type takes, how they
 //     are checked and how the executor is built.
-//   - DecodeStored and a Projection read task JSON into what json.Unmarshal
-//     reads, and fail when it fails; AppendResponse gives the bytes that
-//     decoding and encoding a stored task gives. Both follow encoding/json
-//     only for JSON exactly as the encoder writes it (canonical.go), and
-//     leave any other to encoding/json (stored.go).
+//   - DecodeStored (json v2, github.com/go-json-experiment/json) reads
+//     task JSON into what json.Unmarshal reads, or fails; it reads
+//     whatever the encoder writes.
+//     AppendResponse passes a stored task on as a response with its
+//     partition and version, checked as JSON, not decoded: for a task as
+//     the registry writes it, the bytes that decoding and encoding it give
+//     (stored.go).
 //
 // # What it does not guarantee
 //
@@ -37,9 +39,7 @@
 //   - A field of the model: task.go (the struct, its JSON and DecodeTask),
 //     validate.go (its rule and default), then, when a fire uses it, the
 //     engine's profileKey and the registry's firing decode (their
-//     reflection tests fail until then). A field of a type canonical.go
-//     does not follow makes TestCheckShape fail: every task JSON would
-//     then go through encoding/json, correct but slower.
+//     reflection tests fail until then).
 //   - An executor type: its fields on Executor and an entry in kind.go's
 //     kinds; its rules in engine/executor.
 package task

@@ -53,3 +53,27 @@ func FuzzDecodeTask(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnmarshal: unmarshal reads every type DecodeTask reads fields into
+// as json.Unmarshal does, and fails where it fails.
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\ud800\u00e9"`, `true`, `1`, `-0`, `1e2`, `1.0`, `99999999999999999999`,
+		`{"a":1,"a":"b"}`, `{"b": [1, 2]}`, `[1,"x",{}]`, `null`, `[]`, `{}`, ` "a" `, `"a" "b"`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, newPair := range []func() (any, any){
+			func() (any, any) { return new(string), new(string) },
+			func() (any, any) { return new(bool), new(bool) },
+			func() (any, any) { return new(int), new(int) },
+			func() (any, any) { return new(map[string]json.RawMessage), new(map[string]json.RawMessage) },
+			func() (any, any) { return new([]json.RawMessage), new([]json.RawMessage) },
+		} {
+			got, want := newPair()
+			err, werr := unmarshal(data, got), json.Unmarshal(data, want)
+			if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q into %T: got %#v (%v), want %#v (%v)", data, got, got, err, want, werr)
+			}
+		}
+	})
+}

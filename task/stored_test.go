@@ -3,16 +3,12 @@ package task
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
-
-func TestCheckShape(t *testing.T) {
-	if err := CheckShape(); err != nil {
-		t.Fatalf("every task JSON goes through encoding/json: %v", err)
-	}
-}
 
 // encoded are tasks as the encoder writes them (without HTML escaping):
 // every field set, with an owner's state as a response has it, and none.
@@ -48,7 +44,7 @@ func encoded(t testing.TB) [][]byte {
 	return out
 }
 
-// firingPart is a projection of Task, as the registry's firing.
+// firingPart is some of Task's fields, as the registry's firing.
 type firingPart struct {
 	Schedule     string        `json:"schedule"`
 	Executor     Executor      `json:"executor"`
@@ -57,21 +53,14 @@ type firingPart struct {
 }
 
 // TestDecodeStored_AsEncodingJSON: task JSON as the encoder writes it is
-// read in one pass, into what json.Unmarshal reads, whatever t held.
+// read into what json.Unmarshal reads, whatever the destination held.
 func TestDecodeStored_AsEncodingJSON(t *testing.T) {
-	proj := NewProjection[firingPart]()
-	if !proj.ok {
-		t.Fatal("the projection is read by encoding/json")
-	}
 	for i, data := range encoded(t) {
-		if end, _, ok := taskShape.walkStruct(data, 0, reflect.Value{}, nil); !ok || end != len(data) {
-			t.Errorf("example %d is not read in one pass:\n%s", i, data)
-		}
 		var want Task
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatal(err)
 		}
-		got := Task{ID: "old", Labels: map[string]string{"old": "1"}, MaxFires: 9}
+		got := Task{ID: "old", Labels: map[string]string{"old": "1"}, MaxFires: 9, State: &State{Owner: "x"}}
 		if err := DecodeStored(data, &got); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("example %d:\n got %+v (%v)\nwant %+v", i, got, err, want)
 		}
@@ -79,57 +68,135 @@ func TestDecodeStored_AsEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal(data, &wantPart); err != nil {
 			t.Fatal(err)
 		}
-		gotPart := firingPart{Schedule: "old"}
-		if err := proj.Decode(data, &gotPart); err != nil || !reflect.DeepEqual(gotPart, wantPart) {
-			t.Errorf("example %d, projection:\n got %+v (%v)\nwant %+v", i, gotPart, err, wantPart)
+		gotPart := firingPart{Schedule: "old", HistoryLimit: &HistoryLimit{}}
+		if err := DecodeStored(data, &gotPart); err != nil || !reflect.DeepEqual(gotPart, wantPart) {
+			t.Errorf("example %d, some fields:\n got %+v (%v)\nwant %+v", i, gotPart, err, wantPart)
 		}
 	}
 }
 
-// TestNewProjection_OtherFieldsUseEncodingJSON: a struct with a field that
-// Task has not, or of another type, is read by json.Unmarshal.
-func TestNewProjection_OtherFieldsUseEncodingJSON(t *testing.T) {
-	type other struct {
-		Schedule string `json:"schedule"`
-		Extra    string `json:"extra"`
+// TestDecodeStored_AsEncodingJSONReadsIt: what encoding/json reads its own
+// way (a name given twice, invalid UTF-8, a name in another case) is read
+// the same; what it refuses is refused.
+func TestDecodeStored_AsEncodingJSONReadsIt(t *testing.T) {
+	for _, data := range []string{
+		`{"id":"a","id":"b","retry":{"max_attempts":1},"retry":{"backoff":"1s"},"labels":{"a":"1"},"labels":{"b":"2","a":"3"}}`,
+		`{"id":"a","\u0069d":"b"}`,
+		"{\"id\":\"\xff\",\"executor\":{\"payload\":{\"a\":\"\xfe\",\"a\":1}}}",
+		`{"ID":"a","Schedule":"x","executor":{"Type":"noop"}}`,
+		`{"id":"a","timeout":null,"labels":null,"history_limit":null}`,
+	} {
+		var got, want Task
+		if err, werr := DecodeStored([]byte(data), &got), json.Unmarshal([]byte(data), &want); err != nil || werr != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v (%v)\nwant %+v (%v)", data, got, err, want, werr)
+		}
 	}
-	type retyped struct {
-		Schedule []byte `json:"schedule"`
-	}
-	if NewProjection[other]().ok || NewProjection[retyped]().ok || NewProjection[int]().ok {
-		t.Fatal("a projection that is not Task's is read in one pass")
-	}
-	var got other
-	if err := NewProjection[other]().Decode([]byte(`{"schedule":"x","extra":"y"}`), &got); err != nil || got.Extra != "y" {
-		t.Fatalf("got %+v, %v", got, err)
+	for _, data := range []string{`{"id":"a"} x`, `{"timeout":"banana"}`, `{"id":5}`, `[]`, `{"id":"a"`} {
+		var tsk Task
+		if err := DecodeStored([]byte(data), &tsk); err == nil {
+			t.Errorf("%s: read as %+v", data, tsk)
+		}
 	}
 }
 
-// FuzzDecodeStored: whatever the JSON, DecodeStored and a projection read
-// what json.Unmarshal reads, and fail when it fails.
+// FuzzDecodeStored: whatever the JSON, DecodeStored reads what
+// json.Unmarshal reads or fails; and what json.Unmarshal reads, once
+// encoded, DecodeStored reads back the same.
 func FuzzDecodeStored(f *testing.F) {
 	for _, data := range encoded(f) {
 		f.Add(data)
 	}
 	f.Add([]byte(apiExample))
-	proj := NewProjection[firingPart]()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var got, want Task
 		err, werr := DecodeStored(data, &got), json.Unmarshal(data, &want)
-		if (err == nil) != (werr == nil) || (err == nil && !reflect.DeepEqual(got, want)) {
-			t.Fatalf("%s:\n got %+v (%v)\nwant %+v (%v)", data, got, err, want, werr)
+		if err == nil && (werr != nil || !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%s:\n got %+v\nwant %+v (%v)", data, got, want, werr)
 		}
 		var gotPart, wantPart firingPart
-		err, werr = proj.Decode(data, &gotPart), json.Unmarshal(data, &wantPart)
-		if (err == nil) != (werr == nil) || (err == nil && !reflect.DeepEqual(gotPart, wantPart)) {
-			t.Fatalf("projection of %s:\n got %+v (%v)\nwant %+v (%v)", data, gotPart, err, wantPart, werr)
+		err, werr = DecodeStored(data, &gotPart), json.Unmarshal(data, &wantPart)
+		if err == nil && (werr != nil || !reflect.DeepEqual(gotPart, wantPart)) {
+			t.Fatalf("some fields of %s:\n got %+v\nwant %+v (%v)", data, gotPart, wantPart, werr)
+		}
+		if json.Unmarshal(data, &want) != nil {
+			return
+		}
+		enc := encode(t, &want)
+		want = Task{}
+		if err := json.Unmarshal(enc, &want); err != nil {
+			t.Fatalf("the encoder's %s does not decode: %v", enc, err)
+		}
+		if err := DecodeStored(enc, &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("the encoder's %s:\n got %+v (%v)\nwant %+v", enc, got, err, want)
 		}
 	})
 }
 
-// BenchmarkDecodeStored compares reading a stored task in one pass with
-// json.Unmarshal: a task of the bench's fleet (noop, two labels), and one
-// with every field.
+// encode encodes t as the registry and the API do: without HTML escaping.
+func encode(tb testing.TB, t *Task) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
+		tb.Fatal(err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// TestAppendResponse: partition and version go where the encoder writes
+// them, whatever fields the stored task has around them, and what
+// encoding/json reads its own way is passed on; what is not one JSON
+// object, or holds an output field, is refused.
+func TestAppendResponse(t *testing.T) {
+	for _, c := range []struct{ stored, want string }{
+		{`{}`, `{"partition":3,"version":7}`},
+		{` { } `, ` {"partition":3,"version":7 } `},
+		{`{"id":"a"}`, `{"id":"a","partition":3,"version":7}`},
+		{`{"created_at":"x"}`, `{"partition":3,"version":7,"created_at":"x"}`},
+		{`{"id":"a","pause":{"by":"t"}}`, `{"id":"a","partition":3,"version":7,"pause":{"by":"t"}}`},
+		{`{"id":"a","max_fires":1,"created_at":"x","updated_at":"y"}`, `{"id":"a","max_fires":1,"partition":3,"version":7,"created_at":"x","updated_at":"y"}`},
+		{"{ \"id\" : \"a\" ,\n \"created_at\" : 1 }\n", "{ \"id\" : \"a\",\"partition\":3,\"version\":7 ,\n \"created_at\" : 1 }\n"},
+		{`{"labels":{"created_at":"x"},"on_success":["pause"]}`, `{"labels":{"created_at":"x"},"on_success":["pause"],"partition":3,"version":7}`},
+		{`{"id":"a","id":"b","labels":{"a":"1","a":"2"}}`, `{"id":"a","id":"b","labels":{"a":"1","a":"2"},"partition":3,"version":7}`},
+		{"{\"id\":\"\xff\"}", "{\"id\":\"\xff\",\"partition\":3,\"version\":7}"},
+	} {
+		got, err := AppendResponse([]byte("keep"), []byte(c.stored), 3, 7)
+		if err != nil || string(got) != "keep"+c.want {
+			t.Errorf("%s:\n got %s (%v)\nwant keep%s", c.stored, got, err, c.want)
+		}
+	}
+	if got, _ := AppendResponse(nil, []byte(`{"id":"a"}`), 0, 0); string(got) != `{"id":"a","partition":0}` {
+		t.Errorf("version 0 is left out (omitempty): %s", got)
+	}
+	for name, stored := range map[string]string{
+		"empty":             ``,
+		"truncated":         `{"id":"a"`,
+		"not an object":     `["a"]`,
+		"a string":          `"a"`,
+		"data after":        `{"id":"a"}{}`,
+		"bad nested JSON":   `{"retry":{"max_attempts":01}}`,
+		"partition":         `{"id":"a","partition":1}`,
+		"version":           `{"version":1,"id":"a"}`,
+		"state":             `{"id":"a","state":{}}`,
+		"state in capitals": `{"id":"a","STATE":{}}`,
+		"escaped version":   `{"id":"a","v\u0065rsion":1}`,
+	} {
+		got, err := AppendResponse([]byte("keep"), []byte(stored), 3, 7)
+		if err == nil || string(got) != "keep" {
+			t.Errorf("%s: got %s, %v; want an error", name, got, err)
+		}
+		if strings.Contains(name, "partition") || strings.Contains(name, "version") || strings.Contains(name, "state") {
+			if !errors.Is(err, ErrStoredOutputField) {
+				t.Errorf("%s: %v, want ErrStoredOutputField", name, err)
+			}
+		}
+	}
+}
+
+// BenchmarkDecodeStored compares reading a stored task with json v2
+// (DecodeStored) and with json.Unmarshal: a task of the bench's fleet
+// (noop, two labels), and one with every field.
 func BenchmarkDecodeStored(b *testing.B) {
 	fleet := []byte(`{"id":"job-0000001","schedule":"* * * * * *","timezone":"UTC","executor":{"type":"noop"},` +
 		`"timeout":"1m0s","retry":{"max_attempts":1,"backoff":"1s","max_backoff":"1m0s"},"misfire":"fire_once",` +
@@ -139,7 +206,7 @@ func BenchmarkDecodeStored(b *testing.B) {
 		name string
 		data []byte
 	}{{"fleet", fleet}, {"every-field", encoded(b)[0]}} {
-		b.Run("task="+c.name+"/impl=walk", func(b *testing.B) {
+		b.Run("task="+c.name+"/impl=json-v2", func(b *testing.B) {
 			b.ReportAllocs()
 			var t Task
 			for b.Loop() {

@@ -327,7 +327,7 @@ func parseDuration(b []byte) (time.Duration, string) {
 	// loading a partition decodes millions of these.
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && !bytes.ContainsAny(b[1:len(b)-1], "\\\"") {
 		s = string(b[1 : len(b)-1])
-	} else if err := json.Unmarshal(b, &s); err != nil {
+	} else if err := unmarshal(b, &s); err != nil {
 		return 0, fmt.Sprintf("want a duration string such as \"30s\", got %s", jsonKind(b))
 	}
 	v, err := time.ParseDuration(s)
@@ -354,7 +354,7 @@ func DecodeTask(data []byte) (*Task, error) {
 		return nil, Invalid("", "task JSON is not valid UTF-8")
 	}
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(data, &obj); err != nil {
+	if err := unmarshal(data, &obj); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			return nil, Invalid("", "malformed JSON at byte %d: %s", se.Offset, se.Error())
@@ -527,7 +527,7 @@ func (d *objDecoder) raw(name string) (json.RawMessage, bool) {
 // value decodes the field into dst, or fails with "want <want>".
 func (d *objDecoder) value(name string, dst any, want string) {
 	if r, ok := d.raw(name); ok {
-		if err := json.Unmarshal(r, dst); err != nil {
+		if err := unmarshal(r, dst); err != nil {
 			d.fail(name, "want %s, got %s", want, jsonKind(r))
 		}
 	}
@@ -547,7 +547,7 @@ func (d *objDecoder) strMap(name string, dst *map[string]string) {
 	out := make(map[string]string, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		var v string
-		if err := json.Unmarshal(m[k], &v); err != nil {
+		if err := unmarshal(m[k], &v); err != nil {
 			d.fail(name+"."+k, "want a string, got %s", jsonKind(m[k]))
 			return
 		}
@@ -566,7 +566,7 @@ func (d *objDecoder) strSlice(name string, dst *[]string) {
 	}
 	out := make([]string, len(a))
 	for i, r := range a {
-		if err := json.Unmarshal(r, &out[i]); err != nil {
+		if err := unmarshal(r, &out[i]); err != nil {
 			d.fail(fmt.Sprintf("%s[%d]", name, i), "want a string, got %s", jsonKind(r))
 			return
 		}
@@ -623,7 +623,7 @@ func (d *objDecoder) object(name string) *objDecoder {
 		return nil
 	}
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(r, &obj); err != nil {
+	if err := unmarshal(r, &obj); err != nil {
 		d.fail(name, "want an object, got %s", jsonKind(r))
 		return nil
 	}

@@ -393,3 +393,21 @@ func ExampleDecodeTask() {
 	// POST 1m0s 1 fire_once
 	// executor.type | executor.type: unknown executor "ftp" (want http, exec, handler or noop)
 }
+
+// BenchmarkDecodeTask reads a task as the API receives it: one line of an
+// import (noop, no defaults written) and docs/api.md's example.
+func BenchmarkDecodeTask(b *testing.B) {
+	for _, c := range []struct{ name, data string }{
+		{"import-line", `{"id":"job-0000001","schedule":"@every 1s","executor":{"type":"noop"}}`},
+		{"api-example", apiExample},
+	} {
+		b.Run("task="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeTask([]byte(c.data)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/shardcron/shardcron/engine/schedule"
@@ -135,7 +134,7 @@ func (d *objDecoder) instant(name string, dst *time.Time) {
 		return
 	}
 	var s string
-	if err := json.Unmarshal(r, &s); err != nil {
+	if err := unmarshal(r, &s); err != nil {
 		d.fail(name, "want an RFC 3339 time such as \"2027-01-01T00:00:00Z\", got %s", jsonKind(r))
 		return
 	}

@@ -264,55 +264,14 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions) (*ListPage, err
 	return p, nil
 }
 
-// decodeListPage reads the answer of GET /v1/tasks. The server writes each
-// task on a line of its own ({"tasks":[TASK\n,TASK\n],...}), and a task's
-// JSON holds no raw newline, so the tasks are cut at the newlines and each
-// read by task.DecodeStored, in one pass when it is as the server writes
-// it, instead of scanning the whole answer first. An answer laid out
-// otherwise is read by encoding/json, as a whole.
+// decodeListPage reads the answer of GET /v1/tasks with task.DecodeStored
+// (json v2), about twice as fast as encoding/json on a page of tasks.
 func decodeListPage(body []byte) (*ListPage, error) {
-	if p, ok := decodeListLines(body); ok {
-		return p, nil
-	}
 	var resp ListResponse
-	if err := json.Unmarshal(body, &resp); err != nil {
+	if err := task.DecodeStored(body, &resp); err != nil {
 		return nil, err
 	}
 	return &ListPage{Tasks: resp.Tasks, NextCursor: resp.NextCursor, Partial: resp.Partial}, nil
-}
-
-func decodeListLines(body []byte) (*ListPage, bool) {
-	rest, ok := bytes.CutPrefix(body, []byte(`{"tasks":[`))
-	if !ok {
-		return nil, false
-	}
-	p := &ListPage{Tasks: []*task.Task{}} // as json.Unmarshal reads []
-	for len(rest) > 0 && rest[0] == '{' {
-		line, after, ok := bytes.Cut(rest, []byte("\n"))
-		if !ok {
-			return nil, false
-		}
-		t := new(task.Task)
-		if task.DecodeStored(line, t) != nil {
-			return nil, false
-		}
-		p.Tasks = append(p.Tasks, t)
-		if rest, ok = bytes.CutPrefix(after, []byte(",")); !ok {
-			rest = after
-			break
-		}
-	}
-	// The rest of the object: ],"next_cursor":...}
-	tail, ok := bytes.CutPrefix(rest, []byte("],"))
-	if !ok {
-		return nil, false
-	}
-	var resp ListResponse
-	if json.Unmarshal(append([]byte("{"), tail...), &resp) != nil || resp.Tasks != nil {
-		return nil, false
-	}
-	p.NextCursor, p.Partial = resp.NextCursor, resp.Partial
-	return p, true
 }
 
 // Export writes to w every task that opts.Prefix and opts.Labels select,

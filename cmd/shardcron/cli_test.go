@@ -283,7 +283,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"task trigger":  {"ID", "--body BODY", "--payload JSON"},
 		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000"},
 		"task history":  {"--limit", "(default 20)"},
-		"import":        {"--batch", "(default 1000)", "--quiet", "JSON Lines"},
+		"import":        {"--batch", "(default 1000)", "--in-flight", "(default 4)", "once (default 4)", "--quiet", "JSON Lines"},
 		"nodes":         {"PARTITIONS"},
 		"version":       {"--output"},
 		"ready":         {"/readyz", "--server"},

@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
@@ -443,6 +444,11 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		return err
 	}
 	defer cli.Close()
+	indexCli, _, err := newEtcdClient(f, endpoints, requests, registry.IndexDialOptions()...)
+	if err != nil {
+		return err
+	}
+	defer indexCli.Close()
 	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
 		if ctx.Err() == nil {
 			err = explainEtcd(endpoints, etcdTLS, err)
@@ -458,7 +464,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
 	cfg.ExecAllow, cfg.HTTPAllow = splitList(f.execAllow), splitList(f.httpAllow)
 	cfg.Requests, cfg.Logger = requests, log
-	cfg.NotifyURL = f.notifyURL
+	cfg.NotifyURL, cfg.IndexClient = f.notifyURL, indexCli
 	eng, err := engine.New(cfg, cli, st)
 	if err != nil {
 		return err
@@ -566,9 +572,10 @@ func splitList(s string) []string {
 	return out
 }
 
-// newEtcdClient connects to etcd with the TLS and auth flags, and returns
-// the TLS configuration it used (nil: plain) for explainEtcd.
-func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter) (*clientv3.Client, *tls.Config, error) {
+// newEtcdClient connects to etcd with the TLS and auth flags (and dial
+// options more), and returns the TLS configuration it used (nil: plain)
+// for explainEtcd.
+func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, *tls.Config, error) {
 	var tlsCfg *tls.Config
 	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
 		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
@@ -583,7 +590,7 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		TLS:         tlsCfg,
 		Username:    f.etcdUser,
 		Password:    f.etcdPassword,
-		DialOptions: requests.DialOptions(),
+		DialOptions: append(requests.DialOptions(), dial...),
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
