@@ -19,8 +19,8 @@ import (
 // Reading task JSON that shardcron wrote, and passing stored tasks on as
 // responses, through github.com/go-json-experiment/json (the Go team's
 // encoding/json/v2 prototype): about twice as fast as encoding/json on a
-// stored task (BenchmarkDecodeStored), with a tokenizer (jsontext) that checks JSON
-// without decoding it. The registry writes stored tasks with encoding/json
+// stored task (BenchmarkDecodeStored), with a tokenizer (jsontext) that
+// checks JSON without decoding it. The registry writes stored tasks with encoding/json
 // (marshalStored), and only it writes them.
 
 // jsonOptions make json v2 read as encoding/json does what the encoder
@@ -48,8 +48,8 @@ func DecodeStored(data []byte, v any) error {
 }
 
 // unmarshal is json.Unmarshal, faster on what it reads (DecodeTask's
-// fields; DecodeTask takes a quarter less time with it): json v2 reads data, and json.Unmarshal does only
-// when v2 refuses it, into a v set back to its zero value. Errors are thus
+// fields; DecodeTask takes a quarter less time with it): json v2 reads
+// data, and json.Unmarshal does only when v2 refuses it, into a v set back to its zero value. Errors are thus
 // encoding/json's own, and whatever json v2 refuses that encoding/json
 // reads is read as encoding/json reads it (FuzzUnmarshal).
 func unmarshal(data []byte, v any) error {
