@@ -46,7 +46,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 		executions: d("executions_total", "Execution attempts by status, including skipped and misfired fires.", "status"),
 		misfires: d("misfires_total", "Fires dispatched later than the misfire threshold (or handed over unrun and "+
 			"older than their catch-up window), by the task's misfire policy.", "policy"),
-		queue:    d("queue_depth", "Fires waiting for a worker (at most shardcron_queue_capacity)."),
+		queue:    d("queue_depth", "Fires waiting for a worker (at most shardcron_queue_capacity, but for a staged tick)."),
 		queueCap: d("queue_capacity", "Fires that may wait for a worker (--queue); dispatch pauses when the queue is full."),
 		workers:  d("workers", "Executions that may run at once (--workers)."),
 		fences: d("fence_events_total", "Times this node's session passed its fencing deadline or ended, so that the node "+

@@ -382,6 +382,7 @@ func (l *loop) complete(b *completionBatch) {
 			l.checkEnded(c.rec, r)
 		}
 	}
+	l.pool.recycle(b)
 	if len(l.jobs) > 0 {
 		l.pushJobs()
 	}

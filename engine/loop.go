@@ -193,7 +193,7 @@ func (l *loop) run(ctx context.Context) {
 		case c := <-l.cmds:
 			l.handle(c)
 		case b := <-l.pool.done:
-			l.complete(&b)
+			l.complete(b)
 		case <-l.pool.space:
 		case <-l.ackCh:
 		case <-timer.C:
@@ -218,7 +218,7 @@ func (l *loop) service() {
 		case c := <-l.cmds:
 			l.handle(c)
 		case b := <-done:
-			l.complete(&b)
+			l.complete(b)
 		default:
 			return
 		}

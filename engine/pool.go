@@ -68,7 +68,9 @@ type completion struct {
 	bf      *backfillRun   // the fire's backfill, for its retries
 }
 
-// completionBatch travels by value: sending one allocates nothing.
+// completionBatch travels by pointer, from a sync.Pool: the channel's
+// room then costs 8 bytes a batch, not 3.5 KB, and a burst's batches are
+// held only while it runs.
 type completionBatch struct {
 	n int
 	c [64]completion
@@ -94,8 +96,9 @@ type pool struct {
 	history *store.Store // nil: no history
 	stats   *stats
 	fenced  func() bool
-	done    chan completionBatch // to the loop
-	quit    chan struct{}        // closed when the loop is gone: completions are dropped
+	done    chan *completionBatch // to the loop
+	batches sync.Pool             // of *completionBatch, emptied
+	quit    chan struct{}         // closed when the loop is gone: completions are dropped
 
 	execCtx    context.Context // parent of every execution; canceled at the end of a drain
 	execCancel context.CancelFunc
@@ -138,12 +141,12 @@ type runningFire struct {
 }
 
 // doneRoom is how many completion batches wait for the loop: a full
-// queue's worth of noop jobs, taken in chunks, and a batch per worker
-// twice over, so that workers keep taking a burst while the loop is still
-// handing it out (it takes completions once the queue is full or the burst
-// is out: loop.service).
+// queue's or stage's worth of noop jobs, taken in chunks, and a batch per
+// worker twice over, so that workers keep taking a burst while the loop is
+// still handing it out or computing its next times (it takes completions
+// once the queue is full or the burst is out: loop.service).
 func doneRoom(cfg Config) int {
-	return cfg.Queue/chunkMax + 2*cfg.Workers
+	return max(cfg.Queue, cfg.Stage)/chunkMax + 2*cfg.Workers
 }
 
 func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, start int64) *pool {
@@ -154,7 +157,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		history: history,
 		stats:   st,
 		fenced:  fenced,
-		done:    make(chan completionBatch, doneRoom(cfg)),
+		done:    make(chan *completionBatch, doneRoom(cfg)),
 		quit:    make(chan struct{}),
 		q:       make([]job, cfg.Queue),
 		space:   make(chan struct{}, 1),
@@ -162,6 +165,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
 	}
 	p.ready.L = &p.mu
+	p.batches.New = func() any { return new(completionBatch) }
 	p.watermark.Store(start)
 	p.execCtx, p.execCancel = context.WithCancel(context.Background())
 	p.wg.Add(cfg.Workers)
@@ -178,11 +182,12 @@ func (p *pool) depth() int {
 	return p.queued()
 }
 
-// free returns how many jobs the queue can take now.
+// free returns how many jobs the queue can take now: none while a staged
+// segment longer than the queue waits.
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.q) - p.queued()
+	return max(0, len(p.q)-p.queued())
 }
 
 // queued returns how many jobs wait, in the segment and the ring. Called
@@ -214,14 +219,15 @@ func (p *pool) pop() {
 	p.n--
 }
 
-// pushStaged queues jobs whole, without copying them, when nothing waits
-// and they fit; it reports whether it did (the caller then pushes them as
-// usual). The pool owns jobs from then on: it empties them as workers take
-// them, and hands the slice back through spareSlice.
+// pushStaged queues jobs whole, without copying them, when nothing waits;
+// it reports whether it did (the caller then pushes them as usual). They
+// may be more than the queue holds (Config.Stage). The pool owns jobs from
+// then on: it empties them as workers take them, and hands the slice back
+// through spareSlice.
 func (p *pool) pushStaged(jobs []job) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.queued() != 0 || len(jobs) > len(p.q) || len(jobs) == 0 {
+	if p.queued() != 0 || len(jobs) == 0 {
 		return false
 	}
 	p.seg, p.segHead = jobs, 0
@@ -351,8 +357,10 @@ func (p *pool) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.head, p.n = 0, 0
-	clear(p.seg)
-	p.seg, p.segHead = nil, 0
+	if p.seg != nil {
+		clear(p.seg)
+		p.spare, p.seg, p.segHead = p.seg[:0], nil, 0
+	}
 	p.taken = p.pushed
 	p.wakeWaiters()
 	p.marks, p.mhead = p.marks[:0], 0
@@ -420,7 +428,7 @@ const chunkMax = 64
 func (p *pool) work() {
 	defer p.wg.Done()
 	var buf [chunkMax]job
-	var out completionBatch
+	out := p.batch()
 	var t tally
 	for {
 		k := p.take(buf[:])
@@ -448,12 +456,12 @@ func (p *pool) work() {
 			out.c[out.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st, err: why, over: j.over, bf: j.bf}
 			out.n++
 			if out.n == len(out.c) {
-				p.complete(&out)
+				out = p.complete(out)
 			}
 			*j = job{}
 		}
 		t.flush(p.stats)
-		p.complete(&out)
+		out = p.complete(out)
 	}
 }
 
@@ -501,15 +509,30 @@ func (p *pool) take(buf []job) int {
 	return k
 }
 
-func (p *pool) complete(out *completionBatch) {
+// complete sends out's completions to the loop, and returns the batch
+// to fill next.
+func (p *pool) complete(out *completionBatch) *completionBatch {
 	if out.n == 0 {
-		return
+		return out
 	}
 	select {
-	case p.done <- *out:
+	case p.done <- out:
+		return p.batch()
 	case <-p.quit:
+		clear(out.c[:out.n])
+		out.n = 0
+		return out
 	}
-	out.n = 0
+}
+
+// batch returns an empty completion batch.
+func (p *pool) batch() *completionBatch { return p.batches.Get().(*completionBatch) }
+
+// recycle empties a batch the loop has applied, for the workers' next.
+func (p *pool) recycle(b *completionBatch) {
+	clear(b.c[:b.n])
+	b.n = 0
+	p.batches.Put(b)
 }
 
 // cancelUnrun records a job of a replace task whose newer fire came before

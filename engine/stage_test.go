@@ -183,3 +183,63 @@ func TestLoop_StagedFireCountsAsRunningForItsRetry(t *testing.T) {
 		t.Errorf("the staged tick queued %v, the unstaged one %v", staged, plain)
 	}
 }
+
+// A tick with more fires than the queue holds is staged as far as the
+// queue has room; the stage's room then doubles, its slice growing while no
+// tick is near, until a whole tick, longer than the queue, is staged and
+// goes to the pool whole. The queue takes nothing more until the workers
+// have taken it below its length.
+func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-50*time.Millisecond), func(c *Config) { c.Queue, c.Stage = 20, 100 })
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("a", 70)...)
+	// The workers run what is queued (this loop's take nothing), and the
+	// loop releases what waited for room, as before it sleeps.
+	idle := func() {
+		for {
+			var done completionBatch
+			p := tl.pool
+			p.mu.Lock()
+			for i := range p.queued() {
+				j := p.at(i)
+				done.c[done.n] = completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: statusOK}
+				done.n++
+				if done.n == len(done.c) {
+					p.mu.Unlock()
+					tl.complete(&done)
+					p.mu.Lock()
+				}
+			}
+			p.mu.Unlock()
+			tl.complete(&done)
+			tl.pool.reset()
+			tl.dispatchAll()
+			if tl.pool.depth() == 0 && len(tl.unpushed) == 0 {
+				break
+			}
+		}
+		tl.stageNext()
+	}
+	var staged []int
+	for sec := range 3 {
+		tick := base.Add(time.Duration(sec) * time.Second)
+		tl.clock.Advance(tick.Add(-time.Second / 2).Sub(tl.clock.Now()))
+		idle() // away from any tick: the stage's slice grows
+		tl.clock.Advance(tick.Add(-50 * time.Millisecond).Sub(tl.clock.Now()))
+		idle()
+		staged = append(staged, len(tl.staged.jobs))
+		tl.clock.Advance(tick.Add(time.Millisecond).Sub(tl.clock.Now()))
+		tl.dispatchAll()
+	}
+	// The second stage has at least twice the first's room (slices grow
+	// by more).
+	if staged[0] != 20 || staged[1] < 40 || staged[2] != 70 {
+		t.Fatalf("staged %v fires in three ticks of 70 (queue 20, stage 100), want 20, 40 or more, then 70", staged)
+	}
+	if got := len(tl.dispatched(0)); got != 70 || len(tl.unpushed) != 0 {
+		t.Fatalf("%d fires queued and %d waiting for room after the staged tick, want 70 queued", got, len(tl.unpushed))
+	}
+	if free := tl.pool.free(); free != 0 {
+		t.Errorf("the queue has room for %d more behind a segment of 70, want none", free)
+	}
+}

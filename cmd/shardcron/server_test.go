@@ -197,6 +197,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--partitions", "0"},
 			{"--workers", "-1"},
 			{"--queue", "100", "--batch", "200"}, // a batch larger than the queue
+			{"--stage", "0"},
 			{"--load", "1"},
 			{"extra"},
 		} {
