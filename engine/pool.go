@@ -250,7 +250,7 @@ func (p *pool) spareSlice() []job {
 func (p *pool) push(jobs []job) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := min(len(jobs), len(p.q)-p.queued())
+	k := min(len(jobs), max(0, len(p.q)-p.queued())) // none while a longer staged segment waits
 	for i := range k {
 		p.q[(p.head+p.n+i)%len(p.q)] = jobs[i]
 	}

@@ -242,4 +242,7 @@ func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 	if free := tl.pool.free(); free != 0 {
 		t.Errorf("the queue has room for %d more behind a segment of 70, want none", free)
 	}
+	if k := tl.pool.push(make([]job, 3)); k != 0 {
+		t.Errorf("the queue took %d jobs behind a segment of 70, want none", k)
+	}
 }
