@@ -21,7 +21,7 @@ type collector struct {
 	e       *engine.Engine
 	version string
 
-	fires, lag, executions, misfires, queue, owned, tasks           *prometheus.Desc
+	fires, staged, lag, executions, misfires, queue, owned, tasks   *prometheus.Desc
 	etcd, fenced, ready, dropped, writeFailed, fullLoads, watermark *prometheus.Desc
 	sampled, sampleRatio                                            *prometheus.Desc
 	queueCap, workers, fences, execDur, handOver                    *prometheus.Desc
@@ -40,6 +40,9 @@ func newCollector(e *engine.Engine, version string) *collector {
 		e:       e,
 		version: version,
 		fires:   d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
+		staged: d("fires_staged_total", "Of shardcron_fires_total, the fires whose jobs were built before their tick was "+
+			"due and handed to the workers whole at it (--stage); a share well below 1 for a fleet of large bursts means "+
+			"the stage was dropped (a change in the loop just before the tick) or cut short."),
 		lag: d("fire_lag_seconds", "How late fires start: from a fire's due time (its scheduled time plus its jitter) "+
 			"to a worker starting it, for first attempts and retries. It covers the timing wheel's tick, dispatch and "+
 			"the wait for a free worker, not the execution itself; misfires show up here as large values."),
@@ -85,7 +88,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.fires, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
+	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
 		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped} {
@@ -128,6 +131,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	counter(c.fires, st.Fires)
+	counter(c.staged, st.Staged)
 	histogram(c.lag, st.FireLag)
 	histogram(c.execDur, st.ExecDuration)
 	for _, phase := range slices.Sorted(maps.Keys(st.HandOver)) {

@@ -587,7 +587,8 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		for name, typ := range map[string]string{
 			"shardcron_fires_total": "COUNTER", "shardcron_fire_lag_seconds": "HISTOGRAM",
-			"shardcron_executions_total": "COUNTER", "shardcron_queue_depth": "GAUGE",
+			"shardcron_fires_staged_total": "COUNTER",
+			"shardcron_executions_total":   "COUNTER", "shardcron_queue_depth": "GAUGE",
 			"shardcron_partitions_owned": "GAUGE", "shardcron_tasks": "GAUGE",
 			"shardcron_etcd_requests_total": "COUNTER", "shardcron_fenced": "GAUGE",
 			"shardcron_misfires_total": "COUNTER", "shardcron_history_dropped_total": "COUNTER",

@@ -424,6 +424,7 @@ func (e *Engine) NodeID() string { return e.cfg.NodeID }
 // Stats is a snapshot of the engine's counters.
 type Stats struct {
 	Fires           uint64            // fires dispatched (first attempts)
+	Staged          uint64            // of which released from a stage built before their tick (stage.go)
 	Executions      map[string]uint64 // attempts by status, including skipped and misfired fires
 	Misfires        uint64
 	FireLag         Histogram // from release by the wheel to a worker taking the fire
@@ -470,6 +471,7 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	s := Stats{
 		Fires:      e.stats.fires.Load(),
+		Staged:     e.stats.staged.Load(),
 		Executions: make(map[string]uint64, numStatus),
 		Misfires:   e.stats.misfires.Load(),
 		FireLag:    e.stats.lag(),

@@ -28,7 +28,7 @@ type stats struct {
 	lagCount [len(lagBounds) + 1]atomic.Uint64 // the last bucket is +Inf
 	lagSum   atomic.Int64                      // nanoseconds
 	misfires atomic.Uint64
-	staged   atomic.Uint64 // fires released from a stage (stage.go), for the fire path benchmark
+	staged   atomic.Uint64 // fires released from a stage (stage.go)
 	skipped  atomic.Uint64
 
 	// Issue 9, part 6: misfires by the policy that handled them, and
