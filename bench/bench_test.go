@@ -3,14 +3,19 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 // binDir holds the shardcron binary the process tests build; removed at
@@ -215,7 +220,10 @@ func TestConfig_Validate(t *testing.T) {
 		{"bad partitions", Config{Scenario: Throughput, Partitions: -3}, "artitions"},
 		{"unknown in a list", Config{Scenario: "throughput,fast"}, `unknown scenario "fast"`},
 		{"negative runs", Config{Scenario: Throughput, Runs: -1}, "runs: must be between"},
-		{"procs on memory", Config{Scenario: Memory, Procs: true, Binary: "/bin/sh"}, "procs: applies to"},
+		{"procs on a baseline", Config{Scenario: Robfig, Procs: true, Binary: "/bin/sh"}, "procs: applies to"},
+		{"etcd on throughput", Config{Scenario: Throughput, Etcd: "http://127.0.0.1:2379"}, "etcd: applies to memory only"},
+		{"etcd with procs", Config{Scenario: Memory, Etcd: "http://127.0.0.1:2379", Procs: true, Binary: "/bin/sh"}, "not both"},
+		{"etcd not a URL", Config{Scenario: Memory, Etcd: "127.0.0.1:2379"}, "etcd: want a client URL"},
 		{"procs without binary", Config{Scenario: Rebalance, Procs: true}, "binary: node processes need"},
 		{"procs with a directory", Config{Scenario: Rebalance, Procs: true, Binary: "/"}, "is not an executable"},
 		{"procs with handler", Config{Scenario: Throughput, Procs: true, Binary: "/bin/sh", Executor: ExecHandler}, "handler runs in-process only"},
@@ -230,6 +238,63 @@ func TestConfig_Validate(t *testing.T) {
 	for _, ok := range []Config{{Scenario: All}, {Scenario: All, Procs: true, Binary: "/bin/sh"}, {Scenario: "throughput,robfig", Runs: 3}} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("Validate(%s) = %v", ok.Scenario, err)
+		}
+	}
+}
+
+// TestRun_MemoryFromEtcd runs memory on an etcd that already holds the
+// tasks (Config.Etcd), as memory's node process does: the bench starts no
+// etcd (its work directory is never made), writes no task, and measures
+// the engine it loaded them into.
+func TestRun_MemoryFromEtcd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := small(Memory)
+	c, err := startCluster(ctx, cfg.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.putTasks(ctx, cfg.Tasks, quietSchedule, func(int) task.Executor { return task.Executor{Type: task.ExecutorNoop} }); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Etcd, cfg.Dir = c.endpoint, filepath.Join(t.TempDir(), "work")
+	r, m := runJSON(t, cfg)
+	if _, err := os.Stat(cfg.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("work directory %s: %v; want none made (no etcd started)", cfg.Dir, err)
+	}
+	// Here the etcd shares the test's process, and its heap moves while the
+	// engine loads (-651 B a task in one run): bytes_per_task is only
+	// checked through a node process (TestRun_ProcsMemory).
+	if r.Tasks != cfg.Tasks || r.GCPauseMs <= 0 || r.LoadMs <= 0 || r.RSSBytes == 0 {
+		t.Errorf("tasks %d, gc_pause_ms %.3f, load_ms %.1f, rss %d: want the loaded engine's",
+			r.Tasks, r.GCPauseMs, r.LoadMs, r.RSSBytes)
+	}
+	if m["etcd_bytes_per_task"].(float64) != 0 {
+		t.Errorf("etcd_bytes_per_task %v: want 0 (the tasks were written by someone else)", m["etcd_bytes_per_task"])
+	}
+	n, _, err := c.reg.Export(ctx, task.Selector{All: true}, func([]byte) error { return nil })
+	if err != nil || n != cfg.Tasks {
+		t.Errorf("etcd holds %d tasks (%v), want the %d written before", n, err, cfg.Tasks)
+	}
+}
+
+func TestMemoryResult(t *testing.T) {
+	out := []byte("  scenario ...\n" + `{"scenario":"memory","tasks":5000,"nodes":1,"rss_bytes":9,"bytes_per_task":150.5,"etcd_bytes_per_task":0,"gc_pause_ms":2.5,"load_ms":40}` + "\n")
+	r, err := memoryResult(out, 5000)
+	if err != nil || r.BytesPerTask != 150.5 || r.GCPauseMs != 2.5 || r.RSSBytes != 9 || r.LoadMs != 40 {
+		t.Errorf("memoryResult = %+v, %v", r, err)
+	}
+	for _, tc := range []struct {
+		out  string
+		want string
+	}{
+		{`{"tasks":4000}`, "loaded 4000 tasks, want 5000"},
+		{"bench: nodes not ready\n", "its result"},
+		{"", "its result"},
+	} {
+		if _, err := memoryResult([]byte(tc.out), 5000); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("memoryResult(%q) = %v, want an error containing %q", tc.out, err, tc.want)
 		}
 	}
 }

@@ -24,15 +24,17 @@ import (
 // handlerName is the in-process handler the keyed tasks call.
 const handlerName = "bench"
 
-// cluster is an embedded etcd and the in-process nodes on it.
+// cluster is an embedded etcd (or the one of Config.Etcd) and the nodes
+// on it.
 type cluster struct {
-	cfg    Config
-	dir    string
-	ownDir bool
-	etcd   *etcdembed.Server
-	admin  *clientv3.Client
-	reg    *registry.Registry
-	log    *slog.Logger
+	cfg      Config
+	dir      string
+	ownDir   bool
+	etcd     *etcdembed.Server // nil with Config.Etcd
+	endpoint string            // etcd's client URL
+	admin    *clientv3.Client
+	reg      *registry.Registry
+	log      *slog.Logger
 
 	mu    sync.Mutex // guards nodes
 	nodes []*node
@@ -57,9 +59,19 @@ type node struct {
 	frozen counters
 }
 
-// startCluster starts the embedded etcd; nodes come with addNode.
+// startCluster starts the embedded etcd, or with Config.Etcd connects to
+// that one; nodes come with addNode.
 func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	c := &cluster{cfg: cfg, dir: cfg.Dir}
+	// Engines log warnings that say why a run went wrong; the rest is
+	// noise next to the progress lines.
+	c.log = slog.New(slog.NewTextHandler(cfg.Progress, &slog.HandlerOptions{Level: slog.LevelError}))
+	if cfg.Etcd != "" {
+		if err := c.connect(ctx, cfg.Etcd); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	if c.dir != "" {
 		if err := os.MkdirAll(c.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("bench: work directory: %w", err)
@@ -71,9 +83,6 @@ func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 		}
 		c.dir, c.ownDir = d, true
 	}
-	// Engines log warnings that say why a run went wrong; the rest is
-	// noise next to the progress lines.
-	c.log = slog.New(slog.NewTextHandler(cfg.Progress, &slog.HandlerOptions{Level: slog.LevelError}))
 	var err error
 	c.etcd, err = etcdembed.Start(etcdembed.Config{
 		Name: "bench", Dir: filepath.Join(c.dir, "etcd"), LogFile: filepath.Join(c.dir, "etcd.log"),
@@ -83,20 +92,31 @@ func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 		c.close()
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	if c.admin, err = c.newClient(nil); err != nil {
-		c.close()
+	if err := c.connect(ctx, c.etcd.Endpoint); err != nil {
 		return nil, err
-	}
-	if c.reg, err = registry.OpenRegistry(ctx, c.admin, engine.DefaultPrefix, cfg.Partitions); err != nil {
-		c.close()
-		return nil, fmt.Errorf("bench: open registry: %w", err)
 	}
 	return c, nil
 }
 
+// connect opens the admin client and the registry on etcd at endpoint; on
+// an error it closes what the cluster started.
+func (c *cluster) connect(ctx context.Context, endpoint string) error {
+	c.endpoint = endpoint
+	var err error
+	if c.admin, err = c.newClient(nil); err != nil {
+		c.close()
+		return err
+	}
+	if c.reg, err = registry.OpenRegistry(ctx, c.admin, engine.DefaultPrefix, c.cfg.Partitions); err != nil {
+		c.close()
+		return fmt.Errorf("bench: open registry: %w", err)
+	}
+	return nil
+}
+
 func (c *cluster) newClient(reqs *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cc := clientv3.Config{
-		Endpoints: []string{c.etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: []string{c.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		MaxCallSendMsgSize: 8 << 20, MaxCallRecvMsgSize: 64 << 20, DialOptions: dial,
 	}
 	if reqs != nil {
@@ -122,7 +142,7 @@ func (c *cluster) addNode(ctx context.Context, cached bool) (*node, error) {
 func (c *cluster) startNode(ctx context.Context, idx int, cached bool) (*node, error) {
 	n := &node{idx: idx, id: fmt.Sprintf("bench-%d", idx), reqs: &engine.RequestCounter{}}
 	if c.cfg.Procs {
-		args := procArgs(c.cfg, n.id, c.etcd.Endpoint, filepath.Join(c.dir, "data-"+n.id))
+		args := procArgs(c.cfg, n.id, c.endpoint, filepath.Join(c.dir, "data-"+n.id))
 		p, err := startProc(ctx, c.cfg.Binary, args, logPath(c.dir, n.id), readyTimeout(c.cfg))
 		if err != nil {
 			return nil, fmt.Errorf("%w (node %s)", err, n.id)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -31,10 +32,10 @@ const (
 )
 
 // ProcScenarios are the scenarios Config.Procs applies to: those whose
-// figures depend on nodes not sharing a process. Memory is not one: its
-// bytes per task are the live heap after a full GC, which only a node in
-// the bench's own process can be measured by.
-var ProcScenarios = []string{Throughput, Burst, Import, Restart, Query, Rebalance, Failover}
+// figures depend on nodes not sharing a process. Memory's node process is
+// 'shardcron bench memory --etcd' (Config.Etcd), which reads its own heap
+// after a full GC; the others' are 'shardcron server'.
+var ProcScenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Rebalance, Failover}
 
 // Scenarios lists every scenario but All, in the order All runs them.
 var Scenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Rebalance, Failover, LockPerFire, Robfig, AfterFunc}
@@ -82,7 +83,8 @@ type Config struct {
 	LeaseTTL time.Duration
 
 	// Procs runs the nodes of the scenarios in ProcScenarios as separate
-	// 'shardcron server' processes of Binary, so that their heaps and
+	// processes of Binary ('shardcron server'; memory's one node:
+	// 'shardcron bench memory --etcd'), so that their heaps and
 	// garbage collections share nothing with each other, with the embedded
 	// etcd or with the harness (which stay in the bench's process). With
 	// All or a list, the other scenarios run in-process; alone, they refuse
@@ -91,6 +93,13 @@ type Config struct {
 	// Binary is the shardcron command node processes run (required with
 	// Procs; the bench command passes its own executable).
 	Binary string
+
+	// Etcd, for Memory only, is the client URL of an etcd that already
+	// holds the tasks (as 'memory --procs' writes them): the bench then
+	// starts no etcd and writes nothing, and loads them into one engine, so
+	// that its process holds the node alone and its heap and full GC are
+	// the node's. Empty: the bench starts its own etcd.
+	Etcd string
 
 	// Runs is how many times each scenario runs; a Result then holds the
 	// median of each figure (default 1).
@@ -195,6 +204,17 @@ func (c Config) Validate() error {
 			bad("binary", "node processes need the shardcron binary")
 		} else if fi, err := os.Stat(c.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			bad("binary", "%q is not an executable file", c.Binary)
+		}
+	}
+	if c.Etcd != "" {
+		if c.Scenario != Memory {
+			bad("etcd", "applies to memory only, not to %s", c.Scenario)
+		}
+		if c.Procs {
+			bad("etcd", "memory --procs starts its own etcd; give --etcd or --procs, not both")
+		}
+		if u, err := url.Parse(c.Etcd); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("etcd", "want a client URL such as http://127.0.0.1:2379, got %q", c.Etcd)
 		}
 	}
 	if c.Tasks < 1 || c.Tasks > 100_000_000 {

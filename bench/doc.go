@@ -5,8 +5,9 @@
 // the baselines, a JSON line and an HTML report with SVG charts.
 //
 // Nodes run in the bench's process, or (Config.Procs, for every scenario
-// in ProcScenarios: all but memory and the baselines) as 'shardcron
-// server' processes, so that their heaps and garbage collections are
+// in ProcScenarios: all but the baselines) as 'shardcron server'
+// processes (memory's one node: 'shardcron bench memory --etcd', which
+// reads its own heap), so that their heaps and garbage collections are
 // their own as in production. etcd, the
 // receiver of the keyed fires and the recorder stay in the bench's process.
 // A process's counters, CPU time and RSS come from its /metrics, its ring
@@ -38,6 +39,9 @@
 //     engines' counters.
 //   - In-process, CPU cores and RSS are those of the whole process, the
 //     embedded etcd and the harness included: an upper bound of a node's.
+//     So are memory's bytes a task and full GC, which are not even bounds:
+//     etcd's heap shrinks while the engine loads when etcd drops its raft
+//     log at a snapshot, and a full GC marks etcd's heap too.
 //     With node processes they are the nodes' sums (a node that is gone
 //     counts its CPU until it went, and no RSS).
 //   - A hand-over's lag is, per partition that moved, the lag of its probe's

@@ -4,75 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/shardcron/shardcron/api/client"
-	"github.com/shardcron/shardcron/task"
 )
-
-// quietSchedule is the schedule of the memory scenario's tasks when none
-// is given: it does not fire while the heap is measured.
-const quietSchedule = "@yearly"
-
-// runMemory loads cfg.Tasks tasks into one engine and measures its heap
-// per task, a full GC, and etcd's database per task. The embedded etcd
-// shares the process: its heap is measured before the engine starts and
-// left out of bytes_per_task, but a full GC marks it too.
-func runMemory(ctx context.Context, cfg Config) (*Result, error) {
-	c, err := startCluster(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = c.close() }()
-	db0, err := c.dbSize(ctx)
-	if err != nil {
-		return nil, err
-	}
-	noop := func(int) task.Executor { return task.Executor{Type: task.ExecutorNoop} }
-	if err := c.putTasks(ctx, cfg.Tasks, cfg.Schedule, noop); err != nil {
-		return nil, err
-	}
-	db1, err := c.dbSize(ctx)
-	if err != nil {
-		return nil, err
-	}
-	gc0 := timeGC()
-	heap0 := liveHeap()
-	start := time.Now()
-	if _, err := c.addNode(ctx, false); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
-		return nil, err
-	}
-	r := &Result{Scenario: Memory, Tasks: cfg.Tasks, Nodes: 1, LoadMs: ms(int64(time.Since(start)))}
-	heap1 := liveHeap()
-	r.BytesPerTask = (float64(heap1) - float64(heap0)) / float64(cfg.Tasks)
-	r.GCPauseMs = timeGC()
-	r.EtcdBytesPerTask = float64(db1-db0) / float64(cfg.Tasks)
-	r.RSSBytes = rss()
-	r.Note = fmt.Sprintf("a full GC took %.1f ms before the engine loaded (the embedded etcd's heap alone)", gc0)
-	return r, nil
-}
-
-// timeGC is the wall time of a full, blocking GC in milliseconds.
-func timeGC() float64 {
-	runtime.GC()
-	start := time.Now()
-	runtime.GC()
-	return ms(int64(time.Since(start)))
-}
-
-// dbSize is the part of etcd's database in use.
-func (c *cluster) dbSize(ctx context.Context) (int64, error) {
-	st, err := c.admin.Status(ctx, c.etcd.Endpoint)
-	if err != nil {
-		return 0, fmt.Errorf("bench: etcd status: %w", err)
-	}
-	return st.DbSizeInUse, nil
-}
 
 // The batch size of 'shardcron import' and how many batches it sends at
 // once (its defaults).

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"math"
 	"os"
 	"os/exec"
@@ -52,17 +53,7 @@ func TestRun_ProcsRebalance(t *testing.T) {
 	// A work directory that does not exist yet is made.
 	cfg.Procs, cfg.Binary, cfg.Dir = true, shardcronBinary(t), filepath.Join(t.TempDir(), "work")
 	r, m := runJSON(t, cfg)
-	var keys []string
-	for k := range m {
-		if k != "note" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	want := slices.Sorted(slices.Values(append(slices.Clone(Fields[Rebalance]), "procs", "harness_cpu_cores")))
-	if !slices.Equal(keys, want) {
-		t.Errorf("JSON fields\n got %v\nwant %v", keys, want)
-	}
+	checkFields(t, m, append(slices.Clone(Fields[Rebalance]), "procs", "harness_cpu_cores"))
 	checkConsistent(t, cfg, r)
 	if !r.Procs {
 		t.Errorf("procs false: the nodes ran in-process")
@@ -173,5 +164,41 @@ func TestRun_ProcsScenarios(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRun_ProcsMemory loads memory's tasks into a node process of its own
+// ('shardcron bench memory --etcd' on the bench's etcd): the tasks are
+// written once, by the bench, and the figures are the process's.
+func TestRun_ProcsMemory(t *testing.T) {
+	cfg := small(Memory)
+	var progress bytes.Buffer
+	cfg.Procs, cfg.Binary, cfg.Progress = true, shardcronBinary(t), &progress
+	r, m := runJSON(t, cfg)
+	checkFields(t, m, append(slices.Clone(Fields[Memory]), "procs"))
+	checkConsistent(t, cfg, r)
+	if !r.Procs || !strings.Contains(r.Note, "own process") || r.LoadMs <= 0 {
+		t.Errorf("procs %v, load_ms %.1f, note %q: want the node process's figures", r.Procs, r.LoadMs, r.Note)
+	}
+	// The node process loads what the bench wrote: it writes no task and
+	// starts no etcd of its own.
+	if n := strings.Count(progress.String(), "tasks to etcd in"); n != 1 {
+		t.Errorf("the tasks were written %d times, want once (by the bench):\n%s", n, progress.String())
+	}
+}
+
+// checkFields checks that a result's JSON m holds exactly the fields want,
+// and a note or not.
+func checkFields(t *testing.T, m map[string]any, want []string) {
+	t.Helper()
+	var keys []string
+	for k := range m {
+		if k != "note" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if want = slices.Sorted(slices.Values(want)); !slices.Equal(keys, want) {
+		t.Errorf("JSON fields\n got %v\nwant %v", keys, want)
 	}
 }

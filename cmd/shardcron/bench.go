@@ -25,7 +25,9 @@ Scenarios:
                  fires/s, lag, CPU, RSS, etcd requests, duplicates, misses
   burst          --tasks tasks due in the same second: that burst's lag
   memory         --tasks tasks loaded into one engine: bytes a task, full GC,
-                 load time, RSS, and etcd's bytes a task
+                 load time, RSS, and etcd's bytes a task; with --etcd URL,
+                 the tasks that etcd already holds, with no etcd in this
+                 process and nothing written
   import         --tasks tasks through the HTTP batch API: tasks/s
   restart        a warm restart of a node with --tasks tasks from its cache:
                  time to ready and to the first fire
@@ -53,10 +55,12 @@ per fire and bytes per task.
 --procs runs the nodes of throughput, burst, import, restart, query,
 rebalance and failover as separate 'shardcron server' processes (this
 executable, or --bin), so that the nodes' heaps and garbage collections
-share nothing with each other or with etcd (memory stays in-process: its
-bytes a task are the live heap after a full GC, read inside the process);
-etcd, the HTTP receiver of the keyed fires and the bookkeeping stay in the
-bench's process. Figures then come from the nodes' /metrics and
+share nothing with each other or with etcd; etcd, the HTTP receiver of the
+keyed fires and the bookkeeping stay in the bench's process. memory's node
+is then 'shardcron bench memory --etcd' on the bench's etcd: its bytes a task
+are the growth of its own live heap after a full GC, and its full GC marks
+no etcd (in-process, both are the whole process's, the embedded etcd's heap
+included). Figures then come from the nodes' /metrics and
 /v1/partitions and from the receiver; cpu_cores and rss_bytes are the node
 processes' (harness_cpu_cores is the bench's own). Each node's log is
 written to its work directory (--dir to keep it).
@@ -94,7 +98,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node (default 65536)")
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node: failover takes about this long (default 10s)")
-	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, rebalance and failover as 'shardcron server' processes")
+	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, rebalance and failover as 'shardcron server' processes, and memory's node as 'shardcron bench memory --etcd'")
+	c.fs.StringVar(&cfg.Etcd, "etcd", "", "memory only: the client URL of an etcd that already holds --tasks tasks; the bench starts no etcd, writes nothing and measures the one engine it loads them into")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
