@@ -27,7 +27,7 @@ const quietSchedule = "@yearly"
 // gc_pause_ms are the whole process's. With Procs the node is a process of
 // its own, 'shardcron bench memory --etcd', which holds the engine alone.
 // With Etcd the bench is that process: it loads the tasks that etcd holds
-// and writes nothing.
+// and writes no task.
 func runMemory(ctx context.Context, cfg Config) (*Result, error) {
 	c, err := startCluster(ctx, cfg)
 	if err != nil {

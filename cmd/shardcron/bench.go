@@ -27,7 +27,7 @@ Scenarios:
   memory         --tasks tasks loaded into one engine: bytes a task, full GC,
                  load time, RSS, and etcd's bytes a task; with --etcd URL,
                  the tasks that etcd already holds, with no etcd in this
-                 process and nothing written
+                 process and no task written
   import         --tasks tasks through the HTTP batch API: tasks/s
   restart        a warm restart of a node with --tasks tasks from its cache:
                  time to ready and to the first fire
@@ -99,7 +99,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node: failover takes about this long (default 10s)")
 	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, rebalance and failover as 'shardcron server' processes, and memory's node as 'shardcron bench memory --etcd'")
-	c.fs.StringVar(&cfg.Etcd, "etcd", "", "memory only: the client URL of an etcd that already holds --tasks tasks; the bench starts no etcd, writes nothing and measures the one engine it loads them into")
+	c.fs.StringVar(&cfg.Etcd, "etcd", "", "memory only: the client URL of an etcd that already holds --tasks tasks; the bench starts no etcd, writes no task and measures the one engine it loads them into")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
