@@ -28,9 +28,10 @@
 //     scheduled ms>", across graceful hand-overs
 //     (TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver).
 //   - Make-before-break (prepare.go): the new owner reads and decodes a
-//     partition while the old owner still fires it, so a hand-over stands
-//     still for a lock hand-off and one request, not for the partition's
-//     size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
+//     partition while the old owner still fires it, and watches it from
+//     there, so a hand-over stands still for a lock hand-off, one request
+//     and the watch's word that it caught up (catchup.go), not for the
+//     partition's size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
 //   - A release etcd refuses is retried with the node watermark held at its
 //     mark; past the lease TTL the node ends its session so that its locks
 //     pass on: no lock outlives its cause
@@ -65,8 +66,8 @@
 //   - Task changes (put, pause, resume, delete) and triggers take effect on
 //     the owner within a watch delivery, well under a second.
 //   - A restarted node whose Badger cache is usable loads its partitions
-//     from it, brought up to date by one request for what changed since
-//     the cached revision, with no range read of the partition.
+//     from it, brought up to date by a watch from the cached revision
+//     (catchup.go), with no read of the partition.
 //   - Bad input is refused with a *task.ValidationError before anything is
 //     written (package registry): the etcd revision does not move.
 //
@@ -137,8 +138,9 @@
 // # Where to change what
 //
 //   - The hand-over protocol: handover.go (release, take-over, checkpoints,
-//     held watermarks, stuck releases), prepare.go (make-before-break) and
-//     the acquire in ownership.go, which also keeps a session's service.
+//     held watermarks, stuck releases), prepare.go (make-before-break),
+//     the acquire in ownership.go, which also keeps a session's service,
+//     and catchup.go (a prepared partition brought up to its acquisition).
 //   - A misfire or concurrency policy: policy.go (pure functions, with
 //     table tests); the loop applies them in dispatch.go.
 //   - The dispatch loop and its commands: loop.go; the fire path:

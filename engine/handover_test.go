@@ -657,52 +657,6 @@ func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
 }
 
-// What changed in a prepared partition before its lock is read in one
-// request: tasks created and changed with their last value, tasks deleted
-// as nil, nothing else.
-func TestEngine_ChangesSincePreparedRead(t *testing.T) {
-	c := etcdtest.Start(t)
-	a := startNode(t, c, "", nil, func(c *Config) { c.Partitions = 1 })
-	reg := a.e.Registry()
-	for _, id := range []string{"same", "changed", "deleted"} {
-		putTask(t, reg, &task.Task{ID: id, Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
-	}
-	ctx := context.Background()
-	rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
-	if err != nil {
-		t.Fatal(err)
-	}
-	prep := &prepared{p: 0, rev: rev, defs: defs}
-	putTask(t, reg, &task.Task{ID: "changed", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
-	putTask(t, reg, &task.Task{ID: "created", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
-	if err := reg.Delete(ctx, "deleted"); err != nil {
-		t.Fatal(err)
-	}
-	read, err := c.Client.Txn(ctx).Then(a.e.changeReads(prep)...).Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	touched, err := a.e.changesSince(ctx, prep, read.Header.Revision, read.Responses)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for id, v := range touched {
-		switch {
-		case v == nil:
-			got = append(got, id+" deleted")
-		case strings.Contains(string(v), "@daily"):
-			got = append(got, id+" @daily")
-		default:
-			got = append(got, id+" ?")
-		}
-	}
-	slices.Sort(got)
-	if want := []string{"changed @daily", "created @daily", "deleted deleted"}; !slices.Equal(got, want) {
-		t.Errorf("changes %v, want %v", got, want)
-	}
-}
-
 // A node that fenced itself (cut off from etcd past its deadline) and takes
 // its partitions back under a new session, nobody having fired them in
 // between, resumes from the hand-over it kept in memory: nothing repeats,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -255,17 +254,12 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// arm brings a prepared partition up to atRev, the revision of its
-// acquisition (tasks created, changed or deleted since it was read), and
-// hands its tasks to the loop, resuming after resume: every task is armed
-// from the resume point as etcd had it when the partition became ours. It
-// returns the revision the tasks are synced to.
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev int64, read []*etcdserverpb.ResponseOp) (int64, error) {
+// arm hands a prepared partition's tasks to the loop, brought up to date
+// with touched (the tasks changed since it was read: their last value, nil
+// when deleted; catchup.go), resuming after resume: every task is armed
+// from the resume point as etcd had it when the partition became ours.
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, touched map[string][]byte) error {
 	p := prep.p
-	touched, err := e.changesSince(ctx, prep, atRev, read)
-	if err != nil {
-		return 0, err
-	}
 	defs := prep.defs
 	if len(touched) > 0 {
 		defs = slices.DeleteFunc(defs, func(d taskDef) bool { _, ok := touched[d.id]; return ok })
@@ -281,49 +275,7 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, atRev i
 			}
 		}
 	}
-	return atRev, e.send(ctx, p, fence, resume, defs)
-}
-
-// changeReads are the reads changesSince needs (registry.ChangeReads), to be done at the
-// revision of the partition's acquisition, in the acquire's transaction:
-// the tasks changed since the prepared read (whatever etcd compacted
-// since), and the partition's count.
-func (e *Engine) changeReads(prep *prepared) []clientv3.Op {
-	return e.reg.ChangeReads(prep.p, prep.rev)
-}
-
-// changesSince returns the tasks of a prepared partition that changed
-// after it was read, as of atRev, from the answers to changeReads: the last
-// value of every task created or changed, and nil for every task deleted.
-// Only when the count says that tasks were deleted does it ask etcd for
-// the ids. It applies the changes to the Badger cache. (A watch would have
-// to wait for etcd to sync every watcher of its stream before it could say
-// that it delivered everything up to atRev.)
-func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, read []*etcdserverpb.ResponseOp) (map[string][]byte, error) {
-	p := prep.p
-	had := make(map[string]bool, len(prep.defs))
-	for i := range prep.defs {
-		had[prep.defs[i].id] = true
-	}
-	touched, err := e.reg.Changes(ctx, p, had, atRev, read)
-	if err != nil {
-		return nil, err
-	}
-	if e.caching(p) {
-		var puts []store.KV
-		var dels []string
-		for id, v := range touched {
-			if v != nil {
-				puts = append(puts, store.KV{ID: id, Value: v})
-			} else {
-				dels = append(dels, id)
-			}
-		}
-		if err := e.store.Apply(uint32(p), atRev, puts, dels); err != nil {
-			e.dropCache(p, err)
-		}
-	}
-	return touched, nil
+	return e.send(ctx, p, fence, resume, defs)
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that

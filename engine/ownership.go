@@ -392,6 +392,11 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		r.err = fmt.Errorf("prepare partition %d: %w", p, err)
 		return r
 	}
+	// Opened now, the catch-up watch has usually caught up with etcd's
+	// history when the lock is ours (catchup.go).
+	cctx, stopCatchUp := context.WithCancel(ctx)
+	defer stopCatchUp()
+	catchUp, progress := e.reg.CatchUp(cctx, p, prep.rev)
 	prepared()
 	tPrepared := time.Now()
 	m := concurrency.NewMutex(sess.Mutexes(), e.keys.lock(p))
@@ -417,13 +422,12 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
-	// this node never released. The same transaction reads what changed in
-	// p since it was prepared, and its pending triggers.
+	// this node never released. The same transaction reads p's pending
+	// triggers; its revision is the one the tasks are brought up to.
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
 	var held *clientv3.TxnResponse
 	if err == nil {
-		reads := append(e.changeReads(prep), e.reg.TriggerRead(p))
-		held, err = e.putCheckpoint(ctx, m, p, hold, reads...)
+		held, err = e.putCheckpoint(ctx, m, p, hold, e.reg.TriggerRead(p))
 	}
 	if err != nil {
 		return fail(err)
@@ -444,8 +448,12 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		e.holds.clear(p)
 		return fail(err)
 	}
-	taskRev, err := e.arm(ctx, prep, fence, resume, held.Header.Revision, held.Responses[1:3])
+	touched, taskRev, err := e.changesSince(ctx, prep, held.Header.Revision, catchUp, progress)
+	stopCatchUp()
 	if err != nil {
+		return undo(fmt.Errorf("catch up: %w", err))
+	}
+	if err := e.arm(ctx, prep, fence, resume, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 	if len(pending) > 0 {
@@ -472,7 +480,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
 	go func() { wg.Wait(); close(part.done) }()
 	// Triggers written while nobody owned p.
-	for _, kv := range held.Responses[3].GetResponseRange().Kvs {
+	for _, kv := range held.Responses[1].GetResponseRange().Kvs {
 		e.fireTrigger(ctx, kv.Key, kv.Value)
 	}
 	// Backfills of p, from their recorded progress: p is owned, so the

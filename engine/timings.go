@@ -25,6 +25,12 @@ const (
 	// revisionFresh is how long a read of etcd's revision serves the
 	// partitions prepared from the cache after it (revisions.notAhead).
 	revisionFresh = time.Second
+	// progressEvery is how often an acquire waiting for its catch-up
+	// watch asks etcd for the watch's progress (catchup.go).
+	progressEvery = 25 * time.Millisecond
+	// catchUpWait bounds that wait; past it, the acquire reads the
+	// partition's changes instead.
+	catchUpWait = 10 * time.Second
 	// etcdTimeout bounds one etcd request made outside a caller's context
 	// (unlocks, restores, watermark deletes, release transactions).
 	etcdTimeout = 5 * time.Second

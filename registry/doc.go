@@ -2,7 +2,7 @@
 // create, read, update, delete, batches, bulk actions, lists and export by
 // prefix and labels (with their index), triggers, the capability check of
 // the live nodes (Runners), and the reads a node loads its partitions with
-// (ReadPartition, ChangeReads and Changes, WatchPartition, DecodeFiring).
+// (ReadPartition, WatchPartition, CatchUp, ChangesAt, DecodeFiring).
 // It owns the etcd layout of tasks, triggers and the index
 // (/<prefix>/tasks/<partition>/<id>, /<prefix>/triggers/..., /<prefix>/index/...);
 // the engine's runtime keys (locks, checkpoints, watermarks) are not its.
@@ -20,9 +20,9 @@
 //     Export) are each taken at one revision, in id order.
 //   - A batch writes each task with its index keys in one transaction, and
 //     stays within etcd's request limits (MaxTxnOps, MaxTxnBytes).
-//   - ReadPartition reads a partition at one revision; Changes, from reads
-//     done in the acquiring transaction, gives every task created, changed
-//     or deleted since an earlier read, whatever etcd compacted since.
+//   - ReadPartition reads a partition at one revision; ChangesAt gives
+//     every task created, changed or deleted between two revisions,
+//     whatever etcd compacted since.
 //
 // # What it does not guarantee
 //

@@ -3,10 +3,11 @@ package registry
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shardcron/shardcron/task"
 )
@@ -56,39 +57,34 @@ func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, 
 	}
 }
 
-// ChangeReads are the reads Changes needs, to be done in one transaction
-// at the revision the changes are wanted up to: partition p's tasks
-// changed after revision since (whatever etcd compacted since), and the
-// partition's count.
-func (r *Registry) ChangeReads(p int, since int64) []clientv3.Op {
+// ChangesAt returns the tasks of partition p that changed after revision
+// since, which a read that found the tasks of had was taken at, as of
+// revision atRev: the last value of every task created or changed, and nil
+// for every task deleted, whatever etcd compacted since. It reads every
+// task of the partition (etcd filters them by revision), with a count
+// that tells whether tasks were deleted; only then does it read the ids.
+// A node uses it when the partition's watch cannot say that it caught up
+// (WatchPartition).
+func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, since, atRev int64) (map[string][]byte, error) {
 	prefix := r.keys.partition(p)
 	end := clientv3.GetPrefixRangeEnd(prefix)
-	return []clientv3.Op{
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithMinModRev(since+1)),
-		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly()),
+	read, err := r.cli.Txn(ctx).Then(
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithMinModRev(since+1), clientv3.WithRev(atRev)),
+		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly(), clientv3.WithRev(atRev)),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("read partition %d's changes: %w", p, err)
 	}
-}
-
-// Changes returns the tasks of partition p that changed since a read that
-// found the tasks of had, as of atRev, from the answers to ChangeReads: the
-// last value of every task created or changed, and nil for every task
-// deleted. Only when the count says that tasks were deleted does it ask
-// etcd for the ids. (A watch would have to wait for etcd to sync every
-// watcher of its stream before it could say that it delivered everything
-// up to atRev.)
-func (r *Registry) Changes(ctx context.Context, p int, had map[string]bool, atRev int64, read []*etcdserverpb.ResponseOp) (map[string][]byte, error) {
-	prefix := r.keys.partition(p)
-	end := clientv3.GetPrefixRangeEnd(prefix)
 	touched := map[string][]byte{}
 	created := 0
-	for _, kv := range read[0].GetResponseRange().Kvs {
+	for _, kv := range read.Responses[0].GetResponseRange().Kvs {
 		id := string(kv.Key[len(prefix):])
 		touched[id] = kv.Value
 		if !had[id] {
 			created++
 		}
 	}
-	if count := read[1].GetResponseRange().Count; count != int64(len(had)+created) {
+	if count := read.Responses[1].GetResponseRange().Count; count != int64(len(had)+created) {
 		keys, err := r.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
 		if err != nil {
 			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
@@ -112,6 +108,28 @@ func (r *Registry) Changes(ctx context.Context, p int, had map[string]bool, atRe
 func (r *Registry) WatchPartition(ctx context.Context, p int, after int64) clientv3.WatchChan {
 	return r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.partition(p), clientv3.WithPrefix(),
 		clientv3.WithRev(after+1), clientv3.WithProgressNotify())
+}
+
+// CatchUp watches partition p's tasks after revision after, as
+// WatchPartition does but on a gRPC stream of its own, until ctx ends. It
+// returns the watch and progress, which asks etcd for a progress
+// notification on that stream: the revision up to which the watch
+// delivered every event. etcd answers only once the watch has caught up
+// with its history, and drops the request before: ask again. Alone on its
+// stream, the watch waits for no other watch to catch up. Call progress
+// only while the watch is open: on a stream that ended, it would open an
+// empty one.
+func (r *Registry) CatchUp(ctx context.Context, p int, after int64) (wch clientv3.WatchChan, progress func() error) {
+	// The client keys its streams by the context's metadata.
+	sctx := clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx,
+		"shardcron-catch-up", strconv.FormatUint(r.streams.Add(1), 10)))
+	wch = r.cli.Watch(sctx, r.keys.partition(p), clientv3.WithPrefix(), clientv3.WithRev(after+1))
+	return wch, func() error {
+		if err := r.cli.RequestProgress(sctx); err != nil {
+			return fmt.Errorf("request the progress of partition %d's watch: %w", p, err)
+		}
+		return nil
+	}
 }
 
 // PartitionID returns the task id of a key of partition p, as

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
+)
+
+// What changed in a prepared partition before its acquisition reaches the
+// acquire: tasks created and changed with their last value, tasks deleted
+// as nil, nothing else. From the partition's watch, which waits for a
+// progress notification at the acquisition's revision or later (an earlier
+// one, answering an earlier request, says nothing of the changes after
+// it); from a read when the watch cannot say (etcd compacted its start).
+func TestEngine_ChangesSincePreparedRead(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name    string
+		compact bool
+	}{{name: "watch"}, {name: "read", compact: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			prefix := "/" + t.Name()
+			a := startNode(t, c, "", nil, func(c *Config) { c.Partitions, c.Prefix = 1, prefix })
+			reg := a.e.Registry()
+			for _, id := range []string{"same", "changed", "deleted"} {
+				putTask(t, reg, &task.Task{ID: id, Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
+			}
+			rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
+			if err != nil {
+				t.Fatal(err)
+			}
+			prep := &prepared{p: 0, rev: rev, defs: defs}
+			putTask(t, reg, &task.Task{ID: "changed", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
+			putTask(t, reg, &task.Task{ID: "created", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
+			if err := reg.Delete(ctx, "deleted"); err != nil {
+				t.Fatal(err)
+			}
+			// The acquiring transaction, which writes no task.
+			at, err := c.Client.Put(ctx, prefix+"/checkpoints/00000", "{}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			atRev := at.Header.Revision
+			if tc.compact {
+				if _, err := c.Client.Compact(ctx, atRev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wctx, stopWatch := context.WithCancel(ctx)
+			defer stopWatch()
+			watched, progress := reg.CatchUp(wctx, 0, prep.rev)
+			wch := make(chan clientv3.WatchResponse)
+			go func() {
+				defer close(wch)
+				stale := clientv3.WatchResponse{Header: &etcdserverpb.ResponseHeader{Revision: prep.rev}}
+				select {
+				case wch <- stale:
+				case <-wctx.Done():
+					return
+				}
+				for resp := range watched {
+					select {
+					case wch <- resp:
+					case <-wctx.Done():
+						return
+					}
+				}
+			}()
+			touched, synced, err := a.e.catchUp(ctx, prep, atRev, wch, progress)
+			if tc.compact {
+				if !errors.Is(err, errNoCatchUp) {
+					t.Fatalf("caught up from a watch whose start was compacted: %v", err)
+				}
+				// The watch ended: the changes are read.
+				touched, synced, err = a.e.changesSince(ctx, prep, atRev, wch, func() error { return nil })
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if synced < atRev {
+				t.Errorf("synced to revision %d, before the acquisition's %d", synced, atRev)
+			}
+			var got []string
+			for id, v := range touched {
+				switch {
+				case v == nil:
+					got = append(got, id+" deleted")
+				case strings.Contains(string(v), "@daily"):
+					got = append(got, id+" @daily")
+				default:
+					got = append(got, id+" ?")
+				}
+			}
+			slices.Sort(got)
+			if want := []string{"changed @daily", "created @daily", "deleted deleted"}; !slices.Equal(got, want) {
+				t.Errorf("changes %v, want %v", got, want)
+			}
+		})
+	}
+}
