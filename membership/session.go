@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -69,7 +70,8 @@ type Session struct {
 	endOnce sync.Once
 	err     error // why the session ended; written once, before done is closed
 
-	wg      sync.WaitGroup // keepAliveLoop and fenceLoop
+	wg      sync.WaitGroup  // keepAliveLoop and fenceLoop
+	ka      keepAliveStream // opened by Join, then used by keepAliveLoop only
 	mutexes *concurrency.Session
 
 	closeOnce sync.Once
@@ -112,8 +114,17 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		base: time.Now(),
 		done: make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// The keep-alive stream opens before the lease's TTL runs: opening it
+	// may wait for a login (keepAliveStream).
+	if err := s.ka.open(ctx, s.ctx, s.cli); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	lease, granted, ttl, err := s.register(ctx, string(value))
 	if err != nil {
+		s.ka.close()
+		s.cancel()
 		return nil, err
 	}
 	s.lease = lease
@@ -122,7 +133,6 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	// sent: the same reasoning as for keep-alives.
 	s.deadline.Store(granted + int64(ttl-cfg.FenceMargin))
 
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// concurrency.NewSession starts the client's own KeepAlive on the lease.
 	// That is harmless for fencing, which only counts this session's
 	// acknowledged keep-alives (extra ones can only make the lease outlive
@@ -138,6 +148,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		err = errors.New("no keep-alive channel")
 	}
 	if err != nil {
+		s.ka.close()
 		s.cancel()
 		s.revokeQuietly(lease)
 		return nil, fmt.Errorf("membership: session for partition locks: %w", err)
@@ -258,6 +269,7 @@ func (s *Session) now() int64 { return int64(time.Since(s.base)) }
 // interval for its answer; a failed one is retried after a quarter interval.
 func (s *Session) keepAliveLoop() {
 	defer s.wg.Done()
+	defer s.ka.close()
 	interval := s.cfg.KeepAliveInterval
 	retry := max(interval/4, 10*time.Millisecond)
 	timer := time.NewTimer(interval)
@@ -268,17 +280,19 @@ func (s *Session) keepAliveLoop() {
 			return
 		case <-timer.C:
 		}
+		err := s.ka.open(s.ctx, s.ctx, s.cli)
 		sent := s.now()
-		ctx, cancel := context.WithTimeout(s.ctx, interval)
-		resp, err := s.cli.KeepAliveOnce(ctx, s.lease)
-		cancel()
+		var ttl int64
+		if err == nil {
+			ttl, err = s.ka.keepAlive(s.lease, interval)
+		}
 		switch {
-		case err == nil:
-			s.extend(sent + int64(time.Duration(resp.TTL)*time.Second-s.cfg.FenceMargin))
+		case err == nil && ttl > 0:
+			s.extend(sent + int64(time.Duration(ttl)*time.Second-s.cfg.FenceMargin))
 			timer.Reset(max(0, time.Duration(sent+int64(interval)-s.now())))
 		case s.ctx.Err() != nil:
 			return
-		case isLeaseNotFound(err):
+		case err == nil: // etcd answers TTL 0 for a lease it does not know
 			s.end(ErrLeaseLost)
 			return
 		default:
@@ -287,6 +301,72 @@ func (s *Session) keepAliveLoop() {
 			timer.Reset(retry)
 		}
 	}
+}
+
+// keepAliveStream is the session's lease keep-alive gRPC stream, kept open
+// from one keep-alive to the next. On an etcd with password authentication
+// every stream the client opens costs a login first (clientv3 calls
+// Authenticate for each: a bcrypt on etcd, queued behind every other
+// login), and clientv3's KeepAliveOnce opens a stream for each keep-alive:
+// with it, a join that opened other streams (watches) fenced the node. The
+// stream is opened again only after a failure, one login at a time, and
+// opening it is bounded by the session, not by a keep-alive's timeout: a
+// login abandoned only queues another. Not safe for concurrent use.
+type keepAliveStream struct {
+	cancel context.CancelFunc // ends the stream; nil when closed
+	stream pb.Lease_LeaseKeepAliveClient
+}
+
+// open opens the stream under life unless it is open. ctx bounds only the
+// opening.
+func (k *keepAliveStream) open(ctx, life context.Context, cli *clientv3.Client) error {
+	if k.stream != nil {
+		return nil
+	}
+	sctx, cancel := context.WithCancel(life)
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := clientv3.RetryLeaseClient(cli).LeaseKeepAlive(sctx)
+	if !stop() || err != nil {
+		cancel()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("membership: open a lease keep-alive stream: %w", err)
+	}
+	k.cancel, k.stream = cancel, stream
+	return nil
+}
+
+// keepAlive sends one keep-alive for lease on the open stream and returns
+// the TTL etcd answered (0: etcd does not know the lease), waiting at most
+// timeout. A keep-alive that fails or times out closes the stream, so that
+// a late answer is never taken for the next keep-alive's.
+func (k *keepAliveStream) keepAlive(lease clientv3.LeaseID, timeout time.Duration) (int64, error) {
+	timer := time.AfterFunc(timeout, k.cancel)
+	err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)})
+	var resp *pb.LeaseKeepAliveResponse
+	if err == nil {
+		resp, err = k.stream.Recv()
+	}
+	timedOut := !timer.Stop()
+	if timedOut || err != nil {
+		k.close()
+	}
+	switch {
+	case timedOut && err != nil:
+		return 0, fmt.Errorf("membership: keep-alive: no answer within %v", timeout)
+	case err != nil:
+		return 0, fmt.Errorf("membership: keep-alive: %w", err)
+	}
+	return resp.TTL, nil
+}
+
+// close ends the stream, if open.
+func (k *keepAliveStream) close() {
+	if k.cancel != nil {
+		k.cancel()
+	}
+	*k = keepAliveStream{}
 }
 
 // extend moves the deadline forward to d, unless the session is fenced: a

@@ -110,19 +110,34 @@ func (r *Registry) WatchPartition(ctx context.Context, p int, after int64) clien
 		clientv3.WithRev(after+1), clientv3.WithProgressNotify())
 }
 
+// CatchUpStreams is how many gRPC streams the watches of CatchUp share:
+// partition p's goes on stream p % CatchUpStreams.
+//
+// Few, because a stream costs etcd a login when the client authenticates
+// with a password: clientv3 calls Authenticate (a bcrypt on etcd, tens of
+// milliseconds of CPU, seconds under -race) for every stream it opens. A
+// stream per catch-up made a join of hundreds of partitions hundreds of
+// logins, which etcd queued ahead of the node's own keep-alive: the node
+// fenced itself after every join. More than one, because etcd answers a
+// progress request only once every watch of the stream has caught up
+// with its history, and a watch opened from an earlier revision has not
+// until etcd's next resync, up to 100 ms later: at a restart, acquires
+// open their catch-up watches one after another, and each watch delays
+// the answer to the others of its stream only.
+const CatchUpStreams = 4
+
 // CatchUp watches partition p's tasks after revision after, as
-// WatchPartition does but on a gRPC stream of its own, until ctx ends. It
-// returns the watch and progress, which asks etcd for a progress
-// notification on that stream: the revision up to which the watch
-// delivered every event. etcd answers only once the watch has caught up
-// with its history, and drops the request before: ask again. Alone on its
-// stream, the watch waits for no other watch to catch up. Call progress
-// only while the watch is open: on a stream that ended, it would open an
-// empty one.
+// WatchPartition does but on one of the CatchUpStreams gRPC streams kept
+// for catch-ups, until ctx ends. It returns the watch and progress, which
+// asks etcd for a progress notification on that stream: the revision up
+// to which every watch of the stream delivered every event. etcd answers
+// only once each has caught up with its history, and drops the request
+// before: ask again. A stream lives while it has a watch: call progress
+// only while this one is open, or it would open an empty stream.
 func (r *Registry) CatchUp(ctx context.Context, p int, after int64) (wch clientv3.WatchChan, progress func() error) {
 	// The client keys its streams by the context's metadata.
 	sctx := clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx,
-		"shardcron-catch-up", strconv.FormatUint(r.streams.Add(1), 10)))
+		"shardcron-catch-up", strconv.Itoa(p%CatchUpStreams)))
 	wch = r.cli.Watch(sctx, r.keys.partition(p), clientv3.WithPrefix(), clientv3.WithRev(after+1))
 	return wch, func() error {
 		if err := r.cli.RequestProgress(sctx); err != nil {

@@ -61,8 +61,7 @@ type Registry struct {
 	keys       keys
 	partitions int
 	now        func() time.Time
-	indexed    atomic.Bool   // the index marker was seen: every task is indexed
-	streams    atomic.Uint64 // catch-up watch streams opened, naming the next (CatchUp)
+	indexed    atomic.Bool // the index marker was seen: every task is indexed
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
 	// index costs.
