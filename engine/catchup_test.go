@@ -109,3 +109,34 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 		})
 	}
 }
+
+// A node that joins an etcd with password authentication logs in a
+// bounded number of times, however many partitions it acquires. clientv3
+// logs in (Authenticate: a bcrypt on etcd) for every gRPC stream it opens,
+// and etcd queues the logins: a catch-up watch on a stream of its own per
+// acquire made a join of N partitions N logins, ahead of the node's own
+// keep-alive, and the node fenced itself after every join on a slow etcd
+// (TestServer_EtcdTLSAndAuth under -race). Its catch-up watches share
+// registry.CatchUpStreams streams. A count, not a speed.
+func TestEngine_JoinLogsInOncePerStreamNotPerPartition(t *testing.T) {
+	t.Parallel()
+	const password, partitions = "catch-up-pass", 64
+	c := etcdtest.StartCluster(t, etcdtest.Options{RootPassword: password})
+	rc := &RequestCounter{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		Username: "root", Password: password, DialOptions: rc.DialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	// Ready: the node acquired every partition.
+	startNodeOn(t, cli, "", nil, func(cfg *Config) { cfg.Partitions, cfg.Requests = partitions, rc })
+	// The client's own, the node's watch streams, the session's keep-alive
+	// and lock streams, and the catch-up streams: a handful, not one per
+	// partition.
+	if logins := rc.Counts()["authenticate"]; logins >= partitions/4 {
+		t.Fatalf("%d logins to acquire %d partitions (%v)", logins, partitions, rc.Counts())
+	} else {
+		t.Logf("%d logins to acquire %d partitions", logins, partitions)
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
@@ -159,6 +161,46 @@ func TestSession_DeadlineAdvancesWhileHealthy(t *testing.T) {
 	}
 	if s.Fenced() || s.Err() != nil {
 		t.Fatalf("healthy session: Fenced %v, Err %v", s.Fenced(), s.Err())
+	}
+}
+
+// Keep-alives on an etcd with password authentication log in once, not
+// once each. clientv3 logs in (Authenticate: a bcrypt on etcd, queued
+// behind every other login) for every gRPC stream it opens, and
+// KeepAliveOnce opens one per keep-alive: each keep-alive then waited for
+// a login, and a node whose join opened other streams fenced itself
+// (TestServer_EtcdTLSAndAuth under -race). A count, not a speed.
+func TestSession_KeepAlivesShareOneLogin(t *testing.T) {
+	t.Parallel()
+	const password = "keep-alive-pass"
+	c := etcdtest.StartCluster(t, etcdtest.Options{RootPassword: password})
+	var logins atomic.Int64
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		Username: "root", Password: password, DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.Auth/Authenticate" {
+					logins.Add(1)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	cfg := testConfig(cli, "logged-in")
+	cfg.TTL, cfg.KeepAliveInterval, cfg.FenceMargin = 4*time.Second, 100*time.Millisecond, time.Second
+	s := join(t, cfg)
+	joined := logins.Load()
+	const keepAlives = 10
+	prev := s.Deadline()
+	for range keepAlives {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return s.Deadline().After(prev) })
+		prev = s.Deadline()
+	}
+	// At most the lock session's keep-alive stream, which the client opens
+	// in the background.
+	if n := logins.Load() - joined; n > 1 {
+		t.Fatalf("%d logins for %d keep-alives after the join's %d", n, keepAlives, joined)
 	}
 }
 
