@@ -24,13 +24,14 @@ import (
 // progress notification at A or later, which says that the watch delivered
 // every event up to it. etcd sends one on request, only once every watch
 // of the stream has caught up with its history, and drops the request
-// before; so this watch has a gRPC stream of its own (registry.CatchUp),
-// where it waits for no other (at a restart, hundreds of partitions open
-// theirs), and the acquire asks every progressEvery until it is answered.
-// Opened before the lock, the watch has usually caught up when the lock is
-// ours: the first request is answered. The partition's own watch then
-// follows it from the revision reached, on the stream the node's watches
-// share.
+// before; so catch-up watches have a few gRPC streams of their own
+// (registry.CatchUp, registry.CatchUpStreams), where they wait for no
+// partition watch and for a quarter of the other catch-ups only (at a
+// restart, hundreds of partitions open theirs), and the acquire asks every
+// progressEvery until it is answered. Not a stream each: with password
+// authentication each stream opened costs etcd a login, queued ahead of
+// the node's keep-alives. The partition's own watch then follows it from
+// the revision reached, on the stream the node's watches share.
 //
 // This costs etcd the revisions written since R. Reading the partition's
 // changes instead costs the partition's size whatever changed: etcd reads

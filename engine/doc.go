@@ -63,6 +63,11 @@
 //   - Steady state costs etcd one watermark write per node every
 //     WatermarkInterval plus keep-alives, whatever the fire rate; the
 //     partition mutex is only taken when a partition changes hands.
+//   - A join logs in to etcd a bounded number of times, not once per
+//     partition: the acquires' catch-up watches share
+//     registry.CatchUpStreams gRPC streams, and with password
+//     authentication each stream opened costs etcd a login
+//     (TestEngine_JoinLogsInOncePerStreamNotPerPartition).
 //   - Task changes (put, pause, resume, delete) and triggers take effect on
 //     the owner within a watch delivery, well under a second.
 //   - A restarted node whose Badger cache is usable loads its partitions

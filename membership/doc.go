@@ -27,6 +27,12 @@
 // Session.Mutexes, or a keep-alive whose acknowledgement was lost). That only
 // delays failover and never lets two nodes act on the same lease.
 //
+// The keep-alives share one gRPC stream, opened by Join before the lease is
+// granted and again only after a keep-alive failed: on an etcd with
+// password authentication every stream the client opens costs a login (a
+// bcrypt on etcd), which a keep-alive must not wait for
+// (TestSession_KeepAlivesShareOneLogin).
+//
 // # Member set
 //
 // Watch and List read the registered nodes. The member set is eventually
