@@ -115,15 +115,15 @@ func (r *Registry) WatchPartition(ctx context.Context, p int, after int64) clien
 //
 // Few, because a stream costs etcd a login when the client authenticates
 // with a password: clientv3 calls Authenticate (a bcrypt on etcd, tens of
-// milliseconds of CPU, seconds under -race) for every stream it opens. A
-// stream per catch-up made a join of hundreds of partitions hundreds of
-// logins, which etcd queued ahead of the node's own keep-alive: the node
-// fenced itself after every join. More than one, because etcd answers a
-// progress request only once every watch of the stream has caught up
-// with its history, and a watch opened from an earlier revision has not
-// until etcd's next resync, up to 100 ms later: at a restart, acquires
-// open their catch-up watches one after another, and each watch delays
-// the answer to the others of its stream only.
+// milliseconds of CPU, about half a second under -race) for every stream
+// it opens. A stream per catch-up made a join of hundreds of partitions
+// hundreds of logins, which etcd queued ahead of the node's own
+// keep-alive: the node fenced itself after every join. More than one,
+// because etcd answers a progress request only once every watch of the
+// stream has caught up with its history, and a watch opened from an
+// earlier revision has not until etcd's next resync, up to 100 ms later:
+// at a restart, acquires open their catch-up watches one after another,
+// and each watch delays the answer to the others of its stream only.
 const CatchUpStreams = 4
 
 // CatchUp watches partition p's tasks after revision after, as
