@@ -117,9 +117,9 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 // acquire made a join of N partitions N logins, ahead of the node's own
 // keep-alive, and the node fenced itself after every join on a slow etcd
 // (TestServer_EtcdTLSAndAuth under -race). Its catch-up watches share
-// registry.CatchUpStreams streams. A count, not a speed.
+// registry.CatchUpStreams streams. A count, not a speed. Not parallel:
+// etcd's logins (bcrypt) would load the tests that measure windows.
 func TestEngine_JoinLogsInOncePerStreamNotPerPartition(t *testing.T) {
-	t.Parallel()
 	const password, partitions = "catch-up-pass", 64
 	c := etcdtest.StartCluster(t, etcdtest.Options{RootPassword: password})
 	rc := &RequestCounter{}

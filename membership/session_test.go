@@ -169,9 +169,9 @@ func TestSession_DeadlineAdvancesWhileHealthy(t *testing.T) {
 // behind every other login) for every gRPC stream it opens, and
 // KeepAliveOnce opens one per keep-alive: each keep-alive then waited for
 // a login, and a node whose join opened other streams fenced itself
-// (TestServer_EtcdTLSAndAuth under -race). A count, not a speed.
+// (TestServer_EtcdTLSAndAuth under -race). A count, not a speed. Not
+// parallel: etcd's logins (bcrypt) would load the other tests.
 func TestSession_KeepAlivesShareOneLogin(t *testing.T) {
-	t.Parallel()
 	const password = "keep-alive-pass"
 	c := etcdtest.StartCluster(t, etcdtest.Options{RootPassword: password})
 	var logins atomic.Int64
