@@ -122,3 +122,21 @@ func TestLoop_DispatchBehindAWheelThatRanPastTheLeadGoesOn(t *testing.T) {
 		t.Errorf("the dispatch point is stuck at %v, behind the wheel's clock %v", w, want)
 	}
 }
+
+// A session fenced while NOSPACE refused its last write leaves the lead
+// lifted to nobody: the node's next session runs within the lead until a
+// write of its own is refused. (The cut keeps the node from joining again.)
+func TestEngine_FencedDuringNoSpaceLiftsTheLeadNoMore(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	n := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, nil)
+	defer n.stop(t)
+
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	etcdtest.WaitFor(t, 10*time.Second, n.e.acked.noSpace.Load)
+	proxy.Cut()
+	defer proxy.Restore()
+	n.e.sess.Load().Lost()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !n.e.acked.noSpace.Load() })
+}

@@ -119,7 +119,11 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
 	for {
-		if s := e.sess.Load(); s != nil && !s.Fenced() {
+		if s := e.sess.Load(); s == nil || s.Fenced() {
+			// No write of a fenced session is refused for NOSPACE: its
+			// successor runs within the lead until one is.
+			e.acked.noSpace.Store(false)
+		} else {
 			w := e.holds.cap(e.pool.watermark.Load())
 			val, _ := time.Unix(0, w).UTC().MarshalText()
 			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
