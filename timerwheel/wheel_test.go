@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -202,12 +203,12 @@ func checkItems(w *Wheel) error {
 	live, dead := 0, 0
 	used := map[int32]bool{}
 	for i, s := range w.slots {
-		for bi := s.head; bi >= 0; bi = w.blocks[bi].next {
+		for bi := s.head; bi >= 0; bi = w.block(bi).next {
 			if used[bi] {
 				return fmt.Errorf("block %d linked twice (slot %d)", bi, i)
 			}
 			used[bi] = true
-			b := w.blocks[bi]
+			b := w.block(bi)
 			for _, it := range b.items[b.start:b.end] {
 				if g := w.lookup(it.id); g != nil && *g == it.gen {
 					live++
@@ -220,7 +221,7 @@ func checkItems(w *Wheel) error {
 			}
 		}
 	}
-	for bi := w.free; bi >= 0; bi = w.blocks[bi].next {
+	for bi := w.free; bi >= 0; bi = w.block(bi).next {
 		if used[bi] {
 			return fmt.Errorf("free block %d is in a slot", bi)
 		}
@@ -532,5 +533,25 @@ func TestWheel_PeekBurst(t *testing.T) {
 	w.Advance(at, 1, nil)
 	if _, due := w.Peek(10, nil); len(due) != 0 {
 		t.Fatalf("Peek of a due tick = %v, want nothing", due)
+	}
+}
+
+// The wheel's memory is a few large objects, not one per block: each heap
+// object costs every garbage collection a mark and its span a sweep, and
+// at ten million timers blocks one by one were 80 000 of them.
+func TestWheel_BlocksComeInSlabs(t *testing.T) {
+	w := newWheel(t, time.Millisecond, 0)
+	const n = 1 << 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range uint32(n) {
+		w.Schedule(i, int64(i%60_000)*ms) // spread over a minute, as a fleet's fires
+	}
+	runtime.ReadMemStats(&after)
+	// Slots are partly filled: allow twice the blocks n timers fill.
+	slabs, pages := 2*n/blockLen/slabLen, n/pageSize
+	if got := after.Mallocs - before.Mallocs; got > uint64(slabs+pages+64) {
+		t.Errorf("scheduling %d timers made %d heap objects; want at most %d slabs of blocks, %d pages of generations and a few slices",
+			n, got, slabs, pages)
 	}
 }
