@@ -474,11 +474,16 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 			e.log.Warn("the health of tasks handed over was not applied", "partition", p, "tasks", len(health), "err", err)
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); e.watch(wctx, p, taskRev) }()
-	go func() { defer wg.Done(); e.nameSession(wctx, sess, m, p, hold) }()
-	go func() { wg.Wait(); close(part.done) }()
+	// One goroutine a partition while it is owned, not two: every
+	// garbage collection scans each parked goroutine's stack, and a node
+	// owns a thousand partitions.
+	var named sync.WaitGroup
+	named.Go(func() { e.nameSession(wctx, sess, m, p, hold) })
+	go func() {
+		e.watch(wctx, p, taskRev)
+		named.Wait()
+		close(part.done)
+	}()
 	// Triggers written while nobody owned p.
 	for _, kv := range held.Responses[1].GetResponseRange().Kvs {
 		e.fireTrigger(ctx, kv.Key, kv.Value)
