@@ -474,9 +474,10 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 			e.log.Warn("the health of tasks handed over was not applied", "partition", p, "tasks", len(health), "err", err)
 		}
 	}
-	// One goroutine a partition while it is owned, not two: every
-	// garbage collection scans each parked goroutine's stack, and a node
-	// owns a thousand partitions.
+	// The watch's goroutine closes done once the naming has ended too,
+	// with no goroutine of its own for that: every garbage collection
+	// scans each parked goroutine's stack, and a node owns a thousand
+	// partitions.
 	var named sync.WaitGroup
 	named.Go(func() { e.nameSession(wctx, sess, m, p, hold) })
 	go func() {
