@@ -97,9 +97,9 @@ type Config struct {
 	// Etcd, for Memory only, is the client URL of an etcd that already
 	// holds the tasks (as 'memory --procs' writes them): the bench then
 	// starts no etcd and writes no task (only the node its session and
-	// partition locks), and loads them into one engine, so
-	// that its process holds the node alone and its heap and full GC are
-	// the node's. Empty: the bench starts its own etcd.
+	// partition locks), and loads them into one engine, so that its
+	// process holds the node alone and its heap and full GC are the
+	// node's. Empty: the bench starts its own etcd.
 	Etcd string
 
 	// Runs is how many times each scenario runs; a Result then holds the

@@ -349,9 +349,8 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 }
 
 // watch follows partition p's tasks after revision rev until ctx ends,
-// applying every change to the cache and the loop, starting with wch when
-// the load left one open. If etcd compacted past the revision, it reloads
-// the partition.
+// applying every change to the cache and the loop. If etcd compacted past
+// the revision, it reloads the partition.
 func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 	var wch clientv3.WatchChan
 	var b backoff

@@ -182,13 +182,16 @@ func (p *pool) depth() int {
 	return p.queued()
 }
 
-// free returns how many jobs the queue can take now: none while a staged
-// segment longer than the queue waits.
+// free returns how many jobs the queue can take now.
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(0, len(p.q)-p.queued())
+	return p.room()
 }
+
+// room returns how many jobs the queue can take: none while a staged
+// segment longer than the queue waits. Called with mu held.
+func (p *pool) room() int { return max(0, len(p.q)-p.queued()) }
 
 // queued returns how many jobs wait, in the segment and the ring. Called
 // with mu held.
@@ -250,7 +253,7 @@ func (p *pool) spareSlice() []job {
 func (p *pool) push(jobs []job) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := min(len(jobs), max(0, len(p.q)-p.queued())) // none while a longer staged segment waits
+	k := min(len(jobs), p.room())
 	for i := range k {
 		p.q[(p.head+p.n+i)%len(p.q)] = jobs[i]
 	}
@@ -519,8 +522,7 @@ func (p *pool) complete(out *completionBatch) *completionBatch {
 	case p.done <- out:
 		return p.batch()
 	case <-p.quit:
-		clear(out.c[:out.n])
-		out.n = 0
+		out.empty()
 		return out
 	}
 }
@@ -530,9 +532,14 @@ func (p *pool) batch() *completionBatch { return p.batches.Get().(*completionBat
 
 // recycle empties a batch the loop has applied, for the workers' next.
 func (p *pool) recycle(b *completionBatch) {
+	b.empty()
+	p.batches.Put(b)
+}
+
+// empty drops the batch's completions, and the pointers they hold.
+func (b *completionBatch) empty() {
 	clear(b.c[:b.n])
 	b.n = 0
-	p.batches.Put(b)
 }
 
 // cancelUnrun records a job of a replace task whose newer fire came before
