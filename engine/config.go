@@ -61,10 +61,11 @@ type Config struct {
 	// Stage is the most fires of one tick the dispatch loop builds while
 	// it waits for the tick, to hand them to the workers whole when it is
 	// due (stage.go; default 1048576). A staged tick may exceed Queue:
-	// dispatch then waits until the workers have taken it below Queue. Its
-	// jobs take about 90 bytes a fire, and the slice is kept for the next
-	// stage: a node whose ticks hold 1 M fires keeps some 90 MB for it,
-	// grown over its first few such ticks.
+	// dispatch then waits until the workers have taken it below Queue.
+	// What a stage needs is made ready while no tick is near, sized to the
+	// largest tick up to Stage, and kept: about 140 bytes a fire (the jobs,
+	// the wheel's view of the tick, the completions' batches), some 140 MB
+	// for a node whose ticks hold 1 M fires.
 	Stage int
 
 	// LeaseTTL is the session lease (default 10s): the failover time after

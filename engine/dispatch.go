@@ -352,7 +352,8 @@ func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over
 // complete applies finished attempts: counters, retries, buffered fires.
 func (l *loop) complete(b *completionBatch) {
 	l.epoch++
-	for _, c := range b.c[:b.n] {
+	for i := range b.c[:b.n] {
+		c := &b.c[i]
 		r := l.tab.rec(c.rec)
 		if r.flags&flagLive == 0 || r.gen != c.gen {
 			continue // the task is gone
@@ -364,13 +365,15 @@ func (l *loop) complete(b *completionBatch) {
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
-				l.retry(c.rec, r, prof, c.sched, c.attempt+1, c.over, c.bf)
+				x := b.extra(c)
+				l.retry(c.rec, r, prof, c.sched, c.attempt+1, x.over, x.bf)
 				final = false
 			}
 		}
 		if final {
-			if ev := l.outcome(c.rec, r, c.sched, c.status, c.err); ev != "" {
-				l.alert(ev, r, c.sched, int(c.attempt), c.status, c.err)
+			err := b.extra(c).err
+			if ev := l.outcome(c.rec, r, c.sched, c.status, err); ev != "" {
+				l.alert(ev, r, c.sched, int(c.attempt), c.status, err)
 			}
 			l.pauseOnFailure(r)
 		}

@@ -81,3 +81,49 @@ func TestPool_StagedSegmentIsQueuedFirst(t *testing.T) {
 		t.Errorf("after a reset %d jobs wait (segment %v)", d, p.seg != nil)
 	}
 }
+
+// The batches a burst's completions need are made before it (reserve) and
+// kept: a burst of reserved size allocates none, and each comes back to
+// the free list once the loop applied it. A completion's error, override
+// and backfill travel beside it.
+func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
+	cfg := DefaultConfig("n").withDefaults()
+	cfg.Workers, cfg.Queue = 2, 64
+	var hold atomic.Bool
+	hold.Store(true)
+	p := newPool(cfg, nil, &stats{}, hold.Load, 0)
+	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	const fires = 640
+	p.reserve(fires)
+	reserved := p.made.Load()
+	if want := int64(fires/chunkMax + cfg.Workers); reserved < want || len(p.batches) < int(want)-cfg.Workers {
+		t.Fatalf("reserve(%d) made %d batches, %d free, want %d", fires, reserved, len(p.batches), want)
+	}
+	p.reserve(fires)
+	if p.made.Load() != reserved {
+		t.Fatalf("a second reserve of the same burst made %d more batches", p.made.Load()-reserved)
+	}
+
+	var b completionBatch
+	over := &task.Override{}
+	b.add(&job{rec: 1}, statusOK, "")
+	b.add(&job{rec: 2, over: over}, statusFailed, "boom")
+	if x := b.extra(&b.c[0]); x != (completionExtra{}) {
+		t.Errorf("a plain fire's completion carries %+v", x)
+	}
+	if x := b.extra(&b.c[1]); x.err != "boom" || x.over != over {
+		t.Errorf("a failure's completion carries %+v, want its error and override", x)
+	}
+	b.empty()
+	if b.n != 0 || len(b.extras) != 0 {
+		t.Errorf("an emptied batch holds %d completions and %d extras", b.n, len(b.extras))
+	}
+
+	free := len(p.batches)
+	for range 3 * free {
+		p.recycle(p.batch())
+	}
+	if p.made.Load() != reserved || len(p.batches) != free {
+		t.Fatalf("batches taken and given back: %d made, %d free; want %d and %d", p.made.Load(), len(p.batches), reserved, free)
+	}
+}

@@ -51,7 +51,7 @@ type stage struct {
 	peek   []timerwheel.Expired // the tick's timers as Peek saw them: jobs are their prefix
 	tick   int64                // the tick the tries count for
 	tries  int                  // stages built for tick (stageTries)
-	want   int                  // the room a tick cut short asked for: jobs grows to it away from any tick
+	lent   bool                 // the pool holds jobs' slice: the workers take the last stage
 }
 
 // stageNext stages the next tick with timers if it is due within
@@ -59,23 +59,22 @@ type stage struct {
 // when it is about to sleep.
 //
 // A stage holds as many fires as the queue has room for, or as its slice
-// already holds, up to Config.Stage. A tick with more fires than that
-// doubles the room the next stages get, and the slice grows to it while
-// no tick is near: allocating a million jobs (90 MB) just before a tick
-// would delay that tick by more than staging gains.
+// already holds, up to Config.Stage; the slice is sized to the tick while
+// no tick is near (sizeStage).
 func (l *loop) stageNext() {
 	s := &l.staged
 	if s.at != 0 && s.epoch == l.epoch {
 		return // still good
 	}
 	s.drop()
-	if s.jobs == nil {
-		s.jobs = l.pool.spareSlice() // nil while the workers take the last stage
+	if s.lent {
+		s.jobs = l.pool.spareSlice()
+		s.lent = s.jobs == nil
 	}
 	now := l.cfg.Clock.Now().UnixNano()
 	next, ok := l.wheel.NextDeadline()
-	if s.jobs != nil && cap(s.jobs) < s.want && (!ok || next-now > int64(stageAhead)) {
-		s.jobs = slices.Grow(s.jobs, s.want)
+	if !s.lent && (!ok || next-now > int64(stageAhead)) {
+		l.sizeStage()
 	}
 	if !ok || next-now < int64(stageLast) || next-now > int64(stageAhead) || len(l.unpushed) > 0 || l.fenced() {
 		return
@@ -97,9 +96,6 @@ func (l *loop) stageNext() {
 	if at != next {
 		return
 	}
-	if len(peek) == room {
-		s.want = min(2*room, l.cfg.Stage) // the tick may hold more
-	}
 	s.minDue = at
 	for _, e := range peek {
 		if e.ID >= retryBase {
@@ -115,6 +111,33 @@ func (l *loop) stageNext() {
 	if len(s.jobs) > 0 {
 		s.at, s.epoch = at, l.epoch
 	}
+}
+
+// sizeStage makes ready, while no tick is near, all that the next tick
+// with timers needs, up to Config.Stage fires: the stage's jobs, its Peek,
+// the Advance that releases it and the completions' batches. At the tick
+// these cost their first use of fresh memory: a slice grown by appends
+// copies itself over and over (26 to 138 ms at the second of a million
+// tasks), and each page's first write faults it in. A slice grows by a
+// quarter at least, so that a partition loaded in chunks does not
+// reallocate it for each. Called with the stage empty.
+func (l *loop) sizeStage() {
+	_, n := l.wheel.PeekLen()
+	n = min(n, l.cfg.Stage)
+	s := &l.staged
+	if cap(s.jobs) < n {
+		s.jobs = make([]job, 0, max(n, min(cap(s.jobs)*5/4, l.cfg.Stage)))
+		clear(s.jobs[:cap(s.jobs)]) // faults its pages in now, not at the tick (pool.newBatch)
+	}
+	if cap(s.peek) < n {
+		s.peek = make([]timerwheel.Expired, 0, cap(s.jobs))
+		clear(s.peek[:cap(s.peek)])
+	}
+	if cap(l.expired) < n {
+		l.expired = make([]timerwheel.Expired, 0, cap(s.jobs))
+		clear(l.expired[:cap(l.expired)])
+	}
+	l.pool.reserve(n)
 }
 
 // stageWake returns how long the loop may sleep before it should stage
@@ -176,7 +199,7 @@ func (l *loop) releaseStaged() bool {
 	}
 	l.stats.staged.Add(uint64(len(s.jobs)))
 	if l.pool.pushStaged(s.jobs) {
-		s.jobs = nil // the pool's now
+		s.jobs, s.lent = nil, true // the pool's now
 	} else {
 		l.jobs, s.jobs = s.jobs, l.jobs[:0]
 		l.pushJobs()

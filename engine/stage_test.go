@@ -184,11 +184,11 @@ func TestLoop_StagedFireCountsAsRunningForItsRetry(t *testing.T) {
 	}
 }
 
-// A tick with more fires than the queue holds is staged as far as the
-// queue has room; the stage's room then doubles, its slice growing while no
-// tick is near, until a whole tick, longer than the queue, is staged and
-// goes to the pool whole. The queue takes nothing more until the workers
-// have taken it below its length.
+// A tick with more fires than the queue holds is staged whole, and goes to
+// the pool whole, once the loop was idle while no tick was near: the
+// stage's slice is sized to the tick then. A loop idle only just before
+// the tick stages what the queue has room for. The queue takes nothing
+// more until the workers have taken the stage below its length.
 func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-50*time.Millisecond), func(c *Config) { c.Queue, c.Stage = 20, 100 })
@@ -223,18 +223,18 @@ func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 	var staged []int
 	for sec := range 3 {
 		tick := base.Add(time.Duration(sec) * time.Second)
-		tl.clock.Advance(tick.Add(-time.Second / 2).Sub(tl.clock.Now()))
-		idle() // away from any tick: the stage's slice grows
+		if sec > 0 {
+			tl.clock.Advance(tick.Add(-time.Second / 2).Sub(tl.clock.Now()))
+			idle() // away from any tick: the stage's slice is sized to it
+		}
 		tl.clock.Advance(tick.Add(-50 * time.Millisecond).Sub(tl.clock.Now()))
 		idle()
 		staged = append(staged, len(tl.staged.jobs))
 		tl.clock.Advance(tick.Add(time.Millisecond).Sub(tl.clock.Now()))
 		tl.dispatchAll()
 	}
-	// The second stage has at least twice the first's room (slices grow
-	// by more).
-	if staged[0] != 20 || staged[1] < 40 || staged[2] != 70 {
-		t.Fatalf("staged %v fires in three ticks of 70 (queue 20, stage 100), want 20, 40 or more, then 70", staged)
+	if !slices.Equal(staged, []int{20, 70, 70}) {
+		t.Fatalf("staged %v fires in three ticks of 70 (queue 20, stage 100), want 20 (idle only near the tick), then 70 and 70", staged)
 	}
 	if got := len(tl.dispatched(0)); got != 70 || len(tl.unpushed) != 0 {
 		t.Fatalf("%d fires queued and %d waiting for room after the staged tick, want 70 queued", got, len(tl.unpushed))
@@ -244,5 +244,25 @@ func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 	}
 	if k := tl.pool.push(make([]job, 3)); k != 0 {
 		t.Errorf("the queue took %d jobs behind a segment of 70, want none", k)
+	}
+}
+
+// A stage is sized to its tick no larger than Config.Stage, and no larger
+// than the tick: a node's memory for staging is that of its largest tick.
+func TestLoop_StageSizedToTheTickWithinConfig(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ tasks, stage, want int }{{150, 100, 100}, {30, 100, 30}} {
+		tl := newTestLoop(t, base.Add(-time.Second/2), func(c *Config) { c.Queue, c.Stage = 20, tc.stage })
+		tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("a", tc.tasks)...)
+		tl.dispatchAll()
+		tl.stageNext() // away from the tick: sized
+		if got := cap(tl.staged.jobs); got != tc.want {
+			t.Errorf("%d tasks on one second, stage %d: a stage's room of %d, want %d", tc.tasks, tc.stage, got, tc.want)
+		}
+		tl.clock.Advance(time.Second/2 - 50*time.Millisecond)
+		tl.stageNext()
+		if got := len(tl.staged.jobs); got != tc.want {
+			t.Errorf("%d tasks on one second, stage %d: staged %d, want %d", tc.tasks, tc.stage, got, tc.want)
+		}
 	}
 }

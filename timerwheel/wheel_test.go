@@ -478,6 +478,10 @@ func TestWheel_PeekIsWhatAdvanceDelivers(t *testing.T) {
 			case 2:
 				w.Cancel(uint32(rng.IntN(2000)))
 			}
+			lenAt, n := w.PeekLen()
+			if allAt, all := w.Peek(math.MaxInt, nil); allAt != lenAt || n < len(all) {
+				t.Fatalf("seed %d step %d: PeekLen = %d timers at %d, Peek = %d at %d", seed, step, n, lenAt, len(all), allAt)
+			}
 			at, got := w.Peek(1+rng.IntN(400), nil)
 			if len(got) == 0 {
 				now += rng.Int64N(300 * ms)
@@ -522,11 +526,18 @@ func TestWheel_PeekBurst(t *testing.T) {
 	if w.Len() != 999 {
 		t.Fatalf("Peek removed timers: %d left", w.Len())
 	}
+	// The cancelled timer is counted until its slot expires.
+	if lenAt, n := w.PeekLen(); lenAt != at || n != 1000 {
+		t.Fatalf("PeekLen = %d timers at %d, want 1000 at %d", n, lenAt, at)
+	}
 	// A timer on another tick in the same slot: the cascade may reorder
 	// them, so Peek says nothing.
 	w.Schedule(5000, at+1)
 	if _, mixed := w.Peek(10, nil); len(mixed) != 0 {
 		t.Fatalf("Peek of a mixed slot = %v, want nothing", mixed)
+	}
+	if lenAt, n := w.PeekLen(); lenAt != 0 || n != 0 {
+		t.Fatalf("PeekLen of a mixed slot = %d timers at %d, want none", n, lenAt)
 	}
 	// Once due, the current tick's timers are not ahead.
 	w.Cancel(5000)

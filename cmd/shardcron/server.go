@@ -118,7 +118,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.load, "load", d.Load, "bounded-load factor: no node owns more than load × the average partitions")
 	fs.IntVar(&f.workers, "workers", d.Workers, "executions that run at once")
 	fs.IntVar(&f.queue, "queue", d.Queue, "fires that may wait for a worker")
-	fs.IntVar(&f.stage, "stage", d.Stage, "most fires of one tick built before it is due and handed to the workers whole at it, even past --queue: about 90 bytes a fire, kept for the next tick")
+	fs.IntVar(&f.stage, "stage", d.Stage, "most fires of one tick built before it is due and handed to the workers whole at it, even past --queue: about 140 bytes a fire of the largest tick, made ready long before it and kept")
 	fs.IntVar(&f.batch, "batch", d.BatchSize, "fires the dispatch loop hands to the workers at once, at most --queue: smaller batches serve commands (hand-overs, task changes) sooner during a burst")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds)")
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution")
