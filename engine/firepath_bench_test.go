@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -131,7 +132,8 @@ func benchFirePath(b *testing.B, n int) {
 const benchIdle = 200 * time.Millisecond
 
 // newBenchLoop builds a dispatch loop and its pool on a fake clock, half a
-// second before base, with no etcd and no lead limit.
+// second before base, with no etcd and no lead limit, and a store that
+// keeps no history, as the harness's nodes have.
 func newBenchLoop(b *testing.B) (*loop, *pool, *shiftedClock, time.Time) {
 	clock := &shiftedClock{}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -143,7 +145,14 @@ func newBenchLoop(b *testing.B) (*loop, *pool, *shiftedClock, time.Time) {
 	notFenced := func() bool { return false }
 	ack := new(acked)
 	ack.at.Store(math.MaxInt64 / 2) // no lead limit: etcd is not in these benchmarks
-	p := newPool(cfg, nil, st, notFenced, start)
+	sc := store.DefaultConfig(b.TempDir())
+	sc.History = store.HistoryNone
+	history, err := store.Open(sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = history.Close() })
+	p := newPool(cfg, history, st, notFenced, start)
 	l, err := newLoop(cfg, schedule.NewTable(), p, newHolds(), st, nil, notFenced, ack, make(chan struct{}, 1), start)
 	if err != nil {
 		b.Fatal(err)

@@ -642,7 +642,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 	if j.bf != nil && final(j, st) {
 		j.bf.end(j.sched)
 	}
-	if err == nil && p.history == nil {
+	if err == nil && (p.history == nil || !p.history.KeepsSuccesses()) {
 		return st, ""
 	}
 	finished := now

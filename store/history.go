@@ -222,6 +222,11 @@ func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
 // is written again as soon as the disk takes it.
 func (s *Store) WriteFailed() uint64 { return s.history.failed.Load() }
 
+// KeepsSuccesses reports whether RecordKeep may keep a success: not in
+// modes HistoryNone and HistoryFailures, where a caller can skip building
+// the record of each of a million fires.
+func (s *Store) KeepsSuccesses() bool { return s.history.mode == HistoryAll }
+
 // Sampled returns how many successful execution records have been left
 // out by sampling since Open.
 func (s *Store) Sampled() uint64 { return s.history.sampled.Load() }

@@ -77,6 +77,9 @@ func TestHistory_Modes(t *testing.T) {
 			if s.Dropped() != 0 {
 				t.Errorf("Dropped = %d", s.Dropped())
 			}
+			if keeps := strings.Contains(tt.want, task.ExecutionOK); s.KeepsSuccesses() != keeps {
+				t.Errorf("KeepsSuccesses = %v, want %v", s.KeepsSuccesses(), keeps)
+			}
 		})
 	}
 }
