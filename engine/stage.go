@@ -203,6 +203,7 @@ func (l *loop) releaseStaged() bool {
 	} else {
 		l.jobs, s.jobs = s.jobs, l.jobs[:0]
 		l.pushJobs()
+		l.jobs, s.jobs = s.jobs, l.jobs // the stage keeps its sized slice
 	}
 	l.stagedFires = len(l.expired) // dispatch appends them to released next
 	return true

@@ -264,5 +264,15 @@ func TestLoop_StageSizedToTheTickWithinConfig(t *testing.T) {
 		if got := len(tl.staged.jobs); got != tc.want {
 			t.Errorf("%d tasks on one second, stage %d: staged %d, want %d", tc.tasks, tc.stage, got, tc.want)
 		}
+		// A job queued meanwhile: the pool refuses the stage whole, the
+		// loop queues its jobs as it would unstaged ones, and the stage
+		// keeps its slice for the next tick.
+		tl.pool.push(tl.staged.jobs[:1])
+		tl.clock.Advance(51 * time.Millisecond)
+		tl.dispatchAll()
+		if tl.pool.seg != nil || cap(tl.staged.jobs) != tc.want {
+			t.Errorf("%d tasks on one second, stage %d: the stage went whole to a queue that held a job, or its room is %d, want %d",
+				tc.tasks, tc.stage, cap(tl.staged.jobs), tc.want)
+		}
 	}
 }
