@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardcron/shardcron/api/client"
@@ -40,13 +41,17 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	last := time.Now()
 	los := make(chan int)
 	errs := make(chan error, importInFlight)
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		written atomic.Int64 // tasks whose batch the API answered
+	)
 	for range importInFlight {
 		wg.Go(func() {
 			var body []byte
 			for lo := range los {
 				body = body[:0]
-				for i := lo; i < min(lo+importBatch, cfg.Tasks); i++ {
+				hi := min(lo+importBatch, cfg.Tasks)
+				for i := lo; i < hi; i++ {
 					body = fmt.Appendf(body, `{"id":%q,"schedule":%q,"executor":{"type":"noop"}}`+"\n", taskID(i), cfg.Schedule)
 				}
 				res, err := cl.PutBatch(ctx, body)
@@ -57,6 +62,7 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 					errs <- fmt.Errorf("bench: import batch at task %d: %w", lo, err)
 					return
 				}
+				written.Add(int64(hi - lo))
 			}
 		})
 	}
@@ -70,7 +76,7 @@ send:
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
-			fmt.Fprintf(cfg.Progress, "bench: imported %d of %d tasks\n", lo, cfg.Tasks)
+			fmt.Fprintf(cfg.Progress, "bench: imported %d of %d tasks\n", written.Load(), cfg.Tasks)
 		}
 	}
 	close(los)

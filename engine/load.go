@@ -211,7 +211,7 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 type revisions struct {
 	sem  chan struct{} // a slot: one read at a time, which the others then share
 	rev  int64         // the last revision read, under sem
-	read time.Time     // when, under sem
+	read time.Time     // when, under sem: the wall clock's, as it dates a read of etcd, not a fire
 }
 
 func newRevisions() *revisions { return &revisions{sem: make(chan struct{}, 1)} }
