@@ -242,10 +242,7 @@ func (p *pool) at(i int) *job {
 func (p *pool) pop() {
 	if p.segHead < len(p.seg) {
 		p.seg[p.segHead] = job{}
-		p.segHead++
-		if p.segHead == len(p.seg) {
-			p.spare, p.seg, p.segHead = p.seg[:0], nil, 0
-		}
+		p.segTaken(1)
 		return
 	}
 	p.q[p.head] = job{}
@@ -516,6 +513,9 @@ func (p *pool) take(buf []job) int {
 		limit = len(buf) // a chunk takes microseconds: no worker holds others' jobs for long
 	}
 	full := p.queued() >= len(p.q)
+	if limit > 1 && p.segHead < len(p.seg) {
+		k = p.takeSegment(buf)
+	}
 	for k < limit && p.queued() > 0 {
 		j := p.at(0)
 		if k > 0 && !j.prof.noop {
@@ -540,6 +540,33 @@ func (p *pool) take(buf []job) int {
 		}
 	}
 	return k
+}
+
+// takeSegment copies into buf the staged segment's first run of noop jobs,
+// up to len(buf), and empties their places with one copy and one clear:
+// workers take a burst under the pool's lock, and job by job that lock
+// was held for a microsecond a chunk. Called with mu held and a segment
+// waiting whose first job is a noop.
+func (p *pool) takeSegment(buf []job) int {
+	run := p.seg[p.segHead:min(len(p.seg), p.segHead+len(buf))]
+	k := 1
+	for k < len(run) && run[k].prof.noop {
+		k++
+	}
+	copy(buf, run[:k])
+	clear(run[:k])
+	p.segTaken(k)
+	return k
+}
+
+// segTaken moves the segment's head past k jobs taken (and emptied), and
+// keeps the slice for the next stage once the whole segment is taken.
+// Called with mu held.
+func (p *pool) segTaken(k int) {
+	p.segHead += k
+	if p.segHead == len(p.seg) {
+		p.spare, p.seg, p.segHead = p.seg[:0], nil, 0
+	}
 }
 
 // complete sends out's completions to the loop, and returns the batch
