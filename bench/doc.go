@@ -33,10 +33,12 @@
 //     scheduled second) for the keyed tasks: every task with the handler
 //     and http executors, and with the noop executor one probe task per
 //     partition (a handler task standing among the noop ones), since noop
-//     fires are invisible by design. A burst through node processes
-//     probes 64 partitions only: each probe fire there is an HTTP request,
-//     and 1 024 of them at once cost the node more CPU than the burst. Fire totals of all tasks come from the
-//     engines' counters.
+//     fires are invisible by design. A burst or a throughput run through
+//     node processes probes 64 partitions only: each probe fire there is
+//     an HTTP request, and 1 024 of them within each second cost the node
+//     more than the noop fires around them (keyed_tasks says how many
+//     were probed). Fire totals of all tasks come from the engines'
+//     counters.
 //   - In-process, CPU cores and RSS are those of the whole process, the
 //     embedded etcd and the harness included: an upper bound of a node's.
 //     So are memory's bytes a task and full GC, which are not even bounds:

@@ -70,7 +70,9 @@ with --procs report the nodes' own lag histograms instead (due to a worker
 taking the fire), since a probe's lag there times its HTTP request too.
 Duplicates and misses
 are counted by idempotency key; with the noop executor on one probe task per
-partition (noop fires are invisible), with handler and http on every task.
+partition (noop fires are invisible; 64 partitions for throughput and burst
+with --procs, where each probe is an HTTP request), with handler and http on
+every task.
 In-process, CPU and RSS are the whole process's, embedded etcd included.
 
 Examples:
