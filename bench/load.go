@@ -43,7 +43,7 @@ func runImport(ctx context.Context, cfg Config) (*Result, error) {
 	errs := make(chan error, importInFlight)
 	var (
 		wg      sync.WaitGroup
-		written atomic.Int64 // tasks whose batch the API answered
+		written atomic.Int64 // tasks whose batch the API took without an error
 	)
 	for range importInFlight {
 		wg.Go(func() {

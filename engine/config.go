@@ -64,7 +64,8 @@ type Config struct {
 	// dispatch then waits until the workers have taken it below Queue.
 	// What a stage needs is made ready while no tick is near, sized to the
 	// largest tick up to Stage, and kept: about 140 bytes a fire (the jobs,
-	// the wheel's view of the tick, the completions' batches), some 140 MB
+	// the wheel's view of the tick, the Advance's slice, the completions'
+	// batches), some 140 MB
 	// for a node whose ticks hold 1 M fires.
 	Stage int
 

@@ -361,19 +361,18 @@ func (l *loop) complete(b *completionBatch) {
 		r.running--
 		r.status = c.status
 		prof := l.profs.list[r.prof]
+		x := b.extra(c)
 		final := true
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
-				x := b.extra(c)
 				l.retry(c.rec, r, prof, c.sched, c.attempt+1, x.over, x.bf)
 				final = false
 			}
 		}
 		if final {
-			err := b.extra(c).err
-			if ev := l.outcome(c.rec, r, c.sched, c.status, err); ev != "" {
-				l.alert(ev, r, c.sched, int(c.attempt), c.status, err)
+			if ev := l.outcome(c.rec, r, c.sched, c.status, x.err); ev != "" {
+				l.alert(ev, r, c.sched, int(c.attempt), c.status, x.err)
 			}
 			l.pauseOnFailure(r)
 		}

@@ -127,8 +127,9 @@ func benchFirePath(b *testing.B, n int) {
 	b.ReportMetric(float64(st.staged.Load())/float64(b.N*n), "staged/fire")
 }
 
-// benchIdle is how long before each burst's second the benchmark moves the
-// clock to: the loop is idle there, as a node's is before the second.
+// benchIdle is how long before each burst's second, after the first, the
+// benchmark moves the clock to: the loop is idle there, as a node's is
+// before the second.
 const benchIdle = 200 * time.Millisecond
 
 // newBenchLoop builds a dispatch loop and its pool on a fake clock, half a

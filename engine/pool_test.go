@@ -93,6 +93,11 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 	hold.Store(true)
 	p := newPool(cfg, nil, &stats{}, hold.Load, 0)
 	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	for deadline := time.Now().Add(10 * time.Second); p.made.Load() < int64(cfg.Workers); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workers never took their first batch")
+		}
+	}
 	const fires = 640
 	p.reserve(fires)
 	reserved := p.made.Load()

@@ -224,7 +224,7 @@ func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 	for sec := range 3 {
 		tick := base.Add(time.Duration(sec) * time.Second)
 		if sec > 0 {
-			tl.clock.Advance(tick.Add(-time.Second / 2).Sub(tl.clock.Now()))
+			tl.clock.Advance(tick.Add(-sizeAhead - 100*time.Millisecond).Sub(tl.clock.Now()))
 			idle() // away from any tick: the stage's slice is sized to it
 		}
 		tl.clock.Advance(tick.Add(-50 * time.Millisecond).Sub(tl.clock.Now()))
@@ -252,14 +252,14 @@ func TestLoop_StageGrowsPastTheQueue(t *testing.T) {
 func TestLoop_StageSizedToTheTickWithinConfig(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct{ tasks, stage, want int }{{150, 100, 100}, {30, 100, 30}} {
-		tl := newTestLoop(t, base.Add(-time.Second/2), func(c *Config) { c.Queue, c.Stage = 20, tc.stage })
+		tl := newTestLoop(t, base.Add(-2*sizeAhead), func(c *Config) { c.Queue, c.Stage = 20, tc.stage })
 		tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("a", tc.tasks)...)
 		tl.dispatchAll()
 		tl.stageNext() // away from the tick: sized
 		if got := cap(tl.staged.jobs); got != tc.want {
 			t.Errorf("%d tasks on one second, stage %d: a stage's room of %d, want %d", tc.tasks, tc.stage, got, tc.want)
 		}
-		tl.clock.Advance(time.Second/2 - 50*time.Millisecond)
+		tl.clock.Advance(2*sizeAhead - 50*time.Millisecond)
 		tl.stageNext()
 		if got := len(tl.staged.jobs); got != tc.want {
 			t.Errorf("%d tasks on one second, stage %d: staged %d, want %d", tc.tasks, tc.stage, got, tc.want)
