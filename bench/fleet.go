@@ -89,9 +89,9 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 // outweighs the noop fires around it. With a probe in each of 1 024
 // partitions the node's own fire lag in a burst of 100 000 was 70-130 ms
 // at p50 where it is 23 ms with 64, and a node firing 1 M a second had a
-// p99 of 140-179 ms where it had 97-101 ms with 64 (same engine). The lag comes from the nodes'
-// histograms there (runBurst, runThroughput); the probes keep counting
-// duplicates and misses. A hand-over needs a probe in every partition, to
+// p99 of 140-179 ms where it had 97-101 ms with 64 (same engine). The lag
+// comes from the nodes' histograms there (runBurst, runThroughput); the
+// probes keep counting duplicates and misses. A hand-over needs a probe in every partition, to
 // time each partition's gap.
 const fewProbes = 64
 

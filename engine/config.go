@@ -65,8 +65,7 @@ type Config struct {
 	// What a stage needs is made ready while no tick is near, sized to the
 	// largest tick up to Stage, and kept: about 140 bytes a fire (the jobs,
 	// the wheel's view of the tick, the Advance's slice, the completions'
-	// batches), some 140 MB
-	// for a node whose ticks hold 1 M fires.
+	// batches), some 140 MB for a node whose ticks hold 1 M fires.
 	Stage int
 
 	// LeaseTTL is the session lease (default 10s): the failover time after

@@ -135,18 +135,24 @@ func (l *loop) sizeStage() {
 	_, n := l.wheel.PeekLen()
 	n = min(n, l.cfg.Stage)
 	if cap(s.jobs) < n {
-		s.jobs = make([]job, 0, max(n, min(cap(s.jobs)*5/4, l.cfg.Stage)))
-		clear(s.jobs[:cap(s.jobs)]) // faults its pages in now, not at the tick (pool.newBatch)
+		n = max(n, min(cap(s.jobs)*5/4, l.cfg.Stage))
 	}
-	if cap(s.peek) < n {
-		s.peek = make([]timerwheel.Expired, 0, cap(s.jobs))
-		clear(s.peek[:cap(s.peek)])
-	}
-	if cap(l.expired) < n {
-		l.expired = make([]timerwheel.Expired, 0, cap(s.jobs))
-		clear(l.expired[:cap(l.expired)])
-	}
+	s.jobs = roomFor(s.jobs, n)
+	s.peek = roomFor(s.peek, n)
+	l.expired = roomFor(l.expired, n)
 	l.pool.reserve(n)
+}
+
+// roomFor returns s, emptied, if it holds n; else an empty slice of
+// capacity n, written once so that its pages fault in now, not at the tick
+// (pool.newBatch).
+func roomFor[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:0]
+	}
+	s = make([]T, n)
+	clear(s)
+	return s[:0]
 }
 
 // stageWake returns how long the loop may sleep before it should stage

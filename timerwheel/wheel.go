@@ -262,9 +262,9 @@ func (w *Wheel) Peek(max int, dst []Expired) (int64, []Expired) {
 // PeekLen returns how many timers Peek would append with no max, or more
 // (timers cancelled or moved since they were scheduled are counted until
 // their slot expires), and when they are due; 0 when Peek cannot read the
-// next tick (see Peek). It reads a block, not a timer, at a time: a million timers in
-// some 8 000 steps, so that the owner can size what it builds from Peek
-// long before the tick.
+// next tick (see Peek). It reads a block, not a timer, at a time: a
+// million timers in some 8 000 steps, so that the owner can size what it
+// builds from Peek long before the tick.
 func (w *Wheel) PeekLen() (at int64, n int) {
 	t, s, ok := w.peekSlot()
 	if !ok {
