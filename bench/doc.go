@@ -21,22 +21,24 @@
 //     callback: end to end, wheel, queue and worker included. A window's
 //     lag figures are those of the fires that ran in it (a burst's: of the
 //     fires scheduled at its second), so a scheduler that falls behind
-//     shows it as lag. A throughput or burst with node processes is the
-//     exception: a probe's lag there would time its HTTP request to the
-//     receiver as much as the node, so its lag figures are the nodes' own
-//     fire-lag histograms over the window or the burst (every fire, from
-//     its due time to a worker taking it; quantiles interpolated in
-//     buckets that grow by half, the maximum a bucket's upper bound).
+//     shows it as lag. A burst, and a throughput with node processes, are
+//     the exceptions: their lag figures are the nodes' own fire-lag
+//     histograms over the burst or the window (every fire, from its due
+//     time to a worker taking it; quantiles interpolated in buckets that
+//     grow by half, the maximum a bucket's upper bound). Through a process
+//     a probe's lag would time its HTTP request to the receiver as much as
+//     the node, and a burst probes too few partitions for a p99 (below).
 //   - A keyed fire scheduled in the window that has not run 2 s after the
 //     window ends is missed.
 //   - Duplicates and misses are counted by idempotency key (task id and
 //     scheduled second) for the keyed tasks: every task with the handler
 //     and http executors, and with the noop executor one probe task per
 //     partition (a handler task standing among the noop ones), since noop
-//     fires are invisible by design. A burst or a throughput run through
-//     node processes probes 64 partitions only: each probe fire there is
-//     an HTTP request, and 1 024 of them within each second cost the node
-//     more than the noop fires around them (keyed_tasks says how many
+//     fires are invisible by design. A burst, and a throughput run
+//     through node processes, probe 64 partitions only: each probe fire
+//     costs the node far more than a noop fire (an HTTP request through a
+//     process, a handler call in-process), and 1 024 of them within one
+//     second weighed on the fires around them (keyed_tasks says how many
 //     were probed). Fire totals of all tasks come from the engines'
 //     counters.
 //   - In-process, CPU cores and RSS are those of the whole process, the

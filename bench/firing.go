@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/shardcron/shardcron/engine"
 )
 
 // runThroughput fires every task on its schedule for the window.
@@ -56,11 +54,9 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	w.ca, w.a = f.counters(), snapshot()
-	var before []engine.Histogram
-	if cfg.Procs {
-		if before, err = f.fireLags(ctx); err != nil {
-			return nil, err
-		}
+	before, err := f.fireLags(ctx)
+	if err != nil {
+		return nil, err
 	}
 	// Wait until every fire of the burst ran, or a minute.
 	deadline := at.Add(time.Minute)
@@ -77,21 +73,20 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Procs {
-		// A probe's request to the receiver times the http executor and the
-		// receiver, not the engine: the lag is the nodes' own, of every
-		// fire of the burst, from due to a worker taking it.
-		after, err := f.fireLags(ctx)
-		if err != nil {
-			return nil, err
-		}
-		h, err := lagSince(before, after)
-		if err != nil {
-			return nil, err
-		}
-		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = h.Quantile(0.5)*1000, h.Quantile(0.99)*1000, maxMs(h)
-		r.LagDist = histBuckets(h)
+	// The lag is the nodes' own, of every fire of the burst, from due to a
+	// worker taking it: the few probes (fewProbes) sample the burst too
+	// sparsely for a p99, and through a process a probe's request to the
+	// receiver times the receiver as much as the node.
+	after, err := f.fireLags(ctx)
+	if err != nil {
+		return nil, err
 	}
+	h, err := lagSince(before, after)
+	if err != nil {
+		return nil, err
+	}
+	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = h.Quantile(0.5)*1000, h.Quantile(0.99)*1000, maxMs(h)
+	r.LagDist = histBuckets(h)
 	// The burst lasts from its second to its last fire, not from the
 	// snapshot before it.
 	if last := time.Unix(0, f.meter.rec.lastExec.Load()); last.After(at) && r.Fires > 0 {

@@ -83,21 +83,23 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	return f, nil
 }
 
-// fewProbes is how many partitions a burst or a throughput run through
-// node processes probes: each probe fire is an HTTP request to the
-// receiver, whose CPU (a connection each, all within the second's burst)
-// outweighs the noop fires around it. With a probe in each of 1 024
-// partitions the node's own fire lag in a burst of 100 000 was 70-130 ms
-// at p50 where it is 23 ms with 64, and a node firing 1 M a second had a
-// p99 of 140-179 ms where it had 97-101 ms with 64 (same engine). The lag
-// comes from the nodes' histograms there (runBurst, runThroughput); the
-// probes keep counting duplicates and misses. A hand-over needs a probe in every partition, to
-// time each partition's gap.
+// fewProbes is how many partitions a burst, or a throughput run through
+// node processes, probes. Each probe fire costs the node far more than the
+// noop fires around it: through a process it is an HTTP request to the
+// receiver (with a probe in each of 1 024 partitions the node's own fire
+// lag in a burst of 100 000 was 70-130 ms at p50 where it is 23 ms with 64,
+// and a node firing 1 M a second had a p99 of 140-179 ms where it had
+// 97-101 ms with 64); in-process it is a handler call on a context with a
+// timeout, taken by a worker alone, and 1 024 of them made a burst of
+// 100 000 take its workers 7 ms where 64 took 2.7. The lag there comes
+// from the nodes' histograms (runBurst, runThroughput); the probes keep
+// counting duplicates and misses. A hand-over needs a probe in every
+// partition, to time each partition's gap.
 const fewProbes = 64
 
 // probedPartitions returns how many partitions get a probe.
 func probedPartitions(cfg Config) int {
-	if cfg.Procs && (cfg.Scenario == Burst || cfg.Scenario == Throughput) {
+	if cfg.Scenario == Burst || cfg.Procs && cfg.Scenario == Throughput {
 		return min(cfg.Partitions, fewProbes)
 	}
 	return cfg.Partitions

@@ -179,6 +179,7 @@ func (l *loop) run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		l.service()
+		l.awaitStage()
 		if l.dispatch() {
 			continue // more is due now: commands are served between batches
 		}

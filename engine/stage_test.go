@@ -276,3 +276,34 @@ func TestLoop_StageSizedToTheTickWithinConfig(t *testing.T) {
 		}
 	}
 }
+
+// The loop's timer wakes it wakeEarly before a staged tick, and the loop
+// waits out the rest in a sleep that ends at the tick: a Go timer set for
+// the tick itself wakes up to a millisecond after it.
+func TestLoop_StagedTickAwaitedToItsInstant(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", ids("a", 5)...)
+	tl.dispatchAll()
+	tl.stageNext()
+	if tl.staged.at != base.UnixNano() {
+		t.Fatalf("staged the tick %d, want %d", tl.staged.at, base.UnixNano())
+	}
+	tl.clock.SetSpeed(1)
+	if got, most := tl.stageWake(time.Second), 50*time.Millisecond-wakeEarly; got > most || got < most-10*time.Millisecond {
+		t.Errorf("the loop sleeps %v before a staged tick 50 ms away, want %v less the time the test took", got, most)
+	}
+	tl.clock.Advance(tl.clock.Until(base) - wakeEarly/2)
+	if got := tl.stageWake(time.Second); got != 0 {
+		t.Errorf("the loop sleeps %v within wakeEarly of the staged tick, want 0 (it waits in awaitStage)", got)
+	}
+	tl.awaitStage()
+	if now := tl.clock.Now(); now.Before(base) {
+		t.Errorf("awaitStage returned %v before the staged tick", base.Sub(now))
+	}
+	// Past its instant, a staged tick the loop could not release (the
+	// bounded lead, say) no longer wakes it early: that would spin.
+	if got := tl.stageWake(time.Second); got != time.Second {
+		t.Errorf("the loop sleeps %v past a staged tick it did not release, want the 1s it asked", got)
+	}
+}

@@ -65,14 +65,15 @@ included). Figures then come from the nodes' /metrics and
 processes' (harness_cpu_cores is the bench's own). Each node's log is
 written to its work directory (--dir to keep it).
 
-Lag is when the executor ran minus the scheduled time; throughput and burst
-with --procs report the nodes' own lag histograms instead (due to a worker
-taking the fire), since a probe's lag there times its HTTP request too.
-Duplicates and misses
-are counted by idempotency key; with the noop executor on one probe task per
-partition (noop fires are invisible; 64 partitions for throughput and burst
-with --procs, where each probe is an HTTP request), with handler and http on
-every task.
+Lag is when the executor ran minus the scheduled time; burst, and
+throughput with --procs, report the nodes' own lag histograms instead (due
+to a worker taking the fire), since a probe's lag through a process times
+its HTTP request too, and a burst probes too few tasks for a p99.
+Duplicates and misses are counted by idempotency key; with the noop
+executor on one probe task per partition (noop fires are invisible; 64
+partitions for burst, and for throughput with --procs, where each probe
+costs the node far more than a noop fire), with handler and http on every
+task.
 In-process, CPU and RSS are the whole process's, embedded etcd included.
 
 Examples:
