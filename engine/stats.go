@@ -60,14 +60,21 @@ type tally struct {
 	execs    [numStatus]uint64
 	lagCount [len(lagBounds) + 1]uint64
 	lagSum   int64
+	bucket   int // the lag bucket of the last fire counted
 	dirty    bool
 }
 
 // observeLag counts one fire taken lag nanoseconds after the wheel
-// released it.
+// released it. The fires of a chunk were released together and mostly
+// share a bucket, so the last fire's is tried first: a binary search's
+// branches, unpredictable, were the worker's costliest step in a burst.
 func (t *tally) observeLag(lag int64) {
 	lag = max(lag, 0)
-	i, _ := slices.BinarySearch(lagBounds[:], time.Duration(lag))
+	d, i := time.Duration(lag), t.bucket
+	if i < len(lagBounds) && d > lagBounds[i] || i > 0 && d <= lagBounds[i-1] {
+		i, _ = slices.BinarySearch(lagBounds[:], d)
+		t.bucket = i
+	}
 	t.lagCount[i]++
 	t.lagSum += lag
 	t.dirty = true

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"testing"
+	"time"
 )
 
 func TestHistogram_Quantile(t *testing.T) {
@@ -14,5 +16,26 @@ func TestHistogram_Quantile(t *testing.T) {
 	}
 	if got := (Histogram{}).Quantile(0.99); got != 0 {
 		t.Errorf("empty histogram: %v", got)
+	}
+}
+
+// A worker's tally counts each lag in the bucket a search of the bounds
+// finds, whatever bucket its last fire fell in: on bounds, between them,
+// past the last, in runs and in jumps either way.
+func TestTally_LagBuckets(t *testing.T) {
+	var lags []int64
+	for i, b := range lagBounds {
+		lags = append(lags, int64(b), int64(b)+1, int64(b)-1, int64(lagBounds[len(lagBounds)-1-i]))
+	}
+	lags = append(lags, 0, -5, int64(lagBounds[len(lagBounds)-1])*2, 1, 1, 1, math.MaxInt64)
+	var tl tally
+	var want [len(lagBounds) + 1]uint64
+	for _, lag := range lags {
+		tl.observeLag(lag)
+		i, _ := slices.BinarySearch(lagBounds[:], time.Duration(max(lag, 0)))
+		want[i]++
+		if tl.lagCount != want {
+			t.Fatalf("after a lag of %v the buckets are %v, want %v", time.Duration(lag), tl.lagCount, want)
+		}
 	}
 }
