@@ -45,7 +45,7 @@ func (c *shiftedClock) setNow(t time.Time) { c.offset.Store(int64(time.Until(t))
 // (that time for the first burst: a burst that comes once, as the
 // harness's burst scenario measures it), p99-lag-ms (boundary to a
 // worker taking the fire, read off the engine's histogram, whose buckets
-// grow by half), staged/fire (the share of fires released from a stage
+// grow by a quarter), staged/fire (the share of fires released from a stage
 // built before the second: stage.go),
 // allocs/fire, B/task (engine heap per task held, wheel included) and
 // gc-ms (one full collection with the tasks loaded).
