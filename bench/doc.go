@@ -25,9 +25,10 @@
 //     the exceptions: their lag figures are the nodes' own fire-lag
 //     histograms over the burst or the window (every fire, from its due
 //     time to a worker taking it; quantiles interpolated in buckets that
-//     grow by a quarter, the maximum a bucket's upper bound). Through a process
-//     a probe's lag would time its HTTP request to the receiver as much as
-//     the node, and a burst probes too few partitions for a p99 (below).
+//     grow by a quarter, the maximum a bucket's upper bound). Through a
+//     process a probe's lag would time its HTTP request to the receiver as
+//     much as the node, and a burst probes too few partitions for a p99
+//     (below).
 //   - A keyed fire scheduled in the window that has not run 2 s after the
 //     window ends is missed.
 //   - Duplicates and misses are counted by idempotency key (task id and
