@@ -159,9 +159,11 @@ func roomFor[T any](s []T, n int) []T {
 // to wait out the rest in awaitStage: Go's timers sleep in whole
 // milliseconds (the runtime's poller rounds a wait up to one), so a timer
 // set for the tick fired 0.6 ms after it at the median and 1.1 ms at p99
-// on this project's machine (BenchmarkWake), where a burst of 100 000
-// fires takes some 3 ms from the second to the last fire taken.
-const wakeEarly = time.Millisecond
+// on an idle 2-core machine (BenchmarkWake), and up to 2.8 ms after it in
+// a node sharing its process with etcd, where a burst of 100 000 fires
+// takes some 3 ms from the second to the last fire taken. The loop's
+// thread sleeps the rest; commands wait for as long.
+const wakeEarly = 3 * time.Millisecond
 
 // stageWake returns how long the loop may sleep: until the middle of the
 // staging window when there is a tick to stage, until wakeEarly before
