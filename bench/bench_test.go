@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,16 @@ func TestRun_EveryScenario(t *testing.T) {
 	for _, s := range Scenarios {
 		t.Run(s, func(t *testing.T) {
 			cfg := small(s)
+			if s == Burst {
+				cfg.Trace = filepath.Join(t.TempDir(), "burst.trace")
+			}
 			r, m := runJSON(t, cfg)
+			if cfg.Trace != "" {
+				// A Go execution trace begins "go 1.N trace".
+				if b, err := os.ReadFile(cfg.Trace); err != nil || !bytes.HasPrefix(b, []byte("go 1.")) {
+					t.Errorf("the burst's trace: %d bytes, %v; want a Go execution trace", len(b), err)
+				}
+			}
 			var keys []string
 			for k := range m {
 				if _, ok := optional[k]; !ok {
@@ -227,6 +237,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"procs without binary", Config{Scenario: Rebalance, Procs: true}, "binary: node processes need"},
 		{"procs with a directory", Config{Scenario: Rebalance, Procs: true, Binary: "/"}, "is not an executable"},
 		{"procs with handler", Config{Scenario: Throughput, Procs: true, Binary: "/bin/sh", Executor: ExecHandler}, "handler runs in-process only"},
+		{"trace on throughput", Config{Scenario: Throughput, Trace: "t.out"}, "trace: applies to one in-process burst"},
+		{"trace through processes", Config{Scenario: Burst, Trace: "t.out", Procs: true, Binary: "/bin/sh"}, "trace: applies to one in-process burst"},
+		{"trace over runs", Config{Scenario: Burst, Trace: "t.out", Runs: 3}, "trace: applies to one in-process burst"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

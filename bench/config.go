@@ -106,6 +106,12 @@ type Config struct {
 	// median of each figure (default 1).
 	Runs int
 
+	// Trace, for Burst in-process only, is a file the Go execution trace
+	// of the bench's process is written to, from 250 ms before the burst's
+	// second until every fire ran (go tool trace): where the node's loop
+	// and workers waited, and for what. Empty: no trace.
+	Trace string
+
 	// Dir holds etcd's data and the nodes' caches (default: a temporary
 	// directory removed at the end).
 	Dir string
@@ -206,6 +212,9 @@ func (c Config) Validate() error {
 		} else if fi, err := os.Stat(c.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			bad("binary", "%q is not an executable file", c.Binary)
 		}
+	}
+	if c.Trace != "" && (c.Scenario != Burst || c.Procs || c.Runs > 1) {
+		bad("trace", "applies to one in-process burst (no --procs, --runs 1), not to %s", c.Scenario)
 	}
 	if c.Etcd != "" {
 		if c.Scenario != Memory {

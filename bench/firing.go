@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/trace"
 	"slices"
 	"time"
 )
@@ -58,6 +60,13 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopTrace := func() {}
+	if cfg.Trace != "" {
+		if stopTrace, err = startTrace(cfg.Trace); err != nil {
+			return nil, err
+		}
+		defer func() { stopTrace() }()
+	}
 	// Wait until every fire of the burst ran, or a minute.
 	deadline := at.Add(time.Minute)
 	for f.counters().fires-w.ca.fires < uint64(cfg.Tasks) && time.Now().Before(deadline) {
@@ -66,6 +75,8 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	w.cb, w.b = f.counters(), snapshot()
+	stopTrace()
+	stopTrace = func() {}
 	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
 		return nil, err
 	}
@@ -251,4 +262,18 @@ func quantile(vs []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(q*float64(len(s))+0.999999) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// startTrace starts the Go execution trace of the bench's process into
+// the file at path (Config.Trace); stop ends it and closes the file.
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: trace: %w", err)
+	}
+	return func() { trace.Stop(); _ = f.Close() }, nil
 }

@@ -108,6 +108,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
 	c.fs.StringVar(&report, "report", "", "write DIR/report.html (the comparison table, the ratios and SVG charts, self-contained) and each chart as DIR/*.svg")
+	c.fs.StringVar(&cfg.Trace, "trace", "", "burst only, in-process: write the Go execution trace of the burst, from 250 ms before its second until every fire ran, to FILE (go tool trace)")
 	var cpuProfile string
 	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	pos, code, done := c.parse(args)
