@@ -102,6 +102,7 @@ func (l *loop) reach(now int64) (int64, bool) {
 // command, which may read or move r.next (handle), and before the loop
 // sleeps.
 func (l *loop) rescheduleReleased() {
+	l.awaitSegment()
 	l.startStagedFires()
 	for _, i := range l.released {
 		l.reschedule(i)

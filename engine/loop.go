@@ -140,8 +140,10 @@ type loop struct {
 	// point moves there once they are rescheduled (rescheduleReleased).
 	released        []uint32
 	releasedThrough int64
-	staged          stage // the next tick's jobs, built ahead (stage.go)
-	stagedFires     int   // released[:stagedFires] are staged fires not yet started on their records (startStagedFires)
+	staged          stage  // the next tick's jobs, built ahead (stage.go)
+	stagedFires     int    // released[:stagedFires] are staged fires not yet started on their records (startStagedFires)
+	segEnd          uint64 // the pool's pushed count once the last staged burst went in whole; 0 once awaited (awaitSegment)
+	segLen          int    // that burst's fires
 	// epoch counts what changes records, the wheel or fences: a command
 	// other than a wake (handle), a completion (complete) and a dispatch
 	// that releases timers. A stage is good while it stands.

@@ -253,20 +253,21 @@ func (p *pool) pop() {
 }
 
 // pushStaged queues jobs whole, without copying them, when nothing waits;
-// it reports whether it did (the caller then pushes them as usual). They
+// it reports whether it did (the caller then pushes them as usual), and
+// the count of jobs ever pushed once they are in (waitTaken). They
 // may be more than the queue holds (Config.Stage). The pool owns jobs from
 // then on: it empties them as workers take them, and hands the slice back
 // through spareSlice.
-func (p *pool) pushStaged(jobs []job) bool {
+func (p *pool) pushStaged(jobs []job) (end uint64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.queued() != 0 || len(jobs) == 0 {
-		return false
+		return 0, false
 	}
 	p.seg, p.segHead = jobs, 0
 	p.pushed += uint64(len(jobs))
 	p.wake(jobs)
-	return true
+	return p.pushed, true
 }
 
 // spareSlice returns an emptied slice that held a staged segment, or nil.

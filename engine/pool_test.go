@@ -30,13 +30,13 @@ func TestPool_StagedSegmentIsQueuedFirst(t *testing.T) {
 		return js
 	}
 	seg := jobs(0, 10)
-	if !p.pushStaged(seg) {
+	if _, ok := p.pushStaged(seg); !ok {
 		t.Fatal("an empty queue refused a staged segment")
 	}
 	if k := p.push(jobs(10, 15)); k != 5 {
 		t.Fatalf("pushed %d jobs behind the segment, want 5", k)
 	}
-	if p.pushStaged(jobs(20, 22)) {
+	if _, ok := p.pushStaged(jobs(20, 22)); ok {
 		t.Fatal("a second segment was queued while jobs wait")
 	}
 	if d, f := p.depth(), p.free(); d != 15 || f != 17 {
@@ -69,11 +69,11 @@ func TestPool_StagedSegmentIsQueuedFirst(t *testing.T) {
 
 	hold.Store(true)
 	p.push(jobs(20, 21))
-	if p.pushStaged(jobs(21, 23)) {
+	if _, ok := p.pushStaged(jobs(21, 23)); ok {
 		t.Fatal("a segment was queued ahead of a job pushed before it")
 	}
 	p.reset()
-	if !p.pushStaged(jobs(30, 40)) {
+	if _, ok := p.pushStaged(jobs(30, 40)); !ok {
 		t.Fatal("an empty queue refused a staged segment")
 	}
 	p.reset()

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,5 +306,44 @@ func TestLoop_StagedTickAwaitedToItsInstant(t *testing.T) {
 	// bounded lead, say) no longer wakes it early: that would spin.
 	if got := tl.stageWake(time.Second); got != time.Second {
 		t.Errorf("the loop sleeps %v past a staged tick it did not release, want the 1s it asked", got)
+	}
+}
+
+// The loop computes a staged burst's next times, and takes its
+// completions, only once the workers took the burst (or its bound
+// passed): beside them, on a machine of two cores, it left them one.
+func TestLoop_StagedBurstTakenBeforeItsNextTimes(t *testing.T) {
+	tl := newTestLoop(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), nil)
+	var hold atomic.Bool
+	hold.Store(true)
+	tl.pool.mu.Lock()
+	tl.pool.fenced = hold.Load // the workers take nothing until released below
+	tl.pool.mu.Unlock()
+	prof := noopProfile(task.MisfireFireOnce)
+	seg := make([]job, 5)
+	for i := range seg {
+		seg[i] = job{id: "t", prof: prof, rec: uint32(i), attempt: 1}
+	}
+	end, ok := tl.pool.pushStaged(seg)
+	if !ok {
+		t.Fatal("an empty queue refused a staged segment")
+	}
+	tl.segEnd, tl.segLen = end, 1_000_000 // a bound of 100 ms
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		tl.pool.mu.Lock()
+		hold.Store(false)
+		tl.pool.ready.Broadcast()
+		tl.pool.mu.Unlock()
+	}()
+	tl.rescheduleReleased()
+	tl.pool.mu.Lock()
+	taken := tl.pool.taken
+	tl.pool.mu.Unlock()
+	if taken < end {
+		t.Errorf("the loop went on with %d of the staged burst's %d fires taken, want all", taken, end)
+	}
+	if tl.segEnd != 0 {
+		t.Errorf("the burst is still awaited after its next times")
 	}
 }
