@@ -267,10 +267,10 @@ const segmentWaitPerFire = 100 * time.Nanosecond
 // pushed whole, or segmentWaitPerFire a fire, before the loop computes
 // the burst's next times and takes its completions. Execution traces of
 // a burst of 100 000 on two cores (bench burst --trace) showed the loop
-// at that work for 7 to 8 ms on one core while a single worker took the
-// whole burst on the other, from 1.2 to 2.3 ms after the push: the thread
-// of an idle core took that long to wake. Parked, the loop hands its own
-// core to the worker it woke at once, and the workers have both.
+// at that work for up to 8.8 ms on one core while one worker at a time
+// took the burst on the other, the first up to 2.3 ms after the push: the
+// thread of an idle core took that long to wake. Parked, the loop hands
+// its own core to the worker it woke at once, and the workers have both.
 func (l *loop) awaitSegment() {
 	if l.segEnd == 0 {
 		return
