@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/trace"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -65,7 +66,7 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 		if stopTrace, err = startTrace(cfg.Trace); err != nil {
 			return nil, err
 		}
-		defer func() { stopTrace() }()
+		defer stopTrace()
 	}
 	// Wait until every fire of the burst ran, or a minute.
 	deadline := at.Add(time.Minute)
@@ -75,8 +76,7 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	w.cb, w.b = f.counters(), snapshot()
-	stopTrace()
-	stopTrace = func() {}
+	stopTrace() // the burst is out
 	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
 		return nil, err
 	}
@@ -265,7 +265,8 @@ func quantile(vs []float64, q float64) float64 {
 }
 
 // startTrace starts the Go execution trace of the bench's process into
-// the file at path (Config.Trace); stop ends it and closes the file.
+// the file at path (Config.Trace); stop ends it and closes the file, once
+// however often it is called.
 func startTrace(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -275,5 +276,5 @@ func startTrace(path string) (stop func(), err error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("bench: trace: %w", err)
 	}
-	return func() { trace.Stop(); _ = f.Close() }, nil
+	return sync.OnceFunc(func() { trace.Stop(); _ = f.Close() }), nil
 }
