@@ -1,0 +1,62 @@
+// Package buildinputs is for tests that build the shardcron binary with the
+// go command: go test's cache does not see the files that build reads, and
+// would replay a result cached for older code. The cache does see the
+// files a test opens (their size and modification time), so a test that
+// calls Open reruns whenever one of them changes.
+package buildinputs
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Open opens every file of the module the binary may be built from: its
+// sources, the assets they embed, go.mod and go.sum (every file but tests,
+// test data and dot directories). It finds the module's root above the
+// working directory, and returns how many files it opened.
+func Open() (int, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
+			return filepath.SkipDir
+		case d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(path, "_test.go"):
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		n++
+		return f.Close()
+	})
+	return n, err
+}
+
+// moduleRoot is the nearest directory at or above the working directory
+// that holds a go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
