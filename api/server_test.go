@@ -20,6 +20,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -647,7 +648,7 @@ func TestServer_SingleNode(t *testing.T) {
 	})
 
 	t.Run("Auth", func(t *testing.T) {
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		_, ats := n.serve(t, Config{AuthToken: "s3cret",
 			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		wantError(t, call(t, ats, "GET", "/v1/tasks", ""), http.StatusUnauthorized, "Bearer")
@@ -737,7 +738,7 @@ func TestServer_SingleNode(t *testing.T) {
 	})
 
 	t.Run("ReadTokenAndProbeAuth", func(t *testing.T) {
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		_, rts := n.serve(t, Config{AuthToken: "full-XYZ", ReadToken: "read-XYZ", ProbeAuth: true,
 			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		read, full := []string{"Authorization", "Bearer read-XYZ"}, []string{"Authorization", "Bearer full-XYZ"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/registry"
 )
 
@@ -468,5 +470,30 @@ func TestEngine_OneGoroutineAnOwnedPartition(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if got := fromAcquire(); got != partitions {
 		t.Errorf("%d goroutines started by acquire live on for %d owned partitions; want one each", got, partitions)
+	}
+}
+
+// A node that takes its partitions says so in one info line, with every
+// partition, not a line each: a node takes a thousand at a start.
+func TestEngine_AcquiredPartitionsLoggedOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	var rounds []string
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		switch {
+		case strings.Contains(line, `msg="acquired partition"`):
+			t.Errorf("a partition's own line at info: %s", line)
+		case strings.Contains(line, `msg="acquired partitions"`):
+			rounds = append(rounds, line)
+		}
+	}
+	if len(rounds) != 1 {
+		t.Fatalf("%d lines for the acquired partitions, want 1:\n%s", len(rounds), buf.String())
+	}
+	if !strings.Contains(rounds[0], `partitions="[0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]"`) {
+		t.Errorf("the line does not list the 16 partitions in order: %s", rounds[0])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -29,7 +30,8 @@ type acquired struct {
 	p     int
 	part  *owned
 	err   error
-	stray bool // our lock key may be left behind: the session must end
+	stray bool          // our lock key may be left behind: the session must end
+	took  time.Duration // from the start to the partition armed
 }
 
 // coordinate keeps the node's partitions in line with the ring, session
@@ -83,6 +85,7 @@ type serving struct {
 	leaving   bool        // this node's key says it is leaving
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
+	round     acquireRound // acquires since none was in flight, logged as one line
 
 	// Make-before-break (prepare.go).
 	assign     *ring.Assignment  // the ring's current assignment; nil when no member takes partitions
@@ -262,7 +265,37 @@ func (s *serving) updateReady() {
 	}
 }
 
+// acquireRound gathers the partitions acquired while acquires were in
+// flight: a node takes hundreds at a start or a rebalance, and says so in
+// one line (each partition's steps are debug lines).
+type acquireRound struct {
+	start   time.Time
+	parts   []int
+	slowest acquired
+}
+
+// add counts r, a partition acquired.
+func (a *acquireRound) add(r acquired) {
+	a.parts = append(a.parts, r.p)
+	if r.took > a.slowest.took || len(a.parts) == 1 {
+		a.slowest = r
+	}
+}
+
+// log writes the round's line and starts the next round.
+func (a *acquireRound) log(log *slog.Logger) {
+	if len(a.parts) > 0 {
+		slices.Sort(a.parts)
+		log.Info("acquired partitions", "partitions", a.parts, "took", time.Since(a.start),
+			"slowest", a.slowest.p, "slowest_took", a.slowest.took)
+	}
+	*a = acquireRound{}
+}
+
 func (s *serving) start(p int) {
+	if len(s.acquiring) == 0 {
+		s.round.start = time.Now()
+	}
 	actx, cancel := context.WithCancel(s.ctx)
 	s.acquiring[p] = cancel
 	go func() { s.results <- s.e.acquire(actx, s.sess, p, func() { s.preparedCh <- p }) }()
@@ -322,9 +355,13 @@ func (s *serving) finish(r acquired) {
 		}
 	default:
 		s.parts[r.p] = r.part
+		s.round.add(r)
 		if !s.desired[r.p] {
 			s.release([]int{r.p})
 		}
+	}
+	if len(s.acquiring) == 0 {
+		s.round.log(e.log)
 	}
 	s.updateReady()
 }
@@ -497,8 +534,9 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	e.handOver[phasePrepare].observe(tPrepared.Sub(start))
 	e.handOver[phaseLockWait].observe(tLocked.Sub(tPrepared))
 	e.handOver[phaseTake].observe(armed.Sub(tLocked))
-	e.log.Info("acquired partition", "partition", p, "fence", fence, "resume", time.Unix(0, resume).UTC(),
+	e.log.Debug("acquired partition", "partition", p, "fence", fence, "resume", time.Unix(0, resume).UTC(),
 		"prepare", tPrepared.Sub(start), "lock_wait", tLocked.Sub(tPrepared), "take", armed.Sub(tLocked))
+	r.took = armed.Sub(start)
 	return r
 }
 

@@ -123,7 +123,7 @@ func BenchmarkIndex(b *testing.B) {
 // the index and without it (as clusters before it were written), for
 // tasks with two labels:
 //
-//	go test -run '^$' -bench IndexEtcdBytes -benchtime 1x ./engine/
+//	go test -run '^$' -bench IndexEtcdBytes -benchtime 1x ./registry/
 func BenchmarkIndexEtcdBytes(b *testing.B) {
 	const n = 100_000
 	for _, index := range []bool{false, true} {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -54,6 +55,7 @@ type Server struct {
 	// Endpoint is the client URL it listens on ("http://127.0.0.1:port").
 	Endpoint string
 	etcd     *embed.Etcd
+	closing  *atomic.Bool // tells the log that the close has begun
 }
 
 // Start starts the server and waits until it serves.
@@ -92,9 +94,10 @@ func Start(cfg Config) (*Server, error) {
 	if ec.LogLevel == "" {
 		ec.LogLevel = "error"
 	}
+	closing := new(atomic.Bool)
 	switch {
 	case cfg.Logger != nil:
-		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel}
+		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel, closing: closing}
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
 	case cfg.LogFile != "":
 		ec.LogOutputs = []string{cfg.LogFile}
@@ -118,7 +121,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v", cfg.Dir, timeout)
 	}
-	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e}, nil
+	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e, closing: closing}, nil
 }
 
 func orLoopback(addr string) string {
@@ -135,4 +138,7 @@ func (s *Server) Addr() string { return s.etcd.Clients[0].Addr().String() }
 func (s *Server) Logger() *zap.Logger { return s.etcd.GetLogger() }
 
 // Close stops the server and waits for it.
-func (s *Server) Close() { s.etcd.Close() }
+func (s *Server) Close() {
+	s.closing.Store(true)
+	s.etcd.Close()
+}

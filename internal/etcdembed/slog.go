@@ -2,24 +2,36 @@ package etcdembed
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
 
+	"github.com/soheilhy/cmux"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 )
 
 // slogCore is a zap core that writes to a slog.Logger, so that the
 // embedded server's warnings and errors join the node's own log (with its
 // format and destination) instead of a file nobody rotates.
+//
+// Once the server is closing, the errors of its listeners and servers
+// being closed (every serving goroutine logs one as it returns, some at
+// error level) are debug lines: they are the close itself, and a node
+// that stops cleanly must not end its log with errors.
 type slogCore struct {
-	log    *slog.Logger
-	min    zapcore.Level
-	fields []zapcore.Field
+	log     *slog.Logger
+	min     zapcore.Level
+	fields  []zapcore.Field
+	closing *atomic.Bool // set by Server.Close; nil: never
 }
 
 func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
-	return &slogCore{log: c.log, min: c.min, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...)}
+	return &slogCore{log: c.log, min: c.min, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...), closing: c.closing}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -37,6 +49,10 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, f := range fields {
 		f.AddTo(enc)
 	}
+	level := slogLevel(e.Level)
+	if c.closing != nil && c.closing.Load() && (closedError(c.fields) || closedError(fields)) {
+		level = slog.LevelDebug
+	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
 	if e.LoggerName != "" {
 		attrs = append(attrs, slog.String("logger", e.LoggerName))
@@ -44,7 +60,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for k, v := range enc.Fields {
 		attrs = append(attrs, slog.Any(k, v))
 	}
-	c.log.LogAttrs(context.Background(), slogLevel(e.Level), e.Message, attrs...)
+	c.log.LogAttrs(context.Background(), level, e.Message, attrs...)
 	return nil
 }
 
@@ -61,4 +77,21 @@ func slogLevel(l zapcore.Level) slog.Level {
 	default:
 		return slog.LevelDebug
 	}
+}
+
+// closedError reports whether fields carry the error of a listener or
+// server that was closed.
+func closedError(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		err, ok := f.Interface.(error)
+		if f.Type != zapcore.ErrorType || !ok {
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
+			errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
+			errors.Is(err, grpc.ErrServerStopped) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,10 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/soheilhy/cmux"
 	"go.uber.org/zap"
+
+	"github.com/shardcron/shardcron/internal/logbuf"
 )
 
 // The server's warnings and errors reach the node's log with their fields;
@@ -45,3 +53,55 @@ func TestSlogCore_WarningsJoinTheNodeLog(t *testing.T) {
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
+
+// Once the server is closing, its closed listeners' errors are debug
+// lines; an error of another kind stays an error.
+func TestSlogCore_ClosedListenersAtCloseAreDebug(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	closing := new(atomic.Bool)
+	z := zap.New(&slogCore{log: log, min: zap.WarnLevel, closing: closing})
+	accept := &net.OpError{Op: "accept", Net: "tcp", Err: net.ErrClosed}
+
+	z.Error("setting up serving from embedded etcd failed.", zap.Error(accept)) // not closing yet
+	closing.Store(true)
+	z.Error("setting up serving from embedded etcd failed.", zap.Error(accept))
+	z.With(zap.Error(http.ErrServerClosed)).Warn("stopping insecure grpc server due to error")
+	z.Error("setting up serving from embedded etcd failed.", zap.Error(cmux.ErrServerClosed))
+	z.Error("failed to save", zap.Error(errTest("disk full")))
+
+	var levels []string
+	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		levels = append(levels, m["level"].(string))
+	}
+	if want := []string{"ERROR", "DEBUG", "DEBUG", "DEBUG", "ERROR"}; !slices.Equal(levels, want) {
+		t.Errorf("levels %v, want %v:\n%s", levels, want, buf.String())
+	}
+}
+
+// A server that closes cleanly logs no warning and no error while it
+// closes.
+func TestServer_CleanCloseLogsNoError(t *testing.T) {
+	var buf logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s, err := Start(Config{Dir: t.TempDir(), Logger: log, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Started: the storage version is written once the member leads (a
+	// close before that logs the write's failure, rightly).
+	for deadline := time.Now().Add(time.Minute); s.etcd.Server.StorageVersion() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the storage version was never written")
+		}
+	}
+	started := len(buf.String())
+	s.Close()
+	if out := buf.String()[started:]; out != "" {
+		t.Errorf("a clean close logged:\n%s", out)
+	}
+}
