@@ -21,7 +21,8 @@ type collector struct {
 	e       *engine.Engine
 	version string
 
-	fires, staged, lag, executions, misfires, queue, owned, tasks   *prometheus.Desc
+	fires, staged, stageDrops, lag, executions, misfires, queue     *prometheus.Desc
+	owned, tasks                                                    *prometheus.Desc
 	etcd, fenced, ready, dropped, writeFailed, fullLoads, watermark *prometheus.Desc
 	sampled, sampleRatio                                            *prometheus.Desc
 	queueCap, workers, fences, execDur, handOver                    *prometheus.Desc
@@ -42,7 +43,11 @@ func newCollector(e *engine.Engine, version string) *collector {
 		fires:   d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
 		staged: d("fires_staged_total", "Of shardcron_fires_total, the fires whose jobs were built before their tick was "+
 			"due and handed to the workers whole at it (--stage); a share well below 1 for a fleet of large bursts means "+
-			"the stage was dropped (a change in the loop just before the tick) or cut short."),
+			"the stage was dropped (shardcron_stage_drops_total) or cut short."),
+		stageDrops: d("stage_drops_total", "Ticks that came with a stage the dispatch loop could not use (--stage), by cause: "+
+			"changed (a command, completion or release in the loop after the stage was built), late (the tick came "+
+			"past the misfire threshold), mismatch (the wheel released other timers than those staged). Their fires "+
+			"are released one by one, as an unstaged tick's.", "cause"),
 		lag: d("fire_lag_seconds", "How late fires start: from a fire's due time (its scheduled time plus its jitter) "+
 			"to a worker starting it, for first attempts and retries. It covers the timing wheel's tick, dispatch and "+
 			"the wait for a free worker, not the execution itself; misfires show up here as large values."),
@@ -88,7 +93,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
+	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
 		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped} {
@@ -132,6 +137,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 	counter(c.fires, st.Fires)
 	counter(c.staged, st.Staged)
+	for _, cause := range slices.Sorted(maps.Keys(st.StageDrops)) {
+		counter(c.stageDrops, st.StageDrops[cause], cause)
+	}
 	histogram(c.lag, st.FireLag)
 	histogram(c.execDur, st.ExecDuration)
 	for _, phase := range slices.Sorted(maps.Keys(st.HandOver)) {

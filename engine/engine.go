@@ -425,6 +425,7 @@ func (e *Engine) NodeID() string { return e.cfg.NodeID }
 type Stats struct {
 	Fires           uint64            // fires dispatched (first attempts)
 	Staged          uint64            // of which released from a stage built before their tick (stage.go)
+	StageDrops      map[string]uint64 // ticks whose stage could not be used, by cause: changed, late, mismatch
 	Executions      map[string]uint64 // attempts by status, including skipped and misfired fires
 	Misfires        uint64
 	FireLag         Histogram // from release by the wheel to a worker taking the fire
@@ -514,6 +515,10 @@ func (e *Engine) Stats() Stats {
 	s.MisfiresByPolicy = make(map[string]uint64, len(misfirePolicies))
 	for k, p := range misfirePolicies {
 		s.MisfiresByPolicy[string(p)] = e.stats.misfiresBy[k].Load()
+	}
+	s.StageDrops = make(map[string]uint64, numStageDrops)
+	for c, name := range stageDropNames {
+		s.StageDrops[name] = e.stats.stageDrops[c].Load()
 	}
 	s.CacheWriteErrors = e.stats.cacheFailed.Load()
 	s.ChainsDropped = e.pool.chains.dropped.Load()

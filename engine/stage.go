@@ -48,6 +48,17 @@ const sizeAhead = 500 * time.Millisecond
 // burst's completions to drop one or two.
 const stageTries = 3
 
+// Why a tick came with a stage that could not be used: stats.stageDrops
+// counts each, so that a p99 above its usual can be read off the metrics.
+const (
+	dropChanged  = iota // something happened in the loop since the stage was built
+	dropLate            // the tick came past the misfire threshold
+	dropMismatch        // the Advance released other timers than those staged
+	numStageDrops
+)
+
+var stageDropNames = [numStageDrops]string{"changed", "late", "mismatch"}
+
 // stage is the staged tick.
 type stage struct {
 	at     int64                // when the tick is due, unix ns; 0: nothing staged
@@ -221,11 +232,17 @@ func (l *loop) useStage(target, now int64) int {
 	}
 	switch {
 	case s.epoch != l.epoch:
-		s.drop() // stale: something happened in the loop since it was built
+		// Stale: something happened in the loop since it was built. Before
+		// its tick, the idle loop may build it again.
+		if target >= s.at {
+			l.stats.stageDrops[dropChanged].Add(1)
+		}
+		s.drop()
 		return 0
 	case target < s.at:
 		return 0 // not due yet: kept for the Advance that reaches it
 	case now-s.minDue > int64(l.cfg.MisfireThreshold):
+		l.stats.stageDrops[dropLate].Add(1)
 		s.drop() // late enough that some are misfires: release decides
 		return 0
 	}
@@ -243,7 +260,10 @@ func (l *loop) releaseStaged() bool {
 	}
 	defer s.drop()
 	if len(l.released) > 0 || len(l.expired) != len(s.jobs) || !slices.Equal(l.expired, s.peek[:len(s.jobs)]) {
-		return false // a stage is built only when released is empty (the loop was about to sleep)
+		// A stage is built only when released is empty (the loop was
+		// about to sleep).
+		l.stats.stageDrops[dropMismatch].Add(1)
+		return false
 	}
 	l.stats.staged.Add(uint64(len(s.jobs)))
 	if end, ok := l.pool.pushStaged(s.jobs); ok {

@@ -57,6 +57,11 @@ func TestLoop_StagedTickFiresAsUnstaged(t *testing.T) {
 	if staged.staged.at != 0 {
 		t.Error("the stage was not used up by the tick's release")
 	}
+	for c, name := range stageDropNames {
+		if n := staged.stats.stageDrops[c].Load(); n != 0 {
+			t.Errorf("%d stage drops counted as %s for a stage used", n, name)
+		}
+	}
 
 	plain := newTestLoop(t, base.Add(time.Millisecond), nil)
 	load(plain)
@@ -123,7 +128,31 @@ func TestLoop_StageDroppedByWhatHappensBeforeItsSecond(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("queued %v, want %v (a-003: %s before its second)", got, want, change)
 			}
+			if n := tl.stats.stageDrops[dropChanged].Load(); n != 1 {
+				t.Errorf("%d stage drops counted as changed, want 1", n)
+			}
 		})
+	}
+}
+
+// A stage whose tick comes past the misfire threshold is dropped, and
+// counted so: release applies the misfire policies.
+func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireSkip), "* * * * * *", ids("a", 10)...)
+	tl.dispatchAll()
+	tl.stageNext()
+	if len(tl.staged.jobs) != 10 {
+		t.Fatalf("staged %d fires, want 10", len(tl.staged.jobs))
+	}
+	tl.clock.Advance(tl.cfg.MisfireThreshold + time.Second)
+	tl.dispatchAll()
+	if n := tl.stats.stageDrops[dropLate].Load(); n != 1 {
+		t.Errorf("%d stage drops counted as late, want 1", n)
+	}
+	if n := tl.stats.staged.Load(); n != 0 {
+		t.Errorf("%d fires released from the late stage", n)
 	}
 }
 

@@ -32,6 +32,8 @@ type stats struct {
 	staged   atomic.Uint64 // fires released from a stage (stage.go)
 	skipped  atomic.Uint64
 
+	stageDrops [numStageDrops]atomic.Uint64 // ticks whose stage could not be used, by cause
+
 	// Issue 9, part 6: misfires by the policy that handled them, and
 	// failed writes to the partition cache.
 	misfiresBy  [len(misfirePolicies)]atomic.Uint64
