@@ -150,6 +150,23 @@ func TestServer_SingleNode(t *testing.T) {
 		wantError(t, call(t, ts, "GET", "/v1/tasks/del", ""), http.StatusNotFound, "not found")
 	})
 
+	t.Run("DeleteIfMatch", func(t *testing.T) {
+		v1 := decodeTask(t, call(t, ts, "PUT", "/v1/tasks/delifm", noopJSON(""))).Version
+		a := call(t, ts, "PUT", "/v1/tasks/delifm", `{"schedule": "0 0 2 1 *", "executor": {"type": "noop"}}`)
+		v2 := decodeTask(t, a).Version
+		// A delete conditioned on a version since replaced changes nothing.
+		wantError(t, call(t, ts, "DELETE", "/v1/tasks/delifm", "", "If-Match", strconv.FormatInt(v1, 10)),
+			http.StatusPreconditionFailed, "delifm")
+		wantError(t, call(t, ts, "DELETE", "/v1/tasks/delifm", "", "If-Match", "abc"), http.StatusBadRequest, "If-Match")
+		if a := call(t, ts, "GET", "/v1/tasks/delifm", ""); a.status != http.StatusOK {
+			t.Fatalf("GET after refused deletes: %v", a)
+		}
+		if a := call(t, ts, "DELETE", "/v1/tasks/delifm", "", "If-Match", a.header.Get("ETag")); a.status != http.StatusNoContent {
+			t.Fatalf("DELETE with the current ETag (version %d): %v", v2, a)
+		}
+		wantError(t, call(t, ts, "GET", "/v1/tasks/delifm", ""), http.StatusNotFound, "not found")
+	})
+
 	t.Run("NotFound", func(t *testing.T) {
 		for _, r := range [][2]string{
 			{"GET", "/v1/tasks/missing"}, {"DELETE", "/v1/tasks/missing"},

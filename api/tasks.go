@@ -269,10 +269,20 @@ func (s *Server) taskStateHandler(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// deleteTask: DELETE /v1/tasks/{id}.
+// deleteTask: DELETE /v1/tasks/{id}, with If-Match.
 func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
-	if err := s.reg.Delete(r.Context(), id); err != nil {
+	ifVersion, err := parseIfMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if ifVersion > 0 {
+		err = s.reg.DeleteIfVersion(r.Context(), id, ifVersion)
+	} else {
+		err = s.reg.Delete(r.Context(), id)
+	}
+	if err != nil {
 		s.fail(w, r, id, err)
 		return
 	}

@@ -14,6 +14,10 @@ import (
 // DefaultTTL is the lease TTL of a Config that sets none.
 const DefaultTTL = 10 * time.Second
 
+// MinTTL is the shortest lease TTL: etcd counts leases in whole seconds, and
+// a TTL of one leaves the keep-alive and the fence margin no room.
+const MinTTL = 2 * time.Second
+
 // The default keep-alive interval is TTL/3 and the default fence margin TTL/5.
 const (
 	defaultKeepAliveDivisor   = 3
@@ -153,8 +157,8 @@ func (c Config) Validate() error {
 
 	ttlOK := true
 	switch {
-	case c.TTL < 2*time.Second:
-		bad("TTL", "%v is less than 2s", c.TTL)
+	case c.TTL < MinTTL:
+		bad("TTL", "%v is less than %v", c.TTL, MinTTL)
 		ttlOK = false
 	case c.TTL%time.Second != 0:
 		bad("TTL", "%v is not a whole number of seconds (etcd leases have 1 s resolution)", c.TTL)

@@ -120,7 +120,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.queue, "queue", d.Queue, "fires that may wait for a worker")
 	fs.IntVar(&f.stage, "stage", d.Stage, "most fires of one tick built before it is due and handed to the workers whole at it, even past --queue: about 140 bytes a fire of the largest tick, made ready long before it and kept")
 	fs.IntVar(&f.batch, "batch", d.BatchSize, "fires the dispatch loop hands to the workers at once, at most --queue: smaller batches serve commands (hand-overs, task changes) sooner during a burst")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds, at least 2s)")
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution")
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
@@ -280,8 +280,11 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--stage must be at least 1, got %d", f.stage)
 	case f.batch < 1 || f.batch > f.queue:
 		return fmt.Errorf("--batch must be between 1 and --queue (%d), got %d", f.queue, f.batch)
-	case f.leaseTTL <= 0 || f.tick <= 0 || f.misfire <= 0 || f.historyTTL <= 0:
-		return errors.New("--lease-ttl, --tick, --misfire-threshold and --history-ttl must be positive")
+	case f.leaseTTL < membership.MinTTL || f.leaseTTL%time.Second != 0:
+		return fmt.Errorf("--lease-ttl must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v",
+			membership.MinTTL, f.leaseTTL)
+	case f.tick <= 0 || f.misfire <= 0 || f.historyTTL <= 0:
+		return errors.New("--tick, --misfire-threshold and --history-ttl must be positive")
 	case f.startTimeout <= 0 || f.drainTimeout < 0 || f.shutdownTO < 0:
 		return errors.New("--start-timeout must be positive, --drain-timeout and --shutdown-timeout not negative")
 	}

@@ -198,6 +198,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--workers", "-1"},
 			{"--queue", "100", "--batch", "200"}, // a batch larger than the queue
 			{"--stage", "0"},
+			{"--lease-ttl", "1500ms"}, // under etcd's 2 s minimum
+			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
 			{"extra"},
 		} {
