@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -67,6 +68,19 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 		}
 		if again, _ := n.c.GetTask(ctx, id); again.Pause == nil || again.Pause.Note != p.Note {
 			t.Errorf("a put of the paused task dropped its pause record: %+v", again.Pause)
+		}
+		// Lists that carry states show the pause there too, once the owner
+		// has the paused task (within a second).
+		for _, q := range []string{"state=1&prefix=pause%2F", "status=paused&prefix=pause%2F"} {
+			var page client.ListResponse
+			etcdtest.WaitFor(t, 5*time.Second, func() bool {
+				a := call(t, ts, "GET", "/v1/tasks?"+q, "")
+				page = client.ListResponse{}
+				return json.Unmarshal(a.body, &page) == nil && len(page.Tasks) == 1 && page.Tasks[0].State != nil
+			})
+			if st := page.Tasks[0].State; st.Pause == nil || st.Pause.Note != p.Note {
+				t.Errorf("%s: state %+v without the pause", q, st)
+			}
 		}
 		if _, err := n.c.Resume(ctx, id); err != nil {
 			t.Fatal(err)

@@ -38,9 +38,9 @@ func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
 var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
 
 // probeTLS connects to endpoint as the etcd client would and returns what
-// the TLS layer says, with the flag to look at; nil when the transport
-// works (or the endpoint cannot be reached at all, which the caller's
-// error already says).
+// the connection or the TLS layer says, with the flag to look at; nil when
+// the transport works. The etcd client's own error for an endpoint that
+// refuses connections is only its deadline.
 func probeTLS(endpoint string, tlsCfg *tls.Config) error {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
@@ -48,7 +48,7 @@ func probeTLS(endpoint string, tlsCfg *tls.Config) error {
 	}
 	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
 	if err != nil {
-		return nil
+		return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))

@@ -161,7 +161,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Fatal("exited 0 without etcd")
 		}
 		log := p.log()
-		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") {
+		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") ||
+			!strings.Contains(log, "connection refused") || !strings.Contains(log, "check --etcd") {
 			t.Fatalf("no retry log or no clear error:\n%s", log)
 		}
 	})
