@@ -22,15 +22,14 @@ type batchItem struct {
 
 // putBatch: POST /v1/tasks:batch, a JSON array or JSON Lines.
 func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBatchBytes))
+	body, err := readBody(r, s.cfg.MaxBatchBytes)
+	if errors.Is(err, errTooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge,
+			"batch body is more than %d bytes, this node's limit: split it into smaller batches", s.cfg.MaxBatchBytes)
+		return
+	}
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge,
-				"batch body is more than %d bytes, this node's limit: split it into smaller batches", mbe.Limit)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	items, err := splitBatch(body, MaxBatchItems)

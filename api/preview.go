@@ -2,8 +2,8 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -77,13 +77,13 @@ var previewFields = []string{"schedule", "timezone", "id", "jitter", "not_before
 // next count (1-100, default 5) fire times from now, validated as a task's
 // fields are.
 func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskSize+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+	body, err := readBody(r, task.MaxTaskSize)
+	if errors.Is(err, errTooBig) {
+		writeError(w, http.StatusBadRequest, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
 		return
 	}
-	if len(body) > task.MaxTaskSize {
-		writeError(w, http.StatusBadRequest, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	var obj map[string]json.RawMessage

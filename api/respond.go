@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -39,6 +40,30 @@ func writeTask(w http.ResponseWriter, status int, t *task.Task) {
 		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(t.Version, 10)))
 	}
 	writeJSON(w, status, t)
+}
+
+// errTooBig is readBody's error for a body past its limit.
+var errTooBig = errors.New("request body too big")
+
+// readBody reads a request body of at most limit bytes; a longer one is
+// errTooBig. A body whose Content-Length is past the limit is refused
+// before any of it is read: a client that asked Expect: 100-continue then
+// gets the answer at once, instead of sending a body that the server,
+// having read its limit and answered, cuts off with a reset (which curl
+// reports rather than the answer).
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errTooBig
+	}
+	// One byte more than the limit tells "too big" from "exactly the limit".
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, errTooBig
+	}
+	return body, nil
 }
 
 // noSpaceMessage begins the answer to a write etcd refused for space.

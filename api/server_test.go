@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"runtime"
@@ -148,6 +150,34 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		wantError(t, call(t, ts, "DELETE", "/v1/tasks/del", ""), http.StatusNotFound, `"del"`, "not found")
 		wantError(t, call(t, ts, "GET", "/v1/tasks/del", ""), http.StatusNotFound, "not found")
+	})
+
+	// A body announced too big is refused before it is read: a client that
+	// waits on Expect: 100-continue gets the answer, not a 100 and then a
+	// reset once it sent more than the limit.
+	t.Run("TooBigBeforeContinue", func(t *testing.T) {
+		for _, tc := range []struct {
+			method, path string
+			size         int
+			status       string
+		}{
+			{"PUT", "/v1/tasks/big", 2 << 20, "400"},
+			{"POST", "/v1/tasks/big/trigger", 2 << 20, "400"},
+			{"POST", "/v1/tasks:batch", 65 << 20, "413"},
+		} {
+			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
+				tc.method, tc.path, tc.size)
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
+			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 "+tc.status) {
+				t.Errorf("%s %s with %d bytes announced: first line %q (%v), want %s", tc.method, tc.path, tc.size, line, err, tc.status)
+			}
+		}
 	})
 
 	t.Run("DeleteIfMatch", func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,14 +33,13 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	// One byte more than the limit tells "too big" from "exactly the limit".
-	body, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskSize+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+	body, err := readBody(r, task.MaxTaskSize)
+	if errors.Is(err, errTooBig) {
+		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
 		return
 	}
-	if len(body) > task.MaxTaskSize {
-		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	body, err = withPathID(body, id)
@@ -497,13 +495,13 @@ const maxSmallBody = 2*task.MaxOverrideSize + 1024
 // body leaves it zero), refusing unknown fields; it answers 400 itself and
 // returns false on a bad body.
 func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxSmallBody+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+	body, err := readBody(r, maxSmallBody)
+	if errors.Is(err, errTooBig) {
+		writeError(w, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
 		return false
 	}
-	if len(body) > maxSmallBody {
-		writeError(w, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
