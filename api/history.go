@@ -33,7 +33,17 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		return c.LocalHistory(ctx, id, limit)
 	}, "task", id)
 	lists = append(lists, local)
-	writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(mergeHistory(lists, limit))})
+	merged := mergeHistory(lists, limit)
+	if len(merged) == 0 {
+		// No record anywhere: a mistyped id must not read as a task that
+		// never ran. (Records outlive their task on the nodes that are not
+		// its owner, until they expire: those are still answered.)
+		if _, err := s.reg.Get(r.Context(), id); err != nil {
+			s.fail(w, r, id, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(merged)})
 }
 
 func nonNil(e []task.Execution) []task.Execution {

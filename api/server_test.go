@@ -508,9 +508,12 @@ func TestServer_SingleNode(t *testing.T) {
 			strings.Count(string(a.body), `"task_id"`) != 2 {
 			t.Fatalf("local history: %v", a)
 		}
+		call(t, ts, "PUT", "/v1/tasks/never-ran", noopJSON(""))
 		if a := call(t, ts, "GET", "/v1/tasks/never-ran/history", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), `"executions":[]`) {
 			t.Fatalf("history of a task without records: %v", a)
 		}
+		// A mistyped id is not a task that never ran.
+		wantError(t, call(t, ts, "GET", "/v1/tasks/no-such-task/history", ""), http.StatusNotFound, `"no-such-task"`, "not found")
 		for _, l := range []string{"0", "1001", "x"} {
 			wantError(t, call(t, ts, "GET", "/v1/tasks/h/history?limit="+l, ""), http.StatusBadRequest, "limit")
 		}
