@@ -141,17 +141,6 @@ func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
-// dryRunParam parses ?dry_run=: "1" or "true" asks for a dry run.
-func dryRunParam(v string) (bool, error) {
-	switch v {
-	case "":
-		return false, nil
-	case "1", "true":
-		return true, nil
-	}
-	return false, fmt.Errorf("dry_run: want 1 or true, got %q", v)
-}
-
 // dryRun answers PUT /v1/tasks/{id}?dry_run=1 for the decoded task t: what
 // a PUT would store (or the error it would answer) and the next
 // defaultNextFires times, writing nothing.

@@ -140,7 +140,7 @@ func TestServer_PreviewAndDryRun(t *testing.T) {
 		}
 		wantError(t, call(t, ts, "PUT", "/v1/tasks/dry?dry_run=1", `{"schedule": "@hourly", "executor": {"type": "noop"}, "delete_after_fire": true}`),
 			http.StatusBadRequest, "delete_after_fire:", "never ends")
-		wantError(t, call(t, ts, "PUT", "/v1/tasks/dry?dry_run=yes", noopJSON("")), http.StatusBadRequest, "dry_run: want 1 or true")
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/dry?dry_run=yes", noopJSON("")), http.StatusBadRequest, `dry_run: "yes" is not a boolean`)
 		wantError(t, call(t, ts, "PUT", "/v1/tasks/dry?dry_run=1", noopJSON(""), "If-Match", "7"), http.StatusPreconditionFailed)
 		if a := call(t, ts, "GET", "/v1/tasks/dry", ""); a.status != http.StatusNotFound {
 			t.Fatalf("GET after a dry run: %v", a)

@@ -28,7 +28,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	dry, err := dryRunParam(r.URL.Query().Get("dry_run"))
+	dry, err := parseFlag(r, "dry_run")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

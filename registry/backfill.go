@@ -50,7 +50,11 @@ func (r *Registry) Backfill(ctx context.Context, id string, from, to time.Time, 
 		rev = cur.Kvs[0].ModRevision
 		var old task.Backfill
 		if json.Unmarshal(cur.Kvs[0].Value, &old) == nil && old.State == task.BackfillRunning {
-			return nil, fmt.Errorf("%w: %d of its %d fires done, through %s", ErrBackfillRunning, old.Done, old.Fires, old.Through.Format(time.RFC3339))
+			progress := fmt.Sprintf("%d of its %d fires done", old.Done, old.Fires)
+			if !old.Through.IsZero() {
+				progress += ", through " + old.Through.Format(time.RFC3339)
+			}
+			return nil, fmt.Errorf("%w: %s", ErrBackfillRunning, progress)
 		}
 	}
 	b := &task.Backfill{From: from.UTC(), To: to.UTC(), Concurrency: concurrency, Fires: len(times),

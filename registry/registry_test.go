@@ -129,6 +129,21 @@ func TestRegistry(t *testing.T) {
 	c := etcdtest.Start(t)
 	ctx := context.Background()
 
+	t.Run("backfill running", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/backfill")
+		putTask(t, reg, noopTask("b", "0 * * * *"))
+		to := time.Now().UTC().Truncate(time.Hour)
+		if _, err := reg.Backfill(ctx, "b", to.Add(-3*time.Hour), to, 1); err != nil {
+			t.Fatal(err)
+		}
+		// No node runs it: it stays running, with no fire done yet.
+		_, err := reg.Backfill(ctx, "b", to.Add(-3*time.Hour), to, 1)
+		if !errors.Is(err, ErrBackfillRunning) || !strings.Contains(err.Error(), "0 of its 4 fires done") ||
+			strings.Contains(err.Error(), "through") {
+			t.Errorf("a second backfill: %v, want ErrBackfillRunning with its progress and no time through", err)
+		}
+	})
+
 	t.Run("if-match", func(t *testing.T) {
 		reg := openRegistry(t, c.Client, "/ifmatch")
 		v1 := putTask(t, reg, noopTask("a", "* * * * *")).Version
