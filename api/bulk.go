@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/shardcron/shardcron/registry"
@@ -22,7 +21,7 @@ const maxSelectorBytes = 64 << 10
 // with the error; running the action again finishes it.
 func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sel, err := decodeSelector(r.Body)
+		sel, err := decodeSelector(r)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
@@ -52,14 +51,14 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 
 // decodeSelector reads a selector, refusing unknown fields: a misspelt
 // "lables" must not widen a delete to every task of a prefix.
-func decodeSelector(body io.Reader) (task.Selector, error) {
+func decodeSelector(r *http.Request) (task.Selector, error) {
 	var sel task.Selector
-	b, err := io.ReadAll(io.LimitReader(body, maxSelectorBytes+1))
-	if err != nil {
-		return sel, fmt.Errorf("reading the request body: %w", err)
-	}
-	if len(b) > maxSelectorBytes {
+	b, err := readBody(r, maxSelectorBytes)
+	if errors.Is(err, errTooBig) {
 		return sel, fmt.Errorf("selector: more than %d bytes", maxSelectorBytes)
+	}
+	if err != nil {
+		return sel, err
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return sel, errors.New(`selector: the body is empty; send {"prefix": "...", "labels": {"k": "v"}, "dry_run": true} or {"all": true}`)

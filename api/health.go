@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -303,7 +302,7 @@ const maxStatesBody = 16 << 20
 // null for the others.
 func (s *Server) localStates(w http.ResponseWriter, r *http.Request) {
 	var req client.StatesRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxStatesBody))
+	body, err := readBody(r, maxStatesBody)
 	if err == nil {
 		err = json.Unmarshal(body, &req)
 	}
@@ -336,8 +335,13 @@ func (s *Server) failures(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	onlyLocal, err := parseFlag(r, "local")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	local := s.e.RecentFailures(limit)
-	if l := q.Get("local"); l == "1" || l == "true" {
+	if onlyLocal {
 		writeJSON(w, http.StatusOK, client.FailuresResponse{Failures: nonNil(local)})
 		return
 	}

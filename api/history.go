@@ -20,24 +20,30 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	onlyLocal, err := parseFlag(r, "local")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	local, err := s.e.History(id, limit)
 	if err != nil {
 		s.fail(w, r, id, err)
 		return
 	}
-	if l := q.Get("local"); l == "1" || l == "true" {
+	if onlyLocal {
 		writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(local)})
 		return
 	}
-	lists, _ := askPeers(s, r.Context(), "give its history", func(ctx context.Context, c *client.Client) ([]task.Execution, error) {
+	lists, missing := askPeers(s, r.Context(), "give its history", func(ctx context.Context, c *client.Client) ([]task.Execution, error) {
 		return c.LocalHistory(ctx, id, limit)
 	}, "task", id)
 	lists = append(lists, local)
 	merged := mergeHistory(lists, limit)
-	if len(merged) == 0 {
-		// No record anywhere: a mistyped id must not read as a task that
-		// never ran. (Records outlive their task on the nodes that are not
-		// its owner, until they expire: those are still answered.)
+	if len(merged) == 0 && len(missing) == 0 {
+		// No record on any node: a mistyped id must not read as a task
+		// that never ran. (Records outlive their task on the nodes that
+		// are not its owner, until they expire: those are still answered,
+		// and a node that did not answer may hold some.)
 		if _, err := s.reg.Get(r.Context(), id); err != nil {
 			s.fail(w, r, id, err)
 			return

@@ -43,9 +43,10 @@ func newCollector(e *engine.Engine, version string) *collector {
 		fires:   d("fires_total", "Fires dispatched by this node (first attempts, scheduled and triggered)."),
 		staged: d("fires_staged_total", "Of shardcron_fires_total, the fires whose jobs were built before their tick was "+
 			"due and handed to the workers whole at it (--stage); a share well below 1 for a fleet of large bursts means "+
-			"the stage was dropped (shardcron_stage_drops_total) or cut short."),
+			"the stage was dropped (shardcron_stage_drops_total), cut short, or not built (the queue had no room, or events kept "+
+			"coming before the tick)."),
 		stageDrops: d("stage_drops_total", "Ticks that came with a stage the dispatch loop could not use (--stage), by cause: "+
-			"changed (a command, completion or release in the loop after the stage was built), late (the tick came "+
+			"changed (a command other than a wake, a completion or a release in the loop after the stage was built), late (the tick came "+
 			"past the misfire threshold), mismatch (the wheel released other timers than those staged). Their fires "+
 			"are released one by one, as an unstaged tick's.", "cause"),
 		lag: d("fire_lag_seconds", "How late fires start: from a fire's due time (its scheduled time plus its jitter) "+

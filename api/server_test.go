@@ -195,6 +195,7 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("DELETE with the current ETag (version %d): %v", v2, a)
 		}
 		wantError(t, call(t, ts, "GET", "/v1/tasks/delifm", ""), http.StatusNotFound, "not found")
+		wantError(t, call(t, ts, "DELETE", "/v1/tasks/delifm", "", "If-Match", "5"), http.StatusPreconditionFailed, "delifm")
 	})
 
 	t.Run("NotFound", func(t *testing.T) {
@@ -517,6 +518,9 @@ func TestServer_SingleNode(t *testing.T) {
 		for _, l := range []string{"0", "1001", "x"} {
 			wantError(t, call(t, ts, "GET", "/v1/tasks/h/history?limit="+l, ""), http.StatusBadRequest, "limit")
 		}
+		for _, path := range []string{"/v1/tasks/h/history?local=yes", "/v1/failures?local=yes", "/v1/tasks?state=T"} {
+			wantError(t, call(t, ts, "GET", path, ""), http.StatusBadRequest, "is not a boolean (1, true, 0, false)")
+		}
 	})
 
 	t.Run("Nodes", func(t *testing.T) {
@@ -638,8 +642,8 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 		for name, typ := range map[string]string{
 			"shardcron_fires_total": "COUNTER", "shardcron_fire_lag_seconds": "HISTOGRAM",
-			"shardcron_fires_staged_total": "COUNTER",
-			"shardcron_executions_total":   "COUNTER", "shardcron_queue_depth": "GAUGE",
+			"shardcron_fires_staged_total": "COUNTER", "shardcron_stage_drops_total": "COUNTER",
+			"shardcron_executions_total": "COUNTER", "shardcron_queue_depth": "GAUGE",
 			"shardcron_partitions_owned": "GAUGE", "shardcron_tasks": "GAUGE",
 			"shardcron_etcd_requests_total": "COUNTER", "shardcron_fenced": "GAUGE",
 			"shardcron_misfires_total": "COUNTER", "shardcron_history_dropped_total": "COUNTER",

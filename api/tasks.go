@@ -196,11 +196,13 @@ func parseFlag(r *http.Request, name string) (bool, error) {
 	if v == "" {
 		return false, nil
 	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s: %q is not a boolean (1, true, 0, false)", name, v)
+	switch v {
+	case "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
 	}
-	return b, nil
+	return false, fmt.Errorf("%s: %q is not a boolean (1, true, 0, false)", name, v)
 }
 
 // localState is the task's state when this node owns it, else nil.
@@ -277,6 +279,9 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 	}
 	if ifVersion > 0 {
 		err = s.reg.DeleteIfVersion(r.Context(), id, ifVersion)
+		if errors.Is(err, registry.ErrNotFound) {
+			err = registry.ErrVersionMismatch // as a PUT with If-Match of a missing task
+		}
 	} else {
 		err = s.reg.Delete(r.Context(), id)
 	}
@@ -313,13 +318,9 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.listByStatus(w, r, opts, st)
 		return
 	}
-	withState := false
-	switch v := q.Get("state"); v {
-	case "", "0", "false":
-	case "1", "true":
-		withState = true
-	default:
-		writeError(w, http.StatusBadRequest, "state: want 1 or true to add each task's state, got %q", v)
+	withState, err := parseFlag(r, "state")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	jw := newJSONStream(w)

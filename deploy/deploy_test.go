@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/shardcron/shardcron/internal/buildinputs"
 )
 
 func read(t *testing.T, path string) string {
@@ -44,6 +46,12 @@ func serverFlags(t *testing.T, bin string) map[string]bool {
 // build builds the binary as the Dockerfile does: CGO_ENABLED=0, static.
 func build(t *testing.T) string {
 	t.Helper()
+	// The go command's reads are not go test's: opened by the test, the
+	// binary's sources rerun it when they change instead of replaying its
+	// result from the cache.
+	if _, err := buildinputs.Open(); err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(t.TempDir(), "shardcron")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/shardcron")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -269,16 +269,22 @@ func (s *serving) updateReady() {
 // flight: a node takes hundreds at a start or a rebalance, and says so in
 // one line (each partition's steps are debug lines).
 type acquireRound struct {
-	start   time.Time
-	parts   []int
-	slowest acquired
+	start       time.Time
+	parts       []int
+	slowest     int           // the partition that took longest
+	slowestTook time.Duration // and how long
 }
+
+// roundMax is how long a round gathers before it is logged anyway: one
+// acquire that waits for a stuck release must not hold back the line of
+// every partition taken meanwhile.
+const roundMax = 10 * time.Second
 
 // add counts r, a partition acquired.
 func (a *acquireRound) add(r acquired) {
 	a.parts = append(a.parts, r.p)
-	if r.took > a.slowest.took || len(a.parts) == 1 {
-		a.slowest = r
+	if r.took > a.slowestTook || len(a.parts) == 1 {
+		a.slowest, a.slowestTook = r.p, r.took
 	}
 }
 
@@ -287,9 +293,9 @@ func (a *acquireRound) log(log *slog.Logger) {
 	if len(a.parts) > 0 {
 		slices.Sort(a.parts)
 		log.Info("acquired partitions", "partitions", a.parts, "took", time.Since(a.start),
-			"slowest", a.slowest.p, "slowest_took", a.slowest.took)
+			"slowest", a.slowest, "slowest_took", a.slowestTook)
 	}
-	*a = acquireRound{}
+	*a = acquireRound{start: time.Now()}
 }
 
 func (s *serving) start(p int) {
@@ -360,7 +366,7 @@ func (s *serving) finish(r acquired) {
 			s.release([]int{r.p})
 		}
 	}
-	if len(s.acquiring) == 0 {
+	if len(s.acquiring) == 0 || time.Since(s.round.start) > roundMax {
 		s.round.log(e.log)
 	}
 	s.updateReady()
@@ -396,8 +402,10 @@ func (s *serving) end(leaving bool) {
 		delete(s.acquiring, r.p)
 		if r.err == nil {
 			s.parts[r.p] = r.part
+			s.round.add(r)
 		}
 	}
+	s.round.log(e.log) // before the release says it lets them go
 	e.ready.Store(false)
 	if leaving && !s.sess.Fenced() {
 		s.release(slices.Collect(maps.Keys(s.parts)))

@@ -308,7 +308,8 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 // DeleteIfVersion removes the task only if its version (etcd mod
 // revision) is still version: ErrVersionMismatch when it changed, so that
 // a concurrent edit wins; ErrNotFound when it is gone. The owner deletes a
-// delete_after_fire task so once it ended.
+// delete_after_fire task so once it ended, and the API a DELETE with
+// If-Match.
 func (r *Registry) DeleteIfVersion(ctx context.Context, id string, version int64) error {
 	if err := task.CheckID(id); err != nil {
 		return err

@@ -13,7 +13,8 @@ import (
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
 // what the operator can act on: a refused login names the flags to
 // check, and a connection that fails below gRPC (which only reports a
-// deadline) is tried once by hand to find the TLS error behind it. It
+// deadline) is tried once by hand, to the first endpoint, to find the
+// refused connection or the TLS error behind it. It
 // never adds a credential: the error texts it adds come from etcd and
 // crypto/tls.
 func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
@@ -28,20 +29,20 @@ func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
 	if len(endpoints) == 0 {
 		return err
 	}
-	if perr := probeTLS(endpoints[0], tlsCfg); perr != nil {
+	if perr := probeEtcd(endpoints[0], tlsCfg); perr != nil {
 		return fmt.Errorf("%w; %w", err, perr)
 	}
 	return err
 }
 
-// errServesTLS is probeTLS's finding for a plain endpoint that speaks TLS.
+// errServesTLS is probeEtcd's finding for a plain endpoint that speaks TLS.
 var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
 
-// probeTLS connects to endpoint as the etcd client would and returns what
+// probeEtcd connects to endpoint as the etcd client would and returns what
 // the connection or the TLS layer says, with the flag to look at; nil when
 // the transport works. The etcd client's own error for an endpoint that
 // refuses connections is only its deadline.
-func probeTLS(endpoint string, tlsCfg *tls.Config) error {
+func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
 		return nil

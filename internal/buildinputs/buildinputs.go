@@ -6,7 +6,7 @@
 package buildinputs
 
 import (
-	"fmt"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -55,7 +55,7 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
+			return "", errors.New("buildinputs: no go.mod above the working directory")
 		}
 		dir = parent
 	}

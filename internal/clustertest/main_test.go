@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shardcron/shardcron/internal/buildinputs"
 )
 
 var (
@@ -54,6 +56,12 @@ func TestMain(m *testing.M) {
 // applied.
 func newCluster(t *testing.T, o Options) *Cluster {
 	t.Helper()
+	// TestMain built the binary with the go command, whose reads go test's
+	// cache does not see: opened here, in the test, the binary's sources
+	// rerun the test when they change instead of replaying its result.
+	if _, err := buildinputs.Open(); err != nil {
+		t.Fatal(err)
+	}
 	o.Binary = binary
 	if o.Tasks == 0 {
 		o.Tasks = *tasksFlag
