@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -176,6 +177,35 @@ func TestServer_SingleNode(t *testing.T) {
 			conn.Close()
 			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 "+tc.status) {
 				t.Errorf("%s %s with %d bytes announced: first line %q (%v), want %s", tc.method, tc.path, tc.size, line, err, tc.status)
+			}
+		}
+	})
+
+	// A body without a Content-Length (chunked) is cut at the limit as it
+	// is read.
+	t.Run("TooBigChunked", func(t *testing.T) {
+		for _, tc := range []struct {
+			method, path string
+			size         int
+			status       int
+		}{
+			{"PUT", "/v1/tasks/big", 2 << 20, http.StatusBadRequest},
+			{"POST", "/v1/tasks/big/trigger", 2 << 20, http.StatusBadRequest},
+			{"POST", "/v1/tasks:batch", 65 << 20, http.StatusRequestEntityTooLarge},
+		} {
+			body := struct{ io.Reader }{bytes.NewReader(bytes.Repeat([]byte(" "), tc.size))} // no length: sent chunked
+			req, err := http.NewRequest(tc.method, ts.URL+tc.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := ts.Client().Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+			}
+			msg, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(string(msg), "more than") {
+				t.Errorf("%s %s, %d bytes chunked: %d %s, want %d", tc.method, tc.path, tc.size, resp.StatusCode, msg, tc.status)
 			}
 		}
 	})
