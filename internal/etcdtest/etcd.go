@@ -332,20 +332,50 @@ func (c *Cluster) Leader(t testing.TB) int {
 
 // MoveLeader transfers leadership to member to, and waits until it leads.
 // It fails the test if the transfer fails.
+//
+// A transfer is tried again, from whoever leads then, when an attempt
+// fails or hangs: on a loaded machine (the race detector, nodes firing)
+// the target may lag too far behind to take over in time, or leadership
+// may change during the attempt, and etcd's MoveLeader then hung until
+// its caller's deadline.
 func (c *Cluster) MoveLeader(t testing.TB, to int) {
 	t.Helper()
-	from := c.Leader(t)
-	if from == to {
-		return
+	deadline := time.Now().Add(startTimeout)
+	for {
+		from := c.Leader(t)
+		if from == to {
+			return
+		}
+		err := c.tryMoveLeader(t, from, to)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcdtest: move leader from %s to %s: %v", c.Members[from].Name, c.Members[to].Name, err)
+		}
+		t.Logf("etcdtest: moving the leader from %s to %s failed, trying again: %v", c.Members[from].Name, c.Members[to].Name, err)
 	}
+}
+
+// moveAttempt bounds one MoveLeader attempt and the wait for its result.
+const moveAttempt = 5 * time.Second
+
+// tryMoveLeader asks from, the leader, to hand leadership to member to,
+// and waits a while for to to lead.
+func (c *Cluster) tryMoveLeader(t testing.TB, from, to int) error {
 	cli := c.NewClient(t, c.Members[from].Endpoint())
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), moveAttempt)
 	defer cancel()
 	if _, err := cli.MoveLeader(ctx, c.Members[to].ID()); err != nil {
-		t.Fatalf("etcdtest: move leader from %s to %s: %v", c.Members[from].Name, c.Members[to].Name, err)
+		return err
 	}
-	WaitFor(t, startTimeout, c.Members[to].IsLeader)
+	for end := time.Now().Add(moveAttempt); !c.Members[to].IsLeader(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			return fmt.Errorf("%s did not lead within %v of the transfer", c.Members[to].Name, moveAttempt)
+		}
+	}
+	return nil
 }
 
 // NewClient returns a new client connected to endpoints, or to the cluster's
