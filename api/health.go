@@ -196,9 +196,7 @@ func (s *Server) listByStatus(w http.ResponseWriter, r *http.Request, opts regis
 					jw.begin(`{"tasks":[`)
 				}
 				t.State = ms[i].State
-				if t.State != nil {
-					t.State.Pause = t.Pause // as a task's answer shows it
-				}
+				pauseInState(t)
 				if err := jw.item(t); err != nil {
 					return err
 				}
@@ -284,9 +282,7 @@ func (s *Server) fillStates(ctx context.Context, tasks []*task.Task) {
 			}
 			for k, i := range idx {
 				tasks[i].State = states[k] // each goroutine sets its own tasks
-				if st := states[k]; st != nil {
-					st.Pause = tasks[i].Pause // as a task's answer shows it
-				}
+				pauseInState(tasks[i])
 			}
 		})
 	}

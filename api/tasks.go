@@ -174,6 +174,14 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	writeTask(w, http.StatusOK, t)
 }
 
+// pauseInState shows the task's pause record in the state its owner gave,
+// as a task's answer does (addRecords); a state missing stays missing.
+func pauseInState(t *task.Task) {
+	if t.State != nil {
+		t.State.Pause = t.Pause
+	}
+}
+
 // addRecords shows in the task's state what etcd records of it besides
 // its definition: its pause record and its latest backfill (issue 12).
 func (s *Server) addRecords(ctx context.Context, t *task.Task) {
