@@ -210,7 +210,18 @@ func (c *Client) GetTask(ctx context.Context, id string) (*task.Task, error) {
 
 // DeleteTask deletes the task; a missing one is an *Error with Status 404.
 func (c *Client) DeleteTask(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, taskPath(id), nil, nil, nil, nil)
+	return c.DeleteTaskIf(ctx, id, 0)
+}
+
+// DeleteTaskIf is DeleteTask sending ifVersion, unless 0, as If-Match: the
+// task is deleted only if its version is ifVersion, otherwise (another
+// version, or no task) it is an *Error with Status 412 and nothing changes.
+func (c *Client) DeleteTaskIf(ctx context.Context, id string, ifVersion int64) error {
+	var h http.Header
+	if ifVersion != 0 {
+		h = http.Header{"If-Match": {strconv.Quote(strconv.FormatInt(ifVersion, 10))}}
+	}
+	return c.do(ctx, http.MethodDelete, taskPath(id), nil, nil, h, nil)
 }
 
 // ListTasks returns one page of tasks in id order and the cursor of the

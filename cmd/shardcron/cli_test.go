@@ -338,6 +338,8 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "trigger", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"task", "history", "a", "--limit", "0"}, []string{"--limit: 0 is less than 1"}},
 		{[]string{"task", "pause", "--all", "--note", "x"}, []string{"--note applies to one task"}},
+		{[]string{"task", "delete", "--all", "--if-match", "3"}, []string{"--if-match applies to one task"}},
+		{[]string{"task", "delete", "a", "--if-match", "-1"}, []string{"--if-match: -1 is not a version"}},
 		{[]string{"task", "trigger", "a", "--body", "x", "--payload", "1"}, []string{"--body (http tasks) and --payload (handler tasks) exclude each other"}},
 		{[]string{"task", "trigger", "a", "--payload", "{x"}, []string{`--payload: "{x" is not JSON`}},
 		{[]string{"task", "backfill", "a", "--to", "2026-01-01T00:00:00Z"}, []string{"missing --from"}},
@@ -1223,6 +1225,12 @@ func TestCLI_AgainstNode(t *testing.T) {
 	})
 
 	t.Run("delete", func(t *testing.T) {
+		v := getTask(t, "t1").Version
+		wantCLI(t, run("", "task", "delete", "t1", "--if-match", fmt.Sprint(v+1)), 1, nil,
+			[]string{`shardcron: task "t1"`, fmt.Sprintf("nothing was deleted: the task is not at version %d", v+1)})
+		getTask(t, "t1") // still there
+		wantCLI(t, run("", "task", "delete", "t1", "--if-match", fmt.Sprint(v)), 0, []string{`deleted task "t1"`}, nil)
+		wantCLI(t, run("", "task", "put", "--id", "t1", "--schedule", "@hourly", "--noop"), 0, nil, nil)
 		wantCLI(t, run("", "task", "delete", "t1"), 0, []string{`deleted task "t1"`}, nil)
 		wantCLI(t, run("", "task", "get", "t1"), 1, nil, []string{"shardcron: task \"t1\" not found\n"})
 		wantCLI(t, run("", "task", "delete", "t1"), 1, nil, []string{"not found"})

@@ -804,22 +804,36 @@ func (l *lineCounter) Write(p []byte) (int, error) {
 
 // --- task delete, pause, resume ------------------------------------------------
 
-const taskDeleteHelp = `Usage: shardcron task delete ID [flags]
+const taskDeleteHelp = `Usage: shardcron task delete ID [--if-match VERSION] [flags]
        shardcron task delete (--prefix P | --label K=V... | --all) [--dry-run | --yes] [flags]
 
 Deletes a task. Its owner stops firing it within a second; executions
-already running finish. Deleting a task that does not exist fails.
+already running finish. Deleting a task that does not exist fails. With
+--if-match, the task is deleted only if its version is VERSION: a task
+changed since it was read is kept.
 
 Examples:
   shardcron task delete billing/invoice-42
+  shardcron task delete billing/invoice-42 --if-match 1207
   shardcron task delete --label team=billing --dry-run
   shardcron task delete --prefix tmp/ --yes
 ` + bulkHelp
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
+	var ifMatch int64
+	c.fs.Int64Var(&ifMatch, "if-match", 0, "delete only if the stored task has this `VERSION` (0: whatever its version)")
 	return onTaskOrBulk(c, args, task.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
-		if err := cf.client().DeleteTask(ctx, id); err != nil {
+		if ifMatch < 0 {
+			return c.usageError("--if-match: %d is not a version", ifMatch)
+		}
+		if err := cf.client().DeleteTaskIf(ctx, id, ifMatch); err != nil {
+			var ae *client.Error
+			if ifMatch != 0 && errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
+				fmt.Fprintf(c.stderr, "%s\nnothing was deleted: the task is not at version %d (it changed since it was read, or is gone)\n",
+					describeError(cf, subject(id), err), ifMatch)
+				return exitError
+			}
 			return cf.fail(c, subject(id), err)
 		}
 		out := struct {
@@ -830,7 +844,7 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 			_, err := fmt.Fprintf(w, "deleted %s\n", subject(id))
 			return err
 		})
-	})
+	}, "if-match")
 }
 
 const taskPauseHelp = `Usage: shardcron task pause ID [--note TEXT] [flags]
