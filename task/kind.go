@@ -98,9 +98,10 @@ var kinds = []kind{
 }
 
 // httpSpec returns the executor's http fields; sh, when given, adds the
-// node's user agent.
+// node's user agent. The method is canonical here too, for tasks stored
+// before Validate made it so.
 func (e *Executor) httpSpec(sh *executor.Shared) executor.HTTPSpec {
-	s := executor.HTTPSpec{URL: e.URL, Method: e.Method, Headers: e.Headers, Body: e.Body}
+	s := executor.HTTPSpec{URL: e.URL, Method: canonicalMethod(e.Method), Headers: e.Headers, Body: e.Body}
 	if sh != nil {
 		s.UserAgent = sh.UserAgent
 	}

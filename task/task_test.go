@@ -1,13 +1,18 @@
 package task
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/engine/executor"
 )
 
 // apiExample is the task of docs/api.md's "Task JSON".
@@ -51,13 +56,13 @@ func TestDecodeTask_APIExample(t *testing.T) {
 }
 
 func TestDecodeTask_Defaults(t *testing.T) {
-	got, err := DecodeTask([]byte(`{"id": "a", "schedule": "@hourly", "executor": {"type": "http", "url": "https://example.com/x"}}`))
+	got, err := DecodeTask([]byte(`{"id": "a", "schedule": "@hourly", "executor": {"type": "http", "url": "http://127.0.0.1:9/x"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Task{
 		ID: "a", Schedule: "@hourly", Timezone: "UTC",
-		Executor:      Executor{Type: ExecutorHTTP, URL: "https://example.com/x", Method: "POST"},
+		Executor:      Executor{Type: ExecutorHTTP, URL: "http://127.0.0.1:9/x", Method: "POST"},
 		Timeout:       Duration(time.Minute),
 		Retry:         Retry{MaxAttempts: 1, Backoff: Duration(time.Second), MaxBackoff: Duration(time.Minute)},
 		Misfire:       MisfireFireOnce,
@@ -68,7 +73,7 @@ func TestDecodeTask_Defaults(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 	// null is the same as leaving a field out.
-	nulls, err := DecodeTask([]byte(`{"id": "a", "schedule": "@hourly", "executor": {"type": "http", "url": "https://example.com/x", "method": null},
+	nulls, err := DecodeTask([]byte(`{"id": "a", "schedule": "@hourly", "executor": {"type": "http", "url": "http://127.0.0.1:9/x", "method": null},
 		"timezone": null, "timeout": null, "retry": null, "misfire": null, "catchup_window": null, "concurrency": null, "jitter": null, "paused": null, "labels": null}`))
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +88,40 @@ func TestDecodeTask_Defaults(t *testing.T) {
 	}
 	if long.Retry.MaxBackoff != Duration(5*time.Minute) {
 		t.Errorf("max_backoff = %v, want 5m", long.Retry.MaxBackoff)
+	}
+}
+
+func TestDecodeTask_MethodCase(t *testing.T) {
+	for method, want := range map[string]string{
+		"post": "POST", "Get": "GET", "pAtCh": "PATCH", "DELETE": "DELETE",
+		"PURGE": "PURGE", "purge": "purge", // extension methods are case-sensitive: kept as written
+	} {
+		got, err := DecodeTask([]byte(`{"id": "a", "schedule": "@hourly", "executor": {"type": "http", "url": "http://127.0.0.1:9/x", "method": "` + method + `"}}`))
+		if err != nil {
+			t.Fatalf("method %q: %v", method, err)
+		}
+		if got.Executor.Method != want {
+			t.Errorf("method %q: stored as %q, want %q", method, got.Executor.Method, want)
+		}
+	}
+}
+
+// A task stored before methods were made canonical is sent with the
+// canonical method too.
+func TestExecutor_StoredLowerCaseMethodSentCanonical(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Method }))
+	defer srv.Close()
+	e := Executor{Type: ExecutorHTTP, URL: srv.URL, Method: "post"} // as stored, not validated
+	ex, err := e.Build(&executor.Shared{HTTP: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Execute(context.Background(), &executor.Fire{TaskID: "a", ScheduledAt: time.Now(), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-got; m != "POST" {
+		t.Errorf("sent method %q, want POST", m)
 	}
 }
 

@@ -200,6 +200,26 @@ func shortestGap(s schedule.Schedule) time.Duration {
 	return gap
 }
 
+// standardMethods are the methods of RFC 9110 and PATCH, which
+// canonicalMethod writes in upper case.
+var standardMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+
+// canonicalMethod is DefaultHTTPMethod for "", and a standard method in
+// upper case however it is written: methods are case-sensitive, so "post"
+// would be sent as an extension method that servers refuse, which no one
+// writing it means. Other tokens are kept as written.
+func canonicalMethod(m string) string {
+	if m == "" {
+		return DefaultHTTPMethod
+	}
+	for _, std := range standardMethods {
+		if strings.EqualFold(m, std) {
+			return std
+		}
+	}
+	return m
+}
+
 // applyDefaults fills the fields left zero and normalizes empty collections.
 func (t *Task) applyDefaults() {
 	if t.Timezone == "" {
@@ -226,8 +246,8 @@ func (t *Task) applyDefaults() {
 	if t.Concurrency == "" {
 		t.Concurrency = DefaultConcurrency
 	}
-	if t.Executor.Type == ExecutorHTTP && t.Executor.Method == "" {
-		t.Executor.Method = DefaultHTTPMethod
+	if t.Executor.Type == ExecutorHTTP {
+		t.Executor.Method = canonicalMethod(t.Executor.Method)
 	}
 	if l := t.HistoryLimit; l != nil && l.Successes == nil && l.Failures == nil {
 		t.HistoryLimit = nil
