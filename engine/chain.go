@@ -93,13 +93,14 @@ func (c *chainQueue) take() []chainFire {
 func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	missing := missingTargets{log: e.log}
 	for {
 		select {
 		case <-q.wake:
-			e.triggerChains(ctx, q.take(), stop)
+			e.triggerChains(ctx, q.take(), stop, &missing)
 		case <-stop:
 			ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
-			e.triggerChains(ctx, q.take(), nil)
+			e.triggerChains(ctx, q.take(), nil, &missing)
 			cancel()
 			return
 		}
@@ -108,9 +109,9 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 
 // triggerChains writes the triggers of fs, retrying each on etcd errors
 // until it is written, ctx ends or stop closes (then it tries once more
-// per trigger, for Close). A target that does not exist is logged and
-// skipped: the registry allows missing targets on request.
-func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}) {
+// per trigger, for Close). A target that does not exist is skipped and
+// told to missing: the registry allows missing targets on request.
+func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}, missing *missingTargets) {
 	for _, f := range fs {
 		at := time.Unix(0, f.sched).UTC()
 		for _, id := range f.targets {
@@ -121,7 +122,7 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 					break
 				}
 				if errors.Is(err, registry.ErrNotFound) {
-					e.log.Warn("a chain target does not exist; not triggered", "task", f.from, "target", id, "scheduled_at", at)
+					missing.skipped(time.Now(), f.from, id, at)
 					break
 				}
 				e.log.Warn("writing a chain trigger failed; retrying", "task", f.from, "target", id, "err", err)
@@ -131,6 +132,52 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 			}
 		}
 	}
+}
+
+// missingEvery is how often one chain whose target does not exist is
+// logged: a task firing every second would otherwise log every second.
+const missingEvery = 10 * time.Minute
+
+// missingTargets logs the chains whose target does not exist, once per
+// chain (task and target) every missingEvery, with the triggers skipped
+// since. Used by the chain writer alone.
+type missingTargets struct {
+	log   *slog.Logger
+	chain map[[2]string]*missedChain
+}
+
+type missedChain struct {
+	logged  time.Time
+	skipped int // since logged
+}
+
+// skipped notes that the trigger of target by from's fire at was skipped.
+func (m *missingTargets) skipped(now time.Time, from, target string, at time.Time) {
+	if m.chain == nil {
+		m.chain = map[[2]string]*missedChain{}
+	}
+	k := [2]string{from, target}
+	c := m.chain[k]
+	if c != nil && now.Sub(c.logged) < missingEvery {
+		c.skipped++
+		return
+	}
+	skipped := 1
+	if c != nil {
+		skipped += c.skipped
+	}
+	m.log.Warn("a chain target does not exist; not triggered", "task", from, "target", target, "scheduled_at", at,
+		"skipped", skipped, "next_log_in", missingEvery)
+	if len(m.chain) >= chainQueueMax {
+		// A chain logged missingEvery ago is logged at its next skip
+		// anyway: forgetting it loses only the count of skips since.
+		for k, c := range m.chain {
+			if now.Sub(c.logged) >= missingEvery {
+				delete(m.chain, k)
+			}
+		}
+	}
+	m.chain[k] = &missedChain{logged: now}
 }
 
 func stopped(stop <-chan struct{}) bool {

@@ -194,3 +194,25 @@ func TestChainQueue_DropsPastItsBound(t *testing.T) {
 		t.Errorf("after the writer took the queue: queued %v, dropped %d; want t5 queued, still 2 dropped", got, q.dropped.Load())
 	}
 }
+
+// A chain whose target does not exist is logged once every missingEvery,
+// with the triggers skipped since, not at every fire.
+func TestMissingTargets_LoggedOncePerInterval(t *testing.T) {
+	var logs strings.Builder
+	m := missingTargets{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 600 { // a task firing every second for ten minutes
+		at := t0.Add(time.Duration(i) * time.Second)
+		m.skipped(at, "every-second", "gone", at)
+	}
+	m.skipped(t0, "other", "gone", t0)
+	if n := strings.Count(logs.String(), "a chain target does not exist"); n != 2 {
+		t.Fatalf("logged %d times in the first interval, want once per chain:\n%s", n, logs.String())
+	}
+	logs.Reset()
+	at := t0.Add(missingEvery)
+	m.skipped(at, "every-second", "gone", at)
+	if !strings.Contains(logs.String(), "task=every-second target=gone") || !strings.Contains(logs.String(), "skipped=600") {
+		t.Errorf("the next interval's line, want the 599 skipped since and this one:\n%s", logs.String())
+	}
+}
