@@ -8,8 +8,9 @@ import (
 const readyHelp = `Usage: shardcron ready [flags]
 
 Asks the node at --server whether it is ready (GET /readyz: it owns the
-partitions the ring gives it and is not fenced). Prints "ready" and exits
-0 if so; prints the node's reason and exits 1 otherwise. Meant for
+partitions the ring gives it and is not fenced). Prints "ready" (with
+--output json: {"status": "ready"}, as /readyz answers) and exits 0 if so;
+prints the node's reason on stderr and exits 1 otherwise. Meant for
 container health checks, where no curl is at hand.
 
 Example:
@@ -29,6 +30,11 @@ func runReady(args []string, stdout, stderr io.Writer) int {
 	if err := cf.client().Ready(ctx); err != nil {
 		return cf.fail(c, "", err)
 	}
-	fmt.Fprintln(stdout, "ready")
-	return exitOK
+	out := struct {
+		Status string `json:"status"`
+	}{"ready"}
+	return printResult(c, &cf, out, func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, out.Status)
+		return err
+	})
 }

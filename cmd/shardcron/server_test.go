@@ -333,6 +333,9 @@ func TestCLI_AgainstRunningServer(t *testing.T) {
 	if out := mustOK(cli("", "ready")); out != "ready\n" {
 		t.Fatalf("ready: %q", out)
 	}
+	if out := mustOK(cli("", "ready", "--output", "json")); strings.Join(strings.Fields(out), "") != `{"status":"ready"}` {
+		t.Fatalf("ready --output json: %q", out)
+	}
 	// get | edit | put -f honours the version read: a change made in
 	// between is not overwritten, unless --force.
 	read := mustOK(cli("", "task", "get", "cli/every-second", "--output", "json"))
