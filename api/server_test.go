@@ -100,6 +100,7 @@ func TestServer_SingleNode(t *testing.T) {
 			{"oversized", "inv-9", `{"schedule": "@hourly", "executor": {"type": "http", "url": "http://x/", "body": "` + big + `"}}`, []string{"64 KiB"}},
 			{"id mismatch", "inv-10", noopJSON("inv-other"), []string{"id:", "inv-other", "inv-10"}},
 			{"control character in id", "inv\x01", noopJSON(""), []string{"id:", "control character"}},
+			{"invalid UTF-8 in id", "inv\xff", noopJSON(""), []string{"id:", "is not valid UTF-8"}},
 			{"empty body", "inv-11", ``, []string{"malformed JSON"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

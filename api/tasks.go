@@ -23,6 +23,12 @@ const rfc3339Milli = "2006-01-02T15:04:05.000Z07:00"
 // putTask: PUT /v1/tasks/{id}, create or replace, with If-Match.
 func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
+	// Before withPathID, whose JSON would replace an invalid byte and
+	// explain the id as differing from the body's.
+	if err := task.CheckID(id); err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
 	ifVersion, err := parseIfMatch(r.Header.Get("If-Match"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
