@@ -226,7 +226,7 @@ func (c *Client) DeleteTaskIf(ctx context.Context, id string, ifVersion int64) e
 
 // ListTasks returns one page of tasks in id order and the cursor of the
 // next page (the page's last id), "" after the last. A page holds
-// opts.Limit tasks (at most MaxListLimit), fewer only at the end.
+// opts.Limit tasks (at most registry.MaxListLimit), fewer only at the end.
 func (c *Client) ListTasks(ctx context.Context, opts ListOptions) (tasks []*task.Task, next string, err error) {
 	p, err := c.ListPage(ctx, opts)
 	if err != nil {

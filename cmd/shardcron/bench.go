@@ -132,7 +132,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.Binary = exe
 	}
 	if err := cfg.Validate(); err != nil {
-		return c.usageError("%v", err)
+		// The command's name already says bench: not "bench: bench: tasks".
+		return c.usageError("%s", strings.ReplaceAll("\n"+err.Error(), "\nbench: ", "\n")[1:])
 	}
 	if report != "" {
 		if err := os.MkdirAll(report, 0o755); err != nil {

@@ -58,6 +58,7 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "rebalance", "--procs", "--bin", "/"}, "is not an executable"},
 		{[]string{"bench", "throughput", "--runs", "-2"}, "runs: must be between"},
 		{[]string{"bench", "throughput,slow"}, `unknown scenario "slow"`},
+		{[]string{"bench", "throughput", "--tasks", "-1"}, "shardcron bench: tasks: must be between 1 and"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tc.args, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {

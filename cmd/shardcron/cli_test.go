@@ -337,6 +337,8 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "delete", "--all", "--prefix", "x"}, []string{"--all chooses every task"}},
 		{[]string{"task", "trigger", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"task", "history", "a", "--limit", "0"}, []string{"--limit: 0 is less than 1"}},
+		{[]string{"task", "list", "--limit", "10001"}, []string{"--limit: 10001 is not within 0-10000"}},
+		{[]string{"task", "list", "--limit", "-1"}, []string{"--limit: -1 is not within 0-10000"}},
 		{[]string{"task", "pause", "--all", "--note", "x"}, []string{"--note applies to one task"}},
 		{[]string{"task", "delete", "--all", "--if-match", "3"}, []string{"--if-match applies to one task"}},
 		{[]string{"task", "delete", "a", "--if-match", "-1"}, []string{"--if-match: -1 is not a version"}},

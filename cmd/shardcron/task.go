@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -673,7 +674,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
 	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
-	c.fs.IntVar(&limit, "limit", 0, "tasks per page, at most (0: the server's page size)")
+	c.fs.IntVar(&limit, "limit", 0, "tasks per page, at most (0: the server's page size, 1000; at most 10000)")
 	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
 	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
 	cf.register(c)
@@ -684,8 +685,8 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return c.usageError("unexpected argument %q (filter with --prefix or --label)", pos[0])
 	}
-	if limit < 0 {
-		return c.usageError("--limit: %d is negative", limit)
+	if limit < 0 || limit > registry.MaxListLimit {
+		return c.usageError("--limit: %d is not within 0-%d", limit, registry.MaxListLimit)
 	}
 	if status != "" {
 		if _, err := task.ParseStatus(status); err != nil {
