@@ -156,6 +156,36 @@ func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
 	}
 }
 
+// A stage whose timers are not those the wheel releases at its tick (here
+// in another order than Peek saw them) is dropped and counted as a
+// mismatch, and release fires the tick as if nothing had been staged.
+func TestLoop_StageDroppedWhenTheWheelReleasesOtherTimers(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireSkip), "* * * * * *", ids("a", 10)...)
+	tl.dispatchAll()
+	tl.stageNext()
+	if len(tl.staged.jobs) != 10 {
+		t.Fatalf("staged %d fires, want 10", len(tl.staged.jobs))
+	}
+	tl.staged.peek[0], tl.staged.peek[1] = tl.staged.peek[1], tl.staged.peek[0]
+	tl.clock.Advance(51 * time.Millisecond)
+	tl.dispatchAll()
+	if n := tl.stats.stageDrops[dropMismatch].Load(); n != 1 {
+		t.Errorf("%d stage drops counted as a mismatch, want 1", n)
+	}
+	if n := tl.stats.staged.Load(); n != 0 {
+		t.Errorf("%d fires released from the mismatched stage", n)
+	}
+	p := tl.pool
+	p.mu.Lock()
+	queued := p.queued()
+	p.mu.Unlock()
+	if queued != 10 {
+		t.Errorf("%d fires queued, want the tick's 10", queued)
+	}
+}
+
 // A command served between two batches of one burst sees every record
 // released so far rescheduled: a schedule edited then takes effect from
 // its next time, instead of the burst's rescheduling skipping it.
