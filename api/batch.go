@@ -22,14 +22,9 @@ type batchItem struct {
 
 // putBatch: POST /v1/tasks:batch, a JSON array or JSON Lines.
 func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, s.cfg.MaxBatchBytes)
-	if errors.Is(err, errTooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge,
-			"batch body is more than %d bytes, this node's limit: split it into smaller batches", s.cfg.MaxBatchBytes)
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+	body, ok := readBodyOr(w, r, s.cfg.MaxBatchBytes, http.StatusRequestEntityTooLarge,
+		"batch body is more than %d bytes, this node's limit: split it into smaller batches", s.cfg.MaxBatchBytes)
+	if !ok {
 		return
 	}
 	items, err := splitBatch(body, MaxBatchItems)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -77,13 +76,8 @@ var previewFields = []string{"schedule", "timezone", "id", "jitter", "not_before
 // next count (1-100, default 5) fire times from now, validated as a task's
 // fields are.
 func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, task.MaxTaskSize)
-	if errors.Is(err, errTooBig) {
-		writeError(w, http.StatusBadRequest, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+	body, ok := readBodyOr(w, r, task.MaxTaskSize, http.StatusBadRequest, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
+	if !ok {
 		return
 	}
 	var obj map[string]json.RawMessage

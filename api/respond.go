@@ -66,6 +66,22 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
+// readBodyOr is readBody answering its error itself: status with the
+// message tooBig (a format for args) for a body past limit, 400 for a body
+// that could not be read. ok is false when it answered.
+func readBodyOr(w http.ResponseWriter, r *http.Request, limit int64, status int, tooBig string, args ...any) (body []byte, ok bool) {
+	body, err := readBody(r, limit)
+	switch {
+	case errors.Is(err, errTooBig):
+		writeError(w, status, tooBig, args...)
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return nil, false
+	}
+	return body, true
+}
+
 // noSpaceMessage begins the answer to a write etcd refused for space.
 const noSpaceMessage = "etcd is out of space (its NOSPACE alarm is raised), so it refuses every write until an " +
 	"operator frees space (compact and defragment etcd, then disarm the alarm: etcdctl alarm disarm); reads go on"

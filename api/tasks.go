@@ -39,13 +39,8 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	body, err := readBody(r, task.MaxTaskSize)
-	if errors.Is(err, errTooBig) {
-		writeError(w, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+	body, ok := readBodyOr(w, r, task.MaxTaskSize, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
+	if !ok {
 		return
 	}
 	body, err = withPathID(body, id)
@@ -510,13 +505,8 @@ const maxSmallBody = 2*task.MaxOverrideSize + 1024
 // body leaves it zero), refusing unknown fields; it answers 400 itself and
 // returns false on a bad body.
 func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
-	body, err := readBody(r, maxSmallBody)
-	if errors.Is(err, errTooBig) {
-		writeError(w, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
-		return false
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+	body, ok := readBodyOr(w, r, maxSmallBody, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
+	if !ok {
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
