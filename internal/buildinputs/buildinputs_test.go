@@ -6,14 +6,28 @@ import (
 	"testing"
 )
 
-func TestOpen_FindsTheModule(t *testing.T) {
+// Open, from a directory inside a module, opens what a build reads from
+// the whole module and nothing else.
+func TestOpen_OpensWhatABuildReads(t *testing.T) {
+	root := t.TempDir()
+	read := []string{"go.mod", "go.sum", "main.go", "sub/b.go", "sub/page.html"}
+	skipped := []string{"main_test.go", "sub/testdata/case.json", ".git/HEAD", "sub/.cache/x"}
+	for _, name := range append(read, skipped...) {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(filepath.Join(root, "sub"))
 	n, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// At least this package's source and go.mod.
-	if n < 2 {
-		t.Fatalf("opened %d files", n)
+	if n != len(read) {
+		t.Fatalf("opened %d files, want the %d a build reads: %v", n, len(read), read)
 	}
 }
 
