@@ -185,12 +185,13 @@ func (c Config) Defaults() Config {
 	return c
 }
 
-// Validate applies the defaults and checks every field.
+// Validate applies the defaults and checks every field. Its error has a
+// line a field at fault, which starts with the field's name.
 func (c Config) Validate() error {
 	c = c.Defaults()
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("bench: %s: %s", field, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
 	for _, s := range strings.Split(c.Scenario, ",") {
 		if s != All && !slices.Contains(Scenarios, s) {
@@ -246,11 +247,11 @@ func (c Config) Validate() error {
 		bad("executor", "unknown executor %q (want noop, handler or http)", c.Executor)
 	}
 	if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.Replication, Load: c.Load}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("bench: %w", err))
+		errs = append(errs, err)
 	}
 	ec := c.engineConfig("n")
 	if err := ec.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("bench: %w", err))
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -16,7 +16,7 @@ import (
 // so far with it.
 func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	given := cfg
 	cfg = cfg.Defaults()

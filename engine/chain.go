@@ -93,7 +93,7 @@ func (c *chainQueue) take() []chainFire {
 func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	missing := missingTargets{log: e.log}
+	missing := missingTargets{log: e.log, max: missingMax}
 	for {
 		select {
 		case <-q.wake:
@@ -138,12 +138,20 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 // logged: a task firing every second would otherwise log every second.
 const missingEvery = 10 * time.Minute
 
+// missingMax bounds the chains missingTargets remembers, at about 100
+// bytes each. Past it, a chain it could not remember is logged at every
+// skip, as if unbounded: that takes more chains missing their targets
+// within missingEvery than this.
+const missingMax = 1 << 16
+
 // missingTargets logs the chains whose target does not exist, once per
 // chain (task and target) every missingEvery, with the triggers skipped
 // since. Used by the chain writer alone.
 type missingTargets struct {
 	log   *slog.Logger
+	max   int // chains remembered at most: missingMax
 	chain map[[2]string]*missedChain
+	swept time.Time // when chains logged missingEvery ago were last forgotten
 }
 
 type missedChain struct {
@@ -153,9 +161,6 @@ type missedChain struct {
 
 // skipped notes that the trigger of target by from's fire at was skipped.
 func (m *missingTargets) skipped(now time.Time, from, target string, at time.Time) {
-	if m.chain == nil {
-		m.chain = map[[2]string]*missedChain{}
-	}
 	k := [2]string{from, target}
 	c := m.chain[k]
 	if c != nil && now.Sub(c.logged) < missingEvery {
@@ -168,16 +173,28 @@ func (m *missingTargets) skipped(now time.Time, from, target string, at time.Tim
 	}
 	m.log.Warn("a chain target does not exist; not triggered", "task", from, "target", target, "scheduled_at", at,
 		"skipped", skipped, "next_log_in", missingEvery)
-	if len(m.chain) >= chainQueueMax {
+	if c != nil {
+		c.logged, c.skipped = now, 0
+		return
+	}
+	if len(m.chain) >= m.max && now.Sub(m.swept) >= missingEvery {
 		// A chain logged missingEvery ago is logged at its next skip
-		// anyway: forgetting it loses only the count of skips since.
-		for k, c := range m.chain {
-			if now.Sub(c.logged) >= missingEvery {
-				delete(m.chain, k)
+		// anyway: forgetting it loses only the count of skips since. At
+		// most one sweep an interval, so that a full map of chains all
+		// logged within it costs no sweep a skip.
+		for key, old := range m.chain {
+			if now.Sub(old.logged) >= missingEvery {
+				delete(m.chain, key)
 			}
 		}
+		m.swept = now
 	}
-	m.chain[k] = &missedChain{logged: now}
+	if len(m.chain) < m.max {
+		if m.chain == nil {
+			m.chain = map[[2]string]*missedChain{}
+		}
+		m.chain[k] = &missedChain{logged: now}
+	}
 }
 
 func stopped(stop <-chan struct{}) bool {

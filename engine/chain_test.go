@@ -199,7 +199,7 @@ func TestChainQueue_DropsPastItsBound(t *testing.T) {
 // with the triggers skipped since, not at every fire.
 func TestMissingTargets_LoggedOncePerInterval(t *testing.T) {
 	var logs strings.Builder
-	m := missingTargets{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	m := missingTargets{log: slog.New(slog.NewTextHandler(&logs, nil)), max: missingMax}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 600 { // a task firing every second for ten minutes
 		at := t0.Add(time.Duration(i) * time.Second)
@@ -214,5 +214,48 @@ func TestMissingTargets_LoggedOncePerInterval(t *testing.T) {
 	m.skipped(at, "every-second", "gone", at)
 	if !strings.Contains(logs.String(), "task=every-second target=gone") || !strings.Contains(logs.String(), "skipped=600") {
 		t.Errorf("the next interval's line, want the 599 skipped since and this one:\n%s", logs.String())
+	}
+}
+
+// Past its bound, missingTargets logs a chain it cannot remember at every
+// skip, and once an interval has passed it forgets the chains logged that
+// long ago to make room.
+func TestMissingTargets_Bounded(t *testing.T) {
+	var logs strings.Builder
+	m := missingTargets{log: slog.New(slog.NewTextHandler(&logs, nil)), max: 2}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	count := func() int { n := strings.Count(logs.String(), "target=gone"); logs.Reset(); return n }
+	m.skipped(t0, "a", "gone", t0)
+	m.skipped(t0, "b", "gone", t0)
+	m.skipped(t0, "c", "gone", t0)
+	m.skipped(t0, "c", "gone", t0)
+	if n := count(); n != 4 || len(m.chain) != 2 {
+		t.Fatalf("%d lines, %d chains remembered; want a, b once and c at each skip (4), 2 remembered", n, len(m.chain))
+	}
+	later := t0.Add(missingEvery)
+	m.skipped(later, "c", "gone", later)
+	m.skipped(later, "c", "gone", later)
+	if n := count(); n != 1 || m.chain[[2]string{"c", "gone"}] == nil {
+		t.Errorf("after an interval: %d lines for c, want 1 (a and b forgotten, c remembered): %v", n, m.chain)
+	}
+}
+
+// The chain writer tells missingTargets of a target the registry does not
+// hold, rather than logging each trigger itself.
+func TestEngine_MissingChainTargetLoggedOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, nil)
+	var logs strings.Builder
+	m := missingTargets{log: slog.New(slog.NewTextHandler(&logs, nil)), max: missingMax}
+	var fs []chainFire
+	for i := range 3 {
+		fs = append(fs, chainFire{from: "x", sched: time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC).UnixNano(), targets: []string{"gone"}})
+	}
+	n.e.triggerChains(context.Background(), fs, nil, &m)
+	if got := strings.Count(logs.String(), "a chain target does not exist"); got != 1 {
+		t.Errorf("%d lines for 3 triggers of a missing target, want 1:\n%s", got, logs.String())
+	}
+	if got := m.chain[[2]string{"x", "gone"}]; got == nil || got.skipped != 2 {
+		t.Errorf("remembered %+v, want 2 skipped since the line", got)
 	}
 }

@@ -132,8 +132,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.Binary = exe
 	}
 	if err := cfg.Validate(); err != nil {
-		// The command's name already says bench: not "bench: bench: tasks".
-		return c.usageError("%s", strings.ReplaceAll("\n"+err.Error(), "\nbench: ", "\n")[1:])
+		return c.usageError("%v", err)
 	}
 	if report != "" {
 		if err := os.MkdirAll(report, 0o755); err != nil {

@@ -1229,7 +1229,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		v := getTask(t, "t1").Version
 		wantCLI(t, run("", "task", "delete", "t1", "--if-match", fmt.Sprint(v+1)), 1, nil,
-			[]string{`shardcron: task "t1"`, fmt.Sprintf("nothing was deleted: the task is not at version %d", v+1)})
+			[]string{`shardcron: task "t1"`, "another version than If-Match says", "\nnothing was deleted\n"})
 		getTask(t, "t1") // still there
 		wantCLI(t, run("", "task", "delete", "t1", "--if-match", fmt.Sprint(v)), 0, []string{`deleted task "t1"`}, nil)
 		wantCLI(t, run("", "task", "put", "--id", "t1", "--schedule", "@hourly", "--noop"), 0, nil, nil)

@@ -356,6 +356,19 @@ func (f *clientFlags) fail(c *command, subject string, err error) int {
 	return exitError
 }
 
+// failWithHint is fail adding hint, on a line of its own, when err is an
+// API error of status: what the server's message cannot say, such as
+// what the command left undone.
+func (f *clientFlags) failWithHint(c *command, subject string, err error, status int, hint string) int {
+	msg := describeError(f, subject, err)
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.Status == status {
+		msg += "\n" + hint
+	}
+	fmt.Fprintln(c.stderr, msg)
+	return exitError
+}
+
 // describeError is the message of fail: the server's own message for an
 // API error, a hint for the common ways of not reaching a node.
 func describeError(f *clientFlags, subject string, err error) string {

@@ -583,13 +583,8 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 	}
 	got, err := cf.client().PutTaskJSONWith(ctx, id, data, o)
 	if err != nil {
-		var ae *client.Error
-		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
-			fmt.Fprintf(c.stderr, "%s\nversion %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)\n",
-				describeError(cf, subject(id), err), ifMatch)
-			return exitError
-		}
-		return cf.fail(c, subject(id), err)
+		return cf.failWithHint(c, subject(id), err, http.StatusPreconditionFailed,
+			fmt.Sprintf("version %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)", ifMatch))
 	}
 	return printPut(c, cf, got)
 }
@@ -674,7 +669,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
 	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
-	c.fs.IntVar(&limit, "limit", 0, "tasks per page, at most (0: the server's page size, 1000; at most 10000)")
+	c.fs.IntVar(&limit, "limit", 0, fmt.Sprintf("tasks per page, at most %d (0: the server's page size, %d)", registry.MaxListLimit, registry.DefaultListLimit))
 	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
 	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
 	cf.register(c)
@@ -829,13 +824,7 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 			return c.usageError("--if-match: %d is not a version", ifMatch)
 		}
 		if err := cf.client().DeleteTaskIf(ctx, id, ifMatch); err != nil {
-			var ae *client.Error
-			if ifMatch != 0 && errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
-				fmt.Fprintf(c.stderr, "%s\nnothing was deleted: the task is not at version %d (it changed since it was read, or is gone)\n",
-					describeError(cf, subject(id), err), ifMatch)
-				return exitError
-			}
-			return cf.fail(c, subject(id), err)
+			return cf.failWithHint(c, subject(id), err, http.StatusPreconditionFailed, "nothing was deleted")
 		}
 		out := struct {
 			ID      string `json:"id"`

@@ -22,8 +22,26 @@ func Open() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	paths, err := inputs(root)
+	if err != nil {
+		return 0, err
+	}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		if err := f.Close(); err != nil {
+			return 0, err
+		}
+	}
+	return len(paths), nil
+}
+
+// inputs lists the files under root that Open opens.
+func inputs(root string) ([]string, error) {
+	var paths []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil:
 			return err
@@ -32,14 +50,10 @@ func Open() (int, error) {
 		case d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(path, "_test.go"):
 			return nil
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		n++
-		return f.Close()
+		paths = append(paths, path)
+		return nil
 	})
-	return n, err
+	return paths, err
 }
 
 // moduleRoot is the nearest directory at or above the working directory

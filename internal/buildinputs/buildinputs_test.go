@@ -3,6 +3,7 @@ package buildinputs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -12,7 +13,7 @@ func TestOpen_OpensWhatABuildReads(t *testing.T) {
 	root := t.TempDir()
 	read := []string{"go.mod", "go.sum", "main.go", "sub/b.go", "sub/page.html"}
 	skipped := []string{"main_test.go", "sub/testdata/case.json", ".git/HEAD", "sub/.cache/x"}
-	for _, name := range append(read, skipped...) {
+	for _, name := range append(slices.Clone(read), skipped...) {
 		path := filepath.Join(root, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -21,13 +22,22 @@ func TestOpen_OpensWhatABuildReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Chdir(filepath.Join(root, "sub"))
-	n, err := Open()
+	got, err := inputs(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != len(read) {
-		t.Fatalf("opened %d files, want the %d a build reads: %v", n, len(read), read)
+	var want []string
+	for _, name := range read {
+		want = append(want, filepath.Join(root, name))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("inputs %v, want %v", got, want)
+	}
+	t.Chdir(filepath.Join(root, "sub"))
+	if n, err := Open(); err != nil || n != len(read) {
+		t.Errorf("Open from a subdirectory: %d files, %v; want the module's %d", n, err, len(read))
 	}
 }
 
