@@ -305,7 +305,7 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 		}
 		delete(parts, p)
 	}
-	e.log.Info("released partitions", "partitions", ps, "stuck", len(stuck), "took", took)
+	e.log.Info("released partitions", "partitions", partRanges(ps), "count", len(ps), "stuck", len(stuck), "took", took)
 	return stuck
 }
 

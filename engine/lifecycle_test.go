@@ -496,7 +496,23 @@ func TestEngine_AcquiredPartitionsLoggedOnce(t *testing.T) {
 	if len(rounds) != 1 {
 		t.Fatalf("%d lines for the acquired partitions, want 1:\n%s", len(rounds), buf.String())
 	}
-	if !strings.Contains(rounds[0], `partitions="[0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]"`) {
-		t.Errorf("the line does not list the 16 partitions in order: %s", rounds[0])
+	if !strings.Contains(rounds[0], `partitions=0-15 count=16`) {
+		t.Errorf("the line does not give the 16 partitions as one range: %s", rounds[0])
+	}
+}
+
+func TestPartRanges(t *testing.T) {
+	for _, tc := range []struct {
+		ps   []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{7}, "7"},
+		{[]int{3, 1, 2}, "1-3"},
+		{[]int{0, 1, 2, 5, 7, 8, 8, 1023}, "0-2,5,7-8,1023"},
+	} {
+		if got := partRanges(tc.ps).LogValue().String(); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ps, got, tc.want)
+		}
 	}
 }

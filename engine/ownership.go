@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -291,11 +292,35 @@ func (a *acquireRound) add(r acquired) {
 // log writes the round's line and starts the next round.
 func (a *acquireRound) log(log *slog.Logger) {
 	if len(a.parts) > 0 {
-		slices.Sort(a.parts)
-		log.Info("acquired partitions", "partitions", a.parts, "took", time.Since(a.start),
+		log.Info("acquired partitions", "partitions", partRanges(a.parts), "count", len(a.parts), "took", time.Since(a.start),
 			"slowest", a.slowest, "slowest_took", a.slowestTook)
 	}
 	*a = acquireRound{start: time.Now()}
+}
+
+// partRanges logs partitions as sorted ranges ("0-511,700"): a node
+// acquires or releases hundreds at once, which as numbers fill a screen.
+type partRanges []int
+
+func (ps partRanges) LogValue() slog.Value {
+	s := slices.Compact(slices.Sorted(slices.Values(ps)))
+	var b []byte
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(s[i]), 10)
+		if j > i {
+			b = append(b, '-')
+			b = strconv.AppendInt(b, int64(s[j]), 10)
+		}
+		i = j + 1
+	}
+	return slog.StringValue(string(b))
 }
 
 func (s *serving) start(p int) {

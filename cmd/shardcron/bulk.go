@@ -14,10 +14,11 @@ import (
 const bulkHelp = `
 With --prefix, --label or --all instead of an ID, the command acts on every
 task they choose (all labels must match) and prints how many it changed;
---dry-run only counts. A bulk delete needs --yes. Tasks are changed in
-etcd transactions of up to 128 tasks, not all at once: if the command
-fails midway, running it again finishes the job. Raise --timeout for
-hundreds of thousands of tasks.
+--dry-run only counts. A bulk delete (task delete) needs --yes: without
+it, it only counts and exits 1. Tasks are changed in etcd transactions
+of up to 128 tasks, not all at once: if the command fails midway,
+running it again finishes the job. Raise --timeout for hundreds of
+thousands of tasks.
 `
 
 // bulkFlags choose the tasks of a bulk action instead of a task ID.

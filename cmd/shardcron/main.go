@@ -12,7 +12,7 @@ const usage = `shardcron: a distributed cron scheduler for fleets of millions of
 
 Usage:
   shardcron server   [flags]     run a node (the main job)
-  shardcron task     put|get|list|delete|pause|resume|trigger|history ...
+  shardcron task     put|get|list|export|delete|pause|resume|trigger|backfill|history|failures ...
   shardcron import   FILE        bulk-load tasks from JSON Lines ('-' = stdin)
   shardcron nodes                members, their partitions and task counts
   shardcron ready                exit 0 if the node is ready (health checks)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,6 +165,21 @@ func TestServer_StartupErrors(t *testing.T) {
 		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") ||
 			!strings.Contains(log, "connection refused") || !strings.Contains(log, "check --etcd") {
 			t.Fatalf("no retry log or no clear error:\n%s", log)
+		}
+	})
+	t.Run("embedded etcd port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd-listen", ln.Addr().String(),
+			"--etcd-peer-listen", etcdtest.RefusedAddr(t))
+		if code := p.waitExit(30 * time.Second); code == 0 {
+			t.Fatal("exited 0 with the embedded etcd's port taken")
+		}
+		if log := p.log(); !strings.Contains(log, "address already in use") || !strings.Contains(log, "--etcd-listen") {
+			t.Fatalf("no clear error:\n%s", log)
 		}
 	})
 	t.Run("partitions mismatch", func(t *testing.T) {

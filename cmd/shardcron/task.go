@@ -43,7 +43,7 @@ Subcommands:
 Run 'shardcron task SUBCOMMAND --help' for a subcommand's flags.
 
 Example:
-  shardcron task put --id backup/db --schedule '0 3 * * *' --command /usr/bin/backup
+  shardcron task put --id backup/db --schedule '0 3 * * *' --url http://127.0.0.1:9000/backup
   shardcron task list --prefix backup/
 `
 
@@ -193,6 +193,7 @@ Examples:
       --timezone Europe/Berlin --url https://hooks.example.com/invoice --header X-Team=billing \
       --max-attempts 3 --backoff 1s --label team=billing
   shardcron task put --id backup/db --schedule '@daily' --command /usr/bin/backup --command --full
+      # an exec task: a live node must run with --allow-exec (and an --exec-allow that admits it)
   shardcron task get billing/invoice-42 --output json | jq '.paused=true' | shardcron task put -f -
   shardcron task put --id report/q4 --schedule '@at 2027-01-01T09:00:00' --timezone Europe/Berlin \
       --url https://hooks.example.com/report --delete-after-fire
@@ -740,15 +741,15 @@ type listResult struct {
 const taskExportHelp = `Usage: shardcron task export [--prefix P] [--label K=V]... [flags] > tasks.jsonl
 
 Writes every matching task (all of them by default) to stdout as
-JSON Lines, one task per line, as stored, which
-'shardcron import' reads back unchanged (into this cluster or another one). The
-node reads all of them from one etcd revision, so the export is a
-consistent snapshot however long it takes and whatever is written
-meanwhile. With --prefix or --label the lines are ordered by id; the
-whole fleet comes in etcd's key order (by partition, then id), read in
-one pass without the index, which is about twice as fast. --timeout does not apply: an export of millions of tasks runs
-until it is done (Ctrl-C stops it). At the end it prints "exported N
-tasks" on stderr.
+JSON Lines, one task per line, as stored, which 'shardcron import' reads
+back unchanged (into this cluster or another one). The node reads all of them
+from one etcd revision, so the export is a consistent snapshot however
+long it takes and whatever is written meanwhile. With --prefix or
+--label the lines are ordered by id; the whole fleet comes in etcd's key
+order (by partition, then id), read in one pass without the index, which
+is about twice as fast. --timeout does not apply: an export of millions
+of tasks runs until it is done (Ctrl-C stops it). At the end it prints
+"exported N tasks" on stderr.
 
 Examples:
   shardcron task export > fleet.jsonl
