@@ -70,7 +70,10 @@ type backfills struct {
 	// this node started from or wrote: the watch delivers a runner's own
 	// records late, and one that arrives after its runner finished must
 	// not start another from that older progress, which would run again
-	// the fires recorded after it.
+	// the fires recorded after it. An entry goes when its record is
+	// deleted (stopBackfill: the watch sees every partition's deletes, and
+	// a task's delete takes its record), so there is at most one per
+	// record in etcd, whoever owns its partition now.
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
