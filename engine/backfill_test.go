@@ -156,6 +156,18 @@ func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
 	if started {
 		t.Error("a late record of a finished backfill started another runner")
 	}
+
+	// What guarded against it goes with the record, which the task's
+	// delete takes.
+	if err := reg.Delete(context.Background(), "bf"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.bf.mu.Lock()
+		defer n.e.bf.mu.Unlock()
+		_, kept := n.e.bf.newest["bf"]
+		return !kept
+	})
 }
 
 // Backfill fires still queued when their partition is released are handed
