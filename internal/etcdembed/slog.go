@@ -20,7 +20,9 @@ import (
 // Once the server is closing, the errors of its listeners and servers
 // being closed (every serving goroutine logs one as it returns, some at
 // error level) are debug lines: they are the close itself, and a node
-// that stops cleanly must not end its log with errors.
+// that stops cleanly must not end its log with errors. So are the
+// warnings about the setup this package chooses (ourSetup), which a node
+// that starts cleanly must not begin its log with.
 type slogCore struct {
 	log     *slog.Logger
 	min     zapcore.Level
@@ -50,7 +52,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		f.AddTo(enc)
 	}
 	level := slogLevel(e.Level)
-	if c.closing != nil && c.closing.Load() && (closedError(c.fields) || closedError(fields)) {
+	if c.closing != nil && c.closing.Load() && (closedError(c.fields) || closedError(fields)) || ourSetup[e.Message] {
 		level = slog.LevelDebug
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
@@ -65,6 +67,15 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// ourSetup are the warnings etcd gives at every start about settings Start
+// chooses, which its user can neither change nor need to: without auth the
+// simple token signs nothing, and one port for gRPC and HTTP is what a
+// single embedded member wants.
+var ourSetup = map[string]bool{
+	"simple token is not cryptographically signed":                                         true,
+	"Running http and grpc server on single port. This is not recommended for production.": true,
+}
 
 func slogLevel(l zapcore.Level) slog.Level {
 	switch {

@@ -83,7 +83,8 @@ func TestSlogCore_ClosedListenersAtCloseAreDebug(t *testing.T) {
 	}
 }
 
-// A server that closes cleanly logs no warning and no error while it
+// A server that starts gives none of the warnings about the setup Start
+// chose, and one that closes cleanly logs no warning and no error while it
 // closes.
 func TestServer_CleanCloseLogsNoError(t *testing.T) {
 	var buf logbuf.Buffer
@@ -100,6 +101,11 @@ func TestServer_CleanCloseLogsNoError(t *testing.T) {
 		}
 	}
 	started := len(buf.String())
+	for msg := range ourSetup {
+		if strings.Contains(buf.String()[:started], msg) {
+			t.Errorf("the start warned about the setup Start chose: %q", msg)
+		}
+	}
 	s.Close()
 	if out := buf.String()[started:]; out != "" {
 		t.Errorf("a clean close logged:\n%s", out)
