@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -284,19 +285,27 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 	defer cancel()
 	stuck := map[int]*stuckRelease{}
 	now := time.Now()
+	var refused refusals
 	for _, chunk := range e.releaseChunks(ps, rel.hand) {
-		failed := e.commitRelease(ctx, parts, chunk, rel.hand, 3)
+		failed, err := e.commitRelease(ctx, parts, chunk, rel.hand, 3)
 		if len(failed) > 1 {
 			// One partition at a time, so that one lost lock does not keep
 			// the others.
 			failed = slices.DeleteFunc(failed, func(p int) bool {
-				return len(e.commitRelease(ctx, parts, []int{p}, rel.hand, 1)) == 0
+				f, err := e.commitRelease(ctx, parts, []int{p}, rel.hand, 1)
+				if len(f) > 0 {
+					refused.add(f, err)
+				}
+				return len(f) == 0
 			})
+		} else {
+			refused.add(failed, err)
 		}
 		for _, p := range failed {
 			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: now}
 		}
 	}
+	refused.log(e.log)
 	took := time.Since(marked)
 	for _, p := range ps {
 		if stuck[p] == nil {
@@ -329,8 +338,10 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	ps := slices.Sorted(maps.Keys(stuck))
+	var refused refusals
 	for _, chunk := range e.releaseChunks(ps, hand) {
-		failed := e.commitRelease(ctx, parts, chunk, hand, 1)
+		failed, err := e.commitRelease(ctx, parts, chunk, hand, 1)
+		refused.add(failed, err)
 		for _, p := range chunk {
 			if !slices.Contains(failed, p) {
 				delete(stuck, p)
@@ -338,6 +349,7 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 			}
 		}
 	}
+	refused.log(e.log)
 	if len(stuck) == 0 {
 		e.log.Info("stuck releases committed", "count", len(ps))
 		return
@@ -377,8 +389,11 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 
 // commitRelease writes the released checkpoints of ps and deletes their
 // locks in one transaction, in up to attempts tries within ctx, and returns
-// the partitions it did not release: all of ps, or none.
-func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) []int {
+// the partitions it did not release: all of ps, or none; err is etcd's
+// last refusal when it refused them. The callers log the refusals once a
+// round, not once a try: under etcd's NOSPACE alarm a leaving node would
+// otherwise log a line for every partition it has.
+func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) (failed []int, err error) {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, p := range ps {
@@ -393,21 +408,41 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 			break
 		}
 		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		resp, err := e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
+		var resp *clientv3.TxnResponse
+		resp, err = e.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		switch {
 		case err != nil:
-			e.log.Warn("writing release checkpoints failed", "partitions", len(ps), "attempt", attempt+1, "err", err)
 		case !resp.Succeeded:
 			// A lock is no longer ours: its lease ended, so this session is
 			// over and the partition passed on as after a crash.
 			e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
-			return ps
+			return ps, nil
 		default:
-			return nil
+			return nil, nil
 		}
 	}
-	return ps
+	return ps, err
+}
+
+// refusals notes etcd's refusals of release checkpoints over a round, for
+// one log line.
+type refusals struct {
+	n   int // partitions refused
+	err error
+}
+
+func (r *refusals) add(failed []int, err error) {
+	if err != nil {
+		r.n += len(failed)
+		r.err = err
+	}
+}
+
+func (r *refusals) log(log *slog.Logger) {
+	if r.n > 0 {
+		log.Warn("writing release checkpoints failed", "partitions", r.n, "err", r.err)
+	}
 }
 
 // releaseLoop takes partitions' tasks out of the wheel (releaseParts).

@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -139,4 +143,26 @@ func TestEngine_FencedDuringNoSpaceLiftsTheLeadNoMore(t *testing.T) {
 	defer proxy.Restore()
 	n.e.sess.Load().Lost()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !n.e.acked.noSpace.Load() })
+}
+
+// A node that leaves while etcd's NOSPACE alarm refuses its releases says
+// so in a line a round, not a line for each partition and each try.
+func TestEngine_RefusedReleasesLoggedOnceARound(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	n := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	parts := n.e.cfg.Partitions
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	n.stop(t)
+	lines := strings.Count(buf.String(), `msg="writing release checkpoints failed"`)
+	// The release, then its one retry as the session ends.
+	if lines < 1 || lines > 2 {
+		t.Errorf("%d lines for the refused releases, want 1 or 2:\n%s", lines, buf.String())
+	}
+	if !strings.Contains(buf.String(), fmt.Sprintf("partitions=%d err=", parts)) {
+		t.Errorf("no line counts the %d refused partitions:\n%s", parts, buf.String())
+	}
 }
