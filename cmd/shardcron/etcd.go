@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/shardcron/shardcron/internal/etcdembed"
 )
@@ -25,11 +29,35 @@ func derivedAddr(listen string, offset int) string {
 // startEtcd starts the embedded etcd with its data in dir, its warnings
 // and errors in the node's log, and waits until it serves. It keeps one
 // hour of history (auto-compaction), so a node that restarts within the
-// hour resumes its watches instead of reloading.
-func startEtcd(dir string, log *slog.Logger, clientAddr, peerAddr string, timeout time.Duration) (*etcdembed.Server, error) {
+// hour resumes its watches instead of reloading. quota is its space quota
+// in bytes.
+func startEtcd(dir string, log *slog.Logger, clientAddr, peerAddr string, quota int64, timeout time.Duration) (*etcdembed.Server, error) {
 	return etcdembed.Start(etcdembed.Config{
 		Dir: dir, Logger: log,
 		ClientAddr: clientAddr, PeerAddr: peerAddr,
-		CompactionRetention: time.Hour, StartTimeout: timeout,
+		CompactionRetention: time.Hour, QuotaBytes: quota, StartTimeout: timeout,
 	})
+}
+
+// The embedded etcd's space quota. etcd's own default, 2 GiB, is filled by
+// 1 M tasks (about 0.8 GB with their index keys) and two rewrites of every
+// one of them within the hour of history it keeps; 8 GiB is the most etcd
+// recommends.
+const (
+	defaultEtcdQuota byteSize = 8 << 30
+	minEtcdQuota     byteSize = 64 << 20
+)
+
+// byteSize is a flag of bytes, written with a unit: 8GiB, 512MiB, 2GB.
+type byteSize int64
+
+func (b byteSize) String() string { return humanize.IBytes(uint64(b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n > math.MaxInt64 {
+		return errors.New("not a size such as 8GiB or 512MiB")
+	}
+	*b = byteSize(n)
+	return nil
 }

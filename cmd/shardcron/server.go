@@ -38,6 +38,8 @@ type serverFlags struct {
 	etcdCACert, etcdCert, etcdKey          string
 	etcdUser, etcdPassword                 string
 	etcdListen, etcdPeerListen             string
+	etcdQuota                              byteSize
+	etcdQuotaSet                           bool // --etcd-quota given, which applies to the embedded etcd only
 	dataDir, listen, advertise, nodeID     string
 	partitions, replication                int
 	load                                   float64
@@ -109,6 +111,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.etcdPasswordFile, "etcd-password-file", "", "read the etcd password from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.etcdListen, "etcd-listen", "", "client address of the embedded etcd (default: 127.0.0.1 and the API port + 10000)")
 	fs.StringVar(&f.etcdPeerListen, "etcd-peer-listen", "", "peer address of the embedded etcd (default: 127.0.0.1 and the API port + 20000)")
+	f.etcdQuota = defaultEtcdQuota
+	fs.Var(&f.etcdQuota, "etcd-quota", "space quota of the embedded etcd, a `SIZE` such as 8GiB or 512MiB: past it etcd refuses every write (its NOSPACE alarm); "+
+		"its history is compacted hourly, and until then a rewrite of every task (task pause --all) holds its old versions too, about 0.5 GB at 1 M tasks")
 	fs.StringVar(&f.dataDir, "data-dir", "./shardcron-data", "directory of the Badger cache and execution history (and the embedded etcd)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
 	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")
@@ -186,6 +191,7 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see --help)\n", fs.Arg(0))
 		return 2
 	}
+	fs.Visit(func(fl *flag.Flag) { f.etcdQuotaSet = f.etcdQuotaSet || fl.Name == "etcd-quota" })
 	if err := f.check(); err != nil {
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 2
@@ -266,6 +272,10 @@ func (f *serverFlags) readSecrets() error {
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
 	switch {
+	case f.etcdQuotaSet && f.etcd != "":
+		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
+	case f.etcdQuota < minEtcdQuota:
+		return fmt.Errorf("--etcd-quota must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
 	case f.partitions < 1 || f.partitions > 65536:
 		return fmt.Errorf("--partitions must be between 1 and 65536, got %d", f.partitions)
 	case f.replication < 2:
@@ -435,7 +445,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		if peerAddr == "" {
 			peerAddr = derivedAddr(f.listen, 20000)
 		}
-		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, f.startTimeout)
+		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("%w (the embedded etcd listens on %s for clients and %s for peers: choose free ports with --etcd-listen and --etcd-peer-listen, which default to --listen's port + 10000 and + 20000)",
 				err, clientAddr, peerAddr)

@@ -182,6 +182,34 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Fatalf("no clear error:\n%s", log)
 		}
 	})
+	t.Run("embedded etcd quota", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{nil, "etcd_server_quota_backend_bytes 8.589934592e+09"}, // the default, 8 GiB
+			{[]string{"--etcd-quota", "3GiB"}, "etcd_server_quota_backend_bytes 3.221225472e+09"},
+		} {
+			args := append([]string{"--data-dir", t.TempDir(), "--etcd-listen", addr, "--etcd-peer-listen", "127.0.0.1:0"}, tc.args...)
+			p := startServer(t, true, args...)
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), tc.want) {
+				t.Errorf("%v: the embedded etcd's metrics lack %q", tc.args, tc.want)
+			}
+			p.stop()
+		}
+	})
 	t.Run("partitions mismatch", func(t *testing.T) {
 		c := etcdtest.Start(t)
 		p := startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16")
@@ -218,6 +246,9 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--lease-ttl", "1500ms"}, // under etcd's 2 s minimum
 			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
+			{"--etcd-quota", "lots"},
+			{"--etcd-quota", "1MiB"},                                 // under the 64 MiB etcd needs
+			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
 			{"extra"},
 		} {
 			// A usage error exits 2 at once, before it listens or opens
