@@ -100,6 +100,9 @@ func TestServer_CleanCloseLogsNoError(t *testing.T) {
 			t.Fatal("the storage version was never written")
 		}
 	}
+	if c := s.etcd.Config(); c.WarningUnaryRequestDuration != slowRequest || c.WarningApplyDuration != slowRequest {
+		t.Errorf("etcd warns of requests past %v and applies past %v, want %v", c.WarningUnaryRequestDuration, c.WarningApplyDuration, slowRequest)
+	}
 	started := len(buf.String())
 	for msg := range ourSetup {
 		if strings.Contains(buf.String()[:started], msg) {
