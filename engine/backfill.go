@@ -73,7 +73,8 @@ type backfills struct {
 	// the fires recorded after it. An entry goes when its record is
 	// deleted (stopBackfill: the watch sees every partition's deletes, and
 	// a task's delete takes its record), so there is at most one per
-	// record in etcd, whoever owns its partition now.
+	// record in etcd, whoever owns its partition now, but for deletes a
+	// compacted watch skipped (it resumes from the present).
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)

@@ -428,7 +428,7 @@ type Stats struct {
 	StageDrops      map[string]uint64 // ticks whose stage could not be used, by cause: changed, late, mismatch
 	Executions      map[string]uint64 // attempts by status, including skipped and misfired fires
 	Misfires        uint64
-	FireLag         Histogram // from release by the wheel to a worker taking the fire
+	FireLag         Histogram // from a fire's due time (scheduled plus jitter) to a worker taking it
 	QueueDepth      int
 	QueueCapacity   int // fires that may wait for a worker (Config.Queue)
 	Workers         int // executions that run at once (Config.Workers)

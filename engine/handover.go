@@ -293,9 +293,7 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 			// the others.
 			failed = slices.DeleteFunc(failed, func(p int) bool {
 				f, err := e.commitRelease(ctx, parts, []int{p}, rel.hand, 1)
-				if len(f) > 0 {
-					refused.add(f, err)
-				}
+				refused.add(f, err)
 				return len(f) == 0
 			})
 		} else {
@@ -390,8 +388,9 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 // commitRelease writes the released checkpoints of ps and deletes their
 // locks in one transaction, in up to attempts tries within ctx, and returns
 // the partitions it did not release: all of ps, or none; err is etcd's
-// last refusal when it refused them. The callers log the refusals once a
-// round, not once a try: under etcd's NOSPACE alarm a leaving node would
+// last refusal when it refused them, errLockLost when a lock of ps is no
+// longer ours. The callers log both once a round (refusals), not once a
+// try: under etcd's NOSPACE alarm, or past its lease, a leaving node would
 // otherwise log a line for every partition it has.
 func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) (failed []int, err error) {
 	var cmps []clientv3.Cmp
@@ -413,11 +412,11 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 		cancel()
 		switch {
 		case err != nil:
+			// Tried again; the caller logs the last refusal.
 		case !resp.Succeeded:
 			// A lock is no longer ours: its lease ended, so this session is
 			// over and the partition passed on as after a crash.
-			e.log.Warn("a partition lock was lost before its release; its next owner resumes as after a crash", "partitions", ps)
-			return ps, nil
+			return ps, errLockLost
 		default:
 			return nil, nil
 		}
@@ -425,23 +424,34 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 	return ps, err
 }
 
-// refusals notes etcd's refusals of release checkpoints over a round, for
-// one log line.
+// errLockLost is commitRelease's error when a lock of its partitions is no
+// longer this session's.
+var errLockLost = errors.New("a partition lock was lost before its release")
+
+// refusals notes the releases that failed over a round, for a log line
+// each kind.
 type refusals struct {
-	n   int // partitions refused
-	err error
+	refused, lost []int
+	err           error // etcd's last refusal
 }
 
+// add notes what commitRelease returned.
 func (r *refusals) add(failed []int, err error) {
-	if err != nil {
-		r.n += len(failed)
-		r.err = err
+	switch {
+	case errors.Is(err, errLockLost):
+		r.lost = append(r.lost, failed...)
+	case err != nil:
+		r.refused, r.err = append(r.refused, failed...), err
 	}
 }
 
 func (r *refusals) log(log *slog.Logger) {
-	if r.n > 0 {
-		log.Warn("writing release checkpoints failed", "partitions", r.n, "err", r.err)
+	if len(r.refused) > 0 {
+		log.Warn("writing release checkpoints failed", "partitions", partRanges(r.refused), "count", len(r.refused), "err", r.err)
+	}
+	if len(r.lost) > 0 {
+		log.Warn("partition locks were lost before their release; their next owners resume as after a crash",
+			"partitions", partRanges(r.lost), "count", len(r.lost))
 	}
 }
 

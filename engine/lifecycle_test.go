@@ -501,7 +501,7 @@ func TestEngine_AcquiredPartitionsLoggedOnce(t *testing.T) {
 	}
 }
 
-func TestPartRanges(t *testing.T) {
+func TestPartRanges_SortedRuns(t *testing.T) {
 	for _, tc := range []struct {
 		ps   []int
 		want string

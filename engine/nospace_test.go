@@ -162,7 +162,7 @@ func TestEngine_RefusedReleasesLoggedOnceARound(t *testing.T) {
 	if lines < 1 || lines > 2 {
 		t.Errorf("%d lines for the refused releases, want 1 or 2:\n%s", lines, buf.String())
 	}
-	if !strings.Contains(buf.String(), fmt.Sprintf("partitions=%d err=", parts)) {
+	if !strings.Contains(buf.String(), fmt.Sprintf("partitions=0-%d count=%d err=", parts-1, parts)) {
 		t.Errorf("no line counts the %d refused partitions:\n%s", parts, buf.String())
 	}
 }

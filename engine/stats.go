@@ -67,9 +67,9 @@ type tally struct {
 	dirty    bool
 }
 
-// observeLag counts one fire taken lag nanoseconds after the wheel
-// released it. The fires of a chunk were released together and mostly
-// share a bucket, so the last fire's is tried first: a binary search's
+// observeLag counts one fire taken lag nanoseconds after it was due (its
+// scheduled time plus its jitter). The fires of a chunk were due together
+// and mostly share a bucket, so the last fire's is tried first: a binary search's
 // branches, unpredictable, were the worker's costliest step in a burst.
 func (t *tally) observeLag(lag int64) {
 	lag = max(lag, 0)

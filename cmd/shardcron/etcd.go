@@ -41,8 +41,10 @@ func startEtcd(dir string, log *slog.Logger, clientAddr, peerAddr string, quota 
 
 // The embedded etcd's space quota. etcd's own default, 2 GiB, is filled by
 // 1 M tasks (about 0.8 GB with their index keys) and two rewrites of every
-// one of them within the hour of history it keeps; 8 GiB is the most etcd
-// recommends.
+// one of them within the one to two hours of history it keeps; 8 GiB is the
+// most etcd recommends. etcd takes any quota, but one under 64 MiB is a
+// unit left out ("--etcd-quota 8" is 8 bytes), refused rather than raising
+// the NOSPACE alarm at the first write.
 const (
 	defaultEtcdQuota byteSize = 8 << 30
 	minEtcdQuota     byteSize = 64 << 20

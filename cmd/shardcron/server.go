@@ -113,7 +113,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.etcdPeerListen, "etcd-peer-listen", "", "peer address of the embedded etcd (default: 127.0.0.1 and the API port + 20000)")
 	f.etcdQuota = defaultEtcdQuota
 	fs.Var(&f.etcdQuota, "etcd-quota", "space quota of the embedded etcd, a `SIZE` such as 8GiB or 512MiB: past it etcd refuses every write (its NOSPACE alarm); "+
-		"its history is compacted hourly, and until then a rewrite of every task (task pause --all) holds its old versions too, about 0.5 GB at 1 M tasks")
+		"it compacts hourly to the revision of an hour before, so a rewrite of every task (task pause --all) holds their old versions for one to two hours, about 0.5 GB at 1 M tasks")
 	fs.StringVar(&f.dataDir, "data-dir", "./shardcron-data", "directory of the Badger cache and execution history (and the embedded etcd)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
 	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")

@@ -174,7 +174,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 		defer ln.Close()
 		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd-listen", ln.Addr().String(),
-			"--etcd-peer-listen", etcdtest.RefusedAddr(t))
+			"--etcd-peer-listen", "127.0.0.1:0")
 		if code := p.waitExit(30 * time.Second); code == 0 {
 			t.Fatal("exited 0 with the embedded etcd's port taken")
 		}
@@ -247,7 +247,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
 			{"--etcd-quota", "lots"},
-			{"--etcd-quota", "1MiB"},                                 // under the 64 MiB etcd needs
+			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
 			{"extra"},
 		} {
