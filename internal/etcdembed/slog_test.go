@@ -83,15 +83,23 @@ func TestSlogCore_ClosedListenersAtCloseAreDebug(t *testing.T) {
 	}
 }
 
-// A server logs neither of the warnings about the setup Start chose at its
-// start, and warns of requests and applies only past slowRequest.
-func TestServer_StartLogsNoSetupWarning(t *testing.T) {
-	var buf logbuf.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// startLogged starts a server that logs at info into the buffer it
+// returns.
+func startLogged(t *testing.T) (*Server, *logbuf.Buffer) {
+	t.Helper()
+	buf := new(logbuf.Buffer)
+	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	s, err := Start(Config{Dir: t.TempDir(), Logger: log, Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, buf
+}
+
+// A server logs neither of the warnings about the setup Start chose at its
+// start, and warns of requests and applies only past slowRequest.
+func TestServer_StartLogsNoSetupWarning(t *testing.T) {
+	s, buf := startLogged(t)
 	defer s.Close()
 	for msg := range ourSetup {
 		if strings.Contains(buf.String(), msg) {
@@ -106,12 +114,7 @@ func TestServer_StartLogsNoSetupWarning(t *testing.T) {
 // A server that closes cleanly logs no warning and no error while it
 // closes.
 func TestServer_CleanCloseLogsNoError(t *testing.T) {
-	var buf logbuf.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := Start(Config{Dir: t.TempDir(), Logger: log, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, buf := startLogged(t)
 	// Started: the storage version is written once the member leads (a
 	// close before that logs the write's failure, rightly).
 	for deadline := time.Now().Add(time.Minute); s.etcd.Server.StorageVersion() == nil; time.Sleep(10 * time.Millisecond) {
