@@ -24,9 +24,7 @@ var (
 // directory removed by TestMain's cleanup.
 func shardcronBinary(t *testing.T) string {
 	t.Helper()
-	// The go command's reads are not go test's: opened by the test, the
-	// binary's sources rerun it when they change instead of replaying its
-	// result from the cache.
+	// So that go test reruns this when the binary\'s sources change.
 	if _, err := buildinputs.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -46,9 +46,7 @@ func serverFlags(t *testing.T, bin string) map[string]bool {
 // build builds the binary as the Dockerfile does: CGO_ENABLED=0, static.
 func build(t *testing.T) string {
 	t.Helper()
-	// The go command's reads are not go test's: opened by the test, the
-	// binary's sources rerun it when they change instead of replaying its
-	// result from the cache.
+	// So that go test reruns this when the binary\'s sources change.
 	if _, err := buildinputs.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -135,9 +135,10 @@ func TestLoop_StageDroppedByWhatHappensBeforeItsSecond(t *testing.T) {
 	}
 }
 
-// A stage whose tick comes past the misfire threshold is dropped, and
-// counted so: release applies the misfire policies.
-func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
+// stagedTick is a loop 50 ms before a second whose 10 fires (misfire skip)
+// it has staged.
+func stagedTick(t *testing.T) *testLoop {
+	t.Helper()
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
 	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireSkip), "* * * * * *", ids("a", 10)...)
@@ -146,6 +147,13 @@ func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
 	if len(tl.staged.jobs) != 10 {
 		t.Fatalf("staged %d fires, want 10", len(tl.staged.jobs))
 	}
+	return tl
+}
+
+// A stage whose tick comes past the misfire threshold is dropped, and
+// counted so: release applies the misfire policies.
+func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
+	tl := stagedTick(t)
 	tl.clock.Advance(tl.cfg.MisfireThreshold + time.Second)
 	tl.dispatchAll()
 	if n := tl.stats.stageDrops[dropLate].Load(); n != 1 {
@@ -160,14 +168,7 @@ func TestLoop_StageDroppedWhenItsTickComesLate(t *testing.T) {
 // in another order than Peek saw them) is dropped and counted as a
 // mismatch, and release fires the tick as if nothing had been staged.
 func TestLoop_StageDroppedWhenTheWheelReleasesOtherTimers(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
-	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireSkip), "* * * * * *", ids("a", 10)...)
-	tl.dispatchAll()
-	tl.stageNext()
-	if len(tl.staged.jobs) != 10 {
-		t.Fatalf("staged %d fires, want 10", len(tl.staged.jobs))
-	}
+	tl := stagedTick(t)
 	tl.staged.peek[0], tl.staged.peek[1] = tl.staged.peek[1], tl.staged.peek[0]
 	tl.clock.Advance(51 * time.Millisecond)
 	tl.dispatchAll()

@@ -56,9 +56,7 @@ func TestMain(m *testing.M) {
 // applied.
 func newCluster(t *testing.T, o Options) *Cluster {
 	t.Helper()
-	// TestMain built the binary with the go command, whose reads go test's
-	// cache does not see: opened here, in the test, the binary's sources
-	// rerun the test when they change instead of replaying its result.
+	// So that go test reruns this when the binary\'s sources change.
 	if _, err := buildinputs.Open(); err != nil {
 		t.Fatal(err)
 	}
