@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -364,6 +366,30 @@ func openStore(cfg store.Config, log *slog.Logger) (*store.Store, error) {
 	return store.Open(cfg)
 }
 
+// missing returns, for each of paths that does not exist, the highest of
+// its ancestors that does not exist either: the directories that creating
+// the paths would make.
+func missing(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		p, err := filepath.Abs(p)
+		if err != nil {
+			continue
+		}
+		top := ""
+		for d := p; ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			top = d
+		}
+		if top != "" && !slices.Contains(out, top) {
+			out = append(out, top)
+		}
+	}
+	return out
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -423,6 +449,17 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		return err
 	}
 
+	// A start that fails leaves the disk as it found it: what it created
+	// goes again (a node that started once keeps its directories).
+	started := false
+	fresh := missing(f.dataDir, filepath.Join(f.dataDir, "cache"), filepath.Join(f.dataDir, "etcd"))
+	defer func() {
+		if !started {
+			for _, d := range fresh {
+				_ = os.RemoveAll(d)
+			}
+		}
+	}()
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -501,6 +538,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		}
 		return err
 	}
+	started = true
 	defer eng.Close()
 	// A cluster written before the index existed is indexed once, in the
 	// background: until then lists and exports scan every task.
@@ -531,15 +569,15 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		go func() { served <- hs.Serve(ln) }()
 	}
 	var probes *http.Server
-	started := []any{"node", f.nodeID, "api", scheme + addr, "etcd", strings.Join(endpoints, ","),
+	attrs := []any{"node", f.nodeID, "api", scheme + addr, "etcd", strings.Join(endpoints, ","),
 		"partitions", f.partitions, "data_dir", f.dataDir, "version", version}
 	if probeLn != nil {
 		probes = &http.Server{Handler: srv.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { served <- probes.Serve(probeLn) }()
-		started = append(started, "probes", "http://"+probeLn.Addr().String())
+		attrs = append(attrs, "probes", "http://"+probeLn.Addr().String())
 	}
-	log.Info("shardcron node started", started...)
+	log.Info("shardcron node started", attrs...)
 
 	select {
 	case <-ctx.Done():

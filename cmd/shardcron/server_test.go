@@ -157,9 +157,13 @@ func TestServer_StartupErrors(t *testing.T) {
 	})
 	t.Run("etcd unreachable", func(t *testing.T) {
 		addr := etcdtest.RefusedAddr(t) // a port nobody answers on
-		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://"+addr, "--start-timeout", "3s")
+		parent := t.TempDir()
+		p := startServer(t, false, "--data-dir", filepath.Join(parent, "new", "data"), "--etcd", "http://"+addr, "--start-timeout", "3s")
 		if code := p.waitExit(30 * time.Second); code == 0 {
 			t.Fatal("exited 0 without etcd")
+		}
+		if left, _ := os.ReadDir(parent); len(left) > 0 {
+			t.Errorf("the failed start left %s in the data directory's parent", left[0].Name())
 		}
 		log := p.log()
 		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") ||
@@ -173,10 +177,18 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd-listen", ln.Addr().String(),
+		dir := t.TempDir() // exists: the start makes cache and etcd in it
+		keep := filepath.Join(dir, "keep")
+		if err := os.WriteFile(keep, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := startServer(t, false, "--data-dir", dir, "--etcd-listen", ln.Addr().String(),
 			"--etcd-peer-listen", "127.0.0.1:0")
 		if code := p.waitExit(30 * time.Second); code == 0 {
 			t.Fatal("exited 0 with the embedded etcd's port taken")
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "keep" {
+			t.Errorf("the failed start left the data directory holding %v, want only the file it held before", left)
 		}
 		if log := p.log(); !strings.Contains(log, "address already in use") || !strings.Contains(log, "--etcd-listen") {
 			t.Fatalf("no clear error:\n%s", log)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/soheilhy/cmux"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 )
@@ -22,7 +23,8 @@ import (
 // error level) are debug lines: they are the close itself, and a node
 // that stops cleanly must not end its log with errors. So are the
 // warnings about the setup this package chooses (ourSetup), which a node
-// that starts cleanly must not begin its log with.
+// that starts cleanly must not begin its log with, and the purge's
+// warnings about files etcd still holds (purgeWaits).
 type slogCore struct {
 	log     *slog.Logger
 	min     zapcore.Level
@@ -52,7 +54,8 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		f.AddTo(enc)
 	}
 	level := slogLevel(e.Level)
-	if c.closing != nil && c.closing.Load() && (closedError(c.fields) || closedError(fields)) || ourSetup[e.Message] {
+	if c.closing != nil && c.closing.Load() && (hasError(c.fields, closed) || hasError(fields, closed)) ||
+		ourSetup[e.Message] || purgeWaits(e.Message, fields) {
 		level = slog.LevelDebug
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
@@ -90,17 +93,26 @@ func slogLevel(l zapcore.Level) slog.Level {
 	}
 }
 
-// closedError reports whether fields carry the error of a listener or
-// server that was closed.
-func closedError(fields []zapcore.Field) bool {
+// purgeWaits reports whether a line is the purge of old WAL and snapshot
+// files finding one still locked: the WAL holds its files until a snapshot
+// releases them, so under a heavy import the purge finds one every 30 s and
+// removes it at a later round. No fault, and nothing to do.
+func purgeWaits(msg string, fields []zapcore.Field) bool {
+	return msg == "failed to lock file" && hasError(fields, func(err error) bool { return errors.Is(err, fileutil.ErrLocked) })
+}
+
+// closed reports whether err is the error of a listener or server that was
+// closed.
+func closed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
+		errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
+		errors.Is(err, grpc.ErrServerStopped)
+}
+
+// hasError reports whether fields carry an error for which is is true.
+func hasError(fields []zapcore.Field, is func(error) bool) bool {
 	for _, f := range fields {
-		err, ok := f.Interface.(error)
-		if f.Type != zapcore.ErrorType || !ok {
-			continue
-		}
-		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
-			errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
-			errors.Is(err, grpc.ErrServerStopped) {
+		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && is(err) {
 			return true
 		}
 	}

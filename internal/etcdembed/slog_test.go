@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/soheilhy/cmux"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.uber.org/zap"
 
 	"github.com/shardcron/shardcron/internal/logbuf"
@@ -70,17 +73,24 @@ func TestSlogCore_ClosedListenersAtCloseAreDebug(t *testing.T) {
 	z.Error("setting up serving from embedded etcd failed.", zap.Error(cmux.ErrServerClosed))
 	z.Error("failed to save", zap.Error(errTest("disk full")))
 
+	levels := levelsOf(t, buf.String())
+	if want := []string{"ERROR", "DEBUG", "DEBUG", "DEBUG", "ERROR"}; !slices.Equal(levels, want) {
+		t.Errorf("levels %v, want %v:\n%s", levels, want, buf.String())
+	}
+}
+
+// levelsOf returns the level of each line of a JSON log.
+func levelsOf(t *testing.T, log string) []string {
+	t.Helper()
 	var levels []string
-	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(log), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatal(err)
 		}
 		levels = append(levels, m["level"].(string))
 	}
-	if want := []string{"ERROR", "DEBUG", "DEBUG", "DEBUG", "ERROR"}; !slices.Equal(levels, want) {
-		t.Errorf("levels %v, want %v:\n%s", levels, want, buf.String())
-	}
+	return levels
 }
 
 // startLogged starts a server that logs at info into the buffer it
@@ -126,5 +136,40 @@ func TestServer_CleanCloseLogsNoError(t *testing.T) {
 	s.Close()
 	if out := buf.String()[started:]; out != "" {
 		t.Errorf("a clean close logged:\n%s", out)
+	}
+}
+
+// etcd's purge of old WAL files, finding one the WAL still holds, logs a
+// debug line, not a warning: it removes the file at a later round. Another
+// failure to lock a file stays a warning.
+func TestSlogCore_PurgeOfAHeldFileIsDebug(t *testing.T) {
+	var buf logbuf.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	z := zap.New(&slogCore{log: log, min: zap.WarnLevel})
+	dir := t.TempDir()
+	for _, name := range []string{"0.wal", "1.wal", "2.wal"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := fileutil.LockFile(filepath.Join(dir, "0.wal"), os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	stop := make(chan struct{})
+	done, _ := fileutil.PurgeFileWithDoneNotify(z, dir, "wal", 1, 10*time.Millisecond, stop)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(buf.String(), "failed to lock file"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the purge never met the held file")
+		}
+	}
+	close(stop)
+	<-done
+	z.Warn("failed to lock file", zap.Error(os.ErrPermission))
+
+	levels := levelsOf(t, buf.String())
+	if len(levels) < 2 || slices.ContainsFunc(levels[:len(levels)-1], func(l string) bool { return l != "DEBUG" }) || levels[len(levels)-1] != "WARN" {
+		t.Errorf("levels %v, want DEBUG for the held file, WARN for the other:\n%s", levels, buf.String())
 	}
 }
