@@ -133,7 +133,10 @@ func BenchmarkApply(b *testing.B) {
 			s := openTest(b, testConfig(b))
 			const ids = 100000
 			puts := make([]KV, n)
-			rev := int64(0)
+			rev := int64(1)
+			if err := s.Reset(1, rev, nil); err != nil { // synced, as the engine's partitions are
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {

@@ -22,6 +22,13 @@ type KV struct {
 // synced, or when a Reset or Drop of p was interrupted; the caller then
 // reads p from etcd and calls Reset.
 //
+// The revision is kept with the number of tasks p holds, and a scan that
+// reads another number fails with an error wrapping ErrCorrupt: Badger's
+// iterators end silently at a block that fails its checksum, which would
+// drop the tasks after it while keeping the revision (the caller then reads
+// p from etcd). A crash between the writes of a split Apply does the same,
+// at the cost of one more read of p.
+//
 // The tasks and the revision come from one consistent snapshot, taken when
 // Partition is called. value is valid only until fn returns: copy it to
 // keep it. fn may be nil to read only the revision. An error from fn stops
@@ -33,21 +40,26 @@ func (s *Store) Partition(p uint32, fn func(id string, value []byte) error) (rev
 	defer s.ops.Done()
 	err = s.db.View(func(txn *badger.Txn) error {
 		r, err := readRevision(txn, p)
-		if err != nil || r == 0 || fn == nil {
-			rev = r
+		if err != nil || r.rev == 0 || fn == nil {
+			rev = r.rev
 			return err
 		}
 		prefix := taskPrefix(p)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
+		var n int64
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			item := it.Item()
 			id := string(item.Key()[len(prefix):])
 			if err := item.Value(func(v []byte) error { return fn(id, v) }); err != nil {
 				return err
 			}
+			n++
 		}
-		rev = r
+		if r.count != countUnknown && n != r.count {
+			return fmt.Errorf("%w: %d tasks read where %d were written (a damaged block?)", ErrCorrupt, n, r.count)
+		}
+		rev = r.rev
 		return nil
 	})
 	if err != nil {
@@ -81,10 +93,14 @@ func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 		return fmt.Errorf("store: apply partition %d: %w", p, err)
 	}
 	err := s.db.Update(func(txn *badger.Txn) error {
+		count, err := countAfter(txn, p, puts, deletes)
+		if err != nil {
+			return err
+		}
 		if err := writeTasks(txn, p, puts, deletes); err != nil {
 			return err
 		}
-		return txn.Set(revisionKey(p), encodeRevision(rev))
+		return txn.Set(revisionKey(p), synced{rev, count}.encode())
 	})
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		err = s.applySplit(p, rev, puts, deletes)
@@ -99,12 +115,63 @@ func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 // first (a WriteBatch commits its transactions in order and Flush waits
 // for all of them), the revision after.
 func (s *Store) applySplit(p uint32, rev int64, puts []KV, deletes []string) error {
+	var count int64
+	err := s.db.View(func(txn *badger.Txn) (err error) {
+		count, err = countAfter(txn, p, puts, deletes)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	if err := writeTasks(wb, p, puts, deletes); err != nil {
 		return err
 	}
-	return s.flushThenRevision(wb, p, rev)
+	return s.flushThenRevision(wb, p, synced{rev, count})
+}
+
+// countAfter returns how many tasks p will hold once puts and deletes are
+// written (puts first, as writeTasks writes them), reading in txn which
+// of their ids p holds now; countUnknown when p's count is.
+func countAfter(txn *badger.Txn, p uint32, puts []KV, deletes []string) (int64, error) {
+	r, err := readRevision(txn, p)
+	if err != nil || r.count == countUnknown {
+		return countUnknown, err
+	}
+	held := make(map[string]bool, len(puts)+len(deletes)) // by id, once known
+	has := func(id string) (bool, error) {
+		if h, ok := held[id]; ok {
+			return h, nil
+		}
+		_, err := txn.Get(taskKey(p, id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	n := r.count
+	for _, kv := range puts {
+		h, err := has(kv.ID)
+		if err != nil {
+			return 0, err
+		}
+		if !h {
+			n++
+		}
+		held[kv.ID] = true
+	}
+	for _, id := range deletes {
+		h, err := has(id)
+		if err != nil {
+			return 0, err
+		}
+		if h {
+			n--
+		}
+		held[id] = false
+	}
+	return n, nil
 }
 
 // Reset replaces everything cached for p by tasks (the result of a full
@@ -143,7 +210,7 @@ func (s *Store) Reset(p uint32, rev int64, tasks []KV) error {
 		if err := writeTasks(txn, p, tasks, nil); err != nil {
 			return err
 		}
-		return txn.Set(revisionKey(p), encodeRevision(rev))
+		return txn.Set(revisionKey(p), synced{rev, int64(len(tasks))}.encode())
 	})
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		err = s.resetSplit(p, rev, tasks)
@@ -185,7 +252,7 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 	if err := writeTasks(wb, p, tasks, nil); err != nil {
 		return err
 	}
-	return s.flushThenRevision(wb, p, rev)
+	return s.flushThenRevision(wb, p, synced{rev, int64(len(tasks))})
 }
 
 // taskWriter is what Apply and Reset write tasks through: the one
@@ -214,7 +281,7 @@ func writeTasks(w taskWriter, p uint32, puts []KV, deletes []string) error {
 // flushThenRevision ends a split Apply or Reset: the revision is written
 // only once every change in wb is, so that a crash in between leaves p
 // behind its tasks (replayed from the old revision), never ahead of them.
-func (s *Store) flushThenRevision(wb *badger.WriteBatch, p uint32, rev int64) error {
+func (s *Store) flushThenRevision(wb *badger.WriteBatch, p uint32, r synced) error {
 	if err := wb.Flush(); err != nil {
 		return err
 	}
@@ -223,7 +290,9 @@ func (s *Store) flushThenRevision(wb *badger.WriteBatch, p uint32, rev int64) er
 			return err
 		}
 	}
-	return s.setRevision(p, rev)
+	return s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(revisionKey(p), r.encode())
+	})
 }
 
 // Drop forgets p: its revision first (so an interrupted Drop leaves p
@@ -265,14 +334,14 @@ func (s *Store) Revisions() (map[uint32]int64, error) {
 				return fmt.Errorf("%w: revision key %x", ErrCorrupt, key)
 			}
 			p := binary.BigEndian.Uint32(key[len(prefix):])
-			var rev int64
+			var r synced
 			if err := item.Value(func(v []byte) (err error) {
-				rev, err = decodeRevision(v)
+				r, err = decodeSynced(v)
 				return err
 			}); err != nil {
 				return err
 			}
-			revs[p] = rev
+			revs[p] = r.rev
 		}
 		return nil
 	})
@@ -282,25 +351,19 @@ func (s *Store) Revisions() (map[uint32]int64, error) {
 	return revs, nil
 }
 
-func readRevision(txn *badger.Txn, p uint32) (rev int64, err error) {
+func readRevision(txn *badger.Txn, p uint32) (r synced, err error) {
 	item, err := txn.Get(revisionKey(p))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
+		return synced{count: countUnknown}, nil // never synced: keys may be left from an interrupted Reset
 	}
 	if err != nil {
-		return 0, err
+		return synced{}, err
 	}
 	err = item.Value(func(v []byte) error {
-		rev, err = decodeRevision(v)
+		r, err = decodeSynced(v)
 		return err
 	})
-	return rev, err
-}
-
-func (s *Store) setRevision(p uint32, rev int64) error {
-	return s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(revisionKey(p), encodeRevision(rev))
-	})
+	return r, err
 }
 
 func (s *Store) deleteRevision(p uint32) error {
@@ -309,13 +372,28 @@ func (s *Store) deleteRevision(p uint32) error {
 	})
 }
 
-func encodeRevision(rev int64) []byte {
-	return binary.BigEndian.AppendUint64(nil, uint64(rev))
+// synced is the value of a partition's revision key: the revision the
+// partition is synced to and how many tasks it holds.
+type synced struct {
+	rev   int64
+	count int64 // countUnknown in a cache written before counts were kept
 }
 
-func decodeRevision(v []byte) (int64, error) {
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%w: revision value of %d bytes", ErrCorrupt, len(v))
+const countUnknown = -1
+
+func (r synced) encode() []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(r.rev)), uint64(r.count))
+}
+
+// decodeSynced reads a revision value: 16 bytes, or the 8 of the revision
+// alone that caches kept before counts (the count is then unknown until
+// the partition's next Reset).
+func decodeSynced(v []byte) (synced, error) {
+	switch len(v) {
+	case 8:
+		return synced{int64(binary.BigEndian.Uint64(v)), countUnknown}, nil
+	case 16:
+		return synced{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))}, nil
 	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	return synced{}, fmt.Errorf("%w: revision value of %d bytes", ErrCorrupt, len(v))
 }

@@ -2,12 +2,16 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"strings"
 	"testing"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // scan returns p's revision and tasks as "id=value id=value".
@@ -270,4 +274,123 @@ func TestSplit_InterruptedBeforeRevision(t *testing.T) {
 	}
 	s = openTest(t, cfg)
 	check()
+}
+
+// recorded returns the number of tasks p's revision key records.
+func recorded(t *testing.T, s *Store, p uint32) int64 {
+	t.Helper()
+	var r synced
+	if err := s.db.View(func(txn *badger.Txn) (err error) {
+		r, err = readRevision(txn, p)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return r.count
+}
+
+// The count kept with a partition's revision follows every write: puts of
+// new and of held ids, an id put twice, deletes of held and of missing
+// ids, an id both put and deleted, in one transaction and split.
+func TestPartition_CountFollowsWrites(t *testing.T) {
+	s := openTest(t, splitConfig(t))
+	steps := []struct {
+		name    string
+		write   func() error
+		holding int64
+	}{
+		{"reset", func() error { return s.Reset(1, 10, kvs("a=1", "b=1")) }, 2},
+		{"puts new and held, one twice", func() error { return s.Apply(1, 11, kvs("b=2", "c=1", "c=2"), nil) }, 3},
+		{"deletes held and missing", func() error { return s.Apply(1, 12, nil, []string{"a", "nope"}) }, 2},
+		{"put and delete of one id", func() error { return s.Apply(1, 13, kvs("d=1", "b=3"), []string{"d", "b"}) }, 1},
+		{"split puts", func() error { return s.Apply(1, 14, bigTasks("x", 1000, 'x'), nil) }, 1001},
+		{"split puts held, deletes", func() error {
+			return s.Apply(1, 15, bigTasks("x", 1000, 'y'), []string{"x00000", "x00001", "c"})
+		}, 998},
+		{"split reset", func() error { return s.Reset(1, 16, bigTasks("y", 1200, 'z')) }, 1200},
+		{"reset to one", func() error { return s.Reset(1, 17, kvs("z=1")) }, 1},
+	}
+	for _, st := range steps {
+		if err := st.write(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		n := 0
+		if _, err := s.Partition(1, func(string, []byte) error { n++; return nil }); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := recorded(t, s, 1); got != st.holding || int64(n) != st.holding {
+			t.Fatalf("%s: %d tasks recorded, %d read, want %d", st.name, got, n, st.holding)
+		}
+	}
+}
+
+// A partition whose tasks are fewer than its count records is an error
+// matching ErrCorrupt, not a shorter list under a good revision.
+func TestPartition_FewerTasksThanRecordedIsCorrupt(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	if err := s.Reset(3, 10, kvs("a=1", "b=1", "c=1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(taskKey(3, "b")) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Partition(3, func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Partition = %v, want an error matching ErrCorrupt", err)
+	}
+}
+
+// A damaged block in the middle of a table passes Open's checks (it reads
+// one block a table); Badger's iterator then ends silently at it. Every
+// partition reads whole, or fails.
+func TestPartition_DamagedBlockIsCorrupt(t *testing.T) {
+	cfg := corruptDir(t)
+	f := filesWithSuffix(t, cfg.Dir, ".sst")[0]
+	fi, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overwrite(t, f, fi.Size()/3, garbage(64))
+	s := openTest(t, cfg)
+	failed := 0
+	for p := range uint32(20) {
+		n := 0
+		_, err := s.Partition(p, func(string, []byte) error { n++; return nil })
+		switch {
+		case errors.Is(err, ErrCorrupt):
+			failed++
+		case err != nil:
+			t.Errorf("partition %d: %v, want an error matching ErrCorrupt", p, err)
+		case n != 200:
+			t.Errorf("partition %d: %d tasks and no error, want 200 or an error", p, n)
+		}
+	}
+	if failed == 0 {
+		t.Error("no partition failed: the damage missed every block read")
+	}
+}
+
+// A cache written before counts were kept (an 8-byte revision) reads
+// without the check until the partition's next Reset.
+func TestPartition_RevisionWithoutCount(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	if err := s.Reset(4, 10, kvs("a=1", "b=1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(revisionKey(4), binary.BigEndian.AppendUint64(nil, 10))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(4, 11, kvs("c=1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rev, got := scan(t, s, 4); rev != 11 || got != "a=1 b=1 c=1" || recorded(t, s, 4) != countUnknown {
+		t.Fatalf("rev %d tasks %q count %d, want 11, all three, unknown", rev, got, recorded(t, s, 4))
+	}
+	if err := s.Reset(4, 12, kvs("a=1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := recorded(t, s, 4); got != 1 {
+		t.Fatalf("after a Reset, count %d, want 1", got)
+	}
 }

@@ -11,11 +11,15 @@ package etcdembed
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -117,6 +121,9 @@ func Start(cfg Config) (*Server, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	if err := checkBackend(ec.Dir); err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", cfg.Dir, cu.Host, pu.Host, err)
@@ -131,6 +138,32 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v", cfg.Dir, timeout)
 	}
 	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e, closing: closing}, nil
+}
+
+// checkBackend opens etcd's database in dir read-only, if there is one,
+// and returns a clear error if that fails: etcd opens it on a goroutine of
+// its own and panics there when it cannot (a damaged file), a crash with a
+// stack trace instead of a message. bbolt checks the file's meta pages
+// when it opens it; damage deeper in the file is etcd's to find.
+func checkBackend(dir string) (err error) {
+	path := filepath.Join(dir, "member", "snap", "db")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+		if err != nil {
+			err = fmt.Errorf("the embedded etcd's database %s cannot be read: %w "+
+				"(restore it from a backup, or move %s away to start an empty etcd)", path, err, dir)
+		}
+	}()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	return db.Close()
 }
 
 func orLoopback(addr string) string {
