@@ -13,8 +13,9 @@ import (
 )
 
 // TestOpenAPI_MatchesRoutes: every path and method api/openapi.yaml lists
-// is routed by the server's mux to the route of the same pattern, and
-// every route the server registers is listed.
+// is routed by the server's mux to the route of the same pattern, with the
+// query parameters the server takes (queryParams), and every route the
+// server registers is listed.
 func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	b, err := os.ReadFile("openapi.yaml")
 	if err != nil {
@@ -59,6 +60,17 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 			if _, got := mux.Handler(r); got != pattern {
 				t.Errorf("openapi.yaml lists %s %s; the server routes it to %q", m, path, got)
 			}
+			if strings.HasPrefix(path, "/v1/") {
+				var query []string
+				for _, p := range asList(item[method].(map[string]any)["parameters"]) {
+					if p, ok := p.(map[string]any); ok && p["in"] == "query" {
+						query = append(query, p["name"].(string))
+					}
+				}
+				if want := slices.Sorted(slices.Values(queryParams[pattern])); !slices.Equal(slices.Sorted(slices.Values(query)), want) {
+					t.Errorf("%s: openapi.yaml lists the query parameters %v, the server takes %v", pattern, query, want)
+				}
+			}
 		}
 	}
 
@@ -85,4 +97,9 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 			t.Errorf("route %s is not in openapi.yaml", r)
 		}
 	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }

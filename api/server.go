@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -322,7 +324,46 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.noRoute(sw, req)
 		return
 	}
+	if err := checkQuery(pattern, req.URL.Query()); err != nil {
+		writeError(sw, http.StatusBadRequest, "%v", err)
+		return
+	}
 	s.mux.ServeHTTP(sw, req)
+}
+
+// queryParams are the query parameters each route under /v1 reads; the
+// others read none. Any other parameter is refused, so that a typo
+// (?dryrun=1 for ?dry_run=1) is an error, not a request that does what
+// it was not asked.
+var queryParams = map[string][]string{
+	"PUT /v1/tasks/{id}":         {"dry_run", "allow_missing_targets"},
+	"GET /v1/tasks":              {"prefix", "label", "limit", "cursor", "status", "state"},
+	"GET /v1/tasks:export":       {"prefix", "label"},
+	"GET /v1/tasks:status":       {"status", "prefix", "after", "limit"},
+	"GET /v1/failures":           {"limit", "local"},
+	"GET /v1/tasks/{id}/history": {"limit", "local"},
+	"GET /v1/tasks/{id}/next":    {"count"},
+	"GET /v1/series":             {"scope"},
+}
+
+// checkQuery refuses a query parameter that the route of pattern does not
+// read. Routes outside /v1 (the probes, /metrics, the dashboard) are not
+// checked.
+func checkQuery(pattern string, q url.Values) error {
+	if len(q) == 0 || !strings.Contains(pattern, " /v1/") {
+		return nil
+	}
+	known := queryParams[pattern]
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if slices.Contains(known, name) {
+			continue
+		}
+		if len(known) == 0 {
+			return fmt.Errorf("unknown query parameter %q: %s takes none", name, pattern)
+		}
+		return fmt.Errorf("unknown query parameter %q: %s takes %s", name, pattern, strings.Join(known, ", "))
+	}
+	return nil
 }
 
 // slashIDKey marks a request whose task id is "/" (see withSlashID).

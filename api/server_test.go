@@ -394,7 +394,7 @@ func TestServer_SingleNode(t *testing.T) {
 		if err := n.c.Export(ctx, client.ListOptions{Prefix: "list/", Labels: map[string]string{"team": "x"}}, &again); err != nil || again.String() != buf.String() {
 			t.Fatalf("export after re-import differs (%v):\n%s\nwant\n%s", err, again.String(), buf.String())
 		}
-		wantError(t, call(t, ts, "GET", "/v1/tasks:export?limit=5", ""), http.StatusBadRequest, "prefix and label only")
+		wantError(t, call(t, ts, "GET", "/v1/tasks:export?limit=5", ""), http.StatusBadRequest, `unknown query parameter "limit"`, "takes prefix, label")
 	})
 
 	t.Run("Batch", func(t *testing.T) {
@@ -720,6 +720,21 @@ func TestServer_SingleNode(t *testing.T) {
 			wantError(t, a, http.StatusMethodNotAllowed, tc.method, "allowed")
 			if !strings.Contains(a.header.Get("Allow"), tc.allow) {
 				t.Fatalf("%s %s: Allow %q lacks %s", tc.method, tc.path, a.header.Get("Allow"), tc.allow)
+			}
+		}
+	})
+
+	t.Run("UnknownQueryParameters", func(t *testing.T) {
+		// A typo of dry_run writes nothing.
+		body := `{"schedule": "@hourly", "executor": {"type": "noop"}}`
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/q%2Ftypo?dryrun=1", body), http.StatusBadRequest,
+			`unknown query parameter "dryrun"`, "dry_run, allow_missing_targets")
+		wantError(t, call(t, ts, "GET", "/v1/tasks/q%2Ftypo", ""), http.StatusNotFound)
+		wantError(t, call(t, ts, "GET", "/v1/tasks?prefix=q/&foo=bar", ""), http.StatusBadRequest, `"foo"`)
+		wantError(t, call(t, ts, "GET", "/v1/nodes?verbose=1", ""), http.StatusBadRequest, `"verbose"`, "takes none")
+		for _, path := range []string{"/v1/tasks?prefix=q/&label=a=b&limit=5&state=1", "/v1/series?scope=self", "/healthz?x=1", "/metrics?x=1"} {
+			if a := call(t, ts, "GET", path, ""); a.status != http.StatusOK {
+				t.Errorf("GET %s: %v", path, a)
 			}
 		}
 	})

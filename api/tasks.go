@@ -395,10 +395,6 @@ func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if r.URL.Query().Has("limit") || r.URL.Query().Has("cursor") {
-		writeError(w, http.StatusBadRequest, "export takes prefix and label only: it gives every match, from one snapshot")
-		return
-	}
 	jw := newJSONStream(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	n, _, err := s.reg.Export(r.Context(), task.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {

@@ -91,6 +91,20 @@ func TestDecodeTask_Defaults(t *testing.T) {
 	}
 }
 
+// A schedule is stored without the spaces around it; one of spaces only is
+// missing.
+func TestDecodeTask_ScheduleTrimmed(t *testing.T) {
+	got, err := DecodeTask([]byte(`{"id": "a", "schedule": " 0 0 * * *\n", "executor": {"type": "noop"}}`))
+	if err != nil || got.Schedule != "0 0 * * *" {
+		t.Fatalf("schedule %q, %v; want \"0 0 * * *\"", got.Schedule, err)
+	}
+	_, err = DecodeTask([]byte(`{"id": "a", "schedule": " \t", "executor": {"type": "noop"}}`))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Field != "schedule" || !strings.Contains(ve.Error(), "required") {
+		t.Fatalf("a schedule of spaces: %v, want schedule required", err)
+	}
+}
+
 func TestDecodeTask_MethodCase(t *testing.T) {
 	for method, want := range map[string]string{
 		"post": "POST", "Get": "GET", "pAtCh": "PATCH", "DELETE": "DELETE",
@@ -274,6 +288,7 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"label key empty", with(`"labels": {"": "x"}`), "labels", `key ""`},
 		{"label key too long", with(`"labels": {"` + strings.Repeat("k", 64) + `": "x"}`), "labels", "want 1-63 bytes"},
 		{"label value too long", with(`"labels": {"k": "` + strings.Repeat("v", 257) + `"}`), "labels", "257 bytes, more than 256"},
+		{"label value with a control character", with(`"labels": {"k": "a\u0000b"}`), "labels", "control character U+0000"},
 		{"too many labels", with(`"labels": {` + manyLabels(65) + `}`), "labels", "65 labels, more than 64"},
 	}
 	for _, tt := range tests {

@@ -220,8 +220,10 @@ func canonicalMethod(m string) string {
 	return m
 }
 
-// applyDefaults fills the fields left zero and normalizes empty collections.
+// applyDefaults fills the fields left zero and normalizes empty collections
+// and the schedule's surrounding spaces (a newline a shell left on it).
 func (t *Task) applyDefaults() {
+	t.Schedule = strings.TrimSpace(t.Schedule)
 	if t.Timezone == "" {
 		t.Timezone = DefaultTimezone
 	}
@@ -323,6 +325,9 @@ func checkLabels(labels map[string]string) error {
 		}
 		if !utf8.ValidString(v) {
 			return Invalid("labels", "value of %q is not valid UTF-8", k)
+		}
+		if r, ok := controlChar(v); ok {
+			return Invalid("labels", "value of %q contains the control character %U", k, r)
 		}
 	}
 	return nil

@@ -3,9 +3,9 @@
 // and partitions. It also holds the JSON bodies of the API's answers, which
 // the server (package api) writes with the same types.
 //
-// It links the task model (package task, with its schedule parser) and the
-// standard library only:
-// not etcd, Badger, the engine or the server, so that a program that only
+// It links the task model (package task, with its schedule parser and its
+// JSON library) and the standard library only: not etcd, Badger, the
+// engine or the server, so that a program that only
 // talks to a cluster stays small. TestDeps_Thin keeps it so.
 //
 // Methods named Local* and Self ask one node about itself alone (what it

@@ -273,7 +273,7 @@ func (p *putFlags) register(c *command) {
 	fs.StringVar(&p.concurrency, "concurrency", "", "`POLICY` while the previous fire runs: allow, forbid, buffer_one or replace (server default allow)")
 	fs.DurationVar(&p.jitter, "jitter", 0, "delay each fire by a deterministic amount below this")
 	fs.BoolVar(&p.paused, "paused", false, "create the task paused")
-	fs.Var(&p.labels, "label", "add a label `K=V` (repeatable)")
+	fs.Var(&p.labels, "label", "add a label `K=V` (repeatable; K is 1-63 bytes of A-Z a-z 0-9 . _ / -, V at most 256 bytes)")
 	fs.Var(&p.onSuccess, "on-success", "trigger the task `ID` when a fire succeeds (repeatable, at most 16)")
 	fs.Var(&p.onFailure, "on-failure", "trigger the task `ID` when a fire fails after its last attempt (repeatable, at most 16)")
 	fs.BoolVar(&p.allowMissing, "allow-missing", false, "let --on-success/--on-failure (or on_success/on_failure in -f) name tasks that do not exist yet")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 )
@@ -23,8 +24,8 @@ import (
 // error level) are debug lines: they are the close itself, and a node
 // that stops cleanly must not end its log with errors. So are the
 // warnings about the setup this package chooses (ourSetup), which a node
-// that starts cleanly must not begin its log with, and the purge's
-// warnings about files etcd still holds (purgeWaits).
+// that starts cleanly must not begin its log with, and the warnings of
+// steps etcd retries by itself (retried).
 type slogCore struct {
 	log     *slog.Logger
 	min     zapcore.Level
@@ -55,7 +56,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	}
 	level := slogLevel(e.Level)
 	if c.closing != nil && c.closing.Load() && (hasError(c.fields, closed) || hasError(fields, closed)) ||
-		ourSetup[e.Message] || purgeWaits(e.Message, fields) {
+		ourSetup[e.Message] || isRetried(e.Message, fields) {
 		level = slog.LevelDebug
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
@@ -93,12 +94,23 @@ func slogLevel(l zapcore.Level) slog.Level {
 	}
 }
 
-// purgeWaits reports whether a line is the purge of old WAL and snapshot
-// files finding one still locked: the WAL holds its files until a snapshot
-// releases them, so under a heavy import the purge finds one every 30 s and
-// removes it at a later round. No fault, and nothing to do.
-func purgeWaits(msg string, fields []zapcore.Field) bool {
-	return msg == "failed to lock file" && hasError(fields, func(err error) bool { return errors.Is(err, fileutil.ErrLocked) })
+// retried are etcd's warnings of steps it retries by itself, by message,
+// with the error that makes them no fault and nothing to do:
+//   - its purge of old WAL files finds one the WAL still holds (until a
+//     snapshot releases it): under a heavy import, every 30 s; a later
+//     round removes it;
+//   - at a restart, while it applies its log, its member's publication is
+//     refused and retried at once, a hundred lines in 2 ms; Start waits for
+//     it to succeed, within its timeout.
+var retried = map[string]error{
+	"failed to lock file": fileutil.ErrLocked,
+	"failed to publish local member to cluster through raft": etcderrors.ErrTooManyRequests,
+}
+
+// isRetried reports whether a line is one of retried, with its error.
+func isRetried(msg string, fields []zapcore.Field) bool {
+	want, ok := retried[msg]
+	return ok && hasError(fields, func(err error) bool { return errors.Is(err, want) })
 }
 
 // closed reports whether err is the error of a listener or server that was

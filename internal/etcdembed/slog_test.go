@@ -16,6 +16,7 @@ import (
 
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
 	"go.uber.org/zap"
 
 	"github.com/shardcron/shardcron/internal/logbuf"
@@ -140,9 +141,10 @@ func TestServer_CleanCloseLogsNoError(t *testing.T) {
 }
 
 // etcd's purge of old WAL files, finding one the WAL still holds, logs a
-// debug line, not a warning: it removes the file at a later round. Another
-// failure to lock a file stays a warning.
-func TestSlogCore_PurgeOfAHeldFileIsDebug(t *testing.T) {
+// debug line, not a warning: it removes the file at a later round. So does
+// a publication refused while etcd applies its log. Another failure to
+// lock a file stays a warning.
+func TestSlogCore_RetriedStepsAreDebug(t *testing.T) {
 	var buf logbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	z := zap.New(&slogCore{log: log, min: zap.WarnLevel})
@@ -166,10 +168,11 @@ func TestSlogCore_PurgeOfAHeldFileIsDebug(t *testing.T) {
 	}
 	close(stop)
 	<-done
+	z.Warn("failed to publish local member to cluster through raft", zap.Error(etcderrors.ErrTooManyRequests))
 	z.Warn("failed to lock file", zap.Error(os.ErrPermission))
 
 	levels := levelsOf(t, buf.String())
 	if len(levels) < 2 || slices.ContainsFunc(levels[:len(levels)-1], func(l string) bool { return l != "DEBUG" }) || levels[len(levels)-1] != "WARN" {
-		t.Errorf("levels %v, want DEBUG for the held file, WARN for the other:\n%s", levels, buf.String())
+		t.Errorf("levels %v, want DEBUG for the held file and the publication, WARN for the other:\n%s", levels, buf.String())
 	}
 }
