@@ -143,7 +143,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 		"and a notify block without a url uses it (--http-allow applies; see docs/api.md \"Alerts\"); empty: only tasks with their own notify url alert")
 	fs.StringVar(&f.authToken, "auth-token", "", "when set, every /v1 request needs 'Authorization: Bearer <token>'; nodes of a cluster share it (prefer --auth-token-file)")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the auth token from `FILE` (trailing newline ignored)")
-	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET): for dashboards and scrapers; needs --auth-token")
+	fs.StringVar(&f.readToken, "read-token", "", "a second token that may only read (GET and HEAD): for dashboards and scrapers; needs --auth-token")
 	fs.StringVar(&f.readTokenFile, "read-token-file", "", "read the read-only token from `FILE` (trailing newline ignored)")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate `FILE` (PEM, with its chain), reloaded at SIGHUP and when the files change; peers are then reached over https")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
