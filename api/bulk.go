@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -63,13 +62,8 @@ func decodeSelector(r *http.Request) (task.Selector, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return sel, errors.New(`selector: the body is empty; send {"prefix": "...", "labels": {"k": "v"}, "dry_run": true} or {"all": true}`)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sel); err != nil {
+	if err := decodeObject(b, &sel); err != nil {
 		return sel, fmt.Errorf("selector: %v (want {\"prefix\", \"labels\", \"all\", \"dry_run\"})", err)
-	}
-	if dec.More() {
-		return sel, errors.New("selector: more than one JSON value in the body")
 	}
 	return sel, nil
 }

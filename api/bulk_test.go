@@ -33,7 +33,8 @@ func TestServer_Bulk(t *testing.T) {
 		{"empty selector", "/v1/tasks:delete", `{}`, "selector:"},
 		{"misspelt field", "/v1/tasks:delete", `{"prefix":"bulk/","lables":{"team":"ads"}}`, "lables"},
 		{"all and prefix", "/v1/tasks:delete", `{"all":true,"prefix":"bulk/"}`, `"all"`},
-		{"two values", "/v1/tasks:pause", `{"all":true} {"all":true}`, "more than one"},
+		{"two values", "/v1/tasks:pause", `{"all":true} {"all":true}`, "after top-level value"},
+		{"a field twice", "/v1/tasks:delete", `{"prefix":"bulk/","dry_run":true,"dry_run":false}`, "dry_run: given twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantError(t, call(t, n.ts, "POST", tc.path, tc.body), http.StatusBadRequest, tc.want)

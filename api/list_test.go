@@ -59,7 +59,7 @@ func TestServer_ListPassesStoredTasksThrough(t *testing.T) {
 			`"jitter":"1s","not_after":"2099-01-01T00:00:00+02:00","max_fires":5,"on_failure":["a/1"]}`},
 		{"a/3", `{"schedule":"@every 1h","executor":{"type":"noop"},"history_limit":{"failures":3},"pause_on_failure":2,` +
 			`"notify":{"on":["failure"],"url":"http://127.0.0.1:9/n"},"capture":{"max_bytes":100,"on":"always"}}`},
-		{"a/4", `{"schedule":"0 0 1 1 *","executor":{"type":"noop"},"labels":{"note":"\"quoted\"\ttab é \u2028"}}`},
+		{"a/4", `{"schedule":"0 0 1 1 *","executor":{"type":"noop"},"labels":{"note":"\"quoted\" back\\slash é \u2028"}}`},
 		{"a/5", `{"schedule":"* * * * *","executor":{"type":"noop"}}`},
 	}
 	for _, b := range bodies {

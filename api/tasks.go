@@ -508,14 +508,8 @@ func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return true
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
+	if err := decodeObject(body, dst); err != nil {
 		writeError(w, http.StatusBadRequest, "the request body is not the JSON object expected: %v", err)
-		return false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "the request body holds more than one JSON value")
 		return false
 	}
 	return true

@@ -258,3 +258,37 @@ func TestSeries_Points(t *testing.T) {
 		t.Fatalf("p99 %v ms then %v ms, want in (10, 100] then at most 1", pts[0].P99LagMS, pts[1].P99LagMS)
 	}
 }
+
+// A small request body is decoded strictly, and its errors name the field
+// in the JSON's terms.
+func TestDecodeObject(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		dst  any
+		want string // "" for no error
+	}{
+		{`{"prefix": "a/", "labels": {"team": "x"}, "dry_run": true}`, &task.Selector{}, ""},
+		{`{"prefix": "a/", "dry_run": true, "dry_run": false}`, &task.Selector{}, "dry_run: given twice"},
+		{`{"prefx": "a/"}`, &task.Selector{}, "prefx: unknown field"},
+		{`{"labels": {"team": 7}}`, &task.Selector{}, "labels.team: want a string, got a number"},
+		{`{"all": "yes"}`, &task.Selector{}, "all: want true or false, got a string"},
+		{`["a"]`, &task.Selector{}, "the body: want an object, got an array"},
+		{`{} {}`, &task.Selector{}, "malformed JSON at byte"},
+		{`{"body": 5}`, &task.Override{}, "body: want a string, got a number"},
+		{`{"payload": {"n": 1}}`, &task.Override{}, ""},
+		{`{"from": "yesterday", "to": "2026-01-02T00:00:00Z"}`, &client.BackfillRequest{}, "from: want an RFC 3339 time such as 2026-01-02T15:04:05Z"},
+		{`{"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "concurrency": 1.5}`, &client.BackfillRequest{}, "concurrency: want a whole number"},
+	} {
+		err := decodeObject([]byte(tc.body), tc.dst)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.body, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+	var o task.Override
+	if err := decodeObject([]byte(`{"payload": {"n": 1}}`), &o); err != nil || string(o.Payload) != `{"n": 1}` {
+		t.Errorf("payload %s, %v: want the raw JSON", o.Payload, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // MaxTaskSize is the largest task JSON DecodeTask accepts, in bytes.
@@ -353,6 +355,9 @@ func DecodeTask(data []byte) (*Task, error) {
 	if !utf8.Valid(data) {
 		return nil, Invalid("", "task JSON is not valid UTF-8")
 	}
+	if name, ok := repeatedName(data); ok {
+		return nil, Invalid(name, "given twice: which one was meant?")
+	}
 	var obj map[string]json.RawMessage
 	if err := unmarshal(data, &obj); err != nil {
 		var se *json.SyntaxError
@@ -628,6 +633,20 @@ func (d *objDecoder) object(name string) *objDecoder {
 		return nil
 	}
 	return &objDecoder{obj: obj, prefix: d.prefix + name + "."}
+}
+
+// repeatedName returns the path ("executor.type") of the first name that
+// an object of data gives twice. The decoding that follows keeps the last
+// value of a name given twice, as encoding/json does, which would make
+// {"schedule": "@hourly", "schedule": "@daily"} one of the two at random
+// for its writer. Malformed JSON is left to that decoding to report.
+func repeatedName(data []byte) (string, bool) {
+	err := jsontext.NewDecoder(bytes.NewReader(data)).SkipValue()
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) || !errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return "", false
+	}
+	return strings.Join(slices.Collect(se.JSONPointer.Tokens()), "."), true
 }
 
 // jsonKind names the JSON type of a value, for messages.

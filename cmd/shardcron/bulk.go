@@ -56,6 +56,9 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	if done {
 		return code
 	}
+	if c.given("prefix") && b.prefix == "" {
+		return c.usageError("--prefix is empty: give the start of the ids, or --all for every task")
+	}
 	if !b.selected() {
 		if b.dryRun || b.yes {
 			return c.usageError("--dry-run and --yes go with a selector: --prefix, --label or --all")

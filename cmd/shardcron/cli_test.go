@@ -404,6 +404,20 @@ func TestRuntimeErrors_ExitOne(t *testing.T) {
 		r := cli(`{"schedule":"@hourly"}`, "task", "put", "--server", dead, "-f", "-")
 		wantCLI(t, r, 1, nil, []string{`shardcron: stdin: the task has no "id"`})
 	})
+	t.Run("file of an array", func(t *testing.T) {
+		r := cli(`[{"id":"a"}]`, "task", "put", "--server", dead, "-f", "-")
+		wantCLI(t, r, 1, nil, []string{"shardcron: stdin: not a task: want one JSON object (shardcron import takes many"})
+		r = cli(`{"id":`, "task", "put", "--server", dead, "-f", "-")
+		wantCLI(t, r, 1, nil, []string{"shardcron: stdin: malformed JSON at byte"})
+	})
+	t.Run("import of a directory", func(t *testing.T) {
+		dir := t.TempDir()
+		r := cli("", "import", "--server", dead, dir)
+		wantCLI(t, r, 1, nil, []string{"shardcron: " + dir + " is a directory: give a JSON Lines file"})
+		if strings.Contains(r.stdout, "imported") {
+			t.Errorf("a summary of an import that never began:\n%s", r)
+		}
+	})
 	t.Run("import of a missing file", func(t *testing.T) {
 		r := cli("", "import", "--server", dead, filepath.Join(t.TempDir(), "none.jsonl"))
 		wantCLI(t, r, 1, nil, []string{"no such file"})
@@ -536,16 +550,16 @@ func TestLineReader(t *testing.T) {
 		t.Fatalf("exact is %d bytes", len(exact))
 	}
 	input := strings.Join([]string{
-		`{"id":"a"}`,         // 1
-		``,                   // 2 blank
-		`# a comment`,        // 3
-		"  {\"id\":\"b\"}\r", // 4 spaces and CRLF
-		`[1]`,                // 5 not an object
-		`{"id":`,             // 6 malformed
-		long,                 // 7 too long
-		exact + "\r",         // 8 the limit, with CRLF
-		exact + "z",          // 9 one byte over (fits the buffer, then refused)
-		`{"id":"c"}`,         // 10, no newline at the end
+		"\xef\xbb\xbf" + `{"id":"a"}`, // 1, after a byte order mark
+		``,                            // 2 blank
+		`# a comment`,                 // 3
+		"  {\"id\":\"b\"}\r",          // 4 spaces and CRLF
+		`[1]`,                         // 5 not an object
+		`{"id":`,                      // 6 malformed
+		long,                          // 7 too long
+		exact + "\r",                  // 8 the limit, with CRLF
+		exact + "z",                   // 9 one byte over (fits the buffer, then refused)
+		`{"id":"c"}`,                  // 10, no newline at the end
 	}, "\n")
 	type item struct {
 		line int

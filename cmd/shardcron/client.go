@@ -64,6 +64,14 @@ func newCommand(name, help string, stdout, stderr io.Writer) *command {
 	return &command{name: name, help: help, fs: fs, common: map[string]bool{}, stdout: stdout, stderr: stderr}
 }
 
+// given reports whether the command line set the flag name (to any value,
+// its default or empty included).
+func (c *command) given(name string) bool {
+	set := false
+	c.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
 // parse parses args and returns the positional arguments. Flags may come
 // before, between or after them (`task get ID --output json`), since users
 // type them in any order; "--" ends the flags. When done is true the
@@ -245,19 +253,17 @@ func (f *clientFlags) register(c *command) {
 // resolve applies the environment to flags left unset and checks the
 // values; a non-empty result is a usage error.
 func (f *clientFlags) resolve(c *command) string {
-	set := map[string]bool{}
-	c.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if v := os.Getenv(envServer); v != "" && !set["server"] {
+	if v := os.Getenv(envServer); v != "" && !c.given("server") {
 		f.server = v
 	}
-	if v := os.Getenv(envToken); v != "" && !set["token"] {
+	if v := os.Getenv(envToken); v != "" && !c.given("token") {
 		f.token = v
 	}
 	for _, e := range []struct {
 		flag, env string
 		v         *string
 	}{{"cacert", envCACert, &f.caCert}, {"cert", envCert, &f.cert}, {"key", envKey, &f.key}} {
-		if v := os.Getenv(e.env); v != "" && !set[e.flag] {
+		if v := os.Getenv(e.env); v != "" && !c.given(e.flag) {
 			*e.v = v
 		}
 	}

@@ -118,6 +118,10 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			fmt.Fprintf(stderr, "shardcron: %s is a directory: give a JSON Lines file, or - for stdin\n", name)
+			return exitError
+		}
 		in = f
 		// The bar's total: counting lines reads the file once more, at
 		// disk speed, far faster than the import itself. A pipe or device
@@ -507,6 +511,8 @@ func (im *importer) transient(err error) bool {
 	return true // timeouts, resets, EOF mid-answer
 }
 
+var utf8BOM = []byte("\xef\xbb\xbf")
+
 // lineReader reads JSON Lines, one task per line, and numbers them.
 type lineReader struct {
 	r    *bufio.Reader
@@ -552,6 +558,9 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 		return nil, lr.line, nil, err
 	}
 	lr.line++
+	if lr.line == 1 {
+		data = bytes.TrimPrefix(data, utf8BOM) // editors on Windows begin a file with it
+	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] == '#' {
 		return nil, lr.line, nil, nil

@@ -161,7 +161,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 
 func runServer(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shardcron server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // a bad flag is one line, not the help after it
 	var f serverFlags
 	f.register(fs)
 	fs.VisitAll(func(fl *flag.Flag) {
@@ -171,14 +171,15 @@ func runServer(args []string, stderr io.Writer) int {
 			fl.Usage += " (env " + envName(fl.Name) + ")"
 		}
 	})
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serverUsage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprint(stderr, serverUsage)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "shardcron server: %v (see shardcron server --help)\n", err)
 		return 2
 	}
 	if err := applyEnv(fs, os.LookupEnv); err != nil {

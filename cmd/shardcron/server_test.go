@@ -262,6 +262,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
 			{"extra"},
+			{"--partitions", "abc"}, // the flag package's own error
+			{"--no-such-flag"},
 		} {
 			// A usage error exits 2 at once, before it listens or opens
 			// anything.
@@ -269,6 +271,9 @@ func TestServer_StartupErrors(t *testing.T) {
 			_, stderr, code := runCLI(t, "", all...)
 			if code != 2 || stderr == "" {
 				t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+			}
+			if lines := strings.Count(stderr, "\n"); lines != 1 { // the reason, not the help after it
+				t.Errorf("%v: %d lines on stderr, want 1:\n%s", args, lines, stderr)
 			}
 		}
 	})

@@ -558,7 +558,12 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 		Version json.RawMessage `json:"version"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		fmt.Fprintf(c.stderr, "shardcron: %s: not a task JSON object: %v\n", name, err)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			fmt.Fprintf(c.stderr, "shardcron: %s: malformed JSON at byte %d: %v\n", name, se.Offset, err)
+		} else {
+			fmt.Fprintf(c.stderr, "shardcron: %s: not a task: want one JSON object (shardcron import takes many tasks, one a line)\n", name)
+		}
 		return exitError
 	}
 	var id string
@@ -585,7 +590,7 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 	got, err := cf.client().PutTaskJSONWith(ctx, id, data, o)
 	if err != nil {
 		return cf.failWithHint(c, subject(id), err, http.StatusPreconditionFailed,
-			fmt.Sprintf("version %d is no longer the task's: it changed since it was read (get it again, or put with --force to overwrite)", ifMatch))
+			fmt.Sprintf("version %d is not the task's: it changed since it was read, or is gone (get it again, or put with --force to overwrite)", ifMatch))
 	}
 	return printPut(c, cf, got)
 }
