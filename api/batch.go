@@ -22,8 +22,7 @@ type batchItem struct {
 
 // putBatch: POST /v1/tasks:batch, a JSON array or JSON Lines.
 func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBodyOr(w, r, s.cfg.MaxBatchBytes, http.StatusRequestEntityTooLarge,
-		"batch body is more than %d bytes, this node's limit: split it into smaller batches", s.cfg.MaxBatchBytes)
+	body, ok := readBodyOr(w, r, s.cfg.MaxBatchBytes, "batch body is more than %d bytes, this node's limit: split it into smaller batches", s.cfg.MaxBatchBytes)
 	if !ok {
 		return
 	}

@@ -76,7 +76,7 @@ var previewFields = []string{"schedule", "timezone", "id", "jitter", "not_before
 // next count (1-100, default 5) fire times from now, validated as a task's
 // fields are.
 func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBodyOr(w, r, task.MaxTaskSize, http.StatusBadRequest, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
+	body, ok := readBodyOr(w, r, task.MaxTaskSize, "a preview request is at most %d bytes (64 KiB)", task.MaxTaskSize)
 	if !ok {
 		return
 	}

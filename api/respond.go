@@ -72,14 +72,14 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// readBodyOr is readBody answering its error itself: status with the
-// message tooBig (a format for args) for a body past limit, 400 for a body
-// that could not be read. ok is false when it answered.
-func readBodyOr(w http.ResponseWriter, r *http.Request, limit int64, status int, tooBig string, args ...any) (body []byte, ok bool) {
+// readBodyOr is readBody answering its error itself: 413 with the message
+// tooBig (a format for args) for a body past limit, 400 for a body that
+// could not be read. ok is false when it answered.
+func readBodyOr(w http.ResponseWriter, r *http.Request, limit int64, tooBig string, args ...any) (body []byte, ok bool) {
 	body, err := readBody(r, limit)
 	switch {
 	case errors.Is(err, errTooBig):
-		writeError(w, status, tooBig, args...)
+		writeError(w, http.StatusRequestEntityTooLarge, tooBig, args...)
 		return nil, false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "%v", err)

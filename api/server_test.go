@@ -97,7 +97,6 @@ func TestServer_SingleNode(t *testing.T) {
 			{"not an object", "inv-6", `[1, 2]`, []string{"JSON object"}},
 			{"wrong type", "inv-7", `{"schedule": "@hourly", "executor": {"type": "noop"}, "paused": "yes"}`, []string{"paused"}},
 			{"unknown field", "inv-8", `{"schedul": "@hourly", "executor": {"type": "noop"}}`, []string{"schedul", "did you mean"}},
-			{"oversized", "inv-9", `{"schedule": "@hourly", "executor": {"type": "http", "url": "http://x/", "body": "` + big + `"}}`, []string{"64 KiB"}},
 			{"id mismatch", "inv-10", noopJSON("inv-other"), []string{"id:", "inv-other", "inv-10"}},
 			{"control character in id", "inv\x01", noopJSON(""), []string{"id:", "control character"}},
 			{"invalid UTF-8 in id", "inv\xff", noopJSON(""), []string{"id:", "is not valid UTF-8"}},
@@ -112,6 +111,9 @@ func TestServer_SingleNode(t *testing.T) {
 				}
 			})
 		}
+		oversized := `{"schedule": "@hourly", "executor": {"type": "http", "url": "http://x/", "body": "` + big + `"}}`
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/inv-9", oversized), http.StatusRequestEntityTooLarge, "64 KiB")
+		wantError(t, call(t, ts, "GET", "/v1/tasks/inv-9", ""), http.StatusNotFound)
 	})
 
 	t.Run("IfMatch", func(t *testing.T) {
@@ -163,8 +165,8 @@ func TestServer_SingleNode(t *testing.T) {
 			size         int
 			status       string
 		}{
-			{"PUT", "/v1/tasks/big", 2 << 20, "400"},
-			{"POST", "/v1/tasks/big/trigger", 2 << 20, "400"},
+			{"PUT", "/v1/tasks/big", 2 << 20, "413"},
+			{"POST", "/v1/tasks/big/trigger", 2 << 20, "413"},
 			{"POST", "/v1/tasks:batch", 65 << 20, "413"},
 		} {
 			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
@@ -190,8 +192,8 @@ func TestServer_SingleNode(t *testing.T) {
 			size         int
 			status       int
 		}{
-			{"PUT", "/v1/tasks/big", 2 << 20, http.StatusBadRequest},
-			{"POST", "/v1/tasks/big/trigger", 2 << 20, http.StatusBadRequest},
+			{"PUT", "/v1/tasks/big", 2 << 20, http.StatusRequestEntityTooLarge},
+			{"POST", "/v1/tasks/big/trigger", 2 << 20, http.StatusRequestEntityTooLarge},
 			// Not a batch past its 64 MiB: reading that much would starve
 			// this test node's lease on a 2-core machine.
 		} {

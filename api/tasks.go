@@ -39,7 +39,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	body, ok := readBodyOr(w, r, task.MaxTaskSize, http.StatusBadRequest, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
+	body, ok := readBodyOr(w, r, task.MaxTaskSize, "task JSON is more than %d bytes (64 KiB), the limit of a task", task.MaxTaskSize)
 	if !ok {
 		return
 	}
@@ -501,7 +501,7 @@ const maxSmallBody = 2*task.MaxOverrideSize + 1024
 // body leaves it zero), refusing unknown fields; it answers 400 itself and
 // returns false on a bad body.
 func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
-	body, ok := readBodyOr(w, r, maxSmallBody, http.StatusBadRequest, "the request body is more than %d bytes", maxSmallBody)
+	body, ok := readBodyOr(w, r, maxSmallBody, "the request body is more than %d bytes", maxSmallBody)
 	if !ok {
 		return false
 	}

@@ -640,7 +640,7 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
 		var err error
 		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
+			return nil, nil, fmt.Errorf("etcd TLS: %w (check --etcd-cacert, --etcd-cert and --etcd-key)", err)
 		}
 	}
 	cli, err := clientv3.New(clientv3.Config{

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
@@ -1023,10 +1024,10 @@ const defaultHistoryLimit = 20
 func taskHistory(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task history", taskHistoryHelp, stdout, stderr)
 	var limit int
-	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, "records to show, at most")
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("records to show, at most (at most %d)", api.MaxHistoryLimit))
 	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
-		if limit < 1 {
-			return c.usageError("--limit: %d is less than 1", limit)
+		if limit < 1 || limit > api.MaxHistoryLimit {
+			return c.usageError("--limit: %d is not from 1 to %d", limit, api.MaxHistoryLimit)
 		}
 		execs, err := cf.client().History(ctx, id, limit)
 		if err != nil {

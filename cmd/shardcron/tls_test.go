@@ -273,6 +273,7 @@ func TestServer_TLSFlagErrors(t *testing.T) {
 		{[]string{"--tls-cert", bad}, "--tls-cert and --tls-key go together"},
 		{[]string{"--tls-client-ca", bad}, "--tls-client-ca needs --tls-cert"},
 		{[]string{"--tls-cert", bad, "--tls-key", bad}, "--tls-cert " + bad},
+		{[]string{"--etcd-cacert", filepath.Join(dir, "none.pem")}, "check --etcd-cacert"},
 	} {
 		_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
