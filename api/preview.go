@@ -80,6 +80,10 @@ func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := task.CheckNames(body); err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
 		writeError(w, http.StatusBadRequest, "want a JSON object such as {\"schedule\": \"*/5 * * * *\", \"id\": \"billing/invoice-42\", \"count\": 5}")

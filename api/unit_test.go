@@ -278,6 +278,7 @@ func TestDecodeObject(t *testing.T) {
 		{`{"payload": {"n": 1}}`, &task.Override{}, ""},
 		{`{"from": "yesterday", "to": "2026-01-02T00:00:00Z"}`, &client.BackfillRequest{}, "from: want an RFC 3339 time such as 2026-01-02T15:04:05Z"},
 		{`{"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "concurrency": 1.5}`, &client.BackfillRequest{}, "concurrency: want a whole number"},
+		{`{"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "concurrency": 99999999999999999999}`, &client.BackfillRequest{}, "concurrency: 99999999999999999999 is out of range"},
 	} {
 		err := decodeObject([]byte(tc.body), tc.dst)
 		switch {

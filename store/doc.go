@@ -24,6 +24,10 @@
 //   - A partition whose Reset or Drop was interrupted reads as never
 //     synced: Partition returns revision 0 and no tasks.
 //   - Partition reads tasks and revision from one snapshot.
+//   - A partition never reads short under a good revision: the revision
+//     key counts its tasks, and a scan that reads another number (Badger's
+//     iterators end silently at a block that fails its checksum) is an
+//     error matching ErrCorrupt.
 //
 // It does not check that revisions increase, and it does not serialise
 // writers of one partition: the caller does (one owner per partition).
@@ -65,7 +69,7 @@
 // Every key begins with a one-letter namespace and '/':
 //
 //	t/<p: uint32 big-endian>/<task id>   task value, as given (opaque)
-//	r/<p: uint32 big-endian>             synced revision: int64 big-endian
+//	r/<p: uint32 big-endian>             synced revision and task count: two int64 big-endian
 //	e/<task id>\x00<class><slot>         execution record (execution.go)
 //
 // In history keys class is 's' (successes) or 'f' (failures) and slot a

@@ -8,7 +8,7 @@ import (
 // a slash so the namespaces never share a prefix.
 const (
 	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
-	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision (int64 BE)
+	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision, task count (int64 BE each)
 	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded task.Execution
 
 	// nsOldHistory held one key per execution record, without bound, in

@@ -26,8 +26,10 @@ type KV struct {
 // reads another number fails with an error wrapping ErrCorrupt: Badger's
 // iterators end silently at a block that fails its checksum, which would
 // drop the tasks after it while keeping the revision (the caller then reads
-// p from etcd). A crash between the writes of a split Apply does the same,
-// at the cost of one more read of p.
+// p from etcd). A crash between the writes of a split Apply that added or
+// removed tasks does the same, at the cost of one more read of p. A
+// revision written before counts were kept reads as never synced: one
+// read of p from etcd after the upgrade, and p is counted from then on.
 //
 // The tasks and the revision come from one consistent snapshot, taken when
 // Partition is called. value is valid only until fn returns: copy it to
@@ -77,9 +79,10 @@ func (s *Store) Partition(p uint32, fn func(id string, value []byte) error) (rev
 // Atomicity: one Badger transaction when the changes fit in one (15% of a
 // memtable, about 2.4 MiB by default). Larger changes are written in
 // several transactions and the revision last, so a crash between them
-// leaves the new tasks recorded under the old revision: replaying the
-// watch from the old revision reapplies the same changes, so the cache is
-// never behind the revision it reports. The store does not check that rev
+// leaves the new tasks recorded under the old revision, never behind it:
+// replaying the watch from the old revision reapplies the same changes,
+// unless they changed how many tasks p holds, which the next Partition
+// finds (ErrCorrupt) and the caller reads p from etcd. The store does not check that rev
 // increases. Apply keeps no reference to puts after it returns.
 func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 	if rev <= 0 {
@@ -315,42 +318,6 @@ func (s *Store) Drop(p uint32) error {
 	return nil
 }
 
-// Revisions returns the synced revision of every partition that has one,
-// so a restarted node knows which partitions it can resume with a watch.
-func (s *Store) Revisions() (map[uint32]int64, error) {
-	if err := s.acquire(); err != nil {
-		return nil, err
-	}
-	defer s.ops.Done()
-	revs := make(map[uint32]int64)
-	prefix := []byte(nsRevision)
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			item := it.Item()
-			key := item.Key()
-			if len(key) != len(prefix)+4 {
-				return fmt.Errorf("%w: revision key %x", ErrCorrupt, key)
-			}
-			p := binary.BigEndian.Uint32(key[len(prefix):])
-			var r synced
-			if err := item.Value(func(v []byte) (err error) {
-				r, err = decodeSynced(v)
-				return err
-			}); err != nil {
-				return err
-			}
-			revs[p] = r.rev
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: revisions: %w", err)
-	}
-	return revs, nil
-}
-
 func readRevision(txn *badger.Txn, p uint32) (r synced, err error) {
 	item, err := txn.Get(revisionKey(p))
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -376,7 +343,7 @@ func (s *Store) deleteRevision(p uint32) error {
 // partition is synced to and how many tasks it holds.
 type synced struct {
 	rev   int64
-	count int64 // countUnknown in a cache written before counts were kept
+	count int64 // countUnknown when p was not synced by a Reset
 }
 
 const countUnknown = -1
@@ -385,13 +352,13 @@ func (r synced) encode() []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(r.rev)), uint64(r.count))
 }
 
-// decodeSynced reads a revision value: 16 bytes, or the 8 of the revision
-// alone that caches kept before counts (the count is then unknown until
-// the partition's next Reset).
+// decodeSynced reads a revision value: 16 bytes. The 8 of the revision
+// alone that caches kept before counts read as never synced, so that the
+// partition is read from etcd once and counted from then on.
 func decodeSynced(v []byte) (synced, error) {
 	switch len(v) {
 	case 8:
-		return synced{int64(binary.BigEndian.Uint64(v)), countUnknown}, nil
+		return synced{count: countUnknown}, nil
 	case 16:
 		return synced{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))}, nil
 	}

@@ -17,8 +17,8 @@ import (
 // and the execution history. All methods are safe for concurrent use, with
 // one rule: calls that write one partition (Apply, Reset, Drop of the same
 // p) must not run concurrently with each other; the caller serialises them
-// (the engine has one owner per partition). Reads (Partition, Revisions,
-// History) may run alongside anything.
+// (the engine has one owner per partition). Reads (Partition, History) may
+// run alongside anything.
 type Store struct {
 	cfg  Config
 	db   *badger.DB

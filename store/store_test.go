@@ -169,7 +169,6 @@ func TestClose_Idempotent(t *testing.T) {
 		"Flush": s.Flush(ctx),
 	}
 	_, calls["Partition"] = s.Partition(1, nil)
-	_, calls["Revisions"] = s.Revisions()
 	_, calls["History"] = s.History("a", 1)
 	calls["DeleteHistory"] = s.DeleteHistory(ctx, "a")
 	for name, err := range calls {

@@ -355,8 +355,8 @@ func DecodeTask(data []byte) (*Task, error) {
 	if !utf8.Valid(data) {
 		return nil, Invalid("", "task JSON is not valid UTF-8")
 	}
-	if name, ok := repeatedName(data); ok {
-		return nil, Invalid(name, "given twice: which one was meant?")
+	if err := CheckNames(data); err != nil {
+		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if err := unmarshal(data, &obj); err != nil {
@@ -635,18 +635,25 @@ func (d *objDecoder) object(name string) *objDecoder {
 	return &objDecoder{obj: obj, prefix: d.prefix + name + "."}
 }
 
-// repeatedName returns the path ("executor.type") of the first name that
-// an object of data gives twice. The decoding that follows keeps the last
-// value of a name given twice, as encoding/json does, which would make
-// {"schedule": "@hourly", "schedule": "@daily"} one of the two at random
-// for its writer. Malformed JSON is left to that decoding to report.
-func repeatedName(data []byte) (string, bool) {
-	err := jsontext.NewDecoder(bytes.NewReader(data)).SkipValue()
+// CheckNames refuses JSON in which an object gives a name twice, naming
+// its path ("executor.type: given twice"). Decoding keeps the last value
+// of such a name, as encoding/json does, which makes {"schedule":
+// "@hourly", "schedule": "@daily"} one of the two at random for its
+// writer. Malformed JSON passes: decoding it reports it.
+func CheckNames(data []byte) error {
+	// Invalid UTF-8 (a lone surrogate escape) is decoding's to judge too:
+	// refused here, it would stop the scan before a later name.
+	err := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowInvalidUTF8(true)).SkipValue()
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) || !errors.Is(se.Err, jsontext.ErrDuplicateName) {
-		return "", false
+		return nil
 	}
-	return strings.Join(slices.Collect(se.JSONPointer.Tokens()), "."), true
+	return Invalid(FieldPath(se.JSONPointer), "given twice: which one was meant?")
+}
+
+// FieldPath names the JSON member at p as a field path: "executor.type".
+func FieldPath(p jsontext.Pointer) string {
+	return strings.Join(slices.Collect(p.Tokens()), ".")
 }
 
 // jsonKind names the JSON type of a value, for messages.

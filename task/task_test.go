@@ -217,6 +217,7 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"a field twice", with(`"paused": true, "paused": false`), "paused", "given twice"},
 		{"a nested field twice", `{"id": "a", "schedule": "@hourly", "executor": {"type": "noop", "type": "http"}}`, "executor.type", "given twice"},
 		{"a label twice", with(`"labels": {"k": "1", "k": "2"}`), "labels.k", "given twice"},
+		{"a field twice after a lone surrogate", with(`"labels": {"k": "\ud800"}, "paused": true, "paused": false`), "paused", "given twice"},
 		{"unknown field, case", with(`"Paused": true`), "Paused", "did you mean \"paused\""},
 		{"unknown field, far", with(`"color": "red"`), "color", "unknown field (want one of id, schedule"},
 		{"unknown executor field", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "uri": "y"}}`, "executor.uri", "did you mean \"url\""},

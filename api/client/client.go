@@ -406,7 +406,8 @@ func (c *Client) history(ctx context.Context, id string, limit int, local bool) 
 }
 
 // TaskState returns the state of a task the node owns (an *Error with
-// status 404 otherwise): what GET /v1/tasks/{id}?state=1 asks the owner.
+// status 404 otherwise): GET /v1/tasks/{id}/state, which GET /v1/tasks/{id}
+// asks of the owner.
 func (c *Client) TaskState(ctx context.Context, id string) (*task.State, error) {
 	var st task.State
 	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/state", nil, nil, nil, &st); err != nil {

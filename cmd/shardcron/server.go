@@ -451,11 +451,13 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 	}
 
 	// A start that fails leaves the disk as it found it: what it created
-	// goes again (a node that started once keeps its directories).
-	started := false
+	// goes again (a node that started once keeps its directories). Only a
+	// start that took the store's lock does: one that lost the race for a
+	// new directory to another start must not remove what the winner uses.
 	fresh := missing(f.dataDir, filepath.Join(f.dataDir, "cache"), filepath.Join(f.dataDir, "etcd"))
+	locked, started := false, false
 	defer func() {
-		if !started {
+		if locked && !started {
 			for _, d := range fresh {
 				_ = os.RemoveAll(d)
 			}
@@ -471,6 +473,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		}
 		return err
 	}
+	locked = true
 	defer st.Close()
 
 	endpoints := splitList(f.etcd)

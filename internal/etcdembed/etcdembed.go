@@ -144,19 +144,30 @@ func Start(cfg Config) (*Server, error) {
 // and returns a clear error if that fails: etcd opens it on a goroutine of
 // its own and panics there when it cannot (a damaged file), a crash with a
 // stack trace instead of a message. bbolt checks the file's meta pages
-// when it opens it; damage deeper in the file is etcd's to find.
-func checkBackend(dir string) (err error) {
+// when it opens it; damage deeper in the file is etcd's to find. An empty
+// file (a first start cut short) is etcd's to initialise.
+func checkBackend(dir string) error {
 	path := filepath.Join(dir, "member", "snap", "db")
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0 {
 		return nil
 	}
+	err := openReadOnly(path)
+	switch {
+	case errors.Is(err, bbolt.ErrTimeout):
+		return fmt.Errorf("the embedded etcd's database %s is in use by another process (is another shardcron server running with %s?)", path, dir)
+	case err != nil:
+		return fmt.Errorf("the embedded etcd's database %s cannot be read: %w "+
+			"(restore it from a backup, or move %s away to start an empty etcd)", path, err, dir)
+	}
+	return nil
+}
+
+// openReadOnly opens and closes the bbolt database at path, a panic of
+// bbolt's an error.
+func openReadOnly(path string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
-		}
-		if err != nil {
-			err = fmt.Errorf("the embedded etcd's database %s cannot be read: %w "+
-				"(restore it from a backup, or move %s away to start an empty etcd)", path, err, dir)
 		}
 	}()
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.etcd.io/bbolt"
 )
 
 // A damaged database is a clear error from Start, not a panic on etcd's
@@ -27,7 +29,7 @@ func TestStart_DamagedDatabaseIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil { // both meta pages
+	if _, err := f.WriteAt(make([]byte, 2*os.Getpagesize()), 0); err != nil { // both meta pages
 		t.Fatal(err)
 	}
 	f.Close()
@@ -38,5 +40,29 @@ func TestStart_DamagedDatabaseIsAnError(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), db) || !strings.Contains(err.Error(), "cannot be read") {
 		t.Errorf("error %q does not name the database and what is wrong", err)
+	}
+}
+
+// An empty database (a first start cut short) is etcd's to initialise; one
+// another process holds is in use, not damaged.
+func TestCheckBackend_EmptyAndInUse(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "member", "snap", "db")
+	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBackend(dir); err != nil {
+		t.Errorf("an empty database: %v", err)
+	}
+	held, err := bbolt.Open(db, 0o600, nil) // initialises it, and holds its lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := checkBackend(dir); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Errorf("a database held elsewhere: %v, want in use", err)
 	}
 }

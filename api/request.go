@@ -1,0 +1,91 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/shardcron/shardcron/task"
+)
+
+// decodeObject decodes a small request body, one JSON object, into dst.
+// Unknown fields, a field given twice (`{"dry_run": true, "dry_run":
+// false}` must not act as one of them at random) and values of the wrong
+// type are refused with the field named in the JSON's terms, not Go's.
+func decodeObject(b []byte, dst any) error {
+	err := jsonv2.Unmarshal(b, dst, jsonv2.RejectUnknownMembers(true))
+	var se *jsonv2.SemanticError
+	var sy *jsontext.SyntacticError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &sy) && errors.Is(sy.Err, jsontext.ErrDuplicateName):
+		return fmt.Errorf("%s: given twice", jsonField(sy.JSONPointer))
+	case errors.As(err, &sy):
+		return fmt.Errorf("malformed JSON at byte %d: %v", sy.ByteOffset, sy.Err)
+	case !errors.As(err, &se):
+		return err
+	case errors.Is(se.Err, jsonv2.ErrUnknownName):
+		return fmt.Errorf("%s: unknown field", jsonField(se.JSONPointer))
+	case errors.Is(se.Err, strconv.ErrRange):
+		return fmt.Errorf("%s: %s is out of range", jsonField(se.JSONPointer), se.JSONValue)
+	case se.GoType == reflect.TypeFor[time.Time]():
+		return fmt.Errorf("%s: want an RFC 3339 time such as 2026-01-02T15:04:05Z", jsonField(se.JSONPointer))
+	case se.GoType != nil && se.JSONKind != 0:
+		return fmt.Errorf("%s: want %s, got %s", jsonField(se.JSONPointer), jsonWant(se.GoType), jsonKindName(se.JSONKind))
+	}
+	return fmt.Errorf("%s: %v", jsonField(se.JSONPointer), se.Err)
+}
+
+// jsonField names the field at p, "labels.team"; the body itself at the
+// top.
+func jsonField(p jsontext.Pointer) string {
+	if p == "" {
+		return "the body"
+	}
+	return task.FieldPath(p)
+}
+
+// jsonWant says what JSON a Go type takes.
+func jsonWant(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "another type"
+}
+
+// jsonKindName names a JSON kind as people do.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return k.String()
+}
