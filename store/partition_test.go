@@ -219,21 +219,30 @@ func TestReset_Split(t *testing.T) {
 	checkTasks(t, s, 2, 10, bigTasks("a", 10, 'z'))
 }
 
+// errCrash is what a split write returns once interruptible's flag is set.
+var errCrash = errors.New("crash")
+
+// interruptible is splitConfig whose split writes fail with errCrash, as a
+// crash would, just before their revision once *interrupt is set.
+func interruptible(t *testing.T) (cfg Config, interrupt *bool) {
+	cfg = splitConfig(t)
+	interrupt = new(bool)
+	cfg.beforeRevision = func() error {
+		if *interrupt {
+			return errCrash
+		}
+		return nil
+	}
+	return cfg, interrupt
+}
+
 // TestSplit_InterruptedBeforeRevision stops a split write just before its
 // revision, as a crash would: Apply leaves the new data under the old
 // revision (a replay from there reapplies it; they update held ids, so the
 // count holds), Reset leaves the partition unsynced. Both survive a reopen
 // that way.
 func TestSplit_InterruptedBeforeRevision(t *testing.T) {
-	cfg := splitConfig(t)
-	crash := errors.New("crash")
-	interrupt := false
-	cfg.beforeRevision = func() error {
-		if interrupt {
-			return crash
-		}
-		return nil
-	}
+	cfg, interrupt := interruptible(t)
 	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -245,12 +254,12 @@ func TestSplit_InterruptedBeforeRevision(t *testing.T) {
 	if err := s.Reset(2, 10, old); err != nil {
 		t.Fatal(err)
 	}
-	interrupt = true
+	*interrupt = true
 	newer := bigTasks("a", 1000, 'y')
-	if err := s.Apply(1, 11, newer, nil); !errors.Is(err, crash) {
+	if err := s.Apply(1, 11, newer, nil); !errors.Is(err, errCrash) {
 		t.Fatalf("Apply = %v, want the interruption", err)
 	}
-	if err := s.Reset(2, 11, newer); !errors.Is(err, crash) {
+	if err := s.Reset(2, 11, newer); !errors.Is(err, errCrash) {
 		t.Fatalf("Reset = %v, want the interruption", err)
 	}
 	check := func() {
@@ -389,21 +398,13 @@ func TestPartition_RevisionWithoutCount(t *testing.T) {
 // added tasks, the count tells: the next scan is ErrCorrupt, and the
 // caller reads the partition from etcd.
 func TestSplit_InterruptedAddIsCorrupt(t *testing.T) {
-	cfg := splitConfig(t)
-	crash := errors.New("crash")
-	interrupt := false
-	cfg.beforeRevision = func() error {
-		if interrupt {
-			return crash
-		}
-		return nil
-	}
+	cfg, interrupt := interruptible(t)
 	s := openTest(t, cfg)
 	if err := s.Reset(1, 10, bigTasks("a", 10, 'x')); err != nil {
 		t.Fatal(err)
 	}
-	interrupt = true
-	if err := s.Apply(1, 11, bigTasks("b", 1000, 'y'), nil); !errors.Is(err, crash) {
+	*interrupt = true
+	if err := s.Apply(1, 11, bigTasks("b", 1000, 'y'), nil); !errors.Is(err, errCrash) {
 		t.Fatalf("Apply = %v, want the interruption", err)
 	}
 	if _, err := s.Partition(1, func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -153,7 +154,7 @@ func checkBackend(dir string) error {
 	}
 	err := openReadOnly(path)
 	switch {
-	case errors.Is(err, bbolt.ErrTimeout):
+	case errors.Is(err, bberrors.ErrTimeout):
 		return fmt.Errorf("the embedded etcd's database %s is in use by another process (is another shardcron server running with %s?)", path, dir)
 	case err != nil:
 		return fmt.Errorf("the embedded etcd's database %s cannot be read: %w "+
