@@ -33,8 +33,9 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	res := client.BatchResult{Errors: []task.BatchError{}}
 	tasks := make([]*task.Task, 0, len(items))
-	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
-	var runners *registry.Runners       // read once, by the first task that needs them
+	index := make([]int, 0, len(items))      // index[i]: the batch index of tasks[i]
+	var runners *registry.Runners            // read once, by the first task that needs them
+	last := make(map[string]int, len(items)) // id -> the batch index that gives it last so far
 	for i, it := range items {
 		t, err := task.DecodeTask(it.raw)
 		if err != nil {
@@ -58,6 +59,11 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		if warning != "" {
 			res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: warning})
 		}
+		if j, again := last[t.ID]; again {
+			res.Warnings = append(res.Warnings, client.BatchWarning{Index: j,
+				Warning: fmt.Sprintf("task %q comes again later in this batch, which replaces this one", t.ID)})
+		}
+		last[t.ID] = i
 		tasks = append(tasks, t)
 		index = append(index, i)
 	}
@@ -68,6 +74,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		res.Errors = append(res.Errors, e)
 	}
 	slices.SortStableFunc(res.Errors, func(a, b task.BatchError) int { return a.Index - b.Index })
+	slices.SortStableFunc(res.Warnings, func(a, b client.BatchWarning) int { return a.Index - b.Index })
 	if err != nil {
 		s.log.Warn("api: batch write failed", "written", written, "err", err)
 		status := http.StatusInternalServerError

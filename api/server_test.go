@@ -430,6 +430,18 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("JSON Lines batch: %+v", r)
 		}
 
+		// An id given again later: the later one is stored, the earlier warned of.
+		twice := noopJSON("batch/t") + "\n" + noopJSON("batch/u") + "\n" +
+			`{"id": "batch/t", "schedule": "@daily", "executor": {"type": "noop"}}` + "\n"
+		r, err = n.c.PutBatch(ctx, []byte(twice))
+		if err != nil || r.Written != 3 || len(r.Errors) != 0 || len(r.Warnings) != 1 || r.Warnings[0].Index != 0 ||
+			!strings.Contains(r.Warnings[0].Warning, "comes again later in this batch") {
+			t.Fatalf("a batch with an id twice: %+v, %v", r, err)
+		}
+		if got, err := n.c.GetTask(ctx, "batch/t"); err != nil || got.Schedule != "@daily" {
+			t.Fatalf("batch/t: %+v, %v; want the later one", got, err)
+		}
+
 		// Nothing but whitespace: an empty batch.
 		if r, err := n.c.PutBatch(ctx, []byte("\n \n")); err != nil || r.Written != 0 || r.Errors == nil || len(r.Errors) != 0 {
 			t.Fatalf("empty batch: %+v, %v", r, err)

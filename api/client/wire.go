@@ -33,7 +33,9 @@ type BatchResult struct {
 	// in the batch (for JSON Lines: among the non-blank lines), in index
 	// order. Never null in answers.
 	Errors []task.BatchError `json:"errors"`
-	// Warnings are tasks written that only some live nodes can run.
+	// Warnings are about tasks written that only some live nodes can run,
+	// and tasks whose id comes again later in the batch (the later one is
+	// stored; both count as written), in index order.
 	Warnings []BatchWarning `json:"warnings,omitempty"`
 }
 

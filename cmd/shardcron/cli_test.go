@@ -620,7 +620,8 @@ func TestImport_MapBatchErrors(t *testing.T) {
 }
 
 // fakeBatchServer answers POST /v1/tasks:batch like a node, refusing items
-// whose id starts with "bad". before, when set, may answer first.
+// whose id starts with "bad" and warning of those whose id starts with
+// "warn". before, when set, may answer first.
 func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]byte) bool) (*httptest.Server, *fakeBatches) {
 	fb := &fakeBatches{}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -639,6 +640,9 @@ func fakeBatchServer(t *testing.T, before func(w http.ResponseWriter, lines [][]
 			if strings.HasPrefix(tsk.ID, "bad") {
 				res.Errors = append(res.Errors, task.BatchError{Index: i, Error: fmt.Sprintf("line %d: schedule: refused", i+1)})
 				continue
+			}
+			if strings.HasPrefix(tsk.ID, "warn") {
+				res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: "only some nodes can run it"})
 			}
 			res.Written++
 			fb.mu.Lock()
@@ -675,6 +679,23 @@ func jsonl(ids ...string) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// Warnings are printed by input line, counted in the summary, and fail
+// nothing.
+func TestImport_Warnings(t *testing.T) {
+	ts, _ := fakeBatchServer(t, nil)
+	im, out, errb := testImporter(t, ts.URL, 2)
+	code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1", "", "b", "warn2")), "test")
+	if code != exitOK {
+		t.Errorf("exit %d, want 0", code)
+	}
+	if got := out.String(); got != "imported 4 tasks, 0 errors, 2 warnings\n" {
+		t.Errorf("summary %q", got)
+	}
+	if want := "line 2: warning: only some nodes can run it\nline 5: warning: only some nodes can run it\n"; errb.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), want)
+	}
 }
 
 func TestImport_LineNumbersAcrossBatches(t *testing.T) {

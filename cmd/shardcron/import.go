@@ -40,8 +40,11 @@ once (default 4); errors are still reported in line order. When a batch
 fails for good the import stops: "import stopped after line N" names the
 last line of the batches before it, which were all written; batches that
 were in flight after it may have been written too. Running the import
-again from the start is safe. At the end it prints "imported N tasks,
-M errors" and exits 1 if there were errors.
+again from the start is safe. A task written with a warning (only some
+nodes can run it; its id comes again later in the same batch, which
+replaces it) is reported as "line N: warning: ...". At the end it prints
+"imported N tasks, M errors" (and the warnings' count) and exits 1 if
+there were errors.
 
 Examples:
   shardcron import tasks.jsonl
@@ -69,7 +72,7 @@ const (
 	importBackoff       = 500 * time.Millisecond
 )
 
-// lineError is an import error tied to an input line.
+// lineError is an import error, or a warning, tied to an input line.
 type lineError struct {
 	Line  int    `json:"line"`
 	Error string `json:"error"`
@@ -223,6 +226,7 @@ type importer struct {
 	written int         // tasks the server reported written
 	sent    bool        // a request succeeded: the node exists, so a refused connection is transient
 	errs    []lineError // every error, in line order (run's goroutine only)
+	warns   []lineError // every warning, likewise
 }
 
 // sending is a batch in flight: its errors and error are set before done
@@ -231,6 +235,7 @@ type sending struct {
 	b      *importBatch
 	local  []lineError // the lines of the batch that could not be sent
 	remote []lineError
+	warns  []lineError
 	err    error
 	done   chan struct{}
 }
@@ -263,14 +268,14 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		<-s.done
 		switch {
 		case s.err != nil:
-			im.report(s.local, 0)
+			im.report(s.local, nil, 0)
 			if fatal == nil {
 				fatal = s.err
 			}
 		case fatal != nil: // after the batch that stopped the import: reported, not counted as done
-			im.report(append(s.local, s.remote...), 0)
+			im.report(append(s.local, s.remote...), s.warns, 0)
 		default:
-			im.report(append(s.local, s.remote...), s.b.read)
+			im.report(append(s.local, s.remote...), s.warns, s.b.read)
 			done += s.b.read
 		}
 	}
@@ -289,7 +294,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		if len(b.lines) > 0 {
 			go func() {
 				defer close(s.done)
-				s.remote, s.err = im.send(ctx, b)
+				s.remote, s.warns, s.err = im.send(ctx, b)
 			}()
 		} else {
 			close(s.done)
@@ -348,17 +353,21 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 	return b, local, err
 }
 
-// report prints a batch's errors in line order and advances the bar by the
-// lines the batch consumed.
-func (im *importer) report(errs []lineError, read int) {
+// report prints a batch's errors and warnings in line order and advances
+// the bar by the lines the batch consumed.
+func (im *importer) report(errs, warns []lineError, read int) {
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 	im.errs = append(im.errs, errs...)
-	if len(errs) > 0 && im.cf.output == outputTable { // JSON has them in its summary
+	im.warns = append(im.warns, warns...)
+	if len(errs)+len(warns) > 0 && im.cf.output == outputTable { // JSON has them in its summary
 		if im.bar != nil {
 			_ = im.bar.Clear()
 		}
 		for _, e := range errs {
 			fmt.Fprintf(im.stderr, "line %d: %s\n", e.Line, e.Error)
+		}
+		for _, w := range warns {
+			fmt.Fprintf(im.stderr, "line %d: warning: %s\n", w.Line, w.Error)
 		}
 	}
 	if im.bar != nil && read > 0 {
@@ -378,11 +387,16 @@ func (im *importer) summary(stopped bool) int {
 			Imported  int         `json:"imported"`
 			ErrorsN   int         `json:"error_count"`
 			Errors    []lineError `json:"errors"`
+			Warnings  []lineError `json:"warnings,omitempty"`
 			Completed bool        `json:"completed"`
-		}{im.written, len(im.errs), errs, !stopped})
+		}{im.written, len(im.errs), errs, im.warns, !stopped})
 	} else {
-		fmt.Fprintf(im.stdout, "imported %d %s, %d %s\n", im.written, plural(im.written, "task", "tasks"),
-			len(im.errs), plural(len(im.errs), "error", "errors"))
+		warned := ""
+		if len(im.warns) > 0 {
+			warned = fmt.Sprintf(", %d %s", len(im.warns), plural(len(im.warns), "warning", "warnings"))
+		}
+		fmt.Fprintf(im.stdout, "imported %d %s, %d %s%s\n", im.written, plural(im.written, "task", "tasks"),
+			len(im.errs), plural(len(im.errs), "error", "errors"), warned)
 	}
 	if stopped || len(im.errs) > 0 {
 		return exitError
@@ -400,36 +414,48 @@ func plural(n int, one, many string) string {
 // send writes one batch, retrying transient failures, and returns the
 // errors of its items mapped to input lines. A batch the server finds too
 // large (413) is split in two. A non-nil error ends the import.
-func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, error) {
+func (im *importer) send(ctx context.Context, b *importBatch) (errs, warns []lineError, err error) {
 	res, err := im.post(ctx, b.body)
 	var ae *client.Error
 	if errors.As(err, &ae) {
 		switch {
 		case ae.Status == http.StatusRequestEntityTooLarge && len(b.lines) > 1:
 			first, second := b.split()
-			e1, err := im.send(ctx, first)
+			e1, w1, err := im.send(ctx, first)
 			if err != nil {
-				return e1, err
+				return e1, w1, err
 			}
-			e2, err := im.send(ctx, second)
-			return append(e1, e2...), err
+			e2, w2, err := im.send(ctx, second)
+			return append(e1, e2...), append(w1, w2...), err
 		case ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge:
 			// The batch as a whole was refused: every line shares the reason.
 			errs := make([]lineError, len(b.lines))
 			for i, l := range b.lines {
 				errs[i] = lineError{Line: l, Error: ae.Message}
 			}
-			return errs, nil
+			return errs, nil, nil
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	im.mu.Lock()
 	im.sent = true
 	im.written += res.Written
 	im.mu.Unlock()
-	return mapBatchErrors(b.lines, res.Errors), nil
+	for _, w := range res.Warnings {
+		warns = append(warns, lineError{Line: batchLine(b.lines, w.Index), Error: w.Warning})
+	}
+	return mapBatchErrors(b.lines, res.Errors), warns, nil
+}
+
+// batchLine is the input line of item i of a batch; 0 for an index the
+// batch did not have (the server is confused: said without a line).
+func batchLine(lines []int, i int) int {
+	if i >= 0 && i < len(lines) {
+		return lines[i]
+	}
+	return 0
 }
 
 // mapBatchErrors turns the server's per-item errors (by index in the
@@ -437,10 +463,7 @@ func (im *importer) send(ctx context.Context, b *importBatch) ([]lineError, erro
 func mapBatchErrors(lines []int, errs []task.BatchError) []lineError {
 	out := make([]lineError, 0, len(errs))
 	for _, e := range errs {
-		l := 0 // an index the batch did not have: the server is confused, say so without a line
-		if e.Index >= 0 && e.Index < len(lines) {
-			l = lines[e.Index]
-		}
+		l := batchLine(lines, e.Index)
 		// The server numbers the lines of the body it got ("line 3: ...");
 		// item i is its line i+1, since no blank lines are sent. The input's
 		// line number replaces it.
