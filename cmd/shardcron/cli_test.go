@@ -352,6 +352,12 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
 		{[]string{"import"}, []string{"missing FILE"}},
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
+		{[]string{"task", "pause", "--prefix", ""}, []string{"--prefix is empty"}},
+		// Both ends of a flag's range are usage errors: the end the task
+		// model checks (Validate) as the one the flag checks itself.
+		{[]string{"task", "put", "--id", "a", "--schedule", "@hourly", "--noop", "--task-timeout", "0s"}, []string{"--task-timeout: 0s is not more than 0"}},
+		{[]string{"task", "put", "--id", "a", "--schedule", "@hourly", "--noop", "--task-timeout", "100000h"}, []string{"--task-timeout (timeout): "}},
+		{[]string{"task", "put", "--id", "a", "--schedule", "@hourly", "--noop", "--max-fires", "10001"}, []string{"--max-fires (max_fires): "}},
 		{[]string{"import", "--batch", "0", "-"}, []string{"--batch: 0 is not within 1-10000"}},
 		{[]string{"nodes", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"ready", "extra"}, []string{`unexpected argument "extra"`}},
@@ -390,9 +396,9 @@ func TestRuntimeErrors_ExitOne(t *testing.T) {
 			wantCLI(t, r, 1, nil, []string{"shardcron: ", "connection refused", hint})
 		})
 	}
-	t.Run("invalid task from flags is refused locally", func(t *testing.T) {
+	t.Run("invalid task from flags is a usage error", func(t *testing.T) {
 		r := cli("", "task", "put", "--server", dead, "--id", "a", "--schedule", "61 * * * *", "--noop")
-		wantCLI(t, r, 1, nil, []string{`shardcron: task "a": --schedule (schedule): `})
+		wantCLI(t, r, 2, nil, []string{`shardcron task put: task "a": --schedule (schedule): `})
 		if strings.Contains(r.stderr, "connection refused") {
 			t.Errorf("an invalid task was sent:\n%s", r)
 		}
@@ -1118,7 +1124,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, r, 0, []string{`"dry_run": true`, `"2030-01-01T00:00:00Z"`, `"2030-01-01T04:00:00Z"`}, nil)
 		// Refused as a put would be, and nothing written either way.
 		r = run("", "task", "put", "--id", "dry/bad", "--schedule", "@hourly", "--noop", "--delete-after-fire", "--dry-run")
-		wantCLI(t, r, 1, nil, []string{"--delete-after-fire (delete_after_fire): the task never ends"})
+		wantCLI(t, r, 2, nil, []string{"--delete-after-fire (delete_after_fire): the task never ends"})
 		for _, id := range []string{"dry/once", "dry/window", "dry/bad"} {
 			wantCLI(t, run("", "task", "get", id), 1, nil, []string{"not found"})
 		}

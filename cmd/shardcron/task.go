@@ -455,11 +455,11 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return c.usageError("%s", msg)
 	}
 	// Validate a copy: it fills in defaults, and the server should apply
-	// its own to what the user left out.
+	// its own to what the user left out. What it refuses is a flag's value:
+	// a usage error, as the flags' own checks are.
 	check := *t
 	if err := check.Validate(); err != nil {
-		fmt.Fprintf(stderr, "shardcron: %s: %v\n", subject(t.ID), flagError(err))
-		return exitError
+		return c.usageError("%s: %v", subject(t.ID), flagError(err))
 	}
 	ctx, cancel := cf.ctx()
 	defer cancel()
