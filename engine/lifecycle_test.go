@@ -501,6 +501,29 @@ func TestEngine_AcquiredPartitionsLoggedOnce(t *testing.T) {
 	}
 }
 
+// A node that stops releases its partitions in one round, one line: no
+// second line for a round of none once the leave has released them all.
+func TestEngine_ReleasedPartitionsLoggedOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	n := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	n.stop(t)
+	var rounds []string
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		if strings.Contains(line, `msg="released partitions"`) {
+			rounds = append(rounds, line)
+		}
+	}
+	if len(rounds) != 1 {
+		t.Fatalf("%d lines for the released partitions, want 1:\n%s", len(rounds), buf.String())
+	}
+	if !strings.Contains(rounds[0], `partitions=0-15 count=16`) {
+		t.Errorf("the line does not give the 16 partitions as one range: %s", rounds[0])
+	}
+}
+
 func TestPartRanges_SortedRuns(t *testing.T) {
 	for _, tc := range []struct {
 		ps   []int

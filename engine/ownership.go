@@ -353,6 +353,9 @@ func (s *serving) reconcile() {
 }
 
 func (s *serving) release(ps []int) {
+	if len(ps) == 0 {
+		return // nothing held: no round, and no "released partitions" line of none
+	}
 	maps.Copy(s.stuck, s.e.release(s.parts, ps))
 	if len(s.stuck) > 0 {
 		s.retry.Reset(time.Second)
