@@ -36,6 +36,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	index := make([]int, 0, len(items))      // index[i]: the batch index of tasks[i]
 	var runners *registry.Runners            // read once, by the first task that needs them
 	last := make(map[string]int, len(items)) // id -> the batch index that gives it last so far
+	replacedBy := map[int]int{}              // batch index -> the later one of the same id
 	for i, it := range items {
 		t, err := task.DecodeTask(it.raw)
 		if err != nil {
@@ -60,8 +61,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 			res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: warning})
 		}
 		if j, again := last[t.ID]; again {
-			res.Warnings = append(res.Warnings, client.BatchWarning{Index: j,
-				Warning: fmt.Sprintf("task %q comes again later in this batch, which replaces this one", t.ID)})
+			replacedBy[j] = i
 		}
 		last[t.ID] = i
 		tasks = append(tasks, t)
@@ -69,9 +69,18 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	written, errs, err := s.reg.PutBatch(r.Context(), tasks)
 	res.Written = written
+	failed := map[int]bool{}
 	for _, e := range errs {
 		e.Index = index[e.Index]
 		res.Errors = append(res.Errors, e)
+		failed[e.Index] = true
+	}
+	// An item is said replaced only by a later one that was written.
+	for j, i := range replacedBy {
+		if !failed[i] {
+			res.Warnings = append(res.Warnings, client.BatchWarning{Index: j,
+				Warning: "its id comes again later in this batch, which replaces this task"})
+		}
 	}
 	slices.SortStableFunc(res.Errors, func(a, b task.BatchError) int { return a.Index - b.Index })
 	slices.SortStableFunc(res.Warnings, func(a, b client.BatchWarning) int { return a.Index - b.Index })

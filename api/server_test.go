@@ -441,6 +441,16 @@ func TestServer_SingleNode(t *testing.T) {
 		if got, err := n.c.GetTask(ctx, "batch/t"); err != nil || got.Schedule != "@daily" {
 			t.Fatalf("batch/t: %+v, %v; want the later one", got, err)
 		}
+		// A later item the registry refuses as it writes it (its chain
+		// closes a cycle) replaces nothing: no warning says it does, and the
+		// earlier item is an error too.
+		refused := `{"id": "batch/y", "schedule": "@daily", "executor": {"type": "noop"}, "on_success": ["batch/x"]}` + "\n" +
+			noopJSON("batch/x") + "\n" +
+			`{"id": "batch/x", "schedule": "@daily", "executor": {"type": "noop"}, "on_success": ["batch/y"]}` + "\n"
+		r, err = n.c.PutBatch(ctx, []byte(refused))
+		if err != nil || r.Written != 1 || len(r.Errors) != 2 || r.Errors[0].Index != 1 || r.Errors[1].Index != 2 || len(r.Warnings) != 0 {
+			t.Fatalf("a batch whose later duplicate is refused: %+v, %v", r, err)
+		}
 
 		// Nothing but whitespace: an empty batch.
 		if r, err := n.c.PutBatch(ctx, []byte("\n \n")); err != nil || r.Written != 0 || r.Errors == nil || len(r.Errors) != 0 {

@@ -454,27 +454,51 @@ func hasLabels(have, want map[string]string) bool {
 // few at once. Invalid tasks are reported by index and do not stop the
 // others; tasks identical to what is stored are not rewritten, so putting
 // the same batch twice writes nothing the second time. A later item with
-// the same id as an earlier one wins. written counts the tasks now stored as
-// given (rewritten or already identical).
+// the same id as an earlier one wins: the earlier counts as written when the
+// later is, and is an error saying so when the later is refused. written
+// counts the tasks now stored as given (rewritten or already identical).
 func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []task.BatchError, err error) {
 	if len(tasks) > MaxBatchItems {
 		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
 	}
 	pos := make(map[string]int, len(tasks)) // id -> its place in valid
 	valid := make([]int, 0, len(tasks))
+	superseded := map[int][]int{} // the last item of an id -> the earlier items it replaces
 	for i, t := range tasks {
 		if err := t.Validate(); err != nil {
 			errs = append(errs, task.BatchError{Index: i, Error: err.Error()})
 			continue
 		}
 		if j, dup := pos[t.ID]; dup {
-			written++ // superseded by this later item
+			prev := valid[j]
+			superseded[i] = append(superseded[prev], prev)
+			delete(superseded, prev)
 			valid[j] = i
 			continue
 		}
 		pos[t.ID] = len(valid)
 		valid = append(valid, i)
 	}
+	defer func() {
+		if err != nil || len(superseded) == 0 {
+			return
+		}
+		refused := map[int]bool{}
+		for _, e := range errs {
+			refused[e.Index] = true
+		}
+		for last, earlier := range superseded {
+			if !refused[last] {
+				written += len(earlier)
+				continue
+			}
+			for _, i := range earlier {
+				errs = append(errs, task.BatchError{Index: i,
+					Error: fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", tasks[i].ID)})
+			}
+		}
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
+	}()
 	// Tasks with chains go one by one after the others, in batch order,
 	// through Put's chain check: targets may come later in the batch, and
 	// a cycle closed within the batch is refused at the task that closes it.

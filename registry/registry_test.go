@@ -355,6 +355,19 @@ func TestRegistry(t *testing.T) {
 		if after := revision(t, c.Client); after != before {
 			t.Errorf("an unchanged batch moved the revision from %d to %d", before, after)
 		}
+
+		// An id given twice whose later item is refused as it is written
+		// (its chain closes a cycle): neither is written, and each says why.
+		y, x := noopTask("dup/y", "@daily"), noopTask("dup/x", "@daily")
+		y.OnSuccess, x.OnSuccess = []string{"dup/x"}, []string{"dup/y"}
+		written, errs, err = reg.PutBatch(ctx, []*task.Task{y, noopTask("dup/x", "@hourly"), x})
+		if err != nil || written != 1 || len(errs) != 2 || errs[0].Index != 1 || errs[1].Index != 2 ||
+			!strings.Contains(errs[0].Error, "that item was refused") || !strings.Contains(errs[1].Error, "cycle") {
+			t.Fatalf("an id twice, the later refused: written %d, errors %+v, %v", written, errs, err)
+		}
+		if _, err := reg.Get(ctx, "dup/x"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("dup/x was stored: %v", err)
+		}
 	})
 
 	t.Run("not found", func(t *testing.T) {

@@ -687,20 +687,60 @@ func jsonl(ids ...string) string {
 	return b.String()
 }
 
-// Warnings are printed by input line, counted in the summary, and fail
-// nothing.
+// Warnings are printed by input line among the errors, counted in the
+// summary and listed in the JSON one, and fail nothing by themselves.
 func TestImport_Warnings(t *testing.T) {
 	ts, _ := fakeBatchServer(t, nil)
 	im, out, errb := testImporter(t, ts.URL, 2)
-	code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1", "", "b", "warn2")), "test")
-	if code != exitOK {
-		t.Errorf("exit %d, want 0", code)
+	code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1", "", "warn2", "bad1")), "test")
+	if code != exitError {
+		t.Errorf("exit %d, want 1 (bad1)", code)
 	}
-	if got := out.String(); got != "imported 4 tasks, 0 errors, 2 warnings\n" {
+	if got := out.String(); got != "imported 3 tasks, 1 error, 2 warnings\n" {
 		t.Errorf("summary %q", got)
 	}
-	if want := "line 2: warning: only some nodes can run it\nline 5: warning: only some nodes can run it\n"; errb.String() != want {
+	want := "line 2: warning: only some nodes can run it\nline 4: warning: only some nodes can run it\nline 5: schedule: refused\n"
+	if errb.String() != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), want)
+	}
+
+	im, out, _ = testImporter(t, ts.URL, 2)
+	im.cf.output = outputJSON
+	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1")), "test"); code != exitOK {
+		t.Errorf("exit %d, want 0", code)
+	}
+	var sum struct {
+		Warnings []map[string]any `json:"warnings"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || len(sum.Warnings) != 1 ||
+		sum.Warnings[0]["line"] != float64(2) || sum.Warnings[0]["warning"] != "only some nodes can run it" {
+		t.Errorf("JSON summary %s (%v), want one warning {line 2, warning}", out, err)
+	}
+}
+
+// A batch split in two whose second half fails for good stops the import;
+// what its first half wrote is reported, warnings included.
+func TestImport_SplitBatchFailingReportsItsFirstHalf(t *testing.T) {
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		switch {
+		case len(lines) > 1:
+			http.Error(w, `{"error":"too large"}`, http.StatusRequestEntityTooLarge)
+		case bytes.Contains(lines[0], []byte(`"fail"`)):
+			http.Error(w, `{"error":"bad request handling"}`, http.StatusNotImplemented)
+		default:
+			return false
+		}
+		return true
+	})
+	im, out, errb := testImporter(t, ts.URL, 2)
+	if code := im.run(context.Background(), strings.NewReader(jsonl("warn1", "fail")), "test"); code != exitError {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.HasPrefix(out.String(), "imported 1 task, 0 errors, 1 warning") {
+		t.Errorf("summary %q", out)
+	}
+	if !strings.Contains(errb.String(), "line 1: warning: only some nodes can run it") {
+		t.Errorf("the first half's warning is missing:\n%s", errb)
 	}
 }
 

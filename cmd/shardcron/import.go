@@ -72,10 +72,17 @@ const (
 	importBackoff       = 500 * time.Millisecond
 )
 
-// lineError is an import error, or a warning, tied to an input line.
+// lineError is an import error tied to an input line.
 type lineError struct {
 	Line  int    `json:"line"`
 	Error string `json:"error"`
+}
+
+// lineWarning is a warning about the task of an input line, which was
+// written.
+type lineWarning struct {
+	Line    int    `json:"line"`
+	Warning string `json:"warning"`
 }
 
 // runImport runs 'shardcron import FILE|-': args are the arguments after
@@ -222,11 +229,11 @@ type importer struct {
 	stderr   io.Writer
 	bar      *progressbar.ProgressBar // nil: no bar
 
-	mu      sync.Mutex  // guards written and sent, which batches in flight update
-	written int         // tasks the server reported written
-	sent    bool        // a request succeeded: the node exists, so a refused connection is transient
-	errs    []lineError // every error, in line order (run's goroutine only)
-	warns   []lineError // every warning, likewise
+	mu      sync.Mutex    // guards written and sent, which batches in flight update
+	written int           // tasks the server reported written
+	sent    bool          // a request succeeded: the node exists, so a refused connection is transient
+	errs    []lineError   // every error, in line order (run's goroutine only)
+	warns   []lineWarning // every warning, likewise
 }
 
 // sending is a batch in flight: its errors and error are set before done
@@ -235,7 +242,7 @@ type sending struct {
 	b      *importBatch
 	local  []lineError // the lines of the batch that could not be sent
 	remote []lineError
-	warns  []lineError
+	warns  []lineWarning
 	err    error
 	done   chan struct{}
 }
@@ -268,7 +275,8 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		<-s.done
 		switch {
 		case s.err != nil:
-			im.report(s.local, nil, 0)
+			// A batch split in two may have written its first half.
+			im.report(append(s.local, s.remote...), s.warns, 0)
 			if fatal == nil {
 				fatal = s.err
 			}
@@ -355,7 +363,7 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 
 // report prints a batch's errors and warnings in line order and advances
 // the bar by the lines the batch consumed.
-func (im *importer) report(errs, warns []lineError, read int) {
+func (im *importer) report(errs []lineError, warns []lineWarning, read int) {
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 	im.errs = append(im.errs, errs...)
 	im.warns = append(im.warns, warns...)
@@ -363,11 +371,14 @@ func (im *importer) report(errs, warns []lineError, read int) {
 		if im.bar != nil {
 			_ = im.bar.Clear()
 		}
-		for _, e := range errs {
-			fmt.Fprintf(im.stderr, "line %d: %s\n", e.Line, e.Error)
-		}
+		out := make([]lineError, 0, len(errs)+len(warns))
+		out = append(out, errs...)
 		for _, w := range warns {
-			fmt.Fprintf(im.stderr, "line %d: warning: %s\n", w.Line, w.Error)
+			out = append(out, lineError{w.Line, "warning: " + w.Warning})
+		}
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+		for _, e := range out {
+			fmt.Fprintf(im.stderr, "line %d: %s\n", e.Line, e.Error)
 		}
 	}
 	if im.bar != nil && read > 0 {
@@ -384,11 +395,11 @@ func (im *importer) summary(stopped bool) int {
 			errs = []lineError{}
 		}
 		_ = writeJSON(im.stdout, struct {
-			Imported  int         `json:"imported"`
-			ErrorsN   int         `json:"error_count"`
-			Errors    []lineError `json:"errors"`
-			Warnings  []lineError `json:"warnings,omitempty"`
-			Completed bool        `json:"completed"`
+			Imported  int           `json:"imported"`
+			ErrorsN   int           `json:"error_count"`
+			Errors    []lineError   `json:"errors"`
+			Warnings  []lineWarning `json:"warnings,omitempty"`
+			Completed bool          `json:"completed"`
 		}{im.written, len(im.errs), errs, im.warns, !stopped})
 	} else {
 		warned := ""
@@ -414,7 +425,7 @@ func plural(n int, one, many string) string {
 // send writes one batch, retrying transient failures, and returns the
 // errors of its items mapped to input lines. A batch the server finds too
 // large (413) is split in two. A non-nil error ends the import.
-func (im *importer) send(ctx context.Context, b *importBatch) (errs, warns []lineError, err error) {
+func (im *importer) send(ctx context.Context, b *importBatch) (errs []lineError, warns []lineWarning, err error) {
 	res, err := im.post(ctx, b.body)
 	var ae *client.Error
 	if errors.As(err, &ae) {
@@ -444,7 +455,7 @@ func (im *importer) send(ctx context.Context, b *importBatch) (errs, warns []lin
 	im.written += res.Written
 	im.mu.Unlock()
 	for _, w := range res.Warnings {
-		warns = append(warns, lineError{Line: batchLine(b.lines, w.Index), Error: w.Warning})
+		warns = append(warns, lineWarning{Line: batchLine(b.lines, w.Index), Warning: w.Warning})
 	}
 	return mapBatchErrors(b.lines, res.Errors), warns, nil
 }
