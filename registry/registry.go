@@ -479,26 +479,6 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 		pos[t.ID] = len(valid)
 		valid = append(valid, i)
 	}
-	defer func() {
-		if err != nil || len(superseded) == 0 {
-			return
-		}
-		refused := map[int]bool{}
-		for _, e := range errs {
-			refused[e.Index] = true
-		}
-		for last, earlier := range superseded {
-			if !refused[last] {
-				written += len(earlier)
-				continue
-			}
-			for _, i := range earlier {
-				errs = append(errs, task.BatchError{Index: i,
-					Error: fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", tasks[i].ID)})
-			}
-		}
-		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
-	}()
 	// Tasks with chains go one by one after the others, in batch order,
 	// through Put's chain check: targets may come later in the batch, and
 	// a cycle closed within the batch is refused at the task that closes it.
@@ -527,6 +507,22 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 				continue
 			}
 			written++
+		}
+		// Replaced items count as written with their replacement, and are
+		// errors without it.
+		refused := map[int]bool{}
+		for _, e := range errs {
+			refused[e.Index] = true
+		}
+		for last, earlier := range superseded {
+			if !refused[last] {
+				written += len(earlier)
+				continue
+			}
+			for _, i := range earlier {
+				errs = append(errs, task.BatchError{Index: i,
+					Error: fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", tasks[i].ID)})
+			}
 		}
 		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
 	}()

@@ -82,7 +82,8 @@ func (s *Store) Partition(p uint32, fn func(id string, value []byte) error) (rev
 // leaves the new tasks recorded under the old revision, never behind it:
 // replaying the watch from the old revision reapplies the same changes,
 // unless they changed how many tasks p holds, which the next Partition
-// finds (ErrCorrupt) and the caller reads p from etcd. The store does not check that rev
+// finds (ErrCorrupt) and the caller reads p from etcd. The store does not
+// check that rev
 // increases. Apply keeps no reference to puts after it returns.
 func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 	if rev <= 0 {

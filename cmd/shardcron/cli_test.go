@@ -668,6 +668,22 @@ type fakeBatches struct {
 	ids      []string
 }
 
+// checkImport imports input through url in batches of 2 and checks the
+// exit code, the summary on stdout and the lines on stderr.
+func checkImport(t *testing.T, url, input string, wantCode int, wantSummary, wantStderr string) {
+	t.Helper()
+	im, out, errb := testImporter(t, url, 2)
+	if code := im.run(context.Background(), strings.NewReader(input), "test"); code != wantCode {
+		t.Errorf("exit %d, want %d", code, wantCode)
+	}
+	if got := out.String(); got != wantSummary {
+		t.Errorf("summary %q, want %q", got, wantSummary)
+	}
+	if got := errb.String(); got != wantStderr {
+		t.Errorf("stderr:\n%s\nwant:\n%s", got, wantStderr)
+	}
+}
+
 func testImporter(t *testing.T, url string, batch int) (*importer, *bytes.Buffer, *bytes.Buffer) {
 	cf := &clientFlags{server: url, output: outputTable, timeout: 10 * time.Second}
 	var out, errb bytes.Buffer
@@ -691,20 +707,10 @@ func jsonl(ids ...string) string {
 // summary and listed in the JSON one, and fail nothing by themselves.
 func TestImport_Warnings(t *testing.T) {
 	ts, _ := fakeBatchServer(t, nil)
-	im, out, errb := testImporter(t, ts.URL, 2)
-	code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1", "", "warn2", "bad1")), "test")
-	if code != exitError {
-		t.Errorf("exit %d, want 1 (bad1)", code)
-	}
-	if got := out.String(); got != "imported 3 tasks, 1 error, 2 warnings\n" {
-		t.Errorf("summary %q", got)
-	}
-	want := "line 2: warning: only some nodes can run it\nline 4: warning: only some nodes can run it\nline 5: schedule: refused\n"
-	if errb.String() != want {
-		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), want)
-	}
+	checkImport(t, ts.URL, jsonl("a", "warn1", "", "warn2", "bad1"), exitError, "imported 3 tasks, 1 error, 2 warnings\n",
+		"line 2: warning: only some nodes can run it\nline 4: warning: only some nodes can run it\nline 5: schedule: refused\n")
 
-	im, out, _ = testImporter(t, ts.URL, 2)
+	im, out, _ := testImporter(t, ts.URL, 2)
 	im.cf.output = outputJSON
 	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "warn1")), "test"); code != exitOK {
 		t.Errorf("exit %d, want 0", code)
@@ -746,20 +752,10 @@ func TestImport_SplitBatchFailingReportsItsFirstHalf(t *testing.T) {
 
 func TestImport_LineNumbersAcrossBatches(t *testing.T) {
 	ts, fb := fakeBatchServer(t, nil)
-	im, out, errb := testImporter(t, ts.URL, 2)
 	input := jsonl("a", "", "bad1", "b") + "# comment\n" + "not json\n" + jsonl("c", "bad2", "d")
 	// lines: 1 a, 2 blank, 3 bad1, 4 b, 5 comment, 6 not json, 7 c, 8 bad2, 9 d
-	code := im.run(context.Background(), strings.NewReader(input), "test")
-	if code != exitError {
-		t.Errorf("exit %d, want 1", code)
-	}
-	if got := out.String(); got != "imported 4 tasks, 3 errors\n" {
-		t.Errorf("summary %q", got)
-	}
-	wantErr := "line 3: schedule: refused\nline 6: malformed JSON at byte 2: invalid character 'o' in literal null (expecting 'u')\nline 8: schedule: refused\n"
-	if errb.String() != wantErr {
-		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), wantErr)
-	}
+	checkImport(t, ts.URL, input, exitError, "imported 4 tasks, 3 errors\n",
+		"line 3: schedule: refused\nline 6: malformed JSON at byte 2: invalid character 'o' in literal null (expecting 'u')\nline 8: schedule: refused\n")
 	if fb.requests != 3 || !reflect.DeepEqual(fb.ids, []string{"a", "b", "c", "d"}) {
 		t.Errorf("requests %d ids %v", fb.requests, fb.ids)
 	}
