@@ -33,10 +33,8 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	res := client.BatchResult{Errors: []task.BatchError{}}
 	tasks := make([]*task.Task, 0, len(items))
-	index := make([]int, 0, len(items))      // index[i]: the batch index of tasks[i]
-	var runners *registry.Runners            // read once, by the first task that needs them
-	last := make(map[string]int, len(items)) // id -> the batch index that gives it last so far
-	replacedBy := map[int]int{}              // batch index -> the later one of the same id
+	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
+	var runners *registry.Runners       // read once, by the first task that needs them
 	for i, it := range items {
 		t, err := task.DecodeTask(it.raw)
 		if err != nil {
@@ -60,32 +58,23 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		if warning != "" {
 			res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: warning})
 		}
-		if j, again := last[t.ID]; again {
-			replacedBy[j] = i
-		}
-		last[t.ID] = i
 		tasks = append(tasks, t)
 		index = append(index, i)
 	}
-	written, errs, err := s.reg.PutBatch(r.Context(), tasks)
-	res.Written = written
-	failed := map[int]bool{}
-	for _, e := range errs {
+	put, err := s.reg.PutBatch(r.Context(), tasks)
+	res.Written = put.Written
+	for _, e := range put.Errors {
 		e.Index = index[e.Index]
 		res.Errors = append(res.Errors, e)
-		failed[e.Index] = true
 	}
-	// An item is said replaced only by a later one that was written.
-	for j, i := range replacedBy {
-		if !failed[i] {
-			res.Warnings = append(res.Warnings, client.BatchWarning{Index: j,
-				Warning: "its id comes again later in this batch, which replaces this task"})
-		}
+	for _, i := range put.Replaced {
+		res.Warnings = append(res.Warnings, client.BatchWarning{Index: index[i],
+			Warning: "its id comes again later in this batch, which replaces this task"})
 	}
 	slices.SortStableFunc(res.Errors, func(a, b task.BatchError) int { return a.Index - b.Index })
 	slices.SortStableFunc(res.Warnings, func(a, b client.BatchWarning) int { return a.Index - b.Index })
 	if err != nil {
-		s.log.Warn("api: batch write failed", "written", written, "err", err)
+		s.log.Warn("api: batch write failed", "written", res.Written, "err", err)
 		status := http.StatusInternalServerError
 		var ve *task.ValidationError
 		switch {
@@ -97,7 +86,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, struct {
 			Error string `json:"error"`
 			client.BatchResult
-		}{fmt.Sprintf("batch stopped after writing %d tasks: %v", written, err), res})
+		}{fmt.Sprintf("batch stopped after writing %d tasks: %v", res.Written, err), res})
 		return
 	}
 	writeJSON(w, http.StatusOK, res)

@@ -20,7 +20,11 @@ const maxSelectorBytes = 64 << 10
 // with the error; running the action again finishes it.
 func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sel, err := decodeSelector(r)
+		body, ok := readBodyOr(w, r, maxSelectorBytes, "selector: more than %d bytes", maxSelectorBytes)
+		if !ok {
+			return
+		}
+		sel, err := decodeSelector(body)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
@@ -50,15 +54,8 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 
 // decodeSelector reads a selector, refusing unknown fields: a misspelt
 // "lables" must not widen a delete to every task of a prefix.
-func decodeSelector(r *http.Request) (task.Selector, error) {
+func decodeSelector(b []byte) (task.Selector, error) {
 	var sel task.Selector
-	b, err := readBody(r, maxSelectorBytes)
-	if errors.Is(err, errTooBig) {
-		return sel, fmt.Errorf("selector: more than %d bytes", maxSelectorBytes)
-	}
-	if err != nil {
-		return sel, err
-	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return sel, errors.New(`selector: the body is empty; send {"prefix": "...", "labels": {"k": "v"}, "dry_run": true} or {"all": true}`)
 	}

@@ -46,8 +46,8 @@ func BenchmarkListByStatus(b *testing.B) {
 			task.Labels["team"] = "x"
 		}
 		if batch = append(batch, task); len(batch) == cap(batch) || i == n-1 {
-			if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
-				b.Fatalf("put: %v %v", err, errs)
+			if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 {
+				b.Fatalf("put: %v %v", err, res.Errors)
 			}
 			batch = batch[:0]
 		}

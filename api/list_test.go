@@ -152,8 +152,8 @@ func TestServer_ListStreamsThePage(t *testing.T) {
 		batch = append(batch, &task.Task{ID: fmt.Sprintf("s/%04d", i), Schedule: "0 0 1 1 *",
 			Executor: task.Executor{Type: task.ExecutorNoop}, Labels: map[string]string{"team": "streaming", "pad": fmt.Sprintf("%0200d", i)}})
 	}
-	if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
-		t.Fatalf("put: %v %v", err, errs)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("put: %v %v", err, res.Errors)
 	}
 	want, next, err := reg.List(ctx, registry.ListOptions{Limit: 10000})
 	if err != nil || len(want) != 600 {

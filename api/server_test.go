@@ -168,6 +168,7 @@ func TestServer_SingleNode(t *testing.T) {
 			{"PUT", "/v1/tasks/big", 2 << 20, "413"},
 			{"POST", "/v1/tasks/big/trigger", 2 << 20, "413"},
 			{"POST", "/v1/tasks:batch", 65 << 20, "413"},
+			{"POST", "/v1/tasks:delete", 1 << 20, "413"},
 		} {
 			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
 			if err != nil {
@@ -194,6 +195,7 @@ func TestServer_SingleNode(t *testing.T) {
 		}{
 			{"PUT", "/v1/tasks/big", 2 << 20, http.StatusRequestEntityTooLarge},
 			{"POST", "/v1/tasks/big/trigger", 2 << 20, http.StatusRequestEntityTooLarge},
+			{"POST", "/v1/tasks:pause", 128 << 10, http.StatusRequestEntityTooLarge},
 			// Not a batch past its 64 MiB: reading that much would starve
 			// this test node's lease on a 2-core machine.
 		} {
@@ -430,11 +432,12 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("JSON Lines batch: %+v", r)
 		}
 
-		// An id given again later: the later one is stored, the earlier warned of.
-		twice := noopJSON("batch/t") + "\n" + noopJSON("batch/u") + "\n" +
+		// An id given again later: the later one is stored, the earlier
+		// warned of by its place in the batch (after an item not decoded).
+		twice := "{\n" + noopJSON("batch/t") + "\n" + noopJSON("batch/u") + "\n" +
 			`{"id": "batch/t", "schedule": "@daily", "executor": {"type": "noop"}}` + "\n"
 		r, err = n.c.PutBatch(ctx, []byte(twice))
-		if err != nil || r.Written != 3 || len(r.Errors) != 0 || len(r.Warnings) != 1 || r.Warnings[0].Index != 0 ||
+		if err != nil || r.Written != 3 || len(r.Errors) != 1 || len(r.Warnings) != 1 || r.Warnings[0].Index != 1 ||
 			!strings.Contains(r.Warnings[0].Warning, "comes again later in this batch") {
 			t.Fatalf("a batch with an id twice: %+v, %v", r, err)
 		}

@@ -61,9 +61,9 @@ func (c *cluster) writeTasks(ctx context.Context, n int, newTask func(i int) *ta
 				for i := lo; i < hi; i++ {
 					batch = append(batch, newTask(i))
 				}
-				_, errs, err := c.reg.PutBatch(ctx, batch)
-				if err == nil && len(errs) > 0 {
-					err = fmt.Errorf("task %s: %s", batch[errs[0].Index].ID, errs[0].Error)
+				res, err := c.reg.PutBatch(ctx, batch)
+				if err == nil && len(res.Errors) > 0 {
+					err = fmt.Errorf("task %s: %s", batch[res.Errors[0].Index].ID, res.Errors[0].Error)
 				}
 				if err != nil {
 					errc <- fmt.Errorf("bench: write tasks: %w", err)

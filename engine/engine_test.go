@@ -93,8 +93,8 @@ func TestEngine_EtcdRequestsIndependentOfFireRate(t *testing.T) {
 	for i := range few {
 		batch = append(batch, noop(i))
 	}
-	if _, errs, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
-		t.Fatal(err, errs)
+	if res, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(res.Errors) > 0 {
+		t.Fatal(err, res.Errors)
 	}
 	loReq, loFires := measure(few)
 	for chunk := range 5 {
@@ -102,8 +102,8 @@ func TestEngine_EtcdRequestsIndependentOfFireRate(t *testing.T) {
 		for i := few + chunk*1000; i < min(many, few+(chunk+1)*1000); i++ {
 			batch = append(batch, noop(i))
 		}
-		if _, errs, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
-			t.Fatal(err, errs)
+		if res, err := n.e.Registry().PutBatch(context.Background(), batch); err != nil || len(res.Errors) > 0 {
+			t.Fatal(err, res.Errors)
 		}
 	}
 	hiReq, hiFires := measure(many)

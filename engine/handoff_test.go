@@ -254,7 +254,7 @@ func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
 		ballast = append(ballast, &task.Task{ID: fmt.Sprintf("ballast-%05d", i), Schedule: "0 0 0 1 1 *", Executor: task.Executor{Type: task.ExecutorNoop}})
 	}
 	for chunk := range slices.Chunk(ballast, 1000) {
-		if _, _, err := a.e.Registry().PutBatch(context.Background(), chunk); err != nil {
+		if _, err := a.e.Registry().PutBatch(context.Background(), chunk); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -387,8 +387,8 @@ func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
 	for i := range batch {
 		batch[i] = handlerTask(fmt.Sprintf("fleet-%03d", i), "* * * * * *")
 	}
-	if _, errs, err := a.e.Registry().PutBatch(context.Background(), batch); err != nil || len(errs) > 0 {
-		t.Fatal(err, errs)
+	if res, err := a.e.Registry().PutBatch(context.Background(), batch); err != nil || len(res.Errors) > 0 {
+		t.Fatal(err, res.Errors)
 	}
 	from := nextSecond(time.Now().Add(effectWithin)) // every task fires from here on
 	// Let a few seconds pass between membership changes, observed through

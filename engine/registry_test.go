@@ -49,7 +49,7 @@ func TestList_DuringHandOver(t *testing.T) {
 	for i := range 600 {
 		all = append(all, handlerTask(fmt.Sprintf("h/%04d", i), "@every 1h"))
 	}
-	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+	if _, err := reg.PutBatch(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 	joined := false

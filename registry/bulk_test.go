@@ -26,8 +26,8 @@ func bulkFleet(t *testing.T, reg *Registry, n int) {
 		tasks[i] = noopTask(fmt.Sprintf("fleet/%04d", i), "@every 1h")
 		tasks[i].Labels = map[string]string{"team": team}
 	}
-	if _, errs, err := reg.PutBatch(context.Background(), tasks); err != nil || len(errs) > 0 {
-		t.Fatalf("put fleet: %v %v", err, errs)
+	if res, err := reg.PutBatch(context.Background(), tasks); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("put fleet: %v %v", err, res.Errors)
 	}
 }
 

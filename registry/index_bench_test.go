@@ -26,8 +26,8 @@ func fillRegistry(b *testing.B, reg *Registry, n int) time.Duration {
 		tsk.Labels = map[string]string{"g": fmt.Sprint(i % 10000), "team": fmt.Sprint(i % 10)}
 		batch = append(batch, tsk)
 		if len(batch) == cap(batch) || i == n-1 {
-			if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
-				b.Fatalf("fill: %v %v", err, errs)
+			if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 {
+				b.Fatalf("fill: %v %v", err, res.Errors)
 			}
 			batch = batch[:0]
 		}

@@ -93,8 +93,8 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 		batch = append(batch, labelled(fmt.Sprintf("b/%03d", i), map[string]string{"n": fmt.Sprint(i % 7), "team": "z"}))
 	}
 	batch = append(batch, labelled("a/2", map[string]string{"team": "w"}))
-	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
-		t.Fatalf("batch: written %d, errors %v, err %v", w, errs, err)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
+		t.Fatalf("batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
 	checkIndex(t, c.Client, reg)
 	for i, tsk := range batch {
@@ -102,8 +102,8 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 			tsk.Labels = map[string]string{"n": "moved"}
 		}
 	}
-	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
-		t.Fatalf("second batch: written %d, errors %v, err %v", w, errs, err)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
+		t.Fatalf("second batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
 	checkIndex(t, c.Client, reg)
 
@@ -117,8 +117,8 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 	putTask(t, reg, labelled("wide", many("a")))
 	putTask(t, reg, labelled("wide", many("b"))) // 1 put, 64 deletes, 64 puts
 	checkIndex(t, c.Client, reg)
-	if w, errs, err := reg.PutBatch(ctx, []*task.Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(errs) > 0 || w != 2 {
-		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", w, errs, err)
+	if res, err := reg.PutBatch(ctx, []*task.Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(res.Errors) > 0 || res.Written != 2 {
+		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
 	checkIndex(t, c.Client, reg)
 
@@ -188,7 +188,7 @@ func TestList_FullPagesStableUnderWrites(t *testing.T) {
 	for i := range 400 {
 		stable = append(stable, labelled(fmt.Sprintf("job/%04d", 2*i), map[string]string{"team": "pay", "even": fmt.Sprint(i%2 == 0)}))
 	}
-	if _, _, err := reg.PutBatch(ctx, stable); err != nil {
+	if _, err := reg.PutBatch(ctx, stable); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -282,7 +282,7 @@ func TestList_SeveralLabels(t *testing.T) {
 		all = append(all, labelled(fmt.Sprintf("t%05d", i), map[string]string{
 			"m3": fmt.Sprint(i % 3), "m5": fmt.Sprint(i % 5), "m7": fmt.Sprint(i % 7)}))
 	}
-	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+	if _, err := reg.PutBatch(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -321,7 +321,7 @@ func TestExport_OneRevision(t *testing.T) {
 	for i := range 1500 {
 		all = append(all, labelled(fmt.Sprintf("e/%04d", i), map[string]string{"team": fmt.Sprint(i % 2)}))
 	}
-	if _, _, err := reg.PutBatch(ctx, all); err != nil {
+	if _, err := reg.PutBatch(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 	before, err := c.Client.Get(ctx, reg.keys.tasks(), clientv3.WithPrefix())
@@ -343,7 +343,7 @@ func TestExport_OneRevision(t *testing.T) {
 				churn = append(churn, labelled(fmt.Sprintf("e/%04d", 7*i), map[string]string{"team": "changed"}))
 				churn = append(churn, labelled(fmt.Sprintf("e/new/%04d", i), nil))
 			}
-			if _, _, err := reg.PutBatch(ctx, churn); err != nil {
+			if _, err := reg.PutBatch(ctx, churn); err != nil {
 				return err
 			}
 			for i := range 100 {
@@ -381,8 +381,8 @@ func TestExport_OneRevision(t *testing.T) {
 		t.Errorf("a selection by prefix and label is not in id order")
 	}
 	rev := revision(t, c.Client)
-	if w, errs, err := reg.PutBatch(ctx, sel); err != nil || len(errs) > 0 || w != len(sel) || revision(t, c.Client) != rev {
-		t.Errorf("re-import of an export: written %d, errors %v, err %v; revision moved: %v", w, errs, err, revision(t, c.Client) != rev)
+	if res, err := reg.PutBatch(ctx, sel); err != nil || len(res.Errors) > 0 || res.Written != len(sel) || revision(t, c.Client) != rev {
+		t.Errorf("re-import of an export: written %d, errors %v, err %v; revision moved: %v", res.Written, res.Errors, err, revision(t, c.Client) != rev)
 	}
 }
 
@@ -402,7 +402,7 @@ func TestBuildIndex_OfAnOlderCluster(t *testing.T) {
 	for i := range 700 {
 		all = append(all, labelled(fmt.Sprintf("o/%04d", i), map[string]string{"team": fmt.Sprint(i % 3)}))
 	}
-	if _, _, err := old.PutBatch(ctx, all); err != nil {
+	if _, err := old.PutBatch(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 
@@ -467,8 +467,8 @@ func TestList_PageSkipsStaleIndexKeys(t *testing.T) {
 	for _, id := range []string{"s/3", "s/4", "s/5"} {
 		tasks = append(tasks, labelled(id, map[string]string{"team": "x"}))
 	}
-	if _, errs, err := reg.PutBatch(ctx, tasks); err != nil || len(errs) > 0 {
-		t.Fatal(err, errs)
+	if res, err := reg.PutBatch(ctx, tasks); err != nil || len(res.Errors) > 0 {
+		t.Fatal(err, res.Errors)
 	}
 	for _, id := range []string{"s/1", "s/2"} { // as an older writer would leave them
 		if _, err := c.Client.Put(ctx, reg.keys.indexLabel("team", "x")+id, ""); err != nil {
@@ -538,8 +538,8 @@ func TestRegistry_PageReadsIdsThroughIndexClient(t *testing.T) {
 		for i := lo; i < lo+MaxBatchItems; i++ {
 			batch = append(batch, noopTask(fmt.Sprintf("job-%07d", i), "@yearly"))
 		}
-		if _, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 {
-			t.Fatal(err, errs)
+		if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 {
+			t.Fatal(err, res.Errors)
 		}
 	}
 	for _, cursor := range []string{"", "job-0005000"} {

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -449,24 +449,37 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
+// BatchResult is what PutBatch did with a batch.
+type BatchResult struct {
+	// Written counts the items now stored as given (rewritten or already
+	// identical), replaced items included.
+	Written int
+	// Errors are the items not written and why, in index order.
+	Errors []task.BatchError
+	// Replaced are the items, in index order, that a later item of the same
+	// id replaced; that item was written.
+	Replaced []int
+}
+
 // PutBatch validates and writes many tasks, each with its index keys in the
 // same transaction, in transactions of at most 128 operations and 1 MiB, a
 // few at once. Invalid tasks are reported by index and do not stop the
 // others; tasks identical to what is stored are not rewritten, so putting
 // the same batch twice writes nothing the second time. A later item with
-// the same id as an earlier one wins: the earlier counts as written when the
-// later is, and is an error saying so when the later is refused. written
-// counts the tasks now stored as given (rewritten or already identical).
-func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written int, errs []task.BatchError, err error) {
+// the same id as an earlier one wins: the earlier is Replaced and counts as
+// written when the later is written, and is an error saying so when the
+// later is refused. err stops the batch: what it wrote until then stays
+// written and counted.
+func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchResult, err error) {
 	if len(tasks) > MaxBatchItems {
-		return 0, nil, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
+		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
 	}
 	pos := make(map[string]int, len(tasks)) // id -> its place in valid
 	valid := make([]int, 0, len(tasks))
 	superseded := map[int][]int{} // the last item of an id -> the earlier items it replaces
 	for i, t := range tasks {
 		if err := t.Validate(); err != nil {
-			errs = append(errs, task.BatchError{Index: i, Error: err.Error()})
+			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: err.Error()})
 			continue
 		}
 		if j, dup := pos[t.ID]; dup {
@@ -503,28 +516,30 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 					err = perr
 					return
 				}
-				errs = append(errs, task.BatchError{Index: i, Error: perr.Error()})
+				res.Errors = append(res.Errors, task.BatchError{Index: i, Error: perr.Error()})
 				continue
 			}
-			written++
+			res.Written++
 		}
 		// Replaced items count as written with their replacement, and are
 		// errors without it.
 		refused := map[int]bool{}
-		for _, e := range errs {
+		for _, e := range res.Errors {
 			refused[e.Index] = true
 		}
 		for last, earlier := range superseded {
 			if !refused[last] {
-				written += len(earlier)
+				res.Written += len(earlier)
+				res.Replaced = append(res.Replaced, earlier...)
 				continue
 			}
 			for _, i := range earlier {
-				errs = append(errs, task.BatchError{Index: i,
+				res.Errors = append(res.Errors, task.BatchError{Index: i,
 					Error: fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", tasks[i].ID)})
 			}
 		}
-		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
+		slices.SortStableFunc(res.Errors, byIndex)
+		slices.Sort(res.Replaced)
 	}()
 	var chunks [][]int
 	for len(valid) > 0 {
@@ -537,7 +552,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 		valid = valid[n:]
 	}
 	var (
-		mu       sync.Mutex // guards written, errs and failed
+		mu       sync.Mutex // guards res and failed
 		failed   error
 		wg       sync.WaitGroup
 		next     atomic.Int64
@@ -555,8 +570,8 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 				}
 				w, cerrs, err := r.putChunk(ctx, tasks, chunks[i])
 				mu.Lock()
-				written += w
-				errs = append(errs, cerrs...)
+				res.Written += w
+				res.Errors = append(res.Errors, cerrs...)
 				if err != nil && failed == nil {
 					failed = err
 				}
@@ -565,9 +580,11 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (written in
 		})
 	}
 	wg.Wait()
-	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Index < errs[j].Index })
-	return written, errs, failed
+	slices.SortStableFunc(res.Errors, byIndex)
+	return res, failed
 }
+
+func byIndex(a, b task.BatchError) int { return a.Index - b.Index }
 
 // batchWorkers is how many chunks of one PutBatch are written at once:
 // etcd commits concurrent transactions together, so with the index's extra

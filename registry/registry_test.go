@@ -102,11 +102,11 @@ func TestRegistry_RefusesBadInput(t *testing.T) {
 				check("Put", err)
 				_, err = reg.Put(ctx, tt.task, PutOptions{IfVersion: 1})
 				check("Put with IfVersion", err)
-				written, errs, err := reg.PutBatch(ctx, []*task.Task{tt.task})
-				if err != nil || written != 0 || len(errs) != 1 || errs[0].Index != 0 {
-					t.Errorf("PutBatch: written %d, errors %+v, err %v; want 0 and the item's error", written, errs, err)
-				} else if tt.field != "" && !strings.HasPrefix(errs[0].Error, tt.field+": ") {
-					t.Errorf("PutBatch: error %q does not name %s", errs[0].Error, tt.field)
+				res, err := reg.PutBatch(ctx, []*task.Task{tt.task})
+				if err != nil || res.Written != 0 || len(res.Errors) != 1 || res.Errors[0].Index != 0 {
+					t.Errorf("PutBatch: %+v, err %v; want 0 written and the item's error", res, err)
+				} else if tt.field != "" && !strings.HasPrefix(res.Errors[0].Error, tt.field+": ") {
+					t.Errorf("PutBatch: error %q does not name %s", res.Errors[0].Error, tt.field)
 				}
 			}
 
@@ -234,8 +234,8 @@ func TestRegistry(t *testing.T) {
 				all = append(all, tsk)
 			}
 		}
-		if written, errs, err := reg.PutBatch(ctx, all); err != nil || written != len(all) || len(errs) > 0 {
-			t.Fatalf("batch: written %d, errors %v, err %v", written, errs, err)
+		if res, err := reg.PutBatch(ctx, all); err != nil || res.Written != len(all) || len(res.Errors) > 0 {
+			t.Fatalf("batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
 		}
 		// list pages through with opts and returns the ids in order.
 		list := func(t *testing.T, opts ListOptions) []string {
@@ -317,22 +317,24 @@ func TestRegistry(t *testing.T) {
 			bad,
 			noopTask("ok/1", "30 * * * *"), // the same id again: the later one wins
 		}
-		written, errs, err := reg.PutBatch(ctx, batch)
+		res, err := reg.PutBatch(ctx, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if written != 3 {
-			t.Errorf("written %d, want 3 (ok/1 twice, ok/2)", written)
+		if res.Written != 3 {
+			t.Errorf("written %d, want 3 (ok/1 twice, ok/2)", res.Written)
+		}
+		if !slices.Equal(res.Replaced, []int{0}) {
+			t.Errorf("replaced %v, want [0] (ok/1's first item)", res.Replaced)
 		}
 		var idx []int
-		for _, e := range errs {
+		for _, e := range res.Errors {
 			idx = append(idx, e.Index)
 		}
-		slices.Sort(idx)
 		if !slices.Equal(idx, []int{1, 3, 4}) {
-			t.Errorf("errors at %v, want [1 3 4]: %+v", idx, errs)
+			t.Errorf("errors at %v, want [1 3 4] in that order: %+v", idx, res.Errors)
 		}
-		for _, e := range errs {
+		for _, e := range res.Errors {
 			if field := map[int]string{1: "schedule", 3: "executor.type", 4: "timezone"}[e.Index]; !strings.HasPrefix(e.Error, field+": ") {
 				t.Errorf("item %d: error %q does not name %s", e.Index, e.Error, field)
 			}
@@ -349,8 +351,8 @@ func TestRegistry(t *testing.T) {
 		}
 		// The same batch again writes nothing.
 		before := revision(t, c.Client)
-		if written, _, err := reg.PutBatch(ctx, batch); err != nil || written != 3 {
-			t.Errorf("batch again: written %d, %v", written, err)
+		if res, err := reg.PutBatch(ctx, batch); err != nil || res.Written != 3 {
+			t.Errorf("batch again: written %d, %v", res.Written, err)
 		}
 		if after := revision(t, c.Client); after != before {
 			t.Errorf("an unchanged batch moved the revision from %d to %d", before, after)
@@ -360,10 +362,10 @@ func TestRegistry(t *testing.T) {
 		// (its chain closes a cycle): neither is written, and each says why.
 		y, x := noopTask("dup/y", "@daily"), noopTask("dup/x", "@daily")
 		y.OnSuccess, x.OnSuccess = []string{"dup/x"}, []string{"dup/y"}
-		written, errs, err = reg.PutBatch(ctx, []*task.Task{y, noopTask("dup/x", "@hourly"), x})
-		if err != nil || written != 1 || len(errs) != 2 || errs[0].Index != 1 || errs[1].Index != 2 ||
-			!strings.Contains(errs[0].Error, "that item was refused") || !strings.Contains(errs[1].Error, "cycle") {
-			t.Fatalf("an id twice, the later refused: written %d, errors %+v, %v", written, errs, err)
+		res, err = reg.PutBatch(ctx, []*task.Task{y, noopTask("dup/x", "@hourly"), x})
+		if err != nil || res.Written != 1 || len(res.Errors) != 2 || res.Errors[0].Index != 1 || res.Errors[1].Index != 2 ||
+			!strings.Contains(res.Errors[0].Error, "that item was refused") || !strings.Contains(res.Errors[1].Error, "cycle") || len(res.Replaced) != 0 {
+			t.Fatalf("an id twice, the later refused: %+v, %v", res, err)
 		}
 		if _, err := reg.Get(ctx, "dup/x"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("dup/x was stored: %v", err)
@@ -467,8 +469,8 @@ func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
 		batch = append(batch, noopTask(fmt.Sprintf("t/%03d", i), "* * * * *"))
 	}
 	txns.Store(0)
-	if w, errs, err := reg.PutBatch(ctx, batch); err != nil || len(errs) > 0 || w != len(batch) {
-		t.Fatalf("new tasks: written %d, errors %v, err %v", w, errs, err)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
+		t.Fatalf("new tasks: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
 	if n := txns.Load(); n != 2 {
 		t.Errorf("a batch of 100 new tasks took %d transactions, want 2 (64 and 36 tasks, no read)", n)
@@ -487,8 +489,8 @@ func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
 			noopTask(fmt.Sprintf("t/%03d", 10+i), "* * * * *"), // identical
 			noopTask(fmt.Sprintf("u/%03d", i), "* * * * *"))    // new
 	}
-	if w, errs, err := reg.PutBatch(ctx, mixed); err != nil || len(errs) > 0 || w != len(mixed) {
-		t.Fatalf("mixed batch: written %d, errors %v, err %v", w, errs, err)
+	if res, err := reg.PutBatch(ctx, mixed); err != nil || len(res.Errors) > 0 || res.Written != len(mixed) {
+		t.Fatalf("mixed batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
 	for id, want := range map[string][3]any{
 		"t/000": {"0 * * * *", created, updated},
