@@ -238,3 +238,41 @@ func duplicateKeys(l *callLog) []string {
 	}
 	return d
 }
+
+// TestEngine_MisfireCountsAsAnExecution: a fire released later than the
+// misfire threshold, which its policy folds away (fire_once fires only the
+// latest missed time), must show in Stats.Executions["misfired"]
+// (shardcron_executions_total{status="misfired"}), which docs/api.md says
+// counts "attempts by status, skipped and misfired included", as
+// Executions["skipped"] counts a fire the concurrency policy skipped. A
+// backlogged node that folds fires logs nothing, so the metrics are the
+// only trace of them.
+func TestEngine_MisfireCountsAsAnExecution(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	n := startNode(t, c, "", log.handler(nil), clockTweak(clock, 5*time.Second, func(cfg *Config) { cfg.Workers = 1 }))
+	const id = "misfire"
+	tsk := handlerTask(id, "* * * * * *")
+	tsk.Misfire = task.MisfireFireOnce
+	tsk.CatchupWindow = task.Duration(10 * time.Second)
+	putTask(t, n.e.Registry(), tsk)
+	waitNext(t, n, id, at(1))
+
+	clock.Advance(3 * time.Second) // 01-03 on time
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, at(3)) })
+	clock.Advance(30 * time.Second) // the gap: 04-32 folded, 33 fired
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, at(33)) })
+	stats := n.e.Stats()
+	n.stop(t)
+
+	if stats.Misfires == 0 {
+		t.Fatalf("Stats.Misfires = 0 after a 30 s gap")
+	}
+	if got := stats.Executions[task.ExecutionMisfired]; got == 0 {
+		t.Errorf("Stats.Executions[%q] = 0 after a misfire (Misfires = %d, Executions = %v): "+
+			"the folded fire is counted nowhere among the executions", task.ExecutionMisfired, stats.Misfires, stats.Executions)
+	}
+}

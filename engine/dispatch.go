@@ -186,7 +186,7 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	if fire != sched {
 		// sched stays the first missed time: when fire_all's window begins
 		// later, or fire_once picks a later time, this one is recorded.
-		l.record(r, sched, 1, statusMisfired, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
+		l.misfired(r, sched, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
 	}
 	r.next = resume
 	return fire
@@ -238,6 +238,14 @@ func (l *loop) jobOf(i uint32, r *record, prof *profile, sched, due int64, kind 
 		id: l.tab.id(r), prof: prof, sched: sched, due: due,
 		fence: l.parts[r.part].fence, rec: i, gen: r.gen, attempt: 1, kind: kind, part: r.part,
 	}
+}
+
+// misfired records a fire that a misfire did not run, and counts it among
+// the executions (docs/api.md: shardcron_executions_total counts skipped
+// and misfired fires), as skip does a skipped one.
+func (l *loop) misfired(r *record, sched int64, why string) {
+	l.stats.execs[statusMisfired].Add(1)
+	l.record(r, sched, 1, statusMisfired, why)
 }
 
 func (l *loop) skip(r *record, sched int64, attempt uint16, why string) {

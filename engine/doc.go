@@ -117,7 +117,10 @@
 //     after a stall) looks up to the present, past the bounded lead: a
 //     crash right after it repeats that one catch-up fire on the next
 //     owner, not the missed fires it stands for
-//     (TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash).
+//     (TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash). A graceful
+//     hand-over lists the task in its checkpoint's "after", and the next
+//     owner resumes it after that fire
+//     (TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease).
 //   - A fired trigger whose key could not be deleted before its node
 //     crashed fires again on the next owner
 //     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash).

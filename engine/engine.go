@@ -241,7 +241,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.runCtx, e.cancel = runCtx, cancel
 	e.chainStop, e.chainDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(e.chainDone); e.writeChains(e.pool.chains, e.chainStop) }()
-	e.wg.Add(5)
+	e.wg.Add(6)
+	go func() {
+		defer e.wg.Done()
+		logMisfires(runCtx, e.log, misfireLogEvery, e.cfg.MisfireThreshold, e.stats.misfires.Load,
+			func() time.Duration { return e.cfg.Clock.Now().Sub(time.Unix(0, e.pool.watermark.Load())) })
+	}()
 	go func() { defer e.wg.Done(); e.watchBackfills(runCtx) }()
 	go func() { defer e.wg.Done(); e.deleteEnded(runCtx) }()
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()

@@ -49,12 +49,15 @@ import (
 // checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
 // last owner got to.
 type checkpoint struct {
-	Node      string         `json:"node"`
-	Session   string         `json:"session,omitempty"` // the owner's lease, naming its watermark key
-	Watermark time.Time      `json:"watermark"`
-	Released  bool           `json:"released"`
-	Pending   []pendingFire  `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
-	Health    []handedHealth `json:"health,omitempty"`  // on release: the tasks that failed, for the next owner (health.go)
+	Node      string        `json:"node"`
+	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
+	Watermark time.Time     `json:"watermark"`
+	Released  bool          `json:"released"`
+	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
+	// After are tasks that fired past the watermark (a misfire's catch-up
+	// fire looks up to the present): each resumes after its fire listed.
+	After  []pendingFire  `json:"after,omitempty"`
+	Health []handedHealth `json:"health,omitempty"` // on release: the tasks that failed, for the next owner (health.go)
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -64,6 +67,7 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	pending []pendingFire
+	after   []pendingFire  // tasks whose last fire is past mark: they resume after it
 	health  []handedHealth // tasks that failed here (health.go)
 }
 
@@ -102,7 +106,14 @@ func (l *loop) releaseParts(parts []int) release {
 		if !l.parts[p].owned {
 			continue // released while loading: nothing of it was armed
 		}
-		l.tab.eachIn(p, func(i uint32, r *record) { l.flush(i, r, mark, now) })
+		l.tab.eachIn(p, func(i uint32, r *record) {
+			l.flush(i, r, mark, now)
+			// A misfire fired this task past the mark: the next owner,
+			// resuming after the mark, would fire that time again.
+			if h := out[p]; r.lastFire > mark && len(h.after) < maxHandOver {
+				h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, r.lastFire).UTC()})
+			}
+		})
 		l.holds.set(p, mark)
 		l.owned.Add(-1)
 		l.parts[p] = partState{}
@@ -197,7 +208,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		if now-at > int64(prof.catchup) {
 			r.misfires++
 			l.stats.misfire(prof.misfire)
-			l.record(r, at, 1, statusMisfired, "handed over unrun, and older than the catch-up window")
+			l.misfired(r, at, "handed over unrun, and older than the catch-up window")
 			continue
 		}
 		kind := uint8(kindSchedule)
@@ -398,7 +409,7 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 	for _, p := range ps {
 		m := parts[p].mu
 		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
-			Released: true, Pending: hand[p].pending, Health: hand[p].health})
+			Released: true, Pending: hand[p].pending, After: hand[p].after, Health: hand[p].health})
 		cmps = append(cmps, m.IsOwner())
 		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
 	}
@@ -514,33 +525,33 @@ type endedSession struct {
 // kept in memory). Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
-func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending []pendingFire, err error) {
+func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, nil, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil
+		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, nil
 	}
 	prev = resp.Kvs[0].Value
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil
+		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, nil
 	}
 	w = cp.Watermark.UnixNano()
 	if cp.Released {
-		return prev, w, cp.Pending, nil
+		return prev, w, cp.Pending, cp.After, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return prev, w, cp.Pending, nil
+		return prev, w, cp.Pending, cp.After, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id && ended.hand[p] != nil {
-		return prev, ended.hand[p].mark, ended.hand[p].pending, nil
+		return prev, ended.hand[p].mark, ended.hand[p].pending, ended.hand[p].after, nil
 	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, nil, err
 	}
 	if len(wr.Kvs) > 0 {
 		var nw time.Time
@@ -548,7 +559,7 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 			w = max(w, nw.UnixNano())
 		}
 	}
-	return prev, w, nil, nil
+	return prev, w, nil, nil, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held, with reads

@@ -523,6 +523,34 @@ func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
 	a.stop(t)
 }
 
+// A graceful hand-over neither repeats nor misses a fire (doc.go), a
+// misfire's catch-up fire included. Here node-a's dispatch point is held
+// back (its watermark is not acknowledged, so the lead stops the wheel at
+// 12:00:02), the clock jumps 30 s, and node-a folds the missed fires into
+// one catch-up fire, 12:00:31 (fire_once), past its wheel's time. Then
+// node-a leaves gracefully: its released checkpoint's mark is its wheel's
+// time, before 12:00:31, and node-b, resuming after the mark, must not run
+// 12:00:31 again. (The chaos suite saw this as 273 duplicates when a node
+// whose workers were far behind left in TestChaos_RollingRestart.)
+func TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	a, _ := startStalledNode(t, c, clock, 5*time.Second, log, "late") // fire_once, the default
+	clock.Advance(30 * time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(31)) })
+
+	b := startNode(t, c, "", log.handler(nil), limitsNode(clock, 5*time.Second, "node-b"))
+	a.stop(t) // graceful: a released checkpoint for every partition
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Owns(partOf("late")) })
+	clock.Advance(2 * time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("late", limitsAt(33)) })
+	b.stop(t)
+	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("late@12:00:31 ran on %v, want node-a only: a graceful hand-over repeated it", got)
+	}
+	t.Logf("late fired at %v", secs(log.scheds("late")))
+}
+
 // A trigger's key is its only record until the owner deletes it, after
 // the fire. When the delete fails and the node crashes before a retry
 // succeeds, the next owner finds the key at its acquire and fires the

@@ -37,6 +37,7 @@ type (
 		part   int
 		fence  int64
 		resume int64
+		after  map[string]int64 // tasks that fired past resume, by id: each resumes after its time
 		defs   []taskDef
 		first  bool // the first chunk of the partition: it becomes owned
 		done   chan struct{}
@@ -288,7 +289,14 @@ func (l *loop) load(c *loadCmd) {
 		return // released while loading
 	}
 	for i := range c.defs {
-		l.upsert(&c.defs[i], c.resume, false)
+		d := &c.defs[i]
+		at, fired := c.after[d.id]
+		l.upsert(d, max(c.resume, at), false)
+		if fired {
+			if _, r, ok := l.tab.lookup(d.id); ok && r.lastFire < at {
+				r.lastFire = at // a release before the wheel passes it hands it on again
+			}
+		}
 	}
 }
 

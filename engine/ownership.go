@@ -491,13 +491,13 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		}
 		return r
 	}
-	prev, resume, pending, err := e.resume(ctx, p)
+	prev, resume, pending, after, err := e.resume(ctx, p)
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The same transaction reads p's pending
 	// triggers; its revision is the one the tasks are brought up to.
-	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending}
+	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after}
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold, e.reg.TriggerRead(p))
@@ -526,7 +526,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	if err != nil {
 		return undo(fmt.Errorf("catch up: %w", err))
 	}
-	if err := e.arm(ctx, prep, fence, resume, touched); err != nil {
+	if err := e.arm(ctx, prep, fence, resume, after, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 	if len(pending) > 0 {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -148,4 +150,36 @@ func (s *stats) lag() Histogram {
 	h.Count = cum + s.lagCount[len(lagBounds)].Load()
 	h.Sum = time.Duration(s.lagSum.Load()).Seconds()
 	return h
+}
+
+// misfireLogEvery is how often, at most, a node's log says that it
+// misfired.
+const misfireLogEvery = time.Minute
+
+// logMisfires warns, at most once every interval, of the misfires counted
+// since its last warning (misfires reads the count). A node that falls
+// behind its schedule (workers slower than its fires, a starved machine, a
+// stall) leaves the fires it missed to their tasks' misfire policies, which
+// fire_once and skip resolve by running fewer: without this line, only the
+// metrics would say so. behind is how far the workers' dispatch point is
+// from now.
+func logMisfires(ctx context.Context, log *slog.Logger, every, threshold time.Duration, misfires func() uint64, behind func() time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	seen := misfires()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := misfires()
+		if n == seen {
+			continue
+		}
+		log.Warn("fires came later than the misfire threshold, and their tasks' misfire policies decided which of the missed times run; "+
+			"the node is behind its schedule: it needs more workers or more CPU, or fewer tasks",
+			"misfires", n-seen, "in", every, "threshold", threshold, "dispatch_behind", behind().Round(time.Millisecond))
+		seen = n
+	}
 }

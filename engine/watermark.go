@@ -89,7 +89,7 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 		case <-t.C:
 		}
 	}
-	cp.Session, cp.Pending = sessionID(sess), nil // the handed-over fires were taken too
+	cp.Session, cp.Pending, cp.After = sessionID(sess), nil, nil // the handed-over fires were taken too, and the watermark is past After
 	var b backoff
 	for {
 		_, err := e.putCheckpoint(ctx, m, p, cp)
