@@ -463,3 +463,45 @@ func TestEngine_UndecodableCachedTaskIsLoadedFromEtcd(t *testing.T) {
 		t.Error("the partition was served from a cache holding a task it cannot decode")
 	}
 }
+
+// More nodes than partitions: the ring gives the partition to one node and
+// the others stand by. When the owner leaves, a standby takes the
+// partition over and its task fires on (it had stopped for good: the ring
+// refused a member set larger than P, and each node then wanted nothing).
+func TestEngine_MoreNodesThanPartitionsStandBy(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	node := func(id string) func(*Config) {
+		return func(c *Config) { c.NodeID = id; c.Partitions = 1; c.DrainTimeout = time.Second }
+	}
+	nodes := map[string]*testNode{}
+	for _, id := range []string{"node-a", "node-b", "node-c"} {
+		nodes[id] = startNode(t, c, "", log.handler, node(id))
+	}
+	putTask(t, nodes["node-a"].e.Registry(), handlerTask("tick", "* * * * * *"))
+	owner := func() string {
+		for id, n := range nodes {
+			if n.e.Owns(0) {
+				return id
+			}
+		}
+		return ""
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owner() != "" && len(log.forTask("tick")) >= 1 })
+	first := owner()
+	nodes[first].stop(t)
+	delete(nodes, first)
+	etcdtest.WaitFor(t, 15*time.Second, func() bool { return owner() != "" })
+	n := len(log.forTask("tick"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("tick")) >= n+2 })
+	end := time.Now()
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	firedThrough(t, log, "tick", end)
+	noGap(t, log, "tick")
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("duplicate fires: %v", d)
+	}
+}

@@ -191,18 +191,17 @@ func (s *serving) membersChanged(ms []membership.Member) {
 			staying = append(staying, m.ID)
 		}
 	}
-	s.desired = map[int]bool{}
-	s.assign = nil
+	var a *ring.Assignment
 	if len(staying) > 0 {
-		a, err := e.ring.Update(staying)
-		if err != nil {
+		var err error
+		if a, err = e.ring.Update(staying); err != nil {
 			e.log.Error("the member set does not fit the ring; keeping the current assignment", "members", len(staying), "err", err)
 			return
 		}
-		s.assign = a
-		for _, p := range a.Owned(e.cfg.NodeID) {
-			s.desired[p] = true
-		}
+	}
+	s.assign, s.desired = a, map[int]bool{}
+	for _, p := range a.Owned(e.cfg.NodeID) {
+		s.desired[p] = true
 	}
 	s.reconcile()
 }

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +16,7 @@ import (
 type Assignment struct {
 	cfg     Config
 	members []string // sorted, distinct
-	owners  []uint16 // owners[p] indexes members; P <= MaxPartitions, N <= P
+	owners  []uint16 // owners[p] indexes members; P <= MaxPartitions
 	loads   []int    // loads[i]: partitions owned by members[i]
 }
 
@@ -23,9 +24,14 @@ type Assignment struct {
 // among members. The order of members does not matter; the slice is not
 // modified or retained.
 //
+// With more members than partitions, the P members of lowest xxhash own
+// one partition each and the others stand by with none (active): a member
+// joining or leaving changes who owns as little as it can, and a member
+// that leaves is replaced by a standby.
+//
 // It returns a *ValidationError if cfg is invalid or if members is empty,
-// contains an empty name or the same name twice, and an error wrapping
-// ErrNoRoom if there are more members than partitions.
+// larger than MaxPartitions, or contains an empty name or the same name
+// twice.
 func NewAssignment(cfg Config, members []string) (*Assignment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -34,12 +40,23 @@ func NewAssignment(cfg Config, members []string) (*Assignment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRoom(cfg, len(sorted)); err != nil {
+	act := active(sorted, cfg.Partitions)
+	if err := checkRoom(cfg, len(act)); err != nil {
 		return nil, err
 	}
-	owners, err := distribute(cfg, sorted)
+	dcfg := cfg
+	if len(act) < len(sorted) {
+		dcfg.Load = 1 // one partition each: P members and P partitions
+	}
+	owners, err := distribute(dcfg, act)
 	if err != nil {
 		return nil, err
+	}
+	if len(act) < len(sorted) {
+		for p, o := range owners {
+			i, _ := slices.BinarySearch(sorted, act[o])
+			owners[p] = uint16(i)
+		}
 	}
 	a := &Assignment{cfg: cfg, members: sorted, owners: owners, loads: make([]int, len(sorted))}
 	for _, o := range owners {
@@ -48,11 +65,14 @@ func NewAssignment(cfg Config, members []string) (*Assignment, error) {
 	return a, nil
 }
 
-// sortMembers returns a sorted copy of members, refusing an empty set, empty
-// names and duplicates.
+// sortMembers returns a sorted copy of members, refusing an empty set, more
+// members than an owner index holds, empty names and duplicates.
 func sortMembers(members []string) ([]string, error) {
-	if len(members) == 0 {
+	switch {
+	case len(members) == 0:
 		return nil, &ValidationError{"members", "empty member set"}
+	case len(members) > MaxPartitions:
+		return nil, &ValidationError{"members", fmt.Sprintf("%d members, at most %d", len(members), MaxPartitions)}
 	}
 	sorted := slices.Clone(members)
 	slices.Sort(sorted)
@@ -65,6 +85,27 @@ func sortMembers(members []string) ([]string, error) {
 		}
 	}
 	return sorted, nil
+}
+
+// active returns the members that own partitions, sorted: all of sorted
+// when they are at most p, else the p of lowest xxhash of their names.
+// consistent cannot place fewer partitions than members (its bound,
+// floor(P/N) × Load, is 0), and a choice by hash, unlike one by name,
+// moves nothing when a member that ranks after the p joins.
+func active(sorted []string, p int) []string {
+	if len(sorted) <= p {
+		return sorted
+	}
+	byHash := slices.Clone(sorted)
+	slices.SortFunc(byHash, func(a, b string) int {
+		if c := cmp.Compare(xxhash.Sum64String(a), xxhash.Sum64String(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	byHash = byHash[:p]
+	slices.Sort(byHash)
+	return byHash
 }
 
 // checkRoom refuses the member counts for which consistent would panic.
@@ -146,9 +187,9 @@ func (a *Assignment) Config() Config { return a.cfg }
 func (a *Assignment) Partitions() int { return len(a.owners) }
 
 // Capacity returns the most partitions any member may own:
-// min(P, ceil(floor(P/N) × Load)). Every entry of Loads is at most
-// Capacity.
-func (a *Assignment) Capacity() int { return a.cfg.capacity(len(a.members)) }
+// min(P, ceil(floor(P/N) × Load)), with N at most P (the members that own
+// partitions). Every entry of Loads is at most Capacity.
+func (a *Assignment) Capacity() int { return a.cfg.capacity(min(len(a.members), a.cfg.Partitions)) }
 
 // Owner returns the member that owns partition p, or "" if p is not in
 // [0, Partitions()). It never allocates.

@@ -60,7 +60,7 @@ func checkInvariants(t *testing.T, a *Assignment, cfg Config, members []string) 
 	if a.Partitions() != cfg.Partitions {
 		t.Fatalf("Partitions() = %d, want %d", a.Partitions(), cfg.Partitions)
 	}
-	n := len(members)
+	n := min(len(members), cfg.Partitions) // the members that own partitions
 	capacity := a.Capacity()
 	if want := math.Min(float64(cfg.Partitions), math.Ceil(float64(cfg.Partitions/n)*cfg.Load)); capacity != int(want) {
 		t.Fatalf("Capacity() = %d, want min(P, ceil(floor(P/N)×Load)) = %v", capacity, want)
@@ -98,9 +98,8 @@ func checkInvariants(t *testing.T, a *Assignment, cfg Config, members []string) 
 	}
 }
 
-// Every combination with at most P members builds and keeps the load bound;
-// every other one is refused with ErrNoRoom, which is exactly where
-// consistent itself panics.
+// Every combination builds and keeps the load bound, past P members too,
+// where consistent itself panics and P members own one partition each.
 func TestNewAssignment_Sizes(t *testing.T) {
 	for _, p := range []int{1, 7, 1024, 4096} {
 		for n := 1; n <= 64; n++ {
@@ -108,19 +107,25 @@ func TestNewAssignment_Sizes(t *testing.T) {
 			cfg.Partitions = p
 			members := names(n)
 			a, err := NewAssignment(cfg, members)
-			if n > p {
-				if !errors.Is(err, ErrNoRoom) {
-					t.Fatalf("P=%d N=%d: err = %v, want ErrNoRoom", p, n, err)
-				}
-				if !consistentPanics(cfg, members) {
-					t.Fatalf("P=%d N=%d: refused, but consistent does not panic", p, n)
-				}
-				continue
-			}
 			if err != nil {
 				t.Fatalf("P=%d N=%d: %v", p, n, err)
 			}
 			checkInvariants(t, a, cfg, members)
+			if n > p {
+				if !consistentPanics(cfg, members) {
+					t.Fatalf("P=%d N=%d: consistent does not panic, so standbys are not needed", p, n)
+				}
+				owning := 0
+				for _, l := range a.Loads() {
+					if l > 1 {
+						t.Fatalf("P=%d N=%d: a member owns %d partitions", p, n, l)
+					}
+					owning += l
+				}
+				if owning != p {
+					t.Fatalf("P=%d N=%d: %d members own partitions, want %d", p, n, owning, p)
+				}
+			}
 		}
 	}
 }
@@ -153,16 +158,16 @@ func TestCheckRoom_MatchesConsistent(t *testing.T) {
 	}
 }
 
-// Inputs that make consistent v0.10.0 panic are refused with an error.
+// Invalid inputs that make consistent v0.10.0 panic are refused with an
+// error (more members than partitions, which make it panic too, are valid:
+// TestNewAssignment_Sizes).
 func TestNewAssignment_PanicCombinations(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
 		members int
-		field   string // "" when ErrNoRoom is expected
+		field   string // the ValidationError's
 	}{
-		{"more members than partitions", Config{1, 20, 1.25}, 2, ""},
-		{"more members than partitions p=7", Config{7, 20, 1.25}, 8, ""},
 		{"load 1 and N does not divide P", Config{7, 20, 1.0}, 2, "Load"},
 		{"load below 1", Config{1024, 20, 0.5}, 3, "Load"},
 		{"negative load", Config{1024, 20, -1}, 3, "Load"},
@@ -175,12 +180,6 @@ func TestNewAssignment_PanicCombinations(t *testing.T) {
 				t.Fatalf("consistent does not panic on %+v with %d members", tt.cfg, tt.members)
 			}
 			_, err := NewAssignment(tt.cfg, members)
-			if tt.field == "" {
-				if !errors.Is(err, ErrNoRoom) {
-					t.Fatalf("err = %v, want ErrNoRoom", err)
-				}
-				return
-			}
 			var ve *ValidationError
 			if !errors.As(err, &ve) || ve.Field != tt.field {
 				t.Fatalf("err = %v, want a ValidationError on %s", err, tt.field)
@@ -545,4 +544,47 @@ func FuzzNewAssignment(f *testing.F) {
 		}
 		checkInvariants(t, a, cfg, members)
 	})
+}
+
+// With more members than partitions the members of lowest hash own them:
+// a member that leaves is replaced by a standby, and one that joins ranked
+// past the owners moves nothing.
+func TestNewAssignment_Standbys(t *testing.T) {
+	cfg := Config{Partitions: 2, ReplicationFactor: 20, Load: 1.25}
+	members := names(5)
+	a, err := NewAssignment(cfg, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := []string{a.Owner(0), a.Owner(1)}
+	if owners[0] == owners[1] {
+		t.Fatalf("one member owns both partitions: %v", owners)
+	}
+	for _, m := range members {
+		if l := a.Loads()[m]; l == 0 && xxhash.Sum64String(m) < max(xxhash.Sum64String(owners[0]), xxhash.Sum64String(owners[1])) {
+			t.Fatalf("%s stands by, but its hash ranks before an owner's", m)
+		}
+	}
+	left := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == owners[0] })
+	b, err := NewAssignment(cfg, left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Owner(0) == "" || b.Owner(1) == "" || b.Owner(0) == owners[0] || b.Owner(1) == owners[0] {
+		t.Fatalf("after %s left: owners %q, %q", owners[0], b.Owner(0), b.Owner(1))
+	}
+	if got := b.Loads()[owners[1]]; got != 1 {
+		t.Fatalf("%s, still a member, owns %d partitions, want 1", owners[1], got)
+	}
+	for i := 0; ; i++ { // a joiner whose hash ranks after both owners'
+		j := fmt.Sprintf("joiner-%d", i)
+		if xxhash.Sum64String(j) < max(xxhash.Sum64String(owners[0]), xxhash.Sum64String(owners[1])) {
+			continue
+		}
+		c, err := NewAssignment(cfg, append(slices.Clone(members), j))
+		if err != nil || c.Owner(0) != owners[0] || c.Owner(1) != owners[1] {
+			t.Fatalf("%s joined: owners %q, %q (%v), want %v", j, c.Owner(0), c.Owner(1), err, owners)
+		}
+		break
+	}
 }

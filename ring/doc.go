@@ -15,8 +15,8 @@
 //     shardcron agree too.
 //   - Bounded load: no member owns more than Capacity() =
 //     ceil(floor(P/N) × Load) partitions (or P if that is less), N being the
-//     number of members. This is consistent's own bound; it is at most
-//     ceil(Load × P/N), and because of the floor it can be as low as
+//     number of members, at most P. This is consistent's own bound; it is at
+//     most ceil(Load × P/N), and because of the floor it can be as low as
 //     1.1 × P/N with Load 1.25 (P=1024, N=114).
 //   - Small moves, while members hold many partitions: when one member
 //     joins or leaves, partitions mostly move to the newcomer or away from
@@ -28,6 +28,9 @@
 //     through an atomic pointer, so Owner costs an atomic load and a slice
 //     index, takes no lock and never allocates, from any number of
 //     goroutines.
+//   - More members than partitions: the P members of lowest xxhash own one
+//     partition each and the rest stand by, owning none until one of the P
+//     leaves (consistent cannot place fewer partitions than members).
 //   - No panics: the combinations of P, members, ReplicationFactor and Load
 //     that make consistent panic are refused with an error up front, and a
 //     panic from consistent would still be recovered into ErrNoRoom.
@@ -38,7 +41,5 @@
 //   - read the clock, start goroutines or talk to etcd;
 //   - agree across nodes whose Config or member set differ: identical owners
 //     require an identical Config (Partitions, ReplicationFactor, Load) and
-//     an identical member set on every node;
-//   - accept more members than partitions: every member must be able to own
-//     at least one partition, so such a set is refused with ErrNoRoom.
+//     an identical member set on every node.
 package ring

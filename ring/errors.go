@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// ErrNoRoom is returned (wrapped) when the partitions cannot all be placed
-// within the per-member bound: there are more members than partitions. It
-// is consistent's "not enough room to distribute partitions" as an error
-// instead of a panic.
+// ErrNoRoom is returned (wrapped) should the partitions not all fit within
+// the per-member bound, which a valid Config with at most P active members
+// always does: it is consistent's "not enough room to distribute
+// partitions" as an error instead of a panic.
 var ErrNoRoom = errors.New("ring: not enough room to distribute partitions")
 
 // ValidationError reports invalid input: a Config field or the member list.
