@@ -17,7 +17,11 @@
 // node's log.
 //
 // It guarantees nothing about timing: windows are checked after the fires
-// they cover were due, with a generous settling time, so a slow machine
-// makes a run longer, not red. It is meant for tests only; everything it
-// starts is stopped when the test ends.
+// they cover were due, waiting while their late fires still arrive, so a
+// slow machine makes a run longer, not red. A machine so slow that a node
+// falls behind by more than --misfire-threshold makes that node's misfire
+// policy fold fires away; such folds pass, with a step that says so, only
+// when they are as late as a misfire and no more than the node counted in
+// shardcron_misfires_total (Folds). It is meant for tests only; everything
+// it starts is stopped when the test ends.
 package clustertest

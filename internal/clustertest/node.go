@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,12 @@ type Node struct {
 	exitErr error
 	paused  bool
 	starts  int
+
+	// misfires are the misfires (shardcron_misfires_total) the node's
+	// processes counted, as last read (readMisfires): base for the
+	// processes before the one of start misfireStart, last for that one.
+	misfireBase, misfireLast uint64
+	misfireStart             int
 }
 
 // newNode prepares a node; it starts nothing.
@@ -208,6 +215,7 @@ func (n *Node) signal(t testing.TB, sig syscall.Signal) {
 // It fails the test if the process does not exit 0 within stopTimeout.
 func (n *Node) Stop(t testing.TB) {
 	t.Helper()
+	n.readMisfires()
 	n.signal(t, syscall.SIGTERM)
 	if err := n.wait(stopTimeout); err != nil {
 		t.Fatalf("clustertest: stop %s: %v; log tail:\n%s", n.ID, err, n.LogTail(40))
@@ -217,6 +225,7 @@ func (n *Node) Stop(t testing.TB) {
 // Kill sends SIGKILL (a crash) and waits for the process to be gone.
 func (n *Node) Kill(t testing.TB) {
 	t.Helper()
+	n.readMisfires()
 	n.signal(t, syscall.SIGKILL)
 	_ = n.wait(stopTimeout)
 }
@@ -335,6 +344,47 @@ func (n *Node) LogCount(s string) int {
 		return 0
 	}
 	return bytes.Count(b, []byte(s))
+}
+
+// Misfires returns the misfires the node's processes counted so far
+// (shardcron_misfires_total, summed over policies and restarts), as of the
+// last read, which it attempts first.
+func (n *Node) Misfires() uint64 {
+	n.readMisfires()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.misfireBase + n.misfireLast
+}
+
+// readMisfires reads the running process's shardcron_misfires_total.
+func (n *Node) readMisfires() {
+	n.mu.Lock()
+	paused, starts := n.paused, n.starts
+	n.mu.Unlock()
+	if paused || !n.Running() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	code, body, err := getStatus(ctx, n.API()+"/metrics")
+	if err != nil || code != http.StatusOK {
+		return
+	}
+	var v uint64
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, "shardcron_misfires_total{"); ok {
+			if _, num, ok := strings.Cut(rest, "} "); ok {
+				f, _ := strconv.ParseFloat(num, 64)
+				v += uint64(f)
+			}
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if starts != n.misfireStart {
+		n.misfireBase, n.misfireLast, n.misfireStart = n.misfireBase+n.misfireLast, 0, starts
+	}
+	n.misfireLast = max(n.misfireLast, v)
 }
 
 // getJSON GETs url into nothing but its status; it is used for readiness

@@ -114,6 +114,18 @@ func (s *Sink) Complete(from, to int64, want int) bool {
 	return true
 }
 
+// Count returns how many distinct fires were received for the scheduled
+// seconds in [from, to].
+func (s *Sink) Count(from, to int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for sec := from; sec <= to; sec++ {
+		n += s.seconds[sec]
+	}
+	return n
+}
+
 // LatestComplete returns the latest scheduled second, at or before now, for
 // which want distinct fires were received, or 0.
 func (s *Sink) LatestComplete(want int) int64 {

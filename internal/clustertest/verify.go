@@ -250,3 +250,65 @@ func nodesOf(cs []Call) string {
 	}
 	return strings.Join(ns, "+")
 }
+
+// Fold is a run of missed fires of one task followed by a later fire of it:
+// what a misfire policy leaves of fires released later than the misfire
+// threshold (fire_once runs the latest missed time, skip the next one after
+// now; the node counts one misfire either way).
+type Fold struct {
+	Task   string
+	Missed []FireKey // the run, oldest first
+	Next   FireKey   // the task's next fire received after the run
+	By     string    // the node that sent Next: the one that counted the misfire
+	// Late is how long after the fold's first missed time (the first after
+	// the task's last fire received before the run) Next arrived: a misfire
+	// policy folds only fires released later than the misfire threshold,
+	// and Next went out when the node folded them.
+	Late time.Duration
+}
+
+// Folds splits missed fires (as Verify lists them) into folds, closed by a
+// later fire of their task received by the sink, and tails, after which the
+// sink received no fire of the task at all.
+func Folds(calls map[FireKey][]Call, missed []FireKey) (folds []Fold, tails []FireKey) {
+	byTask := make(map[string][]FireKey)
+	for _, k := range missed {
+		byTask[k.Task] = append(byTask[k.Task], k)
+	}
+	later := make(map[string][]int64) // per task, the scheduled times received, ascending
+	for k := range calls {
+		if _, ok := byTask[k.Task]; ok {
+			later[k.Task] = append(later[k.Task], k.At)
+		}
+	}
+	for _, task := range slices.Sorted(maps.Keys(byTask)) {
+		ks := byTask[task]
+		slices.SortFunc(ks, func(a, b FireKey) int { return int(a.At - b.At) })
+		got := later[task]
+		slices.Sort(got)
+		var run []FireKey
+		for i, k := range ks {
+			run = append(run, k)
+			if i+1 < len(ks) && ks[i+1].At == k.At+1000 {
+				continue // the run goes on
+			}
+			j, _ := slices.BinarySearch(got, k.At+1)
+			if j == len(got) {
+				tails = append(tails, run...)
+			} else {
+				next := FireKey{task, got[j]}
+				// The fold began after the task's last fire received before
+				// the run, which may lie before the window checked.
+				began := run[0].At
+				if k, _ := slices.BinarySearch(got, run[0].At); k > 0 {
+					began = got[k-1] + 1000
+				}
+				first := calls[next][0]
+				folds = append(folds, Fold{Task: task, Missed: run, Next: next, By: first.Node,
+					Late: first.Arrived.Sub(time.UnixMilli(began))})
+			}
+			run = nil
+		}
+	}
+	return folds, tails
+}

@@ -66,3 +66,26 @@ func TestReservePort_NeverTwice(t *testing.T) {
 		seen[addr] = true
 	}
 }
+
+// TestFolds: missed fires followed by a later fire of their task are folds
+// (closed by that fire, counted by its node); those after which the task
+// never fired again are tails.
+func TestFolds(t *testing.T) {
+	key := func(task string, sec int64) FireKey { return FireKey{Task: task, At: sec * 1000} }
+	calls := map[FireKey][]Call{
+		key("a", 1000): {{Node: "n1"}}, key("a", 1004): {{Node: "n1", Arrived: time.Unix(1031, 0)}}, key("a", 1006): {{Node: "n2"}},
+		key("b", 1000): {{Node: "n1"}},
+	}
+	// a's first run as a later window sees it: from 1002 (1001 was missed
+	// before), so its fold began at 1001 all the same.
+	missed := []FireKey{key("a", 1002), key("a", 1003), key("a", 1005), key("b", 1001), key("b", 1002)}
+	folds, tails := Folds(calls, missed)
+	if len(folds) != 2 || len(folds[0].Missed) != 2 || folds[0].Next != key("a", 1004) || folds[0].By != "n1" ||
+		len(folds[1].Missed) != 1 || folds[1].Next != key("a", 1006) || folds[1].By != "n2" ||
+		folds[0].Late != 30*time.Second {
+		t.Errorf("folds %+v", folds)
+	}
+	if len(tails) != 2 || tails[0] != key("b", 1001) || tails[1] != key("b", 1002) {
+		t.Errorf("tails %v", tails)
+	}
+}
