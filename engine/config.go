@@ -16,6 +16,12 @@ import (
 // DefaultPrefix is the etcd key prefix of a cluster.
 const DefaultPrefix = membership.DefaultPrefix
 
+// MinTick and MaxTick bound Config.Tick.
+const (
+	MinTick = 100 * time.Microsecond
+	MaxTick = time.Second
+)
+
 // Config configures an Engine. Zero fields take the defaults of
 // DefaultConfig; Validate reports what is out of range.
 type Config struct {
@@ -227,8 +233,8 @@ func (c Config) Validate() error {
 	if c.Stage < 1 {
 		bad("Stage", "must be at least 1, got %d", c.Stage)
 	}
-	if c.Tick < 100*time.Microsecond || c.Tick > time.Second {
-		bad("Tick", "must be between 100µs and 1s, got %v", c.Tick)
+	if c.Tick < MinTick || c.Tick > MaxTick {
+		bad("Tick", "must be between %v and %v, got %v", MinTick, MaxTick, c.Tick)
 	}
 	if c.MisfireThreshold < c.Tick {
 		bad("MisfireThreshold", "must be at least the tick (%v), got %v", c.Tick, c.MisfireThreshold)

@@ -258,6 +258,10 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--lease-ttl", "1500ms"}, // under etcd's 2 s minimum
 			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
+			{"--replication", "100000"},
+			{"--tick", "1ns"},
+			{"--tick", "1h"},
+			{"--tick", "10ms", "--misfire-threshold", "1ms"},
 			{"--etcd-quota", "lots"},
 			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
@@ -275,6 +279,14 @@ func TestServer_StartupErrors(t *testing.T) {
 			if lines := strings.Count(stderr, "\n"); lines != 1 { // the reason, not the help after it
 				t.Errorf("%v: %d lines on stderr, want 1:\n%s", args, lines, stderr)
 			}
+		}
+		// A --queue below --batch's default is no usage error: the batch
+		// follows the queue unless given. (etcd is unreachable here: the
+		// start fails later, with 1.)
+		_, stderr, code := runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--queue", "100",
+			"--etcd", "http://127.0.0.1:1", "--start-timeout", "1s")
+		if code == 2 || strings.Contains(stderr, "--batch") {
+			t.Errorf("--queue 100 alone: exit %d, stderr %q", code, stderr)
 		}
 	})
 }
