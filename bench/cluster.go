@@ -306,6 +306,10 @@ func (c *cluster) waitReady(ctx context.Context, want int, timeout time.Duration
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// Interrupted, not slow: say so rather than time out.
+				return fmt.Errorf("bench: waiting for the nodes to load their tasks: %w", ctx.Err())
+			}
 			return fmt.Errorf("bench: nodes not ready with %d tasks after %v (ready %v, %d tasks loaded)", want, timeout, ready, tasks)
 		case <-tick.C:
 		}

@@ -50,10 +50,12 @@ func startFleet(ctx context.Context, cfg Config, spec string, nodes int) (f *fle
 	}
 	f = &fleet{cluster: c, meter: &meter{cfg: cfg, spec: spec, samples: map[int64]counters{}}}
 	f.meter.count = c.counters
+	// The fleet is held apart from the result: a 'return nil, err' below
+	// sets f to nil before this runs.
+	started := f
 	defer func() {
 		if err != nil {
-			f.close()
-			f = nil
+			started.close()
 		}
 	}()
 	if cfg.Executor == ExecNoop {
