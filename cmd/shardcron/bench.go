@@ -107,7 +107,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
 	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
-	c.fs.StringVar(&report, "report", "", "write DIR/report.html (the comparison table, the ratios and SVG charts, self-contained) and each chart as DIR/*.svg")
+	c.fs.StringVar(&report, "report", "", "write DIR/report.html (the comparison table, the ratios and SVG charts, self-contained) and each chart as DIR/*.svg; DIR is made and checked for writing before the run")
 	c.fs.StringVar(&cfg.Trace, "trace", "", "burst only, in-process: write the Go execution trace of the burst, from 250 ms before its second until every fire ran, to FILE (go tool trace)")
 	var cpuProfile string
 	c.fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
@@ -135,9 +135,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("%v", err)
 	}
 	if report != "" {
-		if err := os.MkdirAll(report, 0o755); err != nil {
-			fmt.Fprintf(stderr, "shardcron bench: report: %v\n", err)
-			return exitError
+		if err := checkReportDir(report); err != nil {
+			return c.usageError("--report: %v", err)
 		}
 	}
 
@@ -167,14 +166,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	bench.WriteTable(stdout, results)
 	ratios := bench.Ratios(results)
 	bench.WriteRatios(stdout, ratios)
-	if report != "" {
-		path, rerr := bench.WriteReport(report, results, ratios)
-		if rerr != nil {
-			fmt.Fprintf(stderr, "shardcron bench: %v\n", rerr)
-			return exitError
-		}
-		fmt.Fprintf(stderr, "shardcron bench: wrote %s\n", path)
-	}
+	// The JSON comes first: a report that fails at the end must not lose
+	// what the run measured.
 	if asJSON {
 		var b []byte
 		if bench.IsList(cfg.Scenario) {
@@ -190,8 +183,30 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	}
+	if report != "" {
+		path, rerr := bench.WriteReport(report, results, ratios)
+		if rerr != nil {
+			fmt.Fprintf(stderr, "shardcron bench: %s\n", strings.TrimPrefix(rerr.Error(), "bench: "))
+			return exitError
+		}
+		fmt.Fprintf(stderr, "shardcron bench: wrote %s\n", path)
+	}
 	if err != nil {
 		return exitError
 	}
 	return exitOK
+}
+
+// checkReportDir makes dir and checks that a file can be written there,
+// so that a bad --report is found before the run rather than after it.
+func checkReportDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".shardcron-bench-probe-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
 }

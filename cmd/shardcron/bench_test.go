@@ -100,3 +100,46 @@ func TestBench_ListJSON(t *testing.T) {
 		t.Errorf("no ratio table in the output:\n%s", out.String())
 	}
 }
+
+// TestBench_ReportNotWritable: a --report directory that cannot be made or
+// written is a usage error found before anything runs.
+func TestBench_ReportNotWritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{file, filepath.Join(file, "sub")}
+	if fi, err := os.Stat("/sys/kernel"); err == nil && fi.IsDir() {
+		dirs = append(dirs, "/sys/kernel") // exists, but no file can be made there, even by root
+	}
+	for _, dir := range dirs {
+		var out, errb bytes.Buffer
+		code := run([]string{"bench", "robfig", "--tasks", "100", "--duration", "1s", "--json", "--report", dir}, nil, &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), "--report") {
+			t.Errorf("--report %s: exit %d, stderr %q; want exit %d naming --report", dir, code, errb.String(), exitUsage)
+		}
+		if strings.Contains(errb.String(), "bench: measuring") {
+			t.Errorf("--report %s: the scenario ran before the error", dir)
+		}
+	}
+}
+
+// TestBench_ReportFailsLate: when the report cannot be written at the end
+// (here report.html is a directory), the JSON result is still printed and
+// the exit code says the run failed.
+func TestBench_ReportFailsLate(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "report.html"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "afterfunc", "--tasks", "100", "--duration", "1s", "--json", "--report", dir}, nil, &out, &errb)
+	if code != exitError || !strings.Contains(errb.String(), "report.html") {
+		t.Errorf("exit %d, stderr %q; want exit %d and the report's error", code, errb.String(), exitError)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil || m["scenario"] != "afterfunc" {
+		t.Errorf("last line of stdout %q: want the JSON result (%v)", lines[len(lines)-1], err)
+	}
+}
