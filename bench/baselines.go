@@ -50,13 +50,26 @@ func (b *baseline) measure(ctx context.Context, scenario string, nodes int, heap
 		return nil, err
 	}
 	if heap0 > 0 {
-		r.BytesPerTask = float64(liveHeap()-heap0) / float64(b.cfg.Tasks)
+		r.BytesPerTask = heapGrowth(heap0, liveHeap(), b.cfg.Tasks)
 	}
 	return r, nil
 }
 
-// liveHeap is the heap in use after a full GC.
+// heapGrowth is how much the live heap grew from heap0 to heap1, per
+// task. A heap that shrank (an earlier scenario's garbage collected in
+// between) grew by nothing: 0, where a uint64 subtraction would wrap.
+func heapGrowth(heap0, heap1 uint64, tasks int) float64 {
+	if heap1 <= heap0 || tasks < 1 {
+		return 0
+	}
+	return float64(heap1-heap0) / float64(tasks)
+}
+
+// liveHeap is the heap in use after a full GC. Two: the first leaves what
+// sync.Pools held in their victim caches, which the second frees, so that
+// it is not freed between two readings instead.
 func liveHeap() uint64 {
+	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

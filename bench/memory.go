@@ -66,7 +66,7 @@ func runMemory(ctx context.Context, cfg Config) (*Result, error) {
 		r.Note = fmt.Sprintf("in-process: bytes_per_task and gc_pause_ms are the whole process's, the embedded etcd's heap included "+
 			"(a full GC of it alone took %.1f ms before the engine loaded); --procs measures the node alone", gcEtcd)
 	}
-	r.EtcdBytesPerTask = float64(db1-db0) / float64(cfg.Tasks)
+	r.EtcdBytesPerTask = float64(max(db1-db0, 0)) / float64(cfg.Tasks) // etcd may compact its pages meanwhile
 	return r, nil
 }
 
@@ -84,7 +84,7 @@ func loadNode(ctx context.Context, c *cluster, cfg Config) (*Result, error) {
 	}
 	r := &Result{Scenario: Memory, Tasks: cfg.Tasks, Nodes: 1, LoadMs: ms(int64(time.Since(start)))}
 	heap1 := liveHeap()
-	r.BytesPerTask = (float64(heap1) - float64(heap0)) / float64(cfg.Tasks)
+	r.BytesPerTask = heapGrowth(heap0, heap1, cfg.Tasks)
 	r.GCPauseMs = timeGC()
 	r.RSSBytes = rss()
 	return r, nil

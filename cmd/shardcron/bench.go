@@ -74,7 +74,12 @@ executor on one probe task per partition (noop fires are invisible; 64
 partitions for burst, and for throughput with --procs, where each probe
 costs the node far more than a noop fire), with handler and http on every
 task.
-In-process, CPU and RSS are the whole process's, embedded etcd included.
+In-process, CPU and RSS are the whole process's, embedded etcd included;
+in a list (or with --runs), rss_bytes also holds what the scenarios before
+it left in the process (the Go runtime returns memory to the system
+slowly): run a scenario alone, or with --procs, for its own RSS. A
+baseline's bytes_per_task is the growth of the live heap after a full GC,
+0 if it shrank.
 
 Examples:
   shardcron bench throughput --tasks 1000000 --duration 20s
