@@ -240,6 +240,11 @@ func TestConfig_Validate(t *testing.T) {
 		{"trace on throughput", Config{Scenario: Throughput, Trace: "t.out"}, "trace: applies to one in-process burst"},
 		{"trace through processes", Config{Scenario: Burst, Trace: "t.out", Procs: true, Binary: "/bin/sh"}, "trace: applies to one in-process burst"},
 		{"trace over runs", Config{Scenario: Burst, Trace: "t.out", Runs: 3}, "trace: applies to one in-process burst"},
+		{"lease of 1s", Config{Scenario: Failover, LeaseTTL: time.Second}, "lease-ttl: must be a whole number of seconds, at least 2s"},
+		{"lease of 2.5s", Config{Scenario: Failover, LeaseTTL: 2500 * time.Millisecond}, "lease-ttl: must be a whole number"},
+		{"negative queue", Config{Scenario: Throughput, Queue: -1}, "queue: must be at least 1, got -1"},
+		{"negative workers", Config{Scenario: Throughput, Workers: -1}, "workers: must be at least 1, got -1"},
+		{"tick past the watermark", Config{Scenario: Throughput, Tick: time.Second}, "tick: must be between"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

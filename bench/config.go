@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/engine/schedule"
+	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 )
 
@@ -246,15 +248,45 @@ func (c Config) Validate() error {
 	if !slices.Contains([]string{ExecNoop, ExecHandler, ExecHTTP}, c.Executor) {
 		bad("executor", "unknown executor %q (want noop, handler or http)", c.Executor)
 	}
-	if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.Replication, Load: c.Load}).Validate(); err != nil {
-		errs = append(errs, err)
+	// The engine's tuning, checked here with the engine's and the ring's
+	// ranges, so that a mistake is named by its flag rather than by an
+	// engine field (and the ring's error is not given twice, by the ring
+	// and by the engine that validates it too).
+	d := engine.DefaultConfig("n")
+	if c.Partitions < 1 || c.Partitions > ring.MaxPartitions {
+		bad("partitions", "must be between 1 and %d, got %d", ring.MaxPartitions, c.Partitions)
 	}
-	ec := c.engineConfig("n")
-	if err := ec.Validate(); err != nil {
-		errs = append(errs, err)
+	if c.Replication < 2 || c.Replication > ring.MaxReplicationFactor {
+		bad("replication", "must be between 2 and %d, got %d", ring.MaxReplicationFactor, c.Replication)
+	}
+	if !(c.Load > 1) || math.IsInf(c.Load, 1) {
+		bad("load", "must be a finite number above 1, got %v", c.Load)
+	}
+	if c.Workers < 1 {
+		bad("workers", "must be at least 1, got %d", c.Workers)
+	}
+	if c.Queue < 1 {
+		bad("queue", "must be at least 1, got %d", c.Queue)
+	}
+	// The engine's watermark interval and misfire threshold (defaults
+	// here) must not be shorter than the tick.
+	if maxTick := min(time.Second, d.WatermarkInterval, d.MisfireThreshold); c.Tick < minTick || c.Tick > maxTick {
+		bad("tick", "must be between %v and %v, got %v", minTick, maxTick, c.Tick)
+	}
+	if c.LeaseTTL < membership.MinTTL || c.LeaseTTL%time.Second != 0 {
+		bad("lease-ttl", "must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v", membership.MinTTL, c.LeaseTTL)
+	}
+	if len(errs) == 0 {
+		// What the checks above miss; a node would refuse it at start.
+		if err := c.engineConfig("n").Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
+
+// minTick is the engine's finest tick.
+const minTick = 100 * time.Microsecond
 
 // engineConfig is a node's engine configuration.
 func (c Config) engineConfig(nodeID string) engine.Config {

@@ -143,3 +143,43 @@ func TestBench_ReportFailsLate(t *testing.T) {
 		t.Errorf("last line of stdout %q: want the JSON result (%v)", lines[len(lines)-1], err)
 	}
 }
+
+// TestBench_FlagOutOfRange: a flag given out of range is a usage error
+// that names the flag, once, and never an engine field.
+func TestBench_FlagOutOfRange(t *testing.T) {
+	testFlagMistakes(t, []flagMistake{
+		{[]string{"--lease-ttl", "1s"}, "lease-ttl: must be a whole number of seconds, at least 2s"},
+		{[]string{"--lease-ttl", "2500ms"}, "lease-ttl: must be a whole number of seconds, at least 2s"},
+		{[]string{"--queue", "-1"}, "queue: must be at least 1, got -1"},
+		{[]string{"--workers", "-1"}, "workers: must be at least 1, got -1"},
+		{[]string{"--replication", "1"}, "replication: must be between 2 and 256, got 1"},
+		{[]string{"--partitions", "100000"}, "partitions: must be between 1 and 65536, got 100000"},
+		{[]string{"--load", "1"}, "load: must be a finite number above 1, got 1"},
+		{[]string{"--tick", "1s"}, "tick: must be between 100µs and 100ms, got 1s"},
+		{[]string{"--tick", "10us"}, "tick: must be between 100µs and 100ms, got 10µs"},
+	})
+}
+
+type flagMistake struct {
+	args []string
+	want string
+}
+
+// testFlagMistakes runs robfig with each mistake's flags, and checks the
+// exit code and that stderr names the flag, once, and no engine field.
+func testFlagMistakes(t *testing.T, mistakes []flagMistake) {
+	t.Helper()
+	for _, tc := range mistakes {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"bench", "robfig"}, tc.args...), nil, &out, &errb)
+		msg := errb.String()
+		if code != exitUsage || strings.Count(msg, tc.want) != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q once", tc.args, code, msg, exitUsage, tc.want)
+		}
+		for _, engineName := range []string{"engine:", "ring:", "Workers", "Queue", "Partitions", "ReplicationFactor", "Tick", "TTL"} {
+			if strings.Contains(msg, engineName) {
+				t.Errorf("%v: stderr %q names %q, not the flag", tc.args, msg, engineName)
+			}
+		}
+	}
+}
