@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/shardcron/shardcron/bench"
 )
@@ -81,6 +84,8 @@ slowly): run a scenario alone, or with --procs, for its own RSS. A
 baseline's bytes_per_task is the growth of the live heap after a full GC,
 0 if it shrank.
 
+A numeric flag given as 0 is refused: leave it out for its default.
+
 Examples:
   shardcron bench throughput --tasks 1000000 --duration 20s
   shardcron bench rebalance --tasks 1000000 --nodes 2 --procs --json
@@ -136,7 +141,18 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Binary = exe
 	}
+	// bench.Config takes 0 for "the default", which only an omitted flag
+	// means: an explicit --tasks 0 is a mistake, as it is for the server.
+	var errs []error
+	for _, name := range zeroIsDefault {
+		if c.given(name) && isZero(c.fs.Lookup(name).Value.(flag.Getter).Get()) {
+			errs = append(errs, fmt.Errorf("%s: must not be 0 (leave --%s out for the default)", name, name))
+		}
+	}
 	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return c.usageError("%v", err)
 	}
 	if report != "" {
@@ -200,6 +216,25 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// zeroIsDefault are the bench flags whose 0 bench.Config takes for the
+// default.
+var zeroIsDefault = []string{"tasks", "nodes", "duration", "partitions", "replication", "load",
+	"workers", "queue", "tick", "lease-ttl", "runs"}
+
+// isZero reports whether v, the value of an int, float or duration flag,
+// is 0.
+func isZero(v any) bool {
+	switch v := v.(type) {
+	case int:
+		return v == 0
+	case float64:
+		return v == 0
+	case time.Duration:
+		return v == 0
+	}
+	return false
 }
 
 // checkReportDir makes dir and checks that a file can be written there,

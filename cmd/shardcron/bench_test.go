@@ -183,3 +183,21 @@ func testFlagMistakes(t *testing.T, mistakes []flagMistake) {
 		}
 	}
 }
+
+// TestBench_FlagGivenAsZero: bench.Config takes 0 for the default, but a
+// flag given as 0 is a mistake, refused as the server refuses it.
+func TestBench_FlagGivenAsZero(t *testing.T) {
+	testFlagMistakes(t, []flagMistake{
+		{[]string{"--tasks", "0"}, "tasks: must not be 0 (leave --tasks out for the default)"},
+		{[]string{"--duration", "0"}, "duration: must not be 0"},
+		{[]string{"--nodes", "0"}, "nodes: must not be 0"},
+		{[]string{"--partitions", "0"}, "partitions: must not be 0"},
+		{[]string{"--replication", "0"}, "replication: must not be 0"},
+		{[]string{"--load", "0"}, "load: must not be 0"},
+		{[]string{"--workers", "0"}, "workers: must not be 0"},
+		{[]string{"--queue", "0"}, "queue: must not be 0"},
+		{[]string{"--tick", "0"}, "tick: must not be 0"},
+		{[]string{"--lease-ttl", "0s"}, "lease-ttl: must not be 0"},
+		{[]string{"--runs", "0"}, "runs: must not be 0"},
+	})
+}
