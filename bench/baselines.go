@@ -86,6 +86,21 @@ func robfigSpec(spec string) string {
 	return spec
 }
 
+// robfigParser parses schedules as robfig/cron does with WithSeconds,
+// plus its descriptors (@every, @daily).
+var robfigParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseRobfig parses a harness schedule (robfigSpec) with robfig/cron,
+// which panics on some specs ("TZ=" prefixes): that is an error too.
+func parseRobfig(spec string) (sched cron.Schedule, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			sched, err = nil, fmt.Errorf("robfig/cron panicked: %v", p)
+		}
+	}()
+	return robfigParser.Parse(robfigSpec(spec))
+}
+
 // robfigJob is a robfig entry that knows which scheduled time each of its
 // runs is for: robfig asks the schedule for the next time when it starts a
 // run, so the times it was given are queued and each run takes the oldest.
@@ -118,9 +133,9 @@ func (j *robfigJob) Run() {
 // newRobfig returns a robfig cron (with seconds) holding one entry per
 // task, each calling run with the task's index and the time it was for.
 func newRobfig(cfg Config, spec string, run func(i int, sched time.Time)) (*cron.Cron, error) {
-	parsed, err := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(robfigSpec(spec))
+	parsed, err := parseRobfig(spec)
 	if err != nil {
-		return nil, fmt.Errorf("bench: robfig: %w", err)
+		return nil, fmt.Errorf("bench: schedule %q: %w", spec, err)
 	}
 	c := cron.New(cron.WithSeconds())
 	for i := range cfg.Tasks {
@@ -152,9 +167,9 @@ func runAfterFunc(ctx context.Context, cfg Config) (*Result, error) {
 	b := newBaseline(cfg, cfg.Schedule, 1)
 	heap0 := liveHeap()
 	ids := taskIDs(cfg.Tasks)
-	sched, err := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(robfigSpec(cfg.Schedule))
+	sched, err := parseRobfig(cfg.Schedule)
 	if err != nil {
-		return nil, fmt.Errorf("bench: afterfunc: %w", err)
+		return nil, fmt.Errorf("bench: schedule %q: %w", cfg.Schedule, err)
 	}
 	// No lock on the fire path: each task's timer has its own slot. A
 	// callback that runs while the run stops may arm one more timer, which

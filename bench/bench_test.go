@@ -240,6 +240,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"trace on throughput", Config{Scenario: Throughput, Trace: "t.out"}, "trace: applies to one in-process burst"},
 		{"trace through processes", Config{Scenario: Burst, Trace: "t.out", Procs: true, Binary: "/bin/sh"}, "trace: applies to one in-process burst"},
 		{"trace over runs", Config{Scenario: Burst, Trace: "t.out", Runs: 3}, "trace: applies to one in-process burst"},
+		{"schedule robfig cannot parse", Config{Scenario: "throughput,robfig", Schedule: "H/2 * * * * *"},
+			`schedule: robfig/cron (used by robfig) cannot parse "H/2 * * * * *"`},
+		{"schedule in a list", Config{Scenario: All, Schedule: "H * * * * *"}, "schedule: robfig/cron (used by lock-per-fire, robfig, afterfunc)"},
 		{"lease of 1s", Config{Scenario: Failover, LeaseTTL: time.Second}, "lease-ttl: must be a whole number of seconds, at least 2s"},
 		{"lease of 2.5s", Config{Scenario: Failover, LeaseTTL: 2500 * time.Millisecond}, "lease-ttl: must be a whole number"},
 		{"negative queue", Config{Scenario: Throughput, Queue: -1}, "queue: must be at least 1, got -1"},
@@ -253,7 +256,7 @@ func TestConfig_Validate(t *testing.T) {
 			}
 		})
 	}
-	for _, ok := range []Config{{Scenario: All}, {Scenario: All, Procs: true, Binary: "/bin/sh"}, {Scenario: "throughput,robfig", Runs: 3}} {
+	for _, ok := range []Config{{Scenario: "throughput,burst", Schedule: "H/2 * * * * *"}, {Scenario: All}, {Scenario: All, Procs: true, Binary: "/bin/sh"}, {Scenario: "throughput,robfig", Runs: 3}} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("Validate(%s) = %v", ok.Scenario, err)
 		}
@@ -313,6 +316,34 @@ func TestMemoryResult(t *testing.T) {
 	} {
 		if _, err := memoryResult([]byte(tc.out), 5000); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("memoryResult(%q) = %v, want an error containing %q", tc.out, err, tc.want)
+		}
+	}
+}
+
+// TestRun_ErrorNamesScenarioOnce: a scenario's error is prefixed by its
+// name, without the package's "bench: " after it.
+func TestRun_ErrorNamesScenarioOnce(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := small(Throughput)
+	cfg.Dir = filepath.Join(file, "work") // cannot be made
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.HasPrefix(err.Error(), "throughput: work directory: ") || strings.Contains(err.Error(), "bench: ") {
+		t.Errorf("Run() = %v, want an error starting \"throughput: work directory: \"", err)
+	}
+	if !errors.Is(err, fs.ErrNotExist) && !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("Run() = %v: the cause is not kept", err)
+	}
+}
+
+// TestParseRobfig_Panic: robfig/cron v3.0.1 panics on a "TZ=" prefix
+// without a spec; parseRobfig returns that as an error.
+func TestParseRobfig_Panic(t *testing.T) {
+	for _, spec := range []string{"TZ=UTC", "CRON_TZ=UTC"} {
+		if _, err := parseRobfig(spec); err == nil {
+			t.Errorf("parseRobfig(%q): no error", spec)
 		}
 	}
 }

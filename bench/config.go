@@ -242,8 +242,15 @@ func (c Config) Validate() error {
 	if c.Duration < time.Second {
 		bad("duration", "must be at least 1s, got %v", c.Duration)
 	}
+	// Every scenario counts the fires it expects with shardcron's parser;
+	// the baselines run robfig/cron's too, which takes other specs: both
+	// are checked now, not after the scenarios before them ran.
 	if _, err := schedule.Parse(c.Schedule, "UTC", "t"); err != nil {
 		bad("schedule", "%v", err)
+	} else if names := robfigScenarios(c.Scenario); len(names) > 0 {
+		if _, err := parseRobfig(c.Schedule); err != nil {
+			bad("schedule", "robfig/cron (used by %s) cannot parse %q: %v", strings.Join(names, ", "), c.Schedule, err)
+		}
 	}
 	if !slices.Contains([]string{ExecNoop, ExecHandler, ExecHTTP}, c.Executor) {
 		bad("executor", "unknown executor %q (want noop, handler or http)", c.Executor)
@@ -287,6 +294,18 @@ func (c Config) Validate() error {
 
 // minTick is the engine's finest tick.
 const minTick = 100 * time.Microsecond
+
+// robfigScenarios returns the scenarios of scenario (All, a list) that
+// run robfig/cron's parser on the schedule.
+func robfigScenarios(scenario string) []string {
+	var out []string
+	for _, s := range scenarioList(scenario) {
+		if (s == LockPerFire || s == Robfig || s == AfterFunc) && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // engineConfig is a node's engine configuration.
 func (c Config) engineConfig(nodeID string) engine.Config {

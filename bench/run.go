@@ -46,13 +46,27 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			}
 			r, err := runOne(ctx, c)
 			if err != nil {
-				return medians(), fmt.Errorf("%s: %w", s, err)
+				return medians(), &scenarioError{s, err}
 			}
 			per[i] = append(per[i], r)
 		}
 	}
 	return medians(), nil
 }
+
+// scenarioError is a scenario's error, named by the scenario. Its text
+// drops the "bench: " the package's errors start with, which would
+// otherwise come after the scenario's name ("robfig: bench: ...").
+type scenarioError struct {
+	scenario string
+	err      error
+}
+
+func (e *scenarioError) Error() string {
+	return e.scenario + ": " + strings.TrimPrefix(e.err.Error(), "bench: ")
+}
+
+func (e *scenarioError) Unwrap() error { return e.err }
 
 // scenarioList expands All and splits a comma-separated list.
 func scenarioList(scenario string) []string {

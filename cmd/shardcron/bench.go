@@ -102,7 +102,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
 	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes (default 1; rebalance, failover and lock-per-fire 3)")
 	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
-	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own)`)
+	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own); lock-per-fire, robfig and afterfunc run it on robfig/cron, which must parse it too`)
 	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-65536 (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member, 2-256 (default 20)")

@@ -59,6 +59,7 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "throughput", "--runs", "-2"}, "runs: must be between"},
 		{[]string{"bench", "throughput,slow"}, `unknown scenario "slow"`},
 		{[]string{"bench", "throughput", "--tasks", "-1"}, "shardcron bench: tasks: must be between 1 and"},
+		{[]string{"bench", "throughput,robfig", "--schedule", "H/2 * * * * *"}, `shardcron bench: schedule: robfig/cron (used by robfig) cannot parse "H/2 * * * * *": failed to parse int from H`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tc.args, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {
