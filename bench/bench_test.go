@@ -347,3 +347,50 @@ func TestParseRobfig_Panic(t *testing.T) {
 		}
 	}
 }
+
+// TestRun_NoFireIsNoted: a window in which the schedule gives no fire
+// reports 0 fires and 0 lag, with a warning on the progress writer and in
+// the result's note, not as a perfect result.
+func TestRun_NoFireIsNoted(t *testing.T) {
+	cfg := small(Throughput)
+	cfg.Duration, cfg.Schedule = time.Second, "0 0 1 1 *"
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	r, m := runJSON(t, cfg)
+	if r.Fires != 0 {
+		t.Skipf("%d fires: the run crossed new year", r.Fires)
+	}
+	if note, _ := m["note"].(string); !strings.Contains(note, "no fire ran in the measured window") {
+		t.Errorf("note %q: want it to say no fire ran", note)
+	}
+	if !strings.Contains(progress.String(), "bench: warning: throughput: no fire ran") {
+		t.Errorf("no warning in the progress:\n%s", progress.String())
+	}
+}
+
+func TestNothingMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		r    Result
+		want []string
+	}{
+		{Result{Scenario: Throughput, Fires: 10}, nil},
+		{Result{Scenario: Throughput}, []string{"no fire ran"}},
+		{Result{Scenario: Robfig}, []string{"no fire ran"}},
+		{Result{Scenario: Memory}, nil},
+		{Result{Scenario: Failover, Fires: 10}, []string{"no partition moved when the node was killed"}},
+		{Result{Scenario: Failover, Fires: 10, MovedPartitions: 3}, nil},
+		{Result{Scenario: Rebalance, Fires: 10, MovedPartitions: 3}, []string{"no partition moved when the node left"}},
+		{Result{Scenario: Rebalance}, []string{"no fire ran", "no partition moved when the node joined", "no partition moved when the node left"}},
+	} {
+		got := nothingMeasured(&tc.r)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s %+v: %q, want %d notes", tc.r.Scenario, tc.r, got, len(tc.want))
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tc.want[i]) {
+				t.Errorf("%s: note %q, want %q", tc.r.Scenario, got[i], tc.want[i])
+			}
+		}
+	}
+}

@@ -101,6 +101,49 @@ func scenarioConfig(given Config, s string, inList bool) Config {
 func IsList(scenario string) bool { return len(scenarioList(scenario)) > 1 }
 
 func runOne(ctx context.Context, cfg Config) (*Result, error) {
+	r, err := runScenario(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range nothingMeasured(r) {
+		// A zero that was not measured reads as a perfect result: say so
+		// now, and in the result.
+		fmt.Fprintf(cfg.Progress, "bench: warning: %s: %s\n", r.Scenario, w)
+		r.Note = strings.TrimPrefix(r.Note+"; "+w, "; ")
+	}
+	return r, nil
+}
+
+// nothingMeasured says which of r's figures measured nothing: no fire in
+// the window (the schedule gave none, or nothing ran), so that fires/s and
+// the lag are 0; no partition moved in a hand-over, so that its figures
+// are 0.
+func nothingMeasured(r *Result) []string {
+	var out []string
+	switch r.Scenario {
+	case Throughput, Burst, LockPerFire, Robfig, AfterFunc, Rebalance, Failover:
+		if r.Fires == 0 {
+			out = append(out, fmt.Sprintf("no fire ran in the measured window (the schedule gave it %d): "+
+				"fires_per_sec and the lag measured nothing", r.ExpectedFires))
+		}
+	}
+	switch r.Scenario {
+	case Rebalance:
+		if r.MovedPartitions == 0 {
+			out = append(out, "no partition moved when the node joined: the hand-over figures measured nothing")
+		}
+		if r.LeaveMovedPartitions == 0 {
+			out = append(out, "no partition moved when the node left: the leave's hand-over figures measured nothing")
+		}
+	case Failover:
+		if r.MovedPartitions == 0 {
+			out = append(out, "no partition moved when the node was killed (it owned none): the hand-over figures measured nothing")
+		}
+	}
+	return out
+}
+
+func runScenario(ctx context.Context, cfg Config) (*Result, error) {
 	switch cfg.Scenario {
 	case Throughput:
 		return runThroughput(ctx, cfg)

@@ -84,6 +84,11 @@ slowly): run a scenario alone, or with --procs, for its own RSS. A
 baseline's bytes_per_task is the growth of the live heap after a full GC,
 0 if it shrank.
 
+A scenario that measured nothing (no fire in its window; in rebalance or
+failover, no partition moved) says so in a warning on stderr and in its
+note (the line after the table; "note" in the JSON): its zeros are not
+results.
+
 A numeric flag given as 0 is refused: leave it out for its default.
 
 Examples:
