@@ -277,8 +277,8 @@ func (c Config) Validate() error {
 	}
 	// The engine's watermark interval and misfire threshold (defaults
 	// here) must not be shorter than the tick.
-	if maxTick := min(time.Second, d.WatermarkInterval, d.MisfireThreshold); c.Tick < minTick || c.Tick > maxTick {
-		bad("tick", "must be between %v and %v, got %v", minTick, maxTick, c.Tick)
+	if maxTick := min(engine.MaxTick, d.WatermarkInterval, d.MisfireThreshold); c.Tick < engine.MinTick || c.Tick > maxTick {
+		bad("tick", "must be between %v and %v, got %v", engine.MinTick, maxTick, c.Tick)
 	}
 	if c.LeaseTTL < membership.MinTTL || c.LeaseTTL%time.Second != 0 {
 		bad("lease-ttl", "must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v", membership.MinTTL, c.LeaseTTL)
@@ -291,9 +291,6 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// minTick is the engine's finest tick.
-const minTick = 100 * time.Microsecond
 
 // robfigScenarios returns the scenarios of scenario (All, a list) that
 // run robfig/cron's parser on the schedule.

@@ -469,7 +469,8 @@ type BatchResult struct {
 // the same id as an earlier one wins: the earlier is Replaced and counts as
 // written when the later is written, and is an error saying so when the
 // later is refused. err stops the batch: what it wrote until then stays
-// written and counted.
+// written, counted in Written but for replaced items, and Replaced is
+// empty.
 func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchResult, err error) {
 	if len(tasks) > MaxBatchItems {
 		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))

@@ -26,8 +26,9 @@ type Assignment struct {
 //
 // With more members than partitions, the P members of lowest xxhash own
 // one partition each and the others stand by with none (active): a member
-// joining or leaving changes who owns as little as it can, and a member
-// that leaves is replaced by a standby.
+// that joins ranked past those P moves nothing, and one of them that
+// leaves is replaced by a standby. (Going from P to P+1 members moves
+// more: the bound falls from consistent's to one partition a member.)
 //
 // It returns a *ValidationError if cfg is invalid or if members is empty,
 // larger than MaxPartitions, or contains an empty name or the same name

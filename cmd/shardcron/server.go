@@ -43,7 +43,6 @@ type serverFlags struct {
 	etcdListen, etcdPeerListen             string
 	etcdQuota                              byteSize
 	etcdQuotaSet                           bool // --etcd-quota given, which applies to the embedded etcd only
-	batchSet                               bool // --batch given: its default otherwise follows a smaller --queue
 	dataDir, listen, advertise, nodeID     string
 	partitions, replication                int
 	load                                   float64
@@ -122,7 +121,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
 	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")
 	fs.StringVar(&f.nodeID, "node-id", "", "unique node id (default: hostname-port); a second live node with the same id is refused")
-	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-65536; each costs its owner a lock, a checkpoint and a watch: a first start took 2 s at 1024 and 34 s at 16384 on 2 cores; nodes past this count stand by)")
+	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-65536; each costs its owner a lock, a checkpoint and a watch, so start-ups and hand-overs grow with it: keep it within a few thousand; nodes past this count stand by)")
 	fs.IntVar(&f.replication, "replication", d.ReplicationFactor, "ring virtual nodes per member (2-256)")
 	fs.Float64Var(&f.load, "load", d.Load, "bounded-load factor: no node owns more than load × the average partitions")
 	fs.IntVar(&f.workers, "workers", d.Workers, "executions that run at once")
@@ -130,7 +129,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.stage, "stage", d.Stage, "most fires of one tick built before it is due and handed to the workers whole at it, even past --queue: about 140 bytes a fire of the largest tick, made ready long before it and kept")
 	fs.IntVar(&f.batch, "batch", d.BatchSize, "fires the dispatch loop hands to the workers at once, at most --queue (not given, it is at most --queue too): smaller batches serve commands (hand-overs, task changes) sooner during a burst")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds, at least 2s)")
-	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-1s): fires are late by less than one tick")
+	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-100ms): fires are late by less than one tick")
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies (at least --tick)")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
 	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept")
@@ -196,10 +195,14 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see --help)\n", fs.Arg(0))
 		return 2
 	}
+	batchSet := false
 	fs.Visit(func(fl *flag.Flag) {
 		f.etcdQuotaSet = f.etcdQuotaSet || fl.Name == "etcd-quota"
-		f.batchSet = f.batchSet || fl.Name == "batch"
+		batchSet = batchSet || fl.Name == "batch"
 	})
+	if !batchSet && f.queue >= 1 {
+		f.batch = min(f.batch, f.queue) // the default follows a smaller --queue
+	}
 	if err := f.check(); err != nil {
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 2
@@ -276,12 +279,13 @@ func (f *serverFlags) readSecrets() error {
 	return nil
 }
 
+// maxTick is the coarsest --tick: the engine's bound, or its watermark
+// interval, which no flag sets and which must not be shorter than the tick.
+var maxTick = min(engine.MaxTick, engine.DefaultConfig("").WatermarkInterval)
+
 // check refuses flag values that the engine would otherwise take as "use
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
-	if !f.batchSet && f.queue >= 1 {
-		f.batch = min(f.batch, f.queue)
-	}
 	switch {
 	case f.etcdQuotaSet && f.etcd != "":
 		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
@@ -304,8 +308,8 @@ func (f *serverFlags) check() error {
 	case f.leaseTTL < membership.MinTTL || f.leaseTTL%time.Second != 0:
 		return fmt.Errorf("--lease-ttl must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v",
 			membership.MinTTL, f.leaseTTL)
-	case f.tick < engine.MinTick || f.tick > engine.MaxTick:
-		return fmt.Errorf("--tick must be between %v and %v, got %v", engine.MinTick, engine.MaxTick, f.tick)
+	case f.tick < engine.MinTick || f.tick > maxTick:
+		return fmt.Errorf("--tick must be between %v and %v, got %v", engine.MinTick, maxTick, f.tick)
 	case f.misfire < f.tick:
 		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
 	case f.historyTTL <= 0:

@@ -261,6 +261,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--replication", "100000"},
 			{"--tick", "1ns"},
 			{"--tick", "1h"},
+			{"--tick", "500ms"}, // past the watermark interval
 			{"--tick", "10ms", "--misfire-threshold", "1ms"},
 			{"--etcd-quota", "lots"},
 			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
