@@ -54,8 +54,9 @@ type checkpoint struct {
 	Watermark time.Time     `json:"watermark"`
 	Released  bool          `json:"released"`
 	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
-	// After are tasks that fired past the watermark (a misfire's catch-up
-	// fire looks up to the present): each resumes after its fire listed.
+	// After are tasks whose last fire was released past the watermark (a
+	// misfire's catch-up fire looks up to the present), at that release
+	// time: each resumes after it.
 	After  []pendingFire  `json:"after,omitempty"`
 	Health []handedHealth `json:"health,omitempty"` // on release: the tasks that failed, for the next owner (health.go)
 }
@@ -67,8 +68,20 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	pending []pendingFire
-	after   []pendingFire  // tasks whose last fire is past mark: they resume after it
-	health  []handedHealth // tasks that failed here (health.go)
+	// after are the tasks whose last fire was released past mark (a
+	// misfire's catch-up fire), each with that release time: the next
+	// owner resumes each after it.
+	after  []pendingFire
+	health []handedHealth // tasks that failed here (health.go)
+}
+
+// lower moves the mark before a fire due at due that cannot be listed, so
+// that the next owner repeats it rather than misses it. No task may then
+// resume past the mark: the unlisted fire may be an after task's.
+func (h *handOver) lower(due int64) {
+	if due-1 < h.mark {
+		h.mark, h.after = due-1, nil
+	}
 }
 
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
@@ -84,6 +97,12 @@ type pendingFire struct {
 // stops before the rest, which the next owner then fires with everything
 // after the mark (repeats rather than misses).
 const maxHandOver = 2000
+
+// maxAfter bounds the tasks one checkpoint lists as fired past its mark;
+// past it, the rest repeat their catch-up fire. With maxHandOver fires and
+// the health handed over, a checkpoint of the longest ids stays within
+// etcd's request limit (1.5 MiB).
+const maxAfter = maxHandOver / 2
 
 // release is the loop's answer to a releaseCmd.
 type release struct {
@@ -110,8 +129,10 @@ func (l *loop) releaseParts(parts []int) release {
 			l.flush(i, r, mark, now)
 			// A misfire fired this task past the mark: the next owner,
 			// resuming after the mark, would fire that time again.
-			if h := out[p]; r.lastFire > mark && len(h.after) < maxHandOver {
-				h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, r.lastFire).UTC()})
+			if h := out[p]; r.lastFire != 0 && len(h.after) < maxAfter {
+				if at := r.lastFire + l.delay(r, r.lastFire); at > mark {
+					h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, at).UTC()})
+				}
 			}
 		})
 		l.holds.set(p, mark)
@@ -123,7 +144,7 @@ func (l *loop) releaseParts(parts []int) release {
 		if len(h.pending) < maxHandOver {
 			h.pending = append(h.pending, pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger})
 		} else {
-			h.mark = min(h.mark, due-1)
+			h.lower(due)
 		}
 	}
 	for i, at := range l.pending {
@@ -176,7 +197,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 				h.pending = append(h.pending, pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
 					Trigger: j.kind == kindTrigger, Backfill: j.kind == kindBackfill})
 			} else {
-				h.mark = min(h.mark, j.due-1)
+				h.lower(j.due)
 			}
 		}
 		return true
@@ -383,7 +404,8 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 	var cur []int
 	size := 0
 	for _, p := range ps {
-		n := 256 + 300*len(hand[p].pending) + (handOverErrorLen+200)*len(hand[p].health) // a generous estimate of the checkpoint
+		h := hand[p]
+		n := 256 + 300*(len(h.pending)+len(h.after)) + (handOverErrorLen+200)*len(h.health) // a generous estimate of the checkpoint
 		if len(cur) == registry.MaxTxnOps/2 || (len(cur) > 0 && size+n > registry.MaxTxnBytes) {
 			chunks, cur, size = append(chunks, cur), nil, 0
 		}

@@ -809,3 +809,108 @@ func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 0
 	})
 }
+
+// loadAfter loads ids (every second, prof) into a new loop at now as
+// acquire does after a release: resuming after hand's mark, each task of
+// hand.after after its fire, then running hand's pending fires.
+func loadAfter(t *testing.T, now time.Time, tweak func(*Config), prof *profile, ids []string, hand *handOver) *testLoop {
+	next := newTestLoop(t, now, tweak)
+	after := map[string]int64{}
+	for _, f := range hand.after {
+		after[f.ID] = f.At.UnixNano()
+	}
+	var defs []taskDef
+	for _, id := range ids {
+		h, _ := next.scheds.Intern("* * * * * *", "UTC", id)
+		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof})
+	}
+	next.handle(&loadCmd{part: 0, resume: hand.mark, after: after, defs: defs, first: true, done: make(chan struct{})})
+	next.handle(&takeOverCmd{part: 0, fires: hand.pending})
+	return next
+}
+
+// A release past the 2000-fire cap lowers its mark so that the next owner
+// repeats the queued fires it could not list. When those are misfires'
+// catch-up fires, fired past the wheel's time, no task may then resume
+// after its catch-up fire: that one ran nowhere and is listed nowhere.
+func TestLoop_ReleasePastTheCapResumesNoTaskAfterItsCatchUp(t *testing.T) {
+	const n = maxHandOver + 100
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tweak := func(cfg *Config) { cfg.Queue, cfg.BatchSize = 4*n, 4*n }
+	tl := newTestLoop(t, base.Add(-time.Second/2), tweak)
+	tl.acked.at.Store(base.UnixNano() - int64(tl.cfg.Lead)) // the lead stops the wheel at 12:00:00
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", ids("q", n)...)
+	tl.clock.Advance(30*time.Second + time.Second/2) // the 12:00:00 timers misfire: fire_once fires 12:00:30
+	tl.dispatchAll()
+	rel := tl.releaseNow(0)
+	tl.handOverQueued(rel.hand) // the workers did not take them
+	hand := rel.hand[0]
+
+	catchUp := base.Add(30 * time.Second)
+	next := loadAfter(t, catchUp.Add(time.Second/4), tweak, prof, ids("q", n), hand)
+	next.dispatchAll()
+	listed := map[string]bool{}
+	for _, f := range hand.pending {
+		listed[f.ID] = listed[f.ID] || f.At.Equal(catchUp)
+	}
+	missed := 0
+	for _, id := range ids("q", n) {
+		if _, r, _ := next.tab.lookup(id); !listed[id] && !(r.lastFire == catchUp.UnixNano() && r.fires > 0) {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Errorf("%d tasks' catch-up fire at %s ran nowhere (mark %s, %d pending, %d after)", missed, catchUp.Format(time.TimeOnly),
+			time.Unix(0, hand.mark).UTC().Format(time.StampNano), len(hand.pending), len(hand.after))
+	}
+}
+
+// A task fired past the mark resumes after that fire on the next owner,
+// jitter or not: the release time is what a resume point compares.
+func TestLoop_ReleaseHandsOverAJitteredCatchUp(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	tl.acked.at.Store(base.UnixNano() - int64(tl.cfg.Lead)) // the lead stops the wheel at 12:00:00
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.jitter = 900 * time.Millisecond
+	var jittered []string
+	for _, id := range ids("jit", 50) { // those whose 12:00:30 is released late in its second
+		if Delay(id, base.Add(30*time.Second).UnixNano(), 900) > 100*time.Millisecond {
+			jittered = append(jittered, id)
+		}
+	}
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", jittered...)
+	tl.clock.Advance(30*time.Second + 950*time.Millisecond) // past every 12:00:30 release: fire_once fires 12:00:30
+	tl.dispatchAll()
+	hand := tl.releaseNow(0).hand[0]
+	if len(hand.after) != len(jittered) {
+		t.Fatalf("%d of %d tasks listed as fired past the mark", len(hand.after), len(jittered))
+	}
+	next := loadAfter(t, base.Add(31*time.Second), nil, prof, jittered, hand)
+	for _, id := range jittered {
+		if _, r, _ := next.tab.lookup(id); r.next <= base.Add(30*time.Second).UnixNano() {
+			t.Errorf("%s resumes at %s, at or before its catch-up fire: it fires again", id, time.Unix(0, r.next).UTC().Format(time.TimeOnly))
+		}
+	}
+}
+
+// An after entry does not hide a one-shot: whether it fires depends on
+// when it was written against the mark, and the entry is for an earlier
+// definition's fire.
+func TestLoop_AfterLeavesAOneShotToItsWrittenTime(t *testing.T) {
+	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, now, nil)
+	at := now.Add(-10 * time.Second)
+	h, _ := tl.scheds.Intern(atSchedule, "UTC", "x")
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedAt, once: true, written: now.Add(-time.Second).UnixNano()}
+	tl.handle(&loadCmd{part: 0, resume: now.Add(-20 * time.Second).UnixNano(), first: true, done: make(chan struct{}),
+		after: map[string]int64{"moved": now.Add(-time.Second / 2).UnixNano()},
+		defs:  []taskDef{{id: "moved", hash: xxhash.Sum64String("moved"), part: 0, sched: h, prof: prof}}})
+	tl.clock.Advance(time.Second)
+	tl.dispatch()
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Errorf("dispatched %v, want the one-shot written after the mark", got)
+	}
+}

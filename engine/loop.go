@@ -37,7 +37,7 @@ type (
 		part   int
 		fence  int64
 		resume int64
-		after  map[string]int64 // tasks that fired past resume, by id: each resumes after its time
+		after  map[string]int64 // tasks whose last fire was released past resume, by id: each resumes after that release
 		defs   []taskDef
 		first  bool // the first chunk of the partition: it becomes owned
 		done   chan struct{}
@@ -290,13 +290,14 @@ func (l *loop) load(c *loadCmd) {
 	}
 	for i := range c.defs {
 		d := &c.defs[i]
-		at, fired := c.after[d.id]
-		l.upsert(d, max(c.resume, at), false)
-		if fired {
-			if _, r, ok := l.tab.lookup(d.id); ok && r.lastFire < at {
-				r.lastFire = at // a release before the wheel passes it hands it on again
-			}
+		resume := c.resume
+		// Not for a one-shot: whether it fires depends on when it was
+		// written against the resume point, which stays the mark; an after
+		// entry for its id is an earlier definition's fire.
+		if w := d.prof.win; w == nil || !w.once {
+			resume = max(resume, c.after[d.id])
 		}
+		l.upsert(d, resume, false)
 	}
 }
 

@@ -89,7 +89,10 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 		case <-t.C:
 		}
 	}
-	cp.Session, cp.Pending, cp.After = sessionID(sess), nil, nil // the handed-over fires were taken too, and the watermark is past After
+	// The handed-over fires were taken too. After goes: from now on the
+	// session's watermark is the resume point, and a crash past it may
+	// repeat a catch-up fire, as after any misfire (doc.go).
+	cp.Session, cp.Pending, cp.After = sessionID(sess), nil, nil
 	var b backoff
 	for {
 		_, err := e.putCheckpoint(ctx, m, p, cp)
