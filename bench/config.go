@@ -260,8 +260,8 @@ func (c Config) Validate() error {
 	// engine field (and the ring's error is not given twice, by the ring
 	// and by the engine that validates it too).
 	d := engine.DefaultConfig("n")
-	if c.Partitions < 1 || c.Partitions > ring.MaxPartitions {
-		bad("partitions", "must be between 1 and %d, got %d", ring.MaxPartitions, c.Partitions)
+	if c.Partitions < 1 || c.Partitions > engine.MaxPartitions {
+		bad("partitions", "must be between 1 and %d, got %d", engine.MaxPartitions, c.Partitions)
 	}
 	if c.Replication < 2 || c.Replication > ring.MaxReplicationFactor {
 		bad("replication", "must be between 2 and %d, got %d", ring.MaxReplicationFactor, c.Replication)

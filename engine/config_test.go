@@ -26,6 +26,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"Queue", func(c *Config) { c.BatchSize = -1 }},
 		{"Tick", func(c *Config) { c.Tick = time.Microsecond }},
 		{"Tick", func(c *Config) { c.Tick = 2 * time.Second }},
+		{"Partitions", func(c *Config) { c.Partitions = MaxPartitions + 1 }},
 		{"MisfireThreshold", func(c *Config) { c.Tick, c.MisfireThreshold = 10*time.Millisecond, time.Millisecond }},
 		{"WatermarkInterval", func(c *Config) { c.Tick, c.WatermarkInterval = 10*time.Millisecond, time.Millisecond }},
 		{"Lead", func(c *Config) { c.WatermarkInterval, c.Lead = time.Second, 1500*time.Millisecond }},

@@ -10,7 +10,7 @@ import (
 // prefix. The task, trigger and index keys are package registry's, which
 // reads and writes them.
 //
-// Partitions are written as five zero-padded digits (P is at most 65536),
+// Partitions are written as five zero-padded digits (P is at most 32768),
 // as the registry writes them.
 type keys struct{ prefix string } // without a trailing slash
 

@@ -109,7 +109,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
 	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own); lock-per-fire, robfig and afterfunc run it on robfig/cron, which must parse it too`)
 	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
-	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-65536 (default 1024)")
+	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-32768 (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member, 2-256 (default 20)")
 	c.fs.Float64Var(&cfg.Load, "load", 0, "bounded-load factor, above 1 (default 1.25)")
 	c.fs.IntVar(&cfg.Workers, "workers", 0, "worker pool size of each node, at least 1 (default 256)")

@@ -154,7 +154,7 @@ func TestBench_FlagOutOfRange(t *testing.T) {
 		{[]string{"--queue", "-1"}, "queue: must be at least 1, got -1"},
 		{[]string{"--workers", "-1"}, "workers: must be at least 1, got -1"},
 		{[]string{"--replication", "1"}, "replication: must be between 2 and 256, got 1"},
-		{[]string{"--partitions", "100000"}, "partitions: must be between 1 and 65536, got 100000"},
+		{[]string{"--partitions", "100000"}, "partitions: must be between 1 and 32768, got 100000"},
 		{[]string{"--load", "1"}, "load: must be a finite number above 1, got 1"},
 		{[]string{"--tick", "1s"}, "tick: must be between 100µs and 100ms, got 1s"},
 		{[]string{"--tick", "10us"}, "tick: must be between 100µs and 100ms, got 10µs"},

@@ -121,7 +121,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
 	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")
 	fs.StringVar(&f.nodeID, "node-id", "", "unique node id (default: hostname-port); a second live node with the same id is refused")
-	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-65536; each costs its owner a lock, a checkpoint and a watch, so start-ups and hand-overs grow with it: keep it within a few thousand; nodes past this count stand by)")
+	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-32768; each costs its owner a lock, a checkpoint and a watch, so start-ups and hand-overs grow with it: keep it within a few thousand; nodes past this count stand by)")
 	fs.IntVar(&f.replication, "replication", d.ReplicationFactor, "ring virtual nodes per member (2-256)")
 	fs.Float64Var(&f.load, "load", d.Load, "bounded-load factor: no node owns more than load × the average partitions")
 	fs.IntVar(&f.workers, "workers", d.Workers, "executions that run at once")
@@ -291,8 +291,8 @@ func (f *serverFlags) check() error {
 		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
 	case f.etcdQuota < minEtcdQuota:
 		return fmt.Errorf("--etcd-quota must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
-	case f.partitions < 1 || f.partitions > 65536:
-		return fmt.Errorf("--partitions must be between 1 and 65536, got %d", f.partitions)
+	case f.partitions < 1 || f.partitions > engine.MaxPartitions:
+		return fmt.Errorf("--partitions must be between 1 and %d, got %d", engine.MaxPartitions, f.partitions)
 	case f.replication < 2 || f.replication > ring.MaxReplicationFactor:
 		return fmt.Errorf("--replication must be between 2 and %d, got %d", ring.MaxReplicationFactor, f.replication)
 	case f.load <= 1:

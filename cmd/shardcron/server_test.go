@@ -252,6 +252,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--history-failure-limit", "-1"},
 			{"--log-format", "xml"},
 			{"--partitions", "0"},
+			{"--partitions", "65536"}, // past engine.MaxPartitions
 			{"--workers", "-1"},
 			{"--queue", "100", "--batch", "200"}, // a batch larger than the queue
 			{"--stage", "0"},
