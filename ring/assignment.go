@@ -188,9 +188,14 @@ func (a *Assignment) Config() Config { return a.cfg }
 func (a *Assignment) Partitions() int { return len(a.owners) }
 
 // Capacity returns the most partitions any member may own:
-// min(P, ceil(floor(P/N) × Load)), with N at most P (the members that own
-// partitions). Every entry of Loads is at most Capacity.
-func (a *Assignment) Capacity() int { return a.cfg.capacity(min(len(a.members), a.cfg.Partitions)) }
+// min(P, ceil(floor(P/N) × Load)), or 1 with more members than partitions.
+// Every entry of Loads is at most Capacity.
+func (a *Assignment) Capacity() int {
+	if len(a.members) > a.cfg.Partitions {
+		return 1
+	}
+	return a.cfg.capacity(len(a.members))
+}
 
 // Owner returns the member that owns partition p, or "" if p is not in
 // [0, Partitions()). It never allocates.

@@ -62,8 +62,12 @@ func checkInvariants(t *testing.T, a *Assignment, cfg Config, members []string) 
 	}
 	n := min(len(members), cfg.Partitions) // the members that own partitions
 	capacity := a.Capacity()
-	if want := math.Min(float64(cfg.Partitions), math.Ceil(float64(cfg.Partitions/n)*cfg.Load)); capacity != int(want) {
-		t.Fatalf("Capacity() = %d, want min(P, ceil(floor(P/N)×Load)) = %v", capacity, want)
+	wantCap := math.Min(float64(cfg.Partitions), math.Ceil(float64(cfg.Partitions/n)*cfg.Load))
+	if len(members) > cfg.Partitions {
+		wantCap = 1 // one partition each
+	}
+	if capacity != int(wantCap) {
+		t.Fatalf("Capacity() = %d, want min(P, ceil(floor(P/N)×Load)), or 1 past P members: %v", capacity, wantCap)
 	}
 	if bound := math.Ceil(cfg.Load * float64(cfg.Partitions) / float64(n)); float64(capacity) > bound {
 		t.Fatalf("Capacity() = %d exceeds ceil(Load×P/N) = %v", capacity, bound)
