@@ -216,6 +216,10 @@ func TestRun_KeyedExecutors(t *testing.T) {
 }
 
 func TestConfig_Validate(t *testing.T) {
+	used := t.TempDir() // a directory an earlier run left
+	if err := os.Mkdir(filepath.Join(used, "etcd"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -244,6 +248,7 @@ func TestConfig_Validate(t *testing.T) {
 			`schedule: robfig/cron (used by robfig) cannot parse "H/2 * * * * *"`},
 		{"schedule in a list", Config{Scenario: All, Schedule: "H * * * * *"}, "schedule: robfig/cron (used by lock-per-fire, robfig, afterfunc)"},
 		{"lease of 1s", Config{Scenario: Failover, LeaseTTL: time.Second}, "lease-ttl: must be a whole number of seconds, at least 2s"},
+		{"dir of an earlier run", Config{Scenario: Throughput, Dir: used}, "is not empty: an earlier run's"},
 		{"lease of 2.5s", Config{Scenario: Failover, LeaseTTL: 2500 * time.Millisecond}, "lease-ttl: must be a whole number"},
 		{"negative queue", Config{Scenario: Throughput, Queue: -1}, "queue: must be at least 1, got -1"},
 		{"negative workers", Config{Scenario: Throughput, Workers: -1}, "workers: must be at least 1, got -1"},

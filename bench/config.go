@@ -216,6 +216,11 @@ func (c Config) Validate() error {
 			bad("binary", "%q is not an executable file", c.Binary)
 		}
 	}
+	if c.Dir != "" {
+		if ents, err := os.ReadDir(c.Dir); err == nil && len(ents) > 0 {
+			bad("dir", "%s is not empty: an earlier run's etcd and caches would mix with this one's (its nodes then wait for tasks this run did not write); give a new or empty directory", c.Dir)
+		}
+	}
 	if c.Trace != "" && (c.Scenario != Burst || c.Procs || c.Runs > 1) {
 		bad("trace", "applies to one in-process burst (no --procs, --runs 1), not to %s", c.Scenario)
 	}
