@@ -52,7 +52,7 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	}
 }
 
-// decodeSelector reads a selector, refusing unknown fields: a misspelt
+// decodeSelector decodes a selector, refusing unknown fields: a misspelt
 // "lables" must not widen a delete to every task of a prefix.
 func decodeSelector(b []byte) (task.Selector, error) {
 	var sel task.Selector
