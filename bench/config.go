@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -217,8 +219,8 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Dir != "" {
-		if ents, err := os.ReadDir(c.Dir); err == nil && len(ents) > 0 {
-			bad("dir", "%s is not empty: an earlier run's etcd and caches would mix with this one's (its nodes then wait for tasks this run did not write); give a new or empty directory", c.Dir)
+		if err := checkWorkDir(c.Dir); err != nil {
+			bad("dir", "%v", err)
 		}
 	}
 	if c.Trace != "" && (c.Scenario != Burst || c.Procs || c.Runs > 1) {
@@ -295,6 +297,31 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkWorkDir refuses a work directory that is not one, or that holds an
+// earlier run's etcd, directly or in a scenario's subdirectory: its tasks
+// and caches would mix with this run's, whose nodes then wait for tasks it
+// did not write. Anything else in it (a report) may stay.
+func checkWorkDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Name() == "etcd" || e.IsDir() && fileExists(filepath.Join(dir, e.Name(), "etcd")) {
+			return fmt.Errorf("%s holds an earlier run (%s): give a new or empty directory", dir, filepath.Join(dir, e.Name()))
+		}
+	}
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // robfigScenarios returns the scenarios of scenario (All, a list) that

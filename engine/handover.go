@@ -55,8 +55,8 @@ type checkpoint struct {
 	Released  bool          `json:"released"`
 	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
 	// After are tasks whose last fire was released past the watermark (a
-	// misfire's catch-up fire looks up to the present), at that release
-	// time: each resumes after it.
+	// misfire's catch-up fire looks up to the present), at that fire's
+	// scheduled time: each resumes after it.
 	After  []pendingFire  `json:"after,omitempty"`
 	Health []handedHealth `json:"health,omitempty"` // on release: the tasks that failed, for the next owner (health.go)
 }
@@ -69,10 +69,36 @@ type handOver struct {
 	mark    int64
 	pending []pendingFire
 	// after are the tasks whose last fire was released past mark (a
-	// misfire's catch-up fire), each with that release time: the next
-	// owner resumes each after it.
+	// misfire's catch-up fire), each with that fire's scheduled time: the
+	// next owner resumes each after it.
 	after  []pendingFire
 	health []handedHealth // tasks that failed here (health.go)
+}
+
+// handedTo is what a partition's previous owner handed over with its tasks,
+// by task id, for the load that arms them.
+type handedTo struct {
+	after  map[string]int64        // tasks fired past the resume point: each resumes after that fire
+	health map[string]handedHealth // tasks that failed there (health.go)
+}
+
+// handedFrom indexes what acquire read: the after list and the released
+// checkpoint prev's health.
+func handedFrom(after []pendingFire, prev []byte) handedTo {
+	var h handedTo
+	if len(after) > 0 {
+		h.after = make(map[string]int64, len(after))
+		for _, f := range after {
+			h.after[f.ID] = f.At.UnixNano()
+		}
+	}
+	if health := checkpointHealth(prev); len(health) > 0 {
+		h.health = make(map[string]handedHealth, len(health))
+		for _, e := range health {
+			h.health[e.ID] = e
+		}
+	}
+	return h
 }
 
 // lower moves the mark before a fire due at due that cannot be listed, so
@@ -100,8 +126,10 @@ const maxHandOver = 2000
 
 // maxAfter bounds the tasks one checkpoint lists as fired past its mark;
 // past it, the rest repeat their catch-up fire. With maxHandOver fires and
-// the health handed over, a checkpoint of the longest ids stays within
-// etcd's request limit (1.5 MiB).
+// the health handed over, a checkpoint of ids of 256 plain characters
+// stays within etcd's request limit (1.5 MiB); ids full of the characters
+// JSON escapes (<, >, &: 6 bytes each) may not, and such a release then
+// commits one partition a transaction.
 const maxAfter = maxHandOver / 2
 
 // release is the loop's answer to a releaseCmd.
@@ -129,10 +157,8 @@ func (l *loop) releaseParts(parts []int) release {
 			l.flush(i, r, mark, now)
 			// A misfire fired this task past the mark: the next owner,
 			// resuming after the mark, would fire that time again.
-			if h := out[p]; r.lastFire != 0 && len(h.after) < maxAfter {
-				if at := r.lastFire + l.delay(r, r.lastFire); at > mark {
-					h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, at).UTC()})
-				}
+			if h := out[p]; r.lastFire != 0 && len(h.after) < maxAfter && r.lastFire+l.delay(r, r.lastFire) > mark {
+				h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, r.lastFire).UTC()})
 			}
 		})
 		l.holds.set(p, mark)

@@ -824,7 +824,7 @@ func loadAfter(t *testing.T, now time.Time, tweak func(*Config), prof *profile, 
 		h, _ := next.scheds.Intern("* * * * * *", "UTC", id)
 		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof})
 	}
-	next.handle(&loadCmd{part: 0, resume: hand.mark, after: after, defs: defs, first: true, done: make(chan struct{})})
+	next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedTo{after: after}, defs: defs, first: true, done: make(chan struct{})})
 	next.handle(&takeOverCmd{part: 0, fires: hand.pending})
 	return next
 }
@@ -906,11 +906,39 @@ func TestLoop_AfterLeavesAOneShotToItsWrittenTime(t *testing.T) {
 	prof := noopProfile(task.MisfireFireOnce)
 	prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedAt, once: true, written: now.Add(-time.Second).UnixNano()}
 	tl.handle(&loadCmd{part: 0, resume: now.Add(-20 * time.Second).UnixNano(), first: true, done: make(chan struct{}),
-		after: map[string]int64{"moved": now.Add(-time.Second / 2).UnixNano()},
-		defs:  []taskDef{{id: "moved", hash: xxhash.Sum64String("moved"), part: 0, sched: h, prof: prof}}})
+		handed: handedTo{after: map[string]int64{"moved": now.Add(-time.Second / 2).UnixNano()}},
+		defs:   []taskDef{{id: "moved", hash: xxhash.Sum64String("moved"), part: 0, sched: h, prof: prof}}})
 	tl.clock.Advance(time.Second)
 	tl.dispatch()
 	if got := tl.dispatched(0); len(got) != 1 {
 		t.Errorf("dispatched %v, want the one-shot written after the mark", got)
+	}
+}
+
+// A task handed over as fired past the mark, released again before the new
+// owner's wheel reaches that fire (its clock behind the first owner's, or
+// its lead), is handed on as such: the third owner does not fire it again.
+func TestLoop_AfterIsHandedOnByASecondRelease(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	tl.acked.at.Store(base.UnixNano() - int64(tl.cfg.Lead)) // the lead stops the wheel at 12:00:00
+	prof := noopProfile(task.MisfireFireOnce)
+	rs := ids("r", 5)
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", rs...)
+	tl.clock.Advance(30*time.Second + time.Second/2) // fire_once fires 12:00:30
+	tl.dispatchAll()
+	first := tl.releaseNow(0).hand[0]
+
+	second := loadAfter(t, base.Add(29*time.Second+800*time.Millisecond), nil, prof, rs, first)
+	hand := second.releaseNow(0).hand[0]
+	if len(hand.after) != len(rs) {
+		t.Fatalf("the second release lists %d of %d tasks as fired past its mark (%s)", len(hand.after), len(rs),
+			time.Unix(0, hand.mark).UTC().Format(time.StampMilli))
+	}
+	third := loadAfter(t, base.Add(31*time.Second), nil, prof, rs, hand)
+	for _, id := range rs {
+		if _, r, _ := third.tab.lookup(id); r.next <= base.Add(30*time.Second).UnixNano() {
+			t.Errorf("%s resumes at %s on the third owner: its 12:00:30 fires again", id, time.Unix(0, r.next).UTC().Format(time.TimeOnly))
+		}
 	}
 }

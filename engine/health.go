@@ -400,29 +400,23 @@ func (l *loop) handHealth(p int) []handedHealth {
 	return out[:min(len(out), maxHandOverHealth)]
 }
 
-// healthCmd gives the tasks of a partition just taken the health its
-// previous owner handed over.
-type healthCmd struct {
-	part    int
-	entries []handedHealth
-}
-
-func (c *healthCmd) run(l *loop) {
-	for _, e := range c.entries {
-		i, r, ok := l.tab.lookup(e.ID)
-		if !ok || int(r.part) != c.part || r.failStreak != 0 || r.flags&flagOK != 0 {
-			continue // gone, or it has a fire's outcome here already
-		}
-		r.failStreak = e.Fails
-		h := l.health[i]
-		if !e.FailedAt.IsZero() {
-			h.failAt, h.err = e.FailedAt.UnixNano(), strings.Clone(e.Error)
-		}
-		if !e.OKAt.IsZero() {
-			h.okAt = unixSecs(e.OKAt.UnixNano())
-		}
-		l.health[i] = h
+// adoptHealth gives task i, just loaded, the health its previous owner
+// handed over, unless it has a fire's outcome here already. The load that
+// arms the task does it, so that no fire comes between: one would start a
+// streak of its own and alert again.
+func (l *loop) adoptHealth(i uint32, r *record, e handedHealth) {
+	if r.failStreak != 0 || r.flags&flagOK != 0 {
+		return
 	}
+	r.failStreak = e.Fails
+	h := l.health[i]
+	if !e.FailedAt.IsZero() {
+		h.failAt, h.err = e.FailedAt.UnixNano(), strings.Clone(e.Error)
+	}
+	if !e.OKAt.IsZero() {
+		h.okAt = unixSecs(e.OKAt.UnixNano())
+	}
+	l.health[i] = h
 }
 
 // checkpointHealth returns the health a released checkpoint hands over;

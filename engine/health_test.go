@@ -278,7 +278,12 @@ func TestLoop_HandHealth(t *testing.T) {
 	next := newTestLoop()
 	i, r, _ := next.tab.lookup("t/0002")
 	next.outcome(i, r, at+2*int64(time.Hour), statusOK, "") // succeeded on the new owner already
-	next.handle(&healthCmd{part: 1, entries: handed})
+	// As the load that arms them does:
+	for _, e := range handed {
+		if i, r, ok := next.tab.lookup(e.ID); ok {
+			next.adoptHealth(i, r, e)
+		}
+	}
 	now := at + 3*int64(time.Hour)
 	i, r, _ = next.tab.lookup("t/0001")
 	if s := next.stateOf(i, r, now); s.ConsecutiveFailures != 1 || !s.LastFailureAt.Equal(time.Unix(0, at)) || s.LastError != first.Error {

@@ -258,7 +258,7 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // with touched (the tasks changed since it was read: their last value, nil
 // when deleted; catchup.go), resuming after resume: every task is armed
 // from the resume point as etcd had it when the partition became ours.
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, after []pendingFire, touched map[string][]byte) error {
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, handed handedTo, touched map[string][]byte) error {
 	p := prep.p
 	defs := prep.defs
 	if len(touched) > 0 {
@@ -275,14 +275,7 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, a
 			}
 		}
 	}
-	var afterAt map[string]int64
-	if len(after) > 0 {
-		afterAt = make(map[string]int64, len(after))
-		for _, f := range after {
-			afterAt[f.ID] = f.At.UnixNano()
-		}
-	}
-	return e.send(ctx, p, fence, resume, afterAt, defs)
+	return e.send(ctx, p, fence, resume, handed, defs)
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that
@@ -302,11 +295,11 @@ func (e *Engine) dropCache(p int, err error) {
 func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
 
 // send hands defs to the loop in chunks and waits until it took them all.
-func (e *Engine) send(ctx context.Context, p int, fence, resume int64, after map[string]int64, defs []taskDef) error {
+func (e *Engine) send(ctx context.Context, p int, fence, resume int64, handed handedTo, defs []taskDef) error {
 	first := true
 	for first || len(defs) > 0 {
 		n := min(len(defs), loadChunk)
-		c := &loadCmd{part: p, fence: fence, resume: resume, after: after, defs: defs[:n], first: first, done: make(chan struct{})}
+		c := &loadCmd{part: p, fence: fence, resume: resume, handed: handed, defs: defs[:n], first: first, done: make(chan struct{})}
 		defs = defs[n:]
 		first = false
 		if err := e.call(ctx, c); err != nil {

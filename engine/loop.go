@@ -37,7 +37,7 @@ type (
 		part   int
 		fence  int64
 		resume int64
-		after  map[string]int64 // tasks whose last fire was released past resume, by id: each resumes after that release
+		handed handedTo
 		defs   []taskDef
 		first  bool // the first chunk of the partition: it becomes owned
 		done   chan struct{}
@@ -294,10 +294,23 @@ func (l *loop) load(c *loadCmd) {
 		// Not for a one-shot: whether it fires depends on when it was
 		// written against the resume point, which stays the mark; an after
 		// entry for its id is an earlier definition's fire.
-		if w := d.prof.win; w == nil || !w.once {
-			resume = max(resume, c.after[d.id])
+		at, fired := c.handed.after[d.id]
+		if w := d.prof.win; fired && (w == nil || !w.once) {
+			resume = max(resume, at+int64(Delay(d.id, at, uint32(d.prof.jitter/time.Millisecond)))) // a release time
+		} else {
+			fired = false
 		}
 		l.upsert(d, resume, false)
+		i, r, ok := l.tab.lookup(d.id)
+		if !ok {
+			continue
+		}
+		if fired {
+			r.lastFire = max(r.lastFire, at) // a release before the wheel passes it hands it on again
+		}
+		if e, failed := c.handed.health[d.id]; failed {
+			l.adoptHealth(i, r, e) // before any fire of it here, in the same command
+		}
 	}
 }
 

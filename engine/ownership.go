@@ -525,7 +525,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	if err != nil {
 		return undo(fmt.Errorf("catch up: %w", err))
 	}
-	if err := e.arm(ctx, prep, fence, resume, after, touched); err != nil {
+	if err := e.arm(ctx, prep, fence, resume, handedFrom(after, prev), touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 	if len(pending) > 0 {
@@ -539,12 +539,6 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	// Ended delete_after_fire tasks whose last owner did not delete them.
 	if err := e.call(ctx, &endedCmd{part: p}); err != nil {
 		return undo(fmt.Errorf("look for ended tasks: %w", err))
-	}
-	if health := checkpointHealth(prev); len(health) > 0 {
-		// Best effort: the tasks' health is not worth undoing the acquire.
-		if err := e.call(ctx, &healthCmd{part: p, entries: health}); err != nil {
-			e.log.Warn("the health of tasks handed over was not applied", "partition", p, "tasks", len(health), "err", err)
-		}
 	}
 	// The watch's goroutine closes done once the naming has ended too,
 	// with no goroutine of its own for that: every garbage collection

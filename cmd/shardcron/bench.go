@@ -120,7 +120,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&cfg.Etcd, "etcd", "", "memory only: the client URL of an etcd that already holds --tasks tasks; the bench starts no etcd, writes no task and measures the one engine it loads them into")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")
-	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, new or empty, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
+	c.fs.StringVar(&cfg.Dir, "dir", "", "work directory for etcd, the caches and the node logs, not one an earlier run used, kept afterwards; several scenarios or runs each get a subdirectory (default: a temporary directory, removed afterwards)")
 	c.fs.BoolVar(&asJSON, "json", false, `print the result as one JSON object on the last line of stdout (several scenarios: {"results":[...],"ratios":[...]})`)
 	c.fs.StringVar(&report, "report", "", "write DIR/report.html (the comparison table, the ratios and SVG charts, self-contained) and each chart as DIR/*.svg; DIR is made and checked for writing before the run")
 	c.fs.StringVar(&cfg.Trace, "trace", "", "burst only, in-process: write the Go execution trace of the burst, from 250 ms before its second until every fire ran, to FILE (go tool trace)")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -295,8 +296,8 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--partitions must be between 1 and %d, got %d", engine.MaxPartitions, f.partitions)
 	case f.replication < 2 || f.replication > ring.MaxReplicationFactor:
 		return fmt.Errorf("--replication must be between 2 and %d, got %d", ring.MaxReplicationFactor, f.replication)
-	case f.load <= 1:
-		return fmt.Errorf("--load must be more than 1, got %v", f.load)
+	case !(f.load > 1) || math.IsInf(f.load, 1):
+		return fmt.Errorf("--load must be a finite number above 1, got %v", f.load)
 	case f.workers < 1:
 		return fmt.Errorf("--workers must be at least 1, got %d", f.workers)
 	case f.queue < 1:

@@ -259,6 +259,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--lease-ttl", "1500ms"}, // under etcd's 2 s minimum
 			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
+			{"--load", "NaN"},
+			{"--load", "+Inf"},
 			{"--replication", "100000"},
 			{"--tick", "1ns"},
 			{"--tick", "1h"},
