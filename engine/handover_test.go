@@ -815,16 +815,12 @@ func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
 // hand.after after its fire, then running hand's pending fires.
 func loadAfter(t *testing.T, now time.Time, tweak func(*Config), prof *profile, ids []string, hand *handOver) *testLoop {
 	next := newTestLoop(t, now, tweak)
-	after := map[string]int64{}
-	for _, f := range hand.after {
-		after[f.ID] = f.At.UnixNano()
-	}
 	var defs []taskDef
 	for _, id := range ids {
 		h, _ := next.scheds.Intern("* * * * * *", "UTC", id)
 		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof})
 	}
-	next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedTo{after: after}, defs: defs, first: true, done: make(chan struct{})})
+	next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, nil), defs: defs, first: true, done: make(chan struct{})})
 	next.handle(&takeOverCmd{part: 0, fires: hand.pending})
 	return next
 }

@@ -301,6 +301,10 @@ func (l *loop) load(c *loadCmd) {
 			fired = false
 		}
 		l.upsert(d, resume, false)
+		e, failed := c.handed.health[d.id]
+		if !fired && !failed {
+			continue // the common case: no second lookup on the load path
+		}
 		i, r, ok := l.tab.lookup(d.id)
 		if !ok {
 			continue
@@ -308,7 +312,7 @@ func (l *loop) load(c *loadCmd) {
 		if fired {
 			r.lastFire = max(r.lastFire, at) // a release before the wheel passes it hands it on again
 		}
-		if e, failed := c.handed.health[d.id]; failed {
+		if failed {
 			l.adoptHealth(i, r, e) // before any fire of it here, in the same command
 		}
 	}
