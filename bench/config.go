@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,8 +14,7 @@ import (
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/engine/schedule"
-	"github.com/shardcron/shardcron/membership"
-	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/internal/tuning"
 )
 
 // Scenario names, as 'shardcron bench <scenario>' takes them.
@@ -262,33 +260,14 @@ func (c Config) Validate() error {
 	if !slices.Contains([]string{ExecNoop, ExecHandler, ExecHTTP}, c.Executor) {
 		bad("executor", "unknown executor %q (want noop, handler or http)", c.Executor)
 	}
-	// The engine's tuning, checked here with the engine's and the ring's
-	// ranges, so that a mistake is named by its flag rather than by an
-	// engine field (and the ring's error is not given twice, by the ring
-	// and by the engine that validates it too).
-	d := engine.DefaultConfig("n")
-	if c.Partitions < 1 || c.Partitions > engine.MaxPartitions {
-		bad("partitions", "must be between 1 and %d, got %d", engine.MaxPartitions, c.Partitions)
-	}
-	if c.Replication < 2 || c.Replication > ring.MaxReplicationFactor {
-		bad("replication", "must be between 2 and %d, got %d", ring.MaxReplicationFactor, c.Replication)
-	}
-	if !(c.Load > 1) || math.IsInf(c.Load, 1) {
-		bad("load", "must be a finite number above 1, got %v", c.Load)
-	}
-	if c.Workers < 1 {
-		bad("workers", "must be at least 1, got %d", c.Workers)
-	}
-	if c.Queue < 1 {
-		bad("queue", "must be at least 1, got %d", c.Queue)
-	}
-	// The engine's watermark interval and misfire threshold (defaults
-	// here) must not be shorter than the tick.
-	if maxTick := min(engine.MaxTick, d.WatermarkInterval, d.MisfireThreshold); c.Tick < engine.MinTick || c.Tick > maxTick {
-		bad("tick", "must be between %v and %v, got %v", engine.MinTick, maxTick, c.Tick)
-	}
-	if c.LeaseTTL < membership.MinTTL || c.LeaseTTL%time.Second != 0 {
-		bad("lease-ttl", "must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v", membership.MinTTL, c.LeaseTTL)
+	// The engine's tuning, named by its flags rather than by an engine
+	// field (and the ring's error not given twice, by the ring and by the
+	// engine that validates it too).
+	for _, e := range tuning.Check(tuning.Values{
+		Partitions: c.Partitions, Replication: c.Replication, Workers: c.Workers, Queue: c.Queue,
+		Load: c.Load, Tick: c.Tick, LeaseTTL: c.LeaseTTL,
+	}) {
+		bad(e.Flag, "%s", e.Msg)
 	}
 	if len(errs) == 0 {
 		// What the checks above miss; a node would refuse it at start.

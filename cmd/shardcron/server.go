@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -28,9 +27,9 @@ import (
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/internal/tuning"
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/store"
 )
 
@@ -280,10 +279,6 @@ func (f *serverFlags) readSecrets() error {
 	return nil
 }
 
-// maxTick is the coarsest --tick: the engine's bound, or its watermark
-// interval, which no flag sets and which must not be shorter than the tick.
-var maxTick = min(engine.MaxTick, engine.DefaultConfig("").WatermarkInterval)
-
 // check refuses flag values that the engine would otherwise take as "use
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
@@ -292,25 +287,18 @@ func (f *serverFlags) check() error {
 		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
 	case f.etcdQuota < minEtcdQuota:
 		return fmt.Errorf("--etcd-quota must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
-	case f.partitions < 1 || f.partitions > engine.MaxPartitions:
-		return fmt.Errorf("--partitions must be between 1 and %d, got %d", engine.MaxPartitions, f.partitions)
-	case f.replication < 2 || f.replication > ring.MaxReplicationFactor:
-		return fmt.Errorf("--replication must be between 2 and %d, got %d", ring.MaxReplicationFactor, f.replication)
-	case !(f.load > 1) || math.IsInf(f.load, 1):
-		return fmt.Errorf("--load must be a finite number above 1, got %v", f.load)
-	case f.workers < 1:
-		return fmt.Errorf("--workers must be at least 1, got %d", f.workers)
-	case f.queue < 1:
-		return fmt.Errorf("--queue must be at least 1, got %d", f.queue)
+	}
+	if errs := tuning.Check(tuning.Values{
+		Partitions: f.partitions, Replication: f.replication, Workers: f.workers, Queue: f.queue,
+		Load: f.load, Tick: f.tick, LeaseTTL: f.leaseTTL,
+	}); len(errs) > 0 {
+		return fmt.Errorf("--%s %s", errs[0].Flag, errs[0].Msg)
+	}
+	switch {
 	case f.stage < 1:
 		return fmt.Errorf("--stage must be at least 1, got %d", f.stage)
 	case f.batch < 1 || f.batch > f.queue:
 		return fmt.Errorf("--batch must be between 1 and --queue (%d), got %d", f.queue, f.batch)
-	case f.leaseTTL < membership.MinTTL || f.leaseTTL%time.Second != 0:
-		return fmt.Errorf("--lease-ttl must be a whole number of seconds, at least %v (etcd leases count whole seconds), got %v",
-			membership.MinTTL, f.leaseTTL)
-	case f.tick < engine.MinTick || f.tick > maxTick:
-		return fmt.Errorf("--tick must be between %v and %v, got %v", engine.MinTick, maxTick, f.tick)
 	case f.misfire < f.tick:
 		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
 	case f.historyTTL <= 0:
