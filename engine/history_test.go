@@ -58,6 +58,13 @@ func TestEngine_HistoryLimit(t *testing.T) {
 		}
 		return ok, failed
 	}
+	// A worker records a fire once its handler returned, after the call
+	// counted above: wait until the records of 15 fires are in too.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		lok, lfailed := count("limited")
+		dok, dfailed := count("default")
+		return lok >= 2 && lfailed >= 1 && dok >= 10 && dfailed >= 5
+	})
 	if ok, failed := count("limited"); ok != 2 || failed != 1 {
 		t.Errorf("limited: %d successes and %d failures kept, want 2 and 1", ok, failed)
 	}

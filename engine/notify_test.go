@@ -181,8 +181,12 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		t.Errorf("pause/1 alerts on recovery only, and did not recover: %+v", got)
 	}
 	// The notifier counts a pause once its write returned, which may be
-	// after the registry already shows it.
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return n.e.Stats().PausedOnFailure >= 2 })
+	// after the registry already shows it, and an alert once its answer
+	// came back, after the sink recorded it.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		st := n.e.Stats()
+		return st.PausedOnFailure >= 2 && st.Notify["sent"] >= 4
+	})
 	st := n.e.Stats()
 	if st.Notify["sent"] != 4 || st.Notify["failed"] != 0 || st.Notify["dropped"] != 0 || st.PausedOnFailure != 2 {
 		t.Errorf("stats: notify %v, paused on failure %d; want 4 sent, 2 pauses", st.Notify, st.PausedOnFailure)

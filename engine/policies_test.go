@@ -206,6 +206,9 @@ func TestEngine_Retries(t *testing.T) {
 				t.Errorf("failed record with error %q, want the handler's", e.Error)
 			}
 		}
+		// The loop counts an attempt once the worker's completion reaches
+		// it, after the worker wrote its record: wait for the second.
+		etcdtest.WaitFor(t, 5*time.Second, func() bool { return taskState(t, n, "broken").Failures >= 2 })
 		st := taskState(t, n, "broken")
 		if st.Failures < 2 || st.LastStatus != "failed" {
 			t.Errorf("state: %d failures, last status %q; want at least 2 and failed", st.Failures, st.LastStatus)
