@@ -394,6 +394,8 @@ func TestNothingMeasured(t *testing.T) {
 		{Result{Scenario: Failover, Fires: 10, MovedPartitions: 3}, nil},
 		{Result{Scenario: Rebalance, Fires: 10, MovedPartitions: 3}, []string{"no partition moved when the node left"}},
 		{Result{Scenario: Rebalance}, []string{"no fire ran", "no partition moved when the node joined", "no partition moved when the node left"}},
+		{Result{Scenario: Restart, ReadyMs: 900}, []string{"no fire came within a minute of ready"}},
+		{Result{Scenario: Restart, ReadyMs: 900, FirstFireMs: 950}, nil},
 	} {
 		got := nothingMeasured(&tc.r)
 		if len(got) != len(tc.want) {

@@ -117,7 +117,7 @@ func runOne(ctx context.Context, cfg Config) (*Result, error) {
 // nothingMeasured says which of r's figures measured nothing: no fire in
 // the window (the schedule gave none, or nothing ran), so that fires/s and
 // the lag are 0; no partition moved in a hand-over, so that its figures
-// are 0.
+// are 0; no fire after a restart.
 func nothingMeasured(r *Result) []string {
 	var out []string
 	switch r.Scenario {
@@ -138,6 +138,10 @@ func nothingMeasured(r *Result) []string {
 	case Failover:
 		if r.MovedPartitions == 0 {
 			out = append(out, "no partition moved when the node was killed (it owned none): the hand-over figures measured nothing")
+		}
+	case Restart:
+		if r.FirstFireMs == 0 {
+			out = append(out, "no fire came within a minute of ready (the schedule gave none): first_fire_ms measured nothing")
 		}
 	}
 	return out
