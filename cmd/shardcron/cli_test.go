@@ -843,6 +843,63 @@ func TestImport_InFlightInLineOrder(t *testing.T) {
 	}
 }
 
+// An id given again in a later batch is written after the line that gave
+// it before, though batches are in flight together (the import waits for
+// the earlier), and the later line says it replaced the earlier, unless
+// the server refused it. A repeat within a batch is left to the server.
+func TestImport_IDGivenAgainInALaterBatch(t *testing.T) {
+	line := func(id, version string) string {
+		return fmt.Sprintf(`{"id":%q,"schedule":"@hourly","executor":{"type":"noop"},"description":%q}`+"\n", id, version)
+	}
+	var mu sync.Mutex
+	var written []string         // the lines' id and version, in the order written
+	later := make(chan struct{}) // closed when a batch after the first arrived
+	var once sync.Once
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		var tsk struct{ ID, Description string }
+		_ = json.Unmarshal(lines[0], &tsk)
+		if tsk.Description == "v1" {
+			select { // the first batch is answered after the others, if they are sent
+			case <-later:
+			case <-time.After(500 * time.Millisecond):
+			}
+		} else {
+			once.Do(func() { close(later) })
+		}
+		if tsk.Description == "refused" {
+			_ = json.NewEncoder(w).Encode(client.BatchResult{Errors: []task.BatchError{{Index: 0, Error: "schedule: refused"}}})
+			return true
+		}
+		mu.Lock()
+		written = append(written, tsk.ID+" "+tsk.Description)
+		mu.Unlock()
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 1)
+	im.inFlight = 4
+	input := line("a", "v1") + line("b", "v1") + "\n" + line("a", "v2") + line("b", "refused")
+	if code := im.run(context.Background(), strings.NewReader(input), "test"); code != exitError {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if i, j := slices.Index(written, "a v1"), slices.Index(written, "a v2"); i < 0 || j < i {
+		t.Errorf("written in the order %v, want a v1 before a v2", written)
+	}
+	if want := "line 4: warning: task \"a\" was given before, on line 1: this line replaces it\nline 5: schedule: refused\n"; errb.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errb, want)
+	}
+	if want := "imported 3 tasks, 1 error, 1 warning\n"; out.String() != want {
+		t.Errorf("summary %q, want %q", out, want)
+	}
+
+	im, out, errb = testImporter(t, ts.URL, 2)
+	if code := im.run(context.Background(), strings.NewReader(line("c", "v2")+line("c", "v3")), "test"); code != exitOK {
+		t.Errorf("exit %d, want 0", code)
+	}
+	if errb.String() != "" || out.String() != "imported 2 tasks, 0 errors\n" {
+		t.Errorf("a repeat within a batch: stdout %q, stderr %q; want the server's word only", out, errb)
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -1393,4 +1450,22 @@ func TestCLI_AgainstNode(t *testing.T) {
 		t.Setenv(envServer, tokenURL)
 		wantCLI(t, cli("", "nodes"), 0, []string{"cli-node"}, nil)
 	})
+}
+
+func TestTaskIDOf(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"id":"x","schedule":"@hourly"}`:                    "x",
+		`{"schedule":"@hourly","id":"x"}`:                    "x",
+		`{"labels":{"id":"y"},"tags":[{"id":"z"}],"id":"x"}`: "x",
+		`{"id":"a\u0062"}`:                                   "ab",
+		`{"id":1}`:                                           "",
+		`{"schedule":"@hourly"}`:                             "",
+		`["id","x"]`:                                         "",
+		`{"id":"x"`:                                          "x",
+		`{"id"`:                                              "",
+	} {
+		if got := taskIDOf([]byte(in)); got != want {
+			t.Errorf("taskIDOf(%s) = %q, want %q", in, got, want)
+		}
+	}
 }

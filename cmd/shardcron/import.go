@@ -10,11 +10,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -42,7 +44,9 @@ last line of the batches before it, which were all written; batches that
 were in flight after it may have been written too. Running the import
 again from the start is safe. A task written with a warning (only some
 nodes can run it; its id comes again later in the same batch, which
-replaces it) is reported as "line N: warning: ...". At the end it prints
+replaces it; its id was given on an earlier line, which it replaces: a
+batch waits for one in flight that gives its id, so that the last line is
+written last) is reported as "line N: warning: ...". At the end it prints
 "imported N tasks, M errors" (and the warnings' count) and exits 1 if
 there were errors.
 
@@ -229,35 +233,77 @@ type importer struct {
 	stderr   io.Writer
 	bar      *progressbar.ProgressBar // nil: no bar
 
-	mu      sync.Mutex    // guards written and sent, which batches in flight update
-	written int           // tasks the server reported written
-	sent    bool          // a request succeeded: the node exists, so a refused connection is transient
-	errs    []lineError   // every error, in line order (run's goroutine only)
-	warns   []lineWarning // every warning, likewise
+	mu      sync.Mutex     // guards written and sent, which batches in flight update
+	written int            // tasks the server reported written
+	sent    bool           // a request succeeded: the node exists, so a refused connection is transient
+	errs    []lineError    // every error, in line order (run's goroutine only)
+	warns   []lineWarning  // every warning, likewise
+	given   map[string]int // the last input line of each id sent (run's goroutine only)
 }
 
 // sending is a batch in flight: its errors and error are set before done
 // is closed.
 type sending struct {
 	b      *importBatch
-	local  []lineError // the lines of the batch that could not be sent
+	local  []lineError   // the lines of the batch that could not be sent
+	again  []lineWarning // its lines whose id an earlier batch gave (replacing it if written)
 	remote []lineError
 	warns  []lineWarning
 	err    error
 	done   chan struct{}
 }
 
+// replaced returns the again warnings of the lines the server wrote: a
+// refused line replaced nothing.
+func (s *sending) replaced() []lineWarning {
+	var out []lineWarning
+	for _, w := range s.again {
+		if !slices.ContainsFunc(s.remote, func(e lineError) bool { return e.Line == w.Line }) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // importBatch is the lines of one request.
 type importBatch struct {
-	body  []byte // the lines, each ending in "\n"
-	lines []int  // lines[i] is the input line number of the batch's item i
-	read  int    // input lines consumed for it, skipped ones included (for the bar)
+	body  []byte   // the lines, each ending in "\n"
+	lines []int    // lines[i] is the input line number of the batch's item i
+	ids   []string // ids[i] is item i's id; "" if it has none the client can read
+	read  int      // input lines consumed for it, skipped ones included (for the bar)
 }
 
 func (b *importBatch) add(line int, data []byte) {
 	b.body = append(b.body, data...)
 	b.body = append(b.body, '\n')
 	b.lines = append(b.lines, line)
+	b.ids = append(b.ids, taskIDOf(data))
+}
+
+// taskIDOf returns the "id" of a task JSON object, or "" if it has no
+// string id (the server says what is wrong with it).
+func taskIDOf(data []byte) string {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return ""
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return ""
+		}
+		if name.String() != "id" {
+			if dec.SkipValue() != nil {
+				return ""
+			}
+			continue
+		}
+		if v, err := dec.ReadToken(); err == nil && v.Kind() == '"' {
+			return v.String()
+		}
+		return ""
+	}
+	return ""
 }
 
 // run imports everything in r and prints the summary. It sends up to
@@ -283,7 +329,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		case fatal != nil: // after the batch that stopped the import: reported, not counted as done
 			im.report(append(s.local, s.remote...), s.warns, 0)
 		default:
-			im.report(append(s.local, s.remote...), s.warns, s.b.read)
+			im.report(append(s.local, s.remote...), append(s.warns, s.replaced()...), s.b.read)
 			done += s.b.read
 		}
 	}
@@ -299,6 +345,16 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 			break
 		}
 		s := &sending{b: b, local: local, done: make(chan struct{})}
+		if im.againAfter(s, queue) {
+			// Batches in flight may be written in any order: the line given
+			// last must be written last, so the earlier ones go first.
+			for len(queue) > 0 && fatal == nil {
+				settle()
+			}
+			if fatal != nil {
+				break
+			}
+		}
 		if len(b.lines) > 0 {
 			go func() {
 				defer close(s.done)
@@ -329,6 +385,39 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		fmt.Fprintln(im.stderr, describeError(im.cf, subject, fatal))
 	}
 	return im.summary(fatal != nil)
+}
+
+// againAfter notes the lines of s whose id an earlier batch gave, and says
+// whether one of those batches is still in queue. A later line of the
+// same batch is left to the server, which writes the last and warns of
+// the others.
+func (im *importer) againAfter(s *sending, queue []*sending) (inFlight bool) {
+	if len(s.b.lines) == 0 {
+		return false
+	}
+	if im.given == nil {
+		im.given = map[string]int{}
+	}
+	first := s.b.lines[0]
+	oldest := first // the first line sent by a batch in queue
+	for _, q := range queue {
+		if len(q.b.lines) > 0 {
+			oldest = q.b.lines[0]
+			break
+		}
+	}
+	for i, id := range s.b.ids {
+		if id == "" {
+			continue
+		}
+		if prev, ok := im.given[id]; ok && prev < first {
+			s.again = append(s.again, lineWarning{Line: s.b.lines[i],
+				Warning: fmt.Sprintf("task %q was given before, on line %d: this line replaces it", id, prev)})
+			inFlight = inFlight || prev >= oldest
+		}
+		im.given[id] = s.b.lines[i]
+	}
+	return inFlight
 }
 
 // readBatch reads lines up to the batch size or byte limit. Lines that
