@@ -107,7 +107,9 @@
 //     point stops before the first fire left out, and the next owner fires
 //     every task from there as well as the listed fires, so listed fires at
 //     or after that point run twice
-//     (TestLoop_ReleaseListsAtMost2000UnrunFires).
+//     (TestLoop_ReleaseListsAtMost2000UnrunFires). So do the fires a
+//     checkpoint over 512 KiB of JSON sheds, after its health and its
+//     after list (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest).
 //   - A release waits up to 2 s for workers to take the partition's queued
 //     fires before it lists them as unrun; meanwhile neither node fires the
 //     partition, so behind busy workers a hand-over stands still that long

@@ -125,12 +125,42 @@ type pendingFire struct {
 const maxHandOver = 2000
 
 // maxAfter bounds the tasks one checkpoint lists as fired past its mark;
-// past it, the rest repeat their catch-up fire. With maxHandOver fires and
-// the health handed over, a checkpoint of ids of 256 plain characters
-// stays within etcd's request limit (1.5 MiB); ids full of the characters
-// JSON escapes (<, >, &: 6 bytes each) may not, and such a release then
-// commits one partition a transaction.
+// past it, the rest repeat their catch-up fire.
 const maxAfter = maxHandOver / 2
+
+// maxCheckpointBytes bounds a released checkpoint's JSON, well within
+// etcd's request limit (1.5 MiB by default) and a transaction's bytes
+// (registry.MaxTxnBytes). The counts above keep a checkpoint of plain ids
+// under it; ids of 256 characters that JSON escapes (<, >, &: 6 bytes
+// each) could make it several MiB, a release etcd refuses every time.
+const maxCheckpointBytes = 512 << 10
+
+// encode returns h's released checkpoint as node writes it. Past
+// maxCheckpointBytes it sheds what it lists, the cheapest loss first:
+// health (the next owner counts those tasks' failures afresh), then after
+// (their catch-up fires repeat), then pending fires from the end, moving
+// the mark before each fire shed, which then repeats rather than is
+// missed.
+func (h *handOver) encode(node string) []byte {
+	for {
+		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
+			Released: true, Pending: h.pending, After: h.after, Health: h.health})
+		switch {
+		case len(b) <= maxCheckpointBytes:
+			return b
+		case len(h.health) > 0:
+			h.health = h.health[:len(h.health)/2]
+		case len(h.after) > 0:
+			h.after = h.after[:len(h.after)/2]
+		default:
+			keep := len(h.pending) / 2
+			for _, f := range h.pending[keep:] {
+				h.lower(f.At.UnixNano()) // its due time is at or after it
+			}
+			h.pending = h.pending[:keep]
+		}
+	}
+}
 
 // release is the loop's answer to a releaseCmd.
 type release struct {
@@ -344,13 +374,14 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 	stuck := map[int]*stuckRelease{}
 	now := time.Now()
 	var refused refusals
-	for _, chunk := range e.releaseChunks(ps, rel.hand) {
-		failed, err := e.commitRelease(ctx, parts, chunk, rel.hand, 3)
+	cps := e.encodeReleased(ps, rel.hand)
+	for _, chunk := range releaseChunks(ps, cps) {
+		failed, err := e.commitRelease(ctx, parts, chunk, cps, 3)
 		if len(failed) > 1 {
 			// One partition at a time, so that one lost lock does not keep
 			// the others.
 			failed = slices.DeleteFunc(failed, func(p int) bool {
-				f, err := e.commitRelease(ctx, parts, []int{p}, rel.hand, 1)
+				f, err := e.commitRelease(ctx, parts, []int{p}, cps, 1)
 				refused.add(f, err)
 				return len(f) == 0
 			})
@@ -395,8 +426,9 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 	defer cancel()
 	ps := slices.Sorted(maps.Keys(stuck))
 	var refused refusals
-	for _, chunk := range e.releaseChunks(ps, hand) {
-		failed, err := e.commitRelease(ctx, parts, chunk, hand, 1)
+	cps := e.encodeReleased(ps, hand)
+	for _, chunk := range releaseChunks(ps, cps) {
+		failed, err := e.commitRelease(ctx, parts, chunk, cps, 1)
 		refused.add(failed, err)
 		for _, p := range chunk {
 			if !slices.Contains(failed, p) {
@@ -424,14 +456,23 @@ func (e *Engine) handOverQueued(hand map[int]*handOver) {
 	_, _ = request(context.Background(), e, c, c.reply)
 }
 
-// releaseChunks groups partitions into transactions within etcd's limits.
-func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
+// encodeReleased returns the released checkpoints of ps, by partition.
+func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte {
+	cps := make(map[int][]byte, len(ps))
+	for _, p := range ps {
+		cps[p] = hand[p].encode(e.cfg.NodeID)
+	}
+	return cps
+}
+
+// releaseChunks groups partitions into transactions within etcd's limits,
+// by the size of their released checkpoints cps.
+func releaseChunks(ps []int, cps map[int][]byte) [][]int {
 	var chunks [][]int
 	var cur []int
 	size := 0
 	for _, p := range ps {
-		h := hand[p]
-		n := 256 + 300*(len(h.pending)+len(h.after)) + (handOverErrorLen+200)*len(h.health) // a generous estimate of the checkpoint
+		n := len(cps[p]) + 128 // the checkpoint, its key and the lock's delete
 		if len(cur) == registry.MaxTxnOps/2 || (len(cur) > 0 && size+n > registry.MaxTxnBytes) {
 			chunks, cur, size = append(chunks, cur), nil, 0
 		}
@@ -444,22 +485,20 @@ func (e *Engine) releaseChunks(ps []int, hand map[int]*handOver) [][]int {
 	return chunks
 }
 
-// commitRelease writes the released checkpoints of ps and deletes their
+// commitRelease writes the released checkpoints cps of ps and deletes their
 // locks in one transaction, in up to attempts tries within ctx, and returns
 // the partitions it did not release: all of ps, or none; err is etcd's
 // last refusal when it refused them, errLockLost when a lock of ps is no
 // longer ours. The callers log both once a round (refusals), not once a
 // try: under etcd's NOSPACE alarm, or past its lease, a leaving node would
 // otherwise log a line for every partition it has.
-func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, hand map[int]*handOver, attempts int) (failed []int, err error) {
+func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, cps map[int][]byte, attempts int) (failed []int, err error) {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, p := range ps {
 		m := parts[p].mu
-		cp, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, hand[p].mark).UTC(),
-			Released: true, Pending: hand[p].pending, After: hand[p].after, Health: hand[p].health})
 		cmps = append(cmps, m.IsOwner())
-		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cp)), clientv3.OpDelete(m.Key()))
+		ops = append(ops, clientv3.OpPut(e.keys.checkpoint(p), string(cps[p])), clientv3.OpDelete(m.Key()))
 	}
 	for attempt := range attempts {
 		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond) {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -446,6 +448,57 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 	}
 	if twice != maxHandOver || once != n-maxHandOver {
 		t.Errorf("the next owner runs %d fires of the tick twice and %d once, want %d and %d", twice, once, maxHandOver, n-maxHandOver)
+	}
+}
+
+// A released checkpoint fits in an etcd request whatever its ids hold. Here
+// 2000 fires of ids of 256 bytes, most of them '&' (6 bytes in JSON), and
+// as many tasks fired past the mark, wait unrun when the partition is
+// released: listed whole, the checkpoint would be over 3 MiB, which etcd
+// refuses every time. It sheds what it lists, and the next owner still
+// misses no fire: a fire shed is before the lowered mark.
+func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
+	const n = maxHandOver
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
+	long := make([]string, n)
+	for i := range long {
+		long[i] = strings.Repeat("&", task.MaxIDLen-5) + fmt.Sprintf("%05d", i)
+	}
+	tl.add(t, 0, base.Add(-time.Second), noopProfile(task.MisfireFireOnce), "* * * * * *", long...)
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	tl.dispatch()
+	rel := tl.releaseNow(0)
+	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	hand := rel.hand[0]
+	hand.after = slices.Clone(hand.pending[:maxAfter]) // and some fired past the mark
+	if len(hand.pending) != n {
+		t.Fatalf("%d fires listed, want %d", len(hand.pending), n)
+	}
+
+	b := hand.encode("node-a")
+	c := etcdtest.Start(t)
+	if _, err := c.NewClient(t).Put(context.Background(), "/checkpoint", string(b)); err != nil {
+		t.Fatalf("etcd refused a checkpoint of %d bytes: %v", len(b), err)
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Pending) == n || len(cp.After) != 0 {
+		t.Errorf("%d fires and %d after listed in %d bytes, want fewer fires and no after", len(cp.Pending), len(cp.After), len(b))
+	}
+	// What the next owner runs: every task from its first fire after the
+	// point, and the listed fires.
+	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	listed := map[string]bool{}
+	for _, f := range cp.Pending {
+		listed[f.ID] = f.At.Equal(base)
+	}
+	for _, id := range long {
+		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) != base.UnixNano() && !listed[id] {
+			t.Fatalf("the fire of %.12s…@%s is neither listed nor after the point %s", id, base.Format(time.TimeOnly), cp.Watermark.Format(time.StampNano))
+		}
 	}
 }
 
