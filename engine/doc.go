@@ -109,7 +109,11 @@
 //     or after that point run twice
 //     (TestLoop_ReleaseListsAtMost2000UnrunFires). So do the fires a
 //     checkpoint over 512 KiB of JSON sheds, after its health and its
-//     after list (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest).
+//     after list (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest). A
+//     trigger's or a backfill's fire, which no mark brings back, takes a
+//     scheduled fire's place instead; only a list of such fires alone
+//     loses some, logged as an error
+//     (TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap).
 //   - A release waits up to 2 s for workers to take the partition's queued
 //     fires before it lists them as unrun; meanwhile neither node fires the
 //     partition, so behind busy workers a hand-over stands still that long

@@ -68,6 +68,7 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	pending []pendingFire
+	lost    int // triggers' and backfills' fires no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
 	// misfire's catch-up fire), each with that fire's scheduled time: the
 	// next owner resumes each after it.
@@ -110,6 +111,37 @@ func (h *handOver) lower(due int64) {
 	}
 }
 
+// list adds f, due at due, to pending. Past maxHandOver it moves the mark
+// before a scheduled fire instead, which the next owner then repeats
+// rather than misses: f when it is one, else the last one listed, whose
+// place f takes. Only a list full of triggers' and backfills' fires loses
+// f.
+func (h *handOver) list(f pendingFire, due int64) {
+	switch {
+	case len(h.pending) < maxHandOver:
+		h.pending = append(h.pending, f)
+	case f.scheduled():
+		h.lower(due)
+	default:
+		if i := h.lastScheduled(); i >= 0 {
+			h.lower(h.pending[i].At.UnixNano()) // its due time is at or after it
+			h.pending[i] = f
+		} else {
+			h.lost++
+		}
+	}
+}
+
+// lastScheduled is the index of pending's last scheduled fire, or -1.
+func (h *handOver) lastScheduled() int {
+	for i := len(h.pending) - 1; i >= 0; i-- {
+		if h.pending[i].scheduled() {
+			return i
+		}
+	}
+	return -1
+}
+
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
 // it.
 type pendingFire struct {
@@ -118,6 +150,13 @@ type pendingFire struct {
 	Trigger  bool      `json:"trigger,omitempty"`
 	Backfill bool      `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
 }
+
+// scheduled reports whether f is a fire of its task's schedule, which the
+// next owner fires again when the mark is before it. A trigger's or a
+// backfill's is not (its trigger key is gone once taken, the backfill's
+// progress is past it), and a backfill's is old: a mark moved before it
+// would have every task of the partition fire again from then.
+func (f pendingFire) scheduled() bool { return !f.Trigger && !f.Backfill }
 
 // maxHandOver bounds the fires one checkpoint lists; past it, the mark
 // stops before the rest, which the next owner then fires with everything
@@ -138,9 +177,7 @@ const maxCheckpointBytes = 512 << 10
 // encode returns h's released checkpoint as node writes it. Past
 // maxCheckpointBytes it sheds what it lists, the cheapest loss first:
 // health (the next owner counts those tasks' failures afresh), then after
-// (their catch-up fires repeat), then pending fires from the end, moving
-// the mark before each fire shed, which then repeats rather than is
-// missed.
+// (their catch-up fires repeat), then pending fires (shedPending).
 func (h *handOver) encode(node string) []byte {
 	for {
 		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
@@ -153,12 +190,32 @@ func (h *handOver) encode(node string) []byte {
 		case len(h.after) > 0:
 			h.after = h.after[:len(h.after)/2]
 		default:
-			keep := len(h.pending) / 2
-			for _, f := range h.pending[keep:] {
-				h.lower(f.At.UnixNano()) // its due time is at or after it
-			}
-			h.pending = h.pending[:keep]
+			h.shedPending()
 		}
+	}
+}
+
+// shedPending sheds half of pending's scheduled fires, the last ones,
+// moving the mark before each: the next owner repeats them rather than
+// misses them. With none left, it sheds half of the triggers' and
+// backfills' fires, which are lost.
+func (h *handOver) shedPending() {
+	sched := 0
+	for _, f := range h.pending {
+		if f.scheduled() {
+			sched++
+		}
+	}
+	if sched == 0 {
+		keep := len(h.pending) / 2
+		h.lost += len(h.pending) - keep
+		h.pending = h.pending[:keep]
+		return
+	}
+	for range (sched + 1) / 2 {
+		i := h.lastScheduled()
+		h.lower(h.pending[i].At.UnixNano()) // its due time is at or after it
+		h.pending = slices.Delete(h.pending, i, i+1)
 	}
 }
 
@@ -196,12 +253,7 @@ func (l *loop) releaseParts(parts []int) release {
 		l.parts[p] = partState{}
 	}
 	pass := func(part uint16, id string, sched, due int64, trigger bool) {
-		h := out[int(part)]
-		if len(h.pending) < maxHandOver {
-			h.pending = append(h.pending, pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger})
-		} else {
-			h.lower(due)
-		}
+		out[int(part)].list(pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger}, due)
 	}
 	for i, at := range l.pending {
 		if r := l.tab.rec(i); out[int(r.part)] != nil {
@@ -249,12 +301,8 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 			return false
 		}
 		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
-			if len(h.pending) < maxHandOver {
-				h.pending = append(h.pending, pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
-					Trigger: j.kind == kindTrigger, Backfill: j.kind == kindBackfill})
-			} else {
-				h.lower(j.due)
-			}
+			h.list(pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
+				Trigger: j.kind == kindTrigger, Backfill: j.kind == kindBackfill}, j.due)
 		}
 		return true
 	}
@@ -456,11 +504,18 @@ func (e *Engine) handOverQueued(hand map[int]*handOver) {
 	_, _ = request(context.Background(), e, c, c.reply)
 }
 
-// encodeReleased returns the released checkpoints of ps, by partition.
+// encodeReleased returns the released checkpoints of ps, by partition,
+// and logs the fires they could not list.
 func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte {
 	cps := make(map[int][]byte, len(ps))
 	for _, p := range ps {
-		cps[p] = hand[p].encode(e.cfg.NodeID)
+		h := hand[p]
+		cps[p] = h.encode(e.cfg.NodeID)
+		if h.lost > 0 {
+			e.log.Error("a released checkpoint cannot list every trigger's and backfill's fire handed over unrun; these are lost",
+				"partition", p, "lost", h.lost, "listed", len(h.pending))
+			h.lost = 0
+		}
 	}
 	return cps
 }
@@ -634,7 +689,11 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		return prev, w, cp.Pending, cp.After, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id && ended.hand[p] != nil {
-		return prev, ended.hand[p].mark, ended.hand[p].pending, ended.hand[p].after, nil
+		// Kept in memory, never written: bounded as a release's, since the
+		// acquire writes its lists in its checkpoint.
+		e.encodeReleased([]int{p}, ended.hand)
+		h := ended.hand[p]
+		return prev, h.mark, h.pending, h.after, nil
 	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {

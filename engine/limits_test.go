@@ -763,3 +763,148 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 	bc := []string{"node-b", "node-c"}
 	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: bc, 3: bc, 4: bc})
 }
+
+// A checkpoint over 512 KiB sheds fires from the end of pending and moves
+// the mark before them, so that the next owner fires them again from the
+// schedule. A trigger's or a backfill's fire is not on the schedule (its
+// trigger key is deleted once the loop took it; the backfill's progress is
+// recorded past it): shed, nobody runs it. Here 400 fires of long escaped
+// ids wait in the queue with, behind them, a trigger and a backfill fire of
+// another task when the partition is released: the checkpoint must still
+// list those two.
+func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) {
+	const n = 400
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
+	long := make([]string, n)
+	for i := range long {
+		long[i] = strings.Repeat("&", task.MaxIDLen-5) + fmt.Sprintf("%05d", i)
+	}
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", long...)
+	tl.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "manual") // yearly: not due now
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	tl.dispatch()
+	trig := &triggerCmd{part: 0, id: "manual", at: base.UnixNano(), reply: make(chan bool, 1)}
+	tl.handle(trig)
+	if !<-trig.reply {
+		t.Fatal("the trigger was not taken")
+	}
+	bfAt := base.AddDate(0, -1, 0) // a backfill of last month
+	bf := &backfillCmd{part: 0, id: "manual", at: bfAt.UnixNano(), reply: make(chan backfillAnswer, 1)}
+	tl.handle(bf)
+	if a := <-bf.reply; a != backfillTook {
+		t.Fatalf("the backfill fire was not taken: %d", a)
+	}
+	rel := tl.releaseNow(0)
+	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	hand := rel.hand[0]
+	if len(hand.pending) != n+2 {
+		t.Fatalf("%d fires listed, want %d", len(hand.pending), n+2)
+	}
+
+	b := hand.encode("node-a")
+	var cp checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > maxCheckpointBytes {
+		t.Fatalf("checkpoint of %d bytes", len(b))
+	}
+	var trigger, backfill bool
+	for _, f := range cp.Pending {
+		trigger = trigger || (f.ID == "manual" && f.Trigger && f.At.Equal(base))
+		backfill = backfill || (f.ID == "manual" && f.Backfill && f.At.Equal(bfAt))
+	}
+	if !trigger || !backfill {
+		t.Errorf("checkpoint of %d fires lists the trigger: %v, the backfill's fire: %v; shed, nobody runs them (point %s)",
+			len(cp.Pending), trigger, backfill, cp.Watermark.Format(time.RFC3339Nano))
+	}
+	if !cp.Watermark.After(base.Add(-time.Second)) {
+		t.Errorf("point %s: every task of the partition fires again from there", cp.Watermark.Format(time.RFC3339Nano))
+	}
+	// And the schedule fires shed still run on the next owner.
+	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	listed := map[string]bool{}
+	for _, f := range cp.Pending {
+		listed[f.ID] = f.At.Equal(base)
+	}
+	for _, id := range long {
+		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) > base.UnixNano() && !listed[id] {
+			t.Fatalf("the fire of %.12s…@%s is neither listed nor after the point %s", id, base.Format(time.TimeOnly), cp.Watermark.Format(time.StampNano))
+		}
+	}
+}
+
+// The hand-over an ended session kept in memory (drop) is never encoded:
+// when this node takes the partition again, resume returns its pending and
+// after lists whole, and the acquire writes them in its hold checkpoint
+// before anything else. With long escaped ids that checkpoint is over
+// etcd's request limit: refused every time, the partition is never
+// acquired again, and none of its fires runs.
+func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
+	const n = maxHandOver
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	cfg := DefaultConfig("node-a").withDefaults()
+	cfg.Clock = newTestClock(base, 0)
+	e := &Engine{cfg: cfg, log: quietLogger(), cli: cli, keys: newKeys("")}
+	hand := &handOver{mark: base.UnixNano()}
+	for i := range n {
+		id := strings.Repeat("&", task.MaxIDLen-5) + fmt.Sprintf("%05d", i)
+		hand.pending = append(hand.pending, pendingFire{ID: id, At: base})
+		if i < maxAfter {
+			hand.after = append(hand.after, pendingFire{ID: id, At: base.Add(time.Second)})
+		}
+	}
+	e.ended.Store(&endedSession{id: "s1", hand: map[int]*handOver{0: hand}})
+	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
+	if _, err := cli.Put(context.Background(), e.keys.checkpoint(0), string(named)); err != nil {
+		t.Fatal(err)
+	}
+
+	_, resume, pending, after, err := e.resume(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What acquire writes first (putCheckpoint).
+	hold, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after})
+	if _, err := cli.Put(context.Background(), "/hold", string(hold)); err != nil {
+		t.Fatalf("etcd refused the acquire's hold checkpoint of %d bytes (%d fires, %d after): %v", len(hold), len(pending), len(after), err)
+	}
+}
+
+// Past maxHandOver fires a release moves its mark before a scheduled
+// fire, which the next owner repeats, rather than drop a trigger's or a
+// backfill's fire, which nobody would run again; only a list full of
+// those loses one, and counts it.
+func TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sched := base.Add(-time.Second)
+	h := &handOver{mark: base.UnixNano()}
+	for i := range maxHandOver {
+		h.list(pendingFire{ID: fmt.Sprint("s", i), At: sched}, sched.UnixNano())
+	}
+	h.list(pendingFire{ID: "s-more", At: sched}, sched.UnixNano())
+	h.list(pendingFire{ID: "t", At: base.Add(-time.Minute), Trigger: true}, base.Add(-time.Minute).UnixNano())
+	h.list(pendingFire{ID: "b", At: base.AddDate(0, -1, 0), Backfill: true}, base.AddDate(0, -1, 0).UnixNano())
+	var t1, b1 bool
+	for _, f := range h.pending {
+		t1, b1 = t1 || f.ID == "t", b1 || f.ID == "b"
+	}
+	if len(h.pending) != maxHandOver || !t1 || !b1 {
+		t.Errorf("%d fires listed, the trigger's %v, the backfill's %v; want %d with both", len(h.pending), t1, b1, maxHandOver)
+	}
+	if want := sched.UnixNano() - 1; h.mark != want {
+		t.Errorf("mark %s, want just before the scheduled fires left out (%s)", time.Unix(0, h.mark).UTC().Format(time.StampNano), sched.Format(time.StampNano))
+	}
+
+	full := &handOver{mark: base.UnixNano()}
+	for i := range maxHandOver + 3 {
+		full.list(pendingFire{ID: fmt.Sprint("t", i), At: base.Add(-time.Minute), Trigger: true}, base.Add(-time.Minute).UnixNano())
+	}
+	if len(full.pending) != maxHandOver || full.lost != 3 || full.mark != base.UnixNano() {
+		t.Errorf("a list of triggers only: %d listed, %d lost, mark moved %v; want %d, 3, not moved", len(full.pending), full.lost, full.mark != base.UnixNano(), maxHandOver)
+	}
+}
