@@ -37,7 +37,7 @@ func decodeObject(b []byte, dst any) error {
 	case se.GoType == reflect.TypeFor[time.Time]():
 		return fmt.Errorf("%s: want an RFC 3339 time such as 2026-01-02T15:04:05Z", jsonField(se.JSONPointer))
 	case se.GoType != nil && se.JSONKind != 0:
-		return fmt.Errorf("%s: want %s, got %s", jsonField(se.JSONPointer), jsonWant(se.GoType), jsonKindName(se.JSONKind))
+		return fmt.Errorf("%s: want %s, got %s", jsonField(se.JSONPointer), jsonWant(se.GoType), task.KindName(se.JSONKind))
 	}
 	return fmt.Errorf("%s: %v", jsonField(se.JSONPointer), se.Err)
 }
@@ -69,23 +69,4 @@ func jsonWant(t reflect.Type) string {
 		return "an array"
 	}
 	return "another type"
-}
-
-// jsonKindName names a JSON kind as people do.
-func jsonKindName(k jsontext.Kind) string {
-	switch k {
-	case 'n':
-		return "null"
-	case 'f', 't':
-		return "a boolean"
-	case '"':
-		return "a string"
-	case '0':
-		return "a number"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	}
-	return k.String()
 }

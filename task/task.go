@@ -656,26 +656,36 @@ func FieldPath(p jsontext.Pointer) string {
 	return strings.Join(slices.Collect(p.Tokens()), ".")
 }
 
-// jsonKind names the JSON type of a value, for messages.
-func jsonKind(b []byte) string {
-	s := strings.TrimLeft(string(b), " \t\r\n")
-	if s == "" {
-		return "nothing"
-	}
-	switch s[0] {
+// KindName names a JSON kind as people do, for messages.
+func KindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
 	case '{':
 		return "an object"
 	case '[':
 		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
 	}
-	if s = strings.TrimRight(s, " \t\r\n"); len(s) <= 32 {
-		return s // a number: show it
+	return k.String()
+}
+
+// jsonKind names the JSON type of a value, for messages: a short number
+// is shown as it is.
+func jsonKind(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	switch {
+	case s == "":
+		return "nothing"
+	case strings.IndexByte("{[\"tfn", s[0]) >= 0: // the bytes a kind shares with its value
+		return KindName(jsontext.Kind(s[0]))
+	case len(s) <= 32:
+		return s
 	}
 	return "a number"
 }
