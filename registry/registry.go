@@ -758,7 +758,12 @@ func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same 
 		s.Pause = nil
 	}
 	now := r.now().UTC().Truncate(time.Millisecond)
-	s.CreatedAt, s.UpdatedAt = now, now
+	// A created_at given to a create is kept (an export's, read back by
+	// an import: max_fires counts from it), unless it is yet to come.
+	if s.CreatedAt = s.CreatedAt.UTC().Truncate(time.Millisecond); s.CreatedAt.IsZero() || s.CreatedAt.After(now) {
+		s.CreatedAt = now
+	}
+	s.UpdatedAt = now
 	if old != nil {
 		var prev task.Task
 		if task.DecodeStored(old.Value, &prev) == nil {

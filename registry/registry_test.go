@@ -224,6 +224,29 @@ func TestRegistry(t *testing.T) {
 		}
 	})
 
+	// An import of an export creates its tasks with their created_at, which
+	// max_fires counts from; a later write keeps the first, and one yet
+	// to come is now.
+	t.Run("created_at given", func(t *testing.T) {
+		reg := openRegistry(t, c.Client, "/created")
+		then := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+		given := noopTask("a", "* * * * *")
+		given.CreatedAt = then
+		if got := putTask(t, reg, given); !got.CreatedAt.Equal(then) {
+			t.Errorf("created %v, want the %v given", got.CreatedAt, then)
+		}
+		again := noopTask("a", "0 * * * *")
+		again.CreatedAt = then.Add(time.Minute)
+		if got := putTask(t, reg, again); !got.CreatedAt.Equal(then) {
+			t.Errorf("after an update: created %v, want the first %v", got.CreatedAt, then)
+		}
+		future := noopTask("b", "* * * * *")
+		future.CreatedAt = time.Now().Add(time.Hour)
+		if got := putTask(t, reg, future); !got.CreatedAt.Before(future.CreatedAt) || got.CreatedAt.Before(then) {
+			t.Errorf("a created_at yet to come: stored %v, want now", got.CreatedAt)
+		}
+	})
+
 	t.Run("list", func(t *testing.T) {
 		reg := openRegistry(t, c.Client, "/list")
 		var all []*task.Task
