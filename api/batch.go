@@ -61,6 +61,11 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		tasks = append(tasks, t)
 		index = append(index, i)
 	}
+	if len(res.Errors) > 0 {
+		var superseded []task.BatchError
+		tasks, index, superseded = refusedLater(items, res.Errors, tasks, index)
+		res.Errors = append(res.Errors, superseded...)
+	}
 	put, err := s.reg.PutBatch(r.Context(), tasks)
 	res.Written = put.Written
 	for _, e := range put.Errors {
@@ -90,6 +95,39 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// refusedLater takes out of tasks (index: their batch indexes) those whose
+// id's last item in the batch was refused here, before the write, and
+// returns an error for each. A later item of an id replaces the earlier
+// ones (PutBatch): when it is refused, none is written, which PutBatch
+// sees only of the items it is given.
+func refusedLater(items []batchItem, refused []task.BatchError, tasks []*task.Task, index []int) ([]*task.Task, []int, []task.BatchError) {
+	last := map[string]int{} // the ids of refused items: each one's last item
+	isRefused := map[int]bool{}
+	for _, e := range refused {
+		if id := task.PeekID(items[e.Index].raw); id != "" {
+			last[id], isRefused[e.Index] = max(last[id], e.Index), true
+		}
+	}
+	if len(last) == 0 {
+		return tasks, index, nil
+	}
+	for j, t := range tasks {
+		if i, ok := last[t.ID]; ok {
+			last[t.ID] = max(i, index[j])
+		}
+	}
+	var errs []task.BatchError
+	keep, keepIndex := tasks[:0], index[:0]
+	for j, t := range tasks {
+		if i, ok := last[t.ID]; ok && isRefused[i] {
+			errs = append(errs, task.BatchError{Index: index[j], Error: registry.RefusedLater(t.ID)})
+			continue
+		}
+		keep, keepIndex = append(keep, t), append(keepIndex, index[j])
+	}
+	return keep, keepIndex, errs
 }
 
 // splitBatch cuts a batch body into its items: a JSON array when its first

@@ -455,6 +455,23 @@ func TestServer_SingleNode(t *testing.T) {
 			t.Fatalf("a batch whose later duplicate is refused: %+v, %v", r, err)
 		}
 
+		// The same when the later item is refused before the write (its
+		// schedule, its executor, its decoding), however often the id came
+		// before; a valid item after the refused one is the last word.
+		early := noopJSON("batch/v") + "\n" + noopJSON("batch/v") + "\n" +
+			`{"id": "batch/v", "schedule": "61 * * * * *", "executor": {"type": "noop"}}` + "\n" +
+			noopJSON("batch/w") + "\n" + `{"id": "batch/w", "schedule": "@daily", "executor": {"type": "ftp"}}` + "\n" +
+			`{"id": "batch/w", "schedule": "@daily", "executor": {"type": "noop"}}` + "\n"
+		r, err = n.c.PutBatch(ctx, []byte(early))
+		if err != nil || r.Written != 2 || len(r.Errors) != 4 || r.Errors[0].Index != 0 || r.Errors[1].Index != 1 ||
+			!strings.Contains(r.Errors[0].Error, `task "batch/v" comes again later in this batch, and that item was refused`) {
+			t.Fatalf("a batch whose later duplicate is refused before the write: %+v, %v", r, err)
+		}
+		wantError(t, call(t, ts, "GET", "/v1/tasks/batch%2Fv", ""), http.StatusNotFound, `task "batch/v" not found`)
+		if got, err := n.c.GetTask(ctx, "batch/w"); err != nil || got.Schedule != "@daily" {
+			t.Errorf("batch/w: %+v, %v; want the last item", got, err)
+		}
+
 		// Nothing but whitespace: an empty batch.
 		if r, err := n.c.PutBatch(ctx, []byte("\n \n")); err != nil || r.Written != 0 || r.Errors == nil || len(r.Errors) != 0 {
 			t.Fatalf("empty batch: %+v, %v", r, err)

@@ -461,6 +461,12 @@ type BatchResult struct {
 	Replaced []int
 }
 
+// RefusedLater is the error of a batch item not written because a later
+// item of its id, which would have replaced it, was refused.
+func RefusedLater(id string) string {
+	return fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", id)
+}
+
 // PutBatch validates and writes many tasks, each with its index keys in the
 // same transaction, in transactions of at most 128 operations and 1 MiB, a
 // few at once. Invalid tasks are reported by index and do not stop the
@@ -536,7 +542,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchR
 			}
 			for _, i := range earlier {
 				res.Errors = append(res.Errors, task.BatchError{Index: i,
-					Error: fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", tasks[i].ID)})
+					Error: RefusedLater(tasks[i].ID)})
 			}
 		}
 		slices.SortStableFunc(res.Errors, byIndex)

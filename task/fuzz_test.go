@@ -7,7 +7,8 @@ import (
 )
 
 // FuzzDecodeTask checks that decoding never panics, and that a decoded task
-// is valid, re-encodes and re-decodes to an equal task.
+// is valid, has the id PeekID reads, and re-encodes and re-decodes to an
+// equal task.
 func FuzzDecodeTask(f *testing.F) {
 	f.Add([]byte(apiExample))
 	for _, s := range []string{
@@ -32,6 +33,9 @@ func FuzzDecodeTask(f *testing.F) {
 				t.Fatalf("error %v is a %T, not a *ValidationError", err, err)
 			}
 			return
+		}
+		if id := PeekID(data); id != task.ID {
+			t.Fatalf("PeekID read %q, the task's id is %q", id, task.ID)
 		}
 		again := *task
 		if err := again.Validate(); err != nil || !reflect.DeepEqual(&again, task) {

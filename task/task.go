@@ -656,6 +656,33 @@ func FieldPath(p jsontext.Pointer) string {
 	return strings.Join(slices.Collect(p.Tokens()), ".")
 }
 
+// PeekID returns the top-level "id" of a task's JSON, or "" when it has no
+// string id there (or is not an object), without decoding the rest: for
+// what must know an item's id though the item is refused.
+func PeekID(data []byte) string {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return ""
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return ""
+		}
+		if name.String() != "id" {
+			if dec.SkipValue() != nil {
+				return ""
+			}
+			continue
+		}
+		if v, err := dec.ReadToken(); err == nil && v.Kind() == '"' {
+			return v.String()
+		}
+		return ""
+	}
+	return ""
+}
+
 // KindName names a JSON kind as people do, for messages.
 func KindName(k jsontext.Kind) string {
 	switch k {

@@ -469,3 +469,21 @@ func BenchmarkDecodeTask(b *testing.B) {
 		})
 	}
 }
+
+func TestPeekID(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"id":"x","schedule":"@hourly"}`:                    "x",
+		`{"schedule":"@hourly","id":"x"}`:                    "x",
+		`{"labels":{"id":"y"},"tags":[{"id":"z"}],"id":"x"}`: "x",
+		`{"id":"a\u0062"}`:                                   "ab",
+		`{"id":1}`:                                           "",
+		`{"schedule":"@hourly"}`:                             "",
+		`["id","x"]`:                                         "",
+		`{"id":"x"`:                                          "x",
+		`{"id"`:                                              "",
+	} {
+		if got := PeekID([]byte(in)); got != want {
+			t.Errorf("PeekID(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

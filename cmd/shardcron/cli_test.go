@@ -1451,21 +1451,3 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, cli("", "nodes"), 0, []string{"cli-node"}, nil)
 	})
 }
-
-func TestTaskIDOf(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"id":"x","schedule":"@hourly"}`:                    "x",
-		`{"schedule":"@hourly","id":"x"}`:                    "x",
-		`{"labels":{"id":"y"},"tags":[{"id":"z"}],"id":"x"}`: "x",
-		`{"id":"a\u0062"}`:                                   "ab",
-		`{"id":1}`:                                           "",
-		`{"schedule":"@hourly"}`:                             "",
-		`["id","x"]`:                                         "",
-		`{"id":"x"`:                                          "x",
-		`{"id"`:                                              "",
-	} {
-		if got := taskIDOf([]byte(in)); got != want {
-			t.Errorf("taskIDOf(%s) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -277,33 +276,7 @@ func (b *importBatch) add(line int, data []byte) {
 	b.body = append(b.body, data...)
 	b.body = append(b.body, '\n')
 	b.lines = append(b.lines, line)
-	b.ids = append(b.ids, taskIDOf(data))
-}
-
-// taskIDOf returns the "id" of a task JSON object, or "" if it has no
-// string id (the server says what is wrong with it).
-func taskIDOf(data []byte) string {
-	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowInvalidUTF8(true))
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return ""
-	}
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return ""
-		}
-		if name.String() != "id" {
-			if dec.SkipValue() != nil {
-				return ""
-			}
-			continue
-		}
-		if v, err := dec.ReadToken(); err == nil && v.Kind() == '"' {
-			return v.String()
-		}
-		return ""
-	}
-	return ""
+	b.ids = append(b.ids, task.PeekID(data))
 }
 
 // run imports everything in r and prints the summary. It sends up to
