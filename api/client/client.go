@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -45,11 +46,18 @@ func NewClient(baseURL, token string) *Client {
 type Error struct {
 	Status  int
 	Message string
+	// Foreign is set when the answer holds no shardcron error: what
+	// answered is not a shardcron node (a wrong address), or a proxy in
+	// front of one. Message then sums the answer up.
+	Foreign bool
 }
 
 // Error returns the message and the status, e.g.
 // `task "a" not found (HTTP 404)`.
 func (e *Error) Error() string {
+	if e.Foreign {
+		return fmt.Sprintf("HTTP %d, not a shardcron node's answer: %s", e.Status, e.Message)
+	}
 	msg := e.Message
 	if msg == "" {
 		msg = http.StatusText(e.Status)
@@ -503,7 +511,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return &Error{Status: resp.StatusCode, Message: errorMessage(b)}
+		if msg, ok := errorMessage(b); ok {
+			return &Error{Status: resp.StatusCode, Message: msg}
+		}
+		return &Error{Status: resp.StatusCode, Message: sumUp(b), Foreign: true}
 	}
 	if w := resp.Header.Get(WarningHeader); w != "" && c.Warn != nil {
 		c.Warn(w)
@@ -518,27 +529,65 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		}
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	answer := bufio.NewReader(resp.Body)
+	if !startsJSON(answer) {
+		b, _ := io.ReadAll(io.LimitReader(answer, maxErrorBody))
+		return &Error{Status: resp.StatusCode, Message: sumUp(b), Foreign: true}
+	}
+	if err := json.NewDecoder(answer).Decode(out); err != nil {
 		return fmt.Errorf("%s %s: decoding the answer: %w", method, u, err)
 	}
 	return nil
 }
 
-// errorMessage extracts the message of an error answer.
-func errorMessage(b []byte) string {
+// startsJSON reports whether r, past leading white space, starts a JSON
+// object or array, as every answer of the API does.
+func startsJSON(r *bufio.Reader) bool {
+	for {
+		c, err := r.ReadByte()
+		if err != nil {
+			return false
+		}
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			_ = r.UnreadByte()
+			return c == '{' || c == '['
+		}
+	}
+}
+
+// errorMessage extracts the message of a shardcron error answer; ok is
+// false when b is not one.
+func errorMessage(b []byte) (msg string, ok bool) {
 	var e struct {
 		Error  string `json:"error"`
 		Reason string `json:"reason"`
 	}
-	if json.Unmarshal(b, &e) == nil {
-		if e.Error != "" {
-			return e.Error
-		}
-		if e.Reason != "" {
-			return e.Reason
+	if json.Unmarshal(b, &e) != nil {
+		return "", false
+	}
+	if e.Error != "" {
+		return e.Error, true
+	}
+	return e.Reason, e.Reason != ""
+}
+
+// sumUp says in a line what an answer that is not shardcron's holds: an
+// HTML page's title, or its first line, quoted and cut short.
+func sumUp(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if _, rest, ok := strings.Cut(s, "<title>"); ok {
+		if title, _, ok := strings.Cut(rest, "</title>"); ok {
+			return fmt.Sprintf("an HTML page, %q", strings.TrimSpace(title))
 		}
 	}
-	return strings.TrimSpace(string(b))
+	if s == "" {
+		return "no body"
+	}
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) > 120 {
+		line = strings.ToValidUTF8(line[:120], "") + "…"
+	}
+	return strconv.Quote(line)
 }
 
 // LocalStatus returns the first tasks the node owns with a status, in id

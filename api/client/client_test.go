@@ -1,6 +1,12 @@
 package client
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/shardcron/shardcron/internal/depcheck"
@@ -17,10 +23,41 @@ func TestError(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"error":"x"}`:                         "x",
 		`{"status":"not ready","reason":"why"}`: "why",
-		"plain text\n":                          "plain text",
+		"plain text\n":                          "",
+		`{"id":"a"}`:                            "",
 	} {
-		if got := errorMessage([]byte(body)); got != want {
-			t.Errorf("errorMessage(%q) = %q, want %q", body, got, want)
+		if got, ok := errorMessage([]byte(body)); got != want || ok != (want != "") {
+			t.Errorf("errorMessage(%q) = %q, %v; want %q", body, got, ok, want)
+		}
+	}
+}
+
+// What answers but is not a shardcron node (a wrong address, a proxy) is
+// said to be so, with what it answered summed up, not taken for the API's
+// own error ("404 page not found" read as a task not found) or dumped.
+func TestClient_ForeignAnswers(t *testing.T) {
+	page := "<!DOCTYPE HTML>\n<html><head><title>Error response</title></head><body>" + strings.Repeat("x", 5000) + "</body></html>"
+	for _, tc := range []struct {
+		status      int
+		contentType string
+		body        string
+		want        string
+	}{
+		{404, "text/plain; charset=utf-8", "404 page not found\n", `HTTP 404, not a shardcron node's answer: "404 page not found"`},
+		{501, "text/html", page, `HTTP 501, not a shardcron node's answer: an HTML page, "Error response"`},
+		{200, "text/html", page, `HTTP 200, not a shardcron node's answer: an HTML page, "Error response"`},
+		{502, "text/plain", "", `HTTP 502, not a shardcron node's answer: no body`},
+	} {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", tc.contentType)
+			w.WriteHeader(tc.status)
+			_, _ = io.WriteString(w, tc.body)
+		}))
+		_, err := NewClient(ts.URL, "").GetTask(context.Background(), "a")
+		ts.Close()
+		var ae *Error
+		if !errors.As(err, &ae) || !ae.Foreign || ae.Status != tc.status || err.Error() != tc.want {
+			t.Errorf("HTTP %d %s: %v, want %q", tc.status, tc.contentType, err, tc.want)
 		}
 	}
 }

@@ -396,6 +396,27 @@ func TestRuntimeErrors_ExitOne(t *testing.T) {
 			wantCLI(t, r, 1, nil, []string{"shardcron: ", "connection refused", hint})
 		})
 	}
+	// Something that is not a shardcron node at --server: said so, with
+	// what it answered, not taken for a task not found or dumped whole.
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/nodes" {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = io.WriteString(w, "<html><head><title>Directory listing</title></head><body>"+strings.Repeat("x", 4000)+"</body></html>")
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(foreign.Close)
+	for args, want := range map[string]string{
+		"task get hello": `answered HTTP 404, not as a shardcron node does ("404 page not found")`,
+		"nodes":          `answered HTTP 200, not as a shardcron node does (an HTML page, "Directory listing")`,
+	} {
+		r := cli("", append(strings.Fields(args), "--server", foreign.URL)...)
+		wantCLI(t, r, 1, nil, []string{"shardcron: ", foreign.URL + " " + want, "is --server the address of a node's API (its --listen)?"})
+		if strings.Contains(r.stderr, "xxxx") {
+			t.Errorf("%s: the answer dumped:\n%s", args, r)
+		}
+	}
 	t.Run("invalid task from flags is a usage error", func(t *testing.T) {
 		r := cli("", "task", "put", "--server", dead, "--id", "a", "--schedule", "61 * * * *", "--noop")
 		wantCLI(t, r, 2, nil, []string{`shardcron task put: task "a": --schedule (schedule): `})

@@ -384,6 +384,9 @@ func describeError(f *clientFlags, subject string, err error) string {
 	}
 	var ae *client.Error
 	switch {
+	case errors.As(err, &ae) && ae.Foreign:
+		return fmt.Sprintf("%s%s answered HTTP %d, not as a shardcron node does (%s)\nis --server the address of a node's API (its --listen)?",
+			prefix, f.server, ae.Status, ae.Message)
 	case errors.As(err, &ae):
 		msg := prefix + ae.Message
 		if subject != "" && strings.HasPrefix(ae.Message, subject) {
