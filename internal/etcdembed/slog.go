@@ -3,9 +3,11 @@ package etcdembed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/soheilhy/cmux"
@@ -64,6 +66,9 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		attrs = append(attrs, slog.String("logger", e.LoggerName))
 	}
 	for k, v := range enc.Fields {
+		if s, ok := v.(string); ok && len(s) > maxFieldLen {
+			v = fmt.Sprintf("%s… (%d bytes in all)", strings.ToValidUTF8(s[:maxFieldLen], ""), len(s))
+		}
 		attrs = append(attrs, slog.Any(k, v))
 	}
 	c.log.LogAttrs(context.Background(), level, e.Message, attrs...)
@@ -71,6 +76,11 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// maxFieldLen cuts a field's text: etcd's warning of a slow request
+// prints the request whole, and a batch of an import names 128 tasks, 17
+// KB a line, hundreds of them while a large import runs.
+const maxFieldLen = 512
 
 // ourSetup are the warnings etcd gives at every start about settings Start
 // chooses, which its user can neither change nor need to: without auth the

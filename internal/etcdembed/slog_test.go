@@ -54,6 +54,22 @@ func TestSlogCore_WarningsJoinTheNodeLog(t *testing.T) {
 	}
 }
 
+// A field's long text is cut, saying how long it was: a slow request is
+// printed whole by etcd.
+func TestSlogCore_LongFieldsAreCut(t *testing.T) {
+	var buf bytes.Buffer
+	z := zap.New(&slogCore{log: slog.New(slog.NewJSONHandler(&buf, nil)), min: zap.WarnLevel})
+	z.Warn("apply request took too long", zap.String("request", strings.Repeat("key:\"/tasks/1/a\" ", 1000)), zap.String("short", "kept"))
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := line["request"].(string)
+	if len(req) > maxFieldLen+64 || !strings.HasSuffix(req, "… (17000 bytes in all)") || line["short"] != "kept" {
+		t.Errorf("fields %.80q… (%d bytes) and %v, want the request cut to %d bytes with its length", req, len(req), line["short"], maxFieldLen)
+	}
+}
+
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
