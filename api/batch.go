@@ -67,7 +67,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		res.Errors = append(res.Errors, superseded...)
 	}
 	put, err := s.reg.PutBatch(r.Context(), tasks)
-	res.Written = put.Written
+	res.Written, res.Unchanged = put.Written, put.Unchanged
 	for _, e := range put.Errors {
 		e.Index = index[e.Index]
 		res.Errors = append(res.Errors, e)

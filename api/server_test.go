@@ -414,6 +414,11 @@ func TestServer_SingleNode(t *testing.T) {
 		if len(res.Errors) != 1 || res.Errors[0].Index != 1 || !strings.Contains(res.Errors[0].Error, "schedule") {
 			t.Fatalf("array batch errors %+v", res.Errors)
 		}
+		// Sent again, it writes nothing, and says so.
+		if a := call(t, ts, "POST", "/v1/tasks:batch", array, "Content-Type", "application/json"); a.status != http.StatusOK ||
+			!strings.Contains(string(a.body), `"written":2,"unchanged":2`) {
+			t.Fatalf("array batch sent again: %v", a)
+		}
 		for _, id := range []string{"batch/a", "batch/b"} {
 			if _, err := n.c.GetTask(ctx, id); err != nil {
 				t.Fatalf("GetTask %s: %v", id, err)

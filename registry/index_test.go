@@ -93,17 +93,19 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 		batch = append(batch, labelled(fmt.Sprintf("b/%03d", i), map[string]string{"n": fmt.Sprint(i % 7), "team": "z"}))
 	}
 	batch = append(batch, labelled("a/2", map[string]string{"team": "w"}))
-	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
-		t.Fatalf("batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) || res.Unchanged != 0 {
+		t.Fatalf("batch: written %d (%d unchanged), errors %v, err %v", res.Written, res.Unchanged, res.Errors, err)
 	}
 	checkIndex(t, c.Client, reg)
+	moved := 0
 	for i, tsk := range batch {
 		if i%3 == 0 {
 			tsk.Labels = map[string]string{"n": "moved"}
+			moved++
 		}
 	}
-	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
-		t.Fatalf("second batch: written %d, errors %v, err %v", res.Written, res.Errors, err)
+	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) || res.Unchanged != len(batch)-moved {
+		t.Fatalf("second batch: written %d (%d unchanged), errors %v, err %v; want %d unchanged", res.Written, res.Unchanged, res.Errors, err, len(batch)-moved)
 	}
 	checkIndex(t, c.Client, reg)
 

@@ -190,14 +190,21 @@ type PutOptions struct {
 // writes nothing and returns the stored version. It returns the task as
 // stored, with its partition, version and times.
 func (r *Registry) Put(ctx context.Context, t *task.Task, opts PutOptions) (*task.Task, error) {
+	stored, _, err := r.put(ctx, t, opts)
+	return stored, err
+}
+
+// put is Put, saying whether the task was identical to what is stored and
+// left alone.
+func (r *Registry) put(ctx context.Context, t *task.Task, opts PutOptions) (stored *task.Task, same bool, err error) {
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	key := r.key(t.ID)
 	for range casRetries {
 		cur, err := r.cli.Get(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
+			return nil, false, fmt.Errorf("put task %q: %w", t.ID, err)
 		}
 		var old *mvccpb.KeyValue
 		if len(cur.Kvs) > 0 {
@@ -207,35 +214,37 @@ func (r *Registry) Put(ctx context.Context, t *task.Task, opts PutOptions) (*tas
 		// whatever its version.
 		val, same, err := r.encode(t, old)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if opts.IfVersion != 0 && (old == nil || old.ModRevision != opts.IfVersion) {
-			return nil, ErrVersionMismatch
+			return nil, false, ErrVersionMismatch
 		}
 		if same {
-			return r.decode(old)
+			stored, err := r.decode(old)
+			return stored, true, err
 		}
 		var chains []clientv3.Cmp
 		if old == nil || chainsChanged(t, old.Value) {
 			if chains, err = r.checkChains(ctx, t, opts.AllowMissingTargets); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		w := r.write(t.ID, old, val, t.Labels)
 		w.extra = chains
 		rev, ok, err := r.commit(ctx, w)
 		if err != nil {
-			return nil, fmt.Errorf("put task %q: %w", t.ID, err)
+			return nil, false, fmt.Errorf("put task %q: %w", t.ID, err)
 		}
 		if ok {
-			return r.decode(&mvccpb.KeyValue{Key: []byte(key), Value: val,
+			stored, err := r.decode(&mvccpb.KeyValue{Key: []byte(key), Value: val,
 				ModRevision: rev, CreateRevision: createRev(old, rev)})
+			return stored, false, err
 		}
 		if opts.IfVersion != 0 {
-			return nil, ErrVersionMismatch
+			return nil, false, ErrVersionMismatch
 		}
 	}
-	return nil, fmt.Errorf("put task %q: too much contention, try again", t.ID)
+	return nil, false, fmt.Errorf("put task %q: too much contention, try again", t.ID)
 }
 
 // Check is Put without the write (a dry run): it validates t, checks its
@@ -459,6 +468,9 @@ type BatchResult struct {
 	// Replaced are the items, in index order, that a later item of the same
 	// id replaced; that item was written.
 	Replaced []int
+	// Unchanged counts the items of Written that were identical to what is
+	// stored and left alone.
+	Unchanged int
 }
 
 // RefusedLater is the error of a batch item not written because a later
@@ -517,7 +529,8 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchR
 			return
 		}
 		for _, i := range chained {
-			if _, perr := r.Put(ctx, tasks[i], PutOptions{AllowMissingTargets: true}); perr != nil {
+			_, same, perr := r.put(ctx, tasks[i], PutOptions{AllowMissingTargets: true})
+			if perr != nil {
 				var ve *task.ValidationError
 				if !errors.As(perr, &ve) {
 					err = perr
@@ -527,6 +540,9 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchR
 				continue
 			}
 			res.Written++
+			if same {
+				res.Unchanged++
+			}
 		}
 		// Replaced items count as written with their replacement, and are
 		// errors without it.
@@ -577,7 +593,8 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchR
 				}
 				w, cerrs, err := r.putChunk(ctx, tasks, chunks[i])
 				mu.Lock()
-				res.Written += w
+				res.Written += w.written
+				res.Unchanged += w.unchanged
 				res.Errors = append(res.Errors, cerrs...)
 				if err != nil && failed == nil {
 					failed = err
@@ -610,13 +627,13 @@ const batchWorkers = 8
 // over what it read (identical ones left alone), under compares of the mod
 // revisions read; those of a transaction that finds one of them changed by
 // another writer are written again one at a time.
-func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (int, []task.BatchError, error) {
+func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) (chunkCount, []task.BatchError, error) {
 	var (
-		written int
-		errs    []task.BatchError
-		g       txnGroup
-		stored  []readTask // tasks the first write found stored
-		alone   []int      // tasks to write one at a time
+		n      chunkCount
+		errs   []task.BatchError
+		g      txnGroup
+		stored []readTask // tasks the first write found stored
+		alone  []int      // tasks to write one at a time
 	)
 	flushNew := func() error {
 		if len(g.tasks) == 0 {
@@ -627,7 +644,7 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 			return fmt.Errorf("batch: write tasks: %w", err)
 		}
 		if tr.Succeeded {
-			written += len(g.tasks)
+			n.written += len(g.tasks)
 		} else {
 			for k, j := range g.tasks {
 				rt := readTask{index: j}
@@ -655,13 +672,13 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 		}
 		if !g.fits(w) {
 			if err := flushNew(); err != nil {
-				return written, errs, err
+				return n, errs, err
 			}
 		}
 		g.add(j, w, true)
 	}
 	if err := flushNew(); err != nil {
-		return written, errs, err
+		return n, errs, err
 	}
 	flush := func() error {
 		if len(g.tasks) == 0 {
@@ -672,7 +689,7 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 			return fmt.Errorf("batch: write tasks: %w", err)
 		}
 		if tr.Succeeded {
-			written += len(g.tasks)
+			n.written += len(g.tasks)
 		} else {
 			alone = append(alone, g.tasks...)
 		}
@@ -687,7 +704,8 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 			continue
 		}
 		if same {
-			written++
+			n.written++
+			n.unchanged++
 			continue
 		}
 		w := r.write(t.ID, rt.old, val, t.Labels)
@@ -697,27 +715,35 @@ func (r *Registry) putChunk(ctx context.Context, tasks []*task.Task, idx []int) 
 		}
 		if !g.fits(w) {
 			if err := flush(); err != nil {
-				return written, errs, err
+				return n, errs, err
 			}
 		}
 		g.add(rt.index, w, false)
 	}
 	if err := flush(); err != nil {
-		return written, errs, err
+		return n, errs, err
 	}
 	// Contention, or tasks too large for a shared transaction.
 	for _, j := range alone {
-		if _, err := r.Put(ctx, tasks[j], PutOptions{}); err != nil {
+		_, same, err := r.put(ctx, tasks[j], PutOptions{})
+		if err != nil {
 			if ctx.Err() != nil {
-				return written, errs, err
+				return n, errs, err
 			}
 			errs = append(errs, task.BatchError{Index: j, Error: err.Error()})
 			continue
 		}
-		written++
+		n.written++
+		if same {
+			n.unchanged++
+		}
 	}
-	return written, errs, nil
+	return n, errs, nil
 }
+
+// chunkCount is what putChunk wrote: the tasks now stored as given, and
+// those of them left alone, identical.
+type chunkCount struct{ written, unchanged int }
 
 // readTask is a task of a batch, by its index, with what etcd holds under
 // its key (nil: nothing).

@@ -29,6 +29,9 @@ type BatchResult struct {
 	// Written counts the tasks now stored as given (rewritten, or already
 	// identical and left alone).
 	Written int `json:"written"`
+	// Unchanged counts the tasks of Written that were identical to what is
+	// stored and left alone: a batch sent again writes nothing.
+	Unchanged int `json:"unchanged"`
 	// Errors lists the items that were not written, by their 0-based index
 	// in the batch (for JSON Lines: among the non-blank lines), in index
 	// order. Never null in answers.

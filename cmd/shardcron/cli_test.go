@@ -745,6 +745,21 @@ func TestImport_Warnings(t *testing.T) {
 	}
 }
 
+// The summary says how many of the tasks written were left alone,
+// identical to what was stored.
+func TestImport_CountsUnchanged(t *testing.T) {
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		_ = json.NewEncoder(w).Encode(client.BatchResult{Written: len(lines), Unchanged: len(lines) - 1, Errors: []task.BatchError{}})
+		return true
+	})
+	checkImport(t, ts.URL, jsonl("a", "b", "c", "d"), exitOK, "imported 4 tasks (2 unchanged), 0 errors\n", "")
+	im, out, _ := testImporter(t, ts.URL, 2)
+	im.cf.output = outputJSON
+	if code := im.run(context.Background(), strings.NewReader(jsonl("a", "b")), "test"); code != exitOK || !strings.Contains(out.String(), `"unchanged": 1`) {
+		t.Errorf("exit %d, JSON summary %s; want 1 unchanged", code, out)
+	}
+}
+
 // A batch split in two whose second half fails for good stops the import;
 // what its first half wrote is reported, warnings included.
 func TestImport_SplitBatchFailingReportsItsFirstHalf(t *testing.T) {
@@ -1342,7 +1357,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		}
 		exported := r.stdout
 		r = run(exported, "import", "--quiet", "-")
-		wantCLI(t, r, 0, []string{"imported 5 tasks, 0 errors"}, nil)
+		wantCLI(t, r, 0, []string{"imported 5 tasks (5 unchanged), 0 errors"}, nil)
 		if r = run("", "task", "export", "--prefix", "list/"); r.stdout != exported {
 			t.Errorf("export after importing the export:\n%s\nwant\n%s", r.stdout, exported)
 		}
@@ -1440,14 +1455,15 @@ func TestCLI_AgainstNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		var revs map[string]int64
-		for i := range 2 { // twice: the second import rewrites nothing and says the same
+		for i, summary := range []string{"imported 3 tasks, 4 errors", "imported 3 tasks (3 unchanged), 4 errors"} {
+			// twice: the second import rewrites nothing and says so
 			r := run("", "import", file, "--batch", "2")
 			if i == 0 {
 				revs = n.taskRevisions(t)
 			} else if after := n.taskRevisions(t); !maps.Equal(after, revs) {
 				t.Errorf("the second import wrote tasks: mod revisions %v, then %v", revs, after)
 			}
-			wantCLI(t, r, 1, []string{"imported 3 tasks, 4 errors"},
+			wantCLI(t, r, 1, []string{summary},
 				[]string{"line 4: schedule: ", "line 6: malformed JSON", "line 8: task is", "line 9: timeout: "})
 			if strings.Contains(r.stderr, "line 1:") || strings.Count(r.stderr, "\n") != 4 {
 				t.Errorf("run %d: stderr:\n%s", i, r.stderr)

@@ -46,8 +46,9 @@ nodes can run it; its id comes again later in the same batch, which
 replaces it; its id was given on an earlier line, which it replaces: a
 batch waits for one in flight that gives its id, so that the last line is
 written last) is reported as "line N: warning: ...". At the end it prints
-"imported N tasks, M errors" (and the warnings' count) and exits 1 if
-there were errors.
+"imported N tasks (U unchanged), M errors" (and the warnings' count;
+unchanged tasks were identical to what is stored and left alone) and
+exits 1 if there were errors.
 
 Examples:
   shardcron import tasks.jsonl
@@ -232,8 +233,9 @@ type importer struct {
 	stderr   io.Writer
 	bar      *progressbar.ProgressBar // nil: no bar
 
-	mu      sync.Mutex     // guards written and sent, which batches in flight update
+	mu      sync.Mutex     // guards written, same and sent, which batches in flight update
 	written int            // tasks the server reported written
+	same    int            // of written, those it found identical and left alone
 	sent    bool           // a request succeeded: the node exists, so a refused connection is transient
 	errs    []lineError    // every error, in line order (run's goroutine only)
 	warns   []lineWarning  // every warning, likewise
@@ -448,7 +450,7 @@ func (im *importer) report(errs []lineError, warns []lineWarning, read int) {
 	}
 }
 
-// summary prints "imported N tasks, M errors" (or the JSON summary) and
+// summary prints "imported N tasks (U unchanged), M errors" (or the JSON summary) and
 // returns the exit code.
 func (im *importer) summary(stopped bool) int {
 	if im.cf.output == outputJSON {
@@ -458,17 +460,22 @@ func (im *importer) summary(stopped bool) int {
 		}
 		_ = writeJSON(im.stdout, struct {
 			Imported  int           `json:"imported"`
+			Unchanged int           `json:"unchanged"`
 			ErrorsN   int           `json:"error_count"`
 			Errors    []lineError   `json:"errors"`
 			Warnings  []lineWarning `json:"warnings,omitempty"`
 			Completed bool          `json:"completed"`
-		}{im.written, len(im.errs), errs, im.warns, !stopped})
+		}{im.written, im.same, len(im.errs), errs, im.warns, !stopped})
 	} else {
 		warned := ""
 		if len(im.warns) > 0 {
 			warned = fmt.Sprintf(", %d %s", len(im.warns), plural(len(im.warns), "warning", "warnings"))
 		}
-		fmt.Fprintf(im.stdout, "imported %d %s, %d %s%s\n", im.written, plural(im.written, "task", "tasks"),
+		same := ""
+		if im.same > 0 {
+			same = fmt.Sprintf(" (%d unchanged)", im.same)
+		}
+		fmt.Fprintf(im.stdout, "imported %d %s%s, %d %s%s\n", im.written, plural(im.written, "task", "tasks"), same,
 			len(im.errs), plural(len(im.errs), "error", "errors"), warned)
 	}
 	if stopped || len(im.errs) > 0 {
@@ -515,6 +522,7 @@ func (im *importer) send(ctx context.Context, b *importBatch) (errs []lineError,
 	im.mu.Lock()
 	im.sent = true
 	im.written += res.Written
+	im.same += res.Unchanged
 	im.mu.Unlock()
 	for _, w := range res.Warnings {
 		warns = append(warns, lineWarning{Line: batchLine(b.lines, w.Index), Warning: w.Warning})
