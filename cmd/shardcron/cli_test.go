@@ -1482,6 +1482,18 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42": this node requires an auth token`})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "wrong")
 		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token"})
+		// From a file, its trailing newline dropped; one left in a token
+		// given directly is a usage error naming it, not Go's refusal of
+		// the header.
+		file := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL, "--token-file", file), 0, []string{id}, nil)
+		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret\n")
+		wantCLI(t, r, 2, nil, []string{"the token (--token, --token-file or SHARDCRON_TOKEN) holds the control character U+000A at byte 6", "use --token-file"})
+		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret", "--token-file", file)
+		wantCLI(t, r, 2, nil, []string{"--token and --token-file are both set"})
 		t.Setenv(envToken, "s3cret")
 		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL), 0, []string{id}, nil)
 		t.Setenv(envServer, tokenURL)

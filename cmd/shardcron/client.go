@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/shardcron/shardcron/api/client"
 )
@@ -32,6 +33,7 @@ const (
 	defaultTimeout = 30 * time.Second
 	envServer      = "SHARDCRON_SERVER"
 	envToken       = "SHARDCRON_TOKEN"
+	envTokenFile   = "SHARDCRON_TOKEN_FILE"
 	envCACert      = "SHARDCRON_CACERT"
 	envCert        = "SHARDCRON_CERT"
 	envKey         = "SHARDCRON_KEY"
@@ -223,11 +225,12 @@ func showDefault(f *flag.Flag) bool {
 
 // clientFlags are the flags every command that talks to a node takes.
 type clientFlags struct {
-	server  string
-	token   string
-	output  string
-	timeout time.Duration
-	stderr  io.Writer // receives the node's warnings
+	server    string
+	token     string
+	tokenFile string
+	output    string
+	timeout   time.Duration
+	stderr    io.Writer // receives the node's warnings
 
 	caCert, cert, key string      // files, for a node serving TLS
 	tls               *tls.Config // built from them by resolve; nil: Go's defaults
@@ -240,12 +243,13 @@ func (f *clientFlags) register(c *command) {
 	f.stderr = c.stderr
 	c.fs.StringVar(&f.server, "server", defaultServer, "base `URL` of a node's HTTP API (env "+envServer+")")
 	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envToken+")")
+	c.fs.StringVar(&f.tokenFile, "token-file", "", "read the token from `FILE` (trailing newline ignored; env "+envTokenFile+"), keeping it out of the process list")
 	c.fs.StringVar(&f.output, "output", outputTable, "output `FORMAT`: table or json")
 	c.fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long one request to the node may take")
 	c.fs.StringVar(&f.caCert, "cacert", "", "CA certificate `FILE` that the node's TLS certificate is verified with (default: the system's roots; env "+envCACert+")")
 	c.fs.StringVar(&f.cert, "cert", "", "client certificate `FILE`, for a node started with --tls-client-ca (env "+envCert+")")
 	c.fs.StringVar(&f.key, "key", "", "private key `FILE` of --cert (env "+envKey+")")
-	for _, n := range []string{"server", "token", "output", "timeout", "cacert", "cert", "key"} {
+	for _, n := range []string{"server", "token", "token-file", "output", "timeout", "cacert", "cert", "key"} {
 		c.common[n] = true
 	}
 }
@@ -258,6 +262,12 @@ func (f *clientFlags) resolve(c *command) string {
 	}
 	if v := os.Getenv(envToken); v != "" && !c.given("token") {
 		f.token = v
+	}
+	if v := os.Getenv(envTokenFile); v != "" && !c.given("token-file") {
+		f.tokenFile = v
+	}
+	if msg := f.resolveToken(); msg != "" {
+		return msg
 	}
 	for _, e := range []struct {
 		flag, env string
@@ -280,6 +290,26 @@ func (f *clientFlags) resolve(c *command) string {
 	}
 	if f.timeout <= 0 {
 		return fmt.Sprintf("--timeout: %s is not more than 0", f.timeout)
+	}
+	return ""
+}
+
+// resolveToken reads --token-file and checks the token: a line break or
+// another control character cannot be sent in a header. A non-empty
+// result is a usage error.
+func (f *clientFlags) resolveToken() string {
+	if f.tokenFile != "" {
+		if f.token != "" {
+			return fmt.Sprintf("--token and --token-file are both set (on the command line or in %s and %s): give one", envToken, envTokenFile)
+		}
+		v, err := readSecretFile("--token-file", f.tokenFile)
+		if err != nil {
+			return err.Error()
+		}
+		f.token = v
+	}
+	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
+		return fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d: a trailing newline from a file? use --token-file, which drops it", envToken, []rune(f.token[i:])[0], i)
 	}
 	return ""
 }

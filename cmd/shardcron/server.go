@@ -263,20 +263,30 @@ func (f *serverFlags) readSecrets() error {
 			return fmt.Errorf("--%s and --%s-file are both set (on the command line or in %s and %s): give one",
 				s.name, s.name, envName(s.name), envName(s.name+"-file"))
 		}
-		b, err := os.ReadFile(s.file)
+		v, err := readSecretFile("--"+s.name+"-file", s.file)
 		if err != nil {
-			return fmt.Errorf("--%s-file: %w", s.name, err)
-		}
-		v := strings.TrimRight(string(b), "\r\n")
-		switch {
-		case v == "":
-			return fmt.Errorf("--%s-file: %s is empty", s.name, s.file)
-		case strings.ContainsAny(v, "\r\n"):
-			return fmt.Errorf("--%s-file: %s holds more than one line", s.name, s.file)
+			return err
 		}
 		*s.dst = v
 	}
 	return nil
+}
+
+// readSecretFile reads the one-line secret in path, its trailing newline
+// ignored; flag names it in errors.
+func readSecretFile(flag, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	switch {
+	case v == "":
+		return "", fmt.Errorf("%s: %s is empty", flag, path)
+	case strings.ContainsAny(v, "\r\n"):
+		return "", fmt.Errorf("%s: %s holds more than one line", flag, path)
+	}
+	return v, nil
 }
 
 // check refuses flag values that the engine would otherwise take as "use
