@@ -414,6 +414,16 @@ func TestServer_SingleNode(t *testing.T) {
 		if len(res.Errors) != 1 || res.Errors[0].Index != 1 || !strings.Contains(res.Errors[0].Error, "schedule") {
 			t.Fatalf("array batch errors %+v", res.Errors)
 		}
+		// A created_at given to a create is kept (an export read back by
+		// an import: max_fires counts from it).
+		then := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+		created := fmt.Sprintf(`{"id": "batch/created", "schedule": "@hourly", "executor": {"type": "noop"}, "created_at": %q}`, then.Format(time.RFC3339))
+		if r, err := n.c.PutBatch(ctx, []byte(created)); err != nil || r.Written != 1 {
+			t.Fatalf("batch with created_at: %+v, %v", r, err)
+		}
+		if got, err := n.c.GetTask(ctx, "batch/created"); err != nil || !got.CreatedAt.Equal(then) {
+			t.Fatalf("batch/created: %+v, %v; want created_at %v", got, err, then)
+		}
 		// Sent again, it writes nothing, and says so.
 		if a := call(t, ts, "POST", "/v1/tasks:batch", array, "Content-Type", "application/json"); a.status != http.StatusOK ||
 			!strings.Contains(string(a.body), `"written":2,"unchanged":2`) {

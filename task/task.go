@@ -346,8 +346,8 @@ func parseDuration(b []byte) (time.Duration, string) {
 // ignoring case), values of the wrong JSON type, explicit zeros where zero
 // is not allowed ("timeout": "0s"), and everything Validate refuses. JSON
 // null is the same as leaving a field out. The output-only fields
-// (partition, version, created_at, updated_at, state) are accepted and
-// ignored.
+// (partition, version, updated_at, state, pause) are accepted and
+// ignored; created_at is read, for a create to keep (registry).
 func DecodeTask(data []byte) (*Task, error) {
 	if len(data) > MaxTaskSize {
 		return nil, Invalid("", "task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), MaxTaskSize)
@@ -412,6 +412,8 @@ func DecodeTask(data []byte) (*Task, error) {
 	d.instant("not_after", &t.NotAfter)
 	d.maxFires("max_fires", &t.MaxFires)
 	d.boolean("delete_after_fire", &t.DeleteAfterFire)
+	// Kept by a create (an export read back: max_fires counts from it).
+	d.instant("created_at", &t.CreatedAt)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -426,8 +428,8 @@ var (
 		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit",
 		"notify", "pause_on_failure", "capture",
 		"on_success", "on_failure"}
-	outputOnlyFields   = []string{"partition", "version", "created_at", "updated_at", "state", "pause"}
-	windowFields       = []string{"not_before", "not_after", "max_fires", "delete_after_fire"}
+	outputOnlyFields   = []string{"partition", "version", "updated_at", "state", "pause"}
+	windowFields       = []string{"not_before", "not_after", "max_fires", "delete_after_fire", "created_at"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}
 )
