@@ -192,6 +192,14 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	return fire
 }
 
+// bufferedFire is a buffer_one fire waiting for the running one: its scheduled
+// time and its kind (a trigger's stays one when it runs, or is handed
+// over).
+type bufferedFire struct {
+	at   int64
+	kind uint8
+}
+
 // admit applies the concurrency policy and queues a job for the fire.
 func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8) {
 	waiting := false
@@ -207,7 +215,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		l.skip(r, sched, 1, why)
 		return
 	case admitBuffer:
-		l.pending[i] = sched
+		l.pending[i] = bufferedFire{at: sched, kind: kind}
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -385,9 +393,9 @@ func (l *loop) complete(b *completionBatch) {
 			}
 			l.pauseOnFailure(r)
 		}
-		if at, waiting := l.pending[c.rec]; waiting && r.running == 0 {
+		if w, ok := l.pending[c.rec]; ok && r.running == 0 {
 			delete(l.pending, c.rec)
-			l.admit(c.rec, r, prof, at, l.cfg.Clock.Now().UnixNano(), kindSchedule)
+			l.admit(c.rec, r, prof, w.at, l.cfg.Clock.Now().UnixNano(), w.kind)
 		}
 		if final {
 			l.checkEnded(c.rec, r)

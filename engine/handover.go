@@ -189,8 +189,10 @@ func (h *handOver) encode(node string) []byte {
 			h.health = h.health[:len(h.health)/2]
 		case len(h.after) > 0:
 			h.after = h.after[:len(h.after)/2]
-		default:
+		case len(h.pending) > 0:
 			h.shedPending()
+		default:
+			return b // nothing left to shed (a node id of half a MiB)
 		}
 	}
 }
@@ -252,18 +254,19 @@ func (l *loop) releaseParts(parts []int) release {
 		l.owned.Add(-1)
 		l.parts[p] = partState{}
 	}
-	pass := func(part uint16, id string, sched, due int64, trigger bool) {
-		out[int(part)].list(pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Trigger: trigger}, due)
+	pass := func(part uint16, id string, sched, due int64, kind uint8) {
+		out[int(part)].list(pendingFire{ID: id, At: time.Unix(0, sched).UTC(),
+			Trigger: kind == kindTrigger, Backfill: kind == kindBackfill}, due)
 	}
-	for i, at := range l.pending {
+	for i, w := range l.pending {
 		if r := l.tab.rec(i); out[int(r.part)] != nil {
-			pass(r.part, l.tab.id(r), at, at+l.delay(r, at), false)
+			pass(r.part, l.tab.id(r), w.at, w.at+l.delay(r, w.at), w.kind)
 		}
 	}
 	keepEarly := l.early[:0]
 	for _, t := range l.early {
 		if out[t.part] != nil {
-			pass(uint16(t.part), t.id, t.at, t.at, true)
+			pass(uint16(t.part), t.id, t.at, t.at, kindTrigger)
 		} else {
 			keepEarly = append(keepEarly, t)
 		}
@@ -512,7 +515,7 @@ func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte
 		h := hand[p]
 		cps[p] = h.encode(e.cfg.NodeID)
 		if h.lost > 0 {
-			e.log.Error("a released checkpoint cannot list every trigger's and backfill's fire handed over unrun; these are lost",
+			e.log.Error("a hand-over cannot list every trigger's and backfill's fire handed over unrun; these are lost",
 				"partition", p, "lost", h.lost, "listed", len(h.pending))
 			h.lost = 0
 		}

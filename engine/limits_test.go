@@ -496,7 +496,7 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 		listed[f.ID] = f.At.Equal(base)
 	}
 	for _, id := range long {
-		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) != base.UnixNano() && !listed[id] {
+		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) > base.UnixNano() && !listed[id] {
 			t.Fatalf("the fire of %.12s…@%s is neither listed nor after the point %s", id, base.Format(time.TimeOnly), cp.Watermark.Format(time.StampNano))
 		}
 	}
@@ -836,12 +836,12 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) 
 	}
 }
 
-// The hand-over an ended session kept in memory (drop) is never encoded:
-// when this node takes the partition again, resume returns its pending and
-// after lists whole, and the acquire writes them in its hold checkpoint
-// before anything else. With long escaped ids that checkpoint is over
-// etcd's request limit: refused every time, the partition is never
-// acquired again, and none of its fires runs.
+// The hand-over an ended session kept in memory (drop) is bounded as a
+// release's: when this node takes the partition again, resume returns its
+// pending and after lists, and the acquire writes them in its hold
+// checkpoint before anything else. Whole, with long escaped ids, that
+// checkpoint was over etcd's request limit, refused every time: the
+// partition was never acquired again.
 func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 	const n = maxHandOver
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -906,5 +906,29 @@ func TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap(t *testing.T) {
 	}
 	if len(full.pending) != maxHandOver || full.lost != 3 || full.mark != base.UnixNano() {
 		t.Errorf("a list of triggers only: %d listed, %d lost, mark moved %v; want %d, 3, not moved", len(full.pending), full.lost, full.mark != base.UnixNano(), maxHandOver)
+	}
+}
+
+// A trigger buffered behind a running fire (buffer_one) stays a trigger:
+// handed over as one, it is never given up for the mark, which would not
+// bring it back. Here a trigger runs (no worker ends it) and a second
+// waits behind it when the partition is released.
+func TestLoop_BufferedTriggerIsHandedOverAsATrigger(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	tl.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow") // yearly: only triggers fire it
+	for _, at := range []time.Time{base.Add(-2 * time.Second), base.Add(-time.Second)} {
+		trig := &triggerCmd{part: 0, id: "slow", at: at.UnixNano(), reply: make(chan bool, 1)}
+		tl.handle(trig)
+		if !<-trig.reply {
+			t.Fatal("the trigger was not taken")
+		}
+	}
+	hand := tl.releaseNow(0).hand[0]
+	want := pendingFire{ID: "slow", At: base.Add(-time.Second).UTC(), Trigger: true}
+	if !slices.Contains(hand.pending, want) {
+		t.Errorf("handed over %+v, want the buffered trigger %+v among them", hand.pending, want)
 	}
 }

@@ -116,8 +116,8 @@ type loop struct {
 	parts   []partState
 	retries []retryState
 	rfree   []uint32
-	pending map[uint32]int64      // buffer_one: the fire waiting for the running one, by record
-	health  map[uint32]taskHealth // tasks that failed since the owner took them, by record (health.go)
+	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
+	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -168,7 +168,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]int64), health: make(map[uint32]taskHealth),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
