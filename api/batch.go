@@ -122,7 +122,7 @@ func refusedLater(items []batchItem, refused []task.BatchError, tasks []*task.Ta
 	keep, keepIndex := tasks[:0], index[:0]
 	for j, t := range tasks {
 		if i, ok := last[t.ID]; ok && isRefused[i] {
-			errs = append(errs, task.BatchError{Index: index[j], Error: registry.RefusedLater(t.ID)})
+			errs = append(errs, task.BatchError{Index: index[j], Error: registry.RefusedLaterMessage(t.ID)})
 			continue
 		}
 		keep, keepIndex = append(keep, t), append(keepIndex, index[j])

@@ -469,13 +469,13 @@ type BatchResult struct {
 	// id replaced; that item was written.
 	Replaced []int
 	// Unchanged counts the items of Written that were identical to what is
-	// stored and left alone.
+	// stored and left alone; Replaced items are not among them.
 	Unchanged int
 }
 
-// RefusedLater is the error of a batch item not written because a later
+// RefusedLaterMessage is the error of a batch item not written because a later
 // item of its id, which would have replaced it, was refused.
-func RefusedLater(id string) string {
+func RefusedLaterMessage(id string) string {
 	return fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", id)
 }
 
@@ -558,7 +558,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchR
 			}
 			for _, i := range earlier {
 				res.Errors = append(res.Errors, task.BatchError{Index: i,
-					Error: RefusedLater(tasks[i].ID)})
+					Error: RefusedLaterMessage(tasks[i].ID)})
 			}
 		}
 		slices.SortStableFunc(res.Errors, byIndex)

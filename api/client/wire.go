@@ -30,7 +30,8 @@ type BatchResult struct {
 	// identical and left alone).
 	Written int `json:"written"`
 	// Unchanged counts the tasks of Written that were identical to what is
-	// stored and left alone: a batch sent again writes nothing.
+	// stored and left alone: a batch sent again writes nothing. An item
+	// whose id comes again later in the batch is not counted.
 	Unchanged int `json:"unchanged"`
 	// Errors lists the items that were not written, by their 0-based index
 	// in the batch (for JSON Lines: among the non-blank lines), in index

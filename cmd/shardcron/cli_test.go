@@ -882,53 +882,56 @@ func TestImport_InFlightInLineOrder(t *testing.T) {
 // An id given again in a later batch is written after the line that gave
 // it before, though batches are in flight together (the import waits for
 // the earlier), and the later line says it replaced the earlier, unless
-// the server refused it. A repeat within a batch is left to the server.
+// one of the two was refused. A repeat within a batch is left to the
+// server.
 func TestImport_IDGivenAgainInALaterBatch(t *testing.T) {
 	line := func(id, version string) string {
 		return fmt.Sprintf(`{"id":%q,"schedule":"@hourly","executor":{"type":"noop"},"description":%q}`+"\n", id, version)
 	}
 	var mu sync.Mutex
 	var written []string         // the lines' id and version, in the order written
-	later := make(chan struct{}) // closed when a batch after the first arrived
+	later := make(chan struct{}) // closed once a batch after the first was written
 	var once sync.Once
 	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
 		var tsk struct{ ID, Description string }
 		_ = json.Unmarshal(lines[0], &tsk)
-		if tsk.Description == "v1" {
-			select { // the first batch is answered after the others, if they are sent
+		switch tsk.Description {
+		case "v1": // answered after a later batch was written, if one is sent
+			select {
 			case <-later:
 			case <-time.After(500 * time.Millisecond):
 			}
-		} else {
-			once.Do(func() { close(later) })
-		}
-		if tsk.Description == "refused" {
+		case "refused":
 			_ = json.NewEncoder(w).Encode(client.BatchResult{Errors: []task.BatchError{{Index: 0, Error: "schedule: refused"}}})
 			return true
 		}
 		mu.Lock()
 		written = append(written, tsk.ID+" "+tsk.Description)
 		mu.Unlock()
+		if tsk.Description != "v1" {
+			once.Do(func() { close(later) })
+		}
 		return false
 	})
 	im, out, errb := testImporter(t, ts.URL, 1)
 	im.inFlight = 4
-	input := line("a", "v1") + line("b", "v1") + "\n" + line("a", "v2") + line("b", "refused")
+	// lines: 1 a v1, 2 c refused, 3 blank, 4 a v2, 5 b refused, 6 c v2
+	input := line("a", "v1") + line("c", "refused") + "\n" + line("a", "v2") + line("b", "refused") + line("c", "v2")
 	if code := im.run(context.Background(), strings.NewReader(input), "test"); code != exitError {
 		t.Errorf("exit %d, want 1", code)
 	}
 	if i, j := slices.Index(written, "a v1"), slices.Index(written, "a v2"); i < 0 || j < i {
 		t.Errorf("written in the order %v, want a v1 before a v2", written)
 	}
-	if want := "line 4: warning: task \"a\" was given before, on line 1: this line replaces it\nline 5: schedule: refused\n"; errb.String() != want {
+	if want := "line 2: schedule: refused\nline 4: warning: task \"a\" was given before, on line 1: this line replaces it\nline 5: schedule: refused\n"; errb.String() != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", errb, want)
 	}
-	if want := "imported 3 tasks, 1 error, 1 warning\n"; out.String() != want {
+	if want := "imported 3 tasks, 2 errors, 1 warning\n"; out.String() != want {
 		t.Errorf("summary %q, want %q", out, want)
 	}
 
 	im, out, errb = testImporter(t, ts.URL, 2)
-	if code := im.run(context.Background(), strings.NewReader(line("c", "v2")+line("c", "v3")), "test"); code != exitOK {
+	if code := im.run(context.Background(), strings.NewReader(line("d", "v2")+line("d", "v3")), "test"); code != exitOK {
 		t.Errorf("exit %d, want 0", code)
 	}
 	if errb.String() != "" || out.String() != "imported 2 tasks, 0 errors\n" {
@@ -1491,7 +1494,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		}
 		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL, "--token-file", file), 0, []string{id}, nil)
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret\n")
-		wantCLI(t, r, 2, nil, []string{"the token (--token, --token-file or SHARDCRON_TOKEN) holds the control character U+000A at byte 6", "use --token-file"})
+		wantCLI(t, r, 2, nil, []string{"the token (--token, --token-file or SHARDCRON_TOKEN) holds the control character U+000A at byte 6", "--token-file drops it"})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret", "--token-file", file)
 		wantCLI(t, r, 2, nil, []string{"--token and --token-file are both set"})
 		t.Setenv(envToken, "s3cret")

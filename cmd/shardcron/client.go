@@ -309,7 +309,11 @@ func (f *clientFlags) resolveToken() string {
 		f.token = v
 	}
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
-		return fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d: a trailing newline from a file? use --token-file, which drops it", envToken, []rune(f.token[i:])[0], i)
+		msg := fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d", envToken, []rune(f.token[i:])[0], i)
+		if f.tokenFile == "" && strings.ContainsAny(f.token, "\r\n") {
+			msg += ": a trailing newline from a file? --token-file drops it"
+		}
+		return msg
 	}
 	return ""
 }

@@ -46,9 +46,9 @@ nodes can run it; its id comes again later in the same batch, which
 replaces it; its id was given on an earlier line, which it replaces: a
 batch waits for one in flight that gives its id, so that the last line is
 written last) is reported as "line N: warning: ...". At the end it prints
-"imported N tasks (U unchanged), M errors" (and the warnings' count;
-unchanged tasks were identical to what is stored and left alone) and
-exits 1 if there were errors.
+"imported N tasks, M errors", with "(U unchanged)" after the tasks when
+some were identical to what is stored and left alone, and the warnings'
+count when there were any; it exits 1 if there were errors.
 
 Examples:
   shardcron import tasks.jsonl
@@ -248,6 +248,7 @@ type sending struct {
 	b      *importBatch
 	local  []lineError   // the lines of the batch that could not be sent
 	again  []lineWarning // its lines whose id an earlier batch gave (replacing it if written)
+	prev   []int         // prev[i]: the line that gave line i's id before it (0: none), for forgetRefused
 	remote []lineError
 	warns  []lineWarning
 	err    error
@@ -294,6 +295,9 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		s := queue[0]
 		queue = queue[1:]
 		<-s.done
+		if s.prev != nil {
+			im.forgetRefused(s)
+		}
 		switch {
 		case s.err != nil:
 			// A batch split in two may have written its first half.
@@ -320,7 +324,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 			break
 		}
 		s := &sending{b: b, local: local, done: make(chan struct{})}
-		if im.againAfter(s, queue) {
+		if im.givenInFlight(s, queue) {
 			// Batches in flight may be written in any order: the line given
 			// last must be written last, so the earlier ones go first.
 			for len(queue) > 0 && fatal == nil {
@@ -330,6 +334,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 				break
 			}
 		}
+		im.noteGiven(s)
 		if len(b.lines) > 0 {
 			go func() {
 				defer close(s.done)
@@ -362,16 +367,10 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 	return im.summary(fatal != nil)
 }
 
-// againAfter notes the lines of s whose id an earlier batch gave, and says
-// whether one of those batches is still in queue. A later line of the
-// same batch is left to the server, which writes the last and warns of
-// the others.
-func (im *importer) againAfter(s *sending, queue []*sending) (inFlight bool) {
+// givenInFlight says whether a batch still in queue gave an id of s.
+func (im *importer) givenInFlight(s *sending, queue []*sending) bool {
 	if len(s.b.lines) == 0 {
 		return false
-	}
-	if im.given == nil {
-		im.given = map[string]int{}
 	}
 	first := s.b.lines[0]
 	oldest := first // the first line sent by a batch in queue
@@ -381,18 +380,52 @@ func (im *importer) againAfter(s *sending, queue []*sending) (inFlight bool) {
 			break
 		}
 	}
+	for _, id := range s.b.ids {
+		if prev, ok := im.given[id]; ok && id != "" && prev >= oldest && prev < first {
+			return true
+		}
+	}
+	return false
+}
+
+// noteGiven notes the ids of s's lines, and warns of each whose id a line
+// of an earlier batch gave, once those batches settled (the lines they had
+// refused are forgotten by then). A later line of the same batch is left
+// to the server, which writes the last and warns of the others.
+func (im *importer) noteGiven(s *sending) {
+	if im.given == nil {
+		im.given = map[string]int{}
+	}
+	s.prev = make([]int, len(s.b.lines))
 	for i, id := range s.b.ids {
 		if id == "" {
 			continue
 		}
-		if prev, ok := im.given[id]; ok && prev < first {
+		prev := im.given[id]
+		if prev > 0 && prev < s.b.lines[0] {
 			s.again = append(s.again, lineWarning{Line: s.b.lines[i],
 				Warning: fmt.Sprintf("task %q was given before, on line %d: this line replaces it", id, prev)})
-			inFlight = inFlight || prev >= oldest
 		}
-		im.given[id] = s.b.lines[i]
+		s.prev[i], im.given[id] = prev, s.b.lines[i]
 	}
-	return inFlight
+}
+
+// forgetRefused takes the lines of s the server refused out of given, the
+// last first: they replaced nothing, and a later line of their id replaces
+// the line before them, if any.
+func (im *importer) forgetRefused(s *sending) {
+	refused := slices.SortedFunc(slices.Values(s.remote), func(a, b lineError) int { return b.Line - a.Line })
+	for _, e := range refused {
+		k := slices.Index(s.b.lines, e.Line)
+		if k < 0 || s.b.ids[k] == "" || im.given[s.b.ids[k]] != e.Line {
+			continue
+		}
+		if id := s.b.ids[k]; s.prev[k] > 0 {
+			im.given[id] = s.prev[k]
+		} else {
+			delete(im.given, id)
+		}
+	}
 }
 
 // readBatch reads lines up to the batch size or byte limit. Lines that
