@@ -124,11 +124,14 @@ func isRetried(msg string, fields []zapcore.Field) bool {
 }
 
 // closed reports whether err is the error of a listener or server that was
-// closed.
+// closed, or of a request the close cut short (the cluster version's
+// update, which etcd sends once its member leads, is still in flight when
+// a node stops right after it started).
 func closed(err error) bool {
 	return errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
 		errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
-		errors.Is(err, grpc.ErrServerStopped)
+		errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, etcderrors.ErrCanceled) ||
+		errors.Is(err, etcderrors.ErrStopped)
 }
 
 // hasError reports whether fields carry an error for which is is true.

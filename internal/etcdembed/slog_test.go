@@ -88,10 +88,11 @@ func TestSlogCore_ClosedListenersAtCloseAreDebug(t *testing.T) {
 	z.Error("setting up serving from embedded etcd failed.", zap.Error(accept))
 	z.With(zap.Error(http.ErrServerClosed)).Warn("stopping insecure grpc server due to error")
 	z.Error("setting up serving from embedded etcd failed.", zap.Error(cmux.ErrServerClosed))
+	z.Warn("failed to update cluster version", zap.Error(etcderrors.ErrCanceled))
 	z.Error("failed to save", zap.Error(errTest("disk full")))
 
 	levels := levelsOf(t, buf.String())
-	if want := []string{"ERROR", "DEBUG", "DEBUG", "DEBUG", "ERROR"}; !slices.Equal(levels, want) {
+	if want := []string{"ERROR", "DEBUG", "DEBUG", "DEBUG", "DEBUG", "ERROR"}; !slices.Equal(levels, want) {
 		t.Errorf("levels %v, want %v:\n%s", levels, want, buf.String())
 	}
 }
