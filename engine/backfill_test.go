@@ -135,6 +135,13 @@ func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+	// Its runner leaves runs once it returned, after it recorded the end.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.bf.mu.Lock()
+		defer n.e.bf.mu.Unlock()
+		_, running := n.e.bf.runs["bf"]
+		return !running
+	})
 
 	p := reg.Partition("bf")
 	resp, err := reg.PartitionBackfills(context.Background(), p)
