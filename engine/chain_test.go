@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
@@ -135,6 +137,40 @@ func TestEngine_TriggerOverrideReachesTheHandler(t *testing.T) {
 	if got[0] != `{"once":1}` || got[1] != `{"own":true}` {
 		t.Errorf("payloads %q, want the override then the task's own", got)
 	}
+}
+
+// A trigger that waits behind a running fire (buffer_one) keeps its
+// override for when it runs.
+func TestEngine_BufferedTriggerKeepsItsOverride(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, nil)
+	g := newGate(t)
+	n.e.Handle("slow", g.handler)
+	tk := handlerTask("slow", "0 0 1 1 *") // yearly: only triggers fire it
+	tk.Executor.Name, tk.Executor.Payload = "slow", []byte(`{"own":true}`)
+	tk.Concurrency = task.ConcurrencyBufferOne
+	reg := n.e.Registry()
+	putTask(t, reg, tk)
+	ctx := context.Background()
+	if _, err := reg.Trigger(ctx, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	if f := g.next(t); string(f.Payload) != `{"own":true}` {
+		t.Fatalf("first fire's payload %s", f.Payload)
+	}
+	if _, err := reg.TriggerWith(ctx, "slow", &task.Override{Payload: []byte(`{"once":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// Taken and buffered behind the running fire: its key is gone.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := c.Client.Get(ctx, DefaultPrefix+"/triggers/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+	g.releaseOne(t)
+	if f := g.next(t); string(f.Payload) != `{"once":1}` {
+		t.Errorf("the buffered trigger ran with the payload %s, want its override", f.Payload)
+	}
+	g.open()
 }
 
 // The registry refuses a chain that closes a cycle, naming it, and a

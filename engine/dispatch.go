@@ -194,10 +194,11 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 
 // bufferedFire is a buffer_one fire waiting for the running one: its scheduled
 // time and its kind (a trigger's stays one when it runs, or is handed
-// over).
+// over), and a trigger's override of the body or payload.
 type bufferedFire struct {
 	at   int64
 	kind uint8
+	over *task.Override
 }
 
 // admit applies the concurrency policy and queues a job for the fire.
@@ -396,6 +397,7 @@ func (l *loop) complete(b *completionBatch) {
 		if w, ok := l.pending[c.rec]; ok && r.running == 0 {
 			delete(l.pending, c.rec)
 			l.admit(c.rec, r, prof, w.at, l.cfg.Clock.Now().UnixNano(), w.kind)
+			l.overrideLast(c.rec, w.at, w.over)
 		}
 		if final {
 			l.checkEnded(c.rec, r)
