@@ -166,7 +166,7 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 		}
 	}
 	r.lastFire = sched
-	l.admit(e.ID, r, prof, sched, e.At, kindSchedule)
+	l.admit(e.ID, r, prof, sched, e.At, kindSchedule, nil)
 }
 
 // misfire applies the task's misfire policy to a fire released late, and
@@ -201,8 +201,9 @@ type bufferedFire struct {
 	over *task.Override
 }
 
-// admit applies the concurrency policy and queues a job for the fire.
-func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8) {
+// admit applies the concurrency policy and queues a job for the fire, with
+// a trigger's override of the body or payload (nil: the task's).
+func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8, over *task.Override) {
 	waiting := false
 	if r.running > 0 { // the fire path looks up nothing for a task at rest
 		_, waiting = l.pending[i]
@@ -216,7 +217,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		l.skip(r, sched, 1, why)
 		return
 	case admitBuffer:
-		l.pending[i] = bufferedFire{at: sched, kind: kind}
+		l.pending[i] = bufferedFire{at: sched, kind: kind, over: over}
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -230,7 +231,9 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		}
 	}
 	startFire(r)
-	l.jobs = append(l.jobs, l.jobOf(i, r, prof, sched, due, kind))
+	j := l.jobOf(i, r, prof, sched, due, kind)
+	j.over = over
+	l.jobs = append(l.jobs, j)
 }
 
 // startFire notes on r that a fire of its own (not a retry's or a
@@ -396,8 +399,7 @@ func (l *loop) complete(b *completionBatch) {
 		}
 		if w, ok := l.pending[c.rec]; ok && r.running == 0 {
 			delete(l.pending, c.rec)
-			l.admit(c.rec, r, prof, w.at, l.cfg.Clock.Now().UnixNano(), w.kind)
-			l.overrideLast(c.rec, w.at, w.over)
+			l.admit(c.rec, r, prof, w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over)
 		}
 		if final {
 			l.checkEnded(c.rec, r)

@@ -214,11 +214,20 @@ func (h *handOver) shedPending() {
 		h.pending = h.pending[:keep]
 		return
 	}
-	for range (sched + 1) / 2 {
-		i := h.lastScheduled()
-		h.lower(h.pending[i].At.UnixNano()) // its due time is at or after it
-		h.pending = slices.Delete(h.pending, i, i+1)
+	keepSched := sched / 2 // the first ones
+	kept := h.pending[:0]
+	for _, f := range h.pending {
+		if f.scheduled() {
+			if keepSched == 0 {
+				h.lower(f.At.UnixNano()) // its due time is at or after it
+				continue
+			}
+			keepSched--
+		}
+		kept = append(kept, f)
 	}
+	clear(h.pending[len(kept):])
+	h.pending = kept
 }
 
 // release is the loop's answer to a releaseCmd.
@@ -344,7 +353,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			kind = kindTrigger
 			l.triggered[triggerKey{f.ID, at}] = now + int64(triggerWait)
 		}
-		l.admit(i, r, prof, at, now, kind)
+		l.admit(i, r, prof, at, now, kind, nil)
 	}
 	l.pushJobs()
 }

@@ -490,12 +490,19 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 	}
 	// What the next owner runs: every task from its first fire after the
 	// point, and the listed fires.
+	checkNoneMissed(t, tl, cp, base, long)
+}
+
+// checkNoneMissed checks that the next owner of cp runs the every-second
+// fire at base of each of ids: listed, or after the point it resumes from.
+func checkNoneMissed(t *testing.T, tl *testLoop, cp checkpoint, base time.Time, ids []string) {
+	t.Helper()
 	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
 	listed := map[string]bool{}
 	for _, f := range cp.Pending {
 		listed[f.ID] = f.At.Equal(base)
 	}
-	for _, id := range long {
+	for _, id := range ids {
 		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) > base.UnixNano() && !listed[id] {
 			t.Fatalf("the fire of %.12s…@%s is neither listed nor after the point %s", id, base.Format(time.TimeOnly), cp.Watermark.Format(time.StampNano))
 		}
@@ -824,16 +831,7 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) 
 		t.Errorf("point %s: every task of the partition fires again from there", cp.Watermark.Format(time.RFC3339Nano))
 	}
 	// And the schedule fires shed still run on the next owner.
-	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
-	listed := map[string]bool{}
-	for _, f := range cp.Pending {
-		listed[f.ID] = f.At.Equal(base)
-	}
-	for _, id := range long {
-		if next(tl.scheds.Get(h), cp.Watermark.UnixNano()) > base.UnixNano() && !listed[id] {
-			t.Fatalf("the fire of %.12s…@%s is neither listed nor after the point %s", id, base.Format(time.TimeOnly), cp.Watermark.Format(time.StampNano))
-		}
-	}
+	checkNoneMissed(t, tl, cp, base, long)
 }
 
 // The hand-over an ended session kept in memory (drop) is bounded as a

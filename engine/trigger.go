@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/task"
 )
 
 // Triggers: a fire asked for through the API, outside the schedule.
@@ -59,25 +58,9 @@ func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
 		return false
 	}
 	l.triggered[triggerKey{c.id, c.at}] = now + int64(triggerWait)
-	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger)
-	l.overrideLast(i, c.at, c.over)
+	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger, c.over)
 	l.pushJobs()
 	return true
-}
-
-// overrideLast gives a trigger's override to the job admit just queued for
-// record i's fire at sched, or to that fire waiting for the running one
-// (buffer_one). Called only from the dispatch loop.
-func (l *loop) overrideLast(i uint32, sched int64, over *task.Override) {
-	if over == nil {
-		return
-	}
-	if n := len(l.jobs); n > 0 && l.jobs[n-1].rec == i && l.jobs[n-1].sched == sched {
-		l.jobs[n-1].over = over
-	} else if w, ok := l.pending[i]; ok && w.at == sched {
-		w.over = over
-		l.pending[i] = w
-	}
 }
 
 // retryTriggers fires the early triggers whose task came, drops those that

@@ -295,9 +295,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		s := queue[0]
 		queue = queue[1:]
 		<-s.done
-		if s.prev != nil {
-			im.forgetRefused(s)
-		}
+		im.forgetRefused(s)
 		switch {
 		case s.err != nil:
 			// A batch split in two may have written its first half.
@@ -381,7 +379,7 @@ func (im *importer) givenInFlight(s *sending, queue []*sending) bool {
 		}
 	}
 	for _, id := range s.b.ids {
-		if prev, ok := im.given[id]; ok && id != "" && prev >= oldest && prev < first {
+		if prev, ok := im.given[id]; ok && prev >= oldest && prev < first {
 			return true
 		}
 	}
