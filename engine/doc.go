@@ -113,7 +113,12 @@
 //     trigger's or a backfill's fire, which no mark brings back, takes a
 //     scheduled fire's place instead; only a list of such fires alone
 //     loses some, logged as an error
-//     (TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap).
+//     (TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap). A trigger
+//     handed over unrun carries its override (body or payload) to the next
+//     owner (TestLoop_TriggerOverridesAreHandedOver); past 512 KiB the
+//     overrides are shed before the triggers, and those fires run with
+//     their task's own, logged as an error
+//     (TestHandOver_EncodeShedsOverridesBeforeTriggers).
 //   - A release waits up to 2 s for workers to take the partition's queued
 //     fires before it lists them as unrun; meanwhile neither node fires the
 //     partition, so behind busy workers a hand-over stands still that long
@@ -140,8 +145,7 @@
 //   - A backfill repeats at most 2 × its concurrency of fires after a
 //     crash (TestEngine_BackfillSurvivesAHandOver/crash). Not yet pinned by
 //     a test: chain triggers wait in memory between the end of the fire and
-//     their etcd write, so a crash in between loses them; a released
-//     checkpoint's pending list does not carry a trigger's override.
+//     their etcd write, so a crash in between loses them.
 //   - Executors run a fire at least once in failure scenarios: after a
 //     crash, the fires dispatched past the last acknowledged watermark (at
 //     most Config.Lead of them) run again with the same idempotency key and
@@ -194,7 +198,7 @@
 // docs/design.md's layout, with these additions: watermark keys carry the
 // session (above); a checkpoint may name the session ("session") and list
 // unrun fires it hands over ("pending": [{"id", "at", "trigger",
-// "backfill"}]) and,
+// "override", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -69,6 +70,7 @@ type handOver struct {
 	mark    int64
 	pending []pendingFire
 	lost    int // triggers' and backfills' fires no checkpoint could list (list, shedPending), not yet logged
+	bare    int // triggers listed without their override (shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
 	// misfire's catch-up fire), each with that fire's scheduled time: the
 	// next owner resumes each after it.
@@ -145,10 +147,11 @@ func (h *handOver) lastScheduled() int {
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
 // it.
 type pendingFire struct {
-	ID       string    `json:"id"`
-	At       time.Time `json:"at"`
-	Trigger  bool      `json:"trigger,omitempty"`
-	Backfill bool      `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
+	ID       string         `json:"id"`
+	At       time.Time      `json:"at"`
+	Trigger  bool           `json:"trigger,omitempty"`
+	Override *task.Override `json:"override,omitempty"` // a trigger's body or payload
+	Backfill bool           `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the
@@ -199,14 +202,31 @@ func (h *handOver) encode(node string) []byte {
 
 // shedPending sheds half of pending's scheduled fires, the last ones,
 // moving the mark before each: the next owner repeats them rather than
-// misses them. With none left, it sheds half of the triggers' and
-// backfills' fires, which are lost.
+// misses them. With none left, it sheds the overrides of half of the
+// triggers that have one (each up to 16 KiB, six times that escaped),
+// whose fires then run with their task's own body or payload; with none
+// of those either, half of the triggers' and backfills' fires, which are
+// lost.
 func (h *handOver) shedPending() {
-	sched := 0
+	sched, over := 0, 0
 	for _, f := range h.pending {
-		if f.scheduled() {
+		switch {
+		case f.scheduled():
 			sched++
+		case f.Override != nil:
+			over++
 		}
+	}
+	if sched == 0 && over > 0 {
+		strip := (over + 1) / 2 // the last ones
+		for i := len(h.pending) - 1; i >= 0 && strip > 0; i-- {
+			if h.pending[i].Override != nil {
+				h.pending[i].Override = nil
+				h.bare++
+				strip--
+			}
+		}
+		return
 	}
 	if sched == 0 {
 		keep := len(h.pending) / 2
@@ -263,19 +283,19 @@ func (l *loop) releaseParts(parts []int) release {
 		l.owned.Add(-1)
 		l.parts[p] = partState{}
 	}
-	pass := func(part uint16, id string, sched, due int64, kind uint8) {
+	pass := func(part uint16, id string, sched, due int64, kind uint8, over *task.Override) {
 		out[int(part)].list(pendingFire{ID: id, At: time.Unix(0, sched).UTC(),
-			Trigger: kind == kindTrigger, Backfill: kind == kindBackfill}, due)
+			Trigger: kind == kindTrigger, Override: over, Backfill: kind == kindBackfill}, due)
 	}
 	for i, w := range l.pending {
 		if r := l.tab.rec(i); out[int(r.part)] != nil {
-			pass(r.part, l.tab.id(r), w.at, w.at+l.delay(r, w.at), w.kind)
+			pass(r.part, l.tab.id(r), w.at, w.at+l.delay(r, w.at), w.kind, w.over)
 		}
 	}
 	keepEarly := l.early[:0]
 	for _, t := range l.early {
 		if out[t.part] != nil {
-			pass(uint16(t.part), t.id, t.at, t.at, kindTrigger)
+			pass(uint16(t.part), t.id, t.at, t.at, kindTrigger, t.over)
 		} else {
 			keepEarly = append(keepEarly, t)
 		}
@@ -314,7 +334,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		}
 		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
 			h.list(pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
-				Trigger: j.kind == kindTrigger, Backfill: j.kind == kindBackfill}, j.due)
+				Trigger: j.kind == kindTrigger, Override: j.over, Backfill: j.kind == kindBackfill}, j.due)
 		}
 		return true
 	}
@@ -353,7 +373,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			kind = kindTrigger
 			l.triggered[triggerKey{f.ID, at}] = now + int64(triggerWait)
 		}
-		l.admit(i, r, prof, at, now, kind, nil)
+		l.admit(i, r, prof, at, now, kind, f.Override)
 	}
 	l.pushJobs()
 }
@@ -527,6 +547,11 @@ func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte
 			e.log.Error("a hand-over cannot list every trigger's and backfill's fire handed over unrun; these are lost",
 				"partition", p, "lost", h.lost, "listed", len(h.pending))
 			h.lost = 0
+		}
+		if h.bare > 0 {
+			e.log.Error("a hand-over cannot list every trigger's override; these triggers run with their task's own body or payload",
+				"partition", p, "triggers", h.bare)
+			h.bare = 0
 		}
 	}
 	return cps

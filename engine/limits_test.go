@@ -930,3 +930,91 @@ func TestLoop_BufferedTriggerIsHandedOverAsATrigger(t *testing.T) {
 		t.Errorf("handed over %+v, want the buffered trigger %+v among them", hand.pending, want)
 	}
 }
+
+// A trigger's override (its body or payload) goes with it when a release
+// hands it over unrun, from each place an unrun trigger waits: queued for
+// a worker, buffered behind a running fire (buffer_one), and early, before
+// its task loaded. The next owner's fires of those triggers ran with their
+// task's own body.
+func TestLoop_TriggerOverridesAreHandedOver(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	body := func(s string) *task.Override { return &task.Override{Body: &s} }
+	trigger := func(tl *testLoop, id string, at time.Time, over *task.Override) {
+		t.Helper()
+		c := &triggerCmd{part: 0, id: id, at: at.UnixNano(), over: over, reply: make(chan bool, 1)}
+		tl.handle(c)
+		if !<-c.reply {
+			t.Fatalf("the trigger of %s was not taken", id)
+		}
+	}
+
+	a := newTestLoop(t, base, nil)
+	a.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow") // yearly: only triggers fire it
+	trigger(a, "slow", base.Add(-2*time.Second), body("queued"))
+	trigger(a, "slow", base.Add(-time.Second), body("buffered"))
+	trigger(a, "later", base.Add(-time.Second), body("early")) // its task is not loaded
+	rel := a.releaseNow(0)
+	a.handOverQueued(rel.hand) // the workers did not take the first in time
+	var cp checkpoint
+	if err := json.Unmarshal(rel.hand[0].encode("node-a"), &cp); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newTestLoop(t, base, nil)
+	b.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow", "later")
+	b.handle(&takeOverCmd{part: 0, fires: cp.Pending})
+	var got []string
+	note := func(id string, over *task.Override) {
+		s := "none"
+		if over != nil && over.Body != nil {
+			s = *over.Body
+		}
+		got = append(got, id+":"+s)
+	}
+	b.pool.mu.Lock()
+	for i := range b.pool.queued() {
+		j := b.pool.at(i)
+		note(j.id, j.over)
+	}
+	b.pool.mu.Unlock()
+	for i := range b.unpushed {
+		note(b.unpushed[i].id, b.unpushed[i].over)
+	}
+	for i, w := range b.pending {
+		note(b.tab.id(b.tab.rec(i)), w.over)
+	}
+	slices.Sort(got)
+	if want := []string{"later:early", "slow:buffered", "slow:queued"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %q, want %q", got, want)
+	}
+}
+
+// A checkpoint of triggers whose overrides do not all fit sheds overrides,
+// not fires: a trigger run with its task's own body is better than none.
+func TestHandOver_EncodeShedsOverridesBeforeTriggers(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	big := strings.Repeat("<", task.MaxOverrideSize) // six bytes each, escaped
+	h := &handOver{mark: base.UnixNano()}
+	const n = 40
+	for i := range n {
+		h.list(pendingFire{ID: fmt.Sprint("t", i), At: base.Add(-time.Second), Trigger: true,
+			Override: &task.Override{Body: &big}}, base.Add(-time.Second).UnixNano())
+	}
+	var cp checkpoint
+	b := h.encode("node-a")
+	if err := json.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, f := range cp.Pending {
+		if f.Override != nil {
+			kept++
+		}
+	}
+	if len(b) > maxCheckpointBytes || len(cp.Pending) != n || h.lost != 0 || kept == 0 || h.bare != n-kept {
+		t.Errorf("checkpoint of %d bytes lists %d triggers (%d lost), %d with their override (%d counted bare); want all %d, some with",
+			len(b), len(cp.Pending), h.lost, kept, h.bare, n)
+	}
+}
