@@ -32,9 +32,8 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := client.BatchResult{Errors: []task.BatchError{}}
-	tasks := make([]*task.Task, 0, len(items))
-	index := make([]int, 0, len(items)) // index[i]: the batch index of tasks[i]
-	var runners *registry.Runners       // read once, by the first task that needs them
+	puts := make([]registry.BatchItem, len(items))
+	var runners *registry.Runners // read once, by the first task that needs them
 	for i, it := range items {
 		t, err := task.DecodeTask(it.raw)
 		if err != nil {
@@ -42,7 +41,7 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 			if it.line > 0 {
 				msg = fmt.Sprintf("line %d: %s", it.line, msg)
 			}
-			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: msg})
+			puts[i] = registry.BatchItem{ID: task.PeekID(it.raw), Refused: msg}
 			continue
 		}
 		warning, err := s.runnable(r.Context(), t, &runners)
@@ -52,31 +51,23 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, r, t.ID, err)
 				return
 			}
-			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: err.Error()})
+			puts[i] = registry.BatchItem{ID: t.ID, Refused: err.Error()}
 			continue
 		}
 		if warning != "" {
 			res.Warnings = append(res.Warnings, client.BatchWarning{Index: i, Warning: warning})
 		}
-		tasks = append(tasks, t)
-		index = append(index, i)
+		puts[i].Task = t
 	}
-	if len(res.Errors) > 0 {
-		var superseded []task.BatchError
-		tasks, index, superseded = refusedLater(items, res.Errors, tasks, index)
-		res.Errors = append(res.Errors, superseded...)
-	}
-	put, err := s.reg.PutBatch(r.Context(), tasks)
+	put, err := s.reg.PutItems(r.Context(), puts)
 	res.Written, res.Unchanged = put.Written, put.Unchanged
-	for _, e := range put.Errors {
-		e.Index = index[e.Index]
-		res.Errors = append(res.Errors, e)
+	if put.Errors != nil {
+		res.Errors = put.Errors
 	}
 	for _, i := range put.Replaced {
-		res.Warnings = append(res.Warnings, client.BatchWarning{Index: index[i],
+		res.Warnings = append(res.Warnings, client.BatchWarning{Index: i,
 			Warning: "its id comes again later in this batch, which replaces this task"})
 	}
-	slices.SortStableFunc(res.Errors, func(a, b task.BatchError) int { return a.Index - b.Index })
 	slices.SortStableFunc(res.Warnings, func(a, b client.BatchWarning) int { return a.Index - b.Index })
 	if err != nil {
 		s.log.Warn("api: batch write failed", "written", res.Written, "err", err)
@@ -95,39 +86,6 @@ func (s *Server) putBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
-}
-
-// refusedLater takes out of tasks (index: their batch indexes) those whose
-// id's last item in the batch was refused here, before the write, and
-// returns an error for each. A later item of an id replaces the earlier
-// ones (PutBatch): when it is refused, none is written, which PutBatch
-// sees only of the items it is given.
-func refusedLater(items []batchItem, refused []task.BatchError, tasks []*task.Task, index []int) ([]*task.Task, []int, []task.BatchError) {
-	last := map[string]int{} // the ids of refused items: each one's last item
-	isRefused := map[int]bool{}
-	for _, e := range refused {
-		if id := task.PeekID(items[e.Index].raw); id != "" {
-			last[id], isRefused[e.Index] = max(last[id], e.Index), true
-		}
-	}
-	if len(last) == 0 {
-		return tasks, index, nil
-	}
-	for j, t := range tasks {
-		if i, ok := last[t.ID]; ok {
-			last[t.ID] = max(i, index[j])
-		}
-	}
-	var errs []task.BatchError
-	keep, keepIndex := tasks[:0], index[:0]
-	for j, t := range tasks {
-		if i, ok := last[t.ID]; ok && isRefused[i] {
-			errs = append(errs, task.BatchError{Index: index[j], Error: registry.RefusedLaterMessage(t.ID)})
-			continue
-		}
-		keep, keepIndex = append(keep, t), append(keepIndex, index[j])
-	}
-	return keep, keepIndex, errs
 }
 
 // splitBatch cuts a batch body into its items: a JSON array when its first

@@ -479,37 +479,67 @@ func RefusedLaterMessage(id string) string {
 	return fmt.Sprintf("not written: task %q comes again later in this batch, and that item was refused", id)
 }
 
-// PutBatch validates and writes many tasks, each with its index keys in the
+// BatchItem is one item of a batch for PutItems: a task, or an item its
+// caller refused before (Task nil, Refused the error to report), with
+// the id it gives when that could be read.
+type BatchItem struct {
+	Task    *task.Task
+	ID      string // of a refused item; "" when unknown
+	Refused string
+}
+
+// PutBatch is PutItems of tasks.
+func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (BatchResult, error) {
+	items := make([]BatchItem, len(tasks))
+	for i, t := range tasks {
+		items[i].Task = t
+	}
+	return r.PutItems(ctx, items)
+}
+
+// PutItems validates and writes many tasks, each with its index keys in the
 // same transaction, in transactions of at most 128 operations and 1 MiB, a
 // few at once. Invalid tasks are reported by index and do not stop the
 // others; tasks identical to what is stored are not rewritten, so putting
 // the same batch twice writes nothing the second time. A later item with
 // the same id as an earlier one wins: the earlier is Replaced and counts as
 // written when the later is written, and is an error saying so when the
-// later is refused. err stops the batch: what it wrote until then stays
-// written, counted in Written but for replaced items, and Replaced is
-// empty.
-func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (res BatchResult, err error) {
-	if len(tasks) > MaxBatchItems {
-		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(tasks))
+// later is refused (invalid, refused as it is written, or refused by the
+// caller). err stops the batch: what it wrote until then stays written,
+// counted in Written but for replaced items, and Replaced is empty.
+func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchResult, err error) {
+	if len(items) > MaxBatchItems {
+		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(items))
 	}
-	pos := make(map[string]int, len(tasks)) // id -> its place in valid
-	valid := make([]int, 0, len(tasks))
-	superseded := map[int][]int{} // the last item of an id -> the earlier items it replaces
-	for i, t := range tasks {
-		if err := t.Validate(); err != nil {
+	tasks := make([]*task.Task, len(items)) // the valid ones; nil for the others
+	ids := make([]string, len(items))
+	last := make(map[string]int, len(items)) // id -> its last item
+	for i, it := range items {
+		ids[i] = it.ID
+		if it.Task == nil {
+			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: it.Refused})
+		} else if err := it.Task.Validate(); err != nil {
 			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: err.Error()})
-			continue
+			ids[i] = it.Task.ID
+		} else {
+			tasks[i], ids[i] = it.Task, it.Task.ID
 		}
-		if j, dup := pos[t.ID]; dup {
-			prev := valid[j]
-			superseded[i] = append(superseded[prev], prev)
-			delete(superseded, prev)
-			valid[j] = i
-			continue
+		if ids[i] != "" {
+			last[ids[i]] = i
 		}
-		pos[t.ID] = len(valid)
-		valid = append(valid, i)
+	}
+	valid := make([]int, 0, len(items))
+	superseded := map[int][]int{} // the last item of an id -> the earlier valid items it replaces
+	for i, t := range tasks {
+		switch l := last[ids[i]]; {
+		case t == nil:
+		case l == i:
+			valid = append(valid, i)
+		case tasks[l] == nil:
+			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: RefusedLaterMessage(t.ID)})
+		default:
+			superseded[l] = append(superseded[l], i)
+		}
 	}
 	// Tasks with chains go one by one after the others, in batch order,
 	// through Put's chain check: targets may come later in the batch, and

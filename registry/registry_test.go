@@ -393,6 +393,39 @@ func TestRegistry(t *testing.T) {
 		if _, err := reg.Get(ctx, "dup/x"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("dup/x was stored: %v", err)
 		}
+
+		// The same when the later item is refused before any write (its
+		// schedule here), and when the caller refused it (PutItems); a
+		// valid item after the refused one is the last word.
+		res, err = reg.PutItems(ctx, []BatchItem{
+			{Task: noopTask("dup/v", "@daily")},
+			{Task: noopTask("dup/v", "61 * * * * *")},
+			{Task: noopTask("dup/w", "@daily")},
+			{ID: "dup/w", Refused: "line 4: malformed JSON"},
+			{Task: noopTask("dup/u", "@daily")},
+			{Task: noopTask("dup/u", "61 * * * * *")},
+			{Task: noopTask("dup/u", "@hourly")},
+		})
+		var got []string
+		for _, e := range res.Errors {
+			got = append(got, fmt.Sprintf("%d: %s", e.Index, e.Error))
+		}
+		want := []string{
+			"0: " + RefusedLaterMessage("dup/v"),
+			`1: schedule: "61 * * * * *": second 61 out of range 0-59`,
+			"2: " + RefusedLaterMessage("dup/w"),
+			"3: line 4: malformed JSON",
+			`5: schedule: "61 * * * * *": second 61 out of range 0-59`,
+		}
+		if err != nil || res.Written != 2 || !slices.Equal(got, want) || !slices.Equal(res.Replaced, []int{4}) {
+			t.Fatalf("later items refused before the write: written %d, replaced %v, %v; errors:\n%s\nwant:\n%s",
+				res.Written, res.Replaced, err, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		for id, found := range map[string]bool{"dup/v": false, "dup/w": false, "dup/u": true} {
+			if _, err := reg.Get(ctx, id); errors.Is(err, ErrNotFound) == found {
+				t.Errorf("%s stored: %v, want %v", id, !found, found)
+			}
+		}
 	})
 
 	t.Run("not found", func(t *testing.T) {
