@@ -178,73 +178,86 @@ const maxAfter = maxHandOver / 2
 const maxCheckpointBytes = 512 << 10
 
 // encode returns h's released checkpoint as node writes it. Past
-// maxCheckpointBytes it sheds what it lists, the cheapest loss first:
-// health (the next owner counts those tasks' failures afresh), then after
-// (their catch-up fires repeat), then pending fires (shedPending).
+// maxCheckpointBytes it sheds what it lists, from the end of each list, as
+// much as takes it under, the cheapest loss first: health (the next owner
+// counts those tasks' failures afresh), then after (their catch-up fires
+// repeat), then pending fires (shedPending).
 func (h *handOver) encode(node string) []byte {
 	for {
 		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
 			Released: true, Pending: h.pending, After: h.after, Health: h.health})
+		over := len(b) - maxCheckpointBytes
 		switch {
-		case len(b) <= maxCheckpointBytes:
+		case over <= 0:
 			return b
 		case len(h.health) > 0:
-			h.health = h.health[:len(h.health)/2]
+			h.health = h.health[:len(h.health)-tailHolding(h.health, over)]
 		case len(h.after) > 0:
-			h.after = h.after[:len(h.after)/2]
+			h.after = h.after[:len(h.after)-tailHolding(h.after, over)]
 		case len(h.pending) > 0:
-			h.shedPending()
+			h.shedPending(over)
 		default:
 			return b // nothing left to shed (a node id of half a MiB)
 		}
 	}
 }
 
-// shedPending sheds half of pending's scheduled fires, the last ones,
-// moving the mark before each: the next owner repeats them rather than
-// misses them. With none left, it sheds the overrides of half of the
-// triggers that have one (each up to 16 KiB, six times that escaped),
-// whose fires then run with their task's own body or payload; with none
-// of those either, half of the triggers' and backfills' fires, which are
-// lost.
-func (h *handOver) shedPending() {
-	sched, over := 0, 0
-	for _, f := range h.pending {
-		switch {
-		case f.scheduled():
-			sched++
-		case f.Override != nil:
-			over++
+// tailHolding is how many of list's last entries take at least over bytes
+// of its JSON, all of them if they take less.
+func tailHolding[E any](list []E, over int) int {
+	n := 0
+	for i := len(list) - 1; i >= 0 && over > 0; i-- {
+		over -= jsonSize(list[i]) + 1 // and its comma
+		n++
+	}
+	return n
+}
+
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
+}
+
+// shedPending sheds pending's last scheduled fires, as many as take at
+// least over bytes of its JSON, moving the mark before each: the next
+// owner repeats them rather than misses them. With none left, it sheds the
+// overrides of the last triggers that have one (each up to 16 KiB, six
+// times that escaped), whose fires then run with their task's own body or
+// payload; with none of those either, the last triggers' and backfills'
+// fires, which are lost.
+func (h *handOver) shedPending(over int) {
+	cut := make([]bool, len(h.pending))
+	shed := 0
+	for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
+		if f := h.pending[i]; f.scheduled() {
+			over -= jsonSize(f) + 1
+			h.lower(f.At.UnixNano()) // its due time is at or after it
+			cut[i] = true
+			shed++
 		}
 	}
-	if sched == 0 && over > 0 {
-		strip := (over + 1) / 2 // the last ones
-		for i := len(h.pending) - 1; i >= 0 && strip > 0; i-- {
-			if h.pending[i].Override != nil {
+	if shed == 0 {
+		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
+			if o := h.pending[i].Override; o != nil {
+				over -= jsonSize(o)
 				h.pending[i].Override = nil
 				h.bare++
-				strip--
+				shed++
 			}
 		}
-		return
 	}
-	if sched == 0 {
-		keep := len(h.pending) / 2
-		h.lost += len(h.pending) - keep
-		h.pending = h.pending[:keep]
-		return
+	if shed == 0 {
+		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
+			over -= jsonSize(h.pending[i]) + 1
+			cut[i] = true
+			h.lost++
+		}
 	}
-	keepSched := sched / 2 // the first ones
 	kept := h.pending[:0]
-	for _, f := range h.pending {
-		if f.scheduled() {
-			if keepSched == 0 {
-				h.lower(f.At.UnixNano()) // its due time is at or after it
-				continue
-			}
-			keepSched--
+	for i, f := range h.pending {
+		if !cut[i] {
+			kept = append(kept, f)
 		}
-		kept = append(kept, f)
 	}
 	clear(h.pending[len(kept):])
 	h.pending = kept

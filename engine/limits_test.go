@@ -488,6 +488,11 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 	if len(cp.Pending) == n || len(cp.After) != 0 {
 		t.Errorf("%d fires and %d after listed in %d bytes, want fewer fires and no after", len(cp.Pending), len(cp.After), len(b))
 	}
+	// It sheds no more than it must: each fire shed is one the next owner
+	// repeats.
+	if one := jsonSize(cp.Pending[0]) + 1; len(b) <= maxCheckpointBytes-one {
+		t.Errorf("%d fires listed in %d bytes: room for %d more", len(cp.Pending), len(b), (maxCheckpointBytes-len(b))/one)
+	}
 	// What the next owner runs: every task from its first fire after the
 	// point, and the listed fires.
 	checkNoneMissed(t, tl, cp, base, long)
