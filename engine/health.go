@@ -57,30 +57,57 @@ func (l *loop) restartClock(i uint32, r *record, now int64) {
 // failure when it broke a run of successes (or was the first to end),
 // recovery when it ended a run of failures, "" otherwise, so that a task
 // failing on every fire alerts once. Called only from the dispatch loop.
+//
+// A task's state follows its fires in schedule order, not in the order
+// they end: a fire that ends after a later one (concurrency allow) moves
+// the last success or failure it is newer than, and a failure after the
+// last success counts in the run of failures, but neither sends an
+// alert, which the later fire decided. (A success that ends after a later
+// failure leaves the run as it is: the failures before it are not told
+// apart from those after.)
 func (l *loop) outcome(i uint32, r *record, sched int64, status uint8, why string) task.NotifyEvent {
+	okAt := l.lastSuccess(i, r)
+	h, hasHealth := l.health[i]
+	overtaken := sched < max(int64(okAt)*int64(time.Second), h.failAt)
 	switch status {
 	case statusOK:
-		recovered := r.failStreak > 0
-		r.okAt, r.flags, r.failStreak = unixSecs(sched), r.flags|flagOK, 0
-		if h, ok := l.health[i]; ok && h.okAt != 0 {
+		if overtaken && unixSecs(sched) <= okAt {
+			return ""
+		}
+		r.okAt, r.flags = unixSecs(sched), r.flags|flagOK
+		if hasHealth && h.okAt != 0 {
 			h.okAt = 0
 			l.health[i] = h
 		}
-		if recovered {
-			return task.NotifyRecovery
+		if overtaken || r.failStreak == 0 {
+			return ""
 		}
+		r.failStreak = 0
+		return task.NotifyRecovery
 	case statusFailed, statusTimeout:
+		if sched >= h.failAt {
+			h.failAt, h.err = sched, truncateError(why)
+			l.health[i] = h
+		}
+		if sched < int64(okAt)*int64(time.Second) {
+			return "" // before the last success: not of the run of failures since
+		}
 		if r.failStreak < ^uint32(0) {
 			r.failStreak++
 		}
-		h := l.health[i]
-		h.failAt, h.err = sched, truncateError(why)
-		l.health[i] = h
-		if r.failStreak == 1 {
+		if r.failStreak == 1 && !overtaken {
 			return task.NotifyFailure
 		}
 	}
 	return ""
+}
+
+// lastSuccess is record i's last success, unix s; 0 for none.
+func (l *loop) lastSuccess(i uint32, r *record) uint32 {
+	if r.flags&flagOK != 0 {
+		return r.okAt
+	}
+	return l.health[i].okAt
 }
 
 // lateness records whether a fire of record r was released late (a

@@ -294,3 +294,48 @@ func TestLoop_HandHealth(t *testing.T) {
 		t.Errorf("t/0002, which succeeded on the new owner, took the old failure: %+v", s)
 	}
 }
+
+// With concurrency allow a fire can end after a later one. The task's
+// state follows the fires in schedule order: a late failure before the
+// last success neither makes the task failing nor alerts, and a late
+// success before the last failure does not end the run of failures.
+func TestLoop_OutcomesFollowScheduleOrder(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "* * * * * *", "overlap")
+	i, r, _ := tl.tab.lookup("overlap")
+	at := func(s int) int64 { return base.Add(time.Duration(s) * time.Second).UnixNano() }
+	steps := []struct {
+		sched  int
+		status uint8
+		alert  task.NotifyEvent
+		streak uint64
+		ok     int // the last success, seconds after base; -1 for none
+		fail   int
+	}{
+		{2, statusOK, "", 0, 2, -1},
+		{0, statusFailed, "", 0, 2, 0},                 // ended after 2: not failing, no alert
+		{3, statusFailed, task.NotifyFailure, 1, 2, 3}, // in order
+		{1, statusOK, "", 1, 2, 3},                     // ended after 3, older than 2: nothing
+		{5, statusFailed, "", 2, 2, 5},
+		{4, statusFailed, "", 3, 2, 5}, // after the last success: one of the run
+		{6, statusOK, task.NotifyRecovery, 0, 6, 5},
+	}
+	for _, s := range steps {
+		if got := tl.outcome(i, r, at(s.sched), s.status, "boom"); got != s.alert {
+			t.Errorf("fire of +%ds ended %s: alert %q, want %q", s.sched, statusNames[s.status], got, s.alert)
+		}
+		st := tl.stateOf(i, r, at(10))
+		okAt, failAt := -1, -1
+		if !st.LastSuccessAt.IsZero() {
+			okAt = int(st.LastSuccessAt.Sub(base) / time.Second)
+		}
+		if !st.LastFailureAt.IsZero() {
+			failAt = int(st.LastFailureAt.Sub(base) / time.Second)
+		}
+		if st.ConsecutiveFailures != s.streak || okAt != s.ok || failAt != s.fail {
+			t.Errorf("after the fire of +%ds (%s): %d failures in a row, last success +%ds, last failure +%ds; want %d, +%ds, +%ds",
+				s.sched, statusNames[s.status], st.ConsecutiveFailures, okAt, failAt, s.streak, s.ok, s.fail)
+		}
+	}
+}
