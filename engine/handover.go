@@ -152,6 +152,7 @@ type pendingFire struct {
 	Trigger  bool           `json:"trigger,omitempty"`
 	Override *task.Override `json:"override,omitempty"` // a trigger's body or payload
 	Backfill bool           `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
+	bare     bool           // a trigger's whose Override was shed (shedPending)
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the
@@ -238,9 +239,9 @@ func (h *handOver) shedPending(over int) {
 	}
 	if shed == 0 {
 		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
-			if o := h.pending[i].Override; o != nil {
-				over -= jsonSize(o)
-				h.pending[i].Override = nil
+			if f := &h.pending[i]; f.Override != nil {
+				over -= jsonSize(f.Override) + len(`,"override":`)
+				f.Override, f.bare = nil, true
 				h.bare++
 				shed++
 			}
@@ -251,6 +252,9 @@ func (h *handOver) shedPending(over int) {
 			over -= jsonSize(h.pending[i]) + 1
 			cut[i] = true
 			h.lost++
+			if h.pending[i].bare {
+				h.bare-- // lost, not run bare
+			}
 		}
 	}
 	kept := h.pending[:0]

@@ -1023,3 +1023,64 @@ func TestHandOver_EncodeShedsOverridesBeforeTriggers(t *testing.T) {
 			len(b), len(cp.Pending), h.lost, kept, h.bare, n)
 	}
 }
+
+// Overrides are shed as triggers are, no more than take the checkpoint
+// under its limit: each override shed is a trigger run with its task's
+// own body. Here the checkpoint is 200 bytes over; each empty body shed
+// saves 21 bytes, the name included.
+func TestHandOver_EncodeShedsNoMoreOverridesThanNeeded(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := base.Add(-time.Second)
+	build := func(pad int) *handOver {
+		h := &handOver{mark: base.UnixNano()}
+		empty, long := "", strings.Repeat("<", 200)
+		for i := range 395 {
+			h.list(pendingFire{ID: fmt.Sprintf("%s%04d", long, i), At: at, Trigger: true,
+				Override: &task.Override{Body: &empty}}, at.UnixNano())
+		}
+		h.list(pendingFire{ID: strings.Repeat("x", pad), At: at, Trigger: true}, at.UnixNano())
+		return h
+	}
+	size := func(h *handOver) int {
+		return jsonSize(checkpoint{Node: "node-a", Watermark: time.Unix(0, h.mark).UTC(), Released: true, Pending: h.pending})
+	}
+	pad := 1 + maxCheckpointBytes + 200 - size(build(1))
+	need := 0 // overrides shed one at a time, from the end, until it fits
+	for h := build(pad); size(h) > maxCheckpointBytes; need++ {
+		for i := len(h.pending) - 1; i >= 0; i-- {
+			if h.pending[i].Override != nil {
+				h.pending[i].Override = nil
+				break
+			}
+		}
+	}
+	h := build(pad)
+	b := h.encode("node-a")
+	if len(b) > maxCheckpointBytes || h.lost != 0 || h.bare != need {
+		t.Errorf("%d bytes, %d triggers lost, %d overrides shed; want at most %d bytes, none lost, %d shed",
+			len(b), h.lost, h.bare, maxCheckpointBytes, need)
+	}
+}
+
+// A trigger whose override was shed and that is then shed itself is
+// counted lost, not among those the log says run with their task's own
+// body.
+func TestHandOver_ShedTriggerIsLostNotBare(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := base.Add(-time.Second)
+	body, long := "b", strings.Repeat("<", 250)
+	h := &handOver{mark: base.UnixNano()}
+	const n = 1000
+	for i := range n {
+		h.list(pendingFire{ID: fmt.Sprintf("%s%04d", long, i), At: at, Trigger: true,
+			Override: &task.Override{Body: &body}}, at.UnixNano())
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(h.encode("node-a"), &cp); err != nil {
+		t.Fatal(err)
+	}
+	if h.lost == 0 || h.lost+len(cp.Pending) != n || h.bare != len(cp.Pending) {
+		t.Errorf("%d triggers listed, %d counted lost, %d counted bare; want %d in all, as many bare as listed",
+			len(cp.Pending), h.lost, h.bare, n)
+	}
+}

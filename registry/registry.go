@@ -508,6 +508,7 @@ func (r *Registry) PutBatch(ctx context.Context, tasks []*task.Task) (BatchResul
 // caller). err stops the batch: what it wrote until then stays written,
 // counted in Written but for replaced items, and Replaced is empty.
 func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchResult, err error) {
+	defer func() { slices.SortStableFunc(res.Errors, byIndex) }() // however it returns
 	if len(items) > MaxBatchItems {
 		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(items))
 	}
@@ -591,7 +592,6 @@ func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchRe
 					Error: RefusedLaterMessage(tasks[i].ID)})
 			}
 		}
-		slices.SortStableFunc(res.Errors, byIndex)
 		slices.Sort(res.Replaced)
 	}()
 	var chunks [][]int
@@ -634,7 +634,6 @@ func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchRe
 		})
 	}
 	wg.Wait()
-	slices.SortStableFunc(res.Errors, byIndex)
 	return res, failed
 }
 

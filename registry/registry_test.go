@@ -566,3 +566,30 @@ func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
 	}
 	checkIndex(t, cli, reg)
 }
+
+// A batch that etcd stops (here its NOSPACE alarm, at a chained task,
+// which is written alone after the others) still reports its errors in
+// index order, as BatchResult says.
+func TestRegistry_PutItemsStoppedReportsErrorsInOrder(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.NewClient(t), "/stopped")
+	ctx := context.Background()
+	b := noopTask("b", "@daily")
+	b.OnSuccess = []string{"a"}
+	if _, err := reg.Put(ctx, b, PutOptions{AllowMissingTargets: true}); err != nil {
+		t.Fatal(err)
+	}
+	a, later := noopTask("a", "@daily"), noopTask("later", "@daily")
+	a.OnSuccess, later.OnSuccess = []string{"b"}, []string{"missing"} // a closes a cycle
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	res, err := reg.PutItems(ctx, []BatchItem{{Task: a}, {ID: "z", Refused: "malformed"}, {Task: later}})
+	var idx []int
+	for _, e := range res.Errors {
+		idx = append(idx, e.Index)
+	}
+	if !errors.Is(err, ErrNoSpace) || !slices.Equal(idx, []int{0, 1}) {
+		t.Errorf("errors at %v, %v; want [0 1] and etcd's NOSPACE", idx, err)
+	}
+}
