@@ -381,6 +381,9 @@ func (n *Node) readMisfires() {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if starts != n.starts {
+		return // restarted during the read: v may be either process's
+	}
 	if starts != n.misfireStart {
 		n.misfireBase, n.misfireLast, n.misfireStart = n.misfireBase+n.misfireLast, 0, starts
 	}
