@@ -32,6 +32,7 @@ import (
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -639,7 +640,8 @@ func TestImport_MapBatchErrors(t *testing.T) {
 		{Index: 5, Error: "out of range"},
 	})
 	want := []lineError{
-		{3, "schedule: bad"}, {7, "line 1: id: keeps a prefix that is not its own"}, {9, "no prefix"}, {0, "out of range"},
+		{Line: 3, Error: "schedule: bad"}, {Line: 7, Error: "line 1: id: keeps a prefix that is not its own"},
+		{Line: 9, Error: "no prefix"}, {Line: 0, Error: "out of range"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
@@ -939,6 +941,45 @@ func TestImport_IDGivenAgainInALaterBatch(t *testing.T) {
 	}
 }
 
+// A line the client refuses (malformed, over 64 KiB) whose id it can read
+// voids the earlier lines of that id in its batch, as the server does with
+// a later item it refuses: none of them is written.
+func TestImport_LaterLineRefusedHereVoidsTheEarlierInItsBatch(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range lines {
+			sent = append(sent, task.PeekID(l))
+		}
+		return false
+	})
+	im, out, errb := testImporter(t, ts.URL, 10)
+	line := func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"schedule":"@hourly","executor":{"type":"noop"}}`+"\n", id)
+	}
+	huge := fmt.Sprintf(`{"id":"x","description":%q}`+"\n", strings.Repeat("d", task.MaxTaskSize))
+	input := line("a") + line("x") + line("b") + `{"id":"a","schedule":` + "\n" + line("c") + huge
+	if code := im.run(context.Background(), strings.NewReader(input), "test"); code != exitError {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !slices.Equal(sent, []string{"b", "c"}) {
+		t.Errorf("sent %q, want b and c only", sent)
+	}
+	for _, want := range []string{
+		"line 1: " + registry.RefusedLaterMessage("a"), "line 2: " + registry.RefusedLaterMessage("x"),
+		"line 4: malformed JSON", "line 6: task is about",
+	} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb)
+		}
+	}
+	if want := "imported 2 tasks, 4 errors\n"; out.String() != want {
+		t.Errorf("summary %q, want %q", out, want)
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -1000,7 +1041,7 @@ func TestImport_ProgressBarAndJSONSummary(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
 		t.Fatalf("summary %q: %v", out, err)
 	}
-	if sum.Imported != 4 || sum.ErrorCount != 1 || !reflect.DeepEqual(sum.Errors, []lineError{{2, "schedule: refused"}}) || !sum.Completed {
+	if sum.Imported != 4 || sum.ErrorCount != 1 || !reflect.DeepEqual(sum.Errors, []lineError{{Line: 2, Error: "schedule: refused"}}) || !sum.Completed {
 		t.Errorf("summary %+v", sum)
 	}
 	if errb.Len() != 0 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -45,7 +46,9 @@ again from the start is safe. A task written with a warning (only some
 nodes can run it; its id comes again later in the same batch, which
 replaces it; its id was given on an earlier line, which it replaces: a
 batch waits for one in flight that gives its id, so that the last line is
-written last) is reported as "line N: warning: ...". At the end it prints
+written last) is reported as "line N: warning: ...". When the later line
+of an id in the same batch is refused, the earlier ones are not written
+either, and each is an error that says so. At the end it prints
 "imported N tasks, M errors", with "(U unchanged)" after the tasks when
 some were identical to what is stored and left alone, and the warnings'
 count when there were any; it exits 1 if there were errors.
@@ -80,6 +83,7 @@ const (
 type lineError struct {
 	Line  int    `json:"line"`
 	Error string `json:"error"`
+	id    string // of a line the client refused, when it could be read
 }
 
 // lineWarning is a warning about the task of an input line, which was
@@ -446,6 +450,15 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 		}
 		if lerr != nil {
 			local = append(local, *lerr)
+			if lerr.id != "" && slices.Contains(b.ids, lerr.id) {
+				// As the server does with a later item it refuses: the
+				// earlier lines of its id in the batch are not written.
+				var gone []int
+				b, gone = b.without(lerr.id)
+				for _, l := range gone {
+					local = append(local, lineError{Line: l, Error: registry.RefusedLaterMessage(lerr.id)})
+				}
+			}
 			continue
 		}
 		if data != nil {
@@ -469,7 +482,7 @@ func (im *importer) report(errs []lineError, warns []lineWarning, read int) {
 		out := make([]lineError, 0, len(errs)+len(warns))
 		out = append(out, errs...)
 		for _, w := range warns {
-			out = append(out, lineError{w.Line, "warning: " + w.Warning})
+			out = append(out, lineError{Line: w.Line, Error: "warning: " + w.Warning})
 		}
 		sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 		for _, e := range out {
@@ -585,20 +598,41 @@ func mapBatchErrors(lines []int, errs []task.BatchError) []lineError {
 	return out
 }
 
+// without returns b without its lines of id, and their line numbers.
+func (b *importBatch) without(id string) (*importBatch, []int) {
+	out := &importBatch{read: b.read}
+	var gone []int
+	b.each(func(k int, data []byte) {
+		if b.ids[k] == id {
+			gone = append(gone, b.lines[k])
+		} else {
+			out.add(b.lines[k], data)
+		}
+	})
+	return out, gone
+}
+
+// each gives fn each line of b, without its newline.
+func (b *importBatch) each(fn func(k int, data []byte)) {
+	rest := b.body
+	for k := range b.lines {
+		j := bytes.IndexByte(rest, '\n')
+		fn(k, rest[:j])
+		rest = rest[j+1:]
+	}
+}
+
 // split halves a batch.
 func (b *importBatch) split() (*importBatch, *importBatch) {
 	half := len(b.lines) / 2
 	first, second := &importBatch{}, &importBatch{}
-	rest := b.body
-	for i, l := range b.lines {
-		j := bytes.IndexByte(rest, '\n')
-		if i < half {
-			first.add(l, rest[:j])
+	b.each(func(k int, data []byte) {
+		if k < half {
+			first.add(b.lines[k], data)
 		} else {
-			second.add(l, rest[:j])
+			second.add(b.lines[k], data)
 		}
-		rest = rest[j+1:]
-	}
+	})
 	return first, second
 }
 
@@ -671,7 +705,7 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 	data, err := lr.r.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull:
-		size := len(data)
+		size, id := len(data), task.PeekID(data)
 		for err == bufio.ErrBufferFull {
 			data, err = lr.r.ReadSlice('\n')
 			size += len(data)
@@ -683,7 +717,7 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 		}
 		lr.line++
 		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
-			"task is about %d bytes of JSON, more than the limit of %d (64 KiB)", size, task.MaxTaskSize)}, nil
+			"task is about %d bytes of JSON, more than the limit of %d (64 KiB)", size, task.MaxTaskSize), id: id}, nil
 	case err == io.EOF:
 		lr.eof = true
 		if len(data) == 0 {
@@ -702,10 +736,10 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 	}
 	if len(data) > task.MaxTaskSize {
 		return nil, lr.line, &lineError{Line: lr.line, Error: fmt.Sprintf(
-			"task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), task.MaxTaskSize)}, nil
+			"task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), task.MaxTaskSize), id: task.PeekID(data)}, nil
 	}
 	if msg := checkJSONObject(data); msg != "" {
-		return nil, lr.line, &lineError{Line: lr.line, Error: msg}, nil
+		return nil, lr.line, &lineError{Line: lr.line, Error: msg, id: task.PeekID(data)}, nil
 	}
 	return data, lr.line, nil, nil
 }
