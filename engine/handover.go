@@ -152,7 +152,7 @@ type pendingFire struct {
 	Trigger  bool           `json:"trigger,omitempty"`
 	Override *task.Override `json:"override,omitempty"` // a trigger's body or payload
 	Backfill bool           `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
-	bare     bool           // a trigger's whose Override was shed (shedPending)
+	bare     bool           // a trigger whose Override was shed (shedPending)
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the

@@ -319,6 +319,7 @@ func TestLoop_OutcomesFollowScheduleOrder(t *testing.T) {
 		{1, statusOK, "", 1, 2, 3},                     // ended after 3, older than 2: nothing
 		{5, statusFailed, "", 2, 2, 5},
 		{4, statusFailed, "", 3, 2, 5}, // after the last success: one of the run
+		{3, statusOK, "", 3, 3, 5},     // newer than the last success, older than 5: the run stays
 		{6, statusOK, task.NotifyRecovery, 0, 6, 5},
 	}
 	for _, s := range steps {

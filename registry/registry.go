@@ -43,7 +43,7 @@ const (
 	MaxTxnBytes = 1 << 20 // bytes of one transaction's operations
 )
 
-// MaxBatchItems is the most tasks one PutBatch takes.
+// MaxBatchItems is the most items one PutItems takes.
 const MaxBatchItems = 10000
 
 const (
@@ -458,7 +458,7 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-// BatchResult is what PutBatch did with a batch.
+// BatchResult is what PutItems did with a batch.
 type BatchResult struct {
 	// Written counts the items now stored as given (rewritten or already
 	// identical), replaced items included.
@@ -639,7 +639,7 @@ func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchRe
 
 func byIndex(a, b task.BatchError) int { return a.Index - b.Index }
 
-// batchWorkers is how many chunks of one PutBatch are written at once:
+// batchWorkers is how many chunks of one PutItems are written at once:
 // etcd commits concurrent transactions together, so with the index's extra
 // keys a few chunks in flight keep the import rate of single-key batches.
 // 8 puts every chunk of a batch of 1000 (the import's default) in flight:

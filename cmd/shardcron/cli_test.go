@@ -32,7 +32,6 @@ import (
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -960,22 +959,26 @@ func TestImport_LaterLineRefusedHereVoidsTheEarlierInItsBatch(t *testing.T) {
 		return fmt.Sprintf(`{"id":%q,"schedule":"@hourly","executor":{"type":"noop"}}`+"\n", id)
 	}
 	huge := fmt.Sprintf(`{"id":"x","description":%q}`+"\n", strings.Repeat("d", task.MaxTaskSize))
-	input := line("a") + line("x") + line("b") + `{"id":"a","schedule":` + "\n" + line("c") + huge
+	// y's refused line is not its last: the line after it replaces the one
+	// before, as on the server.
+	input := line("a") + line("x") + line("b") + `{"id":"a","schedule":` + "\n" + line("c") + huge +
+		line("y") + `{"id":"y",` + "\n" + line("y")
 	if code := im.run(context.Background(), strings.NewReader(input), "test"); code != exitError {
 		t.Errorf("exit %d, want 1", code)
 	}
-	if !slices.Equal(sent, []string{"b", "c"}) {
-		t.Errorf("sent %q, want b and c only", sent)
+	if !slices.Equal(sent, []string{"b", "c", "y", "y"}) {
+		t.Errorf("sent %q, want b, c and y twice", sent)
 	}
 	for _, want := range []string{
-		"line 1: " + registry.RefusedLaterMessage("a"), "line 2: " + registry.RefusedLaterMessage("x"),
-		"line 4: malformed JSON", "line 6: task is about",
+		`line 1: not written: task "a" comes again on line 4, which was refused`,
+		`line 2: not written: task "x" comes again on line 6, which was refused`,
+		"line 4: malformed JSON", "line 6: task is about", "line 8: malformed JSON",
 	} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb)
 		}
 	}
-	if want := "imported 2 tasks, 4 errors\n"; out.String() != want {
+	if want := "imported 4 tasks, 5 errors\n"; out.String() != want {
 		t.Errorf("summary %q, want %q", out, want)
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/api/client"
-	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -437,6 +436,7 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 	start := lr.line
 	var local []lineError
 	var err error
+	refused := map[string]int{} // the last line of each id refused here, when it could be read
 	for len(b.lines) < im.batch && len(b.body) < im.maxBytes {
 		var data []byte
 		var line int
@@ -450,14 +450,8 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 		}
 		if lerr != nil {
 			local = append(local, *lerr)
-			if lerr.id != "" && slices.Contains(b.ids, lerr.id) {
-				// As the server does with a later item it refuses: the
-				// earlier lines of its id in the batch are not written.
-				var gone []int
-				b, gone = b.without(lerr.id)
-				for _, l := range gone {
-					local = append(local, lineError{Line: l, Error: registry.RefusedLaterMessage(lerr.id)})
-				}
+			if lerr.id != "" {
+				refused[lerr.id] = lerr.Line
 			}
 			continue
 		}
@@ -465,8 +459,32 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 			b.add(line, data)
 		}
 	}
+	// As the server does with a later item it refuses: when an id's last
+	// line in the batch is one refused here, its lines before are not
+	// written either.
+	for id, at := range refused {
+		if k := lastIndex(b.ids, id); k < 0 || b.lines[k] > at {
+			continue // none before it, or a later line replaces it
+		}
+		var gone []int
+		b, gone = b.without(id)
+		for _, l := range gone {
+			local = append(local, lineError{Line: l, Error: fmt.Sprintf(
+				"not written: task %q comes again on line %d, which was refused", id, at)})
+		}
+	}
 	b.read = lr.line - start
 	return b, local, err
+}
+
+// lastIndex is the index of the last v in s, or -1.
+func lastIndex(s []string, v string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == v {
+			return i
+		}
+	}
+	return -1
 }
 
 // report prints a batch's errors and warnings in line order and advances
