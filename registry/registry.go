@@ -61,6 +61,7 @@ type Registry struct {
 	keys       keys
 	partitions int
 	now        func() time.Time
+	triggers   triggerTimes
 	indexed    atomic.Bool // the index marker was seen: every task is indexed
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
@@ -391,10 +392,34 @@ func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 // TriggerWith is Trigger with an override of the fire's HTTP body or
 // handler payload (nil: none), checked against the task's executor and
 // carried as the trigger key's value.
+//
+// Each call is a fire of its own: its time is 1 ms after the task's last
+// trigger from this process when they would share a millisecond, and
+// after any trigger of the task at that time still pending, since a time
+// is a fire's idempotency key. (Two processes that trigger a task in one
+// millisecond, the first fired before the second writes, still make one
+// fire: the owner takes the second for the first.)
 func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override) (time.Time, error) {
-	at := r.now().UTC().Truncate(time.Millisecond)
-	return at, r.TriggerAt(ctx, id, at, o)
+	if err := task.CheckID(id); err != nil {
+		return time.Time{}, err
+	}
+	for range maxTriggerTries {
+		at := time.UnixMilli(r.triggers.next(id, r.now())).UTC()
+		err := r.trigger(ctx, id, at, o, true)
+		if !errors.Is(err, errTriggerPending) {
+			return at, err
+		}
+	}
+	return time.Time{}, fmt.Errorf("trigger task %q: too many triggers at once, try again", id)
 }
+
+// maxTriggerTries bounds the times TriggerWith tries when each one it
+// takes already has a trigger of the task pending.
+const maxTriggerTries = 16
+
+// errTriggerPending is a trigger's time that a pending trigger of the
+// task already has.
+var errTriggerPending = errors.New("a trigger of the task at that time is pending")
 
 // TriggerAt writes a trigger of the task for the scheduled time at (its
 // idempotency key "<id>@<at ms>"), as chains do with the scheduled time of
@@ -404,6 +429,12 @@ func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time, o *ta
 	if err := task.CheckID(id); err != nil {
 		return err
 	}
+	return r.trigger(ctx, id, at, o, false)
+}
+
+// trigger writes the trigger of TriggerAt; fresh, only when no trigger of
+// the task at that time is pending (errTriggerPending).
+func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task.Override, fresh bool) error {
 	p := r.Partition(id)
 	key := r.keys.trigger(p, id, at.UnixMilli())
 	tk := r.keys.task(p, id)
@@ -423,11 +454,19 @@ func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time, o *ta
 		// The override was checked against this version of the task.
 		cmp = clientv3.Compare(clientv3.ModRevision(tk), "=", t.Version)
 	}
-	resp, err := r.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(val))).Commit()
+	cmps := []clientv3.Cmp{cmp}
+	if fresh {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+	}
+	resp, err := r.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).
+		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("trigger task %q: %w", id, err)
 	}
 	if !resp.Succeeded {
+		if fresh && resp.Responses[0].GetResponseRange().Count > 0 {
+			return errTriggerPending
+		}
 		if o.Empty() {
 			return ErrNotFound
 		}
