@@ -155,6 +155,13 @@ type pendingFire struct {
 	bare     bool           // a trigger whose Override was shed (shedPending)
 }
 
+// handedFire is the fire of task id at sched (unix ns), of a kind (kindSchedule,
+// kindTrigger, kindBackfill), handed over unrun with a trigger's override.
+func handedFire(id string, sched int64, kind uint8, over *task.Override) pendingFire {
+	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(),
+		Trigger: kind == kindTrigger, Override: over, Backfill: kind == kindBackfill}
+}
+
 // scheduled reports whether f is a fire of its task's schedule, which the
 // next owner fires again when the mark is before it. A trigger's or a
 // backfill's is not (its trigger key is gone once taken, the backfill's
@@ -301,8 +308,7 @@ func (l *loop) releaseParts(parts []int) release {
 		l.parts[p] = partState{}
 	}
 	pass := func(part uint16, id string, sched, due int64, kind uint8, over *task.Override) {
-		out[int(part)].list(pendingFire{ID: id, At: time.Unix(0, sched).UTC(),
-			Trigger: kind == kindTrigger, Override: over, Backfill: kind == kindBackfill}, due)
+		out[int(part)].list(handedFire(id, sched, kind, over), due)
 	}
 	for i, w := range l.pending {
 		if r := l.tab.rec(i); out[int(r.part)] != nil {
@@ -350,8 +356,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 			return false
 		}
 		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
-			h.list(pendingFire{ID: j.id, At: time.Unix(0, j.sched).UTC(),
-				Trigger: j.kind == kindTrigger, Override: j.over, Backfill: j.kind == kindBackfill}, j.due)
+			h.list(handedFire(j.id, j.sched, j.kind, j.over), j.due)
 		}
 		return true
 	}

@@ -134,9 +134,12 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 	if len(items) == 0 {
 		return nil
 	}
-	// Triggers of this process's bulk actions take times of their own too,
-	// so that two in one millisecond are two fires of each task.
-	at := r.triggers.next(bulkTriggers, r.now())
+	var at int64
+	if action == task.BulkTrigger {
+		// Triggers of this process's bulk actions take times of their own
+		// too, so that two in one millisecond are two fires of each task.
+		at = r.triggers.next(bulkTriggers, r.now())
+	}
 	// A delete takes the task's index keys with it: items are grouped so
 	// that a transaction holds at most MaxTxnOps operations.
 	var cmps []clientv3.Cmp

@@ -551,28 +551,29 @@ func (r *Registry) PutItems(ctx context.Context, items []BatchItem) (res BatchRe
 	if len(items) > MaxBatchItems {
 		return res, task.Invalid("", "a batch holds at most %d tasks, got %d", MaxBatchItems, len(items))
 	}
-	tasks := make([]*task.Task, len(items)) // the valid ones; nil for the others
-	ids := make([]string, len(items))
+	tasks := make([]*task.Task, len(items))  // the valid ones; nil for the others
 	last := make(map[string]int, len(items)) // id -> its last item
 	for i, it := range items {
-		ids[i] = it.ID
+		id := it.ID
 		if it.Task == nil {
 			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: it.Refused})
 		} else if err := it.Task.Validate(); err != nil {
 			res.Errors = append(res.Errors, task.BatchError{Index: i, Error: err.Error()})
-			ids[i] = it.Task.ID
+			id = it.Task.ID
 		} else {
-			tasks[i], ids[i] = it.Task, it.Task.ID
+			tasks[i], id = it.Task, it.Task.ID
 		}
-		if ids[i] != "" {
-			last[ids[i]] = i
+		if id != "" {
+			last[id] = i
 		}
 	}
 	valid := make([]int, 0, len(items))
 	superseded := map[int][]int{} // the last item of an id -> the earlier valid items it replaces
 	for i, t := range tasks {
-		switch l := last[ids[i]]; {
-		case t == nil:
+		if t == nil {
+			continue
+		}
+		switch l := last[t.ID]; {
 		case l == i:
 			valid = append(valid, i)
 		case tasks[l] == nil:

@@ -278,11 +278,14 @@ type importBatch struct {
 	read  int      // input lines consumed for it, skipped ones included (for the bar)
 }
 
-func (b *importBatch) add(line int, data []byte) {
+func (b *importBatch) add(line int, data []byte) { b.put(line, data, task.PeekID(data)) }
+
+// put adds a line whose id is known.
+func (b *importBatch) put(line int, data []byte, id string) {
 	b.body = append(b.body, data...)
 	b.body = append(b.body, '\n')
 	b.lines = append(b.lines, line)
-	b.ids = append(b.ids, task.PeekID(data))
+	b.ids = append(b.ids, id)
 }
 
 // run imports everything in r and prints the summary. It sends up to
@@ -624,7 +627,7 @@ func (b *importBatch) without(id string) (*importBatch, []int) {
 		if b.ids[k] == id {
 			gone = append(gone, b.lines[k])
 		} else {
-			out.add(b.lines[k], data)
+			out.put(b.lines[k], data, b.ids[k])
 		}
 	})
 	return out, gone
@@ -646,9 +649,9 @@ func (b *importBatch) split() (*importBatch, *importBatch) {
 	first, second := &importBatch{}, &importBatch{}
 	b.each(func(k int, data []byte) {
 		if k < half {
-			first.add(b.lines[k], data)
+			first.put(b.lines[k], data, b.ids[k])
 		} else {
-			second.add(b.lines[k], data)
+			second.put(b.lines[k], data, b.ids[k])
 		}
 	})
 	return first, second
