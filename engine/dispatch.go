@@ -392,10 +392,13 @@ func (l *loop) complete(b *completionBatch) {
 			}
 		}
 		if final {
+			streak := r.failStreak
 			if ev := l.outcome(c.rec, r, c.sched, c.status, x.err); ev != "" {
 				l.alert(ev, r, c.sched, int(c.attempt), c.status, x.err)
 			}
-			l.pauseOnFailure(r)
+			if r.failStreak > streak {
+				l.pauseOnFailure(r) // a fire that ends without adding to the run pauses nothing
+			}
 		}
 		if w, ok := l.pending[c.rec]; ok && r.running == 0 {
 			delete(l.pending, c.rec)

@@ -64,11 +64,12 @@ func (l *loop) restartClock(i uint32, r *record, now int64) {
 // last success counts in the run of failures, but neither sends an
 // alert, which the later fire decided. (A success that ends after a later
 // failure leaves the run as it is: the failures before it are not told
-// apart from those after.)
+// apart from those after.) The order is kept to the second, as the last
+// success is: fires of one second count in the order they end.
 func (l *loop) outcome(i uint32, r *record, sched int64, status uint8, why string) task.NotifyEvent {
 	okAt := l.lastSuccess(i, r)
 	h, hasHealth := l.health[i]
-	overtaken := sched < max(int64(okAt)*int64(time.Second), h.failAt)
+	overtaken := unixSecs(sched) < max(okAt, unixSecs(h.failAt))
 	switch status {
 	case statusOK:
 		if overtaken && unixSecs(sched) <= okAt {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -338,5 +339,66 @@ func TestLoop_OutcomesFollowScheduleOrder(t *testing.T) {
 			t.Errorf("after the fire of +%ds (%s): %d failures in a row, last success +%ds, last failure +%ds; want %d, +%ds, +%ds",
 				s.sched, statusNames[s.status], st.ConsecutiveFailures, okAt, failAt, s.streak, s.ok, s.fail)
 		}
+	}
+}
+
+// Health follows the fires in schedule order to the second; fires of one
+// second count in the order they end. A trigger's fire at +2.5 s fails
+// and ends first; the scheduled fire of +2 s succeeds and ends after it:
+// the run of failures ends, with a recovery alert. The success was taken
+// for overtaken, compared with the failure to the nanosecond, and the task
+// stayed failing.
+func TestLoop_OutcomesOfOneSecondCountInTheOrderTheyEnd(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "* * * * * *", "same-second")
+	i, r, _ := tl.tab.lookup("same-second")
+	at := func(ms int) int64 { return base.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	if got := tl.outcome(i, r, at(1000), statusOK, ""); got != "" {
+		t.Fatalf("first success alerted %q", got)
+	}
+	if got := tl.outcome(i, r, at(2500), statusFailed, "boom"); got != task.NotifyFailure {
+		t.Fatalf("trigger's failure at +2.5s: alert %q, want failure", got)
+	}
+	got := tl.outcome(i, r, at(2000), statusOK, "")
+	st := tl.stateOf(i, r, at(3000))
+	if got != task.NotifyRecovery || st.ConsecutiveFailures != 0 {
+		t.Errorf("success of +2s ending after the failure of +2.5s (one second): alert %q, %d failures in a row; want recovery, 0",
+			got, st.ConsecutiveFailures)
+	}
+}
+
+// pause_on_failure pauses a task when a failure brings its run to a
+// multiple of K; a task resumed while failing is paused again only after
+// K more failures. A fire that ends without adding to the run (a success
+// ending after a later failure, here) pauses nothing. With K = 1: the
+// fire of +7 s fails (a pause), the fire of +6 s (concurrency allow,
+// slower) then succeeds. It paused the task again, with the run unchanged.
+func TestLoop_FireAddingNoFailurePausesNothing(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.pauseAfter = "noop/pause1", 1
+	tl.add(t, 0, base, prof, "* * * * * *", "p")
+	tl.alerts = newNotifier(http.DefaultClient, "ua", 16, quietLogger()) // not started: notices stay queued
+	i, r, _ := tl.tab.lookup("p")
+	at := func(s int) int64 { return base.Add(time.Duration(s) * time.Second).UnixNano() }
+	end := func(sched int64, st uint8) {
+		var b completionBatch
+		j := job{sched: sched, rec: i, gen: r.gen, attempt: 1, kind: kindSchedule}
+		b.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed])
+		tl.complete(&b)
+	}
+	if got := tl.outcome(i, r, at(5), statusOK, ""); got != "" {
+		t.Fatalf("first success alerted %q", got)
+	}
+	r.running = 2 // the fires of +6 s and +7 s run side by side (allow)
+	end(at(7), statusFailed)
+	if n := len(tl.alerts.q); n != 1 {
+		t.Fatalf("after the failure of +7s: %d pause notices, want 1", n)
+	}
+	end(at(6), statusOK) // ends after the later failure: changes nothing
+	if n := len(tl.alerts.q); n != 1 {
+		t.Errorf("a success of +6s ending after the failure of +7s queued %d pause notices in all, want 1 (streak %d, unchanged)", n, r.failStreak)
 	}
 }
