@@ -2,9 +2,9 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/shardcron/shardcron/task"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -136,9 +136,9 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 	}
 	var at int64
 	if action == task.BulkTrigger {
-		// Triggers of this process's bulk actions take times of their own
-		// too, so that two in one millisecond are two fires of each task.
-		at = r.triggers.next(bulkTriggers, r.now())
+		// A time of its own, so that this action and another trigger of a
+		// task in one millisecond are two fires (triggerTimes).
+		at = r.triggers.nextBulk(r.now())
 	}
 	// A delete takes the task's index keys with it: items are grouped so
 	// that a transaction holds at most MaxTxnOps operations.
@@ -166,30 +166,53 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 		return nil
 	}
 	for _, it := range items {
-		cmp, itOps := r.bulkOp(action, it, at)
+		itCmps, itOps := r.bulkOp(action, it, at)
 		if len(ops)+len(itOps) > MaxTxnOps {
 			if err := commit(); err != nil {
 				return err
 			}
 		}
-		cmps, ops, group = append(cmps, cmp), append(ops, itOps...), append(group, it)
+		cmps, ops, group = append(cmps, itCmps...), append(ops, itOps...), append(group, it)
 	}
 	return commit()
 }
 
-// bulkOp is the compare and the write of one item. A trigger only needs
-// the task to exist: it does not change the task.
-func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64) (clientv3.Cmp, []clientv3.Op) {
+// bulkOp is the compares and the write of one item. A trigger only needs
+// the task to exist, and no trigger of it at that time pending (another
+// process's, in the same millisecond): it does not change the task.
+func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64) ([]clientv3.Cmp, []clientv3.Op) {
 	p, id, _ := r.keys.parseTaskKey(it.key)
 	switch action {
 	case task.BulkDelete:
 		w := r.remove(id, it.kv) // the task and its index keys
-		return w.cmp(), w.ops
+		return []clientv3.Cmp{w.cmp()}, w.ops
 	case task.BulkTrigger:
-		return clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0), []clientv3.Op{clientv3.OpPut(r.keys.trigger(p, id, at), "")}
+		key := r.keys.trigger(p, id, at)
+		return []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		}, []clientv3.Op{clientv3.OpPut(key, "")}
 	default: // pause and resume change no label: the index stays as it is
-		return clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision), []clientv3.Op{clientv3.OpPut(it.key, string(it.val))}
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision)},
+			[]clientv3.Op{clientv3.OpPut(it.key, string(it.val))}
 	}
+}
+
+// bulkTriggerOne triggers the task of key at a time of its own, as
+// TriggerWith does: the action's time may have a trigger of the task
+// pending.
+func (r *Registry) bulkTriggerOne(ctx context.Context, key string, res *task.BulkResult) error {
+	_, id, _ := r.keys.parseTaskKey(key)
+	_, err := r.TriggerWith(ctx, id, nil)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		res.Skipped++ // deleted in between
+	case err != nil:
+		return fmt.Errorf("bulk %s: %w", task.BulkTrigger, err)
+	default:
+		res.Changed++
+	}
+	return nil
 }
 
 // bulkOne reads one task again and acts on it if it still matches, up to
@@ -216,8 +239,11 @@ func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task
 			res.Unchanged++
 			return nil
 		}
-		cmp, ops := r.bulkOp(action, next, r.now().UTC().Truncate(time.Millisecond).UnixMilli())
-		tr, err := r.cli.Txn(ctx).If(cmp).Then(ops...).Commit()
+		if action == task.BulkTrigger {
+			return r.bulkTriggerOne(ctx, it.key, res)
+		}
+		cmps, ops := r.bulkOp(action, next, 0)
+		tr, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("bulk %s: write %s: %w", action, it.key, err)
 		}

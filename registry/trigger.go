@@ -5,9 +5,13 @@ import (
 	"time"
 )
 
-// triggerTimes hands out the times of a process's manual triggers: a
-// task's next one is at least 1 ms after its last, so that two triggers
-// in one millisecond are two fires rather than one key written twice.
+// triggerTimes hands out the times of a process's manual triggers, a
+// fire's idempotency key: a task's next one is at least 1 ms after its
+// last, so that two triggers in one millisecond are two fires rather than
+// one key written twice. A bulk action's triggers share one time, after
+// every time handed out before it, and a task's next trigger comes after
+// the last bulk action's, which may have triggered it.
+//
 // It remembers each task's last time for a second or two: a time handed
 // out before is at most now then, unless a task took more than a thousand
 // triggers a second from this process.
@@ -15,30 +19,45 @@ type triggerTimes struct {
 	mu        sync.Mutex
 	cur, prev map[string]int64 // unix ms by task id: this generation and the one before
 	since     int64            // when cur began, unix ms
+	bulk      int64            // the last bulk action's time, unix ms
+	last      int64            // the latest time handed out, unix ms
 }
-
-// bulkTriggers is the name triggerTimes gives the bulk actions' triggers:
-// no task id holds a control character.
-const bulkTriggers = "\x00bulk"
 
 // triggerGeneration is how long a generation of triggerTimes lasts, in ms.
 const triggerGeneration = 1000
 
 // next returns the time of task id's next trigger at now, in unix ms.
 func (tt *triggerTimes) next(id string, now time.Time) int64 {
-	ms := now.UnixMilli()
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
-	if tt.cur == nil || ms-tt.since >= triggerGeneration {
-		tt.prev, tt.cur, tt.since = tt.cur, map[string]int64{}, ms
-	}
+	ms := max(now.UnixMilli(), tt.bulk+1)
+	tt.rotate(ms)
 	last, ok := tt.cur[id]
 	if !ok {
 		last, ok = tt.prev[id]
 	}
-	if ok && ms <= last {
-		ms = last + 1
+	if ok {
+		ms = max(ms, last+1)
 	}
 	tt.cur[id] = ms
+	tt.last = max(tt.last, ms)
 	return ms
+}
+
+// nextBulk returns the time of a bulk action's triggers at now, in unix
+// ms: after every trigger time this process handed out before.
+func (tt *triggerTimes) nextBulk(now time.Time) int64 {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	tt.bulk = max(now.UnixMilli(), tt.last+1)
+	tt.last = tt.bulk
+	return tt.bulk
+}
+
+// rotate starts a new generation when the current one is a generation old
+// at ms.
+func (tt *triggerTimes) rotate(ms int64) {
+	if tt.cur == nil || ms-tt.since >= triggerGeneration {
+		tt.prev, tt.cur, tt.since = tt.cur, map[string]int64{}, ms
+	}
 }

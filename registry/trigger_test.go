@@ -2,12 +2,14 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Two triggers of a task in one millisecond are two fires: each has a
@@ -18,9 +20,8 @@ func TestRegistry_TriggersInOneMillisecondAreTwoFires(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
 	ctx := context.Background()
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	a, b := openRegistry(t, c.Client, "/twice"), openRegistry(t, c.Client, "/twice")
-	a.now, b.now = func() time.Time { return now }, func() time.Time { return now }
+	now := stopClocks(a, b)
 	if _, err := a.Put(ctx, noopTask("t", "@yearly"), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,5 +51,111 @@ func TestRegistry_TriggersInOneMillisecondAreTwoFires(t *testing.T) {
 	}
 	if at, err := a.Trigger(ctx, "t"); err != nil || !at.After(got[1]) {
 		t.Errorf("after the fires: trigger at %s, %v; want after %s", at.Format(time.StampMilli), err, got[1].Format(time.StampMilli))
+	}
+}
+
+// stopClocks stops the clocks of regs at one instant, which it returns.
+func stopClocks(regs ...*Registry) time.Time {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, r := range regs {
+		r.now = func() time.Time { return now }
+	}
+	return now
+}
+
+// A manual trigger and a bulk trigger of a task in one millisecond, from
+// one process, are two fires. The bulk action took its time from a
+// sequence of its own, the same, and wrote over the manual trigger's key:
+// one fire, without the manual trigger's payload.
+func TestRegistry_BulkAndManualTriggersInOneMillisecondAreTwoFires(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/bulkmanual")
+	stopClocks(reg)
+	h := &task.Task{ID: "h/1", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
+	if _, err := reg.Put(ctx, h, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.TriggerWith(ctx, "h/1", &task.Override{Payload: json.RawMessage(`{"x":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "h/"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPayload := 0
+	times := map[int64]bool{} // unix ms
+	for _, kv := range resp.Kvs {
+		if o := DecodeTriggerValue(kv.Value); o != nil && o.Payload != nil {
+			withPayload++
+		}
+		_, at, _, _ := reg.ParseTrigger(string(kv.Key))
+		times[at] = true
+	}
+	if len(resp.Kvs) != 2 || withPayload != 1 {
+		t.Errorf("a manual trigger and a bulk trigger in one millisecond: %d trigger keys, %d with the payload; want 2, 1",
+			len(resp.Kvs), withPayload)
+	}
+
+	// Both fired (their keys are gone); a manual trigger in the same
+	// millisecond takes neither time, the bulk action's included.
+	if _, err := c.Client.Delete(ctx, reg.keys.triggers(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := reg.Trigger(ctx, "h/1"); err != nil || times[at.UnixMilli()] {
+		t.Errorf("a trigger after the fires: at %s (%v), one of the fired times %v", at.Format(time.StampMilli), err, times)
+	}
+}
+
+// A bulk trigger whose transaction fails (a task of its group deleted
+// between the read and the write) triggers the others one at a time, at
+// times of their own. It took the clock's millisecond, the key of an
+// earlier bulk trigger still pending: two bulk actions, one fire.
+func TestRegistry_BulkTriggerRetriedAloneTakesATimeOfItsOwn(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/bulkone")
+	now := stopClocks(reg)
+	for _, id := range []string{"b/a", "b/z"} {
+		if _, err := reg.Put(ctx, noopTask(id, "@yearly"), PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "b/"}); err != nil {
+		t.Fatal(err)
+	}
+	// The second action reads the clock between its read and its write:
+	// b/z is deleted then.
+	deleted := false
+	reg.now = func() time.Time {
+		if !deleted {
+			deleted = true
+			if err := reg.Delete(ctx, "b/z"); err != nil {
+				t.Error(err)
+			}
+		}
+		return now
+	}
+	res, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "b/"})
+	if err != nil || res.Changed != 1 || res.Skipped != 1 {
+		t.Fatalf("second bulk trigger: %+v, %v; want 1 changed, 1 skipped", res, err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggerPrefix(reg.Partition("b/a")), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		if _, _, id, ok := reg.ParseTrigger(string(kv.Key)); ok && id == "b/a" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("two bulk triggers of b/a in one millisecond: %d trigger keys of it, want 2", n)
 	}
 }
