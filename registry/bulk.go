@@ -140,8 +140,9 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 		// task in one millisecond are two fires (triggerTimes).
 		at = r.triggers.nextBulk(r.now())
 	}
-	// A delete takes the task's index keys with it: items are grouped so
-	// that a transaction holds at most MaxTxnOps operations.
+	// A delete takes the task's index keys with it, and a trigger has two
+	// compares: items are grouped so that a transaction holds at most
+	// MaxTxnOps operations and as many compares.
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	var group []bulkItem
@@ -167,7 +168,7 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 	}
 	for _, it := range items {
 		itCmps, itOps := r.bulkOp(action, it, at)
-		if len(ops)+len(itOps) > MaxTxnOps {
+		if max(len(cmps)+len(itCmps), len(ops)+len(itOps)) > MaxTxnOps {
 			if err := commit(); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -157,5 +158,31 @@ func TestRegistry_BulkTriggerRetriedAloneTakesATimeOfItsOwn(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("two bulk triggers of b/a in one millisecond: %d trigger keys of it, want 2", n)
+	}
+}
+
+// A bulk trigger of more tasks than a transaction holds writes them all:
+// etcd bounds a transaction's compares as it bounds its operations, and a
+// trigger has two compares.
+func TestRegistry_BulkTriggerOfManyTasks(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/bulkmany")
+	const n = 3 * MaxTxnOps
+	tasks := make([]*task.Task, n)
+	for i := range tasks {
+		tasks[i] = noopTask(fmt.Sprintf("m/%04d", i), "@yearly")
+	}
+	if _, err := reg.PutBatch(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	res, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "m/"})
+	if err != nil || res.Changed != n {
+		t.Fatalf("Bulk = %+v, %v; want %d changed", res, err, n)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != n {
+		t.Errorf("%d trigger keys (%v), want %d", resp.Count, err, n)
 	}
 }
