@@ -38,8 +38,11 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 			}
 			s.log.Warn("api: bulk action failed midway", "action", action, "changed", res.Changed, "err", err)
 			status := http.StatusInternalServerError
-			if errors.Is(err, registry.ErrNoSpace) {
+			switch {
+			case errors.Is(err, registry.ErrNoSpace):
 				status, err = http.StatusServiceUnavailable, fmt.Errorf("%s: %w", noSpaceMessage, err)
+			case errors.Is(err, registry.ErrContention):
+				status = http.StatusConflict
 			}
 			writeJSON(w, status, struct {
 				task.BulkResult

@@ -98,6 +98,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, id string, err err
 	case errors.Is(err, registry.ErrVersionMismatch):
 		writeError(w, http.StatusPreconditionFailed,
 			"task %q has another version than If-Match says (it changed or does not exist): GET it and retry with its current version", id)
+	case errors.Is(err, registry.ErrContention):
+		writeError(w, http.StatusConflict, "%v", err)
 	case errors.Is(err, registry.ErrNoSpace):
 		s.log.Warn("api: etcd refused a write: its space quota is exhausted (NOSPACE alarm)", "method", r.Method,
 			"path", r.URL.EscapedPath(), "err", err)

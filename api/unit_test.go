@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -291,5 +293,27 @@ func TestDecodeObject(t *testing.T) {
 	var o task.Override
 	if err := decodeObject([]byte(`{"payload": {"n": 1}}`), &o); err != nil || string(o.Payload) != `{"n": 1}` {
 		t.Errorf("payload %s, %v: want the raw JSON", o.Payload, err)
+	}
+}
+
+// Server.fail answers each kind of error with its status: a write that
+// lost to other writers as often as it tried is a 409 (retry), not a 500.
+func TestServer_FailStatuses(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("pause task %q: %w, try again", "t", registry.ErrContention), http.StatusConflict},
+		{fmt.Errorf("get: %w", registry.ErrNotFound), http.StatusNotFound},
+		{fmt.Errorf("put: %w", registry.ErrVersionMismatch), http.StatusPreconditionFailed},
+		{&task.ValidationError{Field: "schedule", Reason: "bad"}, http.StatusBadRequest},
+		{errors.New("etcd exploded"), http.StatusInternalServerError},
+	} {
+		w := httptest.NewRecorder()
+		s.fail(w, httptest.NewRequest(http.MethodPost, "/v1/tasks/t/pause", nil), "t", tc.err)
+		if w.Code != tc.want {
+			t.Errorf("fail(%v) = %d, want %d", tc.err, w.Code, tc.want)
+		}
 	}
 }

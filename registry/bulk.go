@@ -253,5 +253,5 @@ func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task
 			return nil
 		}
 	}
-	return fmt.Errorf("bulk %s: %s: too much contention, run the action again", action, it.key)
+	return fmt.Errorf("bulk %s: %s: %w, run the action again", action, it.key, ErrContention)
 }

@@ -334,5 +334,5 @@ func (r *Registry) indexOne(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("build index: %s: too much contention, try again", key)
+	return fmt.Errorf("build index: %s: %w, try again", key, ErrContention)
 }

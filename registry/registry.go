@@ -26,6 +26,11 @@ var (
 	ErrVersionMismatch    = errors.New("registry: task version does not match")
 	ErrPartitionsMismatch = errors.New("registry: partition count differs from the cluster's")
 
+	// ErrContention is matched by the error of a write that lost to other
+	// writers of the same keys as many times as it tries: it changed
+	// nothing, and a retry is the remedy.
+	ErrContention = errors.New("registry: too much contention")
+
 	// ErrNoSpace is matched (errors.Is) by the error of a write etcd
 	// refused because its space quota is exhausted (its NOSPACE alarm is
 	// raised). etcd then refuses every write, in every member, until an
@@ -245,7 +250,7 @@ func (r *Registry) put(ctx context.Context, t *task.Task, opts PutOptions) (stor
 			return nil, false, ErrVersionMismatch
 		}
 	}
-	return nil, false, fmt.Errorf("put task %q: too much contention, try again", t.ID)
+	return nil, false, fmt.Errorf("put task %q: %w, try again", t.ID, ErrContention)
 }
 
 // Check is Put without the write (a dry run): it validates t, checks its
@@ -312,7 +317,7 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("delete task %q: too much contention, try again", id)
+	return fmt.Errorf("delete task %q: %w, try again", id, ErrContention)
 }
 
 // DeleteIfVersion removes the task only if its version (etcd mod
@@ -378,7 +383,7 @@ func (r *Registry) setPaused(ctx context.Context, id string, paused bool, p *tas
 			return t2, err
 		}
 	}
-	return nil, fmt.Errorf("pause task %q: too much contention, try again", id)
+	return nil, fmt.Errorf("pause task %q: %w, try again", id, ErrContention)
 }
 
 // Trigger asks the task's owner to fire it once now, outside its schedule,
@@ -411,7 +416,7 @@ func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override)
 			return at, err
 		}
 	}
-	return time.Time{}, fmt.Errorf("trigger task %q: too many triggers at once, try again", id)
+	return time.Time{}, fmt.Errorf("trigger task %q: %w (%d triggers of it pending at once), try again", id, ErrContention, maxTriggerTries)
 }
 
 // maxTriggerTries bounds the times TriggerWith tries when each one it
