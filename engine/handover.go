@@ -115,7 +115,7 @@ func (h *handOver) lower(due int64) {
 
 // list adds f, due at due, to pending. Past maxHandOver it moves the mark
 // before a scheduled fire instead, which the next owner then repeats
-// rather than misses: f when it is one, else the last one listed, whose
+// rather than misses: f when it is one, else the latest one listed, whose
 // place f takes. Only a list full of triggers' and backfills' fires loses
 // f.
 func (h *handOver) list(f pendingFire, due int64) {
@@ -125,7 +125,7 @@ func (h *handOver) list(f pendingFire, due int64) {
 	case f.scheduled():
 		h.lower(due)
 	default:
-		if i := h.lastScheduled(); i >= 0 {
+		if i := h.latestScheduled(); i >= 0 {
 			h.lower(h.pending[i].At.UnixNano()) // its due time is at or after it
 			h.pending[i] = f
 		} else {
@@ -134,14 +134,18 @@ func (h *handOver) list(f pendingFire, due int64) {
 	}
 }
 
-// lastScheduled is the index of pending's last scheduled fire, or -1.
-func (h *handOver) lastScheduled() int {
-	for i := len(h.pending) - 1; i >= 0; i-- {
-		if h.pending[i].scheduled() {
-			return i
+// latestScheduled is the index of pending's scheduled fire with the latest
+// time (the last listed of those), or -1: the one whose shedding moves the
+// mark back least, and so repeats the fewest fires. pending is not in
+// time order (fires waiting behind a running one come from a map).
+func (h *handOver) latestScheduled() int {
+	at := -1
+	for i, f := range h.pending {
+		if f.scheduled() && (at < 0 || !f.At.Before(h.pending[at].At)) {
+			at = i
 		}
 	}
-	return -1
+	return at
 }
 
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
@@ -226,9 +230,10 @@ func jsonSize(v any) int {
 	return len(b)
 }
 
-// shedPending sheds pending's last scheduled fires, as many as take at
+// shedPending sheds pending's latest scheduled fires, as many as take at
 // least over bytes of its JSON, moving the mark before each: the next
-// owner repeats them rather than misses them. With none left, it sheds the
+// owner repeats them rather than misses them (the latest first, so that
+// the mark moves back least). With none left, it sheds the
 // overrides of the last triggers that have one (each up to 16 KiB, six
 // times that escaped), whose fires then run with their task's own body or
 // payload; with none of those either, the last triggers' and backfills'
@@ -236,13 +241,22 @@ func jsonSize(v any) int {
 func (h *handOver) shedPending(over int) {
 	cut := make([]bool, len(h.pending))
 	shed := 0
-	for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
-		if f := h.pending[i]; f.scheduled() {
-			over -= jsonSize(f) + 1
-			h.lower(f.At.UnixNano()) // its due time is at or after it
-			cut[i] = true
-			shed++
+	var sched []int // the scheduled fires, latest first
+	for i := len(h.pending) - 1; i >= 0; i-- {
+		if h.pending[i].scheduled() {
+			sched = append(sched, i)
 		}
+	}
+	slices.SortStableFunc(sched, func(a, b int) int { return h.pending[b].At.Compare(h.pending[a].At) })
+	for _, i := range sched {
+		if over <= 0 {
+			break
+		}
+		f := h.pending[i]
+		over -= jsonSize(f) + 1
+		h.lower(f.At.UnixNano()) // its due time is at or after it
+		cut[i] = true
+		shed++
 	}
 	if shed == 0 {
 		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {

@@ -1062,6 +1062,36 @@ func TestHandOver_EncodeShedsNoMoreOverridesThanNeeded(t *testing.T) {
 	}
 }
 
+// A checkpoint that cannot list every scheduled fire moves its mark before
+// the ones it drops, and the next owner repeats every fire of the
+// partition after the mark: it drops the latest, which moves the mark back
+// least. pending is not in time order (fires waiting behind a running one
+// come from a map); dropping the last listed moved it back further.
+func TestHandOver_DropsTheLatestScheduledFires(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	late, early := base.Add(-100*time.Millisecond), base.Add(-time.Second)
+
+	// Past the cap, a trigger takes the latest scheduled fire's place.
+	h := &handOver{mark: base.UnixNano()}
+	h.list(pendingFire{ID: "late", At: late}, late.UnixNano())
+	for i := range maxHandOver - 1 {
+		h.list(pendingFire{ID: fmt.Sprintf("early%04d", i), At: early}, early.UnixNano())
+	}
+	h.list(pendingFire{ID: "trigger", At: early, Trigger: true}, early.UnixNano())
+	if h.mark != late.UnixNano()-1 || h.pending[0].ID != "trigger" {
+		t.Errorf("past the cap: mark %s, first listed %s; want the mark before %s, the trigger in late's place",
+			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending[0].ID, late.Format(time.StampMilli))
+	}
+
+	// Over the checkpoint's bytes, the latest is shed first.
+	h = &handOver{mark: base.UnixNano(), pending: []pendingFire{{ID: "late", At: late}, {ID: "early", At: early}}}
+	h.shedPending(1)
+	if h.mark != late.UnixNano()-1 || len(h.pending) != 1 || h.pending[0].ID != "early" {
+		t.Errorf("over the bytes: mark %s, kept %v; want the mark before %s, early kept",
+			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending, late.Format(time.StampMilli))
+	}
+}
+
 // A trigger whose override was shed and that is then shed itself is
 // counted lost, not among those the log says run with their task's own
 // body.
