@@ -400,11 +400,10 @@ func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 //
 // Each call is a fire of its own: its time is 1 ms after the task's last
 // trigger from this process (a bulk action's too) when they would share a
-// millisecond, and
-// after any trigger of the task at that time still pending, since a time
-// is a fire's idempotency key. (Two processes that trigger a task in one
-// millisecond, the first fired before the second writes, still make one
-// fire: the owner takes the second for the first.)
+// millisecond, and after any trigger of the task at that time still
+// pending, since a time is a fire's idempotency key. (Two processes that
+// trigger a task in one millisecond, the first fired before the second
+// writes, still make one fire: the owner takes the second for the first.)
 func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override) (time.Time, error) {
 	if err := task.CheckID(id); err != nil {
 		return time.Time{}, err
