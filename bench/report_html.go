@@ -99,20 +99,20 @@ func writeReport(dir string, results []*Result, ratios []Ratio) (string, error) 
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.svg), 0o644); err != nil {
-			return "", fmt.Errorf("bench: report: %w", err)
+			return "", fmt.Errorf("report: %w", err)
 		}
 	}
 	path := filepath.Join(dir, "report.html")
 	f, err := os.Create(path)
 	if err != nil {
-		return "", fmt.Errorf("bench: report: %w", err)
+		return "", fmt.Errorf("report: %w", err)
 	}
 	if err := reportTmpl.Execute(f, data); err != nil {
 		f.Close()
-		return "", fmt.Errorf("bench: report: %w", err)
+		return "", fmt.Errorf("report: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("bench: report: %w", err)
+		return "", fmt.Errorf("report: %w", err)
 	}
 	return path, nil
 }

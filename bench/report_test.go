@@ -63,3 +63,16 @@ func TestWriteReport_ChartsAsFiles(t *testing.T) {
 		t.Errorf("ratios.svg does not label its bars: %s", b)
 	}
 }
+
+// A report that cannot be written says so once, as "report: ...": the
+// command puts its own name in front.
+func TestWriteReport_ErrorSaysReport(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := WriteReport(filepath.Join(file, "dir"), []*Result{{Scenario: Throughput, Tasks: 1}}, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "report: ") {
+		t.Errorf("WriteReport under a file: %v, want an error starting \"report: \"", err)
+	}
+}

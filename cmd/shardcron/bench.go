@@ -212,7 +212,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if report != "" {
 		path, rerr := bench.WriteReport(report, results, ratios)
 		if rerr != nil {
-			fmt.Fprintf(stderr, "shardcron bench: %s\n", strings.TrimPrefix(rerr.Error(), "bench: "))
+			fmt.Fprintf(stderr, "shardcron bench: %v\n", rerr)
 			return exitError
 		}
 		fmt.Fprintf(stderr, "shardcron bench: wrote %s\n", path)
