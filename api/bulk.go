@@ -55,8 +55,9 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	}
 }
 
-// decodeSelector decodes a selector, refusing unknown fields: a misspelt
-// "lables" must not widen a delete to every task of a prefix.
+// decodeSelector decodes a selector, refusing unknown fields (a misspelt
+// "lables" must not widen a delete to every task of a prefix) and a prefix
+// or label key no task can match (checkFilter).
 func decodeSelector(b []byte) (task.Selector, error) {
 	var sel task.Selector
 	if len(bytes.TrimSpace(b)) == 0 {
@@ -65,5 +66,5 @@ func decodeSelector(b []byte) (task.Selector, error) {
 	if err := decodeObject(b, &sel); err != nil {
 		return sel, fmt.Errorf("selector: %v (want {\"prefix\", \"labels\", \"all\", \"dry_run\"})", err)
 	}
-	return sel, nil
+	return sel, checkFilter(sel.Prefix, sel.Labels, "labels")
 }

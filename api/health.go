@@ -300,10 +300,10 @@ func (s *Server) localStates(w http.ResponseWriter, r *http.Request) {
 	var req client.StatesRequest
 	body, err := readBody(r, maxStatesBody)
 	if err == nil {
-		err = json.Unmarshal(body, &req)
+		err = decodeObject(body, &req)
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "want {\"ids\": [task ids]}: %v", err)
+		writeError(w, http.StatusBadRequest, "%v (want {\"ids\": [task ids]})", err)
 		return
 	}
 	if len(req.IDs) > registry.MaxListLimit {

@@ -334,7 +334,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // queryParams are the query parameters each route under /v1 reads; the
 // others read none. Any other parameter is refused, so that a typo
 // (?dryrun=1 for ?dry_run=1) is an error, not a request that does what
-// it was not asked.
+// it was not asked. Each is read once: only label may repeat
+// (repeatedParams).
 var queryParams = map[string][]string{
 	"PUT /v1/tasks/{id}":         {"dry_run", "allow_missing_targets"},
 	"GET /v1/tasks":              {"prefix", "label", "limit", "cursor", "status", "state"},
@@ -346,9 +347,14 @@ var queryParams = map[string][]string{
 	"GET /v1/series":             {"scope"},
 }
 
+// repeatedParams are the query parameters that may be given more than
+// once: several labels must all match.
+var repeatedParams = []string{"label"}
+
 // checkQuery refuses a query parameter that the route of pattern does not
-// read. Routes outside /v1 (the probes, /metrics, the dashboard) are not
-// checked.
+// read, and one given twice that is read once (?limit=1&limit=2 would
+// act as one of them, unseen by its writer). Routes outside /v1 (the
+// probes, /metrics, the dashboard) are not checked.
 func checkQuery(pattern string, q url.Values) error {
 	if len(q) == 0 || !strings.Contains(pattern, " /v1/") {
 		return nil
@@ -356,6 +362,9 @@ func checkQuery(pattern string, q url.Values) error {
 	known := queryParams[pattern]
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		if slices.Contains(known, name) {
+			if vs := q[name]; len(vs) > 1 && !slices.Contains(repeatedParams, name) {
+				return fmt.Errorf("%s: given %d times in the query, %q: which one was meant?", name, len(vs), vs)
+			}
 			continue
 		}
 		if len(known) == 0 {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -123,12 +125,17 @@ func parseIfMatch(h string) (int64, error) {
 }
 
 // withPathID makes the body's id the path's: it is added when the body
-// leaves it out (or null), and refused when it differs. A body that is not
-// a JSON object with a string id is returned as is, for DecodeTask to
-// explain what is wrong with it.
+// leaves it out (or null), and refused when it differs. A body that gives
+// a name twice is refused (task.CheckNames) before it is read, since
+// encoding it again would keep one of the two and hide the other from
+// DecodeTask. A body that is not a JSON object with a string id is
+// returned as is, for DecodeTask to explain what is wrong with it.
 func withPathID(body []byte, id string) ([]byte, error) {
 	if !utf8.Valid(body) {
 		return body, nil // json.Unmarshal would replace the bad bytes and hide them
+	}
+	if err := task.CheckNames(body); err != nil {
+		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) != nil || obj == nil {
@@ -438,7 +445,37 @@ func parseListQuery(r *http.Request) (registry.ListOptions, error) {
 		return opts, err
 	}
 	opts.Limit = n
-	return opts, nil
+	return opts, checkFilter(opts.Prefix, opts.Labels, "label")
+}
+
+// checkFilter refuses (*task.ValidationError) a prefix or a label key that
+// no task can match, by the task model's own rules, instead of answering
+// that nothing matches: the prefix as an id (task.CheckID: valid UTF-8,
+// no control character, at most 256 bytes; so whole characters), each
+// label key as a task's (task.CheckLabelKey). labelField names the labels
+// in the error, "label" in a query. Label values are not checked: tasks
+// stored before values lost their control characters keep them, and must
+// stay findable.
+func checkFilter(prefix string, labels map[string]string, labelField string) error {
+	if prefix != "" {
+		if err := task.CheckID(prefix); err != nil {
+			var ve *task.ValidationError
+			if errors.As(err, &ve) {
+				return task.Invalid("prefix", "want the start of a task id: %s", ve.Reason)
+			}
+			return err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if err := task.CheckLabelKey(k); err != nil {
+			var ve *task.ValidationError
+			if errors.As(err, &ve) {
+				return task.Invalid(labelField, "no task can carry it: %s", ve.Reason)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // parseLimit reads a limit parameter: def when empty, else 1 to max.
@@ -453,7 +490,9 @@ func parseLimit(v string, def, max int) (int, error) {
 	return n, nil
 }
 
-// pauseTask and resumeTask: POST /v1/tasks/{id}/pause and /resume.
+// pauseTask and resumeTask: POST /v1/tasks/{id}/pause, with an optional
+// body {"note": "..."}, and /resume, which takes none (or {}). A body of
+// another shape is refused with 400 and the task left as it was.
 func (s *Server) pauseTask(w http.ResponseWriter, r *http.Request)  { s.setPaused(w, r, true) }
 func (s *Server) resumeTask(w http.ResponseWriter, r *http.Request) { s.setPaused(w, r, false) }
 
@@ -468,6 +507,10 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 		}
 		t, err = s.reg.Pause(r.Context(), id, task.Pause{Note: req.Note, By: s.caller(r)})
 	} else {
+		// No body, or {}: garbage must not pass for a resume.
+		if !readSmallJSON(w, r, &struct{}{}) {
+			return
+		}
 		t, err = s.reg.SetPaused(r.Context(), id, false)
 	}
 	if err != nil {

@@ -317,8 +317,8 @@ func checkLabels(labels map[string]string) error {
 		return Invalid("labels", "%d labels, more than %d", len(labels), MaxLabels)
 	}
 	for k, v := range labels {
-		if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyChar) >= 0 {
-			return Invalid("labels", "key %q: want 1-%d bytes of A-Z a-z 0-9 . _ / -", k, maxLabelKeyLen)
+		if err := CheckLabelKey(k); err != nil {
+			return err
 		}
 		if len(v) > maxLabelValLen {
 			return Invalid("labels", "value of %q: %d bytes, more than %d", k, len(v), maxLabelValLen)
@@ -329,6 +329,15 @@ func checkLabels(labels map[string]string) error {
 		if r, ok := controlChar(v); ok {
 			return Invalid("labels", "value of %q contains the control character %U", k, r)
 		}
+	}
+	return nil
+}
+
+// CheckLabelKey checks k as a label's key (a *ValidationError of field
+// "labels"): what a selector of tasks by label may name.
+func CheckLabelKey(k string) error {
+	if k == "" || len(k) > maxLabelKeyLen || strings.IndexFunc(k, notLabelKeyChar) >= 0 {
+		return Invalid("labels", "key %q: want 1-%d bytes of A-Z a-z 0-9 . _ / -", k, maxLabelKeyLen)
 	}
 	return nil
 }
