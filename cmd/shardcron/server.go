@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -292,6 +294,11 @@ func readSecretFile(flag, path string) (string, error) {
 // check refuses flag values that the engine would otherwise take as "use
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
+	if f.etcd != "" {
+		if err := checkEndpoints(f.etcd); err != nil {
+			return err
+		}
+	}
 	switch {
 	case f.etcdQuotaSet && f.etcd != "":
 		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
@@ -637,6 +644,41 @@ func buildIndex(ctx context.Context, reg *registry.Registry, log *slog.Logger) {
 		return
 	}
 	log.Info("task index built", "tasks", n, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// checkEndpoints checks --etcd's value: one or more endpoints, each
+// host:port or an http, https, unix or unixs URL. A value that names none
+// (",") must not fall back to an embedded etcd, a cluster of its own.
+func checkEndpoints(v string) error {
+	eps := splitList(v)
+	if len(eps) == 0 {
+		return fmt.Errorf("--etcd %q names no endpoint: give host:port or URLs, comma-separated, or leave it out for the embedded etcd", v)
+	}
+	for _, ep := range eps {
+		hostPort := ep
+		if scheme, rest, ok := strings.Cut(ep, "://"); ok {
+			switch scheme {
+			case "unix", "unixs":
+				if rest == "" {
+					return fmt.Errorf("--etcd: %q names no socket", ep)
+				}
+				continue
+			case "http", "https":
+				u, err := url.Parse(ep)
+				if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+					return fmt.Errorf("--etcd: %q is not an endpoint such as http://127.0.0.1:2379", ep)
+				}
+				hostPort = u.Host
+			default:
+				return fmt.Errorf("--etcd: %q: want http, https, unix or unixs, not %s", ep, scheme)
+			}
+		}
+		host, port, err := net.SplitHostPort(hostPort)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("--etcd: %q is not an endpoint: want host:port (a port from 1 to 65535) or a URL such as http://127.0.0.1:2379", ep)
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -269,6 +269,13 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--etcd-quota", "lots"},
 			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
+			{"--etcd", ","},                                          // names no endpoint: not the embedded etcd
+			{"--etcd", " "},
+			{"--etcd", "not a url"},
+			{"--etcd", "http://"},
+			{"--etcd", "ftp://127.0.0.1:2379"},
+			{"--etcd", "http://127.0.0.1:99999"},
+			{"--etcd", "127.0.0.1"}, // no port
 			{"extra"},
 			{"--partitions", "abc"}, // the flag package's own error
 			{"--no-such-flag"},
