@@ -217,6 +217,10 @@ func runServer(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, &f, log); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info("shardcron server stopped during its start")
+			return 0 // stopped as asked, as after the start
+		}
 		log.Error("shardcron server failed", "err", err)
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 1

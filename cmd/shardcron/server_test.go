@@ -302,6 +302,23 @@ func TestServer_StartupErrors(t *testing.T) {
 	})
 }
 
+// A node stopped while it waits for etcd, before it started, exits 0 as a
+// node stopped after it started does: it was asked to stop. It exited 1
+// with "context canceled", which a supervisor reads as a failure.
+func TestServer_StopDuringStartExitsZero(t *testing.T) {
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1") // nothing listens on port 1
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.log(), "waiting for etcd") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no wait for etcd:\n%s", p.log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code := p.stop(); code != 0 || strings.Contains(p.log(), "context canceled") {
+		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0 without an error\n%s", code, p.log())
+	}
+}
+
 // TestServer_HistoryFlagsReachStore: the history flags end up in the
 // store's configuration, and out-of-range limits are refused by name.
 func TestServer_HistoryFlagsReachStore(t *testing.T) {
