@@ -122,7 +122,7 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 			"--url", "http://127.0.0.5/hook", "--method", "PUT", "--header", "X-Team=billing", "--header", "X-Eq=a=b",
 			"--body", `{"k":1}`, "--task-timeout", "30s", "--max-attempts", "3", "--backoff", "1s",
 			"--max-backoff", "1m", "--misfire", "fire_all", "--catchup-window", "5m", "--concurrency", "forbid",
-			"--jitter", "2s", "--paused", "--label", "team=billing", "--label", "tier=1", "--label", "team=ops"},
+			"--jitter", "2s", "--paused", "--label", "team=billing", "--label", "tier=1"},
 		want: &task.Task{
 			ID: "billing/invoice-42", Schedule: "0 */5 * * * *", Timezone: "Europe/Berlin",
 			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.5/hook", Method: "PUT",
@@ -134,7 +134,7 @@ func TestTaskPut_FlagsBuildTask(t *testing.T) {
 			Concurrency:   task.ConcurrencyForbid,
 			Jitter:        task.Duration(2 * time.Second),
 			Paused:        true,
-			Labels:        map[string]string{"team": "ops", "tier": "1"}, // a later value wins
+			Labels:        map[string]string{"team": "billing", "tier": "1"},
 		},
 	}, {
 		name: "exec argv in order",
@@ -198,6 +198,7 @@ func TestTaskPut_FlagErrors(t *testing.T) {
 		{"bad duration", append(base, "--noop", "--backoff", "soon"), "parse: exit 2"},
 		{"not a time", append(base, "--noop", "--not-before", "tomorrow"), `--not-before: "tomorrow" is not an RFC 3339 time`},
 		{"zero fires", append(base, "--noop", "--max-fires", "0"), "--max-fires: 0 is less than 1"},
+		{"label twice", append(base, "--noop", "--label", "team=a", "--label", "team=b"), "parse: exit 2"}, // it kept the last
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

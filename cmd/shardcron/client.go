@@ -487,6 +487,9 @@ func (m *kvFlag) Set(s string) error {
 	if *m == nil {
 		*m = map[string]string{}
 	}
+	if prev, ok := (*m)[k]; ok {
+		return fmt.Errorf("%s given twice (%s=%s and %s): which one was meant?", k, k, prev, s)
+	}
 	(*m)[k] = v
 	return nil
 }
