@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -53,6 +54,16 @@ func (s HTTPSpec) check(strict bool) error {
 	}
 	if sc := strings.ToLower(u.Scheme); sc != "http" && sc != "https" || u.Host == "" {
 		return fieldError("url", "want an absolute http or https URL such as \"https://hooks.example.com/invoice\", got %q", s.URL)
+	}
+	// A port no connection can reach is a task that can never succeed.
+	// Strict only: a task stored before this check still loads.
+	if p := u.Port(); strict && p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fieldError("url", "port %s of %q: want 1 to 65535", p, s.URL)
+		}
+	}
+	if strict && u.Hostname() == "" {
+		return fieldError("url", "%q names no host", s.URL)
 	}
 	if method := s.Method; method != "" && !isToken(method) {
 		return fieldError("method", "%q is not an HTTP method", method)
