@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // backfillTask: POST /v1/tasks/{id}/backfill, run every scheduled time of
@@ -19,7 +20,16 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 	if !readSmallJSON(w, r, &req) {
 		return
 	}
-	b, err := s.reg.Backfill(r.Context(), id, req.From, req.To, req.Concurrency)
+	concurrency := 0 // the default
+	if c := req.Concurrency; c != nil {
+		if *c == 0 {
+			s.fail(w, r, id, task.Invalid("concurrency", "0 is not within 1-%d (leave it out for the default, %d)",
+				task.MaxBackfillConcurrency, task.DefaultBackfillConcurrency))
+			return
+		}
+		concurrency = *c
+	}
+	b, err := s.reg.Backfill(r.Context(), id, req.From, req.To, concurrency)
 	switch {
 	case errors.Is(err, registry.ErrBackfillRunning):
 		writeError(w, http.StatusConflict, "task %q: %v; wait until it is done (task get shows its progress)", id, err)

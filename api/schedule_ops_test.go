@@ -126,6 +126,8 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 			{fmt.Sprintf(`{"from": %q, "to": %q}`, now.Add(-time.Hour).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339)), "is in the future"},
 			{fmt.Sprintf(`{"from": %q, "to": %q}`, now.AddDate(0, 0, -8).Format(time.RFC3339), now.Format(time.RFC3339)), "more than 10000 scheduled times"},
 			{fmt.Sprintf(`{"from": %q, "to": %q, "concurrency": 33}`, now.Add(-time.Hour).Format(time.RFC3339), now.Format(time.RFC3339)), "concurrency: 33 is not within 1-32"},
+			// An explicit 0 is no request for the default (it was taken as 1).
+			{fmt.Sprintf(`{"from": %q, "to": %q, "concurrency": 0}`, now.Add(-time.Hour).Format(time.RFC3339), now.Format(time.RFC3339)), "concurrency: 0 is not within 1-32"},
 		} {
 			wantError(t, call(t, ts, "POST", path, bad.body), http.StatusBadRequest, bad.want)
 		}

@@ -118,6 +118,10 @@ func decodeAlerts(d *objDecoder, t *Task) {
 		c.known(captureFields, nil)
 		t.Capture = &Capture{}
 		c.value("max_bytes", &t.Capture.MaxBytes, "a whole number")
+		if _, ok := c.raw("max_bytes"); ok && c.err == nil && t.Capture.MaxBytes == 0 {
+			// 0 would read as "capture nothing" and keep the default's bytes.
+			c.fail("max_bytes", "0 is not within 1-%d (leave it out for the default, %d)", MaxCaptureBytes, DefaultCaptureBytes)
+		}
 		var on string
 		c.str("on", &on)
 		t.Capture.On = CaptureOn(on)

@@ -46,6 +46,7 @@ func TestDecodeTask_AlertsInvalid(t *testing.T) {
 		{`"pause_on_failure": "3"`, "pause_on_failure", "want a whole number"},
 		{`"capture": {"max_bytes": 4097}`, "capture.max_bytes", "not within 1-4096"},
 		{`"capture": {"max_bytes": -1}`, "capture.max_bytes", "not within 1-4096"},
+		{`"capture": {"max_bytes": 0}`, "capture.max_bytes", "0 is not within 1-4096"}, // it kept 1024 bytes
 		{`"capture": {"on": "never"}`, "capture.on", `unknown mode "never"`},
 		{`"capture": {"size": 1}`, "capture.size", "unknown field"},
 	} {

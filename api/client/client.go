@@ -691,7 +691,11 @@ func jsonBody(v any) ([]byte, http.Header, error) {
 // returns the backfill's record. Its progress shows in the task's state
 // (GetTask).
 func (c *Client) Backfill(ctx context.Context, id string, from, to time.Time, concurrency int) (*task.Backfill, error) {
-	body, h, err := jsonBody(BackfillRequest{From: from, To: to, Concurrency: concurrency})
+	req := BackfillRequest{From: from, To: to}
+	if concurrency != 0 {
+		req.Concurrency = &concurrency
+	}
+	body, h, err := jsonBody(req)
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ type TriggerResponse struct {
 type BackfillRequest struct {
 	From        time.Time `json:"from"`
 	To          time.Time `json:"to"`
-	Concurrency int       `json:"concurrency,omitempty"`
+	Concurrency *int      `json:"concurrency,omitempty"` // nil: the default; 0 is refused
 }
 
 // HistoryResponse is the answer of GET /v1/tasks/{id}/history.
