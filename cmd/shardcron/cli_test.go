@@ -1548,3 +1548,17 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, cli("", "nodes"), 0, []string{"cli-node"}, nil)
 	})
 }
+
+// An export from an address that takes the connection and never answers
+// gives up after --timeout, which bounds the wait for the export to
+// begin; it hung until killed.
+func TestTaskExport_SilentServerTimesOut(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers
+	}))
+	defer ts.Close()
+	_, stderr, code := runCLI(t, "", "task", "export", "--server", ts.URL, "--timeout", "1s")
+	if code != 1 || !strings.Contains(stderr, "no answer from "+ts.URL+" within 1s") {
+		t.Errorf("exit %d, stderr %q; want 1 and no answer within 1s", code, stderr)
+	}
+}

@@ -383,6 +383,21 @@ func (f *clientFlags) client() *client.Client {
 	return c
 }
 
+// streamClient is client for an answer that may stream for longer than
+// --timeout (an export): --timeout bounds the wait for it to begin, so
+// that an address that takes the connection and never answers does not
+// hang the command, not how long it streams.
+func (f *clientFlags) streamClient() *client.Client {
+	c := f.client()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if f.tls != nil {
+		tr.TLSClientConfig = f.tls
+	}
+	tr.ResponseHeaderTimeout = f.timeout
+	c.HTTP = &http.Client{Transport: tr}
+	return c
+}
+
 // ctx returns the context of one request: it ends after --timeout.
 func (f *clientFlags) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), f.timeout)

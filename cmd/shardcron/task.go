@@ -753,8 +753,9 @@ from one etcd revision, so the export is a consistent snapshot however
 long it takes and whatever is written meanwhile. With --prefix or
 --label the lines are ordered by id; the whole fleet comes in etcd's key
 order (by partition, then id), read in one pass without the index, which
-is about twice as fast. --timeout does not apply: an export of millions
-of tasks runs until it is done (Ctrl-C stops it). At the end it prints
+is about twice as fast. --timeout bounds the wait for the export to
+begin, not its length: an export of millions of tasks runs until it is
+done (Ctrl-C stops it). At the end it prints
 "exported N tasks" on stderr.
 
 Examples:
@@ -781,7 +782,7 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	lines := &lineCounter{w: stdout}
 	bw := bufio.NewWriterSize(lines, 256<<10)
-	err := cf.client().Export(ctx, client.ListOptions{Prefix: prefix, Labels: labels}, bw)
+	err := cf.streamClient().Export(ctx, client.ListOptions{Prefix: prefix, Labels: labels}, bw)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}
