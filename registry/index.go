@@ -58,14 +58,27 @@ func escapeLabel(s string) string {
 }
 
 // storedLabels reads only the labels of a stored task. A value that does
-// not decode has no labels: the index then holds no label key for it, and
-// nothing worse happens than a query not finding a corrupt task by label.
+// not decode has no labels: the index then holds no label key for it.
 func storedLabels(val []byte) map[string]string {
+	l, _ := decodeStoredLabels(val)
+	return l
+}
+
+func decodeStoredLabels(val []byte) (map[string]string, error) {
 	var v struct {
 		Labels map[string]string `json:"labels"`
 	}
-	_ = json.Unmarshal(val, &v)
-	return v.Labels
+	err := json.Unmarshal(val, &v)
+	return v.Labels, err
+}
+
+// storedHasLabels reports whether the stored task val has every label of
+// want. A value that does not decode is taken to match, so that its
+// reader reports it corrupt rather than a query by label leaving it out
+// unsaid.
+func storedHasLabels(val []byte, want map[string]string) bool {
+	l, err := decodeStoredLabels(val)
+	return err != nil || hasLabels(l, want)
 }
 
 // indexOps returns the index writes that go with a task write: from the

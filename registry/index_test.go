@@ -555,3 +555,32 @@ func TestRegistry_PageReadsIdsThroughIndexClient(t *testing.T) {
 		}
 	}
 }
+
+// A task whose stored value was written over by hand with something that
+// is not a JSON object is an error wherever it is read: a query by label
+// left it out unsaid (its labels did not decode, so it "did not match"),
+// and an export wrote the garbage as a line an import then refused.
+func TestList_CorruptStoredTaskIsAnError(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/corrupt")
+	for _, id := range []string{"a/1", "a/2"} {
+		tsk := noopTask(id, "@yearly")
+		tsk.Labels = map[string]string{"team": "x"}
+		if _, err := reg.Put(ctx, tsk, PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Client.Put(ctx, reg.key("a/1"), "not json at all"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.List(ctx, ListOptions{Labels: map[string]string{"team": "x"}, Limit: 10}); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("list by label: %v, want the error of a corrupt stored task", err)
+	}
+	for _, sel := range []task.Selector{{}, {Labels: map[string]string{"team": "x"}}, {Prefix: "a/"}} {
+		if _, _, err := reg.Export(ctx, sel, func([]byte) error { return nil }); err == nil || !strings.Contains(err.Error(), "corrupt") {
+			t.Errorf("export of %+v: %v, want the error of a corrupt stored task", sel, err)
+		}
+	}
+}
