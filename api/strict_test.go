@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -163,5 +164,21 @@ func TestServer_StatesDecodesStrictly(t *testing.T) {
 	if a := call(t, n.ts, "POST", "/v1/tasks:states", `{"ids":["none"]}`); a.status != http.StatusOK ||
 		json.Unmarshal(a.body, &got) != nil || len(got.States) != 1 || got.States[0] != nil {
 		t.Fatalf("states of a task nobody holds: %s", a)
+	}
+}
+
+// An export sends its headers with its first task, not a chunk of 64 KiB
+// later: a client bounds its wait for them (task export's --timeout), and
+// an export of a few tasks behind a slow scan gave them at its very end.
+func TestServer_ExportBeginsWithItsFirstTask(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	if a := call(t, n.ts, "PUT", "/v1/tasks/x%2F1", `{"schedule":"@yearly","executor":{"type":"noop"}}`); a.status != http.StatusOK {
+		t.Fatalf("put: %s", a)
+	}
+	rec := httptest.NewRecorder()
+	n.srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks:export?prefix=x/", nil))
+	if rec.Code != http.StatusOK || !rec.Flushed {
+		t.Errorf("export: status %d, flushed %v; want 200, flushed at its first task", rec.Code, rec.Flushed)
 	}
 }

@@ -407,6 +407,9 @@ func (s *Server) exportTasks(w http.ResponseWriter, r *http.Request) {
 	n, _, err := s.reg.Export(r.Context(), task.Selector{Prefix: opts.Prefix, Labels: opts.Labels}, func(task []byte) error {
 		if jw.n == 0 {
 			jw.begin("")
+			// The answer begins now, not a chunk later: a client bounds
+			// its wait for the headers (shardcron task export's --timeout).
+			_ = http.NewResponseController(w).Flush()
 		}
 		return jw.line(task)
 	})
@@ -457,22 +460,13 @@ func parseListQuery(r *http.Request) (registry.ListOptions, error) {
 // stored before values lost their control characters keep them, and must
 // stay findable.
 func checkFilter(prefix string, labels map[string]string, labelField string) error {
-	if prefix != "" {
-		if err := task.CheckID(prefix); err != nil {
-			var ve *task.ValidationError
-			if errors.As(err, &ve) {
-				return task.Invalid("prefix", "want the start of a task id: %s", ve.Reason)
-			}
-			return err
-		}
+	var ve *task.ValidationError // what CheckID and CheckLabelKey return
+	if prefix != "" && errors.As(task.CheckID(prefix), &ve) {
+		return task.Invalid("prefix", "want the start of a task id: %s", ve.Reason)
 	}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if err := task.CheckLabelKey(k); err != nil {
-			var ve *task.ValidationError
-			if errors.As(err, &ve) {
-				return task.Invalid(labelField, "no task can carry it: %s", ve.Reason)
-			}
-			return err
+		if errors.As(task.CheckLabelKey(k), &ve) {
+			return task.Invalid(labelField, "no task can carry it: %s", ve.Reason)
 		}
 	}
 	return nil

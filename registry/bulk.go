@@ -19,8 +19,8 @@ type bulkItem struct {
 }
 
 // Bulk applies action to every task sel chooses, read at one etcd revision
-// (through the index for a prefix or labels, see each), writing them in transactions of at most 128 operations and
-// 1 MiB. Each write compares the task's version with the one read, so a
+// (through the index for a prefix or labels, see each), writing them in
+// transactions of at most 128 operations and 1 MiB. Each write compares the task's version with the one read, so a
 // task changed in between is read again and acted on only if it still
 // matches. The tasks are not changed atomically as a whole: a failure or
 // ctx ending midway returns what was done so far with the error, and

@@ -265,3 +265,31 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 		t.Errorf("team=billing: %d paused, want 0", paused)
 	}
 }
+
+// BenchmarkBulkTrigger measures a bulk trigger of a whole fleet of n
+// tasks (its triggers deleted between rounds, as owners do once fired):
+//
+//	go test -run '^$' -bench 'BulkTrigger' -benchtime 3x ./registry/
+func BenchmarkBulkTrigger(b *testing.B) {
+	const n = 100_000
+	c := etcdtest.Start(b)
+	ctx := context.Background()
+	reg, err := OpenRegistry(ctx, c.Client, "/bench", 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fillRegistry(b, reg, n)
+	b.ResetTimer()
+	for range b.N {
+		res, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{All: true})
+		if err != nil || res.Changed != n {
+			b.Fatalf("Bulk = %+v, %v; want %d changed", res, err, n)
+		}
+		b.StopTimer()
+		if _, err := c.Client.Delete(ctx, reg.keys.triggers(), clientv3.WithPrefix()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+}

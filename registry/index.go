@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -73,12 +74,12 @@ func decodeStoredLabels(val []byte) (map[string]string, error) {
 }
 
 // storedHasLabels reports whether the stored task val has every label of
-// want. A value that does not decode is taken to match, so that its
-// reader reports it corrupt rather than a query by label leaving it out
-// unsaid.
+// want. A value that is not JSON is taken to match, so that its reader
+// reports it corrupt rather than a query by label leaving it out unsaid.
 func storedHasLabels(val []byte, want map[string]string) bool {
 	l, err := decodeStoredLabels(val)
-	return err != nil || hasLabels(l, want)
+	var syntax *json.SyntaxError
+	return errors.As(err, &syntax) || hasLabels(l, want)
 }
 
 // indexOps returns the index writes that go with a task write: from the

@@ -583,4 +583,15 @@ func TestList_CorruptStoredTaskIsAnError(t *testing.T) {
 			t.Errorf("export of %+v: %v, want the error of a corrupt stored task", sel, err)
 		}
 	}
+
+	// JSON whose labels are not strings does not have them: no match.
+	if _, err := c.Client.Delete(ctx, reg.key("a/1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Put(ctx, reg.key("a/2"), `{"id":"a/2","schedule":"@yearly","executor":{"type":"noop"},"labels":{"team":5}}`); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := reg.List(ctx, ListOptions{Labels: map[string]string{"team": "x"}, Limit: 10}); err != nil || len(got) != 0 {
+		t.Errorf("list by label over labels that are not strings: %d tasks, %v; want none", len(got), err)
+	}
 }

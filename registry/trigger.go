@@ -8,15 +8,16 @@ import (
 // triggerTimes hands out the times of a process's manual triggers, a
 // fire's idempotency key: a task's next one is at least 1 ms after its
 // last, so that two triggers in one millisecond are two fires rather than
-// one key written twice. A bulk action's triggers share one time, after
-// every time handed out before it, and a task's next trigger comes after
-// the last bulk action's, which may have triggered it.
+// one key written twice. The triggers of a bulk action's batch (up to
+// MaxTxnOps tasks) share one time, after every time handed out before
+// it, and a task's next trigger comes after the last such batch's, which
+// may have triggered it.
 //
 // It remembers each task's last time for a second or two: a time handed
 // out before is at most now then, unless a task took more than a thousand
 // triggers a second from this process.
 type triggerTimes struct {
-	mu        sync.Mutex
+	mu        sync.Mutex       // guards the fields below
 	cur, prev map[string]int64 // unix ms by task id: this generation and the one before
 	since     int64            // when cur began, unix ms
 	bulk      int64            // the last bulk action's time, unix ms
@@ -44,8 +45,8 @@ func (tt *triggerTimes) next(id string, now time.Time) int64 {
 	return ms
 }
 
-// nextBulk returns the time of a bulk action's triggers at now, in unix
-// ms: after every trigger time this process handed out before.
+// nextBulk returns the time of a bulk action batch's triggers at now, in
+// unix ms: after every trigger time this process handed out before.
 func (tt *triggerTimes) nextBulk(now time.Time) int64 {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()

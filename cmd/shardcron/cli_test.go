@@ -1562,3 +1562,18 @@ func TestTaskExport_SilentServerTimesOut(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and no answer within 1s", code, stderr)
 	}
 }
+
+// A K=V flag given a key twice is refused, naming both values: it kept
+// the last one silently.
+func TestKVFlag_KeyGivenTwice(t *testing.T) {
+	var m kvFlag
+	if err := m.Set("team=a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Set("team=b"); err == nil || !strings.Contains(err.Error(), "team given twice (team=a and team=b)") {
+		t.Errorf("second team: %v, want an error naming both values", err)
+	}
+	if m["team"] != "a" {
+		t.Errorf("team = %q after the refusal, want a", m["team"])
+	}
+}

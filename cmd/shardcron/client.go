@@ -384,16 +384,18 @@ func (f *clientFlags) client() *client.Client {
 }
 
 // streamClient is client for an answer that may stream for longer than
-// --timeout (an export): --timeout bounds the wait for it to begin, so
-// that an address that takes the connection and never answers does not
-// hang the command, not how long it streams.
+// --timeout (an export): --timeout bounds each step to its beginning (the
+// connection, TLS, the headers), so that an address that takes the
+// connection and never answers does not hang the command, not how long
+// it streams.
 func (f *clientFlags) streamClient() *client.Client {
 	c := f.client()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if f.tls != nil {
 		tr.TLSClientConfig = f.tls
 	}
-	tr.ResponseHeaderTimeout = f.timeout
+	tr.DialContext = (&net.Dialer{Timeout: f.timeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout = f.timeout, f.timeout
 	c.HTTP = &http.Client{Transport: tr}
 	return c
 }
@@ -473,7 +475,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// kvFlag is a repeatable K=V flag (--label team=billing --label tier=1).
+// kvFlag is a repeatable K=V flag (--label team=billing --label tier=1);
+// a key given twice is refused.
 // A later value for the same key replaces the earlier one, so a script can
 // override what it put before.
 type kvFlag map[string]string

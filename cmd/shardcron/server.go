@@ -651,7 +651,8 @@ func buildIndex(ctx context.Context, reg *registry.Registry, log *slog.Logger) {
 }
 
 // checkEndpoints checks --etcd's value: one or more endpoints, each
-// host:port or an http, https, unix or unixs URL. A value that names none
+// host:port, an http or https URL, or a unix or unixs socket
+// (unix:path, unix://path). A value that names none
 // (",") must not fall back to an embedded etcd, a cluster of its own.
 func checkEndpoints(v string) error {
 	eps := splitList(v)
@@ -659,14 +660,15 @@ func checkEndpoints(v string) error {
 		return fmt.Errorf("--etcd %q names no endpoint: give host:port or URLs, comma-separated, or leave it out for the embedded etcd", v)
 	}
 	for _, ep := range eps {
+		if scheme, rest, ok := strings.Cut(ep, ":"); ok && (scheme == "unix" || scheme == "unixs") {
+			if strings.TrimPrefix(rest, "//") == "" {
+				return fmt.Errorf("--etcd: %q names no socket", ep)
+			}
+			continue
+		}
 		hostPort := ep
-		if scheme, rest, ok := strings.Cut(ep, "://"); ok {
+		if scheme, _, ok := strings.Cut(ep, "://"); ok {
 			switch scheme {
-			case "unix", "unixs":
-				if rest == "" {
-					return fmt.Errorf("--etcd: %q names no socket", ep)
-				}
-				continue
 			case "http", "https":
 				u, err := url.Parse(ep)
 				if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {

@@ -307,13 +307,7 @@ func TestServer_StartupErrors(t *testing.T) {
 // with "context canceled", which a supervisor reads as a failure.
 func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1") // nothing listens on port 1
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.log(), "waiting for etcd") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no wait for etcd:\n%s", p.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
 	if code := p.stop(); code != 0 || strings.Contains(p.log(), "context canceled") {
 		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0 without an error\n%s", code, p.log())
 	}
@@ -595,5 +589,21 @@ func TestServer_CorruptCacheIsRebuilt(t *testing.T) {
 	}
 	if _, dups := s.count("corrupt-every-second@"); dups > 0 {
 		t.Errorf("%d fires delivered twice across the rebuild", dups)
+	}
+}
+
+// checkEndpoints takes every form of endpoint the etcd client does and
+// refuses one it cannot dial.
+func TestCheckEndpoints(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:2379", "etcd-0.etcd:2379", "http://127.0.0.1:2379", "https://etcd:2379/",
+		"unix:etcd.sock", "unix:///run/etcd.sock", "unixs:etcd.sock", "a:1, b:2", "[::1]:2379"} {
+		if err := checkEndpoints(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{",", "unix:", "unix://", "http://", "http://a", "ftp://a:1", "a", "a:0", "a:65536", ":2379", "http://a:1/path"} {
+		if err := checkEndpoints(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

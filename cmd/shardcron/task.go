@@ -753,9 +753,9 @@ from one etcd revision, so the export is a consistent snapshot however
 long it takes and whatever is written meanwhile. With --prefix or
 --label the lines are ordered by id; the whole fleet comes in etcd's key
 order (by partition, then id), read in one pass without the index, which
-is about twice as fast. --timeout bounds the wait for the export to
-begin, not its length: an export of millions of tasks runs until it is
-done (Ctrl-C stops it). At the end it prints
+is about twice as fast. --timeout bounds the wait for the first task
+(or, when none matches, for the whole answer), not the export's length:
+an export of millions of tasks runs until it is done (Ctrl-C stops it). At the end it prints
 "exported N tasks" on stderr.
 
 Examples:
