@@ -30,9 +30,14 @@ type preparedSets map[string]map[int]bool
 // lock, under the session's lease.
 func (e *Engine) publishPrepared(ctx context.Context, lease clientv3.LeaseID, parts map[int]bool) {
 	val, _ := json.Marshal(slices.Sorted(maps.Keys(parts)))
-	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	pctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	if _, err := e.cli.Put(ctx, e.keys.prepared(e.cfg.NodeID), string(val), clientv3.WithLease(lease)); err != nil {
+	_, err := e.cli.Put(pctx, e.keys.prepared(e.cfg.NodeID), string(val), clientv3.WithLease(lease))
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		e.log.Debug("publishing the prepared partitions stopped with the session (the node stops or lost etcd)", "err", err)
+	default:
 		e.log.Warn("publishing the prepared partitions failed; their owners hand them over after a wait", "err", err)
 	}
 }
