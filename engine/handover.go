@@ -375,7 +375,27 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		return true
 	}
 	l.dropJobs(handed)
+	// The node watermark stays before every scheduled fire handed over
+	// unrun until the checkpoint that lists them commits: workers skip the
+	// dropped jobs as taken, and a release that never commits (its session
+	// ended past the lease TTL) leaves successors to resume from the
+	// watermark, which must not pass fires that never ran.
+	for p, h := range hand {
+		l.holds.set(p, h.resumeBefore())
+	}
 	l.publish()
+}
+
+// resumeBefore is where a successor that never reads h's checkpoint must
+// resume: before its mark and before every scheduled fire it lists.
+func (h *handOver) resumeBefore() int64 {
+	at := h.mark
+	for _, f := range h.pending {
+		if f.scheduled() {
+			at = min(at, f.At.UnixNano()-1)
+		}
+	}
+	return at
 }
 
 // takeOver runs the fires a released checkpoint handed over, on the new
