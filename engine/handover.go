@@ -342,6 +342,7 @@ func (l *loop) releaseParts(parts []int) release {
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
+		l.holds.lower(p, out[p].resumeBefore()) // as handOverQueued, for the fires listed here
 	}
 	l.pushJobs()
 	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed))}
@@ -381,7 +382,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 	// ended past the lease TTL) leaves successors to resume from the
 	// watermark, which must not pass fires that never ran.
 	for p, h := range hand {
-		l.holds.set(p, h.resumeBefore())
+		l.holds.lower(p, h.resumeBefore())
 	}
 	l.publish()
 }
@@ -447,6 +448,15 @@ func (h *holds) set(p int, mark int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.marks[p] = mark
+}
+
+// lower moves partition p's held mark back to at, if it holds one later.
+func (h *holds) lower(p int, at int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m, ok := h.marks[p]; ok && at < m {
+		h.marks[p] = at
+	}
 }
 
 func (h *holds) clear(ps ...int) {

@@ -1033,3 +1033,29 @@ func TestEngine_StuckReleaseEndedPastTheTTLMissesNoQueuedFire(t *testing.T) {
 	b.stop(t)
 	a.stop(t)
 }
+
+// A fire waiting behind a running one (buffer_one) is handed over in the
+// released checkpoint, and until that commits the node watermark is held
+// before it: the release's mark is after it, and a release that never
+// commits (ended past the lease TTL) must not leave successors a watermark
+// past a fire that never ran. The hold stayed at the mark.
+func TestLoop_ReleaseHoldsTheWatermarkBeforeABufferedFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	tl.add(t, 0, base, prof, "* * * * * *", "tick")
+	for range 2 { // the fire of +1 s queued (no worker takes it), that of +2 s buffered behind it
+		tl.clock.Advance(time.Second)
+		tl.dispatchAll()
+	}
+	buffered := base.Add(2 * time.Second)
+	hand := tl.releaseNow(0).hand[0]
+	if !slices.Contains(hand.pending, pendingFire{ID: "tick", At: buffered}) {
+		t.Fatalf("handed over %+v, want the buffered fire of %s", hand.pending, buffered.Format(time.TimeOnly))
+	}
+	if held := tl.holds.cap(math.MaxInt64); held >= buffered.UnixNano() {
+		t.Errorf("watermark held at %s, want before the buffered fire of %s",
+			time.Unix(0, held).UTC().Format(time.StampMilli), buffered.Format(time.TimeOnly))
+	}
+}
