@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -936,5 +937,125 @@ func TestLoop_AfterIsHandedOnByASecondRelease(t *testing.T) {
 		if _, r, _ := third.tab.lookup(id); r.next <= base.Add(30*time.Second).UnixNano() {
 			t.Errorf("%s resumes at %s on the third owner: its 12:00:30 fires again", id, time.Unix(0, r.next).UTC().Format(time.TimeOnly))
 		}
+	}
+}
+
+// A release etcd refuses stays stuck; past the lease TTL the node ends its
+// session and successors resume from its held watermark, as after a crash.
+// The release had dropped the partition's queued fires, listed only in the
+// refused checkpoint, and workers skip dropped jobs as taken: the watermark
+// was held at the mark, after those fires, and the successor missed them.
+// It is now held before them until the checkpoint commits. Here node-a's only worker is held while tick@2 of
+// both partitions waits in its queue; node-b joins, node-a's release of the
+// partition that moves is refused, tick@2 of it is dropped as handed over,
+// the worker frees, and after the TTL node-a ends its session. node-b
+// takes the partition over and never runs tick@2.
+func TestEngine_StuckReleaseEndedPastTheTTLMissesNoQueuedFire(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	h := newHolder(t, "slow")
+	handler := log.handler(h.handler)
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
+		cfg.Workers, cfg.DrainTimeout = 1, time.Second
+		quietNode(cfg)
+	}))
+	ticks := map[int]string{}
+	for i := 0; len(ticks) < limitsParts; i++ {
+		id := fmt.Sprintf("tick-%d", i)
+		if _, ok := ticks[partOf(id)]; !ok {
+			ticks[partOf(id)] = id
+		}
+	}
+	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *"))
+	for _, id := range ticks {
+		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+		waitNext(t, a, id, limitsAt(1))
+	}
+	clock.Advance(time.Second)
+	for p, id := range ticks {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
+		waitNamed(t, c, a, p)
+	}
+
+	if _, err := a.e.Registry().Trigger(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // node-a's only worker is busy
+	clock.Advance(time.Second)
+	for _, id := range ticks {
+		waitNext(t, a, id, limitsAt(3)) // tick@2 is queued behind the held worker
+	}
+
+	var mu sync.Mutex
+	moved := -1
+	attempted := make(chan struct{})
+	var once sync.Once
+	faults.puts(func(key, value string) bool {
+		if !releasedCheckpoints(key, value) {
+			return false
+		}
+		once.Do(func() {
+			p, _ := strconv.Atoi(key[strings.LastIndex(key, "/")+1:])
+			mu.Lock()
+			moved = p
+			mu.Unlock()
+			close(attempted)
+		})
+		return true
+	})
+	sessA := a.e.sess.Load()
+	b := startNodeOn(t, c.Client, "", handler, limitsNode(clock, time.Hour, "node-b"), noWait)
+	select {
+	case <-attempted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("node-a attempted no release")
+	}
+	h.open() // the worker takes the dropped job: the watermark passes it
+	etcdtest.WaitFor(t, 20*time.Second, sessA.Fenced)
+	held := "none"
+	if r, err := c.Client.Get(context.Background(), newKeys("").watermark("node-a", sessionID(sessA))); err == nil && len(r.Kvs) > 0 {
+		held = string(r.Kvs[0].Value)
+	}
+	faults.puts(nil)
+	mu.Lock()
+	id := ticks[moved]
+	mu.Unlock()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, id) })
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(3)) })
+	time.Sleep(time.Second) // late runs of tick@2, if any
+	if got := runsAt(log, id, limitsAt(2)); len(got) != 1 {
+		t.Errorf("%s@12:00:02 (queued on node-a when its release got stuck) ran on %v; want once; node-a's held watermark in etcd: %s",
+			id, got, held)
+	}
+	b.stop(t)
+	a.stop(t)
+}
+
+// A fire waiting behind a running one (buffer_one) is handed over in the
+// released checkpoint, and until that commits the node watermark is held
+// before it: the release's mark is after it, and a release that never
+// commits (ended past the lease TTL) must not leave successors a watermark
+// past a fire that never ran. The hold stayed at the mark.
+func TestLoop_ReleaseHoldsTheWatermarkBeforeABufferedFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	tl.add(t, 0, base, prof, "* * * * * *", "tick")
+	for range 2 { // the fire of +1 s queued (no worker takes it), that of +2 s buffered behind it
+		tl.clock.Advance(time.Second)
+		tl.dispatchAll()
+	}
+	buffered := base.Add(2 * time.Second)
+	hand := tl.releaseNow(0).hand[0]
+	if !slices.Contains(hand.pending, pendingFire{ID: "tick", At: buffered}) {
+		t.Fatalf("handed over %+v, want the buffered fire of %s", hand.pending, buffered.Format(time.TimeOnly))
+	}
+	if held := tl.holds.cap(math.MaxInt64); held >= buffered.UnixNano() {
+		t.Errorf("watermark held at %s, want before the buffered fire of %s",
+			time.Unix(0, held).UTC().Format(time.StampMilli), buffered.Format(time.TimeOnly))
 	}
 }
