@@ -342,7 +342,6 @@ func (l *loop) releaseParts(parts []int) release {
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
-		l.holds.lower(p, out[p].resumeBefore()) // as handOverQueued, for the fires listed here
 	}
 	l.pushJobs()
 	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed))}
@@ -376,27 +375,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		return true
 	}
 	l.dropJobs(handed)
-	// The node watermark stays before every scheduled fire handed over
-	// unrun until the checkpoint that lists them commits: workers skip the
-	// dropped jobs as taken, and a release that never commits (its session
-	// ended past the lease TTL) leaves successors to resume from the
-	// watermark, which must not pass fires that never ran.
-	for p, h := range hand {
-		l.holds.lower(p, h.resumeBefore())
-	}
 	l.publish()
-}
-
-// resumeBefore is where a successor that never reads h's checkpoint must
-// resume: before its mark and before every scheduled fire it lists.
-func (h *handOver) resumeBefore() int64 {
-	at := h.mark
-	for _, f := range h.pending {
-		if f.scheduled() {
-			at = min(at, f.At.UnixNano()-1)
-		}
-	}
-	return at
 }
 
 // takeOver runs the fires a released checkpoint handed over, on the new
@@ -448,15 +427,6 @@ func (h *holds) set(p int, mark int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.marks[p] = mark
-}
-
-// lower moves partition p's held mark back to at, if it holds one later.
-func (h *holds) lower(p int, at int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if m, ok := h.marks[p]; ok && at < m {
-		h.marks[p] = at
-	}
 }
 
 func (h *holds) clear(ps ...int) {
