@@ -215,6 +215,9 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 			why = "a fire is already waiting for the running one (concurrency buffer_one)"
 		}
 		l.skip(r, sched, 1, why)
+		if kind == kindTrigger {
+			l.pool.ends.add(triggerKey{int(r.part), l.tab.id(r), sched})
+		}
 		return
 	case admitBuffer:
 		l.pending[i] = bufferedFire{at: sched, kind: kind, over: over}

@@ -15,9 +15,12 @@
 //     second's burst is cut into batches (handover.go): the old owner
 //     dispatches every fire of the partition due up to its mark, waits until
 //     workers took them, and writes a released checkpoint with the mark and
-//     the fires before it that did not run (waiting behind a running fire,
-//     early triggers); the new owner runs those and resumes exactly after
-//     the mark (TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce,
+//     the fires before it that did not run (waiting behind a running
+//     fire); the new owner runs those and resumes exactly after the mark.
+//     A trigger's key stays in etcd until its fire starts (or ends unrun:
+//     skipped, its task deleted), so a trigger the old owner did not start
+//     is fired by the next owner from its key, with its override, and the
+//     release waits for the deletes of those it started (trigger.go) (TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce,
 //     TestEngine_JoinsAndLeavesNeitherRepeatNorMiss, and the chaos suite in
 //     internal/clustertest).
 //   - A backfill (backfill.go) continues on the next owner after the
@@ -110,15 +113,11 @@
 //     (TestLoop_ReleaseListsAtMost2000UnrunFires). So do the fires a
 //     checkpoint over 512 KiB of JSON sheds, after its health and its
 //     after list (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest). A
-//     trigger's or a backfill's fire, which no mark brings back, takes a
-//     scheduled fire's place instead; only a list of such fires alone
-//     loses some, logged as an error
-//     (TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap). A trigger
-//     handed over unrun carries its override (body or payload) to the next
-//     owner (TestLoop_TriggerOverridesAreHandedOver); past 512 KiB the
-//     overrides are shed before the triggers, and those fires run with
-//     their task's own, logged as an error
-//     (TestHandOver_EncodeShedsOverridesBeforeTriggers).
+//     backfill's fire, which no mark brings back, takes a scheduled fire's
+//     place instead; only a list of such fires alone loses some, logged as
+//     an error (TestHandOver_ListKeepsBackfillsPastTheCap). Triggers are
+//     not listed: their keys hand them over, overrides included
+//     (TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides).
 //   - A release waits up to 2 s for workers to take the partition's queued
 //     fires before it lists them as unrun; meanwhile neither node fires the
 //     partition, so behind busy workers a hand-over stands still that long
@@ -132,9 +131,11 @@
 //     hand-over lists the task in its checkpoint's "after", and the next
 //     owner resumes it after that fire
 //     (TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease).
-//   - A fired trigger whose key could not be deleted before its node
-//     crashed fires again on the next owner
-//     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash).
+//   - A trigger whose fire started on a node that crashed or was cut off
+//     before its key's delete reached etcd fires again on the next owner
+//     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash); one
+//     queued there and not started fires once, on the next owner
+//     (TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner).
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends

@@ -77,8 +77,8 @@ type Engine struct {
 	loopStop  context.CancelFunc
 	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
 	loopDone  chan struct{}
-	chainStop chan struct{} // closed by Close once the workers are drained
-	chainDone chan struct{} // closed when the chain writer returned
+	drained   chan struct{}  // closed by Close once the workers are drained
+	writers   sync.WaitGroup // the chain writer and the trigger deleter, which then write what is left
 	closeOnce sync.Once
 	done      chan struct{} // closed when Close returns
 	closeErr  error
@@ -239,8 +239,9 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.runCtx, e.cancel = runCtx, cancel
-	e.chainStop, e.chainDone = make(chan struct{}), make(chan struct{})
-	go func() { defer close(e.chainDone); e.writeChains(e.pool.chains, e.chainStop) }()
+	e.drained = make(chan struct{})
+	e.writers.Go(func() { e.writeChains(e.pool.chains, e.drained) })
+	e.writers.Go(func() { e.deleteTriggers(e.pool.ends, e.drained) })
 	e.wg.Add(6)
 	go func() {
 		defer e.wg.Done()
@@ -333,8 +334,8 @@ func (e *Engine) Close() error {
 		close(e.pool.quit)
 		e.pool.drain(e.cfg.DrainTimeout)
 		e.notify.stop(min(e.cfg.DrainTimeout, notifyGrace))
-		close(e.chainStop) // the workers are done: write the chains they queued
-		<-e.chainDone
+		close(e.drained) // the workers are done: write the chains and deletes they queued
+		e.writers.Wait()
 		if s := e.sess.Load(); s != nil {
 			// A fenced session has ended already; failing to revoke its
 			// lease then only means etcd is still out of reach.

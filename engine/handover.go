@@ -16,7 +16,6 @@ import (
 
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
-	"github.com/shardcron/shardcron/task"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -64,13 +63,13 @@ type checkpoint struct {
 
 // handOver is what a released partition passes to its next owner: the
 // point up to which this node dispatched its fires, and the fires before it
-// that did not run here (waiting behind a running fire, early triggers, or
-// still queued after handOverWait), for the next owner to run.
+// that did not run here (waiting behind a running fire, or still queued
+// after handOverWait), for the next owner to run. Triggers are not among
+// them: their keys stay for the next owner (trigger.go).
 type handOver struct {
 	mark    int64
 	pending []pendingFire
-	lost    int // triggers' and backfills' fires no checkpoint could list (list, shedPending), not yet logged
-	bare    int // triggers listed without their override (shedPending), not yet logged
+	lost    int // backfills' fires no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
 	// misfire's catch-up fire), each with that fire's scheduled time: the
 	// next owner resumes each after it.
@@ -116,8 +115,7 @@ func (h *handOver) lower(due int64) {
 // list adds f, due at due, to pending. Past maxHandOver it moves the mark
 // before a scheduled fire instead, which the next owner then repeats
 // rather than misses: f when it is one, else the latest one listed, whose
-// place f takes. Only a list full of triggers' and backfills' fires loses
-// f.
+// place f takes. Only a list full of backfills' fires loses f.
 func (h *handOver) list(f pendingFire, due int64) {
 	switch {
 	case len(h.pending) < maxHandOver:
@@ -151,27 +149,22 @@ func (h *handOver) latestScheduled() int {
 // pendingFire is a fire handed over unrun, as a released checkpoint lists
 // it.
 type pendingFire struct {
-	ID       string         `json:"id"`
-	At       time.Time      `json:"at"`
-	Trigger  bool           `json:"trigger,omitempty"`
-	Override *task.Override `json:"override,omitempty"` // a trigger's body or payload
-	Backfill bool           `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
-	bare     bool           // a trigger whose Override was shed (shedPending)
+	ID       string    `json:"id"`
+	At       time.Time `json:"at"`
+	Backfill bool      `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
 }
 
-// handedFire is the fire of task id at sched (unix ns), of a kind (kindSchedule,
-// kindTrigger, kindBackfill), handed over unrun with a trigger's override.
-func handedFire(id string, sched int64, kind uint8, over *task.Override) pendingFire {
-	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(),
-		Trigger: kind == kindTrigger, Override: over, Backfill: kind == kindBackfill}
+// handedFire is the fire of task id at sched (unix ns), of a kind
+// (kindSchedule, kindBackfill), handed over unrun.
+func handedFire(id string, sched int64, kind uint8) pendingFire {
+	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: kind == kindBackfill}
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the
-// next owner fires again when the mark is before it. A trigger's or a
-// backfill's is not (its trigger key is gone once taken, the backfill's
-// progress is past it), and a backfill's is old: a mark moved before it
-// would have every task of the partition fire again from then.
-func (f pendingFire) scheduled() bool { return !f.Trigger && !f.Backfill }
+// next owner fires again when the mark is before it. A backfill's is not:
+// its backfill's progress is past it, and it is old, so that a mark moved
+// before it would have every task of the partition fire again from then.
+func (f pendingFire) scheduled() bool { return !f.Backfill }
 
 // maxHandOver bounds the fires one checkpoint lists; past it, the mark
 // stops before the rest, which the next owner then fires with everything
@@ -233,11 +226,8 @@ func jsonSize(v any) int {
 // shedPending sheds pending's latest scheduled fires, as many as take at
 // least over bytes of its JSON, moving the mark before each: the next
 // owner repeats them rather than misses them (the latest first, so that
-// the mark moves back least). With none left, it sheds the
-// overrides of the last triggers that have one (each up to 16 KiB, six
-// times that escaped), whose fires then run with their task's own body or
-// payload; with none of those either, the last triggers' and backfills'
-// fires, which are lost.
+// the mark moves back least). With none left, it sheds the last
+// backfills' fires, which are lost.
 func (h *handOver) shedPending(over int) {
 	cut := make([]bool, len(h.pending))
 	shed := 0
@@ -260,22 +250,9 @@ func (h *handOver) shedPending(over int) {
 	}
 	if shed == 0 {
 		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
-			if f := &h.pending[i]; f.Override != nil {
-				over -= jsonSize(f.Override) + len(`,"override":`)
-				f.Override, f.bare = nil, true
-				h.bare++
-				shed++
-			}
-		}
-	}
-	if shed == 0 {
-		for i := len(h.pending) - 1; i >= 0 && over > 0; i-- {
 			over -= jsonSize(h.pending[i]) + 1
 			cut[i] = true
 			h.lost++
-			if h.pending[i].bare {
-				h.bare-- // lost, not run bare
-			}
 		}
 	}
 	kept := h.pending[:0]
@@ -321,24 +298,16 @@ func (l *loop) releaseParts(parts []int) release {
 		l.owned.Add(-1)
 		l.parts[p] = partState{}
 	}
-	pass := func(part uint16, id string, sched, due int64, kind uint8, over *task.Override) {
-		out[int(part)].list(handedFire(id, sched, kind, over), due)
-	}
 	for i, w := range l.pending {
-		if r := l.tab.rec(i); out[int(r.part)] != nil {
-			pass(r.part, l.tab.id(r), w.at, w.at+l.delay(r, w.at), w.kind, w.over)
+		if r := l.tab.rec(i); out[int(r.part)] != nil && w.kind != kindTrigger {
+			out[int(r.part)].list(handedFire(l.tab.id(r), w.at, w.kind), w.at+l.delay(r, w.at))
 		}
 	}
-	keepEarly := l.early[:0]
-	for _, t := range l.early {
-		if out[t.part] != nil {
-			pass(uint16(t.part), t.id, t.at, t.at, kindTrigger, t.over)
-		} else {
-			keepEarly = append(keepEarly, t)
-		}
-	}
-	clear(l.early[len(keepEarly):])
-	l.early = keepEarly
+	// The released partitions' triggers that did not start here keep their
+	// keys for the next owner; should this node own a partition again, it
+	// fires them from their keys.
+	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool { return out[t.part] != nil })
+	maps.DeleteFunc(l.triggered, func(k triggerKey, _ int64) bool { return out[k.part] != nil })
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
@@ -369,8 +338,10 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		if h == nil {
 			return false
 		}
-		if j.kind != kindRetry { // a retry's fire was taken before: it ends here
-			h.list(handedFire(j.id, j.sched, j.kind, j.over), j.due)
+		// A retry's fire was taken before: it ends here. A trigger's key
+		// stays for the next owner.
+		if j.kind != kindRetry && j.kind != kindTrigger {
+			h.list(handedFire(j.id, j.sched, j.kind), j.due)
 		}
 		return true
 	}
@@ -404,12 +375,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			l.misfired(r, at, "handed over unrun, and older than the catch-up window")
 			continue
 		}
-		kind := uint8(kindSchedule)
-		if f.Trigger {
-			kind = kindTrigger
-			l.triggered[triggerKey{f.ID, at}] = now + int64(triggerWait)
-		}
-		l.admit(i, r, prof, at, now, kind, f.Override)
+		l.admit(i, r, prof, at, now, kindSchedule, nil)
 	}
 	l.pushJobs()
 }
@@ -487,6 +453,15 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(context.Background(), max(10*time.Second, e.cfg.DrainTimeout))
 	defer cancel()
+	// The keys of triggers that started here go first: the next owner
+	// fires every key it finds.
+	fctx, fcancel := context.WithTimeout(ctx, etcdTimeout)
+	err := e.pool.ends.flush(fctx)
+	fcancel()
+	if err != nil {
+		e.log.Warn("deleting the keys of triggers fired here did not end before the release; their next owners may fire them again",
+			"partitions", len(ps), "err", err)
+	}
 	stuck := map[int]*stuckRelease{}
 	now := time.Now()
 	var refused refusals
@@ -580,14 +555,9 @@ func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte
 		h := hand[p]
 		cps[p] = h.encode(e.cfg.NodeID)
 		if h.lost > 0 {
-			e.log.Error("a hand-over cannot list every trigger's and backfill's fire handed over unrun; these are lost",
+			e.log.Error("a hand-over cannot list every backfill's fire handed over unrun; these are lost",
 				"partition", p, "lost", h.lost, "listed", len(h.pending))
 			h.lost = 0
-		}
-		if h.bare > 0 {
-			e.log.Error("a hand-over cannot list every trigger's override; these triggers run with their task's own body or payload",
-				"partition", p, "triggers", h.bare)
-			h.bare = 0
 		}
 	}
 	return cps

@@ -380,6 +380,9 @@ func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 
 func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	for _, op := range ops {
+		if m := t.f.del.Load(); op.IsDelete() && m != nil && (*m)(string(op.KeyBytes())) {
+			t.fail = true
+		}
 		if !op.IsPut() {
 			continue
 		}

@@ -152,6 +152,27 @@ func owns(n *testNode, id string) bool {
 	return ok
 }
 
+// probeCmd runs f in the dispatch loop.
+type probeCmd struct {
+	f    func(l *loop)
+	done chan struct{}
+}
+
+func (c *probeCmd) run(l *loop) { c.f(l); close(c.done) }
+
+// inLoop returns what f returns, run in n's dispatch loop.
+func inLoop(t *testing.T, n *testNode, f func(l *loop) bool) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got bool
+	c := &probeCmd{f: func(l *loop) { got = f(l) }, done: make(chan struct{})}
+	if _, err := request(ctx, n.e, c, c.done); err != nil {
+		t.Fatalf("probing the loop: %v", err)
+	}
+	return got
+}
+
 // waitNext waits until the loop holds the task with its next fire at want:
 // the task is loaded and armed, so a clock move fires it.
 func waitNext(t *testing.T, n *testNode, id string, want time.Time) {

@@ -778,13 +778,13 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 
 // A checkpoint over 512 KiB sheds fires from the end of pending and moves
 // the mark before them, so that the next owner fires them again from the
-// schedule. A trigger's or a backfill's fire is not on the schedule (its
-// trigger key is deleted once the loop took it; the backfill's progress is
-// recorded past it): shed, nobody runs it. Here 400 fires of long escaped
-// ids wait in the queue with, behind them, a trigger and a backfill fire of
-// another task when the partition is released: the checkpoint must still
-// list those two.
-func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) {
+// schedule. A backfill's fire is not on the schedule (the backfill's
+// progress is recorded past it): shed, nobody runs it. Here 400 fires of
+// long escaped ids wait in the queue with, behind them, a trigger and a
+// backfill fire of another task when the partition is released: the
+// checkpoint must still list the backfill's fire. The trigger is not
+// listed: its key stays for the next owner.
+func TestLoop_ReleaseOverTheSizeLimitKeepsBackfillFires(t *testing.T) {
 	const n = 400
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-time.Second/2), func(cfg *Config) { cfg.Queue, cfg.BatchSize = 2*n, 2*n })
@@ -797,11 +797,9 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) 
 	tl.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "manual") // yearly: not due now
 	tl.clock.Advance(time.Second/2 + time.Millisecond)
 	tl.dispatch()
-	trig := &triggerCmd{part: 0, id: "manual", at: base.UnixNano(), reply: make(chan bool, 1)}
+	trig := &triggerCmd{part: 0, id: "manual", at: base.UnixNano(), reply: make(chan struct{}, 1)}
 	tl.handle(trig)
-	if !<-trig.reply {
-		t.Fatal("the trigger was not taken")
-	}
+	<-trig.reply
 	bfAt := base.AddDate(0, -1, 0) // a backfill of last month
 	bf := &backfillCmd{part: 0, id: "manual", at: bfAt.UnixNano(), reply: make(chan backfillAnswer, 1)}
 	tl.handle(bf)
@@ -811,8 +809,8 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) 
 	rel := tl.releaseNow(0)
 	tl.handOverQueued(rel.hand) // the workers did not take them in time
 	hand := rel.hand[0]
-	if len(hand.pending) != n+2 {
-		t.Fatalf("%d fires listed, want %d", len(hand.pending), n+2)
+	if len(hand.pending) != n+1 {
+		t.Fatalf("%d fires listed, want %d: the schedule's and the backfill's", len(hand.pending), n+1)
 	}
 
 	b := hand.encode("node-a")
@@ -823,14 +821,12 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsTriggerAndBackfillFires(t *testing.T) 
 	if len(b) > maxCheckpointBytes {
 		t.Fatalf("checkpoint of %d bytes", len(b))
 	}
-	var trigger, backfill bool
-	for _, f := range cp.Pending {
-		trigger = trigger || (f.ID == "manual" && f.Trigger && f.At.Equal(base))
-		backfill = backfill || (f.ID == "manual" && f.Backfill && f.At.Equal(bfAt))
-	}
-	if !trigger || !backfill {
-		t.Errorf("checkpoint of %d fires lists the trigger: %v, the backfill's fire: %v; shed, nobody runs them (point %s)",
-			len(cp.Pending), trigger, backfill, cp.Watermark.Format(time.RFC3339Nano))
+	backfill := slices.ContainsFunc(cp.Pending, func(f pendingFire) bool {
+		return f.ID == "manual" && f.Backfill && f.At.Equal(bfAt)
+	})
+	if !backfill {
+		t.Errorf("checkpoint of %d fires does not list the backfill's fire; shed, nobody runs it (point %s)",
+			len(cp.Pending), cp.Watermark.Format(time.RFC3339Nano))
 	}
 	if !cp.Watermark.After(base.Add(-time.Second)) {
 		t.Errorf("point %s: every task of the partition fires again from there", cp.Watermark.Format(time.RFC3339Nano))
@@ -879,10 +875,10 @@ func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 }
 
 // Past maxHandOver fires a release moves its mark before a scheduled
-// fire, which the next owner repeats, rather than drop a trigger's or a
-// backfill's fire, which nobody would run again; only a list full of
-// those loses one, and counts it.
-func TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap(t *testing.T) {
+// fire, which the next owner repeats, rather than drop a backfill's fire,
+// which nobody would run again; only a list full of those loses one, and
+// counts it.
+func TestHandOver_ListKeepsBackfillsPastTheCap(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	sched := base.Add(-time.Second)
 	h := &handOver{mark: base.UnixNano()}
@@ -890,14 +886,10 @@ func TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap(t *testing.T) {
 		h.list(pendingFire{ID: fmt.Sprint("s", i), At: sched}, sched.UnixNano())
 	}
 	h.list(pendingFire{ID: "s-more", At: sched}, sched.UnixNano())
-	h.list(pendingFire{ID: "t", At: base.Add(-time.Minute), Trigger: true}, base.Add(-time.Minute).UnixNano())
 	h.list(pendingFire{ID: "b", At: base.AddDate(0, -1, 0), Backfill: true}, base.AddDate(0, -1, 0).UnixNano())
-	var t1, b1 bool
-	for _, f := range h.pending {
-		t1, b1 = t1 || f.ID == "t", b1 || f.ID == "b"
-	}
-	if len(h.pending) != maxHandOver || !t1 || !b1 {
-		t.Errorf("%d fires listed, the trigger's %v, the backfill's %v; want %d with both", len(h.pending), t1, b1, maxHandOver)
+	b1 := slices.ContainsFunc(h.pending, func(f pendingFire) bool { return f.ID == "b" })
+	if len(h.pending) != maxHandOver || !b1 {
+		t.Errorf("%d fires listed, the backfill's %v; want %d with it", len(h.pending), b1, maxHandOver)
 	}
 	if want := sched.UnixNano() - 1; h.mark != want {
 		t.Errorf("mark %s, want just before the scheduled fires left out (%s)", time.Unix(0, h.mark).UTC().Format(time.StampNano), sched.Format(time.StampNano))
@@ -905,160 +897,10 @@ func TestHandOver_ListKeepsTriggersAndBackfillsPastTheCap(t *testing.T) {
 
 	full := &handOver{mark: base.UnixNano()}
 	for i := range maxHandOver + 3 {
-		full.list(pendingFire{ID: fmt.Sprint("t", i), At: base.Add(-time.Minute), Trigger: true}, base.Add(-time.Minute).UnixNano())
+		full.list(pendingFire{ID: fmt.Sprint("b", i), At: base.AddDate(0, -1, 0), Backfill: true}, base.AddDate(0, -1, 0).UnixNano())
 	}
 	if len(full.pending) != maxHandOver || full.lost != 3 || full.mark != base.UnixNano() {
-		t.Errorf("a list of triggers only: %d listed, %d lost, mark moved %v; want %d, 3, not moved", len(full.pending), full.lost, full.mark != base.UnixNano(), maxHandOver)
-	}
-}
-
-// A trigger buffered behind a running fire (buffer_one) stays a trigger:
-// handed over as one, it is never given up for the mark, which would not
-// bring it back. Here a trigger runs (no worker ends it) and a second
-// waits behind it when the partition is released.
-func TestLoop_BufferedTriggerIsHandedOverAsATrigger(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, nil)
-	prof := noopProfile(task.MisfireFireOnce)
-	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
-	tl.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow") // yearly: only triggers fire it
-	for _, at := range []time.Time{base.Add(-2 * time.Second), base.Add(-time.Second)} {
-		trig := &triggerCmd{part: 0, id: "slow", at: at.UnixNano(), reply: make(chan bool, 1)}
-		tl.handle(trig)
-		if !<-trig.reply {
-			t.Fatal("the trigger was not taken")
-		}
-	}
-	hand := tl.releaseNow(0).hand[0]
-	want := pendingFire{ID: "slow", At: base.Add(-time.Second).UTC(), Trigger: true}
-	if !slices.Contains(hand.pending, want) {
-		t.Errorf("handed over %+v, want the buffered trigger %+v among them", hand.pending, want)
-	}
-}
-
-// A trigger's override (its body or payload) goes with it when a release
-// hands it over unrun, from each place an unrun trigger waits: queued for
-// a worker, buffered behind a running fire (buffer_one), and early, before
-// its task loaded. The next owner's fires of those triggers ran with their
-// task's own body.
-func TestLoop_TriggerOverridesAreHandedOver(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	prof := noopProfile(task.MisfireFireOnce)
-	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
-	body := func(s string) *task.Override { return &task.Override{Body: &s} }
-	trigger := func(tl *testLoop, id string, at time.Time, over *task.Override) {
-		t.Helper()
-		c := &triggerCmd{part: 0, id: id, at: at.UnixNano(), over: over, reply: make(chan bool, 1)}
-		tl.handle(c)
-		if !<-c.reply {
-			t.Fatalf("the trigger of %s was not taken", id)
-		}
-	}
-
-	a := newTestLoop(t, base, nil)
-	a.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow") // yearly: only triggers fire it
-	trigger(a, "slow", base.Add(-2*time.Second), body("queued"))
-	trigger(a, "slow", base.Add(-time.Second), body("buffered"))
-	trigger(a, "later", base.Add(-time.Second), body("early")) // its task is not loaded
-	rel := a.releaseNow(0)
-	a.handOverQueued(rel.hand) // the workers did not take the first in time
-	var cp checkpoint
-	if err := json.Unmarshal(rel.hand[0].encode("node-a"), &cp); err != nil {
-		t.Fatal(err)
-	}
-
-	b := newTestLoop(t, base, nil)
-	b.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "slow", "later")
-	b.handle(&takeOverCmd{part: 0, fires: cp.Pending})
-	var got []string
-	note := func(id string, over *task.Override) {
-		s := "none"
-		if over != nil && over.Body != nil {
-			s = *over.Body
-		}
-		got = append(got, id+":"+s)
-	}
-	b.pool.mu.Lock()
-	for i := range b.pool.queued() {
-		j := b.pool.at(i)
-		note(j.id, j.over)
-	}
-	b.pool.mu.Unlock()
-	for i := range b.unpushed {
-		note(b.unpushed[i].id, b.unpushed[i].over)
-	}
-	for i, w := range b.pending {
-		note(b.tab.id(b.tab.rec(i)), w.over)
-	}
-	slices.Sort(got)
-	if want := []string{"later:early", "slow:buffered", "slow:queued"}; !slices.Equal(got, want) {
-		t.Errorf("the next owner runs %q, want %q", got, want)
-	}
-}
-
-// A checkpoint of triggers whose overrides do not all fit sheds overrides,
-// not fires: a trigger run with its task's own body is better than none.
-func TestHandOver_EncodeShedsOverridesBeforeTriggers(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	big := strings.Repeat("<", task.MaxOverrideSize) // six bytes each, escaped
-	h := &handOver{mark: base.UnixNano()}
-	const n = 40
-	for i := range n {
-		h.list(pendingFire{ID: fmt.Sprint("t", i), At: base.Add(-time.Second), Trigger: true,
-			Override: &task.Override{Body: &big}}, base.Add(-time.Second).UnixNano())
-	}
-	var cp checkpoint
-	b := h.encode("node-a")
-	if err := json.Unmarshal(b, &cp); err != nil {
-		t.Fatal(err)
-	}
-	kept := 0
-	for _, f := range cp.Pending {
-		if f.Override != nil {
-			kept++
-		}
-	}
-	if len(b) > maxCheckpointBytes || len(cp.Pending) != n || h.lost != 0 || kept == 0 || h.bare != n-kept {
-		t.Errorf("checkpoint of %d bytes lists %d triggers (%d lost), %d with their override (%d counted bare); want all %d, some with",
-			len(b), len(cp.Pending), h.lost, kept, h.bare, n)
-	}
-}
-
-// Overrides are shed as triggers are, no more than take the checkpoint
-// under its limit: each override shed is a trigger run with its task's
-// own body. Here the checkpoint is 200 bytes over; each empty body shed
-// saves 23 bytes, the name included.
-func TestHandOver_EncodeShedsNoMoreOverridesThanNeeded(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	at := base.Add(-time.Second)
-	build := func(pad int) *handOver {
-		h := &handOver{mark: base.UnixNano()}
-		empty, long := "", strings.Repeat("<", 200)
-		for i := range 395 {
-			h.list(pendingFire{ID: fmt.Sprintf("%s%04d", long, i), At: at, Trigger: true,
-				Override: &task.Override{Body: &empty}}, at.UnixNano())
-		}
-		h.list(pendingFire{ID: strings.Repeat("x", pad), At: at, Trigger: true}, at.UnixNano())
-		return h
-	}
-	size := func(h *handOver) int {
-		return jsonSize(checkpoint{Node: "node-a", Watermark: time.Unix(0, h.mark).UTC(), Released: true, Pending: h.pending})
-	}
-	pad := 1 + maxCheckpointBytes + 200 - size(build(1))
-	need := 0 // overrides shed one at a time, from the end, until it fits
-	for h := build(pad); size(h) > maxCheckpointBytes; need++ {
-		for i := len(h.pending) - 1; i >= 0; i-- {
-			if h.pending[i].Override != nil {
-				h.pending[i].Override = nil
-				break
-			}
-		}
-	}
-	h := build(pad)
-	b := h.encode("node-a")
-	if len(b) > maxCheckpointBytes || h.lost != 0 || h.bare != need {
-		t.Errorf("%d bytes, %d triggers lost, %d overrides shed; want at most %d bytes, none lost, %d shed",
-			len(b), h.lost, h.bare, maxCheckpointBytes, need)
+		t.Errorf("a list of backfills' fires only: %d listed, %d lost, mark moved %v; want %d, 3, not moved", len(full.pending), full.lost, full.mark != base.UnixNano(), maxHandOver)
 	}
 }
 
@@ -1071,15 +913,15 @@ func TestHandOver_DropsTheLatestScheduledFires(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	late, early := base.Add(-100*time.Millisecond), base.Add(-time.Second)
 
-	// Past the cap, a trigger takes the latest scheduled fire's place.
+	// Past the cap, a backfill's fire takes the latest scheduled fire's place.
 	h := &handOver{mark: base.UnixNano()}
 	h.list(pendingFire{ID: "late", At: late}, late.UnixNano())
 	for i := range maxHandOver - 1 {
 		h.list(pendingFire{ID: fmt.Sprintf("early%04d", i), At: early}, early.UnixNano())
 	}
-	h.list(pendingFire{ID: "trigger", At: early, Trigger: true}, early.UnixNano())
-	if h.mark != late.UnixNano()-1 || h.pending[0].ID != "trigger" {
-		t.Errorf("past the cap: mark %s, first listed %s; want the mark before %s, the trigger in late's place",
+	h.list(pendingFire{ID: "backfill", At: early, Backfill: true}, early.UnixNano())
+	if h.mark != late.UnixNano()-1 || h.pending[0].ID != "backfill" {
+		t.Errorf("past the cap: mark %s, first listed %s; want the mark before %s, the backfill's fire in late's place",
 			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending[0].ID, late.Format(time.StampMilli))
 	}
 
@@ -1089,28 +931,5 @@ func TestHandOver_DropsTheLatestScheduledFires(t *testing.T) {
 	if h.mark != late.UnixNano()-1 || len(h.pending) != 1 || h.pending[0].ID != "early" {
 		t.Errorf("over the bytes: mark %s, kept %v; want the mark before %s, early kept",
 			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending, late.Format(time.StampMilli))
-	}
-}
-
-// A trigger whose override was shed and that is then shed itself is
-// counted lost, not among those the log says run with their task's own
-// body.
-func TestHandOver_ShedTriggerIsLostNotBare(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	at := base.Add(-time.Second)
-	body, long := "b", strings.Repeat("<", 250)
-	h := &handOver{mark: base.UnixNano()}
-	const n = 1000
-	for i := range n {
-		h.list(pendingFire{ID: fmt.Sprintf("%s%04d", long, i), At: at, Trigger: true,
-			Override: &task.Override{Body: &body}}, at.UnixNano())
-	}
-	var cp checkpoint
-	if err := json.Unmarshal(h.encode("node-a"), &cp); err != nil {
-		t.Fatal(err)
-	}
-	if h.lost == 0 || h.lost+len(cp.Pending) != n || h.bare != len(cp.Pending) {
-		t.Errorf("%d triggers listed, %d counted lost, %d counted bare; want %d in all, as many bare as listed",
-			len(cp.Pending), h.lost, h.bare, n)
 	}
 }

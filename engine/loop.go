@@ -73,7 +73,7 @@ type (
 		id    string
 		at    int64
 		over  *task.Override // the body or payload of this fire; nil: the task's
-		reply chan bool      // whether the loop took it: fired, or held for its task
+		reply chan struct{}
 	}
 	// throughCmd asks for the dispatch point.
 	throughCmd struct{ reply chan int64 }
@@ -257,7 +257,7 @@ func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }
 func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
-func (c *triggerCmd) run(l *loop)        { c.reply <- l.trigger(c) }
+func (c *triggerCmd) run(l *loop)        { l.trigger(c); c.reply <- struct{}{} }
 func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
 func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
 func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }
@@ -383,7 +383,7 @@ func (l *loop) events(c *eventsCmd) {
 	for _, id := range c.deletes {
 		if i, r, ok := l.tab.lookup(id); ok {
 			gone[i] = r.gen
-			l.remove(i)
+			l.removeDeleted(i, r)
 		}
 	}
 	if c.replace {
@@ -394,7 +394,7 @@ func (l *loop) events(c *eventsCmd) {
 		l.tab.eachIn(c.part, func(i uint32, r *record) {
 			if !keep[l.tab.id(r)] {
 				gone[i] = r.gen
-				l.remove(i)
+				l.removeDeleted(i, r)
 			}
 		})
 	}
@@ -406,9 +406,21 @@ func (l *loop) events(c *eventsCmd) {
 	if len(gone) > 0 {
 		l.dropJobs(func(j *job) bool {
 			gen, ok := gone[j.rec]
+			if ok && j.gen == gen && j.kind == kindTrigger {
+				l.pool.ends.add(triggerKey{int(j.part), j.id, j.sched})
+			}
 			return ok && j.gen == gen
 		})
 	}
+}
+
+// removeDeleted removes record i of a deleted task, ending the trigger buffered
+// for it, if any.
+func (l *loop) removeDeleted(i uint32, r *record) {
+	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
+		l.pool.ends.add(triggerKey{int(r.part), l.tab.id(r), w.at})
+	}
+	l.remove(i)
 }
 
 // dropJobs takes the jobs for which drop returns true out of those waiting

@@ -157,8 +157,9 @@ type pool struct {
 	running map[uint64]runningFire
 	runSeq  uint64 // guarded by runMu
 
-	failures failureLog  // the latest failed attempts, for GET /v1/failures
-	chains   *chainQueue // the triggers of fires that ended with targets (chain.go)
+	failures failureLog   // the latest failed attempts, for GET /v1/failures
+	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
+	ends     *triggerEnds // the keys of triggers whose fire started or ended unrun (trigger.go)
 
 	wg sync.WaitGroup
 }
@@ -194,6 +195,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		space:   make(chan struct{}, 1),
 		running: make(map[uint64]runningFire),
 		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
+		ends:    newTriggerEnds(),
 	}
 	p.ready.L = &p.mu
 	// Every batch there is can wait here: one per worker, the done
@@ -527,6 +529,11 @@ func (p *pool) take(buf []job) int {
 		buf[k] = *j
 		p.pop()
 		k++
+	}
+	for i := range buf[:k] {
+		if j := &buf[i]; j.kind == kindTrigger {
+			p.ends.add(triggerKey{int(j.part), j.id, j.sched}) // it starts (or is canceled unrun): its key goes
+		}
 	}
 	p.taken += uint64(k)
 	p.advanceMarks()

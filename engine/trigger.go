@@ -2,7 +2,11 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/registry"
 )
@@ -10,12 +14,23 @@ import (
 // Triggers: a fire asked for through the API, outside the schedule.
 // Registry.Trigger writes /<prefix>/triggers/<partition>/<unix ms>/<id>;
 // the owner's trigger watch (or its acquire, for triggers written while
-// nobody owned the partition) hands it to the loop, and deletes the key
-// once the loop took it.
+// nobody owned the partition) hands it to the loop.
+//
+// The key is the trigger's only record, so it stays until the fire starts
+// here (a worker took it) or ends without running (skipped by its
+// concurrency policy, its task deleted, or never loaded within
+// triggerWait): then triggerEnds deletes it. A trigger queued, buffered
+// or early when its partition is handed over, or when its node fences or
+// crashes, keeps its key, and the next owner's acquire reads it; a
+// release waits for the deletes of the triggers that started here before
+// it commits, so that the next owner does not fire them again.
 
+// triggerKey is a trigger as the loop remembers it: a partition's task and
+// the trigger's time (unix ns, whole milliseconds).
 type triggerKey struct {
-	id string
-	at int64
+	part int
+	id   string
+	at   int64
 }
 
 type earlyTrigger struct {
@@ -28,16 +43,16 @@ type earlyTrigger struct {
 // come before the task, and one can come while its partition loads, so it
 // waits for its task (triggerWait at most). The watch and an acquire's
 // read of pending triggers can both deliver one trigger: it fires once.
-func (l *loop) trigger(c *triggerCmd) bool {
+func (l *loop) trigger(c *triggerCmd) {
 	if !l.parts[c.part].owned || l.fenced() {
-		return false // its key stays for the owner's load to find
+		return // its key stays for the owner's load to find
 	}
-	if _, fired := l.triggered[triggerKey{c.id, c.at}]; fired {
-		return true
+	if _, fired := l.triggered[c.key()]; fired {
+		return
 	}
 	for i := range l.early {
-		if l.early[i].id == c.id && l.early[i].at == c.at {
-			return true
+		if l.early[i].key() == c.key() {
+			return
 		}
 	}
 	now := l.cfg.Clock.Now().UnixNano()
@@ -45,8 +60,9 @@ func (l *loop) trigger(c *triggerCmd) bool {
 		l.early = append(l.early, earlyTrigger{triggerCmd: *c, until: now + int64(triggerWait)})
 	}
 	l.retryTriggers()
-	return true
 }
+
+func (c *triggerCmd) key() triggerKey { return triggerKey{c.part, c.id, c.at} }
 
 // triggerNow fires c if the loop holds its task, and reports whether it did.
 func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
@@ -57,7 +73,7 @@ func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
 	if !ok {
 		return false
 	}
-	l.triggered[triggerKey{c.id, c.at}] = now + int64(triggerWait)
+	l.triggered[c.key()] = now + int64(triggerWait)
 	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger, c.over)
 	l.pushJobs()
 	return true
@@ -72,8 +88,12 @@ func (l *loop) retryTriggers() {
 	now := l.cfg.Clock.Now().UnixNano()
 	keep := l.early[:0]
 	for _, t := range l.early {
-		if !l.triggerNow(&t.triggerCmd, now) && now < t.until {
+		switch {
+		case l.triggerNow(&t.triggerCmd, now):
+		case now < t.until:
 			keep = append(keep, t)
+		default:
+			l.pool.ends.add(t.key()) // its task never came: the trigger ends here
 		}
 	}
 	clear(l.early[len(keep):])
@@ -88,7 +108,8 @@ func (l *loop) retryTriggers() {
 // watchTriggers fires the triggers of the partitions this node owns,
 // resuming after the last revision it saw when its watch breaks (progress
 // notifications keep that revision recent). If etcd compacted past it, it
-// reads the pending triggers instead and goes on from that read.
+// reads the pending triggers instead, fires those written since, and goes
+// on from that read.
 func (e *Engine) watchTriggers(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
@@ -96,7 +117,9 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 			if resp.CompactRevision != 0 {
 				if r, err := e.reg.PendingTriggers(ctx); err == nil {
 					for _, kv := range r.Kvs {
-						e.fireTrigger(ctx, kv.Key, kv.Value)
+						if kv.ModRevision > rev { // the others came before: queued or buffered here, or not this node's
+							e.fireTrigger(ctx, kv.Key, kv.Value)
+						}
 					}
 					rev = r.Header.Revision
 				}
@@ -117,34 +140,132 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 	}
 }
 
-// fireTrigger hands a trigger to the loop and deletes its key once the
-// loop took it; a trigger of a partition in hand-over stays for the next
-// owner's load.
+// fireTrigger hands a trigger of a partition this node owns to the loop;
+// one of a partition in hand-over stays for the next owner's load.
 func (e *Engine) fireTrigger(ctx context.Context, k, value []byte) {
-	key := string(k)
-	p, at, id, ok := e.reg.ParseTrigger(key)
+	p, at, id, ok := e.reg.ParseTrigger(string(k))
 	if !ok || !e.Owns(p) {
 		return
 	}
-	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(value), reply: make(chan bool, 1)}
-	if took, err := request(ctx, e, c, c.reply); err != nil || !took {
-		return
-	}
-	if _, err := e.cli.Delete(ctx, key); err != nil {
-		// The key is the trigger's only record: left behind, it fires
-		// again at the partition's next acquire.
-		e.log.Warn("deleting a fired trigger failed; retrying", "key", key, "err", err)
-		e.wg.Go(func() { e.deleteTrigger(key) })
+	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(value), reply: make(chan struct{}, 1)}
+	_, _ = request(ctx, e, c, c.reply)
+}
+
+// triggerEnds queues the keys of triggers whose fire started here, or
+// ended without running, for deleteTriggers to delete in transactions of
+// many. Workers add to it when they take a trigger's job, under the pool's
+// lock: once the jobs a release waits for are taken, the keys of those
+// that started are queued. It holds no more than the triggers pending in
+// etcd; safe for concurrent use.
+type triggerEnds struct {
+	mu      sync.Mutex // guards the rest
+	q       []triggerKey
+	added   uint64        // keys ever queued
+	deleted uint64        // keys ever deleted (or given up at Close), the first of q next
+	wake    chan struct{} // signalled when q becomes non-empty
+	moved   chan struct{} // closed, and replaced, when keys are deleted
+}
+
+func newTriggerEnds() *triggerEnds {
+	return &triggerEnds{wake: make(chan struct{}, 1), moved: make(chan struct{})}
+}
+
+// add queues k's key for deletion.
+func (t *triggerEnds) add(k triggerKey) {
+	t.mu.Lock()
+	t.q = append(t.q, k)
+	t.added++
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
 	}
 }
 
-// deleteTrigger deletes a fired trigger's key, retrying until it is gone
-// or the node closes.
-func (e *Engine) deleteTrigger(key string) {
+// next returns up to n of the first queued keys, which stay queued until
+// done.
+func (t *triggerEnds) next(n int) []triggerKey {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.q[:min(n, len(t.q))])
+}
+
+// done takes the first n queued keys off the queue: deleted.
+func (t *triggerEnds) done(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.q[:n])
+	t.q = t.q[n:]
+	t.deleted += uint64(n)
+	close(t.moved)
+	t.moved = make(chan struct{})
+}
+
+// len returns how many keys are queued.
+func (t *triggerEnds) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.q)
+}
+
+// flush waits until the keys queued before it are deleted, or ctx ends.
+func (t *triggerEnds) flush(ctx context.Context) error {
+	t.mu.Lock()
+	end := t.added
+	for t.deleted < end {
+		moved := t.moved
+		t.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		t.mu.Lock()
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// deleteTriggers deletes the keys triggerEnds queues until stop is closed,
+// then what is left (etcdTimeout at most), retrying while etcd refuses.
+func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-stop
+		time.AfterFunc(etcdTimeout, cancel) // the last deletes, for Close
+	}()
+	defer cancel()
 	var b backoff
-	for b.wait(e.runCtx) {
-		if _, err := e.cli.Delete(e.runCtx, key); err == nil {
+	for {
+		batch := t.next(registry.MaxTxnOps)
+		if len(batch) == 0 {
+			select {
+			case <-t.wake:
+				continue
+			case <-stop:
+				return
+			}
+		}
+		ops := make([]clientv3.Op, len(batch))
+		for i, k := range batch {
+			ops[i] = e.reg.TriggerDelete(k.part, k.id, k.at/int64(time.Millisecond))
+		}
+		tctx, tcancel := context.WithTimeout(ctx, etcdTimeout)
+		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
+		tcancel()
+		if err == nil {
+			t.done(len(batch))
+			b.reset()
+			continue
+		}
+		if ctx.Err() != nil {
+			// Left behind, a key fires again at its partition's next
+			// acquire.
+			e.log.Warn("deleting the keys of triggers fired here failed; their next owners may fire them again",
+				"keys", t.len(), "err", err)
 			return
 		}
+		e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(batch), "err", err, "in", b.next())
+		b.wait(ctx)
 	}
 }

@@ -161,6 +161,12 @@ func (r *Registry) TriggerRead(p int) clientv3.Op {
 	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix())
 }
 
+// TriggerDelete is the delete of the key of partition p's trigger of task
+// id at unix millisecond at, for a transaction.
+func (r *Registry) TriggerDelete(p int, id string, at int64) clientv3.Op {
+	return clientv3.OpDelete(r.keys.trigger(p, id, at))
+}
+
 // WatchTriggers watches every partition's trigger puts (not deletes),
 // after revision after when it is positive, with progress notifications,
 // until ctx ends.
