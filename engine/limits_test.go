@@ -797,9 +797,7 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsBackfillFires(t *testing.T) {
 	tl.add(t, 0, base.Add(-time.Second), prof, "0 0 0 1 1 *", "manual") // yearly: not due now
 	tl.clock.Advance(time.Second/2 + time.Millisecond)
 	tl.dispatch()
-	trig := &triggerCmd{part: 0, id: "manual", at: base.UnixNano(), reply: make(chan struct{}, 1)}
-	tl.handle(trig)
-	<-trig.reply
+	tl.trigger(0, "manual", base)
 	bfAt := base.AddDate(0, -1, 0) // a backfill of last month
 	bf := &backfillCmd{part: 0, id: "manual", at: bfAt.UnixNano(), reply: make(chan backfillAnswer, 1)}
 	tl.handle(bf)

@@ -67,12 +67,9 @@ type (
 		part  int
 		fires []pendingFire
 	}
-	// triggerCmd fires a task once, outside its schedule.
-	triggerCmd struct {
-		part  int
-		id    string
-		at    int64
-		over  *task.Override // the body or payload of this fire; nil: the task's
+	// triggersCmd fires tasks once each, outside their schedule.
+	triggersCmd struct {
+		fires []triggerFire
 		reply chan struct{}
 	}
 	// throughCmd asks for the dispatch point.
@@ -154,6 +151,7 @@ type loop struct {
 
 	early     []earlyTrigger       // triggers that came before their task
 	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
+	forgetAt  int64                // when retryTriggers next forgets triggered ones (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats
 	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats
@@ -257,7 +255,7 @@ func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }
 func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
-func (c *triggerCmd) run(l *loop)        { l.trigger(c); c.reply <- struct{}{} }
+func (c *triggersCmd) run(l *loop)       { l.triggers(c.fires); c.reply <- struct{}{} }
 func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
 func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
 func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }

@@ -552,9 +552,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		close(part.done)
 	}()
 	// Triggers written while nobody owned p.
-	for _, kv := range held.Responses[1].GetResponseRange().Kvs {
-		e.fireTrigger(ctx, kv.Key, kv.Value)
-	}
+	e.fireTriggers(ctx, held.Responses[1].GetResponseRange().Kvs)
 	// Backfills of p, from their recorded progress: p is owned, so the
 	// backfill watch starts those written from now on.
 	e.startBackfills(ctx, p)

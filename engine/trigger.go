@@ -2,13 +2,16 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Triggers: a fire asked for through the API, outside the schedule.
@@ -33,39 +36,54 @@ type triggerKey struct {
 	at   int64
 }
 
+// triggerFire is a trigger as its key gives it.
+type triggerFire struct {
+	part int
+	id   string
+	at   int64          // unix ns, whole milliseconds
+	over *task.Override // the body or payload of this fire; nil: the task's
+}
+
+func (c *triggerFire) key() triggerKey { return triggerKey{c.part, c.id, c.at} }
+
 type earlyTrigger struct {
-	triggerCmd
+	triggerFire
 	until int64 // dropped after this (unix ns)
 }
 
-// trigger fires a trigger once. The trigger watch and a partition's watch
-// are separate streams: a trigger written right after its task's put can
-// come before the task, and one can come while its partition loads, so it
-// waits for its task (triggerWait at most). The watch and an acquire's
-// read of pending triggers can both deliver one trigger: it fires once.
-func (l *loop) trigger(c *triggerCmd) {
-	if !l.parts[c.part].owned || l.fenced() {
-		return // its key stays for the owner's load to find
-	}
-	if _, fired := l.triggered[c.key()]; fired {
-		return
-	}
-	for i := range l.early {
-		if l.early[i].key() == c.key() {
-			return
-		}
+// triggers fires each trigger of fires once. The trigger watch and a
+// partition's watch are separate streams: a trigger written right after
+// its task's put can come before the task, and one can come while its
+// partition loads, so it waits for its task (triggerWait at most). The
+// watch and an acquire's read of pending triggers can both deliver one
+// trigger: it fires once.
+func (l *loop) triggers(fires []triggerFire) {
+	if l.fenced() {
+		return // the keys stay for the next owner's load to find
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	if !l.triggerNow(c, now) {
-		l.early = append(l.early, earlyTrigger{triggerCmd: *c, until: now + int64(triggerWait)})
+	for i := range fires {
+		c := &fires[i]
+		if !l.parts[c.part].owned {
+			continue // its key stays for the owner's load to find
+		}
+		if _, fired := l.triggered[c.key()]; fired {
+			continue
+		}
+		if slices.ContainsFunc(l.early, func(e earlyTrigger) bool { return e.key() == c.key() }) {
+			continue
+		}
+		if !l.triggerNow(c, now) {
+			l.early = append(l.early, earlyTrigger{triggerFire: *c, until: now + int64(triggerWait)})
+		}
 	}
-	l.retryTriggers()
+	if now >= l.forgetAt {
+		l.retryTriggers()
+	}
 }
 
-func (c *triggerCmd) key() triggerKey { return triggerKey{c.part, c.id, c.at} }
-
 // triggerNow fires c if the loop holds its task, and reports whether it did.
-func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
+func (l *loop) triggerNow(c *triggerFire, now int64) bool {
 	if !l.parts[c.part].owned {
 		return false
 	}
@@ -80,7 +98,9 @@ func (l *loop) triggerNow(c *triggerCmd, now int64) bool {
 }
 
 // retryTriggers fires the early triggers whose task came, drops those that
-// waited too long, and forgets fired ones past triggerWait.
+// waited too long, and forgets fired ones past triggerWait, once a second:
+// a bulk trigger remembers tens of thousands, which each of its triggers
+// used to walk.
 func (l *loop) retryTriggers() {
 	if len(l.early) == 0 && len(l.triggered) == 0 {
 		return
@@ -89,7 +109,7 @@ func (l *loop) retryTriggers() {
 	keep := l.early[:0]
 	for _, t := range l.early {
 		switch {
-		case l.triggerNow(&t.triggerCmd, now):
+		case l.triggerNow(&t.triggerFire, now):
 		case now < t.until:
 			keep = append(keep, t)
 		default:
@@ -98,11 +118,11 @@ func (l *loop) retryTriggers() {
 	}
 	clear(l.early[len(keep):])
 	l.early = keep
-	for k, until := range l.triggered {
-		if now >= until {
-			delete(l.triggered, k)
-		}
+	if now < l.forgetAt {
+		return
 	}
+	l.forgetAt = now + int64(time.Second)
+	maps.DeleteFunc(l.triggered, func(_ triggerKey, until int64) bool { return now >= until })
 }
 
 // watchTriggers fires the triggers of the partitions this node owns,
@@ -116,11 +136,9 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 		for resp := range e.reg.WatchTriggers(ctx, rev) {
 			if resp.CompactRevision != 0 {
 				if r, err := e.reg.PendingTriggers(ctx); err == nil {
-					for _, kv := range r.Kvs {
-						if kv.ModRevision > rev { // the others came before: queued or buffered here, or not this node's
-							e.fireTrigger(ctx, kv.Key, kv.Value)
-						}
-					}
+					// The others came before: queued or buffered here, or
+					// not this node's.
+					e.fireTriggers(ctx, slices.DeleteFunc(r.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= rev }))
 					rev = r.Header.Revision
 				}
 				break
@@ -128,10 +146,12 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 			if resp.Err() != nil {
 				break
 			}
-			for _, ev := range resp.Events {
-				e.fireTrigger(ctx, ev.Kv.Key, ev.Kv.Value)
+			kvs := make([]*mvccpb.KeyValue, len(resp.Events))
+			for i, ev := range resp.Events {
+				kvs[i] = ev.Kv
 				rev = ev.Kv.ModRevision
 			}
+			e.fireTriggers(ctx, kvs)
 			if resp.IsProgressNotify() {
 				rev = max(rev, resp.Header.Revision)
 			}
@@ -140,15 +160,22 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 	}
 }
 
-// fireTrigger hands a trigger of a partition this node owns to the loop;
-// one of a partition in hand-over stays for the next owner's load.
-func (e *Engine) fireTrigger(ctx context.Context, k, value []byte) {
-	p, at, id, ok := e.reg.ParseTrigger(string(k))
-	if !ok || !e.Owns(p) {
-		return
+// fireTriggers hands the triggers of kvs (trigger keys) of the partitions
+// this node owns to the loop, in one command: a bulk trigger's watch
+// responses hold hundreds. One of a partition in hand-over stays for the
+// next owner's load.
+func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue) {
+	fires := make([]triggerFire, 0, len(kvs))
+	for _, kv := range kvs {
+		p, at, id, ok := e.reg.ParseTrigger(string(kv.Key))
+		if ok && e.Owns(p) {
+			fires = append(fires, triggerFire{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(kv.Value)})
+		}
 	}
-	c := &triggerCmd{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(value), reply: make(chan struct{}, 1)}
-	_, _ = request(ctx, e, c, c.reply)
+	if len(fires) > 0 {
+		c := &triggersCmd{fires: fires, reply: make(chan struct{}, 1)}
+		_, _ = request(ctx, e, c, c.reply)
+	}
 }
 
 // triggerEnds queues the keys of triggers whose fire started here, or

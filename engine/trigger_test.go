@@ -13,6 +13,14 @@ import (
 	"github.com/shardcron/shardcron/task"
 )
 
+// trigger hands the loop a trigger of task id at at, as the trigger
+// watch does.
+func (tl *testLoop) trigger(part int, id string, at time.Time) {
+	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano()}}, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+}
+
 // pendingTriggers counts the trigger keys in etcd (-1: etcd did not
 // answer).
 func pendingTriggers(c *etcdtest.Cluster) int64 {
@@ -206,11 +214,7 @@ func TestLoop_ReleasedTriggersFireWhenThePartitionComesBack(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil)
 	prof := noopProfile(task.MisfireFireOnce)
-	trigger := func(id string) {
-		c := &triggerCmd{part: 0, id: id, at: base.UnixNano(), reply: make(chan struct{}, 1)}
-		tl.handle(c)
-		<-c.reply
-	}
+	trigger := func(id string) { tl.trigger(0, id, base) }
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "queued") // yearly: only triggers fire it
 	trigger("queued")
 	trigger("early") // its task is not loaded
@@ -264,9 +268,7 @@ func TestLoop_EarlyTriggerThatGivesUpEndsItsKey(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil)
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "other")
-	c := &triggerCmd{part: 0, id: "gone", at: base.UnixNano(), reply: make(chan struct{}, 1)}
-	tl.handle(c)
-	<-c.reply
+	tl.trigger(0, "gone", base)
 	if got := tl.pool.ends.next(10); len(got) != 0 {
 		t.Fatalf("keys ended before the trigger gave up: %v", got)
 	}
