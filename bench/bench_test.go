@@ -240,6 +240,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"rebalance alone", Config{Scenario: Rebalance, Nodes: 1}, "rebalance needs at least 2 nodes"},
 		{"bad executor", Config{Scenario: Throughput, Executor: "exec"}, `unknown executor "exec"`},
 		{"bad schedule", Config{Scenario: Throughput, Schedule: "61 * * * * *"}, "schedule"},
+		{"schedule on trigger", Config{Scenario: Trigger, Schedule: "@every 1s"}, "schedule: trigger's tasks fire once a year"},
 		{"short duration", Config{Scenario: Throughput, Duration: time.Millisecond}, "duration: must be at least 1s"},
 		{"negative tasks", Config{Scenario: Throughput, Tasks: -1}, "tasks: must be between"},
 		{"bad partitions", Config{Scenario: Throughput, Partitions: -3}, "artitions"},

@@ -25,6 +25,7 @@ const (
 	Import      = "import"
 	Restart     = "restart"
 	Query       = "query"
+	Trigger     = "trigger"
 	Rebalance   = "rebalance"
 	Failover    = "failover"
 	LockPerFire = "lock-per-fire"
@@ -37,10 +38,10 @@ const (
 // figures depend on nodes not sharing a process. Memory's node process is
 // 'shardcron bench memory --etcd' (Config.Etcd), which reads its own heap
 // after a full GC; the others' are 'shardcron server'.
-var ProcScenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Rebalance, Failover}
+var ProcScenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Trigger, Rebalance, Failover}
 
 // Scenarios lists every scenario but All, in the order All runs them.
-var Scenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Rebalance, Failover, LockPerFire, Robfig, AfterFunc}
+var Scenarios = []string{Throughput, Burst, Memory, Import, Restart, Query, Trigger, Rebalance, Failover, LockPerFire, Robfig, AfterFunc}
 
 // Executors the throughput-like scenarios can give their tasks.
 const (
@@ -67,7 +68,9 @@ type Config struct {
 	// Duration is how long the measured window lasts (for rebalance and
 	// failover: how long the cluster runs after the event).
 	Duration time.Duration
-	// Schedule is every task's schedule (default "@every 1s").
+	// Schedule is every task's schedule (default "@every 1s"; memory's
+	// tasks "@yearly"). Trigger's tasks are always yearly, so that only its
+	// bulk trigger fires them: it refuses another.
 	Schedule string
 	// Executor is ExecNoop (default), ExecHandler or ExecHTTP.
 	Executor string
@@ -124,7 +127,7 @@ type Config struct {
 // defaultTasks is each scenario's task count when Config.Tasks is 0.
 var defaultTasks = map[string]int{
 	Throughput: 100_000, Burst: 100_000, Memory: 10_000_000, Import: 100_000,
-	Restart: 100_000, Query: 100_000, Rebalance: 100_000, Failover: 100_000,
+	Restart: 100_000, Query: 100_000, Trigger: 100_000, Rebalance: 100_000, Failover: 100_000,
 	LockPerFire: 1_000, Robfig: 100_000, AfterFunc: 100_000,
 }
 
@@ -149,7 +152,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.Schedule == "" {
 		c.Schedule = "@every 1s"
-		if c.Scenario == Memory {
+		if c.Scenario == Memory || c.Scenario == Trigger {
 			c.Schedule = quietSchedule
 		}
 	}
@@ -190,10 +193,15 @@ func (c Config) Defaults() Config {
 // Validate applies the defaults and checks every field. Its error has a
 // line a field at fault, which starts with the field's name.
 func (c Config) Validate() error {
+	given := c
 	c = c.Defaults()
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Scenario == Trigger && given.Schedule != "" && given.Schedule != quietSchedule {
+		// Scheduled fires would count as the trigger's, in with its own.
+		bad("schedule", "trigger's tasks fire once a year (%s), so that only the trigger fires them: leave it out", quietSchedule)
 	}
 	for _, s := range strings.Split(c.Scenario, ",") {
 		if s != All && !slices.Contains(Scenarios, s) {

@@ -1,8 +1,9 @@
 // Package bench is shardcron's benchmark harness: it runs scenarios
-// (throughput, burst, memory, import, restart, query, rebalance, failover, and the
-// baselines lock-per-fire, robfig and afterfunc) on nodes that share one
-// embedded etcd, and reports what they measured as Results, ratios against
-// the baselines, a JSON line and an HTML report with SVG charts.
+// (throughput, burst, memory, import, restart, query, trigger, rebalance,
+// failover, and the baselines lock-per-fire, robfig and afterfunc) on
+// nodes that share one embedded etcd, and reports what they measured as
+// Results, ratios against the baselines, a JSON line and an HTML report
+// with SVG charts.
 //
 // Nodes run in the bench's process, or (Config.Procs, for every scenario
 // in ProcScenarios: all but the baselines) as 'shardcron server'
@@ -59,6 +60,16 @@
 //   - A query's latency is that of GET /v1/tasks to the first node, the
 //     answer read and decoded, as a client sees it: p50 and p99 over 100
 //     rounds. The export is GET /v1/tasks:export of every task.
+//   - A trigger's figures are timed from the start of its bulk call (POST
+//     /v1/tasks:trigger of every task, to the first node): the call until
+//     its answer; the last fire, seen on the nodes' fire counters, polled
+//     every 20 ms in-process and 100 ms through processes (so up to that
+//     late); the trigger keys, counted every 100 ms from the last fire
+//     until none is left or none was deleted for 10 s. Its duplicates and
+//     misses are the keyed tasks': a trigger's fire is scheduled at the
+//     trigger's time, so a keyed task with no fire scheduled in the
+//     seconds of the call is missed. Fires past the triggers are counted
+//     in fires and said in the note.
 //   - etcd requests are counted on the nodes' clients (engine.RequestCounter)
 //     over the steady window only.
 //

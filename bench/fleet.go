@@ -223,16 +223,7 @@ func (m *meter) result(scenario string, nodes int, w *window) (*Result, error) {
 	r.DurationS = w.b.at.Sub(w.a.at).Seconds()
 	r.Fires = w.cb.fires - w.ca.fires
 	r.FiresPerSec = float64(r.Fires) / r.DurationS
-	r.CPUCores = cores(w.a, w.b)
-	r.RSSBytes = rss()
-	if m.cfg.Procs {
-		// The nodes' own: a node that joined in the window has all its
-		// CPU time in it.
-		r.Procs, r.HarnessCores = true, r.CPUCores
-		r.CPUCores = float64(w.cb.cpu-w.ca.cpu) / float64(w.b.at.Sub(w.a.at))
-		r.RSSBytes = w.cb.rss
-	}
-	r.EtcdRequests = w.cb.requests - w.ca.requests
+	r.setUse(m.cfg.Procs, w.a, w.b, w.ca, w.cb)
 	r.Misfires = w.cb.misfires - w.ca.misfires
 	lag := m.rec.lagRan(w.from, w.to)
 	if m.lagByScheduled {

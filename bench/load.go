@@ -90,14 +90,7 @@ send:
 	b, cb := snapshot(), c.counters()
 	r := &Result{Scenario: Import, Tasks: cfg.Tasks, DurationS: b.at.Sub(a.at).Seconds()}
 	r.TasksPerSec = float64(cfg.Tasks) / r.DurationS
-	r.CPUCores = cores(a, b)
-	r.RSSBytes = rss()
-	if cfg.Procs {
-		r.Procs, r.HarnessCores = true, r.CPUCores
-		r.CPUCores = float64(cb.cpu-ca.cpu) / float64(b.at.Sub(a.at))
-		r.RSSBytes = cb.rss
-	}
-	r.EtcdRequests = cb.requests - ca.requests
+	r.setUse(cfg.Procs, a, b, ca, cb)
 	return r, nil
 }
 

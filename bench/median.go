@@ -11,7 +11,7 @@ import (
 // figure over rs (for an even count, the lower of the two middle ones:
 // a figure some run measured). Charts come from the run whose lag p99 is
 // the median; the note lists the figures of correctness (duplicates,
-// misses, misfires) run by run where they differ.
+// misses, misfires, trigger keys left) run by run where they differ.
 func median(rs []*Result) *Result {
 	if len(rs) == 1 {
 		return rs[0]
@@ -47,6 +47,7 @@ func median(rs []*Result) *Result {
 		{"leave duplicates", func(r *Result) uint64 { return r.LeaveDuplicates }},
 		{"leave missed", func(r *Result) uint64 { return r.LeaveMissed }},
 		{"leave misfires", func(r *Result) uint64 { return r.LeaveMisfires }},
+		{"trigger keys left", func(r *Result) uint64 { return r.TriggerKeysLeft }},
 	} {
 		var each []string
 		differ := false

@@ -14,7 +14,8 @@ import (
 )
 
 // quietSchedule is the schedule of the memory scenario's tasks when none
-// is given: it does not fire while the heap is measured.
+// is given, and of the trigger scenario's: it does not fire while the heap
+// is measured, nor among the triggered fires.
 const quietSchedule = "@yearly"
 
 // runMemory writes cfg.Tasks tasks to the bench's etcd and measures etcd's

@@ -67,3 +67,19 @@ func cores(a, b usage) float64 {
 	}
 	return float64(b.cpu-a.cpu) / float64(wall)
 }
+
+// setUse sets r's CPU cores, RSS and etcd requests over the span from
+// snapshot a to b, ca and cb the nodes' counters then. With node processes
+// (procs) the CPU and RSS are theirs, and the bench's own CPU is
+// harness_cpu_cores; in-process both are the bench's process's.
+func (r *Result) setUse(procs bool, a, b usage, ca, cb counters) {
+	r.CPUCores = cores(a, b)
+	r.RSSBytes = rss()
+	if procs {
+		// A node that joined in the span has all its CPU time in it.
+		r.Procs, r.HarnessCores = true, r.CPUCores
+		r.CPUCores = float64(cb.cpu-ca.cpu) / float64(b.at.Sub(a.at))
+		r.RSSBytes = cb.rss
+	}
+	r.EtcdRequests = cb.requests - ca.requests
+}

@@ -141,12 +141,12 @@ func TestRun_ProcsFailover(t *testing.T) {
 	}
 }
 
-// TestRun_ProcsScenarios runs throughput, burst, import, restart and query
-// with a node process at a small size: each must measure through the
+// TestRun_ProcsScenarios runs throughput, burst, import, restart, query and
+// trigger with a node process at a small size: each must measure through the
 // process (its /metrics, its API, the receiver), with the process's CPU and
 // RSS, and a lag that is the node's own.
 func TestRun_ProcsScenarios(t *testing.T) {
-	for _, s := range []string{Throughput, Burst, Import, Restart, Query} {
+	for _, s := range []string{Throughput, Burst, Import, Restart, Query, Trigger} {
 		t.Run(s, func(t *testing.T) {
 			cfg := small(s)
 			cfg.Procs, cfg.Binary = true, shardcronBinary(t)
@@ -157,6 +157,10 @@ func TestRun_ProcsScenarios(t *testing.T) {
 			}
 			if s == Import && r.CPUCores <= 0 {
 				t.Errorf("cpu_cores %.3f: want the node process's (> 0)", r.CPUCores)
+			}
+			if s == Trigger && (r.Fires != uint64(cfg.Tasks) || r.Missed+r.Duplicates+r.TriggerKeysLeft != 0) {
+				t.Errorf("fires %d of %d triggers, missed %d, duplicates %d, trigger keys left %d: want each fired once, no key left",
+					r.Fires, cfg.Tasks, r.Missed, r.Duplicates, r.TriggerKeysLeft)
 			}
 			if s == Throughput {
 				// The node's histogram holds every fire of the window; the

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -222,11 +223,7 @@ func (r *recorder) missed(spec string, tasks int, from, to time.Time) (uint64, e
 		}
 	}
 	var missed uint64
-	for i := range tasks {
-		s := r.slotOf(i)
-		if s < 0 {
-			continue
-		}
+	for i, s := range r.keyedSlots(tasks) {
 		sch := shared
 		if perTask {
 			if sch, err = schedule.Parse(spec, "UTC", taskID(i)); err != nil {
@@ -234,13 +231,49 @@ func (r *recorder) missed(spec string, tasks int, from, to time.Time) (uint64, e
 			}
 		}
 		for t := sch.Next(time.Unix(r.base+lo, 0).Add(-time.Nanosecond)); !t.IsZero() && t.Unix()-r.base < hi; t = sch.Next(t) {
-			bit := s*r.width + int(t.Unix()-r.base)
-			if r.bits[bit/32].Load()&(1<<(bit%32)) == 0 {
+			if !r.ran(s, t.Unix()-r.base) {
 				missed++
 			}
 		}
 	}
 	return missed, nil
+}
+
+// unfired counts the keyed tasks among tasks of which no fire scheduled in
+// the seconds [from, to) ran: a trigger's fire is scheduled at the
+// trigger's time, so a task triggered once in them and never fired.
+func (r *recorder) unfired(tasks int, from, to time.Time) uint64 {
+	lo, hi := max(from.Unix()-r.base, 0), min(to.Unix()-r.base, int64(r.width))
+	var n uint64
+	for _, s := range r.keyedSlots(tasks) {
+		sec := lo
+		for sec < hi && !r.ran(s, sec) {
+			sec++
+		}
+		if sec >= hi {
+			n++
+		}
+	}
+	return n
+}
+
+// keyedSlots yields the index and keyed slot of each keyed task among
+// tasks [0, tasks).
+func (r *recorder) keyedSlots(tasks int) iter.Seq2[int, int] {
+	return func(yield func(i, slot int) bool) {
+		for i := range tasks {
+			if s := r.slotOf(i); s >= 0 && !yield(i, s) {
+				return
+			}
+		}
+	}
+}
+
+// ran reports whether a fire of keyed slot s scheduled in second sec of
+// the covered ones ran.
+func (r *recorder) ran(s int, sec int64) bool {
+	bit := s*r.width + int(sec)
+	return r.bits[bit/32].Load()&(1<<(bit%32)) != 0
 }
 
 // expected counts the fires the schedule gives tasks tasks in the seconds

@@ -37,7 +37,7 @@ type Result struct {
 
 	// Extra figures, in the JSON after the documented ones.
 	KeyedTasks      int     // tasks whose fires were keyed (duplicates, missed)
-	ExpectedFires   uint64  // fires the schedule gives the window, all tasks
+	ExpectedFires   uint64  // fires the schedule gives the window, all tasks (trigger: the triggers written)
 	MovedPartitions int     // rebalance, failover
 	HandoffGapMaxMs float64 // per moved partition, last fire on the old owner to first on the new
 	FirstFireMs     float64 // restart: from start to the first fire
@@ -52,6 +52,15 @@ type Result struct {
 	PageP50Ms         float64 // a page of 1000 without a filter, from the middle
 	PageP99Ms         float64
 	ExportTasksPerSec float64
+
+	// Trigger: the bulk trigger of every task (POST /v1/tasks:trigger),
+	// timed from the start of its call.
+	TriggerMs             float64 // until the call's answer
+	TriggersPerSec        float64 // trigger keys written a second of the call
+	LastFireMs            float64 // until the last fire ran (DurationS, in ms)
+	TriggerKeysAtLastFire uint64  // trigger keys in etcd just after the last fire
+	TriggerKeysLeft       uint64  // trigger keys in etcd once the owners stopped deleting them
+	TriggerKeysGoneMs     float64 // until etcd held no trigger key; 0 while some are left
 
 	// Rebalance's second event: the node that joined leaves gracefully
 	// (SIGTERM, or Close in-process). The same figures, over the window
@@ -139,6 +148,12 @@ var fields = []field{
 	{"page1000_p50_ms", func(r *Result) any { return round(r.PageP50Ms, 3) }},
 	{"page1000_p99_ms", func(r *Result) any { return round(r.PageP99Ms, 3) }},
 	{"export_tasks_per_sec", func(r *Result) any { return round(r.ExportTasksPerSec, 1) }},
+	{"trigger_ms", func(r *Result) any { return round(r.TriggerMs, 1) }},
+	{"triggers_per_sec", func(r *Result) any { return round(r.TriggersPerSec, 1) }},
+	{"last_fire_ms", func(r *Result) any { return round(r.LastFireMs, 1) }},
+	{"trigger_keys_at_last_fire", func(r *Result) any { return r.TriggerKeysAtLastFire }},
+	{"trigger_keys_left", func(r *Result) any { return r.TriggerKeysLeft }},
+	{"trigger_keys_gone_ms", func(r *Result) any { return round(r.TriggerKeysGoneMs, 1) }},
 	{"leave_ready_ms", func(r *Result) any { return round(r.LeaveReadyMs, 1) }},
 	{"leave_misfires", func(r *Result) any { return r.LeaveMisfires }},
 	{"leave_missed", func(r *Result) any { return r.LeaveMissed }},
@@ -185,6 +200,9 @@ var Fields = map[string][]string{
 	Restart:   {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
 	Query: {"scenario", "tasks", "nodes", "duration_s", "rss_bytes", "prefix100_p50_ms", "prefix100_p99_ms",
 		"label100_p50_ms", "label100_p99_ms", "page1000_p50_ms", "page1000_p99_ms", "export_tasks_per_sec"},
+	Trigger: {"scenario", "tasks", "nodes", "fires", "fires_per_sec", "cpu_cores", "rss_bytes", "etcd_requests",
+		"duplicates", "missed", "misfires", "keyed_tasks", "expected_fires", "trigger_ms", "triggers_per_sec",
+		"last_fire_ms", "trigger_keys_at_last_fire", "trigger_keys_left", "trigger_keys_gone_ms"},
 }
 
 // MarshalJSON writes the fields of Fields[r.Scenario] (every field for an

@@ -163,6 +163,8 @@ func runScenario(ctx context.Context, cfg Config) (*Result, error) {
 		return runRestart(ctx, cfg)
 	case Query:
 		return runQuery(ctx, cfg)
+	case Trigger:
+		return runTrigger(ctx, cfg)
 	case LockPerFire:
 		return runLockPerFire(ctx, cfg)
 	case Robfig:

@@ -40,6 +40,16 @@ var columns = []column{
 	{"label100 p99", "label100_p99_ms", func(r *Result) string { return msCell(r.LabelP99Ms) }},
 	{"page1000 p99", "page1000_p99_ms", func(r *Result) string { return msCell(r.PageP99Ms) }},
 	{"export/s", "export_tasks_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExportTasksPerSec) }},
+	{"triggers/s", "triggers_per_sec", func(r *Result) string { return fmt.Sprintf("%.0f", r.TriggersPerSec) }},
+	{"trigger call", "trigger_ms", func(r *Result) string { return msCell(r.TriggerMs) }},
+	{"to last fire", "last_fire_ms", func(r *Result) string { return msCell(r.LastFireMs) }},
+	{"keys left", "trigger_keys_left", func(r *Result) string { return fmt.Sprint(r.TriggerKeysLeft) }},
+	{"keys gone", "trigger_keys_gone_ms", func(r *Result) string {
+		if r.TriggerKeysLeft > 0 {
+			return "never"
+		}
+		return msCell(r.TriggerKeysGoneMs)
+	}},
 }
 
 func msCell(v float64) string {

@@ -183,6 +183,17 @@ func (r *Registry) PendingTriggers(ctx context.Context) (*clientv3.GetResponse, 
 	return r.cli.Get(ctx, r.keys.triggers(), clientv3.WithPrefix())
 }
 
+// PendingTriggerCount counts every partition's pending triggers, their
+// keys left unread: what a fleet-wide trigger leaves in etcd until the
+// owners have deleted the keys of the fires that started.
+func (r *Registry) PendingTriggerCount(ctx context.Context) (int64, error) {
+	resp, err := r.cli.Get(ctx, r.keys.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("count pending triggers: %w", err)
+	}
+	return resp.Count, nil
+}
+
 // ParseTrigger splits a trigger key into partition, time (Unix
 // milliseconds) and task id.
 func (r *Registry) ParseTrigger(key string) (p int, at int64, id string, ok bool) {

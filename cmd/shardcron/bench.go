@@ -38,6 +38,13 @@ Scenarios:
                  over 100 rounds of GET /v1/tasks to the first node (the first
                  page of 100 prefix matches, 100 label matches, a page of
                  1000 without a filter), then the export of every task
+  trigger        --tasks yearly tasks on --nodes nodes, all triggered at once
+                 through the first node's HTTP API (POST /v1/tasks:trigger
+                 {"all": true}, as 'task trigger --all'): the call's time and
+                 triggers/s, the time to the last fire and fires/s,
+                 duplicates and misses, and the trigger keys left in etcd
+                 (waited for while the owners delete them: how long until
+                 none)
   rebalance      a node joins a cluster of --nodes - 1 under load, then leaves
                  gracefully (SIGTERM): for each event, hand-over lag per moved
                  partition, misfires, duplicates, misses, time to ready
@@ -56,7 +63,7 @@ times better shardcron does on fires/s, lag p99, CPU per fire, etcd requests
 per fire and bytes per task.
 
 --procs runs the nodes of throughput, burst, import, restart, query,
-rebalance and failover as separate 'shardcron server' processes (this
+trigger, rebalance and failover as separate 'shardcron server' processes (this
 executable, or --bin), so that the nodes' heaps and garbage collections
 share nothing with each other or with etcd; etcd, the HTTP receiver of the
 keyed fires and the bookkeeping stay in the bench's process. memory's node
@@ -95,6 +102,7 @@ Examples:
   shardcron bench throughput --tasks 1000000 --duration 20s
   shardcron bench rebalance --tasks 1000000 --nodes 2 --procs --json
   shardcron bench query --tasks 1000000 --nodes 3 --procs --json
+  shardcron bench trigger --tasks 1000000 --procs --json
   shardcron bench throughput,lock-per-fire,robfig,afterfunc --runs 3
   shardcron bench all --tasks 100000 --report ./bench-report
 `
@@ -107,7 +115,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
 	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes (default 1; rebalance, failover and lock-per-fire 3)")
 	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
-	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own); lock-per-fire, robfig and afterfunc run it on robfig/cron, which must parse it too`)
+	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own, trigger's tasks are yearly); lock-per-fire, robfig and afterfunc run it on robfig/cron, which must parse it too`)
 	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-32768 (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member, 2-256 (default 20)")
@@ -116,7 +124,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node, at least 1 (default 65536)")
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution, 100µs to 100ms (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node, a whole number of seconds, at least 2s (etcd leases count whole seconds): failover takes about this long (default 10s)")
-	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, rebalance and failover as 'shardcron server' processes, and memory's node as 'shardcron bench memory --etcd'")
+	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, trigger, rebalance and failover as 'shardcron server' processes, and memory's node as 'shardcron bench memory --etcd'")
 	c.fs.StringVar(&cfg.Etcd, "etcd", "", "memory only: the client URL of an etcd that already holds --tasks tasks; the bench starts no etcd, writes no task and measures the one engine it loads them into")
 	c.fs.StringVar(&cfg.Binary, "bin", "", "the shardcron executable node processes run (default: this one)")
 	c.fs.IntVar(&cfg.Runs, "runs", 1, "run each scenario N times, in turns, and report the medians")

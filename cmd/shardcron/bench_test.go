@@ -51,13 +51,14 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "rebalance", "--nodes", "1"}, "at least 2 nodes"},
 		{[]string{"bench", "throughput", "--executor", "exec"}, `unknown executor "exec"`},
 		{[]string{"bench", "throughput", "burst"}, "want one SCENARIO"},
-		{[]string{"bench", "robfig", "--procs"}, "procs: applies to throughput, burst, memory, import, restart, query, rebalance, failover"},
+		{[]string{"bench", "robfig", "--procs"}, "procs: applies to throughput, burst, memory, import, restart, query, trigger, rebalance, failover"},
 		{[]string{"bench", "memory", "--procs", "--etcd", "http://127.0.0.1:2379"}, "give --etcd or --procs, not both"},
 		{[]string{"bench", "throughput", "--etcd", "http://127.0.0.1:2379"}, "etcd: applies to memory only"},
 		{[]string{"bench", "memory", "--etcd", "127.0.0.1:2379"}, "etcd: want a client URL"},
 		{[]string{"bench", "rebalance", "--procs", "--bin", "/"}, "is not an executable"},
 		{[]string{"bench", "throughput", "--runs", "-2"}, "runs: must be between"},
 		{[]string{"bench", "throughput,slow"}, `unknown scenario "slow"`},
+		{[]string{"bench", "trigger", "--schedule", "@every 1s"}, "schedule: trigger's tasks fire once a year (@yearly)"},
 		{[]string{"bench", "throughput", "--tasks", "-1"}, "shardcron bench: tasks: must be between 1 and"},
 		{[]string{"bench", "throughput,robfig", "--schedule", "H/2 * * * * *"}, `shardcron bench: schedule: robfig/cron (used by robfig) cannot parse "H/2 * * * * *": failed to parse int from H`},
 	} {
@@ -68,7 +69,8 @@ func TestBench_BadCommandLines(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	if code := run([]string{"bench", "--help"}, nil, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--report") ||
-		!strings.Contains(out.String(), "--procs") || !strings.Contains(out.String(), "--runs") {
+		!strings.Contains(out.String(), "--procs") || !strings.Contains(out.String(), "--runs") ||
+		!strings.Contains(out.String(), "\n  trigger ") {
 		t.Errorf("--help: exit %d, output %q", code, out.String())
 	}
 }
