@@ -194,7 +194,14 @@ func (c *Cluster) sched(sec int64) string { return c.rel(time.Unix(sec, 0)) }
 // it. post is how long the node may still fire on its own session (see
 // Fault.Post).
 func (c *Cluster) Fault(node, kind string, post time.Duration) {
-	c.faults = append(c.faults, &Fault{Node: node, Kind: kind, At: time.Now(), Post: post})
+	f := &Fault{Node: node, Kind: kind, Post: post}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if resp, err := c.Etcd.Client.Get(ctx, "rev"); err == nil {
+		f.Rev = resp.Header.Revision
+	}
+	cancel()
+	f.At = time.Now()
+	c.faults = append(c.faults, f)
 	c.Step("fault: %s %s", node, kind)
 }
 

@@ -16,6 +16,7 @@ const (
 	headerKey     = "Idempotency-Key"
 	headerNode    = "Shardcron-Node"
 	headerAttempt = "Shardcron-Attempt"
+	headerFence   = "Shardcron-Fence"
 )
 
 // FireKey identifies a fire: a task and its scheduled time in Unix
@@ -32,6 +33,7 @@ func (k FireKey) String() string { return k.Task + "@" + strconv.FormatInt(k.At,
 type Call struct {
 	Node    string    // Shardcron-Node
 	Attempt string    // Shardcron-Attempt
+	Fence   int64     // Shardcron-Fence: the revision of its partition's lock
 	Arrived time.Time // when the request reached the sink
 }
 
@@ -84,7 +86,8 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 			s.seconds[ms/1000]++
 		}
 		node := r.Header.Get(headerNode)
-		s.calls[k] = append(prev, Call{Node: node, Attempt: r.Header.Get(headerAttempt), Arrived: now})
+		fence, _ := strconv.ParseInt(r.Header.Get(headerFence), 10, 64)
+		s.calls[k] = append(prev, Call{Node: node, Attempt: r.Header.Get(headerAttempt), Fence: fence, Arrived: now})
 		s.perNode[nodeSecond{node, ms / 1000}]++
 	}
 	s.mu.Unlock()

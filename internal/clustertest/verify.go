@@ -29,6 +29,10 @@ type Fault struct {
 	// session: a node cut off from etcd keeps dispatching for up to the lead
 	// beyond its last acknowledged watermark; a killed or stopped one cannot.
 	Post time.Duration
+	// Rev is etcd's revision when the fault began (0: unknown). Every lock
+	// the node took before is at most Rev, so that the calls of its faulted
+	// session are those whose fence is at most Rev.
+	Rev int64
 }
 
 // Window is what Verify checks: every task of Tasks fires once in every
@@ -78,7 +82,10 @@ func (r *Result) OK() bool { return len(r.Duplicates) == 0 && len(r.Missed) == 0
 // before the last time f.Node fired on its faulted session: the latest
 // scheduled time, at most f.At + f.Post and within a minute before f.At,
 // of a fire received from f.Node (whenever it arrived: a fire taken by a
-// worker before SIGSTOP reaches the sink after SIGCONT).
+// worker before SIGSTOP reaches the sink after SIGCONT) with a fence of
+// that session (at most f.Rev). A node behind its schedule and back soon
+// with a new session fires later times on its new locks: counting those
+// moved the window past the repeats of the seconds it was behind on.
 func Verify(calls map[FireKey][]Call, w Window) *Result {
 	r := &Result{Window: w, Last: make(map[string]int64), Around: make(map[FireKey]string), PerNode: make(map[string]int)}
 	last := make([]int64, len(w.Faults))
@@ -93,7 +100,7 @@ func Verify(calls map[FireKey][]Call, w Window) *Result {
 				continue
 			}
 			for _, c := range cs {
-				if c.Node == f.Node {
+				if c.Node == f.Node && (f.Rev == 0 || c.Fence <= f.Rev) {
 					last[i] = k.At
 					break
 				}

@@ -53,6 +53,29 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// A node behind its schedule when it is cut off, and back at once with a
+// new session, fires later seconds on its new locks: its faulted session's
+// last fire, which the lead counts from, is the latest of its calls with a
+// fence of that session. Here n2 had fired 1003 (fence 50) when it was cut
+// off at revision 100; n1 repeats 1003 after it, and n2's new session
+// (fence 200) fires 1004 to 1006. Counted from 1006, the repeat was a
+// duplicate.
+func TestVerify_LeadCountsFromTheFaultedSessionsLastFire(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	key := func(sec int64) FireKey { return FireKey{Task: "a", At: sec * 1000} }
+	calls := map[FireKey][]Call{
+		key(1003): {{Node: "n2", Fence: 50}, {Node: "n1", Fence: 150}},
+		key(1004): {{Node: "n2", Fence: 200}},
+		key(1005): {{Node: "n2", Fence: 200}},
+		key(1006): {{Node: "n2", Fence: 200}},
+	}
+	cut := Fault{Node: "n2", Kind: FaultCut, At: time.Unix(1005, 0), Post: time.Second, Rev: 100}
+	r := Verify(calls, Window{Tasks: []string{"a"}, From: 1003, To: 1006, Lead: time.Second, Faults: []Fault{cut}})
+	if len(r.Duplicates) != 0 || len(r.Repeats) != 1 {
+		t.Errorf("duplicates %d, repeats %d; want 0, 1\n%s", len(r.Duplicates), len(r.Repeats), r.Format(t0))
+	}
+}
+
 // Nodes of parallel tests never get the same port: one of them would fail
 // to bind it (seen as "bind: address already in use" at start). Drawn at
 // random from 12 000 ports, 600 draws repeat one almost surely.
