@@ -123,6 +123,12 @@
 //     partition, so behind busy workers a hand-over stands still that long
 //     and its fires run late (once)
 //     (TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver).
+//   - A release etcd refuses for longer than the lease TTL (the node then
+//     ends its session) misses the fires it had dropped from the queue to
+//     hand over, and those waiting behind a running fire: workers pass
+//     dropped jobs as taken, so the held watermark its successors resume
+//     from reaches the mark
+//     (TestEngine_StuckReleasePastTheTTLMissesTheFiresItDroppedFromTheQueue).
 //   - A misfire decision (a fire released later than the misfire threshold,
 //     after a stall) looks up to the present, past the bounded lead: a
 //     crash right after it repeats that one catch-up fire on the next
