@@ -192,6 +192,7 @@ func TestEngine_TriggersEndedUnrunDeleteTheirKeys(t *testing.T) {
 	trigger("buffer")
 	h.next(t)
 	h.next(t) // both workers are busy
+
 	trigger("forbid") // skipped
 	trigger("buffer") // buffered
 	trigger("queued") // queued for a worker
