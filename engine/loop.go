@@ -150,7 +150,7 @@ type loop struct {
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
 	early     []earlyTrigger       // triggers that came before their task
-	triggered map[triggerKey]int64 // triggers fired, to when they are remembered (unix ns)
+	triggered map[triggerKey]int64 // triggers fired or early, to when they are remembered (unix ns)
 	forgetAt  int64                // when retryTriggers next forgets triggered ones (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats

@@ -67,13 +67,11 @@ func (l *loop) triggers(fires []triggerFire) {
 		if !l.parts[c.part].owned {
 			continue // its key stays for the owner's load to find
 		}
-		if _, fired := l.triggered[c.key()]; fired {
-			continue
-		}
-		if slices.ContainsFunc(l.early, func(e earlyTrigger) bool { return e.key() == c.key() }) {
-			continue
+		if _, seen := l.triggered[c.key()]; seen {
+			continue // fired, or waiting for its task
 		}
 		if !l.triggerNow(c, now) {
+			l.triggered[c.key()] = now + int64(triggerWait)
 			l.early = append(l.early, earlyTrigger{triggerFire: *c, until: now + int64(triggerWait)})
 		}
 	}
