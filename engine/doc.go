@@ -38,7 +38,11 @@
 //   - A release etcd refuses is retried with the node watermark held at its
 //     mark; past the lease TTL the node ends its session so that its locks
 //     pass on: no lock outlives its cause
-//     (TestEngine_FailedReleaseDoesNotStrandPartitions).
+//     (TestEngine_FailedReleaseDoesNotStrandPartitions). The fires it had
+//     dropped from the queue to hand over are not missed: the watermark
+//     carries a resume point before them for that partition alone, whose
+//     successor repeats its fires since
+//     (TestEngine_StuckReleasePastTheTTLRunsTheFiresItDroppedFromTheQueue).
 //   - A lock attempt that failed leaves no key ahead of the partition's
 //     next owner: a put etcd applies after the attempt deleted its key is
 //     deleted by the session that made it (stray.go,
@@ -123,12 +127,6 @@
 //     partition, so behind busy workers a hand-over stands still that long
 //     and its fires run late (once)
 //     (TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver).
-//   - A release etcd refuses for longer than the lease TTL (the node then
-//     ends its session) misses the fires it had dropped from the queue to
-//     hand over, and those waiting behind a running fire: workers pass
-//     dropped jobs as taken, so the held watermark its successors resume
-//     from reaches the mark
-//     (TestEngine_StuckReleasePastTheTTLMissesTheFiresItDroppedFromTheQueue).
 //   - A misfire decision (a fire released later than the misfire threshold,
 //     after a stall) looks up to the present, past the bounded lead: a
 //     crash right after it repeats that one catch-up fire on the next
@@ -203,13 +201,14 @@
 // # etcd layout
 //
 // docs/design.md's layout, with these additions: watermark keys carry the
-// session (above); a checkpoint may name the session ("session") and list
-// unrun fires it hands over ("pending": [{"id", "at", "trigger",
-// "override", "backfill"}]) and,
+// session (above), and while a release that dropped fires from the queue
+// is uncommitted, the value is {"at", "partitions": {"<p>": resume point}}
+// (holds); a checkpoint may name the session ("session") and list unrun
+// fires it hands over ("pending": [{"id", "at", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go);
-// /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until the
-// owner has taken it; and /<prefix>/prepared/<node-id>, under the node's
+// /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until its
+// fire starts on the owner, or ends there unrun; and /<prefix>/prepared/<node-id>, under the node's
 // lease, lists the partitions it prepared and waits to lock. This package
 // names the runtime's keys (keys.go: locks, checkpoints, watermarks,
 // prepared); package registry names the task, trigger and index keys.

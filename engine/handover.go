@@ -343,6 +343,9 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		if j.kind != kindRetry && j.kind != kindTrigger {
 			h.list(handedFire(j.id, j.sched, j.kind), j.due)
 		}
+		if j.kind == kindSchedule {
+			l.holds.dropped(int(j.part), j.due)
+		}
 		return true
 	}
 	l.dropJobs(handed)
@@ -381,13 +384,43 @@ func (l *loop) takeOver(c *takeOverCmd) {
 }
 
 // holds keeps the node watermark at or below the marks of releases that
-// have not committed (see the hand-over above).
+// have not committed (see the hand-over above). It also keeps, for each of
+// those releases that dropped fires of the schedule from the queue to hand
+// them over, a resume point before the earliest: workers pass dropped jobs
+// as taken, so the watermark reaches the mark, and a successor that
+// resumed from it after the session ended (a release stuck past the lease
+// TTL, or a crash before it commits) would miss them. The watermark write
+// carries these points, and a successor resumes such a partition from the
+// earlier of the two: it repeats that partition's fires since, and no
+// other partition's.
 type holds struct {
-	mu    sync.Mutex    // guards marks
-	marks map[int]int64 // by partition
+	mu     sync.Mutex    // guards marks and resume
+	marks  map[int]int64 // by partition
+	resume map[int]int64 // by partition: before the earliest fire dropped unrun
 }
 
-func newHolds() *holds { return &holds{marks: map[int]int64{}} }
+func newHolds() *holds { return &holds{marks: map[int]int64{}, resume: map[int]int64{}} }
+
+// dropped notes that the release of p dropped from the queue a fire of the
+// schedule released at due, before any worker can pass it.
+func (h *holds) dropped(p int, due int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r, ok := h.resume[p]; !ok || due-1 < r {
+		h.resume[p] = due - 1
+	}
+}
+
+// resumes returns a copy of the resume points of the releases that dropped
+// fires, or nil for none.
+func (h *holds) resumes() map[int]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.resume) == 0 {
+		return nil
+	}
+	return maps.Clone(h.resume)
+}
 
 func (h *holds) set(p int, mark int64) {
 	h.mu.Lock()
@@ -400,6 +433,7 @@ func (h *holds) clear(ps ...int) {
 	defer h.mu.Unlock()
 	for _, p := range ps {
 		delete(h.marks, p)
+		delete(h.resume, p)
 	}
 }
 
@@ -407,6 +441,7 @@ func (h *holds) reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	clear(h.marks)
+	clear(h.resume)
 }
 
 // cap returns w, lowered to the earliest mark held.
@@ -706,8 +741,8 @@ type endedSession struct {
 // resume returns p's checkpoint as stored (nil if none) and the watermark
 // to resume p after: the released checkpoint of a graceful owner, or after
 // a crash the later of the checkpoint and the watermark of the session that
-// wrote it (or, when that session was this node's last, the hand-over it
-// kept in memory). Watermarks are kept per session, not per node: a node restarted
+// wrote it, or p's resume point in it when earlier (holds), or, when that
+// session was this node's last, the hand-over it kept in memory. Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
 func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, err error) {
@@ -743,9 +778,8 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		return nil, 0, nil, nil, err
 	}
 	if len(wr.Kvs) > 0 {
-		var nw time.Time
-		if err := nw.UnmarshalText(wr.Kvs[0].Value); err == nil {
-			w = max(w, nw.UnixNano())
+		if nw, ok := decodeWatermark(wr.Kvs[0].Value, p); ok {
+			w = max(w, nw)
 		}
 	}
 	return prev, w, nil, nil, nil

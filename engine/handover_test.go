@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -938,6 +939,132 @@ func TestLoop_AfterIsHandedOnByASecondRelease(t *testing.T) {
 	for _, id := range rs {
 		if _, r, _ := third.tab.lookup(id); r.next <= base.Add(30*time.Second).UnixNano() {
 			t.Errorf("%s resumes at %s on the third owner: its 12:00:30 fires again", id, time.Unix(0, r.next).UTC().Format(time.TimeOnly))
+		}
+	}
+}
+
+// A release etcd refuses stays stuck with the node watermark held at its
+// mark; past the lease TTL the node ends its session and successors resume
+// from the held watermark. The release had dropped the partition's queued
+// fires from the queue (handOverQueued, listed only in the refused
+// checkpoint), and workers pass dropped jobs as taken, so the watermark
+// reached the mark: the successor resumed after fires that never ran. The
+// watermark now carries a resume point for that partition before them
+// (holds). Here node-a's only worker is held while tick@2 of both
+// partitions waits in its queue; node-b joins, node-a's release of the
+// partition that moves is refused, tick@2 of it is dropped as handed over,
+// the worker frees, and after the TTL node-a ends its session. node-b takes
+// the partition over and must run tick@2, once.
+func TestEngine_StuckReleasePastTheTTLRunsTheFiresItDroppedFromTheQueue(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	h := newHolder(t, "slow")
+	handler := log.handler(h.handler)
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
+		cfg.Workers, cfg.DrainTimeout = 1, time.Second
+		quietNode(cfg)
+	}))
+	ticks := map[int]string{}
+	for i := 0; len(ticks) < limitsParts; i++ {
+		id := fmt.Sprintf("tick-%d", i)
+		if _, ok := ticks[partOf(id)]; !ok {
+			ticks[partOf(id)] = id
+		}
+	}
+	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *"))
+	for _, id := range ticks {
+		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+		waitNext(t, a, id, limitsAt(1))
+	}
+	clock.Advance(time.Second)
+	for p, id := range ticks {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
+		waitNamed(t, c, a, p)
+	}
+
+	if _, err := a.e.Registry().Trigger(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // node-a's only worker is busy
+	clock.Advance(time.Second)
+	for _, id := range ticks {
+		waitNext(t, a, id, limitsAt(3)) // tick@2 is queued behind the held worker
+	}
+
+	var mu sync.Mutex
+	moved := -1
+	attempted := make(chan struct{})
+	var once sync.Once
+	faults.puts(func(key, value string) bool {
+		if !releasedCheckpoints(key, value) {
+			return false
+		}
+		once.Do(func() {
+			p, _ := strconv.Atoi(key[strings.LastIndex(key, "/")+1:])
+			mu.Lock()
+			moved = p
+			mu.Unlock()
+			close(attempted)
+		})
+		return true
+	})
+	sessA := a.e.sess.Load()
+	b := startNodeOn(t, c.Client, "", handler, limitsNode(clock, time.Hour, "node-b"), noWait)
+	select {
+	case <-attempted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("node-a attempted no release")
+	}
+	h.open() // the worker takes the dropped job: the watermark passes it
+	etcdtest.WaitFor(t, 20*time.Second, sessA.Fenced)
+	held := "none"
+	if r, err := c.Client.Get(context.Background(), newKeys("").watermark("node-a", sessionID(sessA))); err == nil && len(r.Kvs) > 0 {
+		held = string(r.Kvs[0].Value)
+	}
+	faults.puts(nil)
+	mu.Lock()
+	id := ticks[moved]
+	mu.Unlock()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, id) })
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(3)) })
+	time.Sleep(time.Second) // late runs of tick@2, if any
+	if got := runsAt(log, id, limitsAt(2)); len(got) != 1 {
+		t.Errorf("%s@12:00:02 (queued on node-a when its release got stuck) ran on %v; want once; node-a's watermark in etcd: %s",
+			id, got, held)
+	}
+	if got := runsAt(log, id, limitsAt(1)); len(got) != 1 {
+		t.Errorf("%s@12:00:01 ran on %v; want once: the resume point is before tick@2 only", id, got)
+	}
+	b.stop(t)
+	a.stop(t)
+}
+
+// A watermark value is the time alone, as before, until a release drops
+// fires from the queue; then it carries that partition's resume point,
+// which only that partition's successor takes, and only when earlier.
+func TestWatermark_ValueCarriesResumePoints(t *testing.T) {
+	w := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC).UnixNano()
+	r := w - int64(3*time.Second)
+	for _, tc := range []struct {
+		value string
+		part  int
+		want  int64
+		ok    bool
+	}{
+		{encodeWatermark(w, nil), 7, w, true},
+		{"2026-03-01T12:00:10Z", 7, w, true}, // as written before resume points
+		{encodeWatermark(w, map[int]int64{7: r}), 7, r, true},
+		{encodeWatermark(w, map[int]int64{7: r}), 8, w, true},
+		{encodeWatermark(w, map[int]int64{7: w + 1}), 7, w, true},
+		{`{"partitions":{"7":"2026-03-01T12:00:07Z"}}`, 7, 0, false},
+		{"garbage", 7, 0, false},
+	} {
+		got, ok := decodeWatermark([]byte(tc.value), tc.part)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("decodeWatermark(%s, %d) = %d, %v; want %d, %v", tc.value, tc.part, got, ok, tc.want, tc.ok)
 		}
 	}
 }

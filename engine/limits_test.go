@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -931,101 +930,4 @@ func TestHandOver_DropsTheLatestScheduledFires(t *testing.T) {
 		t.Errorf("over the bytes: mark %s, kept %v; want the mark before %s, early kept",
 			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending, late.Format(time.StampMilli))
 	}
-}
-
-// A release etcd refuses stays stuck with the node watermark held at its
-// mark; past the lease TTL the node ends its session and successors resume
-// from the held watermark. But the release already dropped the partition's
-// queued fires from the queue (handOverQueued, listed only in the refused
-// checkpoint), and workers pass dropped jobs as taken, so the watermark
-// written to etcd reaches the mark: the successor resumes after fires that
-// never ran. (Holding the node watermark before them instead holds it for
-// every partition of the node, and a crash then repeats them all: the fix
-// needs a resume point of the partition's own.) Here node-a's only worker is held while tick@2 of
-// both partitions waits in its queue; node-b joins, node-a's release of the
-// partition that moves is refused, tick@2 of it is dropped as handed over,
-// the worker frees, and after the TTL node-a ends its session. node-b
-// takes the partition over and never runs tick@2.
-func TestEngine_StuckReleasePastTheTTLMissesTheFiresItDroppedFromTheQueue(t *testing.T) {
-	c, clock := limitsStart(t)
-	log := &callLog{}
-	h := newHolder(t, "slow")
-	handler := log.handler(h.handler)
-	cliA := c.NewClient(t)
-	faults := injectFaults(cliA)
-	a := startNodeOn(t, cliA, "", handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
-		cfg.Workers, cfg.DrainTimeout = 1, time.Second
-		quietNode(cfg)
-	}))
-	ticks := map[int]string{}
-	for i := 0; len(ticks) < limitsParts; i++ {
-		id := fmt.Sprintf("tick-%d", i)
-		if _, ok := ticks[partOf(id)]; !ok {
-			ticks[partOf(id)] = id
-		}
-	}
-	putTask(t, a.e.Registry(), handlerTask("slow", "0 0 0 1 1 *"))
-	for _, id := range ticks {
-		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
-		waitNext(t, a, id, limitsAt(1))
-	}
-	clock.Advance(time.Second)
-	for p, id := range ticks {
-		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(1)) })
-		waitNamed(t, c, a, p)
-	}
-
-	if _, err := a.e.Registry().Trigger(context.Background(), "slow"); err != nil {
-		t.Fatal(err)
-	}
-	h.next(t) // node-a's only worker is busy
-	clock.Advance(time.Second)
-	for _, id := range ticks {
-		waitNext(t, a, id, limitsAt(3)) // tick@2 is queued behind the held worker
-	}
-
-	var mu sync.Mutex
-	moved := -1
-	attempted := make(chan struct{})
-	var once sync.Once
-	faults.puts(func(key, value string) bool {
-		if !releasedCheckpoints(key, value) {
-			return false
-		}
-		once.Do(func() {
-			p, _ := strconv.Atoi(key[strings.LastIndex(key, "/")+1:])
-			mu.Lock()
-			moved = p
-			mu.Unlock()
-			close(attempted)
-		})
-		return true
-	})
-	sessA := a.e.sess.Load()
-	b := startNodeOn(t, c.Client, "", handler, limitsNode(clock, time.Hour, "node-b"), noWait)
-	select {
-	case <-attempted:
-	case <-time.After(30 * time.Second):
-		t.Fatal("node-a attempted no release")
-	}
-	h.open() // the worker takes the dropped job: the watermark passes it
-	etcdtest.WaitFor(t, 20*time.Second, sessA.Fenced)
-	held := "none"
-	if r, err := c.Client.Get(context.Background(), newKeys("").watermark("node-a", sessionID(sessA))); err == nil && len(r.Kvs) > 0 {
-		held = string(r.Kvs[0].Value)
-	}
-	faults.puts(nil)
-	mu.Lock()
-	id := ticks[moved]
-	mu.Unlock()
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, id) })
-	clock.Advance(time.Second)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(3)) })
-	time.Sleep(time.Second) // late runs of tick@2, if any
-	if got := runsAt(log, id, limitsAt(2)); len(got) != 0 {
-		t.Errorf("%s@12:00:02 (queued on node-a when its release got stuck) ran on %v; the limitation is gone: "+
-			"move it out of the list (node-a's held watermark in etcd: %s)", id, got, held)
-	}
-	b.stop(t)
-	a.stop(t)
 }

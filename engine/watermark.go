@@ -127,8 +127,10 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 			// successor runs within the lead until one is.
 			e.acked.noSpace.Store(false)
 		} else {
+			// The watermark first: the resume points of the fires it passed
+			// were noted before (holds.dropped).
 			w := e.holds.cap(e.pool.watermark.Load())
-			val, _ := time.Unix(0, w).UTC().MarshalText()
+			val := encodeWatermark(w, e.holds.resumes())
 			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
 			resp, err := e.cli.Txn(wctx).
 				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).
@@ -171,6 +173,50 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// watermarkValue is a watermark key's value while releases that dropped
+// fires from the queue are uncommitted: the watermark, and the resume
+// points of their partitions (holds). Otherwise the value is the
+// watermark alone, an RFC 3339 time.
+type watermarkValue struct {
+	At         time.Time         `json:"at"`
+	Partitions map[int]time.Time `json:"partitions"`
+}
+
+// encodeWatermark returns the value of watermark w with the resume points
+// of partitions (nil: none).
+func encodeWatermark(w int64, partitions map[int]int64) string {
+	at := time.Unix(0, w).UTC()
+	if len(partitions) == 0 {
+		b, _ := at.MarshalText()
+		return string(b)
+	}
+	v := watermarkValue{At: at, Partitions: make(map[int]time.Time, len(partitions))}
+	for p, r := range partitions {
+		v.Partitions[p] = time.Unix(0, r).UTC()
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// decodeWatermark returns where a successor of partition p resumes after
+// the session whose watermark value is b: the watermark, or p's resume
+// point when it is earlier. ok is false for a value it cannot read.
+func decodeWatermark(b []byte, p int) (w int64, ok bool) {
+	var v watermarkValue
+	if len(b) > 0 && b[0] == '{' {
+		if json.Unmarshal(b, &v) != nil || v.At.IsZero() {
+			return 0, false
+		}
+	} else if v.At.UnmarshalText(b) != nil {
+		return 0, false
+	}
+	w = v.At.UnixNano()
+	if r, ok := v.Partitions[p]; ok {
+		w = min(w, r.UnixNano())
+	}
+	return w, true
 }
 
 // checkLease makes the check a refused watermark write did not: that the
