@@ -298,16 +298,25 @@ func (l *loop) releaseParts(parts []int) release {
 		l.owned.Add(-1)
 		l.parts[p] = partState{}
 	}
+	// The released partitions' triggers that did not start here keep their
+	// keys for the next owner (forgetTrigger).
 	for i, w := range l.pending {
-		if r := l.tab.rec(i); out[int(r.part)] != nil && w.kind != kindTrigger {
+		r := l.tab.rec(i)
+		switch {
+		case out[int(r.part)] == nil:
+		case w.kind == kindTrigger:
+			l.forgetTrigger(triggerKey{int(r.part), l.tab.id(r), w.at})
+		default:
 			out[int(r.part)].list(handedFire(l.tab.id(r), w.at, w.kind), w.at+l.delay(r, w.at))
 		}
 	}
-	// The released partitions' triggers that did not start here keep their
-	// keys for the next owner; should this node own a partition again, it
-	// fires them from their keys.
-	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool { return out[t.part] != nil })
-	maps.DeleteFunc(l.triggered, func(k triggerKey, _ int64) bool { return out[k.part] != nil })
+	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool {
+		if out[t.part] == nil {
+			return false
+		}
+		l.forgetTrigger(t.key())
+		return true
+	})
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
@@ -340,7 +349,11 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		}
 		// A retry's fire was taken before: it ends here. A trigger's key
 		// stays for the next owner.
-		if j.kind != kindRetry && j.kind != kindTrigger {
+		switch j.kind {
+		case kindRetry:
+		case kindTrigger:
+			l.forgetTrigger(triggerKey{int(j.part), j.id, j.sched})
+		default:
 			h.list(handedFire(j.id, j.sched, j.kind), j.due)
 		}
 		if j.kind == kindSchedule {
@@ -491,7 +504,13 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 	// The keys of triggers that started here go first: the next owner
 	// fires every key it finds.
 	fctx, fcancel := context.WithTimeout(ctx, etcdTimeout)
-	err := e.pool.ends.flush(fctx)
+	started := e.pool.ends.takeParts(ps)
+	err := e.deleteTriggerKeys(fctx, started)
+	if err != nil {
+		e.pool.ends.add(started...) // for the deleter: left, they would fire again on every acquire
+	} else {
+		err = e.pool.ends.waitBatch(fctx) // the deleter's batch in flight may hold some
+	}
 	fcancel()
 	if err != nil {
 		e.log.Warn("deleting the keys of triggers fired here did not end before the release; their next owners may fire them again",

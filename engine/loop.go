@@ -70,6 +70,7 @@ type (
 	// triggersCmd fires tasks once each, outside their schedule.
 	triggersCmd struct {
 		fires []triggerFire
+		read  *triggerRead // the acquire's read these fires are; nil: the watch's events
 		reply chan struct{}
 	}
 	// throughCmd asks for the dispatch point.
@@ -84,6 +85,9 @@ type (
 type partState struct {
 	owned bool
 	fence int64
+	// triggersRead is the revision of the acquire's read of the partition's
+	// pending triggers: the watch's events up to it were in that read.
+	triggersRead int64
 }
 
 type retryState struct {
@@ -149,9 +153,9 @@ type loop struct {
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
-	early     []earlyTrigger       // triggers that came before their task
-	triggered map[triggerKey]int64 // triggers fired or early, to when they are remembered (unix ns)
-	forgetAt  int64                // when retryTriggers next forgets triggered ones (unix ns)
+	early     []earlyTrigger             // triggers that came before their task
+	triggered map[triggerKey]seenTrigger // triggers fired or early
+	forgetAt  int64                      // when sweepTriggers next forgets triggered ones (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats
 	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats
@@ -168,7 +172,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]int64),
+		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
 	}, nil
@@ -188,6 +192,7 @@ func (l *loop) run(ctx context.Context) {
 			l.rescheduleReleased() // dispatch returned early
 		}
 		l.stageNext()
+		l.sweepTriggers()
 		timer.Reset(l.stageWake(l.sleep()))
 		select {
 		case <-ctx.Done():
@@ -255,7 +260,7 @@ func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }
 func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
-func (c *triggersCmd) run(l *loop)       { l.triggers(c.fires); c.reply <- struct{}{} }
+func (c *triggersCmd) run(l *loop)       { l.triggers(c); c.reply <- struct{}{} }
 func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
 func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
 func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }

@@ -499,7 +499,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after}
 	var held *clientv3.TxnResponse
 	if err == nil {
-		held, err = e.putCheckpoint(ctx, m, p, hold, e.reg.TriggerRead(p))
+		held, err = e.putCheckpoint(ctx, m, p, hold)
 	}
 	if err != nil {
 		return fail(err)
@@ -540,6 +540,14 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	if err := e.call(ctx, &endedCmd{part: p}); err != nil {
 		return undo(fmt.Errorf("look for ended tasks: %w", err))
 	}
+	// Triggers written while nobody owned p, or while it loaded: read once
+	// the loop owns p, so that none falls between this read and the trigger
+	// watch, whose events up to the read the loop then passes over.
+	tr, err := e.cli.Do(ctx, e.reg.TriggerRead(p))
+	if err != nil {
+		return undo(fmt.Errorf("read pending triggers: %w", err))
+	}
+	e.fireTriggers(ctx, tr.Get().Kvs, &triggerRead{part: p, rev: tr.Get().Header.Revision})
 	// The watch's goroutine closes done once the naming has ended too,
 	// with no goroutine of its own for that: every garbage collection
 	// scans each parked goroutine's stack, and a node owns a thousand
@@ -551,8 +559,6 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 		named.Wait()
 		close(part.done)
 	}()
-	// Triggers written while nobody owned p.
-	e.fireTriggers(ctx, held.Responses[1].GetResponseRange().Kvs)
 	// Backfills of p, from their recorded progress: p is owned, so the
 	// backfill watch starts those written from now on.
 	e.startBackfills(ctx, p)

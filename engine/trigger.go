@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
@@ -41,6 +42,7 @@ type triggerFire struct {
 	part int
 	id   string
 	at   int64          // unix ns, whole milliseconds
+	rev  int64          // the key's revision (ModRevision)
 	over *task.Override // the body or payload of this fire; nil: the task's
 }
 
@@ -51,32 +53,55 @@ type earlyTrigger struct {
 	until int64 // dropped after this (unix ns)
 }
 
-// triggers fires each trigger of fires once. The trigger watch and a
+// seenTrigger is a trigger the loop fired or holds early: until when it
+// remembers it, and the last revision of its key it saw.
+type seenTrigger struct {
+	until, rev int64
+	early      bool
+}
+
+// triggerRead is the acquire's read of a partition's pending triggers, at
+// revision rev.
+type triggerRead struct {
+	part int
+	rev  int64
+}
+
+// triggers fires each trigger of c once. The trigger watch and a
 // partition's watch are separate streams: a trigger written right after
-// its task's put can come before the task, and one can come while its
-// partition loads, so it waits for its task (triggerWait at most). The
-// watch and an acquire's read of pending triggers can both deliver one
-// trigger: it fires once.
-func (l *loop) triggers(fires []triggerFire) {
+// its task's put can come before the task, so it waits for its task
+// (triggerWait at most). The watch and an acquire's read can both deliver
+// a trigger: the watch's events at or before the read are passed over, and
+// one delivered twice (same revision) fires once. A key put again after
+// the loop took it (two chains of one target and second, two nodes that
+// trigger a task in one millisecond) is that fire: its key goes too.
+func (l *loop) triggers(c *triggersCmd) {
 	if l.fenced() {
 		return // the keys stay for the next owner's load to find
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	for i := range fires {
-		c := &fires[i]
-		if !l.parts[c.part].owned {
-			continue // its key stays for the owner's load to find
+	for i := range c.fires {
+		f := &c.fires[i]
+		ps := &l.parts[f.part]
+		if !ps.owned || (c.read == nil && f.rev <= ps.triggersRead) {
+			continue // its key stays for the owner's load; or the acquire's read had it
 		}
-		if _, seen := l.triggered[c.key()]; seen {
-			continue // fired, or waiting for its task
+		if s, seen := l.triggered[f.key()]; seen {
+			if f.rev > s.rev {
+				l.triggered[f.key()] = seenTrigger{until: s.until, rev: f.rev, early: s.early}
+				if !s.early {
+					l.pool.ends.add(f.key()) // its fire may have started, its key gone already
+				}
+			}
+			continue
 		}
-		if !l.triggerNow(c, now) {
-			l.triggered[c.key()] = now + int64(triggerWait)
-			l.early = append(l.early, earlyTrigger{triggerFire: *c, until: now + int64(triggerWait)})
+		if !l.triggerNow(f, now) {
+			l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, early: true}
+			l.early = append(l.early, earlyTrigger{triggerFire: *f, until: now + int64(triggerWait)})
 		}
 	}
-	if now >= l.forgetAt {
-		l.retryTriggers()
+	if c.read != nil && l.parts[c.read.part].owned {
+		l.parts[c.read.part].triggersRead = c.read.rev
 	}
 }
 
@@ -89,39 +114,47 @@ func (l *loop) triggerNow(c *triggerFire, now int64) bool {
 	if !ok {
 		return false
 	}
-	l.triggered[c.key()] = now + int64(triggerWait)
+	l.triggered[c.key()] = seenTrigger{until: now + int64(triggerWait), rev: c.rev}
 	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger, c.over)
 	l.pushJobs()
 	return true
 }
 
-// retryTriggers fires the early triggers whose task came, drops those that
-// waited too long, and forgets fired ones past triggerWait, once a second:
-// a bulk trigger remembers tens of thousands, which each of its triggers
-// used to walk.
+// retryTriggers fires the early triggers whose task came: after a load or
+// a change.
 func (l *loop) retryTriggers() {
-	if len(l.early) == 0 && len(l.triggered) == 0 {
+	if len(l.early) == 0 {
 		return
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	keep := l.early[:0]
-	for _, t := range l.early {
-		switch {
-		case l.triggerNow(&t.triggerFire, now):
-		case now < t.until:
-			keep = append(keep, t)
-		default:
-			l.pool.ends.add(t.key()) // its task never came: the trigger ends here
-		}
-	}
-	clear(l.early[len(keep):])
-	l.early = keep
-	if now < l.forgetAt {
+	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool { return l.triggerNow(&t.triggerFire, now) })
+}
+
+// sweepTriggers, once a second, drops the early triggers that waited too
+// long, their keys with them, and forgets the fired ones past triggerWait.
+// The loop runs it between dispatches, so that it happens on a quiet node
+// too; a bulk trigger remembers tens of thousands, which each of its
+// triggers used to walk.
+func (l *loop) sweepTriggers() {
+	now := l.cfg.Clock.Now().UnixNano()
+	if now < l.forgetAt || (len(l.early) == 0 && len(l.triggered) == 0) {
 		return
 	}
 	l.forgetAt = now + int64(time.Second)
-	maps.DeleteFunc(l.triggered, func(_ triggerKey, until int64) bool { return now >= until })
+	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool {
+		if now < t.until {
+			return false
+		}
+		l.pool.ends.add(t.key()) // its task never came: the trigger ends here
+		return true
+	})
+	maps.DeleteFunc(l.triggered, func(_ triggerKey, s seenTrigger) bool { return now >= s.until })
 }
+
+// forgetTrigger forgets a trigger handed over unrun with its partition: its
+// key stays for the next owner, and should this node own the partition
+// again, it fires the key.
+func (l *loop) forgetTrigger(k triggerKey) { delete(l.triggered, k) }
 
 // watchTriggers fires the triggers of the partitions this node owns,
 // resuming after the last revision it saw when its watch breaks (progress
@@ -136,7 +169,7 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 				if r, err := e.reg.PendingTriggers(ctx); err == nil {
 					// The others came before: queued or buffered here, or
 					// not this node's.
-					e.fireTriggers(ctx, slices.DeleteFunc(r.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= rev }))
+					e.fireTriggers(ctx, slices.DeleteFunc(r.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= rev }), nil)
 					rev = r.Header.Revision
 				}
 				break
@@ -149,7 +182,7 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 				kvs[i] = ev.Kv
 				rev = ev.Kv.ModRevision
 			}
-			e.fireTriggers(ctx, kvs)
+			e.fireTriggers(ctx, kvs, nil)
 			if resp.IsProgressNotify() {
 				rev = max(rev, resp.Header.Revision)
 			}
@@ -160,18 +193,20 @@ func (e *Engine) watchTriggers(ctx context.Context) {
 
 // fireTriggers hands the triggers of kvs (trigger keys) of the partitions
 // this node owns to the loop, in one command: a bulk trigger's watch
-// responses hold hundreds. One of a partition in hand-over stays for the
-// next owner's load.
-func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue) {
+// responses hold hundreds. read is the acquire's read they are (nil: the
+// watch's events). One of a partition in hand-over stays for the next
+// owner's load.
+func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read *triggerRead) {
 	fires := make([]triggerFire, 0, len(kvs))
 	for _, kv := range kvs {
 		p, at, id, ok := e.reg.ParseTrigger(string(kv.Key))
 		if ok && e.Owns(p) {
-			fires = append(fires, triggerFire{part: p, id: id, at: at * int64(time.Millisecond), over: registry.DecodeTriggerValue(kv.Value)})
+			fires = append(fires, triggerFire{part: p, id: id, at: at * int64(time.Millisecond), rev: kv.ModRevision,
+				over: registry.DecodeTriggerValue(kv.Value)})
 		}
 	}
-	if len(fires) > 0 {
-		c := &triggersCmd{fires: fires, reply: make(chan struct{}, 1)}
+	if len(fires) > 0 || read != nil {
+		c := &triggersCmd{fires: fires, read: read, reply: make(chan struct{}, 1)}
 		_, _ = request(ctx, e, c, c.reply)
 	}
 }
@@ -183,23 +218,22 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue) {
 // that started are queued. It holds no more than the triggers pending in
 // etcd; safe for concurrent use.
 type triggerEnds struct {
-	mu      sync.Mutex // guards the rest
-	q       []triggerKey
-	added   uint64        // keys ever queued
-	deleted uint64        // keys ever deleted (or given up at Close), the first of q next
-	wake    chan struct{} // signalled when q becomes non-empty
-	moved   chan struct{} // closed, and replaced, when keys are deleted
+	mu       sync.Mutex // guards the rest
+	q        []triggerKey
+	taken    uint64        // batches the deleter took
+	finished uint64        // batches it finished: deleted, or given up at Close
+	wake     chan struct{} // signalled when q becomes non-empty
+	moved    chan struct{} // closed, and replaced, when a batch finishes
 }
 
 func newTriggerEnds() *triggerEnds {
 	return &triggerEnds{wake: make(chan struct{}, 1), moved: make(chan struct{})}
 }
 
-// add queues k's key for deletion.
-func (t *triggerEnds) add(k triggerKey) {
+// add queues the keys of ks for deletion.
+func (t *triggerEnds) add(ks ...triggerKey) {
 	t.mu.Lock()
-	t.q = append(t.q, k)
-	t.added++
+	t.q = append(t.q, ks...)
 	t.mu.Unlock()
 	select {
 	case t.wake <- struct{}{}:
@@ -207,37 +241,57 @@ func (t *triggerEnds) add(k triggerKey) {
 	}
 }
 
-// next returns up to n of the first queued keys, which stay queued until
-// done.
-func (t *triggerEnds) next(n int) []triggerKey {
+// take takes up to n of the first queued keys off the queue, as the
+// deleter's next batch, or none.
+func (t *triggerEnds) take(n int) []triggerKey {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slices.Clone(t.q[:min(n, len(t.q))])
+	if len(t.q) == 0 {
+		return nil
+	}
+	b := slices.Clone(t.q[:min(n, len(t.q))])
+	clear(t.q[:len(b)])
+	t.q = t.q[len(b):]
+	t.taken++
+	return b
 }
 
-// done takes the first n queued keys off the queue: deleted.
-func (t *triggerEnds) done(n int) {
+// finish says that the deleter's batch is done with.
+func (t *triggerEnds) finish() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	clear(t.q[:n])
-	t.q = t.q[n:]
-	t.deleted += uint64(n)
+	t.finished++
 	close(t.moved)
 	t.moved = make(chan struct{})
 }
 
-// len returns how many keys are queued.
-func (t *triggerEnds) len() int {
+// takeParts takes the keys of partitions ps off the queue, for a release
+// to delete itself: behind a bulk trigger, the queue holds many of other
+// partitions.
+func (t *triggerEnds) takeParts(ps []int) []triggerKey {
+	in := make(map[int]bool, len(ps))
+	for _, p := range ps {
+		in[p] = true
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.q)
+	var out []triggerKey
+	t.q = slices.DeleteFunc(t.q, func(k triggerKey) bool {
+		if in[k.part] {
+			out = append(out, k)
+			return true
+		}
+		return false
+	})
+	return out
 }
 
-// flush waits until the keys queued before it are deleted, or ctx ends.
-func (t *triggerEnds) flush(ctx context.Context) error {
+// waitBatch waits until the deleter's batch in flight, if any, is done
+// with, or ctx ends.
+func (t *triggerEnds) waitBatch(ctx context.Context) error {
 	t.mu.Lock()
-	end := t.added
-	for t.deleted < end {
+	end := t.taken
+	for t.finished < end {
 		moved := t.moved
 		t.mu.Unlock()
 		select {
@@ -251,6 +305,13 @@ func (t *triggerEnds) flush(ctx context.Context) error {
 	return nil
 }
 
+// len returns how many keys are queued.
+func (t *triggerEnds) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.q)
+}
+
 // deleteTriggers deletes the keys triggerEnds queues until stop is closed,
 // then what is left (etcdTimeout at most), retrying while etcd refuses.
 func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
@@ -260,10 +321,9 @@ func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 		time.AfterFunc(etcdTimeout, cancel) // the last deletes, for Close
 	}()
 	defer cancel()
-	var b backoff
 	for {
-		batch := t.next(registry.MaxTxnOps)
-		if len(batch) == 0 {
+		batch := t.take(deleteParallel * registry.MaxTxnOps)
+		if batch == nil {
 			select {
 			case <-t.wake:
 				continue
@@ -271,26 +331,46 @@ func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 				return
 			}
 		}
-		ops := make([]clientv3.Op, len(batch))
-		for i, k := range batch {
-			ops[i] = e.reg.TriggerDelete(k.part, k.id, k.at/int64(time.Millisecond))
-		}
-		tctx, tcancel := context.WithTimeout(ctx, etcdTimeout)
-		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
-		tcancel()
-		if err == nil {
-			t.done(len(batch))
-			b.reset()
-			continue
-		}
-		if ctx.Err() != nil {
+		err := e.deleteTriggerKeys(ctx, batch)
+		t.finish()
+		if err != nil {
 			// Left behind, a key fires again at its partition's next
 			// acquire.
 			e.log.Warn("deleting the keys of triggers fired here failed; their next owners may fire them again",
-				"keys", t.len(), "err", err)
+				"keys", len(batch)+t.len(), "err", err)
 			return
 		}
-		e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(batch), "err", err, "in", b.next())
-		b.wait(ctx)
 	}
+}
+
+// deleteParallel is how many transactions of trigger deletes run at once:
+// behind a bulk trigger, one at a time falls behind the workers.
+const deleteParallel = 8
+
+// deleteTriggerKeys deletes the keys of ks in transactions of up to
+// MaxTxnOps, deleteParallel at once, retrying while etcd refuses, until
+// ctx ends.
+func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerKey) error {
+	var g errgroup.Group
+	g.SetLimit(deleteParallel)
+	for chunk := range slices.Chunk(ks, registry.MaxTxnOps) {
+		g.Go(func() error {
+			ops := make([]clientv3.Op, len(chunk))
+			for i, k := range chunk {
+				ops[i] = e.reg.TriggerDelete(k.part, k.id, k.at/int64(time.Millisecond))
+			}
+			var b backoff
+			for {
+				tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+				_, err := e.cli.Txn(tctx).Then(ops...).Commit()
+				cancel()
+				if err == nil || ctx.Err() != nil {
+					return err
+				}
+				e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(chunk), "err", err, "in", b.next())
+				b.wait(ctx)
+			}
+		})
+	}
+	return g.Wait()
 }

@@ -4,19 +4,23 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
 
 // trigger hands the loop a trigger of task id at at, as the trigger
 // watch does.
 func (tl *testLoop) trigger(part int, id string, at time.Time) {
-	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano()}}, reply: make(chan struct{}, 1)}
+	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano(), rev: at.UnixMilli()}}, reply: make(chan struct{}, 1)}
 	tl.handle(c)
 	<-c.reply
 }
@@ -235,31 +239,35 @@ func TestLoop_ReleasedTriggersFireWhenThePartitionComesBack(t *testing.T) {
 	}
 }
 
-// flush returns once the keys queued before it are deleted, not before.
-func TestTriggerEnds_FlushWaitsForTheKeysQueuedBefore(t *testing.T) {
+// A release takes its partitions' keys off the queue to delete them
+// itself, and waits for the deleter's batch in flight, which may hold some.
+func TestTriggerEnds_ReleaseTakesItsKeysAndWaitsForTheBatchInFlight(t *testing.T) {
 	q := newTriggerEnds()
-	q.add(triggerKey{0, "a", 1})
-	q.add(triggerKey{0, "b", 1})
-	flushed := make(chan error, 1)
-	go func() { flushed <- q.flush(context.Background()) }()
-	q.done(1)
+	q.add(triggerKey{1, "a", 1}, triggerKey{0, "b", 1}, triggerKey{1, "c", 1}, triggerKey{2, "d", 1})
+	if b := q.take(1); len(b) != 1 || b[0].id != "a" {
+		t.Fatalf("the deleter's batch %v, want a", b)
+	}
+	if got := q.takeParts([]int{1, 2}); len(got) != 2 || got[0].id != "c" || got[1].id != "d" {
+		t.Errorf("the release's keys %v, want c and d", got)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- q.waitBatch(context.Background()) }()
 	select {
-	case <-flushed:
-		t.Fatal("flush returned with a key queued before it left")
+	case <-waited:
+		t.Fatal("waitBatch returned with the deleter's batch in flight")
 	case <-time.After(50 * time.Millisecond):
 	}
-	q.add(triggerKey{0, "c", 1}) // after the flush began: not waited for
-	q.done(1)
+	q.finish()
 	select {
-	case err := <-flushed:
+	case err := <-waited:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("flush did not return once the keys queued before it were deleted")
+		t.Fatal("waitBatch did not return once the batch was done with")
 	}
-	if got := q.next(10); len(got) != 1 || got[0].id != "c" {
-		t.Errorf("queued %v, want c", got)
+	if got := q.take(10); len(got) != 1 || got[0].id != "b" {
+		t.Errorf("left %v, want b", got)
 	}
 }
 
@@ -270,12 +278,342 @@ func TestLoop_EarlyTriggerThatGivesUpEndsItsKey(t *testing.T) {
 	tl := newTestLoop(t, base, nil)
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "other")
 	tl.trigger(0, "gone", base)
-	if got := tl.pool.ends.next(10); len(got) != 0 {
+	tl.sweepTriggers()
+	if got := tl.pool.ends.take(10); len(got) != 0 {
 		t.Fatalf("keys ended before the trigger gave up: %v", got)
 	}
 	tl.clock.Advance(triggerWait + time.Second)
-	tl.retryTriggers()
-	if got := tl.pool.ends.next(10); len(got) != 1 || got[0] != (triggerKey{0, "gone", base.UnixNano()}) {
+	tl.sweepTriggers()
+	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != (triggerKey{0, "gone", base.UnixNano()}) {
 		t.Errorf("keys ended %v, want the early trigger's", got)
 	}
+}
+
+// eventually polls cond until it holds or d passes, and reports whether it
+// held; unlike etcdtest.WaitFor it does not end the test, so that a test
+// can go on to show what a failure leads to.
+func eventually(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A trigger key written again at the time of a trigger that already fired
+// here and whose key is gone (two chains with one target and the same
+// scheduled second, a chain repeated after a crash, or two API nodes that
+// trigger one task in one millisecond: "the owner takes the second for the
+// first") is that fire: its key goes too. The loop used to drop it as a
+// repeat and leave its key, which the partition's next owner fired: a
+// second fire with the same idempotency key, however long after.
+func TestEngine_TriggerKeyPutAgainAfterItsFireIsNotLeftForTheNextOwner(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	a := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 4 })
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask("target", "0 0 0 1 1 *")) // yearly: only triggers fire it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
+	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire a chain ends
+	ctx := context.Background()
+	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("target")) == 1 })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+
+	// The second chain's trigger, within triggerWait of the first.
+	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
+		t.Errorf("the second trigger of target@%d was taken for the first, and its key left in etcd", at.UnixMilli())
+	}
+	b := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 4 })
+	a.stop(t) // node-b takes every partition over
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "target") })
+	time.Sleep(time.Second) // a repeat, if any
+	if got := log.forTask("target"); len(got) != 1 {
+		t.Errorf("target@%d fired %d times, want once (one key: the owner fires it once)", at.UnixMilli(), len(got))
+	}
+	b.stop(t)
+}
+
+// slowTriggerDeletes holds each transaction that deletes trigger keys for
+// d before it commits: etcd busy (a bulk trigger's writes, a slow disk),
+// so that the node's trigger deleter is some seconds behind its workers.
+type slowTriggerDeletes struct {
+	clientv3.KV
+	d time.Duration
+}
+
+func (s *slowTriggerDeletes) Txn(ctx context.Context) clientv3.Txn {
+	return &slowTriggerTxn{Txn: s.KV.Txn(ctx), ctx: ctx, d: s.d}
+}
+
+type slowTriggerTxn struct {
+	clientv3.Txn
+	ctx  context.Context
+	d    time.Duration
+	slow bool
+}
+
+func (t *slowTriggerTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *slowTriggerTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *slowTriggerTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsDelete() && strings.Contains(string(op.KeyBytes()), "/triggers/") {
+			t.slow = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *slowTriggerTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.slow && !sleepCtx(t.ctx, t.d) {
+		return nil, t.ctx.Err()
+	}
+	return t.Txn.Commit()
+}
+
+// A release deletes the keys of its partitions' triggers that started here
+// before it commits, however long the node's queue of deletes: a bulk
+// trigger leaves one, workers taking noop fires by the million a second.
+// It used to wait for the whole queue, 5 s at most, then commit anyway,
+// and the next owner fired those triggers again. Here node-a's deleter is
+// behind (5000 keys queued, etcd taking 200 ms a transaction of deletes)
+// when its trigger of "once" runs and node-a leaves.
+func TestEngine_ReleaseBehindATriggerDeleteBacklogDoesNotRefireStartedTriggers(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cliA := c.NewClient(t)
+	cliA.KV = &slowTriggerDeletes{KV: cliA.KV, d: 200 * time.Millisecond}
+	a := startNodeOn(t, cliA, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 4 })
+	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "once") })
+
+	// The keys of a bulk trigger's fires that started on node-a, queued
+	// for deletion (they need not exist: a delete of a missing key
+	// succeeds).
+	for i := range 5000 {
+		a.e.pool.ends.add(triggerKey{part: i % 4, id: fmt.Sprintf("bulk-%05d", i), at: int64(time.Millisecond)})
+	}
+	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
+
+	b := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 4 })
+	a.stop(t) // releases every partition to node-b
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "once") })
+	time.Sleep(time.Second) // a repeat, if any
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("a trigger that started on node-a fired again on node-b after a graceful release: %v", d)
+	}
+	b.stop(t)
+}
+
+// A node that fenced itself and takes its partitions back, nobody having
+// fired them since, repeats nothing (doc.go). A trigger that started just
+// before the cut-off, its key's delete not yet in etcd, is read again by
+// the rejoined node's acquire: the loop remembers it as fired, and forgets
+// at a release only the triggers that did not start. It used to forget
+// them all, and fired it a second time.
+func TestEngine_FencedNodeTakingItsPartitionsBackDoesNotRefireItsStartedTriggers(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	proxy := c.NewProxy(t)
+	cliA := c.NewClient(t, proxy.Endpoint())
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", log.handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.LeaseTTL = "node-a", 4, 2*time.Second
+	})
+	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "once") })
+
+	// The delete does not reach etcd before the cut-off, and the deleter's
+	// next try comes after the rejoined node's acquire.
+	faults.deletes(triggerKeys)
+	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
+	sess := a.e.sess.Load()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, sess.Fenced)
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+	time.Sleep(time.Second) // a repeat, if any
+	faults.deletes(nil)
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("node-a fired its own trigger again after taking its partitions back: %v", d)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	a.stop(t)
+}
+
+// gatedProgress holds the catch-up watches' progress requests while held
+// is set: a partition's catch-up then takes as long (etcd busy, many
+// partitions catching up at once at a restart), and the acquire waits in
+// changesSince, between its checkpoint transaction and the load.
+type gatedProgress struct {
+	clientv3.Watcher
+	held atomic.Bool
+}
+
+func (g *gatedProgress) RequestProgress(ctx context.Context) error {
+	for g.held.Load() {
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return g.Watcher.RequestProgress(ctx)
+}
+
+// An acquire marks its partition owned (Engine.Owns) after its checkpoint
+// transaction, but the loop owns it only from the load, after the
+// catch-up: a trigger the watch delivers in between is left for the
+// owner's load to find. The acquire reads the pending triggers once the
+// loop owns the partition. It used to read them in its checkpoint
+// transaction, before such a trigger was written: nobody fired it until
+// the partition's next acquire.
+func TestEngine_TriggerWrittenWhileItsPartitionCatchesUpFires(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	const parts = 4
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	p := ring.Partition("once", parts)
+
+	cli := c.NewClient(t)
+	gate := &gatedProgress{Watcher: cli.Watcher}
+	gate.held.Store(true)
+	cli.Watcher = gate
+	n := startNodeOn(t, cli, "", log.handler, func(cfg *Config) { cfg.Partitions = parts }, noWait)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.e.Owns(p) }) // its checkpoint is written; the catch-up waits
+	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the trigger watch delivers it
+	gate.held.Store(false)
+	etcdtest.WaitFor(t, 20*time.Second, n.e.Ready)
+	if !eventually(5*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
+		t.Errorf("the trigger written while partition %d caught up never fired (%d trigger keys pending)", p, pendingTriggers(c))
+	}
+	n.stop(t)
+}
+
+// An early trigger (its task not in the loop: the task deleted before the
+// trigger came) gives up after triggerWait and its key goes, on a quiet
+// node too: the loop sweeps once a second. It used to sweep only at a
+// later trigger, load or task change, and on a quiet node the key stayed
+// for good. Here a trigger of a task that is gone comes to a node with
+// nothing else happening.
+func TestEngine_EarlyTriggerGivesUpWithNothingElseHappening(t *testing.T) {
+	c := etcdtest.Start(t)
+	const parts = 4
+	n := startNode(t, c, "", newFireLog().handler, func(cfg *Config) { cfg.Partitions = parts })
+	// The trigger of a task deleted right after it was written, its delete
+	// seen first by the partition's watch.
+	key := fmt.Sprintf("%s/triggers/%05d/%d/%s", DefaultPrefix, ring.Partition("gone", parts), time.Now().UnixMilli(), "gone")
+	if _, err := c.Client.Put(context.Background(), key, ""); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, n, func(l *loop) bool { return len(l.early) == 1 })
+	})
+	if !eventually(triggerWait+5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
+		t.Errorf("the early trigger of a task that never came still has its key %s past triggerWait", key)
+	}
+	n.stop(t)
+}
+
+// laggingTriggerWatch delivers the trigger watch's events lag late: the
+// watch behind a busy loop (it waits for the loop's answer to each
+// response) or behind etcd's slow-watcher catch-up during a bulk trigger.
+type laggingTriggerWatch struct {
+	clientv3.Watcher
+	lag time.Duration
+}
+
+func (w *laggingTriggerWatch) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in := w.Watcher.Watch(ctx, key, opts...)
+	if !strings.HasSuffix(key, "/triggers/") {
+		return in
+	}
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for resp := range in {
+			if len(resp.Events) > 0 && !sleepCtx(ctx, w.lag) {
+				return
+			}
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// The watch and an acquire's read of pending triggers can both deliver one
+// trigger, and the loop fires it once, however late the watch's event: it
+// passes over the events at or before the acquire's read. It used to tell
+// them only by time (a fired trigger remembered for triggerWait), and an
+// event later than that fired it again. Here the acquire reads the trigger
+// and fires it, the loop forgets it 11.5 s on, and the trigger watch's
+// event comes 13 s late.
+func TestEngine_TriggerTheAcquireReadIsNotFiredAgainByALateWatchEvent(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+
+	cli := c.NewClient(t)
+	cli.Watcher = &laggingTriggerWatch{Watcher: cli.Watcher, lag: triggerWait + 3*time.Second}
+	faults := injectFaults(cli)
+	let := make(chan struct{})
+	reached := faults.pauses(func(key, _ string) bool { return strings.Contains(key, "/checkpoints/") }, let)
+	n := startNodeOn(t, cli, "", log.handler, func(cfg *Config) { cfg.Partitions = 1 }, noWait)
+	select {
+	case <-reached: // the acquire's checkpoint transaction waits
+	case <-time.After(20 * time.Second):
+		t.Fatal("the acquire did not reach its checkpoint transaction")
+	}
+	time.Sleep(200 * time.Millisecond) // the trigger watch is set up
+	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	close(let)
+	etcdtest.WaitFor(t, 20*time.Second, n.e.Ready)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
+	time.Sleep(triggerWait + 1500*time.Millisecond)
+	putTask(t, reg, handlerTask("other", "0 0 0 1 1 *")) // any task change sweeps the loop's memory of triggers
+	time.Sleep(3 * time.Second)                          // the watch's late event
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("a trigger the acquire read fired again when the watch's event of it came late: %v", d)
+	}
+	n.stop(t)
 }
