@@ -193,8 +193,9 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 }
 
 // bufferedFire is a buffer_one fire waiting for the running one: its scheduled
-// time and its kind (a trigger's stays one when it runs, or is handed
-// over), and a trigger's override of the body or payload.
+// time and its kind (a trigger's stays one when it runs; released unrun,
+// it keeps its key for the next owner), and a trigger's override of the
+// body or payload.
 type bufferedFire struct {
 	at   int64
 	kind uint8

@@ -16,13 +16,15 @@
 //     dispatches every fire of the partition due up to its mark, waits until
 //     workers took them, and writes a released checkpoint with the mark and
 //     the fires before it that did not run (waiting behind a running
-//     fire); the new owner runs those and resumes exactly after the mark.
-//     A trigger's key stays in etcd until its fire starts (or ends unrun:
-//     skipped, its task deleted), so a trigger the old owner did not start
-//     is fired by the next owner from its key, with its override, and the
-//     release waits for the deletes of those it started (trigger.go) (TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce,
+//     fire); the new owner runs those and resumes exactly after the mark
+//     (TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce,
 //     TestEngine_JoinsAndLeavesNeitherRepeatNorMiss, and the chaos suite in
-//     internal/clustertest).
+//     internal/clustertest). A trigger's key stays in etcd until its fire
+//     starts (or ends unrun: skipped, its task deleted), so a trigger the
+//     old owner did not start is fired by the next owner from its key,
+//     with its override, and the release waits for the deletes of those it
+//     started (trigger.go,
+//     TestEngine_ReleaseWaitsForTheDeletesOfStartedTriggers).
 //   - A backfill (backfill.go) continues on the next owner after the
 //     progress etcd last acknowledged: a graceful hand-over repeats none of
 //     its fires, a crash at most 2 × its concurrency, and none is missed
@@ -208,8 +210,9 @@
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until its
-// fire starts on the owner, or ends there unrun; and /<prefix>/prepared/<node-id>, under the node's
-// lease, lists the partitions it prepared and waits to lock. This package
+// fire starts on the owner, or ends there unrun; and
+// /<prefix>/prepared/<node-id>, under the node's lease, lists the
+// partitions it prepared and waits to lock. This package
 // names the runtime's keys (keys.go: locks, checkpoints, watermarks,
 // prepared); package registry names the task, trigger and index keys.
 //

@@ -75,7 +75,7 @@ type Engine struct {
 	runCtx    context.Context    // ends when Close begins
 	cancel    context.CancelFunc // stops the coordinator, watches and writer
 	loopStop  context.CancelFunc
-	wg        sync.WaitGroup // the coordinator, the trigger watch and the writer
+	wg        sync.WaitGroup // every goroutine Start runs but the loop and the writers
 	loopDone  chan struct{}
 	drained   chan struct{}  // closed by Close once the workers are drained
 	writers   sync.WaitGroup // the chain writer and the trigger deleter, which then write what is left

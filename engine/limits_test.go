@@ -627,8 +627,8 @@ func TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease(t *testing.T) {
 	t.Logf("late fired at %v", secs(log.scheds("late")))
 }
 
-// A trigger's key is its only record until the owner deletes it, after
-// the fire. When the delete fails and the node crashes before a retry
+// A trigger's key is its only record until the owner deletes it, once
+// its fire started. When the delete fails and the node crashes before a retry
 // succeeds, the next owner finds the key at its acquire and fires the
 // trigger again (TestEngine_TriggerWhoseDeleteFailedFiresOnce shows that
 // a live node retries the delete, so a graceful hand-over fires it once).

@@ -155,7 +155,7 @@ type loop struct {
 
 	early     []earlyTrigger             // triggers that came before their task
 	triggered map[triggerKey]seenTrigger // triggers fired or early
-	forgetAt  int64                      // when sweepTriggers next forgets triggered ones (unix ns)
+	forgetAt  int64                      // when sweepTriggers next runs (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats
 	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats

@@ -494,8 +494,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
-	// this node never released. The same transaction reads p's pending
-	// triggers; its revision is the one the tasks are brought up to.
+	// this node never released. The transaction's revision is the one the
+	// tasks are brought up to.
 	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after}
 	var held *clientv3.TxnResponse
 	if err == nil {

@@ -133,8 +133,8 @@ func (l *loop) retryTriggers() {
 // sweepTriggers, once a second, drops the early triggers that waited too
 // long, their keys with them, and forgets the fired ones past triggerWait.
 // The loop runs it between dispatches, so that it happens on a quiet node
-// too; a bulk trigger remembers tens of thousands, which each of its
-// triggers used to walk.
+// too, and not at each trigger: a bulk trigger remembers tens of
+// thousands. Called only from the dispatch loop.
 func (l *loop) sweepTriggers() {
 	now := l.cfg.Clock.Now().UnixNano()
 	if now < l.forgetAt || (len(l.early) == 0 && len(l.triggered) == 0) {

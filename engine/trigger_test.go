@@ -610,7 +610,7 @@ func TestEngine_TriggerTheAcquireReadIsNotFiredAgainByALateWatchEvent(t *testing
 	etcdtest.WaitFor(t, 20*time.Second, n.e.Ready)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("once")) == 1 })
 	time.Sleep(triggerWait + 1500*time.Millisecond)
-	putTask(t, reg, handlerTask("other", "0 0 0 1 1 *")) // any task change sweeps the loop's memory of triggers
+	putTask(t, reg, handlerTask("other", "0 0 0 1 1 *")) // the loop has forgotten the trigger (sweepTriggers, once a second)
 	time.Sleep(3 * time.Second)                          // the watch's late event
 	if d := log.duplicates(); len(d) > 0 {
 		t.Errorf("a trigger the acquire read fired again when the watch's event of it came late: %v", d)

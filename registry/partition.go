@@ -154,8 +154,8 @@ func (r *Registry) PartitionID(p int, key []byte) string {
 	return string(key[len(r.keys.prefix)+len("/tasks/00000/"):])
 }
 
-// TriggerRead is the read of partition p's pending triggers, for a
-// transaction; ParseTrigger reads its keys and DecodeTriggerValue the
+// TriggerRead is the read of partition p's pending triggers, as an
+// operation; ParseTrigger reads its keys and DecodeTriggerValue the
 // overrides their values carry.
 func (r *Registry) TriggerRead(p int) clientv3.Op {
 	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix())
@@ -183,9 +183,9 @@ func (r *Registry) PendingTriggers(ctx context.Context) (*clientv3.GetResponse, 
 	return r.cli.Get(ctx, r.keys.triggers(), clientv3.WithPrefix())
 }
 
-// PendingTriggerCount counts every partition's pending triggers, their
-// keys left unread: what a fleet-wide trigger leaves in etcd until the
-// owners have deleted the keys of the fires that started.
+// PendingTriggerCount counts every partition's pending triggers without
+// reading them (a count-only get): what a fleet-wide trigger leaves in
+// etcd until the owners have deleted the keys of the fires that started.
 func (r *Registry) PendingTriggerCount(ctx context.Context) (int64, error) {
 	resp, err := r.cli.Get(ctx, r.keys.triggers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {

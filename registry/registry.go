@@ -389,7 +389,7 @@ func (r *Registry) setPaused(ctx context.Context, id string, paused bool, p *tas
 // Trigger asks the task's owner to fire it once now, outside its schedule,
 // and returns the scheduled time of that fire (the idempotency key's time).
 // The request is a key under /<prefix>/triggers/ that the owner deletes
-// once it has fired.
+// once the fire starts, or ends unrun.
 func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 	return r.TriggerWith(ctx, id, nil)
 }
