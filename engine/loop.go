@@ -418,7 +418,7 @@ func (l *loop) events(c *eventsCmd) {
 }
 
 // removeDeleted removes record i of a deleted task, ending the trigger buffered
-// for it, if any.
+// for it, if any. Called only from the dispatch loop.
 func (l *loop) removeDeleted(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
 		l.pool.ends.add(triggerKey{int(r.part), l.tab.id(r), w.at})

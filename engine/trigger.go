@@ -75,6 +75,7 @@ type triggerRead struct {
 // one delivered twice (same revision) fires once. A key put again after
 // the loop took it (two chains of one target and second, two nodes that
 // trigger a task in one millisecond) is that fire: its key goes too.
+// Called only from the dispatch loop, as are the other loop methods here.
 func (l *loop) triggers(c *triggersCmd) {
 	if l.fenced() {
 		return // the keys stay for the next owner's load to find
