@@ -385,6 +385,9 @@ func (l *loop) complete(b *completionBatch) {
 		}
 		r.running--
 		r.status = c.status
+		if c.kind == kindTrigger {
+			l.triggerEnded(triggerKey{int(r.part), l.tab.id(r), c.sched})
+		}
 		prof := l.profs.list[r.prof]
 		x := b.extra(c)
 		final := true

@@ -352,7 +352,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		switch j.kind {
 		case kindRetry:
 		case kindTrigger:
-			l.forgetTrigger(triggerKey{int(j.part), j.id, j.sched})
+			l.forgetTrigger(j.triggerKey())
 		default:
 			h.list(handedFire(j.id, j.sched, j.kind), j.due)
 		}
@@ -405,7 +405,8 @@ func (l *loop) takeOver(c *takeOverCmd) {
 // TTL, or a crash before it commits) would miss them. The watermark write
 // carries these points, and a successor resumes such a partition from the
 // earlier of the two: it repeats that partition's fires since, and no
-// other partition's.
+// other partition's. Its lock is taken under the pool's (dropped) and
+// takes no other.
 type holds struct {
 	mu     sync.Mutex    // guards marks and resume
 	marks  map[int]int64 // by partition
@@ -804,16 +805,13 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 	return prev, w, nil, nil, nil
 }
 
-// putCheckpoint writes p's checkpoint while m is still held, with reads
-// at the same revision in the same transaction (their answers follow the
-// put's in the response).
-func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint, reads ...clientv3.Op) (*clientv3.TxnResponse, error) {
+// putCheckpoint writes p's checkpoint while m is still held.
+func (e *Engine) putCheckpoint(ctx context.Context, m *concurrency.Mutex, p int, cp checkpoint) (*clientv3.TxnResponse, error) {
 	val, err := json.Marshal(cp)
 	if err != nil {
 		return nil, err
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(e.keys.checkpoint(p), string(val))}, reads...)
-	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(ops...).Commit()
+	resp, err := e.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(e.keys.checkpoint(p), string(val))).Commit()
 	if err != nil {
 		return nil, err
 	}

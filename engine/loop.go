@@ -155,7 +155,7 @@ type loop struct {
 
 	early     []earlyTrigger             // triggers that came before their task
 	triggered map[triggerKey]seenTrigger // triggers fired or early
-	forgetAt  int64                      // when sweepTriggers next runs (unix ns)
+	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats
 	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats
@@ -410,7 +410,7 @@ func (l *loop) events(c *eventsCmd) {
 		l.dropJobs(func(j *job) bool {
 			gen, ok := gone[j.rec]
 			if ok && j.gen == gen && j.kind == kindTrigger {
-				l.pool.ends.add(triggerKey{int(j.part), j.id, j.sched})
+				l.pool.ends.add(j.triggerKey())
 			}
 			return ok && j.gen == gen
 		})

@@ -532,7 +532,7 @@ func (p *pool) take(buf []job) int {
 	}
 	for i := range buf[:k] {
 		if j := &buf[i]; j.kind == kindTrigger {
-			p.ends.add(triggerKey{int(j.part), j.id, j.sched}) // it starts (or is canceled unrun): its key goes
+			p.ends.add(j.triggerKey()) // it starts (or is canceled unrun): its key goes
 		}
 	}
 	p.taken += uint64(k)

@@ -46,7 +46,10 @@ type triggerFire struct {
 	over *task.Override // the body or payload of this fire; nil: the task's
 }
 
-func (c *triggerFire) key() triggerKey { return triggerKey{c.part, c.id, c.at} }
+func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
+
+// triggerKey is the key of j, a trigger's job.
+func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.sched} }
 
 type earlyTrigger struct {
 	triggerFire
@@ -58,6 +61,8 @@ type earlyTrigger struct {
 type seenTrigger struct {
 	until, rev int64
 	early      bool
+	ended      bool // its fire ended here
+	again      bool // its key was put again while its fire waited or ran: it goes when the fire ends
 }
 
 // triggerRead is the acquire's read of a partition's pending triggers, at
@@ -89,9 +94,14 @@ func (l *loop) triggers(c *triggersCmd) {
 		}
 		if s, seen := l.triggered[f.key()]; seen {
 			if f.rev > s.rev {
-				l.triggered[f.key()] = seenTrigger{until: s.until, rev: f.rev, early: s.early}
-				if !s.early {
-					l.pool.ends.add(f.key()) // its fire may have started, its key gone already
+				// Put again: that fire. Once it ended, the delete at its
+				// start is past, and the key goes now; before, it goes
+				// when the fire ends, and stays should the fire be handed
+				// over unrun.
+				s.rev, s.again = f.rev, !s.ended
+				l.triggered[f.key()] = s
+				if s.ended {
+					l.pool.ends.add(f.key())
 				}
 			}
 			continue
@@ -106,19 +116,33 @@ func (l *loop) triggers(c *triggersCmd) {
 	}
 }
 
-// triggerNow fires c if the loop holds its task, and reports whether it did.
-func (l *loop) triggerNow(c *triggerFire, now int64) bool {
-	if !l.parts[c.part].owned {
+// triggerNow fires f if the loop holds its task, and reports whether it did.
+func (l *loop) triggerNow(f *triggerFire, now int64) bool {
+	if !l.parts[f.part].owned {
 		return false
 	}
-	i, r, ok := l.tab.lookup(c.id)
+	i, r, ok := l.tab.lookup(f.id)
 	if !ok {
 		return false
 	}
-	l.triggered[c.key()] = seenTrigger{until: now + int64(triggerWait), rev: c.rev}
-	l.admit(i, r, l.profs.list[r.prof], c.at, now, kindTrigger, c.over)
+	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev}
+	l.admit(i, r, l.profs.list[r.prof], f.at, now, kindTrigger, f.over)
 	l.pushJobs()
 	return true
+}
+
+// triggerEnded notes that the fire of trigger k ended here; a key put again
+// while it waited or ran goes now.
+func (l *loop) triggerEnded(k triggerKey) {
+	s, ok := l.triggered[k]
+	if !ok {
+		return
+	}
+	if s.again {
+		l.pool.ends.add(k)
+	}
+	s.ended, s.again = true, false
+	l.triggered[k] = s
 }
 
 // retryTriggers fires the early triggers whose task came: after a load or
@@ -138,10 +162,10 @@ func (l *loop) retryTriggers() {
 // thousands. Called only from the dispatch loop.
 func (l *loop) sweepTriggers() {
 	now := l.cfg.Clock.Now().UnixNano()
-	if now < l.forgetAt || (len(l.early) == 0 && len(l.triggered) == 0) {
+	if now < l.sweepAt || (len(l.early) == 0 && len(l.triggered) == 0) {
 		return
 	}
-	l.forgetAt = now + int64(time.Second)
+	l.sweepAt = now + int64(time.Second)
 	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool {
 		if now < t.until {
 			return false
@@ -216,8 +240,9 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 // ended without running, for deleteTriggers to delete in transactions of
 // many. Workers add to it when they take a trigger's job, under the pool's
 // lock: once the jobs a release waits for are taken, the keys of those
-// that started are queued. It holds no more than the triggers pending in
-// etcd; safe for concurrent use.
+// that started are queued. It holds about as many keys as there are
+// triggers pending in etcd (a key put again is queued again); safe for
+// concurrent use. Its lock is taken under the pool's and takes no other.
 type triggerEnds struct {
 	mu       sync.Mutex // guards the rest
 	q        []triggerKey
@@ -317,11 +342,14 @@ func (t *triggerEnds) len() int {
 // then what is left (etcdTimeout at most), retrying while etcd refuses.
 func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-stop
-		time.AfterFunc(etcdTimeout, cancel) // the last deletes, for Close
-	}()
 	defer cancel()
+	go func() { // ends with this function
+		select {
+		case <-stop:
+			time.AfterFunc(etcdTimeout, cancel) // the last deletes, for Close
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		batch := t.take(deleteParallel * registry.MaxTxnOps)
 		if batch == nil {

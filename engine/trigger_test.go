@@ -617,3 +617,38 @@ func TestEngine_TriggerTheAcquireReadIsNotFiredAgainByALateWatchEvent(t *testing
 	}
 	n.stop(t)
 }
+
+// A key put again while its trigger's fire waits is that fire: its key
+// goes when the fire ends, not at once, so that it stays should the fire
+// be handed over unrun (a fence, a release). Put again after the fire
+// ended, it goes at once.
+func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
+	put := func(rev int64) {
+		c := &triggersCmd{fires: []triggerFire{{part: 0, id: "x", at: base.UnixNano(), rev: rev}}, reply: make(chan struct{}, 1)}
+		tl.handle(c)
+		<-c.reply
+	}
+	k := triggerKey{0, "x", base.UnixNano()}
+	put(1)
+	put(2) // while its fire waits for a worker
+	if got := tl.pool.ends.take(10); len(got) != 0 {
+		t.Fatalf("the key put again while its fire waited went at once: %v", got)
+	}
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the one fire", got)
+	}
+	tl.triggerEnded(k)
+	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+		t.Errorf("when the fire ended, keys ended %v, want x's", got)
+	}
+	put(3) // after the fire ended
+	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+		t.Errorf("put again after its fire ended, keys ended %v, want x's", got)
+	}
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Errorf("dispatched %v, want the one fire", got)
+	}
+}

@@ -122,15 +122,17 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
 	for {
+		// The watermark first: the resume points of the fires it passed
+		// were noted before it passed them (holds.dropped). Both before the
+		// session's check: a drop once the session is fenced resets holds.
+		w := e.holds.cap(e.pool.watermark.Load())
+		resumes := e.holds.resumes()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.
 			e.acked.noSpace.Store(false)
 		} else {
-			// The watermark first: the resume points of the fires it passed
-			// were noted before (holds.dropped).
-			w := e.holds.cap(e.pool.watermark.Load())
-			val := encodeWatermark(w, e.holds.resumes())
+			val := encodeWatermark(w, resumes)
 			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
 			resp, err := e.cli.Txn(wctx).
 				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).

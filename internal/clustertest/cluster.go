@@ -196,7 +196,7 @@ func (c *Cluster) sched(sec int64) string { return c.rel(time.Unix(sec, 0)) }
 func (c *Cluster) Fault(node, kind string, post time.Duration) {
 	f := &Fault{Node: node, Kind: kind, Post: post}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	if resp, err := c.Etcd.Client.Get(ctx, "rev"); err == nil {
+	if resp, err := c.Etcd.Client.Get(ctx, "rev"); err == nil { // any key: the answer's header has the revision
 		f.Rev = resp.Header.Revision
 	}
 	cancel()
