@@ -217,7 +217,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		}
 		l.skip(r, sched, 1, why)
 		if kind == kindTrigger {
-			l.pool.ends.add(triggerKey{int(r.part), l.tab.id(r), sched})
+			l.pool.ends.add(l.triggerKeyOf(r, sched))
 		}
 		return
 	case admitBuffer:
@@ -386,7 +386,7 @@ func (l *loop) complete(b *completionBatch) {
 		r.running--
 		r.status = c.status
 		if c.kind == kindTrigger {
-			l.triggerEnded(triggerKey{int(r.part), l.tab.id(r), c.sched})
+			l.triggerEnded(l.triggerKeyOf(r, c.sched))
 		}
 		prof := l.profs.list[r.prof]
 		x := b.extra(c)

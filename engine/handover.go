@@ -305,12 +305,12 @@ func (l *loop) releaseParts(parts []int) release {
 		switch {
 		case out[int(r.part)] == nil:
 		case w.kind == kindTrigger:
-			l.forgetTrigger(triggerKey{int(r.part), l.tab.id(r), w.at})
+			l.forgetTrigger(l.triggerKeyOf(r, w.at))
 		default:
 			out[int(r.part)].list(handedFire(l.tab.id(r), w.at, w.kind), w.at+l.delay(r, w.at))
 		}
 	}
-	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool {
+	l.early = slices.DeleteFunc(l.early, func(t triggerFire) bool {
 		if out[t.part] == nil {
 			return false
 		}

@@ -153,7 +153,7 @@ type loop struct {
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
-	early     []earlyTrigger             // triggers that came before their task
+	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
 
@@ -421,7 +421,7 @@ func (l *loop) events(c *eventsCmd) {
 // for it, if any. Called only from the dispatch loop.
 func (l *loop) removeDeleted(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
-		l.pool.ends.add(triggerKey{int(r.part), l.tab.id(r), w.at})
+		l.pool.ends.add(l.triggerKeyOf(r, w.at))
 	}
 	l.remove(i)
 }

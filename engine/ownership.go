@@ -547,7 +547,8 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	if err != nil {
 		return undo(fmt.Errorf("read pending triggers: %w", err))
 	}
-	e.fireTriggers(ctx, tr.Get().Kvs, &triggerRead{part: p, rev: tr.Get().Header.Revision})
+	triggers := tr.Get()
+	e.fireTriggers(ctx, triggers.Kvs, &triggerRead{part: p, rev: triggers.Header.Revision})
 	// The watch's goroutine closes done once the naming has ended too,
 	// with no goroutine of its own for that: every garbage collection
 	// scans each parked goroutine's stack, and a node owns a thousand

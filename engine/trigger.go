@@ -48,13 +48,13 @@ type triggerFire struct {
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
 
+// triggerKeyOf is the key of record r's trigger at at (unix ns).
+func (l *loop) triggerKeyOf(r *record, at int64) triggerKey {
+	return triggerKey{int(r.part), l.tab.id(r), at}
+}
+
 // triggerKey is the key of j, a trigger's job.
 func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.sched} }
-
-type earlyTrigger struct {
-	triggerFire
-	until int64 // dropped after this (unix ns)
-}
 
 // seenTrigger is a trigger the loop fired or holds early: until when it
 // remembers it, and the last revision of its key it saw.
@@ -108,7 +108,7 @@ func (l *loop) triggers(c *triggersCmd) {
 		}
 		if !l.triggerNow(f, now) {
 			l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, early: true}
-			l.early = append(l.early, earlyTrigger{triggerFire: *f, until: now + int64(triggerWait)})
+			l.early = append(l.early, *f)
 		}
 	}
 	if c.read != nil && l.parts[c.read.part].owned {
@@ -152,7 +152,7 @@ func (l *loop) retryTriggers() {
 		return
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool { return l.triggerNow(&t.triggerFire, now) })
+	l.early = slices.DeleteFunc(l.early, func(f triggerFire) bool { return l.triggerNow(&f, now) })
 }
 
 // sweepTriggers, once a second, drops the early triggers that waited too
@@ -166,11 +166,11 @@ func (l *loop) sweepTriggers() {
 		return
 	}
 	l.sweepAt = now + int64(time.Second)
-	l.early = slices.DeleteFunc(l.early, func(t earlyTrigger) bool {
-		if now < t.until {
+	l.early = slices.DeleteFunc(l.early, func(f triggerFire) bool {
+		if now < l.triggered[f.key()].until {
 			return false
 		}
-		l.pool.ends.add(t.key()) // its task never came: the trigger ends here
+		l.pool.ends.add(f.key()) // its task never came: the trigger ends here
 		return true
 	})
 	maps.DeleteFunc(l.triggered, func(_ triggerKey, s seenTrigger) bool { return now >= s.until })
