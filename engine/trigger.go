@@ -156,7 +156,8 @@ func (l *loop) retryTriggers() {
 }
 
 // sweepTriggers, once a second, drops the early triggers that waited too
-// long, their keys with them, and forgets the fired ones past triggerWait.
+// long, their keys with them, and forgets the fired ones past triggerWait
+// whose task has no fire in flight.
 // The loop runs it between dispatches, so that it happens on a quiet node
 // too, and not at each trigger: a bulk trigger remembers tens of
 // thousands. Called only from the dispatch loop.
@@ -173,7 +174,27 @@ func (l *loop) sweepTriggers() {
 		l.pool.ends.add(f.key()) // its task never came: the trigger ends here
 		return true
 	})
-	maps.DeleteFunc(l.triggered, func(_ triggerKey, s seenTrigger) bool { return now >= s.until })
+	maps.DeleteFunc(l.triggered, func(k triggerKey, s seenTrigger) bool {
+		if now < s.until {
+			return false
+		}
+		if !s.ended && !s.early && l.firing(k) {
+			// Its fire may still wait or run: a put of its key is that
+			// fire's until it ends, however long it takes.
+			s.until = now + int64(triggerWait)
+			l.triggered[k] = s
+			return false
+		}
+		return true
+	})
+}
+
+// firing reports whether the task of trigger k has a fire waiting for a
+// worker, buffered or running here (not necessarily k's: a scheduled fire
+// keeps k remembered a little longer, which costs nothing).
+func (l *loop) firing(k triggerKey) bool {
+	_, r, ok := l.tab.lookup(k.id)
+	return ok && int(r.part) == k.part && r.running > 0
 }
 
 // forgetTrigger forgets a trigger handed over unrun with its partition: its

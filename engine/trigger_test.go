@@ -652,3 +652,34 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 		t.Errorf("dispatched %v, want the one fire", got)
 	}
 }
+
+// A key put again while its fire waits or runs longer than triggerWait is
+// still that fire: the sweep keeps a trigger whose task has a fire in
+// flight, and forgets it once that fire ended.
+func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing: the fire waits
+	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
+	put := func(rev int64) {
+		c := &triggersCmd{fires: []triggerFire{{part: 0, id: "x", at: base.UnixNano(), rev: rev}}, reply: make(chan struct{}, 1)}
+		tl.handle(c)
+		<-c.reply
+	}
+	k := triggerKey{0, "x", base.UnixNano()}
+	put(1)
+	tl.clock.Advance(triggerWait + time.Second)
+	tl.sweepTriggers()
+	put(2)
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the one fire: the key put again %v after its trigger was taken for a new one", got, triggerWait)
+	}
+	tl.triggerEnded(k)
+	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+		t.Errorf("when the fire ended, keys ended %v, want x's", got)
+	}
+	tl.clock.Advance(triggerWait + time.Second)
+	tl.sweepTriggers()
+	if _, ok := tl.triggered[k]; ok {
+		t.Error("the trigger is still remembered past triggerWait after its fire ended")
+	}
+}
