@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -135,7 +136,13 @@ func (e *Engine) startBackfills(ctx context.Context, p int) {
 	e.bf.mu.Unlock()
 	resp, err := e.reg.PartitionBackfills(ctx, p)
 	if err != nil {
-		e.log.Warn("reading a partition's backfills failed; they resume at its next acquire", "partition", p, "err", err)
+		level := slog.LevelWarn
+		if ctx.Err() != nil {
+			// The acquire was cut short, the ring having moved p on: its
+			// next owner starts them, nothing failed.
+			level = slog.LevelDebug
+		}
+		e.log.Log(ctx, level, "reading a partition's backfills failed; they resume at its next acquire", "partition", p, "err", err)
 		return
 	}
 	for _, kv := range resp.Kvs {

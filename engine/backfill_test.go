@@ -3,11 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -208,5 +211,22 @@ func TestLoop_QueuedBackfillFiresAreHandedOverAndRun(t *testing.T) {
 		fmt.Sprintf("bf@%d", old.Add(2*time.Hour).UnixMilli())}
 	if got := b.dispatched(0); !slices.Equal(got, want) {
 		t.Errorf("the next owner dispatched %v, want %v", got, want)
+	}
+}
+
+// An acquire cut short (the ring moved its partition on) reads no
+// backfills, and says so below warning: its next owner starts them, and a
+// join would otherwise warn for every partition it passed on.
+func TestEngine_BackfillReadOfACanceledAcquireIsNoWarning(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	n := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.e.startBackfills(ctx, 0)
+	if strings.Contains(buf.String(), "backfills failed") {
+		t.Errorf("a canceled acquire's backfill read warned:\n%s", buf.String())
 	}
 }
