@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -204,6 +206,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.reg = reg
+	if err := e.checkCacheOrigin(); err != nil {
+		return err
+	}
 	sess, err := untilAnswered(ctx, e.log, "joining the cluster", func() (*membership.Session, error) {
 		return membership.Join(ctx, e.cfg.membership(e.cli))
 	})
@@ -253,6 +258,37 @@ func (e *Engine) Start(ctx context.Context) error {
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
+	return nil
+}
+
+// checkCacheOrigin drops the Badger cache of partitions when it was read
+// from another etcd cluster or prefix (registry.Origin): its revisions
+// belong to another history, and its tasks, loaded as synced, would fire
+// though etcd has none of them. The origin is recorded after the drop, so
+// that a crash between the two drops it again. A cache written before
+// origins were kept is taken as this cluster's, as it always was.
+func (e *Engine) checkCacheOrigin() error {
+	if e.store == nil {
+		return nil
+	}
+	want := e.reg.Origin()
+	got, err := e.store.Origin()
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if bytes.Equal(got, want) {
+		return nil
+	}
+	if got != nil {
+		e.log.Warn("the task cache was read from another etcd cluster or prefix; dropping it, every partition loads from etcd",
+			"prefix", e.cfg.Prefix)
+		if err := e.store.DropTasks(); err != nil {
+			return fmt.Errorf("engine: the task cache comes from another etcd cluster or prefix, and dropping it failed: %w", err)
+		}
+	}
+	if err := e.store.SetOrigin(want); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
 	return nil
 }
 

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -199,7 +201,14 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 		return nil, err
 	}
 	if rev > now {
-		e.log.Warn("the partition cache is ahead of etcd; loading from etcd", "partition", p, "cached", rev, "etcd", now)
+		// etcd was restored or replaced under the cache: every partition
+		// is likely so, and one warning says it (a node holds thousands).
+		level := slog.LevelDebug
+		if e.revs.warned.CompareAndSwap(false, true) {
+			level = slog.LevelWarn
+		}
+		e.log.Log(ctx, level, "the partition cache is ahead of etcd (restored under it?); loading from etcd, and any other partition so found (logged at debug)",
+			"partition", p, "cached", rev, "etcd", now)
 		return nil, nil
 	}
 	return &prepared{p: p, rev: rev, defs: defs}, nil
@@ -212,6 +221,8 @@ type revisions struct {
 	sem  chan struct{} // a slot: one read at a time, which the others then share
 	rev  int64         // the last revision read, under sem
 	read time.Time     // when, under sem: the wall clock's, as it dates a read of etcd, not a fire
+
+	warned atomic.Bool // a partition was found ahead of etcd, and the log said so
 }
 
 func newRevisions() *revisions { return &revisions{sem: make(chan struct{}, 1)} }

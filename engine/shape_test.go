@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/shardcron/shardcron/engine/executor"
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -270,5 +272,96 @@ func TestEngine_RestartFromTheCache(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A cache read from another etcd cluster or prefix is dropped at the
+// start, even when the new etcd's revision is past the cache's (so that
+// it does not look ahead of etcd): its tasks, which etcd does not hold,
+// must not fire.
+func TestEngine_CacheOfAnotherClusterOrPrefixIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other func(t *testing.T, first *etcdtest.Cluster) (*etcdtest.Cluster, string)
+	}{
+		{name: "another cluster", other: func(t *testing.T, first *etcdtest.Cluster) (*etcdtest.Cluster, string) {
+			c := etcdtest.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resp, err := first.Client.Get(ctx, "any")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rev := int64(0); rev <= resp.Header.Revision+100; {
+				put, err := c.Client.Put(ctx, "/filler", "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rev = put.Header.Revision
+			}
+			return c, ""
+		}},
+		{name: "another prefix", other: func(t *testing.T, first *etcdtest.Cluster) (*etcdtest.Cluster, string) {
+			return first, "/other"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := etcdtest.Start(t)
+			log := newFireLog()
+			dir := t.TempDir()
+			a := startNode(t, first, dir, log.handler, func(cfg *Config) { cfg.Partitions = 1 })
+			putTask(t, a.e.Registry(), handlerTask("ghost", "* * * * * *"))
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("ghost")) > 0 })
+			a.stop(t)
+
+			c, prefix := tc.other(t, first)
+			fired := len(log.forTask("ghost"))
+			b := startNode(t, c, dir, log.handler, func(cfg *Config) {
+				cfg.Partitions = 1
+				if prefix != "" {
+					cfg.Prefix = prefix
+				}
+			})
+			if loads := b.e.Stats().FullLoads; loads != 1 {
+				t.Errorf("%d full reads of the partition at the restart, want 1: the cache was used", loads)
+			}
+			time.Sleep(2500 * time.Millisecond) // two of ghost's seconds
+			if n := len(log.forTask("ghost")) - fired; n > 0 {
+				t.Errorf("ghost, a task of the cache only, fired %d times after the restart", n)
+			}
+		})
+	}
+}
+
+// A cache found ahead of etcd (restored under it) warns once, not once a
+// partition: a node holds thousands of them.
+func TestEngine_CacheAheadOfEtcdWarnsOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	dir := t.TempDir()
+	tweak := func(cfg *Config) { cfg.Partitions = 4 }
+	a := startNode(t, c, dir, nil, tweak)
+	a.stop(t)
+	st, err := store.Open(store.DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(4) {
+		if err := st.Apply(p, 1<<40, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var buf logbuf.Buffer
+	b := startNode(t, c, dir, nil, func(cfg *Config) {
+		tweak(cfg)
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	if loads := b.e.Stats().FullLoads; loads != 4 {
+		t.Errorf("%d partitions read from etcd, want the 4 the cache held ahead", loads)
+	}
+	if n := strings.Count(buf.String(), "ahead of etcd"); n != 1 {
+		t.Errorf("%d warnings of a cache ahead of etcd, want 1:\n%s", n, buf.String())
 	}
 }

@@ -68,6 +68,7 @@ type Registry struct {
 	now        func() time.Time
 	triggers   triggerTimes
 	indexed    atomic.Bool // the index marker was seen: every task is indexed
+	origin     []byte      // the cluster and prefix, as Origin names them
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
 	// index costs.
@@ -137,6 +138,7 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 		return nil, fmt.Errorf("registry: read cluster record %s: %w", key, err)
 	}
 	if resp.Succeeded {
+		r.origin = origin(key, resp.Header.Revision, rec)
 		return r, nil
 	}
 	var c Cluster
@@ -148,8 +150,23 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 		return nil, fmt.Errorf("%w: the cluster under %s has %d partitions, this node was started with %d (partitions are fixed when a cluster is created)",
 			ErrPartitionsMismatch, r.keys.prefix, c.Partitions, partitions)
 	}
+	r.origin = origin(key, kvs[0].CreateRevision, kvs[0].Value)
 	return r, nil
 }
+
+// origin names the cluster under a prefix by its cluster record: its key
+// (the prefix), the revision that created it and its value (the time of
+// its creation, to the nanosecond). etcd's own cluster id would not do:
+// every embedded etcd started with the same settings has the same one.
+func origin(key string, created int64, rec []byte) []byte {
+	return fmt.Appendf(nil, "%s\n%d\n%s", key, created, rec)
+}
+
+// Origin names the tasks this registry holds: the etcd cluster and prefix,
+// as their cluster record identifies them. Another origin's revisions are
+// another history, so a node's cache of partitions read from one is of no
+// use with another, even one whose revision is further on.
+func (r *Registry) Origin() []byte { return r.origin }
 
 func firstValue(kvs []*mvccpb.KeyValue) []byte {
 	if len(kvs) == 0 {

@@ -71,6 +71,7 @@
 //	t/<p: uint32 big-endian>/<task id>   task value, as given (opaque)
 //	r/<p: uint32 big-endian>             synced revision and task count: two int64 big-endian
 //	e/<task id>\x00<class><slot>         execution record (execution.go)
+//	m/origin                             the cluster the cached partitions come from (SetOrigin)
 //
 // In history keys class is 's' (successes) or 'f' (failures) and slot a
 // byte below MaxHistoryLimit; the value is the record's sequence number

@@ -10,6 +10,7 @@ const (
 	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
 	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision, task count (int64 BE each)
 	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded task.Execution
+	nsMeta     = "m/" // m/origin                          -> the origin of the cached partitions (SetOrigin)
 
 	// nsOldHistory held one key per execution record, without bound, in
 	// versions before the per-task limits; Open deletes it.
@@ -34,6 +35,8 @@ func taskKey(p uint32, id string) []byte {
 	b = append(b, '/')
 	return append(b, id...)
 }
+
+var originKey = []byte(nsMeta + "origin")
 
 func revisionKey(p uint32) []byte {
 	b := make([]byte, 0, len(nsRevision)+4)

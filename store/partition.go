@@ -319,6 +319,67 @@ func (s *Store) Drop(p uint32) error {
 	return nil
 }
 
+// Origin returns what SetOrigin last recorded, or nil when nothing was:
+// an empty store, or one written before origins were kept.
+func (s *Store) Origin() ([]byte, error) {
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.ops.Done()
+	var o []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(originKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		o, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read the origin: %w", err)
+	}
+	return o, nil
+}
+
+// SetOrigin records o as the origin of the cached partitions: the caller's
+// name for the etcd cluster and prefix they were read from. A store's
+// revisions mean nothing against another cluster's, so a caller that finds
+// another origin calls DropTasks first.
+func (s *Store) SetOrigin(o []byte) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: record the origin: %w", err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(originKey, o) }); err != nil {
+		return fmt.Errorf("store: record the origin: %w", err)
+	}
+	return nil
+}
+
+// DropTasks forgets every cached partition, as Drop does one: the
+// revisions first, then the tasks. Execution history stays.
+func (s *Store) DropTasks() error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.ops.Done()
+	if err := s.checkRoom(); err != nil {
+		return fmt.Errorf("store: drop the cached partitions: %w", err)
+	}
+	for _, prefix := range []string{nsRevision, nsTask} {
+		if err := s.deletePrefix([]byte(prefix)); err != nil {
+			return fmt.Errorf("store: drop the cached partitions: %w", err)
+		}
+	}
+	return nil
+}
+
 func readRevision(txn *badger.Txn, p uint32) (r synced, err error) {
 	item, err := txn.Get(revisionKey(p))
 	if errors.Is(err, badger.ErrKeyNotFound) {

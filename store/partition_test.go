@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/task"
 )
 
 // scan returns p's revision and tasks as "id=value id=value".
@@ -409,5 +412,41 @@ func TestSplit_InterruptedAddIsCorrupt(t *testing.T) {
 	}
 	if _, err := s.Partition(1, func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Partition = %v, want an error matching ErrCorrupt", err)
+	}
+}
+
+// An origin survives a reopen, and DropTasks forgets every partition (the
+// revisions with the tasks) but keeps the origin and the history.
+func TestOrigin_DropTasksForgetsEveryPartition(t *testing.T) {
+	cfg := testConfig(t)
+	s := openTest(t, cfg)
+	if o, err := s.Origin(); o != nil || err != nil {
+		t.Fatalf("Origin of an empty store = %q, %v, want nil, nil", o, err)
+	}
+	if err := s.SetOrigin([]byte("cluster-a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint32{0, 7, math.MaxUint32} {
+		if err := s.Reset(p, 10, kvs("a=1", "b=2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Record(task.Execution{TaskID: "a", ScheduledAt: time.Unix(100, 0), Attempt: 1, Node: "n1", Status: task.ExecutionOK})
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropTasks(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint32{0, 7, math.MaxUint32} {
+		if rev, tasks := scan(t, s, p); rev != 0 || tasks != "" {
+			t.Errorf("partition %d after DropTasks: revision %d, tasks %q; want none", p, rev, tasks)
+		}
+	}
+	if h, err := s.History("a", 10); err != nil || len(h) != 1 {
+		t.Errorf("history after DropTasks: %v, %v; want the one record", h, err)
+	}
+	if o, err := s.Origin(); string(o) != "cluster-a" || err != nil {
+		t.Errorf("Origin after DropTasks = %q, %v, want cluster-a", o, err)
 	}
 }
