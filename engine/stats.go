@@ -177,9 +177,16 @@ func logMisfires(ctx context.Context, log *slog.Logger, every, threshold time.Du
 		if n == seen {
 			continue
 		}
-		log.Warn("fires came later than the misfire threshold, and their tasks' misfire policies decided which of the missed times run; "+
-			"the node is behind its schedule: it needs more workers or more CPU, or fewer tasks",
-			"misfires", n-seen, "in", every, "threshold", threshold, "dispatch_behind", behind().Round(time.Millisecond))
+		late := behind()
+		why := "the node is behind its schedule: it needs more workers or more CPU, or fewer tasks"
+		if late < threshold {
+			// Times missed while nothing ran them, which a node that keeps
+			// up cannot help.
+			why = "the node keeps up with its schedule now, so the times were missed before: " +
+				"while it was down or stalled, while their partition had no owner, or given already past (an @at time)"
+		}
+		log.Warn("fires came later than the misfire threshold, and their tasks' misfire policies decided which of the missed times run; "+why,
+			"misfires", n-seen, "in", every, "threshold", threshold, "dispatch_behind", late.Round(time.Millisecond))
 		seen = n
 	}
 }

@@ -49,28 +49,39 @@ func TestTally_LagBuckets(t *testing.T) {
 // A node that misfires says so in its log, once an interval at most, with
 // the count since its last line; an interval without misfires is silent.
 func TestLogMisfires_OnceAnIntervalWithTheCount(t *testing.T) {
-	var (
-		buf      logbuf.Buffer
-		misfires atomic.Uint64
-	)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		logMisfires(ctx, slog.New(slog.NewTextHandler(&buf, nil)), 20*time.Millisecond, 5*time.Second,
-			misfires.Load, func() time.Duration { return 7 * time.Second })
-	}()
-	time.Sleep(100 * time.Millisecond) // quiet intervals
-	misfires.Add(3)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(buf.String(), "misfires=3") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // more quiet intervals
-	cancel()
-	<-done
-	out := buf.String()
-	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, "misfires=3") || !strings.Contains(out, "dispatch_behind=7s") {
-		t.Errorf("want one warning of 3 misfires, 7s behind; got %d lines:\n%s", n, out)
+	for _, tc := range []struct {
+		behind time.Duration
+		why    string
+	}{
+		{7 * time.Second, "the node is behind its schedule"},
+		// Caught up: the times were missed before (downtime, a past @at
+		// time), which more workers would not help.
+		{time.Second, "the node keeps up with its schedule now"},
+	} {
+		var (
+			buf      logbuf.Buffer
+			misfires atomic.Uint64
+		)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			logMisfires(ctx, slog.New(slog.NewTextHandler(&buf, nil)), 20*time.Millisecond, 5*time.Second,
+				misfires.Load, func() time.Duration { return tc.behind })
+		}()
+		time.Sleep(100 * time.Millisecond) // quiet intervals
+		misfires.Add(3)
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(buf.String(), "misfires=3") && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // more quiet intervals
+		cancel()
+		<-done
+		out := buf.String()
+		if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, "misfires=3") ||
+			!strings.Contains(out, "dispatch_behind="+tc.behind.String()) || !strings.Contains(out, tc.why) {
+			t.Errorf("want one warning of 3 misfires, %v behind, saying %q; got %d lines:\n%s", tc.behind, tc.why, n, out)
+		}
 	}
 }
