@@ -84,7 +84,7 @@ func startCluster(ctx context.Context, cfg Config) (*cluster, error) {
 		c.dir, c.ownDir = d, true
 	}
 	var err error
-	c.etcd, err = etcdembed.Start(etcdembed.Config{
+	c.etcd, err = etcdembed.Start(ctx, etcdembed.Config{
 		Name: "bench", Dir: filepath.Join(c.dir, "etcd"), LogFile: filepath.Join(c.dir, "etcd.log"),
 		Fast: true, QuotaBytes: 8 << 30,
 	})

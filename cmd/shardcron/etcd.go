@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"math"
@@ -30,9 +31,9 @@ func derivedAddr(listen string, offset int) string {
 // and errors in the node's log, and waits until it serves. It keeps one
 // hour of history (auto-compaction), so a node that restarts within the
 // hour resumes its watches instead of reloading. quota is its space quota
-// in bytes.
-func startEtcd(dir string, log *slog.Logger, clientAddr, peerAddr string, quota int64, timeout time.Duration) (*etcdembed.Server, error) {
-	return etcdembed.Start(etcdembed.Config{
+// in bytes. It gives up when ctx ends (the node is asked to stop).
+func startEtcd(ctx context.Context, dir string, log *slog.Logger, clientAddr, peerAddr string, quota int64, timeout time.Duration) (*etcdembed.Server, error) {
+	return etcdembed.Start(ctx, etcdembed.Config{
 		Dir: dir, Logger: log,
 		ClientAddr: clientAddr, PeerAddr: peerAddr,
 		CompactionRetention: time.Hour, QuotaBytes: quota, StartTimeout: timeout,

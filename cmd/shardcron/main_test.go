@@ -123,10 +123,16 @@ func (p *proc) log() string {
 // started returns the value of key in the node's "shardcron node
 // started" log line, "" before that line.
 func (p *proc) started(key string) string {
+	return p.logged("shardcron node started", key)
+}
+
+// logged returns the value of key in the node's first log line with
+// message msg, "" before that line.
+func (p *proc) logged(msg, key string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, m := range p.lines {
-		if m["msg"] == "shardcron node started" {
+		if m["msg"] == msg {
 			v, _ := m[key].(string)
 			return v
 		}

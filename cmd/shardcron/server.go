@@ -512,7 +512,7 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		if peerAddr == "" {
 			peerAddr = derivedAddr(f.listen, 20000)
 		}
-		ee, err := startEtcd(filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
+		ee, err := startEtcd(ctx, filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("%w (the embedded etcd listens on %s for clients and %s for peers: choose free ports with --etcd-listen and --etcd-peer-listen, which default to --listen's port + 10000 and + 20000)",
 				err, clientAddr, peerAddr)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -17,6 +18,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
@@ -311,6 +315,61 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	if code := p.stop(); code != 0 || strings.Contains(p.log(), "context canceled") {
 		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0 without an error\n%s", code, p.log())
 	}
+}
+
+// A node whose embedded etcd never becomes ready gives up after
+// --start-timeout with exit 1 and says why, and a SIGTERM during that wait
+// stops it with exit 0. It hung in etcd's Close, deaf to both.
+//
+// The etcd is made so by a write-ahead log cut short: it replays fewer
+// entries than its database holds, and its member's publish, proposed at
+// an index the database already applied, is skipped as applied; each of
+// its retries (every 7 s) moves one index on, so the 300 puts here keep
+// it from serving for half an hour.
+func TestServer_EtcdNeverReady(t *testing.T) {
+	dir := t.TempDir()
+	p := startServer(t, true, "--data-dir", filepath.Join(dir, "node"), "--partitions", "4")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.logged("started the embedded etcd", "endpoint")}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if _, err := cli.Put(t.Context(), fmt.Sprintf("/filler/%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli.Close()
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.log())
+	}
+	// damaged returns a copy of the stopped node's directory with its
+	// write-ahead log cut to 1000 bytes.
+	damaged := func(t *testing.T) string {
+		d := filepath.Join(t.TempDir(), "node")
+		if out, err := exec.Command("cp", "-a", filepath.Join(dir, "node"), d).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v %s", err, out)
+		}
+		if err := os.Truncate(filepath.Join(d, "etcd", "member", "wal", "0000000000000000-0000000000000000.wal"), 1000); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	t.Run("start timeout", func(t *testing.T) {
+		p := startServer(t, false, "--data-dir", damaged(t), "--start-timeout", "3s")
+		if code := p.waitExit(60 * time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if !strings.Contains(p.log(), "did not become ready within 3s") {
+			t.Fatalf("no clear error:\n%s", p.log())
+		}
+	})
+	t.Run("SIGTERM", func(t *testing.T) {
+		p := startServer(t, false, "--data-dir", damaged(t), "--start-timeout", "10m")
+		etcdtest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(p.log(), "failed to publish local member") })
+		if code := p.stop(); code != 0 {
+			t.Fatalf("SIGTERM while the embedded etcd starts: exit %d, want 0\n%s", code, p.log())
+		}
+	})
 }
 
 // TestServer_HistoryFlagsReachStore: the history flags end up in the

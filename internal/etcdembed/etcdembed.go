@@ -9,6 +9,8 @@
 package etcdembed
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,6 +55,11 @@ type Config struct {
 	Fast bool
 	// StartTimeout bounds the wait for the server to serve (default 30s).
 	StartTimeout time.Duration
+	// StopWait bounds the wait for a server that did not start to stop
+	// (default 10s): past it Start returns its error anyway and leaves
+	// the server's goroutines behind. etcd's Close can block for good on
+	// a member that never became ready.
+	StopWait time.Duration
 }
 
 // Server is a running embedded etcd.
@@ -71,8 +78,13 @@ type Server struct {
 // Past a second a request is still worth one.
 const slowRequest = time.Second
 
-// Start starts the server and waits until it serves.
-func Start(cfg Config) (*Server, error) {
+// Start starts the server and waits until it serves, at most
+// cfg.StartTimeout. It gives up when ctx ends, with an error that wraps
+// ctx's. A server that did not start is stopped before Start returns, or,
+// if it has not stopped within cfg.StopWait, left behind still stopping:
+// the caller then should exit soon rather than start another in the same
+// directory.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("etcdembed: Dir is required")
 	}
@@ -129,16 +141,49 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", cfg.Dir, cu.Host, pu.Host, err)
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s: %w", cfg.Dir, err)
-	case <-time.After(timeout):
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %v", cfg.Dir, timeout)
+		return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e, closing: closing}, nil
+	case err = <-e.Err():
+		err = fmt.Errorf("embedded etcd in %s: %w", cfg.Dir, err)
+	case <-timer.C:
+		err = fmt.Errorf("embedded etcd in %s did not become ready within %v "+
+			"(its log above says why; a member that never publishes itself may have a damaged write-ahead log in %s: restore it from a backup, or move %s away to start an empty etcd)",
+			cfg.Dir, timeout, filepath.Join(cfg.Dir, "member", "wal"), cfg.Dir)
+	case <-ctx.Done():
+		err = fmt.Errorf("embedded etcd in %s: start abandoned: %w", cfg.Dir, ctx.Err())
 	}
-	return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e, closing: closing}, nil
+	closing.Store(true)
+	if wait := cmp.Or(cfg.StopWait, 10*time.Second); !stopUnready(e, wait) {
+		err = fmt.Errorf("%w; it did not stop within %v either", err, wait)
+	}
+	return nil, err
+}
+
+// stopUnready stops a server that did not become ready, waiting at most
+// wait; it reports whether the server stopped. etcd's Close alone blocks
+// for good on such a server: it waits for the client servers to hand
+// themselves over, which they do once the server is ready or stopping,
+// and it stops the server only after that. Stopping the server first
+// (as HardStop does, without the leadership transfer of Stop) lets them
+// return. Should the stop block anyway, its goroutine is left behind.
+func stopUnready(e *embed.Etcd, wait time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Server.HardStop()
+		e.Close()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // checkBackend opens etcd's database in dir read-only, if there is one,

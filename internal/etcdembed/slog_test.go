@@ -117,7 +117,7 @@ func startLogged(t *testing.T) (*Server, *logbuf.Buffer) {
 	t.Helper()
 	buf := new(logbuf.Buffer)
 	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := Start(Config{Dir: t.TempDir(), Logger: log, Fast: true})
+	s, err := Start(t.Context(), Config{Dir: t.TempDir(), Logger: log, Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
