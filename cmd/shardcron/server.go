@@ -72,7 +72,9 @@ several nodes, point them all at one etcd with --etcd (see README.md).
 
 SIGINT or SIGTERM stops the node gracefully: it stops accepting requests,
 hands its partitions over with their checkpoints written, lets running
-executions finish (up to --drain-timeout) and exits 0.
+executions finish (up to --drain-timeout) and exits 0. SIGHUP reloads the
+TLS files (--tls-cert, --tls-key, --tls-client-ca); without TLS it is
+logged and ignored.
 
 Every flag can also be set by the environment variable named after it:
 SHARDCRON_ and the flag in upper case with '_' for '-' (--lease-ttl is
@@ -216,7 +218,13 @@ func runServer(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, &f, log); err != nil {
+	// SIGHUP reloads the TLS files; caught from here on, so that it never
+	// ends the node as its default action would (a node without TLS only
+	// logs it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := serve(ctx, &f, hup, log); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info("shardcron server stopped during its start")
 			return 0 // stopped as asked, as after the start
@@ -432,8 +440,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
 }
 
-// serve runs a node until ctx ends, then shuts it down in order.
-func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
+// serve runs a node until ctx ends, then shuts it down in order. hup
+// delivers the SIGHUPs, which reload the TLS files.
+func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.Logger) error {
 	// Listen first: a busy port is the most common start-up error.
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -463,11 +472,11 @@ func serve(ctx context.Context, f *serverFlags, log *slog.Logger) error {
 		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA, log); err != nil {
 			return err
 		}
-		stopHUP := make(chan struct{})
-		hupDone := tlsf.watchSIGHUP(stopHUP)
-		defer func() { close(stopHUP); <-hupDone }()
 		scheme = "https://"
 	}
+	stopHUP := make(chan struct{})
+	hupDone := watchSIGHUP(hup, tlsf, log, stopHUP)
+	defer func() { close(stopHUP); <-hupDone }()
 	if tlsf != nil && !strings.Contains(advertise, "://") {
 		advertise = scheme + advertise // peers use https when this node serves it
 	}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -370,6 +371,22 @@ func TestServer_EtcdNeverReady(t *testing.T) {
 			t.Fatalf("SIGTERM while the embedded etcd starts: exit %d, want 0\n%s", code, p.log())
 		}
 	})
+}
+
+// A SIGHUP to a node without TLS is logged and ignored: the node keeps
+// serving and stops cleanly later. It killed the node (exit 129), with no
+// hand-over: only a node with --tls-cert caught SIGHUP.
+func TestServer_SIGHUPWithoutTLSIsIgnored(t *testing.T) {
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "4")
+	p.waitReady(t)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "SIGHUP: nothing to reload") })
+	p.waitReady(t)
+	if code := p.stop(); code != 0 || !strings.Contains(p.log(), "shardcron node stopped") {
+		t.Fatalf("SIGTERM after a SIGHUP: exit %d, want 0 after a clean stop\n%s", code, p.log())
+	}
 }
 
 // TestServer_HistoryFlagsReachStore: the history flags end up in the

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -149,21 +147,23 @@ func (t *tlsFiles) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certific
 	return t.cert, nil
 }
 
-// watchSIGHUP reloads the files at each SIGHUP until stop is closed,
-// logging the outcome; done is closed when it has returned.
-func (t *tlsFiles) watchSIGHUP(stop <-chan struct{}) (done <-chan struct{}) {
-	log := t.log
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+// watchSIGHUP handles the SIGHUPs hup delivers until stop is closed: each
+// reloads the TLS files when the node serves TLS (t not nil), and is only
+// logged otherwise, as there is nothing to reload: a SIGHUP never stops a
+// node. done is closed when it has returned.
+func watchSIGHUP(hup <-chan os.Signal, t *tlsFiles, log *slog.Logger, stop <-chan struct{}) (done <-chan struct{}) {
 	d := make(chan struct{})
 	go func() {
 		defer close(d)
-		defer signal.Stop(hup)
 		for {
 			select {
 			case <-stop:
 				return
 			case <-hup:
+				if t == nil {
+					log.Info("SIGHUP: nothing to reload (the node serves no TLS: --tls-cert is not set); ignored")
+					continue
+				}
 				if err := t.reload(); err != nil {
 					log.Error("SIGHUP: TLS files not reloaded; the previous certificate stays in use", "err", err)
 					continue
