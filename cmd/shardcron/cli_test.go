@@ -267,6 +267,26 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 			t.Errorf("%q: no usage error", bad)
 		}
 	}
+	// A query, a fragment or a user in --server is refused: paths were
+	// appended after them ("/?x=1/v1/tasks/hello"), and a password is
+	// never quoted back.
+	for _, tc := range []struct{ server, want string }{
+		{"http://127.0.0.1:18765?x=1", "has a query"},
+		{"http://127.0.0.1:18765/?", "has a query"},
+		{"127.0.0.1:18765/?x=1", "has a query"},
+		{"http://127.0.0.1:18765#top", "has a fragment"},
+		{"http://127.0.0.1:18765/#", "has a fragment"},
+		{"http://admin:hunter2@127.0.0.1:18765", "holds a user name or password"},
+		{"http://admin@127.0.0.1:18765", "holds a user name or password"},
+	} {
+		_, msg := parse("--server", tc.server)
+		if !strings.Contains(msg, "--server: ") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "hunter2") {
+			t.Errorf("--server %q: %q, want a usage error that it %s, no password", tc.server, msg, tc.want)
+		}
+	}
+	if cf, msg := parse("--server", "https://node:1/base/"); msg != "" || cf.server != "https://node:1/base" {
+		t.Errorf("a path: %q %q, want it kept", cf.server, msg)
+	}
 }
 
 // --- help and usage errors ----------------------------------------------------
@@ -332,6 +352,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "delete"}, []string{"missing the task ID"}},
 		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: -timeout"}},
 		{[]string{"task", "resume", "--server", "ftp://x", "a"}, []string{"--server"}},
+		{[]string{"task", "get", "hello", "--server", "http://127.0.0.1:18765?x=1"}, []string{`--server: "http://127.0.0.1:18765?x=1" has a query`}},
 		{[]string{"task", "trigger"}, []string{"missing the task ID"}},
 		{[]string{"task", "pause", "a", "--label", "team=x"}, []string{"give a task ID or a selector", `"a"`}},
 		{[]string{"task", "resume", "--dry-run", "a"}, []string{"--dry-run and --yes go with a selector"}},

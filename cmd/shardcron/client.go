@@ -354,7 +354,11 @@ func checkOutput(o string) string {
 }
 
 // normalizeServer turns what a user typed for --server into a base URL:
-// "127.0.0.1:8080" means http, and a trailing slash is dropped.
+// "127.0.0.1:8080" means http, and a trailing slash is dropped. A query,
+// a fragment or a user and password are refused: request paths are
+// appended to the base URL, which would put them after a query or a
+// fragment, and a user and password would go as Basic authorization,
+// which a node does not take (its token is --token's).
 func normalizeServer(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -364,8 +368,18 @@ func normalizeServer(s string) (string, error) {
 		s = "http://" + s
 	}
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		if err == nil && u.User != nil {
+			s = u.Redacted()
+		}
 		return "", fmt.Errorf("--server: %q is not an http or https URL such as %s", s, defaultServer)
+	case u.User != nil:
+		return "", fmt.Errorf("--server: %q holds a user name or password: give the node's URL alone, and its token with --token or --token-file", u.Redacted())
+	case u.RawQuery != "" || u.ForceQuery:
+		return "", fmt.Errorf("--server: %q has a query (?...): give the node's URL alone, such as %s", s, defaultServer)
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return "", fmt.Errorf("--server: %q has a fragment (#...): give the node's URL alone, such as %s", s, defaultServer)
 	}
 	return strings.TrimRight(s, "/"), nil
 }
