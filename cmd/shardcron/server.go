@@ -306,6 +306,17 @@ func readSecretFile(flag, path string) (string, error) {
 // check refuses flag values that the engine would otherwise take as "use
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
+	if f.dataDir == "" {
+		return errors.New("--data-dir must not be empty")
+	}
+	for _, a := range []struct{ flag, v string }{
+		{"listen", f.listen}, {"probe-listen", f.probeListen},
+		{"etcd-listen", f.etcdListen}, {"etcd-peer-listen", f.etcdPeerListen},
+	} {
+		if err := checkListenAddr(a.flag, a.v); err != nil {
+			return err
+		}
+	}
 	if f.etcd != "" {
 		if err := checkEndpoints(f.etcd); err != nil {
 			return err
@@ -370,6 +381,24 @@ func (f *serverFlags) check() error {
 		return errors.New("--read-token needs --auth-token: without it, writes need no token at all")
 	case f.readToken != "" && f.readToken == f.authToken:
 		return errors.New("--read-token must differ from --auth-token")
+	}
+	return nil
+}
+
+// checkListenAddr checks the value of flag, an address to listen on:
+// host:port, the host possibly empty (every interface), the port from 0
+// (the kernel picks one) to 65535 or a service name. --listen is the only
+// one that may not be left empty.
+func checkListenAddr(flag, v string) error {
+	if v == "" && flag != "listen" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("--%s: %q is not an address to listen on: want host:port (a port from 0 to 65535), such as 127.0.0.1:8080", flag, v)
 	}
 	return nil
 }

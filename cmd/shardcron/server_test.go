@@ -281,6 +281,13 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--etcd", "ftp://127.0.0.1:2379"},
 			{"--etcd", "http://127.0.0.1:99999"},
 			{"--etcd", "127.0.0.1"}, // no port
+			{"--listen", "127.0.0.1:99999"},
+			{"--listen", "nohost"},
+			{"--listen", ""},
+			{"--probe-listen", "127.0.0.1:-1"},
+			{"--etcd-listen", "127.0.0.1"},
+			{"--etcd-peer-listen", "127.0.0.1:65536"},
+			{"--data-dir", ""},
 			{"extra"},
 			{"--partitions", "abc"}, // the flag package's own error
 			{"--no-such-flag"},
@@ -294,6 +301,14 @@ func TestServer_StartupErrors(t *testing.T) {
 			}
 			if lines := strings.Count(stderr, "\n"); lines != 1 { // the reason, not the help after it
 				t.Errorf("%v: %d lines on stderr, want 1:\n%s", args, lines, stderr)
+			}
+		}
+		for _, tc := range []struct{ args, want string }{
+			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
+			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
+		} {
+			if _, stderr, _ := runCLI(t, "", "server", tc.args); !strings.HasPrefix(stderr, tc.want) {
+				t.Errorf("%s: stderr %q, want %q", tc.args, stderr, tc.want)
 			}
 		}
 		// A --queue below --batch's default is no usage error: the batch
