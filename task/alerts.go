@@ -158,6 +158,9 @@ func (t *Task) checkAlerts() error {
 		} else if err != nil {
 			return err
 		}
+		if err := checkClientHeaders("notify.headers", n.Headers); err != nil {
+			return err
+		}
 	}
 	if t.PauseOnFailure < 0 || t.PauseOnFailure > MaxPauseOnFailure {
 		return Invalid("pause_on_failure", "%d is not within 0-%d (0: never pause)", t.PauseOnFailure, MaxPauseOnFailure)

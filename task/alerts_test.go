@@ -41,6 +41,7 @@ func TestDecodeTask_AlertsInvalid(t *testing.T) {
 		{`"notify": {"url": "ftp://x/"}`, "notify.url", "absolute http or https URL"},
 		{`"notify": {"url": "http://x/", "headers": {"Bad Name": "v"}}`, "notify.headers", "not a valid header name"},
 		{`"notify": {"headers": {"X-A": "a\nb"}}`, "notify.headers", "control character"},
+		{`"notify": {"headers": {"content-length": "3"}}`, "notify.headers", `"content-length" is set by the HTTP client itself`},
 		{`"notify": {"uri": "http://x/"}`, "notify.uri", `did you mean "url"`},
 		{`"pause_on_failure": -1`, "pause_on_failure", "not within 0-1000"},
 		{`"pause_on_failure": "3"`, "pause_on_failure", "want a whole number"},

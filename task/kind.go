@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/shardcron/shardcron/engine/executor"
@@ -44,7 +47,12 @@ var kinds = []kind{
 			{"headers", func(e *Executor) bool { return e.Headers != nil }, func(d *objDecoder, e *Executor) { d.strMap("headers", &e.Headers) }},
 			{"body", func(e *Executor) bool { return e.Body != "" }, func(d *objDecoder, e *Executor) { d.str("body", &e.Body) }},
 		},
-		check: func(e *Executor) error { return e.httpSpec(nil).Check() },
+		check: func(e *Executor) error {
+			if err := e.httpSpec(nil).Check(); err != nil {
+				return err
+			}
+			return checkClientHeaders("executor.headers", e.Headers)
+		},
 		build: func(e *Executor, sh *executor.Shared) (executor.Executor, error) {
 			return executor.NewHTTP(sh.HTTP, e.httpSpec(sh))
 		},
@@ -106,6 +114,38 @@ func (e *Executor) httpSpec(sh *executor.Shared) executor.HTTPSpec {
 		s.UserAgent = sh.UserAgent
 	}
 	return s
+}
+
+// clientHeaders are the request headers Go's HTTP client controls itself,
+// with why: it drops them from a request's headers (the framing, which it
+// derives from the body, over HTTP/1.1 and HTTP/2 alike), or, for the
+// connection's own (hop-by-hop) headers, sends them over HTTP/1.1 but
+// drops them over HTTP/2, where some values fail the request. A task that
+// sets one would not get what it asked for, so validation refuses it, as
+// it refuses the headers the executor sets (executor.HTTPSpec.Check). A
+// task stored before this rule still loads and fires (Build does not
+// validate): Go's client then drops the header as before. Host is not
+// among them: the executor sends it as the request's host.
+var clientHeaders = map[string]string{
+	"Content-Length":    "is set by the HTTP client itself, from the body",
+	"Transfer-Encoding": "is set by the HTTP client itself, from the body",
+	"Trailer":           "is set by the HTTP client itself, from the request's trailers (a task has none)",
+	"Connection":        "is a header of the connection (hop-by-hop), which the HTTP client manages itself",
+	"Keep-Alive":        "is a header of the connection (hop-by-hop), which the HTTP client manages itself",
+	"Proxy-Connection":  "is a header of the connection (hop-by-hop), which the HTTP client manages itself",
+	"Te":                "is a header of the connection (hop-by-hop), which the HTTP client manages itself",
+	"Upgrade":           "is a header of the connection (hop-by-hop), which the HTTP client manages itself",
+}
+
+// checkClientHeaders refuses, in name order, a header of headers that Go's
+// HTTP client controls itself (clientHeaders); field names the field.
+func checkClientHeaders(field string, headers map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		if why, ok := clientHeaders[http.CanonicalHeaderKey(name)]; ok {
+			return Invalid(field, "%q %s: a task cannot set it", name, why)
+		}
+	}
+	return nil
 }
 
 // Tables derived from kinds.

@@ -174,8 +174,10 @@ type Executor struct {
 	// Method (http) is an HTTP method token. Default POST.
 	Method string `json:"method,omitempty"`
 	// Headers (http) are added to the request. Names must be valid header
-	// names; Idempotency-Key and Shardcron-* are set by the executor and
-	// refused here. Values must not contain control characters but tab.
+	// names; Idempotency-Key and Shardcron-* are set by the executor, and
+	// the framing and connection headers by Go's HTTP client
+	// (clientHeaders), so both are refused here. Host is sent as the
+	// request's host. Values must not contain control characters but tab.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Body (http) is the request body.
 	Body string `json:"body,omitempty"`

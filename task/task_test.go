@@ -139,6 +139,30 @@ func TestExecutor_StoredLowerCaseMethodSentCanonical(t *testing.T) {
 	}
 }
 
+// A task stored before the headers Go's HTTP client controls were refused
+// still builds and fires: the client drops the header as it did. Host,
+// which the executor sends as the request's host, is accepted.
+func TestExecutor_StoredClientHeaderStillFires(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Host }))
+	defer srv.Close()
+	e := Executor{Type: ExecutorHTTP, URL: srv.URL, Body: "abc", // as stored, not validated
+		Headers: map[string]string{"Content-Length": "99", "Transfer-Encoding": "gzip", "Host": "example.test"}}
+	ex, err := e.Build(&executor.Shared{HTTP: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Execute(context.Background(), &executor.Fire{TaskID: "a", ScheduledAt: time.Now(), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if host := <-got; host != "example.test" {
+		t.Errorf("sent Host %q, want example.test", host)
+	}
+	if _, err := DecodeTask([]byte(`{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Host": "example.test"}}}`)); err != nil {
+		t.Errorf("a Host header: %v", err)
+	}
+}
+
 func TestDecodeTask_Kinds(t *testing.T) {
 	for _, doc := range []string{
 		`{"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}}`,
@@ -252,6 +276,14 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"http bad header name", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"X Y": "z"}}}`, "executor.headers", "not a valid header name"},
 		{"http header injection", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"X": "a\r\nEvil: 1"}}}`, "executor.headers", "control character U+000D"},
 		{"http reserved header", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"idempotency-key": "k"}}}`, "executor.headers", "set by the executor itself"},
+		{"http content-length", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Content-Length": "3"}}}`, "executor.headers", `"Content-Length" is set by the HTTP client itself, from the body: a task cannot set it`},
+		{"http transfer-encoding", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"transfer-encoding": "chunked"}}}`, "executor.headers", `"transfer-encoding" is set by the HTTP client itself`},
+		{"http trailer", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Trailer": "X"}}}`, "executor.headers", "is set by the HTTP client itself"},
+		{"http connection", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Connection": "close"}}}`, "executor.headers", `"Connection" is a header of the connection (hop-by-hop)`},
+		{"http keep-alive", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Keep-Alive": "timeout=5"}}}`, "executor.headers", "hop-by-hop"},
+		{"http proxy-connection", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Proxy-Connection": "keep-alive"}}}`, "executor.headers", "hop-by-hop"},
+		{"http te", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"TE": "trailers"}}}`, "executor.headers", "hop-by-hop"},
+		{"http upgrade", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"Upgrade": "websocket"}}}`, "executor.headers", "hop-by-hop"},
 		{"http header not a string", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"X": 1}}}`, "executor.headers.X", "want a string, got 1"},
 		{"exec without command", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "exec"}}`, "executor.command", "required"},
 		{"exec empty command", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "exec", "command": []}}`, "executor.command", "required"},
