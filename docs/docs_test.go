@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/shardcron/shardcron/bench"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -140,6 +142,44 @@ func TestDocs_LinksResolve(t *testing.T) {
 			if _, err := os.Stat(target); err != nil {
 				t.Errorf("%s links to %s, which does not exist", f, m[1])
 			}
+		}
+	}
+}
+
+// TestAPI_NamesEveryBenchScenario: docs/api.md's list of bench scenarios
+// holds every scenario the binary takes.
+func TestAPI_NamesEveryBenchScenario(t *testing.T) {
+	doc := read(t, "api.md")
+	_, list, _ := strings.Cut(doc, "### `bench SCENARIO`")
+	list, _, _ = strings.Cut(list, "flags")
+	for _, s := range append(slices.Clone(bench.Scenarios), bench.All) {
+		if !strings.Contains(list, "`"+s+"`") {
+			t.Errorf("bench scenario %q is not in docs/api.md's list of scenarios", s)
+		}
+	}
+}
+
+// TestAPI_StatesTaskLimits: the bounds docs/api.md gives a task's
+// durations and counts are those its validation applies: the bound is
+// taken, one past it refused.
+func TestAPI_StatesTaskLimits(t *testing.T) {
+	doc := strings.Join(strings.Fields(read(t, "api.md")), " ")
+	for _, l := range []struct{ doc, at, past string }{
+		{"`timeout`: per attempt, default `1m`, at most `24h`", `"timeout": "24h"`, `"timeout": "24h0m1s"`},
+		{"`max_attempts` (default 1, counting the first; at most 100)", `"retry": {"max_attempts": 100}`, `"retry": {"max_attempts": 101}`},
+		{"`max_backoff` (default 1m); both at most `24h`", `"retry": {"backoff": "24h", "max_backoff": "24h"}`, `"retry": {"max_backoff": "24h0m1s"}`},
+		{"`catchup_window` (default `1m`, at most `24h`)", `"catchup_window": "24h"`, `"catchup_window": "24h0m1s"`},
+		{"`jitter`: a delay derived from the id and the scheduled time, below this (default 0: none). At most `1h`", `"jitter": "1h"`, `"jitter": "1h0m1s"`},
+	} {
+		if !strings.Contains(doc, l.doc) {
+			t.Errorf("docs/api.md does not say %q", l.doc)
+		}
+		const base = `{"id": "a", "schedule": "@daily", "executor": {"type": "noop"}, `
+		if _, err := task.DecodeTask([]byte(base + l.at + `}`)); err != nil {
+			t.Errorf("%s: %v, want it taken", l.at, err)
+		}
+		if _, err := task.DecodeTask([]byte(base + l.past + `}`)); err == nil {
+			t.Errorf("%s: taken, want it refused", l.past)
 		}
 	}
 }
