@@ -30,9 +30,11 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 		concurrency = *c
 	}
 	b, err := s.reg.Backfill(r.Context(), id, req.From, req.To, concurrency)
+	var running *registry.BackfillRunningError
 	switch {
-	case errors.Is(err, registry.ErrBackfillRunning):
-		writeError(w, http.StatusConflict, "task %q: %v; wait until it is done (task get shows its progress)", id, err)
+	case errors.As(err, &running):
+		writeError(w, http.StatusConflict, "task %q: another backfill of it is running (%s): wait until it is done (task get shows its progress)",
+			id, running.Progress())
 		return
 	case errors.Is(err, registry.ErrVersionMismatch):
 		writeError(w, http.StatusConflict, "task %q or its backfill changed meanwhile: try again", id)

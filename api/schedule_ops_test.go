@@ -155,4 +155,44 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 			t.Errorf("final record %+v", bf)
 		}
 	})
+
+	// A backfill asked for while another of the task runs is a 409 that
+	// says how far that one is, in the API's words: it read "registry: a
+	// backfill of the task is running".
+	t.Run("BackfillWhileOneRuns", func(t *testing.T) {
+		release, started := make(chan struct{}), make(chan struct{}, 1)
+		n.e.Handle("block", func(ctx context.Context, f engine.Fire) error {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+		defer close(release)
+		id := "backfill/blocked"
+		yearly := &task.Task{ID: id, Schedule: "0 0 0 1 1 *", Executor: task.Executor{Type: task.ExecutorHandler, Name: "block"}}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { _, err := n.c.PutTask(ctx, yearly, 0); return err == nil }) // once the node published the handler
+		now := time.Now().UTC()
+		from := time.Date(now.Year()-2, 1, 1, 0, 0, 0, 0, time.UTC) // 3 fires: 1 January of 2 years ago, last year and this year
+		body := fmt.Sprintf(`{"from": %q, "to": %q}`, from.Format(time.RFC3339), now.Truncate(time.Second).Format(time.RFC3339))
+		path := "/v1/tasks/backfill%2Fblocked/backfill"
+		if a := call(t, ts, "POST", path, body); a.status != http.StatusAccepted {
+			t.Fatalf("first backfill: %v", a)
+		}
+		select {
+		case <-started: // its first fire runs, and holds the backfill
+		case <-time.After(20 * time.Second):
+			t.Fatal("the backfill's first fire did not start")
+		}
+		a := call(t, ts, "POST", path, body)
+		wantError(t, a, http.StatusConflict,
+			`task "backfill/blocked": another backfill of it is running (0 of its 3 fires done): wait until it is done (task get shows its progress)`)
+		if strings.Contains(string(a.body), "registry") {
+			t.Errorf("the error names an internal package: %s", a.body)
+		}
+	})
 }

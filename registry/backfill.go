@@ -20,8 +20,33 @@ import (
 // task is deleted.
 
 // ErrBackfillRunning is returned when a task's backfill is asked for while
-// another one of the task runs.
+// another one of the task runs; the error Backfill returns is a
+// *BackfillRunningError, which says how far that one is.
 var ErrBackfillRunning = errors.New("registry: a backfill of the task is running")
+
+// BackfillRunningError is ErrBackfillRunning (errors.Is) with the backfill
+// that runs.
+type BackfillRunningError struct {
+	Running task.Backfill
+}
+
+// Error returns ErrBackfillRunning's message and the progress.
+func (e *BackfillRunningError) Error() string {
+	return ErrBackfillRunning.Error() + ": " + e.Progress()
+}
+
+// Unwrap returns ErrBackfillRunning.
+func (e *BackfillRunningError) Unwrap() error { return ErrBackfillRunning }
+
+// Progress says how far the running backfill is, for people: "3 of its 10
+// fires done, through 2026-01-01T00:03:00Z".
+func (e *BackfillRunningError) Progress() string {
+	p := fmt.Sprintf("%d of its %d fires done", e.Running.Done, e.Running.Fires)
+	if !e.Running.Through.IsZero() {
+		p += ", through " + e.Running.Through.Format(time.RFC3339)
+	}
+	return p
+}
 
 // Backfill asks the task's owner to run every scheduled time of the task in
 // [from, to], at most concurrency at a time (0: the default). It refuses
@@ -50,11 +75,7 @@ func (r *Registry) Backfill(ctx context.Context, id string, from, to time.Time, 
 		rev = cur.Kvs[0].ModRevision
 		var old task.Backfill
 		if json.Unmarshal(cur.Kvs[0].Value, &old) == nil && old.State == task.BackfillRunning {
-			progress := fmt.Sprintf("%d of its %d fires done", old.Done, old.Fires)
-			if !old.Through.IsZero() {
-				progress += ", through " + old.Through.Format(time.RFC3339)
-			}
-			return nil, fmt.Errorf("%w: %s", ErrBackfillRunning, progress)
+			return nil, &BackfillRunningError{Running: old}
 		}
 	}
 	b := &task.Backfill{From: from.UTC(), To: to.UTC(), Concurrency: concurrency, Fires: len(times),

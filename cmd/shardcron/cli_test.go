@@ -582,6 +582,20 @@ func TestOutput_Tables(t *testing.T) {
 	}
 }
 
+// A backfill's line in task get: one that its owner has not recorded
+// progress of yet says so (it read "through -" and "recorded by -").
+func TestOutput_Backfill(t *testing.T) {
+	from, to := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 0, 9, 0, 0, time.UTC)
+	b := &task.Backfill{From: from, To: to, Concurrency: 2, Fires: 10, State: task.BackfillRunning}
+	if got, want := backfillText(b), "running: 0 of 10 fires done (2026-01-01T00:00:00Z to 2026-01-01T00:09:00Z, 2 at a time, no progress recorded yet)"; got != want {
+		t.Errorf("before any progress:\n%s\nwant\n%s", got, want)
+	}
+	b.Done, b.Through, b.Node = 3, from.Add(2*time.Minute), "node-a"
+	if got, want := backfillText(b), "running: 3 of 10 fires done, through 2026-01-01T00:02:00Z (2026-01-01T00:00:00Z to 2026-01-01T00:09:00Z, 2 at a time, progress recorded by node-a)"; got != want {
+		t.Errorf("after some:\n%s\nwant\n%s", got, want)
+	}
+}
+
 func TestOutput_Truncate(t *testing.T) {
 	if got := truncate("a\nb  c", 10); got != "a b c" {
 		t.Errorf("truncate joins lines: %q", got)

@@ -253,8 +253,7 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 		kv("Fails in a row", strconv.FormatUint(s.ConsecutiveFailures, 10))
 		kv("Last error", dash(truncate(s.LastError, maxErrorWidth)))
 		if b := s.Backfill; b != nil {
-			kv("Backfill", fmt.Sprintf("%s: %d of %d fires done, through %s (%s to %s, %d at a time, recorded by %s)",
-				b.State, b.Done, b.Fires, formatTime(b.Through), formatTime(b.From), formatTime(b.To), b.Concurrency, dash(b.Node)))
+			kv("Backfill", backfillText(b))
 		}
 		kv("Stale", strconv.FormatBool(s.Stale))
 		if s.Ended != "" {
@@ -264,6 +263,22 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 		kv("Owner", "- (no node owns its partition right now)")
 	}
 	return tw.Flush()
+}
+
+// backfillText describes a backfill's record: "running: 3 of 10 fires
+// done, through T (from to to, 2 at a time, progress recorded by node-a)".
+// Until the owner records its first progress the record has no node and
+// no time through, and says so.
+func backfillText(b *task.Backfill) string {
+	text := fmt.Sprintf("%s: %d of %d fires done", b.State, b.Done, b.Fires)
+	if !b.Through.IsZero() {
+		text += ", through " + formatTime(b.Through)
+	}
+	text += fmt.Sprintf(" (%s to %s, %d at a time, ", formatTime(b.From), formatTime(b.To), b.Concurrency)
+	if b.Node == "" {
+		return text + "no progress recorded yet)"
+	}
+	return text + "progress recorded by " + b.Node + ")"
 }
 
 // endedText explains task.State.Ended.
