@@ -82,6 +82,8 @@ type Engine struct {
 	drained   chan struct{}  // closed by Close once the workers are drained
 	writers   sync.WaitGroup // the chain writer and the trigger deleter, which then write what is left
 	closeOnce sync.Once
+	hurry     chan struct{} // closed by Hurry
+	hurryOnce sync.Once
 	done      chan struct{} // closed when Close returns
 	closeErr  error
 	started   atomic.Bool
@@ -129,6 +131,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		ackCh:     make(chan struct{}, 1),
 		holds:     newHolds(),
 		left:      make(chan struct{}),
+		hurry:     make(chan struct{}),
 		done:      make(chan struct{}),
 		preparing: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		owned:     make([]atomic.Bool, cfg.Partitions),
@@ -354,7 +357,8 @@ func (e *Engine) Fenced() bool { return e.fenced() }
 // then releases every partition with its checkpoint written (so the next
 // owner resumes exactly where this node stopped), lets queued and running
 // executions finish within DrainTimeout, canceling those still running
-// after it, and revokes the session. Close is idempotent.
+// after it, and revokes the session; Hurry cuts the waits short. Close is
+// idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		defer close(e.done)
@@ -368,7 +372,18 @@ func (e *Engine) Close() error {
 		e.loopStop()
 		<-e.loopDone
 		close(e.pool.quit)
+		drained, cut := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(cut)
+			select {
+			case <-e.hurry:
+				e.pool.execCancel() // as at DrainTimeout
+			case <-drained:
+			}
+		}()
 		e.pool.drain(e.cfg.DrainTimeout)
+		close(drained)
+		<-cut
 		e.notify.stop(min(e.cfg.DrainTimeout, notifyGrace))
 		close(e.drained) // the workers are done: write the chains and deletes they queued
 		e.writers.Wait()
@@ -384,6 +399,13 @@ func (e *Engine) Close() error {
 	})
 	return e.closeErr
 }
+
+// Hurry cuts a Close short, one under way or one to come: Close stops
+// waiting for the other nodes to prepare its partitions (it still releases
+// them with their checkpoints written) and for running executions, which
+// it cancels as at DrainTimeout. Before Close it changes nothing else: the
+// node fires on. Hurry may be called from any goroutine, more than once.
+func (e *Engine) Hurry() { e.hurryOnce.Do(func() { close(e.hurry) }) }
 
 // leave marks the node as leaving and waits, prepareWait at most, until
 // the other nodes took its partitions over (make-before-break).
@@ -404,6 +426,7 @@ func (e *Engine) leave() {
 	select {
 	case <-e.left:
 	case <-s.Done():
+	case <-e.hurry:
 	case <-t.C:
 		e.log.Warn("the other nodes did not take every partition over in time; releasing the rest", "waited", prepareWait)
 	}

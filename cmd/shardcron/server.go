@@ -72,7 +72,9 @@ several nodes, point them all at one etcd with --etcd (see README.md).
 
 SIGINT or SIGTERM stops the node gracefully: it stops accepting requests,
 hands its partitions over with their checkpoints written, lets running
-executions finish (up to --drain-timeout) and exits 0. SIGHUP reloads the
+executions finish (up to --drain-timeout) and exits 0. A second one cuts
+the waits short: running executions and API requests are canceled, the
+partitions still handed over. SIGHUP reloads the
 TLS files (--tls-cert, --tls-key, --tls-client-ca); without TLS it is
 logged and ignored.
 
@@ -655,6 +657,25 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTO)
 	defer cancel()
+	// A second SIGINT or SIGTERM cuts the stop short: the API requests and
+	// the executions still running are canceled (as at --shutdown-timeout
+	// and --drain-timeout) rather than waited for; the partitions are still
+	// released with their checkpoints written.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	stopped, hurried := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(hurried)
+		select {
+		case sig := <-again:
+			log.Warn("a second signal: not waiting any longer; canceling the API requests and executions still running", "signal", sig.String())
+			cancel()
+			eng.Hurry()
+		case <-stopped:
+		}
+	}()
+	defer func() { close(stopped); <-hurried }()
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Warn("API requests still running at shutdown were cut", "err", err)
 	}

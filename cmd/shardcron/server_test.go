@@ -404,6 +404,51 @@ func TestServer_SIGHUPWithoutTLSIsIgnored(t *testing.T) {
 	}
 }
 
+// A second SIGTERM during the stop cuts the drain short: the execution
+// still running is canceled (its request's context ends) and the node
+// exits 0 without waiting out --drain-timeout. The second signal was
+// ignored, and the node waited the whole drain.
+func TestServer_SecondSignalCutsTheDrain(t *testing.T) {
+	started, canceled := make(chan struct{}, 1), make(chan struct{}, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // answers never: the execution runs until canceled
+		select {
+		case canceled <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(hook.Close) // after the node's: Close waits for the request the node holds
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "4", "--drain-timeout", "10m")
+	p.waitReady(t)
+	putTaskHTTP(t, p.API, "slow", map[string]any{
+		"schedule": "* * * * * *", "timeout": "1h", "concurrency": "forbid",
+		"executor": map[string]any{"type": "http", "url": hook.URL},
+	})
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the task never called its hook\n%s", p.log())
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "shutting down") })
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.waitExit(60 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running execution's request was not canceled")
+	}
+	if !strings.Contains(p.log(), "a second signal") {
+		t.Errorf("the second signal is not logged:\n%s", p.log())
+	}
+}
+
 // TestServer_HistoryFlagsReachStore: the history flags end up in the
 // store's configuration, and out-of-range limits are refused by name.
 func TestServer_HistoryFlagsReachStore(t *testing.T) {

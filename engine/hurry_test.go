@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// Hurry during a Close cuts the drain short: an execution still running
+// is canceled as at DrainTimeout, and Close returns without waiting it out.
+func TestEngine_HurryCutsTheDrain(t *testing.T) {
+	c := etcdtest.Start(t)
+	started, ended := make(chan struct{}, 1), make(chan error, 1)
+	h := func(ctx context.Context, f Fire) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // runs until canceled
+		select {
+		case ended <- ctx.Err():
+		default:
+		}
+		return ctx.Err()
+	}
+	n := startNode(t, c, "", h, func(cfg *Config) { cfg.Partitions = 4; cfg.DrainTimeout = time.Hour })
+	defer n.stop(t)
+	putTask(t, n.e.Registry(), handlerTask("slow", "* * * * * *"))
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task never ran")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- n.e.Close() }()
+	n.e.Hurry()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close still draining 60s after Hurry, with a drain timeout of 1h")
+	}
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("the running execution ended with %v, want canceled", err)
+	}
+}
