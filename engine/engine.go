@@ -187,10 +187,11 @@ func (e *Engine) publishInfo() {
 // Registry returns the task registry; it is usable once Start returned.
 func (e *Engine) Registry() *registry.Registry { return e.reg }
 
-// Start opens the registry (checking the cluster's partition count), joins
+// Start opens the registry (checking the cluster's partitions and ring), joins
 // the cluster and starts firing. It returns once the node is a member; the
 // node is Ready once it owns its partitions. Errors: the partition count
-// differs (ErrPartitionsMismatch), the node id is held by a live node
+// differs (ErrPartitionsMismatch) or the ring's settings do
+// (ErrRingMismatch), the node id is held by a live node
 // (membership.ErrNodeExists), or etcd is unreachable until ctx ends: a
 // start write etcd does not answer (timed out, a leader change) is tried
 // again until then.
@@ -198,7 +199,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("engine: already started")
 	}
-	var opts []registry.Option
+	opts := []registry.Option{registry.WithRing(e.cfg.ReplicationFactor, e.cfg.Load)}
 	if e.cfg.IndexClient != nil {
 		opts = append(opts, registry.WithIndexClient(e.cfg.IndexClient))
 	}

@@ -37,6 +37,28 @@ func TestEngine_RefusesOtherPartitionCount(t *testing.T) {
 	}
 }
 
+// A node started with other ring settings than its cluster's would
+// compute a ring of its own and leave partitions without an owner: it
+// refuses to start.
+func TestEngine_RefusesOtherRing(t *testing.T) {
+	c := etcdtest.Start(t)
+	startNode(t, c, "", nil, nil)
+	cfg := DefaultConfig("node-x")
+	cfg.Partitions = 16
+	cfg.ReplicationFactor = 200
+	cfg.Logger = quietLogger()
+	e, err := New(cfg, c.Client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); !errors.Is(err, registry.ErrRingMismatch) {
+		t.Errorf("Start with --replication 200: %v, want ErrRingMismatch", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Errorf("Close after a failed Start: %v", err)
+	}
+}
+
 // TestList_DuringHandOver: a second node joins, taking half of the
 // partitions, while a client pages through the tasks: every task is listed
 // once, in order.

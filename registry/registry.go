@@ -25,6 +25,7 @@ var (
 	ErrNotFound           = errors.New("registry: task not found")
 	ErrVersionMismatch    = errors.New("registry: task version does not match")
 	ErrPartitionsMismatch = errors.New("registry: partition count differs from the cluster's")
+	ErrRingMismatch       = errors.New("registry: ring settings differ from the cluster's")
 
 	// ErrContention is matched by the error of a write that lost to other
 	// writers of the same keys as many times as it tries: it changed
@@ -69,17 +70,24 @@ type Registry struct {
 	triggers   triggerTimes
 	indexed    atomic.Bool // the index marker was seen: every task is indexed
 	origin     []byte      // the cluster and prefix, as Origin names them
+	ringSet    *Cluster    // the ring's settings to check (WithRing), or nil
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
 	// index costs.
 	noIndex bool
 }
 
-// Cluster is the record /<prefix>/cluster, written once when the cluster is
-// created.
+// Cluster is the record /<prefix>/cluster, written when the cluster is
+// created: the settings every node must share.
 type Cluster struct {
-	Partitions int       `json:"partitions"`
-	Created    time.Time `json:"created"`
+	Partitions int `json:"partitions"`
+	// Replication and Load are the ring's settings (ring.Config): nodes
+	// with others would each compute a ring of their own and leave
+	// partitions without an owner. A record written before they were kept
+	// has neither; the first node that opens it WithRing adds its own.
+	Replication int       `json:"replication,omitempty"`
+	Load        float64   `json:"load,omitempty"`
+	Created     time.Time `json:"created"`
 }
 
 // An Option configures OpenRegistry.
@@ -91,6 +99,13 @@ type Option func(*Registry)
 // is given. cli must outlive the registry.
 func WithIndexClient(cli *clientv3.Client) Option {
 	return func(r *Registry) { r.indexCli = cli }
+}
+
+// WithRing makes OpenRegistry check the ring's settings against the
+// cluster's, as it checks the partition count: a node's ring must be every
+// other node's.
+func WithRing(replication int, load float64) Option {
+	return func(r *Registry) { r.ringSet = &Cluster{Replication: replication, Load: load} }
 }
 
 // IndexDialOptions are the gRPC dial options of the client WithIndexClient
@@ -112,9 +127,10 @@ func IndexDialOptions() []grpc.DialOption {
 const indexStreamWindow = 64 << 10
 
 // OpenRegistry returns the registry under prefix, creating the cluster record
-// with the given partition count if there is none. If the cluster exists
-// with another partition count it returns an error wrapping
-// ErrPartitionsMismatch: P is fixed for the life of a cluster.
+// with the given partition count (and ring, WithRing) if there is none. If
+// the cluster exists with another partition count it returns an error
+// wrapping ErrPartitionsMismatch, with another ring one wrapping
+// ErrRingMismatch: both are fixed for the life of a cluster.
 func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, partitions int, opts ...Option) (*Registry, error) {
 	if partitions < 1 || partitions > ring.MaxPartitions {
 		return nil, fmt.Errorf("registry: partitions must be between 1 and %d, got %d", ring.MaxPartitions, partitions)
@@ -123,7 +139,11 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	for _, o := range opts {
 		o(r)
 	}
-	rec, err := json.Marshal(Cluster{Partitions: partitions, Created: r.now().UTC()})
+	c := Cluster{Partitions: partitions, Created: r.now().UTC()}
+	if r.ringSet != nil {
+		c.Replication, c.Load = r.ringSet.Replication, r.ringSet.Load
+	}
+	rec, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
 	}
@@ -138,35 +158,51 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 		return nil, fmt.Errorf("registry: read cluster record %s: %w", key, err)
 	}
 	if resp.Succeeded {
-		r.origin = origin(key, resp.Header.Revision, rec)
+		r.origin = origin(key, resp.Header.Revision, c.Created)
 		return r, nil
 	}
-	var c Cluster
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &c) != nil || c.Partitions < 1 {
-		return nil, fmt.Errorf("registry: cluster record %s is unreadable: %q", key, firstValue(kvs))
+	for range casRetries {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		var have Cluster
+		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &have) != nil || have.Partitions < 1 {
+			return nil, fmt.Errorf("registry: cluster record %s is unreadable: %q", key, firstValue(kvs))
+		}
+		if have.Partitions != partitions {
+			return nil, fmt.Errorf("%w: the cluster under %s has %d partitions, this node was started with %d (partitions are fixed when a cluster is created)",
+				ErrPartitionsMismatch, r.keys.prefix, have.Partitions, partitions)
+		}
+		r.origin = origin(key, kvs[0].CreateRevision, have.Created)
+		want := r.ringSet
+		switch {
+		case want == nil:
+			return r, nil
+		case have.Replication != 0:
+			if have.Replication != want.Replication || have.Load != want.Load {
+				return nil, fmt.Errorf("%w: the cluster under %s has --replication %d and --load %g, this node was started with %d and %g (the ring's settings are fixed when a cluster is created: every node must compute the same ring)",
+					ErrRingMismatch, r.keys.prefix, have.Replication, have.Load, want.Replication, want.Load)
+			}
+			return r, nil
+		}
+		// A record from before the ring was kept: this node's settings
+		// become the cluster's, unless another node's got there first.
+		have.Replication, have.Load = want.Replication, want.Load
+		if rec, err = json.Marshal(have); err != nil {
+			return nil, err
+		}
+		resp, err = cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpPut(key, string(rec))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("registry: record the ring's settings in %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			return r, nil
+		}
 	}
-	if c.Partitions != partitions {
-		return nil, fmt.Errorf("%w: the cluster under %s has %d partitions, this node was started with %d (partitions are fixed when a cluster is created)",
-			ErrPartitionsMismatch, r.keys.prefix, c.Partitions, partitions)
-	}
-	r.origin = origin(key, kvs[0].CreateRevision, kvs[0].Value)
-	return r, nil
+	return nil, fmt.Errorf("registry: record the ring's settings in %s: %w", key, ErrContention)
 }
-
-// origin names the cluster under a prefix by its cluster record: its key
-// (the prefix), the revision that created it and its value (the time of
-// its creation, to the nanosecond). etcd's own cluster id would not do:
-// every embedded etcd started with the same settings has the same one.
-func origin(key string, created int64, rec []byte) []byte {
-	return fmt.Appendf(nil, "%s\n%d\n%s", key, created, rec)
-}
-
-// Origin names the tasks this registry holds: the etcd cluster and prefix,
-// as their cluster record identifies them. Another origin's revisions are
-// another history, so a node's cache of partitions read from one is of no
-// use with another, even one whose revision is further on.
-func (r *Registry) Origin() []byte { return r.origin }
 
 func firstValue(kvs []*mvccpb.KeyValue) []byte {
 	if len(kvs) == 0 {
@@ -174,6 +210,21 @@ func firstValue(kvs []*mvccpb.KeyValue) []byte {
 	}
 	return kvs[0].Value
 }
+
+// origin names the cluster under a prefix by its cluster record: its key
+// (the prefix), the revision that created it and the time of its
+// creation, to the nanosecond; not the settings a later node may add.
+// etcd's own cluster id would not do: every embedded etcd started with
+// the same settings has the same one.
+func origin(key string, createRev int64, created time.Time) []byte {
+	return fmt.Appendf(nil, "%s\n%d\n%s", key, createRev, created.Format(time.RFC3339Nano))
+}
+
+// Origin names the tasks this registry holds: the etcd cluster and prefix,
+// as their cluster record identifies them. Another origin's revisions are
+// another history, so a node's cache of partitions read from one is of no
+// use with another, even one whose revision is further on.
+func (r *Registry) Origin() []byte { return r.origin }
 
 // Partitions returns the cluster's partition count.
 func (r *Registry) Partitions() int { return r.partitions }

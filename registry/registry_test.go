@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -454,6 +455,41 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("OpenRegistry with 32 partitions: %v, want ErrPartitionsMismatch", err)
 		}
 		openRegistry(t, c.Client, "/fixed") // 16 still opens
+	})
+
+	t.Run("ring mismatch", func(t *testing.T) {
+		// A cluster whose record predates the ring's settings: the first
+		// node that opens it WithRing records its own, and the origin
+		// stays (a node's cache is not dropped for it).
+		old := openRegistry(t, c.Client, "/ring")
+		if _, err := OpenRegistry(ctx, c.Client, "/ring", 16); err != nil {
+			t.Fatalf("OpenRegistry without a ring: %v", err)
+		}
+		first, err := OpenRegistry(ctx, c.Client, "/ring", 16, WithRing(20, 1.25))
+		if err != nil {
+			t.Fatalf("OpenRegistry with the first ring: %v", err)
+		}
+		if !bytes.Equal(first.Origin(), old.Origin()) {
+			t.Errorf("recording the ring changed the origin from %q to %q", old.Origin(), first.Origin())
+		}
+		for _, other := range []struct {
+			replication int
+			load        float64
+		}{{200, 1.25}, {20, 3}} {
+			if _, err := OpenRegistry(ctx, c.Client, "/ring", 16, WithRing(other.replication, other.load)); !errors.Is(err, ErrRingMismatch) {
+				t.Errorf("OpenRegistry with --replication %d --load %g: %v, want ErrRingMismatch", other.replication, other.load, err)
+			}
+		}
+		if _, err := OpenRegistry(ctx, c.Client, "/ring", 16, WithRing(20, 1.25)); err != nil {
+			t.Errorf("OpenRegistry with the cluster's ring: %v", err)
+		}
+		// A new cluster records its ring at once.
+		if _, err := OpenRegistry(ctx, c.Client, "/ring-new", 16, WithRing(30, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenRegistry(ctx, c.Client, "/ring-new", 16, WithRing(20, 1.25)); !errors.Is(err, ErrRingMismatch) {
+			t.Errorf("OpenRegistry of a new cluster with another ring: %v, want ErrRingMismatch", err)
+		}
 	})
 }
 
