@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	closing := new(atomic.Bool)
 	switch {
 	case cfg.Logger != nil:
-		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel, closing: closing}
+		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel, closing: closing, slow: newThrottle()}
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
 	case cfg.LogFile != "":
 		ec.LogOutputs = []string{cfg.LogFile}

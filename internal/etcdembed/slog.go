@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
@@ -33,12 +35,13 @@ type slogCore struct {
 	min     zapcore.Level
 	fields  []zapcore.Field
 	closing *atomic.Bool // set by Server.Close; nil: never
+	slow    *throttle    // etcd's slow-request warnings; nil: all pass
 }
 
 func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
-	return &slogCore{log: c.log, min: c.min, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...), closing: c.closing}
+	return &slogCore{log: c.log, min: c.min, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...), closing: c.closing, slow: c.slow}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -61,7 +64,16 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		ourSetup[e.Message] || isRetried(e.Message, fields) {
 		level = slog.LevelDebug
 	}
-	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
+	attrs := make([]slog.Attr, 0, len(enc.Fields)+2)
+	if slowRequests[e.Message] && c.slow != nil && level >= slog.LevelWarn {
+		pass, held := c.slow.pass(e.Message, e.Time)
+		if !pass {
+			return nil
+		}
+		if held > 0 {
+			attrs = append(attrs, slog.Int("held_back", held))
+		}
+	}
 	if e.LoggerName != "" {
 		attrs = append(attrs, slog.String("logger", e.LoggerName))
 	}
@@ -76,6 +88,39 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// slowRequests are etcd's warnings of a slow request, one per request: an
+// etcd stall of a second, on a node whose partitions each have a lock,
+// a checkpoint and a watermark in flight, gave 188 lines in that second.
+// One of each a slowEvery passes, with the count of those held back.
+var slowRequests = map[string]bool{"apply request took too long": true, "request stats": true}
+
+const slowEvery = 10 * time.Second
+
+// throttle passes one line of each message a slowEvery.
+type throttle struct {
+	mu   sync.Mutex
+	last map[string]time.Time // when each message last passed
+	held map[string]int       // lines of each held back since
+}
+
+func newThrottle() *throttle {
+	return &throttle{last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+// pass reports whether a line of msg at now may be logged, and how many
+// lines of it were held back since the last that was.
+func (t *throttle) pass(msg string, now time.Time) (ok bool, held int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if last, seen := t.last[msg]; seen && now.Sub(last) < slowEvery {
+		t.held[msg]++
+		return false, 0
+	}
+	held = t.held[msg]
+	t.last[msg], t.held[msg] = now, 0
+	return true, held
+}
 
 // maxFieldLen cuts a field's text: etcd's warning of a slow request
 // prints the request whole, and a batch of an import names 128 tasks, 17

@@ -193,3 +193,33 @@ func TestSlogCore_RetriedStepsAreDebug(t *testing.T) {
 		t.Errorf("levels %v, want DEBUG for the held file and the publication, WARN for the other:\n%s", levels, buf.String())
 	}
 }
+
+// etcd's slow-request warnings pass one a slowEvery for each message,
+// the next saying how many were held back; other warnings all pass.
+func TestSlogCore_SlowRequestWarningsAreThrottled(t *testing.T) {
+	var buf bytes.Buffer
+	z := zap.New(&slogCore{log: slog.New(slog.NewTextHandler(&buf, nil)), min: zap.WarnLevel, slow: newThrottle()})
+	for range 50 {
+		z.Warn("apply request took too long", zap.String("request", "txn"))
+		z.Warn("request stats", zap.String("request", "range"))
+		z.Warn("something else")
+	}
+	out := buf.String()
+	for msg, want := range map[string]int{`msg="apply request took too long"`: 1, `msg="request stats"`: 1, `msg="something else"`: 50} {
+		if n := strings.Count(out, msg); n != want {
+			t.Errorf("%d lines of %s, want %d", n, msg, want)
+		}
+	}
+
+	th := newThrottle()
+	at := time.Unix(1000, 0)
+	for i, step := range []struct {
+		after    time.Duration
+		ok       bool
+		heldBack int
+	}{{0, true, 0}, {time.Second, false, 0}, {2 * time.Second, false, 0}, {slowEvery, true, 2}, {slowEvery + time.Second, false, 0}} {
+		if ok, held := th.pass("m", at.Add(step.after)); ok != step.ok || held != step.heldBack {
+			t.Errorf("line %d, %v after the first: pass %v, %d held back; want %v, %d", i, step.after, ok, held, step.ok, step.heldBack)
+		}
+	}
+}
