@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -42,6 +43,35 @@ func (s *Server) memberList(ctx context.Context) ([]membership.Member, error) {
 	c.list, c.at = ms, time.Now()
 	c.mu.Unlock()
 	return ms, nil
+}
+
+// peerWarnEvery is how often, at most, the log warns that one node did not
+// answer: the dashboard asks every node every 3 s, so a node down or
+// misconfigured would otherwise be some 1 200 warnings an hour.
+const peerWarnEvery = time.Minute
+
+// peerWarnings limits the warnings of nodes that did not answer to one a
+// peerWarnEvery per node; the others go to debug.
+type peerWarnings struct {
+	mu   sync.Mutex
+	last map[string]time.Time // by node id: when its last warning was logged
+}
+
+// warnPeer logs msg, with attrs, of node, at Warn or, within peerWarnEvery of
+// the last warning of node, at Debug.
+func (s *Server) warnPeer(node, msg string, attrs ...any) {
+	w := &s.peerWarns
+	now := time.Now()
+	w.mu.Lock()
+	level := slog.LevelDebug
+	if now.Sub(w.last[node]) >= peerWarnEvery {
+		if w.last == nil {
+			w.last = map[string]time.Time{}
+		}
+		w.last[node], level = now, slog.LevelWarn
+	}
+	w.mu.Unlock()
+	s.log.Log(context.Background(), level, msg, append(attrs, "node", node)...)
 }
 
 // peerClient returns a client of another node's API, nil when the node is
@@ -113,7 +143,7 @@ func askPeers[T any](s *Server, ctx context.Context, what string, ask func(conte
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			s.log.Warn("api: a node did not "+what+"; answering without it", append(attrs, "node", m.ID, "err", err)...)
+			s.warnPeer(m.ID, "api: a node did not "+what+"; answering without it", append(attrs, "err", err)...)
 			missing = append(missing, m.ID+": "+err.Error())
 			return
 		}
@@ -134,7 +164,7 @@ func (s *Server) peerReports(ctx context.Context, ms []membership.Member) (map[s
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			s.log.Warn("api: a node did not report its state; answering without it", "node", m.ID, "err", err)
+			s.warnPeer(m.ID, "api: a node did not report its state; answering without it", "err", err)
 			missing[m.ID] = "did not answer: " + err.Error()
 			return
 		}

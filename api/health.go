@@ -277,7 +277,7 @@ func (s *Server) fillStates(ctx context.Context, tasks []*task.Task) {
 				cancel()
 			}
 			if err != nil || len(states) != len(ids) {
-				s.log.Warn("api: the owner of tasks did not give their states", "owner", owner, "tasks", len(ids), "err", err)
+				s.warnPeer(owner, "api: the owner of tasks did not give their states", "tasks", len(ids), "err", err)
 				return
 			}
 			for k, i := range idx {

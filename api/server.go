@@ -132,9 +132,10 @@ type Server struct {
 	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
 	readSum  [32]byte // sha256 of ReadToken
 
-	rate    rateSampler
-	series  series
-	members memberCache
+	rate      rateSampler
+	series    series
+	members   memberCache
+	peerWarns peerWarnings
 
 	stop      chan struct{} // closed by Close: ends sampleLoop
 	wg        sync.WaitGroup

@@ -261,7 +261,7 @@ func (s *Server) taskState(ctx context.Context, id string) *task.State {
 	if err != nil {
 		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
-			s.log.Warn("api: the owner of a task did not give its state", "task", id, "owner", owner, "err", err)
+			s.warnPeer(owner, "api: the owner of a task did not give its state", "task", id, "err", err)
 		}
 		return nil
 	}

@@ -317,3 +317,21 @@ func TestServer_FailStatuses(t *testing.T) {
 		}
 	}
 }
+
+// A node that does not answer is warned of once a peerWarnEvery, each
+// node on its own; the repeats go to debug (the dashboard asks every 3 s).
+func TestWarnPeer_OnceAMinuteANode(t *testing.T) {
+	var buf strings.Builder
+	s := &Server{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	for range 3 {
+		s.warnPeer("n2", "api: a node did not answer", "err", "refused")
+	}
+	s.warnPeer("n3", "api: a node did not answer", "err", "refused")
+	out := buf.String()
+	if w, d := strings.Count(out, "level=WARN"), strings.Count(out, "level=DEBUG"); w != 2 || d != 2 {
+		t.Errorf("%d warnings and %d debug lines, want 2 (n2's first, n3's) and 2:\n%s", w, d, out)
+	}
+	if !strings.Contains(out, "node=n3") {
+		t.Errorf("the lines do not name the node:\n%s", out)
+	}
+}
