@@ -177,8 +177,8 @@ func TestServer_TwoNodes(t *testing.T) {
 		if got, err := c1.History(ctx, id, 0); err != nil || len(got) != 3 {
 			t.Fatalf("history with node-2 hanging: %+v, %v", got, err)
 		}
-		if task, err := c1.GetTask(ctx, remoteID); err != nil || task.State != nil {
-			t.Fatalf("GET with the owner hanging: %+v, %v", task, err)
+		if task, err := c1.GetTask(ctx, remoteID); err != nil || task.State == nil || task.State.Owner != "node-2" || task.State.OwnerError == "" {
+			t.Fatalf("GET with the owner hanging: %+v, %v", task.State, err)
 		}
 	})
 
@@ -197,9 +197,10 @@ func TestServer_TwoNodes(t *testing.T) {
 		if err != nil || len(got) != 3 {
 			t.Fatalf("history with node-2 down: %+v, %v", got, err)
 		}
+		// The state names the owner that did not answer, and why.
 		task, err := c1.GetTask(ctx, remoteID)
-		if err != nil || task.State != nil {
-			t.Fatalf("GET with the owner down: %+v, %v", task, err)
+		if err != nil || task.State == nil || task.State.Owner != "node-2" || task.State.OwnerError == "" {
+			t.Fatalf("GET with the owner down: %+v, %v", task.State, err)
 		}
 		ps, err := c1.Partitions(ctx)
 		if err != nil {

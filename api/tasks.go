@@ -236,8 +236,9 @@ func (s *Server) localState(ctx context.Context, id string) *task.State {
 }
 
 // taskState is the task's state from the node that owns it: this one, or
-// the ring's owner asked over HTTP. nil when nobody answers with one (the
-// partition is moving, the owner is unreachable): a GET never fails for it.
+// the ring's owner asked over HTTP. nil when no node owns the partition
+// (it is moving); only the owner and why when the owner does not answer
+// with one (State.OwnerError): a GET never fails for it.
 func (s *Server) taskState(ctx context.Context, id string) *task.State {
 	p := s.reg.Partition(id)
 	if s.e.Owns(p) {
@@ -260,10 +261,11 @@ func (s *Server) taskState(ctx context.Context, id string) *task.State {
 	st, err := c.TaskState(ctx, id)
 	if err != nil {
 		var ae *client.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
-			s.warnPeer(owner, "api: the owner of a task did not give its state", "task", id, "err", err)
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			return nil // the owner has not loaded it yet
 		}
-		return nil
+		s.warnPeer(owner, "api: the owner of a task did not give its state", "task", id, "err", err)
+		return &task.State{Owner: owner, OwnerError: err.Error()}
 	}
 	return st
 }

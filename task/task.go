@@ -297,6 +297,12 @@ type State struct {
 	// Ended says why the task fires no more: EndedNotAfter, EndedMaxFires
 	// or EndedAt (window.go); empty while it has fires to come.
 	Ended string `json:"ended,omitempty"`
+
+	// OwnerError says why Owner, a live member the ring gives the task
+	// to, gave no state when asked (it did not answer, or refused): the
+	// fields it keeps (next fire, counters, health) are then absent or
+	// zero, and only Owner, Pause and Backfill hold.
+	OwnerError string `json:"owner_error,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string

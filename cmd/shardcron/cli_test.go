@@ -582,6 +582,31 @@ func TestOutput_Tables(t *testing.T) {
 	}
 }
 
+// task get of a task whose owner did not answer names the owner and why,
+// without counters that would read as zero; one without an owner says so.
+func TestOutput_OwnerThatDidNotAnswer(t *testing.T) {
+	tsk := &task.Task{ID: "t", Schedule: "* * * * * *", Executor: task.Executor{Type: task.ExecutorNoop},
+		State: &task.State{Owner: "n2", OwnerError: "dial tcp 127.0.0.1:1: connection refused"}}
+	var b bytes.Buffer
+	if err := writeTaskDetail(&b, tsk); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Owner:            n2 (did not answer: dial tcp 127.0.0.1:1: connection refused; its state is not shown)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("task detail lacks %q:\n%s", want, b.String())
+	}
+	if strings.Contains(b.String(), "Fires:") {
+		t.Errorf("task detail shows counters its owner did not give:\n%s", b.String())
+	}
+	tsk.State = nil
+	b.Reset()
+	if err := writeTaskDetail(&b, tsk); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Owner:            - (no node owns its partition right now)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("task detail lacks %q:\n%s", want, b.String())
+	}
+}
+
 // A backfill's line in task get: one that its owner has not recorded
 // progress of yet says so (it read "through -" and "recorded by -").
 func TestOutput_Backfill(t *testing.T) {

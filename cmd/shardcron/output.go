@@ -239,7 +239,15 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 	kv("Version", strconv.FormatInt(t.Version, 10))
 	kv("Created", formatTime(t.CreatedAt))
 	kv("Updated", formatTime(t.UpdatedAt))
-	if s := t.State; s != nil {
+	switch s := t.State; {
+	case s == nil:
+		kv("Owner", "- (no node owns its partition right now)")
+	case s.OwnerError != "":
+		kv("Owner", fmt.Sprintf("%s (did not answer: %s; its state is not shown)", s.Owner, truncate(s.OwnerError, maxErrorWidth)))
+		if b := s.Backfill; b != nil {
+			kv("Backfill", backfillText(b))
+		}
+	default:
 		kv("Owner", dash(s.Owner))
 		kv("Next fire", formatTime(s.NextFireAt))
 		kv("Last fire", formatTime(s.LastFireAt))
@@ -259,8 +267,6 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 		if s.Ended != "" {
 			kv("Ended", endedText[s.Ended])
 		}
-	} else {
-		kv("Owner", "- (no node owns its partition right now)")
 	}
 	return tw.Flush()
 }
