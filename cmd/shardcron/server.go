@@ -319,6 +319,9 @@ func (f *serverFlags) check() error {
 			return err
 		}
 	}
+	if err := checkAdvertise(f.advertise); err != nil {
+		return err
+	}
 	if f.etcd != "" {
 		if err := checkEndpoints(f.etcd); err != nil {
 			return err
@@ -401,6 +404,32 @@ func checkListenAddr(flag, v string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("--%s: %q is not an address to listen on: want host:port (a port from 0 to 65535), such as 127.0.0.1:8080", flag, v)
+	}
+	return nil
+}
+
+// checkAdvertise checks --advertise, the address other nodes reach this
+// node's API at: empty (the listen address), host:port or an http or https
+// URL with a host and a port, the port from 1 to 65535 (port 0 is no
+// address to reach). Any other value would start a node no peer can reach.
+func checkAdvertise(v string) error {
+	if v == "" {
+		return nil
+	}
+	hostPort := v
+	if scheme, _, ok := strings.Cut(v, "://"); ok {
+		if scheme != "http" && scheme != "https" {
+			return fmt.Errorf("--advertise: %q: want http or https, not %s", v, scheme)
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--advertise: %q is not an address other nodes can reach: want host:port or a URL such as https://node1.example.com:8080", v)
+		}
+		hostPort = u.Host
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("--advertise: %q is not an address other nodes can reach: want host:port (a port from 1 to 65535) or a URL such as https://node1.example.com:8080", v)
 	}
 	return nil
 }

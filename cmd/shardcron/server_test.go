@@ -287,6 +287,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--probe-listen", "127.0.0.1:-1"},
 			{"--etcd-listen", "127.0.0.1"},
 			{"--etcd-peer-listen", "127.0.0.1:65536"},
+			{"--advertise", "nonsense"},
+			{"--advertise", "127.0.0.1:0"},
 			{"--data-dir", ""},
 			{"extra"},
 			{"--partitions", "abc"}, // the flag package's own error
@@ -306,6 +308,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		for _, tc := range []struct{ args, want string }{
 			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
 			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
+			{"--advertise=nonsense", `shardcron server: --advertise: "nonsense" is not an address other nodes can reach`},
 		} {
 			if _, stderr, _ := runCLI(t, "", "server", tc.args); !strings.HasPrefix(stderr, tc.want) {
 				t.Errorf("%s: stderr %q, want %q", tc.args, stderr, tc.want)
@@ -740,6 +743,21 @@ func TestCheckEndpoints(t *testing.T) {
 	for _, bad := range []string{",", "unix:", "unix://", "http://", "http://a", "ftp://a:1", "a", "a:0", "a:65536", ":2379", "http://a:1/path"} {
 		if err := checkEndpoints(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestCheckAdvertise(t *testing.T) {
+	for _, ok := range []string{"", "127.0.0.1:8080", "node1.example.com:8080", "[::1]:8080",
+		"http://10.0.0.1:8080", "https://node1:443", "https://node1:8443/"} {
+		if err := checkAdvertise(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"nonsense", "127.0.0.1", "127.0.0.1:0", "a:65536", ":8080", "a:port",
+		"http://", "http://a", "https://a:0", "ftp://a:21", "http://a:1/path", "http://u:p@a:1", "http://a:1?x=1"} {
+		if err := checkAdvertise(bad); err == nil || !strings.HasPrefix(err.Error(), "--advertise: ") {
+			t.Errorf("%q: %v, want an error naming --advertise", bad, err)
 		}
 	}
 }
