@@ -97,6 +97,9 @@ func (t *tlsFiles) reload() error {
 	}
 	var pool *x509.CertPool
 	if t.clientCAFile != "" {
+		if err := checkClientAuth(t.certFile, cert.Leaf); err != nil {
+			return err
+		}
 		if pool, err = readCAs("--tls-client-ca", t.clientCAFile); err != nil {
 			return err
 		}
@@ -105,6 +108,26 @@ func (t *tlsFiles) reload() error {
 	t.cert, t.clientCA = &cert, pool
 	t.mu.Unlock()
 	return nil
+}
+
+// checkClientAuth refuses a certificate that cannot be a client's: under
+// mutual TLS a node presents its --tls-cert to the other nodes, which
+// refuse one whose extended key usage excludes client authentication
+// (every call between nodes would then fail at the handshake, seen as a
+// "broken pipe"). No extended key usage at all allows every use; one of
+// only unknown usages allows none, as crypto/x509 verifies it.
+func checkClientAuth(certFile string, leaf *x509.Certificate) error {
+	if leaf == nil || len(leaf.ExtKeyUsage) == 0 && len(leaf.UnknownExtKeyUsage) == 0 {
+		return nil
+	}
+	for _, u := range leaf.ExtKeyUsage {
+		if u == x509.ExtKeyUsageAny || u == x509.ExtKeyUsageClientAuth {
+			return nil
+		}
+	}
+	return fmt.Errorf("--tls-cert %s: its extended key usage lacks client authentication (clientAuth), "+
+		"which --tls-client-ca needs: a node presents this certificate to the other nodes, and they would refuse it; "+
+		"issue it with both serverAuth and clientAuth, or without --tls-client-ca", certFile)
 }
 
 // readCAs reads a PEM file of CA certificates.

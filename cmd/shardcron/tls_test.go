@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,12 +11,14 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +56,13 @@ func newTestCA(t *testing.T) *testCA {
 // number serial, good for servers and clients.
 func (ca *testCA) issue(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return ca.issueFor(t, serial, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+// issueFor is issue with the extended key usages given (none: the
+// certificate has no extended key usage extension).
+func (ca *testCA) issueFor(t *testing.T, serial int64, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +71,7 @@ func (ca *testCA) issue(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "node"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage: usages,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -266,6 +276,12 @@ func TestServer_TLSFlagErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
 	writeFile(t, bad, []byte("not a certificate"))
+	ca := newTestCA(t)
+	caFile, serverOnly, serverOnlyKey := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	writeFile(t, caFile, ca.pem)
+	certPEM, keyPEM := ca.issueFor(t, 2, x509.ExtKeyUsageServerAuth)
+	writeFile(t, serverOnly, certPEM)
+	writeFile(t, serverOnlyKey, keyPEM)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -274,10 +290,91 @@ func TestServer_TLSFlagErrors(t *testing.T) {
 		{[]string{"--tls-client-ca", bad}, "--tls-client-ca needs --tls-cert"},
 		{[]string{"--tls-cert", bad, "--tls-key", bad}, "--tls-cert " + bad},
 		{[]string{"--etcd-cacert", filepath.Join(dir, "none.pem")}, "check --etcd-cacert"},
+		{[]string{"--tls-cert", serverOnly, "--tls-key", serverOnlyKey, "--tls-client-ca", caFile}, "lacks client authentication (clientAuth)"},
 	} {
 		_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %q", c.args, code, stderr, c.want)
 		}
 	}
+}
+
+// With --tls-client-ca the node presents its --tls-cert to the other nodes:
+// a certificate whose extended key usage excludes clientAuth is refused at
+// start, and at a reload, which keeps the previous certificate (SIGHUP
+// logs why). Without --tls-client-ca it serves as it is.
+func TestTLSFiles_ClientAuthUsage(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	caFile, certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeFile(t, caFile, ca.pem)
+	write := func(serial int64, usages ...x509.ExtKeyUsage) {
+		certPEM, keyPEM := ca.issueFor(t, serial, usages...)
+		writeFile(t, keyFile, keyPEM)
+		writeFile(t, certFile, certPEM)
+	}
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	for _, c := range []struct {
+		usages []x509.ExtKeyUsage
+		ok     bool
+	}{
+		{nil, true},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageAny}, true},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, false},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}, false},
+	} {
+		write(1, c.usages...)
+		_, err := loadTLS(certFile, keyFile, caFile, log)
+		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "--tls-cert "+certFile) {
+			t.Errorf("usages %v with --tls-client-ca: %v, want ok=%v and an error naming --tls-cert", c.usages, err, c.ok)
+		}
+		if _, err := loadTLS(certFile, keyFile, "", log); err != nil {
+			t.Errorf("usages %v without --tls-client-ca: %v", c.usages, err)
+		}
+	}
+
+	write(7, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	tf, err := loadTLS(certFile, keyFile, caFile, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() int64 {
+		tf.mu.RLock()
+		defer tf.mu.RUnlock()
+		return tf.cert.Leaf.SerialNumber.Int64()
+	}
+	write(8, x509.ExtKeyUsageServerAuth)
+	hup, stop := make(chan os.Signal, 1), make(chan struct{})
+	done := watchSIGHUP(hup, tf, log, stop)
+	hup <- syscall.SIGHUP
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "SIGHUP: TLS files not reloaded") })
+	close(stop)
+	<-done
+	if !strings.Contains(logs.String(), "clientAuth") {
+		t.Errorf("the SIGHUP error does not say why:\n%s", logs.String())
+	}
+	if got := serial(); got != 7 {
+		t.Errorf("serial %d after a refused reload, want the previous certificate's, 7", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a logger's goroutine writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
