@@ -111,7 +111,7 @@ const (
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	d := engine.DefaultConfig("")
 	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints; empty: start an embedded etcd in <data-dir>/etcd")
-	fs.StringVar(&f.etcdPrefix, "etcd-prefix", engine.DefaultPrefix, "key prefix, so that several clusters can share one etcd")
+	fs.StringVar(&f.etcdPrefix, "etcd-prefix", engine.DefaultPrefix, "key prefix, so that several clusters can share one etcd: starts with '/', such as /team-a/shardcron")
 	fs.StringVar(&f.etcdCACert, "etcd-cacert", "", "CA certificate file to verify etcd's TLS certificate")
 	fs.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate file for etcd TLS")
 	fs.StringVar(&f.etcdKey, "etcd-key", "", "client key file for etcd TLS")
@@ -318,6 +318,11 @@ func (f *serverFlags) check() error {
 		if err := checkListenAddr(a.flag, a.v); err != nil {
 			return err
 		}
+	}
+	if !strings.HasPrefix(f.etcdPrefix, "/") {
+		// The keys are <prefix>/tasks/... and so on: "shardcron" names
+		// other keys than "/shardcron", a cluster of its own, empty.
+		return fmt.Errorf("--etcd-prefix: %q must start with '/', such as /shardcron (the default) or /team-a/shardcron", f.etcdPrefix)
 	}
 	if err := checkAdvertise(f.advertise); err != nil {
 		return err

@@ -287,6 +287,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--probe-listen", "127.0.0.1:-1"},
 			{"--etcd-listen", "127.0.0.1"},
 			{"--etcd-peer-listen", "127.0.0.1:65536"},
+			{"--etcd-prefix", "shardcron"}, // not /shardcron: another, empty cluster
+			{"--etcd-prefix", ""},
 			{"--advertise", "nonsense"},
 			{"--advertise", "127.0.0.1:0"},
 			{"--data-dir", ""},
@@ -308,6 +310,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		for _, tc := range []struct{ args, want string }{
 			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
 			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
+			{"--etcd-prefix=shardcron", `shardcron server: --etcd-prefix: "shardcron" must start with '/'`},
 			{"--advertise=nonsense", `shardcron server: --advertise: "nonsense" is not an address other nodes can reach`},
 		} {
 			if _, stderr, _ := runCLI(t, "", "server", tc.args); !strings.HasPrefix(stderr, tc.want) {
