@@ -148,8 +148,8 @@ func (c Config) Validate() error {
 	if c.Client == nil {
 		bad("Client", "required")
 	}
-	if reason := checkNodeID(c.NodeID); reason != "" {
-		bad("NodeID", "%s", reason)
+	if err := ValidateNodeID(c.NodeID); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Info.ID != c.NodeID {
 		bad("Info.ID", "%q differs from NodeID %q", c.Info.ID, c.NodeID)
@@ -188,6 +188,17 @@ func (c Config) Validate() error {
 			c.FenceMargin, c.TTL-c.KeepAliveInterval)
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateNodeID returns a *ConfigError of field NodeID saying why id is
+// not a valid node id (empty, longer than 256 bytes, with a '/', whitespace,
+// a control character or invalid UTF-8), nil if it is one. Join and
+// Validate apply it; a command checks a node id with it before it connects.
+func ValidateNodeID(id string) error {
+	if reason := checkNodeID(id); reason != "" {
+		return &ConfigError{Field: "NodeID", Reason: reason}
+	}
+	return nil
 }
 
 // checkNodeID returns why id is not a valid node id, or "".

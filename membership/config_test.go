@@ -120,3 +120,17 @@ func TestNodesPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateNodeID(t *testing.T) {
+	for _, ok := range []string{"node-1", "host-a:8080", "né", strings.Repeat("x", 256)} {
+		if err := ValidateNodeID(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "n1/x", "a b", "a\tb", "a\x00", "\xff", strings.Repeat("x", 257)} {
+		var ce *ConfigError
+		if err := ValidateNodeID(bad); !errors.As(err, &ce) || ce.Field != "NodeID" || ce.Reason == "" {
+			t.Errorf("%q: %v, want a *ConfigError of NodeID", bad, err)
+		}
+	}
+}

@@ -324,6 +324,15 @@ func (f *serverFlags) check() error {
 		// other keys than "/shardcron", a cluster of its own, empty.
 		return fmt.Errorf("--etcd-prefix: %q must start with '/', such as /shardcron (the default) or /team-a/shardcron", f.etcdPrefix)
 	}
+	if f.nodeID != "" { // empty: hostname-port, made when the port is known
+		if err := membership.ValidateNodeID(f.nodeID); err != nil {
+			var ce *membership.ConfigError
+			if errors.As(err, &ce) {
+				err = errors.New(ce.Reason)
+			}
+			return fmt.Errorf("--node-id: %v (a node id has no '/', whitespace or control character, at most 256 bytes)", err)
+		}
+	}
 	if err := checkAdvertise(f.advertise); err != nil {
 		return err
 	}

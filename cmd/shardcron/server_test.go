@@ -289,6 +289,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--etcd-peer-listen", "127.0.0.1:65536"},
 			{"--etcd-prefix", "shardcron"}, // not /shardcron: another, empty cluster
 			{"--etcd-prefix", ""},
+			{"--node-id", "n1/x"},
+			{"--node-id", "n 1"},
 			{"--advertise", "nonsense"},
 			{"--advertise", "127.0.0.1:0"},
 			{"--data-dir", ""},
@@ -311,6 +313,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
 			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
 			{"--etcd-prefix=shardcron", `shardcron server: --etcd-prefix: "shardcron" must start with '/'`},
+			{"--node-id=n1/x", `shardcron server: --node-id: "n1/x" contains '/'`},
 			{"--advertise=nonsense", `shardcron server: --advertise: "nonsense" is not an address other nodes can reach`},
 		} {
 			if _, stderr, _ := runCLI(t, "", "server", tc.args); !strings.HasPrefix(stderr, tc.want) {
