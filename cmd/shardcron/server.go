@@ -81,6 +81,7 @@ logged and ignored.
 Every flag can also be set by the environment variable named after it:
 SHARDCRON_ and the flag in upper case with '_' for '-' (--lease-ttl is
 SHARDCRON_LEASE_TTL). A flag on the command line wins over its variable.
+An empty variable of a boolean flag (SHARDCRON_ALLOW_EXEC=) is false.
 Secrets (tokens, the etcd password) are best given as files
 (--auth-token-file, --read-token-file, --etcd-password-file) or variables;
 their values are never printed, in this help or in logs and errors.
@@ -239,8 +240,10 @@ func runServer(args []string, stderr io.Writer) int {
 }
 
 // applyEnv sets every flag left off the command line from its environment
-// variable (envName), when that is set. The value of a secret is never
-// quoted in an error.
+// variable (envName), when that is set. An empty variable of a boolean
+// flag is false, as systemd's EnvironmentFile writes an unset one
+// (SHARDCRON_ALLOW_EXEC=); an empty one of any other flag is its value,
+// checked as the flag's. The value of a secret is never quoted in an error.
 func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
@@ -250,15 +253,38 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		if !ok || set[fl.Name] {
 			return
 		}
+		if b, isBool := fl.Value.(interface{ IsBoolFlag() bool }); isBool && b.IsBoolFlag() && v == "" {
+			v = "false"
+		}
 		if err := fs.Set(fl.Name, v); err != nil {
 			if secretFlags[fl.Name] {
 				errs = append(errs, fmt.Errorf("%s: not a valid value for --%s", envName(fl.Name), fl.Name))
 			} else {
-				errs = append(errs, fmt.Errorf("%s: invalid value %q for --%s: %v", envName(fl.Name), v, fl.Name, err))
+				errs = append(errs, fmt.Errorf("%s=%q: %s", envName(fl.Name), v, valueWanted(fl, err)))
 			}
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// valueWanted says what a flag's value must look like, for an error of
+// fl.Value.Set, err: the flag package's own errors say only "parse error".
+func valueWanted(fl *flag.Flag, err error) string {
+	g, ok := fl.Value.(flag.Getter)
+	if !ok {
+		return err.Error() // our own flag types say it themselves
+	}
+	switch g.Get().(type) {
+	case bool:
+		return "not a boolean (true or false, 1 or 0; empty is false)"
+	case time.Duration:
+		return "not a duration (e.g. 10s, 1m30s)"
+	case int:
+		return "not a whole number (e.g. 1024)"
+	case float64:
+		return "not a number (e.g. 1.25)"
+	}
+	return err.Error()
 }
 
 // readSecrets reads the secrets given as files. A secret given both

@@ -767,3 +767,53 @@ func TestCheckAdvertise(t *testing.T) {
 		}
 	}
 }
+
+// The environment's values: an empty boolean is false (systemd's
+// EnvironmentFile writes SHARDCRON_ALLOW_EXEC= for an unset one); a bad
+// value names its variable and what it must look like.
+func TestApplyEnv(t *testing.T) {
+	parse := func(env map[string]string, args ...string) (*serverFlags, error) {
+		fs := flag.NewFlagSet("server", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f serverFlags
+		f.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		err := applyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		return &f, err
+	}
+	for _, v := range []string{"", "false", "0"} {
+		f, err := parse(map[string]string{"SHARDCRON_ALLOW_EXEC": v})
+		if err != nil || f.allowExec {
+			t.Errorf("SHARDCRON_ALLOW_EXEC=%q: allow-exec %v, %v; want false", v, f.allowExec, err)
+		}
+	}
+	if f, err := parse(map[string]string{"SHARDCRON_ALLOW_EXEC": "true"}); err != nil || !f.allowExec {
+		t.Errorf("SHARDCRON_ALLOW_EXEC=true: allow-exec %v, %v", f.allowExec, err)
+	}
+	if f, err := parse(map[string]string{"SHARDCRON_ALLOW_EXEC": ""}, "--allow-exec"); err != nil || !f.allowExec {
+		t.Errorf("--allow-exec with SHARDCRON_ALLOW_EXEC empty: allow-exec %v, %v; the command line wins", f.allowExec, err)
+	}
+	for _, c := range []struct{ name, value, want string }{
+		{"SHARDCRON_LEASE_TTL", "abc", `SHARDCRON_LEASE_TTL="abc": not a duration (e.g. 10s`},
+		{"SHARDCRON_LEASE_TTL", "", `SHARDCRON_LEASE_TTL="": not a duration`},
+		{"SHARDCRON_PARTITIONS", "many", `SHARDCRON_PARTITIONS="many": not a whole number`},
+		{"SHARDCRON_LOAD", "x", `SHARDCRON_LOAD="x": not a number`},
+		{"SHARDCRON_ALLOW_EXEC", "yes", `SHARDCRON_ALLOW_EXEC="yes": not a boolean (true or false`},
+		{"SHARDCRON_ETCD_QUOTA", "lots", `SHARDCRON_ETCD_QUOTA="lots": not a size such as 8GiB`},
+	} {
+		_, err := parse(map[string]string{c.name: c.value})
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "parse error") {
+			t.Errorf("%s=%q: %v, want %q", c.name, c.value, err, c.want)
+		}
+	}
+}
+
+func TestServer_BadEnvIsUsageError(t *testing.T) {
+	t.Setenv("SHARDCRON_LEASE_TTL", "abc")
+	_, stderr, code := runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	if want := "shardcron server: SHARDCRON_LEASE_TTL=\"abc\": not a duration (e.g. 10s, 1m30s)\n"; code != 2 || stderr != want {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
+}
