@@ -232,7 +232,8 @@ func runServer(args []string, stderr io.Writer) int {
 			log.Info("shardcron server stopped during its start")
 			return 0 // stopped as asked, as after the start
 		}
-		log.Error("shardcron server failed", "err", err)
+		// Printed once, as a usage error is, not logged too: the last
+		// line of the output is the error the node exited with.
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 1
 	}

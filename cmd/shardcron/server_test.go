@@ -246,7 +246,7 @@ func TestServer_StartupErrors(t *testing.T) {
 		if code := p.waitExit(60 * time.Second); code == 0 {
 			t.Fatal("a second node with a live node's id exited 0")
 		}
-		if !strings.Contains(p.log(), `node id \"twin\" is held by a live node`) {
+		if !strings.Contains(p.log(), `node id "twin" is held by a live node`) {
 			t.Fatalf("no clear error:\n%s", p.log())
 		}
 	})

@@ -271,7 +271,7 @@ func TestServer_MutualTLS(t *testing.T) {
 }
 
 // TestServer_TLSFlagErrors: incomplete or unreadable TLS flags stop the
-// start with a message naming the flag.
+// start with a message naming the flag, printed once.
 func TestServer_TLSFlagErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
@@ -295,6 +295,10 @@ func TestServer_TLSFlagErrors(t *testing.T) {
 		_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %q", c.args, code, stderr, c.want)
+		}
+		// The error is printed once, not logged as well.
+		if n := strings.Count(stderr, c.want); n > 1 {
+			t.Errorf("%v: %q printed %d times:\n%s", c.args, c.want, n, stderr)
 		}
 	}
 }
