@@ -22,7 +22,7 @@ func (b badgerLogger) log(level slog.Level, format string, args []any) {
 	b.l.Log(ctx, level, msg, "component", "badger")
 }
 
-func (b badgerLogger) Errorf(f string, v ...any)   { b.log(slog.LevelError, f, v) }
+func (b badgerLogger) Errorf(f string, v ...any) { b.log(slog.LevelError, f, v) }
 func (b badgerLogger) Warningf(f string, v ...any) {
 	level := slog.LevelWarn
 	if cacheAdvice(f) {
@@ -38,5 +38,5 @@ func (b badgerLogger) Warningf(f string, v ...any) {
 func cacheAdvice(format string) bool {
 	return strings.Contains(format, "might be too small") || strings.HasPrefix(format, "Cache life expectancy")
 }
-func (b badgerLogger) Infof(f string, v ...any)    { b.log(slog.LevelDebug, f, v) }
-func (b badgerLogger) Debugf(f string, v ...any)   { b.log(slog.LevelDebug, f, v) }
+func (b badgerLogger) Infof(f string, v ...any)  { b.log(slog.LevelDebug, f, v) }
+func (b badgerLogger) Debugf(f string, v ...any) { b.log(slog.LevelDebug, f, v) }
