@@ -755,7 +755,7 @@ func TestCheckEndpoints(t *testing.T) {
 
 func TestCheckAdvertise(t *testing.T) {
 	for _, ok := range []string{"", "127.0.0.1:8080", "node1.example.com:8080", "[::1]:8080",
-		"http://10.0.0.1:8080", "https://node1:443", "https://node1:8443/"} {
+		"http://127.0.0.2:8080", "https://node1:443", "https://node1:8443/"} {
 		if err := checkAdvertise(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
