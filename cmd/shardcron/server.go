@@ -360,7 +360,7 @@ func (f *serverFlags) check() error {
 			return fmt.Errorf("--node-id: %v (a node id has no '/', whitespace or control character, at most 256 bytes)", err)
 		}
 	}
-	if err := checkAdvertise(f.advertise); err != nil {
+	if err := checkAdvertise(f.advertise, f.tlsCert != ""); err != nil {
 		return err
 	}
 	if f.etcd != "" {
@@ -452,8 +452,9 @@ func checkListenAddr(flag, v string) error {
 // checkAdvertise checks --advertise, the address other nodes reach this
 // node's API at: empty (the listen address), host:port or an http or https
 // URL with a host and a port, the port from 1 to 65535 (port 0 is no
-// address to reach). Any other value would start a node no peer can reach.
-func checkAdvertise(v string) error {
+// address to reach), whose scheme is the one the node serves (https with
+// tls, --tls-cert). Any other value would start a node no peer can reach.
+func checkAdvertise(v string, tls bool) error {
 	if v == "" {
 		return nil
 	}
@@ -461,6 +462,9 @@ func checkAdvertise(v string) error {
 	if scheme, _, ok := strings.Cut(v, "://"); ok {
 		if scheme != "http" && scheme != "https" {
 			return fmt.Errorf("--advertise: %q: want http or https, not %s", v, scheme)
+		}
+		if serves := map[bool]string{true: "https", false: "http"}[tls]; scheme != serves {
+			return fmt.Errorf("--advertise: %q says %s, but this node serves %s (--tls-cert): peers could not reach it; leave the scheme out", v, scheme, serves)
 		}
 		u, err := url.Parse(v)
 		if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {

@@ -754,17 +754,25 @@ func TestCheckEndpoints(t *testing.T) {
 }
 
 func TestCheckAdvertise(t *testing.T) {
-	for _, ok := range []string{"", "127.0.0.1:8080", "node1.example.com:8080", "[::1]:8080",
-		"http://127.0.0.2:8080", "https://node1:443", "https://node1:8443/"} {
-		if err := checkAdvertise(ok); err != nil {
-			t.Errorf("%q: %v", ok, err)
+	for _, ok := range []struct {
+		v   string
+		tls bool
+	}{{"", false}, {"127.0.0.1:8080", false}, {"node1.example.com:8080", true}, {"[::1]:8080", false},
+		{"http://127.0.0.2:8080", false}, {"https://node1:443", true}, {"https://node1:8443/", true}} {
+		if err := checkAdvertise(ok.v, ok.tls); err != nil {
+			t.Errorf("%q (TLS %v): %v", ok.v, ok.tls, err)
 		}
 	}
 	for _, bad := range []string{"nonsense", "127.0.0.1", "127.0.0.1:0", "a:65536", ":8080", "a:port",
-		"http://", "http://a", "https://a:0", "ftp://a:21", "http://a:1/path", "http://u:p@a:1", "http://a:1?x=1"} {
-		if err := checkAdvertise(bad); err == nil || !strings.HasPrefix(err.Error(), "--advertise: ") {
+		"http://", "http://a", "https://a:0", "ftp://a:21", "http://a:1/path", "http://u:p@a:1", "http://a:1?x=1",
+		"https://a:1"} { // a node without TLS
+		if err := checkAdvertise(bad, false); err == nil || !strings.HasPrefix(err.Error(), "--advertise: ") {
 			t.Errorf("%q: %v, want an error naming --advertise", bad, err)
 		}
+	}
+	// A node with TLS advertised as http: peers would speak plain HTTP to it.
+	if err := checkAdvertise("http://127.0.0.2:8080", true); err == nil || !strings.Contains(err.Error(), "serves https") {
+		t.Errorf("http with TLS: %v, want an error", err)
 	}
 }
 
