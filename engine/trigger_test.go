@@ -20,7 +20,13 @@ import (
 // trigger hands the loop a trigger of task id at at, as the trigger
 // watch does.
 func (tl *testLoop) trigger(part int, id string, at time.Time) {
-	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano(), rev: at.UnixMilli()}}, reply: make(chan struct{}, 1)}
+	tl.putTrigger(part, id, at, at.UnixMilli())
+}
+
+// putTrigger hands the loop the trigger key of id at at, written at
+// revision rev, as the trigger watch does.
+func (tl *testLoop) putTrigger(part int, id string, at time.Time, rev int64) {
+	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano(), rev: rev}}, reply: make(chan struct{}, 1)}
 	tl.handle(c)
 	<-c.reply
 }
@@ -626,14 +632,9 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil) // its workers take nothing
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
-	put := func(rev int64) {
-		c := &triggersCmd{fires: []triggerFire{{part: 0, id: "x", at: base.UnixNano(), rev: rev}}, reply: make(chan struct{}, 1)}
-		tl.handle(c)
-		<-c.reply
-	}
 	k := triggerKey{0, "x", base.UnixNano()}
-	put(1)
-	put(2) // while its fire waits for a worker
+	tl.putTrigger(0, "x", base, 1)
+	tl.putTrigger(0, "x", base, 2) // while its fire waits for a worker
 	if got := tl.pool.ends.take(10); len(got) != 0 {
 		t.Fatalf("the key put again while its fire waited went at once: %v", got)
 	}
@@ -644,7 +645,7 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
 		t.Errorf("when the fire ended, keys ended %v, want x's", got)
 	}
-	put(3) // after the fire ended
+	tl.putTrigger(0, "x", base, 3) // after the fire ended
 	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
 		t.Errorf("put again after its fire ended, keys ended %v, want x's", got)
 	}
@@ -660,16 +661,11 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil) // its workers take nothing: the fire waits
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
-	put := func(rev int64) {
-		c := &triggersCmd{fires: []triggerFire{{part: 0, id: "x", at: base.UnixNano(), rev: rev}}, reply: make(chan struct{}, 1)}
-		tl.handle(c)
-		<-c.reply
-	}
 	k := triggerKey{0, "x", base.UnixNano()}
-	put(1)
+	tl.putTrigger(0, "x", base, 1)
 	tl.clock.Advance(triggerWait + time.Second)
 	tl.sweepTriggers()
-	put(2)
+	tl.putTrigger(0, "x", base, 2)
 	if got := tl.dispatched(0); len(got) != 1 {
 		t.Fatalf("dispatched %v, want the one fire: the key put again %v after its trigger was taken for a new one", got, triggerWait)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -18,12 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 )
 
 // testCA is a certificate authority made in the test.
@@ -317,7 +316,7 @@ func TestTLSFiles_ClientAuthUsage(t *testing.T) {
 		writeFile(t, keyFile, keyPEM)
 		writeFile(t, certFile, certPEM)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	for _, c := range []struct {
 		usages []x509.ExtKeyUsage
@@ -362,23 +361,4 @@ func TestTLSFiles_ClientAuthUsage(t *testing.T) {
 	if got := serial(); got != 7 {
 		t.Errorf("serial %d after a refused reload, want the previous certificate's, 7", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a logger's goroutine writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
