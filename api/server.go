@@ -120,17 +120,16 @@ func (c Config) Validate() error {
 // Server serves the API of one node. Its Handler is safe for concurrent
 // use; Close stops its background sampling.
 type Server struct {
-	cfg      Config
-	e        *engine.Engine
-	reg      *registry.Registry
-	log      *slog.Logger
-	mux      *http.ServeMux
-	metrics  *prometheus.Registry
-	reqs     *requestMetrics
-	peer     *http.Client
-	ownPeer  bool     // peer was made here: Close closes its idle connections
-	tokenSum [32]byte // sha256 of AuthToken, compared in constant time
-	readSum  [32]byte // sha256 of ReadToken
+	cfg     Config
+	e       *engine.Engine
+	reg     *registry.Registry
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *prometheus.Registry
+	reqs    *requestMetrics
+	peer    *http.Client
+	ownPeer bool // peer was made here: Close closes its idle connections
+	tokens  tokens
 
 	rate      rateSampler
 	series    series
@@ -165,12 +164,7 @@ func New(cfg Config) (*Server, error) {
 	if s.peer == nil {
 		s.peer, s.ownPeer = defaultPeerClient(cfg.PeerTLS), true
 	}
-	if cfg.AuthToken != "" {
-		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
-	}
-	if cfg.ReadToken != "" {
-		s.readSum = sha256.Sum256([]byte(cfg.ReadToken))
-	}
+	s.tokens = newTokens(cfg)
 	s.reqs = newRequestMetrics()
 	reg, err := newMetrics(s.e, cfg.Version, s.reqs)
 	if err != nil {
@@ -238,15 +232,25 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // a load balancer, kubelet or container health check reaches the probes
 // without the client certificate the API asks for under mutual TLS, and
 // without reaching any task.
-func (s *Server) ProbeHandler() http.Handler {
+func (s *Server) ProbeHandler() http.Handler { return probesOnly(s.Handler()) }
+
+// probesOnly passes the probes on to h; anything else is a 404 that names
+// them.
+func probesOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := s.mux.Handler(r); !probePatterns[pattern] {
+		if !isProbe(r) {
 			writeError(w, http.StatusNotFound, "no such endpoint: %s %s (this listener serves only GET /healthz, /readyz and /metrics)",
 				r.Method, r.URL.EscapedPath())
 			return
 		}
-		s.serveHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
+}
+
+// isProbe says whether r asks for one of the probes (GET, which includes
+// HEAD).
+func isProbe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && probePatterns["GET "+r.URL.Path]
 }
 
 // probePatterns are served without a token unless Config.ProbeAuth.
@@ -318,7 +322,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern = s.mux.Handler(req)
 	// The dashboard page holds no data: it asks the user for a token.
 	open := pattern == "GET /{$}" || probePatterns[pattern] && !s.cfg.ProbeAuth || pattern == "" && !underV1(req.URL.Path)
-	if !open && !s.authorized(sw, req) {
+	if !open && !s.tokens.authorized(sw, req) {
 		return
 	}
 	if pattern == "" {
@@ -418,12 +422,24 @@ func pathID(r *http.Request) string {
 
 func underV1(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
 
+// tokens checks the bearer token of a request against the node's auth
+// and read tokens (Config.AuthToken and ReadToken).
+type tokens struct {
+	auth, read       bool
+	authSum, readSum [32]byte // sha256 of each, compared in constant time
+}
+
+func newTokens(cfg Config) tokens {
+	return tokens{auth: cfg.AuthToken != "", read: cfg.ReadToken != "",
+		authSum: sha256.Sum256([]byte(cfg.AuthToken)), readSum: sha256.Sum256([]byte(cfg.ReadToken))}
+}
+
 // authorized checks the bearer token, answering 401 when it is missing or
 // wrong, and 403 when it is the read-only token on a write. Both sides are
 // hashed first so that the comparison takes the same time whatever the
 // length of the token sent. No answer or log quotes a token.
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.AuthToken == "" {
+func (tk *tokens) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if !tk.auth {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -434,8 +450,8 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	full := subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
-	read := s.cfg.ReadToken != "" && subtle.ConstantTimeCompare(got[:], s.readSum[:]) == 1
+	full := subtle.ConstantTimeCompare(got[:], tk.authSum[:]) == 1
+	read := tk.read && subtle.ConstantTimeCompare(got[:], tk.readSum[:]) == 1
 	switch {
 	case full:
 		return true

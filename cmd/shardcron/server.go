@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -590,6 +591,44 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 
+	// The listeners answer from here on, the starting answers first
+	// (api.Starting): the start may wait for etcd and, after a crash, for
+	// the lease of the node's previous session, longer than a probe waits.
+	apiCfg := api.Config{AuthToken: f.authToken, ReadToken: f.readToken,
+		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log, PeerTLS: peerTLSConfig}
+	var phase atomic.Pointer[string]
+	setPhase := func(p string) { phase.Store(&p) }
+	setPhase("opening the data directory")
+	startingAPI, startingProbes := api.Starting(apiCfg, func() string { return *phase.Load() })
+	var handler, probeHandler switchHandler
+	handler.set(startingAPI)
+	probeHandler.set(startingProbes)
+	hs := &http.Server{
+		Handler:           &handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	defer hs.Close()              // a start that fails; a stop has shut it down
+	served := make(chan error, 2) // the API's and the probes' servers
+	if tlsf != nil {
+		hs.TLSConfig = tlsf.serverConfig()
+		go func() { served <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- hs.Serve(ln) }()
+	}
+	var probes *http.Server
+	if probeLn != nil {
+		probes = &http.Server{Handler: &probeHandler, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		defer probes.Close()
+		go func() { served <- probes.Serve(probeLn) }()
+	}
+	starting := []any{"node", f.nodeID, "api", scheme + addr}
+	if probeLn != nil {
+		starting = append(starting, "probes", probeLn.Addr().String())
+	}
+	log.Info("shardcron node starting: the API answers 503 until it has started", starting...)
+
 	// A start that fails leaves the disk as it found it: what it created
 	// goes again (a node that started once keeps its directories). Only a
 	// start that took the store's lock does: one that lost the race for a
@@ -618,6 +657,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 
 	endpoints := splitList(f.etcd)
 	if len(endpoints) == 0 {
+		setPhase("starting the embedded etcd")
 		clientAddr := f.etcdListen
 		if clientAddr == "" {
 			clientAddr = derivedAddr(f.listen, 10000)
@@ -650,6 +690,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 	defer indexCli.Close()
+	setPhase("waiting for etcd at " + strings.Join(endpoints, ","))
 	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
 		if ctx.Err() == nil {
 			err = explainEtcd(endpoints, etcdTLS, err)
@@ -670,6 +711,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if err != nil {
 		return err
 	}
+	setPhase(fmt.Sprintf("joining the cluster (after a crash, a node waits up to its lease TTL, %v, for the lease of its previous session to expire)", f.leaseTTL))
 	startCtx, cancel := context.WithTimeout(ctx, f.startTimeout)
 	err = eng.Start(startCtx)
 	cancel()
@@ -694,31 +736,17 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}()
 	defer func() { stopIndex(); <-indexDone }()
 
-	srv, err := api.New(api.Config{Engine: eng, AuthToken: f.authToken, ReadToken: f.readToken,
-		ProbeAuth: f.probeAuth == probeToken, Version: version, Logger: log, PeerTLS: peerTLSConfig})
+	apiCfg.Engine = eng
+	srv, err := api.New(apiCfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 2) // the API's and the probes' servers
-	if tlsf != nil {
-		hs.TLSConfig = tlsf.serverConfig()
-		go func() { served <- hs.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { served <- hs.Serve(ln) }()
-	}
-	var probes *http.Server
+	handler.set(srv.Handler())
+	probeHandler.set(srv.ProbeHandler())
 	attrs := []any{"node", f.nodeID, "api", scheme + addr, "etcd", strings.Join(endpoints, ","),
 		"partitions", f.partitions, "data_dir", f.dataDir, "version", version}
 	if probeLn != nil {
-		probes = &http.Server{Handler: srv.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		go func() { served <- probes.Serve(probeLn) }()
 		attrs = append(attrs, "probes", "http://"+probeLn.Addr().String())
 	}
 	log.Info("shardcron node started", attrs...)
@@ -763,6 +791,16 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	log.Info("shardcron node stopped", "node", f.nodeID)
 	return nil
+}
+
+// switchHandler serves with the handler set last: the starting answers
+// until the node has started, then the API's.
+type switchHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *switchHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // buildIndex runs Registry.BuildIndex when the index marker is missing,

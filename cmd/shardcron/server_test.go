@@ -342,6 +342,74 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	}
 }
 
+// A node answers its probes while it starts: /healthz 200, /readyz 503
+// saying what it waits for, the API 503 with Retry-After. After a kill -9
+// a node restarted with its id waits up to the lease TTL for its old
+// session's lease, and nothing answered then: a liveness probe timed out
+// and had the node restarted again.
+func TestServer_AnswersWhileStarting(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx := t.Context()
+	// The lease of a crashed node of the same id, kept alive until the
+	// answers are checked.
+	lease, err := c.Client.Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Put(ctx, "/shardcron/nodes/reborn", "{}", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	alive, err := c.Client.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range alive {
+		}
+	}()
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4",
+		"--node-id", "reborn", "--probe-listen", "127.0.0.1:0")
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "node id is held by another lease") })
+	api := p.logged("shardcron node starting: the API answers 503 until it has started", "api")
+	if api == "" {
+		t.Fatalf("no starting log line with the API address\n%s", p.log())
+	}
+	probes := "http://" + p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
+	get := func(url string) (int, http.Header, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s while starting: %v", url, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(body)
+	}
+	for _, base := range []string{api, probes} {
+		if code, _, body := get(base + "/healthz"); code != http.StatusOK || !strings.Contains(body, `"status":"starting"`) {
+			t.Errorf("%s/healthz while starting: %d %s, want 200 starting", base, code, body)
+		}
+		if code, _, body := get(base + "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "joining the cluster") {
+			t.Errorf("%s/readyz while starting: %d %s, want 503 naming the wait", base, code, body)
+		}
+	}
+	if code, h, body := get(api + "/v1/tasks"); code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, `"error":"the node is starting`) {
+		t.Errorf("/v1/tasks while starting: %d %v %s, want 503 with Retry-After", code, h, body)
+	}
+	if code, _, _ := get(probes + "/v1/tasks"); code != http.StatusNotFound {
+		t.Errorf("the probe listener served /v1/tasks while starting: %d, want 404", code)
+	}
+
+	if _, err := c.Client.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.API = api
+	p.waitReady(t)
+	if code, _, body := get(api + "/healthz"); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+		t.Errorf("/healthz once started: %d %s", code, body)
+	}
+}
+
 // A node whose embedded etcd never becomes ready gives up after
 // --start-timeout with exit 1 and says why, and a SIGTERM during that wait
 // stops it with exit 0. It hung in etcd's Close, deaf to both.

@@ -1,0 +1,39 @@
+package api
+
+import (
+	"net/http"
+)
+
+// Starting returns the handlers of a node that has not started yet, for
+// its API and probe listeners (Handler and ProbeHandler later) from the
+// moment they open: a node waits for its data directory, for etcd and,
+// after a crash, for the lease of its previous session to expire (up to
+// the lease TTL), and a probe that timed out all that while would have it
+// restarted again. GET /healthz answers 200 (the process is alive), GET
+// /readyz 503 with "starting: " and phase() as the reason, and any other
+// request 503 with Retry-After, in the API's JSON and behind cfg's tokens
+// as the started node's answers are. Only cfg's tokens and ProbeAuth are
+// read: there is no engine yet.
+func Starting(cfg Config, phase func() string) (api, probes http.Handler) {
+	tk := newTokens(cfg)
+	api = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		probe := isProbe(r)
+		// Open as on the started node: the probes unless ProbeAuth, and
+		// everything outside /v1 (the dashboard asks for its token itself).
+		open := !underV1(r.URL.Path) && !(probe && cfg.ProbeAuth)
+		if !open && !tk.authorized(w, r) {
+			return
+		}
+		reason := "starting: " + phase()
+		switch {
+		case probe && r.URL.Path == "/healthz":
+			writeJSON(w, http.StatusOK, readyResponse{Status: "starting", Reason: reason})
+		case probe && r.URL.Path == "/readyz":
+			writeJSON(w, http.StatusServiceUnavailable, readyResponse{Status: "not ready", Reason: reason, Error: "not ready: " + reason})
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "the node is %s; retry shortly", reason)
+		}
+	})
+	return api, probesOnly(api)
+}

@@ -1,0 +1,45 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// The starting answers keep the started node's tokens: the probes open
+// unless ProbeAuth, /v1 behind the token, a 503 only once that passed.
+func TestStarting_AnswersBehindTheTokens(t *testing.T) {
+	phase := func() string { return "waiting for etcd" }
+	api, probes := Starting(Config{AuthToken: "full", ReadToken: "read"}, phase)
+	ts, ps := httptest.NewServer(api), httptest.NewServer(probes)
+	defer ts.Close()
+	defer ps.Close()
+	read := []string{"Authorization", "Bearer read"}
+
+	for _, s := range []*httptest.Server{ts, ps} {
+		if a := call(t, s, "GET", "/healthz", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), "starting: waiting for etcd") {
+			t.Errorf("/healthz: %v", a)
+		}
+		wantError(t, call(t, s, "GET", "/readyz", ""), http.StatusServiceUnavailable, "not ready: starting: waiting for etcd")
+		wantError(t, call(t, s, "GET", "/metrics", ""), http.StatusServiceUnavailable, "starting")
+	}
+	wantError(t, call(t, ts, "GET", "/v1/tasks", ""), http.StatusUnauthorized)
+	wantError(t, call(t, ts, "PUT", "/v1/tasks/x", "{}", read...), http.StatusForbidden)
+	a := call(t, ts, "GET", "/v1/tasks", "", read...)
+	wantError(t, a, http.StatusServiceUnavailable, "the node is starting: waiting for etcd; retry shortly")
+	if a.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After: %v", a.header)
+	}
+	wantError(t, call(t, ts, "GET", "/", ""), http.StatusServiceUnavailable)
+	wantError(t, call(t, ps, "GET", "/v1/tasks", "", read...), http.StatusNotFound, "serves only")
+	wantError(t, call(t, ps, "POST", "/healthz", ""), http.StatusNotFound, "serves only")
+
+	api, _ = Starting(Config{AuthToken: "full", ProbeAuth: true}, phase)
+	ts = httptest.NewServer(api)
+	defer ts.Close()
+	wantError(t, call(t, ts, "GET", "/healthz", ""), http.StatusUnauthorized)
+	if a := call(t, ts, "GET", "/healthz", "", "Authorization", "Bearer full"); a.status != http.StatusOK {
+		t.Errorf("/healthz with the token under ProbeAuth: %v", a)
+	}
+}
