@@ -143,6 +143,9 @@ type Config struct {
 	// handlerNames lists the handlers registered on the engine, published
 	// with the node's membership; set by New.
 	handlerNames func() []string
+	// startedAt is when Start ran, published by every session of the node
+	// (a rejoin after a fence is not a new start).
+	startedAt time.Time
 }
 
 // DefaultConfig returns the defaults for a node.
@@ -282,8 +285,8 @@ func (c Config) membership(cli *clientv3.Client) membership.Config {
 // nodeInfo is what the node publishes under its membership key: its
 // address, version and what it can run.
 func (c Config) nodeInfo() membership.NodeInfo {
-	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Exec: c.AllowExec,
-		ExecAllow: c.ExecAllow, HTTPAllow: c.HTTPAllow}
+	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, StartedAt: c.startedAt,
+		Exec: c.AllowExec, ExecAllow: c.ExecAllow, HTTPAllow: c.HTTPAllow}
 	if c.handlerNames != nil {
 		info.Handlers = c.handlerNames()
 	}

@@ -213,6 +213,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.checkCacheOrigin(); err != nil {
 		return err
 	}
+	e.cfg.startedAt = time.Now().UTC().Truncate(time.Millisecond)
 	sess, err := untilAnswered(ctx, e.log, "joining the cluster", func() (*membership.Session, error) {
 		return membership.Join(ctx, e.cfg.membership(e.cli))
 	})

@@ -322,6 +322,11 @@ func TestEngine_FencedNodeStopsDispatching(t *testing.T) {
 	if n.e.sess.Load() == sess {
 		t.Error("the node is not fenced any more but kept its old session")
 	}
+	// The node's start, as `nodes` shows it, is the process's, not its
+	// new session's.
+	if was, now := sess.Info().StartedAt, n.e.sess.Load().Info().StartedAt; !now.Equal(was) {
+		t.Errorf("the rejoined session says the node started at %v, the first said %v", now, was)
+	}
 	etcdtest.WaitFor(t, 20*time.Second, func() bool {
 		calls := log.of("fence/0")
 		return len(calls) > 0 && calls[len(calls)-1].at.After(restoredAt)
