@@ -15,6 +15,7 @@ import (
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
+	"go.etcd.io/etcd/server/v3/lease"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 )
@@ -149,17 +150,24 @@ func slogLevel(l zapcore.Level) slog.Level {
 	}
 }
 
-// retried are etcd's warnings of steps it retries by itself, by message,
-// with the error that makes them no fault and nothing to do:
+// retried are etcd's warnings of steps it retries by itself or that end
+// as they were meant to, by message, with the error that makes them no
+// fault and nothing to do:
 //   - its purge of old WAL files finds one the WAL still holds (until a
 //     snapshot releases it): under a heavy import, every 30 s; a later
 //     round removes it;
 //   - at a restart, while it applies its log, its member's publication is
 //     refused and retried at once, a hundred lines in 2 ms; Start waits for
-//     it to succeed, within its timeout.
+//     it to succeed, within its timeout;
+//   - a lease revoked twice, by its holder and by etcd as it expires (a
+//     node that rejoins after a fence revokes its old session's lease,
+//     which has often just expired): the second finds it gone, as both
+//     wanted, and each of the two messages says so.
 var retried = map[string]error{
 	"failed to lock file": fileutil.ErrLocked,
 	"failed to publish local member to cluster through raft": etcderrors.ErrTooManyRequests,
+	"failed to revoke lease":                                 lease.ErrLeaseNotFound,
+	"failed to apply request":                                lease.ErrLeaseNotFound,
 }
 
 // isRetried reports whether a line is one of retried, with its error.

@@ -3,6 +3,7 @@ package etcdembed
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,13 +11,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
+	"go.etcd.io/etcd/server/v3/lease"
 	"go.uber.org/zap"
 
 	"github.com/shardcron/shardcron/internal/logbuf"
@@ -154,6 +158,46 @@ func TestServer_CleanCloseLogsNoError(t *testing.T) {
 	s.Close()
 	if out := buf.String()[started:]; out != "" {
 		t.Errorf("a clean close logged:\n%s", out)
+	}
+}
+
+// A lease revoked by its holder as etcd expires it (a node rejoining after
+// a fence revokes its old lease) is not a warning: the second revoke finds
+// it gone, as both wanted. etcd warned twice for each.
+func TestSlogCore_LeaseRevokedTwiceIsDebug(t *testing.T) {
+	s, buf := startLogged(t)
+	defer s.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// Leases of 1 s revoked from 0.8 to 1.6 s after their grant: some of
+	// the revokes meet etcd's, which runs every 500 ms.
+	var wg sync.WaitGroup
+	for i := range 200 {
+		g, err := cli.Grant(t.Context(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			time.Sleep(800*time.Millisecond + time.Duration(i)*4*time.Millisecond)
+			_, _ = cli.Revoke(t.Context(), g.ID)
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Second) // etcd's own revokes of the leases left
+	if out := buf.String(); strings.Contains(out, "lease not found") {
+		t.Errorf("a lease revoked twice was logged at info or above:\n%s", out)
+	}
+
+	var dbg logbuf.Buffer
+	z := zap.New(&slogCore{log: slog.New(slog.NewJSONHandler(&dbg, &slog.HandlerOptions{Level: slog.LevelDebug})), min: zap.WarnLevel})
+	z.Warn("failed to revoke lease", zap.Error(lease.ErrLeaseNotFound))
+	z.Warn("failed to apply request", zap.Error(lease.ErrLeaseNotFound))
+	z.Warn("failed to apply request", zap.Error(errors.New("etcdserver: too many operations in txn request")))
+	if levels := levelsOf(t, dbg.String()); !slices.Equal(levels, []string{"DEBUG", "DEBUG", "WARN"}) {
+		t.Errorf("levels %v, want DEBUG for the lease not found, WARN for the other:\n%s", levels, dbg.String())
 	}
 }
 
