@@ -46,7 +46,9 @@ func (m *requestMetrics) observe(method, pattern string, code int, d time.Durati
 		if !ok {
 			path = pattern
 		}
-		route = path
+		// A pattern's "{$}" (the path ends there) is no part of any
+		// path a request names: the dashboard's route is "/".
+		route = strings.TrimSuffix(path, "{$}")
 	}
 	if !knownMethods[method] {
 		method = "other"

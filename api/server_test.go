@@ -676,6 +676,7 @@ func TestServer_SingleNode(t *testing.T) {
 	})
 
 	t.Run("Metrics", func(t *testing.T) {
+		call(t, ts, "GET", "/", "")
 		a := call(t, ts, "GET", "/metrics", "")
 		if a.status != http.StatusOK || !strings.HasPrefix(a.header.Get("Content-Type"), "text/plain") {
 			t.Fatalf("metrics: %d %s", a.status, a.header.Get("Content-Type"))
@@ -706,6 +707,7 @@ func TestServer_SingleNode(t *testing.T) {
 			"# TYPE shardcron_execution_duration_seconds histogram",
 			`shardcron_api_requests_total{code="200",method="GET",route="/v1/tasks/{id}"}`,
 			`shardcron_api_requests_total{code="404",method="GET",route="unmatched"}`,
+			`shardcron_api_requests_total{code="200",method="GET",route="/"}`, // the dashboard, not the pattern's "/{$}"
 			`shardcron_api_request_duration_seconds_bucket{method="PUT",route="/v1/tasks/{id}",le="+Inf"}`,
 			"go_goroutines",
 			"process_cpu_seconds_total",
