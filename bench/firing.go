@@ -137,7 +137,8 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 			_, err := f.addNode(ctx, false)
 			return err
 		}
-		fmt.Fprintf(cfg.Progress, "bench: node %d is killed\n", last)
+		// The time, to read the nodes' logs (--dir) against.
+		fmt.Fprintf(cfg.Progress, "bench: node %d is killed at %s\n", last, time.Now().UTC().Format(time.RFC3339Nano))
 		f.kill(ctx, last)
 		return nil
 	}

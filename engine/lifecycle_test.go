@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -526,6 +527,32 @@ func TestEngine_ReleasedPartitionsLoggedOnce(t *testing.T) {
 	}
 	if !strings.Contains(rounds[0], `partitions=0-15 count=16`) {
 		t.Errorf("the line does not give the 16 partitions as one range: %s", rounds[0])
+	}
+}
+
+// A node logs the nodes that join and leave the member set, each change
+// once: after a crash, the line says when the dead node's lease expired.
+func TestEngine_MemberChangesLogged(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	a := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.NodeID = "a"
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	defer a.stop(t)
+	b := startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "b" })
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=[b]") })
+	b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "left=[b]") })
+	var lines []string
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		if strings.Contains(line, `msg="member set changed"`) {
+			lines = append(lines, line[strings.Index(line, "members="):])
+		}
+	}
+	want := []string{"members=1 joined=[a] left=[]", "members=2 joined=[b] left=[]", "members=1 joined=[] left=[b]"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("member lines %q, want %q", lines, want)
 	}
 }
 

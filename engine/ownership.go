@@ -83,6 +83,7 @@ type serving struct {
 	results   chan acquired
 	retry     *time.Timer // failed acquires and stuck releases
 	seenSelf  bool        // the member set listed this node once
+	members   []string    // the ids of the member set last followed, sorted
 	leaving   bool        // this node's key says it is leaving
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
@@ -182,6 +183,7 @@ func (s *serving) membersChanged(ms []membership.Member) {
 		return // our own registration is not visible yet
 	}
 	s.seenSelf = true
+	s.logMembers(ids)
 	// Leaving nodes hand their partitions over: the ring leaves them out.
 	var staying []string
 	for _, m := range ms {
@@ -204,6 +206,27 @@ func (s *serving) membersChanged(ms []membership.Member) {
 		s.desired[p] = true
 	}
 	s.reconcile()
+}
+
+// logMembers logs the nodes that joined and left since the member set
+// last followed (ids sorted, as Watch sends them): the start of every
+// hand-over, and after a crash the moment the node's lease expired.
+func (s *serving) logMembers(ids []string) {
+	var joined, left []string
+	for _, id := range ids {
+		if _, found := slices.BinarySearch(s.members, id); !found {
+			joined = append(joined, id)
+		}
+	}
+	for _, id := range s.members {
+		if _, found := slices.BinarySearch(ids, id); !found {
+			left = append(left, id)
+		}
+	}
+	if len(joined) > 0 || len(left) > 0 {
+		s.e.log.Info("member set changed", "members", len(ids), "joined", joined, "left", left)
+	}
+	s.members = ids
 }
 
 // changed schedules publishing mine.
