@@ -170,10 +170,32 @@ var retried = map[string]error{
 	"failed to apply request":                                lease.ErrLeaseNotFound,
 }
 
+// revokeOnly are the messages of retried that are no fault only when
+// their request is a lease revoke: etcd's "failed to apply request" with
+// ErrLeaseNotFound is also a put or a txn under a lease it no longer has
+// (a client that lost its session and writes on, such as a fenced node's
+// late put), which stays a warning.
+var revokeOnly = map[string]bool{"failed to apply request": true}
+
 // isRetried reports whether a line is one of retried, with its error.
 func isRetried(msg string, fields []zapcore.Field) bool {
 	want, ok := retried[msg]
-	return ok && hasError(fields, func(err error) bool { return errors.Is(err, want) })
+	if !ok || revokeOnly[msg] && !revokes(fields) {
+		return false
+	}
+	return hasError(fields, func(err error) bool { return errors.Is(err, want) })
+}
+
+// revokes reports whether fields name a lease revoke as their request
+// (etcd prints it "header:<...> lease_revoke:<id:...>").
+func revokes(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if f.Key == "request" && f.Type == zapcore.StringType {
+			_, req, _ := strings.Cut(f.String, "> ")
+			return strings.HasPrefix(req, "lease_revoke:<")
+		}
+	}
+	return false
 }
 
 // closed reports whether err is the error of a listener or server that was

@@ -194,10 +194,37 @@ func TestSlogCore_LeaseRevokedTwiceIsDebug(t *testing.T) {
 	var dbg logbuf.Buffer
 	z := zap.New(&slogCore{log: slog.New(slog.NewJSONHandler(&dbg, &slog.HandlerOptions{Level: slog.LevelDebug})), min: zap.WarnLevel})
 	z.Warn("failed to revoke lease", zap.Error(lease.ErrLeaseNotFound))
-	z.Warn("failed to apply request", zap.Error(lease.ErrLeaseNotFound))
+	z.Warn("failed to apply request", zap.String("request", "header:<ID:1 > lease_revoke:<id:0000000000000001>"), zap.Error(lease.ErrLeaseNotFound))
 	z.Warn("failed to apply request", zap.Error(errors.New("etcdserver: too many operations in txn request")))
-	if levels := levelsOf(t, dbg.String()); !slices.Equal(levels, []string{"DEBUG", "DEBUG", "WARN"}) {
-		t.Errorf("levels %v, want DEBUG for the lease not found, WARN for the other:\n%s", levels, dbg.String())
+	z.Warn("failed to apply request", zap.String("request", "header:<ID:2 > put:<key:\"k\" value_size:1 lease:1>"), zap.Error(lease.ErrLeaseNotFound))
+	if levels := levelsOf(t, dbg.String()); !slices.Equal(levels, []string{"DEBUG", "DEBUG", "WARN", "WARN"}) {
+		t.Errorf("levels %v, want DEBUG for the revokes of a lease not found, WARN for the others:\n%s", levels, dbg.String())
+	}
+}
+
+// A write under a lease etcd no longer has (a client that lost its
+// session writing on: a fenced node's late put) stays a warning: only a
+// revoke that finds its lease gone is nothing to do.
+func TestSlogCore_PutOnExpiredLeaseWarns(t *testing.T) {
+	s, buf := startLogged(t)
+	defer s.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	g, err := cli.Grant(t.Context(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(t.Context(), g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), "k", "v", clientv3.WithLease(g.ID)); err == nil {
+		t.Fatal("a put under a revoked lease succeeded")
+	}
+	if out := buf.String(); !strings.Contains(out, "failed to apply request") || !strings.Contains(out, "lease not found") {
+		t.Errorf("a put under a revoked lease was not a warning:\n%s", out)
 	}
 }
 
