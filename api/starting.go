@@ -12,8 +12,9 @@ import (
 // restarted again. GET /healthz answers 200 (the process is alive), GET
 // /readyz 503 with "starting: " and phase() as the reason, and any other
 // request 503 with Retry-After, in the API's JSON and behind cfg's tokens
-// as the started node's answers are. Only cfg's tokens and ProbeAuth are
-// read: there is no engine yet.
+// as the started node's answers are; under ProbeAuth an answer to a
+// request without the token (outside /v1 and the probes) leaves the phase
+// out. Only cfg's tokens and ProbeAuth are read: there is no engine yet.
 func Starting(cfg Config, phase func() string) (api, probes http.Handler) {
 	tk := newTokens(cfg)
 	api = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -24,7 +25,12 @@ func Starting(cfg Config, phase func() string) (api, probes http.Handler) {
 		if !open && !tk.authorized(w, r) {
 			return
 		}
-		reason := "starting: " + phase()
+		// Under ProbeAuth the phase is the probes' to tell, to a caller
+		// with the token: not to one that only asked for an open path.
+		reason := "starting"
+		if !open || !cfg.ProbeAuth {
+			reason += ": " + phase()
+		}
 		switch {
 		case probe && r.URL.Path == "/healthz":
 			writeJSON(w, http.StatusOK, readyResponse{Status: "starting", Reason: reason})

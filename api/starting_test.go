@@ -43,3 +43,20 @@ func TestStarting_AnswersBehindTheTokens(t *testing.T) {
 		t.Errorf("/healthz with the token under ProbeAuth: %v", a)
 	}
 }
+
+// Under ProbeAuth the probes' answers, the phase among them, need the
+// token: no other open path tells a caller without it what the node waits
+// for (the started node answers those with the dashboard page or a 404).
+func TestStarting_ProbeAuthKeepsThePhase(t *testing.T) {
+	api, _ := Starting(Config{AuthToken: "full", ProbeAuth: true}, func() string { return "waiting for etcd at etcd-0:2379" })
+	ts := httptest.NewServer(api)
+	defer ts.Close()
+	for _, tc := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/nope"}, {"POST", "/healthz"}, {"GET", "//v1/tasks"}} {
+		a := call(t, ts, tc.method, tc.path, "")
+		if strings.Contains(string(a.body), "etcd") {
+			t.Errorf("%s %s without the token under ProbeAuth: %d %s", tc.method, tc.path, a.status, a.body)
+		}
+	}
+	wantError(t, call(t, ts, "GET", "/", ""), http.StatusServiceUnavailable, "the node is starting; retry shortly")
+	wantError(t, call(t, ts, "GET", "/v1/tasks", "", "Authorization", "Bearer full"), http.StatusServiceUnavailable, "waiting for etcd")
+}
