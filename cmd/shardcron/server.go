@@ -690,7 +690,9 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 	defer indexCli.Close()
-	setPhase("waiting for etcd at " + strings.Join(endpoints, ","))
+	// The phase is open to anyone who reaches the probes: the endpoints
+	// stay in the log (waitForEtcd names them).
+	setPhase("waiting for etcd")
 	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
 		if ctx.Err() == nil {
 			err = explainEtcd(endpoints, etcdTLS, err)

@@ -342,6 +342,29 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	}
 }
 
+// The open probes of a starting node say what it waits for, not where
+// etcd is: the started node's open answers name no address, and the log
+// has the endpoints for the operator.
+func TestServer_StartingNamesNoEtcdEndpoint(t *testing.T) {
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--probe-listen", "127.0.0.1:0") // nothing listens on port 1
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
+	probes := "http://" + p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(probes + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "waiting for etcd") || strings.Contains(string(body), "127.0.0.1:1") {
+			t.Errorf("%s while waiting for etcd: %s, want the wait without the endpoint", path, body)
+		}
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("SIGTERM while waiting for etcd: exit %d", code)
+	}
+}
+
 // A node answers its probes while it starts: /healthz 200, /readyz 503
 // saying what it waits for, the API 503 with Retry-After. After a kill -9
 // a node restarted with its id waits up to the lease TTL for its old
