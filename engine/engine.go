@@ -67,6 +67,7 @@ type Engine struct {
 	execDur   durations            // how long executions take (not noop ones)
 	handOver  [numPhases]durations // the hand-over phases this node went through
 	fences    fences               // sessions that ended fenced
+	members   []string             // the member set logMembers last followed, sorted; only the coordinator goroutine
 	shapes    shapeCodes           // cache encodings of the task shapes seen (shape.go)
 	revs      *revisions           // etcd's revision, read for the partitions prepared from the cache
 

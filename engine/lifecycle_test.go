@@ -556,6 +556,36 @@ func TestEngine_MemberChangesLogged(t *testing.T) {
 	}
 }
 
+// A node that rejoins after a fence logs the member set's changes since
+// the set it followed before the fence: not every member again as joined.
+func TestEngine_MemberChangesLoggedAcrossFence(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	var buf logbuf.Buffer
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, func(cfg *Config) {
+		cfg.NodeID = "a"
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	defer a.stop(t)
+	b := startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "b" })
+	defer b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=[b]") })
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, a.e.Fenced)
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "rejoined the cluster") && a.e.Ready() })
+	var lines []string
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		if strings.Contains(line, `msg="member set changed"`) {
+			lines = append(lines, line[strings.Index(line, "members="):])
+		}
+	}
+	want := []string{"members=1 joined=[a] left=[]", "members=2 joined=[b] left=[]"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("member lines %q, want %q", lines, want)
+	}
+}
+
 func TestPartRanges_SortedRuns(t *testing.T) {
 	for _, tc := range []struct {
 		ps   []int

@@ -83,7 +83,6 @@ type serving struct {
 	results   chan acquired
 	retry     *time.Timer // failed acquires and stuck releases
 	seenSelf  bool        // the member set listed this node once
-	members   []string    // the ids of the member set last followed, sorted
 	leaving   bool        // this node's key says it is leaving
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
@@ -209,24 +208,26 @@ func (s *serving) membersChanged(ms []membership.Member) {
 }
 
 // logMembers logs the nodes that joined and left since the member set
-// last followed (ids sorted, as Watch sends them): the start of every
-// hand-over, and after a crash the moment the node's lease expired.
+// last followed (ids sorted, as Watch sends them), by this session or the
+// one before a fence: the start of every hand-over, and after a crash the
+// moment the node's lease expired.
 func (s *serving) logMembers(ids []string) {
+	e := s.e
 	var joined, left []string
 	for _, id := range ids {
-		if _, found := slices.BinarySearch(s.members, id); !found {
+		if _, found := slices.BinarySearch(e.members, id); !found {
 			joined = append(joined, id)
 		}
 	}
-	for _, id := range s.members {
+	for _, id := range e.members {
 		if _, found := slices.BinarySearch(ids, id); !found {
 			left = append(left, id)
 		}
 	}
 	if len(joined) > 0 || len(left) > 0 {
-		s.e.log.Info("member set changed", "members", len(ids), "joined", joined, "left", left)
+		e.log.Info("member set changed", "members", len(ids), "joined", joined, "left", left)
 	}
-	s.members = ids
+	e.members = ids
 }
 
 // changed schedules publishing mine.
