@@ -1,8 +1,6 @@
 package api
 
-import (
-	"net/http"
-)
+import "net/http"
 
 // Starting returns the handlers of a node that has not started yet, for
 // its API and probe listeners (Handler and ProbeHandler later) from the

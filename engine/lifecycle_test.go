@@ -541,16 +541,16 @@ func TestEngine_MemberChangesLogged(t *testing.T) {
 	})
 	defer a.stop(t)
 	b := startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "b" })
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=[b]") })
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=b") })
 	b.stop(t)
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "left=[b]") })
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "left=b") })
 	var lines []string
 	for line := range strings.SplitSeq(buf.String(), "\n") {
 		if strings.Contains(line, `msg="member set changed"`) {
 			lines = append(lines, line[strings.Index(line, "members="):])
 		}
 	}
-	want := []string{"members=1 joined=[a] left=[]", "members=2 joined=[b] left=[]", "members=1 joined=[] left=[b]"}
+	want := []string{"members=1 joined=a", "members=2 joined=b", "members=1 left=b"}
 	if !slices.Equal(lines, want) {
 		t.Errorf("member lines %q, want %q", lines, want)
 	}
@@ -569,7 +569,7 @@ func TestEngine_MemberChangesLoggedAcrossFence(t *testing.T) {
 	defer a.stop(t)
 	b := startNode(t, c, "", nil, func(cfg *Config) { cfg.NodeID = "b" })
 	defer b.stop(t)
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=[b]") })
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "joined=b") })
 	proxy.Cut()
 	etcdtest.WaitFor(t, 10*time.Second, a.e.Fenced)
 	proxy.Restore()
@@ -580,7 +580,7 @@ func TestEngine_MemberChangesLoggedAcrossFence(t *testing.T) {
 			lines = append(lines, line[strings.Index(line, "members="):])
 		}
 	}
-	want := []string{"members=1 joined=[a] left=[]", "members=2 joined=[b] left=[]"}
+	want := []string{"members=1 joined=a", "members=2 joined=b"}
 	if !slices.Equal(lines, want) {
 		t.Errorf("member lines %q, want %q", lines, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -224,8 +225,16 @@ func (s *serving) logMembers(ids []string) {
 			left = append(left, id)
 		}
 	}
-	if len(joined) > 0 || len(left) > 0 {
-		e.log.Info("member set changed", "members", len(ids), "joined", joined, "left", left)
+	// Comma-joined, so that a log search finds an id however many changed.
+	attrs := []any{"members", len(ids)}
+	if len(joined) > 0 {
+		attrs = append(attrs, "joined", strings.Join(joined, ","))
+	}
+	if len(left) > 0 {
+		attrs = append(attrs, "left", strings.Join(left, ","))
+	}
+	if len(attrs) > 2 {
+		e.log.Info("member set changed", attrs...)
 	}
 	e.members = ids
 }

@@ -625,7 +625,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	starting := []any{"node", f.nodeID, "api", scheme + addr}
 	if probeLn != nil {
-		starting = append(starting, "probes", probeLn.Addr().String())
+		starting = append(starting, "probes", "http://"+probeLn.Addr().String())
 	}
 	log.Info("shardcron node starting: the API answers 503 until it has started", starting...)
 
@@ -757,6 +757,12 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	case <-ctx.Done():
 		log.Info("shutting down: stopping the API, releasing partitions, draining executions")
 	case err := <-served:
+		// Both servers close before the engine stops (deferred), so that
+		// nothing answers for a node that is going.
+		hs.Close()
+		if probes != nil {
+			probes.Close()
+		}
 		return fmt.Errorf("http server: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTO)

@@ -348,7 +348,7 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 func TestServer_StartingNamesNoEtcdEndpoint(t *testing.T) {
 	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--probe-listen", "127.0.0.1:0") // nothing listens on port 1
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
-	probes := "http://" + p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
+	probes := p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(probes + path)
 		if err != nil {
@@ -397,7 +397,7 @@ func TestServer_AnswersWhileStarting(t *testing.T) {
 	if api == "" {
 		t.Fatalf("no starting log line with the API address\n%s", p.log())
 	}
-	probes := "http://" + p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
+	probes := p.logged("shardcron node starting: the API answers 503 until it has started", "probes")
 	get := func(url string) (int, http.Header, string) {
 		t.Helper()
 		resp, err := http.Get(url)
