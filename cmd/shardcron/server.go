@@ -26,6 +26,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/engine"
@@ -876,6 +877,17 @@ func splitList(s string) []string {
 	return out
 }
 
+// etcdConnectParams caps gRPC's backoff between connection attempts to
+// etcd at 2 s (gRPC's default grows to 2 minutes): a node cut off from
+// etcd for minutes (keep-alives, rejoins and API requests failing fast
+// with the last dial error all along) reconnects within seconds of etcd's
+// return, not up to 2 minutes later. Connection attempts keep gRPC's
+// default 20 s to complete.
+var etcdConnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 20 * time.Second,
+}
+
 // newEtcdClient connects to etcd with the TLS and auth flags (and dial
 // options more), and returns the TLS configuration it used (nil: plain)
 // for explainEtcd.
@@ -894,7 +906,7 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		TLS:         tlsCfg,
 		Username:    f.etcdUser,
 		Password:    f.etcdPassword,
-		DialOptions: append(requests.DialOptions(), dial...),
+		DialOptions: append(append(requests.DialOptions(), grpc.WithConnectParams(etcdConnectParams)), dial...),
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
