@@ -31,6 +31,7 @@ func (l *loop) dispatch() bool {
 	if !ok {
 		return false // no watermark recorded yet: no lead to run on
 	}
+	target = max(target, l.idleUntil(now))
 	free := l.pool.free()
 	if free == 0 {
 		return false
@@ -91,6 +92,26 @@ func (l *loop) dispatch() bool {
 func (l *loop) reach(now int64) (int64, bool) {
 	limit, ok := l.acked.limit(now, l.cfg.Lead)
 	return max(limit, l.wheel.Now()), ok
+}
+
+// idleUntil is how far the wheel's clock may run at now without releasing
+// a fire, past the bounded lead: up to the tick before its next timer. The
+// lead bounds the fires a successor repeats; a span without a timer holds
+// none, and a watermark over it claims none. Without this, a clock left
+// behind (a node fenced through an etcd outage, rejoining with the
+// watermark of its old session) crept up on now by Lead per
+// acknowledgement, a tenth of the outage, firing nothing meanwhile.
+// Records released and not yet rescheduled have no timer: nothing moves
+// while they wait.
+func (l *loop) idleUntil(now int64) int64 {
+	if len(l.released) > 0 {
+		return 0
+	}
+	next, ok := l.wheel.NextDeadline()
+	if !ok {
+		return now
+	}
+	return min(now, next-1) // NextDeadline starts a tick: next-1 ends the one before
 }
 
 // rescheduleReleased computes the next times of the records released
