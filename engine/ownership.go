@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -45,17 +46,30 @@ func (e *Engine) coordinate(ctx context.Context, sess *membership.Session) {
 			return
 		}
 		// Fenced: everything was dropped. Rejoin with a new session.
-		sess = e.rejoin(ctx)
+		sess = e.rejoin(ctx, sess.Lease())
 		if sess == nil {
 			return
 		}
 	}
 }
 
-// rejoin joins the cluster again, retrying until ctx ends.
-func (e *Engine) rejoin(ctx context.Context) *membership.Session {
+// rejoin joins the cluster again, retrying until ctx ends. old is the
+// lease of the session that ended: revoked first, at each try until etcd
+// takes it. The session revoked it as it ended, but not when etcd was out
+// of reach then, and an etcd that restarts gives every lease a full TTL
+// again: the node key and the partitions' locks held under it would keep
+// the node out, and its partitions from every node, for another TTL.
+func (e *Engine) rejoin(ctx context.Context, old clientv3.LeaseID) *membership.Session {
 	var b backoff
 	for {
+		if old != clientv3.NoLease {
+			rctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseTTL)
+			_, err := e.cli.Revoke(rctx, old)
+			cancel()
+			if err == nil || rpctypes.Error(err) == rpctypes.ErrLeaseNotFound {
+				old = clientv3.NoLease
+			}
+		}
 		s, err := membership.Join(ctx, e.cfg.membership(e.cli))
 		if err == nil {
 			e.sess.Store(s)
