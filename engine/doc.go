@@ -107,11 +107,14 @@
 //     makes the next owner resume from the partition's previous point, and
 //     what the new owner fired since repeats
 //     (TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires).
-//   - An acquire that fails after loading its partition (canceled: the node
-//     leaves or the ring moves the partition) takes the tasks out as a
-//     release does, dispatching the fires due up to the loop's time, then
-//     puts the previous checkpoint back: the next owner fires them again
-//     (TestEngine_AcquireUndoneAfterLoadingRepeatsFires).
+//   - An acquire that fails after loading its partition (etcd did not
+//     answer one of its last reads, or the session ended) takes the tasks
+//     out as a release does, dispatching the fires due up to the loop's
+//     time, then puts the previous checkpoint back: the next acquire fires
+//     them again (TestEngine_AcquireUndoneAfterLoadingRepeatsFires). One
+//     that the ring or a leave cancels then is not undone: it ends, and the
+//     partition is released with its exact mark
+//     (TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing).
 //   - A released checkpoint lists at most 2000 unrun fires; past that its
 //     point stops before the first fire left out, and the next owner fires
 //     every task from there as well as the listed fires, so listed fires at

@@ -216,6 +216,7 @@ type faultKV struct {
 	once     atomic.Pointer[failOnce]
 	slowRead atomic.Int64 // ns added to reads of tasks
 	afterGet atomic.Pointer[func(key string)]
+	failDo   atomic.Pointer[func(key string) bool] // the next Do of a Get of a key that matches fails
 }
 
 // pausing holds the commit of the next transaction with a Put that
@@ -324,6 +325,17 @@ func releasedCheckpoints(key, value string) bool {
 	return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"released":true`)
 }
 func triggerKeys(key string) bool { return strings.Contains(key, "/triggers/") }
+
+// failsGetOnce makes the next Do of a Get of a key that matches fail,
+// without reaching etcd.
+func (f *faultKV) failsGetOnce(match func(key string) bool) { f.failDo.Store(&match) }
+
+func (f *faultKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if m := f.failDo.Load(); m != nil && op.IsGet() && (*m)(string(op.KeyBytes())) && f.failDo.CompareAndSwap(m, nil) {
+		return clientv3.OpResponse{}, errInjected
+	}
+	return f.KV.Do(ctx, op)
+}
 
 func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if d := time.Duration(f.slowRead.Load()); d > 0 && strings.Contains(key, "/tasks/") {

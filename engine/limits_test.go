@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
@@ -723,35 +724,87 @@ func holdLoop(t *testing.T, n *testNode) (let func()) {
 	return let
 }
 
-// An acquire that fails after it loaded its partition (canceled: the node
-// leaves, or the ring gave the partition to another node meanwhile) takes
-// the tasks out of the wheel as a release does, dispatching the fires due
-// up to the loop's time, and puts the previous checkpoint back: the next
-// owner resumes from the previous point and fires those again. Here the
-// partition was released at 12:00:01.5 and nobody fired it until
-// 12:00:04.5. node-b's acquire loads it while node-b's loop is held, and
-// node-b leaves: its acquire, canceled, undoes, and node-b fires
-// 12:00:02-04. node-c comes next and fires them again.
+// tickReleasedAtOneAndAHalf has a node with cfg fire the every-second task
+// "tick" at 12:00:01 and stop, releasing it at 12:00:01.5, then moves the
+// clock to 12:00:04.5: the fires of 2 to 4 are the next owner's to run.
+func tickReleasedAtOneAndAHalf(t *testing.T, c *etcdtest.Cluster, clock *testClock, log *callLog, cfg func(*Config)) {
+	t.Helper()
+	a := startNode(t, c, "", log.handler(nil), cfg)
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	waitNext(t, a, "tick", limitsAt(1))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
+	a.stop(t)
+	clock.Advance(3 * time.Second)
+}
+
+// An acquire that fails after it loaded its partition (etcd did not
+// answer one of its last reads) takes the tasks out of the wheel as a
+// release does, dispatching the fires due up to the loop's time, and puts
+// the previous checkpoint back: the next acquire resumes from the previous
+// point and fires those again. Here the partition was released at
+// 12:00:01.5 and nobody fired it until 12:00:04.5. node-b loads it, its
+// read of the partition's triggers fails, and node-b fires 12:00:02-04 as
+// it undoes; its next try resumes from the point put back and fires them
+// again. (One the ring or a leave cancels after loading is not undone:
+// TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing.)
 func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 }) // the loop hears from one acquire only
 	}
-	a := startNode(t, c, "", log.handler(nil), node("node-a"))
-	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
-	waitNext(t, a, "tick", limitsAt(1))
-	clock.Advance(time.Second)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
-	a.stop(t) // released at 12:00:01.5
-	clock.Advance(3 * time.Second)
+	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
+
+	cliB := c.NewClient(t)
+	injectFaults(cliB).failsGetOnce(func(key string) bool { return strings.Contains(key, "/triggers/") })
+	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
+	defer b.stop(t)
+	bb := []string{"node-b", "node-b"}
+	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: bb, 3: bb, 4: bb})
+}
+
+// An acquire the ring cancels after it loaded its partition (the fires
+// due since the previous point are dispatched already) is not undone: it
+// ends, and the partition is released to the node the ring chose, with its
+// exact mark. Undone, its checkpoint put back, the next owner fired those
+// fires again: under load, nodes fencing and rejoining moved partitions
+// while they loaded, and a chaos run saw 2 010 repeats. Here node-b loads
+// the partition released at 12:00:01.5 while its loop is held, node-c
+// joins and the ring gives it the partition: node-b fires 12:00:02-04,
+// node-c what follows, and nothing twice.
+func TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	node := func(id string, more ...func(*Config)) func(*Config) {
+		return limitsNode(clock, time.Hour, id, append([]func(*Config){func(cfg *Config) { cfg.Partitions = 1 }}, more...)...)
+	}
+	// node-c must win the one partition from node-b.
+	var cID string
+	for i := 0; cID == ""; i++ {
+		id := fmt.Sprintf("node-c%d", i)
+		cfg := DefaultConfig(id)
+		cfg.Partitions = 1
+		r, err := ring.New(cfg.ring())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := r.Update([]string{"node-b", id}); err == nil && slices.Contains(a.Owned(id), 0) {
+			cID = id
+		}
+	}
+	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
 
 	cliB := c.NewClient(t)
 	go_ := make(chan struct{})
 	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
 		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
 	}, go_)
-	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
+	var bLog logbuf.Buffer
+	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b", func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&bLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}), noWait)
+	defer b.stop(t)
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
@@ -759,21 +812,16 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 	}
 	let := holdLoop(t, b)
 	close(go_)
-	// The acquire's load is in line for the loop, and the acquire waits
-	// for it.
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 })
-	closed := make(chan error, 1)
-	eb := b.e
-	go func() { closed <- eb.Close() }()
-	// Canceled, the acquire undoes: its release is in line too.
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 2 })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 }) // the load, in line
+	nc := startNodeOn(t, c.NewClient(t), "", log.handler(nil), node(cID), noWait)
+	defer nc.stop(t)
+	// node-b's ring gives the partition to node-c: the line is logged as
+	// the member set is followed, and the acquire canceled right after.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(bLog.String(), "joined="+cID) })
 	let()
-	if err := <-closed; err != nil {
-		t.Errorf("close node-b: %v", err)
-	}
-	startNode(t, c, "", log.handler(nil), node("node-c"))
-	bc := []string{"node-b", "node-c"}
-	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: bc, 3: bc, 4: bc})
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return nc.e.Owns(0) })
+	clock.Advance(time.Second)
+	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {cID}})
 }
 
 // A checkpoint over 512 KiB sheds fires from the end of pending and moves

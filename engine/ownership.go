@@ -90,7 +90,9 @@ type serving struct {
 	ctx       context.Context // ends with the service
 	sess      *membership.Session
 	parts     map[int]*owned             // held
-	acquiring map[int]context.CancelFunc // being acquired
+	acquiring map[int]context.CancelFunc // being acquired: each cancel ends its acquire unless it has loaded the partition
+	acquires  context.Context            // ends every acquire, loaded or not: the session ends
+	stopAll   context.CancelFunc         // ends acquires
 	desired   map[int]bool               // the ring's share of this node
 	stuck     map[int]*stuckRelease      // released, but etcd did not take the release
 	unsure    map[int]bool               // being acquired when a lock key of ours appeared (stray.go)
@@ -127,6 +129,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
 		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour),
 	}
+	s.acquires, s.stopAll = context.WithCancel(sctx)
 	defer s.retry.Stop()
 	defer s.publish.Stop()
 	defer s.handOver.Stop()
@@ -373,9 +376,9 @@ func (s *serving) start(p int) {
 	if len(s.acquiring) == 0 {
 		s.round.start = time.Now()
 	}
-	actx, cancel := context.WithCancel(s.ctx)
+	actx, cancel := context.WithCancel(s.acquires)
 	s.acquiring[p] = cancel
-	go func() { s.results <- s.e.acquire(actx, s.sess, p, func() { s.preparedCh <- p }) }()
+	go func() { s.results <- s.e.acquire(actx, s.acquires, s.sess, p, func() { s.preparedCh <- p }) }()
 }
 
 // reconcile releases what the ring took away and acquires what it gave.
@@ -468,9 +471,7 @@ func (s *serving) retryNow() {
 // node leaves and its session lives) or drops them (fenced).
 func (s *serving) end(leaving bool) {
 	e := s.e
-	for _, c := range s.acquiring {
-		c()
-	}
+	s.stopAll()
 	for len(s.acquiring) > 0 {
 		r := <-s.results
 		delete(s.acquiring, r.p)
@@ -503,7 +504,14 @@ func (s *serving) end(leaving bool) {
 // acquire takes partition p (docs/design.md, Partitions and ownership): lock its
 // mutex, read where its last owner got to, record the hand-over, load its
 // tasks and watch them.
-func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
+//
+// ctx ends the acquire until it loads the tasks (the ring gave p to
+// another node meanwhile); from then on only loaded does (the session
+// ends). A loaded partition dispatches at once, and an acquire undone
+// after that puts the previous checkpoint back, so that its next owner
+// repeats what it fired: one the ring no longer wants is taken to the end
+// and released as any other, with its exact mark.
+func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
 	start := time.Now()
 	prep, err := e.prepareBounded(ctx, p)
@@ -572,6 +580,7 @@ func (e *Engine) acquire(ctx context.Context, sess *membership.Session, p int, p
 	if err != nil {
 		return undo(fmt.Errorf("catch up: %w", err))
 	}
+	ctx = loaded
 	if err := e.arm(ctx, prep, fence, resume, handedFrom(after, prev), touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
