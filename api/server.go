@@ -88,6 +88,12 @@ type Config struct {
 	// over (mutual) TLS. Ignored when Peer is set. Default nil: Go's
 	// defaults (the system's roots, no client certificate).
 	PeerTLS *tls.Config
+	// EtcdTimeout bounds a request about one task or a view of the
+	// cluster (boundedRoutes): etcd not answering within it is a 504, not
+	// a request that hangs for as long as etcd is out of reach. Exports,
+	// batches, bulk actions and backfills run as long as their work.
+	// Default 10 s (DefaultEtcdTimeout).
+	EtcdTimeout time.Duration
 	// MaxBatchBytes bounds the body of POST /v1/tasks:batch; a bigger body
 	// is refused with 413. Default 64 MiB (DefaultMaxBatchBytes): about
 	// 10,000 tasks of 6 KiB. The body is held in memory while decoded.
@@ -101,6 +107,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: Engine is required", ErrConfig))
 	} else if c.Engine.Registry() == nil {
 		errs = append(errs, fmt.Errorf("%w: Engine must be started before the API is created", ErrConfig))
+	}
+	if c.EtcdTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: EtcdTimeout must not be negative, got %v", ErrConfig, c.EtcdTimeout))
 	}
 	if c.MaxBatchBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBatchBytes must not be negative, got %d", ErrConfig, c.MaxBatchBytes))
@@ -149,6 +158,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBatchBytes == 0 {
 		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.EtcdTimeout == 0 {
+		cfg.EtcdTimeout = DefaultEtcdTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -333,7 +345,26 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if boundedRoutes[pattern] {
+		ctx, cancel := context.WithTimeout(req.Context(), s.cfg.EtcdTimeout)
+		defer cancel()
+		req = req.WithContext(ctx)
+	}
 	s.mux.ServeHTTP(sw, req)
+}
+
+// DefaultEtcdTimeout is Config.EtcdTimeout's default.
+const DefaultEtcdTimeout = 10 * time.Second
+
+// boundedRoutes answer within Config.EtcdTimeout: each reads or writes a
+// few etcd keys (a task, its history, a page of 10 000 at most) or asks
+// the other nodes, which answer within 2 s.
+var boundedRoutes = map[string]bool{
+	"PUT /v1/tasks/{id}": true, "GET /v1/tasks/{id}": true, "DELETE /v1/tasks/{id}": true,
+	"POST /v1/tasks/{id}/pause": true, "POST /v1/tasks/{id}/resume": true, "POST /v1/tasks/{id}/trigger": true,
+	"GET /v1/tasks/{id}/history": true, "GET /v1/tasks/{id}/state": true, "GET /v1/tasks/{id}/next": true,
+	"GET /v1/tasks": true, "GET /v1/tasks:status": true, "POST /v1/tasks:states": true, "GET /v1/failures": true,
+	"GET /v1/nodes": true, "GET /v1/nodes/self": true, "GET /v1/partitions": true, "GET /v1/series": true,
 }
 
 // queryParams are the query parameters each route under /v1 reads; the

@@ -969,3 +969,20 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 	})
 }
+
+// A request about a task or the cluster answers 504 once etcd has not
+// answered within EtcdTimeout: it hung for as long as etcd was out of
+// reach.
+func TestServer_EtcdOutOfReachIs504(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "cut-off"})
+	_, ts := n.serve(t, Config{EtcdTimeout: 300 * time.Millisecond})
+	ts.Client().Timeout = 20 * time.Second // without the bound, the calls below never end
+	c.Members[0].Stop()
+	defer c.Members[0].Restart(t)
+	for _, rt := range []struct{ method, path, body string }{
+		{"GET", "/v1/tasks/x", ""}, {"PUT", "/v1/tasks/x", noopJSON("")}, {"GET", "/v1/nodes", ""}, {"GET", "/v1/tasks?limit=1", ""},
+	} {
+		wantError(t, call(t, ts, rt.method, rt.path, rt.body), http.StatusGatewayTimeout, "etcd did not answer in time")
+	}
+}
