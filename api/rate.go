@@ -38,11 +38,21 @@ func (r *rateSampler) add(at time.Time, fires uint64) {
 }
 
 // rate returns the counter's rate per second between the oldest sample at
-// most rateWindow (plus half an interval of slack) before now, and (now,
-// fires). It is 0 without such a sample, or when the counter went back.
+// most rateWindow (plus half an interval of slack) before the newest, and
+// the newest; without a fresh sample, before now and (now, fires). It is 0
+// without such a sample, or when the counter went back. Two samples are
+// whole seconds apart, taken at the same point of the second: tasks fire
+// in bursts at each second's start, and a window that ends now holds one
+// burst more than its length about as often as not (a node of 525 tasks
+// showed 543.6 fires/s).
 func (r *rateSampler) rate(now time.Time, fires uint64) float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.n > 0 {
+		if newest := r.samples[(r.next-1+rateSamples)%rateSamples]; now.Sub(newest.at) <= sampleInterval*3/2 {
+			now, fires = newest.at, newest.fires
+		}
+	}
 	for i := range r.n {
 		// Oldest first.
 		s := r.samples[(r.next-r.n+i+rateSamples)%rateSamples]

@@ -83,12 +83,31 @@ func TestRateSampler(t *testing.T) {
 	}
 	// A counter that went back (an engine restarted in place) is not a
 	// negative rate.
-	if got := r.rate(at(31), 3); got != 0 {
+	r.add(at(31), 3)
+	if got := r.rate(at(31.2), 3); got != 0 {
 		t.Fatalf("rate of a counter that went back: %v", got)
 	}
 	// All samples too old: no rate.
 	if got := r.rate(at(100), fires); got != 0 {
 		t.Fatalf("rate from stale samples: %v", got)
+	}
+}
+
+// Fires come in a burst at the start of each second; samples at another
+// point of it. The rate is the bursts' size whenever it is asked: a window
+// ending at the question held one burst more at some points of the second.
+func TestRateSampler_BurstsAtEachSecond(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	fired := func(s float64) uint64 { return 525 * uint64(s+1) } // bursts at 0, 1, 2 ...
+	var r rateSampler
+	for s := 0.4; s < 20; s++ {
+		r.add(at(s), fired(s))
+	}
+	for _, q := range []float64{19.45, 19.7, 20.05, 20.35} {
+		if got := r.rate(at(q), fired(q)); got != 525 {
+			t.Errorf("rate at %.2f s: %v, want 525", q, got)
+		}
 	}
 }
 
