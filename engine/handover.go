@@ -478,9 +478,10 @@ type stuckRelease struct {
 }
 
 // release hands partitions over gracefully (see the hand-over above). It
-// returns the partitions whose release etcd did not take; their locks are
-// still held, for the caller to retry (retryStuck).
-func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
+// returns the partitions whose release etcd did not take, whose locks are
+// still held, for the caller to retry (retryStuck), and how long the
+// release took.
+func (e *Engine) release(parts map[int]*owned, ps []int) (map[int]*stuckRelease, time.Duration) {
 	// Backfills first: each records the last fire it dispatched, which the
 	// release then runs here or hands over.
 	e.stopBackfills(ps, true)
@@ -547,8 +548,7 @@ func (e *Engine) release(parts map[int]*owned, ps []int) map[int]*stuckRelease {
 		}
 		delete(parts, p)
 	}
-	e.log.Info("released partitions", "partitions", partRanges(ps), "count", len(ps), "stuck", len(stuck), "took", took)
-	return stuck
+	return stuck, took
 }
 
 // retryStuck tries the stuck releases again and removes those that commit.

@@ -586,6 +586,42 @@ func TestEngine_MemberChangesLoggedAcrossFence(t *testing.T) {
 	}
 }
 
+// A node hands partitions to a joining one in batches, as the new owner
+// prepares them: one line for the round, not one a batch (a 3-node join
+// logged about 40).
+func TestEngine_ReleasesToAJoiningNodeLoggedOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	var buf logbuf.Buffer
+	a := startNode(t, c, "", nil, func(cfg *Config) {
+		cfg.NodeID = "a"
+		cfg.Partitions = 64
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	defer a.stop(t)
+	// b's reads of partitions take 40 ms each, so that it prepares them
+	// over a second or more, and publishes them in several batches.
+	cliB := c.NewClient(t)
+	injectFaults(cliB).slowRead.Store(int64(40 * time.Millisecond))
+	b := startNodeOn(t, cliB, "", nil, func(cfg *Config) { cfg.NodeID = "b"; cfg.Partitions = 64 })
+	defer b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.Ready() && b.e.Ready() })
+	var lines []string
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		if strings.Contains(line, `msg="released partitions"`) {
+			lines = append(lines, line)
+		}
+	}
+	owned := 0
+	for p := range 64 {
+		if a.e.Owns(p) {
+			owned++
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], fmt.Sprintf("count=%d ", 64-owned)) {
+		t.Errorf("%d lines for the partitions released to b, want 1 with them all:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+}
+
 func TestPartRanges_SortedRuns(t *testing.T) {
 	for _, tc := range []struct {
 		ps   []int

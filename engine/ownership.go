@@ -104,6 +104,7 @@ type serving struct {
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
 	round     acquireRound // acquires since none was in flight, logged as one line
+	released  releaseRound // releases since none was pending, logged as one line
 
 	// Make-before-break (prepare.go).
 	assign     *ring.Assignment  // the ring's current assignment; nil when no member takes partitions
@@ -347,6 +348,32 @@ func (a *acquireRound) log(log *slog.Logger) {
 	*a = acquireRound{start: time.Now()}
 }
 
+// releaseRound is the partitions released since the last line.
+type releaseRound struct {
+	start time.Time // of the first release
+	parts []int
+	stuck int           // releases etcd did not take
+	took  time.Duration // the longest release
+}
+
+func (r *releaseRound) add(ps []int, stuck int, took time.Duration) {
+	if len(r.parts) == 0 {
+		r.start = time.Now()
+	}
+	r.parts = append(r.parts, ps...)
+	r.stuck += stuck
+	r.took = max(r.took, took)
+}
+
+// log writes the round's line and starts the next round.
+func (r *releaseRound) log(log *slog.Logger) {
+	if len(r.parts) > 0 {
+		log.Info("released partitions", "partitions", partRanges(r.parts), "count", len(r.parts), "stuck", r.stuck,
+			"took", r.took, "over", time.Since(r.start))
+	}
+	*r = releaseRound{}
+}
+
 // partRanges logs partitions as sorted ranges ("0-511,700"): a node
 // acquires or releases hundreds at once, which as numbers fill a screen.
 type partRanges []int
@@ -405,9 +432,16 @@ func (s *serving) release(ps []int) {
 	if len(ps) == 0 {
 		return // nothing held: no round, and no "released partitions" line of none
 	}
-	maps.Copy(s.stuck, s.e.release(s.parts, ps))
+	stuck, took := s.e.release(s.parts, ps)
+	maps.Copy(s.stuck, stuck)
 	if len(s.stuck) > 0 {
 		s.retry.Reset(time.Second)
+	}
+	s.released.add(ps, len(stuck), took)
+	// A join has the old owner release in dozens of small batches, as
+	// the new owner prepares them: one line once none is left to hand.
+	if len(s.lostSince) == 0 || time.Since(s.released.start) > roundMax {
+		s.released.log(s.e.log)
 	}
 }
 
@@ -482,6 +516,7 @@ func (s *serving) end(leaving bool) {
 	}
 	s.round.log(e.log) // before the release says it lets them go
 	e.ready.Store(false)
+	defer s.released.log(e.log)
 	if leaving && !s.sess.Fenced() {
 		s.release(slices.Collect(maps.Keys(s.parts)))
 		if len(s.stuck) > 0 {
