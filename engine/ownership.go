@@ -447,6 +447,9 @@ func (s *serving) release(ps []int) {
 
 func (s *serving) finish(r acquired) {
 	e := s.e
+	if cancel := s.acquiring[r.p]; cancel != nil {
+		cancel() // its context leaves the session's
+	}
 	delete(s.acquiring, r.p)
 	if s.unsure[r.p] {
 		delete(s.unsure, r.p)
