@@ -31,7 +31,9 @@ func (l *loop) dispatch() bool {
 	if !ok {
 		return false // no watermark recorded yet: no lead to run on
 	}
-	target = max(target, l.idleUntil(now))
+	if target < now {
+		target = max(target, l.idleUntil(now)) // never past now: a node within its lead has nothing to skip
+	}
 	free := l.pool.free()
 	if free == 0 {
 		return false
