@@ -103,7 +103,6 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.e.Stats()
 	metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		m, err := prometheus.NewConstMetric(d, t, v, labels...)
 		if err != nil {
@@ -111,6 +110,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- m
 	}
+	if c.e == nil {
+		// A node that has not started (Starting): not ready, and which
+		// build it is.
+		metric(c.ready, prometheus.GaugeValue, 0)
+		metric(c.build, prometheus.GaugeValue, 1, c.version, runtime.Version())
+		return
+	}
+	st := c.e.Stats()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		metric(d, prometheus.CounterValue, float64(v), labels...)
 	}
@@ -185,7 +192,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 // newMetrics returns the registry /metrics serves: the engine's collector
 // and the Go and process collectors. One registry per Server: no global
-// state, so several nodes can run in one process (tests).
+// state, so several nodes can run in one process (tests). A nil e is a
+// node that has not started: its collector gives shardcron_ready 0 and
+// shardcron_build_info only.
 func newMetrics(e *engine.Engine, version string, reqs *requestMetrics) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range append([]prometheus.Collector{

@@ -11,7 +11,10 @@ import (
 // unless ProbeAuth, /v1 behind the token, a 503 only once that passed.
 func TestStarting_AnswersBehindTheTokens(t *testing.T) {
 	phase := func() string { return "waiting for etcd" }
-	api, probes := Starting(Config{AuthToken: "full", ReadToken: "read"}, phase)
+	api, probes, err := Starting(Config{AuthToken: "full", ReadToken: "read", Version: "test-1"}, phase)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts, ps := httptest.NewServer(api), httptest.NewServer(probes)
 	defer ts.Close()
 	defer ps.Close()
@@ -22,7 +25,11 @@ func TestStarting_AnswersBehindTheTokens(t *testing.T) {
 			t.Errorf("/healthz: %v", a)
 		}
 		wantError(t, call(t, s, "GET", "/readyz", ""), http.StatusServiceUnavailable, "not ready: starting: waiting for etcd")
-		wantError(t, call(t, s, "GET", "/metrics", ""), http.StatusServiceUnavailable, "starting")
+		// Scrapes see the node not ready, rather than fail.
+		if a := call(t, s, "GET", "/metrics", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), "shardcron_ready 0") ||
+			!strings.Contains(string(a.body), `shardcron_build_info{goversion="`) || !strings.Contains(string(a.body), "process_cpu_seconds_total") {
+			t.Errorf("/metrics while starting: %v", a)
+		}
 	}
 	wantError(t, call(t, ts, "GET", "/v1/tasks", ""), http.StatusUnauthorized)
 	wantError(t, call(t, ts, "PUT", "/v1/tasks/x", "{}", read...), http.StatusForbidden)
@@ -35,7 +42,7 @@ func TestStarting_AnswersBehindTheTokens(t *testing.T) {
 	wantError(t, call(t, ps, "GET", "/v1/tasks", "", read...), http.StatusNotFound, "serves only")
 	wantError(t, call(t, ps, "POST", "/healthz", ""), http.StatusNotFound, "serves only")
 
-	api, _ = Starting(Config{AuthToken: "full", ProbeAuth: true}, phase)
+	api, _, _ = Starting(Config{AuthToken: "full", ProbeAuth: true}, phase)
 	ts = httptest.NewServer(api)
 	defer ts.Close()
 	wantError(t, call(t, ts, "GET", "/healthz", ""), http.StatusUnauthorized)
@@ -48,7 +55,7 @@ func TestStarting_AnswersBehindTheTokens(t *testing.T) {
 // token: no other open path tells a caller without it what the node waits
 // for (the started node answers those with the dashboard page or a 404).
 func TestStarting_ProbeAuthKeepsThePhase(t *testing.T) {
-	api, _ := Starting(Config{AuthToken: "full", ProbeAuth: true}, func() string { return "waiting for etcd at etcd-0:2379" })
+	api, _, _ := Starting(Config{AuthToken: "full", ProbeAuth: true}, func() string { return "waiting for etcd at etcd-0:2379" })
 	ts := httptest.NewServer(api)
 	defer ts.Close()
 	for _, tc := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/nope"}, {"POST", "/healthz"}, {"GET", "//v1/tasks"}} {

@@ -600,7 +600,10 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	var phase atomic.Pointer[string]
 	setPhase := func(p string) { phase.Store(&p) }
 	setPhase("opening the data directory")
-	startingAPI, startingProbes := api.Starting(apiCfg, func() string { return *phase.Load() })
+	startingAPI, startingProbes, err := api.Starting(apiCfg, func() string { return *phase.Load() })
+	if err != nil {
+		return err
+	}
 	var handler, probeHandler switchHandler
 	handler.set(startingAPI)
 	probeHandler.set(startingProbes)
