@@ -50,27 +50,16 @@ func (s *Server) memberList(ctx context.Context) ([]membership.Member, error) {
 // misconfigured would otherwise be some 1 200 warnings an hour.
 const peerWarnEvery = time.Minute
 
-// peerWarnings limits the warnings of nodes that did not answer to one a
-// peerWarnEvery per node; the others go to debug.
-type peerWarnings struct {
-	mu   sync.Mutex
-	last map[string]time.Time // by node id: when its last warning was logged
-}
-
-// warnPeer logs msg, with attrs, of node, at Warn or, within peerWarnEvery of
-// the last warning of node, at Debug.
+// warnPeer logs msg, with attrs, of node at Warn once a peerWarnEvery,
+// saying how many it held back, and at Debug in between.
 func (s *Server) warnPeer(node, msg string, attrs ...any) {
-	w := &s.peerWarns
-	now := time.Now()
-	w.mu.Lock()
 	level := slog.LevelDebug
-	if now.Sub(w.last[node]) >= peerWarnEvery {
-		if w.last == nil {
-			w.last = map[string]time.Time{}
+	if ok, held := s.peerWarns.Pass(node, time.Now()); ok {
+		level = slog.LevelWarn
+		if held > 0 {
+			attrs = append(attrs, "held_back", held)
 		}
-		w.last[node], level = now, slog.LevelWarn
 	}
-	w.mu.Unlock()
 	s.log.Log(context.Background(), level, msg, append(attrs, "node", node)...)
 }
 

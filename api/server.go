@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/lograte"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -143,7 +144,7 @@ type Server struct {
 	rate      rateSampler
 	series    series
 	members   memberCache
-	peerWarns peerWarnings
+	peerWarns lograte.Limiter // of peers that did not answer, by node id
 
 	stop      chan struct{} // closed by Close: ends sampleLoop
 	wg        sync.WaitGroup
@@ -166,12 +167,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{
-		cfg:  cfg,
-		e:    cfg.Engine,
-		reg:  cfg.Engine.Registry(),
-		log:  cfg.Logger,
-		peer: cfg.Peer,
-		stop: make(chan struct{}),
+		cfg:       cfg,
+		peerWarns: lograte.Limiter{Every: peerWarnEvery},
+		e:         cfg.Engine,
+		reg:       cfg.Engine.Registry(),
+		log:       cfg.Logger,
+		peer:      cfg.Peer,
+		stop:      make(chan struct{}),
 	}
 	if s.peer == nil {
 		s.peer, s.ownPeer = defaultPeerClient(cfg.PeerTLS), true

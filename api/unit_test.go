@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/lograte"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -341,7 +342,8 @@ func TestServer_FailStatuses(t *testing.T) {
 // node on its own; the repeats go to debug (the dashboard asks every 3 s).
 func TestWarnPeer_OnceAMinuteANode(t *testing.T) {
 	var buf strings.Builder
-	s := &Server{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	s := &Server{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		peerWarns: lograte.Limiter{Every: peerWarnEvery}}
 	for range 3 {
 		s.warnPeer("n2", "api: a node did not answer", "err", "refused")
 	}

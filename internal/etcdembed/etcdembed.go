@@ -26,6 +26,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/shardcron/shardcron/internal/lograte"
 )
 
 // Config says where and how the server runs.
@@ -123,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	closing := new(atomic.Bool)
 	switch {
 	case cfg.Logger != nil:
-		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel, closing: closing, slow: newThrottle()}
+		core := &slogCore{log: cfg.Logger.With("component", "etcd"), min: zapcore.WarnLevel, closing: closing, slow: &lograte.Limiter{Every: slowEvery}}
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
 	case cfg.LogFile != "":
 		ec.LogOutputs = []string{cfg.LogFile}

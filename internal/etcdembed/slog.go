@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"go.etcd.io/etcd/server/v3/lease"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+
+	"github.com/shardcron/shardcron/internal/lograte"
 )
 
 // slogCore is a zap core that writes to a slog.Logger, so that the
@@ -35,8 +36,8 @@ type slogCore struct {
 	log     *slog.Logger
 	min     zapcore.Level
 	fields  []zapcore.Field
-	closing *atomic.Bool // set by Server.Close; nil: never
-	slow    *throttle    // etcd's slow-request warnings; nil: all pass
+	closing *atomic.Bool     // set by Server.Close; nil: never
+	slow    *lograte.Limiter // etcd's slow-request warnings, by message; nil: all pass
 }
 
 func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
@@ -67,7 +68,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+2)
 	if slowRequests[e.Message] && c.slow != nil && level >= slog.LevelWarn {
-		pass, held := c.slow.pass(e.Message, e.Time)
+		pass, held := c.slow.Pass(e.Message, e.Time)
 		if !pass {
 			return nil
 		}
@@ -97,31 +98,6 @@ func (c *slogCore) Sync() error { return nil }
 var slowRequests = map[string]bool{"apply request took too long": true, "request stats": true}
 
 const slowEvery = 10 * time.Second
-
-// throttle passes one line of each message a slowEvery.
-type throttle struct {
-	mu   sync.Mutex
-	last map[string]time.Time // when each message last passed
-	held map[string]int       // lines of each held back since
-}
-
-func newThrottle() *throttle {
-	return &throttle{last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-// pass reports whether a line of msg at now may be logged, and how many
-// lines of it were held back since the last that was.
-func (t *throttle) pass(msg string, now time.Time) (ok bool, held int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if last, seen := t.last[msg]; seen && now.Sub(last) < slowEvery {
-		t.held[msg]++
-		return false, 0
-	}
-	held = t.held[msg]
-	t.last[msg], t.held[msg] = now, 0
-	return true, held
-}
 
 // maxFieldLen cuts a field's text: etcd's warning of a slow request
 // prints the request whole, and a batch of an import names 128 tasks, 17
