@@ -127,8 +127,8 @@ func slogLevel(l zapcore.Level) slog.Level {
 }
 
 // retried are etcd's warnings of steps it retries by itself or that end
-// as they were meant to, by message, with the error that makes them no
-// fault and nothing to do:
+// as they were meant to, by message, with what of their fields makes them
+// no fault and nothing to do:
 //   - its purge of old WAL files finds one the WAL still holds (until a
 //     snapshot releases it): under a heavy import, every 30 s; a later
 //     round removes it;
@@ -138,28 +138,29 @@ func slogLevel(l zapcore.Level) slog.Level {
 //   - a lease revoked twice, by its holder and by etcd as it expires (a
 //     node that rejoins after a fence revokes its old session's lease,
 //     which has often just expired): the second finds it gone, as both
-//     wanted, and each of the two messages says so.
-var retried = map[string]error{
-	"failed to lock file": fileutil.ErrLocked,
-	"failed to publish local member to cluster through raft": etcderrors.ErrTooManyRequests,
-	"failed to revoke lease":                                 lease.ErrLeaseNotFound,
-	"failed to apply request":                                lease.ErrLeaseNotFound,
+//     wanted, and each of the two messages says so. "failed to apply
+//     request" with that error is also a put or a txn under a lease etcd
+//     no longer has (a fenced node's late put): that stays a warning.
+var retried = map[string]func([]zapcore.Field) bool{
+	"failed to lock file": erred(fileutil.ErrLocked),
+	"failed to publish local member to cluster through raft": erred(etcderrors.ErrTooManyRequests),
+	"failed to revoke lease":                                 erred(lease.ErrLeaseNotFound),
+	"failed to apply request": func(fields []zapcore.Field) bool {
+		return revokes(fields) && erred(lease.ErrLeaseNotFound)(fields)
+	},
 }
 
-// revokeOnly are the messages of retried that are no fault only when
-// their request is a lease revoke: etcd's "failed to apply request" with
-// ErrLeaseNotFound is also a put or a txn under a lease it no longer has
-// (a client that lost its session and writes on, such as a fenced node's
-// late put), which stays a warning.
-var revokeOnly = map[string]bool{"failed to apply request": true}
-
-// isRetried reports whether a line is one of retried, with its error.
-func isRetried(msg string, fields []zapcore.Field) bool {
-	want, ok := retried[msg]
-	if !ok || revokeOnly[msg] && !revokes(fields) {
-		return false
+// erred returns whether fields carry the error want.
+func erred(want error) func([]zapcore.Field) bool {
+	return func(fields []zapcore.Field) bool {
+		return hasError(fields, func(err error) bool { return errors.Is(err, want) })
 	}
-	return hasError(fields, func(err error) bool { return errors.Is(err, want) })
+}
+
+// isRetried reports whether a line is one of retried.
+func isRetried(msg string, fields []zapcore.Field) bool {
+	harmless, ok := retried[msg]
+	return ok && harmless(fields)
 }
 
 // revokes reports whether fields name a lease revoke as their request
