@@ -607,11 +607,11 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	var handler, probeHandler switchHandler
 	handler.set(startingAPI)
 	probeHandler.set(startingProbes)
-	hs := &http.Server{
-		Handler:           &handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
+	hs := newServer(&handler)
 	defer hs.Close()              // a start that fails; a stop has shut it down
 	served := make(chan error, 2) // the API's and the probes' servers
 	if tlsf != nil {
@@ -622,8 +622,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	var probes *http.Server
 	if probeLn != nil {
-		probes = &http.Server{Handler: &probeHandler, ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		probes = newServer(&probeHandler)
 		defer probes.Close()
 		go func() { served <- probes.Serve(probeLn) }()
 	}
