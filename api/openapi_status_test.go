@@ -154,8 +154,11 @@ func routeHandlers(t *testing.T) map[string]string {
 			return true
 		}
 		h := call.Args[1]
-		if c, ok := h.(*ast.CallExpr); ok { // s.bulk(a), s.metricsHandler()
+		if c, ok := h.(*ast.CallExpr); ok { // s.bounded(s.getTask), s.bulk(a), s.metricsHandler()
 			h = c.Fun
+			if fn, ok := h.(*ast.SelectorExpr); ok && fn.Sel.Name == "bounded" {
+				h = c.Args[0]
+			}
 		}
 		hs, ok := h.(*ast.SelectorExpr)
 		if !ok {

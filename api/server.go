@@ -90,7 +90,7 @@ type Config struct {
 	// defaults (the system's roots, no client certificate).
 	PeerTLS *tls.Config
 	// EtcdTimeout bounds a request about one task or a view of the
-	// cluster (boundedRoutes): etcd not answering within it is a 504, not
+	// cluster (Server.bounded): etcd not answering within it is a 504, not
 	// a request that hangs for as long as etcd is out of reach. Exports,
 	// batches, bulk actions and backfills run as long as their work.
 	// Default 10 s (DefaultEtcdTimeout).
@@ -276,30 +276,30 @@ var probePatterns = map[string]bool{
 
 func (s *Server) routes() *http.ServeMux {
 	m := http.NewServeMux()
-	m.HandleFunc("PUT /v1/tasks/{id}", s.putTask)
-	m.HandleFunc("GET /v1/tasks/{id}", s.getTask)
-	m.HandleFunc("DELETE /v1/tasks/{id}", s.deleteTask)
-	m.HandleFunc("GET /v1/tasks", s.listTasks)
+	m.HandleFunc("PUT /v1/tasks/{id}", s.bounded(s.putTask))
+	m.HandleFunc("GET /v1/tasks/{id}", s.bounded(s.getTask))
+	m.HandleFunc("DELETE /v1/tasks/{id}", s.bounded(s.deleteTask))
+	m.HandleFunc("GET /v1/tasks", s.bounded(s.listTasks))
 	m.HandleFunc("POST /v1/tasks:batch", s.putBatch)
 	for _, a := range []task.BulkAction{task.BulkPause, task.BulkResume, task.BulkDelete, task.BulkTrigger} {
 		m.HandleFunc("POST /v1/tasks:"+string(a), s.bulk(a))
 	}
 	m.HandleFunc("GET /v1/tasks:export", s.exportTasks)
-	m.HandleFunc("GET /v1/tasks:status", s.localStatus)
-	m.HandleFunc("POST /v1/tasks:states", s.localStates)
-	m.HandleFunc("GET /v1/failures", s.failures)
-	m.HandleFunc("POST /v1/tasks/{id}/pause", s.pauseTask)
-	m.HandleFunc("POST /v1/tasks/{id}/resume", s.resumeTask)
-	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.triggerTask)
+	m.HandleFunc("GET /v1/tasks:status", s.bounded(s.localStatus))
+	m.HandleFunc("POST /v1/tasks:states", s.bounded(s.localStates))
+	m.HandleFunc("GET /v1/failures", s.bounded(s.failures))
+	m.HandleFunc("POST /v1/tasks/{id}/pause", s.bounded(s.pauseTask))
+	m.HandleFunc("POST /v1/tasks/{id}/resume", s.bounded(s.resumeTask))
+	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.bounded(s.triggerTask))
 	m.HandleFunc("POST /v1/tasks/{id}/backfill", s.backfillTask)
-	m.HandleFunc("GET /v1/tasks/{id}/history", s.history)
-	m.HandleFunc("GET /v1/tasks/{id}/state", s.taskStateHandler)
-	m.HandleFunc("GET /v1/tasks/{id}/next", s.nextFires)
+	m.HandleFunc("GET /v1/tasks/{id}/history", s.bounded(s.history))
+	m.HandleFunc("GET /v1/tasks/{id}/state", s.bounded(s.taskStateHandler))
+	m.HandleFunc("GET /v1/tasks/{id}/next", s.bounded(s.nextFires))
 	m.HandleFunc("POST /v1/schedules:preview", s.previewSchedule)
-	m.HandleFunc("GET /v1/series", s.seriesHandler)
-	m.HandleFunc("GET /v1/nodes", s.nodes)
-	m.HandleFunc("GET /v1/nodes/self", s.selfHandler)
-	m.HandleFunc("GET /v1/partitions", s.partitions)
+	m.HandleFunc("GET /v1/series", s.bounded(s.seriesHandler))
+	m.HandleFunc("GET /v1/nodes", s.bounded(s.nodes))
+	m.HandleFunc("GET /v1/nodes/self", s.bounded(s.selfHandler))
+	m.HandleFunc("GET /v1/partitions", s.bounded(s.partitions))
 	m.HandleFunc("GET /healthz", s.healthz)
 	m.HandleFunc("GET /readyz", s.readyz)
 	m.Handle("GET /metrics", s.metricsHandler())
@@ -347,26 +347,22 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if boundedRoutes[pattern] {
-		ctx, cancel := context.WithTimeout(req.Context(), s.cfg.EtcdTimeout)
-		defer cancel()
-		req = req.WithContext(ctx)
-	}
 	s.mux.ServeHTTP(sw, req)
 }
 
 // DefaultEtcdTimeout is Config.EtcdTimeout's default.
 const DefaultEtcdTimeout = 10 * time.Second
 
-// boundedRoutes answer within Config.EtcdTimeout: each reads or writes a
-// few etcd keys (a task, its history, a page of 10 000 at most) or asks
-// the other nodes, which answer within 2 s.
-var boundedRoutes = map[string]bool{
-	"PUT /v1/tasks/{id}": true, "GET /v1/tasks/{id}": true, "DELETE /v1/tasks/{id}": true,
-	"POST /v1/tasks/{id}/pause": true, "POST /v1/tasks/{id}/resume": true, "POST /v1/tasks/{id}/trigger": true,
-	"GET /v1/tasks/{id}/history": true, "GET /v1/tasks/{id}/state": true, "GET /v1/tasks/{id}/next": true,
-	"GET /v1/tasks": true, "GET /v1/tasks:status": true, "POST /v1/tasks:states": true, "GET /v1/failures": true,
-	"GET /v1/nodes": true, "GET /v1/nodes/self": true, "GET /v1/partitions": true, "GET /v1/series": true,
+// bounded gives h's request a deadline of Config.EtcdTimeout, for the
+// routes that read or write a few etcd keys (a task, its history, a page of
+// 10 000 at most) or ask the other nodes, which answer within 2 s: etcd out
+// of reach is then a 504, not a request that hangs.
+func (s *Server) bounded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.EtcdTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
 }
 
 // queryParams are the query parameters each route under /v1 reads; the
