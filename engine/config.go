@@ -139,13 +139,6 @@ type Config struct {
 	Clock Clock
 	// Logger receives the engine's logs (default slog.Default()).
 	Logger *slog.Logger
-
-	// handlerNames lists the handlers registered on the engine, published
-	// with the node's membership; set by New.
-	handlerNames func() []string
-	// startedAt is when Start ran, published by every session of the node
-	// (a rejoin after a fence is not a new start).
-	startedAt time.Time
 }
 
 // DefaultConfig returns the defaults for a node.
@@ -272,25 +265,23 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// membership returns the session config; New validates it with the client.
-func (c Config) membership(cli *clientv3.Client) membership.Config {
+// membership returns the session config, publishing info under the
+// node's key; New validates it with the client.
+func (c Config) membership(cli *clientv3.Client, info membership.NodeInfo) membership.Config {
 	return membership.Config{
 		Client: cli, Prefix: c.Prefix, NodeID: c.NodeID,
-		Info: c.nodeInfo(),
+		Info: info,
 		TTL:  c.LeaseTTL, KeepAliveInterval: c.KeepAliveInterval, FenceMargin: c.FenceMargin,
 		Logger: c.Logger,
 	}
 }
 
 // nodeInfo is what the node publishes under its membership key: its
-// address, version and what it can run.
-func (c Config) nodeInfo() membership.NodeInfo {
-	info := membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, StartedAt: c.startedAt,
-		Exec: c.AllowExec, ExecAllow: c.ExecAllow, HTTPAllow: c.HTTPAllow}
-	if c.handlerNames != nil {
-		info.Handlers = c.handlerNames()
-	}
-	return info
+// address, version and what it can run, with the handlers registered and
+// when it started (zero before Start).
+func (c Config) nodeInfo(handlers []string, startedAt time.Time) membership.NodeInfo {
+	return membership.NodeInfo{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, StartedAt: startedAt,
+		Exec: c.AllowExec, ExecAllow: c.ExecAllow, HTTPAllow: c.HTTPAllow, Handlers: handlers}
 }
 
 func (c Config) ring() ring.Config {

@@ -53,6 +53,7 @@ type Engine struct {
 	notify   *notifier // alerts and pause_on_failure (notify.go)
 
 	sess      atomic.Pointer[membership.Session]
+	startedAt time.Time                    // when Start ran, published by every session (a rejoin after a fence is not a new start)
 	acked     acked                        // the node watermark etcd last acknowledged
 	holds     *holds                       // caps the watermark written while releases are uncommitted
 	ended     atomic.Pointer[endedSession] // what the last fenced session had taken
@@ -98,7 +99,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if err := cfg.membership(cli).Validate(); err != nil {
+	if err := cfg.membership(cli, cfg.nodeInfo(nil, time.Time{})).Validate(); err != nil {
 		return nil, err
 	}
 	r, err := ring.New(cfg.ring())
@@ -144,7 +145,6 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		durations: &e.execDur,
 		notifyURL: cfg.NotifyURL,
 	}
-	e.cfg.handlerNames = e.handlers.Names
 	if cfg.Version != "" {
 		e.execs.shared.UserAgent = "shardcron/" + cfg.Version
 	}
@@ -174,7 +174,7 @@ func (e *Engine) publishInfo() {
 	if s == nil || s.Fenced() {
 		return // Join and rejoin publish the current info
 	}
-	info := e.cfg.nodeInfo()
+	info := e.nodeInfo()
 	if slices.Equal(info.Handlers, s.Info().Handlers) {
 		return
 	}
@@ -184,6 +184,14 @@ func (e *Engine) publishInfo() {
 		e.log.Warn("publishing the node's handlers failed; the API may refuse tasks of the new ones", "err", err)
 	}
 }
+
+// nodeInfo is what the node publishes under its membership key.
+func (e *Engine) nodeInfo() membership.NodeInfo {
+	return e.cfg.nodeInfo(e.handlers.Names(), e.startedAt)
+}
+
+// membership is the config of the node's next session.
+func (e *Engine) membership() membership.Config { return e.cfg.membership(e.cli, e.nodeInfo()) }
 
 // Registry returns the task registry; it is usable once Start returned.
 func (e *Engine) Registry() *registry.Registry { return e.reg }
@@ -214,9 +222,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.checkCacheOrigin(); err != nil {
 		return err
 	}
-	e.cfg.startedAt = time.Now().UTC().Truncate(time.Millisecond)
+	e.startedAt = time.Now().UTC().Truncate(time.Millisecond)
 	sess, err := untilAnswered(ctx, e.log, "joining the cluster", func() (*membership.Session, error) {
-		return membership.Join(ctx, e.cfg.membership(e.cli))
+		return membership.Join(ctx, e.membership())
 	})
 	if err != nil {
 		return err

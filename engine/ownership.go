@@ -70,7 +70,7 @@ func (e *Engine) rejoin(ctx context.Context, old clientv3.LeaseID) *membership.S
 				old = clientv3.NoLease
 			}
 		}
-		s, err := membership.Join(ctx, e.cfg.membership(e.cli))
+		s, err := membership.Join(ctx, e.membership())
 		if err == nil {
 			e.sess.Store(s)
 			e.log.Info("rejoined the cluster with a new session", "lease", fmt.Sprintf("%x", int64(s.Lease())))
