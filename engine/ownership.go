@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -64,9 +63,9 @@ func (e *Engine) rejoin(ctx context.Context, old clientv3.LeaseID) *membership.S
 	for {
 		if old != clientv3.NoLease {
 			rctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseTTL)
-			_, err := e.cli.Revoke(rctx, old)
+			err := membership.Revoke(rctx, e.cli, old)
 			cancel()
-			if err == nil || rpctypes.Error(err) == rpctypes.ErrLeaseNotFound {
+			if err == nil {
 				old = clientv3.NoLease
 			}
 		}

@@ -561,9 +561,7 @@ func (s *Session) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TTL)
 		defer cancel()
-		if _, err := s.cli.Revoke(ctx, s.lease); err != nil && !isLeaseNotFound(err) {
-			s.closeErr = fmt.Errorf("membership: revoke lease %x: %w", int64(s.lease), err)
-		}
+		s.closeErr = Revoke(ctx, s.cli, s.lease)
 	})
 	return s.closeErr
 }
@@ -573,11 +571,17 @@ func (s *Session) Close() error {
 func (s *Session) revokeQuietly(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
-	if _, err := s.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-		s.log.Debug("membership: revoke unused lease", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+	if err := Revoke(ctx, s.cli, id); err != nil {
+		s.log.Debug("membership: revoke unused lease", "err", err)
 	}
 }
 
-func isLeaseNotFound(err error) bool {
-	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
+// Revoke revokes lease id, and with it every key held under it. A lease
+// etcd no longer has (expired, or revoked before) is not an error.
+func Revoke(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID) error {
+	_, err := cli.Revoke(ctx, id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
+		return fmt.Errorf("membership: revoke lease %x: %w", int64(id), err)
+	}
+	return nil
 }
