@@ -16,10 +16,10 @@ import (
 // /readyz 503 with "starting: " and phase() as the reason, GET /metrics
 // the Go and process metrics with shardcron_ready 0 and
 // shardcron_build_info, and any other request 503 with Retry-After, in
-// the API's JSON and behind cfg's tokens
-// as the started node's answers are; under ProbeAuth an answer to a
-// request without the token (outside /v1 and the probes) leaves the phase
-// out. Only cfg's tokens and ProbeAuth are read: there is no engine yet.
+// the API's JSON and behind cfg's tokens as the started node's answers
+// are; under ProbeAuth an answer to a request without the token (outside
+// /v1 and the probes) leaves the phase out. Only cfg's tokens and
+// ProbeAuth are read: there is no engine yet.
 func Starting(cfg Config, phase func() string) (api, probes http.Handler, err error) {
 	tk := newTokens(cfg)
 	reg, err := newMetrics(nil, cfg.Version, newRequestMetrics())
