@@ -114,7 +114,9 @@
 //     them again (TestEngine_AcquireUndoneAfterLoadingRepeatsFires). One
 //     that the ring or a leave cancels then is not undone: it ends, and the
 //     partition is released with its exact mark
-//     (TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing).
+//     (TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing), a leave
+//     cut short by Hurry included, which waits 5 s at most for such
+//     acquires (TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing).
 //   - A released checkpoint lists at most 2000 unrun fires; past that its
 //     point stops before the first fire left out, and the next owner fires
 //     every task from there as well as the listed fires, so listed fires at

@@ -90,7 +90,7 @@ type serving struct {
 	sess      *membership.Session
 	parts     map[int]*owned             // held
 	acquiring map[int]context.CancelFunc // being acquired: each cancel ends its acquire unless it has loaded the partition
-	acquires  context.Context            // ends every acquire, loaded or not: the session ends
+	acquires  context.Context            // ends every acquire, loaded or not: the session ends (not the service: see end)
 	stopAll   context.CancelFunc         // ends acquires
 	desired   map[int]bool               // the ring's share of this node
 	stuck     map[int]*stuckRelease      // released, but etcd did not take the release
@@ -129,7 +129,9 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
 		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour),
 	}
-	s.acquires, s.stopAll = context.WithCancel(sctx)
+	// Not ended with sctx: a graceful end takes the acquires that loaded
+	// their partition to the end (end).
+	s.acquires, s.stopAll = context.WithCancel(context.WithoutCancel(sctx))
 	defer s.retry.Stop()
 	defer s.publish.Stop()
 	defer s.handOver.Stop()
@@ -505,9 +507,27 @@ func (s *serving) retryNow() {
 
 // end stops acquiring, then releases every partition (graceful, when the
 // node leaves and its session lives) or drops them (fenced).
+//
+// A graceful end cancels the acquires as the ring does when it moves a
+// partition on: one that loaded its partition has dispatched its fires,
+// and goes on to the end to be released with the others, with its exact
+// mark. Undone, its checkpoint put back, the next owner would fire those
+// again: a leave cut short (Hurry, a leave mark etcd refused, prepareWait
+// passed) still hands over exactly. It waits etcdTimeout at most for them,
+// so that a read etcd does not answer does not hold the leave; those
+// still under way then are undone.
 func (s *serving) end(leaving bool) {
 	e := s.e
-	s.stopAll()
+	defer s.stopAll()
+	if leaving && !s.sess.Fenced() {
+		for _, cancel := range s.acquiring {
+			cancel()
+		}
+		t := time.AfterFunc(etcdTimeout, s.stopAll)
+		defer t.Stop()
+	} else {
+		s.stopAll()
+	}
 	for len(s.acquiring) > 0 {
 		r := <-s.results
 		delete(s.acquiring, r.p)
