@@ -665,6 +665,9 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 		case err != nil:
 			// Tried again; the caller logs the last refusal.
 		case !resp.Succeeded:
+			if e.releasedUnanswered(ctx, parts, ps) {
+				return nil, nil
+			}
 			// A lock is no longer ours: its lease ended, so this session is
 			// over and the partition passed on as after a crash.
 			return ps, errLockLost
@@ -673,6 +676,30 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 		}
 	}
 	return ps, err
+}
+
+// releasedUnanswered reports whether the release of ps committed though
+// its answer was lost (a timeout, a leader change): the locks of ps are
+// gone while the session's lease still holds the node key. While the
+// lease lives, only this session deletes its lock keys, and it deletes a
+// held or stuck partition's only in the transaction that writes its
+// released checkpoint, one for all of ps. Taken for a lock lost with the
+// lease, the release stayed stuck: the watermark held at its mark stopped
+// every partition of the node at the lead, and the session ended after
+// the lease TTL.
+func (e *Engine) releasedUnanswered(ctx context.Context, parts map[int]*owned, ps []int) bool {
+	s := e.sess.Load()
+	if s == nil || s.Fenced() {
+		return false
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))}
+	for _, p := range ps {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(parts[p].mu.Key()), "=", 0))
+	}
+	tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	resp, err := e.cli.Txn(tctx).If(cmps...).Commit()
+	return err == nil && resp.Succeeded
 }
 
 // errLockLost is commitRelease's error when a lock of its partitions is no

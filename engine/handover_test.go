@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 
 	"github.com/shardcron/shardcron/engine/executor"
@@ -216,7 +217,8 @@ type faultKV struct {
 	once     atomic.Pointer[failOnce]
 	slowRead atomic.Int64 // ns added to reads of tasks
 	afterGet atomic.Pointer[func(key string)]
-	failDo   atomic.Pointer[func(key string) bool] // the next Do of a Get of a key that matches fails
+	failDo   atomic.Pointer[func(key string) bool]        // the next Do of a Get of a key that matches fails
+	lostOnce atomic.Pointer[func(key, value string) bool] // the next transaction with a Put that matches commits, unanswered
 }
 
 // pausing holds the commit of the next transaction with a Put that
@@ -319,6 +321,11 @@ func (f *faultKV) lateCommits(match func(key, value string) bool, after <-chan s
 	return l
 }
 
+// answersLostOnce makes the next transaction with a Put that matches
+// commit in etcd and fail at its caller, as one whose answer a timeout or
+// a leader change cut off.
+func (f *faultKV) answersLostOnce(match func(key, value string) bool) { f.lostOnce.Store(&match) }
+
 // releasedCheckpoints matches the writes of a released checkpoint;
 // triggerKeys the keys of triggers.
 func releasedCheckpoints(key, value string) bool {
@@ -372,6 +379,7 @@ type faultTxn struct {
 	err   error // fail with it rather than errInjected
 	pause *pausing
 	late  *lateCommit
+	lost  bool // commit, then fail
 
 	// The transaction as built, for a late commit.
 	ctx          context.Context
@@ -412,6 +420,9 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 		if l := t.f.late.Load(); l != nil && l.claim(key, value) {
 			t.late = l
 		}
+		if m := t.f.lostOnce.Load(); m != nil && (*m)(key, value) && t.f.lostOnce.CompareAndSwap(m, nil) {
+			t.lost = true
+		}
 	}
 	t.thens = append(t.thens, ops...)
 	t.Txn = t.Txn.Then(ops...)
@@ -444,6 +455,10 @@ func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.pause != nil {
 		close(t.pause.reached)
 		<-t.pause.until
+	}
+	if t.lost {
+		_, _ = t.Txn.Commit()
+		return nil, errInjected
 	}
 	return t.Txn.Commit()
 }
@@ -536,6 +551,63 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 				t.Errorf("node-a's session ended: %v, want %v", sessA.Fenced(), tc.repeats)
 			}
 		})
+	}
+}
+
+// A release etcd applied though its answer was lost (a timeout, a leader
+// change) is done: the lock is gone by its own delete, under a live lease.
+// Taken for a lock lost with the lease, it stayed stuck: the node held its
+// watermark at the mark, so that dispatch stopped at the lead for every
+// partition it kept, and ended its session after the lease TTL; the fires
+// of those partitions over the stall came later than the misfire
+// threshold, and fire_once ran one of them. Here node-a's release of the
+// partition node-b takes commits unanswered: node-a must go on firing the
+// partition it keeps, every second, in the same session.
+func TestEngine_ReleaseCommittedUnansweredIsDone(t *testing.T) {
+	const parts = 8
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cfg := func(id string) func(*Config) {
+		return func(c *Config) { c.NodeID = id; c.Partitions = parts; c.LeaseTTL = 8 * time.Second }
+	}
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", log.handler, cfg("node-a"))
+	var tasks []string // one a partition
+	for i := 0; len(tasks) < parts; i++ {
+		id := fmt.Sprintf("tick-%d", i)
+		if !slices.ContainsFunc(tasks, func(t string) bool { return ring.Partition(t, parts) == ring.Partition(id, parts) }) {
+			tasks = append(tasks, id)
+			putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+		}
+	}
+	for _, id := range tasks {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(id)) >= 2 })
+	}
+
+	faults.answersLostOnce(releasedCheckpoints)
+	sessA := a.e.sess.Load()
+	b := startNodeOn(t, c.Client, "", log.handler, cfg("node-b"))
+	defer b.stop(t)
+	if a.e.loop.owned.Load() == 0 {
+		t.Fatal("node-a kept no partition")
+	}
+	// Past the lease TTL of node-a's release.
+	until := time.Now().Truncate(time.Second).Add(10 * time.Second)
+	etcdtest.WaitFor(t, 30*time.Second, func() bool {
+		for _, id := range tasks {
+			if fs := log.forTask(id); len(fs) == 0 || fs[len(fs)-1].Before(until.Add(time.Second)) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Second) // late runs, if any
+	if repeats := everySecond(t, log, tasks, until); repeats > 0 {
+		t.Errorf("%d fires repeated, want none", repeats)
+	}
+	if sessA.Fenced() {
+		t.Error("node-a's session ended: its release was taken for a lock lost")
 	}
 }
 
