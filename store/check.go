@@ -19,7 +19,8 @@ import (
 // Badger's Open reads: the key registry, the header of every memtable and
 // value-log file, the MANIFEST, and each table the MANIFEST lists, opened
 // the way Badger opens it (footer, index checksum, first and last key).
-// Any failure is an error wrapping ErrCorrupt. A new directory passes.
+// Any failure is an error wrapping ErrCorrupt, and so are tables without
+// a MANIFEST. A new directory passes.
 //
 // Why: Badger opens tables on goroutines of its own, where a damaged table
 // makes it panic beyond any recover; it skips, with only a log line, a
@@ -41,6 +42,16 @@ func checkDir(dir string, opt badger.Options) error {
 	}
 	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
 	if errors.Is(err, os.ErrNotExist) {
+		// Badger creates the MANIFEST before any table, so tables without
+		// one are a MANIFEST lost: Badger would start a new one and delete
+		// every table it does not list, the history with them, silently.
+		tables, err := filepath.Glob(filepath.Join(dir, "*"+fileExtSST))
+		if err != nil {
+			return err
+		}
+		if len(tables) > 0 {
+			return fmt.Errorf("%w: %s missing, %d tables left without it", ErrCorrupt, badger.ManifestFilename, len(tables))
+		}
 		return nil
 	}
 	if err != nil {
@@ -62,6 +73,9 @@ func checkDir(dir string, opt badger.Options) error {
 // checkLogHeaders checks that every memtable WAL and value-log file starts
 // with the id of no encryption key: the store never encrypts, so anything
 // else is damage (Badger would fail with "Invalid datakey id").
+// fileExtSST is the suffix of Badger's table files.
+const fileExtSST = ".sst"
+
 func checkLogHeaders(dir string) error {
 	for _, pattern := range []string{"*.mem", "*.vlog"} {
 		files, err := filepath.Glob(filepath.Join(dir, pattern))

@@ -17,7 +17,8 @@ var (
 
 	// ErrCorrupt is matched (errors.Is) by the *OpenError Open returns when a
 	// file of the data directory fails its checks (bad magic, checksum,
-	// truncated table) or makes Badger panic, and by the error of a
+	// truncated table), when tables are left without a MANIFEST, or when a
+	// file makes Badger panic, and by the error of a
 	// Partition that read another number of tasks than its count.
 	ErrCorrupt = errors.New("store: data directory is corrupt")
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -292,23 +293,31 @@ func TestOpen_Corrupt(t *testing.T) {
 	tests := []struct {
 		name   string
 		damage func(t *testing.T, dir string)
+		kept   string // a file SetAside must keep; "" is the MANIFEST
 	}{
 		{"MANIFEST garbage", func(t *testing.T, dir string) {
 			overwrite(t, filepath.Join(dir, "MANIFEST"), 0, garbage(64))
-		}},
+		}, ""},
+		{"MANIFEST missing", func(t *testing.T, dir string) {
+			// Badger alone starts a new MANIFEST and deletes every table
+			// it does not list: the history gone without a word.
+			if err := os.Remove(filepath.Join(dir, "MANIFEST")); err != nil {
+				t.Fatal(err)
+			}
+		}, "000001.sst"},
 		{"sst garbage", func(t *testing.T, dir string) {
 			// This one makes Badger panic on one of its own goroutines.
 			for _, f := range filesWithSuffix(t, dir, ".sst") {
 				fi, _ := os.Stat(f)
 				overwrite(t, f, 0, garbage(int(fi.Size())))
 			}
-		}},
+		}, ""},
 		{"sst truncated", func(t *testing.T, dir string) {
 			f := filesWithSuffix(t, dir, ".sst")[0]
 			if err := os.Truncate(f, 10); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, ""},
 		{"sst index bit flip", func(t *testing.T, dir string) {
 			// Badger alone logs the checksum mismatch and opens without
 			// the table: tasks gone, revision kept.
@@ -321,21 +330,21 @@ func TestOpen_Corrupt(t *testing.T) {
 			end -= int(binary.BigEndian.Uint32(data[end:])) // checksum
 			end -= 4                                        // index length
 			overwrite(t, f, int64(end-8), []byte{data[end-8] ^ 0xff})
-		}},
+		}, ""},
 		{"sst missing", func(t *testing.T, dir string) {
 			if err := os.Remove(filesWithSuffix(t, dir, ".sst")[0]); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, ""},
 		{"vlog garbage", func(t *testing.T, dir string) {
 			for _, f := range filesWithSuffix(t, dir, ".vlog") {
 				fi, _ := os.Stat(f)
 				overwrite(t, f, 0, garbage(int(min(fi.Size(), 4096))))
 			}
-		}},
+		}, ""},
 		{"KEYREGISTRY garbage", func(t *testing.T, dir string) {
 			overwrite(t, filepath.Join(dir, "KEYREGISTRY"), 0, garbage(64))
-		}},
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -366,7 +375,8 @@ func TestOpen_Corrupt(t *testing.T) {
 			if aside != cfg.Dir+AsideSuffix || size <= 0 {
 				t.Fatalf("SetAside = %s, %d bytes", aside, size)
 			}
-			if _, err := os.Stat(filepath.Join(aside, "MANIFEST")); err != nil {
+			kept := cmp.Or(tt.kept, "MANIFEST")
+			if _, err := os.Stat(filepath.Join(aside, kept)); err != nil {
 				t.Fatalf("the corrupt files were not kept: %v", err)
 			}
 			s = openTest(t, cfg)
