@@ -550,6 +550,16 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // serve runs a node until ctx ends, then shuts it down in order. hup
 // delivers the SIGHUPs, which reload the TLS files.
 func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.Logger) error {
+	// Deferred first, so logged last: a node is stopped once its cache
+	// (Badger flushes its memtable as it closes, seconds under load) and
+	// its embedded etcd are closed and the data directory is free for the
+	// next start, not when its engine has stopped.
+	clean := false
+	defer func() {
+		if clean {
+			log.Info("shardcron node stopped", "node", f.nodeID)
+		}
+	}()
 	// Listen first: a busy port is the most common start-up error.
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -656,7 +666,11 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 	locked = true
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("closing the Badger cache", "dir", filepath.Join(f.dataDir, "cache"), "err", err)
+		}
+	}()
 
 	endpoints := splitList(f.etcd)
 	if len(endpoints) == 0 {
@@ -800,7 +814,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if probes != nil {
 		_ = probes.Shutdown(sctx)
 	}
-	log.Info("shardcron node stopped", "node", f.nodeID)
+	clean = true
 	return nil
 }
 

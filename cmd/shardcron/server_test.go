@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -914,5 +915,102 @@ func TestServer_BadEnvIsUsageError(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
 	if want := "shardcron server: SHARDCRON_LEASE_TTL=\"abc\": not a duration (e.g. 10s, 1m30s)\n"; code != 2 || stderr != want {
 		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
+}
+
+// stopWatch is a log destination that, as the "shardcron node stopped"
+// line is written (synchronously, on the node's goroutine), records which
+// of paths are still locked (flock) by the node.
+type stopWatch struct {
+	paths []string
+	mu    sync.Mutex // guards the fields below
+	log   bytes.Buffer
+	seen  bool
+	held  []string
+}
+
+func (w *stopWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log.Write(p)
+	if bytes.Contains(p, []byte(`"shardcron node stopped"`)) {
+		w.seen = true
+		for _, path := range w.paths {
+			if flocked(path) {
+				w.held = append(w.held, path)
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (w *stopWatch) logged(msg string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Contains(w.log.Bytes(), []byte(`"msg":"`+msg+`"`))
+}
+
+// flocked says whether another open file holds an exclusive flock on
+// path, as the store holds its directory and bbolt etcd's database.
+func flocked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// TestServer_StoppedIsLoggedOnceTheDataDirectoryIsFree: "shardcron node
+// stopped" is the node's last word, written once its cache and its
+// embedded etcd are closed, not before Badger's last flush, which took
+// seconds under load while the process went on after the line.
+func TestServer_StoppedIsLoggedOnceTheDataDirectoryIsFree(t *testing.T) {
+	dir := t.TempDir()
+	var f serverFlags
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	if err := fs.Parse([]string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--partitions", "16", "--lease-ttl", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.check(); err != nil {
+		t.Fatal(err)
+	}
+	w := &stopWatch{paths: []string{filepath.Join(dir, "cache"), filepath.Join(dir, "etcd", "member", "snap", "db")}}
+	log, err := newLogger(w, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, &f, make(chan os.Signal), log) }()
+	etcdtest.WaitFor(t, 60*time.Second, func() bool { return w.logged("shardcron node started") })
+	for _, path := range w.paths {
+		if !flocked(path) {
+			t.Fatalf("%s is not locked by the running node: the check cannot tell", path)
+		}
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node did not stop within 60s")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.seen {
+		t.Fatalf("no \"shardcron node stopped\" line:\n%s", w.log.String())
+	}
+	if len(w.held) > 0 {
+		t.Errorf("\"shardcron node stopped\" was logged while the node still held %v", w.held)
 	}
 }
