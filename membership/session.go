@@ -415,9 +415,7 @@ func (s *Session) end(reason error) {
 		s.fenced.Store(true)
 		close(s.done)
 		s.cancel()
-		if errors.Is(reason, ErrClosed) {
-			s.log.Info("membership: session closed")
-		} else {
+		if !errors.Is(reason, ErrClosed) { // Close logs once it revoked
 			s.log.Warn("membership: session ended", "reason", reason)
 		}
 	})
@@ -547,21 +545,30 @@ func (s *Session) Mutexes() *concurrency.Session { return s.mutexes }
 // revokes the lease, so the node key and every lock held under the lease go
 // at once: a graceful leave. The revocation waits at most TTL, after which
 // an unreachable etcd will have expired the lease anyway; its error is
-// returned (a lease that is already gone is not an error). Close is
+// returned (a lease that is already gone is not an error). Close logs
+// "membership: session closed" once the revocation is over, with its
+// outcome: not before, while the node still waits for etcd. Close is
 // idempotent: later calls return the first call's result.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		s.end(ErrClosed)
 		s.wg.Wait()
 		<-s.mutexes.Done()
+		start := time.Now()
 		if err := s.cli.Ctx().Err(); err != nil {
 			// A closed client would retry the revoke until the timeout.
 			s.closeErr = fmt.Errorf("membership: revoke lease %x: client closed: %w", int64(s.lease), err)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TTL)
+			s.closeErr = Revoke(ctx, s.cli, s.lease)
+			cancel()
+		}
+		if s.closeErr != nil {
+			s.log.Warn("membership: session closed; its lease was not revoked and expires on its own within its TTL",
+				"ttl", s.cfg.TTL, "waited", time.Since(start).Round(time.Millisecond), "err", s.closeErr)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TTL)
-		defer cancel()
-		s.closeErr = Revoke(ctx, s.cli, s.lease)
+		s.log.Info("membership: session closed, its lease revoked")
 	})
 	return s.closeErr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 )
 
 func TestJoin_RegistersUnderLeaseAndCloseRevokes(t *testing.T) {
@@ -409,5 +411,42 @@ func TestSession_PublishKeepsIdentityAndLeaving(t *testing.T) {
 	if got.ID != "cap" || !got.StartedAt.Equal(started) || !got.Leaving || !got.Exec ||
 		!slices.Equal(got.Handlers, []string{"a", "b", "c"}) || got.APIAddr != "127.0.0.1:81" {
 		t.Fatalf("published %+v", got)
+	}
+}
+
+// TestSession_CloseLogsOnceTheRevocationIsOver: Close announces the
+// session closed after the revocation, with its outcome. It logged
+// "session closed" first, and the revocation then failed a TTL later,
+// cut off from etcd, with nothing in the log between the two.
+func TestSession_CloseLogsOnceTheRevocationIsOver(t *testing.T) {
+	c := etcdtest.Start(t)
+	p := c.NewProxy(t)
+	var buf logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+
+	cfg := testConfig(c.NewClient(t), "reached")
+	cfg.Logger = log
+	if err := join(t, cfg).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `msg="membership: session closed, its lease revoked"`) {
+		t.Fatalf("a revoked lease is not said so:\n%s", buf.String())
+	}
+
+	cfg = testConfig(c.NewClient(t, p.Endpoint()), "cut")
+	cfg.Logger = log
+	s := join(t, cfg)
+	p.Cut()
+	if err := s.Close(); err == nil {
+		t.Fatal("Close cut off from etcd reported a revoked lease")
+	}
+	var lines []string
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, "node=cut") && strings.Contains(line, "session closed") {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "its lease was not revoked") || !strings.Contains(lines[0], "err=") {
+		t.Fatalf("want one line saying the session closed without its lease revoked, and why; got %q", lines)
 	}
 }
