@@ -480,8 +480,11 @@ type stuckRelease struct {
 // release hands partitions over gracefully (see the hand-over above). It
 // returns the partitions whose release etcd did not take, whose locks are
 // still held, for the caller to retry (retryStuck), and how long the
-// release took.
-func (e *Engine) release(parts map[int]*owned, ps []int) (map[int]*stuckRelease, time.Duration) {
+// release took. life ends when the session does: a node past its fencing
+// deadline writes no checkpoint (Self-fencing), so the etcd requests still
+// to come are not made and those under way are canceled; the partitions
+// left pass on with the lease, as after a crash.
+func (e *Engine) release(life context.Context, parts map[int]*owned, ps []int) (map[int]*stuckRelease, time.Duration) {
 	// Backfills first: each records the last fire it dispatched, which the
 	// release then runs here or hands over.
 	e.stopBackfills(ps, true)
@@ -501,7 +504,7 @@ func (e *Engine) release(parts map[int]*owned, ps []int) (map[int]*stuckRelease,
 	}
 	// The whole hand-over is bounded: etcd out of reach must not hold a
 	// shutdown for long.
-	ctx, cancel := context.WithTimeout(context.Background(), max(10*time.Second, e.cfg.DrainTimeout))
+	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
 	defer cancel()
 	// The keys of triggers that started here go first: the next owner
 	// fires every key it finds.
@@ -539,7 +542,12 @@ func (e *Engine) release(parts map[int]*owned, ps []int) (map[int]*stuckRelease,
 			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: now}
 		}
 	}
-	refused.log(e.log)
+	if life.Err() != nil && len(stuck) > 0 {
+		e.log.Warn("the session ended before these releases were written; their partitions pass on with its lease, as after a crash",
+			"partitions", partRanges(slices.Sorted(maps.Keys(stuck))), "count", len(stuck))
+	} else {
+		refused.log(e.log)
+	}
 	took := time.Since(marked)
 	for _, p := range ps {
 		if stuck[p] == nil {

@@ -637,3 +637,50 @@ func TestPartRanges_SortedRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestEngine_CloseCutOffFromEtcdStopsReleasingOnceFenced: a node stopped
+// while cut off from etcd starts its releases while its session lives
+// (the leave's request gives up first) and passes its fencing deadline
+// during them. From then on it writes no checkpoint (Self-fencing): the
+// releases still to try are not sent and its partitions pass on with the
+// lease. It went on trying them to the end of the hand-over's bound (30 s
+// in a drill of 359 partitions, then 5 s more of retries and an error
+// that it was "ending the session", ended half a minute before).
+func TestEngine_CloseCutOffFromEtcdStopsReleasingOnceFenced(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	var buf logbuf.Buffer
+	n := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, func(cfg *Config) {
+		// The proxy refuses at once, so the leave fails and the releases
+		// start at the cut; the deadline comes 9 to 16 s after it, and
+		// the releases are bounded by the drain timeout, 30 s.
+		cfg.LeaseTTL = 20 * time.Second
+		cfg.DrainTimeout = 30 * time.Second
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	sess := n.e.sess.Load()
+	proxy.Cut()
+	closed := make(chan error, 1)
+	go func() { closed <- n.e.Close() }()
+	etcdtest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(buf.String(), `msg="released partitions"`) })
+	proxy.Restore() // the lease's revocation need not wait for its TTL
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Close did not return\n%s", buf.String())
+	}
+	log := buf.String()
+	leave, fenced := strings.Index(log, "marking the node as leaving failed"), strings.Index(log, `msg="membership: session ended"`)
+	if leave < 0 || fenced < 0 || fenced < leave || !sess.Fenced() {
+		t.Fatalf("the test sets up nothing: the releases did not start before the fencing deadline\n%s", log)
+	}
+	after := log[fenced:]
+	for _, msg := range []string{"writing release checkpoints failed", "etcd refused partition releases for longer than the lease TTL"} {
+		if strings.Contains(after, msg) {
+			t.Errorf("after the session ended: %q\n%s", msg, log)
+		}
+	}
+	if !strings.Contains(after, "the session ended before these releases were written") {
+		t.Errorf("the releases left to the lease are not logged\n%s", log)
+	}
+}

@@ -433,7 +433,7 @@ func (s *serving) release(ps []int) {
 	if len(ps) == 0 {
 		return // nothing held: no round, and no "released partitions" line of none
 	}
-	stuck, took := s.e.release(s.parts, ps)
+	stuck, took := s.e.release(s.sess.Mutexes().Ctx(), s.parts, ps)
 	maps.Copy(s.stuck, stuck)
 	if len(s.stuck) > 0 {
 		s.retry.Reset(time.Second)
@@ -541,7 +541,9 @@ func (s *serving) end(leaving bool) {
 	defer s.released.log(e.log)
 	if leaving && !s.sess.Fenced() {
 		s.release(slices.Collect(maps.Keys(s.parts)))
-		if len(s.stuck) > 0 {
+		// A session that ended meanwhile has nothing left to retry with:
+		// its releases go with the lease.
+		if len(s.stuck) > 0 && !s.sess.Fenced() {
 			e.retryStuck(s.sess, s.stuck)
 		}
 		if len(s.stuck) == 0 {
