@@ -198,7 +198,7 @@ func (s *Server) fillRing(n *client.Node) {
 
 // fillMember sets what m published.
 func fillMember(n *client.Node, m membership.Member) {
-	n.APIAddr, n.StartedAt = m.Info.APIAddr, m.Info.StartedAt
+	n.APIAddr, n.StartedAt, n.Leaving = m.Info.APIAddr, m.Info.StartedAt, m.Info.Leaving
 	if m.Info.Version != "" {
 		n.Version = m.Info.Version
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/internal/lograte"
+	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -354,5 +356,16 @@ func TestWarnPeer_OnceAMinuteANode(t *testing.T) {
 	}
 	if !strings.Contains(out, "node=n3") {
 		t.Errorf("the lines do not name the node:\n%s", out)
+	}
+}
+
+// A node whose record says it is leaving shows as leaving in /v1/nodes:
+// its API stops answering first, and it read as "no answer" only.
+func TestFillMember_Leaving(t *testing.T) {
+	at := time.Date(2026, 12, 5, 16, 0, 0, 0, time.UTC)
+	var n client.Node
+	fillMember(&n, membership.Member{ID: "n2", Info: membership.NodeInfo{ID: "n2", APIAddr: "127.0.0.1:8081", StartedAt: at, Version: "v1", Leaving: true}})
+	if want := (client.Node{APIAddr: "127.0.0.1:8081", StartedAt: at, Version: "v1", Leaving: true}); !reflect.DeepEqual(n, want) {
+		t.Errorf("fillMember: %+v, want %+v", n, want)
 	}
 }

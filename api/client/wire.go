@@ -95,6 +95,10 @@ type Node struct {
 	// has stopped dispatching until it rejoins.
 	Ready  bool `json:"ready"`
 	Fenced bool `json:"fenced"`
+	// Leaving: the node's membership record says it is handing its
+	// partitions over to stop (SIGTERM). Its API stops answering first, so
+	// a leaving node often has Error too.
+	Leaving bool `json:"leaving,omitempty"`
 	// Error says why the node's own figures (Owned to Fenced) are missing:
 	// it did not answer. Empty otherwise.
 	Error string `json:"error,omitempty"`

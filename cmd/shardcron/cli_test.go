@@ -509,6 +509,7 @@ func TestOutput_Tables(t *testing.T) {
 		{ID: "n1", APIAddr: "127.0.0.1:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 512), Tasks: 1000, FireRate: 12.345, Ready: true},
 		{ID: "n2", APIAddr: "127.0.0.2:8080", Version: "v1", StartedAt: at, Partitions: 512, Owned: make([]int, 100), Tasks: 10, Ready: false},
 		{ID: "n3", Partitions: 0, Error: "timeout"},
+		{ID: "n4", APIAddr: "127.0.0.4:8080", Version: "v1", StartedAt: at, Partitions: 0, Error: "connection refused", Leaving: true},
 	}
 	for _, tt := range []struct {
 		name  string
@@ -545,7 +546,8 @@ func TestOutput_Tables(t *testing.T) {
 			"ID  ADDR            VERSION  STARTED               PARTITIONS  TASKS  FIRES/S  STATE\n" +
 			"n1  127.0.0.1:8080  v1       2025-12-02T14:05:00Z  512         1000   12.3     ready\n" +
 			"n2  127.0.0.2:8080  v1       2025-12-02T14:05:00Z  100/512     10     0.0      starting\n" +
-			"n3  -               -        -                     0           -      -        no answer\n",
+			"n3  -               -        -                     0           -      -        no answer\n" +
+			"n4  127.0.0.4:8080  v1       2025-12-02T14:05:00Z  0           -      -        leaving\n",
 	}} {
 		var b bytes.Buffer
 		if err := tt.write(&b); err != nil {

@@ -16,8 +16,10 @@ second over about the last 10 s).
 
 PARTITIONS is the count the ring assigns to the node; while partitions
 move it shows owned/assigned. STATE is ready (owns its partitions),
-starting, fenced (cut off from etcd: it fires nothing until it rejoins) or
-no answer (the node's own figures are missing).
+starting, fenced (cut off from etcd: it fires nothing until it rejoins),
+leaving (stopping: it hands its partitions over; its API stops first, so
+its figures may be missing) or no answer (the node's own figures are
+missing).
 
 Example:
   shardcron nodes
@@ -58,9 +60,14 @@ func writeNodesTable(w io.Writer, nodes []client.Node) error {
 		}
 		tasks, rate := strconv.Itoa(n.Tasks), fmt.Sprintf("%.1f", n.FireRate)
 		state := "ready"
+		if n.Error != "" {
+			tasks, rate = "-", "-"
+		}
 		switch {
+		case n.Leaving:
+			state = "leaving"
 		case n.Error != "":
-			state, tasks, rate = "no answer", "-", "-"
+			state = "no answer"
 		case n.Fenced:
 			state = "fenced"
 		case !n.Ready:
