@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -17,8 +19,10 @@ task they choose (all labels must match) and prints how many it changed;
 --dry-run only counts. A bulk delete (task delete) needs --yes: without
 it, it only counts and exits 1. Tasks are changed in etcd transactions
 of up to 128 tasks, not all at once: if the command fails midway,
-running it again finishes the job. Raise --timeout for hundreds of
-thousands of tasks.
+running it again finishes the job. --timeout bounds the whole action:
+raise it for tens of thousands of tasks (a pause of 50 000 tasks took
+longer than the default 30s on 2 cores). A command cut by --timeout says
+that the node may have changed some of the tasks.
 `
 
 // bulkFlags choose the tasks of a bulk action instead of a task ID.
@@ -85,7 +89,15 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	defer cancel()
 	res, err := cf.client().Bulk(ctx, action, sel)
 	if err != nil {
-		return cf.fail(c, "", err)
+		var ae *client.Error
+		if sel.DryRun || errors.As(err, &ae) {
+			return cf.fail(c, "", err) // an answer of the node says what was done
+		}
+		// No answer: the node stops the action when the request is cut
+		// (at --timeout, say), keeping the transactions it wrote.
+		fmt.Fprintf(c.stderr, "%s\nthe node may have %s some of the tasks before the request was cut (it stops the action then, keeping whole transactions of up to 128 tasks): run the command again, with a larger --timeout, to finish the job (--dry-run counts what is left)\n",
+			describeError(&cf, "", err), bulkPast[action])
+		return exitError
 	}
 	if !confirmed {
 		fmt.Fprintf(c.stderr, "%s: would delete %d tasks%s; nothing was deleted: add --yes to delete them\n",

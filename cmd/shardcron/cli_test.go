@@ -1639,3 +1639,25 @@ func TestKVFlag_KeyGivenTwice(t *testing.T) {
 		t.Errorf("team = %q after the refusal, want a", m["team"])
 	}
 }
+
+// TestBulk_CutByTimeoutSaysTasksMayHaveChanged: a bulk action that gets no
+// answer within --timeout says that the node may have changed some of the
+// tasks and that running it again finishes the job: the node stops the
+// action when the request is cut, keeping what it wrote (a pause of 50 000
+// tasks said only "no answer within 30s" with 33 280 of them paused). A
+// dry run changes nothing and says nothing of the kind.
+func TestBulk_CutByTimeoutSaysTasksMayHaveChanged(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // the server notices a closed connection once the body is read
+		<-r.Context().Done()        // never answers
+	}))
+	defer ts.Close()
+	r := cli("", "task", "pause", "--prefix", "fleet/", "--server", ts.URL, "--timeout", "200ms")
+	wantCLI(t, r, exitError, nil, []string{"no answer from " + ts.URL + " within 200ms",
+		"may have paused some of the tasks", "run the command again"})
+	r = cli("", "task", "pause", "--prefix", "fleet/", "--dry-run", "--server", ts.URL, "--timeout", "200ms")
+	wantCLI(t, r, exitError, nil, []string{"no answer from " + ts.URL + " within 200ms"})
+	if strings.Contains(r.stderr, "may have") {
+		t.Errorf("a dry run says tasks may have changed:\n%s", r)
+	}
+}
