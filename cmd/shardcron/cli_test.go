@@ -1661,3 +1661,26 @@ func TestBulk_CutByTimeoutSaysTasksMayHaveChanged(t *testing.T) {
 		t.Errorf("a dry run says tasks may have changed:\n%s", r)
 	}
 }
+
+// TestTaskPut_FileWithByteOrderMark: a task file that an editor began with
+// a UTF-8 byte order mark is put as import takes it, without the mark: it
+// was refused with "invalid character 'ï' looking for beginning of value"
+// while 'shardcron import' read the same line.
+func TestTaskPut_FileWithByteOrderMark(t *testing.T) {
+	var got []byte
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"bom","schedule":"@yearly","executor":{"type":"noop"},"version":7}`)
+	}))
+	defer ts.Close()
+	file := filepath.Join(t.TempDir(), "bom.json")
+	if err := os.WriteFile(file, []byte("\xef\xbb\xbf"+`{"id":"bom","schedule":"@yearly","executor":{"type":"noop"}}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := cli("", "task", "put", "-f", file, "--server", ts.URL)
+	wantCLI(t, r, 0, []string{`put task "bom": version 7`}, nil)
+	if !bytes.HasPrefix(got, []byte("{")) {
+		t.Errorf("the node was sent %q, want the task without the byte order mark", got)
+	}
+}

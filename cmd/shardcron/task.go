@@ -554,6 +554,7 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 		fmt.Fprintf(c.stderr, "shardcron: %s: a task is at most 64 KiB of JSON\n", name)
 		return exitError
 	}
+	data = bytes.TrimPrefix(data, utf8BOM) // editors on Windows begin a file with it, as import takes it
 	var head struct {
 		ID      json.RawMessage `json:"id"`
 		Version json.RawMessage `json:"version"`
