@@ -343,7 +343,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.noRoute(sw, req)
 		return
 	}
-	if err := checkQuery(pattern, req.URL.Query()); err != nil {
+	if err := checkQuery(pattern, req.URL.RawQuery); err != nil {
 		writeError(sw, http.StatusBadRequest, "%v", err)
 		return
 	}
@@ -385,13 +385,20 @@ var queryParams = map[string][]string{
 // once: several labels must all match.
 var repeatedParams = []string{"label"}
 
-// checkQuery refuses a query parameter that the route of pattern does not
-// read, and one given twice that is read once (?limit=1&limit=2 would
-// act as one of them, unseen by its writer). Routes outside /v1 (the
-// probes, /metrics, the dashboard) are not checked.
-func checkQuery(pattern string, q url.Values) error {
-	if len(q) == 0 || !strings.Contains(pattern, " /v1/") {
+// checkQuery refuses a query that does not parse, a query parameter that
+// the route of pattern does not read, and one given twice that is read
+// once (?limit=1&limit=2 would act as one of them, unseen by its writer).
+// Routes outside /v1 (the probes, /metrics, the dashboard) are not
+// checked.
+func checkQuery(pattern, rawQuery string) error {
+	if rawQuery == "" || !strings.Contains(pattern, " /v1/") {
 		return nil
+	}
+	// url.URL.Query drops the pairs it cannot parse, so ?dry_run=1% would
+	// write and ?prefix=a%zz would choose every task.
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return fmt.Errorf("malformed query: %v (a value's %%, & and ; are written %%25, %%26 and %%3B); nothing was done", err)
 	}
 	known := queryParams[pattern]
 	for _, name := range slices.Sorted(maps.Keys(q)) {

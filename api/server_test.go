@@ -800,6 +800,23 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 	})
 
+	t.Run("MalformedQuery", func(t *testing.T) {
+		// url.URL.Query drops a pair it cannot unescape: ?dry_run=1% wrote
+		// the task, ?prefix=a%zz listed and exported every task, and
+		// ?limit=1&limit=%zz passed as one limit.
+		body := `{"schedule": "@hourly", "executor": {"type": "noop"}}`
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/q%2Fmalformed?dry_run=1%", body), http.StatusBadRequest,
+			"malformed query", `invalid URL escape "%"`)
+		wantError(t, call(t, ts, "GET", "/v1/tasks/q%2Fmalformed", ""), http.StatusNotFound)
+		for _, path := range []string{"/v1/tasks?prefix=a%zz", "/v1/tasks:export?prefix=a%zz",
+			"/v1/tasks?limit=1&limit=%zz", "/v1/tasks?label=team=%zz", "/v1/tasks?prefix=q/;limit=1"} {
+			wantError(t, call(t, ts, "GET", path, ""), http.StatusBadRequest, "malformed query")
+		}
+		if a := call(t, ts, "GET", "/healthz?x=%zz", ""); a.status != http.StatusOK {
+			t.Errorf("GET /healthz?x=%%zz: %v (the probes ignore their query)", a)
+		}
+	})
+
 	t.Run("Panic", func(t *testing.T) {
 		srv, pts := n.serve(t, Config{})
 		srv.mux.HandleFunc("GET /v1/test-panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
