@@ -28,7 +28,7 @@ that the node may have changed some of the tasks.
 // bulkFlags choose the tasks of a bulk action instead of a task ID.
 type bulkFlags struct {
 	prefix string
-	labels kvFlag
+	labels labelFlag
 	all    bool
 	dryRun bool
 	yes    bool // delete only

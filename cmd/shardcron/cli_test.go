@@ -372,6 +372,8 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "backfill", "a", "--from", "2025-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z", "--concurrency", "0"}, []string{"--concurrency: 0 is not within 1-32"}},
 		{[]string{"task", "list", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
+		{[]string{"task", "export", "--label", "bad key=1"}, []string{`invalid value "bad key=1" for flag -label: key "bad key": want 1-63 bytes`}},
+		{[]string{"task", "pause", "--label", "tëam=1"}, []string{`key "tëam"`}},
 		{[]string{"import"}, []string{"missing FILE"}},
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
 		{[]string{"task", "pause", "--prefix", ""}, []string{"--prefix is empty"}},

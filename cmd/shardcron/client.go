@@ -18,6 +18,7 @@ import (
 	"unicode"
 
 	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Exit codes of every command.
@@ -489,10 +490,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// kvFlag is a repeatable K=V flag (--label team=billing --label tier=1);
-// a key given twice is refused.
-// A later value for the same key replaces the earlier one, so a script can
-// override what it put before.
+// kvFlag is a repeatable K=V flag (--header X-A=1 --env TZ=UTC); a key
+// given twice is refused.
 type kvFlag map[string]string
 
 func (m *kvFlag) String() string {
@@ -524,6 +523,22 @@ func (m *kvFlag) Set(s string) error {
 	}
 	(*m)[k] = v
 	return nil
+}
+
+// labelFlag is a repeatable --label K=V: a kvFlag whose keys are label
+// keys, so that a key the node would refuse is a usage error before any
+// request (an export printed "export stopped after 0 tasks" first).
+type labelFlag map[string]string
+
+func (m *labelFlag) String() string { return (*kvFlag)(m).String() }
+
+func (m *labelFlag) Set(s string) error {
+	if k, _, ok := strings.Cut(s, "="); ok && k != "" {
+		if err := task.CheckLabelKey(k); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "labels: "))
+		}
+	}
+	return (*kvFlag)(m).Set(s)
 }
 
 // listFlag is a repeatable flag whose values are kept in order

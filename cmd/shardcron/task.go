@@ -221,7 +221,7 @@ type putFlags struct {
 	concurrency            string
 	jitter                 time.Duration
 	paused                 bool
-	labels                 kvFlag
+	labels                 labelFlag
 	onSuccess, onFailure   listFlag
 	allowMissing           bool
 
@@ -671,7 +671,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task list", taskListHelp, stdout, stderr)
 	var cf clientFlags
 	var prefix, cursor, status string
-	var labels kvFlag
+	var labels labelFlag
 	var limit int
 	var all bool
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
@@ -768,7 +768,7 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task export", taskExportHelp, stdout, stderr)
 	var cf clientFlags
 	var prefix string
-	var labels kvFlag
+	var labels labelFlag
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
 	cf.register(c)
