@@ -45,7 +45,7 @@ func checkDir(dir string, opt badger.Options) error {
 		// Badger creates the MANIFEST before any table, so tables without
 		// one are a MANIFEST lost: Badger would start a new one and delete
 		// every table it does not list, the history with them, silently.
-		tables, err := filepath.Glob(filepath.Join(dir, "*"+fileExtSST))
+		tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 		if err != nil {
 			return err
 		}
@@ -73,9 +73,6 @@ func checkDir(dir string, opt badger.Options) error {
 // checkLogHeaders checks that every memtable WAL and value-log file starts
 // with the id of no encryption key: the store never encrypts, so anything
 // else is damage (Badger would fail with "Invalid datakey id").
-// fileExtSST is the suffix of Badger's table files.
-const fileExtSST = ".sst"
-
 func checkLogHeaders(dir string) error {
 	for _, pattern := range []string{"*.mem", "*.vlog"} {
 		files, err := filepath.Glob(filepath.Join(dir, pattern))
