@@ -535,7 +535,11 @@ func (m *labelFlag) String() string { return (*kvFlag)(m).String() }
 func (m *labelFlag) Set(s string) error {
 	if k, _, ok := strings.Cut(s, "="); ok && k != "" {
 		if err := task.CheckLabelKey(k); err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), "labels: "))
+			var ve *task.ValidationError
+			if errors.As(err, &ve) {
+				err = errors.New(ve.Reason) // the flag package names the flag
+			}
+			return err
 		}
 	}
 	return (*kvFlag)(m).Set(s)
