@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/shardcron/shardcron/api/client"
@@ -90,8 +91,10 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	res, err := cf.client().Bulk(ctx, action, sel)
 	if err != nil {
 		var ae *client.Error
-		if sel.DryRun || errors.As(err, &ae) {
-			return cf.fail(c, "", err) // an answer of the node says what was done
+		if sel.DryRun || errors.As(err, &ae) || neverSent(err) {
+			// An answer of the node says what was done; a request that
+			// never reached it changed nothing.
+			return cf.fail(c, "", err)
 		}
 		// No answer: the node stops the action when the request is cut
 		// (at --timeout, say), keeping the transactions it wrote.
@@ -105,6 +108,14 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 		return exitError
 	}
 	return printResult(c, &cf, res, func(w io.Writer) error { return writeBulk(w, res) })
+}
+
+// neverSent says whether err is a connection to the node that was never
+// made (refused, a host that does not resolve, a dial cut by --timeout):
+// the request did not reach a node, so nothing was changed.
+func neverSent(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 var bulkPast = map[task.BulkAction]string{

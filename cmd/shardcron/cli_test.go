@@ -1686,3 +1686,17 @@ func TestTaskPut_FileWithByteOrderMark(t *testing.T) {
 		t.Errorf("the node was sent %q, want the task without the byte order mark", got)
 	}
 }
+
+// TestBulk_NotSentSaysNothingChanged: a bulk action whose request never
+// reached a node (connection refused) does not say that the node may have
+// changed some of the tasks: nothing was sent.
+func TestBulk_NotSentSaysNothingChanged(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	url := ts.URL
+	ts.Close()
+	r := cli("", "task", "pause", "--prefix", "fleet/", "--server", url, "--timeout", "2s")
+	wantCLI(t, r, exitError, nil, []string{"cannot connect to " + url + ": connection refused"})
+	if strings.Contains(r.stderr, "may have") {
+		t.Errorf("a request that never reached a node says tasks may have changed:\n%s", r)
+	}
+}
