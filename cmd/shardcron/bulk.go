@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -111,11 +112,13 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 }
 
 // neverSent says whether err is a connection to the node that was never
-// made (refused, a host that does not resolve, a dial cut by --timeout):
-// the request did not reach a node, so nothing was changed.
+// made (refused, a host that does not resolve, a dial cut by --timeout, a
+// certificate the command does not trust): the request did not reach a
+// node, so nothing was changed.
 func neverSent(err error) bool {
 	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
+	var ce *tls.CertificateVerificationError
+	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &ce)
 }
 
 var bulkPast = map[task.BulkAction]string{

@@ -1700,3 +1700,15 @@ func TestBulk_NotSentSaysNothingChanged(t *testing.T) {
 		t.Errorf("a request that never reached a node says tasks may have changed:\n%s", r)
 	}
 }
+
+// TestBulk_TLSRefusedSaysNothingChanged: a node whose certificate the
+// command does not trust was sent nothing either.
+func TestBulk_TLSRefusedSaysNothingChanged(t *testing.T) {
+	ts := httptest.NewTLSServer(http.NotFoundHandler())
+	defer ts.Close()
+	r := cli("", "task", "pause", "--prefix", "fleet/", "--server", ts.URL, "--timeout", "2s")
+	wantCLI(t, r, exitError, nil, []string{"certificate"})
+	if strings.Contains(r.stderr, "may have") {
+		t.Errorf("a request refused at the TLS handshake says tasks may have changed:\n%s", r)
+	}
+}
