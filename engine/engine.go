@@ -414,8 +414,11 @@ func (e *Engine) Close() error {
 // Hurry cuts a Close short, one under way or one to come: Close stops
 // waiting for the other nodes to prepare its partitions (it still releases
 // them with their checkpoints written) and for running executions, which
-// it cancels as at DrainTimeout. Before Close it changes nothing else: the
-// node fires on. Hurry may be called from any goroutine, more than once.
+// it cancels as at DrainTimeout. It still waits, 5 s at most, for the
+// acquires that loaded their partition, which have fired it: undone, the
+// next owner would fire those again. Before Close it changes nothing
+// else: the node fires on. Hurry may be called from any goroutine, more
+// than once.
 func (e *Engine) Hurry() { e.hurryOnce.Do(func() { close(e.hurry) }) }
 
 // leave marks the node as leaving and waits, prepareWait at most, until
