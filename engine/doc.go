@@ -115,8 +115,12 @@
 //     that the ring or a leave cancels then is not undone: it ends, and the
 //     partition is released with its exact mark
 //     (TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing), a leave
-//     cut short by Hurry included, which waits 5 s at most for such
-//     acquires (TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing).
+//     cut short by Hurry included, which waits for such acquires
+//     (TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing): for
+//     the dispatch loop, however slow
+//     (TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout),
+//     and, from their cancel, 5 s at most for each of their last etcd
+//     reads.
 //   - A released checkpoint lists at most 2000 unrun fires; past that its
 //     point stops before the first fire left out, and the next owner fires
 //     every task from there as well as the listed fires, so listed fires at

@@ -874,6 +874,52 @@ func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T)
 	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {"node-c"}})
 }
 
+// A leave cut short waits for an acquire that loaded its partition, even
+// past etcdTimeout, while that acquire waits for the dispatch loop: its
+// load is in line there and runs whatever becomes of the request that put
+// it there, so undone, its checkpoint put back, the next owner fired again
+// what the load had fired. Here node-b's loop, held, takes the load 6 s
+// after a hurried Close: node-b fires 12:00:02-04, node-c what follows,
+// and nothing twice.
+func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 })
+	}
+	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
+
+	cliB := c.NewClient(t)
+	go_ := make(chan struct{})
+	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
+	}, go_)
+	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
+	defer b.stop(t)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("node-b did not acquire the partition")
+	}
+	let := holdLoop(t, b)
+	close(go_)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 }) // the load, in line
+	b.e.Hurry()
+	closed := make(chan error, 1)
+	eb := b.e
+	go func() { closed <- eb.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return eb.runCtx.Err() != nil })
+	time.Sleep(etcdTimeout + time.Second) // a loop busy past the leave's wait
+	let()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-b: %v", err)
+	}
+	nc := startNode(t, c, "", log.handler(nil), node("node-c"))
+	defer nc.stop(t)
+	clock.Advance(time.Second)
+	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {"node-c"}})
+}
+
 // A checkpoint over 512 KiB sheds fires from the end of pending and moves
 // the mark before them, so that the next owner fires them again from the
 // schedule. A backfill's fire is not on the schedule (the backfill's

@@ -513,9 +513,11 @@ func (s *serving) retryNow() {
 // and goes on to the end to be released with the others, with its exact
 // mark. Undone, its checkpoint put back, the next owner would fire those
 // again: a leave cut short (Hurry, a leave mark etcd refused, prepareWait
-// passed) still hands over exactly. It waits etcdTimeout at most for them,
-// so that a read etcd does not answer does not hold the leave; those
-// still under way then are undone.
+// passed) still hands over exactly. The wait has no deadline of its own:
+// what is left of a loaded acquire is the dispatch loop, which runs its
+// load whatever becomes of the request (a deadline that undid it then
+// repeated what the load fired), and its last etcd reads, which the cancel
+// bounds to etcdTimeout (acquire).
 func (s *serving) end(leaving bool) {
 	e := s.e
 	defer s.stopAll()
@@ -523,8 +525,6 @@ func (s *serving) end(leaving bool) {
 		for _, cancel := range s.acquiring {
 			cancel()
 		}
-		t := time.AfterFunc(etcdTimeout, s.stopAll)
-		defer t.Stop()
 	} else {
 		s.stopAll()
 	}
@@ -566,7 +566,7 @@ func (s *serving) end(leaving bool) {
 //
 // ctx ends the acquire until it loads the tasks (the ring gave p to
 // another node meanwhile); from then on only loaded does (the session
-// ends). A loaded partition dispatches at once, and an acquire undone
+// ends), and ctx bounds each etcd read left to etcdTimeout. A loaded partition dispatches at once, and an acquire undone
 // after that puts the previous checkpoint back, so that its next owner
 // repeats what it fired: one the ring no longer wants is taken to the end
 // and released as any other, with its exact mark.
@@ -639,6 +639,9 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err != nil {
 		return undo(fmt.Errorf("catch up: %w", err))
 	}
+	// From here on a cancel of ctx (the ring moved p on, or the node
+	// leaves) bounds each etcd read left, not the waits for the loop (end).
+	canceled := ctx
 	ctx = loaded
 	if err := e.arm(ctx, prep, fence, resume, handedFrom(after, prev), touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
@@ -658,7 +661,9 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// Triggers written while nobody owned p, or while it loaded: read once
 	// the loop owns p, so that none falls between this read and the trigger
 	// watch, whose events up to the read the loop then passes over.
-	tr, err := e.cli.Do(ctx, e.reg.TriggerRead(p))
+	rctx, cancel := boundedOnceDone(ctx, canceled, etcdTimeout)
+	tr, err := e.cli.Do(rctx, e.reg.TriggerRead(p))
+	cancel()
 	if err != nil {
 		return undo(fmt.Errorf("read pending triggers: %w", err))
 	}
@@ -677,7 +682,9 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	}()
 	// Backfills of p, from their recorded progress: p is owned, so the
 	// backfill watch starts those written from now on.
-	e.startBackfills(ctx, p)
+	rctx, cancel = boundedOnceDone(ctx, canceled, etcdTimeout)
+	e.startBackfills(rctx, p)
+	cancel()
 	r.part = part
 	armed := time.Now()
 	e.handOver[phasePrepare].observe(tPrepared.Sub(start))
@@ -687,6 +694,17 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		"prepare", tPrepared.Sub(start), "lock_wait", tLocked.Sub(tPrepared), "take", armed.Sub(tLocked))
 	r.took = armed.Sub(start)
 	return r
+}
+
+// boundedOnceDone returns a context of ctx that also ends d after done
+// ends (d from now, if done has ended already), and its cancel.
+func boundedOnceDone(ctx, done context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	bctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(done, func() { time.AfterFunc(d, cancel) })
+	return bctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // lock takes p's mutex, waiting while another session holds it. It tries
