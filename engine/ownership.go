@@ -566,10 +566,11 @@ func (s *serving) end(leaving bool) {
 //
 // ctx ends the acquire until it loads the tasks (the ring gave p to
 // another node meanwhile); from then on only loaded does (the session
-// ends), and ctx bounds each etcd read left to etcdTimeout. A loaded partition dispatches at once, and an acquire undone
-// after that puts the previous checkpoint back, so that its next owner
-// repeats what it fired: one the ring no longer wants is taken to the end
-// and released as any other, with its exact mark.
+// ends), and ctx bounds each etcd read left to etcdTimeout. A loaded
+// partition dispatches at once, and an acquire undone after that puts the
+// previous checkpoint back, so that its next owner repeats what it fired:
+// one the ring no longer wants is taken to the end and released as any
+// other, with its exact mark.
 func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
 	r.p = p
 	start := time.Now()
