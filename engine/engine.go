@@ -414,9 +414,10 @@ func (e *Engine) Close() error {
 // Hurry cuts a Close short, one under way or one to come: Close stops
 // waiting for the other nodes to prepare its partitions (it still releases
 // them with their checkpoints written) and for running executions, which
-// it cancels as at DrainTimeout. It still waits, 5 s at most, for the
-// acquires that loaded their partition, which have fired it: undone, the
-// next owner would fire those again. Before Close it changes nothing
+// it cancels as at DrainTimeout. It still waits for the acquires that
+// loaded their partition, which have fired it (for the dispatch loop, and
+// 5 s at most for each of their last etcd reads): undone, the next owner
+// would fire those again. Before Close it changes nothing
 // else: the node fires on. Hurry may be called from any goroutine, more
 // than once.
 func (e *Engine) Hurry() { e.hurryOnce.Do(func() { close(e.hurry) }) }

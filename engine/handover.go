@@ -480,11 +480,13 @@ type stuckRelease struct {
 // release hands partitions over gracefully (see the hand-over above). It
 // returns the partitions whose release etcd did not take, whose locks are
 // still held, for the caller to retry (retryStuck), and how long the
-// release took. life ends when the session does: a node past its fencing
-// deadline writes no checkpoint (Self-fencing), so the etcd requests still
-// to come are not made and those under way are canceled; the partitions
-// left pass on with the lease, as after a crash.
-func (e *Engine) release(life context.Context, parts map[int]*owned, ps []int) (map[int]*stuckRelease, time.Duration) {
+// release took. sess is the session that holds their locks: once it ends,
+// past its fencing deadline, the node writes no checkpoint (Self-fencing
+// in docs/design.md), so the etcd requests still to come are not made and
+// those under way are canceled; the partitions left pass on with the
+// lease, as after a crash.
+func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []int) (map[int]*stuckRelease, time.Duration) {
+	life := sess.Mutexes().Ctx()
 	// Backfills first: each records the last fire it dispatched, which the
 	// release then runs here or hands over.
 	e.stopBackfills(ps, true)
@@ -526,12 +528,12 @@ func (e *Engine) release(life context.Context, parts map[int]*owned, ps []int) (
 	var refused refusals
 	cps := e.encodeReleased(ps, rel.hand)
 	for _, chunk := range releaseChunks(ps, cps) {
-		failed, err := e.commitRelease(ctx, parts, chunk, cps, 3)
+		failed, err := e.commitRelease(ctx, sess, parts, chunk, cps, 3)
 		if len(failed) > 1 {
 			// One partition at a time, so that one lost lock does not keep
 			// the others.
 			failed = slices.DeleteFunc(failed, func(p int) bool {
-				f, err := e.commitRelease(ctx, parts, []int{p}, cps, 1)
+				f, err := e.commitRelease(ctx, sess, parts, []int{p}, cps, 1)
 				refused.add(f, err)
 				return len(f) == 0
 			})
@@ -562,9 +564,11 @@ func (e *Engine) release(life context.Context, parts map[int]*owned, ps []int) (
 // retryStuck tries the stuck releases again and removes those that commit.
 // When etcd refused one for longer than the lease TTL, it ends the session:
 // the locks pass on with the lease, and successors resume from the held
-// watermark.
-func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuckRelease) {
-	if len(stuck) == 0 {
+// watermark. A session that has ended retries nothing: its releases go
+// with its lease.
+func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckRelease) {
+	life := sess.Mutexes().Ctx()
+	if len(stuck) == 0 || life.Err() != nil {
 		return
 	}
 	parts := make(map[int]*owned, len(stuck))
@@ -576,13 +580,13 @@ func (e *Engine) retryStuck(sess interface{ Close() error }, stuck map[int]*stuc
 			oldest = s.since
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+	ctx, cancel := context.WithTimeout(life, etcdTimeout)
 	defer cancel()
 	ps := slices.Sorted(maps.Keys(stuck))
 	var refused refusals
 	cps := e.encodeReleased(ps, hand)
 	for _, chunk := range releaseChunks(ps, cps) {
-		failed, err := e.commitRelease(ctx, parts, chunk, cps, 1)
+		failed, err := e.commitRelease(ctx, sess, parts, chunk, cps, 1)
 		refused.add(failed, err)
 		for _, p := range chunk {
 			if !slices.Contains(failed, p) {
@@ -647,13 +651,13 @@ func releaseChunks(ps []int, cps map[int][]byte) [][]int {
 }
 
 // commitRelease writes the released checkpoints cps of ps and deletes their
-// locks in one transaction, in up to attempts tries within ctx, and returns
-// the partitions it did not release: all of ps, or none; err is etcd's
-// last refusal when it refused them, errLockLost when a lock of ps is no
-// longer ours. The callers log both once a round (refusals), not once a
-// try: under etcd's NOSPACE alarm, or past its lease, a leaving node would
-// otherwise log a line for every partition it has.
-func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []int, cps map[int][]byte, attempts int) (failed []int, err error) {
+// locks, held by sess, in one transaction, in up to attempts tries within
+// ctx, and returns the partitions it did not release: all of ps, or none;
+// err is etcd's last refusal when it refused them, errLockLost when a lock
+// of ps is no longer ours. The callers log both once a round (refusals),
+// not once a try: under etcd's NOSPACE alarm, or past its lease, a leaving
+// node would otherwise log a line for every partition it has.
+func (e *Engine) commitRelease(ctx context.Context, sess *membership.Session, parts map[int]*owned, ps []int, cps map[int][]byte, attempts int) (failed []int, err error) {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, p := range ps {
@@ -673,7 +677,7 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 		case err != nil:
 			// Tried again; the caller logs the last refusal.
 		case !resp.Succeeded:
-			if e.releasedUnanswered(ctx, parts, ps) {
+			if e.releasedUnanswered(ctx, sess, parts, ps) {
 				return nil, nil
 			}
 			// A lock is no longer ours: its lease ended, so this session is
@@ -688,16 +692,15 @@ func (e *Engine) commitRelease(ctx context.Context, parts map[int]*owned, ps []i
 
 // releasedUnanswered reports whether the release of ps committed though
 // its answer was lost (a timeout, a leader change): the locks of ps are
-// gone while the session's lease still holds the node key. While the
-// lease lives, only this session deletes its lock keys, and it deletes a
-// held or stuck partition's only in the transaction that writes its
-// released checkpoint, one for all of ps. Taken for a lock lost with the
-// lease, the release stayed stuck: the watermark held at its mark stopped
-// every partition of the node at the lead, and the session ended after
-// the lease TTL.
-func (e *Engine) releasedUnanswered(ctx context.Context, parts map[int]*owned, ps []int) bool {
-	s := e.sess.Load()
-	if s == nil || s.Fenced() {
+// gone while the lease of s, the session that held them, still holds the
+// node key. While the lease lives, only this session deletes its lock
+// keys, and it deletes a held or stuck partition's only in the transaction
+// that writes its released checkpoint, one for all of ps. Taken for a lock
+// lost with the lease, the release stayed stuck: the watermark held at its
+// mark stopped every partition of the node at the lead, and the session
+// ended after the lease TTL.
+func (e *Engine) releasedUnanswered(ctx context.Context, s *membership.Session, parts map[int]*owned, ps []int) bool {
+	if s.Fenced() {
 		return false
 	}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))}

@@ -433,7 +433,7 @@ func (s *serving) release(ps []int) {
 	if len(ps) == 0 {
 		return // nothing held: no round, and no "released partitions" line of none
 	}
-	stuck, took := s.e.release(s.sess.Mutexes().Ctx(), s.parts, ps)
+	stuck, took := s.e.release(s.sess, s.parts, ps)
 	maps.Copy(s.stuck, stuck)
 	if len(s.stuck) > 0 {
 		s.retry.Reset(time.Second)
