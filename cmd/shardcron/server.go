@@ -668,7 +668,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	locked = true
 	defer func() {
 		if err := st.Close(); err != nil {
-			log.Warn("closing the Badger cache", "dir", filepath.Join(f.dataDir, "cache"), "err", err)
+			log.Warn("closing the Badger cache failed", "dir", filepath.Join(f.dataDir, "cache"), "err", err)
 		}
 	}()
 
