@@ -832,46 +832,13 @@ func TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing(t *testing.T) {
 // partition released at 12:00:01.5 while its loop is held, and closes in a
 // hurry: node-b fires 12:00:02-04, node-c what follows, and nothing twice.
 func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T) {
-	c, clock := limitsStart(t)
-	log := &callLog{}
-	node := func(id string) func(*Config) {
-		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 })
-	}
-	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
-
-	cliB := c.NewClient(t)
-	go_ := make(chan struct{})
-	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
-		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"node-b"`)
-	}, go_)
-	b := startNodeOn(t, cliB, "", log.handler(nil), node("node-b"), noWait)
-	defer b.stop(t)
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("node-b did not acquire the partition")
-	}
-	let := holdLoop(t, b)
-	close(go_)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 }) // the load, in line
-	b.e.Hurry()
-	closed := make(chan error, 1)
-	eb := b.e
-	go func() { closed <- eb.Close() }()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return eb.runCtx.Err() != nil })
-	// Undone, the acquire puts its release in line behind the load at
-	// once; not undone, nothing comes.
-	for deadline := time.Now().Add(2 * time.Second); len(eb.loop.cmds) < 2 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	let()
-	if err := <-closed; err != nil {
-		t.Errorf("close node-b: %v", err)
-	}
-	nc := startNode(t, c, "", log.handler(nil), node("node-c"))
-	defer nc.stop(t)
-	clock.Advance(time.Second)
-	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {"node-c"}})
+	hurriedCloseWithTheLoadInLine(t, func(eb *Engine) {
+		// Undone, the acquire puts its release in line behind the load at
+		// once; not undone, nothing comes.
+		for deadline := time.Now().Add(2 * time.Second); len(eb.loop.cmds) < 2 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 }
 
 // A leave cut short waits for an acquire that loaded its partition, even
@@ -882,6 +849,17 @@ func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T)
 // after a hurried Close: node-b fires 12:00:02-04, node-c what follows,
 // and nothing twice.
 func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testing.T) {
+	hurriedCloseWithTheLoadInLine(t, func(*Engine) {
+		time.Sleep(etcdTimeout + time.Second) // a loop busy past the leave's wait
+	})
+}
+
+// hurriedCloseWithTheLoadInLine has node-b load the partition node-a
+// released at 12:00:01.5 while node-b's loop is held, closes node-b in a
+// hurry, runs busy while the loop is still held, then checks that node-b
+// fires 12:00:02-04, node-c what follows, and nothing twice.
+func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine)) {
+	t.Helper()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	node := func(id string) func(*Config) {
@@ -909,7 +887,7 @@ func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testin
 	eb := b.e
 	go func() { closed <- eb.Close() }()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return eb.runCtx.Err() != nil })
-	time.Sleep(etcdTimeout + time.Second) // a loop busy past the leave's wait
+	busy(eb)
 	let()
 	if err := <-closed; err != nil {
 		t.Errorf("close node-b: %v", err)
