@@ -539,7 +539,8 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 			etcdtest.WaitFor(t, 10*time.Second, func() bool {
 				return len(log.forTask(tasks[0])) > 0 && !log.forTask(tasks[0])[len(log.forTask(tasks[0]))-1].Before(until.Add(time.Second))
 			})
-			time.Sleep(time.Second) // the last second's fires of the other tasks
+			fenced := sessA.Fenced()
+			stopAndDrain(t, b, a)
 			repeats := everySecond(t, log, tasks, until)
 			if !tc.repeats && repeats > 0 {
 				t.Errorf("%d fires repeated, want none: the release committed once etcd took it", repeats)
@@ -547,8 +548,8 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 			if tc.repeats && repeats > len(tasks)*2 {
 				t.Errorf("%d fires repeated: more than the bounded lead's worth", repeats)
 			}
-			if sessA.Fenced() != tc.repeats {
-				t.Errorf("node-a's session ended: %v, want %v", sessA.Fenced(), tc.repeats)
+			if fenced != tc.repeats {
+				t.Errorf("node-a's session ended: %v, want %v", fenced, tc.repeats)
 			}
 		})
 	}
@@ -602,15 +603,15 @@ func TestEngine_ReleaseCommittedUnansweredIsDone(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(time.Second) // late runs, if any
 	if faults.lostOnce.Load() != nil {
 		t.Fatal("no release checkpoint was committed unanswered: the test sets up nothing")
 	}
-	if repeats := everySecond(t, log, tasks, until); repeats > 0 {
-		t.Errorf("%d fires repeated, want none", repeats)
-	}
 	if sessA.Fenced() {
 		t.Error("node-a's session ended: its release was taken for a lock lost")
+	}
+	stopAndDrain(t, b, a)
+	if repeats := everySecond(t, log, tasks, until); repeats > 0 {
+		t.Errorf("%d fires repeated, want none", repeats)
 	}
 }
 
@@ -1117,7 +1118,7 @@ func TestEngine_StuckReleasePastTheTTLRunsTheFiresItDroppedFromTheQueue(t *testi
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, id) })
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(id, limitsAt(3)) })
-	time.Sleep(time.Second) // late runs of tick@2, if any
+	stopAndDrain(t, b, a)
 	if got := runsAt(log, id, limitsAt(2)); len(got) != 1 {
 		t.Errorf("%s@12:00:02 (queued on node-a when its release got stuck) ran on %v; want once; node-a's watermark in etcd: %s",
 			id, got, held)
@@ -1125,8 +1126,6 @@ func TestEngine_StuckReleasePastTheTTLRunsTheFiresItDroppedFromTheQueue(t *testi
 	if got := runsAt(log, id, limitsAt(1)); len(got) != 1 {
 		t.Errorf("%s@12:00:01 ran on %v; want once: the resume point is before tick@2 only", id, got)
 	}
-	b.stop(t)
-	a.stop(t)
 }
 
 // A watermark value is the time alone, as before, until a release drops

@@ -90,6 +90,16 @@ const noWait nodeOpt = 1
 
 // startNodeOn is startNode with the node's own etcd client, e.g. one that
 // goes through an etcdtest.Proxy.
+// stopAndDrain stops the nodes, in order, before a test counts what ran: a
+// stopped node's workers are drained, so a run it was late with is in
+// the count, where a sleep would only wait some time for it.
+func stopAndDrain(t *testing.T, nodes ...*testNode) {
+	t.Helper()
+	for _, n := range nodes {
+		n.stop(t)
+	}
+}
+
 func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, tweak func(*Config), opts ...nodeOpt) *testNode {
 	t.Helper()
 	if dir == "" {
