@@ -113,12 +113,13 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 
 // neverSent says whether err is a connection to the node that was never
 // made (refused, a host that does not resolve, a dial cut by --timeout, a
-// certificate the command does not trust): the request did not reach a
-// node, so nothing was changed.
+// proxy that could not be reached or would not connect, a certificate the
+// command does not trust): the request did not reach a node, so nothing
+// was changed.
 func neverSent(err error) bool {
 	var oe *net.OpError
 	var ce *tls.CertificateVerificationError
-	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &ce)
+	return errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "proxyconnect") || errors.As(err, &ce)
 }
 
 var bulkPast = map[task.BulkAction]string{

@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -1710,5 +1711,26 @@ func TestBulk_TLSRefusedSaysNothingChanged(t *testing.T) {
 	wantCLI(t, r, exitError, nil, []string{"certificate"})
 	if strings.Contains(r.stderr, "may have") {
 		t.Errorf("a request refused at the TLS handshake says tasks may have changed:\n%s", r)
+	}
+}
+
+// TestNeverSent_ProxyRefused: a request whose proxy refused the connection
+// reached no node: it was said to have maybe changed tasks (net/http
+// reports it as "proxyconnect", not "dial"). The proxy is set on the
+// transport: the environment's is never used for loopback.
+func TestNeverSent_ProxyRefused(t *testing.T) {
+	proxy := httptest.NewServer(http.NotFoundHandler())
+	proxyURL, _ := url.Parse(proxy.URL)
+	proxy.Close()
+	node := httptest.NewServer(http.NotFoundHandler())
+	defer node.Close()
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	resp, err := hc.Post(node.URL+"/v1/tasks:pause", "application/json", strings.NewReader("{}"))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a request through a refused proxy got an answer")
+	}
+	if !neverSent(err) {
+		t.Errorf("neverSent(%v) = false, want true: the proxy refused the connection", err)
 	}
 }
