@@ -1628,6 +1628,30 @@ func TestTaskExport_SilentServerTimesOut(t *testing.T) {
 	}
 }
 
+// An export cut off says why first, then how many tasks stdout holds; one
+// that never began says only why ("export stopped after 0 tasks" came
+// first, as if an export had run).
+func TestTaskExport_StoppedSaysWhyThenHowFar(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"id":"a","schedule":"@yearly","executor":{"type":"noop"}}`+"\n")
+		io.WriteString(w, `{"id":"b","schedule":"@yearly","executor":{"type":"noop"}}`+"\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection cut mid-export
+	}))
+	defer ts.Close()
+	r := cli("", "task", "export", "--server", ts.URL)
+	wantCLI(t, r, exitError, []string{`"id":"b"`}, []string{"export stopped after 2 tasks"})
+	if why := strings.Index(r.stderr, "shardcron"); why < 0 || why > strings.Index(r.stderr, "export stopped") {
+		t.Errorf("the cause does not come first:\n%s", r)
+	}
+	r = cli("", "task", "export", "--server", deadServer(t))
+	wantCLI(t, r, exitError, nil, []string{"connection refused"})
+	if strings.Contains(r.stderr, "export stopped") {
+		t.Errorf("an export that never began says it stopped:\n%s", r)
+	}
+}
+
 // A K=V flag given a key twice is refused, naming both values: it kept
 // the last one silently.
 func TestKVFlag_KeyGivenTwice(t *testing.T) {

@@ -788,8 +788,11 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 		err = ferr
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "export stopped after %d tasks\n", lines.n)
-		return cf.fail(c, "", err)
+		code := cf.fail(c, "", err)
+		if lines.n > 0 {
+			fmt.Fprintf(stderr, "export stopped after %d tasks: stdout holds them\n", lines.n)
+		}
+		return code
 	}
 	fmt.Fprintf(stderr, "exported %d tasks\n", lines.n)
 	return exitOK
