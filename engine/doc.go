@@ -184,7 +184,7 @@
 //   - An executor: engine/executor (the executor, its constructor and its
 //     fields' rules, as a Check method returning *executor.FieldError),
 //     its fields on task.Executor and one entry in task/kind.go's kinds
-//     (fields, check, build), then the fields in profileKey (profile.go):
+//     (fields, check, build), then the fields in appendProfileKey (profile.go):
 //     TestProfileKey_CoversFireFields fails until they are there.
 //   - Windows, limits and one-shot tasks (not_before, not_after,
 //     max_fires, @at, delete_after_fire): window.go wraps a task's

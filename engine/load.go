@@ -29,6 +29,7 @@ type decoder struct {
 	profs  map[string]*profile
 	shapes map[string]*shape // by cached value
 	key    []byte            // a shape key being built (appendShapeKey)
+	prof   []byte            // a profile key being built (appendProfileKey)
 }
 
 func (e *Engine) decoder() *decoder {
@@ -56,7 +57,7 @@ func (d *decoder) decode(id string, value []byte) (taskDef, []byte, error) {
 	if err != nil {
 		return taskDef{}, nil, err
 	}
-	if key != "" {
+	if key != nil {
 		d.key = appendShapeKey(d.key[:0], key, &t)
 		if c := d.e.shapes.code(d.key, &t); c != nil {
 			return def, c, nil
@@ -78,7 +79,7 @@ func (d *decoder) fromShape(id string, value []byte) (taskDef, error) {
 		if err != nil {
 			return taskDef{}, err
 		}
-		if key == "" {
+		if key == nil {
 			return taskDef{}, fmt.Errorf("stored task %q: a cached shape with a window", id)
 		}
 		s = &shape{spec: t.Schedule, zone: t.Timezone, paused: t.Paused, prof: def.prof}
@@ -102,8 +103,8 @@ func (d *decoder) place(id string, h schedule.Handle, prof *profile, paused bool
 
 // build turns a decoded task into its def. It also returns the task's
 // profile key when its fires depend on nothing but its shape (shape.go),
-// else "".
-func (d *decoder) build(t *task.Task) (taskDef, string, error) {
+// else nil; the key is good until the next build.
+func (d *decoder) build(t *task.Task) (taskDef, []byte, error) {
 	id := t.ID
 	spec := t.Schedule
 	if _, once, _ := schedule.At(spec, t.Timezone); once {
@@ -111,27 +112,29 @@ func (d *decoder) build(t *task.Task) (taskDef, string, error) {
 	}
 	h, err := d.e.scheds.Intern(spec, t.Timezone, id)
 	if err != nil {
-		return taskDef{}, "", fmt.Errorf("stored task %q: %w", id, err)
+		return taskDef{}, nil, fmt.Errorf("stored task %q: %w", id, err)
 	}
 	var win *window
 	if t.NotBefore != (time.Time{}) || t.NotAfter != (time.Time{}) || t.MaxFires > 0 || spec != t.Schedule {
 		win = windowOf(t, d.e.scheds.Get(h), d.e.cfg.Clock.Now())
 	}
-	pkey := profileKey(t)
-	key := pkey + windowKey(h, win, t)
-	prof := d.profs[key]
+	d.prof = appendProfileKey(d.prof[:0], t)
+	pkey := len(d.prof)
+	d.prof = appendWindowKey(d.prof, h, win, t)
+	prof := d.profs[string(d.prof)]
 	if prof == nil {
+		key := string(d.prof)
 		if prof, err = d.e.execs.newProfile(key, t); err != nil {
-			return taskDef{}, "", fmt.Errorf("stored task %q: %w", id, err)
+			return taskDef{}, nil, fmt.Errorf("stored task %q: %w", id, err)
 		}
 		prof.win = win
 		d.profs[key] = prof
 	}
 	def := d.place(id, h, prof, t.Paused)
 	if !plain(t, spec) {
-		return def, "", nil
+		return def, nil, nil
 	}
-	return def, pkey, nil
+	return def, d.prof[:pkey], nil
 }
 
 // prepared is a partition read ahead of its lock (make-before-break): its

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -72,11 +71,11 @@ func historyKeep(l *task.HistoryLimit) [2]int {
 	return keep
 }
 
-// profileKey returns the intern key of a task's profile: its executor
-// and policies, length-prefixed so that no two profiles share a key. Built
-// by hand: loading a partition computes one per task.
-func profileKey(t *task.Task) string {
-	var b []byte
+// appendProfileKey appends the intern key of a task's profile to b: its
+// executor and policies, length-prefixed so that no two profiles share a
+// key. Built by hand into a reused buffer: loading a partition computes
+// one per task.
+func appendProfileKey(b []byte, t *task.Task) []byte {
 	str := func(s string) {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, ':')
@@ -84,7 +83,13 @@ func profileKey(t *task.Task) string {
 	}
 	strMap := func(m map[string]string) {
 		b = strconv.AppendInt(b, int64(len(m)), 10)
-		for _, k := range slices.Sorted(maps.Keys(m)) {
+		var small [8]string // most maps have a few keys: sorted with no allocation
+		keys := small[:0]
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
 			str(k)
 			str(m[k])
 		}
@@ -130,13 +135,13 @@ func profileKey(t *task.Task) string {
 			str(id)
 		}
 	}
-	// The window as written; def adds what it computes from it (windowKey).
+	// The window as written; def adds what it computes from it (appendWindowKey).
 	for _, at := range []time.Time{t.NotBefore, t.NotAfter} {
 		b = strconv.AppendInt(append(b, ','), at.UnixNano(), 10)
 	}
 	b = strconv.AppendInt(append(b, ','), int64(t.MaxFires), 10)
 	b = strconv.AppendBool(append(b, ','), t.DeleteAfterFire)
-	return string(b)
+	return b
 }
 
 // executors builds the executors of profiles: it holds what they share.

@@ -25,7 +25,7 @@ func jsonName(f reflect.StructField) string {
 }
 
 // TestProfileKey_CoversFireFields fails when a field that a fire uses is
-// left out of profileKey: two tasks differing only in it would share a
+// left out of appendProfileKey: two tasks differing only in it would share a
 // profile, and one of them would fire with the other's setting. It walks
 // Task by reflection, so a field added to Task, Executor, Retry or
 // HistoryLimit is covered without touching the test.
@@ -42,13 +42,13 @@ func TestProfileKey_CoversFireFields(t *testing.T) {
 		}
 		eachLeaf(t, reflect.ValueOf(&base).Elem().FieldByIndex(f.Index), name, func(path string, change func(*task.Task)) {
 			n++
-			// The mutated task need not be valid: profileKey does not
+			// The mutated task need not be valid: appendProfileKey does not
 			// validate, and a key that ignores an invalid value ignores
 			// a valid one too.
 			mut := clone(t, &base)
 			change(mut)
-			if profileKey(mut) == profileKey(&base) {
-				t.Errorf("profileKey ignores %s", path)
+			if string(appendProfileKey(nil, mut)) == string(appendProfileKey(nil, &base)) {
+				t.Errorf("appendProfileKey ignores %s", path)
 			}
 		})
 	}

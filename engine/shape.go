@@ -92,10 +92,10 @@ func encodeShape(t *task.Task) ([]byte, error) {
 }
 
 // appendShapeKey appends the key of a plain task's shape to b: the tasks
-// with one key have one profile (profileKey, whose test keeps it complete)
+// with one key have one profile (appendProfileKey, whose test keeps it complete)
 // and the same schedule, time zone and pause, so one shape stands for all
 // of them.
-func appendShapeKey(b []byte, profKey string, t *task.Task) []byte {
+func appendShapeKey(b, profKey []byte, t *task.Task) []byte {
 	b = append(b, profKey...)
 	for _, s := range []string{t.Schedule, t.Timezone} {
 		b = append(strconv.AppendInt(append(b, '|'), int64(len(s)), 10), ':')

@@ -80,13 +80,14 @@ func windowOf(t *task.Task, s schedule.Schedule, anchor time.Time) *window {
 	return w
 }
 
-// windowKey extends a profile's key with its window and deletion, which
-// depend on the schedule's handle h (max_fires counts its fires).
-func windowKey(h schedule.Handle, w *window, t *task.Task) string {
+// appendWindowKey extends a profile's key in b with its window and
+// deletion, which depend on the schedule's handle h (max_fires counts its
+// fires).
+func appendWindowKey(b []byte, h schedule.Handle, w *window, t *task.Task) []byte {
 	if w == nil && !t.DeleteAfterFire {
-		return ""
+		return b
 	}
-	b := []byte("|w")
+	b = append(b, "|w"...)
 	b = strconv.AppendUint(b, uint64(h), 10)
 	if w != nil {
 		b = strconv.AppendInt(append(b, ','), w.from, 10)
@@ -97,7 +98,7 @@ func windowKey(h schedule.Handle, w *window, t *task.Task) string {
 	if t.DeleteAfterFire {
 		b = strconv.AppendInt(append(b, ",d"...), t.UpdatedAt.UnixNano(), 10)
 	}
-	return string(b)
+	return b
 }
 
 // schedOf returns the schedule record r fires by: its window when it has

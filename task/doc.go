@@ -38,7 +38,7 @@
 //
 //   - A field of the model: task.go (the struct, its JSON and DecodeTask),
 //     validate.go (its rule and default), then, when a fire uses it, the
-//     engine's profileKey and the registry's firing decode (their
+//     engine's appendProfileKey and the registry's firing decode (their
 //     reflection tests fail until then).
 //   - An executor type: its fields on Executor and an entry in kind.go's
 //     kinds; its rules in engine/executor.

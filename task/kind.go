@@ -18,7 +18,7 @@ import (
 // and engine's newProfile all derive from kinds.
 //
 // To add an executor type: its fields on Executor, one entry here, and the
-// fields in engine's profileKey (engine's TestProfileKey_CoversFireFields
+// fields in engine's appendProfileKey (engine's TestProfileKey_CoversFireFields
 // fails until they are). Its field rules and constructor belong in package
 // executor, next to the executor.
 type kind struct {
