@@ -294,7 +294,7 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 
 func TestHelp_EveryCommand(t *testing.T) {
 	commands := map[string][]string{
-		"task put":      {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:"},
+		"task put":      {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:", "at most 24h (server default 1m)", "at most 100 (server default 1)", "at most 1h"},
 		"task get":      {"ID"},
 		"task list":     {"--prefix", "--label K=V", "--limit", "--all", "--cursor", "--status S", "failing, paused or stale"},
 		"task failures": {"--limit", "newest first"},
