@@ -42,11 +42,15 @@
 //
 // # Extension endpoints
 //
-// Besides docs/api.md's table, nodes answer these, which other nodes use and
-// which are part of the contract too:
+// Nodes ask each other through these, which docs/api.md's table lists with
+// the rest and which are part of the contract too:
 //
 //	GET /v1/tasks/{id}/state          the task's state if this node owns it, else 404
 //	GET /v1/tasks/{id}/history?local=1  this node's own records only
+//	GET /v1/failures?local=1          this node's latest failed attempts only
+//	GET /v1/tasks:status              the tasks this node owns with a status
+//	POST /v1/tasks:states             the states of the tasks this node holds
+//	GET /v1/series?scope=self         this node's series only
 //	GET /v1/nodes/self                this node's client.Node, with "owned" partitions
 //
 // Task answers carry ETag: "<version>", usable as If-Match.
