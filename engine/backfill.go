@@ -272,7 +272,7 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 }
 
 // backfillTimes returns the scheduled times of the task in the record's
-// range, as unix ns.
+// range and its window, as unix ns.
 func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfill) ([]int64, error) {
 	t, err := e.reg.Get(ctx, id)
 	if err != nil {
@@ -282,9 +282,11 @@ func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfil
 	if err != nil {
 		return nil, err
 	}
-	var times []int64
-	for n := sched.Next(rec.From.Add(-time.Nanosecond)); !n.IsZero() && !n.After(rec.To) && len(times) < task.MaxBackfillFires; n = sched.Next(n) {
-		times = append(times, n.UnixNano())
+	// The times the registry counted: the task's window bounds them too.
+	ts, _ := task.ScheduledTimes(t, sched, rec.From, rec.To, e.cfg.Clock.Now(), task.MaxBackfillFires)
+	times := make([]int64, len(ts))
+	for i, n := range ts {
+		times[i] = n.UnixNano()
 	}
 	return times, nil
 }

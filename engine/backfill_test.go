@@ -124,6 +124,40 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 	}
 }
 
+// A backfill runs the task's scheduled times, which its window bounds: a
+// range wider than not_before and not_after runs only the times between
+// them, and its record counts those.
+func TestEngine_BackfillStaysInTheTaskWindow(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	n := startNode(t, c, "", log.handler, nil)
+	reg := n.e.Registry()
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+	tk := handlerTask("bf", "* * * * * *")
+	tk.NotBefore, tk.NotAfter = to.Add(-6*time.Second), to.Add(-3*time.Second)
+	putTask(t, reg, tk)
+	b, err := reg.Backfill(context.Background(), "bf", to.Add(-9*time.Second), to, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fires != 4 {
+		t.Errorf("the backfill counts %d fires, want the 4 of the window", b.Fires)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+	var want []time.Time
+	for at := tk.NotBefore; !at.After(tk.NotAfter); at = at.Add(time.Second) {
+		want = append(want, at)
+	}
+	got := log.forTask("bf")
+	slices.SortFunc(got, time.Time.Compare)
+	if !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("the backfill fired %v, want only the window's %v", secs(got), secs(want))
+	}
+	if rec := backfillProgress(t, reg, "bf"); rec.Done != 4 || !rec.Through.Equal(tk.NotAfter) {
+		t.Errorf("final record %+v, want 4 fires done through %s", rec, tk.NotAfter)
+	}
+}
+
 // A runner's own progress records reach its node's watch late: one that
 // arrives after the backfill finished must not start a second runner from
 // that older progress, which would run its last fires again.

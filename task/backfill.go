@@ -49,6 +49,8 @@ type Backfill struct {
 // the request's limits: from before to, to not after now, at most
 // MaxBackfillFires times, concurrency within 1-MaxBackfillConcurrency (0:
 // the default). Errors are *ValidationError naming the request's field.
+// The task's window bounds the times as it bounds its fires
+// (ScheduledTimes): a backfill runs only times the task would have fired.
 func BackfillTimes(t *Task, from, to, now time.Time, concurrency int) ([]time.Time, error) {
 	if from.IsZero() {
 		return nil, Invalid("from", "required: an RFC 3339 time such as \"2026-01-01T00:00:00Z\"")
@@ -69,15 +71,38 @@ func BackfillTimes(t *Task, from, to, now time.Time, concurrency int) ([]time.Ti
 	if err != nil {
 		return nil, Invalid("schedule", "%s", err.Error())
 	}
-	var times []time.Time
-	for n := sched.Next(from.Add(-time.Nanosecond)); !n.IsZero() && !n.After(to); n = sched.Next(n) {
-		if len(times) == MaxBackfillFires {
-			return nil, Invalid("to", "[from, to] holds more than %d scheduled times, the limit of one backfill: split it", MaxBackfillFires)
-		}
-		times = append(times, n.UTC())
+	times, more := ScheduledTimes(t, sched, from, to, now, MaxBackfillFires)
+	if more {
+		return nil, Invalid("to", "[from, to] holds more than %d scheduled times, the limit of one backfill: split it", MaxBackfillFires)
 	}
 	if len(times) == 0 {
+		if w := t.Window(sched, now); w.Bounded() {
+			return nil, Invalid("from", "the task's window (not_before, not_after, max_fires or @at: %s) leaves no scheduled time in [%s, %s]",
+				w.span(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+		}
 		return nil, Invalid("from", "the schedule %q has no fire in [%s, %s]", t.Schedule, from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	return times, nil
+}
+
+// ScheduledTimes returns the scheduled times of t (whose schedule, parsed
+// from Schedule, is s) in [from, to] and inside its window, at most limit
+// of them in order; more reports that [from, to] holds others past those.
+// anchor is Window's, for a task without created_at. The registry counts
+// a backfill's fires and the owner runs them with it, so both agree.
+func ScheduledTimes(t *Task, s schedule.Schedule, from, to, anchor time.Time, limit int) (times []time.Time, more bool) {
+	w := t.Window(s, anchor)
+	if w.From.After(from) {
+		from = w.From
+	}
+	if !w.To.IsZero() && w.To.Before(to) {
+		to = w.To
+	}
+	for n := s.Next(from.Add(-time.Nanosecond)); !n.IsZero() && !n.After(to); n = s.Next(n) {
+		if len(times) == limit {
+			return times, true
+		}
+		times = append(times, n.UTC())
+	}
+	return times, false
 }

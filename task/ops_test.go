@@ -68,6 +68,52 @@ func TestBackfillTimes_Limits(t *testing.T) {
 	}
 }
 
+// A backfill runs only times the task would have fired: not_before,
+// not_after, max_fires and an @at time bound its times as they bound the
+// task's fires.
+func TestBackfillTimes_StayInTheTaskWindow(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 30, 0, time.UTC)
+	at := func(m int) time.Time { return time.Date(2026, 12, 3, 11, m, 0, 0, time.UTC) }
+	valid := func(tk *Task) *Task {
+		t.Helper()
+		tk.Executor = Executor{Type: ExecutorNoop}
+		if err := tk.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	for _, tc := range []struct {
+		name        string
+		tk          *Task
+		first, last time.Time
+		n           int
+	}{
+		{"not_before and not_after", valid(&Task{ID: "w", Schedule: "0 * * * * *", NotBefore: at(12), NotAfter: at(15)}), at(12), at(15), 4},
+		{"max_fires from not_before", valid(&Task{ID: "m", Schedule: "0 * * * * *", NotBefore: at(11), MaxFires: 2}), at(11), at(12), 2},
+		{"max_fires from created_at", valid(&Task{ID: "c", Schedule: "0 * * * * *", MaxFires: 3, CreatedAt: at(13).Add(time.Second)}), at(14), at(16), 3},
+		{"@at", valid(&Task{ID: "a", Schedule: "@at 2026-12-03T11:13:00Z"}), at(13), at(13), 1},
+	} {
+		times, err := BackfillTimes(tc.tk, at(10), at(20), now, 0)
+		if err != nil || len(times) != tc.n || !times[0].Equal(tc.first) || !times[len(times)-1].Equal(tc.last) {
+			t.Errorf("%s: times %v, %v; want %d from %s to %s", tc.name, secsOf(times), err, tc.n, tc.first.Format(time.TimeOnly), tc.last.Format(time.TimeOnly))
+		}
+	}
+	tk := valid(&Task{ID: "w", Schedule: "0 * * * * *", NotBefore: at(30), NotAfter: at(40)})
+	if _, err := BackfillTimes(tk, at(10), at(20), now, 0); err == nil ||
+		!strings.Contains(err.Error(), "from: the task's window (not_before, not_after, max_fires or @at: from 2026-12-03T11:30:00Z to 2026-12-03T11:40:00Z) leaves no scheduled time in [2026-12-03T11:10:00Z, 2026-12-03T11:20:00Z]") {
+		t.Errorf("a range outside the window: %v", err)
+	}
+}
+
+// secsOf formats times as clock times, for messages.
+func secsOf(ts []time.Time) []string {
+	out := make([]string, len(ts))
+	for i, at := range ts {
+		out[i] = at.Format(time.TimeOnly)
+	}
+	return out
+}
+
 func TestOverride_Check(t *testing.T) {
 	handler := &Task{ID: "h", Executor: Executor{Type: ExecutorHandler, Name: "x"}}
 	web := &Task{ID: "w", Executor: Executor{Type: ExecutorHTTP, URL: "http://127.0.0.1/"}}

@@ -43,6 +43,18 @@ func (w Window) Contains(at time.Time) bool {
 // Bounded reports whether w limits anything.
 func (w Window) Bounded() bool { return !w.From.IsZero() || !w.To.IsZero() }
 
+// span says when the window's times lie, for errors.
+func (w Window) span() string {
+	f, t := w.From.UTC().Format(time.RFC3339), w.To.UTC().Format(time.RFC3339)
+	switch {
+	case w.From.IsZero():
+		return "up to " + t
+	case w.To.IsZero():
+		return "from " + f + " on"
+	}
+	return "from " + f + " to " + t
+}
+
 // Window returns the window of a validated task whose schedule, parsed
 // from Schedule, is s. MaxFires counts the scheduled times of s from
 // NotBefore, else CreatedAt, else anchor (a task not yet stored: the
