@@ -33,7 +33,7 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 	var running *registry.BackfillRunningError
 	switch {
 	case errors.As(err, &running):
-		writeError(w, http.StatusConflict, "task %q: another backfill of it is running (%s): wait until it is done (task get shows its progress)",
+		writeError(w, http.StatusConflict, "task %q: another backfill of it is running (%s): wait until it is done (task get shows its progress) or cancel it",
 			id, running.Progress())
 		return
 	case errors.Is(err, registry.ErrVersionMismatch):
@@ -45,4 +45,31 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, b)
+}
+
+// cancelBackfill: POST /v1/tasks/{id}/backfill:cancel, cancel the task's
+// running backfill; 200 with its record, marked canceled, 404 no such
+// task, 409 no backfill of it running.
+func (s *Server) cancelBackfill(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r)
+	if _, err := s.reg.Get(r.Context(), id); err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	b, err := s.reg.CancelBackfill(r.Context(), id)
+	var none *registry.NoBackfillRunningError
+	if errors.As(err, &none) {
+		if none.Latest == nil {
+			writeError(w, http.StatusConflict, "task %q has no backfill to cancel", id)
+		} else {
+			writeError(w, http.StatusConflict, "task %q: its latest backfill is %s, not running (%d of its %d fires done)",
+				id, none.Latest.State, none.Latest.Done, none.Latest.Fires)
+		}
+		return
+	}
+	if err != nil {
+		s.fail(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
 }

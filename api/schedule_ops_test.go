@@ -190,9 +190,24 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 		}
 		a := call(t, ts, "POST", path, body)
 		wantError(t, a, http.StatusConflict,
-			`task "backfill/blocked": another backfill of it is running (0 of its 3 fires done): wait until it is done (task get shows its progress)`)
+			`task "backfill/blocked": another backfill of it is running (0 of its 3 fires done): wait until it is done (task get shows its progress) or cancel it`)
 		if strings.Contains(string(a.body), "registry") {
 			t.Errorf("the error names an internal package: %s", a.body)
+		}
+
+		// Canceled, it is over: a second cancel finds none running, and
+		// a new backfill of the task is taken.
+		a = call(t, ts, "POST", path+":cancel", "")
+		var bf task.Backfill
+		if a.status != http.StatusOK || json.Unmarshal(a.body, &bf) != nil || bf.State != task.BackfillCanceled || bf.Fires != 3 {
+			t.Fatalf("cancel: %v, want 200 with the record canceled", a)
+		}
+		wantError(t, call(t, ts, "POST", path+":cancel", ""), http.StatusConflict,
+			`task "backfill/blocked": its latest backfill is canceled, not running (0 of its 3 fires done)`)
+		wantError(t, call(t, ts, "POST", "/v1/tasks/backfill%2Fnone/backfill:cancel", ""), http.StatusNotFound,
+			`task "backfill/none" not found`)
+		if a := call(t, ts, "POST", path, body); a.status != http.StatusAccepted {
+			t.Errorf("a backfill after the cancel: %v, want 202", a)
 		}
 	})
 }

@@ -292,6 +292,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/tasks/{id}/resume", s.bounded(s.resumeTask))
 	m.HandleFunc("POST /v1/tasks/{id}/trigger", s.bounded(s.triggerTask))
 	m.HandleFunc("POST /v1/tasks/{id}/backfill", s.backfillTask)
+	m.HandleFunc("POST /v1/tasks/{id}/backfill:cancel", s.bounded(s.cancelBackfill))
 	m.HandleFunc("GET /v1/tasks/{id}/history", s.bounded(s.history))
 	m.HandleFunc("GET /v1/tasks/{id}/state", s.bounded(s.taskStateHandler))
 	m.HandleFunc("GET /v1/tasks/{id}/next", s.bounded(s.nextFires))

@@ -72,10 +72,10 @@ type backfills struct {
 	// records late, and one that arrives after its runner finished must
 	// not start another from that older progress, which would run again
 	// the fires recorded after it. An entry goes when its record is
-	// deleted (stopBackfill: the watch sees every partition's deletes, and
-	// a task's delete takes its record), so there is at most one per
-	// record in etcd, whoever owns its partition now, but for deletes a
-	// compacted watch skipped (it resumes from the present).
+	// deleted or canceled (stopBackfill: the watch sees every partition's
+	// records, and a task's delete takes its record), so there is at most
+	// one per record in etcd, whoever owns its partition now, but for
+	// deletes a compacted watch skipped (it resumes from the present).
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
@@ -226,7 +226,8 @@ func (e *Engine) stopAllBackfills() {
 }
 
 // stopBackfill stops the backfill of a task whose record was deleted or
-// replaced, without recording anything.
+// canceled, without recording anything: the fires it started run to
+// their end.
 func (e *Engine) stopBackfill(id string) {
 	e.bf.mu.Lock()
 	b := e.bf.runs[id]
@@ -239,7 +240,7 @@ func (e *Engine) stopBackfill(id string) {
 }
 
 // watchBackfills starts the backfills written for the partitions this
-// node owns and stops those deleted, resuming after the last revision it
+// node owns and stops those deleted or canceled, resuming after the last revision it
 // saw when its watch breaks.
 func (e *Engine) watchBackfills(ctx context.Context) {
 	var rev int64
@@ -255,7 +256,7 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 			for _, ev := range resp.Events {
 				rev = ev.Kv.ModRevision
 				key := string(ev.Kv.Key)
-				if ev.Type == 1 { // delete: the task is gone
+				if ev.Type == 1 || canceled(ev.Kv.Value) { // the task is gone, or its backfill canceled
 					if _, id, ok := e.reg.ParseBackfill(key); ok {
 						e.stopBackfill(id)
 					}
@@ -269,6 +270,12 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 		}
 		sleepCtx(ctx, time.Second)
 	}
+}
+
+// canceled reports whether a backfill record says it was canceled.
+func canceled(value []byte) bool {
+	rec, err := registry.DecodeBackfill(value)
+	return err == nil && rec.State == task.BackfillCanceled
 }
 
 // backfillTimes returns the scheduled times of the task in the record's

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -262,5 +263,61 @@ func TestEngine_BackfillReadOfACanceledAcquireIsNoWarning(t *testing.T) {
 	n.e.startBackfills(ctx, 0)
 	if strings.Contains(buf.String(), "backfills failed") {
 		t.Errorf("a canceled acquire's backfill read warned:\n%s", buf.String())
+	}
+}
+
+// A canceled backfill stops at once: no further fire of it starts, the
+// one running when it was canceled runs to its end, and the record stays
+// canceled with the progress recorded before. A second cancel, or one of a
+// task that never had a backfill, finds none running.
+func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	started, release := make(chan struct{}, 16), make(chan struct{})
+	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done(): // the test failed, and the node stops
+		}
+		return log.handler(ctx, f)
+	}, nil)
+	reg := n.e.Registry()
+	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: no fire of its own meanwhile
+	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backfill's first fire did not start")
+	}
+	b, err := reg.CancelBackfill(context.Background(), "bf")
+	if err != nil || b.State != task.BackfillCanceled || b.Done != 0 || b.Fires != 10 {
+		t.Fatalf("CancelBackfill = %+v, %v; want canceled with 0 of 10 fires done", b, err)
+	}
+	// The runner stops while its fire still runs.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.bf.mu.Lock()
+		defer n.e.bf.mu.Unlock()
+		_, running := n.e.bf.runs["bf"]
+		return !running
+	})
+	close(release)
+	stopAndDrain(t, n)
+	if got := log.forTask("bf"); len(got) != 1 || !got[0].Equal(from) {
+		t.Errorf("the canceled backfill fired %v, want only its first fire, %s", secs(got), from.Format(time.RFC3339))
+	}
+	if rec := backfillProgress(t, reg, "bf"); rec.State != task.BackfillCanceled {
+		t.Errorf("the record after the runner stopped: %+v, want it canceled", rec)
+	}
+	var none *registry.NoBackfillRunningError
+	if _, err := reg.CancelBackfill(context.Background(), "bf"); !errors.As(err, &none) || none.Latest == nil || none.Latest.State != task.BackfillCanceled {
+		t.Errorf("a second cancel: %v, want ErrNoBackfillRunning with the canceled record", err)
+	}
+	putTask(t, reg, handlerTask("never", "0 0 0 1 1 *"))
+	if _, err := reg.CancelBackfill(context.Background(), "never"); !errors.As(err, &none) || none.Latest != nil {
+		t.Errorf("a cancel of a task without a backfill: %v, want ErrNoBackfillRunning without a record", err)
 	}
 }

@@ -98,6 +98,66 @@ func (r *Registry) Backfill(ctx context.Context, id string, from, to time.Time, 
 	return b, nil
 }
 
+// ErrNoBackfillRunning is returned by CancelBackfill when the task has no
+// backfill running; the error is a *NoBackfillRunningError, which holds
+// the latest backfill, if any.
+var ErrNoBackfillRunning = errors.New("registry: no backfill of the task is running")
+
+// NoBackfillRunningError is ErrNoBackfillRunning (errors.Is) with the
+// task's latest backfill, nil when it never had one.
+type NoBackfillRunningError struct {
+	Latest *task.Backfill
+}
+
+// Error returns ErrNoBackfillRunning's message and the latest backfill's
+// state.
+func (e *NoBackfillRunningError) Error() string {
+	if e.Latest == nil {
+		return ErrNoBackfillRunning.Error() + ": it has had none"
+	}
+	return ErrNoBackfillRunning.Error() + ": its latest is " + e.Latest.State
+}
+
+// Unwrap returns ErrNoBackfillRunning.
+func (e *NoBackfillRunningError) Unwrap() error { return ErrNoBackfillRunning }
+
+// CancelBackfill cancels the task's running backfill and returns its
+// record, marked canceled, with the progress its owner last recorded. The
+// owner stops it when its watch sees the record: fires it had started by
+// then, at most the backfill's concurrency, run to their end. A progress
+// write of the owner meanwhile is retried over.
+func (r *Registry) CancelBackfill(ctx context.Context, id string) (*task.Backfill, error) {
+	if err := task.CheckID(id); err != nil {
+		return nil, err
+	}
+	key := r.keys.backfill(r.Partition(id), id)
+	for {
+		cur, err := r.cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("cancel the backfill of %q: %w", id, err)
+		}
+		if len(cur.Kvs) == 0 {
+			return nil, &NoBackfillRunningError{}
+		}
+		b, err := DecodeBackfill(cur.Kvs[0].Value)
+		if err != nil {
+			return nil, fmt.Errorf("cancel the backfill of %q: %w", id, err)
+		}
+		if b.State != task.BackfillRunning {
+			return nil, &NoBackfillRunningError{Latest: b}
+		}
+		b.State = task.BackfillCanceled
+		_, ok, err := r.RecordBackfill(ctx, id, b, cur.Kvs[0].ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return b, nil
+		}
+		// The owner recorded progress in between: read it again.
+	}
+}
+
 // GetBackfill returns the task's latest backfill, nil when it has none.
 func (r *Registry) GetBackfill(ctx context.Context, id string) (*task.Backfill, error) {
 	if err := task.CheckID(id); err != nil {

@@ -18,8 +18,9 @@ const (
 
 // Backfill states.
 const (
-	BackfillRunning = "running"
-	BackfillDone    = "done"
+	BackfillRunning  = "running"
+	BackfillDone     = "done"
+	BackfillCanceled = "canceled" // by a request; Done and Through say how far it got
 )
 
 // Backfill is a backfill of a task: every scheduled time of the task in
@@ -38,7 +39,7 @@ type Backfill struct {
 	Through time.Time `json:"through,omitzero"`
 	// Done counts the fires at or before Through.
 	Done int `json:"done"`
-	// State is running or done.
+	// State is running, done or canceled.
 	State     string    `json:"state"`
 	CreatedAt time.Time `json:"created_at"`
 	// Node is the node that recorded the progress last.

@@ -705,3 +705,14 @@ func (c *Client) Backfill(ctx context.Context, id string, from, to time.Time, co
 	}
 	return &b, nil
 }
+
+// CancelBackfill cancels the task's running backfill and returns its
+// record, marked canceled, with the progress its owner last recorded. A
+// task with no backfill running is a 409 (*Error).
+func (c *Client) CancelBackfill(ctx context.Context, id string) (*task.Backfill, error) {
+	var b task.Backfill
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/backfill:cancel", nil, nil, nil, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}

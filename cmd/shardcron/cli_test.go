@@ -626,6 +626,29 @@ func TestOutput_Backfill(t *testing.T) {
 	}
 }
 
+// task backfill --cancel asks the node to cancel the running backfill and
+// says how far it got; with a range or a concurrency it is a usage error,
+// before any request.
+func TestTaskBackfill_Cancel(t *testing.T) {
+	var asked []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.Method+" "+r.URL.EscapedPath())
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:09:00Z","concurrency":2,"fires":10,"done":3,"state":"canceled"}`)
+	}))
+	defer ts.Close()
+	r := cli("", "task", "backfill", "reports/daily", "--cancel", "--server", ts.URL)
+	wantCLI(t, r, 0, []string{`backfill of task "reports/daily" canceled: 3 of its 10 fires done`}, nil)
+	if want := []string{"POST /v1/tasks/reports%2Fdaily/backfill:cancel"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v, want %v", asked, want)
+	}
+	r = cli("", "task", "backfill", "reports/daily", "--cancel", "--from", "2026-01-01T00:00:00Z", "--concurrency", "2", "--server", ts.URL)
+	wantCLI(t, r, 2, nil, []string{"--cancel stops the running backfill: leave out --concurrency and --from"})
+	if len(asked) != 1 {
+		t.Errorf("a usage error sent a request: %v", asked)
+	}
+}
+
 func TestOutput_Truncate(t *testing.T) {
 	if got := truncate("a\nb  c", 10); got != "a b c" {
 		t.Errorf("truncate joins lines: %q", got)

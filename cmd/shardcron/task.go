@@ -964,6 +964,7 @@ func taskTrigger(args []string, stdout, stderr io.Writer) int {
 // --- task backfill ----------------------------------------------------------
 
 const taskBackfillHelp = `Usage: shardcron task backfill ID --from TIME --to TIME [--concurrency N] [flags]
+       shardcron task backfill ID --cancel [flags]
 
 Runs every scheduled time of the task in [--from, --to] (RFC 3339 times)
 once, with the fires' usual idempotency keys "<id>@<scheduled ms>", so
@@ -973,8 +974,12 @@ most --concurrency fires at a time, and records its progress in etcd:
 partition changes hands. --to must not be in the future; one backfill
 runs at most 10000 fires, and one runs per task at a time.
 
-Example:
+--cancel stops the task's running backfill: no further fire of it starts,
+and those already started (at most its concurrency) run to their end.
+
+Examples:
   shardcron task backfill reports/daily --from 2026-11-01T00:00:00Z --to 2026-11-30T23:59:59Z --concurrency 4
+  shardcron task backfill reports/daily --cancel
 `
 
 func taskBackfill(args []string, stdout, stderr io.Writer) int {
@@ -984,7 +989,29 @@ func taskBackfill(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&from, "from", "", "the first scheduled `TIME` to run (RFC 3339, required)")
 	c.fs.StringVar(&to, "to", "", "the last scheduled `TIME` to run (RFC 3339, not in the future, required)")
 	c.fs.IntVar(&concurrency, "concurrency", task.DefaultBackfillConcurrency, fmt.Sprintf("fires of the backfill running at once, `N` from 1 to %d", task.MaxBackfillConcurrency))
+	var cancel bool
+	c.fs.BoolVar(&cancel, "cancel", false, "cancel the task's running backfill instead (without --from, --to or --concurrency)")
 	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
+		if cancel {
+			var given []string
+			c.fs.Visit(func(f *flag.Flag) {
+				if f.Name == "from" || f.Name == "to" || f.Name == "concurrency" {
+					given = append(given, "--"+f.Name)
+				}
+			})
+			if len(given) > 0 {
+				return c.usageError("--cancel stops the running backfill: leave out %s", strings.Join(given, " and "))
+			}
+			b, err := cf.client().CancelBackfill(ctx, id)
+			if err != nil {
+				return cf.fail(c, subject(id), err)
+			}
+			return printResult(c, cf, b, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "backfill of %s canceled: %d of its %d fires done; those started run to their end\n",
+					subject(id), b.Done, b.Fires)
+				return err
+			})
+		}
 		var times [2]time.Time
 		for i, f := range []struct{ name, v string }{{"from", from}, {"to", to}} {
 			if f.v == "" {
