@@ -240,12 +240,19 @@ func (e *Engine) stopBackfill(id string) {
 }
 
 // watchBackfills starts the backfills written for the partitions this
-// node owns and stops those deleted or canceled, resuming after the last revision it
-// saw when its watch breaks.
+// node owns and stops those deleted or canceled, resuming after the last
+// revision it saw when its watch breaks, or after the one a watch from now
+// was created at (as watchTriggers).
 func (e *Engine) watchBackfills(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
 		for resp := range e.reg.WatchBackfills(ctx, rev) {
+			if resp.Created && !resp.Canceled {
+				if rev == 0 {
+					rev = resp.Header.Revision
+				}
+				continue
+			}
 			if resp.CompactRevision != 0 {
 				rev = 0 // read again from now: acquires read their partitions
 				break

@@ -20,6 +20,12 @@ func TestMain(m *testing.M) {
 		// The HTTP executor's shared transport keeps idle connections; the
 		// engine closes them, but their reader goroutines end asynchronously.
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// etcd's peer transport of a cluster of several members leaves
+		// connections that end after the members stopped (etcdtest's own
+		// tests ignore them too).
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 	)
 }
 

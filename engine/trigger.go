@@ -204,13 +204,23 @@ func (l *loop) forgetTrigger(k triggerKey) { delete(l.triggered, k) }
 
 // watchTriggers fires the triggers of the partitions this node owns,
 // resuming after the last revision it saw when its watch breaks (progress
-// notifications keep that revision recent). If etcd compacted past it, it
-// reads the pending triggers instead, fires those written since, and goes
-// on from that read.
+// notifications keep that revision recent). The first watch follows from
+// the revision it was created at, which it says: a watch that broke
+// before any event or progress notification resumed from etcd's revision
+// of then, and passed over the triggers written while it was down (etcd
+// cancels a watch that requires a leader once its member has none). If
+// etcd compacted past it, it reads the pending triggers instead, fires
+// those written since, and goes on from that read.
 func (e *Engine) watchTriggers(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
 		for resp := range e.reg.WatchTriggers(ctx, rev) {
+			if resp.Created && !resp.Canceled {
+				if rev == 0 {
+					rev = resp.Header.Revision
+				}
+				continue
+			}
 			if resp.CompactRevision != 0 {
 				if r, err := e.reg.PendingTriggers(ctx); err == nil {
 					// The others came before: queued or buffered here, or

@@ -679,3 +679,90 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 		t.Error("the trigger is still remembered past triggerWait after its fire ended")
 	}
 }
+
+// A trigger or a backfill written while the node's watches are down
+// starts once they are back, also on a node that had seen none yet. etcd
+// cancels a watch that requires a leader once its member has had none for
+// a few election timeouts (the quorum lost, the member cut off from its
+// peers), and the trigger and backfill watches then start again after the
+// last revision they saw. Before any event or progress notification (etcd
+// sends one every 10 minutes) they had seen none, and they started again
+// from etcd's revision of then: what was written while they were down
+// stayed pending, unfired, until its partition's next acquire. Here the
+// node's client reaches member 0 only; members 1 and 2 stop (member 0
+// loses its leader and cancels the node's watches), member 0 stops,
+// members 1 and 2 start again and take a trigger and a backfill, then
+// member 0 starts again.
+func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
+	m0, m1, m2 := c.Members[0], c.Members[1], c.Members[2]
+	log := newFireLog()
+	const parts = 4
+	reg, err := registry.OpenRegistry(context.Background(), c.NewClient(t, m1.Endpoint(), m2.Endpoint()), DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("once", "0 0 0 1 1 *"))   // yearly: only the trigger fires it
+	putTask(t, reg, handlerTask("yearly", "0 0 0 1 1 *")) // only the backfill fires it
+	// A long lease: the node must live through the outage on its session,
+	// not rejoin (a rejoin's acquires read the pending triggers and
+	// backfills).
+	n := startNodeOn(t, c.NewClient(t, m0.Endpoint()), "", log.handler, func(cfg *Config) {
+		cfg.Partitions = parts
+		cfg.LeaseTTL = 20 * time.Second
+	})
+	sess := n.e.sess.Load()
+
+	// A watch of member 0 that requires a leader ends when member 0
+	// cancels such watches: the node's have ended too.
+	probe, cancel := context.WithCancel(clientv3.WithRequireLeader(t.Context()))
+	defer cancel()
+	wch := c.NewClient(t, m0.Endpoint()).Watch(probe, "probe")
+	m1.Stop()
+	m2.Stop()
+	select {
+	case <-wch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("member 0 never canceled its watches after losing its leader")
+	}
+	m0.Stop()
+	etcdtest.RestartMembers(t, m1, m2)
+	ctx, cancelPut := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancelPut()
+	at, err := reg.Trigger(ctx, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(ctx, "yearly", from, to, 1); err != nil {
+		t.Fatal(err)
+	}
+	acked := n.e.acked.at.Load()
+	m0.Restart(t)
+	// The node writes its watermark through member 0 again: its watches
+	// are back too.
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.e.acked.at.Load() > acked })
+	if n.e.sess.Load() != sess || sess.Fenced() {
+		t.Fatal("the node's session ended: a rejoin's acquires read the pending triggers and backfills, and the test proves nothing")
+	}
+
+	if !eventually(10*time.Second, func() bool { return slices.Contains(log.forTask("once"), at) }) {
+		t.Errorf("the trigger of %v written while the trigger watch was down never fired (%d trigger keys pending)", at, pendingTriggers(c))
+	}
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("yearly")) == 3 }) {
+		t.Errorf("the backfill written while the backfill watch was down fired %v, want the 3 first days of %d-%d",
+			log.forTask("yearly"), from.Year(), to.Year())
+	}
+	// A trigger written now fires: the watch is back.
+	at2, err := reg.Trigger(t.Context(), "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool { return slices.Contains(log.forTask("once"), at2) }) {
+		t.Errorf("a trigger written once the watch was back never fired either")
+	}
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
+	}
+	n.stop(t)
+}

@@ -192,9 +192,11 @@ func (r *Registry) PartitionBackfills(ctx context.Context, p int) (*clientv3.Get
 }
 
 // WatchBackfills watches every partition's backfill records, after
-// revision after when it is positive, until ctx ends.
+// revision after when it is positive, until ctx ends. Its first response
+// says it was created: when after is 0, its header's revision is the one
+// the watch follows from.
 func (r *Registry) WatchBackfills(ctx context.Context, after int64) clientv3.WatchChan {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify()}
 	if after > 0 {
 		opts = append(opts, clientv3.WithRev(after+1))
 	}

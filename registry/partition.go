@@ -169,9 +169,10 @@ func (r *Registry) TriggerDelete(p int, id string, at int64) clientv3.Op {
 
 // WatchTriggers watches every partition's trigger puts (not deletes),
 // after revision after when it is positive, with progress notifications,
-// until ctx ends.
+// until ctx ends. Its first response says it was created: when after is 0,
+// its header's revision is the one the watch follows from.
 func (r *Registry) WatchTriggers(ctx context.Context, after int64) clientv3.WatchChan {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithProgressNotify()}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify()}
 	if after > 0 {
 		opts = append(opts, clientv3.WithRev(after+1))
 	}

@@ -296,6 +296,26 @@ func (m *Member) Restart(t testing.TB) {
 	}
 }
 
+// RestartMembers starts stopped members again together, as a cluster that
+// lost its quorum needs: a member of several is ready only once it has a
+// leader, which takes a quorum of members started. It fails the test if a
+// member cannot start.
+func RestartMembers(t testing.TB, ms ...*Member) {
+	t.Helper()
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		m.Stop()
+		wg.Go(func() { errs[i] = m.start() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("etcdtest: restart: %v", err)
+		}
+	}
+}
+
 // ID is the member's raft id; 0 while it is stopped.
 func (m *Member) ID() uint64 {
 	m.mu.Lock()
