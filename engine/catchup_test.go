@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -138,5 +141,65 @@ func TestEngine_JoinLogsInOncePerStreamNotPerPartition(t *testing.T) {
 		t.Fatalf("%d logins to acquire %d partitions (%v)", logins, partitions, rc.Counts())
 	} else {
 		t.Logf("%d logins to acquire %d partitions", logins, partitions)
+	}
+}
+
+// A partition's watch that etcd compacted past while it was down reloads
+// the partition: a task deleted meanwhile stops firing, one put meanwhile
+// fires, and one left alone fires on without a repeat or a gap. The
+// watch, cut by a member that lost its leader, resumes after the last
+// revision it saw, which etcd has compacted away (watch's reload, which no
+// other test reaches).
+func TestEngine_PartitionWatchCompactedWhileDownReloads(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
+	log := newFireLog()
+	var buf logbuf.Buffer
+	const parts = 1
+	cli := c.NewClient(t, c.Members[1].Endpoint(), c.Members[2].Endpoint())
+	reg, err := registry.OpenRegistry(context.Background(), cli, DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("steady", "* * * * * *"))
+	putTask(t, reg, handlerTask("gone", "* * * * * *"))
+	n := startNodeOn(t, c.NewClient(t, c.Members[0].Endpoint()), "", log.handler, func(cfg *Config) {
+		cfg.Partitions = parts
+		cfg.LeaseTTL = 20 * time.Second
+		cfg.MisfireThreshold = time.Minute // the outage's fires run late, each as itself
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("gone")) > 0 })
+	watchesDown(t, c, n, func(ctx context.Context) {
+		if err := reg.Delete(ctx, "gone"); err != nil {
+			t.Fatal(err)
+		}
+		putTask(t, reg, handlerTask("new", "* * * * * *"))
+		resp, err := cli.Get(ctx, "compact")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("new")) > 0 }) {
+		t.Fatal("the task put while the partition's watch was down never fired")
+	}
+	if !strings.Contains(buf.String(), "the partition's revision was compacted; reloading it") {
+		t.Fatalf("the partition's watch did not find its revision compacted: the test proves nothing\n%s", buf.String())
+	}
+	time.Sleep(2 * time.Second) // "gone" would fire meanwhile
+	n.stop(t)
+	// The reload takes "gone" out in the command that arms "new": "gone"'s
+	// fires of the outage may run late before it, none after.
+	first := log.forTask("new")[0]
+	for _, at := range log.forTask("gone") {
+		if !at.Before(first) {
+			t.Errorf("the task deleted while the partition's watch was down fired at %v, after the reload armed the new task at %v", at, first)
+		}
+	}
+	noGapAllowingLead(t, log, "steady")
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
 	}
 }

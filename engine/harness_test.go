@@ -365,3 +365,40 @@ func secs(ts []time.Time) []string {
 	}
 	return out
 }
+
+// watchesDown takes node n's watches down while during writes to etcd,
+// n's session living on. n's client reaches member 0 of c (3 members)
+// only: members 1 and 2 stop, so that member 0 loses its leader and
+// cancels the watches that require one; member 0 stops; members 1 and 2
+// start again, and during writes through them; then member 0 starts again,
+// and watchesDown returns once n writes its watermark through it again.
+// It fails the test if n's session ended meanwhile: a rejoin's acquires
+// read what a watch would have delivered.
+func watchesDown(t *testing.T, c *etcdtest.Cluster, n *testNode, during func(ctx context.Context)) {
+	t.Helper()
+	m0, m1, m2 := c.Members[0], c.Members[1], c.Members[2]
+	sess := n.e.sess.Load()
+	// A watch of member 0 that requires a leader ends when member 0
+	// cancels such watches: the node's have ended too.
+	probe, cancel := context.WithCancel(clientv3.WithRequireLeader(t.Context()))
+	defer cancel()
+	wch := c.NewClient(t, m0.Endpoint()).Watch(probe, "probe")
+	m1.Stop()
+	m2.Stop()
+	select {
+	case <-wch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("member 0 never canceled its watches after losing its leader")
+	}
+	m0.Stop()
+	etcdtest.RestartMembers(t, m1, m2)
+	ctx, cancelDuring := context.WithTimeout(t.Context(), 10*time.Second)
+	during(ctx)
+	cancelDuring()
+	acked := n.e.acked.at.Load()
+	m0.Restart(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.e.acked.at.Load() > acked })
+	if n.e.sess.Load() != sess || sess.Fenced() {
+		t.Fatal("the node's session ended: a rejoin's acquires read what the watches missed, and the test proves nothing")
+	}
+}

@@ -711,40 +711,16 @@ func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testin
 		cfg.Partitions = parts
 		cfg.LeaseTTL = 20 * time.Second
 	})
-	sess := n.e.sess.Load()
-
-	// A watch of member 0 that requires a leader ends when member 0
-	// cancels such watches: the node's have ended too.
-	probe, cancel := context.WithCancel(clientv3.WithRequireLeader(t.Context()))
-	defer cancel()
-	wch := c.NewClient(t, m0.Endpoint()).Watch(probe, "probe")
-	m1.Stop()
-	m2.Stop()
-	select {
-	case <-wch:
-	case <-time.After(20 * time.Second):
-		t.Fatal("member 0 never canceled its watches after losing its leader")
-	}
-	m0.Stop()
-	etcdtest.RestartMembers(t, m1, m2)
-	ctx, cancelPut := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancelPut()
-	at, err := reg.Trigger(ctx, "once")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var at time.Time
 	from, to := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, err := reg.Backfill(ctx, "yearly", from, to, 1); err != nil {
-		t.Fatal(err)
-	}
-	acked := n.e.acked.at.Load()
-	m0.Restart(t)
-	// The node writes its watermark through member 0 again: its watches
-	// are back too.
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.e.acked.at.Load() > acked })
-	if n.e.sess.Load() != sess || sess.Fenced() {
-		t.Fatal("the node's session ended: a rejoin's acquires read the pending triggers and backfills, and the test proves nothing")
-	}
+	watchesDown(t, c, n, func(ctx context.Context) {
+		if at, err = reg.Trigger(ctx, "once"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Backfill(ctx, "yearly", from, to, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	if !eventually(10*time.Second, func() bool { return slices.Contains(log.forTask("once"), at) }) {
 		t.Errorf("the trigger of %v written while the trigger watch was down never fired (%d trigger keys pending)", at, pendingTriggers(c))
