@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 
@@ -216,9 +218,27 @@ type faultKV struct {
 	late     atomic.Pointer[lateCommit]
 	once     atomic.Pointer[failOnce]
 	slowRead atomic.Int64 // ns added to reads of tasks
+	slowPut  atomic.Pointer[slowPut]
 	afterGet atomic.Pointer[func(key string)]
 	failDo   atomic.Pointer[func(key string) bool]        // the next Do of a Get of a key that matches fails
 	lostOnce atomic.Pointer[func(key, value string) bool] // the next transaction with a Put that matches commits, unanswered
+}
+
+// slowPut makes every transaction with a Put that matches answer after
+// delay, as a slow etcd does: one whose caller gives up first fails.
+type slowPut struct {
+	match func(key, value string) bool
+	delay time.Duration
+}
+
+// slowsPuts slows from now on the transactions with a Put that matches by
+// delay; a nil match slows none.
+func (f *faultKV) slowsPuts(match func(key, value string) bool, delay time.Duration) {
+	if match == nil {
+		f.slowPut.Store(nil)
+	} else {
+		f.slowPut.Store(&slowPut{match: match, delay: delay})
+	}
 }
 
 // pausing holds the commit of the next transaction with a Put that
@@ -380,6 +400,7 @@ type faultTxn struct {
 	pause *pausing
 	late  *lateCommit
 	lost  bool // commit, then fail
+	slow  time.Duration
 
 	// The transaction as built, for a late commit.
 	ctx          context.Context
@@ -423,6 +444,9 @@ func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 		if m := t.f.lostOnce.Load(); m != nil && (*m)(key, value) && t.f.lostOnce.CompareAndSwap(m, nil) {
 			t.lost = true
 		}
+		if sp := t.f.slowPut.Load(); sp != nil && sp.match(key, value) {
+			t.slow = sp.delay
+		}
 	}
 	t.thens = append(t.thens, ops...)
 	t.Txn = t.Txn.Then(ops...)
@@ -459,6 +483,13 @@ func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.lost {
 		_, _ = t.Txn.Commit()
 		return nil, errInjected
+	}
+	if t.slow > 0 {
+		select {
+		case <-time.After(t.slow):
+		case <-t.ctx.Done():
+			return nil, t.ctx.Err()
+		}
 	}
 	return t.Txn.Commit()
 }
@@ -1152,5 +1183,45 @@ func TestWatermark_ValueCarriesResumePoints(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("decodeWatermark(%s, %d) = %d, %v; want %d, %v", tc.value, tc.part, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// An etcd slower than the lead (its watermark writes answered in 1.5 s)
+// slows firing, but does not stop it: a watermark write given up at the
+// lead was never acknowledged, so dispatch stood at the lead for as long
+// as etcd stayed slow, while the session, its keep-alives answered, did
+// not end: the node neither fired nor fenced. Waited for, each answer
+// moves dispatch on by the lead, 1 s every 1.5 s: firing falls behind, and
+// the misfire policy folds what falls past the threshold, but nothing
+// runs twice.
+func TestEngine_EtcdSlowerThanTheLeadStillFires(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	logs := &logbuf.Buffer{}
+	n := startNodeOn(t, cli, "", log.handler, func(c *Config) {
+		c.LeaseTTL = 10 * time.Second
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	putTask(t, n.e.Registry(), handlerTask("tick", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("tick")) >= 2 })
+
+	faults.slowsPuts(func(key, _ string) bool { return strings.Contains(key, "/watermarks/") }, 1500*time.Millisecond)
+	last := func() time.Time { fs := log.forTask("tick"); return fs[len(fs)-1] }
+	from := last()
+	// 6 s of fires in at most 15 s: before, none came past the first
+	// second of the slow writes.
+	etcdtest.WaitFor(t, 15*time.Second, func() bool { return !last().Before(from.Add(6 * time.Second)) })
+	faults.slowsPuts(nil, 0)
+	if n.e.sess.Load().Fenced() {
+		t.Error("the session ended: etcd was slow, not gone")
+	}
+	if !strings.Contains(logs.String(), "etcd took longer than the lead to record the node watermark") {
+		t.Errorf("the log does not say why fires run late:\n%s", logs)
+	}
+	stopAndDrain(t, n)
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
 	}
 }

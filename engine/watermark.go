@@ -118,9 +118,16 @@ func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.
 // node whose lease ended while its clock did not see it (a frozen VM) ends
 // its session at its next write, having run at most the bounded lead past
 // its last acknowledged watermark.
+//
+// A write may take longer than the lead: given up at the lead, a write to
+// an etcd that answers in more than that was never acknowledged, and
+// dispatch stood at the lead for as long as etcd stayed slow, with the
+// session live (its keep-alives answered). Waited for, each answer moves
+// the lead on, and fires run late by what etcd takes past the lead.
 func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
+	slow := false // the last write took longer than the lead, and the log said so
 	for {
 		// The watermark first: the resume points of the fires it passed
 		// were noted before it passed them (holds.dropped). Both before the
@@ -133,12 +140,22 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 			e.acked.noSpace.Store(false)
 		} else {
 			val := encodeWatermark(w, resumes)
-			wctx, cancel := context.WithTimeout(ctx, e.cfg.Lead)
+			wctx, cancel := context.WithTimeout(ctx, max(e.cfg.Lead, etcdTimeout))
+			start := time.Now()
 			resp, err := e.cli.Txn(wctx).
 				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).
 				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))).
 				Commit()
 			cancel()
+			if took := time.Since(start); err == nil && (took > e.cfg.Lead) != slow {
+				slow = !slow
+				if slow {
+					e.log.Warn("etcd took longer than the lead to record the node watermark: fires run late by the difference",
+						"took", took.Round(time.Millisecond), "lead", e.cfg.Lead)
+				} else {
+					e.log.Info("etcd records the node watermark within the lead again")
+				}
+			}
 			switch {
 			case err == nil && !resp.Succeeded:
 				e.log.Warn("the session's lease no longer holds the node key; ending the session")

@@ -51,7 +51,7 @@ type serverFlags struct {
 	partitions, replication                int
 	load                                   float64
 	workers, queue, batch, stage           int
-	leaseTTL, tick, misfire                time.Duration
+	leaseTTL, tick, misfire, lead          time.Duration
 	history                                string
 	historyTTL                             time.Duration
 	successLimit, failureLimit             int
@@ -111,6 +111,11 @@ const (
 	probeToken = "token"
 )
 
+// The bounds of --lead: twice the watermark's interval, or dispatch stalls
+// between writes; a minute, past which a crash repeats more than anyone
+// asking for a lead means.
+var minLead, maxLead = 2 * engine.DefaultConfig("").WatermarkInterval, time.Minute
+
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	d := engine.DefaultConfig("")
 	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints; empty: start an embedded etcd in <data-dir>/etcd")
@@ -140,6 +145,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds, at least 2s)")
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-100ms): fires are late by less than one tick")
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies (at least --tick)")
+	fs.DurationVar(&f.lead, "lead", d.Lead, "how far dispatch may run ahead of the watermark etcd last recorded (200ms-1m): a crash's successor repeats at most this much of the node's fires, and firing falls behind while etcd takes longer than this to record one")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
 	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept at most (more than 0)")
 	fs.IntVar(&f.successLimit, "history-success-limit", store.DefaultSuccessLimit,
@@ -389,6 +395,8 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--batch must be between 1 and --queue (%d), got %d", f.queue, f.batch)
 	case f.misfire < f.tick:
 		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
+	case f.lead < minLead || f.lead > maxLead:
+		return fmt.Errorf("--lead must be within %v-%v, got %v", minLead, maxLead, f.lead)
 	case f.historyTTL <= 0:
 		return errors.New("--history-ttl must be positive")
 	case f.startTimeout <= 0 || f.drainTimeout < 0 || f.shutdownTO < 0:
@@ -721,7 +729,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	cfg.APIAddr, cfg.Version, cfg.Prefix = advertise, version, f.etcdPrefix
 	cfg.Partitions, cfg.ReplicationFactor, cfg.Load = f.partitions, f.replication, f.load
 	cfg.Workers, cfg.Queue, cfg.BatchSize, cfg.Stage = f.workers, f.queue, f.batch, f.stage
-	cfg.LeaseTTL, cfg.Tick, cfg.MisfireThreshold = f.leaseTTL, f.tick, f.misfire
+	cfg.LeaseTTL, cfg.Tick, cfg.MisfireThreshold, cfg.Lead = f.leaseTTL, f.tick, f.misfire, f.lead
 	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
 	cfg.ExecAllow, cfg.HTTPAllow = splitList(f.execAllow), splitList(f.httpAllow)
 	cfg.Requests, cfg.Logger = requests, log

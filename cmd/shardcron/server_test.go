@@ -272,6 +272,8 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--tick", "1h"},
 			{"--tick", "500ms"}, // past the watermark interval
 			{"--tick", "10ms", "--misfire-threshold", "1ms"},
+			{"--lead", "100ms"}, // dispatch would stall between watermark writes
+			{"--lead", "2m"},
 			{"--etcd-quota", "lots"},
 			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
