@@ -572,3 +572,53 @@ func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
 		t.Error("a request outside HTTPAllow reached its server")
 	}
 }
+
+// A retry that comes due while its task is paused is skipped, recorded as
+// such: a pause stops what would start on its own, and an operator who
+// paused a task whose endpoint is in trouble saw its retries hit it on
+// (max_attempts up to 100, backoffs up to 24 h). Here the first attempt of
+// a trigger fails after the task was paused.
+func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
+	c := etcdtest.Start(t)
+	attempts := make(chan int, 8)
+	paused := make(chan struct{})
+	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
+		attempts <- f.Attempt
+		if f.Attempt == 1 {
+			select {
+			case <-paused:
+			case <-ctx.Done():
+			}
+		}
+		return errors.New("the endpoint is in trouble")
+	}, nil)
+	reg := n.e.Registry()
+	tk := handlerTask("flaky", "0 0 0 1 1 *") // yearly: the trigger's fire alone
+	tk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(200 * time.Millisecond), MaxBackoff: task.Duration(200 * time.Millisecond)}
+	putTask(t, reg, tk)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { _, err := reg.Trigger(context.Background(), "flaky"); return err == nil })
+	if a := <-attempts; a != 1 {
+		t.Fatalf("first call is attempt %d", a)
+	}
+	if _, err := reg.Pause(context.Background(), "flaky", task.Pause{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		ms, _, err := n.e.Query(context.Background(), task.StatusQuery{Status: task.StatusPaused, Limit: 10})
+		return err == nil && len(ms) == 1
+	})
+	close(paused) // the first attempt fails now, its retry due 100-200 ms later
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		for _, e := range history(t, n, "flaky") {
+			if e.Status == "skipped" && strings.Contains(e.Error, "paused") {
+				return true
+			}
+		}
+		return len(attempts) > 0
+	})
+	select {
+	case a := <-attempts:
+		t.Errorf("attempt %d ran while the task was paused", a)
+	default:
+	}
+}
