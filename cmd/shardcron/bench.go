@@ -112,9 +112,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	var cfg bench.Config
 	var asJSON bool
 	var report string
-	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
-	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes (default 1; rebalance, failover and lock-per-fire 3)")
-	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window; for rebalance and failover, how long the cluster runs after each event (default 10s)")
+	c.fs.IntVar(&cfg.Tasks, "tasks", 0, "tasks, 1-100000000 (default: the scenario's, 100000; memory 10000000; lock-per-fire 1000)")
+	c.fs.IntVar(&cfg.Nodes, "nodes", 0, "nodes, 1-64 (default 1; lock-per-fire 3, and rebalance and failover 3, at least 2)")
+	c.fs.DurationVar(&cfg.Duration, "duration", 0, "measured window, at least 1s; for rebalance and failover, how long the cluster runs after each event (default 10s)")
 	c.fs.StringVar(&cfg.Schedule, "schedule", "", `every task's schedule (default "@every 1s"; burst makes its own, trigger's tasks are yearly); lock-per-fire, robfig and afterfunc run it on robfig/cron, which must parse it too`)
 	c.fs.StringVar(&cfg.Executor, "executor", "", "noop (default), handler (in-process nodes only, records every fire) or http (posts to a loopback receiver)")
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-32768 (default 1024)")
