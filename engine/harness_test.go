@@ -88,8 +88,6 @@ type nodeOpt int
 // noWait: return once the node started, without waiting until it is ready.
 const noWait nodeOpt = 1
 
-// startNodeOn is startNode with the node's own etcd client, e.g. one that
-// goes through an etcdtest.Proxy.
 // stopAndDrain stops the nodes, in order, before a test counts what ran: a
 // stopped node's workers are drained, so a run it was late with is in
 // the count, where a sleep would only wait some time for it.
@@ -100,6 +98,8 @@ func stopAndDrain(t *testing.T, nodes ...*testNode) {
 	}
 }
 
+// startNodeOn is startNode with the node's own etcd client, e.g. one that
+// goes through an etcdtest.Proxy.
 func startNodeOn(t *testing.T, cli *clientv3.Client, dir string, h HandlerFunc, tweak func(*Config), opts ...nodeOpt) *testNode {
 	t.Helper()
 	if dir == "" {
