@@ -188,11 +188,15 @@ func TestEngine_PartitionWatchCompactedWhileDownReloads(t *testing.T) {
 	if !strings.Contains(buf.String(), "the partition's revision was compacted; reloading it") {
 		t.Fatalf("the partition's watch did not find its revision compacted: the test proves nothing\n%s", buf.String())
 	}
-	time.Sleep(2 * time.Second) // "gone" would fire meanwhile
-	n.stop(t)
 	// The reload takes "gone" out in the command that arms "new": "gone"'s
-	// fires of the outage may run late before it, none after.
+	// fires of the outage may run late before it, none after. Two seconds
+	// of "steady"'s fires past it give "gone" the time to show it is still
+	// armed.
 	first := log.forTask("new")[0]
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.ContainsFunc(log.forTask("steady"), func(at time.Time) bool { return !at.Before(first.Add(2 * time.Second)) })
+	})
+	n.stop(t)
 	for _, at := range log.forTask("gone") {
 		if !at.Before(first) {
 			t.Errorf("the task deleted while the partition's watch was down fired at %v, after the reload armed the new task at %v", at, first)
