@@ -1200,9 +1200,9 @@ func TestEngine_EtcdSlowerThanTheLeadStillFires(t *testing.T) {
 	cli := c.NewClient(t)
 	faults := injectFaults(cli)
 	logs := &logbuf.Buffer{}
-	n := startNodeOn(t, cli, "", log.handler, func(c *Config) {
-		c.LeaseTTL = 10 * time.Second
-		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	n := startNodeOn(t, cli, "", log.handler, func(cfg *Config) {
+		cfg.LeaseTTL = 10 * time.Second
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	putTask(t, n.e.Registry(), handlerTask("tick", "* * * * * *"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("tick")) >= 2 })

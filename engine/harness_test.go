@@ -366,8 +366,8 @@ func secs(ts []time.Time) []string {
 	return out
 }
 
-// watchesDown takes node n's watches down while during writes to etcd,
-// n's session living on. n's client reaches member 0 of c (3 members)
+// watchesDown takes node n's watches down while the function during writes
+// to etcd, n's session living on. n's client reaches member 0 of c (3 members)
 // only: members 1 and 2 stop, so that member 0 loses its leader and
 // cancels the watches that require one; member 0 stops; members 1 and 2
 // start again, and during writes through them; then member 0 starts again,
