@@ -25,11 +25,11 @@ const loadChunk = 4096 // tasks per command to the dispatch loop
 // million tasks with one profile build one executor, and a million cached
 // tasks of one shape decode one JSON.
 type decoder struct {
-	e      *Engine
-	profs  map[string]*profile
-	shapes map[string]*shape // by cached value
-	key    []byte            // a shape key being built (appendShapeKey)
-	prof   []byte            // a profile key being built (appendProfileKey)
+	e       *Engine
+	profs   map[string]*profile
+	shapes  map[string]*shape // by cached value
+	key     []byte            // a shape key being built (appendShapeKey)
+	profKey []byte            // a profile key being built (appendProfileKey)
 }
 
 func (e *Engine) decoder() *decoder {
@@ -118,12 +118,12 @@ func (d *decoder) build(t *task.Task) (taskDef, []byte, error) {
 	if t.NotBefore != (time.Time{}) || t.NotAfter != (time.Time{}) || t.MaxFires > 0 || spec != t.Schedule {
 		win = windowOf(t, d.e.scheds.Get(h), d.e.cfg.Clock.Now())
 	}
-	d.prof = appendProfileKey(d.prof[:0], t)
-	pkey := len(d.prof)
-	d.prof = appendWindowKey(d.prof, h, win, t)
-	prof := d.profs[string(d.prof)]
+	d.profKey = appendProfileKey(d.profKey[:0], t)
+	profLen := len(d.profKey) // the profile's part, without the window's
+	d.profKey = appendWindowKey(d.profKey, h, win, t)
+	prof := d.profs[string(d.profKey)]
 	if prof == nil {
-		key := string(d.prof)
+		key := string(d.profKey)
 		if prof, err = d.e.execs.newProfile(key, t); err != nil {
 			return taskDef{}, nil, fmt.Errorf("stored task %q: %w", id, err)
 		}
@@ -134,7 +134,7 @@ func (d *decoder) build(t *task.Task) (taskDef, []byte, error) {
 	if !plain(t, spec) {
 		return def, nil, nil
 	}
-	return def, d.prof[:pkey], nil
+	return def, d.profKey[:profLen], nil
 }
 
 // prepared is a partition read ahead of its lock (make-before-break): its
