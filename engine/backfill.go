@@ -263,7 +263,7 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 			for _, ev := range resp.Events {
 				rev = ev.Kv.ModRevision
 				key := string(ev.Kv.Key)
-				if ev.Type == 1 || canceled(ev.Kv.Value) { // the task is gone, or its backfill canceled
+				if ev.Type == 1 || backfillCanceled(ev.Kv.Value) { // the task is gone, or its backfill canceled
 					if _, id, ok := e.reg.ParseBackfill(key); ok {
 						e.stopBackfill(id)
 					}
@@ -279,8 +279,8 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 	}
 }
 
-// canceled reports whether a backfill record says it was canceled.
-func canceled(value []byte) bool {
+// backfillCanceled reports whether a backfill record says it was canceled.
+func backfillCanceled(value []byte) bool {
 	rec, err := registry.DecodeBackfill(value)
 	return err == nil && rec.State == task.BackfillCanceled
 }
@@ -338,7 +338,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			return false
 		}
 		if !ok {
-			e.log.Info("a backfill was replaced or its task deleted; stopping", "task", b.id)
+			e.log.Info("a backfill was canceled, replaced or its task deleted; stopping", "task", b.id)
 			b.cancel()
 			return false
 		}

@@ -16,8 +16,8 @@ import (
 // backfill (task.Backfill) with its progress. The registry writes a new
 // one; the task's owner runs it and records its progress there (package
 // engine), so that a new owner continues after it. One backfill per task
-// runs at a time; a finished one stays until the next replaces it or the
-// task is deleted.
+// runs at a time; a finished or canceled one (CancelBackfill) stays until
+// the next replaces it or the task is deleted.
 
 // ErrBackfillRunning is returned when a task's backfill is asked for while
 // another one of the task runs; the error Backfill returns is a
