@@ -96,8 +96,11 @@ type Config struct {
 	// misfire handled by the task's misfire policy (default 5s).
 	MisfireThreshold time.Duration
 	// Lead is how far dispatch may run ahead of the last watermark etcd
-	// acknowledged (default 1s). It bounds the fires a crashed node's
-	// successor repeats; a node that cannot record progress stops after it.
+	// acknowledged (default 1s, at least twice WatermarkInterval). It
+	// bounds the fires a crashed node's successor repeats; a node that
+	// cannot record progress stops after it, and one whose etcd takes
+	// longer than Lead to record a watermark fires late, by Lead a write
+	// (writeWatermarks): keep it above etcd's write time.
 	Lead time.Duration
 	// WatermarkInterval is how often the node's watermark is written
 	// (default 100ms): one etcd request per node, whatever the fire rate.
