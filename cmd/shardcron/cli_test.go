@@ -303,7 +303,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"task pause":    {"ID", "--note TEXT"},
 		"task resume":   {"ID"},
 		"task trigger":  {"ID", "--body BODY", "--payload JSON"},
-		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000"},
+		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000", "--cancel"},
 		"task history":  {"--limit", "(default 20)"},
 		"import":        {"--batch", "(default 1000)", "--in-flight", "(default 4)", "once (default 4)", "--quiet", "JSON Lines"},
 		"nodes":         {"PARTITIONS"},
