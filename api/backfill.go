@@ -33,7 +33,7 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 	var running *registry.BackfillRunningError
 	switch {
 	case errors.As(err, &running):
-		writeError(w, http.StatusConflict, "task %q: another backfill of it is running (%s): wait until it is done (task get shows its progress) or cancel it",
+		writeError(w, http.StatusConflict, "task %q: another backfill of it is running (%s): wait until it is done (task get shows its progress) or cancel it (task backfill --cancel, POST backfill:cancel)",
 			id, running.Progress())
 		return
 	case errors.Is(err, registry.ErrVersionMismatch):

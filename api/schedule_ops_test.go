@@ -190,7 +190,7 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 		}
 		a := call(t, ts, "POST", path, body)
 		wantError(t, a, http.StatusConflict,
-			`task "backfill/blocked": another backfill of it is running (0 of its 3 fires done): wait until it is done (task get shows its progress) or cancel it`)
+			`task "backfill/blocked": another backfill of it is running (0 of its 3 fires done): wait until it is done (task get shows its progress) or cancel it (task backfill --cancel, POST backfill:cancel)`)
 		if strings.Contains(string(a.body), "registry") {
 			t.Errorf("the error names an internal package: %s", a.body)
 		}
