@@ -119,11 +119,12 @@ func sessionID(s *membership.Session) string { return fmt.Sprintf("%x", int64(s.
 // its session at its next write, having run at most the bounded lead past
 // its last acknowledged watermark.
 //
-// A write may take longer than the lead: given up at the lead, a write to
-// an etcd that answers in more than that was never acknowledged, and
-// dispatch stood at the lead for as long as etcd stayed slow, with the
-// session live (its keep-alives answered). Waited for, each answer moves
-// the lead on, and fires run late by what etcd takes past the lead.
+// A write is waited for up to etcdTimeout, even past the lead: given up
+// at the lead, no write to an etcd that answers in more than that would
+// be acknowledged, and dispatch would stand at the lead for as long as
+// etcd stayed slow, with the session live (its keep-alives answered).
+// Waited for, each answer moves the lead on, and fires run late by what
+// etcd takes past the lead.
 func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
