@@ -146,6 +146,11 @@
 //     hand-over lists the task in its checkpoint's "after", and the next
 //     owner resumes it after that fire
 //     (TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease).
+//   - Fires run on time only while etcd records a watermark within
+//     Config.Lead: an etcd that takes T > Lead to answer lets dispatch run
+//     at Lead/T of real time, the fires late, those past the misfire
+//     threshold folded by their policy; the log says so
+//     (TestEngine_EtcdSlowerThanTheLeadStillFires).
 //   - A trigger whose fire started on a node that crashed or was cut off
 //     before its key's delete reached etcd fires again on the next owner
 //     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash); one
