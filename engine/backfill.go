@@ -75,7 +75,8 @@ type backfills struct {
 	// deleted or canceled (stopBackfill: the watch sees every partition's
 	// records, and a task's delete takes its record), so there is at most
 	// one per record in etcd, whoever owns its partition now, but for
-	// deletes a compacted watch skipped (it resumes from the present).
+	// deletes a compacted watch skipped (it reads the records in their
+	// stead, which holds none of a delete).
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
@@ -242,7 +243,9 @@ func (e *Engine) stopBackfill(id string) {
 // watchBackfills starts the backfills written for the partitions this
 // node owns and stops those deleted or canceled, resuming after the last
 // revision it saw when its watch breaks, or after the one a watch from now
-// was created at (as watchTriggers).
+// was created at (as watchTriggers). If etcd compacted past it, it reads
+// the records instead, acts on those written since, and goes on from that
+// read.
 func (e *Engine) watchBackfills(ctx context.Context) {
 	var rev int64
 	for ctx.Err() == nil {
@@ -254,7 +257,18 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 				continue
 			}
 			if resp.CompactRevision != 0 {
-				rev = 0 // read again from now: acquires read their partitions
+				// The records written since rev, read: a backfill written
+				// or canceled while the watch was down is started or
+				// stopped now, not at its partition's next acquire. The
+				// deletes compacted away are lost (newest).
+				if r, err := e.reg.Backfills(ctx); err == nil {
+					for _, kv := range r.Kvs {
+						if kv.ModRevision > rev {
+							e.backfillChanged(string(kv.Key), kv.Value, kv.ModRevision, false)
+						}
+					}
+					rev = r.Header.Revision
+				}
 				break
 			}
 			if resp.Err() != nil {
@@ -262,14 +276,7 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 			}
 			for _, ev := range resp.Events {
 				rev = ev.Kv.ModRevision
-				key := string(ev.Kv.Key)
-				if ev.Type == 1 || backfillCanceled(ev.Kv.Value) { // the task is gone, or its backfill canceled
-					if _, id, ok := e.reg.ParseBackfill(key); ok {
-						e.stopBackfill(id)
-					}
-					continue
-				}
-				e.startBackfill(key, ev.Kv.Value, ev.Kv.ModRevision)
+				e.backfillChanged(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, ev.Type == 1)
 			}
 			if resp.IsProgressNotify() {
 				rev = max(rev, resp.Header.Revision)
@@ -277,6 +284,18 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 		}
 		sleepCtx(ctx, time.Second)
 	}
+}
+
+// backfillChanged starts or stops the backfill of a record the watch
+// delivered (or read in its stead) at revision rev.
+func (e *Engine) backfillChanged(key string, value []byte, rev int64, deleted bool) {
+	if deleted || backfillCanceled(value) { // the task is gone, or its backfill canceled
+		if _, id, ok := e.reg.ParseBackfill(key); ok {
+			e.stopBackfill(id)
+		}
+		return
+	}
+	e.startBackfill(key, value, rev)
 }
 
 // backfillCanceled reports whether a backfill record says it was canceled.

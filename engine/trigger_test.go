@@ -742,3 +742,45 @@ func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testin
 	}
 	n.stop(t)
 }
+
+// A backfill written while the backfill watch was down starts too when
+// etcd compacted past the watch's revision meanwhile: the watch reads the
+// records, as the trigger watch reads the pending triggers, rather than
+// go on from the present and leave the backfill unstarted until its
+// partition's next acquire.
+func TestEngine_BackfillWrittenWhileItsWatchIsDownAndCompactedStarts(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
+	log := newFireLog()
+	const parts = 4
+	cli := c.NewClient(t, c.Members[1].Endpoint(), c.Members[2].Endpoint())
+	reg, err := registry.OpenRegistry(context.Background(), cli, DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("yearly", "0 0 0 1 1 *")) // only the backfill fires it
+	n := startNodeOn(t, c.NewClient(t, c.Members[0].Endpoint()), "", log.handler, func(cfg *Config) {
+		cfg.Partitions = parts
+		cfg.LeaseTTL = 20 * time.Second
+	})
+	from, to := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)
+	watchesDown(t, c, n, func(ctx context.Context) {
+		if _, err := reg.Backfill(ctx, "yearly", from, to, 1); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "compact")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("yearly")) == 3 }) {
+		t.Errorf("the backfill written while the backfill watch was down, and compacted past, fired %v, want the 3 first days of %d-%d",
+			log.forTask("yearly"), from.Year(), to.Year())
+	}
+	n.stop(t)
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
+	}
+}

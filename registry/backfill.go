@@ -191,6 +191,11 @@ func (r *Registry) PartitionBackfills(ctx context.Context, p int) (*clientv3.Get
 	return r.cli.Get(ctx, r.keys.backfillPrefix(p), clientv3.WithPrefix())
 }
 
+// Backfills reads every partition's backfill records.
+func (r *Registry) Backfills(ctx context.Context) (*clientv3.GetResponse, error) {
+	return r.cli.Get(ctx, r.keys.backfills(), clientv3.WithPrefix())
+}
+
 // WatchBackfills watches every partition's backfill records, after
 // revision after when it is positive, until ctx ends. Its first response
 // says it was created: when after is 0, its header's revision is the one
