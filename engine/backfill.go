@@ -68,15 +68,16 @@ type backfills struct {
 	mu   sync.Mutex // guards runs, newest and released
 	runs map[string]*backfillRun
 	// newest is the mod revision of the newest record of each backfill
-	// this node started from or wrote: the watch delivers a runner's own
-	// records late, and one that arrives after its runner finished must
-	// not start another from that older progress, which would run again
-	// the fires recorded after it. An entry goes when its record is
-	// deleted or canceled (stopBackfill: the watch sees every partition's
-	// records, and a task's delete takes its record), so there is at most
-	// one per record in etcd, whoever owns its partition now, but for
-	// deletes a compacted watch skipped (it reads the records in their
-	// stead, which holds none of a delete).
+	// this node started from, wrote or saw canceled: the watch delivers a
+	// runner's own records late, and one that arrives after its runner
+	// finished must not start another from that older progress, which
+	// would run again the fires recorded after it; nor may an acquire that
+	// read a record before its cancel start it after. An entry goes when
+	// its record is deleted (stopBackfill: the watch sees every
+	// partition's records, and a task's delete takes its record), so there
+	// is at most one per record in etcd, whoever owns its partition now,
+	// but for deletes a compacted watch skipped (it reads the records in
+	// their stead, which holds none of a delete).
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
@@ -226,13 +227,22 @@ func (e *Engine) stopAllBackfills() {
 	e.bf.wg.Wait()
 }
 
-// stopBackfill stops the backfill of a task whose record was deleted or
-// canceled, without recording anything: the fires it started run to
-// their end.
-func (e *Engine) stopBackfill(id string) {
+// stopBackfill stops the backfill of a task whose record was deleted, or
+// canceled at revision canceledAt, without recording anything: the fires
+// it started run to their end. A canceled record stays newest: an
+// acquire that read the record before the cancel must not start a runner
+// from it after.
+func (e *Engine) stopBackfill(id string, canceledAt int64) {
 	e.bf.mu.Lock()
 	b := e.bf.runs[id]
-	delete(e.bf.newest, id)
+	if canceledAt > 0 {
+		if e.bf.newest == nil {
+			e.bf.newest = map[string]int64{}
+		}
+		e.bf.newest[id] = max(e.bf.newest[id], canceledAt)
+	} else {
+		delete(e.bf.newest, id)
+	}
 	e.bf.mu.Unlock()
 	if b != nil {
 		b.cancel()
@@ -291,7 +301,10 @@ func (e *Engine) watchBackfills(ctx context.Context) {
 func (e *Engine) backfillChanged(key string, value []byte, rev int64, deleted bool) {
 	if deleted || backfillCanceled(value) { // the task is gone, or its backfill canceled
 		if _, id, ok := e.reg.ParseBackfill(key); ok {
-			e.stopBackfill(id)
+			if deleted {
+				rev = 0
+			}
+			e.stopBackfill(id, rev)
 		}
 		return
 	}

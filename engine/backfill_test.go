@@ -321,3 +321,66 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 		t.Errorf("a cancel of a task without a backfill: %v, want ErrNoBackfillRunning without a record", err)
 	}
 }
+
+// A backfill canceled between its partition's acquire reading the
+// partition's records and starting their runners stays canceled: the
+// watch delivers the cancel before there is a runner to stop, and a
+// runner started after it from the older, running record would run fires
+// of the canceled backfill (all of one shorter than twice its
+// concurrency) until its first progress write met the cancel's revision.
+func TestEngine_BackfillCanceledWhileItsPartitionIsAcquiredStaysCanceled(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	const parts = 1
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: only the backfills fire them
+	putTask(t, reg, handlerTask("probe", "0 0 0 1 1 *"))
+	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
+		t.Fatal(err)
+	}
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	held, release := make(chan struct{}), make(chan struct{})
+	hook := func(key string) {
+		if strings.HasSuffix(key, "/backfills/00000/") { // the acquire's read, answered
+			faults.afterGet.Store(nil)
+			close(held)
+			<-release
+		}
+	}
+	faults.afterGet.Store(&hook)
+	n := startNodeOn(t, cli, "", log.handler, func(cfg *Config) { cfg.Partitions = parts }, noWait)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the acquire never read the partition's backfills")
+	}
+	if _, err := reg.CancelBackfill(context.Background(), "bf"); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	// A backfill written after the cancel: once it fires, the watch has
+	// delivered the cancel.
+	if _, err := reg.Backfill(context.Background(), "probe", from, from.Add(time.Hour), 1); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("probe")) == 1 }) {
+		close(release)
+		t.Fatal("the probe's backfill never fired")
+	}
+	close(release)
+	etcdtest.WaitFor(t, 20*time.Second, n.e.Ready)
+	if eventually(3*time.Second, func() bool { return len(log.forTask("bf")) > 0 }) {
+		t.Errorf("the backfill canceled while its partition was acquired fired %v", secs(log.forTask("bf")))
+	}
+	stopAndDrain(t, n)
+	if rec := backfillProgress(t, reg, "bf"); rec.State != task.BackfillCanceled || rec.Done != 0 {
+		t.Errorf("the record: %+v, want it canceled with no fire done", rec)
+	}
+}
