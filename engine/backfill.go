@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardcron/shardcron/engine/schedule"
@@ -51,6 +52,10 @@ type backfillRun struct {
 	// graceful is set before cancel when the partition is released: the
 	// runner then records the last fire it dispatched as its progress.
 	graceful bool // guarded by backfills.mu until cancel, read after
+	// stopped is set when the backfill was canceled or replaced: the
+	// retries of its fires that come due while their task is paused are
+	// skipped from then on, as any retry of a paused task (releaseRetry).
+	stopped atomic.Bool
 }
 
 // end tells the runner that its fire at sched ended. Called by workers
@@ -245,6 +250,7 @@ func (e *Engine) stopBackfill(id string, canceledAt int64) {
 	}
 	e.bf.mu.Unlock()
 	if b != nil {
+		b.stopped.Store(true)
 		b.cancel()
 		<-b.done
 	}
@@ -371,6 +377,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 		}
 		if !ok {
 			e.log.Info("a backfill was canceled, replaced or its task deleted; stopping", "task", b.id)
+			b.stopped.Store(true) // canceled, most likely: the watch may find the runner gone
 			b.cancel()
 			return false
 		}

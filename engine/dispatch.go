@@ -379,10 +379,13 @@ func (l *loop) releaseRetry(slot uint32) {
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
 		return
 	}
-	if r.flags&flagPaused != 0 && rs.bf == nil {
+	if r.flags&flagPaused != 0 && (rs.bf == nil || rs.bf.stopped.Load()) {
 		// A pause stops what would start on its own, retries too; a
 		// backfill runs whole, until it is canceled.
 		l.skip(r, rs.sched, rs.attempt, "the task is paused")
+		if rs.bf != nil {
+			rs.bf.end(rs.sched)
+		}
 		return
 	}
 	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over, rs.bf)

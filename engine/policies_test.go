@@ -622,3 +622,60 @@ func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
 	default:
 	}
 }
+
+// A backfill's retries run while its task is paused only until the
+// backfill is canceled: a retry of its fire that comes due after the
+// cancel is skipped, as any retry of a paused task, rather than hit the
+// endpoint the pause and the cancel were to spare (up to 100 attempts over
+// days). Here the first attempt of the backfill's only fire fails once the
+// backfill is canceled.
+func TestEngine_RetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testing.T) {
+	c := etcdtest.Start(t)
+	attempts := make(chan int, 8)
+	canceled := make(chan struct{})
+	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
+		attempts <- f.Attempt
+		if f.Attempt == 1 {
+			select {
+			case <-canceled:
+			case <-ctx.Done():
+			}
+		}
+		return errors.New("the endpoint is in trouble")
+	}, nil)
+	reg := n.e.Registry()
+	tk := handlerTask("flaky", "0 0 0 1 1 *") // yearly: the backfill's fire alone
+	tk.Paused = true
+	tk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(200 * time.Millisecond), MaxBackoff: task.Duration(200 * time.Millisecond)}
+	putTask(t, reg, tk)
+	from := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), "flaky", from, from.Add(time.Hour), 1); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-attempts; a != 1 {
+		t.Fatalf("first call is attempt %d", a)
+	}
+	if _, err := reg.CancelBackfill(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.bf.mu.Lock()
+		defer n.e.bf.mu.Unlock()
+		_, running := n.e.bf.runs["flaky"]
+		return !running
+	})
+	close(canceled) // the first attempt fails now, its retry due 100-200 ms later
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		for _, e := range history(t, n, "flaky") {
+			if e.Status == "skipped" && strings.Contains(e.Error, "paused") {
+				return true
+			}
+		}
+		return len(attempts) > 0
+	})
+	select {
+	case a := <-attempts:
+		t.Errorf("attempt %d of the canceled backfill's fire ran while the task was paused", a)
+	default:
+	}
+}
