@@ -1225,3 +1225,43 @@ func TestEngine_EtcdSlowerThanTheLeadStillFires(t *testing.T) {
 		t.Errorf("fires repeated: %v", d)
 	}
 }
+
+// A session that ends while its watermark write waits on a slow etcd
+// (longer than the lead, as writes are now waited for) rejoins: the old
+// session's write, answered after the new session began, neither ends the
+// new session (its lease check fails on the revoked lease, and Lost is
+// the old session's) nor lets a fire repeat, and the node fires on once
+// etcd is quick again.
+func TestEngine_SessionEndedDuringASlowWatermarkWriteRejoins(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	n := startNodeOn(t, cli, "", log.handler, func(c *Config) {
+		c.Partitions = 1
+		c.LeaseTTL = 10 * time.Second
+	})
+	putTask(t, n.e.Registry(), handlerTask("tick", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("tick")) >= 2 })
+	old := n.e.sess.Load()
+	acked := n.e.acked.at.Load()
+	faults.slowsPuts(func(key, _ string) bool { return strings.Contains(key, "/watermarks/") }, 3*time.Second)
+	time.Sleep(500 * time.Millisecond) // a write of the old session waits
+	old.Lost()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { s := n.e.sess.Load(); return s != old && !s.Fenced() })
+	faults.slowsPuts(nil, 0)
+	etcdtest.WaitFor(t, 20*time.Second, n.e.Ready)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return n.e.acked.at.Load() > acked })
+	from := time.Now()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		fs := log.forTask("tick")
+		return fs[len(fs)-1].After(from.Add(time.Second))
+	})
+	if s := n.e.sess.Load(); s == old || s.Fenced() {
+		t.Error("the new session ended")
+	}
+	stopAndDrain(t, n)
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("fires repeated: %v", d)
+	}
+}
