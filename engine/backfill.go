@@ -88,7 +88,15 @@ type backfills struct {
 	// they are acquired again: a watch event (a runner's own last record)
 	// must not start a runner of a partition on its way out.
 	released map[int]bool
-	wg       sync.WaitGroup
+	// handed are the backfills of the fires a released checkpoint handed
+	// over to this node (flagged backfill), by task id: the runner, if
+	// any, continues after them and does not wait for them, but a cancel
+	// (or a canceled record read at the acquire) stops them all the same,
+	// so that their retries of a paused task are skipped from then on. An
+	// entry goes with the cancel, the task's delete, or its partition's
+	// release (which drops the partition's retries).
+	handed map[string]*backfillRun
+	wg     sync.WaitGroup
 }
 
 // backfillCmd dispatches one fire of a backfill.
@@ -165,6 +173,13 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 		return
 	}
 	rec, err := registry.DecodeBackfill(value)
+	if err == nil && rec.State == task.BackfillCanceled {
+		// Canceled before this acquire: the fires it handed over ran
+		// (their first attempts), their retries of a paused task do not.
+		e.bf.mu.Lock()
+		e.stopHanded(id)
+		e.bf.mu.Unlock()
+	}
 	if err != nil || rec.State != task.BackfillRunning {
 		return
 	}
@@ -196,6 +211,35 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 	})
 }
 
+// handedBackfill returns the backfill of task id's fires that a released
+// checkpoint of partition p handed over, adding it to bfs.
+func (e *Engine) handedBackfill(p int, id string, bfs map[string]*backfillRun) map[string]*backfillRun {
+	e.bf.mu.Lock()
+	defer e.bf.mu.Unlock()
+	if e.bf.handed == nil {
+		e.bf.handed = map[string]*backfillRun{}
+	}
+	b := e.bf.handed[id]
+	if b == nil {
+		b = &backfillRun{id: id, part: p}
+		e.bf.handed[id] = b
+	}
+	if bfs == nil {
+		bfs = map[string]*backfillRun{}
+	}
+	bfs[id] = b
+	return bfs
+}
+
+// stopHanded marks the backfill of the fires handed over of task id
+// stopped. Called with e.bf.mu held.
+func (e *Engine) stopHanded(id string) {
+	if b := e.bf.handed[id]; b != nil {
+		b.stopped.Store(true)
+		delete(e.bf.handed, id)
+	}
+}
+
 // stopBackfills stops the backfills of partitions ps and waits for their
 // runners. graceful: the partitions are being released, and each runner
 // records the last fire it dispatched as its progress first.
@@ -206,6 +250,11 @@ func (e *Engine) stopBackfills(ps []int, graceful bool) {
 	}
 	for _, p := range ps {
 		e.bf.released[p] = true
+	}
+	for id, b := range e.bf.handed {
+		if slices.Contains(ps, b.part) {
+			delete(e.bf.handed, id)
+		}
 	}
 	var stop []*backfillRun
 	for _, b := range e.bf.runs {
@@ -240,6 +289,7 @@ func (e *Engine) stopAllBackfills() {
 func (e *Engine) stopBackfill(id string, canceledAt int64) {
 	e.bf.mu.Lock()
 	b := e.bf.runs[id]
+	e.stopHanded(id)
 	if canceledAt > 0 {
 		if e.bf.newest == nil {
 			e.bf.newest = map[string]int64{}

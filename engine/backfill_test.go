@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/registry"
@@ -382,5 +384,104 @@ func TestEngine_BackfillCanceledWhileItsPartitionIsAcquiredStaysCanceled(t *test
 	stopAndDrain(t, n)
 	if rec := backfillProgress(t, reg, "bf"); rec.State != task.BackfillCanceled || rec.Done != 0 {
 		t.Errorf("the record: %+v, want it canceled with no fire done", rec)
+	}
+}
+
+// A backfill fire handed over unrun in a graceful hand-over is still its
+// backfill's on the next owner: a retry of it runs while the task is
+// paused (a backfill runs, retries included, until it is canceled) and
+// outside the task's concurrency policy, as a retry of a fire the runner
+// dispatched does; once the backfill is canceled, its retries of a paused
+// task are skipped. The next owner took it over without its backfill, as
+// a plain fire's: its retry was skipped as "the task is paused" while the
+// backfill ran, and under forbid as "a newer fire of the task is running".
+func TestLoop_HandedOverBackfillFireRetriesAsItsBackfills(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	for _, c := range []struct {
+		name            string
+		paused, running bool // the task is paused; a scheduled fire of it runs (forbid)
+		cancel          bool // the backfill is canceled before the retry comes due
+		wantRetry       bool
+	}{
+		{name: "paused", paused: true, wantRetry: true},
+		{name: "forbid", running: true, wantRetry: true},
+		{name: "paused and canceled", paused: true, cancel: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prof := noopProfile(task.MisfireFireOnce)
+			prof.key, prof.maxAttempts = "noop/retry3", 3
+			prof.backoff, prof.maxBackoff = 100*time.Millisecond, 100*time.Millisecond
+			prof.concurrency = task.ConcurrencyForbid
+			tl := newTestLoop(t, at, nil)
+			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "bf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}),
+				defs: []taskDef{{id: "bf", hash: xxhash.Sum64String("bf"), part: 0, sched: h, prof: prof, paused: c.paused}}})
+			bfs := map[string]*backfillRun{"bf": {id: "bf", part: 0}}
+			tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "bf", At: old, Backfill: true}}, bfs: bfs})
+			if got := tl.dispatched(0); len(got) != 1 {
+				t.Fatalf("the next owner dispatched %v, want the backfill's fire", got)
+			}
+			// Its first attempt fails.
+			var done completionBatch
+			tl.pool.mu.Lock()
+			j := *tl.pool.at(0)
+			tl.pool.mu.Unlock()
+			tl.pool.reset()
+			done.add(&j, statusFailed, "boom")
+			tl.complete(&done)
+			_, r, _ := tl.tab.lookup("bf")
+			if c.running {
+				r.running++ // a scheduled fire of the task runs meanwhile
+			}
+			if c.cancel {
+				bfs["bf"].stopped.Store(true)
+			}
+			skipped := r.skipped
+			tl.clock.Advance(time.Second)
+			tl.dispatchAll()
+			retried := slices.Contains(tl.dispatched(0), fmt.Sprintf("bf@%d", old.UnixMilli()))
+			if retried != c.wantRetry || (r.skipped > skipped) == c.wantRetry {
+				t.Errorf("the retry of the handed-over backfill fire: dispatched %v, skipped %d; want dispatched %v",
+					retried, r.skipped-skipped, c.wantRetry)
+			}
+		})
+	}
+}
+
+// The backfill of fires handed over is stopped by its cancel, seen by the
+// watch or read at the acquire (a canceled record), and not by a record
+// that runs.
+func TestEngine_HandedOverBackfillStopsWithItsCancel(t *testing.T) {
+	rec := func(state string) []byte {
+		return []byte(fmt.Sprintf(`{"from":"2026-01-01T00:00:00Z","to":"2026-01-01T01:00:00Z","concurrency":1,"fires":2,"done":0,"state":%q,"created_at":"2026-01-01T02:00:00Z"}`, state))
+	}
+	c := etcdtest.Start(t)
+	e := &Engine{reg: directRegistry(t, c)}
+	p := e.reg.Partition("bf")
+	key := fmt.Sprintf("/shardcron/backfills/%05d/bf", p)
+	if _, id, ok := e.reg.ParseBackfill(key); !ok || id != "bf" {
+		t.Fatalf("key %s is not a backfill key", key)
+	}
+	// The watch's cancel.
+	b := e.handedBackfill(p, "bf", nil)["bf"]
+	e.backfillChanged(key, rec(task.BackfillDone), 5, false)
+	if b.stopped.Load() {
+		t.Fatal("a record that is not canceled stopped the fires handed over")
+	}
+	e.backfillChanged(key, rec(task.BackfillCanceled), 6, false)
+	if !b.stopped.Load() {
+		t.Error("the watch's cancel did not stop the fires handed over")
+	}
+	// The acquire's read of a record canceled before it.
+	e.owned = make([]atomic.Bool, 16)
+	e.owned[p].Store(true)
+	b = e.handedBackfill(p, "bf", nil)["bf"]
+	e.startBackfill(key, rec(task.BackfillCanceled), 7)
+	if !b.stopped.Load() {
+		t.Error("a canceled record read at the acquire did not stop the fires handed over")
 	}
 }

@@ -382,7 +382,14 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		prof := l.profs.list[r.prof]
 		at := f.At.UnixNano()
 		if f.Backfill {
-			l.admitBackfill(i, r, at, nil) // its backfill's progress is past it
+			// Its backfill's progress is past it; still the backfill's
+			// fire: its retries run while the task is paused, until the
+			// backfill is canceled, and outside its concurrency policy.
+			bf := c.bfs[f.ID]
+			if bf == nil {
+				bf = &backfillRun{id: f.ID, part: c.part}
+			}
+			l.admitBackfill(i, r, at, bf)
 			continue
 		}
 		if now-at > int64(prof.catchup) {

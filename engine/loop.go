@@ -66,6 +66,9 @@ type (
 	takeOverCmd struct {
 		part  int
 		fires []pendingFire
+		// bfs are the backfills of the fires flagged backfill, by task
+		// id (Engine.handedBackfill): their retries are the backfill's.
+		bfs map[string]*backfillRun
 	}
 	// triggersCmd fires tasks once each, outside their schedule.
 	triggersCmd struct {

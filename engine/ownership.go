@@ -650,7 +650,13 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
 		// checkpoint without them.
-		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending}); err != nil {
+		var bfs map[string]*backfillRun
+		for _, f := range pending {
+			if f.Backfill {
+				bfs = e.handedBackfill(p, f.ID, bfs)
+			}
+		}
+		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending, bfs: bfs}); err != nil {
 			return undo(fmt.Errorf("take over the fires handed over: %w", err))
 		}
 		e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
