@@ -49,9 +49,14 @@ func (s *Server) backfillTask(w http.ResponseWriter, r *http.Request) {
 
 // cancelBackfill: POST /v1/tasks/{id}/backfill:cancel, cancel the task's
 // running backfill; 200 with its record, marked canceled, 404 no such
-// task, 409 no backfill of it running.
+// task, 409 no backfill of it running. It takes no body, or {}, as a
+// resume: another (a backfill's body sent here by mistake) is a 400 and
+// cancels nothing.
 func (s *Server) cancelBackfill(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r)
+	if !readSmallJSON(w, r, &struct{}{}) {
+		return
+	}
 	if _, err := s.reg.Get(r.Context(), id); err != nil {
 		s.fail(w, r, id, err)
 		return

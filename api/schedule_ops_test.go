@@ -195,9 +195,22 @@ func TestServer_ChainsPauseNotesOverridesBackfills(t *testing.T) {
 			t.Errorf("the error names an internal package: %s", a.body)
 		}
 
+		// A cancel takes no body (or {}), as a resume: a backfill's body
+		// sent to it by mistake, or garbage, is a 400 and cancels nothing.
+		// It was ignored, and the backfill canceled.
+		for _, bad := range []string{body, "garbage", `{"concurrency": 2}`} {
+			if a := call(t, ts, "POST", path+":cancel", bad); a.status != http.StatusBadRequest {
+				t.Errorf("cancel with the body %s: %v, want 400", bad, a)
+			}
+		}
+		if got, err := n.c.GetTask(ctx, id); err != nil || got.State == nil || got.State.Backfill == nil ||
+			got.State.Backfill.State != task.BackfillRunning {
+			t.Fatalf("after the refused cancels: %+v, %v; want the backfill running", got, err)
+		}
+
 		// Canceled, it is over: a second cancel finds none running, and
 		// a new backfill of the task is taken.
-		a = call(t, ts, "POST", path+":cancel", "")
+		a = call(t, ts, "POST", path+":cancel", "{}")
 		var bf task.Backfill
 		if a.status != http.StatusOK || json.Unmarshal(a.body, &bf) != nil || bf.State != task.BackfillCanceled || bf.Fires != 3 {
 			t.Fatalf("cancel: %v, want 200 with the record canceled", a)
