@@ -1377,6 +1377,9 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, run("", "task", "get", "backfill/m"), 0, []string{"Backfill:", "done: 5 of 5 fires done"}, nil)
 		r = run("", "task", "backfill", "backfill/m", "--from", to, "--to", from)
 		wantCLI(t, r, 1, nil, []string{"is not after from"})
+		// One fire is "1 fire", not "1 fires".
+		r = run("", "task", "backfill", "backfill/m", "--from", now.Add(-time.Minute-time.Second).Format(time.RFC3339), "--to", to)
+		wantCLI(t, r, 0, []string{`backfill of task "backfill/m": 1 fire from`}, nil)
 	})
 
 	t.Run("put --dry-run, one-shots and windows", func(t *testing.T) {

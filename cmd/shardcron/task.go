@@ -1031,8 +1031,8 @@ func taskBackfill(args []string, stdout, stderr io.Writer) int {
 			return cf.fail(c, subject(id), err)
 		}
 		return printResult(c, cf, b, func(w io.Writer) error {
-			_, err := fmt.Fprintf(w, "backfill of %s: %d fires from %s to %s, %d at a time ('task get' shows its progress)\n",
-				subject(id), b.Fires, formatTime(b.From), formatTime(b.To), b.Concurrency)
+			_, err := fmt.Fprintf(w, "backfill of %s: %d %s from %s to %s, %d at a time ('task get' shows its progress)\n",
+				subject(id), b.Fires, plural(b.Fires, "fire", "fires"), formatTime(b.From), formatTime(b.To), b.Concurrency)
 			return err
 		})
 	})
