@@ -634,6 +634,10 @@ func TestTaskBackfill_Cancel(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Method+" "+r.URL.EscapedPath())
 		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.URL.Path, "/one/") {
+			io.WriteString(w, `{"from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:00:00Z","concurrency":1,"fires":1,"done":0,"state":"canceled"}`)
+			return
+		}
 		io.WriteString(w, `{"from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:09:00Z","concurrency":2,"fires":10,"done":3,"state":"canceled"}`)
 	}))
 	defer ts.Close()
@@ -647,6 +651,8 @@ func TestTaskBackfill_Cancel(t *testing.T) {
 	if len(asked) != 1 {
 		t.Errorf("a usage error sent a request: %v", asked)
 	}
+	wantCLI(t, cli("", "task", "backfill", "one", "--cancel", "--server", ts.URL), 0,
+		[]string{`backfill of task "one" canceled: 0 of its 1 fire done`}, nil)
 }
 
 func TestOutput_Truncate(t *testing.T) {

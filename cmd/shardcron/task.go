@@ -1007,8 +1007,8 @@ func taskBackfill(args []string, stdout, stderr io.Writer) int {
 				return cf.fail(c, subject(id), err)
 			}
 			return printResult(c, cf, b, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "backfill of %s canceled: %d of its %d fires done; those started run to their end\n",
-					subject(id), b.Done, b.Fires)
+				_, err := fmt.Fprintf(w, "backfill of %s canceled: %d of its %d %s done; those started run to their end\n",
+					subject(id), b.Done, b.Fires, plural(b.Fires, "fire", "fires"))
 				return err
 			})
 		}
