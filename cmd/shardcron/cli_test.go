@@ -1684,6 +1684,34 @@ func TestTaskExport_StoppedSaysWhyThenHowFar(t *testing.T) {
 	}
 }
 
+// A flag value that does not parse says what the value must look like:
+// the flag package says only "parse error", where the same value through
+// the environment said "not a duration (e.g. 10s, 1m30s)".
+func TestFlags_ValueThatDoesNotParseSaysWhatItMustBe(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "put", "x", "--schedule", "@every 1s", "--noop", "--task-timeout", "5"},
+			`invalid value "5" for flag -task-timeout: not a duration (e.g. 10s, 1m30s)`},
+		{[]string{"task", "list", "--limit", "abc"}, `invalid value "abc" for flag -limit: not a whole number (e.g. 1024)`},
+		{[]string{"server", "--lead", "abc"}, `invalid value "abc" for flag -lead: not a duration (e.g. 10s, 1m30s)`},
+		{[]string{"server", "--allow-exec=maybe"}, `invalid boolean value "maybe" for -allow-exec: not a boolean`},
+	} {
+		var r cliResult
+		if tc.args[0] == "server" {
+			var errb bytes.Buffer
+			r = cliResult{runServer(tc.args[1:], &errb), "", errb.String()}
+		} else {
+			r = cli("", tc.args...)
+		}
+		wantCLI(t, r, 2, nil, []string{tc.want})
+		if strings.Contains(r.stderr, "parse error") {
+			t.Errorf("%v: the flag package's own words are left:\n%s", tc.args, r)
+		}
+	}
+}
+
 // A K=V flag given a key twice is refused, naming both values: it kept
 // the last one silently.
 func TestKVFlag_KeyGivenTwice(t *testing.T) {

@@ -87,7 +87,7 @@ func (c *command) parse(args []string) (pos []string, code int, done bool) {
 				c.printHelp(c.stdout)
 				return nil, exitOK, true
 			}
-			return nil, c.usageError("%v", err), true
+			return nil, c.usageError("%v", explainFlag(c.fs, err)), true
 		}
 		rest := c.fs.Args()
 		if len(rest) == 0 {
@@ -101,6 +101,31 @@ func (c *command) parse(args []string) (pos []string, code int, done bool) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// explainFlag replaces the "parse error" the flag package gives for a
+// value it cannot parse ("invalid value \"abc\" for flag -lead: parse
+// error") with what the value must look like, as the environment's errors
+// say (valueWanted).
+func explainFlag(fs *flag.FlagSet, err error) error {
+	const parseError = "parse error"
+	msg := err.Error()
+	head, ok := strings.CutSuffix(msg, ": "+parseError)
+	if !ok {
+		return err
+	}
+	_, name, ok := strings.Cut(head, " for flag -")
+	if !ok {
+		_, name, ok = strings.Cut(head, " for -") // a boolean's
+	}
+	fl := fs.Lookup(name)
+	if !ok || fl == nil {
+		return err
+	}
+	if want := valueWanted(fl, err); want != msg {
+		return errors.New(head + ": " + want)
+	}
+	return err
 }
 
 // endedFlags reports whether the arguments Parse consumed end with a "--"

@@ -195,7 +195,7 @@ func runServer(args []string, stderr io.Writer) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(stderr, "shardcron server: %v (see shardcron server --help)\n", err)
+		fmt.Fprintf(stderr, "shardcron server: %v (see shardcron server --help)\n", explainFlag(fs, err))
 		return 2
 	}
 	if err := applyEnv(fs, os.LookupEnv); err != nil {
