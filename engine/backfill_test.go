@@ -31,6 +31,14 @@ func backfillProgress(t *testing.T, reg *registry.Registry, id string) *task.Bac
 	return b
 }
 
+// backfillRunning reports whether node n runs a backfill of task id.
+func backfillRunning(n *testNode, id string) bool {
+	n.e.bf.mu.Lock()
+	defer n.e.bf.mu.Unlock()
+	_, ok := n.e.bf.runs[id]
+	return ok
+}
+
 // directRegistry is a registry on the cluster's own client, which no
 // proxy cuts.
 func directRegistry(t *testing.T, c *etcdtest.Cluster) *registry.Registry {
@@ -176,12 +184,7 @@ func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
 	// Its runner leaves runs once it returned, after it recorded the end.
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		n.e.bf.mu.Lock()
-		defer n.e.bf.mu.Unlock()
-		_, running := n.e.bf.runs["bf"]
-		return !running
-	})
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "bf") })
 
 	p := reg.Partition("bf")
 	resp, err := reg.PartitionBackfills(context.Background(), p)
@@ -197,10 +200,7 @@ func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
 		t.Fatalf("the record before the last is %+v, %v; want a running one", rec, err)
 	}
 	n.e.startBackfill(string(kv.Key), old.Kvs[0].Value, old.Kvs[0].ModRevision)
-	n.e.bf.mu.Lock()
-	_, started := n.e.bf.runs["bf"]
-	n.e.bf.mu.Unlock()
-	if started {
+	if backfillRunning(n, "bf") {
 		t.Error("a late record of a finished backfill started another runner")
 	}
 
@@ -300,12 +300,7 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 		t.Fatalf("CancelBackfill = %+v, %v; want canceled with 0 of 10 fires done", b, err)
 	}
 	// The runner stops while its fire still runs.
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		n.e.bf.mu.Lock()
-		defer n.e.bf.mu.Unlock()
-		_, running := n.e.bf.runs["bf"]
-		return !running
-	})
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "bf") })
 	close(release)
 	stopAndDrain(t, n)
 	if got := log.forTask("bf"); len(got) != 1 || !got[0].Equal(from) {

@@ -579,23 +579,9 @@ func TestEngine_AllowListsRefuseAtFire(t *testing.T) {
 // (max_attempts up to 100, backoffs up to 24 h). Here the first attempt of
 // a trigger fails after the task was paused.
 func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
-	c := etcdtest.Start(t)
-	attempts := make(chan int, 8)
-	paused := make(chan struct{})
-	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
-		attempts <- f.Attempt
-		if f.Attempt == 1 {
-			select {
-			case <-paused:
-			case <-ctx.Done():
-			}
-		}
-		return errors.New("the endpoint is in trouble")
-	}, nil)
+	n, attempts, fail := startFailingNode(t)
 	reg := n.e.Registry()
-	tk := handlerTask("flaky", "0 0 0 1 1 *") // yearly: the trigger's fire alone
-	tk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(200 * time.Millisecond), MaxBackoff: task.Duration(200 * time.Millisecond)}
-	putTask(t, reg, tk)
+	putTask(t, reg, flakyTask(false)) // yearly: the trigger's fire alone
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { _, err := reg.Trigger(context.Background(), "flaky"); return err == nil })
 	if a := <-attempts; a != 1 {
 		t.Fatalf("first call is attempt %d", a)
@@ -607,19 +593,9 @@ func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
 		ms, _, err := n.e.Query(context.Background(), task.StatusQuery{Status: task.StatusPaused, Limit: 10})
 		return err == nil && len(ms) == 1
 	})
-	close(paused) // the first attempt fails now, its retry due 100-200 ms later
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		for _, e := range history(t, n, "flaky") {
-			if e.Status == "skipped" && strings.Contains(e.Error, "paused") {
-				return true
-			}
-		}
-		return len(attempts) > 0
-	})
-	select {
-	case a := <-attempts:
+	close(fail) // the first attempt fails now, its retry due 100-200 ms later
+	if a, ran := retrySkippedAsPaused(t, n, attempts); ran {
 		t.Errorf("attempt %d ran while the task was paused", a)
-	default:
 	}
 }
 
@@ -630,24 +606,9 @@ func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
 // days). Here the first attempt of the backfill's only fire fails once the
 // backfill is canceled.
 func TestEngine_RetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testing.T) {
-	c := etcdtest.Start(t)
-	attempts := make(chan int, 8)
-	canceled := make(chan struct{})
-	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
-		attempts <- f.Attempt
-		if f.Attempt == 1 {
-			select {
-			case <-canceled:
-			case <-ctx.Done():
-			}
-		}
-		return errors.New("the endpoint is in trouble")
-	}, nil)
+	n, attempts, fail := startFailingNode(t)
 	reg := n.e.Registry()
-	tk := handlerTask("flaky", "0 0 0 1 1 *") // yearly: the backfill's fire alone
-	tk.Paused = true
-	tk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(200 * time.Millisecond), MaxBackoff: task.Duration(200 * time.Millisecond)}
-	putTask(t, reg, tk)
+	putTask(t, reg, flakyTask(true)) // yearly: the backfill's fire alone
 	from := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, err := reg.Backfill(context.Background(), "flaky", from, from.Add(time.Hour), 1); err != nil {
 		t.Fatal(err)
@@ -658,13 +619,45 @@ func TestEngine_RetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testing.T) {
 	if _, err := reg.CancelBackfill(context.Background(), "flaky"); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		n.e.bf.mu.Lock()
-		defer n.e.bf.mu.Unlock()
-		_, running := n.e.bf.runs["flaky"]
-		return !running
-	})
-	close(canceled) // the first attempt fails now, its retry due 100-200 ms later
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "flaky") })
+	close(fail) // the first attempt fails now, its retry due 100-200 ms later
+	if a, ran := retrySkippedAsPaused(t, n, attempts); ran {
+		t.Errorf("attempt %d of the canceled backfill's fire ran while the task was paused", a)
+	}
+}
+
+// startFailingNode starts a node whose handler fails every attempt, the
+// first only once fail is closed, and sends each attempt's number on
+// attempts.
+func startFailingNode(t *testing.T) (n *testNode, attempts chan int, fail chan struct{}) {
+	c := etcdtest.Start(t)
+	attempts, fail = make(chan int, 8), make(chan struct{})
+	n = startNode(t, c, "", func(ctx context.Context, f Fire) error {
+		attempts <- f.Attempt
+		if f.Attempt == 1 {
+			select {
+			case <-fail:
+			case <-ctx.Done():
+			}
+		}
+		return errors.New("the endpoint is in trouble")
+	}, nil)
+	return n, attempts, fail
+}
+
+// flakyTask is the yearly task "flaky", three attempts a fire, 200 ms
+// apart.
+func flakyTask(paused bool) *task.Task {
+	tk := handlerTask("flaky", "0 0 0 1 1 *")
+	tk.Paused = paused
+	tk.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(200 * time.Millisecond), MaxBackoff: task.Duration(200 * time.Millisecond)}
+	return tk
+}
+
+// retrySkippedAsPaused waits until "flaky"'s retry was recorded skipped
+// because the task is paused, or an attempt ran; it returns that attempt.
+func retrySkippedAsPaused(t *testing.T, n *testNode, attempts chan int) (attempt int, ran bool) {
+	t.Helper()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		for _, e := range history(t, n, "flaky") {
 			if e.Status == "skipped" && strings.Contains(e.Error, "paused") {
@@ -675,7 +668,8 @@ func TestEngine_RetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testing.T) {
 	})
 	select {
 	case a := <-attempts:
-		t.Errorf("attempt %d of the canceled backfill's fire ran while the task was paused", a)
+		return a, true
 	default:
+		return 0, false
 	}
 }
