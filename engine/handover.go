@@ -385,11 +385,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			// Its backfill's progress is past it; still the backfill's
 			// fire: its retries run while the task is paused, until the
 			// backfill is canceled, and outside its concurrency policy.
-			bf := c.bfs[f.ID]
-			if bf == nil {
-				bf = &backfillRun{id: f.ID, part: c.part}
-			}
-			l.admitBackfill(i, r, at, bf)
+			l.admitBackfill(i, r, at, c.bfs[f.ID])
 			continue
 		}
 		if now-at > int64(prof.catchup) {
