@@ -11,6 +11,7 @@ import (
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Backfills (registry.Backfill writes the request): the owner of a task's
@@ -373,6 +374,21 @@ func backfillCanceled(value []byte) bool {
 	return err == nil && rec.State == task.BackfillCanceled
 }
 
+// ownBackfillRecord reports whether cur, the stored record of a backfill
+// run from rec, was written by this node's runner, and its progress: the
+// runner's write whose answer was lost. No other writer records this
+// node's id on a running backfill created when rec was.
+func (e *Engine) ownBackfillRecord(cur *mvccpb.KeyValue, rec *task.Backfill) (done int, mine bool) {
+	if cur == nil {
+		return 0, false
+	}
+	r, err := registry.DecodeBackfill(cur.Value)
+	if err != nil || r.State != task.BackfillRunning || r.Node != e.cfg.NodeID || !r.CreatedAt.Equal(rec.CreatedAt) {
+		return 0, false
+	}
+	return r.Done, true
+}
+
 // backfillTimes returns the scheduled times of the task in the record's
 // range and its window, as unix ns.
 func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfill) ([]int64, error) {
@@ -412,6 +428,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	next, done, acked := start, start, start
 	inflight := map[int64]int{} // scheduled time -> index, of the fires dispatched and not ended
 	ended := map[int]bool{}     // indexes past done that ended
+	unsure := false             // a write since the last acknowledged one failed: etcd may have applied it
 	record := func(n int, state string) bool {
 		r := *rec
 		r.Done, r.State, r.Node = n, state, e.cfg.NodeID
@@ -420,8 +437,17 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 		}
 		wctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 		defer cancel()
-		newRev, ok, err := e.reg.RecordBackfill(wctx, b.id, &r, rev)
+		newRev, ok, cur, err := e.reg.RecordBackfill(wctx, b.id, &r, rev)
+		if err == nil && !ok && unsure {
+			if d, mine := e.ownBackfillRecord(cur, rec); mine {
+				// etcd applied a write of this runner whose answer was
+				// lost: write over it.
+				rev, acked = cur.ModRevision, d
+				newRev, ok, _, err = e.reg.RecordBackfill(wctx, b.id, &r, rev)
+			}
+		}
 		if err != nil {
+			unsure = true
 			e.log.Warn("recording a backfill's progress failed; retrying", "task", b.id, "err", err)
 			return false
 		}
@@ -431,7 +457,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			b.cancel()
 			return false
 		}
-		rev, acked = newRev, n
+		rev, acked, unsure = newRev, n, false
 		e.bf.mu.Lock()
 		e.bf.newest[b.id] = max(e.bf.newest[b.id], newRev)
 		e.bf.mu.Unlock()

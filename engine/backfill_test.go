@@ -480,3 +480,32 @@ func TestEngine_HandedOverBackfillStopsWithItsCancel(t *testing.T) {
 		t.Error("a canceled record read at the acquire did not stop the fires handed over")
 	}
 }
+
+// A progress write that etcd applies but whose answer is lost (a timeout,
+// a leader change) does not stop the backfill: its next write finds the
+// record at the lost write's revision, recognises it as its own, and goes
+// on, every fire once.
+func TestEngine_BackfillGoesOnAfterAProgressWriteWhoseAnswerWasLost(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	n := startNodeOn(t, cli, "", log.handler, nil)
+	reg := n.e.Registry()
+	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: no fire of its own meanwhile
+	faults.answersLostOnce(func(key, value string) bool {
+		return strings.Contains(key, "/backfills/") && strings.Contains(value, `"state":"running"`) && strings.Contains(value, `"node":`)
+	})
+	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+	if faults.lostOnce.Load() != nil {
+		t.Fatal("no progress write was committed unanswered: the test sets up nothing")
+	}
+	stopAndDrain(t, n)
+	if got := log.forTask("bf"); len(got) != 10 {
+		t.Errorf("the backfill fired %v, want its 10 times once each", secs(got))
+	}
+}

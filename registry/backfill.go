@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/task"
@@ -147,7 +148,7 @@ func (r *Registry) CancelBackfill(ctx context.Context, id string) (*task.Backfil
 			return nil, &NoBackfillRunningError{Latest: b}
 		}
 		b.State = task.BackfillCanceled
-		_, ok, err := r.RecordBackfill(ctx, id, b, cur.Kvs[0].ModRevision)
+		_, ok, _, err := r.RecordBackfill(ctx, id, b, cur.Kvs[0].ModRevision)
 		if err != nil {
 			return nil, err
 		}
@@ -214,20 +215,28 @@ func (r *Registry) ParseBackfill(key string) (p int, id string, ok bool) {
 }
 
 // RecordBackfill writes the task's backfill record b if the stored one is
-// still at revision rev, and returns the new revision; ok is false when it
-// is not (another backfill replaced it, or the task was deleted).
-func (r *Registry) RecordBackfill(ctx context.Context, id string, b *task.Backfill, rev int64) (newRev int64, ok bool, err error) {
+// still at revision rev, and returns the new revision. ok is false when it
+// is not: cur is then the stored record (nil when there is none), which
+// another backfill replaced or a cancel wrote, or a write of the caller's
+// whose answer was lost, which etcd applied.
+func (r *Registry) RecordBackfill(ctx context.Context, id string, b *task.Backfill, rev int64) (newRev int64, ok bool, cur *mvccpb.KeyValue, err error) {
 	val, err := json.Marshal(b)
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	key := r.keys.backfill(r.Partition(id), id)
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, string(val))).
+		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return 0, false, fmt.Errorf("record the backfill of %q: %w", id, err)
+		return 0, false, nil, fmt.Errorf("record the backfill of %q: %w", id, err)
 	}
-	return resp.Header.Revision, resp.Succeeded, nil
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			cur = kvs[0]
+		}
+	}
+	return resp.Header.Revision, resp.Succeeded, cur, nil
 }
