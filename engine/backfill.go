@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -389,6 +390,12 @@ func (e *Engine) ownBackfillRecord(cur *mvccpb.KeyValue, rec *task.Backfill) (do
 	return r.Done, true
 }
 
+// taskGone reports whether etcd says task id is gone.
+func (e *Engine) taskGone(ctx context.Context, id string) bool {
+	_, err := e.reg.Get(ctx, id)
+	return errors.Is(err, registry.ErrNotFound)
+}
+
 // backfillTimes returns the scheduled times of the task in the record's
 // range and its window, as unix ns.
 func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfill) ([]int64, error) {
@@ -429,6 +436,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	inflight := map[int64]int{} // scheduled time -> index, of the fires dispatched and not ended
 	ended := map[int]bool{}     // indexes past done that ended
 	unsure := false             // a write since the last acknowledged one failed: etcd may have applied it
+	missing := 0                // the loop's answers in a row that it does not hold the task
 	record := func(n int, state string) bool {
 		r := *rec
 		r.Done, r.State, r.Node = n, state, e.cfg.NodeID
@@ -474,10 +482,17 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			if err == nil && answer == backfillNoTask {
 				// The task's put may not have reached the loop yet; a
 				// deleted task's backfill record goes with it, which
-				// stops this runner.
+				// stops this runner through the watch. Once a second the
+				// runner asks etcd itself, for a delete a compacted watch
+				// skipped.
+				if missing++; missing%10 == 0 && e.taskGone(ctx, b.id) {
+					e.log.Info("a backfill stopped: its task was deleted", "task", b.id)
+					return
+				}
 				sleepCtx(ctx, 100*time.Millisecond)
 				continue
 			}
+			missing = 0
 			if err != nil || answer != backfillTook {
 				if ctx.Err() == nil {
 					e.log.Info("a backfill stopped: this node no longer owns its task", "task", b.id)

@@ -509,3 +509,42 @@ func TestEngine_BackfillGoesOnAfterAProgressWriteWhoseAnswerWasLost(t *testing.T
 		t.Errorf("the backfill fired %v, want its 10 times once each", secs(got))
 	}
 }
+
+// A runner whose task is gone without the watch telling it (a delete a
+// compacted watch skipped; here, the task's key deleted alone) stops once
+// etcd says the task is gone, rather than ask the loop for it ten times a
+// second until its partition's release.
+func TestEngine_BackfillOfATaskGoneUnseenStops(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	started, release := make(chan struct{}, 16), make(chan struct{})
+	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return log.handler(ctx, f)
+	}, nil)
+	reg := n.e.Registry()
+	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: no fire of its own meanwhile
+	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backfill's first fire did not start")
+	}
+	key := fmt.Sprintf("%s/tasks/%05d/bf", DefaultPrefix, reg.Partition("bf"))
+	if resp, err := c.Client.Delete(context.Background(), key); err != nil || resp.Deleted != 1 {
+		t.Fatalf("deleting %s: %v, %v", key, resp, err)
+	}
+	close(release)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "bf") })
+	stopAndDrain(t, n)
+	if got := log.forTask("bf"); len(got) != 1 {
+		t.Errorf("the backfill of the deleted task fired %v, want only its first fire", secs(got))
+	}
+}
