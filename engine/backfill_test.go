@@ -268,15 +268,14 @@ func TestEngine_BackfillReadOfACanceledAcquireIsNoWarning(t *testing.T) {
 	}
 }
 
-// A canceled backfill stops at once: no further fire of it starts, the
-// one running when it was canceled runs to its end, and the record stays
-// canceled with the progress recorded before. A second cancel, or one of a
-// task that never had a backfill, finds none running.
-func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
-	c := etcdtest.Start(t)
-	log := newFireLog()
+// startHeldBackfill starts a node with a backfill of task bf's ten yearly
+// times from 2016, one at a time, and returns once its first fire started:
+// the fires wait until release is closed.
+func startHeldBackfill(t *testing.T, c *etcdtest.Cluster) (n *testNode, log *fireLog, release chan struct{}) {
+	t.Helper()
+	log = newFireLog()
 	started, release := make(chan struct{}, 16), make(chan struct{})
-	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
+	n = startNode(t, c, "", func(ctx context.Context, f Fire) error {
 		started <- struct{}{}
 		select {
 		case <-release:
@@ -286,8 +285,7 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 	}, nil)
 	reg := n.e.Registry()
 	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: no fire of its own meanwhile
-	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
-	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
+	if _, err := reg.Backfill(context.Background(), "bf", heldFrom, heldTo, 1); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -295,6 +293,20 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the backfill's first fire did not start")
 	}
+	return n, log, release
+}
+
+// The range of startHeldBackfill's backfill: ten yearly times.
+var heldFrom, heldTo = time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// A canceled backfill stops at once: no further fire of it starts, the
+// one running when it was canceled runs to its end, and the record stays
+// canceled with the progress recorded before. A second cancel, or one of a
+// task that never had a backfill, finds none running.
+func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
+	c := etcdtest.Start(t)
+	n, log, release := startHeldBackfill(t, c)
+	reg := n.e.Registry()
 	b, err := reg.CancelBackfill(context.Background(), "bf")
 	if err != nil || b.State != task.BackfillCanceled || b.Done != 0 || b.Fires != 10 {
 		t.Fatalf("CancelBackfill = %+v, %v; want canceled with 0 of 10 fires done", b, err)
@@ -303,8 +315,8 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "bf") })
 	close(release)
 	stopAndDrain(t, n)
-	if got := log.forTask("bf"); len(got) != 1 || !got[0].Equal(from) {
-		t.Errorf("the canceled backfill fired %v, want only its first fire, %s", secs(got), from.Format(time.RFC3339))
+	if got := log.forTask("bf"); len(got) != 1 || !got[0].Equal(heldFrom) {
+		t.Errorf("the canceled backfill fired %v, want only its first fire, %s", secs(got), heldFrom.Format(time.RFC3339))
 	}
 	if rec := backfillProgress(t, reg, "bf"); rec.State != task.BackfillCanceled {
 		t.Errorf("the record after the runner stopped: %+v, want it canceled", rec)
@@ -516,31 +528,16 @@ func TestEngine_BackfillGoesOnAfterAProgressWriteWhoseAnswerWasLost(t *testing.T
 // second until its partition's release.
 func TestEngine_BackfillOfATaskGoneUnseenStops(t *testing.T) {
 	c := etcdtest.Start(t)
-	log := newFireLog()
-	started, release := make(chan struct{}, 16), make(chan struct{})
-	n := startNode(t, c, "", func(ctx context.Context, f Fire) error {
-		started <- struct{}{}
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return log.handler(ctx, f)
-	}, nil)
+	n, log, release := startHeldBackfill(t, c)
 	reg := n.e.Registry()
-	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: no fire of its own meanwhile
-	from, to := time.Date(2016, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)
-	if _, err := reg.Backfill(context.Background(), "bf", from, to, 1); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the backfill's first fire did not start")
-	}
 	key := fmt.Sprintf("%s/tasks/%05d/bf", DefaultPrefix, reg.Partition("bf"))
 	if resp, err := c.Client.Delete(context.Background(), key); err != nil || resp.Deleted != 1 {
 		t.Fatalf("deleting %s: %v, %v", key, resp, err)
 	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		_, held := n.e.TaskState(context.Background(), "bf")
+		return !held
+	})
 	close(release)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !backfillRunning(n, "bf") })
 	stopAndDrain(t, n)
