@@ -372,8 +372,7 @@ func (l *loop) firstAfter(r *record, w int64) int64 {
 
 func (l *loop) releaseRetry(slot uint32) {
 	rs := l.retries[slot]
-	l.rfree = append(l.rfree, slot)
-	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
+	l.freeRetry(slot)
 	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
@@ -462,6 +461,12 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 	}
 	// Between half and all of the backoff, so that failed fires spread.
 	wait := backoff/2 + rand.N(backoff/2+1)
+	l.waitRetry(i, r, sched, attempt, l.cfg.Clock.Now().UnixNano()+int64(wait), over, bf)
+}
+
+// waitRetry puts attempt attempt of record i's fire at sched in the wheel
+// until due.
+func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) {
 	var slot uint32
 	if n := len(l.rfree); n > 0 {
 		slot = l.rfree[n-1]
@@ -470,7 +475,14 @@ func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt ui
 		slot = uint32(len(l.retries))
 		l.retries = append(l.retries, retryState{})
 	}
-	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, attempt: attempt, over: over, bf: bf}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, over: over, bf: bf}
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
-	l.wheel.Schedule(retryBase+slot, l.cfg.Clock.Now().UnixNano()+int64(wait))
+	l.wheel.Schedule(retryBase+slot, due)
+}
+
+// freeRetry frees a retry's slot, due or handed over.
+func (l *loop) freeRetry(slot uint32) {
+	l.retries[slot] = retryState{}
+	l.rfree = append(l.rfree, slot)
+	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 }

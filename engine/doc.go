@@ -91,9 +91,9 @@
 // because the engine does better takes its case off this list.
 //
 //   - Retries are attempts of a fire that already started: a retry waiting
-//     in the wheel when its node crashes, or when its partition is handed
-//     over, is not run by the next owner
-//     (TestEngine_WaitingRetryIsNotHandedOver).
+//     in the wheel when its node crashes is not run by the next owner
+//     (TestEngine_WaitingRetryAtAHandOver/crash). A graceful hand-over
+//     passes it on.
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).

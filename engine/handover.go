@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 	"github.com/shardcron/shardcron/timerwheel"
 )
 
@@ -69,7 +70,7 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	pending []pendingFire
-	lost    int // backfills' fires no checkpoint could list (list, shedPending), not yet logged
+	lost    int // backfills' fires and retries no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
 	// misfire's catch-up fire), each with that fire's scheduled time: the
 	// next owner resumes each after it.
@@ -152,6 +153,11 @@ type pendingFire struct {
 	ID       string    `json:"id"`
 	At       time.Time `json:"at"`
 	Backfill bool      `json:"backfill,omitempty"` // run whatever its age: a backfill's fires are old
+	// A retry (Attempt 2 or more) waits for its backoff until Due, and
+	// sends its trigger's override, as it would have here.
+	Attempt  uint16         `json:"attempt,omitempty"`
+	Due      time.Time      `json:"due,omitzero"`
+	Override *task.Override `json:"override,omitempty"`
 }
 
 // handedFire is the fire of task id at sched (unix ns), of a kind
@@ -160,11 +166,19 @@ func handedFire(id string, sched int64, kind uint8) pendingFire {
 	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: kind == kindBackfill}
 }
 
+// handedRetry is attempt attempt of task id's fire at sched, due at due,
+// handed over unrun.
+func handedRetry(id string, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) pendingFire {
+	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil,
+		Attempt: attempt, Due: time.Unix(0, due).UTC(), Override: over}
+}
+
 // scheduled reports whether f is a fire of its task's schedule, which the
 // next owner fires again when the mark is before it. A backfill's is not:
 // its backfill's progress is past it, and it is old, so that a mark moved
 // before it would have every task of the partition fire again from then.
-func (f pendingFire) scheduled() bool { return !f.Backfill }
+// Nor is a retry: its first attempt ran.
+func (f pendingFire) scheduled() bool { return !f.Backfill && f.Attempt == 0 }
 
 // maxHandOver bounds the fires one checkpoint lists; past it, the mark
 // stops before the rest, which the next owner then fires with everything
@@ -310,6 +324,17 @@ func (l *loop) releaseParts(parts []int) release {
 			out[int(r.part)].list(handedFire(l.tab.id(r), w.at, w.kind), w.at+l.delay(r, w.at))
 		}
 	}
+	// Retries waiting for their backoff go with their partition.
+	for slot := range l.retries {
+		rs := &l.retries[slot]
+		r := l.tab.rec(rs.rec)
+		if rs.due == 0 || r.flags&flagLive == 0 || r.gen != rs.gen || out[int(r.part)] == nil {
+			continue
+		}
+		out[int(r.part)].list(handedRetry(l.tab.id(r), rs.sched, rs.attempt, rs.due, rs.over, rs.bf), rs.due)
+		l.wheel.Cancel(retryBase + uint32(slot))
+		l.freeRetry(uint32(slot))
+	}
 	l.early = slices.DeleteFunc(l.early, func(t triggerFire) bool {
 		if out[t.part] == nil {
 			return false
@@ -347,10 +372,10 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		if h == nil {
 			return false
 		}
-		// A retry's fire was taken before: it ends here. A trigger's key
-		// stays for the next owner.
+		// A trigger's key stays for the next owner.
 		switch j.kind {
 		case kindRetry:
+			h.list(handedRetry(j.id, j.sched, j.attempt, j.due, j.over, j.bf), j.due)
 		case kindTrigger:
 			l.forgetTrigger(j.triggerKey())
 		default:
@@ -381,6 +406,16 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		}
 		prof := l.profs.list[r.prof]
 		at := f.At.UnixNano()
+		if f.Attempt > 0 {
+			// A retry: it waits here until it is due, as it would have
+			// there.
+			var bf *backfillRun
+			if f.Backfill {
+				bf = c.bfs[f.ID]
+			}
+			l.waitRetry(i, r, at, f.Attempt, f.Due.UnixNano(), f.Override, bf)
+			continue
+		}
 		if f.Backfill {
 			// Its backfill's progress is past it; still the backfill's
 			// fire: its retries run while the task is paused, until the
@@ -625,7 +660,7 @@ func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte
 		h := hand[p]
 		cps[p] = h.encode(e.cfg.NodeID)
 		if h.lost > 0 {
-			e.log.Error("a hand-over cannot list every backfill's fire handed over unrun; these are lost",
+			e.log.Error("a hand-over cannot list every backfill's fire and retry handed over unrun; these are lost",
 				"partition", p, "lost", h.lost, "listed", len(h.pending))
 			h.lost = 0
 		}

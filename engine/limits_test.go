@@ -212,12 +212,13 @@ func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
 	etcdtest.WaitFor(t, 10*time.Second, n.e.Fenced)
 }
 
-// A retry waits in its node's wheel, not in etcd: when the node crashes,
-// or hands the partition over gracefully, the next owner knows nothing of
-// it and the fire gets no further attempt. Here attempt 1 of a triggered
-// fire fails on node-a with a retry due 5-10 s later; node-b takes the
-// partition and runs the schedule 20 s on, and attempt 2 never runs.
-func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
+// A retry waits in its node's wheel, not in etcd. A graceful hand-over
+// lists it in the released checkpoint, and the next owner runs it when it
+// is due, with its attempt number and its trigger's override; a crash
+// loses it. Here attempt 1 of a triggered fire fails on node-a with a
+// retry due 5-10 s later, node-b takes the partition, and the clock moves
+// 20 s on, then 20 s more.
+func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 	for _, how := range []string{"graceful", "crash"} {
 		t.Run(how, func(t *testing.T) {
 			c, clock := limitsStart(t)
@@ -235,7 +236,8 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 			flaky.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
 			putTask(t, a.e.Registry(), flaky)
 			putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
-			if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+			payload := json.RawMessage(`{"override":1}`)
+			if _, err := a.e.Registry().TriggerWith(context.Background(), "flaky", &task.Override{Payload: payload}); err != nil {
 				t.Fatal(err)
 			}
 			// The failure is applied: the retry waits in node-a's wheel.
@@ -258,16 +260,27 @@ func TestEngine_WaitingRetryIsNotHandedOver(t *testing.T) {
 				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
 			}
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
-			clock.Advance(20 * time.Second) // past the retry's time
-			etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(20)) })
+			for _, s := range []int{20, 40} { // past the retry's time, then its next's
+				clock.Advance(20 * time.Second)
+				etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
+			}
 			a.stop(t)
 			b.stop(t)
 			calls := log.of("flaky")
-			if len(calls) != 1 || calls[0].Attempt != 1 || calls[0].Node != "node-a" {
-				for _, c := range calls {
-					t.Logf("flaky: attempt %d of %s on %s", c.Attempt, c.ScheduledAt.Format(time.TimeOnly), c.Node)
+			want := []string{"1 on node-a", "2 on node-b", "3 on node-b"}
+			if how == "crash" {
+				want = want[:1]
+			}
+			var got []string
+			for _, c := range calls {
+				got = append(got, fmt.Sprintf("%d on %s", c.Attempt, c.Node))
+				if !c.ScheduledAt.Equal(calls[0].ScheduledAt) || string(c.Payload) != string(payload) {
+					t.Errorf("attempt %d of flaky: fire of %s with payload %s, want the triggered fire's (%s, %s)",
+						c.Attempt, c.ScheduledAt.Format(time.TimeOnly), c.Payload, calls[0].ScheduledAt.Format(time.TimeOnly), payload)
 				}
-				t.Errorf("flaky ran %d attempts, want only attempt 1 on node-a: the waiting retry was handed over", len(calls))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("flaky ran attempts %v, want %v", got, want)
 			}
 		})
 	}
@@ -1051,5 +1064,83 @@ func TestHandOver_DropsTheLatestScheduledFires(t *testing.T) {
 	if h.mark != late.UnixNano()-1 || len(h.pending) != 1 || h.pending[0].ID != "early" {
 		t.Errorf("over the bytes: mark %s, kept %v; want the mark before %s, early kept",
 			time.Unix(0, h.mark).UTC().Format(time.StampMilli), h.pending, late.Format(time.StampMilli))
+	}
+}
+
+// Retries of a released partition go to its next owner, as the released
+// checkpoint lists them: one waiting for its backoff runs when it was
+// due, one queued when the drain ended runs at once, each with its attempt
+// number and its trigger's override.
+func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.maxAttempts = "noop/retry3", 3
+	over := &task.Override{Payload: json.RawMessage(`{"n":1}`)}
+	retries := []pendingFire{
+		{ID: "waiting", At: at.Add(-time.Minute), Attempt: 2, Due: at.Add(30 * time.Second), Override: over},
+		{ID: "queued", At: at.Add(-time.Minute), Attempt: 3, Due: at},
+	}
+	load := func() *testLoop {
+		tl := newTestLoop(t, at, nil)
+		tl.add(t, 0, at, prof, "0 0 0 1 1 *", "waiting", "queued")
+		tl.handle(&takeOverCmd{part: 0, fires: retries})
+		tl.dispatchAll()
+		return tl
+	}
+	// queued returns the loop's queued jobs as "id attempt override".
+	queued := func(tl *testLoop) []string {
+		var out []string
+		tl.pool.mu.Lock()
+		defer tl.pool.mu.Unlock()
+		for i := range tl.pool.queued() {
+			j := tl.pool.at(i)
+			o := "none"
+			if j.over != nil {
+				o = string(j.over.Payload)
+			}
+			out = append(out, fmt.Sprintf("%s@%d attempt %d override %s", j.id, j.sched/int64(time.Millisecond), j.attempt, o))
+		}
+		return out
+	}
+	sched := at.Add(-time.Minute).UnixMilli()
+	wantQueued := fmt.Sprintf("queued@%d attempt 3 override none", sched)
+	wantWaiting := fmt.Sprintf(`waiting@%d attempt 2 override {"n":1}`, sched)
+
+	a := load()
+	if got := queued(a); !slices.Equal(got, []string{wantQueued}) {
+		t.Fatalf("the first owner queued %v, want %v", got, wantQueued)
+	}
+	rel := a.releaseNow(0)
+	a.handOverQueued(rel.hand) // the workers did not take the queued retry in time
+	if n := a.retrying.Load(); n != 0 {
+		t.Errorf("%d retries still wait in the released owner's wheel", n)
+	}
+	cp := rel.hand[0].encode("a")
+	var back checkpoint
+	if err := json.Unmarshal(cp, &back); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(back.Pending, func(x, y pendingFire) int { return strings.Compare(y.ID, x.ID) })
+	if len(back.Pending) != 2 || back.Pending[0].Due != retries[0].Due || back.Pending[0].Attempt != 2 ||
+		back.Pending[1].Attempt != 3 || back.Pending[1].Due.After(at) {
+		t.Fatalf("the released checkpoint lists %s, want both retries", cp)
+	}
+
+	b := newTestLoop(t, at, nil)
+	b.add(t, 0, at, prof, "0 0 0 1 1 *", "waiting", "queued")
+	b.handle(&takeOverCmd{part: 0, fires: back.Pending})
+	b.dispatchAll()
+	if got := queued(b); !slices.Equal(got, []string{wantQueued}) {
+		t.Errorf("the next owner queued %v at once, want %v", got, wantQueued)
+	}
+	b.clock.Advance(29 * time.Second)
+	b.dispatchAll()
+	if got := queued(b); len(got) != 1 {
+		t.Errorf("the next owner queued %v before the waiting retry was due", got)
+	}
+	b.clock.Advance(time.Second)
+	b.dispatchAll()
+	if got := queued(b); !slices.Equal(got, []string{wantQueued, wantWaiting}) {
+		t.Errorf("the next owner queued %v once the waiting retry was due, want %v", got, []string{wantQueued, wantWaiting})
 	}
 }

@@ -96,6 +96,7 @@ type partState struct {
 type retryState struct {
 	rec, gen uint32
 	sched    int64
+	due      int64 // 0: the slot is free
 	attempt  uint16
 	over     *task.Override // a trigger's override: its retries send it too
 	bf       *backfillRun   // the fire's backfill, told when its last attempt ends
