@@ -561,8 +561,8 @@ func (d *objDecoder) strMap(name string, dst *map[string]string) {
 	}
 	out := make(map[string]string, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		var v string
-		if err := unmarshal(m[k], &v); err != nil {
+		v, ok := stringOf(m[k])
+		if !ok {
 			d.fail(name+"."+k, "want a string, got %s", jsonKind(m[k]))
 			return
 		}
@@ -581,12 +581,26 @@ func (d *objDecoder) strSlice(name string, dst *[]string) {
 	}
 	out := make([]string, len(a))
 	for i, r := range a {
-		if err := unmarshal(r, &out[i]); err != nil {
+		v, ok := stringOf(r)
+		if !ok {
 			d.fail(fmt.Sprintf("%s[%d]", name, i), "want a string, got %s", jsonKind(r))
 			return
 		}
+		out[i] = v
 	}
 	*dst = out
+}
+
+// stringOf decodes an element of an object or array of strings. null is
+// no string there: leaving a field out is what null means for a field,
+// but an element cannot be left out, and taken as "" it would run an exec
+// command with an empty argument or send an empty header.
+func stringOf(r json.RawMessage) (string, bool) {
+	var v string
+	if string(r) == "null" || unmarshal(r, &v) != nil {
+		return "", false
+	}
+	return v, true
 }
 
 // attempts decodes retry.max_attempts; an explicit 0 is refused, since it

@@ -325,6 +325,13 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"paused not bool", with(`"paused": "yes"`), "paused", "want true or false, got a string"},
 		{"labels not object", with(`"labels": ["a"]`), "labels", "want an object of strings, got an array"},
 		{"label value not string", with(`"labels": {"team": 7}`), "labels.team", "want a string, got 7"},
+		// null inside an object or array of strings is no string: taken as "", it
+		// ran exec commands with an empty argument and sent empty headers.
+		{"label value null", with(`"labels": {"team": null}`), "labels.team", "want a string, got null"},
+		{"http header null", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "http", "url": "http://x/", "headers": {"X": null}}}`, "executor.headers.X", "want a string, got null"},
+		{"exec command element null", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "exec", "command": ["ls", null]}}`, "executor.command[1]", "want a string, got null"},
+		{"exec env null", `{"id": "a", "schedule": "* * * * *", "executor": {"type": "exec", "command": ["ls"], "env": {"A": null}}}`, "executor.env.A", "want a string, got null"},
+		{"on_success element null", with(`"on_success": [null]`), "on_success[0]", "want a string, got null"},
 		{"label key charset", with(`"labels": {"te am": "x"}`), "labels", `key "te am"`},
 		{"label key empty", with(`"labels": {"": "x"}`), "labels", `key ""`},
 		{"label key too long", with(`"labels": {"` + strings.Repeat("k", 64) + `": "x"}`), "labels", "want 1-63 bytes"},
