@@ -17,8 +17,13 @@ import (
 // Unknown fields, a field given twice (`{"dry_run": true, "dry_run":
 // false}` must not act as one of them at random) and values of the wrong
 // type are refused with the field named in the JSON's terms, not Go's.
+//
+// A string given as null inside one of the body's fields (a label's value,
+// an id of a list) is refused too, as in a task: decoded as "", a selector
+// {"labels": {"team": null}} chose the tasks whose team label is empty. A
+// field of the body itself given as null is left out, as in a task.
 func decodeObject(b []byte, dst any) error {
-	err := jsonv2.Unmarshal(b, dst, jsonv2.RejectUnknownMembers(true))
+	err := jsonv2.Unmarshal(b, dst, jsonv2.RejectUnknownMembers(true), nullElements)
 	var se *jsonv2.SemanticError
 	var sy *jsontext.SyntacticError
 	switch {
@@ -30,6 +35,8 @@ func decodeObject(b []byte, dst any) error {
 		return fmt.Errorf("malformed JSON at byte %d: %v", sy.ByteOffset, sy.Err)
 	case !errors.As(err, &se):
 		return err
+	case errors.Is(se.Err, errNullElement):
+		return fmt.Errorf("%s: want a string, got null", jsonField(se.JSONPointer))
 	case errors.Is(se.Err, jsonv2.ErrUnknownName):
 		return fmt.Errorf("%s: unknown field", jsonField(se.JSONPointer))
 	case errors.Is(se.Err, strconv.ErrRange):
@@ -41,6 +48,18 @@ func decodeObject(b []byte, dst any) error {
 	}
 	return fmt.Errorf("%s: %v", jsonField(se.JSONPointer), se.Err)
 }
+
+// errNullElement is nullElements' refusal.
+var errNullElement = errors.New("null in a string's place")
+
+// nullElements refuses null for a string below the body's own fields:
+// their elements cannot be left out, so null there is no string.
+var nullElements = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *string) error {
+	if dec.StackDepth() > 1 && dec.PeekKind() == 'n' {
+		return errNullElement
+	}
+	return jsonv2.SkipFunc
+}))
 
 // jsonField names the field at p, "labels.team"; the body itself at the
 // top.

@@ -300,6 +300,16 @@ func TestDecodeObject(t *testing.T) {
 		{`{} {}`, &task.Selector{}, "malformed JSON at byte"},
 		{`{"body": 5}`, &task.Override{}, "body: want a string, got a number"},
 		{`{"payload": {"n": 1}}`, &task.Override{}, ""},
+		// null in a string's place inside the body's fields is no string:
+		// decoded as "", a selector with {"team": null} chose the tasks
+		// whose team label is empty. A field of the body itself given as
+		// null is left out, as in a task.
+		{`{"labels": {"team": null}}`, &task.Selector{}, "labels.team: want a string, got null"},
+		{`{"ids": ["a", null]}`, &client.StatesRequest{}, "ids.1: want a string, got null"},
+		{`{"note": null}`, &struct {
+			Note string `json:"note"`
+		}{}, ""},
+		{`{"payload": {"n": null}}`, &task.Override{}, ""},
 		{`{"from": "yesterday", "to": "2026-01-02T00:00:00Z"}`, &client.BackfillRequest{}, "from: want an RFC 3339 time such as 2026-01-02T15:04:05Z"},
 		{`{"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "concurrency": 1.5}`, &client.BackfillRequest{}, "concurrency: want a whole number"},
 		{`{"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "concurrency": 99999999999999999999}`, &client.BackfillRequest{}, "concurrency: 99999999999999999999 is out of range"},
