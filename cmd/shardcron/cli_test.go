@@ -463,6 +463,14 @@ func TestRuntimeErrors_ExitOne(t *testing.T) {
 		r = cli(`{"id":`, "task", "put", "--server", dead, "-f", "-")
 		wantCLI(t, r, 1, nil, []string{"shardcron: stdin: malformed JSON at byte"})
 	})
+	// A JSON Lines file of several tasks was "malformed JSON at byte 21:
+	// invalid character '{' after top-level value".
+	t.Run("file of JSON Lines", func(t *testing.T) {
+		r := cli("{\"id\":\"a\"}\n{\"id\":\"b\"}\n", "task", "put", "--server", dead, "-f", "-")
+		wantCLI(t, r, 1, nil, []string{"shardcron: stdin: not a task: more than one JSON value, want one JSON object (shardcron import takes many"})
+		r = cli(`{"id":"a"} x`, "task", "put", "--server", dead, "-f", "-")
+		wantCLI(t, r, 1, nil, []string{"shardcron: stdin: malformed JSON at byte 12"})
+	})
 	t.Run("import of a directory", func(t *testing.T) {
 		dir := t.TempDir()
 		r := cli("", "import", "--server", dead, dir)

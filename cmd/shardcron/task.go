@@ -561,9 +561,12 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
 		var se *json.SyntaxError
-		if errors.As(err, &se) {
+		switch {
+		case jsonValues(data) > 1:
+			fmt.Fprintf(c.stderr, "shardcron: %s: not a task: more than one JSON value, want one JSON object (shardcron import takes many tasks, one a line)\n", name)
+		case errors.As(err, &se):
 			fmt.Fprintf(c.stderr, "shardcron: %s: malformed JSON at byte %d: %v\n", name, se.Offset, err)
-		} else {
+		default:
 			fmt.Fprintf(c.stderr, "shardcron: %s: not a task: want one JSON object (shardcron import takes many tasks, one a line)\n", name)
 		}
 		return exitError
@@ -595,6 +598,23 @@ func putFromFile(c *command, cf *clientFlags, file string, o client.PutOptions, 
 			fmt.Sprintf("version %d is not the task's: it changed since it was read, or is gone (get it again, or put with --force to overwrite)", ifMatch))
 	}
 	return printPut(c, cf, got)
+}
+
+// jsonValues counts the JSON values in data, one after the other (JSON
+// Lines), or returns 0 when data is not such a sequence.
+func jsonValues(data []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for {
+		var v json.RawMessage
+		switch err := dec.Decode(&v); {
+		case errors.Is(err, io.EOF):
+			return n
+		case err != nil:
+			return 0
+		}
+		n++
+	}
 }
 
 // readFileLimited reads at most limit bytes of a file: enough to tell that
