@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/shardcron/shardcron/engine"
 	"github.com/shardcron/shardcron/registry"
@@ -51,7 +52,14 @@ var errTooBig = errors.New("request body too big")
 // gets the answer at once, instead of sending a body that the server,
 // having read its limit and answered, cuts off with a reset (which curl
 // reports rather than the answer).
+//
+// A body with a Content-Encoding (gzip, say) is refused: the node reads
+// bodies as they are sent, and read as JSON a compressed one was "not
+// valid UTF-8" at best.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, fmt.Errorf("Content-Encoding %q is not supported: send the body uncompressed", ce)
+	}
 	if r.ContentLength > limit {
 		return nil, errTooBig
 	}

@@ -379,3 +379,34 @@ func TestFillMember_Leaving(t *testing.T) {
 		t.Errorf("fillMember: %+v, want %+v", n, want)
 	}
 }
+
+// TestReadBodyOr_RefusesAContentEncoding: a compressed body is refused
+// with a 400 that says why. It was read as it came: a gzipped task was
+// "task JSON is not valid UTF-8", and a gzipped batch a 200 with an error
+// for each "line" of the compressed bytes.
+func TestReadBodyOr_RefusesAContentEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		encoding string
+		status   int
+	}{
+		{"", http.StatusOK},
+		{"identity", http.StatusOK},
+		{"gzip", http.StatusBadRequest},
+		{"br", http.StatusBadRequest},
+	} {
+		r := httptest.NewRequest("PUT", "/v1/tasks/a", strings.NewReader(`{}`))
+		if tc.encoding != "" {
+			r.Header.Set("Content-Encoding", tc.encoding)
+		}
+		w := httptest.NewRecorder()
+		if _, ok := readBodyOr(w, r, 1024, "too big"); ok {
+			w.WriteHeader(http.StatusOK)
+		}
+		if w.Code != tc.status {
+			t.Errorf("Content-Encoding %q: status %d, want %d: %s", tc.encoding, w.Code, tc.status, w.Body)
+		}
+		if want := `Content-Encoding \"` + tc.encoding + `\" is not supported: send the body uncompressed`; tc.status != http.StatusOK && !strings.Contains(w.Body.String(), want) {
+			t.Errorf("Content-Encoding %q: %s, want %q", tc.encoding, w.Body, want)
+		}
+	}
+}
