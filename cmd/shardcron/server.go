@@ -875,7 +875,14 @@ func checkEndpoints(v string) error {
 			switch scheme {
 			case "http", "https":
 				u, err := url.Parse(ep)
-				if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+				switch {
+				case err == nil && u.User != nil:
+					// The etcd client ignores them, and the endpoint is
+					// printed in errors: the password must not be.
+					return fmt.Errorf("--etcd: %q holds a user and password: give them with --etcd-user and --etcd-password-file", u.Redacted())
+				case err != nil && strings.Contains(ep, "@"):
+					return fmt.Errorf("--etcd: an endpoint with a user and password (%s://…@…) is not a valid URL: give them with --etcd-user and --etcd-password-file", scheme)
+				case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 					return fmt.Errorf("--etcd: %q is not an endpoint such as http://127.0.0.1:2379", ep)
 				}
 				hostPort = u.Host

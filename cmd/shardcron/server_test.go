@@ -840,9 +840,19 @@ func TestCheckEndpoints(t *testing.T) {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{",", "unix:", "unix://", "http://", "http://a", "ftp://a:1", "a", "a:0", "a:65536", ":2379", "http://a:1/path"} {
+	for _, bad := range []string{",", "unix:", "unix://", "http://", "http://a", "ftp://a:1", "a", "a:0", "a:65536", ":2379", "http://a:1/path",
+		"http://a:1?x=1", "http://a:1#x"} {
 		if err := checkEndpoints(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+	// A user and password in an endpoint were taken, then ignored by the
+	// etcd client, and the password printed in the error of a node that
+	// could not reach etcd: they are refused, without the password.
+	for _, bad := range []string{"http://root:s3cret@a:2379", "https://root:s3cret@a:2379/path", "http://root:s3cret@a:2379/%zz"} {
+		err := checkEndpoints(bad)
+		if err == nil || !strings.Contains(err.Error(), "--etcd-user") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v, want an error naming --etcd-user, without the password", bad, err)
 		}
 	}
 }
