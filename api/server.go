@@ -348,7 +348,36 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if err := checkConditions(pattern, req.Header); err != nil {
+		writeError(sw, http.StatusBadRequest, "%v", err)
+		return
+	}
 	s.mux.ServeHTTP(sw, req)
+}
+
+// ifMatchRoutes are the routes that check If-Match (a task's version).
+var ifMatchRoutes = []string{"PUT /v1/tasks/{id}", "DELETE /v1/tasks/{id}"}
+
+// checkConditions refuses a write under /v1 with a condition its route
+// does not check: If-Match but on ifMatchRoutes, If-None-Match and
+// If-Unmodified-Since on any. Ignored, they made a write its writer had
+// bound to a condition (If-None-Match: * to create only) an unconditional
+// one. Reads are not checked: a cache may add its conditions, and the
+// answer in full is correct for them.
+func checkConditions(pattern string, h http.Header) error {
+	if !strings.Contains(pattern, " /v1/") || strings.HasPrefix(pattern, "GET ") {
+		return nil
+	}
+	for _, name := range []string{"If-Match", "If-None-Match", "If-Unmodified-Since"} {
+		if _, ok := h[name]; !ok || name == "If-Match" && slices.Contains(ifMatchRoutes, pattern) {
+			continue
+		}
+		if name == "If-Match" {
+			return fmt.Errorf("%s: %s does not check it (only PUT and DELETE /v1/tasks/{id} do); nothing was done", name, pattern)
+		}
+		return fmt.Errorf("%s: %s does not check it (a task's writes take If-Match: <version>); nothing was done", name, pattern)
+	}
+	return nil
 }
 
 // DefaultEtcdTimeout is Config.EtcdTimeout's default.

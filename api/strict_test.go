@@ -182,3 +182,45 @@ func TestServer_ExportBeginsWithItsFirstTask(t *testing.T) {
 		t.Errorf("export: status %d, flushed %v; want 200, flushed at its first task", rec.Code, rec.Flushed)
 	}
 }
+
+// TestServer_RefusesConditionsItDoesNotCheck: a write with a condition
+// its route does not check is refused and changes nothing. If-Match
+// binds a PUT and a DELETE of a task only; If-None-Match: * (create only)
+// and If-Unmodified-Since bind none. They were ignored: the PUT of a
+// "create only" replaced the task, and a pause "if at version 1" paused
+// a task at another.
+func TestServer_RefusesConditionsItDoesNotCheck(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	const def = `{"schedule":"@yearly","executor":{"type":"noop"}}`
+	if a := call(t, n.ts, "PUT", "/v1/tasks/c1", def); a.status != http.StatusOK {
+		t.Fatalf("put: %s", a)
+	}
+	stored, err := n.c.GetTask(t.Context(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, path, body, header, value, want string }{
+		{"PUT", "/v1/tasks/c1", `{"schedule":"@daily","executor":{"type":"noop"}}`, "If-None-Match", "*",
+			"If-None-Match: PUT /v1/tasks/{id} does not check it"},
+		{"DELETE", "/v1/tasks/c1", "", "If-Unmodified-Since", "Sat, 01 Jan 2000 00:00:00 GMT",
+			"If-Unmodified-Since: DELETE /v1/tasks/{id} does not check it"},
+		{"POST", "/v1/tasks/c1/pause", "", "If-Match", `"1"`,
+			"If-Match: POST /v1/tasks/{id}/pause does not check it (only PUT and DELETE /v1/tasks/{id} do)"},
+		{"POST", "/v1/tasks:delete", `{"prefix":"c"}`, "If-Match", `"1"`, "If-Match: POST /v1/tasks:delete does not check it"},
+	} {
+		a := call(t, n.ts, tc.method, tc.path, tc.body, tc.header, tc.value)
+		wantError(t, a, http.StatusBadRequest, tc.want, "nothing was done")
+	}
+	got, err := n.c.GetTask(t.Context(), "c1")
+	if err != nil {
+		t.Fatalf("the task is gone: %v", err)
+	}
+	if got.Version != stored.Version || got.Paused || got.Schedule != "@yearly" {
+		t.Fatalf("refused requests changed the task: %+v, was %+v", got, stored)
+	}
+	// Reads may carry a cache's conditions: they are answered in full.
+	if a := call(t, n.ts, "GET", "/v1/tasks/c1", "", "If-None-Match", `"1"`); a.status != http.StatusOK {
+		t.Fatalf("GET with If-None-Match: %s", a)
+	}
+}
