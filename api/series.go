@@ -84,8 +84,13 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 func (s *Server) seriesHandler(w http.ResponseWriter, r *http.Request) {
 	self := client.NodeSeries{ID: s.e.NodeID(), Points: s.series.points()}
 	resp := client.SeriesResponse{IntervalMS: sampleInterval.Milliseconds(), Nodes: []client.NodeSeries{self}}
-	if r.URL.Query().Get("scope") == "self" {
+	switch scope := r.URL.Query().Get("scope"); scope {
+	case "self":
 		writeJSON(w, http.StatusOK, resp)
+		return
+	case "":
+	default:
+		writeError(w, http.StatusBadRequest, "scope: want self (this node's series) or none (every node's), got %q", scope)
 		return
 	}
 	ms, err := s.memberList(r.Context())

@@ -793,6 +793,8 @@ func TestServer_SingleNode(t *testing.T) {
 		wantError(t, call(t, ts, "GET", "/v1/tasks/q%2Ftypo", ""), http.StatusNotFound)
 		wantError(t, call(t, ts, "GET", "/v1/tasks?prefix=q/&foo=bar", ""), http.StatusBadRequest, `"foo"`)
 		wantError(t, call(t, ts, "GET", "/v1/nodes?verbose=1", ""), http.StatusBadRequest, `"verbose"`, "takes none")
+		// A scope other than self answered every node's series, as none does.
+		wantError(t, call(t, ts, "GET", "/v1/series?scope=local", ""), http.StatusBadRequest, `scope: want self (this node's series) or none (every node's), got "local"`)
 		for _, path := range []string{"/v1/tasks?prefix=q/&label=a=b&limit=5&state=1", "/v1/series?scope=self", "/healthz?x=1", "/metrics?x=1"} {
 			if a := call(t, ts, "GET", path, ""); a.status != http.StatusOK {
 				t.Errorf("GET %s: %v", path, a)
