@@ -1703,6 +1703,9 @@ func TestFlags_ValueThatDoesNotParseSaysWhatItMustBe(t *testing.T) {
 		{[]string{"task", "put", "x", "--schedule", "@every 1s", "--noop", "--task-timeout", "5"},
 			`invalid value "5" for flag -task-timeout: not a duration (e.g. 10s, 1m30s)`},
 		{[]string{"task", "list", "--limit", "abc"}, `invalid value "abc" for flag -limit: not a whole number (e.g. 1024)`},
+		// --if-match is an int64, which was left with "parse error".
+		{[]string{"task", "delete", "x", "--if-match", "abc"}, `invalid value "abc" for flag -if-match: not a whole number (e.g. 1024)`},
+		{[]string{"task", "put", "-f", "-", "--if-match", "W/1"}, `invalid value "W/1" for flag -if-match: not a whole number (e.g. 1024)`},
 		{[]string{"server", "--lead", "abc"}, `invalid value "abc" for flag -lead: not a duration (e.g. 10s, 1m30s)`},
 		{[]string{"server", "--allow-exec=maybe"}, `invalid boolean value "maybe" for -allow-exec: not a boolean`},
 	} {

@@ -288,7 +288,7 @@ func valueWanted(fl *flag.Flag, err error) string {
 		return "not a boolean (true or false, 1 or 0; empty is false)"
 	case time.Duration:
 		return "not a duration (e.g. 10s, 1m30s)"
-	case int:
+	case int, int64:
 		return "not a whole number (e.g. 1024)"
 	case float64:
 		return "not a number (e.g. 1.25)"
