@@ -279,6 +279,10 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 		{"http://127.0.0.1:18765/#", "has a fragment"},
 		{"http://admin:hunter2@127.0.0.1:18765", "holds a user name or password"},
 		{"http://admin@127.0.0.1:18765", "holds a user name or password"},
+		// A port out of range was a runtime error (exit 1) at the dial:
+		// "dial tcp: address 99999: invalid port".
+		{"127.0.0.1:99999", "port 99999 is not within 1-65535"},
+		{"https://node:0", "port 0 is not within 1-65535"},
 	} {
 		_, msg := parse("--server", tc.server)
 		if !strings.Contains(msg, "--server: ") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "hunter2") {

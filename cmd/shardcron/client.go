@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -406,6 +407,11 @@ func normalizeServer(s string) (string, error) {
 		return "", fmt.Errorf("--server: %q has a query (?...): give the node's URL alone, such as %s", s, defaultServer)
 	case u.Fragment != "" || strings.Contains(s, "#"):
 		return "", fmt.Errorf("--server: %q has a fragment (#...): give the node's URL alone, such as %s", s, defaultServer)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("--server: %q: port %s is not within 1-65535", s, p)
+		}
 	}
 	return strings.TrimRight(s, "/"), nil
 }
