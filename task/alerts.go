@@ -106,6 +106,10 @@ func decodeAlerts(d *objDecoder, t *Task) {
 		t.Notify = &Notify{}
 		var on []string
 		n.strSlice("on", &on)
+		if _, ok := n.raw("on"); ok && n.err == nil && len(on) == 0 {
+			// [] would read as "no alerts" and become the default's two.
+			n.fail("on", "empty: list the events to alert on, of failure, recovery and misfire (leave it out for the default, failure and recovery)")
+		}
 		for _, ev := range on {
 			t.Notify.On = append(t.Notify.On, NotifyEvent(ev))
 		}

@@ -37,6 +37,9 @@ func TestDecodeTask_AlertsInvalid(t *testing.T) {
 	for _, tt := range []struct{ extra, field, reason string }{
 		{`"notify": {"on": ["boom"]}`, "notify.on", `unknown event "boom"`},
 		{`"notify": {"on": ["failure", "failure"]}`, "notify.on", "listed twice"},
+		// An empty list became the default, failure and recovery: the
+		// alerts it looked to turn off.
+		{`"notify": {"on": []}`, "notify.on", "empty: list the events to alert on"},
 		{`"notify": {"on": "failure"}`, "notify.on", "want an array of strings"},
 		{`"notify": {"url": "ftp://x/"}`, "notify.url", "absolute http or https URL"},
 		{`"notify": {"url": "http://x/", "headers": {"Bad Name": "v"}}`, "notify.headers", "not a valid header name"},
