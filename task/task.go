@@ -416,8 +416,8 @@ func DecodeTask(data []byte) (*Task, error) {
 	decodeAlerts(d, &t)
 	d.strSlice("on_success", &t.OnSuccess)
 	d.strSlice("on_failure", &t.OnFailure)
-	d.instant("not_before", &t.NotBefore)
-	d.instant("not_after", &t.NotAfter)
+	d.bound("not_before", &t.NotBefore)
+	d.bound("not_after", &t.NotAfter)
 	d.maxFires("max_fires", &t.MaxFires)
 	d.boolean("delete_after_fire", &t.DeleteAfterFire)
 	// Kept by a create (an export read back: max_fires counts from it).

@@ -158,6 +158,17 @@ func (d *objDecoder) instant(name string, dst *time.Time) {
 	*dst = v
 }
 
+// bound decodes not_before or not_after. The zero time is refused: it
+// reads as no bound, so a not_after of year 1 would fire for ever.
+func (d *objDecoder) bound(name string, dst *time.Time) {
+	d.instant(name, dst)
+	if d.err == nil && dst.IsZero() {
+		if r, ok := d.raw(name); ok {
+			d.fail(name, "%s is the zero time, which reads as no time: leave the field out for none", r)
+		}
+	}
+}
+
 // maxFires decodes max_fires; an explicit 0 is refused, since it would
 // silently mean no limit.
 func (d *objDecoder) maxFires(name string, dst *int) {

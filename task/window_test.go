@@ -28,6 +28,12 @@ func TestDecodeTask_Window(t *testing.T) {
 			"schedule: 2026-01-01T00:00:00Z is outside not_before and not_after: the task would never fire"},
 		{"not a time", `"schedule": "@hourly", "not_before": "tomorrow"`, `not_before: "tomorrow" is not an RFC 3339 time such as "2027-01-01T00:00:00Z"`},
 		{"not a string", `"schedule": "@hourly", "not_after": 12`, `not_after: want an RFC 3339 time such as "2027-01-01T00:00:00Z", got 12`},
+		// The zero time read as no bound: a not_after of year 1 fired for
+		// ever, a not_before of year 1 counted max_fires from created_at.
+		{"not_after the zero time", `"schedule": "@hourly", "not_after": "0001-01-01T00:00:00Z"`,
+			`not_after: "0001-01-01T00:00:00Z" is the zero time, which reads as no time: leave the field out for none`},
+		{"not_before the zero time", `"schedule": "@hourly", "not_before": "0001-01-01T01:00:00+01:00", "max_fires": 3`,
+			`not_before: "0001-01-01T01:00:00+01:00" is the zero time, which reads as no time: leave the field out for none`},
 		{"max_fires 0", `"schedule": "@hourly", "max_fires": 0`, "max_fires: 0 is not within 1-10000 (leave it out for no limit)"},
 		{"max_fires negative", `"schedule": "@hourly", "max_fires": -2`, "max_fires: -2 is not within 1-10000 (leave it out for no limit)"},
 		{"max_fires too many", `"schedule": "@hourly", "max_fires": 10001`, "max_fires: 10001 is not within 1-10000 (leave it out for no limit)"},
