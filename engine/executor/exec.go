@@ -81,6 +81,9 @@ func baseEnv(spec ExecSpec) []string {
 	return env
 }
 
+// fireVars are the variables fireEnv sets for every fire.
+var fireVars = []string{EnvIdempotencyKey, EnvTask, EnvScheduledAt, EnvAttempt, EnvNode, EnvFence}
+
 // fireEnv returns base followed by the fire's variables. Later entries win
 // in os/exec, so the task cannot override ours.
 func fireEnv(base []string, f *Fire) []string {

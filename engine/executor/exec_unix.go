@@ -33,7 +33,7 @@ type execExec struct {
 // variable name is an error wrapping ErrInvalidSpec. Whether argv[0] exists
 // is checked at each fire, since it may be installed later.
 func NewExec(spec ExecSpec) (Executor, error) {
-	if err := spec.Check(); err != nil {
+	if err := spec.check(false); err != nil {
 		return nil, err
 	}
 	if err := spec.Allow.CheckCommand(spec.Command[0]); err != nil {

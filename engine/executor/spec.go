@@ -88,8 +88,15 @@ func (s HTTPSpec) check(strict bool) error {
 // violation as a *FieldError: a command of at least argv[0], no NUL byte in
 // an argument, variable names non-empty without '=' or NUL, values without
 // NUL. These are what the kernel or os/exec would refuse at each fire. The
-// allow-list is not consulted: it is the node's, not the task's.
-func (s ExecSpec) Check() error {
+// allow-list is not consulted: it is the node's, not the task's. A
+// variable the executor sets itself (SHARDCRON_TASK, ...) is refused too:
+// the fire's value would replace the task's.
+func (s ExecSpec) Check() error { return s.check(true) }
+
+// check is Check; NewExec passes strict false, letting a task stored
+// before the executor's own variables were refused build and fire (with
+// the fire's values).
+func (s ExecSpec) check(strict bool) error {
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return fieldError("command", "required for executor type exec: the argv to run, e.g. [\"/usr/bin/backup\", \"--full\"]")
 	}
@@ -104,6 +111,9 @@ func (s ExecSpec) Check() error {
 		}
 		if strings.IndexByte(s.Env[k], 0) >= 0 {
 			return fieldError("env", "value of %q contains a NUL byte", k)
+		}
+		if strict && slices.Contains(fireVars, k) {
+			return fieldError("env", "%q is set by the executor itself", k)
 		}
 	}
 	return nil

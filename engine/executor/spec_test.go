@@ -23,6 +23,8 @@ func TestSpec_Check(t *testing.T) {
 		{"exec NUL arg", ExecSpec{Command: []string{"/bin/echo", "a\x00"}}.Check, "command"},
 		{"exec bad env name", ExecSpec{Command: []string{"/bin/true"}, Env: map[string]string{"A=B": ""}}.Check, "env"},
 		{"exec NUL env value", ExecSpec{Command: []string{"/bin/true"}, Env: map[string]string{"A": "\x00"}}.Check, "env"},
+		// The fire's own variables come last and win: a task's was ignored.
+		{"exec reserved env", ExecSpec{Command: []string{"/bin/true"}, Env: map[string]string{EnvTask: "x"}}.Check, "env"},
 		{"handler ok", func() error { return CheckHandlerName("invoice") }, ""},
 		{"handler empty", func() error { return CheckHandlerName("") }, "name"},
 		{"handler control", func() error { return CheckHandlerName("a\x01") }, "name"},
@@ -55,5 +57,13 @@ func TestNewHTTP_ReplacesReservedHeaders(t *testing.T) {
 func TestErrExecDisabled_IsNotAllowed(t *testing.T) {
 	if !errors.Is(ErrExecDisabled, ErrNotAllowed) {
 		t.Fatal("ErrExecDisabled does not wrap ErrNotAllowed")
+	}
+}
+
+// TestNewExec_AcceptsReservedEnv: a task stored before Check refused the
+// fire's own variables in its env still builds (and fires, with ours).
+func TestNewExec_AcceptsReservedEnv(t *testing.T) {
+	if _, err := NewExec(ExecSpec{Command: []string{"/bin/true"}, Env: map[string]string{EnvFence: "1"}}); err != nil {
+		t.Fatalf("NewExec: %v", err)
 	}
 }
