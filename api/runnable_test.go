@@ -106,7 +106,12 @@ func TestServer_RefusesWhatAllowListsLeaveOut(t *testing.T) {
 	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), `host \"127.0.0.1\" is outside the node's http allow-list (127.0.0.2)`) {
 		t.Fatalf("http task outside every --http-allow: %v", a)
 	}
-	for _, id := range []string{"e1", "h1"} {
+	// A command of the list whose env would have it run other code.
+	a = call(t, ts, "PUT", "/v1/tasks/e3", `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/opt/jobs/backup"], "env": {"LD_PRELOAD": "/tmp/x.so"}}}`)
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "env LD_PRELOAD can make the command run code outside the node's exec allow-list (/opt/jobs)") {
+		t.Fatalf("exec task under --exec-allow with LD_PRELOAD: %v", a)
+	}
+	for _, id := range []string{"e1", "h1", "e3"} {
 		if a := call(t, ts, "GET", "/v1/tasks/"+id, ""); a.status != http.StatusNotFound {
 			t.Fatalf("a refused task was written: %v", a)
 		}

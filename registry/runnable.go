@@ -125,7 +125,11 @@ func (rs Runners) checkExecutor(t *task.Task) (warning string, err error) {
 			var why error
 			can, why = 0, nil
 			for _, a := range rs.ExecAllow {
-				if err := a.CheckCommand(t.Executor.Command[0]); err != nil {
+				err := a.CheckCommand(t.Executor.Command[0])
+				if err == nil {
+					err = a.CheckEnv(t.Executor.Env)
+				}
+				if err != nil {
 					why = err
 					continue
 				}

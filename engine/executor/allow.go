@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -102,6 +104,41 @@ func (a *PathAllow) resolve(argv0 string) (string, error) {
 
 func (a *PathAllow) refuse(p string) error {
 	return fmt.Errorf("%w: exec: command %s is outside the node's exec allow-list (%s)", ErrNotAllowed, p, a)
+}
+
+// CheckEnv refuses, with an error wrapping ErrNotAllowed, a task variable
+// that makes an allowed command run code from outside the list: PATH
+// (where an allowed script finds its own commands), the dynamic loader's
+// variables (a library preloaded into an allowed binary), and the start-up
+// hooks of the common shells and interpreters. What the list bounds is the
+// code that runs; a program of the list that reads other variables to pick
+// what it runs is for the node's operator to vet.
+func (a *PathAllow) CheckEnv(env map[string]string) error {
+	if a == nil {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if runsOtherCode(k) {
+			return fmt.Errorf("%w: exec: env %s can make the command run code outside the node's exec allow-list (%s); set it in the allowed program instead", ErrNotAllowed, k, a)
+		}
+	}
+	return nil
+}
+
+// runsOtherCode reports whether a variable of that name makes a program,
+// its dynamic loader or its interpreter load or run other code.
+func runsOtherCode(name string) bool {
+	for _, p := range []string{"LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE_", "GCONV_", "LUA_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	switch name {
+	case "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS",
+		"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LOCPATH":
+		return true
+	}
+	return false
 }
 
 // HostAllow is the allow-list of the HTTP executor: the hosts its requests

@@ -75,17 +75,16 @@ func TestHostAllow_CheckURL(t *testing.T) {
 	}
 }
 
-// TestExec_AllowRefuses: a command outside --exec-allow is refused by
-// NewExec when it is a path, and at the fire (without running) when it is
-// a name that PATH resolves outside; a script under the prefix runs.
-func TestExec_AllowRefuses(t *testing.T) {
-	dir := t.TempDir()
-	jobs := filepath.Join(dir, "jobs")
+// allowedScript makes dir/jobs/job.sh, a script that touches its first
+// argument, and the allow-list of dir/jobs.
+func allowedScript(t *testing.T) (dir, jobs, script string, allow *PathAllow) {
+	t.Helper()
+	dir = t.TempDir()
+	jobs = filepath.Join(dir, "jobs")
 	if err := os.Mkdir(jobs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mark := filepath.Join(dir, "ran")
-	script := filepath.Join(jobs, "job.sh")
+	script = filepath.Join(jobs, "job.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch \"$1\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +92,15 @@ func TestExec_AllowRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, jobs, script, allow
+}
+
+// TestExec_AllowRefuses: a command outside --exec-allow is refused by
+// NewExec when it is a path, and at the fire (without running) when it is
+// a name that PATH resolves outside; a script under the prefix runs.
+func TestExec_AllowRefuses(t *testing.T) {
+	dir, jobs, script, allow := allowedScript(t)
+	mark := filepath.Join(dir, "ran")
 	touch, err := exec.LookPath("touch")
 	if err != nil {
 		t.Skip("no touch command")
@@ -172,5 +180,28 @@ func TestHTTP_AllowRefuses(t *testing.T) {
 	}
 	if len(hits) != 2 {
 		t.Fatalf("%d requests reached the server, want 2", len(hits))
+	}
+}
+
+// With an exec allow-list, a task's env may not name the variables that
+// make an allowed program run other code: an allowed script's own
+// commands found through a PATH of the task's, a library preloaded, a
+// shell's or an interpreter's start-up hook. Without a list, anything
+// goes, as every command does.
+func TestExec_AllowRefusesEnvThatRunsOtherCode(t *testing.T) {
+	dir, _, script, allow := allowedScript(t)
+	evil := filepath.Join(dir, "evil")
+	for _, name := range []string{"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV",
+		"PYTHONPATH", "PYTHONSTARTUP", "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "GCONV_PATH"} {
+		_, err := NewExec(ExecSpec{Command: []string{script, filepath.Join(dir, "ran")}, Env: map[string]string{name: evil}, Allow: allow})
+		if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "env "+name) {
+			t.Errorf("NewExec with env %s under an allow-list: %v, want it refused naming it", name, err)
+		}
+		if _, err := NewExec(ExecSpec{Command: []string{script}, Env: map[string]string{name: evil}}); err != nil {
+			t.Errorf("NewExec with env %s without an allow-list: %v", name, err)
+		}
+	}
+	if _, err := NewExec(ExecSpec{Command: []string{script}, Env: map[string]string{"REPORT_DIR": evil, "LANG": "C"}, Allow: allow}); err != nil {
+		t.Errorf("NewExec with plain variables under an allow-list: %v", err)
 	}
 }

@@ -39,6 +39,9 @@ func NewExec(spec ExecSpec) (Executor, error) {
 	if err := spec.Allow.CheckCommand(spec.Command[0]); err != nil {
 		return nil, err
 	}
+	if err := spec.Allow.CheckEnv(spec.Env); err != nil {
+		return nil, err
+	}
 	return &execExec{argv: slices.Clone(spec.Command), env: baseEnv(spec), allow: spec.Allow}, nil
 }
 
