@@ -370,6 +370,9 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "pause", "--all", "--note", "x"}, []string{"--note applies to one task"}},
 		{[]string{"task", "delete", "--all", "--if-match", "3"}, []string{"--if-match applies to one task"}},
 		{[]string{"task", "delete", "a", "--if-match", "-1"}, []string{"--if-match: -1 is not a version"}},
+		// 0 given is no condition the API takes: leaving the flag out is how to ask for none.
+		{[]string{"task", "delete", "a", "--if-match", "0"}, []string{"--if-match: 0 is not a version (versions start at 1; leave the flag out for none)"}},
+		{[]string{"task", "put", "--id", "a", "--if-match", "0"}, []string{"--if-match: 0 is not a version (versions start at 1; leave the flag out for none)"}},
 		{[]string{"task", "trigger", "a", "--body", "x", "--payload", "1"}, []string{"--body (http tasks) and --payload (handler tasks) exclude each other"}},
 		{[]string{"task", "trigger", "a", "--payload", "{x"}, []string{`--payload: "{x" is not JSON`}},
 		{[]string{"task", "backfill", "a", "--to", "2026-01-01T00:00:00Z"}, []string{"missing --from"}},

@@ -251,7 +251,7 @@ func (p *putFlags) register(c *command) {
 	fs := c.fs
 	fs.StringVar(&p.file, "f", "", "read the task from `FILE` (JSON; '-' = stdin) instead of the task flags")
 	fs.StringVar(&p.file, "file", "", "alias of --f")
-	fs.Int64Var(&p.ifMatch, "if-match", 0, "replace only if the stored task has this `VERSION` (0: unconditionally; with -f, default the file's \"version\")")
+	fs.Int64Var(&p.ifMatch, "if-match", 0, "replace only if the stored task has this `VERSION` (left out: with -f the file's \"version\", else none)")
 	fs.BoolVar(&p.force, "force", false, "with -f, replace the task whatever its version (ignore the file's \"version\")")
 	fs.StringVar(&p.id, "id", "", "task `ID`: 1-256 bytes of UTF-8 (required)")
 	fs.StringVar(&p.schedule, "schedule", "", "cron `SPEC` with 5 or 6 fields, or @hourly, @every 30s, ... (required)")
@@ -432,8 +432,8 @@ func taskPut(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if p.ifMatch < 0 {
-		return c.usageError("--if-match: %d is not a version", p.ifMatch)
+	if err := checkIfMatch(p.ifMatch, set["if-match"]); err != "" {
+		return c.usageError("%s", err)
 	}
 
 	if p.force && set["if-match"] {
@@ -850,10 +850,12 @@ Examples:
 func taskDelete(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task delete", taskDeleteHelp, stdout, stderr)
 	var ifMatch int64
-	c.fs.Int64Var(&ifMatch, "if-match", 0, "delete only if the stored task has this `VERSION` (0: whatever its version)")
+	c.fs.Int64Var(&ifMatch, "if-match", 0, "delete only if the stored task has this `VERSION` (left out: whatever its version)")
 	return onTaskOrBulk(c, args, task.BulkDelete, func(ctx context.Context, cf *clientFlags, id string) int {
-		if ifMatch < 0 {
-			return c.usageError("--if-match: %d is not a version", ifMatch)
+		given := false
+		c.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "if-match" })
+		if err := checkIfMatch(ifMatch, given); err != "" {
+			return c.usageError("%s", err)
 		}
 		if err := cf.client().DeleteTaskIf(ctx, id, ifMatch); err != nil {
 			return cf.failWithHint(c, subject(id), err, http.StatusPreconditionFailed, "nothing was deleted")
@@ -867,6 +869,16 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 			return err
 		})
 	}, "if-match")
+}
+
+// checkIfMatch says what is wrong with an --if-match value, given or not:
+// versions start at 1, and the API takes no condition of 0, so a 0 given
+// (a script's empty version) must not mean "whatever the version".
+func checkIfMatch(v int64, given bool) string {
+	if v < 0 || given && v == 0 {
+		return fmt.Sprintf("--if-match: %d is not a version (versions start at 1; leave the flag out for none)", v)
+	}
+	return ""
 }
 
 const taskPauseHelp = `Usage: shardcron task pause ID [--note TEXT] [flags]
