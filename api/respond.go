@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,9 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if int64(len(body)) > limit {
 		return nil, errTooBig
 	}
-	return body, nil
+	// Editors and PowerShell on Windows begin a file with it; JSON allows
+	// a reader to ignore it.
+	return bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), nil
 }
 
 // readBodyOr is readBody answering its error itself: 413 with the message

@@ -410,3 +410,14 @@ func TestReadBodyOr_RefusesAContentEncoding(t *testing.T) {
 		}
 	}
 }
+
+// A body that begins with a UTF-8 byte order mark (what editors and
+// PowerShell on Windows write) is read without it, as JSON allows and the
+// command line's files are: it was "invalid character 'ï'".
+func TestReadBody_DropsAUTF8ByteOrderMark(t *testing.T) {
+	r := httptest.NewRequest("PUT", "/v1/tasks/a", strings.NewReader("\xef\xbb\xbf{\"id\": \"a\"}"))
+	body, err := readBody(r, 1024)
+	if err != nil || string(body) != `{"id": "a"}` {
+		t.Errorf("readBody = %q, %v; want the JSON without its byte order mark", body, err)
+	}
+}
