@@ -53,10 +53,10 @@ type Engine struct {
 	notify   *notifier // alerts and pause_on_failure (notify.go)
 
 	sess      atomic.Pointer[membership.Session]
-	startedAt time.Time                    // when Start ran, published by every session (a rejoin after a fence is not a new start)
-	acked     acked                        // the node watermark etcd last acknowledged
-	holds     *holds                       // caps the watermark written while releases are uncommitted
-	ended     atomic.Pointer[endedSession] // what the last fenced session had taken
+	startedAt time.Time                  // when Start ran, published by every session (a rejoin after a fence is not a new start)
+	acked     acked                      // the node watermark etcd last acknowledged
+	holds     *holds                     // caps the watermark written while releases are uncommitted
+	ended     atomic.Pointer[endedHands] // what fenced sessions had taken, by partition
 	ackCh     chan struct{}
 	ready     atomic.Bool
 	left      chan struct{} // closed once a leaving node handed every partition over

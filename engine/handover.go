@@ -816,7 +816,7 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 		rel.hand[p] = s.hand
 	}
 	e.pool.reset()
-	e.ended.Store(&endedSession{id: sessionID(sess), hand: rel.hand})
+	e.keepEnded(sessionID(sess), rel.hand)
 	e.holds.reset() // the session is over: it writes no watermark any more
 	for _, p := range ps {
 		e.owned[p].Store(false)
@@ -827,11 +827,29 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	e.log.Warn("dropped partitions", "count", len(ps))
 }
 
-// endedSession is what this node's last fenced session would have handed
-// over, by partition.
-type endedSession struct {
-	id   string
-	hand map[int]*handOver
+// endedHands is what this node's fenced sessions would have handed over,
+// by partition: each partition's from the last session that dropped it. A
+// session that fenced holding nothing (soon after another, etcd still out
+// of reach) leaves the earlier sessions' in place. Copied on write.
+type endedHands map[int]endedHand
+
+// endedHand is a partition's hand-over kept by the session that dropped it.
+type endedHand struct {
+	session string
+	hand    *handOver
+}
+
+// keepEnded keeps the hand-over of each partition session dropped.
+// Called only by the coordinator.
+func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
+	next := endedHands{}
+	if prev := e.ended.Load(); prev != nil {
+		maps.Copy(next, *prev)
+	}
+	for p, h := range hand {
+		next[p] = endedHand{session: session, hand: h}
+	}
+	e.ended.Store(&next)
 }
 
 // resume returns p's checkpoint as stored (nil if none) and the watermark
@@ -862,11 +880,11 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
 		return prev, w, cp.Pending, cp.After, nil
 	}
-	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == ended.id && ended.hand[p] != nil {
+	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
 		// Kept in memory, never written: bounded as a release's, since the
 		// acquire writes its lists in its checkpoint.
-		e.encodeReleased([]int{p}, ended.hand)
-		h := ended.hand[p]
+		h := (*ended)[p].hand
+		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
 		return prev, h.mark, h.pending, h.after, nil
 	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))

@@ -990,7 +990,7 @@ func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 			hand.after = append(hand.after, pendingFire{ID: id, At: base.Add(time.Second)})
 		}
 	}
-	e.ended.Store(&endedSession{id: "s1", hand: map[int]*handOver{0: hand}})
+	e.keepEnded("s1", map[int]*handOver{0: hand})
 	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
 	if _, err := cli.Put(context.Background(), e.keys.checkpoint(0), string(named)); err != nil {
 		t.Fatal(err)
@@ -1142,5 +1142,40 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 	b.dispatchAll()
 	if got := queued(b); !slices.Equal(got, []string{wantQueued, wantWaiting}) {
 		t.Errorf("the next owner queued %v once the waiting retry was due, want %v", got, []string{wantQueued, wantWaiting})
+	}
+}
+
+// A node whose fenced session is followed by a second one that fences
+// before it acquires anything (etcd still overloaded) takes the first
+// one's partitions back from the first one's hand-over: the second, which
+// held nothing, does not erase it. It did, and the partitions resumed from
+// the first session's watermark, repeating up to the lead of its fires
+// (a chaos run under a load of 20 repeated a second's burst so).
+func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	cfg := DefaultConfig("node-a").withDefaults()
+	cfg.Clock = newTestClock(base, 0)
+	e := &Engine{cfg: cfg, log: quietLogger(), cli: cli, keys: newKeys("")}
+	hand := &handOver{mark: base.UnixNano(), pending: []pendingFire{{ID: "cut", At: base}}}
+	e.keepEnded("s1", map[int]*handOver{0: hand})
+	e.keepEnded("s2", map[int]*handOver{})
+	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
+	for k, v := range map[string]string{
+		e.keys.checkpoint(0):             string(named),
+		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil),
+	} {
+		if _, err := cli.Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, resume, pending, _, err := e.resume(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resume != hand.mark || len(pending) != 1 {
+		t.Errorf("resumed after %s with %d fires pending, want after s1's mark %s with its cut fire",
+			time.Unix(0, resume).UTC().Format(time.TimeOnly), len(pending), base.Format(time.TimeOnly))
 	}
 }
