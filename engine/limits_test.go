@@ -17,6 +17,7 @@ import (
 	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The tests of this file pin down what doc.go says the engine does not
@@ -968,6 +969,16 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsBackfillFires(t *testing.T) {
 	checkNoneMissed(t, tl, cp, base, long)
 }
 
+// resumingEngine is an engine of node-a, its clock stopped at base, with
+// what resume needs: a client of a new etcd, and keys.
+func resumingEngine(t *testing.T, base time.Time) (*Engine, *clientv3.Client) {
+	t.Helper()
+	cli := etcdtest.Start(t).NewClient(t)
+	cfg := DefaultConfig("node-a").withDefaults()
+	cfg.Clock = newTestClock(base, 0)
+	return &Engine{cfg: cfg, log: quietLogger(), cli: cli, keys: newKeys("")}, cli
+}
+
 // The hand-over an ended session kept in memory (drop) is bounded as a
 // release's: when this node takes the partition again, resume returns its
 // pending and after lists, and the acquire writes them in its hold
@@ -977,11 +988,7 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsBackfillFires(t *testing.T) {
 func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 	const n = maxHandOver
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	c := etcdtest.Start(t)
-	cli := c.NewClient(t)
-	cfg := DefaultConfig("node-a").withDefaults()
-	cfg.Clock = newTestClock(base, 0)
-	e := &Engine{cfg: cfg, log: quietLogger(), cli: cli, keys: newKeys("")}
+	e, cli := resumingEngine(t, base)
 	hand := &handOver{mark: base.UnixNano()}
 	for i := range n {
 		id := strings.Repeat("&", task.MaxIDLen-5) + fmt.Sprintf("%05d", i)
@@ -1153,11 +1160,7 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 // (a chaos run under a load of 20 repeated a second's burst so).
 func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	c := etcdtest.Start(t)
-	cli := c.NewClient(t)
-	cfg := DefaultConfig("node-a").withDefaults()
-	cfg.Clock = newTestClock(base, 0)
-	e := &Engine{cfg: cfg, log: quietLogger(), cli: cli, keys: newKeys("")}
+	e, cli := resumingEngine(t, base)
 	hand := &handOver{mark: base.UnixNano(), pending: []pendingFire{{ID: "cut", At: base}}}
 	e.keepEnded("s1", map[int]*handOver{0: hand})
 	e.keepEnded("s2", map[int]*handOver{})
