@@ -287,6 +287,81 @@ func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 	}
 }
 
+// A graceful hand-over passes on the retries that wait for their backoff
+// or are queued, not the retry of an attempt still running when its
+// partition is released: the release takes the task out of the loop
+// first, so that the attempt's failure, reported after, finds no task to
+// retry (loop.complete), and the checkpoint does not list it. Under load
+// this is also an attempt queued at the release and taken by a worker
+// while the release waits for the queue (internal/clustertest's
+// TestChaos_RollingRestartHandsRetriesOver sees a few per hand-over). Here
+// attempt 1 of a triggered fire runs on node-a, held, while node-a leaves
+// gracefully; it fails once node-b owns the task, and attempt 2 never runs.
+func TestEngine_RetryOfAnAttemptRunningAtAHandOverIsLost(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	started, fail := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	failNow := func() { once.Do(func() { close(fail) }) }
+	t.Cleanup(failNow)
+	h := log.handler(func(ctx context.Context, f Fire) error {
+		if f.TaskID != "flaky" || f.Attempt != 1 {
+			return nil
+		}
+		started <- struct{}{}
+		select {
+		case <-fail:
+		case <-ctx.Done():
+		}
+		return errInjected
+	})
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.DrainTimeout = time.Minute // node-a's held attempt outlasts the hand-over
+		})
+	}
+	a := startNode(t, c, "", h, node("node-a"))
+	t.Cleanup(failNow) // again: cleanups run last first
+	// Yearly: only the trigger fires it.
+	flaky := handlerTask("flaky", "0 0 0 1 1 *")
+	flaky.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
+	putTask(t, a.e.Registry(), flaky)
+	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("attempt 1 of flaky did not start within 10s")
+	}
+
+	b := startNode(t, c, "", h, node("node-b"))
+	closed := make(chan error, 1)
+	ea := a.e
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+	failNow() // attempt 1 fails on node-a, after its release
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	a.stop(t)
+	for _, s := range []int{20, 40} { // past the retry's latest time, twice
+		clock.Advance(20 * time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
+	}
+	b.stop(t)
+	var got []string
+	for _, c := range log.of("flaky") {
+		got = append(got, fmt.Sprintf("%d on %s", c.Attempt, c.Node))
+	}
+	if want := []string{"1 on node-a"}; !slices.Equal(got, want) {
+		t.Errorf("flaky ran attempts %v, want only %v: the retry of an attempt running at a hand-over is no longer lost; "+
+			"take this case off engine/doc.go's list and docs/design.md's, and set internal/clustertest's "+
+			"retryInFlightAtReleaseIsLost to false", got, want)
+	}
+}
+
 // A buffer_one fire waiting behind a running one is in flight with it: the
 // node watermark passes it (it would otherwise hold the bounded lead, and
 // every task of the node, for as long as the running fire takes). A crash

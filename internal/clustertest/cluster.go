@@ -250,6 +250,13 @@ func (c *Cluster) putTasks() {
 			"executor": map[string]any{"type": "http", "url": c.Sink.URL + "/fire"},
 		})
 	}
+	c.PutTasks(tasks)
+}
+
+// PutTasks writes tasks (task JSON objects, docs/api.md) through a live
+// node's batch API, or fails the test.
+func (c *Cluster) PutTasks(tasks []map[string]any) {
+	c.t.Helper()
 	api := c.live()[0].API()
 	for len(tasks) > 0 {
 		chunk := tasks[:min(len(tasks), 5000)]
