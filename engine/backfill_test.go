@@ -459,6 +459,77 @@ func TestLoop_HandedOverBackfillFireRetriesAsItsBackfills(t *testing.T) {
 	}
 }
 
+// A retry of a canceled backfill's fire is handed over as a plain retry:
+// on the old owner it would have been skipped while its task is paused, as
+// any retry, and so it is on the next owner, even when that one runs the
+// handed fires' backfill as running (a new backfill replaced the canceled
+// one before the acquire, or the acquire could not read the records). It
+// was handed over flagged backfill, and the next owner ran it while the
+// task was paused.
+func TestLoop_HandedOverRetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.maxAttempts = "noop/retry3", 3
+	prof.backoff, prof.maxBackoff = 10*time.Second, 10*time.Second
+	load := func(tl *testLoop) {
+		h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "bf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}),
+			defs: []taskDef{{id: "bf", hash: xxhash.Sum64String("bf"), part: 0, sched: h, prof: prof, paused: true}}})
+	}
+	// bfsOf builds the backfills of the fires flagged backfill, as an
+	// acquire does when the task's backfill record runs.
+	bfsOf := func(fires []pendingFire) map[string]*backfillRun {
+		bfs := map[string]*backfillRun{}
+		for _, f := range fires {
+			if f.Backfill {
+				bfs[f.ID] = &backfillRun{id: f.ID, part: 0}
+			}
+		}
+		return bfs
+	}
+	a := newTestLoop(t, at, nil)
+	load(a)
+	handed := []pendingFire{{ID: "bf", At: old, Backfill: true}}
+	bfs := bfsOf(handed)
+	a.handle(&takeOverCmd{part: 0, fires: handed, bfs: bfs})
+	if got := a.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the backfill's fire", got)
+	}
+	// Its first attempt fails: the retry waits; then the backfill is
+	// canceled.
+	var done completionBatch
+	a.pool.mu.Lock()
+	j := *a.pool.at(0)
+	a.pool.mu.Unlock()
+	a.pool.reset()
+	done.add(&j, statusFailed, "boom")
+	a.complete(&done)
+	if n := a.retrying.Load(); n != 1 {
+		t.Fatalf("%d retries wait, want 1", n)
+	}
+	bfs["bf"].stopped.Store(true)
+	rel := a.releaseNow(0)
+	pending := rel.hand[0].pending
+	if len(pending) != 1 || pending[0].Attempt != 2 {
+		t.Fatalf("the release hands over %+v, want the retry", pending)
+	}
+
+	b := newTestLoop(t, at, nil)
+	load(b)
+	b.handle(&takeOverCmd{part: 0, fires: pending, bfs: bfsOf(pending)})
+	_, r, _ := b.tab.lookup("bf")
+	b.clock.Advance(time.Minute)
+	b.dispatchAll()
+	if got := b.dispatched(0); len(got) != 0 || r.skipped != 1 {
+		t.Errorf("the next owner dispatched %v and skipped %d; want the retry of the canceled backfill's fire of the paused task skipped",
+			got, r.skipped)
+	}
+}
+
 // The backfill of fires handed over is stopped by its cancel, seen by the
 // watch or read at the acquire (a canceled record), and not by a record
 // that runs.

@@ -167,9 +167,12 @@ func handedFire(id string, sched int64, kind uint8) pendingFire {
 }
 
 // handedRetry is attempt attempt of task id's fire at sched, due at due,
-// handed over unrun.
+// handed over unrun. A retry of a backfill canceled here goes as a plain
+// retry, skipped while its task is paused as it would have been here: the
+// next owner may take the task's backfill for running (a new one replaced
+// the canceled one).
 func handedRetry(id string, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) pendingFire {
-	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil,
+	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil && !bf.stopped.Load(),
 		Attempt: attempt, Due: time.Unix(0, due).UTC(), Override: over}
 }
 
