@@ -372,7 +372,9 @@ func (l *loop) flush(i uint32, r *record, mark, now int64) {
 func (l *loop) handOverQueued(hand map[int]*handOver) {
 	handed := func(j *job) bool {
 		h := hand[int(j.part)]
-		if h == nil {
+		if h == nil || j.replaced && j.kind != kindTrigger {
+			// A job a newer fire replaced (concurrency replace) stays for
+			// a worker here to cancel unrun, as without the release.
 			return false
 		}
 		// A trigger's key stays for the next owner.

@@ -1257,3 +1257,28 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 			time.Unix(0, resume).UTC().Format(time.TimeOnly), len(pending), base.Format(time.TimeOnly))
 	}
 }
+
+// A queued retry that a newer fire of a replace task replaced is canceled
+// unrun, by a worker of its owner, as it would have been without the
+// release: it is not handed over. Here the newer fire is a trigger, whose
+// key stays for the next owner; the retry was handed over, and the next
+// owner ran it before the trigger.
+func TestLoop_ReplacedQueuedRetryIsNotHandedOver(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.maxAttempts, prof.concurrency = "noop/retry3/replace", 3, task.ConcurrencyReplace
+	a := newTestLoop(t, at, nil)
+	a.add(t, 0, at, prof, "0 0 0 1 1 *", "rp")
+	a.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "rp", At: at.Add(-time.Minute), Attempt: 2, Due: at}}})
+	a.dispatchAll()
+	a.trigger(0, "rp", at)
+	a.dispatchAll()
+	if got := a.dispatched(0); len(got) != 2 {
+		t.Fatalf("dispatched %v, want the retry and the trigger's fire", got)
+	}
+	rel := a.releaseNow(0)
+	a.handOverQueued(rel.hand) // the workers did not take them in time
+	if got := rel.hand[0].pending; len(got) != 0 {
+		t.Errorf("the release hands over %+v, want nothing: the retry was replaced, and the trigger's key stays", got)
+	}
+}
