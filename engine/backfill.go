@@ -9,10 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Backfills (registry.Backfill writes the request): the owner of a task's
