@@ -432,14 +432,7 @@ func TestLoop_HandedOverBackfillFireRetriesAsItsBackfills(t *testing.T) {
 			if got := tl.dispatched(0); len(got) != 1 {
 				t.Fatalf("the next owner dispatched %v, want the backfill's fire", got)
 			}
-			// Its first attempt fails.
-			var done completionBatch
-			tl.pool.mu.Lock()
-			j := *tl.pool.at(0)
-			tl.pool.mu.Unlock()
-			tl.pool.reset()
-			done.add(&j, statusFailed, "boom")
-			tl.complete(&done)
+			tl.failFirstQueued() // its first attempt fails
 			_, r, _ := tl.tab.lookup("bf")
 			if c.running {
 				r.running++ // a scheduled fire of the task runs meanwhile
@@ -501,13 +494,7 @@ func TestLoop_HandedOverRetryOfACanceledBackfillOfAPausedTaskIsSkipped(t *testin
 	}
 	// Its first attempt fails: the retry waits; then the backfill is
 	// canceled.
-	var done completionBatch
-	a.pool.mu.Lock()
-	j := *a.pool.at(0)
-	a.pool.mu.Unlock()
-	a.pool.reset()
-	done.add(&j, statusFailed, "boom")
-	a.complete(&done)
+	a.failFirstQueued()
 	if n := a.retrying.Load(); n != 1 {
 		t.Fatalf("%d retries wait, want 1", n)
 	}

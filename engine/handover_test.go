@@ -99,6 +99,18 @@ func (tl *testLoop) dispatched(part int) []string {
 
 // releaseNow releases parts as the coordinator's release command does,
 // between two of the loop's batches.
+// failFirstQueued empties the queue, and the first job queued ends
+// failed, as a worker would report it.
+func (tl *testLoop) failFirstQueued() {
+	tl.pool.mu.Lock()
+	j := *tl.pool.at(0)
+	tl.pool.mu.Unlock()
+	tl.pool.reset()
+	var done completionBatch
+	done.add(&j, statusFailed, "boom")
+	tl.complete(&done)
+}
+
 func (tl *testLoop) releaseNow(parts ...int) release {
 	c := &releaseCmd{parts: parts, reply: make(chan release, 1)}
 	tl.handle(c)

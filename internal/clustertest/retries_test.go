@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,70 +16,12 @@ import (
 	"github.com/shardcron/shardcron/ring"
 )
 
-// flakySink is an http endpoint that fails the first attempt of every fire
-// (500) and accepts the others (200), recording every call by idempotency
-// key, as Sink does.
-type flakySink struct {
-	URL string
-
-	mu     sync.Mutex // guards calls, firsts and bad
-	calls  map[FireKey][]Call
-	firsts map[int64]int // distinct keys whose attempt 1 arrived, per scheduled second
-	bad    []string
-}
-
-func newFlakySink(t *testing.T) *flakySink {
-	s := &flakySink{calls: make(map[FireKey][]Call), firsts: make(map[int64]int)}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = srv.URL
-	t.Cleanup(srv.Close)
+// newFlakySink is a sink that fails the first attempt of every fire
+// (500) and accepts the others.
+func newFlakySink(t *testing.T) *Sink {
+	s := NewSink(t, 0)
+	s.failFirst = true
 	return s
-}
-
-func (s *flakySink) serve(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	key := r.Header.Get(headerKey)
-	attempt := r.Header.Get(headerAttempt)
-	i := strings.LastIndexByte(key, '@')
-	ms, err := strconv.ParseInt(key[i+1:], 10, 64)
-	s.mu.Lock()
-	if i <= 0 || err != nil {
-		s.bad = append(s.bad, key)
-	} else {
-		k := FireKey{Task: key[:i], At: ms}
-		if attempt == "1" && !slices.ContainsFunc(s.calls[k], func(c Call) bool { return c.Attempt == "1" }) {
-			s.firsts[ms/1000]++
-		}
-		fence, _ := strconv.ParseInt(r.Header.Get(headerFence), 10, 64)
-		s.calls[k] = append(s.calls[k], Call{Node: r.Header.Get(headerNode), Attempt: attempt, Fence: fence, Arrived: now})
-	}
-	s.mu.Unlock()
-	if attempt == "1" {
-		http.Error(w, "attempt 1 fails", http.StatusInternalServerError)
-	}
-}
-
-// latestComplete returns the latest scheduled second, at or before now,
-// for which want distinct attempts 1 arrived, or 0.
-func (s *flakySink) latestComplete(want int) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sec := time.Now().Unix(); sec > time.Now().Unix()-600; sec-- {
-		if s.firsts[sec] >= want {
-			return sec
-		}
-	}
-	return 0
-}
-
-func (s *flakySink) snapshot() (map[FireKey][]Call, []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[FireKey][]Call, len(s.calls))
-	for k, cs := range s.calls {
-		out[k] = append([]Call(nil), cs...)
-	}
-	return out, append([]string(nil), s.bad...)
 }
 
 // attempts returns the calls of cs that are attempt a.
@@ -134,12 +73,12 @@ func (r *retryCheck) ok() bool {
 // fire whose retry, due at most backoff after its attempt 1 arrived, was
 // not due Settle before the observation ended is left out (counted as
 // excluded): its attempt 2 may come after the test stops looking.
-func (c *Cluster) checkRetries(fl *flakySink, ids []string, from, to int64, backoff time.Duration) *retryCheck {
+func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff time.Duration) *retryCheck {
 	c.t.Helper()
 	due := time.Unix(to+1, 0)
 	last, since := -1, time.Now()
 	for {
-		calls, _ := fl.snapshot()
+		calls, _ := fl.Snapshot()
 		rels := make(map[string][]releaseSpan)
 		for _, n := range c.Nodes {
 			rels[n.ID] = releasesOf(c.t, n)
@@ -185,7 +124,7 @@ func (c *Cluster) checkRetries(fl *flakySink, ids []string, from, to int64, back
 	}
 	time.Sleep(200 * time.Millisecond) // a second attempt 2 would come after the first
 	observed := time.Now()
-	calls, bad := fl.snapshot()
+	calls, bad := fl.Snapshot()
 	if len(bad) > 0 {
 		c.fail("the flaky endpoint received %d requests without a valid Idempotency-Key, e.g. %q", len(bad), bad[0])
 	}
@@ -446,26 +385,14 @@ func TestChaos_RollingRestartHandsRetriesOver(t *testing.T) {
 	c.PutTasks(tasks)
 	var from int64
 	etcdtest.WaitFor(t, time.Minute, func() bool {
-		from = fl.latestComplete(len(ids))
+		from = fl.LatestComplete(len(ids))
 		return from > 0
 	})
 	from++
 	c.Step("put %d flaky tasks (attempt 1 fails, retry after %v to %v): each fired at %s, their check starts with the next second",
 		len(ids), flakyBackoff/2, flakyBackoff, c.sched(from-1))
 	c.Check(hold) // retries wait in every node's wheel
-	for _, n := range c.Nodes {
-		c.Step("rolling restart: SIGTERM %s", n.ID)
-		n.Stop(t)
-		c.WaitOwned(ready, n.ID)
-		c.Step("%s exited 0, every partition owned by the others", n.ID)
-		c.Check(time.Second)
-		c.Step("start %s", n.ID)
-		n.Start(t)
-		n.WaitReady(t, ready)
-		c.WaitOwned(ready)
-		c.Step("%s ready, every partition owned", n.ID)
-		c.Check(time.Second)
-	}
+	rollingRestart(t, c)
 	to := c.next - 1
 	c.Finish()
 	c.checkRetries(fl, ids, from, to, flakyBackoff)

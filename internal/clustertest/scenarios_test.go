@@ -156,6 +156,13 @@ func TestChaos_EtcdLeaderChange(t *testing.T) {
 func TestChaos_RollingRestart(t *testing.T) {
 	t.Parallel()
 	c := start(t, Options{})
+	rollingRestart(t, c)
+	c.Finish()
+}
+
+// rollingRestart stops each node gracefully (SIGTERM) and starts it again,
+// in turn, checking the fires after each step.
+func rollingRestart(t *testing.T, c *Cluster) {
 	for _, n := range c.Nodes {
 		c.Step("rolling restart: SIGTERM %s", n.ID)
 		n.Stop(t)
@@ -169,7 +176,6 @@ func TestChaos_RollingRestart(t *testing.T) {
 		c.Step("%s ready, every partition owned", n.ID)
 		c.Check(time.Second)
 	}
-	c.Finish()
 }
 
 // TestChaos_ReleaseDuringNoSpace leaves a node gracefully while etcd refuses

@@ -46,6 +46,9 @@ type Sink struct {
 
 	delay time.Duration
 	srv   *httptest.Server
+	// failFirst: every fire's attempt 1 is answered 500, the others 200,
+	// as by an endpoint that fails once (set before the first request).
+	failFirst bool
 
 	mu      sync.Mutex // guards calls, seconds, bad and perNode
 	calls   map[FireKey][]Call
@@ -93,6 +96,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if s.delay > 0 {
 		time.Sleep(s.delay)
+	}
+	if s.failFirst && r.Header.Get(headerAttempt) == "1" {
+		http.Error(w, "attempt 1 fails", http.StatusInternalServerError)
 	}
 }
 
