@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shardcron/shardcron/internal/childproc"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -96,7 +97,7 @@ func loadNode(ctx context.Context, c *cluster, cfg Config) (*Result, error) {
 // Its progress goes to cfg.Progress.
 func memoryProc(ctx context.Context, cfg Config, endpoint string) (*Result, error) {
 	cmd := exec.CommandContext(ctx, cfg.Binary, memoryArgs(cfg, endpoint)...)
-	cmd.SysProcAttr = procAttr()
+	cmd.SysProcAttr = childproc.Attr()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, cfg.Progress
 	if err := cmd.Run(); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/childproc"
 )
 
 // procStopTimeout bounds how long a node process may take to leave after
@@ -68,7 +69,7 @@ func startProc(ctx context.Context, bin string, args []string, logPath string, t
 		return nil, fmt.Errorf("bench: node log: %w", err)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = procAttr()
+	cmd.SysProcAttr = childproc.Attr()
 	cmd.Stdout = logf
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

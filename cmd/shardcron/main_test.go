@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/internal/childproc"
 )
 
 // binPath is the shardcron binary built once for the tests that run it as
@@ -65,6 +67,7 @@ func startServerEnv(t *testing.T, env []string, wait bool, args ...string) *proc
 	all := append([]string{"server", "--listen", "127.0.0.1:0", "--log-format", "json", "--lease-ttl", "2s"}, args...)
 	p := &proc{t: t, cmd: exec.Command(binPath, all...), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = childproc.Attr()
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/internal/childproc"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
 
@@ -149,6 +150,7 @@ func (n *Node) Start(t testing.TB) {
 	n.mu.Unlock()
 	cmd := exec.Command(n.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = childproc.Attr() // a test killed by -timeout leaves no node running
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("clustertest: start %s: %v", n.ID, err)
