@@ -412,7 +412,8 @@ func (l *loop) complete(b *completionBatch) {
 		c := &b.c[i]
 		r := l.tab.rec(c.rec)
 		if r.flags&flagLive == 0 || r.gen != c.gen {
-			continue // the task is gone
+			l.leftEnded(c, b.extra(c)) // the task is gone, with a release or deleted
+			continue
 		}
 		r.running--
 		r.status = c.status
@@ -455,13 +456,18 @@ func (l *loop) complete(b *completionBatch) {
 // retry waits in the wheel, never in a worker: exponential backoff with
 // jitter, capped.
 func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
+	l.waitRetry(i, r, sched, attempt, l.cfg.Clock.Now().UnixNano()+int64(retryWait(prof, attempt)), over, bf)
+}
+
+// retryWait is how long attempt attempt waits after the one before failed:
+// exponential backoff with jitter, capped.
+func retryWait(prof *profile, attempt uint16) time.Duration {
 	backoff := prof.backoff << min(attempt-2, 30)
 	if backoff <= 0 || backoff > prof.maxBackoff {
 		backoff = prof.maxBackoff
 	}
 	// Between half and all of the backoff, so that failed fires spread.
-	wait := backoff/2 + rand.N(backoff/2+1)
-	l.waitRetry(i, r, sched, attempt, l.cfg.Clock.Now().UnixNano()+int64(wait), over, bf)
+	return backoff/2 + rand.N(backoff/2+1)
 }
 
 // waitRetry puts attempt attempt of record i's fire at sched in the wheel

@@ -93,11 +93,11 @@
 //   - Retries are attempts of a fire that already started: a retry waiting
 //     in the wheel when its node crashes is not run by the next owner
 //     (TestEngine_WaitingRetryAtAHandOver/crash). A graceful hand-over
-//     passes it on, but not the retry of an attempt still running when
-//     the release took its task out of the loop (running then, or queued
-//     and taken by a worker while the release waited for the queue): that
-//     attempt's failure finds no task to retry, and the fire gets no
-//     further attempt (TestEngine_RetryOfAnAttemptRunningAtAHandOverIsLost).
+//     passes it on, and the retry of an attempt that fails within the
+//     release's drain (handOverWait), but not that of an attempt still
+//     running when the release is sealed: its failure finds no task to
+//     retry, and the fire gets no further attempt
+//     (TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost).
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).

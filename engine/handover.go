@@ -34,7 +34,10 @@ import (
 //     resume no later than the mark, never past a fire nobody dispatched.
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
-//     queued are handed over unrun and listed in the checkpoint).
+//     queued are handed over unrun and listed in the checkpoint), then,
+//     within the same handOverWait, until the attempts under way of the
+//     partition's retrying tasks ended: one that failed hands its retry
+//     over (running). The loop then seals the release.
 //  4. One transaction writes the released checkpoint {mark, pending} and
 //     deletes the lock, on the condition that the lock is still ours.
 //
@@ -289,6 +292,86 @@ type release struct {
 	// job among them: once workers took that many, every fire of the
 	// partitions up to their marks has started here.
 	ticket uint64
+	// running is what else the release waits for: its tasks' attempts
+	// that may fail and retry. nil: none.
+	running *running
+}
+
+// running counts a release's attempts under way (queued or running when
+// their partition was taken out) of tasks that retry. Until the release is
+// sealed (loop.seal), one that fails with attempts left hands its retry
+// over with its partition (leftEnded), as a retry waiting for its backoff
+// is. Only the loop touches it; ended is closed once none is left.
+type running struct {
+	n     int
+	ended chan struct{}
+	keys  []uint64 // its tasks in loop.leaving
+}
+
+// leaver is a task taken out with its partition while attempts of it were
+// under way.
+type leaver struct {
+	id   string
+	prof *profile
+	hand *handOver // its partition's
+	run  *running
+	n    int // its attempts not yet ended
+}
+
+// leavingKey is a record's key in loop.leaving: its index and generation,
+// as a completion names them.
+func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
+
+// leave notes that record i, taken out with its partition (hand), has
+// attempts under way, in run, made when nil.
+func (l *loop) leave(run *running, i uint32, r *record, h *handOver) *running {
+	if run == nil {
+		run = &running{ended: make(chan struct{})}
+	}
+	k := leavingKey(i, r.gen)
+	l.leaving[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], hand: h, run: run, n: int(r.running)}
+	run.keys = append(run.keys, k)
+	run.n += int(r.running)
+	return run
+}
+
+// leftEnded applies the end of an attempt of a task that went with a
+// release not yet sealed: a failure with attempts left hands its retry
+// over.
+func (l *loop) leftEnded(c *completion, x completionExtra) {
+	k := leavingKey(c.rec, c.gen)
+	lv := l.leaving[k]
+	if lv == nil {
+		return // deleted, or sealed
+	}
+	if (c.status == statusFailed || c.status == statusTimeout) && int(c.attempt) < lv.prof.maxAttempts {
+		due := l.cfg.Clock.Now().UnixNano() + int64(retryWait(lv.prof, c.attempt+1))
+		lv.hand.list(handedRetry(lv.id, c.sched, c.attempt+1, due, x.over, x.bf), due)
+	}
+	l.leftOne(k, lv)
+}
+
+// leftOne counts one attempt of lv (key k) as ended.
+func (l *loop) leftOne(k uint64, lv *leaver) {
+	if lv.n--; lv.n == 0 {
+		delete(l.leaving, k)
+	}
+	if lv.run.n--; lv.run.n == 0 {
+		close(lv.run.ended)
+	}
+}
+
+// seal ends what a release's attempts under way may still hand over: the
+// coordinator then reads its hand-overs alone. A retry of an attempt that
+// ends later is lost with its partition. Called only from the dispatch
+// loop.
+func (l *loop) seal(run *running) {
+	if run == nil {
+		return
+	}
+	for _, k := range run.keys {
+		delete(l.leaving, k)
+	}
 }
 
 // releaseParts takes every task of parts out of the wheel, after
@@ -345,12 +428,18 @@ func (l *loop) releaseParts(parts []int) release {
 		l.forgetTrigger(t.key())
 		return true
 	})
+	var run *running
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
-		l.tab.eachIn(p, func(i uint32, _ *record) { l.remove(i) })
+		l.tab.eachIn(p, func(i uint32, r *record) {
+			if r.running > 0 && l.profs.list[r.prof].maxAttempts > 1 {
+				run = l.leave(run, i, r, out[p])
+			}
+			l.remove(i)
+		})
 	}
 	l.pushJobs()
-	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed))}
+	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed)), running: run}
 }
 
 // flush dispatches record i's fires due up to mark: those a cut batch left
@@ -388,6 +477,9 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		}
 		if j.kind == kindSchedule {
 			l.holds.dropped(int(j.part), j.due)
+		}
+		if k := leavingKey(j.rec, j.gen); l.leaving[k] != nil {
+			l.leftOne(k, l.leaving[k]) // it ends here, unrun
 		}
 		return true
 	}
@@ -542,11 +634,23 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	for _, p := range ps {
 		<-parts[p].done
 	}
-	if !e.pool.waitTaken(rel.ticket, handOverWait) {
-		e.handOverQueued(rel.hand)
+	wait := time.NewTimer(handOverWait)
+	defer wait.Stop()
+	taken := e.pool.waitTaken(rel.ticket, handOverWait)
+	if !taken {
 		e.log.Warn("workers did not take a released partition's queued fires in time; they are handed over unrun",
 			"partitions", len(ps), "waited", handOverWait)
+	} else if rel.running != nil {
+		// An attempt that fails now hands its retry over; past the wait,
+		// its retry is lost.
+		select {
+		case <-rel.running.ended:
+		case <-wait.C:
+			e.log.Info("attempts of retrying tasks still run at their partitions' release; should they fail, their retries are lost",
+				"partitions", len(ps), "waited", handOverWait)
+		}
 	}
+	e.seal(rel, !taken)
 	// The whole hand-over is bounded: etcd out of reach must not hold a
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
@@ -650,10 +754,11 @@ func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckReleas
 	}
 }
 
-// handOverQueued has the loop hand over the queued fires of released
-// partitions unrun (loop.handOverQueued).
-func (e *Engine) handOverQueued(hand map[int]*handOver) {
-	c := &handOverQueuedCmd{hand: hand, reply: make(chan struct{}, 1)}
+// seal has the loop seal rel (loop.seal), first handing over the queued
+// fires of its partitions unrun when queued (loop.handOverQueued). From
+// then on the caller alone reads rel's hand-overs.
+func (e *Engine) seal(rel release, queued bool) {
+	c := &sealCmd{rel: rel, queued: queued, reply: make(chan struct{}, 1)}
 	_, _ = request(context.Background(), e, c, c.reply)
 }
 
@@ -816,7 +921,7 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)
-	e.handOverQueued(rel.hand)
+	e.seal(rel, true)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand
 	}

@@ -97,8 +97,6 @@ func (tl *testLoop) dispatched(part int) []string {
 	return out
 }
 
-// releaseNow releases parts as the coordinator's release command does,
-// between two of the loop's batches.
 // failFirstQueued empties the queue, and the first job queued ends
 // failed, as a worker would report it.
 func (tl *testLoop) failFirstQueued() {
@@ -111,6 +109,8 @@ func (tl *testLoop) failFirstQueued() {
 	tl.complete(&done)
 }
 
+// releaseNow releases parts as the coordinator's release command does,
+// between two of the loop's batches.
 func (tl *testLoop) releaseNow(parts ...int) release {
 	c := &releaseCmd{parts: parts, reply: make(chan release, 1)}
 	tl.handle(c)

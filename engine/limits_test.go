@@ -287,17 +287,18 @@ func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 	}
 }
 
-// A graceful hand-over passes on the retries that wait for their backoff
-// or are queued, not the retry of an attempt still running when its
-// partition is released: the release takes the task out of the loop
-// first, so that the attempt's failure, reported after, finds no task to
-// retry (loop.complete), and the checkpoint does not list it. Under load
-// this is also an attempt queued at the release and taken by a worker
-// while the release waits for the queue (internal/clustertest's
-// TestChaos_RollingRestartHandsRetriesOver sees a few per hand-over). Here
-// attempt 1 of a triggered fire runs on node-a, held, while node-a leaves
-// gracefully; it fails once node-b owns the task, and attempt 2 never runs.
-func TestEngine_RetryOfAnAttemptRunningAtAHandOverIsLost(t *testing.T) {
+// heldAttempt is a node running attempt 1 of a triggered fire of flaky (two
+// attempts, a backoff of 10s), held until fail, then failed.
+type heldAttempt struct {
+	c     *etcdtest.Cluster
+	clock *testClock
+	log   *callLog
+	h     HandlerFunc
+	a     *testNode // node-a, running it
+	fail  func()
+}
+
+func startHeldAttempt(t *testing.T) *heldAttempt {
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	started, fail := make(chan struct{}, 1), make(chan struct{})
@@ -315,19 +316,15 @@ func TestEngine_RetryOfAnAttemptRunningAtAHandOverIsLost(t *testing.T) {
 		}
 		return errInjected
 	})
-	node := func(id string) func(*Config) {
-		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
-			cfg.DrainTimeout = time.Minute // node-a's held attempt outlasts the hand-over
-		})
-	}
-	a := startNode(t, c, "", h, node("node-a"))
+	ha := &heldAttempt{c: c, clock: clock, log: log, h: h, fail: failNow}
+	ha.a = ha.start(t, "node-a")
 	t.Cleanup(failNow) // again: cleanups run last first
 	// Yearly: only the trigger fires it.
 	flaky := handlerTask("flaky", "0 0 0 1 1 *")
 	flaky.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
-	putTask(t, a.e.Registry(), flaky)
-	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
-	if _, err := a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+	putTask(t, ha.a.e.Registry(), flaky)
+	putTask(t, ha.a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	if _, err := ha.a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -335,30 +332,74 @@ func TestEngine_RetryOfAnAttemptRunningAtAHandOverIsLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("attempt 1 of flaky did not start within 10s")
 	}
+	return ha
+}
 
-	b := startNode(t, c, "", h, node("node-b"))
-	closed := make(chan error, 1)
-	ea := a.e
-	go func() { closed <- ea.Close() }()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
-	failNow() // attempt 1 fails on node-a, after its release
-	if err := <-closed; err != nil {
-		t.Errorf("close node-a: %v", err)
-	}
-	a.stop(t)
-	for _, s := range []int{20, 40} { // past the retry's latest time, twice
-		clock.Advance(20 * time.Second)
-		etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(s)) })
+func (ha *heldAttempt) start(t *testing.T, id string) *testNode {
+	return startNode(t, ha.c, "", ha.h, limitsNode(ha.clock, time.Hour, id, func(cfg *Config) {
+		cfg.DrainTimeout = time.Minute // node-a's held attempt outlasts the hand-over
+	}))
+}
+
+// attempts returns flaky's attempts as "attempt on node", once the clock
+// passed the latest time of its retry, twice, and b stopped.
+func (ha *heldAttempt) attempts(t *testing.T, b *testNode) []string {
+	for _, s := range []int{20, 40} {
+		ha.clock.Advance(20 * time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return ha.log.firedAt("tick", limitsAt(s)) })
 	}
 	b.stop(t)
 	var got []string
-	for _, c := range log.of("flaky") {
+	for _, c := range ha.log.of("flaky") {
 		got = append(got, fmt.Sprintf("%d on %s", c.Attempt, c.Node))
 	}
-	if want := []string{"1 on node-a"}; !slices.Equal(got, want) {
-		t.Errorf("flaky ran attempts %v, want only %v: the retry of an attempt running at a hand-over is no longer lost; "+
-			"take this case off engine/doc.go's list and docs/design.md's, and set internal/clustertest's "+
-			"retryInFlightAtReleaseIsLost to false", got, want)
+	return got
+}
+
+// A graceful release waits up to handOverWait for the attempts of retrying
+// tasks under way (running, or queued and taken by a worker while it waits
+// for the queue): one that fails meanwhile hands its retry over with its
+// partition. Here attempt 1 of a triggered fire runs on node-a, held, while
+// node-a leaves gracefully; it fails once the release has taken the task
+// out of the loop, and node-b, starting after, runs attempt 2.
+func TestEngine_RetryOfAnAttemptEndingDuringItsReleaseIsHandedOver(t *testing.T) {
+	ha := startHeldAttempt(t)
+	ea := ha.a.e
+	closed := make(chan error, 1)
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
+	ha.fail() // attempt 1 fails on node-a, during its release
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	ha.a.stop(t)
+	b := ha.start(t, "node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+	if got, want := ha.attempts(t, b), []string{"1 on node-a", "2 on node-b"}; !slices.Equal(got, want) {
+		t.Errorf("flaky ran attempts %v, want %v", got, want)
+	}
+}
+
+// Past that wait the release is sealed: the retry of an attempt still
+// running then is lost. Its failure, reported after, finds no task to
+// retry (loop.complete), and the checkpoint does not list it. Here attempt
+// 1 runs on node-a, held, while node-a leaves gracefully; it fails once
+// node-b owns the task, and attempt 2 never runs.
+func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost(t *testing.T) {
+	ha := startHeldAttempt(t)
+	b := ha.start(t, "node-b")
+	closed := make(chan error, 1)
+	ea := ha.a.e
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+	ha.fail() // attempt 1 fails on node-a, after its release
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	ha.a.stop(t)
+	if got, want := ha.attempts(t, b), []string{"1 on node-a"}; !slices.Equal(got, want) {
+		t.Errorf("flaky ran attempts %v, want only %v: the retry of an attempt running past its release is no longer lost; "+
+			"take this case off engine/doc.go's list and docs/design.md's", got, want)
 	}
 }
 
@@ -1225,6 +1266,117 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 	if got := queued(b); !slices.Equal(got, []string{wantQueued, wantWaiting}) {
 		t.Errorf("the next owner queued %v once the waiting retry was due, want %v", got, []string{wantQueued, wantWaiting})
 	}
+}
+
+// A release waits a little for the attempts of retrying tasks that were
+// under way when it took their tasks out (running, or queued and taken
+// while it waited): one that fails before the release is sealed hands its
+// retry over with the partition, due after its backoff, as if it had
+// failed before the release; one queued and handed over unrun ends there;
+// one that fails after the seal is lost with its partition.
+func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	retrying := noopProfile(task.MisfireFireOnce)
+	retrying.key, retrying.maxAttempts = "noop/retry3", 3
+	retrying.backoff, retrying.maxBackoff = 10*time.Second, 10*time.Second
+	sched := at.Add(-time.Minute).UnixMilli()
+	// start queues attempt 1 of flaky and of steady (one attempt), as
+	// handed over to this owner, and the release takes them out: the
+	// returned jobs, then taken by workers.
+	start := func(t *testing.T) (*testLoop, release, []job) {
+		tl := newTestLoop(t, at, nil)
+		tl.add(t, 0, at, retrying, "0 0 0 1 1 *", "flaky")
+		tl.add(t, 0, at, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "steady")
+		tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{
+			{ID: "flaky", At: at.Add(-time.Minute)}, {ID: "steady", At: at.Add(-time.Minute)}}})
+		tl.dispatchAll()
+		var jobs []job
+		tl.pool.mu.Lock()
+		for i := range tl.pool.queued() {
+			jobs = append(jobs, *tl.pool.at(i))
+		}
+		tl.pool.mu.Unlock()
+		if len(jobs) != 2 {
+			t.Fatalf("queued %d jobs, want flaky's and steady's", len(jobs))
+		}
+		return tl, tl.releaseNow(0), jobs
+	}
+	fail := func(tl *testLoop, jobs ...job) {
+		var done completionBatch
+		for i := range jobs {
+			done.add(&jobs[i], statusFailed, "boom")
+		}
+		tl.complete(&done)
+	}
+	seal := func(tl *testLoop, rel release, queued bool) {
+		c := &sealCmd{rel: rel, queued: queued, reply: make(chan struct{}, 1)}
+		tl.handle(c)
+		<-c.reply
+	}
+	ended := func(rel release) bool {
+		select {
+		case <-rel.running.ended:
+			return true
+		default:
+			return false
+		}
+	}
+	pending := func(rel release) []string {
+		var out []string
+		for _, f := range rel.hand[0].pending {
+			out = append(out, fmt.Sprintf("%s@%d attempt %d", f.ID, f.At.UnixMilli(), f.Attempt))
+		}
+		return out
+	}
+
+	t.Run("fails before the seal", func(t *testing.T) {
+		tl, rel, jobs := start(t)
+		tl.pool.reset() // the workers took both
+		if rel.running == nil || ended(rel) {
+			t.Fatal("the release waits for no attempt, want flaky's")
+		}
+		tl.clock.Advance(time.Second)
+		fail(tl, jobs...)
+		if !ended(rel) {
+			t.Error("the release still waits once flaky's attempt ended")
+		}
+		seal(tl, rel, false)
+		want := []string{fmt.Sprintf("flaky@%d attempt 2", sched)}
+		if got := pending(rel); !slices.Equal(got, want) {
+			t.Fatalf("the release hands over %v, want %v", got, want)
+		}
+		// Due after its backoff from the failure: between half and all of it.
+		due := rel.hand[0].pending[0].Due
+		if failed := at.Add(time.Second); due.Before(failed.Add(5*time.Second)) || due.After(failed.Add(10*time.Second)) {
+			t.Errorf("the handed retry is due at %v, want 5-10s after the failure at %v", due, failed)
+		}
+		if len(tl.leaving) != 0 {
+			t.Errorf("the loop still holds %d leaving tasks", len(tl.leaving))
+		}
+	})
+	t.Run("queued and handed over unrun", func(t *testing.T) {
+		tl, rel, _ := start(t)
+		seal(tl, rel, true) // the workers took nothing in time
+		if !ended(rel) {
+			t.Error("the release still waits for an attempt handed over unrun")
+		}
+		want := []string{fmt.Sprintf("flaky@%d attempt 0", sched), fmt.Sprintf("steady@%d attempt 0", sched)}
+		if got := pending(rel); !slices.Equal(got, want) {
+			t.Errorf("the release hands over %v, want %v", got, want)
+		}
+	})
+	t.Run("fails after the seal", func(t *testing.T) {
+		tl, rel, jobs := start(t)
+		tl.pool.reset()
+		seal(tl, rel, false) // the wait ran out
+		fail(tl, jobs...)
+		if got := pending(rel); len(got) != 0 {
+			t.Errorf("a sealed release got %v", got)
+		}
+		if len(tl.leaving) != 0 {
+			t.Errorf("the loop still holds %d leaving tasks", len(tl.leaving))
+		}
+	})
 }
 
 // A node whose fenced session is followed by a second one that fences

@@ -56,11 +56,13 @@ type (
 		parts []int
 		reply chan release
 	}
-	// handOverQueuedCmd hands over the queued fires of released partitions
-	// unrun, when workers did not take them in time (handOverQueued).
-	handOverQueuedCmd struct {
-		hand  map[int]*handOver
-		reply chan struct{}
+	// sealCmd seals a release (seal), first handing over the queued fires
+	// of its partitions unrun when workers did not take them in time
+	// (handOverQueued).
+	sealCmd struct {
+		rel    release
+		queued bool
+		reply  chan struct{}
 	}
 	// takeOverCmd runs the fires a previous owner handed over.
 	takeOverCmd struct {
@@ -123,6 +125,7 @@ type loop struct {
 	rfree   []uint32
 	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
 	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
+	leaving map[uint64]*leaver      // tasks of releases not yet sealed, with attempts under way, by leavingKey
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -175,7 +178,8 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
-		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
+		leaving: make(map[uint64]*leaver),
+		pool:    p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
@@ -263,12 +267,18 @@ func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers() }
 func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }
-func (c *handOverQueuedCmd) run(l *loop) { l.handOverQueued(c.hand); c.reply <- struct{}{} }
-func (c *triggersCmd) run(l *loop)       { l.triggers(c); c.reply <- struct{}{} }
-func (c *stateCmd) run(l *loop)          { c.reply <- l.state(c.id) }
-func (c *throughCmd) run(l *loop)        { c.reply <- l.through }
-func (c *takeOverCmd) run(l *loop)       { l.takeOver(c) }
-func (wakeCmd) run(*loop)                {}
+func (c *sealCmd) run(l *loop) {
+	if c.queued {
+		l.handOverQueued(c.rel.hand)
+	}
+	l.seal(c.rel.running)
+	c.reply <- struct{}{}
+}
+func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }
+func (c *stateCmd) run(l *loop)    { c.reply <- l.state(c.id) }
+func (c *throughCmd) run(l *loop)  { c.reply <- l.through }
+func (c *takeOverCmd) run(l *loop) { l.takeOver(c) }
+func (wakeCmd) run(*loop)          {}
 
 // wakeCmd only wakes the loop, so that it looks at the clock again.
 type wakeCmd struct{}
