@@ -101,11 +101,13 @@
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).
-//   - Concurrency policies (forbid, buffer_one, replace) hold on one owner:
-//     the next owner does not know that a fire still runs on the old one,
-//     so after a hand-over the next fire starts while the previous one
-//     still runs there, and replace does not cancel it
-//     (TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver).
+//   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
+//     and across a graceful release for a fire that ends within its drain
+//     (handOverWait): the next owner does not know that a fire still runs
+//     on the old one, so after a crash, or a release that outwaited the
+//     fire, the next fire starts while the previous one still runs there,
+//     and replace does not cancel it
+//     (TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease).
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and

@@ -36,8 +36,9 @@ import (
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
 //     within the same handOverWait, until the attempts under way of the
-//     partition's retrying tasks ended: one that failed hands its retry
-//     over (running). The loop then seals the release.
+//     partition's tasks that retry or keep their fires apart ended: one
+//     that failed hands its retry over (running). The loop then seals the
+//     release.
 //  4. One transaction writes the released checkpoint {mark, pending} and
 //     deletes the lock, on the condition that the lock is still ours.
 //
@@ -293,15 +294,18 @@ type release struct {
 	// partitions up to their marks has started here.
 	ticket uint64
 	// running is what else the release waits for: its tasks' attempts
-	// that may fail and retry. nil: none.
+	// that may retry or overlap the next owner's fires. nil: none.
 	running *running
 }
 
 // running counts a release's attempts under way (queued or running when
-// their partition was taken out) of tasks that retry. Until the release is
-// sealed (loop.seal), one that fails with attempts left hands its retry
-// over with its partition (leftEnded), as a retry waiting for its backoff
-// is. Only the loop touches it; ended is closed once none is left.
+// their partition was taken out) of tasks that retry, or that keep their
+// fires apart (forbid, buffer_one, replace): the next owner, which knows
+// nothing of them, starts its first fire only once the release commits.
+// Until the release is sealed (loop.seal), one that fails with attempts
+// left hands its retry over with its partition (leftEnded), as a retry
+// waiting for its backoff is. Only the loop touches it; ended is closed
+// once none is left.
 type running struct {
 	n     int
 	ended chan struct{}
@@ -432,7 +436,7 @@ func (l *loop) releaseParts(parts []int) release {
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, r *record) {
-			if r.running > 0 && l.profs.list[r.prof].maxAttempts > 1 {
+			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
 				run = l.leave(run, i, r, out[p])
 			}
 			l.remove(i)
@@ -646,7 +650,8 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		select {
 		case <-rel.running.ended:
 		case <-wait.C:
-			e.log.Info("attempts of retrying tasks still run at their partitions' release; should they fail, their retries are lost",
+			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are lost, "+
+				"and the next owner does not keep its fires apart from them (concurrency policies)",
 				"partitions", len(ps), "waited", handOverWait)
 		}
 	}

@@ -121,65 +121,127 @@ func (b blocked) running() bool {
 	}
 }
 
-// Concurrency policies hold on one owner only. forbid, buffer_one and
-// replace each keep a second fire from running beside the first, on the
-// node that runs the first; the next owner of a partition does not know
-// that a fire still runs on the old one. Here each task's fire of 12:00:01
-// still runs on node-a (held) when node-a leaves gracefully; node-b starts
-// each task's fire of 12:00:02 at once, beside it, and node-a's run is not
-// canceled (TestEngine_ConcurrencyPolicies shows what each policy does on
-// one owner: skip, wait, cancel).
-func TestEngine_ConcurrencyPoliciesDoNotHoldAcrossAHandOver(t *testing.T) {
-	c, clock := limitsStart(t)
-	policies := map[string]task.ConcurrencyPolicy{
-		"forbid": task.ConcurrencyForbid, "buffer": task.ConcurrencyBufferOne, "replace": task.ConcurrencyReplace,
-	}
-	h := newHolder(t, "forbid", "buffer", "replace")
-	node := func(id string) func(*Config) {
-		return limitsNode(clock, time.Hour, id, func(cfg *Config) {
-			cfg.Partitions = 4
-			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
-		})
-	}
-	a := startNode(t, c, "", h.handler, node("node-a"))
-	for id, p := range policies {
-		task := handlerTask(id, "* * * * * *")
-		task.Concurrency = p
-		putTask(t, a.e.Registry(), task)
-		waitNext(t, a, id, limitsAt(1))
-	}
-	clock.Advance(time.Second)
-	old := map[string]blocked{}
-	for range policies {
-		r := h.next(t)
-		old[r.TaskID] = r
-	}
+// heldPolicies is node-a and node-b, and node-a running the fires of
+// 12:00:01 of three tasks, each with a policy that keeps fires apart, held
+// until h opens.
+type heldPolicies struct {
+	clock *testClock
+	h     *holder
+	a, b  *testNode
+	ids   map[string]task.ConcurrencyPolicy
+	old   map[string]blocked // the held runs, by task
+}
 
-	// node-b joins and node-a leaves gracefully while its runs are held:
-	// every partition goes to node-b. Close returns once the held runs
-	// end.
-	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
-	t.Cleanup(h.open) // again: cleanups run last first
-	closed := make(chan error, 1)
-	ea := a.e
-	go func() { closed <- ea.Close() }()
-	for id := range policies {
-		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) })
-		waitNext(t, b, id, limitsAt(2))
+func startHeldPolicies(t *testing.T) *heldPolicies {
+	c, clock := limitsStart(t)
+	hp := &heldPolicies{clock: clock, h: newHolder(t), ids: map[string]task.ConcurrencyPolicy{}, old: map[string]blocked{}}
+	start := func(id string) *testNode {
+		n := startNodeOn(t, c.NewClient(t), "", hp.h.handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = limitsPolicyParts
+			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
+		}))
+		t.Cleanup(hp.h.open) // again: cleanups run last first
+		return n
+	}
+	hp.a, hp.b = start("node-a"), start("node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return hp.a.e.Stats().PartitionsOwned+hp.b.e.Stats().PartitionsOwned == limitsPolicyParts
+	})
+	for _, p := range []task.ConcurrencyPolicy{task.ConcurrencyForbid, task.ConcurrencyBufferOne, task.ConcurrencyReplace} {
+		// A task of node-a's: the ring placed the partitions.
+		id := ""
+		for i := 0; id == ""; i++ {
+			if c := fmt.Sprintf("%s-%d", p, i); hp.a.e.owned[ring.Partition(c, limitsPolicyParts)].Load() {
+				id = c
+			}
+		}
+		hp.ids[id] = p
+		hp.h.ids[id] = true
+		tk := handlerTask(id, "* * * * * *")
+		tk.Concurrency = p
+		putTask(t, hp.a.e.Registry(), tk)
+		waitNext(t, hp.a, id, limitsAt(1))
 	}
 	clock.Advance(time.Second)
-	for range policies {
-		r := h.next(t)
-		prev := old[r.TaskID]
+	for range hp.ids {
+		r := hp.h.next(t)
+		hp.old[r.TaskID] = r
+	}
+	return hp
+}
+
+// limitsPolicyParts is heldPolicies' partitions.
+const limitsPolicyParts = 4
+
+// closeA closes node-a in the background; its error comes on the channel.
+func (hp *heldPolicies) closeA() <-chan error {
+	closed := make(chan error, 1)
+	ea := hp.a.e
+	go func() { closed <- ea.Close() }()
+	return closed
+}
+
+// A release waits, within its 2 s drain, for the runs under way of tasks
+// whose policy keeps fires apart: the next owner, which does not know of
+// them, starts nothing before the release commits. Here each task's fire
+// of 12:00:01 runs on node-a (held) when node-a leaves gracefully, and
+// 12:00:02 comes due; node-b starts no fire while node-a's runs are held,
+// and each task's fire of 12:00:02 once they end.
+func TestEngine_ConcurrencyPoliciesHoldForARunEndingDuringItsRelease(t *testing.T) {
+	hp := startHeldPolicies(t)
+	closed := hp.closeA()
+	ea := hp.a.e
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
+	hp.clock.Advance(time.Second)
+	select {
+	case r := <-hp.h.started: // without the wait, node-b's at once
+		t.Fatalf("%s: started %s on %s while node-a's run of 12:00:01 was held", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	case <-time.After(700 * time.Millisecond):
+	}
+	hp.h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	// node-b then starts each task's fire of 12:00:02, due since.
+	waiting := maps.Clone(hp.ids)
+	for len(waiting) > 0 {
+		if r := hp.h.next(t); r.Node == "node-b" && r.ScheduledAt.Equal(limitsAt(2)) {
+			delete(waiting, r.TaskID)
+		}
+	}
+}
+
+// Concurrency policies hold on one owner only, and across a release for a
+// run that ends within its wait. forbid, buffer_one and replace each keep
+// a second fire from running beside the first, on the node that runs the
+// first; the next owner of a partition does not know that a fire still
+// runs on the old one. Here each task's fire of 12:00:01 still runs on
+// node-a (held) when node-a leaves gracefully, past the release's wait;
+// node-b starts each task's fire of 12:00:02 at once, beside it, and
+// node-a's run is not canceled (TestEngine_ConcurrencyPolicies shows what
+// each policy does on one owner: skip, wait, cancel).
+func TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease(t *testing.T) {
+	hp := startHeldPolicies(t)
+	// node-a leaves gracefully while its runs are held: every partition
+	// goes to node-b. Close returns once the held runs end.
+	closed := hp.closeA()
+	for id := range hp.ids {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
+		waitNext(t, hp.b, id, limitsAt(2))
+	}
+	hp.clock.Advance(time.Second)
+	for range hp.ids {
+		r := hp.h.next(t)
+		prev := hp.old[r.TaskID]
 		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
 			t.Errorf("%s: started %s on %s, want 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
 		}
 		if !prev.running() {
 			t.Errorf("%s (%s): the run of %s on %s ended before the next fire started; the limitation is gone",
-				r.TaskID, policies[r.TaskID], prev.ScheduledAt.Format(time.TimeOnly), prev.Node)
+				r.TaskID, hp.ids[r.TaskID], prev.ScheduledAt.Format(time.TimeOnly), prev.Node)
 		}
 	}
-	h.open()
+	hp.h.open()
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
