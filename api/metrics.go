@@ -31,6 +31,7 @@ type collector struct {
 	// write errors.
 	notify, pausedOnFailure, retryBacklog, cacheWriteErrors *prometheus.Desc
 	chainsDropped                                           *prometheus.Desc
+	standbyReady, standbyTaken                              *prometheus.Desc
 }
 
 func newCollector(e *engine.Engine, version string) *collector {
@@ -90,6 +91,9 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"shardcron_history_write_failed_total)."),
 		chainsDropped: d("chain_triggers_dropped_total", "Ended fires whose on_success/on_failure triggers were dropped: "+
 			"the queue of trigger writes was full while etcd refused or was slow to take them."),
+		standbyReady: d("standby_partitions", "Partitions prepared ahead of the lease's end of nodes whose watermarks stopped "+
+			"(likely dead), not yet acquired."),
+		standbyTaken: d("standby_taken_total", "Partitions acquired already prepared, ahead of their dead owner's lease's end."),
 	}
 }
 
@@ -97,7 +101,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
-		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped} {
+		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.standbyReady, c.standbyTaken} {
 		ch <- d
 	}
 }
@@ -182,6 +186,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sampled, st.HistorySampled)
 	gauge(c.sampleRatio, 1/float64(max(1, st.HistorySampling)))
 	counter(c.fullLoads, st.FullLoads)
+	gauge(c.standbyReady, float64(st.StandbyReady))
+	counter(c.standbyTaken, st.StandbyTaken)
 	wm := 0.0
 	if !st.Watermark.IsZero() {
 		wm = float64(st.Watermark.UnixNano()) / 1e9

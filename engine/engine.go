@@ -62,6 +62,7 @@ type Engine struct {
 	left      chan struct{} // closed once a leaving node handed every partition over
 	leftOnce  sync.Once
 	preparing chan struct{}        // a slot per partition being prepared (prepareBounded)
+	standby   *standby             // partitions prepared ahead of a dead node's lease's end (standby.go)
 	owned     []atomic.Bool        // partitions owned, for trigger routing and the API
 	loads     atomic.Uint64        // full range reads of a partition
 	uncached  []atomic.Bool        // partitions whose Badger cache was dropped until their next range read
@@ -136,6 +137,7 @@ func New(cfg Config, cli *clientv3.Client, st *store.Store) (*Engine, error) {
 		hurry:     make(chan struct{}),
 		done:      make(chan struct{}),
 		preparing: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
+		standby:   newStandby(),
 		owned:     make([]atomic.Bool, cfg.Partitions),
 		uncached:  make([]atomic.Bool, cfg.Partitions),
 		revs:      newRevisions(),
@@ -524,6 +526,8 @@ type Stats struct {
 	Ready           bool
 	Watermark       time.Time         // the node watermark etcd last acknowledged
 	FullLoads       uint64            // partitions loaded with a full etcd range read
+	StandbyReady    int               // partitions prepared for nodes that look dead, not yet taken (standby.go)
+	StandbyTaken    uint64            // partitions acquired from the standby
 	HistoryDropped  uint64            // records refused (buffer full) or lost to a failed write
 	HistoryFailed   uint64            // records lost to a failed write (disk full, I/O error); also in HistoryDropped
 	HistorySampled  uint64            // successes left out of the history by sampling
@@ -551,14 +555,16 @@ type Stats struct {
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{
-		Fires:      e.stats.fires.Load(),
-		Staged:     e.stats.staged.Load(),
-		Executions: make(map[string]uint64, numStatus),
-		Misfires:   e.stats.misfires.Load(),
-		FireLag:    e.stats.lag(),
-		Fenced:     e.fenced(),
-		Ready:      e.Ready(),
-		FullLoads:  e.loads.Load(),
+		Fires:        e.stats.fires.Load(),
+		Staged:       e.stats.staged.Load(),
+		Executions:   make(map[string]uint64, numStatus),
+		Misfires:     e.stats.misfires.Load(),
+		FireLag:      e.stats.lag(),
+		Fenced:       e.fenced(),
+		Ready:        e.Ready(),
+		FullLoads:    e.loads.Load(),
+		StandbyReady: int(e.standby.ready.Load()),
+		StandbyTaken: e.standby.taken.Load(),
 
 		QueueCapacity: e.cfg.Queue,
 		Workers:       e.cfg.Workers,

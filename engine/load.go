@@ -161,10 +161,14 @@ func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
 	return e.prepare(ctx, p)
 }
 
-// prepare reads partition p ahead of its lock: from the Badger cache when
-// it has the partition (docs/design.md, invariant 7: no range read), else with
-// a range read, which replaces the cache.
+// prepare reads partition p ahead of its lock: from the standby when it
+// was prepared ahead of a dead node's lease's end (standby.go), else from
+// the Badger cache when it has the partition (docs/design.md, invariant 7:
+// no range read), else with a range read, which replaces the cache.
 func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
+	if prep := e.standby.take(p); prep != nil {
+		return prep, nil
+	}
 	if e.store != nil {
 		if prep, err := e.prepareCached(ctx, p); prep != nil || err != nil {
 			return prep, err

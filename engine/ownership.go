@@ -114,6 +114,10 @@ type serving struct {
 	others     preparedSets      // what every node published
 	lostSince  map[int]time.Time // held partitions the ring gave another node
 	handOver   *time.Timer       // the next lost partition past prepareWait
+
+	// Warm standby for a crash (standby.go).
+	suspected   []string           // members whose watermarks stopped
+	stopStandby context.CancelFunc // ends the preparing for them; nil: none
 }
 
 // serve runs one session: it follows the member set, acquiring and
@@ -138,10 +142,12 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	defer func() {
 		cancel()
 		s.wg.Wait()
+		e.standby.reset() // prepared for this session's suspicions
 	}()
 	defer func() { s.end(ctx.Err() != nil) }()
 	members := membership.Watch(sctx, e.cli, e.cfg.Prefix, membership.DefaultDebounce)
 	others := e.watchPrepared(sctx)
+	marks := e.watchMarks(sctx)
 	locks := make(chan int)
 	s.wg.Go(func() { e.followLocks(sctx, sess.Lease(), locks) })
 	for {
@@ -167,6 +173,12 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			s.reconcile()
 		case <-s.handOver.C:
 			s.reconcile()
+		case moved, ok := <-marks:
+			if !ok {
+				marks = nil // ended with the service
+				continue
+			}
+			s.suspect(moved)
 		case <-ctx.Done():
 			return
 		case <-sess.Done():

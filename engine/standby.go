@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/ring"
+)
+
+// Warm standby for a crash.
+//
+// A node that crashes keeps its partitions until etcd expires its lease, a
+// TTL after its last keep-alive; only then do the survivors read its tasks
+// from etcd, and at a million tasks that read, not the lease, was most of
+// the gap past the TTL. Every node writes its watermark every
+// WatermarkInterval, so a node whose watermark key stops being written for
+// suspectAfter is likely dead (killed, cut off from etcd, stopped) and about
+// to lose its lease. The nodes that the ring without it names for its
+// partitions then prepare them at once, as a join's make-before-break does
+// (read and decode the tasks, at a revision the acquire catches up from),
+// and keep them in standby: when the member set drops the node, each
+// acquire finds its partition prepared and only locks, catches up and arms.
+//
+// Nothing else moves ahead of the lease: no lock is asked for and nothing
+// is published, so a suspect that writes again (a pause, a slow etcd) loses
+// nothing; the survivors drop what they prepared. While this node's own
+// watermark is not written either (etcd refuses or is slow), or more than
+// half of the members look stale, the stall is etcd's and no one is
+// suspected: preparing every partition of the fleet would not help.
+
+// marksPoll is how often a node reads the watermark keys to see whose
+// stopped moving.
+const marksPoll = time.Second
+
+// suspectAfter is how long a node's watermark key must go unwritten before
+// the others prepare its partitions: a third of the lease TTL, when the
+// node's own keep-alive would have retried twice, and at least ten
+// watermark intervals.
+func (e *Engine) suspectAfter() time.Duration {
+	return max(e.cfg.LeaseTTL/3, 10*e.cfg.WatermarkInterval)
+}
+
+// watchMarks sends, every marksPoll until ctx ends, when each node's
+// watermark key was last seen written (its newest session's mod revision
+// moving), by node id; then it closes the channel.
+func (e *Engine) watchMarks(ctx context.Context) <-chan map[string]time.Time {
+	out := make(chan map[string]time.Time, 1)
+	go func() {
+		defer close(out)
+		t := time.NewTicker(marksPoll)
+		defer t.Stop()
+		revs := map[string]int64{}      // by node: the newest mod revision of its keys
+		moved := map[string]time.Time{} // by node: when revs last grew
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+			resp, err := e.cli.Get(rctx, e.keys.watermarks(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			cancel()
+			if err != nil {
+				continue // not a node's silence: etcd's
+			}
+			now := time.Now()
+			seen := map[string]int64{}
+			for _, kv := range resp.Kvs {
+				node, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), e.keys.watermarks()), "/")
+				seen[node] = max(seen[node], kv.ModRevision)
+			}
+			for node, rev := range seen {
+				if rev > revs[node] {
+					revs[node], moved[node] = rev, now
+				}
+			}
+			for node := range revs {
+				if _, ok := seen[node]; !ok {
+					delete(revs, node)
+					delete(moved, node)
+				}
+			}
+			select {
+			case <-out: // the reader takes the newest only
+			default:
+			}
+			out <- maps.Clone(moved)
+		}
+	}()
+	return out
+}
+
+// suspects returns the members of a whose watermark was last written
+// suspectAfter or longer before now, by moved (watchMarks): none while
+// this node's own is not written either, or when more than half the
+// members would be.
+func (e *Engine) suspects(a *ring.Assignment, moved map[string]time.Time, now time.Time) []string {
+	if a == nil {
+		return nil
+	}
+	stale := func(node string) bool {
+		t, ok := moved[node]
+		return ok && now.Sub(t) >= e.suspectAfter()
+	}
+	if _, ok := moved[e.cfg.NodeID]; !ok || stale(e.cfg.NodeID) {
+		return nil
+	}
+	members := a.Members()
+	var out []string
+	for _, m := range members {
+		if m != e.cfg.NodeID && stale(m) {
+			out = append(out, m)
+		}
+	}
+	if len(out)*2 > len(members) {
+		return nil
+	}
+	return out
+}
+
+// standby holds the partitions prepared ahead of a suspect's lease's end,
+// until an acquire takes them (take) or the suspicion ends (reset).
+type standby struct {
+	mu    sync.Mutex
+	parts map[int]*prepared
+	ready atomic.Int64  // len(parts), for Stats
+	taken atomic.Uint64 // partitions acquires took from here, for Stats
+}
+
+func newStandby() *standby { return &standby{parts: map[int]*prepared{}} }
+
+// put keeps prep, unless ctx, the suspicion it was prepared for, ended.
+func (s *standby) put(ctx context.Context, prep *prepared) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx.Err() == nil {
+		s.parts[prep.p] = prep
+		s.ready.Store(int64(len(s.parts)))
+	}
+}
+
+// take returns partition p prepared, and forgets it; nil if not held.
+func (s *standby) take(p int) *prepared {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prep := s.parts[p]
+	if prep != nil {
+		delete(s.parts, p)
+		s.ready.Store(int64(len(s.parts)))
+		s.taken.Add(1)
+	}
+	return prep
+}
+
+// reset forgets every partition held. The puts of the suspicion before
+// must have been canceled first.
+func (s *standby) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.parts)
+	s.ready.Store(0)
+}
+
+// suspect follows the watermarks seen moving: when the suspects change, it
+// drops the standby of the ones before and prepares the partitions the
+// ring without the new ones gives this node, among those they hold.
+func (s *serving) suspect(moved map[string]time.Time) {
+	e := s.e
+	sus := e.suspects(s.assign, moved, time.Now())
+	if slices.Equal(sus, s.suspected) {
+		return
+	}
+	if s.stopStandby != nil {
+		s.stopStandby()
+		s.stopStandby = nil
+	}
+	e.standby.reset()
+	if len(s.suspected) > 0 && len(sus) == 0 {
+		e.log.Info("no node looks dead any more; dropped the partitions prepared for them", "nodes", s.suspected)
+	}
+	s.suspected = sus
+	if len(sus) == 0 {
+		return
+	}
+	staying := slices.DeleteFunc(s.assign.Members(), func(m string) bool { return slices.Contains(sus, m) })
+	without, err := ring.NewAssignment(s.assign.Config(), staying)
+	if err != nil {
+		e.log.Warn("the ring without the nodes that look dead does not fit; preparing nothing", "nodes", sus, "err", err)
+		return
+	}
+	var ps []int
+	for _, p := range without.Owned(e.cfg.NodeID) {
+		if slices.Contains(sus, s.assign.Owner(p)) && s.parts[p] == nil && s.acquiring[p] == nil {
+			ps = append(ps, p)
+		}
+	}
+	e.log.Info("nodes look dead (their watermarks stopped); preparing the partitions this node would take from them",
+		"nodes", sus, "silent_for_at_least", e.suspectAfter(), "partitions", len(ps))
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.stopStandby = cancel
+	for _, p := range ps {
+		s.wg.Go(func() {
+			if prep, err := e.prepareBounded(ctx, p); err == nil {
+				e.standby.put(ctx, prep)
+			}
+		})
+	}
+}

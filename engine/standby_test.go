@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
+)
+
+// standbyNode configures a standby test's node: a lease long enough that
+// the survivor prepares the dead node's partitions well before it ends
+// (suspectAfter is a third of it, then up to a poll).
+func standbyNode(id string) func(*Config) {
+	return func(cfg *Config) {
+		cfg.NodeID, cfg.LeaseTTL, cfg.Partitions = id, 15*time.Second, 8
+	}
+}
+
+// startStandbyPair starts node-a on cli and node-b, and returns them once
+// they share the partitions.
+func startStandbyPair(t *testing.T, c *etcdtest.Cluster, a *testNode) (*testNode, int) {
+	b := startNode(t, c, "", nil, standbyNode("node-b"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
+		return na > 0 && nb > 0 && na+nb == 8
+	})
+	return b, a.e.Stats().PartitionsOwned
+}
+
+// A node cut off from etcd stops writing its watermark: the node the ring
+// without it names for its partitions prepares them before its lease ends
+// (nothing moves yet), and acquires them prepared once it has ended.
+func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	b, na := startStandbyPair(t, c, a)
+	proxy.Cut()
+	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
+	if got := b.e.Stats().PartitionsOwned; got != 8-na {
+		t.Fatalf("node-b owns %d partitions once it prepared node-a's, want its own %d: the lease ended first", got, 8-na)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 })
+	if st := b.e.Stats(); st.StandbyTaken != uint64(na) || st.StandbyReady != 0 {
+		t.Errorf("node-b took %d partitions from the standby (%d left), want node-a's %d", st.StandbyTaken, st.StandbyReady, na)
+	}
+}
+
+// A node whose watermark is written again looks alive: what was prepared
+// for it is dropped, and nothing moves.
+func TestEngine_StandbyIsDroppedWhenTheWatermarkMovesAgain(t *testing.T) {
+	c := etcdtest.Start(t)
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", nil, standbyNode("node-a"))
+	b, na := startStandbyPair(t, c, a)
+	faults.puts(watermarkWrites) // node-a's keep-alives go on: its lease holds
+	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
+	faults.puts(nil)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().StandbyReady == 0 })
+	if st := b.e.Stats(); st.StandbyTaken != 0 || st.PartitionsOwned != 8-na || a.e.Stats().PartitionsOwned != na {
+		t.Errorf("node-b took %d partitions from the standby and owns %d, node-a %d; want 0, %d and %d",
+			st.StandbyTaken, st.PartitionsOwned, a.e.Stats().PartitionsOwned, 8-na, na)
+	}
+}
+
+// Only a node whose watermark stopped while this node's moves is suspected,
+// and only while at most half of the members are: a stall of etcd's stops
+// every watermark, and preparing the whole fleet would not help.
+func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
+	e := &Engine{cfg: Config{NodeID: "n1", LeaseTTL: 9 * time.Second, WatermarkInterval: 100 * time.Millisecond}}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	fresh, silent := now.Add(-time.Second), now.Add(-e.suspectAfter())
+	members := func(n int) *ring.Assignment {
+		ids := []string{"n1", "n2", "n3", "n4", "n5"}[:n]
+		a, err := ring.NewAssignment(ring.DefaultConfig(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		moved map[string]time.Time
+		want  []string
+	}{
+		{"one of three silent", 3, map[string]time.Time{"n1": fresh, "n2": silent, "n3": fresh}, []string{"n2"}},
+		{"silent for less than suspectAfter", 3, map[string]time.Time{"n1": fresh, "n2": now.Add(-e.suspectAfter() + time.Millisecond), "n3": fresh}, nil},
+		{"never seen (joining)", 3, map[string]time.Time{"n1": fresh, "n3": fresh}, nil},
+		{"this node silent too", 3, map[string]time.Time{"n1": silent, "n2": silent, "n3": fresh}, nil},
+		{"this node not seen", 3, map[string]time.Time{"n2": silent, "n3": fresh}, nil},
+		{"two of five", 5, map[string]time.Time{"n1": fresh, "n2": silent, "n3": silent, "n4": fresh, "n5": fresh}, []string{"n2", "n3"}},
+		{"three of five", 5, map[string]time.Time{"n1": fresh, "n2": silent, "n3": silent, "n4": silent, "n5": fresh}, nil},
+		{"the other of two", 2, map[string]time.Time{"n1": fresh, "n2": silent}, []string{"n2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := e.suspects(members(tc.nodes), tc.moved, now); !slices.Equal(got, tc.want) {
+				t.Errorf("suspects %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
