@@ -147,11 +147,15 @@ type prepared struct {
 	defs []taskDef
 }
 
-// prepareBounded is prepare, at most preparing at once per node: reading
+// prepareBounded is prepare, unless p was prepared ahead of a dead node's
+// lease's end (standby.go), at most preparing at once per node: reading
 // and decoding are CPU-bound, and hundreds of partitions prepared at once
 // (a join) would take the dispatch loop's turn on the CPU, so that the
 // partitions already armed fire late.
 func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
+	if prep := e.standby.take(p); prep != nil {
+		return prep, nil // prepared already: no turn to wait for
+	}
 	select {
 	case e.preparing <- struct{}{}:
 	case <-ctx.Done():
@@ -161,14 +165,10 @@ func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
 	return e.prepare(ctx, p)
 }
 
-// prepare reads partition p ahead of its lock: from the standby when it
-// was prepared ahead of a dead node's lease's end (standby.go), else from
-// the Badger cache when it has the partition (docs/design.md, invariant 7:
-// no range read), else with a range read, which replaces the cache.
+// prepare reads partition p ahead of its lock: from the Badger cache when
+// it has the partition (docs/design.md, invariant 7: no range read), else with
+// a range read, which replaces the cache.
 func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
-	if prep := e.standby.take(p); prep != nil {
-		return prep, nil
-	}
 	if e.store != nil {
 		if prep, err := e.prepareCached(ctx, p); prep != nil || err != nil {
 			return prep, err

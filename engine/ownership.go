@@ -116,8 +116,8 @@ type serving struct {
 	handOver   *time.Timer       // the next lost partition past prepareWait
 
 	// Warm standby for a crash (standby.go).
-	suspected   []string           // members whose watermarks stopped
-	stopStandby context.CancelFunc // ends the preparing for them; nil: none
+	suspected []string          // members whose watermarks stopped
+	standing  map[int]*standing // partitions prepared, or being prepared, for them
 }
 
 // serve runs one session: it follows the member set, acquiring and
@@ -131,7 +131,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{},
 		stuck: map[int]*stuckRelease{}, unsure: map[int]bool{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
 		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
-		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour),
+		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour), standing: map[int]*standing{},
 	}
 	// Not ended with sctx: a graceful end takes the acquires that loaded
 	// their partition to the end (end).

@@ -159,8 +159,16 @@ func (s *standby) take(p int) *prepared {
 	return prep
 }
 
-// reset forgets every partition held. The puts of the suspicion before
-// must have been canceled first.
+// drop forgets partition p. Its put must have been canceled first.
+func (s *standby) drop(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parts, p)
+	s.ready.Store(int64(len(s.parts)))
+}
+
+// reset forgets every partition held. Their puts must have been canceled
+// first.
 func (s *standby) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,48 +176,70 @@ func (s *standby) reset() {
 	s.ready.Store(0)
 }
 
-// suspect follows the watermarks seen moving: when the suspects change, it
-// drops the standby of the ones before and prepares the partitions the
-// ring without the new ones gives this node, among those they hold.
+// standing is a partition this node prepares, or prepared, for a suspect.
+type standing struct {
+	from   string             // the suspect that holds it
+	cancel context.CancelFunc // ends its preparing, and its put
+}
+
+// suspect follows the watermarks seen moving (watchMarks). It prepares the
+// partitions that the ring without the suspects gives this node among
+// those they hold, and drops what it prepared once the partition is
+// acquired, or its suspect writes again, or, gone from the member set, its
+// suspect's partition went to another node. What it prepared for a
+// suspect gone from the member set stays for the acquires the change
+// starts, however they queue.
 func (s *serving) suspect(moved map[string]time.Time) {
 	e := s.e
 	sus := e.suspects(s.assign, moved, time.Now())
-	if slices.Equal(sus, s.suspected) {
-		return
+	var members []string
+	if s.assign != nil {
+		members = s.assign.Members()
 	}
-	if s.stopStandby != nil {
-		s.stopStandby()
-		s.stopStandby = nil
-	}
-	e.standby.reset()
-	if len(s.suspected) > 0 && len(sus) == 0 {
-		e.log.Info("no node looks dead any more; dropped the partitions prepared for them", "nodes", s.suspected)
-	}
-	s.suspected = sus
-	if len(sus) == 0 {
-		return
-	}
-	staying := slices.DeleteFunc(s.assign.Members(), func(m string) bool { return slices.Contains(sus, m) })
-	without, err := ring.NewAssignment(s.assign.Config(), staying)
-	if err != nil {
-		e.log.Warn("the ring without the nodes that look dead does not fit; preparing nothing", "nodes", sus, "err", err)
-		return
-	}
-	var ps []int
-	for _, p := range without.Owned(e.cfg.NodeID) {
-		if slices.Contains(sus, s.assign.Owner(p)) && s.parts[p] == nil && s.acquiring[p] == nil {
-			ps = append(ps, p)
+	plan := map[int]bool{}
+	if len(sus) > 0 {
+		staying := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return slices.Contains(sus, m) })
+		without, err := ring.NewAssignment(s.assign.Config(), staying)
+		if err != nil {
+			e.log.Warn("the ring without the nodes that look dead does not fit; preparing nothing", "nodes", sus, "err", err)
+		} else {
+			for _, p := range without.Owned(e.cfg.NodeID) {
+				if slices.Contains(sus, s.assign.Owner(p)) {
+					plan[p] = true
+				}
+			}
 		}
 	}
-	e.log.Info("nodes look dead (their watermarks stopped); preparing the partitions this node would take from them",
-		"nodes", sus, "silent_for_at_least", e.suspectAfter(), "partitions", len(ps))
-	ctx, cancel := context.WithCancel(s.ctx)
-	s.stopStandby = cancel
-	for _, p := range ps {
+	for p, st := range s.standing {
+		alive := slices.Contains(members, st.from) && !slices.Contains(sus, st.from)
+		gone := !slices.Contains(members, st.from)
+		if s.parts[p] != nil || alive || (gone && !s.desired[p]) || (!gone && !plan[p]) {
+			st.cancel()
+			e.standby.drop(p)
+			delete(s.standing, p)
+		}
+	}
+	var started int
+	for p := range plan {
+		if s.standing[p] != nil || s.parts[p] != nil || s.acquiring[p] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(s.ctx)
+		s.standing[p] = &standing{from: s.assign.Owner(p), cancel: cancel}
+		started++
 		s.wg.Go(func() {
 			if prep, err := e.prepareBounded(ctx, p); err == nil {
 				e.standby.put(ctx, prep)
 			}
 		})
+	}
+	if !slices.Equal(sus, s.suspected) {
+		if len(sus) > 0 {
+			e.log.Info("nodes look dead (their watermarks stopped); preparing the partitions this node would take from them",
+				"nodes", sus, "silent_for_at_least", e.suspectAfter(), "partitions", started)
+		} else {
+			e.log.Info("no node looks dead any more", "nodes", s.suspected, "kept_for_acquires", len(s.standing))
+		}
+		s.suspected = sus
 	}
 }

@@ -31,7 +31,8 @@ func startStandbyPair(t *testing.T, c *etcdtest.Cluster, a *testNode) (*testNode
 
 // A node cut off from etcd stops writing its watermark: the node the ring
 // without it names for its partitions prepares them before its lease ends
-// (nothing moves yet), and acquires them prepared once it has ended.
+// (nothing moves yet), and acquires them prepared once it has ended,
+// without waiting for a turn to prepare (node-b's are all taken here).
 func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing.T) {
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
@@ -42,6 +43,14 @@ func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing
 	if got := b.e.Stats().PartitionsOwned; got != 8-na {
 		t.Fatalf("node-b owns %d partitions once it prepared node-a's, want its own %d: the lease ended first", got, 8-na)
 	}
+	for range cap(b.e.preparing) {
+		b.e.preparing <- struct{}{}
+	}
+	t.Cleanup(func() {
+		for range cap(b.e.preparing) {
+			<-b.e.preparing
+		}
+	})
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 })
 	if st := b.e.Stats(); st.StandbyTaken != uint64(na) || st.StandbyReady != 0 {
 		t.Errorf("node-b took %d partitions from the standby (%d left), want node-a's %d", st.StandbyTaken, st.StandbyReady, na)
