@@ -32,6 +32,8 @@ import (
 //  2. From then until the release commits, the node watermark written to
 //     etcd is held at the mark (holds): should this node crash, successors
 //     resume no later than the mark, never past a fire nobody dispatched.
+//     While it waits for attempts under way (3), only the released
+//     partitions are held (holds.narrow): the others fire on.
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
@@ -575,6 +577,26 @@ func (h *holds) resumes() map[int]int64 {
 	return maps.Clone(h.resume)
 }
 
+// narrow turns the marks of ps into resume points, so that the node
+// watermark moves on while p's successor after a crash still resumes p
+// from its mark: once workers took every job of ps dispatched before
+// their marks, nothing but p depends on the mark, and a hold of the whole
+// node stopped dispatch of every partition at the bounded lead past it.
+func (h *holds) narrow(ps []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range ps {
+		m, ok := h.marks[p]
+		if !ok {
+			continue
+		}
+		if r, ok := h.resume[p]; !ok || m < r {
+			h.resume[p] = m
+		}
+		delete(h.marks, p)
+	}
+}
+
 func (h *holds) set(p int, mark int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -646,7 +668,9 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 			"partitions", len(ps), "waited", handOverWait)
 	} else if rel.running != nil {
 		// An attempt that fails now hands its retry over; past the wait,
-		// its retry is lost.
+		// its retry is lost. Only ps stand still meanwhile: the node's
+		// other partitions fire on past the bounded lead.
+		e.holds.narrow(ps)
 		select {
 		case <-rel.running.ended:
 		case <-wait.C:

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/task"
+)
+
+// idIn returns an id starting with prefix whose task is in partition p
+// of parts.
+func idIn(prefix string, p, parts int) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("%s-%d", prefix, i); ring.Partition(id, parts) == p {
+			return id
+		}
+	}
+}
+
+// While a release waits for the attempt under way of a retrying task, the
+// node's other partitions fire on: only the released partition stands
+// still. The release held the whole node's watermark at its mark while it
+// waited, and dispatch runs at most the bounded lead (1 s) past it, so
+// that every task of the node stopped for up to a second of the 2 s wait
+// at every hand-over during which a retrying task's attempt ran. Here
+// node-b joins and takes slow's partition from node-a while slow's attempt
+// runs, held; node-a's release commit is held too, and node-a must fire
+// tick, in the partition it keeps, 2 s past the release mark meanwhile.
+func TestEngine_ReleaseWaitingForAnAttemptHoldsOnlyItsPartitions(t *testing.T) {
+	c, clock := limitsStart(t)
+	const parts = 4 // two would all go to node-b
+	cfg := DefaultConfig("node-a")
+	cfg.Partitions = parts
+	two, err := ring.NewAssignment(cfg.ring(), []string{"node-a", "node-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moving, staying := two.Owned("node-b")[0], two.Owned("node-a")[0]
+	slow, tick := idIn("slow", moving, parts), idIn("tick", staying, parts)
+	log := &callLog{}
+	h := newHolder(t, slow)
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions, cfg.DrainTimeout = parts, time.Minute })
+	}
+	cliA := c.NewClient(t)
+	commit := make(chan struct{})
+	var once sync.Once
+	letCommit := func() { once.Do(func() { close(commit) }) }
+	t.Cleanup(letCommit)
+	injectFaults(cliA).pauses(func(key, value string) bool {
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"released":true`)
+	}, commit)
+	a := startNodeOn(t, cliA, "", log.handler(h.handler), node("node-a"))
+	retrying := handlerTask(slow, "0 0 0 1 1 *") // yearly: only the trigger fires it
+	retrying.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
+	putTask(t, a.e.Registry(), retrying)
+	putTask(t, a.e.Registry(), handlerTask(tick, "* * * * * *"))
+	waitNext(t, a, tick, limitsAt(1))
+	if _, err := a.e.Registry().Trigger(context.Background(), slow); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // slow's attempt 1 runs on node-a
+
+	b := startNodeOn(t, c.NewClient(t), "", log.handler(nil), node("node-b"), noWait)
+	t.Cleanup(h.open) // again: cleanups run last first
+	t.Cleanup(letCommit)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !a.e.Owns(moving) })
+	clock.Advance(2 * time.Second) // 12:00:02.5: tick@2 is past the lead from the mark
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return len(runsAt(log, tick, limitsAt(2))) > 0
+	})
+	if got := runsAt(log, tick, limitsAt(2)); len(got) != 1 || got[0] != "node-a" {
+		t.Errorf("%s@12:00:02 ran on %v, want node-a", tick, got)
+	}
+	letCommit()
+	h.open()
+	b.stop(t)
+	a.stop(t)
+}
