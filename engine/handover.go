@@ -673,6 +673,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		e.holds.narrow(ps)
 		select {
 		case <-rel.running.ended:
+		case <-e.hurry: // Close stops waiting for running executions
 		case <-wait.C:
 			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are lost, "+
 				"and the next owner does not keep its fires apart from them (concurrency policies)",

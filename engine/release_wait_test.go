@@ -83,3 +83,24 @@ func TestEngine_ReleaseWaitingForAnAttemptHoldsOnlyItsPartitions(t *testing.T) {
 	b.stop(t)
 	a.stop(t)
 }
+
+// Hurry cuts short a release's wait for the attempts under way of retrying
+// tasks, as it does Close's other waits for running executions: the
+// release commits at once, and the executions are canceled. Here node-a
+// closes while attempt 1 of flaky runs, held, and is hurried once its
+// release has begun.
+func TestEngine_HurryCutsTheReleasesWaitForAttemptsShort(t *testing.T) {
+	ha := startHeldAttempt(t)
+	ea := ha.a.e
+	closed := make(chan error, 1)
+	go func() { closed <- ea.Close() }()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
+	ea.Hurry()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	if rel := ea.Stats().HandOver["release"]; rel.Count == 0 || rel.Sum/float64(rel.Count) >= handOverWait.Seconds() {
+		t.Errorf("node-a released %d partitions in %.2f s in all, want them released without waiting out %v",
+			rel.Count, rel.Sum, handOverWait)
+	}
+}
