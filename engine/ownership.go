@@ -640,7 +640,11 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		stop()
 		close(part.done)
 		e.owned[p].Store(false)
-		e.releaseLoop([]int{p})
+		// Sealed at once: nothing is handed over, so no retry of an
+		// attempt under way waits to be listed, and the loop would keep
+		// its tasks (leaving) until their attempts end, for ever for one
+		// a fenced drop takes from the queue.
+		e.seal(e.releaseLoop([]int{p}), false)
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
 		e.restoreCheckpoint(m, p, prev)
