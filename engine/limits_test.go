@@ -247,6 +247,51 @@ func TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease(t *testing.T) 
 	}
 }
 
+// A newer fire of a replace task cancels that task's run, not the run of
+// a task deleted before it that still runs in the same record slot: the
+// table reuses a deleted task's record for the next task it loads. Here
+// old's triggered run is held when old is deleted, and new, loaded into
+// its record, fires twice, its first run held: the second cancels new's
+// first run and leaves old's.
+func TestEngine_ReplaceCancelsItsOwnRunNotADeletedTasksInTheSameRecord(t *testing.T) {
+	c, clock := limitsStart(t)
+	h := newHolder(t, "old", "new")
+	a := startNode(t, c, "", h.handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
+		cfg.Partitions = 1 // one record table for both tasks
+	}))
+	t.Cleanup(h.open) // again: cleanups run last first
+	old := handlerTask("old", "0 0 0 1 1 *")
+	old.Concurrency = task.ConcurrencyReplace
+	putTask(t, a.e.Registry(), old)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "old") })
+	if _, err := a.e.Registry().Trigger(context.Background(), "old"); err != nil {
+		t.Fatal(err)
+	}
+	oldRun := h.next(t)
+	if err := a.e.Registry().Delete(context.Background(), "old"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "old") })
+	nt := handlerTask("new", "* * * * * *")
+	nt.Concurrency = task.ConcurrencyReplace
+	putTask(t, a.e.Registry(), nt)
+	waitNext(t, a, "new", limitsAt(1))
+	clock.Advance(time.Second)
+	first := h.next(t)
+	clock.Advance(time.Second)
+	second := h.next(t)
+	if first.TaskID != "new" || second.TaskID != "new" || !second.ScheduledAt.Equal(limitsAt(2)) {
+		t.Fatalf("held %s@%s then %s@%s, want new's fires of 12:00:01 and 12:00:02",
+			first.TaskID, first.ScheduledAt.Format(time.TimeOnly), second.TaskID, second.ScheduledAt.Format(time.TimeOnly))
+	}
+	if first.running() {
+		t.Errorf("new's run of 12:00:01 still runs: its fire of 12:00:02 did not replace it")
+	}
+	if !oldRun.running() {
+		t.Errorf("old's run was canceled by a fire of new, the task loaded into its record after old was deleted")
+	}
+}
+
 // quietNode keeps a node's errors only: a node whose etcd requests a test
 // refuses on purpose warns about each.
 func quietNode(cfg *Config) {

@@ -167,8 +167,8 @@ type pool struct {
 // runningFire is an execution of a replace-policy task, which a newer fire
 // cancels.
 type runningFire struct {
-	rec    uint32
-	cancel context.CancelFunc
+	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
+	cancel   context.CancelFunc
 }
 
 // doneRoom is how many completion batches wait for the loop: a full
@@ -444,12 +444,13 @@ func (p *pool) drain(d time.Duration) {
 	p.execCancel()
 }
 
-// cancelRunning cancels the running executions of record rec.
-func (p *pool) cancelRunning(rec uint32) {
+// cancelRunning cancels the running executions of record rec of
+// generation gen.
+func (p *pool) cancelRunning(rec, gen uint32) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	for k, r := range p.running {
-		if r.rec == rec {
+		if r.rec == rec && r.gen == gen {
 			r.cancel()
 			delete(p.running, k)
 		}
@@ -730,7 +731,7 @@ func (p *pool) execute(j *job, out *executor.Output) (err error) {
 		p.runMu.Lock()
 		p.runSeq++
 		key := p.runSeq
-		p.running[key] = runningFire{rec: j.rec, cancel: cancel}
+		p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
 		p.runMu.Unlock()
 		defer func() {
 			p.runMu.Lock()
