@@ -37,6 +37,10 @@
 //     there, so a hand-over stands still for a lock hand-off, one request
 //     and the watch's word that it caught up (catchup.go), not for the
 //     partition's size (TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo).
+//     A crash gives no such notice, but a dead node stops writing its
+//     watermark well before its lease ends: its successors prepare its
+//     partitions then (standby.go,
+//     TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds).
 //   - A release etcd refuses is retried with the node watermark held at its
 //     mark; past the lease TTL the node ends its session so that its locks
 //     pass on: no lock outlives its cause
@@ -184,8 +188,9 @@
 //
 //   - The hand-over protocol: handover.go (release, take-over, checkpoints,
 //     held watermarks, stuck releases), prepare.go (make-before-break),
-//     the acquire in ownership.go, which also keeps a session's service,
-//     and catchup.go (a prepared partition brought up to its acquisition).
+//     standby.go (the same ahead of a crash's lease expiry), the acquire
+//     in ownership.go, which also keeps a session's service, and
+//     catchup.go (a prepared partition brought up to its acquisition).
 //   - A misfire or concurrency policy: policy.go (pure functions, with
 //     table tests); the loop applies them in dispatch.go.
 //   - The dispatch loop and its commands: loop.go; the fire path:
