@@ -45,10 +45,11 @@ import (
 //     deletes the lock, on the condition that the lock is still ours.
 //
 // A release etcd does not take stays stuck: its lock is still ours, the
-// coordinator retries it, and the watermark stays held. If etcd still
-// refuses after the lease TTL the node ends its session, so that its locks
-// pass on; successors then resume from the held watermark, as after a
-// crash. A lock cannot outlive its cause.
+// coordinator retries it, and the watermark stays held (its partitions
+// alone, at their resume points, once narrowed). If etcd still refuses
+// after the lease TTL the node ends its session, so that its locks pass
+// on; successors then resume from the held watermark, as after a crash.
+// A lock cannot outlive its cause.
 //
 // The next owner (acquire) locks, reads the checkpoint, arms every task
 // from its first fire after the mark and runs the pending fires (takeOver).
