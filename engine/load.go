@@ -147,15 +147,25 @@ type prepared struct {
 	defs []taskDef
 }
 
-// prepareBounded is prepare, unless p was prepared ahead of a dead node's
-// lease's end (standby.go), at most preparing at once per node: reading
+// prepareBounded is prepareTurn, unless p was prepared ahead of a dead
+// node's lease's end (standby.go): once a standby read of p under way
+// ended, an acquire takes what it read rather than read p again. Read
+// again meanwhile, p's cache would be replaced by whichever read ends
+// last, and the standby's, the older, would take back the changes the
+// acquire's catch-up and watch had applied.
+func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
+	prep, err := e.standby.take(ctx, p)
+	if prep != nil || err != nil {
+		return prep, err // prepared already: no turn to wait for
+	}
+	return e.prepareTurn(ctx, p)
+}
+
+// prepareTurn is prepare, at most preparing at once per node: reading
 // and decoding are CPU-bound, and hundreds of partitions prepared at once
 // (a join) would take the dispatch loop's turn on the CPU, so that the
 // partitions already armed fire late.
-func (e *Engine) prepareBounded(ctx context.Context, p int) (*prepared, error) {
-	if prep := e.standby.take(p); prep != nil {
-		return prep, nil // prepared already: no turn to wait for
-	}
+func (e *Engine) prepareTurn(ctx context.Context, p int) (*prepared, error) {
 	select {
 	case e.preparing <- struct{}{}:
 	case <-ctx.Done():

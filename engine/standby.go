@@ -128,13 +128,39 @@ func (e *Engine) suspects(a *ring.Assignment, moved map[string]time.Time, now ti
 // standby holds the partitions prepared ahead of a suspect's lease's end,
 // until an acquire takes them (take) or the suspicion ends (reset).
 type standby struct {
-	mu    sync.Mutex
-	parts map[int]*prepared
-	ready atomic.Int64  // len(parts), for Stats
-	taken atomic.Uint64 // partitions acquires took from here, for Stats
+	mu      sync.Mutex            // guards parts and reading
+	parts   map[int]*prepared     // prepared, not yet taken
+	reading map[int]chan struct{} // the last prepare begun of each partition being prepared: closed when it ended
+	ready   atomic.Int64          // len(parts), for Stats
+	taken   atomic.Uint64         // partitions acquires took from here, for Stats
 }
 
-func newStandby() *standby { return &standby{parts: map[int]*prepared{}} }
+func newStandby() *standby {
+	return &standby{parts: map[int]*prepared{}, reading: map[int]chan struct{}{}}
+}
+
+// begin records a prepare of p about to start, and returns the one begun
+// before, if still under way (else nil), which it must wait for: a
+// prepare replaces p's cache, and only the last may. Its caller calls end
+// with the channel returned second once the prepare ended.
+func (s *standby) begin(p int) (before, mine chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before, mine = s.reading[p], make(chan struct{})
+	s.reading[p] = mine
+	return before, mine
+}
+
+// end says that the prepare of p begun with mine ended, its read in the
+// cache and, still wanted, in parts.
+func (s *standby) end(p int, mine chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reading[p] == mine {
+		delete(s.reading, p)
+	}
+	close(mine)
+}
 
 // put keeps prep, unless ctx, the suspicion it was prepared for, ended.
 func (s *standby) put(ctx context.Context, prep *prepared) {
@@ -146,8 +172,19 @@ func (s *standby) put(ctx context.Context, prep *prepared) {
 	}
 }
 
-// take returns partition p prepared, and forgets it; nil if not held.
-func (s *standby) take(p int) *prepared {
+// take returns partition p prepared, and forgets it; nil if not held. It
+// waits for a prepare of p under way to end first, or ctx.
+func (s *standby) take(ctx context.Context, p int) (*prepared, error) {
+	s.mu.Lock()
+	reading := s.reading[p]
+	s.mu.Unlock()
+	if reading != nil {
+		select {
+		case <-reading:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prep := s.parts[p]
@@ -156,7 +193,7 @@ func (s *standby) take(p int) *prepared {
 		s.ready.Store(int64(len(s.parts)))
 		s.taken.Add(1)
 	}
-	return prep
+	return prep, nil
 }
 
 // drop forgets partition p. Its put must have been canceled first.
@@ -227,8 +264,18 @@ func (s *serving) suspect(moved map[string]time.Time) {
 		ctx, cancel := context.WithCancel(s.ctx)
 		s.standing[p] = &standing{from: s.assign.Owner(p), cancel: cancel}
 		started++
+		// Begun here, on the goroutine that starts the acquires: an acquire
+		// of p started after this waits for it (take).
+		before, mine := e.standby.begin(p)
 		s.wg.Go(func() {
-			if prep, err := e.prepareBounded(ctx, p); err == nil {
+			defer e.standby.end(p, mine)
+			if before != nil {
+				// Canceled (its standing was dropped for this one), it ends
+				// soon; not waited for, it could still replace the cache
+				// after the acquire that waits for this one read it.
+				<-before
+			}
+			if prep, err := e.prepareTurn(ctx, p); err == nil {
 				e.standby.put(ctx, prep)
 			}
 		})

@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 )
 
@@ -110,5 +115,80 @@ func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
 				t.Errorf("suspects %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A standby read of a partition that ends after the partition's acquire
+// read it itself must not put its older read in the Badger cache: the
+// cache then missed every change in between, and from its next change on
+// recorded a revision past them, so that a restart found a deleted task
+// there and armed it again.
+func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	cliB := c.NewClient(t)
+	faults := injectFaults(cliB)
+	b := startNodeOn(t, cliB, "", nil, standbyNode("node-b"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
+		return na > 0 && nb > 0 && na+nb == 8
+	})
+	p := 0
+	for !a.e.owned[p].Load() {
+		p++
+	}
+	gone, later := idIn("gone", p, 8), idIn("later", p, 8)
+	putTask(t, b.e.Registry(), handlerTask(gone, "0 0 0 1 1 *"))
+
+	// node-b's standby read of p is held once etcd answered it.
+	var once atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	hook := func(key string) {
+		if strings.HasSuffix(key, fmt.Sprintf("/tasks/%05d/", p)) && once.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+	}
+	faults.afterGet.Store(&hook)
+	proxy.Cut()
+	<-held
+	if err := b.e.Registry().Delete(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	// node-a's lease ends. node-b's acquire of p either reads p itself
+	// meanwhile (given a few seconds: no timing is asserted, a slow one
+	// only lets the test pass) or waits for the standby's read.
+	etcdtest.WaitFor(t, 20*time.Second, func() bool {
+		ms, _, err := membership.List(context.Background(), c.Client, b.e.cfg.Prefix)
+		return err == nil && len(ms) == 1
+	})
+	for range 30 {
+		if b.e.Stats().PartitionsOwned == 8 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(release)
+	// Every prepare ended, the held one too: its read went where it goes.
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 && len(b.e.preparing) == 0 })
+	putTask(t, b.e.Registry(), handlerTask(later, "0 0 0 1 1 *"))
+	cached := func() (ids []string) {
+		if _, err := b.store.Partition(uint32(p), func(id string, _ []byte) error {
+			ids = append(ids, id)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return slices.Contains(cached(), later) })
+	if ids := cached(); slices.Contains(ids, gone) {
+		t.Errorf("node-b's cache of partition %d holds %s, deleted before node-b acquired it: %v", p, gone, ids)
+	}
+	b.stop(t)
+	b = startNodeOn(t, cliB, b.dir, nil, standbyNode("node-b"))
+	if owns(b, gone) {
+		t.Errorf("restarted on its cache, node-b holds %s, deleted", gone)
 	}
 }
