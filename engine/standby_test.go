@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
@@ -190,5 +192,59 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	b = startNodeOn(t, cliB, b.dir, nil, standbyNode("node-b"))
 	if owns(b, gone) {
 		t.Errorf("restarted on its cache, node-b holds %s, deleted", gone)
+	}
+}
+
+// A partition prepared in standby is brought up to its acquisition by the
+// acquire's catch-up, however long before it was read: a task deleted,
+// paused, changed or created meanwhile is armed as etcd has it then, also
+// when etcd compacted past the prepared read.
+func TestEngine_StandbyPartitionCatchesUpWithChangesSinceItsRead(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	b, na := startStandbyPair(t, c, a)
+	p := 0
+	for !a.e.owned[p].Load() {
+		p++
+	}
+	id := func(name string) string { return idIn(name, p, 8) }
+	reg := b.e.Registry()
+	for _, name := range []string{"gone", "paused", "changed"} {
+		putTask(t, reg, handlerTask(id(name), "0 0 0 1 1 *"))
+	}
+	proxy.Cut()
+	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
+	ctx := context.Background()
+	if err := reg.Delete(ctx, id("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.SetPaused(ctx, id("paused"), true); err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask(id("changed"), "0 0 0 1 6 *"))
+	putTask(t, reg, handlerTask(id("new"), "0 0 0 1 1 *"))
+	resp, err := c.Client.Get(ctx, "compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 })
+	if st := b.e.Stats(); st.StandbyTaken != uint64(na) {
+		t.Fatalf("node-b took %d partitions from the standby, want %d: the test proves nothing", st.StandbyTaken, na)
+	}
+	if owns(b, id("gone")) {
+		t.Errorf("node-b holds %s, deleted after the standby read", id("gone"))
+	}
+	if s := taskState(t, b, id("paused")); !s.NextFireAt.IsZero() {
+		t.Errorf("%s, paused after the standby read, fires next at %s", id("paused"), s.NextFireAt)
+	}
+	if s := taskState(t, b, id("changed")); s.NextFireAt.Month() != time.June {
+		t.Errorf("%s, moved to June after the standby read, fires next at %s", id("changed"), s.NextFireAt)
+	}
+	if !owns(b, id("new")) {
+		t.Errorf("node-b does not hold %s, created after the standby read", id("new"))
 	}
 }
