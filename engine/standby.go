@@ -32,8 +32,10 @@ import (
 // is published, so a suspect that writes again (a pause, a slow etcd) loses
 // nothing; the survivors drop what they prepared. While this node's own
 // watermark is not written either (etcd refuses or is slow), or more than
-// half of the members look stale, the stall is etcd's and no one is
-// suspected: preparing every partition of the fleet would not help.
+// half of the members look stale, the stall is etcd's and no one new is
+// suspected: preparing every partition of the fleet would not help. One
+// suspected before stays so until it writes again: its silence says as
+// much as before, and what was prepared for it is not read again.
 
 // marksPoll is how often a node reads the watermark keys to see whose
 // stopped moving.
@@ -97,32 +99,34 @@ func (e *Engine) watchMarks(ctx context.Context) <-chan map[string]time.Time {
 	return out
 }
 
-// suspects returns the members of a whose watermark was last written
-// suspectAfter or longer before now, by moved (watchMarks): none while
-// this node's own is not written either, or when more than half the
-// members would be.
-func (e *Engine) suspects(a *ring.Assignment, moved map[string]time.Time, now time.Time) []string {
+// silent reports whether node's watermark was last seen written, by moved
+// (watchMarks), suspectAfter or longer before now.
+func (e *Engine) silent(moved map[string]time.Time, node string, now time.Time) bool {
+	t, ok := moved[node]
+	return ok && now.Sub(t) >= e.suspectAfter()
+}
+
+// suspects returns the members of a that are silent, and true; or nil and
+// false, no verdict, while this node's own watermark is not written
+// either, or when more than half the members would be.
+func (e *Engine) suspects(a *ring.Assignment, moved map[string]time.Time, now time.Time) ([]string, bool) {
 	if a == nil {
-		return nil
+		return nil, true
 	}
-	stale := func(node string) bool {
-		t, ok := moved[node]
-		return ok && now.Sub(t) >= e.suspectAfter()
-	}
-	if _, ok := moved[e.cfg.NodeID]; !ok || stale(e.cfg.NodeID) {
-		return nil
+	if _, ok := moved[e.cfg.NodeID]; !ok || e.silent(moved, e.cfg.NodeID, now) {
+		return nil, false
 	}
 	members := a.Members()
 	var out []string
 	for _, m := range members {
-		if m != e.cfg.NodeID && stale(m) {
+		if m != e.cfg.NodeID && e.silent(moved, m, now) {
 			out = append(out, m)
 		}
 	}
 	if len(out)*2 > len(members) {
-		return nil
+		return nil, false
 	}
-	return out
+	return out, true
 }
 
 // standby holds the partitions prepared ahead of a suspect's lease's end,
@@ -228,10 +232,18 @@ type standing struct {
 // starts, however they queue.
 func (s *serving) suspect(moved map[string]time.Time) {
 	e := s.e
-	sus := e.suspects(s.assign, moved, time.Now())
+	now := time.Now()
+	sus, verdict := e.suspects(s.assign, moved, now)
 	var members []string
 	if s.assign != nil {
 		members = s.assign.Members()
+	}
+	if !verdict {
+		// No new suspect, but those suspected that did not write again
+		// still look dead: what was prepared for them stays.
+		sus = slices.DeleteFunc(slices.Clone(s.suspected), func(m string) bool {
+			return !slices.Contains(members, m) || !e.silent(moved, m, now)
+		})
 	}
 	plan := map[int]bool{}
 	if len(sus) > 0 {

@@ -113,7 +113,7 @@ func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
 		{"the other of two", 2, map[string]time.Time{"n1": fresh, "n2": silent}, []string{"n2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := e.suspects(members(tc.nodes), tc.moved, now); !slices.Equal(got, tc.want) {
+			if got, _ := e.suspects(members(tc.nodes), tc.moved, now); !slices.Equal(got, tc.want) {
 				t.Errorf("suspects %v, want %v", got, tc.want)
 			}
 		})
@@ -246,5 +246,59 @@ func TestEngine_StandbyPartitionCatchesUpWithChangesSinceItsRead(t *testing.T) {
 	}
 	if !owns(b, id("new")) {
 		t.Errorf("node-b does not hold %s, created after the standby read", id("new"))
+	}
+}
+
+// What a node prepared for a suspect stays while the suspect is silent,
+// also while this node cannot tell a dead node from etcd's stall (its own
+// watermark stalled, or more than half of the members silent): no new
+// node is suspected then, but the suspect did not write again, and
+// dropping its partitions made a node whose own writes are slow read
+// them again at every poll that found its own watermark moving.
+func TestEngine_StandbyStaysWhileItsSuspectIsSilent(t *testing.T) {
+	now := time.Now()
+	e := &Engine{cfg: Config{NodeID: "n1", LeaseTTL: 9 * time.Second, WatermarkInterval: 100 * time.Millisecond},
+		standby: newStandby(), log: quietLogger()}
+	fresh, silent := now.Add(-time.Second), now.Add(-e.suspectAfter()-time.Second)
+	for _, tc := range []struct {
+		name    string
+		nodes   int
+		moved   map[string]time.Time
+		dropped bool
+	}{
+		{"this node's watermark stalled", 3, map[string]time.Time{"n1": silent, "n2": silent, "n3": fresh}, false},
+		{"more than half silent", 5, map[string]time.Time{"n1": fresh, "n2": silent, "n3": silent, "n4": silent, "n5": fresh}, false},
+		{"the suspect writes again", 3, map[string]time.Time{"n1": silent, "n2": fresh, "n3": fresh}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := ring.NewAssignment(ring.DefaultConfig(), []string{"n1", "n2", "n3", "n4", "n5"}[:tc.nodes])
+			if err != nil {
+				t.Fatal(err)
+			}
+			without, err := ring.NewAssignment(a.Config(), slices.DeleteFunc(a.Members(), func(m string) bool { return m == "n2" }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := &serving{e: e, ctx: ctx, assign: a, parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{},
+				desired: map[int]bool{}, standing: map[int]*standing{}, suspected: []string{"n2"}}
+			e.standby.reset()
+			var plan []int
+			for _, p := range without.Owned("n1") {
+				if a.Owner(p) == "n2" {
+					plan = append(plan, p)
+					s.standing[p] = &standing{from: "n2", cancel: func() {}}
+					e.standby.parts[p] = &prepared{p: p}
+				}
+			}
+			if len(plan) == 0 {
+				t.Fatal("n1 takes none of n2's partitions: the test proves nothing")
+			}
+			s.suspect(tc.moved)
+			if kept := len(e.standby.parts); tc.dropped != (kept == 0) || (!tc.dropped && kept != len(plan)) {
+				t.Errorf("%d of the %d partitions prepared for n2 kept, want dropped: %v", kept, len(plan), tc.dropped)
+			}
+		})
 	}
 }
