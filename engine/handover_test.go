@@ -233,6 +233,7 @@ type faultKV struct {
 	slowPut  atomic.Pointer[slowPut]
 	afterGet atomic.Pointer[func(key string)]
 	failDo   atomic.Pointer[func(key string) bool]        // the next Do of a Get of a key that matches fails
+	failGet  atomic.Pointer[func(key string) bool]        // the next Get of a key that matches fails
 	lostOnce atomic.Pointer[func(key, value string) bool] // the next transaction with a Put that matches commits, unanswered
 }
 
@@ -376,7 +377,14 @@ func (f *faultKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, 
 	return f.KV.Do(ctx, op)
 }
 
+// failsGetOnceOf makes the next Get of a key that matches fail, without
+// reaching etcd.
+func (f *faultKV) failsGetOnceOf(match func(key string) bool) { f.failGet.Store(&match) }
+
 func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if m := f.failGet.Load(); m != nil && (*m)(key) && f.failGet.CompareAndSwap(m, nil) {
+		return nil, errInjected
+	}
 	if d := time.Duration(f.slowRead.Load()); d > 0 && strings.Contains(key, "/tasks/") {
 		if !sleepCtx(ctx, d) {
 			return nil, ctx.Err()

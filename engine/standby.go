@@ -221,13 +221,15 @@ func (s *standby) reset() {
 type standing struct {
 	from   string             // the suspect that holds it
 	cancel context.CancelFunc // ends its preparing, and its put
+	failed atomic.Bool        // its prepare failed: the next poll prepares it again
 }
 
 // suspect follows the watermarks seen moving (watchMarks). It prepares the
 // partitions that the ring without the suspects gives this node among
 // those they hold, and drops what it prepared once the partition is
 // acquired, or its suspect writes again, or, gone from the member set, its
-// suspect's partition went to another node. What it prepared for a
+// suspect's partition went to another node. A prepare that failed is
+// begun again. What it prepared for a
 // suspect gone from the member set stays for the acquires the change
 // starts, however they queue.
 func (s *serving) suspect(moved map[string]time.Time) {
@@ -262,7 +264,7 @@ func (s *serving) suspect(moved map[string]time.Time) {
 	for p, st := range s.standing {
 		alive := slices.Contains(members, st.from) && !slices.Contains(sus, st.from)
 		gone := !slices.Contains(members, st.from)
-		if s.parts[p] != nil || alive || (gone && !s.desired[p]) || (!gone && !plan[p]) {
+		if s.parts[p] != nil || alive || (gone && !s.desired[p]) || (!gone && !plan[p]) || st.failed.Load() {
 			st.cancel()
 			e.standby.drop(p)
 			delete(s.standing, p)
@@ -274,7 +276,8 @@ func (s *serving) suspect(moved map[string]time.Time) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(s.ctx)
-		s.standing[p] = &standing{from: s.assign.Owner(p), cancel: cancel}
+		st := &standing{from: s.assign.Owner(p), cancel: cancel}
+		s.standing[p] = st
 		started++
 		// Begun here, on the goroutine that starts the acquires: an acquire
 		// of p started after this waits for it (take).
@@ -287,8 +290,15 @@ func (s *serving) suspect(moved map[string]time.Time) {
 				// after the acquire that waits for this one read it.
 				<-before
 			}
-			if prep, err := e.prepareTurn(ctx, p); err == nil {
+			prep, err := e.prepareTurn(ctx, p)
+			switch {
+			case err == nil:
 				e.standby.put(ctx, prep)
+			case ctx.Err() == nil:
+				// A read that failed as etcd was slow or out of reach for a
+				// moment, as it may be while a node dies.
+				e.log.Debug("preparing a partition for a node that looks dead failed; trying again", "partition", p, "err", err)
+				st.failed.Store(true)
 			}
 		})
 	}

@@ -302,3 +302,30 @@ func TestEngine_StandbyStaysWhileItsSuspectIsSilent(t *testing.T) {
 		})
 	}
 }
+
+// A standby read that fails (etcd slow or out of reach for a moment, as
+// it may well be while a node dies) is tried again at the next poll: the
+// partition is not left for its acquire to read.
+func TestEngine_StandbyRetriesAFailedRead(t *testing.T) {
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	cliB := c.NewClient(t)
+	faults := injectFaults(cliB)
+	b := startNodeOn(t, cliB, "", nil, standbyNode("node-b"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
+		return na > 0 && nb > 0 && na+nb == 8
+	})
+	na := a.e.Stats().PartitionsOwned
+	p := 0
+	for !a.e.owned[p].Load() {
+		p++
+	}
+	faults.failsGetOnceOf(func(key string) bool { return strings.HasSuffix(key, fmt.Sprintf("/tasks/%05d/", p)) })
+	proxy.Cut()
+	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
+	if faults.failGet.Load() != nil {
+		t.Fatal("no standby read of the partition failed: the test proves nothing")
+	}
+}
