@@ -60,6 +60,7 @@ func (e *Engine) watchMarks(ctx context.Context) <-chan map[string]time.Time {
 		defer t.Stop()
 		revs := map[string]int64{}      // by node: the newest mod revision of its keys
 		moved := map[string]time.Time{} // by node: when revs last grew
+		var last int64                  // etcd's revision at the last poll
 		for {
 			select {
 			case <-ctx.Done():
@@ -72,6 +73,16 @@ func (e *Engine) watchMarks(ctx context.Context) <-chan map[string]time.Time {
 			if err != nil {
 				continue // not a node's silence: etcd's
 			}
+			if resp.Header.Revision < last {
+				// etcd was restored from a backup: its revisions start again
+				// below those seen, and every node starts over as written
+				// now. Compared with the revisions before, none would move
+				// until etcd passed them, and what was prepared for a
+				// suspect would stay, read from a history etcd lost.
+				clear(revs)
+				clear(moved)
+			}
+			last = resp.Header.Revision
 			now := time.Now()
 			seen := map[string]int64{}
 			for _, kv := range resp.Kvs {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -327,5 +330,56 @@ func TestEngine_StandbyRetriesAFailedRead(t *testing.T) {
 	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
 	if faults.failGet.Load() != nil {
 		t.Fatal("no standby read of the partition failed: the test proves nothing")
+	}
+}
+
+// marksKV answers the watermark polls with the revisions of answers, one
+// per poll, the last again after.
+type marksKV struct {
+	clientv3.KV
+	mu      sync.Mutex // guards answers
+	answers []*clientv3.GetResponse
+}
+
+func (m *marksKV) Get(context.Context, string, ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resp := m.answers[0]
+	if len(m.answers) > 1 {
+		m.answers = m.answers[1:]
+	}
+	return resp, nil
+}
+
+// marksAt is a watermark poll's answer at etcd revision rev, with the mod
+// revisions of the nodes' keys.
+func marksAt(k keys, rev int64, mods map[string]int64) *clientv3.GetResponse {
+	resp := &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{Revision: rev}}
+	for node, mod := range mods {
+		resp.Kvs = append(resp.Kvs, &mvccpb.KeyValue{Key: []byte(k.watermark(node, "1")), ModRevision: mod})
+	}
+	return resp
+}
+
+// After etcd was restored from a backup, its revisions start again below
+// the ones seen, and every node starts over as written at the first poll
+// after. Compared with the highest seen, no node looked written until etcd
+// passed the revision of before, and what was prepared for a suspect then
+// stayed, to be armed from a read of a history etcd no longer has.
+func TestEngine_WatermarksWrittenAfterARestoreOfEtcdMove(t *testing.T) {
+	k := newKeys("")
+	e := &Engine{keys: k, cli: &clientv3.Client{KV: &marksKV{answers: []*clientv3.GetResponse{
+		marksAt(k, 100, map[string]int64{"n1": 100, "n2": 90}),
+		marksAt(k, 20, map[string]int64{"n1": 20, "n2": 15}), // restored
+	}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	marks := e.watchMarks(ctx)
+	before := <-marks
+	after := <-marks
+	for _, node := range []string{"n1", "n2"} {
+		if !after[node].After(before[node]) {
+			t.Errorf("%s's watermark last moved at the poll before the restore", node)
+		}
 	}
 }
