@@ -149,6 +149,9 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	// node-b's standby read of p is held once etcd answered it.
 	var once atomic.Bool
 	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	let := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the nodes stop: a held read would hold the stop
 	hook := func(key string) {
 		if strings.HasSuffix(key, fmt.Sprintf("/tasks/%05d/", p)) && once.CompareAndSwap(false, true) {
 			close(held)
@@ -157,7 +160,11 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	}
 	faults.afterGet.Store(&hook)
 	proxy.Cut()
-	<-held
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node-b never read partition %d for the standby: the test proves nothing", p)
+	}
 	if err := b.e.Registry().Delete(context.Background(), gone); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +181,7 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	close(release)
+	let()
 	// Every prepare ended, the held one too: its read went where it goes.
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 && len(b.e.preparing) == 0 })
 	putTask(t, b.e.Registry(), handlerTask(later, "0 0 0 1 1 *"))
