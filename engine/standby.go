@@ -117,6 +117,15 @@ func (e *Engine) silent(moved map[string]time.Time, node string, now time.Time) 
 	return ok && now.Sub(t) >= e.suspectAfter()
 }
 
+// suspicious reports whether member node looks dead: silent, but not for
+// so long that a dead node's lease would have ended. A member silent for
+// three lease TTLs still holds its lease, so it is alive, and stuck:
+// what was prepared for it would be kept, and caught up from an ever
+// older read, for as long as that lasted.
+func (e *Engine) suspicious(moved map[string]time.Time, node string, now time.Time) bool {
+	return e.silent(moved, node, now) && now.Sub(moved[node]) < 3*e.cfg.LeaseTTL
+}
+
 // suspects returns the members of a that are silent, and true; or nil and
 // false, no verdict, while this node's own watermark is not written
 // either, or when more than half the members would be.
@@ -130,7 +139,7 @@ func (e *Engine) suspects(a *ring.Assignment, moved map[string]time.Time, now ti
 	members := a.Members()
 	var out []string
 	for _, m := range members {
-		if m != e.cfg.NodeID && e.silent(moved, m, now) {
+		if m != e.cfg.NodeID && e.suspicious(moved, m, now) {
 			out = append(out, m)
 		}
 	}
@@ -255,7 +264,7 @@ func (s *serving) suspect(moved map[string]time.Time) {
 		// No new suspect, but those suspected that did not write again
 		// still look dead: what was prepared for them stays.
 		sus = slices.DeleteFunc(slices.Clone(s.suspected), func(m string) bool {
-			return !slices.Contains(members, m) || !e.silent(moved, m, now)
+			return !slices.Contains(members, m) || !e.suspicious(moved, m, now)
 		})
 	}
 	plan := map[int]bool{}

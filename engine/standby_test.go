@@ -114,6 +114,7 @@ func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
 		{"two of five", 5, map[string]time.Time{"n1": fresh, "n2": silent, "n3": silent, "n4": fresh, "n5": fresh}, []string{"n2", "n3"}},
 		{"three of five", 5, map[string]time.Time{"n1": fresh, "n2": silent, "n3": silent, "n4": silent, "n5": fresh}, nil},
 		{"the other of two", 2, map[string]time.Time{"n1": fresh, "n2": silent}, []string{"n2"}},
+		{"silent for three lease TTLs: alive, and stuck", 3, map[string]time.Time{"n1": fresh, "n2": now.Add(-3 * e.cfg.LeaseTTL), "n3": fresh}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, _ := e.suspects(members(tc.nodes), tc.moved, now); !slices.Equal(got, tc.want) {
