@@ -44,6 +44,7 @@ func startStandbyPair(t *testing.T, c *etcdtest.Cluster, a *testNode) (*testNode
 // (nothing moves yet), and acquires them prepared once it has ended,
 // without waiting for a turn to prepare (node-b's are all taken here).
 func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing.T) {
+	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
@@ -70,6 +71,7 @@ func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing
 // A node whose watermark is written again looks alive: what was prepared
 // for it is dropped, and nothing moves.
 func TestEngine_StandbyIsDroppedWhenTheWatermarkMovesAgain(t *testing.T) {
+	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
 	cliA := c.NewClient(t)
 	faults := injectFaults(cliA)
@@ -130,6 +132,7 @@ func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
 // recorded a revision past them, so that a restart found a deleted task
 // there and armed it again.
 func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
+	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
@@ -211,6 +214,7 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 // paused, changed or created meanwhile is armed as etcd has it then, also
 // when etcd compacted past the prepared read.
 func TestEngine_StandbyPartitionCatchesUpWithChangesSinceItsRead(t *testing.T) {
+	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
@@ -318,6 +322,7 @@ func TestEngine_StandbyStaysWhileItsSuspectIsSilent(t *testing.T) {
 // it may well be while a node dies) is tried again at the next poll: the
 // partition is not left for its acquire to read.
 func TestEngine_StandbyRetriesAFailedRead(t *testing.T) {
+	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
