@@ -35,7 +35,9 @@ import (
 // half of the members look stale, the stall is etcd's and no one new is
 // suspected: preparing every partition of the fleet would not help. One
 // suspected before stays so until it writes again: its silence says as
-// much as before, and what was prepared for it is not read again.
+// much as before, and what was prepared for it is not read again; or
+// until it has been silent for three lease TTLs: a member that long
+// silent still holds its lease, so it is alive and stuck (suspicious).
 
 // marksPoll is how often a node reads the watermark keys to see whose
 // stopped moving.
@@ -249,9 +251,8 @@ type standing struct {
 // those they hold, and drops what it prepared once the partition is
 // acquired, or its suspect writes again, or, gone from the member set, its
 // suspect's partition went to another node. A prepare that failed is
-// begun again. What it prepared for a
-// suspect gone from the member set stays for the acquires the change
-// starts, however they queue.
+// begun again. What it prepared for a suspect gone from the member set
+// stays for the acquires the change starts, however they queue.
 func (s *serving) suspect(moved map[string]time.Time) {
 	e := s.e
 	now := time.Now()
@@ -272,7 +273,9 @@ func (s *serving) suspect(moved map[string]time.Time) {
 		staying := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return slices.Contains(sus, m) })
 		without, err := ring.NewAssignment(s.assign.Config(), staying)
 		if err != nil {
-			e.log.Warn("the ring without the nodes that look dead does not fit; preparing nothing", "nodes", sus, "err", err)
+			if !slices.Equal(sus, s.suspected) { // once, not every poll
+				e.log.Warn("the ring without the nodes that look dead does not fit; preparing nothing", "nodes", sus, "err", err)
+			}
 		} else {
 			for _, p := range without.Owned(e.cfg.NodeID) {
 				if slices.Contains(sus, s.assign.Owner(p)) {
