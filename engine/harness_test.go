@@ -162,6 +162,15 @@ func owns(n *testNode, id string) bool {
 	return ok
 }
 
+// closeInBackground closes n's engine on a goroutine of its own, as a node
+// that leaves while the test goes on; Close's error comes on the channel.
+func closeInBackground(n *testNode) <-chan error {
+	closed := make(chan error, 1)
+	e := n.e
+	go func() { closed <- e.Close() }()
+	return closed
+}
+
 // probeCmd runs f in the dispatch loop.
 type probeCmd struct {
 	f    func(l *loop)

@@ -173,14 +173,6 @@ func startHeldPolicies(t *testing.T) *heldPolicies {
 // limitsPolicyParts is heldPolicies' partitions.
 const limitsPolicyParts = 4
 
-// closeA closes node-a in the background; its error comes on the channel.
-func (hp *heldPolicies) closeA() <-chan error {
-	closed := make(chan error, 1)
-	ea := hp.a.e
-	go func() { closed <- ea.Close() }()
-	return closed
-}
-
 // A release waits, within its 2 s drain, for the runs under way of tasks
 // whose policy keeps fires apart: the next owner, which does not know of
 // them, starts nothing before the release commits. Here each task's fire
@@ -189,7 +181,7 @@ func (hp *heldPolicies) closeA() <-chan error {
 // and each task's fire of 12:00:02 once they end.
 func TestEngine_ConcurrencyPoliciesHoldForARunEndingDuringItsRelease(t *testing.T) {
 	hp := startHeldPolicies(t)
-	closed := hp.closeA()
+	closed := closeInBackground(hp.a)
 	ea := hp.a.e
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
 	hp.clock.Advance(time.Second)
@@ -224,7 +216,7 @@ func TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease(t *testing.T) 
 	hp := startHeldPolicies(t)
 	// node-a leaves gracefully while its runs are held: every partition
 	// goes to node-b. Close returns once the held runs end.
-	closed := hp.closeA()
+	closed := closeInBackground(hp.a)
 	for id := range hp.ids {
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
 		waitNext(t, hp.b, id, limitsAt(2))
@@ -472,8 +464,7 @@ func (ha *heldAttempt) attempts(t *testing.T, b *testNode) []string {
 func TestEngine_RetryOfAnAttemptEndingDuringItsReleaseIsHandedOver(t *testing.T) {
 	ha := startHeldAttempt(t)
 	ea := ha.a.e
-	closed := make(chan error, 1)
-	go func() { closed <- ea.Close() }()
+	closed := closeInBackground(ha.a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
 	ha.fail() // attempt 1 fails on node-a, during its release
 	if err := <-closed; err != nil {
@@ -495,9 +486,7 @@ func TestEngine_RetryOfAnAttemptEndingDuringItsReleaseIsHandedOver(t *testing.T)
 func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost(t *testing.T) {
 	ha := startHeldAttempt(t)
 	b := ha.start(t, "node-b")
-	closed := make(chan error, 1)
-	ea := ha.a.e
-	go func() { closed <- ea.Close() }()
+	closed := closeInBackground(ha.a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
 	ha.fail() // attempt 1 fails on node-a, after its release
 	if err := <-closed; err != nil {
@@ -922,9 +911,8 @@ func TestEngine_ReleaseBehindBusyWorkersWaitsBeforeHandingQueuedFiresOver(t *tes
 
 	b := startNodeOn(t, c.NewClient(t), "", handler, node("node-b", 8))
 	t.Cleanup(h.open) // again: cleanups run last first
-	closed := make(chan error, 1)
 	ea := a.e
-	go func() { closed <- ea.Close() }()
+	closed := closeInBackground(a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "tick", limitsAt(1))) > 0 })
 	h.open()
 	if err := <-closed; err != nil {
@@ -1120,9 +1108,8 @@ func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine)) {
 	close(go_)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(b.e.loop.cmds) == 1 }) // the load, in line
 	b.e.Hurry()
-	closed := make(chan error, 1)
 	eb := b.e
-	go func() { closed <- eb.Close() }()
+	closed := closeInBackground(b)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return eb.runCtx.Err() != nil })
 	busy(eb)
 	let()

@@ -92,8 +92,7 @@ func TestEngine_ReleaseWaitingForAnAttemptHoldsOnlyItsPartitions(t *testing.T) {
 func TestEngine_HurryCutsTheReleasesWaitForAttemptsShort(t *testing.T) {
 	ha := startHeldAttempt(t)
 	ea := ha.a.e
-	closed := make(chan error, 1)
-	go func() { closed <- ea.Close() }()
+	closed := closeInBackground(ha.a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
 	ea.Hurry()
 	if err := <-closed; err != nil {

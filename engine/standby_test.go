@@ -28,15 +28,24 @@ func standbyNode(id string) func(*Config) {
 	}
 }
 
-// startStandbyPair starts node-a on cli and node-b, and returns them once
-// they share the partitions.
-func startStandbyPair(t *testing.T, c *etcdtest.Cluster, a *testNode) (*testNode, int) {
-	b := startNode(t, c, "", nil, standbyNode("node-b"))
+// startStandbyPair starts node-b on cli beside node-a, and returns it once
+// the two share the partitions, with how many node-a owns.
+func startStandbyPair(t *testing.T, a *testNode, cli *clientv3.Client) (*testNode, int) {
+	b := startNodeOn(t, cli, "", nil, standbyNode("node-b"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
 		return na > 0 && nb > 0 && na+nb == 8
 	})
 	return b, a.e.Stats().PartitionsOwned
+}
+
+// firstOwned is the lowest partition n owns.
+func firstOwned(n *testNode) int {
+	p := 0
+	for !n.e.owned[p].Load() {
+		p++
+	}
+	return p
 }
 
 // A node cut off from etcd stops writing its watermark: the node the ring
@@ -48,7 +57,7 @@ func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
-	b, na := startStandbyPair(t, c, a)
+	b, na := startStandbyPair(t, a, c.Client)
 	proxy.Cut()
 	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
 	if got := b.e.Stats().PartitionsOwned; got != 8-na {
@@ -76,7 +85,7 @@ func TestEngine_StandbyIsDroppedWhenTheWatermarkMovesAgain(t *testing.T) {
 	cliA := c.NewClient(t)
 	faults := injectFaults(cliA)
 	a := startNodeOn(t, cliA, "", nil, standbyNode("node-a"))
-	b, na := startStandbyPair(t, c, a)
+	b, na := startStandbyPair(t, a, c.Client)
 	faults.puts(watermarkWrites) // node-a's keep-alives go on: its lease holds
 	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
 	faults.puts(nil)
@@ -138,15 +147,8 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
 	cliB := c.NewClient(t)
 	faults := injectFaults(cliB)
-	b := startNodeOn(t, cliB, "", nil, standbyNode("node-b"))
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
-		return na > 0 && nb > 0 && na+nb == 8
-	})
-	p := 0
-	for !a.e.owned[p].Load() {
-		p++
-	}
+	b, _ := startStandbyPair(t, a, cliB)
+	p := firstOwned(a)
 	gone, later := idIn("gone", p, 8), idIn("later", p, 8)
 	putTask(t, b.e.Registry(), handlerTask(gone, "0 0 0 1 1 *"))
 
@@ -218,11 +220,8 @@ func TestEngine_StandbyPartitionCatchesUpWithChangesSinceItsRead(t *testing.T) {
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
-	b, na := startStandbyPair(t, c, a)
-	p := 0
-	for !a.e.owned[p].Load() {
-		p++
-	}
+	b, na := startStandbyPair(t, a, c.Client)
+	p := firstOwned(a)
 	id := func(name string) string { return idIn(name, p, 8) }
 	reg := b.e.Registry()
 	for _, name := range []string{"gone", "paused", "changed"} {
@@ -328,16 +327,8 @@ func TestEngine_StandbyRetriesAFailedRead(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
 	cliB := c.NewClient(t)
 	faults := injectFaults(cliB)
-	b := startNodeOn(t, cliB, "", nil, standbyNode("node-b"))
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		na, nb := a.e.Stats().PartitionsOwned, b.e.Stats().PartitionsOwned
-		return na > 0 && nb > 0 && na+nb == 8
-	})
-	na := a.e.Stats().PartitionsOwned
-	p := 0
-	for !a.e.owned[p].Load() {
-		p++
-	}
+	b, na := startStandbyPair(t, a, cliB)
+	p := firstOwned(a)
 	faults.failsGetOnceOf(func(key string) bool { return strings.HasSuffix(key, fmt.Sprintf("/tasks/%05d/", p)) })
 	proxy.Cut()
 	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })

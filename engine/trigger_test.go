@@ -121,9 +121,7 @@ func TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides(t *testing.T) {
 		return a.e.pool.depth() == 1 && inLoop(t, a, func(l *loop) bool { return len(l.pending) == 1 })
 	})
 
-	closed := make(chan error, 1)
-	ea := a.e
-	go func() { closed <- ea.Close() }() // the release hands both over; Close waits for the held run
+	closed := closeInBackground(a) // the release hands both over; Close waits for the held run
 	b := startNode(t, c, "", handler, limitsNode(clock, time.Hour, "node-b"))
 	t.Cleanup(h.open)
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(log.of("queued")) > 0 && len(log.of("slow")) > 1 })
