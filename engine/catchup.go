@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -115,6 +116,14 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 // them and the revision the partition is synced to.
 func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, int64, error) {
 	p := prep.p
+	if prep.rev > atRev {
+		// Read from a history etcd no longer has: it was restored from a
+		// backup after the read (a standby's waits longest). No change
+		// brings it back to atRev, and armed as read it could fire tasks
+		// etcd lacks. The acquire fails, and its retry prepares again,
+		// from etcd: the cache, replaced by this read, is ahead too.
+		return nil, 0, fmt.Errorf("prepared at revision %d, past etcd's %d: etcd was restored under it", prep.rev, atRev)
+	}
 	touched, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
 	if errors.Is(err, errNoCatchUp) {
 		rev = atRev

@@ -113,6 +113,31 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 	}
 }
 
+// A partition prepared at a revision past its acquisition's was read from
+// a history etcd no longer has (restored from a backup after the read):
+// its catch-up refuses it, where it found no change and armed the read's
+// tasks, which etcd may not have, as they were.
+func TestEngine_ChangesSinceRefusesAReadFromPastTheAcquisition(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := startNode(t, c, "", nil, func(c *Config) { c.Partitions = 1 })
+	putTask(t, a.e.Registry(), &task.Task{ID: "ghost", Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
+	rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := c.Client.Get(ctx, "any") // the acquisition's revision
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := &prepared{p: 0, rev: rev + 1000, defs: defs} // before the restore
+	wch, progress := a.e.Registry().CatchUp(ctx, 0, prep.rev)
+	if _, _, err := a.e.changesSince(ctx, prep, at.Header.Revision, wch, progress); err == nil {
+		t.Errorf("caught a read at revision %d up to revision %d", prep.rev, at.Header.Revision)
+	}
+}
+
 // A node that joins an etcd with password authentication logs in a
 // bounded number of times, however many partitions it acquires. clientv3
 // logs in (Authenticate: a bcrypt on etcd) for every gRPC stream it opens,
@@ -151,6 +176,7 @@ func TestEngine_JoinLogsInOncePerStreamNotPerPartition(t *testing.T) {
 // revision it saw, which etcd has compacted away (watch's reload, which no
 // other test reaches).
 func TestEngine_PartitionWatchCompactedWhileDownReloads(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
 	log := newFireLog()
 	var buf logbuf.Buffer
