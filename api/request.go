@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -21,8 +22,13 @@ import (
 // A string given as null inside one of the body's fields (a label's value,
 // an id of a list) is refused too, as in a task: decoded as "", a selector
 // {"labels": {"team": null}} chose the tasks whose team label is empty. A
-// field of the body itself given as null is left out, as in a task.
+// field of the body itself given as null is left out, as in a task; the
+// body itself given as null is refused: it is no object, and a pause or a
+// trigger took it for an empty one.
 func decodeObject(b []byte, dst any) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return errors.New("the body: want an object, got null")
+	}
 	err := jsonv2.Unmarshal(b, dst, jsonv2.RejectUnknownMembers(true), nullElements)
 	var se *jsonv2.SemanticError
 	var sy *jsontext.SyntacticError

@@ -297,6 +297,8 @@ func TestDecodeObject(t *testing.T) {
 		{`{"labels": {"team": 7}}`, &task.Selector{}, "labels.team: want a string, got a number"},
 		{`{"all": "yes"}`, &task.Selector{}, "all: want true or false, got a string"},
 		{`["a"]`, &task.Selector{}, "the body: want an object, got an array"},
+		{` null `, &task.Selector{}, "the body: want an object, got null"},
+		{`null`, &task.Override{}, "the body: want an object, got null"},
 		{`{} {}`, &task.Selector{}, "malformed JSON at byte"},
 		{`{"body": 5}`, &task.Override{}, "body: want a string, got a number"},
 		{`{"payload": {"n": 1}}`, &task.Override{}, ""},
