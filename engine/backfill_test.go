@@ -56,6 +56,7 @@ func directRegistry(t *testing.T, c *etcdtest.Cluster) *registry.Registry {
 // a crash at most the backfill's lead repeats. Nothing is missed either way,
 // and the record ends done with every fire counted.
 func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"graceful", "crash"} {
 		t.Run(how, func(t *testing.T) {
 			c := etcdtest.Start(t)
@@ -338,6 +339,7 @@ func TestEngine_CanceledBackfillStopsAtOnce(t *testing.T) {
 // of the canceled backfill (all of one shorter than twice its
 // concurrency) until its first progress write met the cancel's revision.
 func TestEngine_BackfillCanceledWhileItsPartitionIsAcquiredStaysCanceled(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	const parts = 1

@@ -19,6 +19,7 @@ import (
 // exactly once, with that key, while the sources' partitions move between
 // nodes (a join and a graceful leave).
 func TestEngine_ChainsNeitherRepeatNorMissAcrossAHandOver(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	h := func(ctx context.Context, f Fire) error {

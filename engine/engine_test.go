@@ -13,6 +13,7 @@ import (
 )
 
 func TestEngine_EverySecondNoDuplicateNoGap(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	n := startNode(t, c, "", log.handler, nil)

@@ -37,6 +37,7 @@ func noGap(t *testing.T, log *fireLog, id string) {
 // after the dead session's last acknowledged watermark may repeat
 // (docs/design.md invariant 3).
 func TestEngine_CrashThenRestartWithSameIDMissesNothing(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	proxy := c.NewProxy(t)
@@ -181,6 +182,7 @@ func noGapAllowingLead(t *testing.T, log *fireLog, id string) {
 // catches up from the partition's resume point like the cached ones, and
 // the deleted task does not fire (invariants 1, 2 and 7).
 func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	dirA := t.TempDir()
@@ -240,6 +242,7 @@ func TestEngine_StaleCacheIsCaughtUpBeforeFiring(t *testing.T) {
 // other work, not this partition): the next owner resumes from the dead
 // owner's point and misses nothing.
 func TestEngine_CutWhileLoadingMissesNothing(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	one := func(id string) func(*Config) {
@@ -310,6 +313,7 @@ func samePart(id, prefix string, n int) string {
 // waiting fire is handed over and runs on the next owner, and the other
 // tasks of the partition are neither repeated nor missed.
 func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
+	t.Parallel()
 	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
 	c := etcdtest.Start(t)
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
@@ -366,6 +370,7 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 // ring moves partitions at every change, and no fire may be repeated or
 // missed (docs/design.md invariants 1 and 2).
 func TestEngine_JoinsAndLeavesNeitherRepeatNorMiss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster scenario")
 	}

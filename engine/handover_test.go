@@ -552,6 +552,7 @@ func everySecond(t *testing.T, log *fireLog, tasks []string, until time.Time) (r
 // repeats. Before, the partitions' locks stayed with the live session and
 // the new owner waited for them for as long as the node lived.
 func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		refuse  time.Duration
@@ -616,6 +617,7 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 // partition node-b takes commits unanswered: node-a must go on firing the
 // partition it keeps, every second, in the same session.
 func TestEngine_ReleaseCommittedUnansweredIsDone(t *testing.T) {
+	t.Parallel()
 	const parts = 8
 	c := etcdtest.Start(t)
 	log := newFireLog()
@@ -747,6 +749,7 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 // still. Reads slowed to past the misfire threshold used to misfire every
 // task that moved.
 func TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	cfg := func(id string) func(*Config) {
@@ -807,6 +810,7 @@ func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
 // used to resume from the last watermark etcd acknowledged, repeating up
 // to the bounded lead of its own fires.
 func TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	log := newFireLog()
@@ -849,6 +853,7 @@ func TestEngine_FencedNodeTakingItsPartitionsBackRepeatsNothing(t *testing.T) {
 // deadline. (Mutex.Lock cleaned its queued key up with no deadline, so the
 // wait, and Close with it, hung for as long as etcd was out of reach.)
 func TestEngine_CloseWhileWaitingForALockAndCutOff(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	// Another session holds partition 0's lock and never lets go.
 	lease, err := c.Client.Grant(context.Background(), 60)
@@ -1095,6 +1100,7 @@ func TestLoop_AfterIsHandedOnByASecondRelease(t *testing.T) {
 // the worker frees, and after the TTL node-a ends its session. node-b takes
 // the partition over and must run tick@2, once.
 func TestEngine_StuckReleasePastTheTTLRunsTheFiresItDroppedFromTheQueue(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	h := newHolder(t, "slow")
@@ -1215,6 +1221,7 @@ func TestWatermark_ValueCarriesResumePoints(t *testing.T) {
 // the misfire policy folds what falls past the threshold, but nothing
 // runs twice.
 func TestEngine_EtcdSlowerThanTheLeadStillFires(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	cli := c.NewClient(t)
@@ -1253,6 +1260,7 @@ func TestEngine_EtcdSlowerThanTheLeadStillFires(t *testing.T) {
 // the old session's) nor lets a fire repeat, and the node fires on once
 // etcd is quick again.
 func TestEngine_SessionEndedDuringASlowWatermarkWriteRejoins(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	cli := c.NewClient(t)

@@ -37,6 +37,7 @@ func nextSecond(t time.Time) time.Time { return t.Truncate(time.Second).Add(time
 // Not parallel: its bounds are one second of real time, which parallel
 // tests starting their own etcd on a 2-core machine could eat into.
 func TestEngine_ChangesTakeEffectWithinOneSecond(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := &callLog{}
 	n := startNode(t, c, "", log.handler(nil), nil)
@@ -148,6 +149,7 @@ func TestEngine_ChangesTakeEffectWithinOneSecond(t *testing.T) {
 // trigger's bound, through a witness task that fires every second. Not
 // parallel, for the same reason as TestEngine_ChangesTakeEffectWithinOneSecond.
 func TestEngine_TriggerRightAfterPut(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := &callLog{}
 	n := startNode(t, c, "", log.handler(nil), nil)
@@ -559,6 +561,7 @@ func TestEngine_MemberChangesLogged(t *testing.T) {
 // A node that rejoins after a fence logs the member set's changes since
 // the set it followed before the fence: not every member again as joined.
 func TestEngine_MemberChangesLoggedAcrossFence(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	var buf logbuf.Buffer
@@ -647,6 +650,7 @@ func TestPartRanges_SortedRuns(t *testing.T) {
 // in a drill of 359 partitions, then 5 s more of retries and an error
 // that it was "ending the session", ended half a minute before).
 func TestEngine_CloseCutOffFromEtcdStopsReleasingOnceFenced(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	var buf logbuf.Buffer

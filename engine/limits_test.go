@@ -319,6 +319,7 @@ func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
 // retry due 5-10 s later, node-b takes the partition, and the clock moves
 // 20 s on, then 20 s more.
 func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"graceful", "crash"} {
 		t.Run(how, func(t *testing.T) {
 			c, clock := limitsStart(t)
@@ -514,6 +515,7 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
 	slow := handlerTask("slow", "* * * * * *")
 	slow.Concurrency = task.ConcurrencyBufferOne
+	t.Parallel()
 	putTask(t, a.e.Registry(), slow)
 	waitNext(t, a, "slow", limitsAt(1))
 	clock.Advance(time.Second)
@@ -594,6 +596,7 @@ func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
 
+	t.Parallel()
 	proxy := c.NewProxy(t)
 	cliB := c.NewClient(t, proxy.Endpoint())
 	injectFaults(cliB).puts(func(key, value string) bool {
@@ -781,6 +784,7 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 	waitNext(t, a, "tick", limitsAt(3))
 
 	crash(t, a, proxy)
+	t.Parallel()
 	startNode(t, c, "", log.handler(nil), limitsNode(clock, time.Hour, "node-b"))
 	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}})
 	var twice []call
@@ -817,6 +821,7 @@ func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
 	crash(t, a, proxy)
 	startNode(t, c, "", log.handler(nil), limitsNode(clock, 5*time.Second, "node-b"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
+	t.Parallel()
 	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
 	}
@@ -869,6 +874,7 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
 		t.Fatal(err)
+	t.Parallel()
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 })
 
@@ -1083,6 +1089,7 @@ func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testin
 // released at 12:00:01.5 while node-b's loop is held, closes node-b in a
 // hurry, runs busy while the loop is still held, then checks that node-b
 // fires 12:00:02-04, node-c what follows, and nothing twice.
+	t.Parallel()
 func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine)) {
 	t.Helper()
 	c, clock := limitsStart(t)

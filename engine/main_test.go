@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +17,29 @@ import (
 	"github.com/shardcron/shardcron/task"
 )
 
+// engineParallel is how many parallel tests run at once unless -parallel
+// says otherwise. The engine's tests wait on the clock (leases, fencing
+// deadlines, hand-over waits) far more than they use the CPU: at go
+// test's default, GOMAXPROCS (2 on CI), the suite took 8 to 9 minutes at
+// a load average under 1. Under the race detector they do use it, and six
+// at once beside the plain pass on two cores starved the keep-alives of
+// the 2 s leases most tests run with: a node fenced, and fires were missed.
+func engineParallel() int {
+	if raceEnabled {
+		return 3
+	}
+	return 4
+}
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(engineParallel())); err != nil {
+			panic(err)
+		}
+	}
 	goleak.VerifyTestMain(m,
 		// The HTTP executor's shared transport keeps idle connections; the
 		// engine closes them, but their reader goroutines end asynchronously.

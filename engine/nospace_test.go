@@ -19,6 +19,7 @@ import (
 // alarm is cleared it records its watermark again. No fire is missed or
 // repeated across the alarm.
 func TestEngine_FiresOnThroughNoSpace(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	fires := newFireLog()
 	n := startNode(t, c, "", fires.handler, nil)
@@ -61,6 +62,7 @@ func TestEngine_FiresOnThroughNoSpace(t *testing.T) {
 // the lead again, as any node whose writes fail, instead of firing on
 // without a bound until it fences itself.
 func TestEngine_CutOffDuringNoSpacePausesAtTheLead(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	fires := newFireLog()

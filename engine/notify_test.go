@@ -290,6 +290,7 @@ func TestEngine_CacheWriteErrorsCounted(t *testing.T) {
 // repeat the failure alert; a crash loses it, and a task still failing
 // alerts once more on the next owner (docs/api.md, "Alerts").
 func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"graceful", "crash"} {
 		t.Run(how, func(t *testing.T) {
 			c, clock := limitsStart(t)

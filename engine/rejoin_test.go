@@ -18,6 +18,7 @@ import (
 // after etcd was back). The rejoining node knows that lease is its own
 // and over: it revokes it and joins at once.
 func TestEngine_RejoinAfterAnEtcdRestartRevokesTheOldLease(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	proxy := c.NewProxy(t)
 	var buf logbuf.Buffer

@@ -162,6 +162,7 @@ func TestShape_CorruptIsAnError(t *testing.T) {
 // partition; the others from etcd. Every task then fires with its own
 // payload.
 func TestEngine_RestartFromTheCache(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -280,6 +281,7 @@ func TestEngine_RestartFromTheCache(t *testing.T) {
 // it does not look ahead of etcd): its tasks, which etcd does not hold,
 // must not fire.
 func TestEngine_CacheOfAnotherClusterOrPrefixIsDropped(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		other func(t *testing.T, first *etcdtest.Cluster) (*etcdtest.Cluster, string)

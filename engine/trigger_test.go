@@ -50,6 +50,7 @@ func pendingTriggers(c *etcdtest.Cluster) int64 {
 // fire it. The key used to be deleted once the loop had queued the fire:
 // nobody ever fired it.
 func TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	h := newHolder(t, "slow")
@@ -150,6 +151,7 @@ func TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides(t *testing.T) {
 // refuses node-a's trigger deletes for 3 s after its trigger ran, while
 // node-b joins and node-a leaves.
 func TestEngine_ReleaseWaitsForTheDeletesOfStartedTriggers(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	cliA := c.NewClient(t)
@@ -438,6 +440,7 @@ func TestEngine_ReleaseBehindATriggerDeleteBacklogDoesNotRefireStartedTriggers(t
 // at a release only the triggers that did not start. It used to forget
 // them all, and fired it a second time.
 func TestEngine_FencedNodeTakingItsPartitionsBackDoesNotRefireItsStartedTriggers(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	proxy := c.NewProxy(t)
@@ -531,6 +534,7 @@ func TestEngine_TriggerWrittenWhileItsPartitionCatchesUpFires(t *testing.T) {
 // for good. Here a trigger of a task that is gone comes to a node with
 // nothing else happening.
 func TestEngine_EarlyTriggerGivesUpWithNothingElseHappening(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	const parts = 4
 	n := startNode(t, c, "", newFireLog().handler, func(cfg *Config) { cfg.Partitions = parts })
@@ -587,6 +591,7 @@ func (w *laggingTriggerWatch) Watch(ctx context.Context, key string, opts ...cli
 // and fires it, the loop forgets it 11.5 s on, and the trigger watch's
 // event comes 13 s late.
 func TestEngine_TriggerTheAcquireReadIsNotFiredAgainByALateWatchEvent(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := newFireLog()
 	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, 1)
@@ -692,6 +697,7 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 // members 1 and 2 start again and take a trigger and a backfill, then
 // member 0 starts again.
 func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
 	m0, m1, m2 := c.Members[0], c.Members[1], c.Members[2]
 	log := newFireLog()
@@ -747,6 +753,7 @@ func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testin
 // go on from the present and leave the backfill unstarted until its
 // partition's next acquire.
 func TestEngine_BackfillWrittenWhileItsWatchIsDownAndCompactedStarts(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 3})
 	log := newFireLog()
 	const parts = 4

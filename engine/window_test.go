@@ -95,6 +95,7 @@ func TestMisfireFire_Window(t *testing.T) {
 // a node joins and the first one leaves in the middle; the owner's state
 // says why each one ended, and the one-shot is deleted from etcd.
 func TestEngine_WindowsAndOneShotsAcrossAHandOver(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster scenario")
 	}
