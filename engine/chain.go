@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Chains: when a fire ends after its last attempt, the worker that ran it
@@ -29,11 +30,15 @@ import (
 // past the bound the ended fires' triggers are dropped and counted
 // (Stats.ChainsDropped).
 
-// chainFire is the ended fire of a task with targets to trigger.
+// chainFire is the ended fire of a task with targets to trigger, or the
+// failed attempt of a task whose retry goes to etcd (leavers.retry): the
+// writer writes that retry as a trigger of the task itself.
 type chainFire struct {
-	from    string // the task whose fire ended, for logs
+	from    string // the task whose fire ended
 	sched   int64  // its scheduled time, unix ns
 	targets []string
+	retry   *registry.Retry // the retry to write; nil: none
+	over    *task.Override  // the retry's override
 }
 
 // chainQueueMax bounds the ended fires waiting for their triggers to be
@@ -114,6 +119,10 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}, missing *missingTargets) {
 	for _, f := range fs {
 		at := time.Unix(0, f.sched).UTC()
+		if f.retry != nil {
+			e.triggerRetry(ctx, f, stop)
+			continue
+		}
 		for _, id := range f.targets {
 			var b backoff
 			for {
@@ -130,6 +139,24 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 					break
 				}
 			}
+		}
+	}
+}
+
+// triggerRetry writes f's retry, as triggerChains writes a target's
+// trigger. A task deleted since has no retry.
+func (e *Engine) triggerRetry(ctx context.Context, f chainFire, stop <-chan struct{}) {
+	at := time.Unix(0, f.sched).UTC()
+	var b backoff
+	for {
+		err := e.reg.TriggerRetry(ctx, f.from, at, *f.retry, f.over)
+		if err == nil || errors.Is(err, registry.ErrNotFound) {
+			return
+		}
+		e.log.Warn("handing a retry on through etcd failed; retrying", "task", f.from, "scheduled_at", at, "attempt", f.retry.Attempt, "err", err)
+		if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
+			e.log.Warn("a retry was not handed on: etcd did not take it before the node stopped", "task", f.from, "scheduled_at", at, "attempt", f.retry.Attempt)
+			return
 		}
 	}
 }

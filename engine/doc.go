@@ -96,12 +96,13 @@
 //
 //   - Retries are attempts of a fire that already started: a retry waiting
 //     in the wheel when its node crashes is not run by the next owner
-//     (TestEngine_WaitingRetryAtAHandOver/crash). A graceful hand-over
-//     passes it on, and the retry of an attempt that fails within the
-//     release's drain (handOverWait), but not that of an attempt still
-//     running when the release is sealed: its failure finds no task to
-//     retry, and the fire gets no further attempt
-//     (TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost).
+//     (TestEngine_WaitingRetryAtAHandOver/crash), nor is that of an
+//     attempt that fails after its node fenced
+//     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
+//     after a fence's seal"). A graceful hand-over
+//     passes them on: in the released checkpoint, or, for an attempt
+//     still running when the release is sealed, through etcd
+//     (leavers).
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).

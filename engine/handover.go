@@ -305,14 +305,11 @@ type release struct {
 // their partition was taken out) of tasks that retry, or that keep their
 // fires apart (forbid, buffer_one, replace): the next owner, which knows
 // nothing of them, starts its first fire only once the release commits.
-// Until the release is sealed (loop.seal), one that fails with attempts
-// left hands its retry over with its partition (leftEnded), as a retry
-// waiting for its backoff is. Only the loop touches it; ended is closed
-// once none is left.
+// Its counts are the leavers'; ended is closed once none is left.
 type running struct {
 	n     int
 	ended chan struct{}
-	keys  []uint64 // its tasks in loop.leaving
+	keys  []uint64 // its tasks in leavers
 }
 
 // leaver is a task taken out with its partition while attempts of it were
@@ -320,65 +317,133 @@ type running struct {
 type leaver struct {
 	id   string
 	prof *profile
-	hand *handOver // its partition's
+	hand *handOver // its partition's; nil once the release is sealed
 	run  *running
 	n    int // its attempts not yet ended
 }
 
-// leavingKey is a record's key in loop.leaving: its index and generation,
-// as a completion names them.
+// leavingKey is a record's key in leavers: its index and generation, as a
+// job and a completion name them.
 func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
 
+// leavers are the tasks of releases with attempts under way, by
+// leavingKey. When one of those attempts fails with attempts left, its
+// retry is handed on (retry). Until the release is sealed, the loop lists
+// it in the partition's hand-over, due after its backoff, as a retry
+// waiting for it is: the hand-overs are the loop's until then. After a
+// graceful release's seal, it is written to etcd as a trigger that
+// carries its attempt (registry.TriggerRetry, through the chain writer),
+// which the partition's owner, whoever it is, runs when due: by the
+// worker that ran the attempt, since the loop may have stopped (Close
+// drains the workers after it), or by the loop, from the completion of an
+// attempt whose worker found the release not sealed yet, or not begun.
+// Safe for concurrent use by the loop and the workers; its lock takes no
+// other but the chain queue's.
+type leavers struct {
+	mu     sync.Mutex
+	m      map[uint64]*leaver
+	clock  Clock
+	chains *chainQueue
+}
+
+func newLeavers(clock Clock, chains *chainQueue) *leavers {
+	return &leavers{m: map[uint64]*leaver{}, clock: clock, chains: chains}
+}
+
 // leave notes that record i, taken out with its partition (hand), has
-// attempts under way, in run, made when nil.
+// attempts under way, in run, made when nil. Called only from the
+// dispatch loop.
 func (l *loop) leave(run *running, i uint32, r *record, h *handOver) *running {
 	if run == nil {
 		run = &running{ended: make(chan struct{})}
 	}
 	k := leavingKey(i, r.gen)
-	l.leaving[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], hand: h, run: run, n: int(r.running)}
+	ls := l.pool.leaving
+	ls.mu.Lock()
+	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], hand: h, run: run, n: int(r.running)}
 	run.keys = append(run.keys, k)
 	run.n += int(r.running)
+	ls.mu.Unlock()
 	return run
 }
 
-// leftEnded applies the end of an attempt of a task that went with a
-// release not yet sealed: a failure with attempts left hands its retry
-// over.
-func (l *loop) leftEnded(c *completion, x completionExtra) {
-	k := leavingKey(c.rec, c.gen)
-	lv := l.leaving[k]
-	if lv == nil {
-		return // deleted, or sealed
+// retry hands on the retry of attempt of the fire at sched of leaver k,
+// which failed, when it has attempts left, and reports whether it was
+// k's to hand on: k is a leaver, and, for a worker (sealed), sealed.
+func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Override, bf *backfillRun, sealed bool) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	lv := ls.m[k]
+	if lv == nil || sealed && lv.hand != nil {
+		return false
 	}
-	if (c.status == statusFailed || c.status == statusTimeout) && int(c.attempt) < lv.prof.maxAttempts {
-		due := l.cfg.Clock.Now().UnixNano() + int64(retryWait(lv.prof, c.attempt+1))
-		lv.hand.list(handedRetry(lv.id, c.sched, c.attempt+1, due, x.over, x.bf), due)
+	if int(attempt) >= lv.prof.maxAttempts {
+		return true
 	}
-	l.leftOne(k, lv)
+	due := ls.clock.Now().Add(retryWait(lv.prof, attempt+1))
+	if lv.hand != nil {
+		lv.hand.list(handedRetry(lv.id, sched, attempt+1, due.UnixNano(), over, bf), due.UnixNano())
+		return true
+	}
+	// A backfill's retry goes as a plain one, as a retry of a backfill
+	// canceled here does (handedRetry).
+	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: &registry.Retry{Attempt: attempt + 1, Due: due}, over: over})
+	return true
 }
 
-// leftOne counts one attempt of lv (key k) as ended.
-func (l *loop) leftOne(k uint64, lv *leaver) {
+// ended counts one attempt of leaver k as ended, if k is one.
+func (ls *leavers) ended(k uint64) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	lv := ls.m[k]
+	if lv == nil {
+		return
+	}
 	if lv.n--; lv.n == 0 {
-		delete(l.leaving, k)
+		delete(ls.m, k)
 	}
 	if lv.run.n--; lv.run.n == 0 {
 		close(lv.run.ended)
 	}
 }
 
-// seal ends what a release's attempts under way may still hand over: the
-// coordinator then reads its hand-overs alone. A retry of an attempt that
-// ends later is lost with its partition. Called only from the dispatch
-// loop.
-func (l *loop) seal(run *running) {
+// seal ends what run's attempts hand over with their partitions: the
+// coordinator then reads its hand-overs alone. With late (a graceful
+// release), a retry of an attempt that ends later is handed on through
+// etcd; else (a fence dropped the partitions, an acquire was undone) it
+// is lost, and run's tasks are forgotten: an attempt a fenced pool drops
+// from its queue never ends.
+func (ls *leavers) seal(run *running, late bool) {
 	if run == nil {
 		return
 	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	for _, k := range run.keys {
-		delete(l.leaving, k)
+		if lv := ls.m[k]; lv != nil && late {
+			lv.hand = nil
+		} else {
+			delete(ls.m, k)
+		}
 	}
+}
+
+// len is how many tasks the leavers hold.
+func (ls *leavers) len() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return len(ls.m)
+}
+
+// leftEnded applies the end of an attempt of a task gone from the loop,
+// with a release or deleted: a failure whose worker did not hand its
+// retry on has it handed on now.
+func (l *loop) leftEnded(c *completion, x completionExtra) {
+	k := leavingKey(c.rec, c.gen)
+	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) {
+		l.pool.leaving.retry(k, c.sched, c.attempt, x.over, x.bf, false)
+	}
+	l.pool.leaving.ended(k)
 }
 
 // releaseParts takes every task of parts out of the wheel, after
@@ -485,9 +550,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		if j.kind == kindSchedule {
 			l.holds.dropped(int(j.part), j.due)
 		}
-		if k := leavingKey(j.rec, j.gen); l.leaving[k] != nil {
-			l.leftOne(k, l.leaving[k]) // it ends here, unrun
-		}
+		l.pool.leaving.ended(leavingKey(j.rec, j.gen)) // it ends here, unrun
 		return true
 	}
 	l.dropJobs(handed)
@@ -669,19 +732,19 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 			"partitions", len(ps), "waited", handOverWait)
 	} else if rel.running != nil {
 		// An attempt that fails now hands its retry over; past the wait,
-		// its retry is lost. Only ps stand still meanwhile: the node's
+		// through etcd (leavers). Only ps stand still meanwhile: the node's
 		// other partitions fire on past the bounded lead.
 		e.holds.narrow(ps)
 		select {
 		case <-rel.running.ended:
 		case <-e.hurry: // Close stops waiting for running executions
 		case <-wait.C:
-			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are lost, "+
+			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
 				"and the next owner does not keep its fires apart from them (concurrency policies)",
 				"partitions", len(ps), "waited", handOverWait)
 		}
 	}
-	e.seal(rel, !taken)
+	e.seal(rel, !taken, true)
 	// The whole hand-over is bounded: etcd out of reach must not hold a
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
@@ -785,11 +848,12 @@ func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckReleas
 	}
 }
 
-// seal has the loop seal rel (loop.seal), first handing over the queued
-// fires of its partitions unrun when queued (loop.handOverQueued). From
-// then on the caller alone reads rel's hand-overs.
-func (e *Engine) seal(rel release, queued bool) {
-	c := &sealCmd{rel: rel, queued: queued, reply: make(chan struct{}, 1)}
+// seal has the loop seal rel (leavers.seal, late for a graceful release),
+// first handing over the queued fires of its partitions unrun when queued
+// (loop.handOverQueued). From then on the caller alone reads rel's
+// hand-overs.
+func (e *Engine) seal(rel release, queued, late bool) {
+	c := &sealCmd{rel: rel, queued: queued, late: late, reply: make(chan struct{}, 1)}
 	_, _ = request(context.Background(), e, c, c.reply)
 }
 
@@ -952,7 +1016,7 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)
-	e.seal(rel, true)
+	e.seal(rel, true, false)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand
 	}

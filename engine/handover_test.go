@@ -105,7 +105,7 @@ func (tl *testLoop) failFirstQueued() {
 	tl.pool.mu.Unlock()
 	tl.pool.reset()
 	var done completionBatch
-	done.add(&j, statusFailed, "boom")
+	done.add(&j, statusFailed, "boom", false)
 	tl.complete(&done)
 }
 

@@ -386,7 +386,7 @@ func TestLoop_FireAddingNoFailurePausesNothing(t *testing.T) {
 	end := func(sched int64, st uint8) {
 		var b completionBatch
 		j := job{sched: sched, rec: i, gen: r.gen, attempt: 1, kind: kindSchedule}
-		b.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed])
+		b.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed], false)
 		tl.complete(&b)
 	}
 	if got := tl.outcome(i, r, at(5), statusOK, ""); got != "" {

@@ -480,23 +480,32 @@ func TestEngine_RetryOfAnAttemptEndingDuringItsReleaseIsHandedOver(t *testing.T)
 }
 
 // Past that wait the release is sealed: the retry of an attempt still
-// running then is lost. Its failure, reported after, finds no task to
-// retry (loop.complete), and the checkpoint does not list it. Here attempt
-// 1 runs on node-a, held, while node-a leaves gracefully; it fails once
-// node-b owns the task, and attempt 2 never runs.
-func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost(t *testing.T) {
+// running then is handed on through etcd, as a trigger that carries its
+// attempt, which the task's owner runs after its backoff. Here attempt 1
+// runs on node-a, held, while node-a leaves gracefully; it fails once
+// node-b owns the task, with node-a's dispatch loop stopped (its worker
+// hands the retry on), and attempt 2 runs on node-b. It was lost: the
+// checkpoint, written, could not list it.
+func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsHandedOnThroughEtcd(t *testing.T) {
+	t.Parallel()
 	ha := startHeldAttempt(t)
 	b := ha.start(t, "node-b")
 	closed := closeInBackground(ha.a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
-	ha.fail() // attempt 1 fails on node-a, after its release
+	<-ha.a.e.loopDone // Close drains the workers once the loop stopped
+	ha.fail()         // attempt 1 fails on node-a, after its release
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
 	ha.a.stop(t)
-	if got, want := ha.attempts(t, b), []string{"1 on node-a"}; !slices.Equal(got, want) {
-		t.Errorf("flaky ran attempts %v, want only %v: the retry of an attempt running past its release is no longer lost; "+
-			"take this case off engine/doc.go's list and docs/design.md's", got, want)
+	reg := b.e.Registry()
+	if got, want := ha.attempts(t, b), []string{"1 on node-a", "2 on node-b"}; !slices.Equal(got, want) {
+		t.Errorf("flaky ran attempts %v, want %v", got, want)
+	}
+	// The retry's trigger key went once node-b took the retry: left, it
+	// would run again at every acquire of the partition.
+	if n, err := reg.PendingTriggerCount(context.Background()); err != nil || n != 0 {
+		t.Errorf("%d trigger keys left (%v), want none", n, err)
 	}
 }
 
@@ -506,6 +515,7 @@ func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsLost(t *testing.T) {
 // loses it; a graceful hand-over passes it on
 // (TestEngine_GracefulHandOverPassesWaitingFires).
 func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	h := newHolder(t, "slow")
 	node := func(id string) func(*Config) {
@@ -515,7 +525,6 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
 	slow := handlerTask("slow", "* * * * * *")
 	slow.Concurrency = task.ConcurrencyBufferOne
-	t.Parallel()
 	putTask(t, a.e.Registry(), slow)
 	waitNext(t, a, "slow", limitsAt(1))
 	clock.Advance(time.Second)
@@ -587,6 +596,7 @@ func checkRuns(t *testing.T, log *callLog, id string, want map[int][]string) {
 // stretches that window (it is normally a watermark interval or two):
 // node-b fires 12:00:02 and 12:00:03, crashes, and node-c fires both again.
 func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	node := func(id string) func(*Config) { return limitsNode(clock, time.Hour, id) }
@@ -596,7 +606,6 @@ func TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires(t *testing.T) {
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
 
-	t.Parallel()
 	proxy := c.NewProxy(t)
 	cliB := c.NewClient(t, proxy.Endpoint())
 	injectFaults(cliB).puts(func(key, value string) bool {
@@ -775,6 +784,7 @@ func startStalledNode(t *testing.T, c *etcdtest.Cluster, clock *testClock, misfi
 // 1 s lead) but not 12:00:03, crashes, and node-b fires 12:00:02 again,
 // then 12:00:03 once.
 func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	a, proxy := startStalledNode(t, c, clock, time.Hour, log, "tick")
@@ -784,7 +794,6 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 	waitNext(t, a, "tick", limitsAt(3))
 
 	crash(t, a, proxy)
-	t.Parallel()
 	startNode(t, c, "", log.handler(nil), limitsNode(clock, time.Hour, "node-b"))
 	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-a", "node-b"}, 3: {"node-b"}})
 	var twice []call
@@ -812,6 +821,7 @@ func TestEngine_CrashRepeatsFiresPastTheAcknowledgedWatermark(t *testing.T) {
 // again (not the missed fires it stands for). Here node-a stalls from
 // 12:00:01.5 to 12:00:31.5 and fires 12:00:31; node-b fires it again.
 func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
+	t.Parallel()
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	a, proxy := startStalledNode(t, c, clock, 5*time.Second, log, "late") // fire_once, the default
@@ -821,7 +831,6 @@ func TestEngine_MisfireCatchUpPastTheLeadRepeatsAfterACrash(t *testing.T) {
 	crash(t, a, proxy)
 	startNode(t, c, "", log.handler(nil), limitsNode(clock, 5*time.Second, "node-b"))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "late", limitsAt(31))) == 2 })
-	t.Parallel()
 	if got := runsAt(log, "late", limitsAt(31)); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("late@12:00:31 ran on %v, want node-a then node-b", got)
 	}
@@ -865,6 +874,7 @@ func TestEngine_MisfireCatchUpIsNotRepeatedAfterAGracefulRelease(t *testing.T) {
 // trigger again (TestEngine_TriggerWhoseDeleteFailedFiresOnce shows that
 // a live node retries the delete, so a graceful hand-over fires it once).
 func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t)
 	log := &callLog{}
 	proxy := c.NewProxy(t)
@@ -874,7 +884,6 @@ func TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash(t *testing.T) {
 	putTask(t, a.e.Registry(), handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
 		t.Fatal(err)
-	t.Parallel()
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 })
 
@@ -1080,6 +1089,7 @@ func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T)
 // after a hurried Close: node-b fires 12:00:02-04, node-c what follows,
 // and nothing twice.
 func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testing.T) {
+	t.Parallel()
 	hurriedCloseWithTheLoadInLine(t, func(*Engine) {
 		time.Sleep(etcdTimeout + time.Second) // a loop busy past the leave's wait
 	})
@@ -1089,7 +1099,6 @@ func TestEngine_AcquireAHurriedCloseWaitsForALoopSlowerThanEtcdTimeout(t *testin
 // released at 12:00:01.5 while node-b's loop is held, closes node-b in a
 // hurry, runs busy while the loop is still held, then checks that node-b
 // fires 12:00:02-04, node-c what follows, and nothing twice.
-	t.Parallel()
 func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine)) {
 	t.Helper()
 	c, clock := limitsStart(t)
@@ -1374,7 +1383,9 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 // while it waited): one that fails before the release is sealed hands its
 // retry over with the partition, due after its backoff, as if it had
 // failed before the release; one queued and handed over unrun ends there;
-// one that fails after the seal is lost with its partition.
+// one that fails after the seal of a graceful release has its retry
+// written to etcd (through the chain writer), and after another seal (a
+// fence, an undone acquire) is lost with its partition.
 func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	retrying := noopProfile(task.MisfireFireOnce)
@@ -1405,12 +1416,12 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 	fail := func(tl *testLoop, jobs ...job) {
 		var done completionBatch
 		for i := range jobs {
-			done.add(&jobs[i], statusFailed, "boom")
+			done.add(&jobs[i], statusFailed, "boom", false)
 		}
 		tl.complete(&done)
 	}
 	seal := func(tl *testLoop, rel release, queued bool) {
-		c := &sealCmd{rel: rel, queued: queued, reply: make(chan struct{}, 1)}
+		c := &sealCmd{rel: rel, queued: queued, late: true, reply: make(chan struct{}, 1)}
 		tl.handle(c)
 		<-c.reply
 	}
@@ -1451,8 +1462,8 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 		if failed := at.Add(time.Second); due.Before(failed.Add(5*time.Second)) || due.After(failed.Add(10*time.Second)) {
 			t.Errorf("the handed retry is due at %v, want 5-10s after the failure at %v", due, failed)
 		}
-		if len(tl.leaving) != 0 {
-			t.Errorf("the loop still holds %d leaving tasks", len(tl.leaving))
+		if tl.pool.leaving.len() != 0 {
+			t.Errorf("the loop still holds %d leaving tasks", tl.pool.leaving.len())
 		}
 	})
 	t.Run("queued and handed over unrun", func(t *testing.T) {
@@ -1470,12 +1481,39 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 		tl, rel, jobs := start(t)
 		tl.pool.reset()
 		seal(tl, rel, false) // the wait ran out
+		tl.clock.Advance(time.Second)
 		fail(tl, jobs...)
 		if got := pending(rel); len(got) != 0 {
 			t.Errorf("a sealed release got %v", got)
 		}
-		if len(tl.leaving) != 0 {
-			t.Errorf("the loop still holds %d leaving tasks", len(tl.leaving))
+		var got []string
+		for _, f := range tl.pool.chains.take() {
+			if f.retry != nil {
+				got = append(got, fmt.Sprintf("%s@%d attempt %d", f.from, f.sched/int64(time.Millisecond), f.retry.Attempt))
+				if failed := at.Add(time.Second); f.retry.Due.Before(failed.Add(5*time.Second)) || f.retry.Due.After(failed.Add(10*time.Second)) {
+					t.Errorf("the retry is due at %v, want 5-10s after the failure at %v", f.retry.Due, failed)
+				}
+			}
+		}
+		if want := []string{fmt.Sprintf("flaky@%d attempt 2", sched)}; !slices.Equal(got, want) {
+			t.Errorf("retries for etcd %v, want %v", got, want)
+		}
+		if tl.pool.leaving.len() != 0 {
+			t.Errorf("the loop still holds %d leaving tasks", tl.pool.leaving.len())
+		}
+	})
+	t.Run("fails after a fence's seal", func(t *testing.T) {
+		tl, rel, jobs := start(t)
+		tl.pool.reset()
+		c := &sealCmd{rel: rel, reply: make(chan struct{}, 1)} // late false: a fence's drop
+		tl.handle(c)
+		<-c.reply
+		if tl.pool.leaving.len() != 0 {
+			t.Errorf("the loop still holds %d leaving tasks once sealed", tl.pool.leaving.len())
+		}
+		fail(tl, jobs...)
+		if got := tl.pool.chains.take(); len(got) != 0 || len(pending(rel)) != 0 {
+			t.Errorf("a fenced release handed %v on, and %v over", got, pending(rel))
 		}
 	})
 }

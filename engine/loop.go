@@ -56,12 +56,13 @@ type (
 		parts []int
 		reply chan release
 	}
-	// sealCmd seals a release (seal), first handing over the queued fires
-	// of its partitions unrun when workers did not take them in time
-	// (handOverQueued).
+	// sealCmd seals a release (leavers.seal), first handing over the
+	// queued fires of its partitions unrun when workers did not take them
+	// in time (handOverQueued).
 	sealCmd struct {
 		rel    release
 		queued bool
+		late   bool // a graceful release: retries of attempts ending later go through etcd
 		reply  chan struct{}
 	}
 	// takeOverCmd runs the fires a previous owner handed over.
@@ -125,7 +126,6 @@ type loop struct {
 	rfree   []uint32
 	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
 	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
-	leaving map[uint64]*leaver      // tasks of releases not yet sealed, with attempts under way, by leavingKey
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -178,8 +178,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
-		leaving: make(map[uint64]*leaver),
-		pool:    p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
+		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
@@ -271,7 +270,7 @@ func (c *sealCmd) run(l *loop) {
 	if c.queued {
 		l.handOverQueued(c.rel.hand)
 	}
-	l.seal(c.rel.running)
+	l.pool.leaving.seal(c.rel.running, c.late)
 	c.reply <- struct{}{}
 }
 func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }

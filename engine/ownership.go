@@ -644,7 +644,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		// attempt under way waits to be listed, and the loop would keep
 		// its tasks (leaving) until their attempts end, for ever for one
 		// a fenced drop takes from the queue.
-		e.seal(e.releaseLoop([]int{p}), false)
+		e.seal(e.releaseLoop([]int{p}), false, false)
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
 		e.restoreCheckpoint(m, p, prev)

@@ -71,9 +71,10 @@ type completion struct {
 
 // completionExtra is what a completion carries beyond a plain fire.
 type completionExtra struct {
-	err  string         // the error of a failed or timed-out attempt
-	over *task.Override // the fire's override, for its retries
-	bf   *backfillRun   // the fire's backfill, for its retries
+	err    string         // the error of a failed or timed-out attempt
+	over   *task.Override // the fire's override, for its retries
+	bf     *backfillRun   // the fire's backfill, for its retries
+	handed bool           // its worker handed its retry on, its partition's release sealed (leavers)
 }
 
 // completionBatch travels by pointer, from the pool's free list: the
@@ -85,11 +86,12 @@ type completionBatch struct {
 	c      [chunkMax]completion
 }
 
-// add appends job j's completion with status st and error why.
-func (b *completionBatch) add(j *job, st uint8, why string) {
+// add appends job j's completion with status st and error why; handed:
+// its retry was handed on (leavers).
+func (b *completionBatch) add(j *job, st uint8, why string, handed bool) {
 	c := completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
-	if why != "" || j.over != nil || j.bf != nil {
-		b.extras = append(b.extras, completionExtra{err: why, over: j.over, bf: j.bf})
+	if why != "" || j.over != nil || j.bf != nil || handed {
+		b.extras = append(b.extras, completionExtra{err: why, over: j.over, bf: j.bf, handed: handed})
 		c.extra = int32(len(b.extras))
 	}
 	b.c[b.n] = c
@@ -160,6 +162,7 @@ type pool struct {
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
 	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
 	ends     *triggerEnds // the keys of triggers whose fire started or ended unrun (trigger.go)
+	leaving  *leavers     // the tasks of releases with attempts under way (handover.go)
 
 	wg sync.WaitGroup
 }
@@ -197,6 +200,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
 		ends:    newTriggerEnds(),
 	}
+	p.leaving = newLeavers(cfg.Clock, p.chains)
 	p.ready.L = &p.mu
 	// Every batch there is can wait here: one per worker, the done
 	// channel's, the loop's.
@@ -481,6 +485,7 @@ func (p *pool) work() {
 			}
 			var st uint8
 			var why string
+			handed := false
 			if j.replaced {
 				st = p.cancelUnrun(j, now, &t)
 				if j.bf != nil {
@@ -489,8 +494,11 @@ func (p *pool) work() {
 			} else {
 				t.observeLag(now.UnixNano() - j.due)
 				st, why = p.run(j, now, &t)
+				// The task's partition may have gone with a release sealed
+				// since the job was taken: then its retry goes to etcd.
+				handed = !final(j, st) && p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, true)
 			}
-			out.add(j, st, why)
+			out.add(j, st, why, handed)
 			if out.n == len(out.c) {
 				out = p.complete(out)
 			}

@@ -111,8 +111,8 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 
 	var b completionBatch
 	over := &task.Override{}
-	b.add(&job{rec: 1}, statusOK, "")
-	b.add(&job{rec: 2, over: over}, statusFailed, "boom")
+	b.add(&job{rec: 1}, statusOK, "", false)
+	b.add(&job{rec: 2, over: over}, statusFailed, "boom", false)
 	if x := b.extra(&b.c[0]); x != (completionExtra{}) {
 		t.Errorf("a plain fire's completion carries %+v", x)
 	}

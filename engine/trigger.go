@@ -28,6 +28,11 @@ import (
 // crashes, keeps its key, and the next owner's acquire reads it; a
 // release waits for the deletes of the triggers that started here before
 // it commits, so that the next owner does not fire them again.
+//
+// A trigger can also be a retry a former owner handed on (leavers): its
+// value carries the attempt and when it is due, and the owner holds it
+// waiting for its backoff, as a retry handed over in a checkpoint, and
+// deletes its key at once.
 
 // triggerKey is a trigger as the loop remembers it: a partition's task and
 // the trigger's time (unix ns, whole milliseconds).
@@ -39,11 +44,12 @@ type triggerKey struct {
 
 // triggerFire is a trigger as its key gives it.
 type triggerFire struct {
-	part int
-	id   string
-	at   int64          // unix ns, whole milliseconds
-	rev  int64          // the key's revision (ModRevision)
-	over *task.Override // the body or payload of this fire; nil: the task's
+	part  int
+	id    string
+	at    int64           // unix ns, whole milliseconds
+	rev   int64           // the key's revision (ModRevision)
+	over  *task.Override  // the body or payload of this fire; nil: the task's
+	retry *registry.Retry // a retry handed on by a former owner (leavers); nil: a first attempt
 }
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
@@ -124,6 +130,15 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 	i, r, ok := l.tab.lookup(f.id)
 	if !ok {
 		return false
+	}
+	if f.retry != nil {
+		// A retry a former owner handed on: it waits for its backoff
+		// here, as a retry handed over in a checkpoint does, and goes
+		// with the partition as any waiting retry. Its key goes now.
+		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, ended: true}
+		l.waitRetry(i, r, f.at, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
+		l.pool.ends.add(f.key())
+		return true
 	}
 	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev}
 	l.admit(i, r, l.profs.list[r.prof], f.at, now, kindTrigger, f.over)
@@ -257,8 +272,9 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 	for _, kv := range kvs {
 		p, at, id, ok := e.reg.ParseTrigger(string(kv.Key))
 		if ok && e.Owns(p) {
+			over, retry := registry.DecodeTriggerValue(kv.Value)
 			fires = append(fires, triggerFire{part: p, id: id, at: at * int64(time.Millisecond), rev: kv.ModRevision,
-				over: registry.DecodeTriggerValue(kv.Value)})
+				over: over, retry: retry})
 		}
 	}
 	if len(fires) > 0 || read != nil {

@@ -548,17 +548,67 @@ func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task
 	return nil
 }
 
+// Retry is what a trigger key carries when it is a retry handed on
+// through etcd: which attempt of its fire it is, and when it is due.
+type Retry struct {
+	Attempt uint16    `json:"attempt"`
+	Due     time.Time `json:"due"`
+}
+
+// triggerValue is a trigger key's value: the fire's override, and the
+// retry it is, if one.
+type triggerValue struct {
+	task.Override
+	Retry *Retry `json:"retry,omitempty"`
+}
+
+// TriggerRetry writes the trigger of the task's fire at at that is
+// attempt retry.Attempt of it, due at retry.Due, with the fire's override
+// (checked when the fire was triggered). A node whose attempt of a task
+// failed after it had released the task's partition hands the retry on
+// so, for the partition's owner, whoever it is, to run. A put over a
+// pending trigger of the task at that time replaces it: the two are one
+// fire (its idempotency key).
+func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, retry Retry, o *task.Override) error {
+	v := triggerValue{Retry: &retry}
+	if o != nil {
+		v.Override = *o
+	}
+	val, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("trigger a retry of task %q: %w", id, err)
+	}
+	p := r.Partition(id)
+	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.keys.task(p, id)), ">", 0)).
+		Then(clientv3.OpPut(r.keys.trigger(p, id, at.UnixMilli()), string(val))).Commit()
+	if err != nil {
+		return fmt.Errorf("trigger a retry of task %q: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // DecodeTriggerValue reads a trigger key's value: the override it carries,
-// nil for none (an empty value, as Trigger writes).
-func DecodeTriggerValue(v []byte) *task.Override {
+// nil for none (an empty value, as Trigger writes), and the retry it is,
+// nil for a fire's first attempt.
+func DecodeTriggerValue(v []byte) (*task.Override, *Retry) {
 	if len(v) == 0 {
-		return nil
+		return nil, nil
 	}
-	var o task.Override
-	if json.Unmarshal(v, &o) != nil || o.Empty() {
-		return nil
+	var tv triggerValue
+	if json.Unmarshal(v, &tv) != nil {
+		return nil, nil
 	}
-	return &o
+	var o *task.Override
+	if !tv.Override.Empty() {
+		o = &tv.Override
+	}
+	if tv.Retry != nil && tv.Retry.Attempt < 2 {
+		tv.Retry = nil // no retry: the first attempt is a plain trigger's
+	}
+	return o, tv.Retry
 }
 
 func hasLabels(have, want map[string]string) bool {

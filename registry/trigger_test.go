@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestRegistry_BulkAndManualTriggersInOneMillisecondAreTwoFires(t *testing.T)
 	withPayload := 0
 	times := map[int64]bool{} // unix ms
 	for _, kv := range resp.Kvs {
-		if o := DecodeTriggerValue(kv.Value); o != nil && o.Payload != nil {
+		if o, _ := DecodeTriggerValue(kv.Value); o != nil && o.Payload != nil {
 			withPayload++
 		}
 		_, at, _, _ := reg.ParseTrigger(string(kv.Key))
@@ -182,5 +183,54 @@ func TestRegistry_BulkTriggerOfManyTasks(t *testing.T) {
 	}
 	if got, err := reg.PendingTriggerCount(ctx); err != nil || got != n {
 		t.Errorf("%d trigger keys (%v), want %d", got, err, n)
+	}
+}
+
+// A retry handed on as a trigger reads back as the attempt it is, due when
+// it was due, with its fire's override; a plain trigger reads back as no
+// retry. A retry of a task deleted meanwhile is not written.
+func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/retry")
+	if _, err := reg.Put(ctx, noopTask("t", "@yearly"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	due := at.Add(90 * time.Second)
+	body := "b"
+	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 3, Due: due}, &task.Override{Body: &body}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Trigger(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var retries []string
+	for _, kv := range resp.Kvs {
+		_, ms, _, _ := reg.ParseTrigger(string(kv.Key))
+		o, r := DecodeTriggerValue(kv.Value)
+		if r == nil {
+			continue
+		}
+		b := "<none>"
+		if o != nil && o.Body != nil {
+			b = *o.Body
+		}
+		retries = append(retries, fmt.Sprintf("%s attempt %d due %s body %s", time.UnixMilli(ms).UTC().Format(time.TimeOnly),
+			r.Attempt, r.Due.Format(time.TimeOnly), b))
+	}
+	if want := []string{"03:04:05 attempt 3 due 03:05:35 body b"}; len(resp.Kvs) != 2 || fmt.Sprint(retries) != fmt.Sprint(want) {
+		t.Errorf("%d trigger keys, retries %v; want 2, %v", len(resp.Kvs), retries, want)
+	}
+	if err := reg.Delete(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 2, Due: due}, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a retry of a deleted task: %v, want ErrNotFound", err)
 	}
 }

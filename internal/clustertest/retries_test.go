@@ -1,19 +1,14 @@
 package clustertest
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
-	"github.com/shardcron/shardcron/ring"
 )
 
 // newFlakySink is a sink that fails the first attempt of every fire
@@ -37,23 +32,19 @@ func attempts(cs []Call, a string) []Call {
 
 // retryCheck is what checkRetries found over the flaky fires of a window.
 type retryCheck struct {
-	first    *Result   // attempts 1: each fire once, none missed
-	decided  int       // fires with an attempt 1 whose retry was due while observed, or came, but for inFlight
-	excluded int       // fires with an attempt 1 whose retry may be due after the observation
-	lost     []FireKey // an attempt 1 and no attempt 2
-	inFlight []FireKey // no attempt 2, their attempt 1 on a node sealing the release of their partition (sealed)
-	// inFlightFirst is how long after its release began the earliest
-	// attempt 1 of inFlight arrived.
-	inFlightFirst time.Duration
-	twice         []FireKey // attempt 2 more than once
-	early         []FireKey // attempt 2 before attempt 1, or sooner than half the backoff after it
-	extra         []FireKey // calls other than attempts 1 and 2
-	handed        int       // attempt 2 from another node than attempt 1
-	minGap        time.Duration
-	maxGap        time.Duration  // the longest from an attempt 1 to its attempt 2
-	byNode        map[string]int // attempts 2 by node
-	lostByNode    map[string]int // lost retries by the node of their attempt 1
-	lostBySecond  map[int64]int  // lost retries by the second their attempt 1 arrived
+	first        *Result   // attempts 1: each fire once, none missed
+	decided      int       // fires with an attempt 1 whose retry was due while observed, or came
+	excluded     int       // fires with an attempt 1 whose retry may be due after the observation
+	lost         []FireKey // an attempt 1 and no attempt 2
+	twice        []FireKey // attempt 2 more than once
+	early        []FireKey // attempt 2 before attempt 1, or sooner than half the backoff after it
+	extra        []FireKey // calls other than attempts 1 and 2
+	handed       int       // attempt 2 from another node than attempt 1
+	minGap       time.Duration
+	maxGap       time.Duration  // the longest from an attempt 1 to its attempt 2
+	byNode       map[string]int // attempts 2 by node
+	lostByNode   map[string]int // lost retries by the node of their attempt 1
+	lostBySecond map[int64]int  // lost retries by the second their attempt 1 arrived
 }
 
 func (r *retryCheck) ok() bool {
@@ -66,8 +57,7 @@ func (r *retryCheck) ok() bool {
 // whose attempt 1 arrived has exactly one attempt 2, none before attempt 1
 // nor sooner than half the backoff after it (the jitter is between half and
 // all of it). It first waits until every fire of the window has both
-// attempts (but for those sealed allows to lose), or
-// until none can still be expected: as Cluster.settle, while attempts keep
+// attempts, or until none can still be expected: as Cluster.settle, while attempts keep
 // coming it waits on, up to MaxSettle after the window was due, and it
 // stops once none came for Settle past the latest retry's due time. A
 // fire whose retry, due at most backoff after its attempt 1 arrived, was
@@ -79,10 +69,6 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 	last, since := -1, time.Now()
 	for {
 		calls, _ := fl.Snapshot()
-		rels := make(map[string][]releaseSpan)
-		for _, n := range c.Nodes {
-			rels[n.ID] = releasesOf(c.t, n)
-		}
 		incomplete, got := 0, 0
 		latest := due
 		for _, id := range ids {
@@ -101,9 +87,7 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 					got++
 					continue
 				}
-				if _, ok := sealed(rels[a1[0].Node], ring.Partition(id, c.opt.Partitions), a1[0].Arrived); !ok {
-					incomplete++ // one that may be lost is not waited for
-				}
+				incomplete++
 			}
 		}
 		now := time.Now()
@@ -128,10 +112,6 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 	if len(bad) > 0 {
 		c.fail("the flaky endpoint received %d requests without a valid Idempotency-Key, e.g. %q", len(bad), bad[0])
 	}
-	rels := make(map[string][]releaseSpan)
-	for _, n := range c.Nodes {
-		rels[n.ID] = releasesOf(c.t, n)
-	}
 	firsts := make(map[FireKey][]Call, len(calls))
 	for k, cs := range calls {
 		if a1 := attempts(cs, "1"); len(a1) > 0 {
@@ -153,19 +133,9 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 			if len(a1)+len(a2) != len(cs) {
 				r.extra = append(r.extra, k)
 			}
-			if len(a2) == 0 {
-				// Allowed whether lost or not waited for.
-				if after, ok := sealed(rels[a1[0].Node], ring.Partition(id, c.opt.Partitions), a1[0].Arrived); ok {
-					if len(r.inFlight) == 0 || after < r.inFlightFirst {
-						r.inFlightFirst = after
-					}
-					r.inFlight = append(r.inFlight, k)
-					continue
-				}
-				if a1[0].Arrived.Add(backoff + c.opt.Settle).After(observed) {
-					r.excluded++
-					continue
-				}
+			if len(a2) == 0 && a1[0].Arrived.Add(backoff+c.opt.Settle).After(observed) {
+				r.excluded++
+				continue
 			}
 			r.decided++
 			switch len(a2) {
@@ -195,23 +165,10 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 		}
 	}
 	c.Step("retries of the flaky fires scheduled %s..%s: %d with attempt 1 decided (%d left out: retry due after the observation), "+
-		"%d lost (and %d without attempt 2 whose attempt 1 ended as its node sealed the release of the task's partition, allowed), "+
+		"%d lost, "+
 		"%d run twice, %d too early (gaps from attempt 1 to 2 between %v and %v; half the backoff %v), %d with other attempts, %d ran attempt 2 on another node; attempts 2 by node: %v",
-		c.sched(from), c.sched(to), r.decided, r.excluded, len(r.lost), len(r.inFlight), len(r.twice), len(r.early), r.minGap.Round(time.Millisecond),
+		c.sched(from), c.sched(to), r.decided, r.excluded, len(r.lost), len(r.twice), len(r.early), r.minGap.Round(time.Millisecond),
 		r.maxGap.Round(time.Millisecond), backoff/2, len(r.extra), r.handed, r.byNode)
-	if len(r.inFlight) > 0 {
-		var b strings.Builder
-		for i, k := range r.inFlight {
-			if i == 5 {
-				fmt.Fprintf(&b, " ... and %d more", len(r.inFlight)-5)
-				break
-			}
-			a1 := attempts(calls[k], "1")[0]
-			fmt.Fprintf(&b, " %s (partition %d) from %s at %s;", k, ring.Partition(k.Task, c.opt.Partitions), a1.Node, c.rel(a1.Arrived))
-		}
-		c.Step("fires without attempt 2 whose attempt 1 ended as its node sealed the release of the partition (allowed; the earliest arrived %v after its release began):%s",
-			r.inFlightFirst.Round(time.Millisecond), b.String())
-	}
 	if r.ok() {
 		return r
 	}
@@ -250,13 +207,6 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 			fmt.Fprintf(&b, " %s:%d", c.rel(time.Unix(s, 0)), r.lostBySecond[s])
 		}
 		b.WriteString("\n")
-		for _, n := range c.Nodes {
-			fmt.Fprintf(&b, "%s's releases (marked .. written, partitions):", n.ID)
-			for _, rs := range rels[n.ID] {
-				fmt.Fprintf(&b, " %s .. %s, %d;", c.rel(rs.from), c.rel(rs.to), len(rs.parts))
-			}
-			b.WriteString("\n")
-		}
 	}
 	list("ran attempt 2 more than once", r.twice)
 	list(fmt.Sprintf("ran attempt 2 before attempt 1 or less than half the backoff (%v) after it", backoff/2), r.early)
@@ -266,83 +216,6 @@ func (c *Cluster) checkRetries(fl *Sink, ids []string, from, to int64, backoff t
 	}
 	c.fail("retries across the rolling restart failed:\n%s", b.String())
 	return r
-}
-
-// The engine loses the retry of an attempt still running when the graceful
-// release of its partition is sealed: the release waits for such attempts
-// up to releaseDrain (the engine's handOverWait) after it began, then
-// lists no more retries, and the attempt's failure finds no task to retry
-// (loop.complete). The endpoint answers at once, so such an attempt 1
-// reached it from the releasing node no sooner than releaseSlack before
-// releaseDrain had passed, and no later than releaseSlack past the
-// release's end (sealed).
-const (
-	releaseDrain = 2 * time.Second
-	releaseSlack = 500 * time.Millisecond
-)
-
-// releaseSpan is a graceful release as its node logged it ("released
-// partitions"): from the moment its partitions were marked to its end.
-type releaseSpan struct {
-	from, to time.Time
-	parts    map[int]bool
-}
-
-// releasesOf reads the releases in n's log, every run of it.
-func releasesOf(t testing.TB, n *Node) []releaseSpan {
-	f, err := os.Open(n.logPath)
-	if err != nil {
-		t.Logf("clustertest: %s's log: %v", n.ID, err)
-		return nil
-	}
-	defer f.Close()
-	var out []releaseSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if !strings.Contains(sc.Text(), `"released partitions"`) {
-			continue
-		}
-		var l struct {
-			Time       time.Time
-			Msg        string
-			Partitions string
-			Took       time.Duration
-		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Msg != "released partitions" {
-			continue
-		}
-		rs := releaseSpan{from: l.Time.Add(-l.Took), to: l.Time, parts: map[int]bool{}}
-		for _, r := range strings.Split(l.Partitions, ",") {
-			lo, hi, _ := strings.Cut(r, "-")
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := strconv.Atoi(hi)
-			if hi == "" {
-				b, err2 = a, nil
-			}
-			if err1 != nil || err2 != nil {
-				t.Logf("clustertest: %s's log: released partitions %q: cannot read %q", n.ID, l.Partitions, r)
-				continue
-			}
-			for p := a; p <= b; p++ {
-				rs.parts[p] = true
-			}
-		}
-		out = append(out, rs)
-	}
-	return out
-}
-
-// sealed reports whether one of rels released partition p and at lies
-// where an attempt 1 that arrived then may have ended after the release was
-// sealed, and how long after the release began at lies.
-func sealed(rels []releaseSpan, p int, at time.Time) (time.Duration, bool) {
-	for _, r := range rels {
-		if r.parts[p] && !at.Before(r.from.Add(releaseDrain-releaseSlack)) && !at.After(r.to.Add(releaseSlack)) {
-			return at.Sub(r.from), true
-		}
-	}
-	return 0, false
 }
 
 // The flaky tasks of TestChaos_RollingRestartHandsRetriesOver.
@@ -359,12 +232,12 @@ const (
 // backoff or queued go to the next owner in the released checkpoint. Over
 // the whole run, every flaky fire whose attempt 1 arrived has exactly one
 // attempt 2, no sooner than half the backoff after it, and the
-// every-second tasks neither repeat nor miss a fire. The one exception is
-// sealed: a retry whose attempt 1 ended as its node sealed the release of
-// the task's partition may be lost. Before 8b7cefe, which hands the
-// waiting and queued retries over, about 1000 of the 2800 fires checked
-// lost their retry; before the release waited for attempts under way,
-// 85 to 114 more.
+// every-second tasks neither repeat nor miss a fire. Before 8b7cefe,
+// which hands the waiting and queued retries over, about 1000 of the 2800
+// fires checked lost their retry; before the release waited for attempts
+// under way, 85 to 114 more; and until an attempt that ended after its
+// release was sealed handed its retry on through etcd, the scenario
+// allowed those to be lost.
 func TestChaos_RollingRestartHandsRetriesOver(t *testing.T) {
 	t.Parallel()
 	fl := newFlakySink(t)
