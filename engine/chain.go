@@ -118,11 +118,11 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 // told to missing: the registry allows missing targets on request.
 func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}, missing *missingTargets) {
 	for _, f := range fs {
-		at := time.Unix(0, f.sched).UTC()
 		if f.retry != nil {
 			e.triggerRetry(ctx, f, stop)
 			continue
 		}
+		at := time.Unix(0, f.sched).UTC()
 		for _, id := range f.targets {
 			var b backoff
 			for {
