@@ -49,6 +49,10 @@ type Sink struct {
 	// failFirst: every fire's attempt 1 is answered 500, the others 200,
 	// as by an endpoint that fails once (set before the first request).
 	failFirst bool
+	// holdFirst: with failFirst, attempt 1 is held this long (beyond
+	// delay) before its 500, as by a slow endpoint that fails (set before
+	// the first request).
+	holdFirst time.Duration
 
 	mu      sync.Mutex // guards calls, seconds, bad and perNode
 	calls   map[FireKey][]Call
@@ -98,6 +102,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(s.delay)
 	}
 	if s.failFirst && r.Header.Get(headerAttempt) == "1" {
+		time.Sleep(s.holdFirst)
 		http.Error(w, "attempt 1 fails", http.StatusInternalServerError)
 	}
 }

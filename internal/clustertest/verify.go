@@ -36,13 +36,16 @@ type Fault struct {
 }
 
 // Window is what Verify checks: every task of Tasks fires once in every
-// scheduled second from From to To (Unix seconds, inclusive), allowing the
-// bounded-lead repeats of Faults.
+// scheduled second from From to To (Unix seconds, inclusive), or in those
+// Fires says, allowing the bounded-lead repeats of Faults.
 type Window struct {
 	Tasks    []string
 	From, To int64
 	Lead     time.Duration
 	Faults   []Fault
+	// Fires reports whether task fires in the scheduled second sec; nil:
+	// every task fires every second.
+	Fires func(task string, sec int64) bool
 }
 
 // Offense is a fire that broke an invariant, with every call the sink
@@ -124,6 +127,9 @@ func Verify(calls map[FireKey][]Call, w Window) *Result {
 	}
 	for _, task := range w.Tasks {
 		for sec := w.From; sec <= w.To; sec++ {
+			if w.Fires != nil && !w.Fires(task, sec) {
+				continue
+			}
 			r.Expected++
 			k := FireKey{Task: task, At: sec * 1000}
 			cs := calls[k]
