@@ -54,6 +54,14 @@ type triggerFire struct {
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
 
+// attempt is the attempt of its fire that f is when a retry, else 0.
+func (f *triggerFire) attempt() uint16 {
+	if f.retry == nil {
+		return 0
+	}
+	return f.retry.Attempt
+}
+
 // triggerKeyOf is the key of record r's trigger at at (unix ns).
 func (l *loop) triggerKeyOf(r *record, at int64) triggerKey {
 	return triggerKey{int(r.part), l.tab.id(r), at}
@@ -66,6 +74,7 @@ func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.s
 // remembers it, and the last revision of its key it saw.
 type seenTrigger struct {
 	until, rev int64
+	attempt    uint16 // the retry its key carried (registry.Retry); 0: a first attempt
 	early      bool
 	ended      bool // its fire ended here
 	again      bool // its key was put again while its fire waited or ran: it goes when the fire ends
@@ -98,7 +107,18 @@ func (l *loop) triggers(c *triggersCmd) {
 		if !ps.owned || (c.read == nil && f.rev <= ps.triggersRead) {
 			continue // its key stays for the owner's load; or the acquire's read had it
 		}
-		if s, seen := l.triggered[f.key()]; seen {
+		s, seen := l.triggered[f.key()]
+		if seen && f.rev > s.rev && f.attempt() != s.attempt && f.retry != nil {
+			// Not that fire put again, but a retry of it handed on by the
+			// node that ran its attempt: its partition went and came back
+			// (the fire was this node's trigger, or an earlier retry).
+			delete(l.triggered, f.key())
+			if s.early {
+				l.early = slices.DeleteFunc(l.early, func(e triggerFire) bool { return e.key() == f.key() })
+			}
+			seen = false
+		}
+		if seen {
 			if f.rev > s.rev {
 				// Put again: that fire. Once it ended, the delete at its
 				// start is past, and the key goes now; before, it goes
@@ -113,7 +133,7 @@ func (l *loop) triggers(c *triggersCmd) {
 			continue
 		}
 		if !l.triggerNow(f, now) {
-			l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, early: true}
+			l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), early: true}
 			l.early = append(l.early, *f)
 		}
 	}
@@ -135,7 +155,7 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// A retry a former owner handed on: it waits for its backoff
 		// here, as a retry handed over in a checkpoint does, and goes
 		// with the partition as any waiting retry. Its key goes now.
-		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, ended: true}
+		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
 		l.waitRetry(i, r, f.at, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
 		l.pool.ends.add(f.key())
 		return true

@@ -789,3 +789,61 @@ func TestEngine_BackfillWrittenWhileItsWatchIsDownAndCompactedStarts(t *testing.
 		t.Errorf("fires repeated: %v", d)
 	}
 }
+
+// A retry handed on through etcd is a put of its fire's trigger key; when
+// that fire was a trigger fired on the node that gets its partition back,
+// the loop still remembers the key (for triggerWait) and took the retry
+// for that trigger put again: it ran no retry, and the key stayed, for
+// the partition's next acquire. Here node "loop" fires flaky's trigger,
+// releases the partition while attempt 1 runs, attempt 1 fails after the
+// seal, and the partition comes back with the retry's key.
+func TestLoop_RetryOfATriggerHandedBackToItsNodeRuns(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	retrying := noopProfile(task.MisfireFireOnce)
+	retrying.key, retrying.maxAttempts = "noop/retry3", 3
+	retrying.backoff, retrying.maxBackoff = 10*time.Second, 10*time.Second
+	tl.add(t, 0, base, retrying, "0 0 0 1 1 *", "flaky") // yearly: only the trigger fires it
+	tl.putTrigger(0, "flaky", base, 1)
+	tl.pool.mu.Lock()
+	j := *tl.pool.at(0)
+	tl.pool.mu.Unlock()
+	tl.pool.reset() // a worker took attempt 1
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)} // the wait ran out
+	tl.handle(c)
+	<-c.reply
+	tl.clock.Advance(time.Second)
+	var done completionBatch
+	done.add(&j, statusFailed, "boom", false)
+	tl.complete(&done)
+	fs := tl.pool.chains.take()
+	if len(fs) != 1 || fs[0].retry == nil {
+		t.Fatalf("handed on %+v, want flaky's retry", fs)
+	}
+
+	tl.add(t, 0, base, retrying, "0 0 0 1 1 *", "flaky") // the partition comes back
+	read := &triggersCmd{fires: []triggerFire{{part: 0, id: "flaky", at: fs[0].sched, rev: 2, over: fs[0].over, retry: fs[0].retry}},
+		read: &triggerRead{part: 0, rev: 2}, reply: make(chan struct{}, 1)}
+	tl.handle(read)
+	<-read.reply
+	if n := tl.retrying.Load(); n != 1 {
+		t.Fatalf("%d retries wait, want flaky's attempt 2", n)
+	}
+	// The chain writer puts again after an error that may have hidden a
+	// put: the same retry, which waits once.
+	again := &triggersCmd{fires: []triggerFire{read.fires[0]}, reply: make(chan struct{}, 1)}
+	again.fires[0].rev = 3
+	tl.handle(again)
+	<-again.reply
+	if n := tl.retrying.Load(); n != 1 {
+		t.Fatalf("%d retries wait after the retry's key was put again, want 1", n)
+	}
+	tl.clock.Advance(fs[0].retry.Due.Sub(tl.clock.Now()) + time.Second)
+	tl.dispatchAll()
+	tl.pool.mu.Lock()
+	defer tl.pool.mu.Unlock()
+	if tl.pool.queued() != 1 || tl.pool.at(0).attempt != 2 || tl.pool.at(0).sched != base.UnixNano() {
+		t.Errorf("queued %d jobs, want flaky@%v attempt 2", tl.pool.queued(), base)
+	}
+}
