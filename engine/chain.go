@@ -62,10 +62,12 @@ func newChainQueue(log *slog.Logger) *chainQueue {
 	return &chainQueue{max: chainQueueMax, wake: make(chan struct{}, 1), log: log}
 }
 
-// add queues f's triggers, or drops them when the queue is full.
+// add queues f's triggers, or drops them when the queue is full. A retry
+// is queued past the bound: the trigger is its only record, and retries
+// are few (the attempts under way at a release).
 func (c *chainQueue) add(f chainFire) {
 	c.mu.Lock()
-	if len(c.q) >= c.max {
+	if len(c.q) >= c.max && f.retry == nil {
 		first := !c.full
 		c.full = true
 		c.mu.Unlock()
@@ -76,7 +78,9 @@ func (c *chainQueue) add(f chainFire) {
 		}
 		return
 	}
-	c.full = false
+	if len(c.q) < c.max {
+		c.full = false
+	}
 	c.q = append(c.q, f)
 	c.mu.Unlock()
 	select {

@@ -229,6 +229,21 @@ func TestChainQueue_DropsPastItsBound(t *testing.T) {
 	}
 }
 
+// A retry handed on through etcd (leavers) shares the chain writer's
+// queue, but is not dropped with the chain triggers past its bound: it was
+// the fire's only record, and lost. The retries are bounded by the
+// attempts under way at a release (the workers).
+func TestChainQueue_KeepsRetriesPastItsBound(t *testing.T) {
+	q := newChainQueue(slog.New(slog.DiscardHandler))
+	q.max = 1
+	q.add(chainFire{from: "t0", targets: []string{"next"}})
+	q.add(chainFire{from: "flaky", retry: &registry.Retry{Attempt: 2}})
+	q.add(chainFire{from: "t1", targets: []string{"next"}})
+	if got := q.take(); len(got) != 2 || got[1].retry == nil || q.dropped.Load() != 1 {
+		t.Errorf("queued %v, dropped %d; want t0 and flaky's retry, t1 dropped", got, q.dropped.Load())
+	}
+}
+
 // A chain whose target does not exist is logged once every missingEvery,
 // with the triggers skipped since, not at every fire.
 func TestMissingTargets_LoggedOncePerInterval(t *testing.T) {
