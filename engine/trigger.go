@@ -155,8 +155,14 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// A retry a former owner handed on: it waits for its backoff
 		// here, as a retry handed over in a checkpoint does, and goes
 		// with the partition as any waiting retry. Its key goes now.
+		// The key's time is its fire's only as the first writers of
+		// retries put it (registry.TriggerRetry).
+		sched := f.at
+		if !f.retry.At.IsZero() {
+			sched = f.retry.At.UnixNano()
+		}
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		l.waitRetry(i, r, f.at, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
+		l.waitRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
 		l.pool.ends.add(f.key())
 		return true
 	}

@@ -31,6 +31,23 @@ func (tl *testLoop) putTrigger(part int, id string, at time.Time, rev int64) {
 	<-c.reply
 }
 
+// putRetry hands the loop the trigger key of id at at, written at
+// revision rev by a former owner handing retry on, as the trigger watch
+// does.
+func (tl *testLoop) putRetry(part int, id string, at time.Time, rev int64, retry registry.Retry) {
+	c := &triggersCmd{fires: []triggerFire{{part: part, id: id, at: at.UnixNano(), rev: rev, retry: &retry}}, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+}
+
+// retryingProfile is a noop task's that has 3 attempts, 10 s apart.
+func retryingProfile() *profile {
+	p := noopProfile(task.MisfireFireOnce)
+	p.key, p.maxAttempts = "noop/retry3", 3
+	p.backoff, p.maxBackoff = 10*time.Second, 10*time.Second
+	return p
+}
+
 // pendingTriggers counts the trigger keys in etcd (-1: etcd did not
 // answer).
 func pendingTriggers(c *etcdtest.Cluster) int64 {
@@ -800,9 +817,7 @@ func TestEngine_BackfillWrittenWhileItsWatchIsDownAndCompactedStarts(t *testing.
 func TestLoop_RetryOfATriggerHandedBackToItsNodeRuns(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil)
-	retrying := noopProfile(task.MisfireFireOnce)
-	retrying.key, retrying.maxAttempts = "noop/retry3", 3
-	retrying.backoff, retrying.maxBackoff = 10*time.Second, 10*time.Second
+	retrying := retryingProfile()
 	tl.add(t, 0, base, retrying, "0 0 0 1 1 *", "flaky") // yearly: only the trigger fires it
 	tl.putTrigger(0, "flaky", base, 1)
 	tl.pool.mu.Lock()
@@ -823,19 +838,15 @@ func TestLoop_RetryOfATriggerHandedBackToItsNodeRuns(t *testing.T) {
 	}
 
 	tl.add(t, 0, base, retrying, "0 0 0 1 1 *", "flaky") // the partition comes back
-	read := &triggersCmd{fires: []triggerFire{{part: 0, id: "flaky", at: fs[0].sched, rev: 2, over: fs[0].over, retry: fs[0].retry}},
-		read: &triggerRead{part: 0, rev: 2}, reply: make(chan struct{}, 1)}
-	tl.handle(read)
-	<-read.reply
+	// Its key is at the fire's time, as the first writers of retries put
+	// it; they put it at a later time now, off the triggers' of that time.
+	tl.putRetry(0, "flaky", base, 2, *fs[0].retry)
 	if n := tl.retrying.Load(); n != 1 {
 		t.Fatalf("%d retries wait, want flaky's attempt 2", n)
 	}
 	// The chain writer puts again after an error that may have hidden a
 	// put: the same retry, which waits once.
-	again := &triggersCmd{fires: []triggerFire{read.fires[0]}, reply: make(chan struct{}, 1)}
-	again.fires[0].rev = 3
-	tl.handle(again)
-	<-again.reply
+	tl.putRetry(0, "flaky", base, 3, *fs[0].retry)
 	if n := tl.retrying.Load(); n != 1 {
 		t.Fatalf("%d retries wait after the retry's key was put again, want 1", n)
 	}
@@ -845,5 +856,30 @@ func TestLoop_RetryOfATriggerHandedBackToItsNodeRuns(t *testing.T) {
 	defer tl.pool.mu.Unlock()
 	if tl.pool.queued() != 1 || tl.pool.at(0).attempt != 2 || tl.pool.at(0).sched != base.UnixNano() {
 		t.Errorf("queued %d jobs, want flaky@%v attempt 2", tl.pool.queued(), base)
+	}
+}
+
+// A retry handed on through etcd is attempt 2 or more of its fire at
+// Retry.At: its key's time is a later one (registry.TriggerRetry), which
+// the loop deletes. The retry ran as a fire at its key's time.
+func TestLoop_RetryHandedOnThroughEtcdIsOfItsFiresTime(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky")
+	sched := base.Add(-time.Minute)
+	key := sched.Add(time.Millisecond)
+	tl.putRetry(0, "flaky", key, 1, registry.Retry{Attempt: 2, Due: base.Add(5 * time.Second), At: sched})
+	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != (triggerKey{0, "flaky", key.UnixNano()}) {
+		t.Errorf("keys ended %v, want the retry's", got)
+	}
+	tl.clock.Advance(6 * time.Second)
+	tl.dispatchAll()
+	tl.pool.mu.Lock()
+	defer tl.pool.mu.Unlock()
+	if n := tl.pool.queued(); n != 1 {
+		t.Fatalf("queued %d jobs, want flaky's attempt 2", n)
+	}
+	if j := tl.pool.at(0); j.attempt != 2 || j.sched != sched.UnixNano() {
+		t.Errorf("queued attempt %d of flaky@%v, want attempt 2 of flaky@%v", j.attempt, time.Unix(0, j.sched).UTC(), sched)
 	}
 }

@@ -549,10 +549,14 @@ func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task
 }
 
 // Retry is what a trigger key carries when it is a retry handed on
-// through etcd: which attempt of its fire it is, and when it is due.
+// through etcd: which attempt of which fire it is, and when it is due.
 type Retry struct {
 	Attempt uint16    `json:"attempt"`
 	Due     time.Time `json:"due"`
+	// At is the fire's scheduled time; zero: the key's (as first written).
+	// The key's time is later: the fire's own belongs to the triggers of
+	// the task at that time (a chain's), another fire.
+	At time.Time `json:"at,omitzero"`
 }
 
 // triggerValue is a trigger key's value: the fire's override, and the
@@ -566,10 +570,15 @@ type triggerValue struct {
 // attempt retry.Attempt of it, due at retry.Due, with the fire's override
 // (checked when the fire was triggered). A node whose attempt of a task
 // failed after it had released the task's partition hands the retry on
-// so, for the partition's owner, whoever it is, to run. A put over a
-// pending trigger of the task at that time replaces it: the two are one
-// fire (its idempotency key).
+// so, for the partition's owner, whoever it is, to run. Its key is the
+// first of the task's times after at with no trigger pending: the key at
+// at is that of the task's triggers at at (a chain's, of a fire at the
+// same time), another fire that the retry must neither replace nor be
+// replaced by; the value names at (Retry.At). The same retry written again
+// (after an error that hid the first write) finds its own key pending, and
+// leaves it.
 func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, retry Retry, o *task.Override) error {
+	retry.At = at.UTC()
 	v := triggerValue{Retry: &retry}
 	if o != nil {
 		v.Override = *o
@@ -579,15 +588,25 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 		return fmt.Errorf("trigger a retry of task %q: %w", id, err)
 	}
 	p := r.Partition(id)
-	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.keys.task(p, id)), ">", 0)).
-		Then(clientv3.OpPut(r.keys.trigger(p, id, at.UnixMilli()), string(val))).Commit()
-	if err != nil {
-		return fmt.Errorf("trigger a retry of task %q: %w", id, err)
+	tk := r.keys.task(p, id)
+	for ms := at.UnixMilli() + 1; ms <= at.UnixMilli()+maxTriggerTries; ms++ {
+		key := r.keys.trigger(p, id, ms)
+		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(tk, clientv3.WithCountOnly()), clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("trigger a retry of task %q: %w", id, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return ErrNotFound
+		}
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == string(val) {
+			return nil // written before
+		}
 	}
-	if !resp.Succeeded {
-		return ErrNotFound
-	}
-	return nil
+	return fmt.Errorf("trigger a retry of task %q: %w (%d triggers of it pending at once), try again", id, ErrContention, maxTriggerTries)
 }
 
 // DecodeTriggerValue reads a trigger key's value: the override it carries,

@@ -234,3 +234,50 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 		t.Errorf("a retry of a deleted task: %v, want ErrNotFound", err)
 	}
 }
+
+// A retry handed on through etcd is another fire than a chain's or an API
+// trigger's of its task at its fire's time: X's scheduled fire at 12:00
+// fails after its release while the chain of Y's fire at 12:00 triggers X
+// at 12:00. The retry was put on that trigger's key, pending for the next
+// owner, and the chained fire was lost; a chain trigger put after the
+// retry would have taken the retry's place. Both stay, and each reads
+// back as what it is.
+func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/retry")
+	if _, err := reg.Put(ctx, noopTask("x", "0 * * * * *"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	if err := reg.TriggerAt(ctx, "x", at, nil); err != nil { // Y's chain
+		t.Fatal(err)
+	}
+	retry := Retry{Attempt: 2, Due: at.Add(10 * time.Second)}
+	if err := reg.TriggerRetry(ctx, "x", at, retry, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerRetry(ctx, "x", at, retry, nil); err != nil { // put again after an error that hid the first put
+		t.Fatal(err)
+	}
+	if err := reg.TriggerAt(ctx, "x", at, nil); err != nil { // another chain of x at 12:00: that fire
+		t.Fatal(err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range resp.Kvs {
+		_, ms, _, _ := reg.ParseTrigger(string(kv.Key))
+		if _, r := DecodeTriggerValue(kv.Value); r != nil {
+			got = append(got, fmt.Sprintf("attempt %d", r.Attempt))
+		} else {
+			got = append(got, fmt.Sprintf("fire at %s", time.UnixMilli(ms).UTC().Format(time.TimeOnly)))
+		}
+	}
+	if want := []string{"fire at 03:04:00", "attempt 2"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("trigger keys %v, want %v", got, want)
+	}
+}
