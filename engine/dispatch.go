@@ -471,8 +471,8 @@ func retryWait(prof *profile, attempt uint16) time.Duration {
 }
 
 // waitRetry puts attempt attempt of record i's fire at sched in the wheel
-// until due.
-func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) {
+// until due, in the slot it returns.
+func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) uint32 {
 	var slot uint32
 	if n := len(l.rfree); n > 0 {
 		slot = l.rfree[n-1]
@@ -484,10 +484,36 @@ func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due i
 	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, over: over, bf: bf}
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, due)
+	return slot
+}
+
+// handedRetryKey is a retry a former owner handed on: its record's, its
+// fire's and which attempt.
+type handedRetryKey struct {
+	rec, gen uint32
+	sched    int64
+	attempt  uint16
+}
+
+// waitHandedRetry is waitRetry for a retry a former owner handed on, in
+// its released checkpoint or through etcd (leavers): should both hold it
+// (the owner that took its key listed it waiting in its own release,
+// before the key's delete succeeded), it waits once.
+func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) {
+	k := handedRetryKey{i, r.gen, sched, attempt}
+	if _, ok := l.handed[k]; ok {
+		return
+	}
+	l.handed[k] = struct{}{}
+	slot := l.waitRetry(i, r, sched, attempt, due, over, bf)
+	l.retries[slot].handed = true
 }
 
 // freeRetry frees a retry's slot, due or handed over.
 func (l *loop) freeRetry(slot uint32) {
+	if rs := &l.retries[slot]; rs.handed {
+		delete(l.handed, handedRetryKey{rs.rec, rs.gen, rs.sched, rs.attempt})
+	}
 	l.retries[slot] = retryState{}
 	l.rfree = append(l.rfree, slot)
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))

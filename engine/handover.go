@@ -580,7 +580,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			if f.Backfill {
 				bf = c.bfs[f.ID]
 			}
-			l.waitRetry(i, r, at, f.Attempt, f.Due.UnixNano(), f.Override, bf)
+			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), f.Override, bf)
 			continue
 		}
 		if f.Backfill {

@@ -101,6 +101,7 @@ type retryState struct {
 	sched    int64
 	due      int64 // 0: the slot is free
 	attempt  uint16
+	handed   bool           // a former owner handed it on (loop.handed)
 	over     *task.Override // a trigger's override: its retries send it too
 	bf       *backfillRun   // the fire's backfill, told when its last attempt ends
 }
@@ -160,6 +161,8 @@ type loop struct {
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
 
+	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
+
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
@@ -180,6 +183,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
+		handed:  make(map[handedRetryKey]struct{}),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
 	}, nil

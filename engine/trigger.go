@@ -162,7 +162,7 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 			sched = f.retry.At.UnixNano()
 		}
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		l.waitRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
+		l.waitHandedRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
 		l.pool.ends.add(f.key())
 		return true
 	}

@@ -883,3 +883,32 @@ func TestLoop_RetryHandedOnThroughEtcdIsOfItsFiresTime(t *testing.T) {
 		t.Errorf("queued attempt %d of flaky@%v, want attempt 2 of flaky@%v", j.attempt, time.Unix(0, j.sched).UTC(), sched)
 	}
 }
+
+// A retry waiting on a node that releases its partition goes in the
+// checkpoint; its key, handed on through etcd, was deleted when the node
+// took it. Should that delete fail until the release (it warns, and
+// commits), the next owner finds the retry twice, and ran it twice. One
+// retry of a fire's attempt waits once, whichever comes first.
+func TestLoop_RetryBothInTheCheckpointAndInItsKeyWaitsOnce(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sched := base.Add(-time.Minute)
+	retry := registry.Retry{Attempt: 2, Due: base.Add(5 * time.Second), At: sched}
+	checkpoint := &takeOverCmd{part: 0, fires: []pendingFire{{ID: "flaky", At: sched, Attempt: 2, Due: retry.Due}}}
+	for _, keyFirst := range []bool{false, true} {
+		tl := newTestLoop(t, base, nil)
+		tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky")
+		if !keyFirst {
+			tl.handle(checkpoint)
+		}
+		tl.putRetry(0, "flaky", sched.Add(time.Millisecond), 1, retry)
+		if keyFirst {
+			tl.handle(checkpoint)
+		}
+		if n := tl.retrying.Load(); n != 1 {
+			t.Errorf("key first %v: %d retries wait, want 1", keyFirst, n)
+		}
+		if got := tl.pool.ends.take(10); len(got) != 1 {
+			t.Errorf("key first %v: keys ended %v, want the retry's", keyFirst, got)
+		}
+	}
+}
