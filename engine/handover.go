@@ -385,9 +385,10 @@ func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Overr
 		lv.hand.list(handedRetry(lv.id, sched, attempt+1, due.UnixNano(), over, bf), due.UnixNano())
 		return true
 	}
-	// A backfill's retry goes as a plain one, as a retry of a backfill
-	// canceled here does (handedRetry).
-	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: &registry.Retry{Attempt: attempt + 1, Due: due}, over: over})
+	// A backfill's retry goes as the backfill's, as in a checkpoint
+	// (handedRetry): it runs while its task is paused.
+	r := &registry.Retry{Attempt: attempt + 1, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
+	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over})
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/internal/logbuf"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -399,6 +400,15 @@ type heldAttempt struct {
 }
 
 func startHeldAttempt(t *testing.T) *heldAttempt {
+	return startHeldAttemptOf(t, func(reg *registry.Registry) error {
+		_, err := reg.Trigger(context.Background(), "flaky")
+		return err
+	})
+}
+
+// startHeldAttemptOf is startHeldAttempt with flaky's fire started by
+// fire, in place of a trigger.
+func startHeldAttemptOf(t *testing.T, fire func(*registry.Registry) error) *heldAttempt {
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	started, fail := make(chan struct{}, 1), make(chan struct{})
@@ -424,7 +434,7 @@ func startHeldAttempt(t *testing.T) *heldAttempt {
 	flaky.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
 	putTask(t, ha.a.e.Registry(), flaky)
 	putTask(t, ha.a.e.Registry(), handlerTask("tick", "* * * * * *"))
-	if _, err := ha.a.e.Registry().Trigger(context.Background(), "flaky"); err != nil {
+	if err := fire(ha.a.e.Registry()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -506,6 +516,37 @@ func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsHandedOnThroughEtcd(t *te
 	// would run again at every acquire of the partition.
 	if n, err := reg.PendingTriggerCount(context.Background()); err != nil || n != 0 {
 		t.Errorf("%d trigger keys left (%v), want none", n, err)
+	}
+}
+
+// A backfill runs whole while its task is paused, retries too, and a
+// graceful hand-over passes the retry of its fire on as the backfill's.
+// Through etcd it went as a plain retry, which the next owner skipped
+// for the pause. Here flaky, paused, is backfilled over its one yearly
+// fire, and its attempt 1 fails once node-b owns it, as in
+// TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsHandedOnThroughEtcd.
+func TestEngine_BackfillsRetryHandedOnThroughEtcdRunsWhileItsTaskIsPaused(t *testing.T) {
+	t.Parallel()
+	ha := startHeldAttemptOf(t, func(reg *registry.Registry) error {
+		ctx := context.Background()
+		if _, err := reg.SetPaused(ctx, "flaky", true); err != nil {
+			return err
+		}
+		jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err := reg.Backfill(ctx, "flaky", jan1.Add(-time.Second), jan1.Add(time.Second), 1)
+		return err
+	})
+	b := ha.start(t, "node-b")
+	closed := closeInBackground(ha.a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+	<-ha.a.e.loopDone
+	ha.fail()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	ha.a.stop(t)
+	if got, want := ha.attempts(t, b), []string{"1 on node-a", "2 on node-b"}; !slices.Equal(got, want) {
+		t.Errorf("flaky ran attempts %v, want %v", got, want)
 	}
 }
 

@@ -50,6 +50,7 @@ type triggerFire struct {
 	rev   int64           // the key's revision (ModRevision)
 	over  *task.Override  // the body or payload of this fire; nil: the task's
 	retry *registry.Retry // a retry handed on by a former owner (leavers); nil: a first attempt
+	bf    *backfillRun    // a backfill's retry: its backfill's fires handed over (Engine.handedBackfill)
 }
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
@@ -162,7 +163,7 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 			sched = f.retry.At.UnixNano()
 		}
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		l.waitHandedRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, nil)
+		l.waitHandedRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, f.bf)
 		l.pool.ends.add(f.key())
 		return true
 	}
@@ -299,8 +300,12 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 		p, at, id, ok := e.reg.ParseTrigger(string(kv.Key))
 		if ok && e.Owns(p) {
 			over, retry := registry.DecodeTriggerValue(kv.Value)
+			var bf *backfillRun
+			if retry != nil && retry.Backfill {
+				bf = e.handedBackfill(p, id, nil)[id]
+			}
 			fires = append(fires, triggerFire{part: p, id: id, at: at * int64(time.Millisecond), rev: kv.ModRevision,
-				over: over, retry: retry})
+				over: over, retry: retry, bf: bf})
 		}
 	}
 	if len(fires) > 0 || read != nil {

@@ -557,6 +557,9 @@ type Retry struct {
 	// The key's time is later: the fire's own belongs to the triggers of
 	// the task at that time (a chain's), another fire.
 	At time.Time `json:"at,omitzero"`
+	// Backfill: the fire is a backfill's, whose retries run while the
+	// task is paused, until the backfill is canceled.
+	Backfill bool `json:"backfill,omitempty"`
 }
 
 // triggerValue is a trigger key's value: the fire's override, and the
