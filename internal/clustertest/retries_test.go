@@ -85,9 +85,9 @@ func (c *Cluster) watchRetryTriggers() *retryTriggers {
 				rt.err = err
 			}
 			for _, ev := range wr.Events {
-				_, at, id, ok := reg.ParseTrigger(string(ev.Kv.Key))
+				_, _, id, ok := reg.ParseTrigger(string(ev.Kv.Key))
 				if _, retry := registry.DecodeTriggerValue(ev.Kv.Value); ok && retry != nil {
-					rt.seen[FireKey{id, at}] = true
+					rt.seen[FireKey{id, retry.At.UnixMilli()}] = true // the key's own time is later
 				}
 			}
 			rt.mu.Unlock()
