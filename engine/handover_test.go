@@ -550,7 +550,11 @@ func everySecond(t *testing.T, log *fireLog, tasks []string, until time.Time) (r
 // that its locks pass on, and the successors resume from the watermark
 // held at the release: nothing is missed, at most the bounded lead
 // repeats. Before, the partitions' locks stayed with the live session and
-// the new owner waited for them for as long as the node lived.
+// the new owner waited for them for as long as the node lived. The
+// successors fire the stalled seconds late, after the lease TTL (4 s) and
+// their acquire: a misfire threshold of 30 s keeps them all, which the
+// default 5 s collapsed into one (fire_once) when the tests ran in
+// parallel under the race detector, and the check took them for misses.
 func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -565,7 +569,9 @@ func TestEngine_FailedReleaseDoesNotStrandPartitions(t *testing.T) {
 			c := etcdtest.Start(t)
 			log := newFireLog()
 			cfg := func(id string) func(*Config) {
-				return func(c *Config) { c.NodeID = id; c.Partitions = 8; c.LeaseTTL = 4 * time.Second }
+				return func(c *Config) {
+					c.NodeID, c.Partitions, c.LeaseTTL, c.MisfireThreshold = id, 8, 4*time.Second, 30*time.Second
+				}
 			}
 			cliA := c.NewClient(t)
 			faults := injectFaults(cliA)
