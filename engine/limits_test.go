@@ -1429,9 +1429,7 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 // fence, an undone acquire) is lost with its partition.
 func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	retrying := noopProfile(task.MisfireFireOnce)
-	retrying.key, retrying.maxAttempts = "noop/retry3", 3
-	retrying.backoff, retrying.maxBackoff = 10*time.Second, 10*time.Second
+	retrying := retryingProfile()
 	sched := at.Add(-time.Minute).UnixMilli()
 	// start queues attempt 1 of flaky and of steady (one attempt), as
 	// handed over to this owner, and the release takes them out: the
