@@ -436,15 +436,19 @@ func (ls *leavers) len() int {
 	return len(ls.m)
 }
 
-// leftEnded applies the end of an attempt of a task gone from the loop,
-// with a release or deleted: a failure whose worker did not hand its
-// retry on has it handed on now.
-func (l *loop) leftEnded(c *completion, x completionExtra) {
-	k := leavingKey(c.rec, c.gen)
+// handOn hands on the retry of c, an attempt of a leaver that failed,
+// when its worker did not (it found the release not sealed, or not begun).
+func (ls *leavers) handOn(c *completion, x completionExtra) {
 	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) {
-		l.pool.leaving.retry(k, c.sched, c.attempt, x.over, x.bf, false)
+		ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false)
 	}
-	l.pool.leaving.ended(k)
+}
+
+// leftEnded applies the end of an attempt of a task gone from the loop,
+// with a release or deleted.
+func (l *loop) leftEnded(c *completion, x completionExtra) {
+	l.pool.leaving.handOn(c, x)
+	l.pool.leaving.ended(leavingKey(c.rec, c.gen))
 }
 
 // releaseParts takes every task of parts out of the wheel, after

@@ -1541,6 +1541,20 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 			t.Errorf("the loop still holds %d leaving tasks", tl.pool.leaving.len())
 		}
 	})
+	t.Run("fails after the seal, read by no loop", func(t *testing.T) {
+		// Its worker found the release not sealed, and sent the completion
+		// once the loop had stopped (Close drains the workers after it).
+		tl, rel, jobs := start(t)
+		tl.pool.reset()
+		seal(tl, rel, false)
+		b := tl.pool.batch()
+		b.add(&jobs[0], statusFailed, "boom", false)
+		tl.pool.done <- b
+		tl.pool.drain(time.Second)
+		if got := tl.pool.chains.take(); len(got) != 1 || got[0].retry == nil || got[0].from != "flaky" {
+			t.Errorf("handed on %+v, want flaky's retry", got)
+		}
+	})
 	t.Run("fails after a fence's seal", func(t *testing.T) {
 		tl, rel, jobs := start(t)
 		tl.pool.reset()

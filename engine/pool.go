@@ -446,6 +446,20 @@ func (p *pool) drain(d time.Duration) {
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.execCancel()
+	for len(p.done) > 0 { // nothing sends any more
+		p.handOnLeft(<-p.done)
+	}
+}
+
+// handOnLeft hands on the retries of the failed attempts of b, a batch of
+// completions the loop, stopped before the workers drained (Close), never
+// reads: a worker that found its attempt's release not yet sealed left the
+// retry to the loop (leavers), then sent the completion after the release
+// was sealed and committed, and the loop gone.
+func (p *pool) handOnLeft(b *completionBatch) {
+	for i := range b.c[:b.n] {
+		p.leaving.handOn(&b.c[i], b.extra(&b.c[i]))
+	}
 }
 
 // cancelRunning cancels the running executions of record rec of
@@ -598,6 +612,7 @@ func (p *pool) complete(out *completionBatch) *completionBatch {
 	case p.done <- out:
 		return p.batch()
 	case <-p.quit:
+		p.handOnLeft(out)
 		out.empty()
 		return out
 	}
