@@ -30,7 +30,7 @@ type collector struct {
 	// Issue 9: alerts, pause_on_failure, the retry backlog and cache
 	// write errors.
 	notify, pausedOnFailure, retryBacklog, cacheWriteErrors *prometheus.Desc
-	chainsDropped                                           *prometheus.Desc
+	chainsDropped, retriesHandedOn                          *prometheus.Desc
 	standbyReady, standbyTaken                              *prometheus.Desc
 }
 
@@ -91,6 +91,8 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"shardcron_history_write_failed_total)."),
 		chainsDropped: d("chain_triggers_dropped_total", "Ended fires whose on_success/on_failure triggers were dropped: "+
 			"the queue of trigger writes was full while etcd refused or was slow to take them."),
+		retriesHandedOn: d("retries_handed_on_total", "Retries of attempts that failed after their partition's graceful release "+
+			"was sealed, handed on through etcd to the partition's owner."),
 		standbyReady: d("standby_partitions", "Partitions prepared ahead of the lease's end of nodes whose watermarks stopped "+
 			"(likely dead), not yet acquired."),
 		standbyTaken: d("standby_taken_total", "Partitions acquired already prepared, ahead of their dead owner's lease's end."),
@@ -101,7 +103,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
-		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.standbyReady, c.standbyTaken} {
+		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.retriesHandedOn, c.standbyReady, c.standbyTaken} {
 		ch <- d
 	}
 }
@@ -173,6 +175,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.retryBacklog, float64(st.RetryBacklog))
 	counter(c.cacheWriteErrors, st.CacheWriteErrors)
 	counter(c.chainsDropped, st.ChainsDropped)
+	counter(c.retriesHandedOn, st.RetriesHandedOn)
 	gauge(c.queue, float64(st.QueueDepth))
 	gauge(c.owned, float64(st.PartitionsOwned))
 	gauge(c.tasks, float64(st.Tasks))

@@ -550,6 +550,10 @@ type Stats struct {
 	// ChainsDropped counts ended fires whose on_success/on_failure
 	// triggers were dropped because the queue of trigger writes was full.
 	ChainsDropped uint64
+	// RetriesHandedOn counts the retries this node handed on through etcd:
+	// of attempts that failed after their partition's graceful release
+	// was sealed (leavers).
+	RetriesHandedOn uint64
 }
 
 // Stats returns the engine's counters.
@@ -608,6 +612,7 @@ func (e *Engine) Stats() Stats {
 	}
 	s.CacheWriteErrors = e.stats.cacheFailed.Load()
 	s.ChainsDropped = e.pool.chains.dropped.Load()
+	s.RetriesHandedOn = e.pool.leaving.handedOn.Load()
 	if e.loop != nil {
 		s.RetryBacklog = int(e.loop.retrying.Load())
 	}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -340,10 +341,11 @@ func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
 // Safe for concurrent use by the loop and the workers; its lock takes no
 // other but the chain queue's.
 type leavers struct {
-	mu     sync.Mutex
-	m      map[uint64]*leaver
-	clock  Clock
-	chains *chainQueue
+	mu       sync.Mutex
+	m        map[uint64]*leaver
+	clock    Clock
+	chains   *chainQueue
+	handedOn atomic.Uint64 // retries queued for etcd, for Stats
 }
 
 func newLeavers(clock Clock, chains *chainQueue) *leavers {
@@ -389,6 +391,7 @@ func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Overr
 	// (handedRetry): it runs while its task is paused.
 	r := &registry.Retry{Attempt: attempt + 1, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
 	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over})
+	ls.handedOn.Add(1)
 	return true
 }
 

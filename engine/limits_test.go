@@ -507,6 +507,9 @@ func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsHandedOnThroughEtcd(t *te
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
+	if n := ha.a.e.Stats().RetriesHandedOn; n != 1 {
+		t.Errorf("node-a counts %d retries handed on through etcd, want 1", n)
+	}
 	ha.a.stop(t)
 	reg := b.e.Registry()
 	if got, want := ha.attempts(t, b), []string{"1 on node-a", "2 on node-b"}; !slices.Equal(got, want) {
