@@ -432,13 +432,6 @@ func (ls *leavers) seal(run *running, late bool) {
 	}
 }
 
-// len is how many tasks the leavers hold.
-func (ls *leavers) len() int {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return len(ls.m)
-}
-
 // handOn hands on the retry of c, an attempt of a leaver that failed,
 // when its worker did not (it found the release not sealed, or not begun).
 func (ls *leavers) handOn(c *completion, x completionExtra) {

@@ -109,6 +109,13 @@ func (tl *testLoop) failFirstQueued() {
 	tl.complete(&done)
 }
 
+// len is how many tasks the leavers hold.
+func (ls *leavers) len() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return len(ls.m)
+}
+
 // releaseNow releases parts as the coordinator's release command does,
 // between two of the loop's batches.
 func (tl *testLoop) releaseNow(parts ...int) release {

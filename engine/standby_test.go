@@ -28,6 +28,13 @@ func standbyNode(id string) func(*Config) {
 	}
 }
 
+// startCutOffable starts node-a on a client of c through a proxy, which
+// the test cuts to make node-a look dead.
+func startCutOffable(t *testing.T, c *etcdtest.Cluster) (*testNode, *etcdtest.Proxy) {
+	proxy := c.NewProxy(t)
+	return startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a")), proxy
+}
+
 // startStandbyPair starts node-b on cli beside node-a, and returns it once
 // the two share the partitions, with how many node-a owns.
 func startStandbyPair(t *testing.T, a *testNode, cli *clientv3.Client) (*testNode, int) {
@@ -55,8 +62,7 @@ func firstOwned(n *testNode) int {
 func TestEngine_StandbyPreparesADeadNodesPartitionsBeforeItsLeaseEnds(t *testing.T) {
 	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
-	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	a, proxy := startCutOffable(t, c)
 	b, na := startStandbyPair(t, a, c.Client)
 	proxy.Cut()
 	etcdtest.WaitFor(t, 12*time.Second, func() bool { return b.e.Stats().StandbyReady == na })
@@ -143,8 +149,7 @@ func TestEngine_SuspectsAreTheSilentFew(t *testing.T) {
 func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
-	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	a, proxy := startCutOffable(t, c)
 	cliB := c.NewClient(t)
 	faults := injectFaults(cliB)
 	b, _ := startStandbyPair(t, a, cliB)
@@ -218,8 +223,7 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 func TestEngine_StandbyPartitionCatchesUpWithChangesSinceItsRead(t *testing.T) {
 	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
-	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	a, proxy := startCutOffable(t, c)
 	b, na := startStandbyPair(t, a, c.Client)
 	p := firstOwned(a)
 	id := func(name string) string { return idIn(name, p, 8) }
@@ -323,8 +327,7 @@ func TestEngine_StandbyStaysWhileItsSuspectIsSilent(t *testing.T) {
 func TestEngine_StandbyRetriesAFailedRead(t *testing.T) {
 	t.Parallel() // most of it waits for a lease of 15 s to end
 	c := etcdtest.Start(t)
-	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", nil, standbyNode("node-a"))
+	a, proxy := startCutOffable(t, c)
 	cliB := c.NewClient(t)
 	faults := injectFaults(cliB)
 	b, na := startStandbyPair(t, a, cliB)
