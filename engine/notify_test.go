@@ -120,13 +120,21 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		attempts++
 		states(func(s *task.State) bool { return s.Failures == attempts && s.ConsecutiveFailures == streak })
 	}
+	// pausedHere waits until the loop applied pause/1's pause, which
+	// reaches it through the registry's watch well after the failure that
+	// asked for it: a clock moved on before would fire it once more, and a
+	// resume written before would be taken for a task never paused.
+	pausedHere := func() {
+		t.Helper()
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			tk, err := reg.Get(context.Background(), "pause/1")
+			return err == nil && tk.Paused && taskState(t, n, "pause/1").NextFireAt.IsZero()
+		})
+	}
 	fire(10*time.Second, 1) // 12:00:10.5, then the retries by :11.5
 	fire(9*time.Second, 2)  // :20.5
-	fire(9*time.Second, 3)  // :30.5
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		tk, err := reg.Get(context.Background(), "pause/1")
-		return err == nil && tk.Paused
-	})
+	pausedHere()
+	fire(9*time.Second, 3) // :30.5
 	// Its pause record says who paused it (issue 12).
 	if tk, err := reg.Get(context.Background(), "pause/1"); err != nil || tk.Pause == nil || tk.Pause.By != PausedByPolicy {
 		t.Errorf("pause/1's pause record %+v (err %v), want one by %s", tk.Pause, err, PausedByPolicy)
@@ -136,7 +144,7 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 	if _, err := reg.SetPaused(context.Background(), "pause/1", false); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !taskState(t, n, "pause/1").NextFireAt.IsZero() })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "pause/1").NextFireAt.Equal(at(40)) })
 	failing.Store(false)
 	fire(9*time.Second, 0) // :40.5
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "pause/1").Failures == 3 })
@@ -144,10 +152,7 @@ func TestEngine_NotifyOnChangeOfState(t *testing.T) {
 		t.Fatalf("pause/1 paused again after one failure since its resume (err %v)", err)
 	}
 	clock.Advance(10 * time.Second) // :50.5
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		tk, err := reg.Get(context.Background(), "pause/1")
-		return err == nil && tk.Paused
-	})
+	pausedHere()
 	if b := n.e.Stats().RetryBacklog; b != 0 {
 		t.Errorf("retry backlog %d after the retries ran, want 0", b)
 	}
