@@ -250,6 +250,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		// The running fire is canceled, and so are those still waiting for
 		// a worker: only the newest runs.
 		l.pool.cancelRunning(i, r.gen)
+		l.replaceElsewhere(i, r)
 		l.pool.replaceQueued(i, r.gen)
 		for k := range l.unpushed {
 			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen {
@@ -395,7 +396,10 @@ func (l *loop) releaseRetry(slot uint32) {
 // replace lets the newer fire win, so the retry is skipped.
 func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
 	prof := l.profs.list[r.prof]
-	if bf == nil && admit(prof.concurrency, int(r.running), false, true) == admitSkip {
+	// A run elsewhere does not count: while its marker stands, no fire of
+	// a task that keeps its fires apart starts here, so the retry is of
+	// that run's fire (handed on), or of one before it.
+	if bf == nil && admit(prof.concurrency, l.runningHere(i, r), false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
 		return
 	}
@@ -439,10 +443,7 @@ func (l *loop) complete(b *completionBatch) {
 				l.pauseOnFailure(r) // a fire that ends without adding to the run pauses nothing
 			}
 		}
-		if w, ok := l.pending[c.rec]; ok && r.running == 0 {
-			delete(l.pending, c.rec)
-			l.admit(c.rec, r, prof, w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over)
-		}
+		l.admitWaiting(c.rec, r)
 		if final {
 			l.checkEnded(c.rec, r)
 		}
@@ -450,6 +451,15 @@ func (l *loop) complete(b *completionBatch) {
 	l.pool.recycle(b)
 	if len(l.jobs) > 0 {
 		l.pushJobs()
+	}
+}
+
+// admitWaiting runs record i's fire that waited for its running one
+// (buffer_one), once none runs.
+func (l *loop) admitWaiting(i uint32, r *record) {
+	if w, ok := l.pending[i]; ok && r.running == 0 {
+		delete(l.pending, i)
+		l.admit(i, r, l.profs.list[r.prof], w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over)
 	}
 }
 

@@ -107,12 +107,12 @@
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
-//     and across a graceful release for a fire that ends within its drain
-//     (handOverWait): the next owner does not know that a fire still runs
-//     on the old one, so after a crash, or a release that outwaited the
-//     fire, the next fire starts while the previous one still runs there,
-//     and replace does not cancel it
-//     (TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease).
+//     and across a graceful release: a run that outlives its drain
+//     (handOverWait) has a marker in etcd that the next owner counts as a
+//     run in flight (elsewhere.go,
+//     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
+//     fenced drops its partitions with no marker: the next owner's fires
+//     start beside its runs, and replace does not cancel them.
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and

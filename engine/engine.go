@@ -249,6 +249,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	})
 	e.loop.alerts = e.notify
+	e.loop.unmark = func(keys []string) { go e.deleteMarkers(context.Background(), keys) }
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop

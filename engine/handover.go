@@ -41,7 +41,8 @@ import (
 //     within the same handOverWait, until the attempts under way of the
 //     partition's tasks that retry or keep their fires apart ended: one
 //     that failed hands its retry over (running). The loop then seals the
-//     release.
+//     release; the runs of those that keep their fires apart still going
+//     get a marker in etcd for the next owner (elsewhere.go).
 //  4. One transaction writes the released checkpoint {mark, pending} and
 //     deletes the lock, on the condition that the lock is still ours.
 //
@@ -91,6 +92,9 @@ type handOver struct {
 type handedTo struct {
 	after  map[string]int64        // tasks fired past the resume point: each resumes after that fire
 	health map[string]handedHealth // tasks that failed there (health.go)
+	// elsewhere are the marker keys of tasks whose runs went on past a
+	// release (elsewhere.go).
+	elsewhere map[string][]string
 }
 
 // handedFrom indexes what acquire read: the after list and the released
@@ -318,9 +322,11 @@ type running struct {
 type leaver struct {
 	id   string
 	prof *profile
+	part int
 	hand *handOver // its partition's; nil once the release is sealed
 	run  *running
-	n    int // its attempts not yet ended
+	n    int           // its attempts not yet ended
+	gone chan struct{} // closed when n reaches 0, once its run has a marker (elsewhere.go)
 }
 
 // leavingKey is a record's key in leavers: its index and generation, as a
@@ -352,19 +358,19 @@ func newLeavers(clock Clock, chains *chainQueue) *leavers {
 	return &leavers{m: map[uint64]*leaver{}, clock: clock, chains: chains}
 }
 
-// leave notes that record i, taken out with its partition (hand), has
+// leave notes that record i, taken out with its partition (hand), has n
 // attempts under way, in run, made when nil. Called only from the
 // dispatch loop.
-func (l *loop) leave(run *running, i uint32, r *record, h *handOver) *running {
+func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *running {
 	if run == nil {
 		run = &running{ended: make(chan struct{})}
 	}
 	k := leavingKey(i, r.gen)
 	ls := l.pool.leaving
 	ls.mu.Lock()
-	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], hand: h, run: run, n: int(r.running)}
+	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), hand: h, run: run, n: n}
 	run.keys = append(run.keys, k)
-	run.n += int(r.running)
+	run.n += n
 	ls.mu.Unlock()
 	return run
 }
@@ -405,6 +411,9 @@ func (ls *leavers) ended(k uint64) {
 	}
 	if lv.n--; lv.n == 0 {
 		delete(ls.m, k)
+		if lv.gone != nil {
+			close(lv.gone)
+		}
 	}
 	if lv.run.n--; lv.run.n == 0 {
 		close(lv.run.ended)
@@ -505,8 +514,11 @@ func (l *loop) releaseParts(parts []int) release {
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, r *record) {
-			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
-				run = l.leave(run, i, r, out[p])
+			// Runs elsewhere are not this node's to wait for: their
+			// markers stay for the next owner.
+			n := l.runningHere(i, r)
+			if prof := l.profs.list[r.prof]; n > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
+				run = l.leave(run, i, r, n, out[p])
 			}
 			l.remove(i)
 		})
@@ -741,7 +753,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		case <-e.hurry: // Close stops waiting for running executions
 		case <-wait.C:
 			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
-				"and the next owner does not keep its fires apart from them (concurrency policies)",
+				"and the next owner keeps its fires apart from them through their markers (concurrency policies)",
 				"partitions", len(ps), "waited", handOverWait)
 		}
 	}
@@ -750,6 +762,10 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
 	defer cancel()
+	// Before the release commits, so that the next owner finds them.
+	mctx, mcancel := context.WithTimeout(ctx, etcdTimeout)
+	e.markElsewhere(mctx, sess, e.pool.leaving.mark(rel.running))
+	mcancel()
 	// The keys of triggers that started here go first: the next owner
 	// fires every key it finds.
 	fctx, fcancel := context.WithTimeout(ctx, etcdTimeout)

@@ -204,39 +204,69 @@ func TestEngine_ConcurrencyPoliciesHoldForARunEndingDuringItsRelease(t *testing.
 	}
 }
 
-// Concurrency policies hold on one owner only, and across a release for a
-// run that ends within its wait. forbid, buffer_one and replace each keep
-// a second fire from running beside the first, on the node that runs the
-// first; the next owner of a partition does not know that a fire still
-// runs on the old one. Here each task's fire of 12:00:01 still runs on
-// node-a (held) when node-a leaves gracefully, past the release's wait;
-// node-b starts each task's fire of 12:00:02 at once, beside it, and
-// node-a's run is not canceled (TestEngine_ConcurrencyPolicies shows what
-// each policy does on one owner: skip, wait, cancel).
-func TestEngine_ConcurrencyPoliciesDoNotHoldForARunPastItsRelease(t *testing.T) {
+// Concurrency policies hold across a release for a run that goes on past
+// its wait: the releasing node marks the run in etcd, and the next owner
+// counts it as running until the marker goes (elsewhere.go). Here each
+// task's fire of 12:00:01 still runs on node-a (held) when node-a leaves
+// gracefully. On node-b, forbid's fire of 12:00:02 is skipped,
+// buffer_one's waits, and replace's starts at once and cancels node-a's
+// run; once node-a's runs end, buffer_one's waiting fire starts, and each
+// task fires at 12:00:03 (TestEngine_ConcurrencyPolicies shows what each
+// policy does on one owner: skip, wait, cancel).
+func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
 	hp := startHeldPolicies(t)
-	// node-a leaves gracefully while its runs are held: every partition
-	// goes to node-b. Close returns once the held runs end.
+	of := map[task.ConcurrencyPolicy]string{}
+	for id, p := range hp.ids {
+		of[p] = id
+	}
 	closed := closeInBackground(hp.a)
 	for id := range hp.ids {
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
 		waitNext(t, hp.b, id, limitsAt(2))
 	}
 	hp.clock.Advance(time.Second)
-	for range hp.ids {
+	// started waits for the next call on node-b of task id's fire at s.
+	started := func(id string, s int) {
+		t.Helper()
 		r := hp.h.next(t)
-		prev := hp.old[r.TaskID]
-		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
-			t.Errorf("%s: started %s on %s, want 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		if r.TaskID != id || r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(s)) {
+			t.Fatalf("started %s@%s on %s, want %s@%s on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node,
+				id, limitsAt(s).Format(time.TimeOnly))
 		}
-		if !prev.running() {
-			t.Errorf("%s (%s): the run of %s on %s ended before the next fire started; the limitation is gone",
-				r.TaskID, hp.ids[r.TaskID], prev.ScheduledAt.Format(time.TimeOnly), prev.Node)
+	}
+	started(of[task.ConcurrencyReplace], 2)
+	replaced := hp.old[of[task.ConcurrencyReplace]]
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !replaced.running() })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, hp.b, of[task.ConcurrencyForbid]).Skipped == 1 })
+	select {
+	case r := <-hp.h.started:
+		t.Fatalf("%s: started %s on %s while node-a's run of 12:00:01 was held", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	case <-time.After(700 * time.Millisecond):
+	}
+	for _, id := range []string{of[task.ConcurrencyForbid], of[task.ConcurrencyBufferOne]} {
+		if !hp.old[id].running() {
+			t.Fatalf("%s: node-a's run of 12:00:01 ended before it was let go", id)
 		}
 	}
 	hp.h.open()
+	started(of[task.ConcurrencyBufferOne], 2)
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
+	}
+	// node-a's markers are gone (deleted, or with its lease).
+	cli := hp.b.e.cli
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := cli.Get(context.Background(), newKeys("").prefix+"/running/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+	hp.clock.Advance(time.Second)
+	waiting := maps.Clone(hp.ids)
+	for len(waiting) > 0 {
+		r := hp.h.next(t)
+		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
+			t.Fatalf("started %s@%s on %s, want each task's fire of 12:00:03 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		delete(waiting, r.TaskID)
 	}
 }
 

@@ -163,6 +163,12 @@ type loop struct {
 
 	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
 
+	// elsewhere are the marker keys of runs on former owners, by record,
+	// each counted in its record's running (elsewhere.go); unmark deletes
+	// markers, to cancel their runs (nil in tests without etcd).
+	elsewhere map[uint32][]string
+	unmark    func(keys []string)
+
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
@@ -183,7 +189,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
-		handed:  make(map[handedRetryKey]struct{}),
+		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
 	}, nil
@@ -322,12 +328,16 @@ func (l *loop) load(c *loadCmd) {
 		}
 		l.upsert(d, resume, false)
 		e, failed := c.handed.health[d.id]
-		if !fired && !failed {
+		away := c.handed.elsewhere[d.id]
+		if !fired && !failed && away == nil {
 			continue // the common case: no second lookup on the load path
 		}
 		i, r, ok := l.tab.lookup(d.id)
 		if !ok {
 			continue
+		}
+		if away != nil {
+			l.runElsewhere(i, r, away)
 		}
 		if fired {
 			r.lastFire = max(r.lastFire, at) // a release before the wheel passes it hands it on again
@@ -462,6 +472,7 @@ func (l *loop) remove(i uint32) {
 	l.wheel.Cancel(i)
 	delete(l.pending, i)
 	delete(l.health, i)
+	delete(l.elsewhere, i)
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }

@@ -660,8 +660,23 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// leaves) bounds each etcd read left, not the waits for the loop (end).
 	canceled := ctx
 	ctx = loaded
-	if err := e.arm(ctx, prep, fence, resume, handedFrom(after, prev), touched); err != nil {
+	// Runs of former owners that went on past their release: read before
+	// the tasks are armed, so that none fires beside them.
+	rctx, cancel := boundedOnceDone(ctx, canceled, etcdTimeout)
+	away, awayRev, err := e.readElsewhere(rctx, p)
+	cancel()
+	if err != nil {
+		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
+	}
+	handed := handedFrom(after, prev)
+	handed.elsewhere = away
+	if err := e.arm(ctx, prep, fence, resume, handed, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
+	}
+	for id, keys := range away {
+		for _, k := range keys {
+			go e.watchElsewhere(wctx, p, id, k, awayRev)
+		}
 	}
 	if len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
@@ -684,7 +699,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// Triggers written while nobody owned p, or while it loaded: read once
 	// the loop owns p, so that none falls between this read and the trigger
 	// watch, whose events up to the read the loop then passes over.
-	rctx, cancel := boundedOnceDone(ctx, canceled, etcdTimeout)
+	rctx, cancel = boundedOnceDone(ctx, canceled, etcdTimeout)
 	tr, err := e.cli.Do(rctx, e.reg.TriggerRead(p))
 	cancel()
 	if err != nil {

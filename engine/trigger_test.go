@@ -107,8 +107,8 @@ func TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner(t *testing.T) {
 
 // A graceful release hands its unrun triggers over with their overrides:
 // one queued behind a running fire's worker, and one buffered behind a
-// running fire (buffer_one). Each runs once on the next owner, with its
-// body or payload.
+// running fire (buffer_one), which still waits for that fire on the next
+// owner. Each runs once on the next owner, with its body or payload.
 func TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides(t *testing.T) {
 	c, clock := limitsStart(t)
 	log := &callLog{}
@@ -142,11 +142,18 @@ func TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides(t *testing.T) {
 	closed := closeInBackground(a) // the release hands both over; Close waits for the held run
 	b := startNode(t, c, "", handler, limitsNode(clock, time.Hour, "node-b"))
 	t.Cleanup(h.open)
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(log.of("queued")) > 0 && len(log.of("slow")) > 1 })
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(log.of("queued")) > 0 })
+	// slow's buffered trigger waits for node-a's run, which its marker
+	// shows node-b (elsewhere.go).
+	time.Sleep(300 * time.Millisecond)
+	if n := len(log.of("slow")); n != 1 {
+		t.Errorf("slow ran %d times while node-a's run was held, want that run alone", n)
+	}
 	h.open()
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("slow")) > 1 })
 	time.Sleep(300 * time.Millisecond) // a repeat, if any
 	var got []string
 	for _, id := range []string{"slow", "queued"} {
