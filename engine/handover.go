@@ -516,9 +516,10 @@ func (l *loop) releaseParts(parts []int) release {
 		l.tab.eachIn(p, func(i uint32, r *record) {
 			// Runs elsewhere are not this node's to wait for: their
 			// markers stay for the next owner.
-			n := l.runningHere(i, r)
-			if prof := l.profs.list[r.prof]; n > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
-				run = l.leave(run, i, r, n, out[p])
+			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
+				if n := l.runningHere(i, r); n > 0 {
+					run = l.leave(run, i, r, n, out[p])
+				}
 			}
 			l.remove(i)
 		})
