@@ -31,6 +31,7 @@ type collector struct {
 	// write errors.
 	notify, pausedOnFailure, retryBacklog, cacheWriteErrors *prometheus.Desc
 	chainsDropped, retriesHandedOn                          *prometheus.Desc
+	runsMarked, runsElsewhere                               *prometheus.Desc
 	standbyReady, standbyTaken                              *prometheus.Desc
 }
 
@@ -93,6 +94,10 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"the queue of trigger writes was full while etcd refused or was slow to take them."),
 		retriesHandedOn: d("retries_handed_on_total", "Retries of attempts that failed after their partition's graceful release "+
 			"was sealed, handed on through etcd to the partition's owner."),
+		runsMarked: d("runs_marked_total", "Runs of tasks whose concurrency policy keeps fires apart that went on past their "+
+			"partition's graceful release, marked in etcd for the next owner."),
+		runsElsewhere: d("runs_elsewhere", "Runs on former owners, past their partition's release, that this node's tasks "+
+			"count as running (concurrency policies)."),
 		standbyReady: d("standby_partitions", "Partitions prepared ahead of the lease's end of nodes whose watermarks stopped "+
 			"(likely dead), not yet acquired."),
 		standbyTaken: d("standby_taken_total", "Partitions acquired already prepared, ahead of their dead owner's lease's end."),
@@ -103,7 +108,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
 		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
-		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.retriesHandedOn, c.standbyReady, c.standbyTaken} {
+		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.retriesHandedOn, c.runsMarked, c.runsElsewhere, c.standbyReady, c.standbyTaken} {
 		ch <- d
 	}
 }
@@ -176,6 +181,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.cacheWriteErrors, st.CacheWriteErrors)
 	counter(c.chainsDropped, st.ChainsDropped)
 	counter(c.retriesHandedOn, st.RetriesHandedOn)
+	counter(c.runsMarked, st.RunsMarked)
+	gauge(c.runsElsewhere, float64(st.RunsElsewhere))
 	gauge(c.queue, float64(st.QueueDepth))
 	gauge(c.owned, float64(st.PartitionsOwned))
 	gauge(c.tasks, float64(st.Tasks))

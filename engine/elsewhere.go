@@ -107,6 +107,7 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ms
 		}
 		written += len(chunk)
 	}
+	e.stats.runsMarked.Add(uint64(written))
 	if written > 0 {
 		e.log.Info("runs go on past their partitions' release; the next owners keep their tasks' fires apart from them (concurrency policies) until they end",
 			"tasks", written)
@@ -230,6 +231,7 @@ func (c *elsewhereEndedCmd) run(l *loop) { l.elsewhereEnded(c) }
 func (l *loop) runElsewhere(i uint32, r *record, keys []string) {
 	l.elsewhere[i] = append(l.elsewhere[i], keys...)
 	r.running += uint16(len(keys))
+	l.stats.runsElsewhere.Add(int64(len(keys)))
 }
 
 // elsewhereEnded applies the end of a run elsewhere, as a completion's:
@@ -244,6 +246,7 @@ func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 		delete(l.elsewhere, i)
 	}
 	r.running--
+	l.stats.runsElsewhere.Add(-1)
 	l.admitWaiting(i, r)
 	l.checkEnded(i, r)
 	if len(l.jobs) > 0 {
@@ -258,10 +261,19 @@ func (l *loop) replaceElsewhere(i uint32, r *record) {
 	if len(keys) == 0 {
 		return
 	}
-	delete(l.elsewhere, i)
+	l.forgetElsewhere(i)
 	r.running -= uint16(len(keys))
 	if l.unmark != nil {
 		l.unmark(keys)
+	}
+}
+
+// forgetElsewhere forgets record i's runs elsewhere: replaced, or the
+// task went.
+func (l *loop) forgetElsewhere(i uint32) {
+	if keys, ok := l.elsewhere[i]; ok {
+		l.stats.runsElsewhere.Add(-int64(len(keys)))
+		delete(l.elsewhere, i)
 	}
 }
 

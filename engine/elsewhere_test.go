@@ -38,6 +38,9 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	if got := tl.dispatched(0); len(got) != 0 {
 		t.Errorf("buffer_one fired %v beside its run elsewhere", got)
 	}
+	if n := tl.stats.runsElsewhere.Load(); n != 1 {
+		t.Errorf("%d runs elsewhere counted once replace's was canceled, want buffered's", n)
+	}
 	if got, want := tl.dispatched(1), []string{"replaced@1767268801000"}; !slices.Equal(got, want) {
 		t.Errorf("replace dispatched %v, want %v", got, want)
 	}
@@ -57,9 +60,15 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	}
 
 	load(0, "forbid", task.ConcurrencyForbid, "m/forbid")
+	if n := tl.stats.runsElsewhere.Load(); n != 1 {
+		t.Errorf("%d runs elsewhere counted, want forbid's", n)
+	}
 	// buffered's own fire, dispatched, is this node's to wait for; forbid's
 	// run elsewhere is not.
 	if rel := tl.releaseNow(0); rel.running == nil || rel.running.n != 1 || tl.pool.leaving.len() != 1 {
 		t.Errorf("the release waits for %+v of %d tasks, want buffered's one attempt", rel.running, tl.pool.leaving.len())
+	}
+	if n := tl.stats.runsElsewhere.Load(); n != 0 {
+		t.Errorf("%d runs elsewhere counted after the release, want none", n)
 	}
 }

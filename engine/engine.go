@@ -555,6 +555,11 @@ type Stats struct {
 	// of attempts that failed after their partition's graceful release
 	// was sealed (leavers).
 	RetriesHandedOn uint64
+	// RunsMarked counts the runs this node marked in etcd at a graceful
+	// release, because they went on past its drain (elsewhere.go);
+	// RunsElsewhere is how many such runs its tasks count as running now.
+	RunsMarked    uint64
+	RunsElsewhere int
 }
 
 // Stats returns the engine's counters.
@@ -614,6 +619,8 @@ func (e *Engine) Stats() Stats {
 	s.CacheWriteErrors = e.stats.cacheFailed.Load()
 	s.ChainsDropped = e.pool.chains.dropped.Load()
 	s.RetriesHandedOn = e.pool.leaving.handedOn.Load()
+	s.RunsMarked = e.stats.runsMarked.Load()
+	s.RunsElsewhere = int(e.stats.runsElsewhere.Load())
 	if e.loop != nil {
 		s.RetryBacklog = int(e.loop.retrying.Load())
 	}

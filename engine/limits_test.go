@@ -234,7 +234,13 @@ func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
 				id, limitsAt(s).Format(time.TimeOnly))
 		}
 	}
+	if n := hp.a.e.Stats().RunsMarked; n != 3 {
+		t.Errorf("node-a marked %d runs, want 3", n)
+	}
 	started(of[task.ConcurrencyReplace], 2)
+	if n := hp.b.e.Stats().RunsElsewhere; n != 2 {
+		t.Errorf("node-b counts %d runs elsewhere once replace's was canceled, want 2", n)
+	}
 	replaced := hp.old[of[task.ConcurrencyReplace]]
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !replaced.running() })
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, hp.b, of[task.ConcurrencyForbid]).Skipped == 1 })
@@ -250,6 +256,7 @@ func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
 	}
 	hp.h.open()
 	started(of[task.ConcurrencyBufferOne], 2)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return hp.b.e.Stats().RunsElsewhere == 0 })
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}

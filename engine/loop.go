@@ -472,7 +472,7 @@ func (l *loop) remove(i uint32) {
 	l.wheel.Cancel(i)
 	delete(l.pending, i)
 	delete(l.health, i)
-	delete(l.elsewhere, i)
+	l.forgetElsewhere(i)
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }

@@ -40,6 +40,11 @@ type stats struct {
 	// failed writes to the partition cache.
 	misfiresBy  [len(misfirePolicies)]atomic.Uint64
 	cacheFailed atomic.Uint64
+
+	// Runs past their release (elsewhere.go): those this node marked, and
+	// those of other nodes (or of its own, released) its tasks count.
+	runsMarked    atomic.Uint64
+	runsElsewhere atomic.Int64
 }
 
 // misfirePolicies are the policies in the order stats.misfiresBy counts
