@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -70,5 +74,72 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	}
 	if n := tl.stats.runsElsewhere.Load(); n != 0 {
 		t.Errorf("%d runs elsewhere counted after the release, want none", n)
+	}
+}
+
+// A run past its release that ends while its node still closes (draining
+// another run) has its marker deleted then, not with the node's lease at
+// the end of Close: the next owner's fire buffered behind it starts when
+// it ends. node-a runs buffered's and slow's fires of 12:00:01 (held) as
+// it leaves; node-b buffers buffered's fire of 12:00:02 behind the marked
+// run, and starts it once that run ends, while slow's run still holds
+// node-a's Close.
+func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
+	c, clock := limitsStart(t)
+	hx, hy := newHolder(t), newHolder(t)
+	handler := func(ctx context.Context, f Fire) error {
+		if hx.ids[f.TaskID] {
+			return hx.handler(ctx, f)
+		}
+		return hy.handler(ctx, f)
+	}
+	start := func(id string) *testNode {
+		n := startNodeOn(t, c.NewClient(t), "", handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = limitsPolicyParts
+			cfg.DrainTimeout = time.Minute // slow's held run outlasts the test's waits
+		}))
+		t.Cleanup(hx.open) // again: cleanups run last first
+		t.Cleanup(hy.open)
+		return n
+	}
+	a, b := start("node-a"), start("node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return a.e.Stats().PartitionsOwned+b.e.Stats().PartitionsOwned == limitsPolicyParts
+	})
+	// ofA is a task id of node-a's partitions.
+	ofA := func(name string) string {
+		for i := 0; ; i++ {
+			if id := fmt.Sprintf("%s-%d", name, i); a.e.owned[ring.Partition(id, limitsPolicyParts)].Load() {
+				return id
+			}
+		}
+	}
+	buffered, slow := ofA("buffered"), ofA("slow")
+	hx.ids[buffered], hy.ids[slow] = true, true
+	for id, p := range map[string]task.ConcurrencyPolicy{buffered: task.ConcurrencyBufferOne, slow: task.ConcurrencyAllow} {
+		tk := handlerTask(id, "* * * * * *")
+		tk.Concurrency = p
+		putTask(t, a.e.Registry(), tk)
+		waitNext(t, a, id, limitsAt(1))
+	}
+	clock.Advance(time.Second)
+	hx.next(t)
+	hy.next(t)
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, buffered) })
+	waitNext(t, b, buffered, limitsAt(2))
+	clock.Advance(time.Second)
+	select {
+	case r := <-hx.started:
+		t.Fatalf("started %s@%s on %s beside node-a's run of 12:00:01", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	case <-time.After(700 * time.Millisecond):
+	}
+	hx.open() // node-a's run of buffered ends; slow's still holds its Close
+	if r := hx.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+		t.Errorf("started %s@%s on %s, want buffered's fire of 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	hy.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
 	}
 }

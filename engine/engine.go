@@ -385,7 +385,7 @@ func (e *Engine) Close() error {
 		e.stopAllBackfills()
 		e.loopStop()
 		<-e.loopDone
-		close(e.pool.quit)
+		e.pool.loopGone()
 		drained, cut := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(cut)

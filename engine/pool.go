@@ -451,14 +451,28 @@ func (p *pool) drain(d time.Duration) {
 	}
 }
 
-// handOnLeft hands on the retries of the failed attempts of b, a batch of
-// completions the loop, stopped before the workers drained (Close), never
-// reads: a worker that found its attempt's release not yet sealed left the
-// retry to the loop (leavers), then sent the completion after the release
-// was sealed and committed, and the loop gone.
+// loopGone tells the workers that the loop is gone, and applies the
+// completions it left unread (handOnLeft).
+func (p *pool) loopGone() {
+	close(p.quit)
+	for len(p.done) > 0 {
+		p.handOnLeft(<-p.done)
+	}
+}
+
+// handOnLeft applies what the loop would of b, a batch of completions the
+// loop, stopped before the workers drained (Close), never reads. It hands
+// on the retries of the failed attempts: a worker that found its attempt's
+// release not yet sealed left the retry to the loop (leavers), then sent
+// the completion after the release was sealed and committed, and the loop
+// gone. And it counts the attempts of leavers as ended, so that the marker
+// of a run past its release goes when the run ends (elsewhere.go), not
+// with the lease once every other run drained.
 func (p *pool) handOnLeft(b *completionBatch) {
 	for i := range b.c[:b.n] {
-		p.leaving.handOn(&b.c[i], b.extra(&b.c[i]))
+		c := &b.c[i]
+		p.leaving.handOn(c, b.extra(c))
+		p.leaving.ended(leavingKey(c.rec, c.gen))
 	}
 }
 
@@ -607,6 +621,15 @@ func (p *pool) segTaken(k int) {
 func (p *pool) complete(out *completionBatch) *completionBatch {
 	if out.n == 0 {
 		return out
+	}
+	// Once the loop is gone, its channel may still have room: a batch put
+	// there would wait for the end of the drain.
+	select {
+	case <-p.quit:
+		p.handOnLeft(out)
+		out.empty()
+		return out
+	default:
 	}
 	select {
 	case p.done <- out:
