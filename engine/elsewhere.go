@@ -167,23 +167,30 @@ func (e *Engine) awaitGone(ctx context.Context, key string, rev int64) bool {
 	}
 }
 
-// deleteMarkers deletes marker keys, in a few tries: one left behind goes
-// with its lease, when its node closes or crashes.
+// deleteMarkers deletes marker keys, trying again every second until ctx
+// ends: one left behind goes with its lease only when its node closes or
+// crashes, and a node that lives on would keep its task's fires held or
+// skipped for good.
 func (e *Engine) deleteMarkers(ctx context.Context, keys []string) {
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpDelete(k)
 	}
-	var err error
-	for range 3 {
+	for {
 		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		_, err = e.cli.Txn(tctx).Then(ops...).Commit()
+		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
 			return
 		}
+		select {
+		case <-ctx.Done():
+			e.log.Warn("deleting the markers of runs elsewhere failed: a run replaced is not canceled, and the marker of a run that ended stays until its node's lease ends",
+				"keys", keys, "err", err)
+			return
+		case <-time.After(time.Second):
+		}
 	}
-	e.log.Warn("deleting the markers of runs elsewhere failed; they go with their node's lease", "keys", keys, "err", err)
 }
 
 // readElsewhere reads partition p's markers, by task id, and the read's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A run elsewhere (a marker a former owner wrote at its release) counts as
@@ -77,32 +79,38 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	}
 }
 
-// A run past its release that ends while its node still closes (draining
-// another run) has its marker deleted then, not with the node's lease at
-// the end of Close: the next owner's fire buffered behind it starts when
-// it ends. node-a runs buffered's and slow's fires of 12:00:01 (held) as
-// it leaves; node-b buffers buffered's fire of 12:00:02 behind the marked
-// run, and starts it once that run ends, while slow's run still holds
-// node-a's Close.
-func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
+// markedAtClose is node-a closing while its runs of buffered (buffer_one)
+// and slow (allow) of 12:00:01 go on, held, past the release, and node-b,
+// which took the partitions over, with buffered's fire of 12:00:02
+// waiting behind the run's marker.
+type markedAtClose struct {
+	hx, hy *holder // buffered's calls, slow's
+	run    blocked // node-a's run of buffered
+	faults *faultKV
+	closed <-chan error
+}
+
+func startMarkedAtClose(t *testing.T) *markedAtClose {
 	c, clock := limitsStart(t)
-	hx, hy := newHolder(t), newHolder(t)
+	m := &markedAtClose{hx: newHolder(t), hy: newHolder(t)}
 	handler := func(ctx context.Context, f Fire) error {
-		if hx.ids[f.TaskID] {
-			return hx.handler(ctx, f)
+		if m.hx.ids[f.TaskID] {
+			return m.hx.handler(ctx, f)
 		}
-		return hy.handler(ctx, f)
+		return m.hy.handler(ctx, f)
 	}
-	start := func(id string) *testNode {
-		n := startNodeOn(t, c.NewClient(t), "", handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+	start := func(id string, cli *clientv3.Client) *testNode {
+		n := startNodeOn(t, cli, "", handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = limitsPolicyParts
 			cfg.DrainTimeout = time.Minute // slow's held run outlasts the test's waits
 		}))
-		t.Cleanup(hx.open) // again: cleanups run last first
-		t.Cleanup(hy.open)
+		t.Cleanup(m.hx.open) // again: cleanups run last first
+		t.Cleanup(m.hy.open)
 		return n
 	}
-	a, b := start("node-a"), start("node-b")
+	cli := c.NewClient(t)
+	m.faults = injectFaults(cli)
+	a, b := start("node-a", cli), start("node-b", c.NewClient(t))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return a.e.Stats().PartitionsOwned+b.e.Stats().PartitionsOwned == limitsPolicyParts
 	})
@@ -115,7 +123,7 @@ func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
 		}
 	}
 	buffered, slow := ofA("buffered"), ofA("slow")
-	hx.ids[buffered], hy.ids[slow] = true, true
+	m.hx.ids[buffered], m.hy.ids[slow] = true, true
 	for id, p := range map[string]task.ConcurrencyPolicy{buffered: task.ConcurrencyBufferOne, slow: task.ConcurrencyAllow} {
 		tk := handlerTask(id, "* * * * * *")
 		tk.Concurrency = p
@@ -123,23 +131,54 @@ func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
 		waitNext(t, a, id, limitsAt(1))
 	}
 	clock.Advance(time.Second)
-	hx.next(t)
-	hy.next(t)
-	closed := closeInBackground(a)
+	m.run = m.hx.next(t)
+	m.hy.next(t)
+	m.closed = closeInBackground(a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, buffered) })
 	waitNext(t, b, buffered, limitsAt(2))
 	clock.Advance(time.Second)
 	select {
-	case r := <-hx.started:
+	case r := <-m.hx.started:
 		t.Fatalf("started %s@%s on %s beside node-a's run of 12:00:01", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
 	case <-time.After(700 * time.Millisecond):
 	}
-	hx.open() // node-a's run of buffered ends; slow's still holds its Close
-	if r := hx.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+	return m
+}
+
+// bufferedStarts checks that node-b starts buffered's fire of 12:00:02
+// (within 10 s), while slow's run still holds node-a's Close, then lets
+// node-a close.
+func (m *markedAtClose) bufferedStarts(t *testing.T) {
+	t.Helper()
+	if r := m.hx.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
 		t.Errorf("started %s@%s on %s, want buffered's fire of 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
 	}
-	hy.open()
-	if err := <-closed; err != nil {
+	m.hy.open()
+	if err := <-m.closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
+}
+
+// A run past its release that ends while its node still closes (draining
+// another run) has its marker deleted then, not with the node's lease at
+// the end of Close: the next owner's fire buffered behind it starts when
+// it ends.
+func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
+	m := startMarkedAtClose(t)
+	m.hx.open() // node-a's run of buffered ends; slow's still holds its Close
+	m.bufferedStarts(t)
+}
+
+// A marker whose delete etcd refuses when its run ends is deleted once
+// etcd takes it again, not left for the node's lease, which a node that
+// lives on keeps: its task's fires would stay held (buffer_one) or
+// skipped (forbid) for good.
+func TestEngine_MarkerWhoseDeleteFailedGoesOnceEtcdTakesIt(t *testing.T) {
+	m := startMarkedAtClose(t)
+	m.faults.deletes(func(key string) bool { return strings.Contains(key, "/running/") })
+	m.hx.open()
+	<-m.run.ended
+	time.Sleep(500 * time.Millisecond) // the deletes of the run's end fail meanwhile
+	m.faults.deletes(nil)
+	m.bufferedStarts(t)
 }

@@ -249,7 +249,15 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	})
 	e.loop.alerts = e.notify
-	e.loop.unmark = func(keys []string) { go e.deleteMarkers(context.Background(), keys) }
+	e.loop.unmark = func(keys []string) {
+		go func() {
+			// Bounded: a marker left behind only keeps its run from being
+			// canceled; its node still deletes it when the run ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*etcdTimeout)
+			defer cancel()
+			e.deleteMarkers(ctx, keys)
+		}()
+	}
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
 	e.loopStop = loopStop
