@@ -21,7 +21,7 @@ import (
 // A graceful release waits handOverWait for the attempts under way of
 // tasks that keep their fires apart (forbid, buffer_one, replace). Past
 // it, the releasing node writes a marker for each such task still running,
-// /<prefix>/running/<partition>/<lease>/<id>, under its session's lease,
+// /<prefix>/running/<partition>/<lease>.<run>/<id>, under its session's lease,
 // before the release commits: every later owner of the partition reads
 // the markers when it takes the partition over, so it sees them. The
 // releasing node deletes a marker once its attempts end; its lease takes
@@ -30,16 +30,20 @@ import (
 // The owner counts a task's markers as runs in flight: forbid skips its
 // fires, buffer_one holds one until the markers go (each is watched),
 // and replace deletes them, which the releasing node, watching its
-// markers, takes for a cancel of the run. The marker's lease is in its
-// key, so that runs of one task outliving two releases (two nodes) keep
-// a marker each.
+// markers, takes for a cancel of the run. The marker's lease and run
+// (the run's record and generation on its node) are in its key, so that
+// runs of one task outliving two releases keep a marker each: on two
+// nodes, or on one that took the partition again in between and ran the
+// task there beside its run elsewhere (a backfill's fire, or one after
+// an edit to allow). One's end then does not delete the other's marker.
+// The owner reads the task's id after the key's first slash.
 
 // runningPrefix is the prefix of partition p's markers.
 func (k keys) runningPrefix(p int) string { return fmt.Sprintf("%s/running/%05d/", k.prefix, p) }
 
-// runningKey is the marker of task id's run on the node of lease.
-func (k keys) runningKey(p int, lease clientv3.LeaseID, id string) string {
-	return fmt.Sprintf("%s%x/%s", k.runningPrefix(p), int64(lease), id)
+// runningKey is the marker of run m on the node of lease.
+func (k keys) runningKey(lease clientv3.LeaseID, m marked) string {
+	return fmt.Sprintf("%s%x.%x/%s", k.runningPrefix(m.part), int64(lease), leavingKey(m.rec, m.gen), m.id)
 }
 
 // runningMarker is a marker's value: which node runs the task, for an
@@ -94,7 +98,7 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ms
 	for chunk := range slices.Chunk(ms, registry.MaxTxnOps) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, m := range chunk {
-			ops[i] = clientv3.OpPut(e.keys.runningKey(m.part, lease, m.id), string(val), clientv3.WithLease(lease))
+			ops[i] = clientv3.OpPut(e.keys.runningKey(lease, m), string(val), clientv3.WithLease(lease))
 		}
 		resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
@@ -103,7 +107,7 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ms
 			continue
 		}
 		for _, m := range chunk {
-			go e.watchMarked(life, e.keys.runningKey(m.part, lease, m.id), resp.Header.Revision, m)
+			go e.watchMarked(life, e.keys.runningKey(lease, m), resp.Header.Revision, m)
 		}
 		written += len(chunk)
 	}

@@ -182,3 +182,31 @@ func TestEngine_MarkerWhoseDeleteFailedGoesOnceEtcdTakesIt(t *testing.T) {
 	m.faults.deletes(nil)
 	m.bufferedStarts(t)
 }
+
+// Two runs of one task on one node, each past a release of the same
+// partition (the node took it again in between, and ran the task there
+// beside its run elsewhere: a backfill's fire, or after an edit to
+// allow), keep a marker each: the first run's end leaves the second's.
+func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
+	c := etcdtest.Start(t)
+	e := startNode(t, c, "", nil, nil).e
+	first, second := make(chan struct{}), make(chan struct{})
+	ctx := context.Background()
+	e.markElsewhere(ctx, e.sess.Load(), []marked{{part: 3, id: "x", rec: 1, gen: 4, gone: first}})
+	e.markElsewhere(ctx, e.sess.Load(), []marked{{part: 3, id: "x", rec: 2, gen: 4, gone: second}})
+	markers := func() int {
+		t.Helper()
+		away, _, err := e.readElsewhere(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(away["x"])
+	}
+	close(first)
+	time.Sleep(500 * time.Millisecond) // the first run's marker goes meanwhile
+	if n := markers(); n != 1 {
+		t.Fatalf("x has %d markers once its first run ended, want the second run's", n)
+	}
+	close(second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return markers() == 0 })
+}
