@@ -35,6 +35,9 @@ type Call struct {
 	Attempt string    // Shardcron-Attempt
 	Fence   int64     // Shardcron-Fence: the revision of its partition's lock
 	Arrived time.Time // when the request reached the sink
+	// Ended is when the sink answered it, or saw its client go away while
+	// it held it; zero while it is held.
+	Ended time.Time
 }
 
 // Sink is an HTTP endpoint that records every fire it receives. Each
@@ -83,26 +86,46 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(headerKey)
 	i := strings.LastIndexByte(key, '@')
 	ms, err := strconv.ParseInt(key[i+1:], 10, 64)
+	var k FireKey
+	j := -1 // the call's index in calls[k]
 	s.mu.Lock()
 	if i <= 0 || err != nil {
 		s.bad = append(s.bad, key)
 	} else {
-		k := FireKey{Task: key[:i], At: ms}
+		k = FireKey{Task: key[:i], At: ms}
 		prev := s.calls[k]
 		if len(prev) == 0 {
 			s.seconds[ms/1000]++
 		}
 		node := r.Header.Get(headerNode)
 		fence, _ := strconv.ParseInt(r.Header.Get(headerFence), 10, 64)
+		j = len(prev)
 		s.calls[k] = append(prev, Call{Node: node, Attempt: r.Header.Get(headerAttempt), Fence: fence, Arrived: now})
 		s.perNode[nodeSecond{node, ms / 1000}]++
 	}
 	s.mu.Unlock()
-	if s.delay > 0 {
-		time.Sleep(s.delay)
+	hold := s.delay
+	fail := s.failFirst && r.Header.Get(headerAttempt) == "1"
+	if fail {
+		hold += s.holdFirst
 	}
-	if s.failFirst && r.Header.Get(headerAttempt) == "1" {
-		time.Sleep(s.holdFirst)
+	if hold > 0 {
+		// A request its node gave up on (a canceled run) ends there.
+		t := time.NewTimer(hold)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+	if j >= 0 {
+		// Before the answer, so that nothing the answer sets off comes
+		// before it.
+		s.mu.Lock()
+		s.calls[k][j].Ended = time.Now()
+		s.mu.Unlock()
+	}
+	if fail {
 		http.Error(w, "attempt 1 fails", http.StatusInternalServerError)
 	}
 }
