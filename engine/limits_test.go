@@ -375,6 +375,11 @@ func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 			flaky.Retry = task.Retry{MaxAttempts: 3, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
 			putTask(t, a.e.Registry(), flaky)
 			putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+			// tick reaches node-a's loop through its partition's watch,
+			// which can come after flaky's failure: armed only after the
+			// crash branch moved the clock on, it would wait for 12:00:02
+			// and 12:00:01 would never fire.
+			waitNext(t, a, "tick", limitsAt(1))
 			payload := json.RawMessage(`{"override":1}`)
 			if _, err := a.e.Registry().TriggerWith(context.Background(), "flaky", &task.Override{Payload: payload}); err != nil {
 				t.Fatal(err)
