@@ -493,9 +493,17 @@ func (ha *heldAttempt) start(t *testing.T, id string) *testNode {
 	}))
 }
 
-// attempts returns flaky's attempts as "attempt on node", once the clock
-// passed the latest time of its retry, twice, and b stopped.
+// attempts returns flaky's attempts as "attempt on node", once b's loop
+// holds the retry of attempt 1, the clock passed the latest time of that
+// retry, twice, and b stopped.
 func (ha *heldAttempt) attempts(t *testing.T, b *testNode) []string {
+	t.Helper()
+	// A retry handed on through etcd reaches b's loop through its trigger
+	// watch, which can come well after node-a wrote it: a clock moved on
+	// and b stopped before would end the test with the retry still in
+	// etcd, never run. (One handed over in a checkpoint is there once b
+	// owns the task.)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().RetryBacklog >= 1 })
 	for _, s := range []int{20, 40} {
 		ha.clock.Advance(20 * time.Second)
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return ha.log.firedAt("tick", limitsAt(s)) })
