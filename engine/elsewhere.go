@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,23 +30,13 @@ import (
 // the marker with it when the node crashes or closes.
 //
 // The owner counts a task's markers as runs in flight: forbid skips its
-// fires, buffer_one holds one until the markers go (each is watched),
-// and replace deletes them, which the releasing node, watching its
-// markers, takes for a cancel of the run. The marker's lease and run
-// (the run's record and generation on its node) are in its key, so that
-// runs of one task outliving two releases keep a marker each: on two
-// nodes, or on one that took the partition again in between and ran the
-// task there beside its run elsewhere (a backfill's fire, or one after
-// an edit to allow). One's end then does not delete the other's marker.
-// The owner reads the task's id after the key's first slash.
+// fires, buffer_one holds one until the markers go, and replace deletes
+// them, which the releasing node, watching its markers, takes for a cancel
+// of the run. However many the markers, the owner watches them with one
+// watch a partition, the releasing node with one a session.
 
 // runningPrefix is the prefix of partition p's markers.
 func (k keys) runningPrefix(p int) string { return fmt.Sprintf("%s/running/%05d/", k.prefix, p) }
-
-// runningKey is the marker of run m on the node of lease.
-func (k keys) runningKey(lease clientv3.LeaseID, m marked) string {
-	return fmt.Sprintf("%s%x.%x/%s", k.runningPrefix(m.part), int64(lease), leavingKey(m.rec, m.gen), m.id)
-}
 
 // runningMarker is a marker's value: which node runs the task, for an
 // operator reading etcd.
@@ -52,122 +44,213 @@ type runningMarker struct {
 	Node string `json:"node"`
 }
 
-// marked is a leaver's run that a marker stands for.
-type marked struct {
-	part int
-	id   string
-	rec  uint32
-	gen  uint32
-	gone chan struct{} // closed once the leaver's attempts ended
+// markedRun is a leaver's run that a marker stands for.
+type markedRun struct {
+	set      *markers
+	key      string
+	rec, gen uint32
+	written  bool // etcd took its put; guarded by set.mu
+	ended    bool // its attempts ended; guarded by set.mu
 }
 
-// mark picks run's leavers that keep their fires apart and still run,
-// for markers: from now on their last attempt's end closes gone. Called
-// after the release was sealed.
-func (ls *leavers) mark(run *running) []marked {
+// markers are one session's markers of runs past their release. A marker
+// is deleted once its run ended and etcd took its put, and one watch of
+// them all, however many, tells when the next owner deleted one first (a
+// replace fire), which cancels its run.
+type markers struct {
+	e        *Engine
+	lease    clientv3.LeaseID
+	life     context.Context // the session's: its lease takes the markers when it ends
+	mu       sync.Mutex
+	runs     map[string]*markedRun // written and watched, by key
+	watching bool
+}
+
+// markersOf returns the markers of sess, made when the node's session
+// changed. Called only from the coordinator.
+func (e *Engine) markersOf(sess *membership.Session) *markers {
+	if m := e.marks; m != nil && m.lease == sess.Lease() {
+		return m
+	}
+	e.marks = &markers{e: e, lease: sess.Lease(), life: sess.Mutexes().Ctx(), runs: map[string]*markedRun{}}
+	return e.marks
+}
+
+// run is the marker of the run of task id (record rec of generation gen)
+// of partition p. The run's record and generation on this node are in
+// its key, with the lease, so that runs of one task outliving two
+// releases keep a marker each: on two nodes, or on one that took the
+// partition again in between and ran the task there beside its run
+// elsewhere (a backfill's fire, or one after an edit to allow). One's end
+// then does not delete the other's marker. The owner reads the task's id
+// after the key's first slash.
+func (m *markers) run(p int, id string, rec, gen uint32) *markedRun {
+	key := fmt.Sprintf("%s%x.%x/%s", m.e.keys.runningPrefix(p), int64(m.lease), leavingKey(rec, gen), id)
+	return &markedRun{set: m, key: key, rec: rec, gen: gen}
+}
+
+// mark gives run's leavers that keep their fires apart and still run a
+// marker of set: from now on their last attempt's end is told to it.
+// Called after the release was sealed.
+func (ls *leavers) mark(run *running, set *markers) []*markedRun {
 	if run == nil {
 		return nil
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	var out []marked
+	var out []*markedRun
 	for _, k := range run.keys {
 		lv := ls.m[k]
 		if lv == nil || lv.n == 0 || lv.prof.concurrency == task.ConcurrencyAllow {
 			continue
 		}
-		lv.gone = make(chan struct{})
-		out = append(out, marked{part: lv.part, id: lv.id, rec: uint32(k >> 32), gen: uint32(k), gone: lv.gone})
+		lv.mark = set.run(lv.part, lv.id, uint32(k>>32), uint32(k))
+		out = append(out, lv.mark)
 	}
 	return out
 }
 
-// markElsewhere writes the markers of ms under sess's lease, each watched
-// by a goroutine of its own until its run ends (then it deletes the
-// marker) or the next owner deletes it (then it cancels the run): they
-// are few, one per task still running past handOverWait. Markers etcd
-// does not take are logged: the next owner then does not keep its fires
-// apart from those runs.
-func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ms []marked) {
-	if len(ms) == 0 {
-		return
+// markElsewhere marks the runs of run's tasks that keep their fires apart
+// and still run, under sess's lease. Markers etcd does not take are
+// logged: the next owner then does not keep its fires apart from those
+// runs. Called only from the coordinator.
+func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, run *running) {
+	set := e.markersOf(sess)
+	if n := set.put(ctx, e.pool.leaving.mark(run, set)); n > 0 {
+		e.stats.runsMarked.Add(uint64(n))
+		e.log.Info("runs go on past their partitions' release; the next owners keep their tasks' fires apart from them (concurrency policies) until they end",
+			"tasks", n)
 	}
-	val, _ := json.Marshal(runningMarker{Node: e.cfg.NodeID})
-	lease, life := sess.Lease(), sess.Mutexes().Ctx()
+}
+
+// put writes the markers of ms, and returns how many etcd took.
+func (m *markers) put(ctx context.Context, ms []*markedRun) int {
+	val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID})
 	written := 0
 	for chunk := range slices.Chunk(ms, registry.MaxTxnOps) {
 		ops := make([]clientv3.Op, len(chunk))
-		for i, m := range chunk {
-			ops[i] = clientv3.OpPut(e.keys.runningKey(lease, m), string(val), clientv3.WithLease(lease))
+		for i, r := range chunk {
+			ops[i] = clientv3.OpPut(r.key, string(val), clientv3.WithLease(m.lease))
 		}
-		resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := m.e.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			e.log.Warn("writing the markers of runs past their release failed: their next owners do not keep their fires apart from them (concurrency policies)",
+			m.e.log.Warn("writing the markers of runs past their release failed: their next owners do not keep their fires apart from them (concurrency policies)",
 				"tasks", len(chunk), "err", err)
 			continue
 		}
-		for _, m := range chunk {
-			go e.watchMarked(life, e.keys.runningKey(lease, m), resp.Header.Revision, m)
-		}
+		m.written(chunk, resp.Header.Revision)
 		written += len(chunk)
 	}
-	e.stats.runsMarked.Add(uint64(written))
-	if written > 0 {
-		e.log.Info("runs go on past their partitions' release; the next owners keep their tasks' fires apart from them (concurrency policies) until they end",
-			"tasks", written)
+	return written
+}
+
+// written notes that etcd took the puts of ms at rev: those whose runs
+// ended meanwhile go at once, the others are watched.
+func (m *markers) written(ms []*markedRun, rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range ms {
+		r.written = true
+		if r.ended {
+			go m.e.deleteMarkers(m.life, []string{r.key})
+		} else {
+			m.runs[r.key] = r
+		}
+	}
+	if !m.watching && len(m.runs) > 0 {
+		m.watching = true
+		go m.watch(rev)
 	}
 }
 
-// watchMarked deletes m's marker key, written at rev, once m's run ended,
-// and cancels the run when the next owner deleted the marker first (a
-// fire of a replace task). life is the session's: its lease takes the
-// marker when it ends.
-func (e *Engine) watchMarked(life context.Context, key string, rev int64, m marked) {
-	ctx, cancel := context.WithCancel(life)
-	defer cancel()
-	go func() {
-		select {
-		case <-m.gone:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if e.awaitGone(ctx, key, rev) {
-		e.pool.cancelRunning(m.rec, m.gen)
-		return
-	}
-	select {
-	case <-m.gone:
-		e.deleteMarkers(life, []string{key})
-	default: // the session ended
+// ended notes that r's run ended: its marker goes, once written.
+func (m *markers) ended(r *markedRun) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.ended = true
+	if r.written {
+		go m.e.deleteMarkers(m.life, []string{r.key})
 	}
 }
 
-// awaitGone waits until key, present at rev, is deleted (true), or ctx
-// ends (false). A watch that etcd ends (a lost leader, a compaction) is
-// opened again from a read of the key.
-func (e *Engine) awaitGone(ctx context.Context, key string, rev int64) bool {
-	for {
-		if e.waitDeleted(ctx, key, rev) == nil {
-			return true
+// watch watches the markers from after rev until none is left or the
+// session ends.
+func (m *markers) watch(rev int64) {
+	m.e.watchDeletes(m.life, m.e.keys.prefix+"/running/", rev, m.keys, m.gone)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.life.Err() != nil {
+		m.watching = false
+		clear(m.runs) // the lease took them
+	}
+}
+
+func (m *markers) keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.runs))
+}
+
+// gone applies the delete of marker key, and reports whether markers are
+// left to watch. A marker whose run has not ended was deleted by the next
+// owner of its partition, for a replace fire: the run is canceled.
+func (m *markers) gone(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.runs[key]; r != nil {
+		delete(m.runs, key)
+		if !r.ended {
+			m.e.pool.cancelRunning(r.rec, r.gen)
 		}
-		gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		resp, err := e.cli.Get(gctx, key)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return false
-		case err == nil && len(resp.Kvs) == 0:
-			return true
-		case err == nil:
-			rev = resp.Header.Revision
-		default:
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(time.Second):
+	}
+	if len(m.runs) == 0 {
+		m.watching = false // under the lock: a marker written now starts a watch of its own
+		return false
+	}
+	return true
+}
+
+// watchDeletes watches the keys under prefix from after rev, and tells gone
+// each key deleted, until gone reports that none it wants is left, or ctx
+// ends. A watch that etcd ends (a lost leader, a compaction) is opened
+// again from a read of the prefix, which tells gone those of known's keys
+// deleted meanwhile.
+func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, known func() []string, gone func(key string) bool) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				if !gone(string(ev.Kv.Key)) {
+					cancel()
+					return
+				}
 			}
 		}
+		cancel()
+		gctx, gcancel := context.WithTimeout(ctx, etcdTimeout)
+		resp, err := e.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		gcancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		left := make(map[string]bool, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			left[string(kv.Key)] = true
+		}
+		for _, k := range known() {
+			if !left[k] && !gone(k) {
+				return
+			}
+		}
+		rev = resp.Header.Revision
 	}
 }
 
@@ -219,13 +302,23 @@ func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]string,
 	return out, resp.Header.Revision, nil
 }
 
-// watchElsewhere tells the loop when the marker key of task id's run
-// elsewhere, read at rev, is deleted: the run ended. ctx is the
-// partition's ownership.
-func (e *Engine) watchElsewhere(ctx context.Context, p int, id, key string, rev int64) {
-	if e.awaitGone(ctx, key, rev) {
-		_ = e.call(ctx, &elsewhereEndedCmd{part: p, id: id, key: key})
+// watchElsewhere tells the loop when the markers of runs elsewhere of
+// partition p, read at rev (away, by task id), are deleted: the runs
+// ended. One watch serves the partition. ctx is the partition's ownership.
+func (e *Engine) watchElsewhere(ctx context.Context, p int, away map[string][]string, rev int64) {
+	ids := map[string]string{} // by marker key
+	for id, keys := range away {
+		for _, k := range keys {
+			ids[k] = id
+		}
 	}
+	e.watchDeletes(ctx, e.keys.runningPrefix(p), rev, func() []string { return slices.Collect(maps.Keys(ids)) }, func(key string) bool {
+		if id, ok := ids[key]; ok {
+			delete(ids, key)
+			_ = e.call(ctx, &elsewhereEndedCmd{part: p, id: id, key: key})
+		}
+		return len(ids) > 0
+	})
 }
 
 // elsewhereEndedCmd: the marker key of task id's run elsewhere is gone.

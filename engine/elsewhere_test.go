@@ -190,10 +190,12 @@ func TestEngine_MarkerWhoseDeleteFailedGoesOnceEtcdTakesIt(t *testing.T) {
 func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 	c := etcdtest.Start(t)
 	e := startNode(t, c, "", nil, nil).e
-	first, second := make(chan struct{}), make(chan struct{})
+	set := e.markersOf(e.sess.Load())
+	first, second := set.run(3, "x", 1, 4), set.run(3, "x", 2, 4)
 	ctx := context.Background()
-	e.markElsewhere(ctx, e.sess.Load(), []marked{{part: 3, id: "x", rec: 1, gen: 4, gone: first}})
-	e.markElsewhere(ctx, e.sess.Load(), []marked{{part: 3, id: "x", rec: 2, gen: 4, gone: second}})
+	if n := set.put(ctx, []*markedRun{first}) + set.put(ctx, []*markedRun{second}); n != 2 {
+		t.Fatalf("%d markers written, want 2", n)
+	}
 	markers := func() int {
 		t.Helper()
 		away, _, err := e.readElsewhere(ctx, 3)
@@ -202,11 +204,11 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 		}
 		return len(away["x"])
 	}
-	close(first)
+	set.ended(first)
 	time.Sleep(500 * time.Millisecond) // the first run's marker goes meanwhile
 	if n := markers(); n != 1 {
 		t.Fatalf("x has %d markers once its first run ended, want the second run's", n)
 	}
-	close(second)
+	set.ended(second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return markers() == 0 })
 }

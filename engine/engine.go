@@ -63,6 +63,7 @@ type Engine struct {
 	leftOnce  sync.Once
 	preparing chan struct{}        // a slot per partition being prepared (prepareBounded)
 	standby   *standby             // partitions prepared ahead of a dead node's lease's end (standby.go)
+	marks     *markers             // the session's markers of runs past their release; the coordinator's (elsewhere.go)
 	owned     []atomic.Bool        // partitions owned, for trigger routing and the API
 	loads     atomic.Uint64        // full range reads of a partition
 	uncached  []atomic.Bool        // partitions whose Badger cache was dropped until their next range read

@@ -325,8 +325,8 @@ type leaver struct {
 	part int
 	hand *handOver // its partition's; nil once the release is sealed
 	run  *running
-	n    int           // its attempts not yet ended
-	gone chan struct{} // closed when n reaches 0, once its run has a marker (elsewhere.go)
+	n    int        // its attempts not yet ended
+	mark *markedRun // its run's marker, once it has one (elsewhere.go)
 }
 
 // leavingKey is a record's key in leavers: its index and generation, as a
@@ -411,8 +411,8 @@ func (ls *leavers) ended(k uint64) {
 	}
 	if lv.n--; lv.n == 0 {
 		delete(ls.m, k)
-		if lv.gone != nil {
-			close(lv.gone)
+		if lv.mark != nil {
+			lv.mark.set.ended(lv.mark)
 		}
 	}
 	if lv.run.n--; lv.run.n == 0 {
@@ -765,7 +765,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	defer cancel()
 	// Before the release commits, so that the next owner finds them.
 	mctx, mcancel := context.WithTimeout(ctx, etcdTimeout)
-	e.markElsewhere(mctx, sess, e.pool.leaving.mark(rel.running))
+	e.markElsewhere(mctx, sess, rel.running)
 	mcancel()
 	// The keys of triggers that started here go first: the next owner
 	// fires every key it finds.

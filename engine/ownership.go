@@ -673,10 +673,8 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err := e.arm(ctx, prep, fence, resume, handed, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
-	for id, keys := range away {
-		for _, k := range keys {
-			go e.watchElsewhere(wctx, p, id, k, awayRev)
-		}
+	if len(away) > 0 {
+		go e.watchElsewhere(wctx, p, away, awayRev)
 	}
 	if len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
