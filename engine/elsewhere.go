@@ -64,6 +64,8 @@ type markers struct {
 	mu       sync.Mutex
 	runs     map[string]*markedRun // written and watched, by key
 	watching bool
+	dead     []string // the keys of written markers whose runs ended, to delete
+	deleting bool
 }
 
 // markersOf returns the markers of sess, made when the node's session
@@ -152,7 +154,7 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	for _, r := range ms {
 		r.written = true
 		if r.ended {
-			go m.e.deleteMarkers(m.life, []string{r.key})
+			m.deleteLocked(r.key)
 		} else {
 			m.runs[r.key] = r
 		}
@@ -169,7 +171,35 @@ func (m *markers) ended(r *markedRun) {
 	defer m.mu.Unlock()
 	r.ended = true
 	if r.written {
-		go m.e.deleteMarkers(m.life, []string{r.key})
+		m.deleteLocked(r.key)
+	}
+}
+
+// deleteLocked has marker key deleted, by one goroutine for all the
+// markers whose runs end meanwhile (a Close cancels its runs at once).
+// Called with m.mu held.
+func (m *markers) deleteLocked(key string) {
+	m.dead = append(m.dead, key)
+	if !m.deleting {
+		m.deleting = true
+		go m.delete()
+	}
+}
+
+func (m *markers) delete() {
+	for {
+		m.mu.Lock()
+		keys := m.dead
+		m.dead = nil
+		if len(keys) == 0 {
+			m.deleting = false
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		for chunk := range slices.Chunk(keys, registry.MaxTxnOps) {
+			m.e.deleteMarkers(m.life, chunk)
+		}
 	}
 }
 
