@@ -454,6 +454,7 @@ func (ls *leavers) handOn(c *completion, x completionExtra) {
 func (l *loop) leftEnded(c *completion, x completionExtra) {
 	l.pool.leaving.handOn(c, x)
 	l.pool.leaving.ended(leavingKey(c.rec, c.gen))
+	l.deletedRunEnded(leavingKey(c.rec, c.gen), true)
 }
 
 // releaseParts takes every task of parts out of the wheel, after

@@ -816,6 +816,32 @@ func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
 }
 
+// It deletes too the record of a run under way at the delete, which the
+// run writes when it ends, after the delete took the task's history.
+func TestEngine_DeletedTaskLosesTheHistoryOfARunUnderWay(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	h := newHolder(t, "gone")
+	a := startNode(t, c, "", h.handler, nil)
+	t.Cleanup(h.open) // again: cleanups run last first
+	putTask(t, a.e.Registry(), handlerTask("gone", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "gone") })
+	if _, err := a.e.Registry().Trigger(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	run := h.next(t)
+	if err := a.e.Registry().Delete(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "gone") })
+	h.open()
+	<-run.ended
+	time.Sleep(500 * time.Millisecond) // its record is written meanwhile, and deleted
+	if hs := history(t, a, "gone"); len(hs) != 0 {
+		t.Errorf("the deleted task has %d records once its run under way ended: %+v", len(hs), hs)
+	}
+}
+
 // A node that fenced itself (cut off from etcd past its deadline) and takes
 // its partitions back under a new session, nobody having fired them in
 // between, resumes from the hand-over it kept in memory: nothing repeats,

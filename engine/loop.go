@@ -49,6 +49,7 @@ type (
 		upserts []taskDef
 		deletes []string
 		replace bool
+		applied chan struct{} // closed once applied, when not nil
 	}
 	// releaseCmd takes partitions' tasks out of the wheel; the loop
 	// answers with what to hand over (releaseParts).
@@ -169,6 +170,11 @@ type loop struct {
 	elsewhere map[uint32][]string
 	unmark    func(keys []string)
 
+	// deletedRuns are the attempts under way of deleted tasks, by
+	// leavingKey: each deletes its task's history again when it ends, as
+	// it recorded itself after the delete took the rest.
+	deletedRuns map[uint64]deletedRuns
+
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
@@ -189,7 +195,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
-		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string),
+		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
 	}, nil
@@ -402,6 +408,9 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 }
 
 func (l *loop) events(c *eventsCmd) {
+	if c.applied != nil {
+		defer close(c.applied)
+	}
 	if !l.parts[c.part].owned {
 		return
 	}
@@ -413,6 +422,9 @@ func (l *loop) events(c *eventsCmd) {
 	for _, id := range c.deletes {
 		if i, r, ok := l.tab.lookup(id); ok {
 			gone[i] = r.gen
+			if n := l.runningHere(i, r); n > 0 && l.history != nil {
+				l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
+			}
 			l.removeDeleted(i, r)
 		}
 	}
@@ -436,10 +448,14 @@ func (l *loop) events(c *eventsCmd) {
 	if len(gone) > 0 {
 		l.dropJobs(func(j *job) bool {
 			gen, ok := gone[j.rec]
-			if ok && j.gen == gen && j.kind == kindTrigger {
+			if !ok || j.gen != gen {
+				return false
+			}
+			if j.kind == kindTrigger {
 				l.pool.ends.add(j.triggerKey())
 			}
-			return ok && j.gen == gen
+			l.deletedRunEnded(leavingKey(j.rec, j.gen), false) // dropped: it records nothing
+			return true
 		})
 	}
 }
@@ -483,4 +499,32 @@ func (l *loop) state(id string) *task.State {
 		return nil
 	}
 	return l.stateOf(i, r, l.cfg.Clock.Now().UnixNano())
+}
+
+// deletedRuns are a deleted task's attempts under way.
+type deletedRuns struct {
+	id string
+	n  int
+}
+
+// deletedRunEnded counts one attempt of a deleted task as ended, if k is
+// one, and deletes the history it recorded when it ran. Called only from
+// the dispatch loop.
+func (l *loop) deletedRunEnded(k uint64, ran bool) {
+	d, ok := l.deletedRuns[k]
+	if !ok {
+		return
+	}
+	if d.n--; d.n <= 0 {
+		delete(l.deletedRuns, k)
+	} else {
+		l.deletedRuns[k] = d
+	}
+	if ran {
+		go func() {
+			if err := l.history.DeleteHistory(context.Background(), d.id); err != nil {
+				l.cfg.Logger.Warn("deleting the history a deleted task's run recorded failed", "task", d.id, "err", err)
+			}
+		}()
+	}
 }
