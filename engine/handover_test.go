@@ -824,6 +824,7 @@ func TestEngine_DeletedTaskLosesTheHistoryOfARunUnderWay(t *testing.T) {
 	h := newHolder(t, "gone")
 	a := startNode(t, c, "", h.handler, nil)
 	t.Cleanup(h.open) // again: cleanups run last first
+
 	putTask(t, a.e.Registry(), handlerTask("gone", "0 0 0 1 1 *")) // yearly: only the trigger fires it
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "gone") })
 	if _, err := a.e.Registry().Trigger(context.Background(), "gone"); err != nil {
