@@ -58,14 +58,17 @@ type markedRun struct {
 // them all, however many, tells when the next owner deleted one first (a
 // replace fire), which cancels its run.
 type markers struct {
-	e        *Engine
-	lease    clientv3.LeaseID
-	life     context.Context // the session's: its lease takes the markers when it ends
+	e     *Engine
+	lease clientv3.LeaseID
+	life  context.Context // the session's: its lease takes the markers when it ends
+
+	// mu guards the rest, and each run's written and ended. It is taken
+	// under leavers.mu (leavers.ended), and pool.runMu under it (gone).
 	mu       sync.Mutex
 	runs     map[string]*markedRun // written and watched, by key
-	watching bool
-	dead     []string // the keys of written markers whose runs ended, to delete
-	deleting bool
+	watching bool                  // watch runs
+	dead     []string              // the keys of written markers whose runs ended, to delete
+	deleting bool                  // deleteDead runs
 }
 
 // markersOf returns the markers of sess, made when the node's session
@@ -121,7 +124,7 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ru
 	if n := set.put(ctx, e.pool.leaving.mark(run, set)); n > 0 {
 		e.stats.runsMarked.Add(uint64(n))
 		e.log.Info("runs go on past their partitions' release; the next owners keep their tasks' fires apart from them (concurrency policies) until they end",
-			"tasks", n)
+			"runs", n)
 	}
 }
 
@@ -137,7 +140,7 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 		resp, err := m.e.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			m.e.log.Warn("writing the markers of runs past their release failed: their next owners do not keep their fires apart from them (concurrency policies)",
-				"tasks", len(chunk), "err", err)
+				"runs", len(chunk), "err", err)
 			continue
 		}
 		m.written(chunk, resp.Header.Revision)
@@ -182,11 +185,14 @@ func (m *markers) deleteLocked(key string) {
 	m.dead = append(m.dead, key)
 	if !m.deleting {
 		m.deleting = true
-		go m.delete()
+		go m.deleteDead()
 	}
 }
 
-func (m *markers) delete() {
+// deleteDead deletes the markers in dead, and those that join it
+// meanwhile, each transaction until etcd takes it or the session ends
+// (its lease then takes them), and returns once dead is empty.
+func (m *markers) deleteDead() {
 	for {
 		m.mu.Lock()
 		keys := m.dead
@@ -198,7 +204,10 @@ func (m *markers) delete() {
 		}
 		m.mu.Unlock()
 		for chunk := range slices.Chunk(keys, registry.MaxTxnOps) {
-			m.e.deleteMarkers(m.life, chunk)
+			if err := m.e.deleteMarkers(m.life, chunk); err != nil {
+				m.e.log.Debug("the session ended before etcd took the deletes of markers of runs that ended; its lease takes them",
+					"markers", len(chunk), "err", err)
+			}
 		}
 	}
 }
@@ -206,7 +215,7 @@ func (m *markers) delete() {
 // watch watches the markers from after rev until none is left or the
 // session ends.
 func (m *markers) watch(rev int64) {
-	m.e.watchDeletes(m.life, m.e.keys.prefix+"/running/", rev, m.keys, m.gone)
+	m.e.watchDeletes(m.life, m.e.keys.prefix+"/running/", rev, m.watched, m.gone)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.life.Err() != nil {
@@ -215,7 +224,8 @@ func (m *markers) watch(rev int64) {
 	}
 }
 
-func (m *markers) keys() []string {
+// watched returns the keys of the markers watched.
+func (m *markers) watched() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Collect(maps.Keys(m.runs))
@@ -284,11 +294,11 @@ func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, kno
 	}
 }
 
-// deleteMarkers deletes marker keys, trying again every second until ctx
-// ends: one left behind goes with its lease only when its node closes or
-// crashes, and a node that lives on would keep its task's fires held or
-// skipped for good.
-func (e *Engine) deleteMarkers(ctx context.Context, keys []string) {
+// deleteMarkers deletes marker keys in one transaction, trying again every
+// second until ctx ends, and returns the last error then: one left behind
+// goes with its lease only when its node closes or crashes, and a node
+// that lives on would keep its task's fires held or skipped for good.
+func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpDelete(k)
@@ -298,13 +308,11 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) {
 		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			e.log.Warn("deleting the markers of runs elsewhere failed: a run replaced is not canceled, and the marker of a run that ended stays until its node's lease ends",
-				"keys", keys, "err", err)
-			return
+			return err
 		case <-time.After(time.Second):
 		}
 	}

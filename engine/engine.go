@@ -256,7 +256,10 @@ func (e *Engine) Start(ctx context.Context) error {
 			// canceled; its node still deletes it when the run ends.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*etcdTimeout)
 			defer cancel()
-			e.deleteMarkers(ctx, keys)
+			if err := e.deleteMarkers(ctx, keys); err != nil {
+				e.log.Warn("deleting the markers of runs on former owners failed: those runs, which a replace fire here should have canceled, go on there until they end",
+					"markers", keys, "err", err)
+			}
 		}()
 	}
 
