@@ -345,9 +345,10 @@ func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
 // drains the workers after it), or by the loop, from the completion of an
 // attempt whose worker found the release not sealed yet, or not begun.
 // Safe for concurrent use by the loop and the workers; its lock takes no
-// other but the chain queue's.
+// other but the chain queue's, and a marker set's (ended), which takes the
+// pool's runMu.
 type leavers struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards m, and its leavers' n and mark
 	m        map[uint64]*leaver
 	clock    Clock
 	chains   *chainQueue

@@ -623,7 +623,9 @@ func (p *pool) complete(out *completionBatch) *completionBatch {
 		return out
 	}
 	// Once the loop is gone, its channel may still have room: a batch put
-	// there would wait for the end of the drain.
+	// there would wait for the end of the drain. A worker past this check
+	// as the loop goes may still put it there (the select below picks
+	// either ready case): drain applies it then.
 	select {
 	case <-p.quit:
 		p.handOnLeft(out)
