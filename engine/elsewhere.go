@@ -275,10 +275,7 @@ func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, kno
 		resp, err := e.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		gcancel()
 		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			sleepCtx(ctx, time.Second)
 			continue
 		}
 		left := make(map[string]bool, len(resp.Kvs))
@@ -307,13 +304,8 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
 		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+		if err == nil || !sleepCtx(ctx, time.Second) {
 			return err
-		case <-time.After(time.Second):
 		}
 	}
 }
