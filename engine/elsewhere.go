@@ -49,8 +49,9 @@ type markedRun struct {
 	set      *markers
 	key      string
 	rec, gen uint32
-	written  bool // etcd took its put; guarded by set.mu
-	ended    bool // its attempts ended; guarded by set.mu
+	written  bool  // etcd took its put; guarded by set.mu
+	rev      int64 // the put's revision, once written; guarded by set.mu
+	ended    bool  // its attempts ended; guarded by set.mu
 }
 
 // markers are one session's markers of runs past their release. A marker
@@ -141,6 +142,13 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 		if err != nil {
 			m.e.log.Warn("writing the markers of runs past their release failed: their next owners do not keep their fires apart from them (concurrency policies)",
 				"runs", len(chunk), "err", err)
+			// etcd may have taken a put whose answer did not come back:
+			// such a marker would stay until the session ends.
+			m.mu.Lock()
+			for _, r := range chunk {
+				m.deleteLocked(r.key)
+			}
+			m.mu.Unlock()
 			continue
 		}
 		m.written(chunk, resp.Header.Revision)
@@ -155,7 +163,7 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range ms {
-		r.written = true
+		r.written, r.rev = true, rev
 		if r.ended {
 			m.deleteLocked(r.key)
 		} else {
@@ -225,10 +233,16 @@ func (m *markers) watch(rev int64) {
 }
 
 // watched returns the keys of the markers watched.
-func (m *markers) watched() []string {
+func (m *markers) watched(at int64) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Collect(maps.Keys(m.runs))
+	var out []string
+	for k, r := range m.runs {
+		if r.rev <= at { // one put after a read of revision at is not missing from it
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // gone applies the delete of marker key, and reports whether markers are
@@ -254,8 +268,9 @@ func (m *markers) gone(key string) bool {
 // each key deleted, until gone reports that none it wants is left, or ctx
 // ends. A watch that etcd ends (a lost leader, a compaction) is opened
 // again from a read of the prefix, which tells gone those of known's keys
-// deleted meanwhile.
-func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, known func() []string, gone func(key string) bool) {
+// deleted meanwhile: known(at) are the keys put at or before revision at,
+// those the read would show.
+func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, known func(at int64) []string, gone func(key string) bool) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
 		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
@@ -282,7 +297,7 @@ func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, kno
 		for _, kv := range resp.Kvs {
 			left[string(kv.Key)] = true
 		}
-		for _, k := range known() {
+		for _, k := range known(resp.Header.Revision) {
 			if !left[k] && !gone(k) {
 				return
 			}
@@ -291,8 +306,8 @@ func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, kno
 	}
 }
 
-// deleteMarkers deletes marker keys in one transaction, trying again every
-// second until ctx ends, and returns the last error then: one left behind
+// deleteMarkers deletes marker keys in one transaction, trying again while
+// etcd refuses until ctx ends, and returns the last error then: one left behind
 // goes with its lease only when its node closes or crashes, and a node
 // that lives on would keep its task's fires held or skipped for good.
 func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
@@ -300,14 +315,7 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 	for i, k := range keys {
 		ops[i] = clientv3.OpDelete(k)
 	}
-	for {
-		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
-		cancel()
-		if err == nil || !sleepCtx(ctx, time.Second) {
-			return err
-		}
-	}
+	return e.commitRetrying(ctx, ops, nil)
 }
 
 // readElsewhere reads partition p's markers, by task id, and the read's
@@ -342,7 +350,7 @@ func (e *Engine) watchElsewhere(ctx context.Context, p int, away map[string][]st
 			ids[k] = id
 		}
 	}
-	e.watchDeletes(ctx, e.keys.runningPrefix(p), rev, func() []string { return slices.Collect(maps.Keys(ids)) }, func(key string) bool {
+	e.watchDeletes(ctx, e.keys.runningPrefix(p), rev, func(int64) []string { return slices.Collect(maps.Keys(ids)) }, func(key string) bool {
 		if id, ok := ids[key]; ok {
 			delete(ids, key)
 			_ = e.call(ctx, &elsewhereEndedCmd{part: p, id: id, key: key})

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,10 +177,16 @@ func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
 // skipped (forbid) for good.
 func TestEngine_MarkerWhoseDeleteFailedGoesOnceEtcdTakesIt(t *testing.T) {
 	m := startMarkedAtClose(t)
-	m.faults.deletes(func(key string) bool { return strings.Contains(key, "/running/") })
+	var refused atomic.Int32
+	m.faults.deletes(func(key string) bool {
+		if strings.Contains(key, "/running/") {
+			refused.Add(1)
+			return true
+		}
+		return false
+	})
 	m.hx.open()
-	<-m.run.ended
-	time.Sleep(500 * time.Millisecond) // the deletes of the run's end fail meanwhile
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return refused.Load() > 0 })
 	m.faults.deletes(nil)
 	m.bufferedStarts(t)
 }
@@ -197,21 +204,41 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 	if n := set.put(ctx, []*markedRun{first}) + set.put(ctx, []*markedRun{second}); n != 2 {
 		t.Fatalf("%d markers written, want 2", n)
 	}
-	markers := func() int {
+	there := func(r *markedRun) bool {
 		t.Helper()
-		away, _, err := e.readElsewhere(ctx, 3)
+		resp, err := e.cli.Get(ctx, r.key, clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(away["x"])
+		return resp.Count > 0
 	}
 	set.ended(first)
-	time.Sleep(500 * time.Millisecond) // the first run's marker goes meanwhile
-	if n := markers(); n != 1 {
-		t.Fatalf("x has %d markers once its first run ended, want the second run's", n)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(first) })
+	if !there(second) {
+		t.Fatalf("x's second run lost its marker when its first run ended")
 	}
 	set.ended(second)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return markers() == 0 })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(second) })
+}
+
+// A marker put whose answer etcd lost (it took the put, the node saw an
+// error) is deleted: the node does not know it was written, and left, it
+// would hold its task on the next owner until the node's session ends.
+func TestEngine_MarkerWhosePutWentUnansweredIsDeleted(t *testing.T) {
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	e := startNodeOn(t, cli, "", nil, nil).e
+	set := e.markersOf(e.sess.Load())
+	r := set.run(3, "x", 1, 4)
+	faults.answersLostOnce(func(key, _ string) bool { return strings.Contains(key, "/running/") })
+	if n := set.put(context.Background(), []*markedRun{r}); n != 0 {
+		t.Fatalf("%d markers written, want the put to fail", n)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := c.Client.Get(context.Background(), r.key, clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
 }
 
 // Markers cost a watch, not a goroutine and a watch each: a rolling
@@ -261,6 +288,7 @@ func TestEngine_TenThousandMarkersTakeAWatchNotAGoroutineEach(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return left() == 0 })
 	t.Logf("%d markers: put and read in %v, deleted in %v", count, put.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	// Both sides' watches end with their last marker.
+	// Both sides' watches end with their last marker; the etcd client may
+	// keep a goroutine or two for its watch stream.
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return runtime.NumGoroutine()-before <= 2 })
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -520,9 +521,9 @@ func (l *loop) deletedRunEnded(k uint64, ran bool) {
 	} else {
 		l.deletedRuns[k] = d
 	}
-	if ran {
+	if _, _, back := l.tab.lookup(d.id); ran && !back { // a task put again under the id keeps its records
 		go func() {
-			if err := l.history.DeleteHistory(context.Background(), d.id); err != nil {
+			if err := l.history.DeleteHistory(context.Background(), d.id); err != nil && !errors.Is(err, store.ErrClosed) {
 				l.cfg.Logger.Warn("deleting the history a deleted task's run recorded failed", "task", d.id, "err", err)
 			}
 		}()

@@ -673,9 +673,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err := e.arm(ctx, prep, fence, resume, handed, touched); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
-	if len(away) > 0 {
-		go e.watchElsewhere(wctx, p, away, awayRev)
-	}
+
 	if len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
 		// checkpoint without them.
@@ -705,12 +703,15 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	}
 	triggers := tr.Get()
 	e.fireTriggers(ctx, triggers.Kvs, &triggerRead{part: p, rev: triggers.Header.Revision})
-	// The watch's goroutine closes done once the naming has ended too,
-	// with no goroutine of its own for that: every garbage collection
-	// scans each parked goroutine's stack, and a node owns a thousand
-	// partitions.
+	// The watch's goroutine closes done once the naming, and the watch of
+	// runs elsewhere, have ended too, with no goroutine of its own for
+	// that: every garbage collection scans each parked goroutine's stack,
+	// and a node owns a thousand partitions.
 	var named sync.WaitGroup
 	named.Go(func() { e.nameSession(wctx, sess, m, p, hold) })
+	if len(away) > 0 {
+		named.Go(func() { e.watchElsewhere(wctx, p, away, awayRev) })
+	}
 	go func() {
 		e.watch(wctx, p, taskRev)
 		named.Wait()

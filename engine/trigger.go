@@ -466,18 +466,29 @@ func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerKey) error {
 			for i, k := range chunk {
 				ops[i] = e.reg.TriggerDelete(k.part, k.id, k.at/int64(time.Millisecond))
 			}
-			var b backoff
-			for {
-				tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-				_, err := e.cli.Txn(tctx).Then(ops...).Commit()
-				cancel()
-				if err == nil || ctx.Err() != nil {
-					return err
-				}
-				e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(chunk), "err", err, "in", b.next())
-				b.wait(ctx)
-			}
+			return e.commitRetrying(ctx, ops, func(err error, in time.Duration) {
+				e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(chunk), "err", err, "in", in)
+			})
 		})
 	}
 	return g.Wait()
+}
+
+// commitRetrying commits ops in one transaction, trying again with backoff
+// while etcd refuses, until ctx ends. refused, when not nil, is told each
+// refusal and the wait before the next try.
+func (e *Engine) commitRetrying(ctx context.Context, ops []clientv3.Op, refused func(err error, in time.Duration)) error {
+	var b backoff
+	for {
+		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if refused != nil {
+			refused(err, b.next())
+		}
+		b.wait(ctx)
+	}
 }
