@@ -172,7 +172,7 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	}
 	if !m.watching && len(m.runs) > 0 {
 		m.watching = true
-		go m.watch(rev)
+		m.e.marking.Go(func() { m.watch(rev) })
 	}
 }
 
@@ -193,7 +193,7 @@ func (m *markers) deleteLocked(key string) {
 	m.dead = append(m.dead, key)
 	if !m.deleting {
 		m.deleting = true
-		go m.deleteDead()
+		m.e.marking.Go(m.deleteDead)
 	}
 }
 

@@ -85,6 +85,7 @@ type Engine struct {
 	loopDone  chan struct{}
 	drained   chan struct{}  // closed by Close once the workers are drained
 	writers   sync.WaitGroup // the chain writer and the trigger deleter, which then write what is left
+	marking   sync.WaitGroup // the goroutines of markers of runs elsewhere (elsewhere.go), which end with the session
 	closeOnce sync.Once
 	hurry     chan struct{} // closed by Hurry
 	hurryOnce sync.Once
@@ -251,7 +252,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	})
 	e.loop.alerts = e.notify
 	e.loop.unmark = func(keys []string) {
-		go func() {
+		e.marking.Go(func() {
 			// Bounded: a marker left behind only keeps its run from being
 			// canceled; its node still deletes it when the run ends.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*etcdTimeout)
@@ -260,7 +261,7 @@ func (e *Engine) Start(ctx context.Context) error {
 				e.log.Warn("deleting the markers of runs on former owners failed: those runs, which a replace fire here should have canceled, go on there until they end",
 					"markers", keys, "err", err)
 			}
-		}()
+		})
 	}
 
 	loopCtx, loopStop := context.WithCancel(context.Background())
@@ -421,6 +422,7 @@ func (e *Engine) Close() error {
 				e.closeErr = err
 			}
 		}
+		e.marking.Wait() // the session's end ends them
 		e.execs.shared.HTTP.CloseIdleConnections()
 	})
 	return e.closeErr
