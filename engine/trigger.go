@@ -156,14 +156,8 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// A retry a former owner handed on: it waits for its backoff
 		// here, as a retry handed over in a checkpoint does, and goes
 		// with the partition as any waiting retry. Its key goes now.
-		// The key's time is its fire's only as the first writers of
-		// retries put it (registry.TriggerRetry).
-		sched := f.at
-		if !f.retry.At.IsZero() {
-			sched = f.retry.At.UnixNano()
-		}
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		l.waitHandedRetry(i, r, sched, f.retry.Attempt, f.retry.Due.UnixNano(), f.over, f.bf)
+		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), f.over, f.bf)
 		l.pool.ends.add(f.key())
 		return true
 	}

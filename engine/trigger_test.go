@@ -845,15 +845,18 @@ func TestLoop_RetryOfATriggerHandedBackToItsNodeRuns(t *testing.T) {
 	}
 
 	tl.add(t, 0, base, retrying, "0 0 0 1 1 *", "flaky") // the partition comes back
-	// Its key is at the fire's time, as the first writers of retries put
-	// it; they put it at a later time now, off the triggers' of that time.
-	tl.putRetry(0, "flaky", base, 2, *fs[0].retry)
+	// Its key is one this node saw before, the fire's trigger's: a retry
+	// takes the first free key after its fire's time, which an earlier
+	// retry of the fire may have had.
+	retry := *fs[0].retry
+	retry.At = base // as registry.TriggerRetry writes it
+	tl.putRetry(0, "flaky", base, 2, retry)
 	if n := tl.retrying.Load(); n != 1 {
 		t.Fatalf("%d retries wait, want flaky's attempt 2", n)
 	}
 	// The chain writer puts again after an error that may have hidden a
 	// put: the same retry, which waits once.
-	tl.putRetry(0, "flaky", base, 3, *fs[0].retry)
+	tl.putRetry(0, "flaky", base, 3, retry)
 	if n := tl.retrying.Load(); n != 1 {
 		t.Fatalf("%d retries wait after the retry's key was put again, want 1", n)
 	}

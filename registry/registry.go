@@ -553,8 +553,7 @@ func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task
 type Retry struct {
 	Attempt uint16    `json:"attempt"`
 	Due     time.Time `json:"due"`
-	// At is the fire's scheduled time; zero: the key's (as first written).
-	// The key's time is later: the fire's own belongs to the triggers of
+	// At is the fire's scheduled time. The key's time is later: the fire's own belongs to the triggers of
 	// the task at that time (a chain's), another fire.
 	At time.Time `json:"at,omitzero"`
 	// Backfill: the fire is a backfill's, whose retries run while the
