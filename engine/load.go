@@ -467,23 +467,14 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			e.dropCache(p, err)
 		}
 	}
-	if len(c.deletes) > 0 && e.store != nil {
-		// Applied before the history goes, so that a run under way of a
-		// deleted task is known to the loop when it ends (deletedRuns).
-		c.applied = make(chan struct{})
+	if len(c.deletes) == 0 || e.store == nil {
+		return e.call(ctx, c)
 	}
-	if err := e.call(ctx, c); err != nil {
+	// Applied before the history goes, so that a run under way of a
+	// deleted task is known to the loop when it ends (deletedRuns).
+	c.applied = make(chan struct{})
+	if _, err := request(ctx, e, c, c.applied); err != nil {
 		return err
-	}
-	if c.applied == nil {
-		return nil
-	}
-	select {
-	case <-c.applied:
-	case <-e.loopDone:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	// The owner's records of a deleted task go with it; other nodes' expire.
 	for _, id := range c.deletes {
