@@ -61,34 +61,18 @@ func (c *Cluster) watchMarkers() *markerWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	prefix := engine.DefaultPrefix + "/running/"
 	wch := c.Etcd.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	if wr, ok := <-wch; !ok || wr.Err() != nil || !wr.Created {
-		cancel()
-		c.t.Fatalf("clustertest: watch the markers of runs elsewhere: %v", wr.Err())
-	}
 	mw := &markerWatch{put: map[string]int{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wr := range wch {
-			mw.mu.Lock()
-			if err := wr.Err(); err != nil && ctx.Err() == nil {
-				mw.err = err
-			}
-			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut || !ev.IsCreate() {
-					continue
-				}
-				// <partition>/<lease...>/<task-id>; a task id may hold slashes.
-				parts := strings.SplitN(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/", 3)
-				if len(parts) == 3 {
-					mw.put[parts[2]]++
-				}
-				mw.keys++
-			}
-			mw.mu.Unlock()
+	c.follow(ctx, cancel, "the markers of runs elsewhere", wch, &mw.mu, &mw.err, func(ev *clientv3.Event) {
+		if ev.Type != clientv3.EventTypePut || !ev.IsCreate() {
+			return
 		}
-	}()
-	c.t.Cleanup(func() { cancel(); <-done })
+		// <partition>/<lease...>/<task-id>; a task id may hold slashes.
+		parts := strings.SplitN(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/", 3)
+		if len(parts) == 3 {
+			mw.put[parts[2]]++
+		}
+		mw.keys++
+	})
 	return mw
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 )
@@ -70,31 +72,41 @@ func (c *Cluster) watchRetryTriggers() *retryTriggers {
 		cancel()
 		c.t.Fatalf("clustertest: open the registry to watch triggers: %v", err)
 	}
-	wch := reg.WatchTriggers(ctx, 0)
+	rt := &retryTriggers{seen: map[FireKey]bool{}}
+	c.follow(ctx, cancel, "triggers", reg.WatchTriggers(ctx, 0), &rt.mu, &rt.err, func(ev *clientv3.Event) {
+		_, _, id, ok := reg.ParseTrigger(string(ev.Kv.Key))
+		if _, retry := registry.DecodeTriggerValue(ev.Kv.Value); ok && retry != nil {
+			rt.seen[FireKey{id, retry.At.UnixMilli()}] = true // the key's own time is later
+		}
+	})
+	return rt
+}
+
+// follow reads wch, a watch opened with ctx, until the test ends (then it
+// cancels it): apply is given each event under mu, and *werr the watch's
+// error, if it fails. Its first response must say it was created.
+func (c *Cluster) follow(ctx context.Context, cancel context.CancelFunc, what string, wch clientv3.WatchChan,
+	mu *sync.Mutex, werr *error, apply func(ev *clientv3.Event)) {
+	c.t.Helper()
 	if wr, ok := <-wch; !ok || wr.Err() != nil || !wr.Created {
 		cancel()
-		c.t.Fatalf("clustertest: watch triggers: %v", wr.Err())
+		c.t.Fatalf("clustertest: watch %s: %v", what, wr.Err())
 	}
-	rt := &retryTriggers{seen: map[FireKey]bool{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for wr := range wch {
-			rt.mu.Lock()
+			mu.Lock()
 			if err := wr.Err(); err != nil && ctx.Err() == nil {
-				rt.err = err
+				*werr = err
 			}
 			for _, ev := range wr.Events {
-				_, _, id, ok := reg.ParseTrigger(string(ev.Kv.Key))
-				if _, retry := registry.DecodeTriggerValue(ev.Kv.Value); ok && retry != nil {
-					rt.seen[FireKey{id, retry.At.UnixMilli()}] = true // the key's own time is later
-				}
+				apply(ev)
 			}
-			rt.mu.Unlock()
+			mu.Unlock()
 		}
 	}()
 	c.t.Cleanup(func() { cancel(); <-done })
-	return rt
 }
 
 // has reports whether k's retry was handed on through etcd.
