@@ -49,8 +49,7 @@ type markedRun struct {
 	set      *markers
 	key      string
 	rec, gen uint32
-	written  bool  // etcd took its put; guarded by set.mu
-	rev      int64 // the put's revision, once written; guarded by set.mu
+	rev      int64 // the revision etcd took its put at; 0 until then; guarded by set.mu
 	ended    bool  // its attempts ended; guarded by set.mu
 }
 
@@ -63,7 +62,7 @@ type markers struct {
 	lease clientv3.LeaseID
 	life  context.Context // the session's: its lease takes the markers when it ends
 
-	// mu guards the rest, and each run's written and ended. It is taken
+	// mu guards the rest, and each run's rev and ended. It is taken
 	// under leavers.mu (leavers.ended), and pool.runMu under it (gone).
 	mu       sync.Mutex
 	runs     map[string]*markedRun // written and watched, by key
@@ -163,7 +162,7 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range ms {
-		r.written, r.rev = true, rev
+		r.rev = rev
 		if r.ended {
 			m.deleteLocked(r.key)
 		} else {
@@ -181,7 +180,7 @@ func (m *markers) ended(r *markedRun) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r.ended = true
-	if r.written {
+	if r.rev != 0 {
 		m.deleteLocked(r.key)
 	}
 }
