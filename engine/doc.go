@@ -111,8 +111,9 @@
 //     (handOverWait) has a marker in etcd that the next owner counts as a
 //     run in flight (elsewhere.go,
 //     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
-//     fenced drops its partitions with no marker: the next owner's fires
-//     start beside its runs, and replace does not cancel them.
+//     that fences cancels those runs instead, as a crash would end them
+//     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart); a release whose
+//     markers etcd refused leaves its runs going with no marker.
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and

@@ -1032,7 +1032,13 @@ func (e *Engine) releaseLoop(ps []int) release {
 // checkpoint still names the session was fired by nobody since: when this
 // node takes it again, it resumes from that hand-over rather than from the
 // last watermark etcd acknowledged, and repeats nothing.
+//
+// First of all it cancels the runs of tasks whose policy keeps their fires
+// apart (the fence did already, serve): the next owners know nothing of
+// them, and may take the partitions once the lease ends, FenceMargin after
+// the fence at the soonest.
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
+	e.pool.cutRunning()
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -123,32 +124,35 @@ func (b blocked) running() bool {
 }
 
 // heldPolicies is node-a and node-b, and node-a running the fires of
-// 12:00:01 of three tasks, each with a policy that keeps fires apart, held
-// until h opens.
+// 12:00:01 of a task of each policy asked for, held until h opens.
 type heldPolicies struct {
 	clock *testClock
 	h     *holder
 	a, b  *testNode
+	aEtcd *etcdtest.Proxy // node-a's way to etcd
 	ids   map[string]task.ConcurrencyPolicy
 	old   map[string]blocked // the held runs, by task
 }
 
-func startHeldPolicies(t *testing.T) *heldPolicies {
+// keptApart are the concurrency policies that keep a task's fires apart.
+var keptApart = []task.ConcurrencyPolicy{task.ConcurrencyForbid, task.ConcurrencyBufferOne, task.ConcurrencyReplace}
+
+func startHeldPolicies(t *testing.T, policies ...task.ConcurrencyPolicy) *heldPolicies {
 	c, clock := limitsStart(t)
-	hp := &heldPolicies{clock: clock, h: newHolder(t), ids: map[string]task.ConcurrencyPolicy{}, old: map[string]blocked{}}
-	start := func(id string) *testNode {
-		n := startNodeOn(t, c.NewClient(t), "", hp.h.handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+	hp := &heldPolicies{clock: clock, h: newHolder(t), aEtcd: c.NewProxy(t), ids: map[string]task.ConcurrencyPolicy{}, old: map[string]blocked{}}
+	start := func(id string, cli *clientv3.Client) *testNode {
+		n := startNodeOn(t, cli, "", hp.h.handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = limitsPolicyParts
 			cfg.DrainTimeout = time.Minute // node-a's held runs outlast the hand-over
 		}))
 		t.Cleanup(hp.h.open) // again: cleanups run last first
 		return n
 	}
-	hp.a, hp.b = start("node-a"), start("node-b")
+	hp.a, hp.b = start("node-a", c.NewClient(t, hp.aEtcd.Endpoint())), start("node-b", c.NewClient(t))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return hp.a.e.Stats().PartitionsOwned+hp.b.e.Stats().PartitionsOwned == limitsPolicyParts
 	})
-	for _, p := range []task.ConcurrencyPolicy{task.ConcurrencyForbid, task.ConcurrencyBufferOne, task.ConcurrencyReplace} {
+	for _, p := range policies {
 		// A task of node-a's: the ring placed the partitions.
 		id := ""
 		for i := 0; id == ""; i++ {
@@ -181,7 +185,7 @@ const limitsPolicyParts = 4
 // 12:00:02 comes due; node-b starts no fire while node-a's runs are held,
 // and each task's fire of 12:00:02 once they end.
 func TestEngine_ConcurrencyPoliciesHoldForARunEndingDuringItsRelease(t *testing.T) {
-	hp := startHeldPolicies(t)
+	hp := startHeldPolicies(t, keptApart...)
 	closed := closeInBackground(hp.a)
 	ea := hp.a.e
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return ea.Stats().PartitionsOwned == 0 })
@@ -214,7 +218,7 @@ func TestEngine_ConcurrencyPoliciesHoldForARunEndingDuringItsRelease(t *testing.
 // task fires at 12:00:03 (TestEngine_ConcurrencyPolicies shows what each
 // policy does on one owner: skip, wait, cancel).
 func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
-	hp := startHeldPolicies(t)
+	hp := startHeldPolicies(t, keptApart...)
 	of := map[task.ConcurrencyPolicy]string{}
 	for id, p := range hp.ids {
 		of[p] = id
@@ -275,6 +279,50 @@ func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
 		}
 		delete(waiting, r.TaskID)
 	}
+}
+
+// A node cut off from etcd fences itself, and its partitions go to the
+// next owner once its lease ends, with no marker of its runs: it cancels
+// the runs of tasks whose policy keeps their fires apart at the fence, as
+// a crash would end them, so that the next owner's fires start beside
+// none. Runs of tasks that allow overlaps go on. Here each task's fire of
+// 12:00:01 runs on node-a (held) when node-a is cut off.
+func TestEngine_FenceCancelsTheRunsOfTasksKeptApart(t *testing.T) {
+	hp := startHeldPolicies(t, slices.Concat(keptApart, []task.ConcurrencyPolicy{task.ConcurrencyAllow})...)
+	hp.aEtcd.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, hp.a.e.Fenced)
+	for id, p := range hp.ids {
+		run := hp.old[id]
+		if p == task.ConcurrencyAllow {
+			continue
+		}
+		etcdtest.WaitFor(t, 5*time.Second, func() bool { return !run.running() })
+		if cause := context.Cause(run.ctx); !errors.Is(cause, errFenced) {
+			t.Errorf("%s (%s): run canceled for %v, want %v", id, p, cause, errFenced)
+		}
+	}
+	for id, p := range hp.ids {
+		etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(hp.b, id) })
+		waitNext(t, hp.b, id, limitsAt(2))
+		if run := hp.old[id]; run.running() != (p == task.ConcurrencyAllow) {
+			t.Errorf("%s (%s): node-a's run going on is %v once node-b owns the task", id, p, run.running())
+		}
+	}
+	// Each task's next fire starts on node-b: a repeat of 12:00:01 (a
+	// fenced node's successor resumes from its last watermark) or 12:00:02.
+	hp.clock.Advance(time.Second)
+	waiting := maps.Clone(hp.ids)
+	for len(waiting) > 0 {
+		r := hp.h.next(t)
+		if r.Node != "node-b" {
+			t.Fatalf("started %s@%s on %s, want node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		if p := hp.ids[r.TaskID]; p != task.ConcurrencyAllow && hp.old[r.TaskID].running() {
+			t.Errorf("%s (%s): started %s on node-b beside node-a's run", r.TaskID, p, r.ScheduledAt.Format(time.TimeOnly))
+		}
+		delete(waiting, r.TaskID)
+	}
+	hp.aEtcd.Restore() // node-a closes quickly
 }
 
 // A newer fire of a replace task cancels that task's run, not the run of

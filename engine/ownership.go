@@ -183,6 +183,9 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			return
 		case <-sess.Done():
 			e.log.Warn("session ended: fenced, dropping every partition", "err", sess.Err())
+			// Now, not in drop: end first waits for the acquires under
+			// way, which an etcd out of reach may hold past the lease.
+			e.pool.cutRunning()
 			return
 		case ms, ok := <-members:
 			if !ok {

@@ -155,9 +155,10 @@ type pool struct {
 	watermark atomic.Int64
 	space     chan struct{} // signalled when a worker frees room in a full queue
 
-	runMu   sync.Mutex // guards running
+	runMu   sync.Mutex // guards running and runSeq, and orders the changes of cuts
 	running map[uint64]runningFire
-	runSeq  uint64 // guarded by runMu
+	runSeq  uint64
+	cuts    atomic.Uint64 // the fences that cut the runs in flight (cutRunning); changed under runMu
 
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
 	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
@@ -167,12 +168,20 @@ type pool struct {
 	wg sync.WaitGroup
 }
 
-// runningFire is an execution of a replace-policy task, which a newer fire
-// cancels.
+// runningFire is an execution of a task whose concurrency policy keeps
+// its fires apart. A newer fire of a replace task cancels it
+// (cancelRunning), and a fence cancels them all (cutRunning).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
+	replace  bool
 }
+
+// Why the engine cancels a run, in its execution record's error.
+var (
+	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
+	errFenced   = errors.New("its node was cut off from etcd (fenced): the next owner's fires must not start beside it")
+)
 
 // doneRoom is how many completion batches wait for the loop: a full
 // queue's or stage's worth of noop jobs, taken in chunks, and a batch per
@@ -482,10 +491,45 @@ func (p *pool) cancelRunning(rec, gen uint32) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	for k, r := range p.running {
-		if r.rec == rec && r.gen == gen {
-			r.cancel()
+		if r.replace && r.rec == rec && r.gen == gen {
+			r.cancel(errReplaced)
 			delete(p.running, k)
 		}
+	}
+}
+
+// cutRunning cancels every run of a task whose policy keeps its fires
+// apart, and those taken before it that have not started yet: the node is
+// fenced, and the next owner, which knows nothing of them, may start the
+// tasks' next fires once the session's lease ends, as after a crash. Runs
+// of tasks that allow overlaps go on.
+func (p *pool) cutRunning() {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	p.cuts.Add(1)
+	for k, r := range p.running {
+		r.cancel(errFenced)
+		delete(p.running, k)
+	}
+}
+
+// track records j's run, taken when cutRunning had run cuts times, and
+// returns what forgets it; a run taken before the last cut is canceled at
+// once.
+func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (untrack func()) {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	if p.cuts.Load() != cuts {
+		cancel(errFenced)
+		return func() {}
+	}
+	p.runSeq++
+	key := p.runSeq
+	p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel, replace: j.prof.concurrency == task.ConcurrencyReplace}
+	return func() {
+		p.runMu.Lock()
+		delete(p.running, key)
+		p.runMu.Unlock()
 	}
 }
 
@@ -500,7 +544,7 @@ func (p *pool) work() {
 	out := p.batch()
 	var t tally
 	for {
-		k := p.take(buf[:])
+		k, cuts := p.take(buf[:])
 		if k == 0 {
 			return
 		}
@@ -521,7 +565,7 @@ func (p *pool) work() {
 				}
 			} else {
 				t.observeLag(now.UnixNano() - j.due)
-				st, why = p.run(j, now, &t)
+				st, why = p.run(j, now, &t, cuts)
 				// The task's partition may have gone with a release sealed
 				// since the job was taken: then its retry goes to etcd.
 				handed = !final(j, st) && p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, true)
@@ -538,17 +582,20 @@ func (p *pool) work() {
 }
 
 // take waits for jobs and copies up to len(buf) of them; 0 means the pool
-// is closing and empty. A fenced node takes nothing.
-func (p *pool) take(buf []job) int {
+// is closing and empty. A fenced node takes nothing. It returns, too, how
+// many times cutRunning had run: a fence after the take cuts the runs of
+// its jobs (track).
+func (p *pool) take(buf []job) (int, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A fenced node waits for the reset that drops its queue.
 	for p.queued() == 0 || p.fenced() {
 		if p.closing && (p.queued() == 0 || p.fenced()) {
-			return 0
+			return 0, 0
 		}
 		p.ready.Wait()
 	}
+	cuts := p.cuts.Load()
 	k := 0
 	limit := 1
 	if p.at(0).prof.noop {
@@ -586,7 +633,7 @@ func (p *pool) take(buf []job) int {
 		default:
 		}
 	}
-	return k
+	return k, cuts
 }
 
 // takeSegment copies into buf the staged segment's first run of noop jobs,
@@ -705,7 +752,7 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 
 // run executes one job and records its history; it returns the attempt's
 // status and, for a failure, its error.
-func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
+func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (uint8, string) {
 	if j.kind != kindRetry {
 		t.fires++
 	}
@@ -717,7 +764,7 @@ func (p *pool) run(j *job, now time.Time, t *tally) (uint8, string) {
 		if j.prof.capture > 0 {
 			out = executor.NewOutput(j.prof.capture)
 		}
-		err = p.execute(j, out)
+		err = p.execute(j, out, cuts)
 	}
 	st := statusOf(err)
 	t.exec(st)
@@ -772,21 +819,17 @@ func (p *pool) chain(j *job, st uint8) {
 	}
 }
 
-func (p *pool) execute(j *job, out *executor.Output) (err error) {
-	ctx, cancel := context.WithTimeout(p.execCtx, j.prof.timeout)
-	defer cancel()
-	if j.prof.concurrency == task.ConcurrencyReplace {
-		p.runMu.Lock()
-		p.runSeq++
-		key := p.runSeq
-		p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
-		p.runMu.Unlock()
-		defer func() {
-			p.runMu.Lock()
-			delete(p.running, key)
-			p.runMu.Unlock()
-		}()
+// execute runs j, taken when cutRunning had run cuts times.
+func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
+	parent := p.execCtx
+	if j.prof.concurrency != task.ConcurrencyAllow {
+		ctx, cancel := context.WithCancelCause(parent)
+		defer cancel(nil)
+		defer p.track(j, cancel, cuts)()
+		parent = ctx
 	}
+	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)
+	defer cancel()
 	f := &executor.Fire{
 		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
 		Node: p.node, Fence: j.fence, Output: out,

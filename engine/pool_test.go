@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -130,5 +132,37 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 	}
 	if p.made.Load() != reserved || len(p.batches) != free {
 		t.Fatalf("batches taken and given back: %d made, %d free; want %d and %d", p.made.Load(), len(p.batches), reserved, free)
+	}
+}
+
+// A fence cuts the runs of tasks whose policy keeps their fires apart,
+// and those taken before it that start after it; a replace fire cancels
+// only its own task's runs of that policy.
+func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
+	cfg := DefaultConfig("n").withDefaults()
+	p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
+	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	forbid := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyForbid}}
+	replace := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyReplace}}
+	run := func(j *job, cuts uint64) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(p.track(j, cancel, cuts))
+		return ctx
+	}
+	before := p.cuts.Load()
+	a, b := run(forbid, before), run(replace, before)
+	p.cancelRunning(1, 0)
+	if a.Err() != nil || !errors.Is(context.Cause(b), errReplaced) {
+		t.Fatalf("a replace fire: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
+	}
+	p.cutRunning()
+	if !errors.Is(context.Cause(a), errFenced) {
+		t.Fatalf("after the cut forbid's run: %v, want %v", context.Cause(a), errFenced)
+	}
+	if late := run(forbid, before); !errors.Is(context.Cause(late), errFenced) {
+		t.Fatalf("a run taken before the cut, started after it: %v, want %v", context.Cause(late), errFenced)
+	}
+	if next := run(forbid, p.cuts.Load()); next.Err() != nil {
+		t.Fatalf("a run taken after the cut: %v, want it running", context.Cause(next))
 	}
 }
