@@ -411,6 +411,7 @@ func (e *Engine) Close() error {
 		e.pool.drain(e.cfg.DrainTimeout)
 		close(drained)
 		<-cut
+		e.loop.deletedRunsDrained() // deleted tasks' runs that ended in the drain recorded themselves: no restart finds those
 		e.notify.stop(min(e.cfg.DrainTimeout, notifyGrace))
 		close(e.drained) // the workers are done: write the chains and deletes they queued
 		e.writers.Wait()

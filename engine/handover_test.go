@@ -842,6 +842,56 @@ func TestEngine_DeletedTaskLosesTheHistoryOfARunUnderWay(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
 }
 
+// So it does when that run ends while its node closes: the dispatch loop
+// has stopped, and the pool's drain takes the run's completion (handOnLeft).
+// The record the run wrote used to stay, and the deleted task kept a history
+// on this node after it restarted.
+func TestEngine_DeletedTaskLosesTheHistoryOfARunEndingWhileItsNodeCloses(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	h := newHolder(t, "gone")
+	a := startNode(t, c, "", h.handler, nil)
+	t.Cleanup(h.open) // again: cleanups run last first
+
+	putTask(t, a.e.Registry(), handlerTask("gone", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "gone") })
+	if _, err := a.e.Registry().Trigger(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	run := h.next(t)
+	if err := a.e.Registry().Delete(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "gone") })
+	closed := closeInBackground(a)
+	select {
+	case <-a.e.loopDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dispatch loop did not stop within 30 s of Close")
+	}
+	h.open()
+	<-run.ended
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if a.e.Stats().Executions["ok"] == 0 {
+		t.Fatal("the run was not counted: it did not end in the drain")
+	}
+	// Close has returned: what the store holds now is what a restart finds.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.store.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := a.store.History("gone", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) > 0 {
+		t.Errorf("the deleted task kept %d history records after its node closed: %+v", len(hs), hs)
+	}
+}
+
 // A node that fenced itself (cut off from etcd past its deadline) and takes
 // its partitions back under a new session, nobody having fired them in
 // between, resumes from the hand-over it kept in memory: nothing repeats,

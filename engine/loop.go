@@ -173,7 +173,8 @@ type loop struct {
 
 	// deletedRuns are the attempts under way of deleted tasks, by
 	// leavingKey: each deletes its task's history again when it ends, as
-	// it recorded itself after the delete took the rest.
+	// it recorded itself after the delete took the rest. Those that end
+	// after the loop stopped are Close's (deletedRunsDrained).
 	deletedRuns map[uint64]deletedRuns
 
 	early     []triggerFire              // triggers that came before their task, until triggered's until
@@ -522,10 +523,30 @@ func (l *loop) deletedRunEnded(k uint64, ran bool) {
 		l.deletedRuns[k] = d
 	}
 	if _, _, back := l.tab.lookup(d.id); ran && !back { // a task put again under the id keeps its records
-		go func() {
-			if err := l.history.DeleteHistory(context.Background(), d.id); err != nil && !errors.Is(err, store.ErrClosed) {
-				l.cfg.Logger.Warn("deleting the history a deleted task's run recorded failed", "task", d.id, "err", err)
-			}
-		}()
+		go l.deleteRunHistory(d.id)
+	}
+}
+
+// deletedRunsDrained deletes the history of the deleted tasks whose
+// attempts were still under way when the loop stopped: those ended in the
+// pool's drain (handOnLeft), which has no task table to tell a deleted
+// task from one put again under its id, so the loop's table, as it was
+// when the loop stopped, tells it here. It deletes before it returns, so
+// that Close leaves no such record for a restart to find. Called only by
+// Close, once the loop has stopped and the pool drained.
+func (l *loop) deletedRunsDrained() {
+	for k, d := range l.deletedRuns {
+		delete(l.deletedRuns, k)
+		if _, _, back := l.tab.lookup(d.id); !back {
+			l.deleteRunHistory(d.id)
+		}
+	}
+}
+
+// deleteRunHistory deletes the history of id, a deleted task, which its
+// runs recorded as they ended, after the delete took the rest.
+func (l *loop) deleteRunHistory(id string) {
+	if err := l.history.DeleteHistory(context.Background(), id); err != nil && !errors.Is(err, store.ErrClosed) {
+		l.cfg.Logger.Warn("deleting the history a deleted task's run recorded failed", "task", id, "err", err)
 	}
 }

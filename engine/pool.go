@@ -476,7 +476,9 @@ func (p *pool) loopGone() {
 // the completion after the release was sealed and committed, and the loop
 // gone. And it counts the attempts of leavers as ended, so that the marker
 // of a run past its release goes when the run ends (elsewhere.go), not
-// with the lease once every other run drained.
+// with the lease once every other run drained. The record a deleted
+// task's run wrote is Close's to delete, once the drain is over
+// (loop.deletedRunsDrained).
 func (p *pool) handOnLeft(b *completionBatch) {
 	for i := range b.c[:b.n] {
 		c := &b.c[i]
