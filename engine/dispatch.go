@@ -249,7 +249,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
 		// a worker: only the newest runs.
-		l.pool.cancelRunning(i, r.gen)
+		l.pool.cancelRunning(i, r.gen, errReplaced)
 		l.replaceElsewhere(i, r)
 		l.pool.replaceQueued(i, r.gen)
 		for k := range l.unpushed {

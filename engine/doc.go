@@ -112,8 +112,10 @@
 //     run in flight (elsewhere.go,
 //     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
 //     that fences cancels those runs instead, as a crash would end them
-//     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart); a release whose
-//     markers etcd refused leaves its runs going with no marker.
+//     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart), and so does a
+//     release for the runs whose markers etcd refused
+//     (TestEngine_ReleaseCancelsTheRunsItCouldNotMark). A handler that
+//     ignores its context's cancel runs on beside the next owner's fires.
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and

@@ -139,13 +139,14 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 		}
 		resp, err := m.e.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			m.e.log.Warn("writing the markers of runs past their release failed: their next owners do not keep their fires apart from them (concurrency policies)",
+			m.e.log.Warn("writing the markers of runs past their release failed: the runs are canceled, so that their next owners start none of their tasks' fires beside them (concurrency policies)",
 				"runs", len(chunk), "err", err)
 			// etcd may have taken a put whose answer did not come back:
 			// such a marker would stay until the session ends.
 			m.mu.Lock()
 			for _, r := range chunk {
 				m.deleteLocked(r.key)
+				m.e.pool.cancelRunning(r.rec, r.gen, errUnmarked)
 			}
 			m.mu.Unlock()
 			continue
@@ -253,7 +254,7 @@ func (m *markers) gone(key string) bool {
 	if r := m.runs[key]; r != nil {
 		delete(m.runs, key)
 		if !r.ended {
-			m.e.pool.cancelRunning(r.rec, r.gen)
+			m.e.pool.cancelRunning(r.rec, r.gen, errReplaced)
 		}
 	}
 	if len(m.runs) == 0 {

@@ -130,6 +130,7 @@ type heldPolicies struct {
 	h     *holder
 	a, b  *testNode
 	aEtcd *etcdtest.Proxy // node-a's way to etcd
+	aKV   *faultKV        // in front of node-a's client
 	ids   map[string]task.ConcurrencyPolicy
 	old   map[string]blocked // the held runs, by task
 }
@@ -148,7 +149,9 @@ func startHeldPolicies(t *testing.T, policies ...task.ConcurrencyPolicy) *heldPo
 		t.Cleanup(hp.h.open) // again: cleanups run last first
 		return n
 	}
-	hp.a, hp.b = start("node-a", c.NewClient(t, hp.aEtcd.Endpoint())), start("node-b", c.NewClient(t))
+	aCli := c.NewClient(t, hp.aEtcd.Endpoint())
+	hp.aKV = injectFaults(aCli)
+	hp.a, hp.b = start("node-a", aCli), start("node-b", c.NewClient(t))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return hp.a.e.Stats().PartitionsOwned+hp.b.e.Stats().PartitionsOwned == limitsPolicyParts
 	})
@@ -323,6 +326,37 @@ func TestEngine_FenceCancelsTheRunsOfTasksKeptApart(t *testing.T) {
 		delete(waiting, r.TaskID)
 	}
 	hp.aEtcd.Restore() // node-a closes quickly
+}
+
+// A release whose markers etcd refuses cancels the runs it could not
+// mark, before it commits: the next owner would not count them. Here each
+// task's fire of 12:00:01 runs on node-a (held) when node-a leaves
+// gracefully, and etcd refuses node-a's marker puts.
+func TestEngine_ReleaseCancelsTheRunsItCouldNotMark(t *testing.T) {
+	hp := startHeldPolicies(t, keptApart...)
+	hp.aKV.puts(func(key, _ string) bool { return strings.Contains(key, "/running/") })
+	closed := closeInBackground(hp.a)
+	for id, p := range hp.ids {
+		run := hp.old[id]
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return !run.running() })
+		if cause := context.Cause(run.ctx); !errors.Is(cause, errUnmarked) {
+			t.Errorf("%s (%s): run canceled for %v, want %v", id, p, cause, errUnmarked)
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	for id := range hp.ids {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
+		waitNext(t, hp.b, id, limitsAt(2))
+	}
+	hp.clock.Advance(time.Second)
+	waiting := maps.Clone(hp.ids)
+	for len(waiting) > 0 {
+		if r := hp.h.next(t); r.Node == "node-b" && r.ScheduledAt.Equal(limitsAt(2)) {
+			delete(waiting, r.TaskID)
+		}
+	}
 }
 
 // A newer fire of a replace task cancels that task's run, not the run of

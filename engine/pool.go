@@ -169,18 +169,19 @@ type pool struct {
 }
 
 // runningFire is an execution of a task whose concurrency policy keeps
-// its fires apart. A newer fire of a replace task cancels it
-// (cancelRunning), and a fence cancels them all (cutRunning).
+// its fires apart: whatever would let another fire of the task start
+// beside it cancels it (cancelRunning), and a fence cancels them all
+// (cutRunning).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
 	cancel   context.CancelCauseFunc
-	replace  bool
 }
 
 // Why the engine cancels a run, in its execution record's error.
 var (
 	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
 	errFenced   = errors.New("its node was cut off from etcd (fenced): the next owner's fires must not start beside it")
+	errUnmarked = errors.New("its partition was released and etcd refused its marker: the next owner's fires must not start beside it")
 )
 
 // doneRoom is how many completion batches wait for the loop: a full
@@ -487,14 +488,14 @@ func (p *pool) handOnLeft(b *completionBatch) {
 	}
 }
 
-// cancelRunning cancels the running executions of record rec of
-// generation gen.
-func (p *pool) cancelRunning(rec, gen uint32) {
+// cancelRunning cancels, for cause, the running executions of record rec
+// of generation gen.
+func (p *pool) cancelRunning(rec, gen uint32, cause error) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	for k, r := range p.running {
-		if r.replace && r.rec == rec && r.gen == gen {
-			r.cancel(errReplaced)
+		if r.rec == rec && r.gen == gen {
+			r.cancel(cause)
 			delete(p.running, k)
 		}
 	}
@@ -527,7 +528,7 @@ func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (untra
 	}
 	p.runSeq++
 	key := p.runSeq
-	p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel, replace: j.prof.concurrency == task.ConcurrencyReplace}
+	p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
 	return func() {
 		p.runMu.Lock()
 		delete(p.running, key)

@@ -136,14 +136,14 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 }
 
 // A fence cuts the runs of tasks whose policy keeps their fires apart,
-// and those taken before it that start after it; a replace fire cancels
-// only its own task's runs of that policy.
+// and those taken before it that start after it; cancelRunning cancels
+// only the runs of its record.
 func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	cfg := DefaultConfig("n").withDefaults()
 	p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
 	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
 	forbid := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyForbid}}
-	replace := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyReplace}}
+	replace := &job{rec: 2, prof: &profile{concurrency: task.ConcurrencyReplace}}
 	run := func(j *job, cuts uint64) context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		t.Cleanup(p.track(j, cancel, cuts))
@@ -151,9 +151,9 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	}
 	before := p.cuts.Load()
 	a, b := run(forbid, before), run(replace, before)
-	p.cancelRunning(1, 0)
+	p.cancelRunning(2, 0, errReplaced)
 	if a.Err() != nil || !errors.Is(context.Cause(b), errReplaced) {
-		t.Fatalf("a replace fire: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
+		t.Fatalf("replace's record canceled: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
 	}
 	p.cutRunning()
 	if !errors.Is(context.Cause(a), errFenced) {
