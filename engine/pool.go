@@ -516,24 +516,26 @@ func (p *pool) cutRunning() {
 	}
 }
 
-// track records j's run, taken when cutRunning had run cuts times, and
-// returns what forgets it; a run taken before the last cut is canceled at
-// once.
-func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (untrack func()) {
+// track records j's run, taken when cutRunning had run cuts times, under
+// the key it returns, for untrack; a run taken before the last cut is
+// canceled at once.
+func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	if p.cuts.Load() != cuts {
 		cancel(errFenced)
-		return func() {}
+		return 0
 	}
 	p.runSeq++
-	key := p.runSeq
-	p.running[key] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
-	return func() {
-		p.runMu.Lock()
-		delete(p.running, key)
-		p.runMu.Unlock()
-	}
+	p.running[p.runSeq] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
+	return p.runSeq
+}
+
+// untrack forgets the run that track recorded under key.
+func (p *pool) untrack(key uint64) {
+	p.runMu.Lock()
+	delete(p.running, key)
+	p.runMu.Unlock()
 }
 
 // chunkMax is the most noop jobs a worker takes at once: they finish in
@@ -828,7 +830,7 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 	if j.prof.concurrency != task.ConcurrencyAllow {
 		ctx, cancel := context.WithCancelCause(parent)
 		defer cancel(nil)
-		defer p.track(j, cancel, cuts)()
+		defer p.untrack(p.track(j, cancel, cuts))
 		parent = ctx
 	}
 	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)

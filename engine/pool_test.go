@@ -146,7 +146,8 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	replace := &job{rec: 2, prof: &profile{concurrency: task.ConcurrencyReplace}}
 	run := func(j *job, cuts uint64) context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		t.Cleanup(p.track(j, cancel, cuts))
+		key := p.track(j, cancel, cuts)
+		t.Cleanup(func() { p.untrack(key) })
 		return ctx
 	}
 	before := p.cuts.Load()
@@ -164,5 +165,29 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	}
 	if next := run(forbid, p.cuts.Load()); next.Err() != nil {
 		t.Fatalf("a run taken after the cut: %v, want it running", context.Cause(next))
+	}
+}
+
+// BenchmarkExecute measures the start and end of one run of a task that
+// is not a noop (the executor itself does nothing), by policy: the runs
+// of tasks that keep their fires apart are tracked for cancels (track),
+// those of allow tasks are not. Run in parallel, as the pool's workers
+// run.
+func BenchmarkExecute(b *testing.B) {
+	for _, c := range []task.ConcurrencyPolicy{task.ConcurrencyAllow, task.ConcurrencyForbid, task.ConcurrencyReplace} {
+		b.Run(string(c), func(b *testing.B) {
+			cfg := DefaultConfig("n").withDefaults()
+			p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
+			b.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+			prof := &profile{exec: executor.Noop, timeout: time.Minute, maxAttempts: 1, concurrency: c}
+			b.RunParallel(func(pb *testing.PB) {
+				j := &job{id: "t", rec: 1, prof: prof, attempt: 1}
+				for pb.Next() {
+					if err := p.execute(j, nil, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
