@@ -85,7 +85,7 @@ type Engine struct {
 	loopDone  chan struct{}
 	drained   chan struct{}  // closed by Close once the workers are drained
 	writers   sync.WaitGroup // the chain writer and the trigger deleter, which then write what is left
-	marking   sync.WaitGroup // the goroutines of markers of runs elsewhere (elsewhere.go), which end with the session
+	marking   sync.WaitGroup // the goroutines of markers of runs elsewhere (elsewhere.go), and each session's cut of its runs (serve), which end with the session
 	closeOnce sync.Once
 	hurry     chan struct{} // closed by Hurry
 	hurryOnce sync.Once

@@ -1034,7 +1034,7 @@ func (e *Engine) releaseLoop(ps []int) release {
 // last watermark etcd acknowledged, and repeats nothing.
 //
 // First of all it cancels the runs of tasks whose policy keeps their fires
-// apart (the fence did already, serve): the next owners know nothing of
+// apart (the session's end did already, serve): the next owners know nothing of
 // them, and may take the partitions once the lease ends, FenceMargin after
 // the fence at the soonest.
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {

@@ -328,6 +328,34 @@ func TestEngine_FenceCancelsTheRunsOfTasksKeptApart(t *testing.T) {
 	hp.aEtcd.Restore() // node-a closes quickly
 }
 
+// So does a node cut off from etcd while it closes, its partitions
+// released and its runs going on past them under their markers: its lease
+// takes the markers when it ends, and the next owners then count no run
+// of the tasks. Here forbid's and buffer_one's fires of 12:00:01 run on
+// node-a (held) when node-a leaves gracefully; node-a is cut off during
+// its drain.
+func TestEngine_FenceWhileClosingCancelsTheRunsPastTheirRelease(t *testing.T) {
+	hp := startHeldPolicies(t, task.ConcurrencyForbid, task.ConcurrencyBufferOne)
+	closed := closeInBackground(hp.a)
+	for id := range hp.ids {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return hp.b.e.Stats().RunsElsewhere == len(hp.ids) })
+	hp.aEtcd.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, hp.a.e.Fenced)
+	for id, p := range hp.ids {
+		run := hp.old[id]
+		etcdtest.WaitFor(t, 5*time.Second, func() bool { return !run.running() })
+		if cause := context.Cause(run.ctx); !errors.Is(cause, errFenced) {
+			t.Errorf("%s (%s): run canceled for %v, want %v", id, p, cause, errFenced)
+		}
+	}
+	hp.aEtcd.Restore() // node-a closes quickly
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+}
+
 // A release whose markers etcd refuses cancels the runs it could not
 // mark, before it commits: the next owner would not count them. Here each
 // task's fire of 12:00:01 runs on node-a (held) when node-a leaves

@@ -144,6 +144,25 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		s.wg.Wait()
 		e.standby.reset() // prepared for this session's suspicions
 	}()
+	// The runs kept apart end as the session does, at once: serve may be
+	// busy then (a release waits handOverWait for runs), or gone (Close
+	// drains the runs past their releases, whose markers go with the
+	// lease), and the next owners take the partitions once the lease
+	// ends, FenceMargin after the fence at the soonest. Once a session,
+	// and before serve returns when it ended: a late cut would cancel the
+	// runs of the session that rejoins.
+	cut := sync.OnceFunc(e.pool.cutRunning)
+	e.marking.Go(func() {
+		<-sess.Done()
+		cut()
+	})
+	defer func() {
+		select {
+		case <-sess.Done():
+			cut()
+		default: // graceful: the session ends after the drain, or with a fence during it
+		}
+	}()
 	defer func() { s.end(ctx.Err() != nil) }()
 	members := membership.Watch(sctx, e.cli, e.cfg.Prefix, membership.DefaultDebounce)
 	others := e.watchPrepared(sctx)
@@ -183,9 +202,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			return
 		case <-sess.Done():
 			e.log.Warn("session ended: fenced, dropping every partition", "err", sess.Err())
-			// Now, not in drop: end first waits for the acquires under
-			// way, which an etcd out of reach may hold past the lease.
-			e.pool.cutRunning()
+			cut() // now, not in drop: end first waits for the acquires under way
 			return
 		case ms, ok := <-members:
 			if !ok {
