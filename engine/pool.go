@@ -593,14 +593,17 @@ func (p *pool) work() {
 func (p *pool) take(buf []job) (int, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// A fenced node waits for the reset that drops its queue.
+	// A fenced node waits for the reset that drops its queue. The cuts
+	// are counted before the check: a fence just after it cuts the runs
+	// of what this takes.
+	cuts := p.cuts.Load()
 	for p.queued() == 0 || p.fenced() {
 		if p.closing && (p.queued() == 0 || p.fenced()) {
 			return 0, 0
 		}
 		p.ready.Wait()
+		cuts = p.cuts.Load()
 	}
-	cuts := p.cuts.Load()
 	k := 0
 	limit := 1
 	if p.at(0).prof.noop {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,6 +167,45 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	if next := run(forbid, p.cuts.Load()); next.Err() != nil {
 		t.Fatalf("a run taken after the cut: %v, want it running", context.Cause(next))
 	}
+}
+
+// A fence that comes while a worker takes a job, after the take found the
+// node not fenced, cuts that job's run too: the next owner may fire its
+// task once the lease ends.
+func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
+	cfg := DefaultConfig("n").withDefaults()
+	cfg.Workers = 1
+	var p *pool
+	var fence sync.Once
+	p = newPool(cfg, nil, &stats{}, func() bool {
+		fence.Do(p.cutRunning) // the deadline passes just after the check
+		return false
+	}, 0)
+	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	ended := make(causeExec, 1)
+	prof := &profile{exec: ended, timeout: time.Minute, maxAttempts: 1, concurrency: task.ConcurrencyForbid}
+	p.push([]job{{id: "t", rec: 1, prof: prof, attempt: 1}})
+	select {
+	case cause := <-ended:
+		if !errors.Is(cause, errFenced) {
+			t.Fatalf("the run taken across the fence ended for %v, want %v", cause, errFenced)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not run within 10 s")
+	}
+}
+
+// causeExec runs a fire until its context ends, 2 s at most, and sends
+// why it ended: the context's cause, or nil.
+type causeExec chan error
+
+func (c causeExec) Execute(ctx context.Context, _ *executor.Fire) error {
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+	}
+	c <- context.Cause(ctx)
+	return ctx.Err()
 }
 
 // BenchmarkExecute measures the start and end of one run of a task that
