@@ -1033,12 +1033,9 @@ func (e *Engine) releaseLoop(ps []int) release {
 // node takes it again, it resumes from that hand-over rather than from the
 // last watermark etcd acknowledged, and repeats nothing.
 //
-// First of all it cancels the runs of tasks whose policy keeps their fires
-// apart (the session's end did already, serve): the next owners know nothing of
-// them, and may take the partitions once the lease ends, FenceMargin after
-// the fence at the soonest.
+// The runs of tasks whose policy keeps their fires apart were canceled
+// first (serving.cut).
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
-	e.pool.cutRunning()
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)

@@ -88,6 +88,7 @@ type serving struct {
 	e         *Engine
 	ctx       context.Context // ends with the service
 	sess      *membership.Session
+	cut       func()                     // cancels the runs kept apart, once: the session ended (serve)
 	parts     map[int]*owned             // held
 	acquiring map[int]context.CancelFunc // being acquired: each cancel ends its acquire unless it has loaded the partition
 	acquires  context.Context            // ends every acquire, loaded or not: the session ends (not the service: see end)
@@ -145,21 +146,22 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e.standby.reset() // prepared for this session's suspicions
 	}()
 	// The runs kept apart end as the session does, at once: serve may be
-	// busy then (a release waits handOverWait for runs), or gone (Close
-	// drains the runs past their releases, whose markers go with the
-	// lease), and the next owners take the partitions once the lease
+	// busy then (a release waits handOverWait for runs; end, before it
+	// drops the partitions, waits for the acquires under way), or gone
+	// (Close drains the runs past their releases, whose markers go with
+	// the lease), and the next owners take the partitions once the lease
 	// ends, FenceMargin after the fence at the soonest. Once a session,
 	// and before serve returns when it ended: a late cut would cancel the
 	// runs of the session that rejoins.
-	cut := sync.OnceFunc(e.pool.cutRunning)
+	s.cut = sync.OnceFunc(e.pool.cutRunning)
 	e.marking.Go(func() {
 		<-sess.Done()
-		cut()
+		s.cut()
 	})
 	defer func() {
 		select {
 		case <-sess.Done():
-			cut()
+			s.cut()
 		default: // graceful: the session ends after the drain, or with a fence during it
 		}
 	}()
@@ -202,7 +204,6 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			return
 		case <-sess.Done():
 			e.log.Warn("session ended: fenced, dropping every partition", "err", sess.Err())
-			cut() // now, not in drop: end first waits for the acquires under way
 			return
 		case ms, ok := <-members:
 			if !ok {
@@ -588,6 +589,7 @@ func (s *serving) end(leaving bool) {
 		// successors resume from the held watermark.
 		return
 	}
+	s.cut() // the session may still live (the member watch ended): it ends now
 	e.drop(s.sess, s.parts, s.stuck)
 	_ = s.sess.Close()
 }
