@@ -153,7 +153,12 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	// ends, FenceMargin after the fence at the soonest. Once a session,
 	// and before serve returns when it ended: a late cut would cancel the
 	// runs of the session that rejoins.
-	s.cut = sync.OnceFunc(e.pool.cutRunning)
+	s.cut = sync.OnceFunc(func() {
+		if n := e.pool.cutRunning(); n > 0 {
+			e.log.Warn("session ended: canceled the runs of tasks whose concurrency policy keeps their fires apart, which the next owners would not know of",
+				"runs", n)
+		}
+	})
 	e.marking.Go(func() {
 		<-sess.Done()
 		s.cut()

@@ -505,15 +505,17 @@ func (p *pool) cancelRunning(rec, gen uint32, cause error) {
 // apart, and those taken before it that have not started yet: the node is
 // fenced, and the next owner, which knows nothing of them, may start the
 // tasks' next fires once the session's lease ends, as after a crash. Runs
-// of tasks that allow overlaps go on.
-func (p *pool) cutRunning() {
+// of tasks that allow overlaps go on. It returns how many runs it canceled.
+func (p *pool) cutRunning() int {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	p.cuts.Add(1)
+	n := len(p.running)
 	for k, r := range p.running {
 		r.cancel(errFenced)
 		delete(p.running, k)
 	}
+	return n
 }
 
 // track records j's run, taken when cutRunning had run cuts times, under

@@ -157,7 +157,9 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	if a.Err() != nil || !errors.Is(context.Cause(b), errReplaced) {
 		t.Fatalf("replace's record canceled: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
 	}
-	p.cutRunning()
+	if n := p.cutRunning(); n != 1 {
+		t.Errorf("the cut canceled %d runs, want forbid's", n)
+	}
 	if !errors.Is(context.Cause(a), errFenced) {
 		t.Fatalf("after the cut forbid's run: %v, want %v", context.Cause(a), errFenced)
 	}
@@ -178,7 +180,7 @@ func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
 	var p *pool
 	var fence sync.Once
 	p = newPool(cfg, nil, &stats{}, func() bool {
-		fence.Do(p.cutRunning) // the deadline passes just after the check
+		fence.Do(func() { p.cutRunning() }) // the deadline passes just after the check
 		return false
 	}, 0)
 	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
