@@ -116,9 +116,9 @@ func (ls *leavers) mark(run *running, set *markers) []*markedRun {
 }
 
 // markElsewhere marks the runs of run's tasks that keep their fires apart
-// and still run, under sess's lease. Markers etcd does not take are
-// logged: the next owner then does not keep its fires apart from those
-// runs. Called only from the coordinator.
+// and still run, under sess's lease. The runs whose markers etcd does not
+// take are canceled (put): the next owner would not keep its fires apart
+// from them. Called only from the coordinator.
 func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, run *running) {
 	set := e.markersOf(sess)
 	if n := set.put(ctx, e.pool.leaving.mark(run, set)); n > 0 {
@@ -128,7 +128,8 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ru
 	}
 }
 
-// put writes the markers of ms, and returns how many etcd took.
+// put writes the markers of ms, cancels the runs of those etcd did not
+// take, and returns how many it took.
 func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 	val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID})
 	written := 0

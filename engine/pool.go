@@ -158,7 +158,10 @@ type pool struct {
 	runMu   sync.Mutex // guards running and runSeq, and orders the changes of cuts
 	running map[uint64]runningFire
 	runSeq  uint64
-	cuts    atomic.Uint64 // the fences that cut the runs in flight (cutRunning); changed under runMu
+	// cuts is how many times cutRunning ran: changed under runMu, so that
+	// track sees a cut either before or after it records a run; atomic,
+	// as take reads it under mu.
+	cuts atomic.Uint64
 
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
 	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
@@ -519,8 +522,8 @@ func (p *pool) cutRunning() int {
 }
 
 // track records j's run, taken when cutRunning had run cuts times, under
-// the key it returns, for untrack; a run taken before the last cut is
-// canceled at once.
+// the key it returns, for untrack. A run taken before the last cut is
+// canceled at once, recorded under no key, and 0 returned.
 func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
