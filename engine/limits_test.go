@@ -307,8 +307,8 @@ func TestEngine_FenceCancelsTheRunsOfTasksKeptApart(t *testing.T) {
 	for id, p := range hp.ids {
 		etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(hp.b, id) })
 		waitNext(t, hp.b, id, limitsAt(2))
-		if run := hp.old[id]; run.running() != (p == task.ConcurrencyAllow) {
-			t.Errorf("%s (%s): node-a's run going on is %v once node-b owns the task", id, p, run.running())
+		if run, want := hp.old[id], p == task.ConcurrencyAllow; run.running() != want {
+			t.Errorf("%s (%s): node-a's run still running: %v once node-b owns the task, want %v", id, p, run.running(), want)
 		}
 	}
 	// Each task's next fire starts on node-b: a repeat of 12:00:01 (a

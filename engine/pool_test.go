@@ -158,7 +158,7 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 		t.Fatalf("replace's record canceled: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
 	}
 	if n := p.cutRunning(); n != 1 {
-		t.Errorf("the cut canceled %d runs, want forbid's", n)
+		t.Errorf("the cut canceled %d runs, want 1 (forbid's; replace's was canceled before)", n)
 	}
 	if !errors.Is(context.Cause(a), errFenced) {
 		t.Fatalf("after the cut forbid's run: %v, want %v", context.Cause(a), errFenced)
@@ -217,7 +217,8 @@ func (c causeExec) Execute(ctx context.Context, _ *executor.Fire) error {
 // run.
 func BenchmarkExecute(b *testing.B) {
 	for _, c := range []task.ConcurrencyPolicy{task.ConcurrencyAllow, task.ConcurrencyForbid, task.ConcurrencyReplace} {
-		b.Run(string(c), func(b *testing.B) {
+		b.Run("policy="+string(c), func(b *testing.B) {
+			b.ReportAllocs()
 			cfg := DefaultConfig("n").withDefaults()
 			p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
 			b.Cleanup(func() { close(p.quit); p.drain(time.Second) })
