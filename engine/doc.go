@@ -114,10 +114,11 @@
 //     that fences cancels those runs instead, as a crash would end them
 //     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart), and so does a
 //     release for the runs whose markers etcd refused
-//     (TestEngine_ReleaseCancelsTheRunsItCouldNotMark). A handler that
-//     ignores its context's cancel runs on beside the next owner's fires,
-//     and so does a run started while its task allowed overlaps, then
-//     edited to keep them apart: the policy a run started under decides.
+//     (TestEngine_ReleaseCancelsTheRunsItCouldNotMark). A handler or
+//     executor that ignores its context's cancel runs on beside the next
+//     owner's fires, and so does a run started while its task allowed
+//     overlaps, then edited to keep them apart: the policy a run started
+//     under decides.
 //   - A new owner names its session in a partition's checkpoint only once
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and
