@@ -1033,8 +1033,8 @@ func (e *Engine) releaseLoop(ps []int) release {
 // node takes it again, it resumes from that hand-over rather than from the
 // last watermark etcd acknowledged, and repeats nothing.
 //
-// The runs of tasks whose policy keeps their fires apart were canceled
-// first (serving.cut).
+// The runs of tasks whose policy keeps their fires apart are canceled as
+// the session ends (serving.cut).
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -176,6 +177,7 @@ type loop struct {
 	// it recorded itself after the delete took the rest. Those that end
 	// after the loop stopped are Close's (deletedRunsDrained).
 	deletedRuns map[uint64]deletedRuns
+	deletes     sync.WaitGroup // the history deletes of deletedRuns, which Close waits for (deletedRunsDrained)
 
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
@@ -523,7 +525,7 @@ func (l *loop) deletedRunEnded(k uint64, ran bool) {
 		l.deletedRuns[k] = d
 	}
 	if _, _, back := l.tab.lookup(d.id); ran && !back { // a task put again under the id keeps its records
-		go l.deleteRunHistory(d.id)
+		l.deletes.Go(func() { l.deleteRunHistory(d.id) })
 	}
 }
 
@@ -532,8 +534,9 @@ func (l *loop) deletedRunEnded(k uint64, ran bool) {
 // pool's drain (handOnLeft), which has no task table to tell a deleted
 // task from one put again under its id, so the loop's table, as it was
 // when the loop stopped, tells it here. It deletes before it returns, so
-// that Close leaves no such record for a restart to find. Called only by
-// Close, once the loop has stopped and the pool drained.
+// that Close leaves no such record for a restart to find, nor one that a
+// delete the loop started was still to take. Called only by Close, once
+// the loop has stopped and the pool drained.
 func (l *loop) deletedRunsDrained() {
 	for k, d := range l.deletedRuns {
 		delete(l.deletedRuns, k)
@@ -541,6 +544,7 @@ func (l *loop) deletedRunsDrained() {
 			l.deleteRunHistory(d.id)
 		}
 	}
+	l.deletes.Wait()
 }
 
 // deleteRunHistory deletes the history of id, a deleted task, which its

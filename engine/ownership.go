@@ -594,8 +594,10 @@ func (s *serving) end(leaving bool) {
 		// successors resume from the held watermark.
 		return
 	}
-	s.cut() // the session may still live (the member watch ended): it ends now
 	e.drop(s.sess, s.parts, s.stuck)
+	// Past the drop's reset of the queue: a session that still lives (the
+	// member watch ended) let workers take jobs until then. It ends now.
+	s.cut()
 	_ = s.sess.Close()
 }
 

@@ -183,7 +183,7 @@ type runningFire struct {
 // Why the engine cancels a run, in its execution record's error.
 var (
 	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
-	errFenced   = errors.New("its node was cut off from etcd (fenced): the next owner's fires must not start beside it")
+	errFenced   = errors.New("its node's etcd session ended (fenced, cut off from etcd, or its lease lost): the next owner's fires must not start beside it")
 	errUnmarked = errors.New("its partition was released and etcd refused its marker: the next owner's fires must not start beside it")
 )
 
