@@ -816,6 +816,24 @@ func TestEngine_DeletedTaskLosesItsHistory(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, a, "gone")) == 0 })
 }
 
+// runOfADeletedTask puts tk on n, triggers it, and deletes it while h
+// holds the trigger's run, which it returns. tk's schedule should not fire
+// it (yearly, say), so that the trigger's is the one run.
+func runOfADeletedTask(t *testing.T, n *testNode, h *holder, tk *task.Task) blocked {
+	t.Helper()
+	putTask(t, n.e.Registry(), tk)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(n, tk.ID) })
+	if _, err := n.e.Registry().Trigger(context.Background(), tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	run := h.next(t)
+	if err := n.e.Registry().Delete(context.Background(), tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(n, tk.ID) })
+	return run
+}
+
 // It deletes too the record of a run under way at the delete, which the
 // run writes when it ends, after the delete took the task's history.
 func TestEngine_DeletedTaskLosesTheHistoryOfARunUnderWay(t *testing.T) {
@@ -825,16 +843,7 @@ func TestEngine_DeletedTaskLosesTheHistoryOfARunUnderWay(t *testing.T) {
 	a := startNode(t, c, "", h.handler, nil)
 	t.Cleanup(h.open) // again: cleanups run last first
 
-	putTask(t, a.e.Registry(), handlerTask("gone", "0 0 0 1 1 *")) // yearly: only the trigger fires it
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "gone") })
-	if _, err := a.e.Registry().Trigger(context.Background(), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	run := h.next(t)
-	if err := a.e.Registry().Delete(context.Background(), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "gone") })
+	run := runOfADeletedTask(t, a, h, handlerTask("gone", "0 0 0 1 1 *"))
 	h.open()
 	<-run.ended
 	// The worker records the run before it counts it.
@@ -853,16 +862,7 @@ func TestEngine_DeletedTaskLosesTheHistoryOfARunEndingWhileItsNodeCloses(t *test
 	a := startNode(t, c, "", h.handler, nil)
 	t.Cleanup(h.open) // again: cleanups run last first
 
-	putTask(t, a.e.Registry(), handlerTask("gone", "0 0 0 1 1 *")) // yearly: only the trigger fires it
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "gone") })
-	if _, err := a.e.Registry().Trigger(context.Background(), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	run := h.next(t)
-	if err := a.e.Registry().Delete(context.Background(), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "gone") })
+	run := runOfADeletedTask(t, a, h, handlerTask("gone", "0 0 0 1 1 *"))
 	closed := closeInBackground(a)
 	select {
 	case <-a.e.loopDone:

@@ -402,16 +402,7 @@ func TestEngine_ReplaceCancelsItsOwnRunNotADeletedTasksInTheSameRecord(t *testin
 	t.Cleanup(h.open) // again: cleanups run last first
 	old := handlerTask("old", "0 0 0 1 1 *")
 	old.Concurrency = task.ConcurrencyReplace
-	putTask(t, a.e.Registry(), old)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "old") })
-	if _, err := a.e.Registry().Trigger(context.Background(), "old"); err != nil {
-		t.Fatal(err)
-	}
-	oldRun := h.next(t)
-	if err := a.e.Registry().Delete(context.Background(), "old"); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(a, "old") })
+	oldRun := runOfADeletedTask(t, a, h, old)
 	nt := handlerTask("new", "* * * * * *")
 	nt.Concurrency = task.ConcurrencyReplace
 	putTask(t, a.e.Registry(), nt)

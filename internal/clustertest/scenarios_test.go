@@ -98,8 +98,19 @@ func TestChaos_CutOff(t *testing.T) {
 	o := Options{}
 	c := start(t, o)
 	n := c.Node("n2")
-	// A node cut off keeps dispatching up to the lead past its last
-	// acknowledged watermark.
+	c.cutOff(n)
+	c.Step("%s ready again, every partition owned", n.ID)
+	c.Check(hold)
+	c.Finish()
+}
+
+// cutOff cuts n off from etcd until the other nodes own every partition,
+// checking the fires meanwhile, then restores it and waits until it is
+// ready and every partition owned. It returns the fault it recorded: a
+// node cut off keeps dispatching up to the lead past its last
+// acknowledged watermark.
+func (c *Cluster) cutOff(n *Node) Fault {
+	c.t.Helper()
 	c.Fault(n.ID, FaultCut, c.opt.Lead)
 	n.Cut()
 	c.WaitOwned(ready, n.ID)
@@ -108,11 +119,10 @@ func TestChaos_CutOff(t *testing.T) {
 	c.Step("restore %s's connection to etcd", n.ID)
 	c.Recovered(n.ID)
 	n.Restore()
-	n.WaitReady(t, ready)
+	n.WaitReady(c.t, ready)
 	c.WaitOwned(ready)
-	c.Step("%s ready again, every partition owned", n.ID)
-	c.Check(hold)
-	c.Finish()
+	faults := c.Faults()
+	return faults[len(faults)-1]
 }
 
 func TestChaos_EtcdRestart(t *testing.T) {
