@@ -651,3 +651,44 @@ func TestList_SeveralLabelsReadOnInsteadOfReopening(t *testing.T) {
 		t.Errorf("a page of %d matches of two labels opened %d index streams, want at most 10", len(want), opened)
 	}
 }
+
+// TestList_LastPageEndsBeforeStaleIndexKeys: an index key whose task does
+// not match (a write cut off between the transactions of a task with many
+// labels leaves such keys, and so did older writers) right after a full
+// page is no match: the page is the last one, with no next cursor, rather
+// than pointing to an empty page.
+func TestList_LastPageEndsBeforeStaleIndexKeys(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/tail")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var tasks []*task.Task
+	for _, id := range []string{"s/1", "s/2"} {
+		tasks = append(tasks, labelled(id, map[string]string{"team": "x"}))
+	}
+	tasks = append(tasks, labelled("s/3", nil))
+	if res, err := reg.PutBatch(ctx, tasks); err != nil || len(res.Errors) > 0 {
+		t.Fatal(err, res.Errors)
+	}
+	// A label key of s/3, which has no labels, and an id key of s/4,
+	// which does not exist.
+	for _, key := range []string{reg.keys.indexLabel("team", "x") + "s/3", reg.keys.indexID("s/4")} {
+		if _, err := c.Client.Put(ctx, key, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, opts := range []ListOptions{
+		{Labels: map[string]string{"team": "x"}, Limit: 2},
+		{Prefix: "s/", Limit: 3},
+		{Limit: 3},
+	} {
+		page, next, err := reg.List(ctx, opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", opts, err)
+		}
+		if len(page) != opts.Limit || next != "" {
+			t.Errorf("%+v: %d tasks, next cursor %q; want %d tasks and no next page (no match remains)", opts, len(page), next, opts.Limit)
+		}
+	}
+}

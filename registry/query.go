@@ -237,11 +237,14 @@ func (r *Registry) scanAt(ctx context.Context, q query, rev int64, limit int, fn
 			return false, err
 		}
 		for i, kv := range kvs {
-			if limit > 0 && given == limit {
-				return true, nil // ids[i] is a match after the page
-			}
+			// An index key without its task, or of a task that no longer
+			// matches, is no match: neither in the page nor after it, where
+			// it would send the client on to an empty page.
 			if kv == nil || (len(q.labels) > 0 && !storedHasLabels(kv.Value, q.labels)) {
 				continue
+			}
+			if limit > 0 && given == limit {
+				return true, nil // ids[i] is a match after the page
 			}
 			if err := fn(kv, ids[i]); err != nil {
 				return false, err
