@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -172,5 +175,68 @@ func TestServer_ListStreamsThePage(t *testing.T) {
 		if size > streamChunk+task.MaxTaskSize {
 			t.Fatalf("a write of %d bytes: more than a chunk", size)
 		}
+	}
+}
+
+// TestServer_ListPagesUnusualIDs: ids with bytes that a URL, a query or
+// an index key treat specially ('/', '%', '?', '#', '&', '+', ';', '=',
+// spaces, characters beyond ASCII), ids that are prefixes of others and
+// ids around a cursor page through GET /v1/tasks in id order, each once,
+// by prefix and by label, the status filter included; and a bad state
+// flag is refused with a status as without one.
+func TestServer_ListPagesUnusualIDs(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"})
+	ctx := context.Background()
+	ids := []string{"u", "u ", "u%", "u%2F", "u&v=w", "u+v", "u/", "u/.", "u/..", "u/a", "u/a/b", "u;v", "u=v", "u?v#w", "u~", "u\u00a0", "u\u00e9", "u\U0010FFFF"}
+	for _, id := range ids {
+		tsk := &task.Task{ID: id, Schedule: "0 0 1 1 *", Executor: task.Executor{Type: task.ExecutorNoop},
+			Paused: true, Labels: map[string]string{"odd": "a=b/c%d"}}
+		if _, err := n.c.PutTask(ctx, tsk, 0); err != nil {
+			t.Fatalf("put %q: %v", id, err)
+		}
+	}
+	slices.Sort(ids)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		p, err := n.c.ListPage(ctx, client.ListOptions{Status: "paused", Limit: 100})
+		return err == nil && len(p.Tasks) == len(ids)
+	})
+	for _, opts := range []client.ListOptions{
+		{Prefix: "u"}, {Prefix: "u/"}, {Prefix: "u/a"}, {Labels: map[string]string{"odd": "a=b/c%d"}},
+		{Status: "paused"}, {Status: "paused", Prefix: "u/", Labels: map[string]string{"odd": "a=b/c%d"}},
+	} {
+		var want []string
+		for _, id := range ids {
+			if strings.HasPrefix(id, opts.Prefix) {
+				want = append(want, id)
+			}
+		}
+		for _, limit := range []int{1, 2, 1000} {
+			opts := opts
+			opts.Limit = limit
+			var got []string
+			for page := 0; ; page++ {
+				p, err := n.c.ListPage(ctx, opts)
+				if err != nil {
+					t.Fatalf("%+v: %v", opts, err)
+				}
+				if p.NextCursor != "" && (len(p.Tasks) != limit || p.NextCursor != p.Tasks[len(p.Tasks)-1].ID) {
+					t.Fatalf("%+v, page %d: %d tasks, cursor %q", opts, page, len(p.Tasks), p.NextCursor)
+				}
+				for _, tsk := range p.Tasks {
+					got = append(got, tsk.ID)
+				}
+				if p.NextCursor == "" {
+					break
+				}
+				opts.Cursor = p.NextCursor
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%+v: %q, want %q", opts, got, want)
+			}
+		}
+	}
+	for _, q := range []string{"/v1/tasks?state=maybe", "/v1/tasks?status=paused&state=maybe"} {
+		wantError(t, call(t, n.ts, "GET", q, ""), http.StatusBadRequest, "state")
 	}
 }

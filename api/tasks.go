@@ -326,6 +326,13 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	// Read before the status filter, whose tasks always carry their
+	// state: a bad flag is refused with a status as without one.
+	withState, err := parseFlag(r, "state")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	q := r.URL.Query()
 	if q.Has("status") {
 		st, err := task.ParseStatus(q.Get("status"))
@@ -334,11 +341,6 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.listByStatus(w, r, opts, st)
-		return
-	}
-	withState, err := parseFlag(r, "state")
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	jw := newJSONStream(w)
