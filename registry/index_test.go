@@ -2,9 +2,11 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -690,5 +692,89 @@ func TestList_LastPageEndsBeforeStaleIndexKeys(t *testing.T) {
 		if len(page) != opts.Limit || next != "" {
 			t.Errorf("%+v: %d tasks, next cursor %q; want %d tasks and no next page (no match remains)", opts, len(page), next, opts.Limit)
 		}
+	}
+}
+
+// TestExport_RoundTripsIntoAnotherCluster: an export read back by the
+// batch path (what 'shardcron import' sends) into a cluster that does not
+// hold the tasks stores them as exported, field for field, created_at and
+// paused included, and indexes them; only the fields a write sets itself
+// differ: updated_at (the import's time) and the pause record (who paused
+// the task and why, an output field like updated_at: DecodeTask ignores
+// it, so that a client cannot write one).
+func TestExport_RoundTripsIntoAnotherCluster(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	src := openRegistry(t, c.Client, "/from")
+	bodies := []string{
+		`{"id":"r/1","schedule":"*/5 * * * * *","timezone":"Europe/Paris","executor":{"type":"http","url":"http://127.0.0.1:9/h","method":"PUT",` +
+			`"headers":{"X-A":"b"},"body":"{\"k\":\"<&>\"}"},"timeout":"7s","retry":{"max_attempts":3,"backoff":"2s","max_backoff":"9s"},` +
+			`"misfire":"fire_all","catchup_window":"3m","concurrency":"forbid","jitter":"1s","labels":{"team":"pay","k/1":"a=b/c%"},` +
+			`"history_limit":{"successes":3,"failures":4},"notify":{"on":["failure","misfire"],"url":"http://127.0.0.1:9/n","headers":{"A":"b"}},` +
+			`"pause_on_failure":2,"capture":{"max_bytes":100,"on":"always"},"not_before":"2020-01-01T00:00:00Z","not_after":"2099-01-01T00:00:00+02:00",` +
+			`"max_fires":1000,"created_at":"2021-02-03T04:05:06.789Z"}`,
+		`{"id":"r/2","schedule":"@every 1h","executor":{"type":"handler","name":"h","payload":{"x":[1,"y",null]}},"on_success":["r/1"],"on_failure":["r/1"],` +
+			`"max_fires":3,"delete_after_fire":true,"paused":true,"created_at":"2022-01-01T00:00:00Z","labels":{"team":"pay"}}`,
+		`{"id":"r/3","schedule":"0 0 1 1 *","executor":{"type":"exec","command":["/bin/true","a b"],"env":{"K":"v"}}}`,
+	}
+	for _, b := range bodies {
+		tsk, err := task.DecodeTask([]byte(b))
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		putTask(t, src, tsk)
+	}
+	if _, err := src.Pause(ctx, "r/3", task.Pause{Note: "why", By: "me"}); err != nil {
+		t.Fatal(err)
+	}
+	export := func(reg *Registry) map[string]map[string]any {
+		t.Helper()
+		out := map[string]map[string]any{}
+		if _, _, err := reg.Export(ctx, task.Selector{}, func(b []byte) error {
+			var v map[string]any
+			if err := json.Unmarshal(b, &v); err != nil {
+				return err
+			}
+			out[v["id"].(string)] = v
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := export(src)
+	var lines []*task.Task
+	if _, _, err := src.Export(ctx, task.Selector{}, func(b []byte) error {
+		tsk, err := task.DecodeTask(b)
+		lines = append(lines, tsk)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dst := openRegistry(t, c.Client, "/to")
+	if res, err := dst.PutBatch(ctx, lines); err != nil || len(res.Errors) > 0 || res.Written != len(bodies) {
+		t.Fatalf("import: %+v, %v", res, err)
+	}
+	after := export(dst)
+	if len(after) != len(before) {
+		t.Fatalf("%d tasks imported, %d exported", len(after), len(before))
+	}
+	for id, want := range before {
+		got := after[id]
+		if (want["pause"] != nil) != (id == "r/3") || got["pause"] != nil {
+			t.Errorf("%s: pause record %v exported, %v imported; want one of r/3's exported, and none imported", id, want["pause"], got["pause"])
+		}
+		for _, v := range []map[string]any{want, got} {
+			delete(v, "updated_at")
+			delete(v, "pause")
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s imported as\n%v\nexported as\n%v", id, got, want)
+		}
+	}
+	checkIndex(t, c.Client, dst)
+	if got := listAll(t, dst, ListOptions{Labels: map[string]string{"team": "pay"}, Limit: 1}, nil); !slices.Equal(got, []string{"r/1", "r/2"}) {
+		t.Errorf("imported tasks by label: %v", got)
 	}
 }
