@@ -778,3 +778,44 @@ func TestExport_RoundTripsIntoAnotherCluster(t *testing.T) {
 		t.Errorf("imported tasks by label: %v", got)
 	}
 }
+
+// TestGetMany_BoundsTransactionsInFlight: the tasks of a list by status
+// (up to 10 001 ids from each node, merged) are read in transactions of
+// 128 reads, at most as many at once as a page of the index sends: not
+// one transaction per 128 ids all at once, a burst of hundreds on etcd
+// for one request.
+func TestGetMany_BoundsTransactionsInFlight(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	var inFlight, most atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Txn") {
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			defer inFlight.Add(-1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	reg := openRegistry(t, cli, "/many")
+	ids := make([]string, 6000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m/%05d", i)
+	}
+	putTask(t, reg, noopTask(ids[4321], "@yearly"))
+	most.Store(0)
+	got, err := reg.GetMany(ctx, ids)
+	if err != nil || len(got) != len(ids) || got[4321] == nil || got[4321].ID != ids[4321] || got[0] != nil {
+		t.Fatalf("GetMany: %d tasks, %v", len(got), err)
+	}
+	if m := most.Load(); m > maxFetchInFlight {
+		t.Errorf("%d transactions in flight at once, want at most %d", m, maxFetchInFlight)
+	}
+}

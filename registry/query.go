@@ -193,6 +193,11 @@ const (
 	fetchWorkers = 4         // transactions of task reads in flight (an export)
 	scanRound    = fetchBatch * fetchWorkers
 	pageRound    = 1024 // ids of a page read before its tasks
+
+	// maxFetchInFlight bounds the transactions of one fetch in flight: a
+	// page's round, and GetMany's ids (a list by status: up to 10 001 from
+	// each node) in as many rounds as they take.
+	maxFetchInFlight = pageRound / fetchBatch
 )
 
 // scanAt is scan through the index at revision rev. Every match the index
@@ -258,7 +263,8 @@ func (r *Registry) scanAt(ctx context.Context, q query, rev int64, limit int, fn
 }
 
 // fetch reads the tasks of ids at revision rev, in transactions of
-// fetchBatch reads, fetchWorkers at once. A task that is not stored comes
+// fetchBatch reads, at most maxFetchInFlight at once (an export's round
+// of scanRound ids sends fetchWorkers). A task that is not stored comes
 // back nil.
 func (r *Registry) fetch(ctx context.Context, ids []string, rev int64) ([]*mvccpb.KeyValue, error) {
 	out := make([]*mvccpb.KeyValue, len(ids))
@@ -266,10 +272,13 @@ func (r *Registry) fetch(ctx context.Context, ids []string, rev int64) ([]*mvccp
 		wg   sync.WaitGroup
 		mu   sync.Mutex // guards ferr
 		ferr error
+		sem  = make(chan struct{}, maxFetchInFlight)
 	)
 	for start := 0; start < len(ids); start += fetchBatch {
 		part := ids[start:min(start+fetchBatch, len(ids))]
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			ops := make([]clientv3.Op, len(part))
 			for i, id := range part {
 				ops[i] = clientv3.OpGet(r.key(id), clientv3.WithRev(rev))
