@@ -23,27 +23,17 @@ const (
 	MaxFailuresLimit     = 1000
 )
 
-// queryHeld runs the engine's Query and says which partitions the node
-// owned throughout it.
+// queryHeld runs the engine's Query, with the partitions its answer
+// covers: those whose tasks the node held throughout it.
 func (s *Server) queryHeld(ctx context.Context, q task.StatusQuery) (client.StatusAnswer, error) {
-	before := make([]bool, s.reg.Partitions())
-	for p := range before {
-		before[p] = s.e.Owns(p)
-	}
-	ms, more, err := s.e.Query(ctx, q)
+	ms, more, held, err := s.e.Query(ctx, q)
 	if err != nil {
 		return client.StatusAnswer{}, err
 	}
 	if ms == nil {
 		ms = []task.Match{}
 	}
-	a := client.StatusAnswer{Tasks: ms, More: more, Held: []int{}}
-	for p, was := range before {
-		if was && s.e.Owns(p) {
-			a.Held = append(a.Held, p)
-		}
-	}
-	return a, nil
+	return client.StatusAnswer{Tasks: ms, More: more, Held: held}, nil
 }
 
 // uncovered returns the partitions that no answer held throughout its

@@ -57,7 +57,7 @@ func BenchmarkListByStatus(b *testing.B) {
 		b.Fatal(err)
 	}
 	etcdtest.WaitFor(b, 5*time.Minute, func() bool {
-		ms, _, err := node.e.Query(ctx, task.StatusQuery{Status: task.StatusFailing, Limit: n / 100})
+		ms, _, _, err := node.e.Query(ctx, task.StatusQuery{Status: task.StatusFailing, Limit: n / 100})
 		return err == nil && len(ms) == n/100
 	})
 	for _, bc := range []struct {

@@ -219,9 +219,12 @@ type queryCmd struct {
 // queryAnswer is the matches of one chunk, the Limit+1 smallest ids at most
 // (one more tells whether more follow),
 // in id order; next is the record to go on from, or nilRec at the end.
+// The first chunk and the last also carry each partition's load
+// (partState.loaded), as they began and ended.
 type queryAnswer struct {
 	matches []task.Match
 	next    uint32
+	loaded  []uint64
 }
 
 func (c *queryCmd) run(l *loop) { c.reply <- l.query(c) }
@@ -231,6 +234,10 @@ func (l *loop) query(c *queryCmd) queryAnswer {
 	now := l.cfg.Clock.Now().UnixNano()
 	total := uint32(len(l.tab.pages) * recPageSize)
 	end := min(total, c.from+queryChunk)
+	var a queryAnswer
+	if c.from == 0 {
+		a.loaded = l.loadedParts()
+	}
 	var out []task.Match
 	for i := c.from; i < end; i++ {
 		r := l.tab.rec(i)
@@ -246,11 +253,21 @@ func (l *loop) query(c *queryCmd) queryAnswer {
 			out = smallest(out, c.q.Limit+1)
 		}
 	}
-	next := end
+	a.matches, a.next = smallest(out, c.q.Limit+1), end
 	if end >= total {
-		next = nilRec
+		a.next = nilRec
+		a.loaded = l.loadedParts()
 	}
-	return queryAnswer{matches: smallest(out, c.q.Limit+1), next: next}
+	return a
+}
+
+// loadedParts returns each partition's partState.loaded.
+func (l *loop) loadedParts() []uint64 {
+	out := make([]uint64, len(l.parts))
+	for p := range l.parts {
+		out[p] = l.parts[p].loaded
+	}
+	return out
 }
 
 // smallest keeps the n matches of smallest id, in id order.
@@ -268,27 +285,44 @@ func smallest(ms []task.Match, n int) []task.Match {
 // states, and whether more follow. The dispatch loop scans its records in
 // chunks and serves fires between them, so the answer is not one instant's:
 // a task that changes status during the scan may be missed or included.
-func (e *Engine) Query(ctx context.Context, q task.StatusQuery) (matches []task.Match, more bool, err error) {
+//
+// held are the partitions the answer covers: every task of them was armed
+// here from the scan's start to its end, under one load. A partition
+// owned but still loading is not among them, nor one released or taken
+// again during the scan.
+func (e *Engine) Query(ctx context.Context, q task.StatusQuery) (matches []task.Match, more bool, held []int, err error) {
 	if _, err := task.ParseStatus(string(q.Status)); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if q.Limit < 1 || q.Limit > registry.MaxListLimit+1 {
-		return nil, false, &task.ValidationError{Field: "limit", Reason: fmt.Sprintf("want 1 to %d, got %d", registry.MaxListLimit+1, q.Limit)}
+		return nil, false, nil, &task.ValidationError{Field: "limit", Reason: fmt.Sprintf("want 1 to %d, got %d", registry.MaxListLimit+1, q.Limit)}
 	}
 	var all []task.Match
-	for from := uint32(0); from != nilRec; {
+	var began []uint64
+	for from := uint32(0); ; {
 		c := &queryCmd{q: q, from: from, reply: make(chan queryAnswer, 1)}
 		a, err := request(ctx, e, c, c.reply)
 		if err != nil {
-			return nil, false, fmt.Errorf("query %s tasks: %w", q.Status, err)
+			return nil, false, nil, fmt.Errorf("query %s tasks: %w", q.Status, err)
 		}
 		all = smallest(append(all, a.matches...), q.Limit+1)
-		from = a.next
+		if from == 0 {
+			began = a.loaded
+		}
+		if from = a.next; from == nilRec {
+			held = []int{}
+			for p, load := range a.loaded {
+				if load != 0 && load == began[p] {
+					held = append(held, p)
+				}
+			}
+			break
+		}
 	}
 	if len(all) > q.Limit {
-		return all[:q.Limit], true, nil
+		return all[:q.Limit], true, held, nil
 	}
-	return all, false, nil
+	return all, false, held, nil
 }
 
 // failureLogSize is how many failures a node remembers for

@@ -37,7 +37,7 @@ func benchQuery(b *testing.B, n int, st task.Status) {
 	var found int
 	b.ResetTimer()
 	for range b.N {
-		ms, _, err := e.Query(ctx, task.StatusQuery{Status: st, Limit: registry.DefaultListLimit})
+		ms, _, _, err := e.Query(ctx, task.StatusQuery{Status: st, Limit: registry.DefaultListLimit})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestEngine_Health(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ms, more, err := n.e.Query(ctx, task.StatusQuery{Status: st, Prefix: prefix, After: after, Limit: limit})
+		ms, more, _, err := n.e.Query(ctx, task.StatusQuery{Status: st, Prefix: prefix, After: after, Limit: limit})
 		if err != nil {
 			t.Fatalf("query %s: %v", st, err)
 		}
@@ -401,4 +402,79 @@ func TestLoop_FireAddingNoFailurePausesNothing(t *testing.T) {
 	if n := len(tl.alerts.q); n != 1 {
 		t.Errorf("a success of +6s ending after the failure of +7s queued %d pause notices in all, want 1 (streak %d, unchanged)", n, r.failStreak)
 	}
+}
+
+// A status query covers a partition only while its node holds every task
+// of it: one taken over whose tasks are not armed yet (its acquire reads
+// etcd between the lock and the load) is left out of held, so that a list
+// by status says its tasks may be missing instead of missing them unsaid.
+func TestEngine_QueryLeavesOutAPartitionStillLoading(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := startNode(t, c, "", nil, nil)
+	reg := a.e.Registry()
+	for i := range 32 {
+		tk := handlerTask(fmt.Sprintf("paused/%02d", i), "@every 1h")
+		tk.Paused = true
+		putTask(t, reg, tk)
+	}
+	query := func(n *testNode) (ids []string, held []int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, _, held, err := n.e.Query(ctx, task.StatusQuery{Status: task.StatusPaused, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			ids = append(ids, m.ID)
+		}
+		return ids, held
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { ids, held := query(a); return len(ids) == 32 && len(held) == 16 })
+
+	// node-b's acquires stop once they hold their partitions' locks, before
+	// their tasks are armed: at the read of the partitions' runs elsewhere.
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	reached, release := make(chan struct{}, 16), make(chan struct{})
+	hook := func(key string) {
+		if strings.Contains(key, "/running/") {
+			reached <- struct{}{}
+			<-release
+		}
+	}
+	faults.afterGet.Store(&hook)
+	open := sync.OnceFunc(func() { faults.afterGet.Store(nil); close(release) })
+	b := startNodeOn(t, cli, "", nil, func(cfg *Config) { cfg.NodeID = "node-b" }, noWait)
+	t.Cleanup(open) // before b stops: cleanups run last first
+	select {
+	case <-reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-b acquired no partition")
+	}
+	p := -1
+	for q := range 16 {
+		if b.e.Owns(q) {
+			p = q
+		}
+	}
+	if p < 0 {
+		t.Fatal("node-b owns no partition past its lock")
+	}
+	if ids, held := query(b); slices.Contains(held, p) {
+		t.Errorf("node-b's answer %q covers partition %d, whose tasks it has not armed yet", ids, p)
+	}
+	open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		ids, held := query(b)
+		if !slices.Contains(held, p) {
+			return false
+		}
+		for i := range 32 {
+			if id := fmt.Sprintf("paused/%02d", i); reg.Partition(id) == p && !slices.Contains(ids, id) {
+				t.Fatalf("node-b's answer %q covers partition %d without its task %s", ids, p, id)
+			}
+		}
+		return true
+	})
 }

@@ -327,7 +327,7 @@ func (e *Engine) send(ctx context.Context, p int, fence, resume int64, handed ha
 	first := true
 	for first || len(defs) > 0 {
 		n := min(len(defs), loadChunk)
-		c := &loadCmd{part: p, fence: fence, resume: resume, handed: handed, defs: defs[:n], first: first, done: make(chan struct{})}
+		c := &loadCmd{part: p, fence: fence, resume: resume, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
 		defs = defs[n:]
 		first = false
 		if err := e.call(ctx, c); err != nil {

@@ -42,6 +42,7 @@ type (
 		handed handedTo
 		defs   []taskDef
 		first  bool // the first chunk of the partition: it becomes owned
+		more   bool // chunks follow: the partition's tasks are not all armed
 		done   chan struct{}
 	}
 	// eventsCmd applies task changes seen by a partition's watch. With
@@ -94,6 +95,10 @@ type (
 type partState struct {
 	owned bool
 	fence int64
+	// loaded names the load that armed every task of the partition (its
+	// last chunk's, from loop.loads); 0 while chunks are to come. A status
+	// query covers the partitions loaded under one number throughout.
+	loaded uint64
 	// triggersRead is the revision of the acquire's read of the partition's
 	// pending triggers: the watch's events up to it were in that read.
 	triggersRead int64
@@ -126,6 +131,7 @@ type loop struct {
 	profs   *profileTable
 	scheds  *schedule.Table
 	parts   []partState
+	loads   uint64 // loads done, which number partState.loaded
 	retries []retryState
 	rfree   []uint32
 	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
@@ -355,6 +361,10 @@ func (l *loop) load(c *loadCmd) {
 		if failed {
 			l.adoptHealth(i, r, e) // before any fire of it here, in the same command
 		}
+	}
+	if !c.more {
+		l.loads++
+		l.parts[c.part].loaded = l.loads
 	}
 }
 

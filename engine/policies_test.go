@@ -590,7 +590,7 @@ func TestEngine_RetryDueWhilePausedIsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		ms, _, err := n.e.Query(context.Background(), task.StatusQuery{Status: task.StatusPaused, Limit: 10})
+		ms, _, _, err := n.e.Query(context.Background(), task.StatusQuery{Status: task.StatusPaused, Limit: 10})
 		return err == nil && len(ms) == 1
 	})
 	close(fail) // the first attempt fails now, its retry due 100-200 ms later
