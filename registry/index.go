@@ -213,15 +213,9 @@ const indexBuildChunk = 64
 // BuildIndex writes once done is present. Until then List and Export scan
 // the task keys themselves (slow at fleet size, but complete).
 func (r *Registry) IndexBuilt(ctx context.Context) (bool, error) {
-	if r.indexed.Load() {
-		return true, nil
-	}
 	resp, err := r.cli.Get(ctx, r.keys.indexBuilt(), clientv3.WithCountOnly())
 	if err != nil {
 		return false, fmt.Errorf("read index marker: %w", err)
-	}
-	if resp.Count > 0 {
-		r.indexed.Store(true)
 	}
 	return resp.Count > 0, nil
 }
@@ -271,7 +265,6 @@ func (r *Registry) BuildIndex(ctx context.Context) (indexed int, err error) {
 	if _, err := r.cli.Put(ctx, r.keys.indexBuilt(), string(r.indexMarker())); err != nil {
 		return indexed, fmt.Errorf("build index: write marker: %w", err)
 	}
-	r.indexed.Store(true)
 	return indexed, nil
 }
 

@@ -819,3 +819,38 @@ func TestGetMany_BoundsTransactionsInFlight(t *testing.T) {
 		t.Errorf("%d transactions in flight at once, want at most %d", m, maxFetchInFlight)
 	}
 }
+
+// TestList_MarkerDeletedScansAgain: deleting the index marker (as after
+// nodes of an older version wrote tasks without indexing them) sends the
+// lists of a running node back to scanning every task at once, not only
+// after a restart, until the index is built again.
+func TestList_MarkerDeletedScansAgain(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/m")
+	if _, err := reg.Put(ctx, labelled("i/1", nil), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := listAll(t, reg, ListOptions{Prefix: "i/", Limit: 10}, nil); !slices.Equal(got, []string{"i/1"}) {
+		t.Fatalf("through the index: %v", got)
+	}
+	old := openRegistry(t, c.Client, "/m")
+	old.noIndex = true
+	if _, err := old.Put(ctx, labelled("u/1", nil), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Delete(ctx, reg.keys.indexBuilt()); err != nil {
+		t.Fatal(err)
+	}
+	if built, err := reg.IndexBuilt(ctx); err != nil || built {
+		t.Errorf("IndexBuilt with the marker deleted: %v, %v", built, err)
+	}
+	if got := listAll(t, reg, ListOptions{Prefix: "u/", Limit: 10}, nil); !slices.Equal(got, []string{"u/1"}) {
+		t.Errorf("with the marker deleted: %v, want the unindexed task", got)
+	}
+	if n, err := reg.BuildIndex(ctx); err != nil || n == 0 {
+		t.Fatalf("BuildIndex: %d, %v", n, err)
+	}
+	checkIndex(t, c.Client, reg)
+}

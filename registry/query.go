@@ -161,16 +161,14 @@ func (r *Registry) each(ctx context.Context, q query, rev int64, built bool, fn 
 }
 
 // readRevision returns etcd's current revision, and whether the index is
-// built, with one read.
+// built, with one read: a marker deleted to have the index built again
+// sends the next list back to scanning the tasks.
 func (r *Registry) readRevision(ctx context.Context) (rev int64, built bool, err error) {
 	resp, err := r.cli.Get(ctx, r.keys.indexBuilt(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, false, fmt.Errorf("read revision: %w", err)
 	}
-	if resp.Count > 0 {
-		r.indexed.Store(true)
-	}
-	return resp.Header.Revision, r.indexed.Load(), nil
+	return resp.Header.Revision, resp.Count > 0, nil
 }
 
 // scan reads the tasks that match q at the current revision, at most limit

@@ -68,9 +68,8 @@ type Registry struct {
 	partitions int
 	now        func() time.Time
 	triggers   triggerTimes
-	indexed    atomic.Bool // the index marker was seen: every task is indexed
-	origin     []byte      // the cluster and prefix, as Origin names them
-	ringSet    *Cluster    // the ring's settings to check (WithRing), or nil
+	origin     []byte   // the cluster and prefix, as Origin names them
+	ringSet    *Cluster // the ring's settings to check (WithRing), or nil
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
 	// index costs.
