@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,9 @@ func TestServer_TwoNodes(t *testing.T) {
 		if err != nil || len(local) != 3 {
 			t.Fatalf("local history of node-1: %+v, %v", local, err)
 		}
+		if a, err := c1.HistoryAnswer(ctx, id, 0); err != nil || !equalExecutions(a.Executions, merged) || a.Partial != nil {
+			t.Fatalf("history answer with every node answering: %+v, %v", a, err)
+		}
 	})
 
 	t.Run("Nodes", func(t *testing.T) {
@@ -177,6 +181,7 @@ func TestServer_TwoNodes(t *testing.T) {
 		if got, err := c1.History(ctx, id, 0); err != nil || len(got) != 3 {
 			t.Fatalf("history with node-2 hanging: %+v, %v", got, err)
 		}
+		wantPartialHistory(t, c1, id, "with node-2 hanging")
 		if task, err := c1.GetTask(ctx, remoteID); err != nil || task.State == nil || task.State.Owner != "node-2" || task.State.OwnerError == "" {
 			t.Fatalf("GET with the owner hanging: %+v, %v", task.State, err)
 		}
@@ -197,6 +202,7 @@ func TestServer_TwoNodes(t *testing.T) {
 		if err != nil || len(got) != 3 {
 			t.Fatalf("history with node-2 down: %+v, %v", got, err)
 		}
+		wantPartialHistory(t, c1, id, "with node-2 down")
 		// The state names the owner that did not answer, and why.
 		task, err := c1.GetTask(ctx, remoteID)
 		if err != nil || task.State == nil || task.State.Owner != "node-2" || task.State.OwnerError == "" {
@@ -217,6 +223,17 @@ func TestServer_TwoNodes(t *testing.T) {
 			t.Fatalf("Nodes from a closed server: %v", err)
 		}
 	})
+}
+
+// wantPartialHistory checks that the history of id, asked of c while
+// node-2 does not answer, says that node-2's records are missing: an
+// answer without them must not read as complete.
+func wantPartialHistory(t *testing.T, c *client.Client, id, when string) {
+	t.Helper()
+	a, err := c.HistoryAnswer(context.Background(), id, 0)
+	if err != nil || len(a.Executions) != 3 || len(a.Partial) != 1 || !strings.HasPrefix(a.Partial[0], "node-2: ") {
+		t.Fatalf("history answer %s: %+v, %v; want node-1's 3 records and node-2 named in partial", when, a, err)
+	}
 }
 
 func equalExecutions(a, b []task.Execution) bool {

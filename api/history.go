@@ -49,7 +49,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(merged)})
+	writeJSON(w, http.StatusOK, client.HistoryResponse{Executions: nonNil(merged), Partial: missing})
 }
 
 func nonNil(e []task.Execution) []task.Execution {

@@ -388,17 +388,33 @@ func (c *Client) TriggerWith(ctx context.Context, id string, o *task.Override) (
 
 // History returns up to limit execution records of the task from every
 // node, newest first (limit 0: the server's default, 100; at most 1000).
+// The records of a node that did not answer are missing: HistoryAnswer
+// says which.
 func (c *Client) History(ctx context.Context, id string, limit int) ([]task.Execution, error) {
-	return c.history(ctx, id, limit, false)
+	resp, err := c.historyAnswer(ctx, id, limit, false)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Executions, nil
+}
+
+// HistoryAnswer is History giving the whole answer: Partial lists the
+// nodes that did not answer, whose records are missing.
+func (c *Client) HistoryAnswer(ctx context.Context, id string, limit int) (*HistoryResponse, error) {
+	return c.historyAnswer(ctx, id, limit, false)
 }
 
 // LocalHistory returns the node's own records of the task only (?local=1):
 // what History gathers from every node.
 func (c *Client) LocalHistory(ctx context.Context, id string, limit int) ([]task.Execution, error) {
-	return c.history(ctx, id, limit, true)
+	resp, err := c.historyAnswer(ctx, id, limit, true)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Executions, nil
 }
 
-func (c *Client) history(ctx context.Context, id string, limit int, local bool) ([]task.Execution, error) {
+func (c *Client) historyAnswer(ctx context.Context, id string, limit int, local bool) (*HistoryResponse, error) {
 	q := url.Values{}
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -410,7 +426,7 @@ func (c *Client) history(ctx context.Context, id string, limit int, local bool) 
 	if err := c.do(ctx, http.MethodGet, taskPath(id)+"/history", q, nil, nil, &resp); err != nil {
 		return nil, err
 	}
-	return resp.Executions, nil
+	return &resp, nil
 }
 
 // TaskState returns the state of a task the node owns (an *Error with

@@ -65,6 +65,10 @@ type BackfillRequest struct {
 // HistoryResponse is the answer of GET /v1/tasks/{id}/history.
 type HistoryResponse struct {
 	Executions []task.Execution `json:"executions"`
+	// Partial lists the nodes that did not answer (with why): their
+	// records are missing, often the newest ones, the owner's. Absent
+	// when every node answered.
+	Partial []string `json:"partial,omitempty"`
 }
 
 // Node is a member of the cluster as GET /v1/nodes reports it, and this

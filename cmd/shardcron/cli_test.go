@@ -670,6 +670,23 @@ func TestTaskBackfill_Cancel(t *testing.T) {
 		[]string{`backfill of task "one" canceled: 0 of its 1 fire done`}, nil)
 }
 
+// task history warns on stderr of the nodes that did not answer, whose
+// records are missing, and keeps them in its JSON: the answer without
+// them read as complete, the owner's newest records silently left out.
+func TestTaskHistory_WarnsOfPartialAnswer(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"executions":[{"task_id":"a","scheduled_at":"2026-01-01T00:00:00Z","attempt":1,"node":"n1","status":"ok"}],`+
+			`"partial":["n2: connection refused"]}`)
+	}))
+	defer ts.Close()
+	r := cli("", "task", "history", "a", "--server", ts.URL)
+	wantCLI(t, r, 0, []string{"2026-01-01T00:00:00Z", "n1"},
+		[]string{"warning: partial answer, the records of a node are missing: n2: connection refused"})
+	r = cli("", "task", "history", "a", "--server", ts.URL, "--output", "json")
+	wantCLI(t, r, 0, []string{`"partial": [`, `"n2: connection refused"`}, []string{"warning: partial answer"})
+}
+
 func TestOutput_Truncate(t *testing.T) {
 	if got := truncate("a\nb  c", 10); got != "a b c" {
 		t.Errorf("truncate joins lines: %q", got)

@@ -1076,7 +1076,9 @@ const taskHistoryHelp = `Usage: shardcron task history ID [--limit N] [flags]
 
 Shows a task's execution records, newest first, from every node: one row
 per attempt, plus fires that were skipped, misfired or canceled. Nodes
-keep records for their --history-ttl.
+keep records for their --history-ttl. A node that does not answer is
+named in a warning on stderr ("partial" in JSON): its records, often the
+newest, are missing.
 
 Example:
   shardcron task history billing/invoice-42 --limit 50
@@ -1093,16 +1095,21 @@ func taskHistory(args []string, stdout, stderr io.Writer) int {
 		if limit < 1 || limit > api.MaxHistoryLimit {
 			return c.usageError("--limit: %d is not from 1 to %d", limit, api.MaxHistoryLimit)
 		}
-		execs, err := cf.client().History(ctx, id, limit)
+		resp, err := cf.client().HistoryAnswer(ctx, id, limit)
 		if err != nil {
 			return cf.fail(c, subject(id), err)
 		}
+		execs := resp.Executions
 		if execs == nil {
 			execs = []task.Execution{}
 		}
+		for _, p := range resp.Partial {
+			fmt.Fprintf(c.stderr, "warning: partial answer, the records of a node are missing: %s\n", p)
+		}
 		out := struct {
 			Executions []task.Execution `json:"executions"`
-		}{execs}
+			Partial    []string         `json:"partial,omitempty"`
+		}{execs, resp.Partial}
 		return printResult(c, cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
 	})
 }
