@@ -398,9 +398,13 @@ func (f *serverFlags) check() error {
 	case f.lead < minLead || f.lead > maxLead:
 		return fmt.Errorf("--lead must be within %v-%v, got %v", minLead, maxLead, f.lead)
 	case f.historyTTL <= 0:
-		return errors.New("--history-ttl must be positive")
-	case f.startTimeout <= 0 || f.drainTimeout < 0 || f.shutdownTO < 0:
-		return errors.New("--start-timeout must be positive, --drain-timeout and --shutdown-timeout not negative")
+		return fmt.Errorf("--history-ttl must be positive, got %v", f.historyTTL)
+	case f.startTimeout <= 0:
+		return fmt.Errorf("--start-timeout must be positive, got %v", f.startTimeout)
+	case f.drainTimeout < 0:
+		return fmt.Errorf("--drain-timeout must not be negative, got %v", f.drainTimeout)
+	case f.shutdownTO < 0:
+		return fmt.Errorf("--shutdown-timeout must not be negative, got %v", f.shutdownTO)
 	}
 	for _, l := range []struct {
 		flag string

@@ -591,6 +591,27 @@ func TestServer_HistoryFlagsReachStore(t *testing.T) {
 	}
 }
 
+// TestServer_DurationFlagsRefusedByName: a duration out of its range is
+// refused naming that flag and the value given; one message named all
+// three timeouts, whichever was wrong.
+func TestServer_DurationFlagsRefusedByName(t *testing.T) {
+	for _, args := range [][]string{
+		{"--start-timeout", "0s"}, {"--drain-timeout", "-1s"}, {"--shutdown-timeout", "-1s"}, {"--history-ttl", "0s"},
+	} {
+		var f serverFlags
+		fs := flag.NewFlagSet("server", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		err := f.check()
+		if err == nil || !strings.HasPrefix(err.Error(), args[0]+" must") || !strings.Contains(err.Error(), "got "+args[1]) {
+			t.Errorf("%v: %v, want an error about %s that gives %s", args, err, args[0], args[1])
+		}
+	}
+}
+
 // TestServer_HelpExplainsFlags: --help lists every flag 'server' takes,
 // and docs/api.md names each one.
 func TestServer_HelpExplainsFlags(t *testing.T) {
