@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -39,8 +42,9 @@ func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
 var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
 
 // probeEtcd connects to endpoint as the etcd client would and returns what
-// the connection or the TLS layer says, with the flag to look at; nil when
-// the transport works. The etcd client's own error for an endpoint that
+// the connection or the TLS layer says, with the flag to look at, or that
+// a plain endpoint is an HTTP server other than etcd; nil when the
+// transport works. The etcd client's own error for an endpoint that
 // refuses connections is only its deadline.
 func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 	u, err := url.Parse(endpoint)
@@ -58,7 +62,7 @@ func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 		if tc.Handshake() == nil {
 			return errServesTLS
 		}
-		return nil
+		return probeNotEtcd(u.Host)
 	}
 	cfg := &tls.Config{}
 	if tlsCfg != nil {
@@ -77,6 +81,32 @@ func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 		return tlsHint(err)
 	}
 	return nil
+}
+
+// probeNotEtcd asks the plain endpoint at host for GET /version, which
+// etcd serves on its client port beside gRPC, and returns an error when
+// an HTTP server answers there without etcd's version: another program,
+// such as a shardcron node's API given for its embedded etcd (which
+// listens on the API port + 10000). The etcd client only reports its
+// deadline for such an endpoint, after --start-timeout. nil when it
+// answers as etcd does, or not over HTTP at all.
+func probeNotEtcd(host string) error {
+	c := &http.Client{
+		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		Timeout:       2 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := c.Get("http://" + host + "/version")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"etcdserver"`)) {
+		return nil
+	}
+	return fmt.Errorf("an HTTP server answers there, not etcd (GET /version: %s): check --etcd "+
+		"(a node's embedded etcd listens on its API port + 10000, or its --etcd-listen)", resp.Status)
 }
 
 // tlsHint wraps a TLS error with the flags that fix it.

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// An --etcd endpoint where an HTTP server other than etcd answers (a
+// node's API port given for its embedded etcd's, say) is named as such;
+// the node said only "context deadline exceeded", after --start-timeout.
+// etcd itself passes, and so does an endpoint that refuses connections
+// with its own finding.
+func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
+	notEtcd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
+	}))
+	defer notEtcd.Close()
+	err := probeEtcd(notEtcd.URL, nil)
+	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd (GET /version: 404 Not Found): check --etcd") {
+		t.Errorf("an HTTP server that is not etcd: %v", err)
+	}
+
+	// An HTTP server that answers /version with etcd's fields is taken
+	// for etcd: only its transport is probed.
+	likeEtcd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"etcdserver":"3.6.0","etcdcluster":"3.6.0"}`)
+	}))
+	defer likeEtcd.Close()
+	if err := probeEtcd(likeEtcd.URL, nil); err != nil {
+		t.Errorf("a server answering as etcd: %v", err)
+	}
+
+	c := etcdtest.Start(t)
+	if err := probeEtcd(c.Endpoints[0], nil); err != nil {
+		t.Errorf("etcd at %s: %v", c.Endpoints[0], err)
+	}
+
+	err = probeEtcd("http://"+etcdtest.RefusedAddr(t), nil)
+	if err == nil || !strings.Contains(err.Error(), "is etcd running there?") || errors.Is(err, errServesTLS) {
+		t.Errorf("a refused connection: %v", err)
+	}
+}
