@@ -208,7 +208,8 @@ const (
 )
 
 // Retry says how failed attempts are retried: exponential backoff from
-// Backoff, doubled per attempt and capped at MaxBackoff.
+// Backoff, doubled per attempt and capped at MaxBackoff; each wait is a
+// random time between half and all of that (jitter).
 type Retry struct {
 	// MaxAttempts counts the first attempt: 1 (default) means no retry; at
 	// most 100.

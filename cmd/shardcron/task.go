@@ -267,7 +267,7 @@ func (p *putFlags) register(c *command) {
 	fs.BoolVar(&p.noop, "noop", false, "noop executor: fire and do nothing (for tests and benchmarks)")
 	fs.DurationVar(&p.taskTimeout, "task-timeout", 0, "how long one attempt may run, at most 24h (server default 1m); --timeout is the request's")
 	fs.IntVar(&p.maxAttempts, "max-attempts", 0, "attempts per fire, counting the first, at most 100 (server default 1)")
-	fs.DurationVar(&p.backoff, "backoff", 0, "delay before the first retry, doubled per retry, at most 24h (server default 1s)")
+	fs.DurationVar(&p.backoff, "backoff", 0, "delay before the first retry, doubled per retry; each wait is between half and all of it (jitter); at most 24h (server default 1s)")
 	fs.DurationVar(&p.maxBackoff, "max-backoff", 0, "cap of the retry delay, at most 24h and not under --backoff (server default 1m)")
 	fs.StringVar(&p.misfire, "misfire", "", "misfire `POLICY`: fire_once, skip or fire_all (server default fire_once)")
 	fs.DurationVar(&p.catchupWindow, "catchup-window", 0, "missed fires older than this never run, at most 24h (server default 1m)")
