@@ -408,7 +408,10 @@ func (e *Engine) Close() error {
 			case <-drained:
 			}
 		}()
-		e.pool.drain(e.cfg.DrainTimeout)
+		if e.pool.drain(e.cfg.DrainTimeout) {
+			e.log.Warn("the drain timeout canceled the executions still running; their execution records say canceled",
+				"drain_timeout", e.cfg.DrainTimeout)
+		}
 		close(drained)
 		<-cut
 		e.loop.deletedRunsDrained() // deleted tasks' runs that ended in the drain recorded themselves: no restart finds those

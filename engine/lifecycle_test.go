@@ -361,9 +361,11 @@ func TestEngine_CloseDrains(t *testing.T) {
 			t.Parallel()
 			c := etcdtest.Start(t)
 			clock := newTestClock(at(0).Add(time.Second/2), 0)
+			var logs logbuf.Buffer
 			n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) {
 				cfg.Partitions = 1
 				cfg.DrainTimeout = tt.drain
+				cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}))
 			started, release := make(chan struct{}), make(chan struct{})
 			ended := make(chan error, 1)
@@ -413,6 +415,9 @@ func TestEngine_CloseDrains(t *testing.T) {
 			}
 			if err := <-ended; !errors.Is(err, tt.want) {
 				t.Errorf("the execution ended with %v, want %v", err, tt.want)
+			}
+			if logged := strings.Contains(logs.String(), "the drain timeout canceled"); logged != (tt.want != nil) {
+				t.Errorf("the drain timeout's cancel logged: %v, want %v; the log:\n%s", logged, tt.want != nil, logs.String())
 			}
 		})
 	}

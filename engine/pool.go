@@ -449,19 +449,20 @@ func (p *pool) dropQueued(drop func(j *job) bool) {
 
 // drain lets the workers finish the queue and what runs, then stop. After d
 // it cancels the executions still running (and any taken after that), and
-// waits for the workers.
-func (p *pool) drain(d time.Duration) {
+// waits for the workers. It reports whether d passed first.
+func (p *pool) drain(d time.Duration) (cut bool) {
 	timer := time.AfterFunc(d, p.execCancel)
-	defer timer.Stop()
 	p.mu.Lock()
 	p.closing = true
 	p.ready.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
+	cut = !timer.Stop()
 	p.execCancel()
 	for len(p.done) > 0 { // nothing sends any more
 		p.handOnLeft(<-p.done)
 	}
+	return cut
 }
 
 // loopGone tells the workers that the loop is gone, and applies the
