@@ -96,6 +96,7 @@ func TestParse_Errors(t *testing.T) {
 		{"0 0 0 * *", "", `"0 0 0 * *": day-of-month 0 out of range 1-31`, false},
 		{"0 0 * 13 *", "", `"0 0 * 13 *": month 13 out of range 1-12`, false},
 		{"0 0 * * 7", "", `"0 0 * * 7": day-of-week 7 out of range 0-6 (Sunday is 0 or sun)`, false},
+		{"0 0 1 1 * 2030", "", `"0 0 1 1 * 2030": day-of-week 2030 out of range 0-6 (a schedule has no year field: bound its fires with not_before and not_after, or use @at)`, false},
 		{"0 0 * * 99999999999999999999", "", `"0 0 * * 99999999999999999999": day-of-week 99999999999999999999 out of range 0-6`, false},
 		{"x * * * *", "", `"x * * * *": minute "x" is not a number`, false},
 		{"0 0 * foo *", "", `"0 0 * foo *": month "foo" is not a number or a month name (jan-dec)`, false},

@@ -208,8 +208,11 @@ func (d *field) value(text, el string) (int, string) {
 		n, err := strconv.Atoi(text)
 		if err != nil || n < d.min || n > d.max {
 			reason := fmt.Sprintf("%s %s out of range %d-%d", d.name, text, d.min, d.max)
-			if d.name == "day-of-week" && n == 7 {
+			switch {
+			case d.name == "day-of-week" && n == 7:
 				reason += " (Sunday is 0 or sun)"
+			case d.name == "day-of-week" && err == nil && n >= 1970 && n <= 9999: // a year
+				reason += " (a schedule has no year field: bound its fires with not_before and not_after, or use @at)"
 			}
 			return 0, reason
 		}
