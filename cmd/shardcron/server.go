@@ -147,7 +147,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies (at least --tick)")
 	fs.DurationVar(&f.lead, "lead", d.Lead, "how far dispatch may run ahead of the watermark etcd last recorded (200ms-1m): a crash's successor repeats at most this much of the node's fires, and firing falls behind while etcd takes longer than this to record one")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
-	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept at most (more than 0)")
+	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept at most (at least 1s)")
 	fs.IntVar(&f.successLimit, "history-success-limit", store.DefaultSuccessLimit,
 		fmt.Sprintf("successful executions kept per task, the most recent (0-%d; a task's history_limit.successes overrides it)", store.MaxHistoryLimit))
 	fs.IntVar(&f.failureLimit, "history-failure-limit", store.DefaultFailureLimit,
@@ -397,8 +397,9 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
 	case f.lead < minLead || f.lead > maxLead:
 		return fmt.Errorf("--lead must be within %v-%v, got %v", minLead, maxLead, f.lead)
-	case f.historyTTL <= 0:
-		return fmt.Errorf("--history-ttl must be positive, got %v", f.historyTTL)
+	case f.historyTTL < time.Second:
+		// The store's bound: Badger expires entries at whole seconds.
+		return fmt.Errorf("--history-ttl must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
 	case f.startTimeout <= 0:
 		return fmt.Errorf("--start-timeout must be positive, got %v", f.startTimeout)
 	case f.drainTimeout < 0:

@@ -256,6 +256,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--history", "sometimes"},
 			{"--history-success-limit", "101"},
 			{"--history-failure-limit", "-1"},
+			{"--history-ttl", "500ms"}, // Badger expires in whole seconds: the store refuses it
 			{"--log-format", "xml"},
 			{"--partitions", "0"},
 			{"--partitions", "65536"}, // past engine.MaxPartitions
@@ -587,6 +588,20 @@ func TestServer_HistoryFlagsReachStore(t *testing.T) {
 	for _, args := range [][]string{{"--history-success-limit", "101"}, {"--history-failure-limit", "-1"}} {
 		if _, err := parse(args...); err == nil || !strings.Contains(err.Error(), args[0]+" must be between 0 and 100") {
 			t.Errorf("%v: %v", args, err)
+		}
+	}
+	// Every value the flag check lets through, the store takes: one it
+	// refuses would stop the start later, exit 1, naming a Config field.
+	for _, ttl := range []string{"1ns", "500ms", "1s"} {
+		f, err := parse("--history-ttl", ttl)
+		if err != nil {
+			if !strings.Contains(err.Error(), "--history-ttl") {
+				t.Errorf("--history-ttl %s: %v, want an error naming the flag", ttl, err)
+			}
+			continue
+		}
+		if err := f.storeConfig(nil).Validate(); err != nil {
+			t.Errorf("--history-ttl %s passes the flag check, but the store refuses it: %v", ttl, err)
 		}
 	}
 }
