@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,7 +21,8 @@ import (
 // value-log file, the MANIFEST, and each table the MANIFEST lists, opened
 // the way Badger opens it (footer, index checksum, first and last key).
 // Any failure is an error wrapping ErrCorrupt, and so are tables without
-// a MANIFEST. A new directory passes.
+// a MANIFEST, but for a file the system refuses to open or read (see
+// corrupt). A new directory passes.
 //
 // Why: Badger opens tables on goroutines of its own, where a damaged table
 // makes it panic beyond any recover; it skips, with only a log line, a
@@ -32,13 +34,20 @@ import (
 // It reads only headers, footers, indexes and one block per table,
 // through mmap: a small fraction of the data.
 func checkDir(dir string, opt badger.Options) error {
+	// Badger's errors keep only the text of the system's, so the key
+	// registry is opened here first to tell a refusal from damage.
+	if f, err := os.Open(filepath.Join(dir, badger.KeyRegistryFileName)); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	kr, err := badger.OpenKeyRegistry(badger.KeyRegistryOptions{Dir: dir, ReadOnly: true})
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrCorrupt, badger.KeyRegistryFileName, err)
+		return corrupt(fmt.Errorf("%s: %w", badger.KeyRegistryFileName, err))
 	}
 	_ = kr.Close()
 	if err := checkLogHeaders(dir); err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return corrupt(err)
 	}
 	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
 	if errors.Is(err, os.ErrNotExist) {
@@ -64,10 +73,25 @@ func checkDir(dir string, opt badger.Options) error {
 	}
 	for id, tm := range mf.Tables {
 		if err := checkTable(table.NewFilename(id, dir), id, tm, opt); err != nil {
-			return fmt.Errorf("%w: table %s: %v", ErrCorrupt, table.IDToFilename(id), err)
+			return corrupt(fmt.Errorf("table %s: %w", table.IDToFilename(id), err))
 		}
 	}
 	return nil
+}
+
+// corrupt wraps err, a file of the directory failing its check, into an
+// error matching ErrCorrupt, unless the system refused to open or read
+// the file (a *fs.PathError but for a file missing: no permission, an I/O
+// error): the file's contents were never looked at, and moving the
+// directory away, what a caller does with ErrCorrupt, is then the
+// operator's call (docs/design.md, Storage and etcd faults). A file the
+// MANIFEST lists and the directory lacks is damage. The error's text is
+// the same either way.
+func corrupt(err error) error {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrCorrupt, err)
 }
 
 // checkLogHeaders checks that every memtable WAL and value-log file starts

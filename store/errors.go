@@ -17,9 +17,11 @@ var (
 
 	// ErrCorrupt is matched (errors.Is) by the *OpenError Open returns when a
 	// file of the data directory fails its checks (bad magic, checksum,
-	// truncated table), when tables are left without a MANIFEST, or when a
-	// file makes Badger panic, and by the error of a
-	// Partition that read another number of tasks than its count.
+	// truncated table, a table the MANIFEST lists missing), when tables are
+	// left without a MANIFEST, or when a file makes Badger panic, and by the
+	// error of a Partition that read another number of tasks than its count.
+	// A file the system refuses to open or read (permissions, an I/O
+	// error) is not matched: its contents were not looked at.
 	ErrCorrupt = errors.New("store: data directory is corrupt")
 
 	// ErrDiskFull is matched (errors.Is) by the error of a write refused

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		crashChild(dir) // never returns: killed by the parent test
 	}
+	if dir := os.Getenv(openChildEnv); dir != "" {
+		openChild(dir) // never returns
+	}
 	goleak.VerifyTestMain(m)
 }
 
