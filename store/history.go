@@ -330,10 +330,42 @@ func (s *Store) writeBatch() int {
 	close(h.progress)
 	h.progress = make(chan struct{})
 	h.mu.Unlock()
-	if err != nil {
-		s.log.Warn("store: execution records lost", "records", n, "err", err)
+	switch {
+	case err != nil:
+		s.warnLost(n, err)
+	case s.lostCause != "":
+		s.log.Info("store: execution records are written again", "after", s.lostCause, "lost_since_open", h.failed.Load())
+		s.lostCause = ""
 	}
 	return n
+}
+
+// lostWarnEvery is how often the writer logs batches lost to one cause:
+// while the disk is full every batch fails, ten a second.
+const lostWarnEvery = time.Minute
+
+// warnLost logs a batch of n records whose write failed with err: the
+// first of a cause at once, then one line a lostWarnEvery with the
+// batches held back since and the records lost since Open (WriteFailed);
+// the first batch written after is logged too. Called only from
+// writeLoop.
+func (s *Store) warnLost(n int, err error) {
+	cause := "write failed"
+	for _, c := range []error{ErrDiskFull, ErrDirDeleted} {
+		if errors.Is(err, c) {
+			cause = c.Error()
+		}
+	}
+	s.lostCause = cause
+	ok, held := s.lostWarns.Pass(cause, time.Now())
+	if !ok {
+		return
+	}
+	attrs := []any{"records", n, "lost_since_open", s.history.failed.Load(), "err", err}
+	if held > 0 {
+		attrs = append(attrs, "batches_not_logged", held)
+	}
+	s.log.Warn("store: execution records lost", attrs...)
 }
 
 // writeRecords writes batch in one WriteBatch (which Badger splits into

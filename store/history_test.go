@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -471,5 +473,45 @@ func TestStore_DirectoryDeleted(t *testing.T) {
 	s = openTest(t, cfg)
 	if rev, _ := s.Partition(0, nil); rev != 0 {
 		t.Errorf("the reopened directory has revision %d, want a new one", rev)
+	}
+}
+
+// TestHistory_DiskFullLogsOnceAWhile: while the disk refuses every batch
+// (one each FlushInterval, as long as fires end), the writer says so at
+// once and then once in a while with the count, not once per batch: ten
+// lines a second for as long as the disk is full, on a disk that may be
+// the log's too.
+func TestHistory_DiskFullLogsOnceAWhile(t *testing.T) {
+	cfg := testConfig(t)
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var full atomic.Bool
+	full.Store(true)
+	cfg.writeHook = func() error {
+		if full.Load() {
+			return fmt.Errorf("write: %w", ErrDiskFull)
+		}
+		return nil
+	}
+	s := openTest(t, cfg)
+	const batches = 20
+	for i := range batches {
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
+		if err := s.Flush(context.Background()); !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("Flush on a full disk = %v, want ErrDiskFull", err)
+		}
+	}
+	if got := s.WriteFailed(); got != batches {
+		t.Fatalf("WriteFailed = %d, want %d", got, batches)
+	}
+	lines := strings.Count(logs.String(), "execution records lost")
+	if lines != 1 || !strings.Contains(logs.String(), "disk full") {
+		t.Fatalf("%d batches refused: %d log lines, want 1 naming the full disk:\n%s", batches, lines, logs.String())
+	}
+	full.Store(false)
+	s.Record(exec1("t", batches, 1, task.ExecutionOK))
+	flush(t, s)
+	if !strings.Contains(logs.String(), "execution records are written again") {
+		t.Fatalf("no line once the disk took writes again:\n%s", logs.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/internal/lograte"
 )
 
 // Store is a node's local Badger database: the task cache per partition
@@ -32,8 +33,10 @@ type Store struct {
 	closed bool
 	ops    sync.WaitGroup
 
-	history historyBuffer
-	slots   slotTable
+	history   historyBuffer
+	slots     slotTable
+	lostWarns lograte.Limiter // of history batches lost, by cause; used by the writer only
+	lostCause string          // why the writer's last batch was lost, "" if written; writer only
 
 	stop      chan struct{} // closed by Close: stops the writer and GC loops
 	wg        sync.WaitGroup
@@ -91,6 +94,8 @@ func Open(cfg Config) (*Store, error) {
 		lock: lock,
 		log:  cfg.logger(),
 		stop: make(chan struct{}),
+
+		lostWarns: lograte.Limiter{Every: lostWarnEvery},
 	}
 	if err := s.dropOldHistory(); err != nil {
 		db.Close()
