@@ -381,7 +381,7 @@ func TestEngine_BackfillCanceledWhileItsPartitionIsAcquiredStaysCanceled(t *test
 		close(release)
 		t.Fatal(err)
 	}
-	if !eventually(10*time.Second, func() bool { return len(log.forTask("probe")) == 1 }) {
+	if !eventually(30*time.Second, func() bool { return len(log.forTask("probe")) == 1 }) {
 		close(release)
 		t.Fatal("the probe's backfill never fired")
 	}
