@@ -455,7 +455,12 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		}
 		def, cached, err := d.decode(id, ev.Kv.Value)
 		if err != nil {
-			e.log.Warn("skipping a task change", "partition", p, "err", err)
+			// Left out, as a read of the partition leaves it out: the
+			// definition before it no longer fires, nor does a start from
+			// the cache, which would hold it under this revision.
+			e.log.Warn("a task changed to what this node cannot read; it does not fire until a readable change",
+				"partition", p, "err", err)
+			c.drops = append(c.drops, id)
 			continue
 		}
 		c.upserts = append(c.upserts, def)
@@ -463,7 +468,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 	}
 	if e.caching(p) {
 		rev := events[len(events)-1].Kv.ModRevision
-		if err := e.store.Apply(uint32(p), rev, puts, c.deletes); err != nil {
+		if err := e.store.Apply(uint32(p), rev, puts, slices.Concat(c.deletes, c.drops)); err != nil {
 			e.dropCache(p, err)
 		}
 	}

@@ -51,6 +51,7 @@ type (
 		part    int
 		upserts []taskDef
 		deletes []string
+		drops   []string // changed to what this node cannot read: disarmed, their history kept
 		replace bool
 		applied chan struct{} // closed once applied, when not nil
 	}
@@ -440,6 +441,11 @@ func (l *loop) events(c *eventsCmd) {
 				l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
 			}
 			l.removeDeleted(i, r)
+		}
+	}
+	for _, id := range c.drops {
+		if i, _, ok := l.tab.lookup(id); ok {
+			l.remove(i)
 		}
 	}
 	if c.replace {

@@ -367,3 +367,50 @@ func TestEngine_CacheAheadOfEtcdWarnsOnce(t *testing.T) {
 		t.Errorf("%d warnings of a cache ahead of etcd, want 1:\n%s", n, buf.String())
 	}
 }
+
+// A task changed to what the node cannot read (garbage written to etcd
+// directly, or a value only a newer version reads) is left out as a read
+// of the partition leaves it out: its former definition stops firing, and
+// the cache does not keep it under the change's revision, where a restart
+// from the cache would fire it again.
+func TestEngine_UnreadableChangeIsLeftOutOfTheLoopAndTheCache(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	prefix := "/unreadable"
+	tweak := func(cfg *Config) { cfg.Partitions, cfg.Prefix = 1, prefix }
+	log := newFireLog()
+	dir := t.TempDir()
+	a := startNode(t, c, dir, log.handler, tweak)
+	putTask(t, a.e.Registry(), handlerTask("keep", "* * * * * *"))
+	putTask(t, a.e.Registry(), handlerTask("bad", "* * * * * *"))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("keep")) > 0 && len(log.forTask("bad")) > 0 })
+	if _, err := c.Client.Put(ctx, prefix+"/tasks/00000/bad", "not a task"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { _, held := a.e.TaskState(ctx, "bad"); return !held })
+	a.stop(t)
+
+	st, err := store.Open(store.DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cached []string
+	if _, err := st.Partition(0, func(id string, _ []byte) error { cached = append(cached, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cached, []string{"keep"}) {
+		t.Errorf("the cache holds %q, want only keep", cached)
+	}
+	restarted := time.Now()
+	b := startNode(t, c, dir, log.handler, tweak)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.ContainsFunc(log.forTask("keep"), func(s time.Time) bool { return s.After(restarted) })
+	})
+	if _, held := b.e.TaskState(ctx, "bad"); held {
+		t.Error("the restarted node armed the task whose change it cannot read")
+	}
+}
