@@ -149,7 +149,7 @@ type Config struct {
 
 	// SyncWrites makes every write wait for fsync. Default false: the store
 	// is a cache (etcd is authoritative) and a crash of the process loses
-	// nothing; a power loss may lose the last writes, never reorder them.
+	// nothing; a power loss may lose writes (see the package doc).
 	SyncWrites bool
 
 	// Logger receives the store's warnings and Badger's (Badger's INFO

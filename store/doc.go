@@ -19,8 +19,14 @@
 //     or, when the changes exceed one transaction, after them; Reset and
 //     Drop delete the old revision before touching tasks. Badger replays
 //     its write-ahead log in order and stops at the first damaged entry,
-//     so even a power loss loses a suffix of the writes, never an earlier
-//     write while keeping a later one.
+//     so a crash of the process loses nothing it wrote. A power loss is
+//     weaker without SyncWrites: Badger does not sync a write-ahead log
+//     file when it moves on to the next, so a later file's writes can
+//     outlive an earlier one's, and the revision can then stand over a
+//     lost update of a task (the count below catches lost additions and
+//     deletions only). After a power loss, a node started with its cache
+//     directory removed (its history with it) reads every partition from
+//     etcd.
 //   - A partition whose Reset or Drop was interrupted reads as never
 //     synced: Partition returns revision 0 and no tasks.
 //   - Partition reads tasks and revision from one snapshot.
