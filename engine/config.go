@@ -23,6 +23,11 @@ const DefaultPrefix = membership.DefaultPrefix
 // 2 s while it acquired and 3 s after.
 const MaxPartitions = 32768
 
+// MaxReleaseRunWait bounds Config.ReleaseRunWait: past it, a release of
+// partitions with a long run in them would stand them still for longer
+// than a node's lease.
+const MaxReleaseRunWait = 10 * time.Second
+
 // MinTick and MaxTick bound Config.Tick.
 const (
 	MinTick = 100 * time.Microsecond
@@ -109,6 +114,14 @@ type Config struct {
 	// DrainTimeout bounds how long Close waits for running executions
 	// (default 30s); those still running are then canceled.
 	DrainTimeout time.Duration
+	// ReleaseRunWait bounds how long a graceful release waits for the
+	// attempts under way of tasks that retry or keep their fires apart
+	// (default 250ms, at most 10s): the released partitions stand still
+	// that long at most. Past it, the runs still going are marked in etcd
+	// for the next owner and their retries handed on through etcd
+	// (docs/design.md, the release): a longer wait spares those writes for
+	// runs that end within it, a shorter one the partitions' stall.
+	ReleaseRunWait time.Duration
 	// AllowExec enables the exec executor on this node (default false):
 	// a task could otherwise run any command as the node's user.
 	AllowExec bool
@@ -162,6 +175,7 @@ func DefaultConfig(nodeID string) Config {
 		Lead:              time.Second,
 		WatermarkInterval: 100 * time.Millisecond,
 		DrainTimeout:      30 * time.Second,
+		ReleaseRunWait:    250 * time.Millisecond,
 		NotifyQueue:       1024,
 	}
 }
@@ -197,6 +211,7 @@ func (c Config) withDefaults() Config {
 	setD(&c.Lead, d.Lead)
 	setD(&c.WatermarkInterval, d.WatermarkInterval)
 	setD(&c.DrainTimeout, d.DrainTimeout)
+	setD(&c.ReleaseRunWait, d.ReleaseRunWait)
 	set(&c.NotifyQueue, d.NotifyQueue)
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -264,6 +279,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "must not be negative, got %v", c.DrainTimeout)
+	}
+	if c.ReleaseRunWait < 0 || c.ReleaseRunWait > MaxReleaseRunWait {
+		bad("ReleaseRunWait", "must be within 0-%v, got %v", MaxReleaseRunWait, c.ReleaseRunWait)
 	}
 	return errors.Join(errs...)
 }

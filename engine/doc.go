@@ -107,8 +107,8 @@
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
-//     and across a graceful release: a run that outlives its drain
-//     (handOverWait) has a marker in etcd that the next owner counts as a
+//     and across a graceful release: a run that outlives its wait
+//     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a
 //     run in flight (elsewhere.go,
 //     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
 //     that fences cancels those runs instead, as a crash would end them

@@ -20,8 +20,8 @@ import (
 // Runs elsewhere: a run that outlives its partition's release keeps its
 // task's concurrency policy on the next owner.
 //
-// A graceful release waits handOverWait for the attempts under way of
-// tasks that keep their fires apart (forbid, buffer_one, replace). Past
+// A graceful release waits Config.ReleaseRunWait for the attempts under
+// way of tasks that keep their fires apart (forbid, buffer_one, replace). Past
 // it, the releasing node writes a marker for each such task still running,
 // /<prefix>/running/<partition>/<lease>.<run>/<id>, under its session's lease,
 // before the release commits: every later owner of the partition reads

@@ -38,9 +38,9 @@ import (
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
-//     within the same handOverWait, until the attempts under way of the
-//     partition's tasks that retry or keep their fires apart ended: one
-//     that failed hands its retry over (running). The loop then seals the
+//     Config.ReleaseRunWait at most (250ms), until the attempts under way
+//     of the partition's tasks that retry or keep their fires apart ended:
+//     one that failed hands its retry over (running). The loop then seals the
 //     release; the runs of those that keep their fires apart still going
 //     get a marker in etcd for the next owner (elsewhere.go).
 //  4. One transaction writes the released checkpoint {mark, pending} and
@@ -740,8 +740,6 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	for _, p := range ps {
 		<-parts[p].done
 	}
-	wait := time.NewTimer(handOverWait)
-	defer wait.Stop()
 	taken := e.pool.waitTaken(rel.ticket, handOverWait)
 	if !taken {
 		e.log.Warn("workers did not take a released partition's queued fires in time; they are handed over unrun",
@@ -751,14 +749,16 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		// through etcd (leavers). Only ps stand still meanwhile: the node's
 		// other partitions fire on past the bounded lead.
 		e.holds.narrow(ps)
+		wait := time.NewTimer(e.cfg.ReleaseRunWait)
 		select {
 		case <-rel.running.ended:
 		case <-e.hurry: // Close stops waiting for running executions
 		case <-wait.C:
 			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
 				"and the next owner keeps its fires apart from them through their markers (concurrency policies)",
-				"partitions", len(ps), "waited", handOverWait)
+				"partitions", len(ps), "waited", e.cfg.ReleaseRunWait)
 		}
+		wait.Stop()
 	}
 	e.seal(rel, !taken, true)
 	// The whole hand-over is bounded: etcd out of reach must not hold a

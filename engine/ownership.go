@@ -146,7 +146,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e.standby.reset() // prepared for this session's suspicions
 	}()
 	// The runs kept apart end as the session does, at once: serve may be
-	// busy then (a release waits handOverWait for runs; end, before it
+	// busy then (a release waits ReleaseRunWait for runs; end, before it
 	// drops the partitions, waits for the acquires under way), or gone
 	// (Close drains the runs past their releases, whose markers go with
 	// the lease), and the next owners take the partitions once the lease

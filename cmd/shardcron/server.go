@@ -52,6 +52,7 @@ type serverFlags struct {
 	load                                   float64
 	workers, queue, batch, stage           int
 	leaseTTL, tick, misfire, lead          time.Duration
+	releaseRunWait                         time.Duration
 	history                                string
 	historyTTL                             time.Duration
 	successLimit, failureLimit             int
@@ -145,6 +146,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds, at least 2s)")
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-100ms): fires are late by less than one tick")
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies (at least --tick)")
+	fs.DurationVar(&f.releaseRunWait, "release-run-wait", d.ReleaseRunWait,
+		fmt.Sprintf("how long a graceful hand-over waits for the runs under way of tasks that retry or keep their fires apart (1ms-%v): "+
+			"the partitions it hands over stand still that long at most; runs past it are marked in etcd for the next owner", engine.MaxReleaseRunWait))
 	fs.DurationVar(&f.lead, "lead", d.Lead, "how far dispatch may run ahead of the watermark etcd last recorded (200ms-1m): a crash's successor repeats at most this much of the node's fires, and firing falls behind while etcd takes longer than this to record one")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
 	fs.DurationVar(&f.historyTTL, "history-ttl", store.DefaultHistoryTTL, "how long execution records are kept at most (at least 1s)")
@@ -397,6 +401,8 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
 	case f.lead < minLead || f.lead > maxLead:
 		return fmt.Errorf("--lead must be within %v-%v, got %v", minLead, maxLead, f.lead)
+	case f.releaseRunWait < time.Millisecond || f.releaseRunWait > engine.MaxReleaseRunWait:
+		return fmt.Errorf("--release-run-wait must be within 1ms-%v, got %v", engine.MaxReleaseRunWait, f.releaseRunWait)
 	case f.historyTTL < time.Second:
 		// The store's bound: Badger expires entries at whole seconds.
 		return fmt.Errorf("--history-ttl must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
@@ -735,6 +741,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	cfg.Partitions, cfg.ReplicationFactor, cfg.Load = f.partitions, f.replication, f.load
 	cfg.Workers, cfg.Queue, cfg.BatchSize, cfg.Stage = f.workers, f.queue, f.batch, f.stage
 	cfg.LeaseTTL, cfg.Tick, cfg.MisfireThreshold, cfg.Lead = f.leaseTTL, f.tick, f.misfire, f.lead
+	cfg.ReleaseRunWait = f.releaseRunWait
 	cfg.DrainTimeout, cfg.AllowExec = f.drainTimeout, f.allowExec
 	cfg.ExecAllow, cfg.HTTPAllow = splitList(f.execAllow), splitList(f.httpAllow)
 	cfg.Requests, cfg.Logger = requests, log

@@ -612,6 +612,7 @@ func TestServer_HistoryFlagsReachStore(t *testing.T) {
 func TestServer_DurationFlagsRefusedByName(t *testing.T) {
 	for _, args := range [][]string{
 		{"--start-timeout", "0s"}, {"--drain-timeout", "-1s"}, {"--shutdown-timeout", "-1s"}, {"--history-ttl", "0s"},
+		{"--release-run-wait", "0s"}, {"--release-run-wait", "11s"},
 	} {
 		var f serverFlags
 		fs := flag.NewFlagSet("server", flag.ContinueOnError)
