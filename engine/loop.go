@@ -443,9 +443,10 @@ func (l *loop) events(c *eventsCmd) {
 			l.removeDeleted(i, r)
 		}
 	}
-	for _, id := range c.drops {
-		if i, _, ok := l.tab.lookup(id); ok {
-			l.remove(i)
+	for _, id := range c.drops { // as a replace's read leaves them out: their history stays
+		if i, r, ok := l.tab.lookup(id); ok {
+			gone[i] = r.gen
+			l.removeDeleted(i, r)
 		}
 	}
 	if c.replace {
@@ -460,9 +461,10 @@ func (l *loop) events(c *eventsCmd) {
 			}
 		})
 	}
-	// The fires of deleted tasks that wait for a worker must not run: a
-	// delete takes effect on the owner within a watch delivery (invariant
-	// 6), not after a queue that a slow executor may hold for long.
+	// The fires of deleted (or dropped) tasks that wait for a worker must
+	// not run: a delete takes effect on the owner within a watch delivery
+	// (invariant 6), not after a queue that a slow executor may hold for
+	// long.
 	// remove() does not drop them itself because a release removes whole
 	// partitions and hands their queued fires over instead.
 	if len(gone) > 0 {
@@ -480,8 +482,9 @@ func (l *loop) events(c *eventsCmd) {
 	}
 }
 
-// removeDeleted removes record i of a deleted task, ending the trigger buffered
-// for it, if any. Called only from the dispatch loop.
+// removeDeleted removes record i of a deleted task, or of one this node
+// no longer reads, ending the trigger buffered for it, if any. Called only
+// from the dispatch loop.
 func (l *loop) removeDeleted(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
 		l.pool.ends.add(l.triggerKeyOf(r, w.at))

@@ -922,3 +922,35 @@ func TestLoop_RetryBothInTheCheckpointAndInItsKeyWaitsOnce(t *testing.T) {
 		}
 	}
 }
+
+// A change the node cannot read takes the task out as a read of its
+// partition leaves it out (a compaction's reload, with replace): the fires
+// of the definition before that wait for a worker do not run, and the
+// trigger buffered behind one ends, its key deleted, as for a task
+// deleted. Neither waits for the next owner, nor for a readable change.
+func TestLoop_UnreadableChangeDropsTheFiresWaitingOfItsTask(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	tl := newTestLoop(t, at, nil)
+	tl.add(t, 0, at, prof, "0 0 0 1 1 *", "bad", "keep")
+	tl.trigger(0, "bad", at)
+	tl.trigger(0, "bad", at.Add(time.Millisecond)) // buffered: the first waits for a worker
+	tl.trigger(0, "keep", at)
+	tl.dispatchAll()
+	ms := at.UnixMilli()
+	if got, want := tl.dispatched(0), []string{fmt.Sprintf("bad@%d", ms), fmt.Sprintf("keep@%d", ms)}; !slices.Equal(got, want) {
+		t.Fatalf("dispatched %v, want %v", got, want)
+	}
+	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}})
+	if got, want := tl.dispatched(0), []string{fmt.Sprintf("keep@%d", ms)}; !slices.Equal(got, want) {
+		t.Errorf("after the unreadable change, %v wait for a worker, want %v", got, want)
+	}
+	var ended []string
+	for _, k := range tl.pool.ends.take(10) {
+		ended = append(ended, fmt.Sprintf("%s@%d", k.id, k.at/int64(time.Millisecond)))
+	}
+	if want := []string{fmt.Sprintf("bad@%d", ms), fmt.Sprintf("bad@%d", ms+1)}; !slices.Equal(sorted(ended), want) {
+		t.Errorf("trigger keys ended %v, want %v: the queued trigger's and the buffered one's", ended, want)
+	}
+}
