@@ -141,8 +141,10 @@ type PartitionsResponse struct {
 type StatusAnswer struct {
 	Tasks []task.Match `json:"tasks"`
 	More  bool         `json:"more"`
-	// Held are the partitions the node owned from before its scan to
-	// after it: all of their tasks were looked at.
+	// Held are the partitions whose tasks the node held, every one armed
+	// under one load, from its scan's start to its end: all of their tasks
+	// were looked at. A partition still loading, or released or taken
+	// again during the scan, is not among them.
 	Held []int `json:"held"`
 }
 
