@@ -605,3 +605,38 @@ func TestEngine_BackfillOfATaskGoneUnseenStops(t *testing.T) {
 		t.Errorf("the backfill of the deleted task fired %v, want only its first fire", secs(got))
 	}
 }
+
+// A task changed to what the node cannot read keeps its backfill record,
+// and the runner waits for every fire it dispatched to end: those of the
+// definition before that the drop takes (one waiting for a worker, a retry
+// waiting for its backoff) end with it. Else the runner waited for them
+// until its partition's release, the task readable again or not.
+func TestLoop_BackfillFiresADropTakesEnd(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	tl := newTestLoop(t, at, nil)
+	tl.add(t, 0, at, retryingProfile(), "0 0 0 1 1 *", "bad")
+	bf := &backfillRun{id: "bad", part: 0, ended: make(chan int64, backfillLead(2)+1)}
+	fire := func(s time.Time) {
+		t.Helper()
+		c := &backfillCmd{part: 0, id: "bad", at: s.UnixNano(), bf: bf, reply: make(chan backfillAnswer, 1)}
+		tl.handle(c)
+		if got := <-c.reply; got != backfillTook {
+			t.Fatalf("backfill fire at %v: answer %d", s, got)
+		}
+	}
+	fire(old)
+	tl.failFirstQueued() // its retry waits 10 s
+	fire(old.Add(time.Hour))
+	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}})
+	tl.clock.Advance(time.Minute)
+	tl.dispatchAll()
+	var ended []int64
+	for len(bf.ended) > 0 {
+		ended = append(ended, <-bf.ended)
+	}
+	slices.Sort(ended)
+	if want := []int64{old.UnixNano(), old.Add(time.Hour).UnixNano()}; !slices.Equal(ended, want) {
+		t.Errorf("the backfill was told of the ends of %v, want %v: the retry's fire and the one queued", ended, want)
+	}
+}

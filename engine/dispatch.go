@@ -377,6 +377,9 @@ func (l *loop) releaseRetry(slot uint32) {
 	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
+		if rs.bf != nil {
+			rs.bf.end(rs.sched) // its task was deleted or dropped: the fire ends here
+		}
 		return
 	}
 	if r.flags&flagPaused != 0 && (rs.bf == nil || rs.bf.stopped.Load()) {

@@ -476,6 +476,9 @@ func (l *loop) events(c *eventsCmd) {
 			if j.kind == kindTrigger {
 				l.pool.ends.add(j.triggerKey())
 			}
+			if j.bf != nil {
+				j.bf.end(j.sched) // a dropped task keeps its backfill, whose runner waits for it
+			}
 			l.deletedRunEnded(leavingKey(j.rec, j.gen), false) // dropped: it records nothing
 			return true
 		})
