@@ -128,8 +128,16 @@ func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, ru
 	}
 }
 
+// markerTries is how many times a release tries a transaction of
+// markers before it cancels their runs: a refusal that passes (a leader
+// change, a request timed out) must not cancel every run under way at a
+// release, which the short wait for runs (Config.ReleaseRunWait) leaves
+// to markers. A put again is the same key under the same lease, so one
+// whose answer was lost is taken twice harmlessly.
+const markerTries = 3
+
 // put writes the markers of ms, cancels the runs of those etcd did not
-// take, and returns how many it took.
+// take within markerTries tries (and ctx), and returns how many it took.
 func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 	val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID})
 	written := 0
@@ -138,7 +146,16 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 		for i, r := range chunk {
 			ops[i] = clientv3.OpPut(r.key, string(val), clientv3.WithLease(m.lease))
 		}
-		resp, err := m.e.cli.Txn(ctx).Then(ops...).Commit()
+		var resp *clientv3.TxnResponse
+		var err error
+		for try := range markerTries {
+			if try > 0 && !sleepCtx(ctx, time.Duration(try)*200*time.Millisecond) {
+				break
+			}
+			if resp, err = m.e.cli.Txn(ctx).Then(ops...).Commit(); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			m.e.log.Warn("writing the markers of runs past their release failed: the runs are canceled, so that their next owners start none of their tasks' fires beside them (concurrency policies)",
 				"runs", len(chunk), "err", err)

@@ -222,8 +222,9 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 }
 
 // A marker put whose answer etcd lost (it took the put, the node saw an
-// error) is deleted: the node does not know it was written, and left, it
-// would hold its task on the next owner until the node's session ends.
+// error), and whose tries after it etcd refused, is deleted: the node does
+// not know it was written, and left, it would hold its task on the next
+// owner until the node's session ends.
 func TestEngine_MarkerWhosePutWentUnansweredIsDeleted(t *testing.T) {
 	c := etcdtest.Start(t)
 	cli := c.NewClient(t)
@@ -231,7 +232,14 @@ func TestEngine_MarkerWhosePutWentUnansweredIsDeleted(t *testing.T) {
 	e := startNodeOn(t, cli, "", nil, nil).e
 	set := e.markersOf(e.sess.Load())
 	r := set.run(3, "x", 1, 4)
-	faults.answersLostOnce(func(key, _ string) bool { return strings.Contains(key, "/running/") })
+	markers := func(key, _ string) bool { return strings.Contains(key, "/running/") }
+	faults.answersLostOnce(func(key, value string) bool {
+		if !markers(key, value) {
+			return false
+		}
+		faults.puts(markers) // the tries after it
+		return true
+	})
 	if n := set.put(context.Background(), []*markedRun{r}); n != 0 {
 		t.Fatalf("%d markers written, want the put to fail", n)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -396,6 +397,36 @@ func TestEngine_ReleaseCancelsTheRunsItCouldNotMark(t *testing.T) {
 		if r := hp.h.next(t); r.Node == "node-b" && r.ScheduledAt.Equal(limitsAt(2)) {
 			delete(waiting, r.TaskID)
 		}
+	}
+}
+
+// A marker put that etcd refuses once (a leader change, a request timed
+// out) is tried again: the runs it marks are not canceled for it. Since
+// the release waits 250 ms for runs (Config.ReleaseRunWait), not 2 s,
+// nearly every run of a task kept apart at a release takes a marker, and
+// one refusal canceled them all, their fires lost (a cancel is final: no
+// retry). Here each task's fire of 12:00:01 runs on node-a (held) when
+// node-a leaves gracefully, and etcd refuses node-a's first marker put.
+func TestEngine_ReleaseMarksItsRunsThroughARefusal(t *testing.T) {
+	hp := startHeldPolicies(t, keptApart...)
+	hp.aKV.failsOnce(func(key, _ string) bool { return strings.Contains(key, "/running/") }, rpctypes.ErrLeaderChanged)
+	closed := closeInBackground(hp.a)
+	for id := range hp.ids {
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return hp.a.e.Stats().PartitionsOwned == 0 })
+	for id, p := range hp.ids {
+		if run := hp.old[id]; !run.running() {
+			t.Errorf("%s (%s): node-a's run of 12:00:01 ended at the release (%v), want it marked", id, p, context.Cause(run.ctx))
+		}
+	}
+	if n := hp.a.e.Stats().RunsMarked; n != uint64(len(hp.ids)) {
+		t.Errorf("node-a marked %d runs, want %d", n, len(hp.ids))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return hp.b.e.Stats().RunsElsewhere == len(hp.ids) })
+	hp.h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
 	}
 }
 
