@@ -574,7 +574,7 @@ type Stats struct {
 	// was sealed (leavers).
 	RetriesHandedOn uint64
 	// RunsMarked counts the runs this node marked in etcd at a graceful
-	// release, because they went on past its drain (elsewhere.go);
+	// release, because they went on past its wait (ReleaseRunWait; elsewhere.go);
 	// RunsElsewhere is how many such runs its tasks count as running now.
 	RunsMarked    uint64
 	RunsElsewhere int

@@ -27,7 +27,7 @@ func idIn(prefix string, p, parts int) string {
 // node's other partitions fire on: only the released partition stands
 // still. The release held the whole node's watermark at its mark while it
 // waited, and dispatch runs at most the bounded lead (1 s) past it, so
-// that every task of the node stopped for up to a second of the 2 s wait
+// that every task of the node stopped for up to a second of the wait (2 s then)
 // at every hand-over during which a retrying task's attempt ran. Here
 // node-b joins and takes slow's partition from node-a while slow's attempt
 // runs, held; node-a's release commit is held too, and node-a must fire
