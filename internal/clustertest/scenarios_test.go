@@ -224,7 +224,11 @@ func TestChaos_ReleaseDuringNoSpace(t *testing.T) {
 
 	n := c.Node("n3")
 	c.Step("graceful leave during the alarm: SIGTERM %s", n.ID)
-	c.Fault(n.ID, FaultFailedRelease, 0)
+	// The node fires on until its loop takes the release, which may come
+	// after the next second's tick (a CI run saw SIGTERM 20 ms before one
+	// and every fire of that second repeated): those fires are its session's
+	// too, recorded nowhere, so repeats within the lead of them are allowed.
+	c.Fault(n.ID, FaultFailedRelease, c.opt.Lead)
 	n.Stop(t)
 	c.Step("%s exited", n.ID)
 
