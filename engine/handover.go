@@ -754,7 +754,10 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		case <-rel.running.ended:
 		case <-e.hurry: // Close stops waiting for running executions
 		case <-wait.C:
-			e.log.Info("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
+			// Debug: with the short default wait nearly every release of a
+			// fleet with such tasks comes here; markElsewhere logs the runs
+			// it marks, and the metrics count both paths.
+			e.log.Debug("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
 				"and the next owner keeps its fires apart from them through their markers (concurrency policies)",
 				"partitions", len(ps), "waited", e.cfg.ReleaseRunWait)
 		}
