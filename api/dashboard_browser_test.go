@@ -105,7 +105,9 @@ func TestDashboard_Browser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := n.c.PutTask(ctx, handlerTask("reports/daily", "@daily"), 0); err != nil {
+	daily := handlerTask("reports/daily", "@daily")
+	daily.Labels = map[string]string{"owner": "data eng, eu"}
+	if _, err := n.c.PutTask(ctx, daily, 0); err != nil {
 		t.Fatal(err)
 	}
 	limited := handlerTask("limited/hourly", "@every 1h")
@@ -138,6 +140,18 @@ func TestDashboard_Browser(t *testing.T) {
 		shot(t, b, "desktop-cluster")
 
 		var rows int
+		run(t, b, "search by a label whose value holds a space and a comma",
+			chromedp.Click(`#nav-tasks`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#search`, chromedp.ByQuery),
+			chromedp.SetValue(`#labels`, `owner="data eng, eu"`, chromedp.ByQuery),
+			chromedp.Click(`#search button`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#tasks a[href="#/task/reports%2Fdaily"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll("#tasks tr").length`, &rows),
+			chromedp.Evaluate(`document.querySelector("#labels").value = ""`, nil),
+		)
+		if rows != 1 {
+			t.Fatalf(`search owner="data eng, eu": %d rows, want reports/daily alone`, rows)
+		}
 		run(t, b, "search by prefix",
 			chromedp.Click(`#nav-tasks`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#search`, chromedp.ByQuery),
