@@ -829,17 +829,13 @@ func TestList_MarkerDeletedScansAgain(t *testing.T) {
 	c := etcdtest.Start(t)
 	ctx := context.Background()
 	reg := openRegistry(t, c.Client, "/m")
-	if _, err := reg.Put(ctx, labelled("i/1", nil), PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	putTask(t, reg, labelled("i/1", nil))
 	if got := listAll(t, reg, ListOptions{Prefix: "i/", Limit: 10}, nil); !slices.Equal(got, []string{"i/1"}) {
 		t.Fatalf("through the index: %v", got)
 	}
 	old := openRegistry(t, c.Client, "/m")
 	old.noIndex = true
-	if _, err := old.Put(ctx, labelled("u/1", nil), PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	putTask(t, old, labelled("u/1", nil))
 	if _, err := c.Client.Delete(ctx, reg.keys.indexBuilt()); err != nil {
 		t.Fatal(err)
 	}
