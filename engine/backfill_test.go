@@ -640,3 +640,38 @@ func TestLoop_BackfillFiresADropTakesEnd(t *testing.T) {
 		t.Errorf("the backfill was told of the ends of %v, want %v: the retry's fire and the one queued", ended, want)
 	}
 }
+
+// A backfill fire whose attempt fails after its task dropped out of the
+// loop has no retry to come: its runner must be told it ended, or it
+// waits for it for ever, one of its fires in flight.
+func TestLoop_BackfillAttemptFailingAfterADropEnds(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	tl := newTestLoop(t, at, nil)
+	tl.add(t, 0, at, retryingProfile(), "0 0 0 1 1 *", "bad")
+	bf := &backfillRun{id: "bad", part: 0, ended: make(chan int64, backfillLead(2)+1)}
+	c := &backfillCmd{part: 0, id: "bad", at: old.UnixNano(), bf: bf, reply: make(chan backfillAnswer, 1)}
+	tl.handle(c)
+	if got := <-c.reply; got != backfillTook {
+		t.Fatalf("backfill fire: answer %d", got)
+	}
+	tl.pool.mu.Lock()
+	j := *tl.pool.at(0) // a worker takes it
+	tl.pool.mu.Unlock()
+	tl.pool.reset()
+	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}})
+	var done completionBatch
+	done.add(&j, statusFailed, "boom", false) // attempt 1 of 3
+	tl.complete(&done)
+	select {
+	case s := <-bf.ended:
+		if s != old.UnixNano() {
+			t.Errorf("the backfill was told of the end of %v, want %v", time.Unix(0, s).UTC(), old)
+		}
+	default:
+		t.Error("the backfill was not told that its fire ended: its runner would wait for it for ever")
+	}
+	if len(bf.ended) > 0 {
+		t.Errorf("the backfill was told of %d more ends, want none", len(bf.ended))
+	}
+}

@@ -444,9 +444,13 @@ func (ls *leavers) seal(run *running, late bool) {
 
 // handOn hands on the retry of c, an attempt of a leaver that failed,
 // when its worker did not (it found the release not sealed, or not begun).
+//
+// A backfill's fire whose retry nothing takes (its task was deleted or
+// dropped, not released) ends here: its runner waits for its end.
 func (ls *leavers) handOn(c *completion, x completionExtra) {
-	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) {
-		ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false)
+	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
+		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false) && x.bf != nil {
+		x.bf.end(c.sched)
 	}
 }
 

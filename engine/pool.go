@@ -73,7 +73,7 @@ type completion struct {
 type completionExtra struct {
 	err    string         // the error of a failed or timed-out attempt
 	over   *task.Override // the fire's override, for its retries
-	bf     *backfillRun   // the fire's backfill, for its retries
+	bf     *backfillRun   // the fire's backfill, for its retries: nil once the fire is over (its worker ended it)
 	handed bool           // its worker handed its retry on, its partition's release sealed (leavers)
 }
 
@@ -90,8 +90,12 @@ type completionBatch struct {
 // its retry was handed on (leavers).
 func (b *completionBatch) add(j *job, st uint8, why string, handed bool) {
 	c := completion{sched: j.sched, rec: j.rec, gen: j.gen, attempt: j.attempt, kind: j.kind, status: st}
-	if why != "" || j.over != nil || j.bf != nil || handed {
-		b.extras = append(b.extras, completionExtra{err: why, over: j.over, bf: j.bf, handed: handed})
+	bf := j.bf
+	if bf != nil && final(j, st) {
+		bf = nil
+	}
+	if why != "" || j.over != nil || bf != nil || handed {
+		b.extras = append(b.extras, completionExtra{err: why, over: j.over, bf: bf, handed: handed})
 		c.extra = int32(len(b.extras))
 	}
 	b.c[b.n] = c
