@@ -157,8 +157,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func() error // called by the history writer before each batch; an error fails the batch
-	beforeRevision func() error // called by split Apply/Reset before writing the revision
+	writeHook      func() error     // called by the history writer before each batch; an error fails the batch
+	beforeRevision func() error     // called by split Apply/Reset before writing the revision
+	now            func() time.Time // the wall clock Open starts history sequence numbers from; time.Now if nil
 }
 
 // DefaultConfig returns the defaults above for the data directory dir.

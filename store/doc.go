@@ -78,11 +78,16 @@
 //	r/<p: uint32 big-endian>             synced revision and task count: two int64 big-endian
 //	e/<task id>\x00<class><slot>         execution record (execution.go)
 //	m/origin                             the cluster the cached partitions come from (SetOrigin)
+//	m/history-seq                        the highest sequence number of the records written: uint64 big-endian
 //
 // In history keys class is 's' (successes) or 'f' (failures) and slot a
 // byte below MaxHistoryLimit; the value is the record's sequence number
-// (uint64 big-endian, increasing across restarts: it orders the records
-// of a ring) followed by the record. Task ids contain no control
+// (uint64 big-endian: it orders the records of a ring) followed by the
+// record. Sequence numbers increase across restarts whatever the clock
+// says: the history writer writes m/history-seq in the WriteBatch of the
+// records, and Open starts from the clock in nanoseconds or past that
+// mark, whichever is higher. (A directory written before the mark was
+// kept starts from the clock once.) Task ids contain no control
 // characters (docs/api.md), so \x00 ends the id. The partition prefix t/<p>/
 // selects exactly one partition, so a partition is one prefix scan. The
 // layout's version is Badger's external magic number (formatVersion): a

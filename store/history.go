@@ -76,7 +76,9 @@ type historyBuffer struct {
 	err      error         // first write error not yet returned by Flush or Close
 }
 
-func (h *historyBuffer) init(cfg Config) {
+// init sets the buffer up; mark is the highest sequence number written
+// before (readSeqMark).
+func (h *historyBuffer) init(cfg Config, mark uint64) {
 	h.mode = cfg.History
 	h.limits = [numClasses]uint8{uint8(cfg.HistorySuccessLimit), uint8(cfg.HistoryFailureLimit)}
 	h.max = cfg.HistoryBuffer
@@ -87,9 +89,15 @@ func (h *historyBuffer) init(cfg Config) {
 	h.pending = make([]record, 0, initial)
 	h.spare = make([]record, 0, initial)
 	// Sequence numbers order the records of a task by when they were
-	// recorded; starting from the clock keeps them increasing across
-	// restarts, which the slot ring relies on (slotTable.scan).
-	h.seq = uint64(time.Now().UnixNano())
+	// recorded, and the slot ring relies on them increasing across
+	// restarts (slotTable.load): start past the highest one written, even
+	// when the clock is behind it (stepped back, a VM restored). The clock
+	// still counts for a directory written before the mark was kept.
+	now := time.Now
+	if cfg.now != nil {
+		now = cfg.now
+	}
+	h.seq = max(uint64(now().UnixNano()), mark)
 	h.progress = make(chan struct{})
 }
 
@@ -388,9 +396,11 @@ func (s *Store) writeRecords(batch []record) error {
 		return fmt.Errorf("read history slots: %w", err)
 	}
 	size := 0
+	var top uint64 // the highest sequence number of the batch
 	for i := range batch {
 		e := &batch[i].e
 		size += len(nsHistory) + len(e.TaskID) + 1 + historySuffixLen + 8 + recordSize(e)
+		top = max(top, batch[i].seq)
 	}
 	buf := make([]byte, 0, size)
 	entries := make([]badger.Entry, len(batch))
@@ -398,6 +408,11 @@ func (s *Store) writeRecords(batch []record) error {
 
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
+	// The mark goes first: Badger replays its log in order, so a crash
+	// that keeps any record of the batch keeps the mark too.
+	if err := wb.Set(seqKey, binary.BigEndian.AppendUint64(nil, top)); err != nil {
+		return err
+	}
 	for i := range batch {
 		r := &batch[i]
 		c := classOf(r.e.Status)
@@ -419,6 +434,27 @@ func (s *Store) writeRecords(batch []record) error {
 		}
 	}
 	return wb.Flush()
+}
+
+// readSeqMark returns the highest sequence number of the execution
+// records written (seqKey), 0 when none was kept or it does not decode.
+func readSeqMark(db *badger.DB) (mark uint64, err error) {
+	err = db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(seqKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) == 8 {
+				mark = binary.BigEndian.Uint64(v)
+			}
+			return nil
+		})
+	})
+	return mark, err
 }
 
 // decodeSlot decodes a slot's value: the record's sequence number, then

@@ -10,7 +10,7 @@ const (
 	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
 	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision, task count (int64 BE each)
 	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded task.Execution
-	nsMeta     = "m/" // m/origin                          -> the origin of the cached partitions (SetOrigin)
+	nsMeta     = "m/" // m/origin, m/history-seq           -> see originKey, seqKey
 
 	// nsOldHistory held one key per execution record, without bound, in
 	// versions before the per-task limits; Open deletes it.
@@ -36,7 +36,13 @@ func taskKey(p uint32, id string) []byte {
 	return append(b, id...)
 }
 
+// originKey holds the origin of the cached partitions (SetOrigin).
 var originKey = []byte(nsMeta + "origin")
+
+// seqKey holds the highest sequence number of the execution records
+// written (uint64 BE), in the same WriteBatch as they are, so that the next
+// Open hands out higher ones whatever its clock says.
+var seqKey = []byte(nsMeta + "history-seq")
 
 func revisionKey(p uint32) []byte {
 	b := make([]byte, 0, len(nsRevision)+4)

@@ -202,7 +202,7 @@ func TestHistory_DeleteForgetsSlots(t *testing.T) {
 // eighth.
 func TestSampling_Adapts(t *testing.T) {
 	var h historyBuffer
-	h.init(Config{History: HistoryAll, HistoryBuffer: 64})
+	h.init(Config{History: HistoryAll, HistoryBuffer: 64}, 0)
 	steps := []struct {
 		n, refused int
 		want       uint32
@@ -298,4 +298,57 @@ func TestOpen_DropsOldHistory(t *testing.T) {
 	if err != nil || rev != 5 {
 		t.Errorf("partition after Open: revision %d, %v", rev, err)
 	}
+}
+
+// TestHistory_ClockBehindAtRestart: a store reopened with its clock behind
+// the previous run's (stepped back, a VM restored from a snapshot) still
+// orders what it records after everything recorded before: a new record
+// is kept while buffered, listed before an earlier record of the same
+// fire, and is not the one the ring overwrites after the next restart.
+func TestHistory_ClockBehindAtRestart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HistorySuccessLimit = 3
+	cfg.FlushInterval = 10 * time.Second // records stay buffered until flushed
+	open := func(behind time.Duration) *Store {
+		cfg.now = func() time.Time { return time.Now().Add(-behind) }
+		return openTest(t, cfg)
+	}
+	rec := func(s *Store, sec int, node string) {
+		e := exec1("t", sec, 1, task.ExecutionOK)
+		e.Node = node
+		s.Record(e)
+	}
+	want := func(s *Store, what string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, e := range history(t, s, "t", 0) {
+			got = append(got, fmt.Sprintf("%d/%s", int(e.ScheduledAt.Sub(t0)/time.Second), e.Node))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: history %v, want %v", what, got, want)
+		}
+	}
+
+	s := open(0)
+	for sec := range 4 {
+		rec(s, sec, "a")
+	}
+	rec(s, 4, "first") // ring: 3, 4/first, 2
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(time.Hour)
+	rec(s, 4, "again") // the same fire recorded again, after the restart
+	want(s, "buffered, clock an hour behind", "4/again", "4/first", "3/a")
+	flush(t, s)
+	want(s, "written, clock an hour behind", "4/again", "4/first", "3/a")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(time.Hour)
+	rec(s, 5, "a") // overwrites the oldest, 3
+	flush(t, s)
+	want(s, "after another restart", "5/a", "4/again", "4/first")
 }

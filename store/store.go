@@ -104,7 +104,15 @@ func Open(cfg Config) (*Store, error) {
 		}
 		return nil, &OpenError{Dir: cfg.Dir, Err: err}
 	}
-	s.history.init(cfg)
+	mark, err := readSeqMark(db)
+	if err != nil {
+		db.Close()
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, &OpenError{Dir: cfg.Dir, Err: fmt.Errorf("read the history sequence mark: %w", err)}
+	}
+	s.history.init(cfg, mark)
 	s.slots.init()
 	s.wg.Add(1)
 	go s.writeLoop()
