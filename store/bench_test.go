@@ -176,18 +176,45 @@ func BenchmarkReset(b *testing.B) {
 	}
 }
 
-// BenchmarkHistory reads the newest 100 of 10000 records of one task.
+// BenchmarkHistory reads the 100 records (MaxHistoryLimit) one task keeps
+// of the 1000 recorded for it, beside 999 other tasks of 100 records:
+// from=memtable as written, from=tables after a reopen, which writes the
+// memtable out.
 func BenchmarkHistory(b *testing.B) {
-	s := openTest(b, testConfig(b))
-	for i := range 10000 {
-		s.Record(exec1("0123456789abcdef", i, 1, task.ExecutionOK))
-	}
-	flush(b, s)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if h, err := s.History("0123456789abcdef", 100); err != nil || len(h) != 100 {
-			b.Fatal(len(h), err)
-		}
+	for _, from := range []string{"memtable", "tables"} {
+		b.Run("from="+from, func(b *testing.B) {
+			cfg := testConfig(b)
+			cfg.HistorySuccessLimit = MaxHistoryLimit
+			cfg.MemTableSize = 16 << 20 // holds every record
+			s := openTest(b, cfg)
+			for i := range 1000 {
+				s.Record(exec1("0123456789abcdef", i, 1, task.ExecutionOK))
+			}
+			for i := range 999 {
+				for sec := range 100 {
+					s.Record(exec1(fmt.Sprintf("task-%012d", i), sec, 1, task.ExecutionOK))
+				}
+				if i%100 == 99 {
+					flush(b, s) // never enough waiting to be sampled
+				}
+			}
+			flush(b, s)
+			if s.Dropped() != 0 || s.Sampled() != 0 {
+				b.Fatalf("dropped %d, sampled %d", s.Dropped(), s.Sampled())
+			}
+			if from == "tables" {
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				s = openTest(b, cfg)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if h, err := s.History("0123456789abcdef", 100); err != nil || len(h) != 100 {
+					b.Fatal(len(h), err)
+				}
+			}
+		})
 	}
 }
