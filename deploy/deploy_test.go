@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -275,4 +276,134 @@ func TestDeploy(t *testing.T) {
 			t.Error("pods may run as root")
 		}
 	})
+}
+
+// ignoreRule is a line of a .dockerignore as docker build reads it.
+type ignoreRule struct {
+	re     *regexp.Regexp
+	except bool // !pattern: keeps what earlier lines left out
+}
+
+// readDockerignore reads a .dockerignore: a pattern is relative to the
+// context's root (a leading / changes nothing), * and ? match within a
+// path element, ** across elements.
+func readDockerignore(t *testing.T, file string) []ignoreRule {
+	t.Helper()
+	var rules []ignoreRule
+	for _, line := range strings.Split(read(t, file), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		except := strings.HasPrefix(line, "!")
+		p := strings.TrimPrefix(path.Clean(strings.TrimPrefix(line, "!")), "/")
+		var re strings.Builder
+		re.WriteString("^")
+		for i := 0; i < len(p); i++ {
+			switch {
+			case strings.HasPrefix(p[i:], "**/"):
+				re.WriteString("(.*/)?")
+				i += 2
+			case strings.HasPrefix(p[i:], "**"):
+				re.WriteString(".*")
+				i++
+			case p[i] == '*':
+				re.WriteString("[^/]*")
+			case p[i] == '?':
+				re.WriteString("[^/]")
+			default:
+				re.WriteString(regexp.QuoteMeta(p[i : i+1]))
+			}
+		}
+		re.WriteString("$")
+		rules = append(rules, ignoreRule{regexp.MustCompile(re.String()), except})
+	}
+	return rules
+}
+
+// ignored reports whether docker build leaves the file at p (relative to
+// the context) out: the last rule that matches it, or a directory above
+// it, decides.
+func ignored(rules []ignoreRule, p string) bool {
+	out := false
+	for _, r := range rules {
+		for q := path.Clean(p); ; q = path.Dir(q) {
+			if r.re.MatchString(q) {
+				out = !r.except
+				break
+			}
+			if !strings.Contains(q, "/") {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestDockerignore: deploy/Dockerfile's context is the repository root,
+// which COPY . . copies whole into the build stage. The data directories
+// README.md's commands create there (an embedded etcd holds every task,
+// headers and notify urls included) and the binary it builds stay out;
+// nothing the binary is built from, and nothing git tracks, is left out.
+func TestDockerignore(t *testing.T) {
+	// So that go test reruns this when the files go list names change.
+	if _, err := buildinputs.Open(); err != nil {
+		t.Fatal(err)
+	}
+	rules := readDockerignore(t, "../.dockerignore")
+	readme := read(t, "../README.md")
+	out := []string{"shardcron-data/etcd/member/snap/db", "shardcron-data/cache/MANIFEST", "api/api.test", "cpu.out"}
+	for _, m := range regexp.MustCompile(`--data-dir ([^\s`+"`"+`]+)`).FindAllStringSubmatch(readme, -1) {
+		if d := m[1]; !strings.HasPrefix(d, "/") && !strings.ContainsAny(d, "<$") {
+			out = append(out, path.Join(d, "etcd/member/snap/db"), path.Join(d, "cache/MANIFEST"))
+		}
+	}
+	for _, m := range regexp.MustCompile(`go build -o (\S+)`).FindAllStringSubmatch(readme, -1) {
+		out = append(out, m[1])
+	}
+	for _, p := range out {
+		if !ignored(rules, p) {
+			t.Errorf(".dockerignore keeps %s in the build context", p)
+		}
+	}
+
+	// What the binary is built from: go.mod, go.sum, and the files of the
+	// module's packages it links, embedded ones included.
+	list := exec.Command("go", "list", "-deps", "-f",
+		`{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
+{{end}}{{range .SFiles}}{{$d}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
+{{end}}{{end}}{{end}}`, "./cmd/shardcron")
+	list.Dir = ".."
+	listed, err := list.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []string{"go.mod", "go.sum"}
+	for _, f := range strings.Fields(string(listed)) {
+		rel, err := filepath.Rel(root, f)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			t.Fatalf("%s is outside %s", f, root)
+		}
+		in = append(in, filepath.ToSlash(rel))
+	}
+	if len(in) < 50 {
+		t.Fatalf("go list named %d files", len(in))
+	}
+	// Git's files: one left out would also make the go command stamp the
+	// binary's version +dirty.
+	if git, err := exec.Command("git", "-C", "..", "ls-files").Output(); err == nil {
+		in = append(in, strings.Fields(string(git))...)
+	} else {
+		t.Logf("git ls-files: %v: checked the build's files only", err)
+	}
+	for _, p := range in {
+		if ignored(rules, p) {
+			t.Errorf(".dockerignore leaves out %s", p)
+		}
+	}
 }
