@@ -3,6 +3,9 @@ package deploy
 import (
 	"bufio"
 	"fmt"
+	"maps"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -26,22 +29,157 @@ func read(t *testing.T, path string) string {
 	return string(b)
 }
 
-// serverFlags returns the flags 'shardcron server --help' lists, from the
+// serverHelp returns what 'shardcron server --help' prints, from the
 // binary built from this tree.
-func serverFlags(t *testing.T, bin string) map[string]bool {
+func serverHelp(t *testing.T, bin string) string {
 	t.Helper()
 	out, err := exec.Command(bin, "server", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("server --help: %v\n%s", err, out)
 	}
+	return string(out)
+}
+
+// serverFlags returns the flags that help lists.
+func serverFlags(t *testing.T, help string) map[string]bool {
+	t.Helper()
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(help, -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) < 30 {
 		t.Fatalf("found %d flags in --help", len(flags))
 	}
 	return flags
+}
+
+// settings returns the server flags that a deploy file sets, by name:
+// from SHARDCRON_* variables and from command-line arguments, which win.
+func settings(env map[string]string, args []string) map[string]string {
+	s := map[string]string{}
+	for k, v := range env {
+		if flag, ok := strings.CutPrefix(k, "SHARDCRON_"); ok {
+			s[strings.ToLower(strings.ReplaceAll(flag, "_", "-"))] = v
+		}
+	}
+	for i := 0; i < len(args); i++ {
+		name, ok := strings.CutPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		if !ok {
+			continue
+		}
+		if n, v, ok := strings.Cut(name, "="); ok {
+			s[n] = v
+		} else if i+1 < len(args) {
+			s[name] = args[i+1]
+			i++
+		}
+	}
+	return s
+}
+
+// engineDuration reads a duration constant of the engine, such as
+// "prepareWait = 30 * time.Second", from its source.
+func engineDuration(t *testing.T, file, name string) time.Duration {
+	t.Helper()
+	m := regexp.MustCompile(`\b` + name + `\s+=\s+(\d+) \* time\.Second\b`).FindStringSubmatch(read(t, filepath.Join("../engine", file)))
+	if m == nil {
+		t.Fatalf("no %s = N * time.Second in engine/%s", name, file)
+	}
+	d, _ := time.ParseDuration(m[1] + "s")
+	return d
+}
+
+// stopBound is how long a node with these settings may take to stop on
+// SIGTERM (server.go and Engine.Close, one after the other): the API
+// requests under way (--shutdown-timeout), the wait for the other nodes to
+// prepare its partitions (engine prepareWait), the release's wait for runs
+// (--release-run-wait), running executions (--drain-timeout), then the
+// alerts still queued (engine notifyGrace). A stop timeout shorter than
+// this kills a node in the middle of its hand-over or of its drain.
+func stopBound(t *testing.T, help string, set map[string]string) time.Duration {
+	t.Helper()
+	flag := func(name string) time.Duration {
+		v, ok := set[name]
+		if !ok {
+			m := regexp.MustCompile(`(?m)^  -` + name + ` duration\n(?:.*\n)*?.*\(default (\S+)\)$`).FindStringSubmatch(help)
+			if m == nil {
+				t.Fatalf("no default of --%s in server --help", name)
+			}
+			v = m[1]
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("--%s %q: %v", name, v, err)
+		}
+		return d
+	}
+	return flag("shutdown-timeout") + engineDuration(t, "timings.go", "prepareWait") + flag("release-run-wait") +
+		flag("drain-timeout") + engineDuration(t, "notify.go", "notifyGrace")
+}
+
+// dockerfileEnv returns the SHARDCRON_* variables the image sets (ENV).
+func dockerfileEnv(t *testing.T) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, m := range regexp.MustCompile(`(SHARDCRON_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(read(t, "Dockerfile"), -1) {
+		env[m[1]] = m[2]
+	}
+	return env
+}
+
+// checkStarts starts 'shardcron server' with a deploy file's arguments and
+// variables, against an etcd that is not there, and wants it to get as far
+// as etcd: every setting parsed and was accepted (one that is not exits 2 at
+// once, naming it). What cannot be used here is replaced, its form checked
+// first: the data directory and the files of secrets by the test's own, the
+// addresses to listen on by 127.0.0.1 and a port the kernel picks, the etcd
+// endpoints' hosts by 127.0.0.1:1, where nothing answers (no name is looked
+// up).
+func checkStarts(t *testing.T, bin, where string, args []string, env map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("deploy-test-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := []string{"PATH=" + os.Getenv("PATH"), "SHARDCRON_START_TIMEOUT=1s", "SHARDCRON_DATA_DIR=" + filepath.Join(dir, "data")}
+	for k, v := range env {
+		switch {
+		case !strings.HasPrefix(k, "SHARDCRON_"), k == "SHARDCRON_DATA_DIR", k == "SHARDCRON_START_TIMEOUT":
+			continue
+		case strings.HasSuffix(k, "_FILE"):
+			v = secret
+		case strings.HasSuffix(k, "LISTEN"):
+			if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+				t.Errorf("%s: %s=%q is not host:port", where, k, v)
+			}
+			v = "127.0.0.1:0"
+		case k == "SHARDCRON_ETCD":
+			var eps []string
+			for _, ep := range strings.Split(v, ",") {
+				u, err := url.Parse(ep)
+				if err != nil || u.Port() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+					t.Errorf("%s: etcd endpoint %q is not an http or https URL with a port", where, ep)
+					continue
+				}
+				u.Host = "127.0.0.1:1"
+				eps = append(eps, u.String())
+			}
+			v = strings.Join(eps, ",")
+		}
+		vars = append(vars, k+"="+v)
+	}
+	if _, ok := env["SHARDCRON_ETCD"]; !ok {
+		vars = append(vars, "SHARDCRON_ETCD=http://127.0.0.1:1") // not an embedded etcd
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Env = dir, vars
+	out, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.HasPrefix(last, "shardcron server: etcd at ") {
+		t.Errorf("%s: shardcron %s with %q: %v, want exit 1 at etcd, its settings accepted:\n%s", where, strings.Join(args, " "), vars[1:], err, out)
+	}
 }
 
 // build builds the binary as the Dockerfile does: CGO_ENABLED=0, static.
@@ -80,7 +218,8 @@ func TestDeploy(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := build(t)
-	flags := serverFlags(t, bin)
+	help := serverHelp(t, bin)
+	flags := serverFlags(t, help)
 
 	t.Run("Dockerfile", func(t *testing.T) {
 		d := read(t, "Dockerfile")
@@ -116,33 +255,49 @@ func TestDeploy(t *testing.T) {
 
 	t.Run("systemd", func(t *testing.T) {
 		unit := read(t, "systemd/shardcron.service")
-		keys := map[string]string{}
+		keys, env := map[string]string{}, map[string]string{}
 		sc := bufio.NewScanner(strings.NewReader(unit))
 		for sc.Scan() {
 			if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
 				keys[k] = v
 				if k == "Environment" {
-					name, _, _ := strings.Cut(v, "=")
+					name, value, _ := strings.Cut(v, "=")
 					checkEnv(t, "the unit", name, flags)
+					env[name] = value
 				}
 			}
+		}
+		// The settings file the unit reads, from the example the unit's
+		// comment starts it from: every variable it names (those commented
+		// out too) is a flag's.
+		if keys["EnvironmentFile"] != "-/etc/shardcron/shardcron.env" || !strings.Contains(unit, "deploy/systemd/shardcron.env.example") {
+			t.Errorf("EnvironmentFile=%s, or the unit does not name deploy/systemd/shardcron.env.example", keys["EnvironmentFile"])
+		}
+		example := read(t, "systemd/shardcron.env.example")
+		for _, m := range regexp.MustCompile(`(?m)^#?(SHARDCRON_[A-Z_]+)=`).FindAllStringSubmatch(example, -1) {
+			checkEnv(t, "shardcron.env.example", m[1], flags)
+		}
+		file := maps.Clone(env)
+		for _, m := range regexp.MustCompile(`(?m)^(SHARDCRON_[A-Z_]+)=(.*)$`).FindAllStringSubmatch(example, -1) {
+			file[m[1]] = m[2]
 		}
 		if keys["KillSignal"] != "SIGTERM" {
 			t.Errorf("KillSignal=%s", keys["KillSignal"])
 		}
+		cmdline := strings.Fields(keys["ExecStart"])
+		if len(cmdline) < 2 || cmdline[0] != "/usr/local/bin/shardcron" || cmdline[1] != "server" {
+			t.Fatalf("ExecStart=%s", keys["ExecStart"])
+		}
 		stop, err := time.ParseDuration(keys["TimeoutStopSec"] + "s")
-		drain := regexp.MustCompile(`--drain-timeout (\S+)`).FindStringSubmatch(keys["ExecStart"])
-		if err != nil || drain == nil {
-			t.Fatalf("TimeoutStopSec %q, ExecStart %q", keys["TimeoutStopSec"], keys["ExecStart"])
+		if bound := stopBound(t, help, settings(file, cmdline[2:])); err != nil || stop <= bound {
+			t.Errorf("TimeoutStopSec %q does not outlast the stop of a node, %v (stopBound)", keys["TimeoutStopSec"], bound)
 		}
-		d, err := time.ParseDuration(drain[1])
-		// Stopping waits up to 30 s for the others to prepare the node's
-		// partitions (engine prepareWait), then drains.
-		if err != nil || stop <= d+30*time.Second {
-			t.Errorf("TimeoutStopSec %v does not outlast --drain-timeout %v plus the 30 s hand-over", stop, d)
-		}
+		checkStarts(t, bin, "the unit with shardcron.env.example", cmdline[1:], file)
+		// The unit's user must exist: its install steps create it.
 		if keys["User"] == "" || keys["User"] == "root" {
 			t.Errorf("User=%q", keys["User"])
+		} else if !regexp.MustCompile(`(?m)^#\s+useradd .*\b` + keys["User"] + `$`).MatchString(unit) {
+			t.Errorf("the unit's install steps do not create its User=%s (useradd): without it the unit fails, status 217/USER", keys["User"])
 		}
 		sa, err := exec.LookPath("systemd-analyze")
 		if err != nil {
@@ -195,8 +350,14 @@ func TestDeploy(t *testing.T) {
 				if s.Environment["SHARDCRON_NODE_ID"] != name || s.Environment["SHARDCRON_ADVERTISE"] != name+":8080" {
 					t.Errorf("%s: node id %q, advertise %q", name, s.Environment["SHARDCRON_NODE_ID"], s.Environment["SHARDCRON_ADVERTISE"])
 				}
-				if g, err := time.ParseDuration(s.StopGrace); err != nil || g < 60*time.Second {
-					t.Errorf("%s: stop_grace_period %q does not outlast the hand-over and the drain", name, s.StopGrace)
+				// The container runs the image with these variables added.
+				env := dockerfileEnv(t)
+				maps.Copy(env, s.Environment)
+				if g, err := time.ParseDuration(s.StopGrace); err != nil || g <= stopBound(t, help, settings(env, nil)) {
+					t.Errorf("%s: stop_grace_period %q does not outlast the stop of a node, %v (stopBound)", name, s.StopGrace, stopBound(t, help, settings(env, nil)))
+				}
+				if name == "node-1" {
+					checkStarts(t, bin, name, []string{"server"}, env)
 				}
 				for _, e := range []string{"etcd-1", "etcd-2", "etcd-3"} {
 					if !strings.Contains(s.Environment["SHARDCRON_ETCD"], "http://"+e+":2379") {
@@ -241,9 +402,6 @@ func TestDeploy(t *testing.T) {
 			t.Errorf("serviceName %v", spec["serviceName"])
 		}
 		pod := spec["template"].(map[string]any)["spec"].(map[string]any)
-		if g, _ := pod["terminationGracePeriodSeconds"].(float64); g < 60 {
-			t.Errorf("terminationGracePeriodSeconds %v does not outlast the hand-over and the drain", g)
-		}
 		c := pod["containers"].([]any)[0].(map[string]any)
 		env := map[string]string{}
 		for _, e := range c["env"].([]any) {
@@ -252,6 +410,25 @@ func TestDeploy(t *testing.T) {
 			env[m["name"].(string)] = v
 			checkEnv(t, "the StatefulSet", m["name"].(string), flags)
 		}
+		// The container runs the image (its ENV) with these variables, the
+		// dependent ones ($(POD_NAME)) expanded by kubelet.
+		image := dockerfileEnv(t)
+		for k, v := range env {
+			v = strings.NewReplacer("$(POD_NAME)", "shardcron-0", "$(POD_NAMESPACE)", "default").Replace(v)
+			if strings.Contains(v, "$(") {
+				t.Errorf("%s=%q: a variable kubelet does not expand", k, v)
+			}
+			image[k] = v
+		}
+		var args []string
+		for _, a := range c["args"].([]any) {
+			args = append(args, a.(string))
+		}
+		bound := stopBound(t, help, settings(image, args))
+		if g, _ := pod["terminationGracePeriodSeconds"].(float64); time.Duration(g)*time.Second <= bound {
+			t.Errorf("terminationGracePeriodSeconds %v does not outlast the stop of a node, %v (stopBound)", g, bound)
+		}
+		checkStarts(t, bin, "the StatefulSet", args, image)
 		// Every probe asks the probe listener's port, which kubelet
 		// reaches without the client certificate mutual TLS asks for.
 		ports := map[string]string{}
