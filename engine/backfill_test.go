@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -673,5 +674,50 @@ func TestLoop_BackfillAttemptFailingAfterADropEnds(t *testing.T) {
 	}
 	if len(bf.ended) > 0 {
 		t.Errorf("the backfill was told of %d more ends, want none", len(bf.ended))
+	}
+}
+
+// A backfill's fires are outside its task's concurrency policy both ways:
+// a scheduled fire of a replace task cancels the task's own fires running
+// or waiting for a worker, not the backfill's, which promised to run each
+// of its times once (and counts every fire that ends as done). The
+// schedule's fire each second canceled every backfill fire that ran
+// longer, or waited behind the others.
+func TestEngine_ReplaceFireSparesTheBackfillsFires(t *testing.T) {
+	c := etcdtest.Start(t)
+	to := time.Now().Truncate(time.Second).Add(-time.Hour)
+	from := to.Add(-3 * time.Second) // 4 fires
+	var mu sync.Mutex
+	outcome := map[int64]string{}
+	h := func(ctx context.Context, f Fire) error {
+		if f.ScheduledAt.After(to) {
+			return nil // the schedule's own fires
+		}
+		res := "ok"
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-ctx.Done():
+			res = "canceled: " + context.Cause(ctx).Error()
+		}
+		mu.Lock()
+		outcome[f.ScheduledAt.Unix()] = res
+		mu.Unlock()
+		return ctx.Err()
+	}
+	n := startNode(t, c, "", h, func(cfg *Config) { cfg.Workers = 2 }) // two backfill fires wait for a worker
+	reg := n.e.Registry()
+	tk := handlerTask("bf", "* * * * * *")
+	tk.Concurrency = task.ConcurrencyReplace
+	putTask(t, reg, tk)
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, 4); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+	mu.Lock()
+	defer mu.Unlock()
+	for at := from; !at.After(to); at = at.Add(time.Second) {
+		if got := outcome[at.Unix()]; got != "ok" {
+			t.Errorf("the backfill's fire at %s: %q, want it run to its end", at.Format(time.TimeOnly), got)
+		}
 	}
 }

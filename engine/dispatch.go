@@ -248,12 +248,13 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
-		// a worker: only the newest runs.
-		l.pool.cancelRunning(i, r.gen, errReplaced)
+		// a worker: only the newest runs. A backfill's fires are outside
+		// the policy and run on (replaceRunning).
+		l.pool.replaceRunning(i, r.gen)
 		l.replaceElsewhere(i, r)
 		l.pool.replaceQueued(i, r.gen)
 		for k := range l.unpushed {
-			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen {
+			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen && u.bf == nil {
 				u.replaced = true
 			}
 		}

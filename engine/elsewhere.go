@@ -265,14 +265,15 @@ func (m *markers) watched(at int64) []string {
 
 // gone applies the delete of marker key, and reports whether markers are
 // left to watch. A marker whose run has not ended was deleted by the next
-// owner of its partition, for a replace fire: the run is canceled.
+// owner of its partition, for a replace fire: the run is canceled, but
+// for a backfill's fires among it (replaceRunning).
 func (m *markers) gone(key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if r := m.runs[key]; r != nil {
 		delete(m.runs, key)
 		if !r.ended {
-			m.e.pool.cancelRunning(r.rec, r.gen, errReplaced)
+			m.e.pool.replaceRunning(r.rec, r.gen) // a backfill's fires run on, as on the owner
 		}
 	}
 	if len(m.runs) == 0 {

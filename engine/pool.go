@@ -181,6 +181,7 @@ type pool struct {
 // (cutRunning).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
+	backfill bool   // a backfill's fire: a replace fire spares it (replaceRunning)
 	cancel   context.CancelCauseFunc
 }
 
@@ -426,12 +427,13 @@ func (p *pool) reset() {
 }
 
 // replaceQueued marks the queued jobs of record rec (generation gen) as
-// replaced: workers cancel them without running them.
+// replaced: workers cancel them without running them. A backfill's stay
+// (replaceRunning).
 func (p *pool) replaceQueued(rec, gen uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := range p.queued() {
-		if j := p.at(i); j.rec == rec && j.gen == gen {
+		if j := p.at(i); j.rec == rec && j.gen == gen && j.bf == nil { // a backfill's runs whatever comes (replaceRunning)
 			j.replaced = true
 		}
 	}
@@ -509,6 +511,23 @@ func (p *pool) cancelRunning(rec, gen uint32, cause error) {
 	}
 }
 
+// replaceRunning cancels the running executions of record rec of
+// generation gen for a newer fire of a replace task: its schedule's,
+// triggers' and their retries', not a backfill's. A backfill is outside
+// the task's concurrency policy and promised each of its times once; it
+// counts a canceled fire as done, and the schedule's fire each second
+// canceled every one of its fires that ran longer.
+func (p *pool) replaceRunning(rec, gen uint32) {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	for k, r := range p.running {
+		if r.rec == rec && r.gen == gen && !r.backfill {
+			r.cancel(errReplaced)
+			delete(p.running, k)
+		}
+	}
+}
+
 // cutRunning cancels every run of a task whose policy keeps its fires
 // apart, and those taken before it that have not started yet: the node is
 // fenced, and the next owner, which knows nothing of them, may start the
@@ -537,7 +556,7 @@ func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (key u
 		return 0
 	}
 	p.runSeq++
-	p.running[p.runSeq] = runningFire{rec: j.rec, gen: j.gen, cancel: cancel}
+	p.running[p.runSeq] = runningFire{rec: j.rec, gen: j.gen, backfill: j.bf != nil, cancel: cancel}
 	return p.runSeq
 }
 
