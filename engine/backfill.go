@@ -99,7 +99,31 @@ type backfills struct {
 	// entry goes with the cancel, the task's delete, or its partition's
 	// release (which drops the partition's retries).
 	handed map[string]*backfillRun
-	wg     sync.WaitGroup
+	// canceled are the tasks whose newest backfill record this node saw
+	// (the watch, any partition's, or an acquire's read) is canceled, with
+	// its revision: a retry of the backfill's fire handed on through etcd
+	// (fireTriggers) may come after the cancel, which then had no fire of
+	// the backfill here to stop, and would run while its task is paused.
+	// An entry goes with a newer record of the task's, or its delete: at
+	// most one per canceled record in etcd, as newest holds.
+	canceled map[string]int64
+	wg       sync.WaitGroup
+}
+
+// noteRecord notes the state of a task's backfill record of revision rev
+// (canceled, or not), unless a newer one was noted. Called with mu held.
+func (bf *backfills) noteRecord(id string, canceled bool, rev int64) {
+	cur, ok := bf.canceled[id]
+	switch {
+	case ok && rev <= cur:
+	case canceled:
+		if bf.canceled == nil {
+			bf.canceled = map[string]int64{}
+		}
+		bf.canceled[id] = rev
+	case ok:
+		delete(bf.canceled, id)
+	}
 }
 
 // backfillCmd dispatches one fire of a backfill.
@@ -172,22 +196,29 @@ func (e *Engine) startBackfills(ctx context.Context, p int) {
 // partition is not this node's, or it runs already.
 func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 	p, id, ok := e.reg.ParseBackfill(key)
-	if !ok || !e.Owns(p) {
+	if !ok {
 		return
 	}
 	rec, err := registry.DecodeBackfill(value)
-	if err == nil && rec.State == task.BackfillCanceled {
-		// Canceled before this acquire: the fires it handed over ran
-		// (their first attempts), their retries of a paused task do not.
-		e.bf.mu.Lock()
-		e.stopHanded(id)
-		e.bf.mu.Unlock()
-	}
-	if err != nil || rec.State != task.BackfillRunning {
+	if err != nil {
 		return
 	}
 	e.bf.mu.Lock()
 	defer e.bf.mu.Unlock()
+	// Of every partition: a retry handed on through etcd comes once the
+	// partition is this node's, whenever its record changed.
+	e.bf.noteRecord(id, rec.State == task.BackfillCanceled, rev)
+	if !e.Owns(p) {
+		return
+	}
+	if rec.State == task.BackfillCanceled {
+		// Canceled before this acquire: the fires it handed over ran
+		// (their first attempts), their retries of a paused task do not.
+		e.stopHanded(id)
+	}
+	if rec.State != task.BackfillRunning {
+		return
+	}
 	if e.bf.runs == nil {
 		e.bf.runs = map[string]*backfillRun{}
 	}
@@ -215,7 +246,8 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 }
 
 // handedBackfill returns the backfill of task id's fires that a released
-// checkpoint of partition p handed over, adding it to bfs.
+// checkpoint of partition p handed over, or a retry handed on through
+// etcd, adding it to bfs: stopped when the task's backfill was canceled.
 func (e *Engine) handedBackfill(p int, id string, bfs map[string]*backfillRun) map[string]*backfillRun {
 	e.bf.mu.Lock()
 	defer e.bf.mu.Unlock()
@@ -225,7 +257,13 @@ func (e *Engine) handedBackfill(p int, id string, bfs map[string]*backfillRun) m
 	b := e.bf.handed[id]
 	if b == nil {
 		b = &backfillRun{id: id, part: p}
-		e.bf.handed[id] = b
+		if _, canceled := e.bf.canceled[id]; canceled {
+			// Canceled already (a retry handed on through etcd after the
+			// cancel): its retries of a paused task are skipped, as any.
+			b.stopped.Store(true)
+		} else {
+			e.bf.handed[id] = b
+		}
 	}
 	if bfs == nil {
 		bfs = map[string]*backfillRun{}
@@ -298,8 +336,10 @@ func (e *Engine) stopBackfill(id string, canceledAt int64) {
 			e.bf.newest = map[string]int64{}
 		}
 		e.bf.newest[id] = max(e.bf.newest[id], canceledAt)
+		e.bf.noteRecord(id, true, canceledAt)
 	} else {
 		delete(e.bf.newest, id)
+		delete(e.bf.canceled, id)
 	}
 	e.bf.mu.Unlock()
 	if b != nil {

@@ -755,6 +755,64 @@ func TestEngine_BackfillsRetryHandedOnThroughEtcdRunsWhileItsTaskIsPaused(t *tes
 	}
 }
 
+// The retry of a backfill's fire handed on through etcd is the backfill's
+// until the backfill is canceled, also when the cancel came first: here
+// node-b's watch saw the cancel before the retry of flaky's attempt 1,
+// failing on node-a past its release, reached it. The retry came as the
+// backfill's, and node-b, holding no fire of the backfill to stop, ran it
+// while flaky was paused, and would have run its every attempt.
+func TestEngine_BackfillsRetryHandedOnThroughEtcdAfterItsCancelIsSkippedWhilePaused(t *testing.T) {
+	t.Parallel()
+	first := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	ha := startHeldAttemptOf(t, func(reg *registry.Registry) error {
+		ctx := context.Background()
+		if _, err := reg.SetPaused(ctx, "flaky", true); err != nil {
+			return err
+		}
+		// Two yearly fires, one at a time: the release records the
+		// first, still running, and the backfill runs on, to be canceled.
+		_, err := reg.Backfill(ctx, "flaky", first.Add(-time.Second), first.AddDate(1, 0, 1), 1)
+		return err
+	})
+	b := ha.start(t, "node-b")
+	closed := closeInBackground(ha.a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+	<-ha.a.e.loopDone
+	reg := b.e.Registry()
+	if _, err := reg.CancelBackfill(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("%s/backfills/%05d/flaky", DefaultPrefix, reg.Partition("flaky"))
+	resp, err := ha.c.Client.Get(context.Background(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the canceled record: %v, %v", resp, err)
+	}
+	canceledAt := resp.Kvs[0].ModRevision
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { // node-b's watch saw the cancel
+		b.e.bf.mu.Lock()
+		defer b.e.bf.mu.Unlock()
+		return b.e.bf.newest["flaky"] >= canceledAt
+	})
+	ha.fail() // attempt 1 fails on node-a, after its release: its retry goes through etcd
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	if n := ha.a.e.Stats().RetriesHandedOn; n != 1 {
+		t.Errorf("node-a counts %d retries handed on through etcd, want 1", n)
+	}
+	ha.a.stop(t)
+	ha.attempts(t, b)
+	var got []string
+	for _, c := range ha.log.of("flaky") {
+		if c.ScheduledAt.Equal(first) { // node-b may have run the second fire's attempt 1 before the cancel
+			got = append(got, fmt.Sprintf("%d on %s", c.Attempt, c.Node))
+		}
+	}
+	if want := []string{"1 on node-a"}; !slices.Equal(got, want) {
+		t.Errorf("flaky, paused, ran attempts %v of its canceled backfill's first fire; want %v, its retry skipped", got, want)
+	}
+}
+
 // A buffer_one fire waiting behind a running one is in flight with it: the
 // node watermark passes it (it would otherwise hold the bounded lead, and
 // every task of the node, for as long as the running fire takes). A crash
