@@ -449,7 +449,13 @@ func (e *Engine) backfillTimes(ctx context.Context, id string, rec *task.Backfil
 		return nil, err
 	}
 	// The times the registry counted: the task's window bounds them too.
-	ts, _ := task.ScheduledTimes(t, sched, rec.From, rec.To, e.cfg.Clock.Now(), task.MaxBackfillFires)
+	// A schedule changed since the request may hold more than a backfill
+	// may run: the first of them run, and the record counts those.
+	ts, more := task.ScheduledTimes(t, sched, rec.From, rec.To, e.cfg.Clock.Now(), task.MaxBackfillFires)
+	if more {
+		e.log.Warn("a backfill's range holds more scheduled times than a backfill runs, its task's schedule changed since the request: it runs the first of them",
+			"task", id, "fires", len(ts), "through", ts[len(ts)-1])
+	}
 	times := make([]int64, len(ts))
 	for i, n := range ts {
 		times[i] = n.UnixNano()
@@ -481,6 +487,9 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	record := func(n int, state string) bool {
 		r := *rec
 		r.Done, r.State, r.Node = n, state, e.cfg.NodeID
+		// The times this runner runs: a schedule changed since the request
+		// (or the last owner) changed them, and done counts them.
+		r.Fires = len(times)
 		if n > 0 {
 			r.Through = time.Unix(0, times[n-1]).UTC()
 		}

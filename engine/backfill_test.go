@@ -721,3 +721,29 @@ func TestEngine_ReplaceFireSparesTheBackfillsFires(t *testing.T) {
 		}
 	}
 }
+
+// A backfill runs the times of its task's schedule when its owner starts
+// or resumes it: a schedule changed mid-backfill changes the times from
+// the next owner on, and the record's fires with them, so that done
+// counts up to fires and no further. The record kept the fires counted at
+// the request, and read 20 done of its 10 fires.
+func TestEngine_BackfillOfAScheduleChangedMidwayCountsTheTimesItRuns(t *testing.T) {
+	c := etcdtest.Start(t)
+	n, log, release := startHeldBackfill(t, c)
+	reg := n.e.Registry()
+	tk := handlerTask("bf", "0 0 0 1 1,7 *") // twice a year: 20 times in the range
+	putTask(t, reg, tk)
+	b := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-b" })
+	closed := closeInBackground(n)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "bf") })
+	close(release)
+	if err := <-closed; err != nil {
+		t.Errorf("close the first node: %v", err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
+	rec := backfillProgress(t, reg, "bf")
+	got := log.forTask("bf")
+	if rec.Done != rec.Fires || rec.Fires != len(got) {
+		t.Errorf("the record of the done backfill: %d of its %d fires done; it ran %d", rec.Done, rec.Fires, len(got))
+	}
+}
