@@ -80,7 +80,8 @@ type backfills struct {
 	// runner's own records late, and one that arrives after its runner
 	// finished must not start another from that older progress, which
 	// would run again the fires recorded after it; nor may an acquire that
-	// read a record before its cancel start it after. An entry goes when
+	// read a record before its cancel start it after. (An acquire's read
+	// of the newest record itself starts it: startBackfill.) An entry goes when
 	// its record is deleted (stopBackfill: the watch sees every
 	// partition's records, and a task's delete takes its record), so there
 	// is at most one per record in etcd, whoever owns its partition now,
@@ -188,13 +189,14 @@ func (e *Engine) startBackfills(ctx context.Context, p int) {
 		return
 	}
 	for _, kv := range resp.Kvs {
-		e.startBackfill(string(kv.Key), kv.Value, kv.ModRevision)
+		e.startBackfill(string(kv.Key), kv.Value, kv.ModRevision, true)
 	}
 }
 
 // startBackfill starts the backfill of a record unless it is done, its
-// partition is not this node's, or it runs already.
-func (e *Engine) startBackfill(key string, value []byte, rev int64) {
+// partition is not this node's, or it runs already. read: the record is
+// an acquire's read of it, not the watch's (newest).
+func (e *Engine) startBackfill(key string, value []byte, rev int64, read bool) {
 	p, id, ok := e.reg.ParseBackfill(key)
 	if !ok {
 		return
@@ -222,7 +224,16 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64) {
 	if e.bf.runs == nil {
 		e.bf.runs = map[string]*backfillRun{}
 	}
-	if _, running := e.bf.runs[id]; running || e.bf.released[p] || rev <= e.bf.newest[id] {
+	// The watch delivers this node's runners' own records late: one that
+	// comes after its runner ended starts nothing (rev == newest). An
+	// acquire reads the records after the partition's runners stopped (its
+	// release, or a fence): the one this node's runner wrote last, or
+	// started from, is where the backfill stands when no other node ran it
+	// since, and starts; only an older one does not (a cancel seen since).
+	// Taken for a late copy, it started nothing when this node took its
+	// partition back, and the backfill stayed running, with no runner,
+	// until the partition moved to another node.
+	if _, running := e.bf.runs[id]; running || e.bf.released[p] || rev < e.bf.newest[id] || !read && rev == e.bf.newest[id] {
 		return
 	}
 	if e.bf.newest == nil {
@@ -407,7 +418,7 @@ func (e *Engine) backfillChanged(key string, value []byte, rev int64, deleted bo
 		}
 		return
 	}
-	e.startBackfill(key, value, rev)
+	e.startBackfill(key, value, rev, false)
 }
 
 // backfillCanceled reports whether a backfill record says it was canceled.

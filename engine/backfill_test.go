@@ -201,7 +201,7 @@ func TestEngine_LateRecordOfAFinishedBackfillStartsNothing(t *testing.T) {
 	if rec, err := registry.DecodeBackfill(old.Kvs[0].Value); err != nil || rec.State != task.BackfillRunning {
 		t.Fatalf("the record before the last is %+v, %v; want a running one", rec, err)
 	}
-	n.e.startBackfill(string(kv.Key), old.Kvs[0].Value, old.Kvs[0].ModRevision)
+	n.e.startBackfill(string(kv.Key), old.Kvs[0].Value, old.Kvs[0].ModRevision, false)
 	if backfillRunning(n, "bf") {
 		t.Error("a late record of a finished backfill started another runner")
 	}
@@ -548,7 +548,7 @@ func TestEngine_HandedOverBackfillStopsWithItsCancel(t *testing.T) {
 	e.owned = make([]atomic.Bool, 16)
 	e.owned[p].Store(true)
 	b = e.handedBackfill(p, "bf", nil)["bf"]
-	e.startBackfill(key, rec(task.BackfillCanceled), 7)
+	e.startBackfill(key, rec(task.BackfillCanceled), 7, true)
 	if !b.stopped.Load() {
 		t.Error("a canceled record read at the acquire did not stop the fires handed over")
 	}
@@ -745,5 +745,52 @@ func TestEngine_BackfillOfAScheduleChangedMidwayCountsTheTimesItRuns(t *testing.
 	got := log.forTask("bf")
 	if rec.Done != rec.Fires || rec.Fires != len(got) {
 		t.Errorf("the record of the done backfill: %d of its %d fires done; it ran %d", rec.Done, rec.Fires, len(got))
+	}
+}
+
+// A node that takes a partition back (here after it fenced itself, cut off
+// from etcd) resumes the partition's backfills from their records, its
+// own progress writes among them: the guard against its runners' own
+// records reaching the watch late took the record its runner wrote last
+// for one of those, and started nothing. The backfill stayed running,
+// with no runner, until its partition moved to another node.
+func TestEngine_BackfillResumesWhenItsNodeTakesItsPartitionBack(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	proxy := c.NewProxy(t)
+	log := newFireLog()
+	h := func(ctx context.Context, f Fire) error {
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return log.handler(ctx, f)
+	}
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h, func(cfg *Config) { cfg.LeaseTTL = 2 * time.Second })
+	reg := directRegistry(t, c)
+	putTask(t, reg, handlerTask("bf", "0 0 0 1 1 *")) // yearly: only the backfill fires it
+	if _, err := reg.Backfill(context.Background(), "bf", heldFrom, heldTo, 1); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return backfillProgress(t, reg, "bf").Done >= 2 })
+	sess := a.e.sess.Load()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 10*time.Second, sess.Fenced)
+	// The drop stops the runner, once its progress write cut off from
+	// etcd gives up.
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return !backfillRunning(a, "bf") })
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+	if !eventually(20*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone }) {
+		t.Fatalf("the backfill did not go on once its node took its partition back: %+v, a runner: %v",
+			backfillProgress(t, reg, "bf"), backfillRunning(a, "bf"))
+	}
+	for at := heldFrom; !at.After(heldTo); at = at.AddDate(1, 0, 0) {
+		log.mu.Lock()
+		n := log.seen[fmt.Sprintf("bf@%d", at.UnixMilli())]
+		log.mu.Unlock()
+		if n == 0 {
+			t.Errorf("the backfill's fire at %s never ran", at.Format(time.DateOnly))
+		}
 	}
 }
