@@ -433,7 +433,7 @@ func (p *pool) replaceQueued(rec, gen uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := range p.queued() {
-		if j := p.at(i); j.rec == rec && j.gen == gen && j.bf == nil { // a backfill's runs whatever comes (replaceRunning)
+		if j := p.at(i); j.rec == rec && j.gen == gen && j.bf == nil {
 			j.replaced = true
 		}
 	}
