@@ -806,7 +806,11 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (uint8, string)
 	st := statusOf(err)
 	t.exec(st)
 	p.chain(j, st)
-	if j.bf != nil && final(j, st) {
+	// A fire a fence cut did not end: the node stops its backfill as it
+	// drops the partitions, and the next owner runs it again. Counted
+	// ended, it could be recorded so while etcd still answers (the
+	// session's lease lost, not etcd), and never run.
+	if j.bf != nil && final(j, st) && !errors.Is(err, errFenced) {
 		j.bf.end(j.sched)
 	}
 	if err == nil && !p.okKept {
@@ -877,6 +881,13 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 			f.Payload = j.over.Payload
 		}
 	}
+	defer func() {
+		// However the executor reported its cancel, the attempt says a
+		// fence cut it: a backfill must not count it as ended (run).
+		if err != nil && !errors.Is(err, errFenced) && context.Cause(parent) == errFenced {
+			err = fmt.Errorf("%w (%w)", err, errFenced)
+		}
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("executor panicked: %v", r)

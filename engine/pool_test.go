@@ -197,6 +197,37 @@ func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
 	}
 }
 
+// A backfill's fire that a fence cut did not end: its runner, which the
+// node stops as it drops its partitions, must not count it done first.
+// Counted, it could be recorded done while etcd still answers (the lease
+// lost, not etcd), and the next owner, resuming after it, would never run
+// it.
+func TestPool_BackfillFireCutByAFenceDoesNotEnd(t *testing.T) {
+	cfg := DefaultConfig("n").withDefaults()
+	cfg.Workers = 1
+	var p *pool
+	var fence sync.Once
+	p = newPool(cfg, nil, &stats{}, func() bool {
+		fence.Do(func() { p.cutRunning() })
+		return false
+	}, 0)
+	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	prof := &profile{exec: make(causeExec, 1), timeout: time.Minute, maxAttempts: 1, concurrency: task.ConcurrencyForbid}
+	bf := &backfillRun{id: "t", ended: make(chan int64, 2)}
+	p.push([]job{{id: "t", rec: 1, prof: prof, attempt: 1, sched: 7, bf: bf}})
+	select {
+	case b := <-p.done:
+		if st := b.c[0].status; st != statusCanceled {
+			t.Fatalf("the cut fire ended %s, want canceled", statusNames[st])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not end within 10 s")
+	}
+	if len(bf.ended) > 0 {
+		t.Errorf("the backfill was told its fire at %d ended, though a fence cut it", <-bf.ended)
+	}
+}
+
 // causeExec runs a fire until its context ends, 2 s at most, and sends
 // why it ended: the context's cause, or nil.
 type causeExec chan error
