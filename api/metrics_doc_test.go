@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
 )
 
 // shardcronMetrics returns the names of the metrics this package exports.
@@ -118,7 +119,8 @@ func TestMetrics_DocsAndDashboardMatchTheCode(t *testing.T) {
 	labels := metricLabels(t)
 	series := regexp.MustCompile(`shardcron_[a-z_]*[a-z]`)
 	for _, file := range []string{"../README.md", "../docs/api.md", "../docs/design.md", "../deploy/grafana/shardcron.json",
-		"../deploy/kubernetes/shardcron.yaml", "../deploy/docker-compose.yml", "../deploy/systemd/shardcron.service"} {
+		"../deploy/kubernetes/shardcron.yaml", "../deploy/docker-compose.yml", "../deploy/systemd/shardcron.service",
+		"../deploy/prometheus/alerts.yml", "../deploy/prometheus/alerts_test.yml"} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -239,5 +241,260 @@ func TestMetrics_DocsAndDashboardMatchTheCode(t *testing.T) {
 				t.Errorf("the dashboard's %s uses the label %q, which none of its metrics has: %s", q.where, l, q.expr)
 			}
 		}
+	}
+}
+
+// labelValues returns, by metric and label, the values README.md's
+// metrics table gives a label that takes a fixed set: those listed in
+// parentheses after it (`status` (ok, failed, ...)), or, for a metric
+// whose one label has none listed, the names in backquotes in its
+// meaning (`phase`: `prepare`, `lock_wait`, ...). A list that is open
+// (..., e.g.) gives none.
+func labelValues(t *testing.T) map[string]map[string][]string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(readme), "| metric | type | labels | meaning |\n")
+	table, _, _ = strings.Cut(table, "\n\n")
+	row := regexp.MustCompile("(?m)^\\| `(shardcron_[a-z_]+)` \\| [a-z]+ \\|([^|]*)\\|(.*)\\|$")
+	label := regexp.MustCompile("`([a-z_]+)`(?: \\(([^)]*)\\))?")
+	word := regexp.MustCompile("^[a-z_]+$")
+	values := map[string]map[string][]string{}
+	for _, m := range row.FindAllStringSubmatch(table, -1) {
+		labels := label.FindAllStringSubmatch(m[2], -1)
+		for _, l := range labels {
+			var vs []string
+			switch {
+			case l[2] != "":
+				for _, v := range strings.Split(l[2], ",") {
+					if v = strings.TrimSpace(v); !word.MatchString(v) {
+						vs = nil // an open list
+						break
+					}
+					vs = append(vs, v)
+				}
+			case len(labels) == 1:
+				for _, v := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(m[3], -1) {
+					vs = append(vs, v[1])
+				}
+			}
+			if len(vs) > 0 {
+				if values[m[1]] == nil {
+					values[m[1]] = map[string][]string{}
+				}
+				values[m[1]][l[1]] = vs
+			}
+		}
+	}
+	return values
+}
+
+// promqlWords are the PromQL functions, aggregations and keywords the
+// alerting rules may use: any other name in an expression must be a
+// series a node exports.
+var promqlWords = map[string]bool{
+	"sum": true, "min": true, "max": true, "avg": true, "count": true, "group": true, "topk": true, "bottomk": true,
+	"quantile": true, "stddev": true, "stdvar": true, "count_values": true,
+	"rate": true, "irate": true, "increase": true, "delta": true, "idelta": true, "deriv": true, "changes": true,
+	"resets": true, "predict_linear": true, "histogram_quantile": true, "absent": true, "absent_over_time": true,
+	"timestamp": true, "time": true, "vector": true, "scalar": true, "abs": true, "ceil": true, "floor": true,
+	"round": true, "clamp": true, "clamp_min": true, "clamp_max": true, "label_replace": true, "label_join": true,
+	"avg_over_time": true, "min_over_time": true, "max_over_time": true, "sum_over_time": true,
+	"count_over_time": true, "quantile_over_time": true, "last_over_time": true, "present_over_time": true,
+	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
+	"and": true, "or": true, "unless": true, "offset": true, "bool": true, "inf": true, "nan": true,
+}
+
+// TestMetrics_AlertRules: deploy/prometheus/alerts.yml is a Prometheus rule
+// file (groups of alerting rules, each with an expression, a severity, a
+// summary and a description, and a comment that says why its threshold),
+// whose expressions use only series a node exports, only labels those
+// series have (or a scrape target's job and instance, a bucket's le),
+// only values of those labels that a node gives them, and PromQL's own
+// functions; whose annotations name only such labels; and which covers
+// what an operator is paged for. Without a PromQL parser in go.mod, the
+// expressions are checked by their parts; promtool, where installed,
+// parses and runs them (deploy's TestPrometheusRules).
+func TestMetrics_AlertRules(t *testing.T) {
+	const file = "../deploy/prometheus/alerts.yml"
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Name     string `json:"name"`
+			Interval string `json:"interval,omitempty"`
+			Rules    []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	if len(rules.Groups) == 0 {
+		t.Fatalf("%s has no groups", file)
+	}
+	// Each rule says why: a comment right above it.
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "- alert:") && (i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#")) {
+			t.Errorf("%s:%d: %s has no comment above it saying why its threshold", file, i+1, strings.TrimSpace(l))
+		}
+	}
+
+	labels := metricLabels(t)
+	values := labelValues(t)
+	if len(values["shardcron_executions_total"]["status"]) < 6 || len(values["shardcron_handover_duration_seconds"]["phase"]) != 4 {
+		t.Fatalf("README.md's metrics table gives the values %v", values)
+	}
+	duration := regexp.MustCompile(`^([0-9]+(ms|s|m|h|d|w|y))+$`)
+	selector := regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{([^}]*)\}`)
+	matcher := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
+	grouping := regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	name := regexp.MustCompile(`\b[a-zA-Z_:][a-zA-Z0-9_:]*\b(\s*\()?`)
+	templateLabel := regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	seen := map[string]bool{}
+	used := map[string]bool{} // series, and series{label="value"} for each value matched
+	for _, g := range rules.Groups {
+		if g.Name == "" || len(g.Rules) == 0 {
+			t.Errorf("group %q: no name or no rules", g.Name)
+		}
+		if g.Interval != "" && !duration.MatchString(g.Interval) {
+			t.Errorf("group %q: interval %q", g.Name, g.Interval)
+		}
+		for _, r := range g.Rules {
+			where := "rule " + r.Alert
+			switch {
+			case r.Alert == "" || seen[r.Alert]:
+				t.Errorf("%s: an alert without a name, or a second of that name", where)
+			case strings.TrimSpace(r.Expr) == "":
+				t.Errorf("%s: no expr", where)
+			case r.For != "" && !duration.MatchString(r.For):
+				t.Errorf("%s: for %q is not a duration", where, r.For)
+			case r.Labels["severity"] != "critical" && r.Labels["severity"] != "warning":
+				t.Errorf("%s: severity %q, want critical (paged) or warning", where, r.Labels["severity"])
+			case r.Annotations["summary"] == "" || r.Annotations["description"] == "":
+				t.Errorf("%s: no summary or description", where)
+			}
+			seen[r.Alert] = true
+			expr := r.Expr
+			if strings.Count(expr, "(") != strings.Count(expr, ")") || strings.Count(expr, "{") != strings.Count(expr, "}") ||
+				strings.Count(expr, "[") != strings.Count(expr, "]") || strings.Count(expr, `"`)%2 != 0 {
+				t.Errorf("%s: unbalanced brackets or quotes in %s", where, expr)
+				continue
+			}
+			allowed := map[string]bool{"job": true, "instance": true}
+			var series []string
+			for _, m := range name.FindAllStringSubmatch(selector.ReplaceAllString(grouping.ReplaceAllString(
+				regexp.MustCompile(`\[[^]]*\]|"[^"]*"`).ReplaceAllString(expr, ""), ""), "$1"), -1) {
+				switch n := m[0]; {
+				case promqlWords[strings.TrimRight(n, " \t\n(")]:
+				case m[1] != "":
+					t.Errorf("%s: %s is not a PromQL function", where, strings.TrimRight(n, " \t\n("))
+				default:
+					metric, ok := exported(labels, n)
+					if !ok {
+						t.Errorf("%s uses %s, which no node exports", where, n)
+						continue
+					}
+					series = append(series, n)
+					used[n] = true
+					for _, l := range labels[metric] {
+						allowed[l] = true
+					}
+					if strings.HasSuffix(n, "_bucket") {
+						allowed["le"] = true
+					}
+				}
+			}
+			if len(series) == 0 {
+				t.Errorf("%s reads no shardcron series: %s", where, expr)
+			}
+			var names []string
+			for _, m := range grouping.FindAllStringSubmatch(expr, -1) {
+				for _, l := range strings.Split(m[1], ",") {
+					if l = strings.TrimSpace(l); l != "" {
+						names = append(names, l)
+					}
+				}
+			}
+			for _, m := range templateLabel.FindAllStringSubmatch(r.Annotations["summary"]+r.Annotations["description"], -1) {
+				names = append(names, m[1])
+			}
+			for _, sel := range selector.FindAllStringSubmatch(expr, -1) {
+				metric, _ := exported(labels, sel[1])
+				for _, m := range matcher.FindAllStringSubmatch(sel[2], -1) {
+					l, op, v := m[1], m[2], m[3]
+					names = append(names, l)
+					var known func(string) bool
+					if vs := values[metric][l]; vs != nil {
+						known = func(v string) bool { return slices.Contains(vs, v) }
+					} else if l == "method" {
+						known = func(v string) bool { return knownMethods[v] }
+					} else if l == "code" {
+						known = regexp.MustCompile(`^[1-5][0-9][0-9]$`).MatchString
+					} else {
+						continue
+					}
+					parts := []string{v}
+					if op == "=~" || op == "!~" {
+						parts = strings.Split(v, "|")
+					}
+					for _, p := range parts {
+						if !known(p) {
+							t.Errorf("%s matches %s{%s%s%q}: a node never gives %s the value %q", where, sel[1], l, op, v, l, p)
+						}
+						used[sel[1]+"{"+l+"="+p+"}"] = true
+					}
+				}
+			}
+			for _, l := range names {
+				if !allowed[l] {
+					t.Errorf("%s uses the label %q, which none of its series %v has", where, l, series)
+				}
+			}
+		}
+	}
+
+	// What an operator of a production scheduler is paged for.
+	for _, want := range []string{
+		"shardcron_build_info",                             // no node at all
+		"shardcron_fenced", "shardcron_fence_events_total", // fenced, or fenced again and again
+		"shardcron_ready", "shardcron_partitions_owned", // a hand-over stuck, partitions nobody fires
+		"shardcron_handover_duration_seconds_bucket", // hand-overs that cost fires
+		"shardcron_fire_lag_seconds_bucket",          // fires late
+		"shardcron_misfires_total",                   // fires missed
+		"shardcron_executions_total{status=skipped}", // fires skipped
+		"shardcron_executions_total{status=failed}",  // executions failing
+		"shardcron_history_write_failed_total",       // a full disk
+		"shardcron_history_dropped_total",            // history lost
+		"shardcron_watermark_timestamp_seconds",      // etcd's NOSPACE
+		"shardcron_api_requests_total{code=503}",     // writes refused
+		"shardcron_chain_triggers_dropped_total",     // chained fires lost
+		"shardcron_notify_total{result=dropped}",     // alerts dropped
+	} {
+		if !used[want] {
+			t.Errorf("%s has no rule on %s", file, want)
+		}
+	}
+
+	// The rule on owned partitions counts the partitions of a cluster
+	// created with the default the deploy files keep.
+	apiDoc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := regexp.MustCompile("`--partitions` \\[([0-9]+)\\]").FindSubmatch(apiDoc)
+	owned := regexp.MustCompile(`sum by \(job\) \(shardcron_partitions_owned\) < ([0-9]+)`).FindSubmatch(b)
+	if def == nil || owned == nil || string(def[1]) != string(owned[1]) {
+		t.Errorf("the rule on owned partitions wants %q, --partitions defaults to %q (docs/api.md)", owned, def)
 	}
 }

@@ -584,3 +584,30 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 }
+
+// TestPrometheusRules: the alerting rules are where the README says, and
+// promtool, where installed, checks them (their YAML, PromQL and
+// templates) and runs their cases (prometheus/alerts_test.yml: a healthy
+// cluster raises nothing, each rule fires on what it is for and waits out
+// its blips). api's TestMetrics_AlertRules checks, without promtool, that
+// every metric, label and label value they use is one a node exports.
+func TestPrometheusRules(t *testing.T) {
+	for _, f := range []string{"prometheus/alerts.yml", "prometheus/alerts_test.yml"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(read(t, "../README.md"), "| `deploy/prometheus/alerts.yml` |") {
+		t.Error("README.md's Deployment table does not list deploy/prometheus/alerts.yml")
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not found: the rules were parsed (api's TestMetrics_AlertRules), not run")
+		return
+	}
+	for _, args := range [][]string{{"check", "rules", "prometheus/alerts.yml"}, {"test", "rules", "prometheus/alerts_test.yml"}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
