@@ -424,9 +424,21 @@ func TestDeploy(t *testing.T) {
 		for _, a := range c["args"].([]any) {
 			args = append(args, a.(string))
 		}
-		bound := stopBound(t, help, settings(image, args))
+		// On SIGTERM the node stops accepting API requests at once: a
+		// preStop sleep keeps it serving while the terminating pod leaves
+		// the Service's endpoints. The image (scratch) has no sleep or
+		// shell to exec: the hook is Kubernetes' own sleep action. kubelet
+		// runs it before SIGTERM, inside the grace period.
+		lifecycle, _ := c["lifecycle"].(map[string]any)
+		preStop, _ := lifecycle["preStop"].(map[string]any)
+		sleep, _ := preStop["sleep"].(map[string]any)
+		secs, _ := sleep["seconds"].(float64)
+		if len(preStop) != 1 || secs < 1 || secs > 15 {
+			t.Errorf("lifecycle.preStop %v, want only a sleep of 1-15 seconds (the image has no shell to exec)", preStop)
+		}
+		bound := stopBound(t, help, settings(image, args)) + time.Duration(secs)*time.Second
 		if g, _ := pod["terminationGracePeriodSeconds"].(float64); time.Duration(g)*time.Second <= bound {
-			t.Errorf("terminationGracePeriodSeconds %v does not outlast the stop of a node, %v (stopBound)", g, bound)
+			t.Errorf("terminationGracePeriodSeconds %v does not outlast the preStop sleep and the stop of a node, %v (stopBound)", g, bound)
 		}
 		checkStarts(t, bin, "the StatefulSet", args, image)
 		// Every probe asks the probe listener's port, which kubelet
