@@ -145,6 +145,8 @@ func checkStarts(t *testing.T, bin, where string, args []string, env map[string]
 	vars := []string{"PATH=" + os.Getenv("PATH"), "SHARDCRON_START_TIMEOUT=1s", "SHARDCRON_DATA_DIR=" + filepath.Join(dir, "data")}
 	for k, v := range env {
 		switch {
+		case k == "GOMEMLIMIT":
+			// The Go runtime's: a malformed one stops the binary at once.
 		case !strings.HasPrefix(k, "SHARDCRON_"), k == "SHARDCRON_DATA_DIR", k == "SHARDCRON_START_TIMEOUT":
 			continue
 		case strings.HasSuffix(k, "_FILE"):
@@ -440,6 +442,17 @@ func TestDeploy(t *testing.T) {
 		if g, _ := pod["terminationGracePeriodSeconds"].(float64); time.Duration(g)*time.Second <= bound {
 			t.Errorf("terminationGracePeriodSeconds %v does not outlast the preStop sleep and the stop of a node, %v (stopBound)", g, bound)
 		}
+		// GOMEMLIMIT, the Go GC's soft limit, some 90% of the container's
+		// memory limit: the GC works harder near the limit instead of the
+		// pod being OOM-killed, with room left for what the runtime does
+		// not count. checkStarts runs the binary with it: the runtime
+		// refuses a malformed one.
+		limits, _ := c["resources"].(map[string]any)["limits"].(map[string]any)
+		limit, lok := quantity(fmt.Sprint(limits["memory"]))
+		soft, sok := goMemLimit(env["GOMEMLIMIT"])
+		if !lok || !sok || soft < 0.8*limit || soft > 0.95*limit {
+			t.Errorf("GOMEMLIMIT %q against limits.memory %v: want 80-95%% of the limit", env["GOMEMLIMIT"], limits["memory"])
+		}
 		checkStarts(t, bin, "the StatefulSet", args, image)
 		// Every probe asks the probe listener's port, which kubelet
 		// reaches without the client certificate mutual TLS asks for.
@@ -465,6 +478,31 @@ func TestDeploy(t *testing.T) {
 			t.Error("pods may run as root")
 		}
 	})
+}
+
+// quantity reads a Kubernetes quantity of bytes ("2Gi", "1500M", "512").
+func quantity(q string) (float64, bool) {
+	m := regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$`).FindStringSubmatch(q)
+	if m == nil {
+		return 0, false
+	}
+	var v float64
+	fmt.Sscan(m[1], &v)
+	unit := map[string]float64{"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+	return v * unit[m[2]], true
+}
+
+// goMemLimit reads a GOMEMLIMIT as the Go runtime does: bytes, with an
+// optional unit B, KiB, MiB, GiB or TiB.
+func goMemLimit(s string) (float64, bool) {
+	m := regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(s)
+	if m == nil {
+		return 0, false
+	}
+	var v float64
+	fmt.Sscan(m[1], &v)
+	unit := map[string]float64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+	return v * unit[m[2]], true
 }
 
 // ignoreRule is a line of a .dockerignore as docker build reads it.

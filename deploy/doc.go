@@ -6,7 +6,8 @@
 // promtool test rules).
 // Its tests parse each file and check what a mistake would break: the
 // flags and variables they use exist and a node starts with them, the stop
-// timeouts outlast a node's stop, health checks ask /readyz, nothing runs
+// timeouts outlast a node's stop (a preStop sleep included), GOMEMLIMIT
+// sits below the pod's memory limit, health checks ask /readyz, nothing runs
 // as root, the unit's user is created, the build context keeps the sources
 // and leaves local state out, and the binary builds static; promtool, where
 // installed, checks the alerting rules and runs their cases (api's tests
