@@ -24,6 +24,7 @@ type collector struct {
 	fires, staged, stageDrops, lag, executions, misfires, queue     *prometheus.Desc
 	owned, tasks                                                    *prometheus.Desc
 	etcd, fenced, ready, dropped, writeFailed, fullLoads, watermark *prometheus.Desc
+	noSpace                                                         *prometheus.Desc
 	sampled, sampleRatio                                            *prometheus.Desc
 	queueCap, workers, fences, execDur, handOver                    *prometheus.Desc
 	build                                                           *prometheus.Desc
@@ -82,7 +83,9 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"1 records all, 0.125 one in 8 (chosen by a hash of task id and scheduled time)."),
 		fullLoads: d("partition_full_loads_total", "Partitions loaded with a full etcd range read rather than from the local cache."),
 		watermark: d("watermark_timestamp_seconds", "The node watermark etcd last acknowledged, as a Unix time (0 before the first)."),
-		build:     d("build_info", "Always 1; labels name the version of shardcron and of Go that built it.", "version", "goversion"),
+		noSpace: d("etcd_no_space", "1 while etcd refuses the node's watermark writes for lack of space (its NOSPACE alarm): "+
+			"every write is refused, task changes and hand-overs too, and the node fires on unrecorded, else 0."),
+		build: d("build_info", "Always 1; labels name the version of shardcron and of Go that built it.", "version", "goversion"),
 		notify: d("notify_total", "Alerts of task state changes by result: sent (answered 2xx), failed (every attempt failed), "+
 			"refused (--http-allow leaves the url out), dropped (the alert queue was full).", "result"),
 		pausedOnFailure: d("paused_on_failure_total", "Tasks this node paused because they failed pause_on_failure fires in a row."),
@@ -106,7 +109,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
-		c.etcd, c.fenced, c.ready, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
+		c.etcd, c.fenced, c.ready, c.noSpace, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
 		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.retriesHandedOn, c.runsMarked, c.runsElsewhere, c.standbyReady, c.standbyTaken} {
 		ch <- d
@@ -191,6 +194,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.fenced, flag(st.Fenced))
 	gauge(c.ready, flag(st.Ready))
+	gauge(c.noSpace, flag(st.EtcdNoSpace))
 	counter(c.dropped, st.HistoryDropped)
 	counter(c.writeFailed, st.HistoryFailed)
 	counter(c.sampled, st.HistorySampled)

@@ -33,7 +33,18 @@ func TestServer_NoSpace(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return call(t, ts, "GET", "/v1/tasks/kept/state", "").status == http.StatusOK && n.fires.count() >= 1
 	})
+	noSpace := func(want string) func() bool {
+		return func() bool {
+			return strings.Contains(string(call(t, ts, "GET", "/metrics", "").body), "\nshardcron_etcd_no_space "+want+"\n")
+		}
+	}
+	if !noSpace("0")() {
+		t.Error("shardcron_etcd_no_space is not 0 before the alarm")
+	}
 	c.RaiseNoSpace(t)
+	// The node finds the alarm at its next watermark write, a tenth of a
+	// second away.
+	etcdtest.WaitFor(t, 10*time.Second, noSpace("1"))
 	writes := []struct{ method, path, body string }{
 		{"PUT", "/v1/tasks/refused", noopJSON("")},
 		{"PUT", "/v1/tasks/kept", `{"schedule": "0 0 2 1 *", "executor": {"type": "noop"}}`},
@@ -70,6 +81,7 @@ func TestServer_NoSpace(t *testing.T) {
 	// alarm lasted, still fires once it records its watermark again.
 	after := time.Now()
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return n.fires.firedAfter("every", after) })
+	etcdtest.WaitFor(t, 10*time.Second, noSpace("0"))
 	if a := call(t, ts, "GET", "/v1/tasks/kept", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), `"schedule":"0 0 1 1 *","timezone"`) ||
 		strings.Contains(string(a.body), `"paused":true`) {
 		t.Errorf("the task changed under NOSPACE: %v", a)

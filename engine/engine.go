@@ -544,6 +544,7 @@ type Stats struct {
 	HandOver        map[string]Histogram
 	Ready           bool
 	Watermark       time.Time         // the node watermark etcd last acknowledged
+	EtcdNoSpace     bool              // etcd refused the last watermark write for lack of space (its NOSPACE alarm)
 	FullLoads       uint64            // partitions loaded with a full etcd range read
 	StandbyReady    int               // partitions prepared for nodes that look dead, not yet taken (standby.go)
 	StandbyTaken    uint64            // partitions acquired from the standby
@@ -590,6 +591,7 @@ func (e *Engine) Stats() Stats {
 		FireLag:      e.stats.lag(),
 		Fenced:       e.fenced(),
 		Ready:        e.Ready(),
+		EtcdNoSpace:  e.acked.noSpace.Load(),
 		FullLoads:    e.loads.Load(),
 		StandbyReady: int(e.standby.ready.Load()),
 		StandbyTaken: e.standby.taken.Load(),
