@@ -516,6 +516,7 @@ func (l *loop) releaseParts(parts []int) release {
 		l.forgetTrigger(t.key())
 		return true
 	})
+	l.noteReleasedAgain(out)
 	var run *running
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)

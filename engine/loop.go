@@ -188,7 +188,12 @@ type loop struct {
 
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
-	sweepAt   int64                      // when sweepTriggers next runs (unix ns)
+	// againReleased are the keys of released partitions' triggers put
+	// again while their fire waited or ran, until the release's seal:
+	// those whose fire was not handed over unrun (forgetTrigger) started
+	// here, and go before the release commits (endReleasedAgain).
+	againReleased map[triggerKey]bool
+	sweepAt       int64 // when sweepTriggers next runs (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats
 	retrying atomic.Int64 // retries waiting in the wheel for their backoff, for Stats
@@ -297,6 +302,7 @@ func (c *sealCmd) run(l *loop) {
 	if c.queued {
 		l.handOverQueued(c.rel.hand)
 	}
+	l.endReleasedAgain(c.rel.hand)
 	l.pool.leaving.seal(c.rel.running, c.late)
 	c.reply <- struct{}{}
 }

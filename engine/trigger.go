@@ -236,7 +236,39 @@ func (l *loop) firing(k triggerKey) bool {
 // forgetTrigger forgets a trigger handed over unrun with its partition: its
 // key stays for the next owner, and should this node own the partition
 // again, it fires the key.
-func (l *loop) forgetTrigger(k triggerKey) { delete(l.triggered, k) }
+func (l *loop) forgetTrigger(k triggerKey) {
+	delete(l.triggered, k)
+	delete(l.againReleased, k)
+}
+
+// noteReleasedAgain notes the keys of the triggers of partitions in out,
+// being released, that were put again while their fire waited or ran
+// (triggers): that fire's, they go when it ends, which may come after
+// the release commits, and the next owner fires every key it finds.
+func (l *loop) noteReleasedAgain(out map[int]*handOver) {
+	for k, s := range l.triggered {
+		if s.again && out[k.part] != nil {
+			if l.againReleased == nil {
+				l.againReleased = map[triggerKey]bool{}
+			}
+			l.againReleased[k] = true
+		}
+	}
+}
+
+// endReleasedAgain, at the seal of the release of the partitions of hand,
+// ends the keys noteReleasedAgain noted whose fire was not handed over
+// unrun: it started here, so the key put again goes with the keys of the
+// triggers that started, before the release commits. Left, it fired again
+// on the next owner.
+func (l *loop) endReleasedAgain(hand map[int]*handOver) {
+	for k := range l.againReleased {
+		if hand[k.part] != nil {
+			l.pool.ends.add(k)
+			delete(l.againReleased, k)
+		}
+	}
+}
 
 // watchTriggers fires the triggers of the partitions this node owns,
 // resuming after the last revision it saw when its watch breaks (progress

@@ -954,3 +954,85 @@ func TestLoop_UnreadableChangeDropsTheFiresWaitingOfItsTask(t *testing.T) {
 		t.Errorf("trigger keys ended %v, want %v: the queued trigger's and the buffered one's", ended, want)
 	}
 }
+
+// A key put again while its trigger's fire runs (a second chain of one
+// target and second: "that fire") goes when the fire ends; when the
+// partition is released first, the release must delete it too, since the
+// fire started here: the next owner fires every key it finds. Here the
+// fire of target@at is held on node-a, the key is put again, and node-a
+// leaves while the fire still runs (a task that neither retries nor keeps
+// its fires apart: the release does not wait for it). The key used to stay
+// for node-b, which fired target@at a second time.
+func TestEngine_TriggerKeyPutAgainWhileItsFireRunsIsNotLeftAtARelease(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	h := newHolder(t, "target")
+	handler := log.handler(h.handler)
+	a := startNode(t, c, "", handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.DrainTimeout = "node-a", 4, time.Minute
+	})
+	t.Cleanup(h.open)
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask("target", "0 0 0 1 1 *")) // yearly: only triggers fire it
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
+	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fires the chains end
+	ctx := context.Background()
+	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // it runs on node-a, held
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	// The second chain's trigger, while the fire runs.
+	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+		t.Fatal(err)
+	}
+	k := triggerKey{part: reg.Partition("target"), id: "target", at: at.UnixNano()}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, a, func(l *loop) bool { return l.triggered[k].again })
+	})
+
+	b := startNode(t, c, "", handler, func(cfg *Config) { cfg.NodeID, cfg.Partitions = "node-b", 4 })
+	closed := closeInBackground(a) // releases every partition to node-b; the held fire runs on
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "target") })
+	time.Sleep(time.Second) // a repeat, if any
+	var got []string
+	for _, cl := range log.of("target") {
+		got = append(got, cl.Node)
+	}
+	if len(got) != 1 {
+		t.Errorf("target@%d ran on %v, want once, on node-a (one key: the owner fires it once)", at.UnixMilli(), got)
+	}
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	b.stop(t)
+}
+
+// At a release's seal, a key put again while its fire waited or ran goes
+// when that fire started here, and stays when the fire is handed over
+// unrun: the next owner fires it, once.
+func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "ran") // yearly: only triggers fire them
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "queued")
+	tl.putTrigger(0, "ran", base, 1)
+	tl.pool.reset() // a worker took ran's fire
+	tl.pool.ends.take(10)
+	tl.putTrigger(0, "queued", base, 2)
+	tl.putTrigger(0, "ran", base, 3) // put again while its fire runs
+	tl.putTrigger(0, "queued", base, 4)
+	if got := tl.pool.ends.take(10); len(got) != 0 {
+		t.Fatalf("keys ended %v before the fires did", got)
+	}
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, queued: true, late: true, reply: make(chan struct{}, 1)} // queued's job was not taken in time
+	tl.handle(c)
+	<-c.reply
+	if got, want := tl.pool.ends.take(10), []triggerKey{{0, "ran", base.UnixNano()}}; !slices.Equal(got, want) {
+		t.Errorf("at the seal, keys ended %v, want %v: ran's fire started here, queued's is handed over unrun", got, want)
+	}
+}
