@@ -22,7 +22,8 @@ type bulkItem struct {
 // (through the index for a prefix or labels, see each), writing them in
 // transactions of at most 128 operations and 1 MiB. Each write compares the task's version with the one read, so a
 // task changed in between is read again and acted on only if it still
-// matches. The tasks are not changed atomically as a whole: a failure or
+// matches (a trigger by prefix or of all tasks, which no change can move
+// out of the selection, compares only that the task still exists). The tasks are not changed atomically as a whole: a failure or
 // ctx ending midway returns what was done so far with the error, and
 // running the same action again finishes the job (actions are idempotent;
 // a trigger fires again).
@@ -167,7 +168,7 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 		return nil
 	}
 	for _, it := range items {
-		itCmps, itOps := r.bulkOp(action, it, at)
+		itCmps, itOps := r.bulkOp(action, it, at, len(sel.Labels) > 0)
 		if max(len(cmps)+len(itCmps), len(ops)+len(itOps)) > MaxTxnOps {
 			if err := commit(); err != nil {
 				return err
@@ -178,10 +179,13 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 	return commit()
 }
 
-// bulkOp is the compares and the write of one item. A trigger only needs
-// the task to exist, and no trigger of it at that time pending (another
-// process's, in the same millisecond): it does not change the task.
-func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64) ([]clientv3.Cmp, []clientv3.Op) {
+// bulkOp is the compares and the write of one item. A trigger does not
+// change the task: it needs no trigger of it at that time pending
+// (another process's, in the same millisecond), and the task to exist,
+// or, when byContent (a selection by labels, which another writer may
+// change), to be still the version read: a task that left the selection
+// since is read again and skipped (bulkOne), as a pause skips it.
+func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64, byContent bool) ([]clientv3.Cmp, []clientv3.Op) {
 	p, id, _ := r.keys.parseTaskKey(it.key)
 	switch action {
 	case task.BulkDelete:
@@ -189,10 +193,12 @@ func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64) ([]clie
 		return []clientv3.Cmp{w.cmp()}, w.ops
 	case task.BulkTrigger:
 		key := r.keys.trigger(p, id, at)
-		return []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		}, []clientv3.Op{clientv3.OpPut(key, "")}
+		exists := clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0)
+		if byContent {
+			exists = clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision)
+		}
+		return []clientv3.Cmp{exists, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(key, "")}
 	default: // pause and resume change no label: the index stays as it is
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision)},
 			[]clientv3.Op{clientv3.OpPut(it.key, string(it.val))}
@@ -243,7 +249,7 @@ func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task
 		if action == task.BulkTrigger {
 			return r.bulkTriggerOne(ctx, it.key, res)
 		}
-		cmps, ops := r.bulkOp(action, next, 0)
+		cmps, ops := r.bulkOp(action, next, 0, false) // not a trigger's: bulkTriggerOne above
 		tr, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("bulk %s: write %s: %w", action, it.key, err)

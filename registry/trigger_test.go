@@ -281,3 +281,51 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 		t.Errorf("trigger keys %v, want %v", got, want)
 	}
 }
+
+// A bulk trigger by labels triggers only the tasks that match when it
+// writes: one that another writer moved out of the selection between the
+// bulk read and its write is skipped, as a pause skips it. The trigger's
+// transaction compared only that the task existed, and fired it anyway.
+func TestRegistry_BulkTriggerByLabelsSkipsATaskThatLeftTheSelection(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/bulklabels")
+	now := stopClocks(reg)
+	bulkFleet(t, reg, 4) // fleet/0000 and fleet/0002 are billing
+	// The action reads the clock between its read and its write:
+	// fleet/0000 moves to another team then.
+	moved := false
+	reg.now = func() time.Time {
+		if !moved {
+			moved = true
+			tk, err := reg.Get(ctx, "fleet/0000")
+			if err != nil {
+				t.Error(err)
+				return now
+			}
+			tk.Labels = map[string]string{"team": "ads"}
+			if _, err := reg.Put(ctx, tk, PutOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		return now
+	}
+	res, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Labels: map[string]string{"team": "billing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fired []string
+	for _, kv := range resp.Kvs {
+		if _, _, id, ok := reg.ParseTrigger(string(kv.Key)); ok {
+			fired = append(fired, id)
+		}
+	}
+	if res.Changed != 1 || res.Skipped != 1 || len(fired) != 1 || fired[0] != "fleet/0002" {
+		t.Errorf("bulk trigger of team billing: %+v, triggered %v; want fleet/0002 alone (1 changed, 1 skipped): fleet/0000 left the team before the write", res, fired)
+	}
+}
