@@ -13,6 +13,12 @@ import (
 // it, and a task's next trigger comes after the last such batch's, which
 // may have triggered it.
 //
+// No time it hands out is a whole second: scheduled fires (cron, @every,
+// @at) fall on whole seconds, and a trigger on one took the key of the
+// task's own fire of that second (and of the chains a fire of that second
+// triggers), two fires that receivers, and a hand-over's list of retries,
+// took for one.
+//
 // It remembers each task's last time for a second or two: a time handed
 // out before is at most now then, unless a task took more than a thousand
 // triggers a second from this process.
@@ -40,6 +46,7 @@ func (tt *triggerTimes) next(id string, now time.Time) int64 {
 	if ok {
 		ms = max(ms, last+1)
 	}
+	ms = offSecond(ms)
 	tt.cur[id] = ms
 	tt.last = max(tt.last, ms)
 	return ms
@@ -50,7 +57,7 @@ func (tt *triggerTimes) next(id string, now time.Time) int64 {
 func (tt *triggerTimes) nextBulk(now time.Time) int64 {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
-	tt.bulk = max(now.UnixMilli(), tt.last+1)
+	tt.bulk = offSecond(max(now.UnixMilli(), tt.last+1))
 	tt.last = tt.bulk
 	return tt.bulk
 }
@@ -61,4 +68,13 @@ func (tt *triggerTimes) rotate(ms int64) {
 	if tt.cur == nil || ms-tt.since >= triggerGeneration {
 		tt.prev, tt.cur, tt.since = tt.cur, map[string]int64{}, ms
 	}
+}
+
+// offSecond returns ms, or the millisecond after it when ms is a whole
+// second, a scheduled fire's time.
+func offSecond(ms int64) int64 {
+	if ms%1000 == 0 {
+		return ms + 1
+	}
+	return ms
 }

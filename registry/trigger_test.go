@@ -35,7 +35,8 @@ func TestRegistry_TriggersInOneMillisecondAreTwoFires(t *testing.T) {
 		}
 		got = append(got, at)
 	}
-	want := []time.Time{now, now.Add(time.Millisecond), now.Add(2 * time.Millisecond)}
+	ms := time.Millisecond // now is a whole second, the time of scheduled fires: the first trigger takes the millisecond after
+	want := []time.Time{now.Add(ms), now.Add(2 * ms), now.Add(3 * ms)}
 	for i := range want {
 		if !got[i].Equal(want[i]) {
 			t.Errorf("trigger %d at %s, want %s", i, got[i].Format(time.StampMilli), want[i].Format(time.StampMilli))
@@ -327,5 +328,45 @@ func TestRegistry_BulkTriggerByLabelsSkipsATaskThatLeftTheSelection(t *testing.T
 	}
 	if res.Changed != 1 || res.Skipped != 1 || len(fired) != 1 || fired[0] != "fleet/0002" {
 		t.Errorf("bulk trigger of team billing: %+v, triggered %v; want fleet/0002 alone (1 changed, 1 skipped): fleet/0000 left the team before the write", res, fired)
+	}
+}
+
+// A trigger's time is the fire's idempotency key, and a task's scheduled
+// fires fall on whole seconds (cron, @every, @at): a manual or bulk
+// trigger made on a whole second took that second's time, the key of the
+// task's own fire then, and the two fires were one for receivers (and a
+// retry of each, handed over at a release, one retry for the next owner).
+// It takes the millisecond after instead.
+func TestRegistry_TriggerOnAWholeSecondTakesNotTheScheduledFiresTime(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/whole")
+	now := stopClocks(reg) // on a whole second
+	for _, id := range []string{"s/1", "s/2"} {
+		if _, err := reg.Put(ctx, noopTask(id, "* * * * * *"), PutOptions{}); err != nil { // a fire every second
+			t.Fatal(err)
+		}
+	}
+	at, err := reg.Trigger(ctx, "s/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.UnixMilli()%1000 == 0 {
+		t.Errorf("a trigger of s/1 at %s: the time of its scheduled fire then, one idempotency key for two fires", at.Format(time.StampMilli))
+	}
+	reg2 := openRegistry(t, c.Client, "/whole")
+	reg2.now = func() time.Time { return now.Add(time.Second) }
+	if _, err := reg2.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "s/"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if _, ms, id, _ := reg.ParseTrigger(string(kv.Key)); ms%1000 == 0 {
+			t.Errorf("a trigger of %s at %s: the time of its scheduled fire then", id, time.UnixMilli(ms).UTC().Format(time.StampMilli))
+		}
 	}
 }
