@@ -102,13 +102,24 @@ func (c *chainQueue) take() []chainFire {
 func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() { // ends with this function
+		select {
+		case <-stop:
+			// A write under way when stop closes ends etcdTimeout later at
+			// most, as the trigger deleter's: without a deadline, one
+			// that etcd out of reach held (a partition, where requests
+			// hang) held Close for as long as the outage lasted.
+			time.AfterFunc(etcdTimeout, cancel)
+		case <-ctx.Done():
+		}
+	}()
 	missing := missingTargets{log: e.log, max: missingMax}
 	for {
 		select {
 		case <-q.wake:
 			e.triggerChains(ctx, q.take(), stop, &missing)
 		case <-stop:
-			ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+			ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 			e.triggerChains(ctx, q.take(), nil, &missing)
 			cancel()
 			return

@@ -308,3 +308,55 @@ func TestEngine_MissingChainTargetLoggedOnce(t *testing.T) {
 		t.Errorf("remembered %+v, want 2 skipped since the line", got)
 	}
 }
+
+// The chain writer gives up on etcd out of reach once the node closes:
+// Close waits for it, and it waits etcdTimeout at most for its last
+// writes, as the trigger deleter does. Its writes had no deadline: here a
+// fire of src ends while node-a is cut off from etcd (a blackhole, where
+// requests hang until their deadline), and Close never returned while the
+// cut lasted.
+func TestEngine_CloseCutOffFromEtcdDoesNotWaitForeverForAChainWrite(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	h := newHolder(t, "src")
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.DrainTimeout = "node-a", 4, time.Second
+		cfg.Logger = quietLogger()
+	})
+	t.Cleanup(h.open)
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask("target", "0 0 0 1 1 *")) // yearly: only triggers fire them
+	src := handlerTask("src", "0 0 0 1 1 *")
+	src.OnSuccess = []string{"target"}
+	putTask(t, reg, src)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "src") })
+	if _, err := reg.Trigger(context.Background(), "src"); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t)
+	crash(t, a, proxy) // cut off: node-a fences
+	h.open()           // src's fire ends: its chain's trigger waits for etcd
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		q := a.e.pool.chains
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.q) == 0
+	})
+	time.Sleep(100 * time.Millisecond) // the writer is in its write
+	start := time.Now()
+	closed := closeInBackground(a)
+	select {
+	case err := <-closed:
+		_ = err // etcd is out of reach: the lease is not revoked
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("Close took %v", d)
+		}
+	case <-time.After(40 * time.Second):
+		proxy.Restore() // let it end
+		<-closed
+		t.Fatalf("Close did not return within 40 s of etcd out of reach: the chain writer waited for its write")
+	}
+	_ = a.store.Close()
+	a.e = nil
+}
