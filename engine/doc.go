@@ -23,8 +23,9 @@
 //     starts (or ends unrun: skipped, its task deleted), so a trigger the
 //     old owner did not start is fired by the next owner from its key,
 //     with its override, and the release waits for the deletes of those it
-//     started (trigger.go,
-//     TestEngine_ReleaseWaitsForTheDeletesOfStartedTriggers).
+//     started, keys put again while their fire ran included (trigger.go,
+//     TestEngine_ReleaseWaitsForTheDeletesOfStartedTriggers,
+//     TestEngine_TriggerKeyPutAgainWhileItsFireRunsIsNotLeftAtARelease).
 //   - A backfill (backfill.go) continues on the next owner after the
 //     progress etcd last acknowledged: a graceful hand-over repeats none of
 //     its fires, a crash at most 2 × its concurrency, and none is missed
