@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
+	"golang.org/x/sync/errgroup"
 )
 
 // Chains: when a fire ends after its last attempt, the worker that ran it
@@ -127,33 +128,60 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 	}
 }
 
-// triggerChains writes the triggers of fs, retrying each on etcd errors
-// until it is written, ctx ends or stop closes (then it tries once more
-// per trigger, for Close). A target that does not exist is skipped and
-// told to missing: the registry allows missing targets on request.
+// chainParallel is how many chain triggers are written at once: each is a
+// transaction of its own (its target must exist), and one at a time the
+// writer took 5 400 a second against 13 000 (BenchmarkChainWriter), which
+// a burst of chained fires outruns.
+const chainParallel = 16
+
+// triggerChains writes the triggers of fs, chainParallel at once,
+// retrying each on etcd errors until it is written, ctx ends or stop
+// closes (then it tries once more per trigger, for Close). A target that
+// does not exist is skipped and told to missing: the registry allows
+// missing targets on request.
 func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}, missing *missingTargets) {
+	var g errgroup.Group
+	g.SetLimit(chainParallel)
+	var mu sync.Mutex // guards missing
 	for _, f := range fs {
 		if f.retry != nil {
-			e.triggerRetry(ctx, f, stop)
+			g.Go(func() error {
+				e.triggerRetry(ctx, f, stop)
+				return nil
+			})
 			continue
 		}
 		at := time.Unix(0, f.sched).UTC()
 		for _, id := range f.targets {
-			var b backoff
-			for {
-				err := e.reg.TriggerAt(ctx, id, at, nil)
-				if err == nil {
-					break
-				}
-				if errors.Is(err, registry.ErrNotFound) {
+			g.Go(func() error {
+				if e.triggerChain(ctx, f.from, id, at, stop) == registry.ErrNotFound {
+					mu.Lock()
 					missing.skipped(time.Now(), f.from, id, at)
-					break
+					mu.Unlock()
 				}
-				e.log.Warn("writing a chain trigger failed; retrying", "task", f.from, "target", id, "err", err)
-				if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
-					break
-				}
-			}
+				return nil
+			})
+		}
+	}
+	g.Wait()
+}
+
+// triggerChain writes the trigger of target id at at, chained from task
+// from, as triggerChains does. It returns registry.ErrNotFound when the
+// target does not exist, the last error when it gave up, else nil.
+func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time, stop <-chan struct{}) error {
+	var b backoff
+	for {
+		err := e.reg.TriggerAt(ctx, id, at, nil)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, registry.ErrNotFound) {
+			return registry.ErrNotFound
+		}
+		e.log.Warn("writing a chain trigger failed; retrying", "task", from, "target", id, "err", err)
+		if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
+			return err
 		}
 	}
 }
