@@ -335,6 +335,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	req := withSlashID(r)
 	_, pattern = s.mux.Handler(req)
+	if why := browserRefusal(req, !s.tokens.auth); why != "" {
+		writeError(sw, http.StatusForbidden, "%s", why)
+		return
+	}
 	// The dashboard page holds no data: it asks the user for a token.
 	open := pattern == "GET /{$}" || probePatterns[pattern] && !s.cfg.ProbeAuth || pattern == "" && !underV1(req.URL.Path)
 	if !open && !s.tokens.authorized(sw, req) {

@@ -174,8 +174,8 @@ func TestServer_SingleNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
-				tc.method, tc.path, tc.size)
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
+				tc.method, tc.path, ts.Listener.Addr(), tc.size)
 			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 			line, err := bufio.NewReader(conn).ReadString('\n')
 			conn.Close()

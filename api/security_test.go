@@ -1,0 +1,114 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+)
+
+// callHost is call with the request's Host header set to host, as a
+// browser sends the name it resolved (DNS rebinding: the attacker's).
+func callHost(t *testing.T, ts *httptest.Server, host, method, path, body string, hdr ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+// TestServer_Browsers: what a web page the node's operator visits can make
+// their browser send to a node. Without --auth-token nothing but the
+// browser's own rules stood between any site and the API: a cross-site
+// POST of text/plain is a "simple" request, sent without a preflight, and
+// the API read its body as JSON whatever its Content-Type, so a page could
+// create tasks (exec tasks on a node with --allow-exec: its commands run)
+// or delete every one. And a page whose name the attacker re-points at
+// 127.0.0.1 (DNS rebinding) reads and writes as the same origin.
+func TestServer_Browsers(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node-1"}) // no token, on 127.0.0.1
+	ts := n.ts
+
+	t.Run("CrossSiteWritesRefused", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			hdr  []string
+		}{
+			{"a cross-site page", []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}},
+			{"another port of this host", []string{"Origin", "http://127.0.0.1:1", "Sec-Fetch-Site", "same-site"}},
+			{"a browser without Sec-Fetch-Site", []string{"Origin", "https://evil.example"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				hdr := append([]string{"Content-Type", "text/plain"}, tc.hdr...)
+				wantError(t, call(t, ts, "POST", "/v1/tasks:batch", noopJSON("csrf-1")+"\n", hdr...),
+					http.StatusForbidden, "cross-origin")
+				wantError(t, call(t, ts, "PUT", "/v1/tasks/csrf-2", noopJSON(""), hdr...), http.StatusForbidden, "cross-origin")
+				wantError(t, call(t, ts, "POST", "/v1/tasks:delete", `{"all": true}`, hdr...), http.StatusForbidden, "cross-origin")
+				for _, id := range []string{"csrf-1", "csrf-2"} {
+					wantError(t, call(t, ts, "GET", "/v1/tasks/"+id, ""), http.StatusNotFound)
+				}
+			})
+		}
+	})
+
+	t.Run("SameOriginAndCommandLineWrite", func(t *testing.T) {
+		// The dashboard's own requests, and those of programs (no Origin).
+		for i, hdr := range [][]string{
+			{"Origin", ts.URL, "Sec-Fetch-Site", "same-origin"},
+			{"Origin", ts.URL},
+			nil,
+		} {
+			id := "same-" + string(rune('a'+i))
+			if a := call(t, ts, "PUT", "/v1/tasks/"+id, noopJSON(""), hdr...); a.status != http.StatusOK {
+				t.Fatalf("PUT with %q: %v", hdr, a)
+			}
+		}
+		// Reads are not refused: a cross-site page cannot read the answer.
+		if a := call(t, ts, "GET", "/v1/tasks/same-a", "", "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); a.status != http.StatusOK {
+			t.Fatalf("cross-site GET: %v", a)
+		}
+	})
+
+	t.Run("RebindingRefusedWithoutToken", func(t *testing.T) {
+		port := ts.URL[strings.LastIndexByte(ts.URL, ':'):]
+		for _, host := range []string{"evil.example" + port, "EVIL.example.", "rebind.127.0.0.1.nip.io" + port} {
+			for _, rt := range []struct{ method, path, body string }{
+				{"GET", "/v1/tasks", ""}, {"GET", "/v1/tasks/same-a", ""},
+				{"PUT", "/v1/tasks/rebound", noopJSON("")}, {"GET", "/", ""},
+			} {
+				wantError(t, callHost(t, ts, host, rt.method, rt.path, rt.body, "Sec-Fetch-Site", "same-origin"),
+					http.StatusForbidden, "Host", "--auth-token")
+			}
+		}
+		wantError(t, call(t, ts, "GET", "/v1/tasks/rebound", ""), http.StatusNotFound)
+		for _, host := range []string{"localhost" + port, "LocalHost", "node.localhost" + port, "127.0.0.1" + port, "[::1]" + port} {
+			if a := callHost(t, ts, host, "GET", "/v1/tasks/same-a", ""); a.status != http.StatusOK {
+				t.Errorf("Host %s: %v", host, a)
+			}
+		}
+		// With a token, a page that rebound a name has no token to send:
+		// the name is served.
+		_, tts := n.serve(t, Config{AuthToken: "s3cret"})
+		if a := callHost(t, tts, "shardcron.example", "GET", "/v1/tasks/same-a", "", "Authorization", "Bearer s3cret"); a.status != http.StatusOK {
+			t.Errorf("with the token, Host shardcron.example: %v", a)
+		}
+	})
+}
