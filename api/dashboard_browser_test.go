@@ -377,3 +377,92 @@ func mustGet(t *testing.T, n *testNode, id string) *task.Task {
 	}
 	return got
 }
+
+// TestDashboard_BrowserHostileData: what the dashboard shows may come from
+// anyone who can write a task or answer one: a task id, a label, an
+// execution's error (an http target's answer, an exec's stderr)
+// and captured output, a node id. Each carries markup here that runs a
+// script if it is ever parsed as HTML; the cluster view, the task list,
+// the task page with its history and output, and the delete confirmation
+// show them all as text. And should some later change let markup in, the
+// page's Content-Security-Policy keeps an injected inline handler from
+// running: 'unsafe-inline' let it.
+func TestDashboard_BrowserHostileData(t *testing.T) {
+	const (
+		img = `<img src=x id=inj onerror="window.pwned=(window.pwned||0)+1">`
+		svg = `<svg><b>` // a node id has no space or slash: markup without attributes
+	)
+	c := etcdtest.Start(t)
+	n := startNode(t, c, nodeOptions{id: "node" + svg})
+	ctx := context.Background()
+	n.e.Handle("hostile", func(_ context.Context, f engine.Fire) error {
+		if f.Output != nil {
+			f.Output.Write([]byte("out " + img))
+		}
+		return errors.New("err " + img)
+	})
+	id := "x/" + img
+	tk := &task.Task{ID: id, Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "hostile"},
+		Labels: map[string]string{"team": img}, Capture: &task.Capture{MaxBytes: 4096}}
+	if _, err := n.c.PutTask(ctx, tk, 0); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { _, err := n.c.Trigger(ctx, id); return err == nil })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		h, err := n.c.History(ctx, id, 1)
+		return err == nil && len(h) == 1 && h[0].Output != ""
+	})
+	b := browser(t, 1280, 1000)
+	var pwned, injected int
+	var text string
+	check := func(step string) {
+		t.Helper()
+		run(t, b, step+": nothing injected",
+			chromedp.Sleep(300*time.Millisecond), // an image's error event, had one been made
+			chromedp.Evaluate(`window.pwned || 0`, &pwned),
+			chromedp.Evaluate(`document.querySelectorAll("#inj, svg").length`, &injected),
+		)
+		if pwned != 0 || injected != 0 {
+			t.Fatalf("%s: %d handlers ran, %d elements injected", step, pwned, injected)
+		}
+	}
+	run(t, b, "cluster view",
+		chromedp.Navigate(n.ts.URL+"/"),
+		chromedp.WaitVisible(`#failures tr`, chromedp.ByQuery),
+		chromedp.Text(`main`, &text, chromedp.ByQuery),
+	)
+	if !strings.Contains(text, "node"+svg) || !strings.Contains(text, "err "+img) {
+		t.Fatalf("the cluster view does not show the node id and the error as text: %q", text)
+	}
+	check("cluster view")
+	run(t, b, "task list",
+		chromedp.Navigate(n.ts.URL+"/#/tasks"),
+		chromedp.WaitVisible(`#tasks tr`, chromedp.ByQuery),
+		chromedp.Text(`#tasks`, &text, chromedp.ByQuery),
+	)
+	if !strings.Contains(text, id) || !strings.Contains(text, "team="+img) {
+		t.Fatalf("the task list does not show the id and the label as text: %q", text)
+	}
+	check("task list")
+	run(t, b, "task page",
+		chromedp.Click(`#tasks a.id`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#history details.output summary`, chromedp.ByQuery),
+		chromedp.Click(`#history details.output summary`, chromedp.ByQuery),
+		chromedp.Click(`#delete`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.Text(`main`, &text, chromedp.ByQuery),
+	)
+	for _, want := range []string{id, "out " + img, "err " + img, "node" + svg} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the task page does not show %q as text", want)
+		}
+	}
+	check("task page")
+
+	// Markup let in by a bug (simulated here): its inline handler must not
+	// run under the page's Content-Security-Policy.
+	run(t, b, "injected markup",
+		chromedp.Evaluate(`document.querySelector("#msg").insertAdjacentHTML("beforeend", '<img src=x onerror="window.pwned=1">'); 0`, nil),
+	)
+	check("injected inline handler")
+}

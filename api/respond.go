@@ -25,6 +25,9 @@ type errorBody struct {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	// An answer may quote what a request sent (a task id with markup):
+	// never HTML, even to a browser that would guess.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // ids and URLs stay readable; the dashboard never injects answers as HTML
