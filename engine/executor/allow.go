@@ -152,7 +152,9 @@ func runsOtherCode(name string) bool {
 // fire and only its allowed addresses are dialed, so a DNS answer that
 // changes between the check and the dial cannot reach another address.
 // Behind a proxy (HTTPS_PROXY...) the node dials the proxy, which must then
-// be allowed, and the URL's host is checked by name or IP literal only.
+// be allowed, and the URL's host is checked by name or IP literal only: a
+// host name that no name entry matches is refused, since the proxy, not
+// the node, resolves it.
 type HostAllow struct {
 	entries  []string
 	names    map[string]bool
@@ -273,6 +275,16 @@ func (a *HostAllow) checkHost(host string) error {
 		return a.refuse(host)
 	}
 	return nil
+}
+
+// checkProxied refuses a host that a proxy would resolve for the node: a
+// name matching no name entry. An IP literal was checked by checkHost.
+func (a *HostAllow) checkProxied(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil || a.allowsName(host) {
+		return nil
+	}
+	return fmt.Errorf("%w: http: host %q is reached through a proxy (HTTP_PROXY, HTTPS_PROXY), which resolves it: "+
+		"the node cannot check its addresses against the IPs and CIDRs of its http allow-list (%s); list the name", ErrNotAllowed, host, a)
 }
 
 func (a *HostAllow) refuse(host string) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,5 +204,57 @@ func TestExec_AllowRefusesEnvThatRunsOtherCode(t *testing.T) {
 	}
 	if _, err := NewExec(ExecSpec{Command: []string{script}, Env: map[string]string{"REPORT_DIR": evil, "LANG": "C"}, Allow: allow}); err != nil {
 		t.Errorf("NewExec with plain variables under an allow-list: %v", err)
+	}
+}
+
+// TestHTTP_AllowBehindProxy: behind a proxy (HTTPS_PROXY...) the node
+// dials the proxy, which resolves the URL's host itself: a name that the
+// list does not name could reach any address from there (a metadata
+// service, an admin port), whatever CIDRs the list holds. Such a name is
+// refused before anything is sent; a listed name, and an IP literal in a
+// listed CIDR, go through the proxy.
+func TestHTTP_AllowBehindProxy(t *testing.T) {
+	reached := make(chan string, 10)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached <- r.URL.String() }))
+	defer proxy.Close()
+	proxyURL, err := url.Parse(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The proxy's address must be allowed for anything to pass.
+	a, err := ParseHostAllow([]string{"127.0.0.0/8", "hooks.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ClientConfig{Allow: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	c.Transport.(*allowTransport).Proxy = http.ProxyURL(proxyURL)
+
+	for _, u := range []string{"http://metadata.internal.test/latest/meta-data/", "http://10.0.0.1/"} {
+		e, err := NewHTTP(c, HTTPSpec{URL: u})
+		if err == nil {
+			err = e.Execute(context.Background(), testFire())
+		}
+		if !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("%s behind a proxy: %v, want it refused", u, err)
+		}
+	}
+	if len(reached) != 0 {
+		t.Fatalf("a refused request reached the proxy: %s", <-reached)
+	}
+	for _, u := range []string{"http://hooks.example.com/x", "http://127.0.0.2:9/y"} {
+		e, err := NewHTTP(c, HTTPSpec{URL: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Execute(context.Background(), testFire()); err != nil {
+			t.Fatalf("%s behind a proxy: %v", u, err)
+		}
+		if got := <-reached; got != u {
+			t.Fatalf("the proxy was asked for %s, want %s", got, u)
+		}
 	}
 }

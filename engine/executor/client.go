@@ -126,7 +126,9 @@ const maxResponseHeaderBytes = 64 << 10
 //     HTTP executor reports it as a failure (see the package documentation).
 //   - It has no Client.Timeout: each fire's context bounds its request.
 //   - Proxies come from the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY),
-//     as with Go's default transport.
+//     as with Go's default transport. With cfg.Allow, a request through a
+//     proxy to a host name that no name entry matches is refused: the
+//     proxy, not the node, resolves it.
 //   - It asks for HTTP/2 over TLS when the server offers it, and does not ask
 //     for compressed responses, since bodies are discarded.
 //
@@ -169,13 +171,21 @@ func NewClient(cfg ClientConfig) (*http.Client, error) {
 
 // allowTransport refuses a request whose URL host the allow-list leaves
 // out before the transport dials anything (the dial checks the rest).
+// Through a proxy the dial reaches the proxy, which resolves the host
+// itself: a host name is then allowed only by name.
 type allowTransport struct {
 	*http.Transport // CloseIdleConnections comes from it
 	allow           *HostAllow
 }
 
 func (t *allowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if err := t.allow.checkHost(r.URL.Hostname()); err != nil {
+	err := t.allow.checkHost(r.URL.Hostname())
+	if err == nil && t.Proxy != nil {
+		if p, perr := t.Proxy(r); perr == nil && p != nil {
+			err = t.allow.checkProxied(r.URL.Hostname())
+		}
+	}
+	if err != nil {
 		if r.Body != nil {
 			r.Body.Close()
 		}
