@@ -636,10 +636,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	var handler, probeHandler switchHandler
 	handler.set(startingAPI)
 	probeHandler.set(startingProbes)
-	newServer := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	}
+	newServer := func(h http.Handler) *http.Server { return newHTTPServer(h, log) }
 	hs := newServer(&handler)
 	defer hs.Close()              // a start that fails; a stop has shut it down
 	served := make(chan error, 2) // the API's and the probes' servers
@@ -982,4 +979,28 @@ func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// Bounds of the API's listeners on what a client holds before a handler
+// runs (and checks its token).
+const (
+	// apiReadHeaderTimeout bounds the wait for a request's headers
+	// (slowloris).
+	apiReadHeaderTimeout = 10 * time.Second
+	// apiIdleTimeout closes a keep-alive connection that sends no next
+	// request: above the intervals of the dashboard (3 s), the peers' pool
+	// (30 s) and a scraper's (15-60 s), which keep reusing theirs.
+	apiIdleTimeout = 2 * time.Minute
+	// apiMaxHeaderBytes bounds a request's headers (Go's default is 1 MiB):
+	// the API reads a token, If-Match and little else.
+	apiMaxHeaderBytes = 64 << 10
+)
+
+// newHTTPServer returns the server of the API's listener (and of the
+// probes'), with the bounds a client that holds no token meets before it
+// is refused. A body is read by handlers, after the token is checked,
+// within their own limits.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: apiReadHeaderTimeout, IdleTimeout: apiIdleTimeout,
+		MaxHeaderBytes: apiMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
