@@ -334,6 +334,9 @@ func (f *clientFlags) resolveToken() string {
 			return err.Error()
 		}
 		f.token = v
+		if w := looseSecretFile("--token-file", f.tokenFile); w != "" && f.stderr != nil {
+			fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
+		}
 	}
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
 		msg := fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d", envToken, []rune(f.token[i:])[0], i)

@@ -160,3 +160,43 @@ func TestBuildVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretFiles_WarnWhenOthersCanRead: a token file that every user of
+// the machine may read (or write) is taken, since refusing it would stop
+// a node at a restart, but the node logs a warning naming the file and
+// its mode, and so does a client command on stderr; a file of mode 0600
+// or 0640 is no concern.
+func TestSecretFiles_WarnWhenOthersCanRead(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(name+"-SECRET-w1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return p
+	}
+	loose, tight, group := file("loose", 0o644), file("tight", 0o600), file("group", 0o640)
+	dead := deadServer(t)
+
+	r := cli("", "nodes", "--server", dead, "--token-file", loose)
+	wantCLI(t, r, 1, nil, []string{"warning: --token-file " + loose + " can be read by every user of this machine (mode 0644): chmod 600 it"})
+	for _, f := range []string{tight, group} {
+		if r := cli("", "nodes", "--server", dead, "--token-file", f); strings.Contains(r.stderr, "warning") {
+			t.Errorf("--token-file of mode %s: %s", map[string]string{tight: "0600", group: "0640"}[f], r.stderr)
+		}
+	}
+
+	p := startServer(t, true, "--data-dir", filepath.Join(dir, "data"), "--auth-token-file", loose, "--read-token-file", tight)
+	p.kill()
+	<-p.exited
+	log := p.log()
+	if !strings.Contains(log, `"level":"WARN"`) || !strings.Contains(log, "--auth-token-file "+loose+" can be read by every user of this machine (mode 0644)") {
+		t.Errorf("the node did not warn of its loose token file:\n%s", log)
+	}
+	if strings.Contains(log, "--read-token-file") || strings.Contains(log, "SECRET") {
+		t.Errorf("the node warned of a tight file, or printed the token:\n%s", log)
+	}
+}

@@ -65,6 +65,8 @@ type serverFlags struct {
 	readToken, readTokenFile, probeAuth    string
 	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
+
+	secretWarnings []string // of loose secrets' files, logged once the logger is up
 }
 
 const serverUsage = `Usage: shardcron server [flags]
@@ -231,6 +233,9 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 2
 	}
+	for _, w := range f.secretWarnings {
+		log.Warn(w)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the TLS files; caught from here on, so that it never
@@ -323,8 +328,25 @@ func (f *serverFlags) readSecrets() error {
 			return err
 		}
 		*s.dst = v
+		if w := looseSecretFile("--"+s.name+"-file", s.file); w != "" {
+			f.secretWarnings = append(f.secretWarnings, w)
+		}
 	}
 	return nil
+}
+
+// looseSecretFile warns of a secret's file that every user of the machine
+// may read or write (its mode lets others in), or is "". Such a file is
+// read all the same: refused, it would stop a node at a restart after a
+// chmod or a copy gone wrong. A group that may read it is the owner's
+// choice (root:shardcron 0640).
+func looseSecretFile(flag, path string) string {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o006 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s can be read by every user of this machine (mode %#o): chmod 600 it (or 640 for a group)",
+		flag, path, st.Mode().Perm())
 }
 
 // readSecretFile reads the one-line secret in path, its trailing newline
