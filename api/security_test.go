@@ -112,3 +112,47 @@ func TestServer_Browsers(t *testing.T) {
 		}
 	})
 }
+
+// TestServer_EveryRouteNeedsTheToken: every route the server registers,
+// as server.go lists them (so a route added later is checked too), answers
+// 401 without the token or with a wrong one and 403 to the read token on a
+// write, before its handler runs (none could here: the Server has no
+// engine). Open are the dashboard page and, without ProbeAuth, the probes.
+func TestServer_EveryRouteNeedsTheToken(t *testing.T) {
+	for _, probeAuth := range []bool{false, true} {
+		s := &Server{log: testLog, reqs: newRequestMetrics(),
+			tokens: newTokens(Config{AuthToken: "full", ReadToken: "read"}), cfg: Config{ProbeAuth: probeAuth}}
+		s.mux = s.routes()
+		routes := routeHandlers(t)
+		if len(routes) < 20 {
+			t.Fatalf("found only %d routes in server.go", len(routes))
+		}
+		for pattern := range routes {
+			if pattern == "GET /{$}" || probePatterns[pattern] && !probeAuth {
+				continue
+			}
+			method, path, _ := strings.Cut(pattern, " ")
+			path = strings.ReplaceAll(path, "{id}", "t1")
+			for _, auth := range []string{"", "Bearer wrong", "Basic ZnVsbA==", "Bearer"} {
+				r := httptest.NewRequest(method, path, strings.NewReader("{}"))
+				if auth != "" {
+					r.Header.Set("Authorization", auth)
+				}
+				rec := httptest.NewRecorder()
+				s.serveHTTP(rec, r)
+				if rec.Code != http.StatusUnauthorized {
+					t.Errorf("%s (probe auth %v) with Authorization %q: %d %s, want 401", pattern, probeAuth, auth, rec.Code, rec.Body)
+				}
+			}
+			if method != "GET" {
+				r := httptest.NewRequest(method, path, strings.NewReader("{}"))
+				r.Header.Set("Authorization", "Bearer read")
+				rec := httptest.NewRecorder()
+				s.serveHTTP(rec, r)
+				if rec.Code != http.StatusForbidden {
+					t.Errorf("%s with the read token: %d %s, want 403", pattern, rec.Code, rec.Body)
+				}
+			}
+		}
+	}
+}
