@@ -45,4 +45,9 @@ func TestDashboard_Headers(t *testing.T) {
 	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
 		t.Errorf("a JSON answer's X-Content-Type-Options: %q, want nosniff", got)
 	}
+	rec = httptest.NewRecorder()
+	newJSONStream(rec).begin(`{"tasks":[`) // a page of tasks, an export
+	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("a streamed answer's X-Content-Type-Options: %q, want nosniff", got)
+	}
 }

@@ -34,6 +34,7 @@ func (s *jsonStream) begin(head string) {
 		s.w.Header().Set("Content-Type", "application/json")
 	}
 	s.w.Header().Set("Cache-Control", "no-store")
+	s.w.Header().Set("X-Content-Type-Options", "nosniff") // as writeJSON
 	s.w.WriteHeader(http.StatusOK)
 	s.buf.WriteString(head)
 }
