@@ -258,3 +258,41 @@ func TestHTTP_AllowBehindProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTP_AllowOtherIPForms: the spellings of 127.0.0.1 that resolvers
+// and browsers accept (decimal, hex, octal, short, IPv4-mapped IPv6) never
+// reach a server on 127.0.0.1 when the list leaves it out: an IP literal is
+// checked once parsed, and a host that only a resolver reads as an address
+// is checked as the address it resolves to.
+func TestHTTP_AllowOtherIPForms(t *testing.T) {
+	hits := make(chan struct{}, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits <- struct{}{} }))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':'):]
+	for _, entries := range [][]string{{"10.0.0.0/8", "fd00::/8"}, {"hooks.example.com", "*.example.org"}} {
+		a, err := ParseHostAllow(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewClient(ClientConfig{Allow: a, DialTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Transport.(*allowTransport).Proxy = nil // whatever the environment says
+		for _, host := range []string{"2130706433", "0x7f000001", "0177.0.0.1", "127.1", "[::ffff:7f00:1]",
+			"[0:0:0:0:0:ffff:127.0.0.1]", "[::ffff:127.0.0.1]", "127.0.0.1.", "localhost", "LOCALHOST."} {
+			u := "http://" + host + port + "/"
+			e, err := NewHTTP(c, HTTPSpec{URL: u})
+			if err == nil {
+				err = e.Execute(context.Background(), testFire())
+			}
+			if err == nil {
+				t.Errorf("allow %v: %s was reached", entries, u)
+			}
+		}
+		c.CloseIdleConnections()
+	}
+	if len(hits) != 0 {
+		t.Fatalf("%d refused requests reached the server", len(hits))
+	}
+}
