@@ -25,6 +25,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -693,6 +694,20 @@ func TestOutput_Truncate(t *testing.T) {
 	}
 	if got := truncate("héllo wörld", 5); got != "héll…" {
 		t.Errorf("truncate cuts runes: %q", got)
+	}
+	// An error, a note, a peer's answer may hold what a target or a
+	// certificate wrote: no escape sequence reaches the terminal.
+	var out strings.Builder
+	err := writeHistoryTable(&out, []task.Execution{{Attempt: 1, Status: "failed",
+		Error: "http: 500 \x1b]0;owned\x07\x1b[2J\u009b31m x509: certificate is valid for \x1b[1mevil"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.IndexFunc(out.String(), func(r rune) bool { return r != '\n' && unicode.IsControl(r) }); i >= 0 {
+		t.Errorf("the history table holds the control character %U: %q", []rune(out.String()[i:])[0], out.String())
+	}
+	if got := truncate("a\x1b[2Jb\x00", 20); got != "a\uFFFD[2Jb\uFFFD" {
+		t.Errorf("truncate keeps control characters: %q", got)
 	}
 }
 

@@ -66,9 +66,11 @@ func formatDuration(d time.Duration) string {
 }
 
 // truncate cuts s to at most n runes, ending with "…" when cut, and puts
-// it on one line (a cell with a newline would break the table).
+// it on one line (a cell with a newline would break the table) of
+// printable text: an error may quote what a webhook or a certificate
+// wrote, escape sequences included, which must not drive the terminal.
 func truncate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable(strings.Join(strings.Fields(s), " "))
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

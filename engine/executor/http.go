@@ -85,7 +85,8 @@ var defaultUserAgent = sync.OnceValue(func() string {
 type StatusError struct {
 	// Code is the status code, e.g. 503.
 	Code int
-	// Status is the code and reason, e.g. "503 Service Unavailable".
+	// Status is the code and reason, e.g. "503 Service Unavailable", the
+	// reason on one line as Body is.
 	Status string
 	// Location is the Location header of a 3xx answer (not followed).
 	Location string
@@ -270,7 +271,10 @@ func (e *httpExec) request(ctx context.Context, f *Fire) *http.Request {
 // connection can be reused.
 func statusError(resp *http.Response, body io.Reader) error {
 	code := strconv.Itoa(resp.StatusCode)
-	reason := strings.TrimSpace(strings.TrimPrefix(resp.Status, code))
+	// The reason phrase is the target's: any byte but a line break, escape
+	// sequences included. Quoted in the history and on terminals, it is
+	// made one line of text as the body is.
+	reason := oneLine([]byte(strings.TrimSpace(strings.TrimPrefix(resp.Status, code))), false)
 	if reason == "" {
 		reason = http.StatusText(resp.StatusCode)
 	}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -533,5 +534,40 @@ func BenchmarkHTTPRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = e.request(ctx, f)
+	}
+}
+
+// TestHTTP_StatusReasonIsOneLine: the reason phrase of a status line is
+// the target's to write, and Go's client takes any byte but a line break
+// in it. The error quoted it as sent, escape sequences included: into the
+// history, the task's last_error and its alert, and from there onto the
+// terminal of whoever ran task history or task get. It is made one line of
+// printable text, as the body's start is.
+func TestHTTP_StatusReasonIsOneLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_, _ = http.ReadRequest(bufio.NewReader(conn))
+				_, _ = io.WriteString(conn, "HTTP/1.1 500 Oops\x1b]0;owned\x07\x1b[2J\tnow\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	err = mustHTTP(t, newTestClient(t), HTTPSpec{URL: "http://" + ln.Addr().String() + "/"}).Execute(context.Background(), testFire())
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != 500 {
+		t.Fatalf("Execute: %v, want a StatusError 500", err)
+	}
+	if want := "http: 500 Oops\uFFFD]0;owned\uFFFD\uFFFD[2J now"; err.Error() != want {
+		t.Errorf("error %q\nwant      %q", err, want)
 	}
 }
