@@ -222,7 +222,7 @@ func TestHTTP_AllowBehindProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The proxy's address must be allowed for anything to pass.
-	a, err := ParseHostAllow([]string{"127.0.0.0/8", "hooks.example.com"})
+	a, err := ParseHostAllow([]string{"127.0.0.1/32", "hooks.example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestHTTP_AllowBehindProxy(t *testing.T) {
 	defer c.CloseIdleConnections()
 	c.Transport.(*allowTransport).Proxy = http.ProxyURL(proxyURL)
 
-	for _, u := range []string{"http://metadata.internal.test/latest/meta-data/", "http://10.0.0.1/"} {
+	for _, u := range []string{"http://metadata.internal.test/latest/meta-data/", "http://127.0.0.3/"} {
 		e, err := NewHTTP(c, HTTPSpec{URL: u})
 		if err == nil {
 			err = e.Execute(context.Background(), testFire())
@@ -245,7 +245,7 @@ func TestHTTP_AllowBehindProxy(t *testing.T) {
 	if len(reached) != 0 {
 		t.Fatalf("a refused request reached the proxy: %s", <-reached)
 	}
-	for _, u := range []string{"http://hooks.example.com/x", "http://127.0.0.2:9/y"} {
+	for _, u := range []string{"http://hooks.example.com/x", "http://127.0.0.1:9/y"} {
 		e, err := NewHTTP(c, HTTPSpec{URL: u})
 		if err != nil {
 			t.Fatal(err)
