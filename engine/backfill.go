@@ -495,7 +495,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	ended := map[int]bool{}     // indexes past done that ended
 	unsure := false             // a write since the last acknowledged one failed: etcd may have applied it
 	missing := 0                // the loop's answers in a row that it does not hold the task
-	record := func(n int, state string) bool {
+	record := func(ctx context.Context, n int, state string) bool {
 		r := *rec
 		r.Done, r.State, r.Node = n, state, e.cfg.NodeID
 		// The times this runner runs: a schedule changed since the request
@@ -504,7 +504,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 		if n > 0 {
 			r.Through = time.Unix(0, times[n-1]).UTC()
 		}
-		wctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+		wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		defer cancel()
 		newRev, ok, cur, err := e.reg.RecordBackfill(wctx, b.id, &r, rev)
 		if err == nil && !ok && unsure {
@@ -566,7 +566,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			next++
 		}
 		if done == len(times) {
-			for !record(done, task.BackfillDone) && ctx.Err() == nil {
+			for !record(context.Background(), done, task.BackfillDone) && ctx.Err() == nil {
 				sleepCtx(ctx, time.Second)
 			}
 			return
@@ -589,11 +589,11 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 				done++
 			}
 			if done > acked && done < len(times) {
-				record(done, task.BackfillRunning)
+				record(context.Background(), done, task.BackfillRunning)
 			}
 		case <-tick.C:
 			if done > acked && done < len(times) {
-				record(done, task.BackfillRunning)
+				record(context.Background(), done, task.BackfillRunning)
 			}
 		case <-ctx.Done():
 			e.bf.mu.Lock()
@@ -606,7 +606,13 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 				if next == len(times) {
 					state = task.BackfillDone
 				}
-				record(next, state)
+				// Tried again while etcd refuses it, etcdTimeout in all:
+				// left at the through etcd acknowledged last, the next
+				// owner ran again the fires still running here.
+				rctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+				for !record(rctx, next, state) && unsure && sleepCtx(rctx, 100*time.Millisecond) {
+				}
+				cancel()
 			}
 			return
 		}

@@ -794,3 +794,73 @@ func TestEngine_BackfillResumesWhenItsNodeTakesItsPartitionBack(t *testing.T) {
 		}
 	}
 }
+
+// A backfill's progress write at a graceful release that etcd refuses
+// once (a leader change) is tried again: left at the through etcd last
+// acknowledged, the next owner ran again the fires the old owner still
+// ran. Here node-a's backfill fires are held, so that none ends and the
+// release's write is the runner's only one, and the one refused.
+func TestEngine_BackfillsReleaseWriteRefusedOnceIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	now := time.Now().Truncate(time.Second)
+	from, to := now.Add(-40*time.Second), now.Add(-time.Second)
+	held := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(held) }) }
+	t.Cleanup(open)
+	h := func(ctx context.Context, f Fire) error {
+		_ = log.handler(ctx, f)
+		if !f.ScheduledAt.After(to) {
+			<-held // a backfill fire
+		}
+		return nil
+	}
+	node := func(id string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.NodeID, cfg.DrainTimeout, cfg.MisfireThreshold = id, 20*time.Second, time.Minute
+		}
+	}
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	a := startNodeOn(t, cli, "", h, node("node-a"))
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask("bf", "* * * * * *"))
+	const concurrency = 8
+	if _, err := reg.Backfill(context.Background(), "bf", from, to, concurrency); err != nil {
+		t.Fatal(err)
+	}
+	started := func() int {
+		n := 0
+		for _, at := range log.forTask("bf") {
+			if !at.After(to) {
+				n++
+			}
+		}
+		return n
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return started() == concurrency })
+	faults.failsOnce(func(key, _ string) bool { return strings.Contains(key, "/backfills/") }, errInjected)
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return faults.once.Load() == nil })
+	startNode(t, c, "", h, node("node-b"))
+	open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	rb := directRegistry(t, c)
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return backfillProgress(t, rb, "bf").State == task.BackfillDone })
+	var repeated []string
+	for at := from; !at.After(to); at = at.Add(time.Second) {
+		log.mu.Lock()
+		n := log.seen[fmt.Sprintf("bf@%d", at.UnixMilli())]
+		log.mu.Unlock()
+		if n != 1 {
+			repeated = append(repeated, fmt.Sprintf("#%d x%d", int(at.Sub(from)/time.Second), n))
+		}
+	}
+	if len(repeated) > 0 {
+		t.Errorf("backfill fires not run once across a graceful hand-over whose progress write etcd refused once: %v", repeated)
+	}
+}
