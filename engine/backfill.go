@@ -194,9 +194,9 @@ func (e *Engine) startBackfills(ctx context.Context, p int) {
 }
 
 // startBackfill starts the backfill of a record unless it is done, its
-// partition is not this node's, or it runs already. read: the record is
-// an acquire's read of it, not the watch's (newest).
-func (e *Engine) startBackfill(key string, value []byte, rev int64, read bool) {
+// partition is not this node's, or it runs already. fromAcquire: the
+// record is an acquire's read of it, not the watch's copy (newest).
+func (e *Engine) startBackfill(key string, value []byte, rev int64, fromAcquire bool) {
 	p, id, ok := e.reg.ParseBackfill(key)
 	if !ok {
 		return
@@ -233,7 +233,7 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64, read bool) {
 	// Taken for a late copy, it started nothing when this node took its
 	// partition back, and the backfill stayed running, with no runner,
 	// until the partition moved to another node.
-	if _, running := e.bf.runs[id]; running || e.bf.released[p] || rev < e.bf.newest[id] || !read && rev == e.bf.newest[id] {
+	if _, running := e.bf.runs[id]; running || e.bf.released[p] || rev < e.bf.newest[id] || !fromAcquire && rev == e.bf.newest[id] {
 		return
 	}
 	if e.bf.newest == nil {

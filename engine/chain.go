@@ -154,7 +154,7 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 		at := time.Unix(0, f.sched).UTC()
 		for _, id := range f.targets {
 			g.Go(func() error {
-				if e.triggerChain(ctx, f.from, id, at, stop) == registry.ErrNotFound {
+				if err := e.triggerChain(ctx, f.from, id, at, stop); errors.Is(err, registry.ErrNotFound) {
 					mu.Lock()
 					missing.skipped(time.Now(), f.from, id, at)
 					mu.Unlock()

@@ -188,11 +188,11 @@ type loop struct {
 
 	early     []triggerFire              // triggers that came before their task, until triggered's until
 	triggered map[triggerKey]seenTrigger // triggers fired or early
-	// againReleased are the keys of released partitions' triggers put
+	// releasedAgain are the keys of released partitions' triggers put
 	// again while their fire waited or ran, until the release's seal:
 	// those whose fire was not handed over unrun (forgetTrigger) started
 	// here, and go before the release commits (endReleasedAgain).
-	againReleased map[triggerKey]bool
+	releasedAgain map[triggerKey]bool
 	sweepAt       int64 // when sweepTriggers next runs (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats

@@ -177,8 +177,8 @@ type pool struct {
 
 // runningFire is an execution of a task whose concurrency policy keeps
 // its fires apart: whatever would let another fire of the task start
-// beside it cancels it (cancelRunning), and a fence cancels them all
-// (cutRunning).
+// beside it cancels it (replaceRunning, which spares a backfill's fires;
+// cancelRunning), and a fence cancels them all (cutRunning).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
 	backfill bool   // a backfill's fire: a replace fire spares it (replaceRunning)
@@ -427,8 +427,8 @@ func (p *pool) reset() {
 }
 
 // replaceQueued marks the queued jobs of record rec (generation gen) as
-// replaced: workers cancel them without running them. A backfill's stay
-// (replaceRunning).
+// replaced: workers cancel them without running them. A backfill's fires
+// stay queued: a replace fire spares them (replaceRunning).
 func (p *pool) replaceQueued(rec, gen uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -238,7 +238,7 @@ func (l *loop) firing(k triggerKey) bool {
 // again, it fires the key.
 func (l *loop) forgetTrigger(k triggerKey) {
 	delete(l.triggered, k)
-	delete(l.againReleased, k)
+	delete(l.releasedAgain, k)
 }
 
 // noteReleasedAgain notes the keys of the triggers of partitions in out,
@@ -248,10 +248,10 @@ func (l *loop) forgetTrigger(k triggerKey) {
 func (l *loop) noteReleasedAgain(out map[int]*handOver) {
 	for k, s := range l.triggered {
 		if s.again && out[k.part] != nil {
-			if l.againReleased == nil {
-				l.againReleased = map[triggerKey]bool{}
+			if l.releasedAgain == nil {
+				l.releasedAgain = map[triggerKey]bool{}
 			}
-			l.againReleased[k] = true
+			l.releasedAgain[k] = true
 		}
 	}
 }
@@ -262,10 +262,10 @@ func (l *loop) noteReleasedAgain(out map[int]*handOver) {
 // triggers that started, before the release commits. Left, it fired again
 // on the next owner.
 func (l *loop) endReleasedAgain(hand map[int]*handOver) {
-	for k := range l.againReleased {
+	for k := range l.releasedAgain {
 		if hand[k.part] != nil {
 			l.pool.ends.add(k)
-			delete(l.againReleased, k)
+			delete(l.releasedAgain, k)
 		}
 	}
 }
