@@ -607,6 +607,17 @@ func TestEngine_BackfillOfATaskGoneUnseenStops(t *testing.T) {
 	}
 }
 
+// backfillFire hands the loop the fire at at of backfill bf, and wants it
+// taken.
+func (tl *testLoop) backfillFire(t *testing.T, bf *backfillRun, at time.Time) {
+	t.Helper()
+	c := &backfillCmd{part: bf.part, id: bf.id, at: at.UnixNano(), bf: bf, reply: make(chan backfillAnswer, 1)}
+	tl.handle(c)
+	if got := <-c.reply; got != backfillTook {
+		t.Fatalf("backfill fire of %s at %v: answer %d, want %d (taken)", bf.id, at, got, backfillTook)
+	}
+}
+
 // A task changed to what the node cannot read keeps its backfill record,
 // and the runner waits for every fire it dispatched to end: those of the
 // definition before that the drop takes (one waiting for a worker, a retry
@@ -618,17 +629,9 @@ func TestLoop_BackfillFiresADropTakesEnd(t *testing.T) {
 	tl := newTestLoop(t, at, nil)
 	tl.add(t, 0, at, retryingProfile(), "0 0 0 1 1 *", "bad")
 	bf := &backfillRun{id: "bad", part: 0, ended: make(chan int64, backfillLead(2)+1)}
-	fire := func(s time.Time) {
-		t.Helper()
-		c := &backfillCmd{part: 0, id: "bad", at: s.UnixNano(), bf: bf, reply: make(chan backfillAnswer, 1)}
-		tl.handle(c)
-		if got := <-c.reply; got != backfillTook {
-			t.Fatalf("backfill fire at %v: answer %d", s, got)
-		}
-	}
-	fire(old)
+	tl.backfillFire(t, bf, old)
 	tl.failFirstQueued() // its retry waits 10 s
-	fire(old.Add(time.Hour))
+	tl.backfillFire(t, bf, old.Add(time.Hour))
 	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}})
 	tl.clock.Advance(time.Minute)
 	tl.dispatchAll()
@@ -651,11 +654,7 @@ func TestLoop_BackfillAttemptFailingAfterADropEnds(t *testing.T) {
 	tl := newTestLoop(t, at, nil)
 	tl.add(t, 0, at, retryingProfile(), "0 0 0 1 1 *", "bad")
 	bf := &backfillRun{id: "bad", part: 0, ended: make(chan int64, backfillLead(2)+1)}
-	c := &backfillCmd{part: 0, id: "bad", at: old.UnixNano(), bf: bf, reply: make(chan backfillAnswer, 1)}
-	tl.handle(c)
-	if got := <-c.reply; got != backfillTook {
-		t.Fatalf("backfill fire: answer %d", got)
-	}
+	tl.backfillFire(t, bf, old)
 	tl.pool.mu.Lock()
 	j := *tl.pool.at(0) // a worker takes it
 	tl.pool.mu.Unlock()
