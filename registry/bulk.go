@@ -20,13 +20,14 @@ type bulkItem struct {
 
 // Bulk applies action to every task sel chooses, read at one etcd revision
 // (through the index for a prefix or labels, see each), writing them in
-// transactions of at most 128 operations and 1 MiB. Each write compares the task's version with the one read, so a
-// task changed in between is read again and acted on only if it still
-// matches (a trigger by prefix or of all tasks, which no change can move
-// out of the selection, compares only that the task still exists). The tasks are not changed atomically as a whole: a failure or
-// ctx ending midway returns what was done so far with the error, and
-// running the same action again finishes the job (actions are idempotent;
-// a trigger fires again).
+// transactions of at most 128 operations and 1 MiB. Each write compares
+// the task's version with the one read, so a task changed in between is
+// read again and acted on only if it still matches (a trigger by prefix
+// or of all tasks, which no change can move out of the selection,
+// compares only that the task still exists). The tasks are not changed
+// atomically as a whole: a failure or ctx ending midway returns what was
+// done so far with the error, and running the same action again finishes
+// the job (actions are idempotent; a trigger fires again).
 func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Selector) (task.BulkResult, error) {
 	res := task.BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}}
 	if _, err := task.ParseBulkAction(string(action)); err != nil {
@@ -182,10 +183,10 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 // bulkOp is the compares and the write of one item. A trigger does not
 // change the task: it needs no trigger of it at that time pending
 // (another process's, in the same millisecond), and the task to exist,
-// or, when byContent (a selection by labels, which another writer may
+// or, when byLabels (a selection by labels, which another writer may
 // change), to be still the version read: a task that left the selection
 // since is read again and skipped (bulkOne), as a pause skips it.
-func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64, byContent bool) ([]clientv3.Cmp, []clientv3.Op) {
+func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64, byLabels bool) ([]clientv3.Cmp, []clientv3.Op) {
 	p, id, _ := r.keys.parseTaskKey(it.key)
 	switch action {
 	case task.BulkDelete:
@@ -194,7 +195,7 @@ func (r *Registry) bulkOp(action task.BulkAction, it bulkItem, at int64, byConte
 	case task.BulkTrigger:
 		key := r.keys.trigger(p, id, at)
 		exists := clientv3.Compare(clientv3.CreateRevision(it.key), ">", 0)
-		if byContent {
+		if byLabels {
 			exists = clientv3.Compare(clientv3.ModRevision(it.key), "=", it.kv.ModRevision)
 		}
 		return []clientv3.Cmp{exists, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
