@@ -18,22 +18,23 @@ import (
 var crossOrigin http.CrossOriginProtection
 
 // browserRefusal says why a request a browser may have sent for a page of
-// another site is refused, or "" to serve it. Besides crossOrigin's
+// another origin is refused, or "" to serve it. Besides crossOrigin's
 // writes: a node without an auth token that a request reached on a
-// loopback address serves only a Host of localhost or an IP address. A
-// page whose host name the attacker's DNS re-pointed at 127.0.0.1 (DNS
-// rebinding) is of the same origin as the API it calls, so only the Host
-// it sends, its own name, gives it away; with a token it has none to send.
+// loopback address serves only a Host of localhost (or *.localhost) or an
+// IP address. A page whose host name the attacker's DNS re-pointed at
+// 127.0.0.1 (DNS rebinding) is of the same origin as the API it calls, so
+// only the Host it sends, its own name, gives it away; with a token it has
+// none to send.
 func browserRefusal(r *http.Request, tokenless bool) string {
 	if err := crossOrigin.Check(r); err != nil {
-		return "refused a write a browser sent for a page of another site (" + err.Error() +
+		return "refused a write a browser sent for a page of another origin (" + err.Error() +
 			"): the API takes writes from programs (no Origin) and from this node's dashboard"
 	}
 	if !tokenless || !onLoopback(r) || localHost(r.Host) {
 		return ""
 	}
-	return "this node has no --auth-token and serves its loopback address only to a Host of localhost or " +
-		"an IP address, not " + r.Host + " (a web page whose name was pointed at this machine, DNS rebinding?); " +
+	return "this node has no --auth-token and serves its loopback address only to a Host of localhost, " +
+		"*.localhost or an IP address, not " + r.Host + " (a web page whose name was pointed at this machine, DNS rebinding?); " +
 		"reach it as localhost or 127.0.0.1, or give the node an --auth-token"
 }
 

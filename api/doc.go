@@ -22,6 +22,15 @@
 //     HEAD only: every write with it is a 403. Nodes of a cluster are
 //     expected to share the token: a node sends its own to its peers. No
 //     answer or log line quotes a token.
+//   - A write (any method but GET and HEAD) that a browser sends for a
+//     page of another origin (Sec-Fetch-Site, or an Origin other than the
+//     Host) is a 403, with or without tokens; requests without those
+//     headers (programs, peers) are not concerned. Without
+//     Config.AuthToken, a request that reached the node on a loopback
+//     address is served only to a Host of localhost, *.localhost or an IP
+//     address (DNS rebinding). The dashboard runs only its own script
+//     (Content-Security-Policy by hash), and no JSON answer is sniffed as
+//     HTML (nosniff).
 //   - A task that no live node can run (exec without a node running
 //     --allow-exec, a handler no node registered) is refused with a 400;
 //     one only some nodes can run is written with a Shardcron-Warning.
