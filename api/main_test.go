@@ -191,7 +191,9 @@ type answer struct {
 
 func (a answer) String() string { return http.StatusText(a.status) + ": " + string(a.body) }
 
-// call sends a raw request to ts and returns its answer.
+// call sends a raw request to ts and returns its answer. hdr holds header
+// names and values in turn; a "Host" one sets the request's Host, as a
+// browser sends the name it resolved (Go's client ignores a Host header).
 func call(t *testing.T, ts *httptest.Server, method, path, body string, hdr ...string) answer {
 	t.Helper()
 	var rd io.Reader
@@ -203,6 +205,10 @@ func call(t *testing.T, ts *httptest.Server, method, path, body string, hdr ...s
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := ts.Client().Do(req)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -12,38 +13,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// shardcronMetrics returns the names of the metrics this package exports.
-func shardcronMetrics(t *testing.T) []string {
-	t.Helper()
-	ch := make(chan *prometheus.Desc, 100)
-	newCollector(nil, "").Describe(ch)
-	for _, c := range newRequestMetrics().collectors() {
-		c.Describe(ch)
-	}
-	close(ch)
-	fq := regexp.MustCompile(`fqName: "([a-z_]+)"`)
-	var names []string
-	for d := range ch {
-		m := fq.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("no name in %s", d)
-		}
-		names = append(names, m[1])
-	}
-	slices.Sort(names)
-	return names
-}
-
 // TestMetrics_Documented: the README's metrics table has every metric,
 // and the Grafana dashboard uses only metrics that exist.
 func TestMetrics_Documented(t *testing.T) {
-	names := shardcronMetrics(t)
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if !strings.Contains(string(readme), "| `"+n+"` |") {
+	labels := metricLabels(t)
+	table := readmeMetricsTable(t)
+	for _, n := range slices.Sorted(maps.Keys(labels)) {
+		if !strings.Contains(table, "| `"+n+"` |") {
 			t.Errorf("README.md's metrics table lacks %s", n)
 		}
 	}
@@ -56,16 +32,27 @@ func TestMetrics_Documented(t *testing.T) {
 		t.Fatal("the Grafana dashboard uses no shardcron metric")
 	}
 	for _, u := range used {
-		base := u
-		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
-			if b, ok := strings.CutSuffix(u, suffix); ok && slices.Contains(names, b) {
-				base = b
-			}
-		}
-		if !slices.Contains(names, base) {
+		if _, ok := exported(labels, u); !ok {
 			t.Errorf("the Grafana dashboard uses %s, which no node exports", u)
 		}
 	}
+}
+
+// readmeMetricsTable returns the rows of README.md's metrics table
+// (| metric | type | labels | meaning |).
+func readmeMetricsTable(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head = "| metric | type | labels | meaning |\n"
+	_, table, ok := strings.Cut(string(readme), head)
+	if !ok {
+		t.Fatalf("README.md has no table %s", strings.TrimSpace(head))
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	return table
 }
 
 // metricLabels returns the label names of every metric this package
@@ -141,17 +128,8 @@ func TestMetrics_DocsAndDashboardMatchTheCode(t *testing.T) {
 			t.Errorf("%s gives %s the labels %v; a node exports %v", where, metric, doc, code)
 		}
 	}
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The table of the Metrics section, whose third column is the labels.
-	_, table, ok := strings.Cut(string(readme), "| metric | type | labels | meaning |\n")
-	table, _, _ = strings.Cut(table, "\n\n")
-	rows := regexp.MustCompile("(?m)^\\| `(shardcron_[a-z_]+)` \\| [a-z]+ \\|([^|]*)\\|").FindAllStringSubmatch(table, -1)
-	if !ok {
-		t.Error("README.md has no table | metric | type | labels | meaning |")
-	}
+	rows := regexp.MustCompile("(?m)^\\| `(shardcron_[a-z_]+)` \\| [a-z]+ \\|([^|]*)\\|").FindAllStringSubmatch(readmeMetricsTable(t), -1)
 	if len(rows) < len(labels) {
 		t.Errorf("README.md's metrics table has %d rows with labels, for %d metrics", len(rows), len(labels))
 	}
@@ -252,12 +230,7 @@ func TestMetrics_DocsAndDashboardMatchTheCode(t *testing.T) {
 // (..., e.g.) gives none.
 func labelValues(t *testing.T) map[string]map[string][]string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, _ := strings.Cut(string(readme), "| metric | type | labels | meaning |\n")
-	table, _, _ = strings.Cut(table, "\n\n")
+	table := readmeMetricsTable(t)
 	row := regexp.MustCompile("(?m)^\\| `(shardcron_[a-z_]+)` \\| [a-z]+ \\|([^|]*)\\|(.*)\\|$")
 	label := regexp.MustCompile("`([a-z_]+)`(?: \\(([^)]*)\\))?")
 	word := regexp.MustCompile("^[a-z_]+$")
@@ -476,7 +449,8 @@ func TestMetrics_AlertRules(t *testing.T) {
 		"shardcron_executions_total{status=failed}",  // executions failing
 		"shardcron_history_write_failed_total",       // a full disk
 		"shardcron_history_dropped_total",            // history lost
-		"shardcron_watermark_timestamp_seconds",      // etcd's NOSPACE
+		"shardcron_watermark_timestamp_seconds",      // etcd not recording the node's writes
+		"shardcron_etcd_no_space",                    // etcd's NOSPACE
 		"shardcron_api_requests_total{code=503}",     // writes refused
 		"shardcron_chain_triggers_dropped_total",     // chained fires lost
 		"shardcron_notify_total{result=dropped}",     // alerts dropped

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,30 +8,6 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
-
-// callHost is call with the request's Host header set to host, as a
-// browser sends the name it resolved (DNS rebinding: the attacker's).
-func callHost(t *testing.T, ts *httptest.Server, host, method, path, body string, hdr ...string) answer {
-	t.Helper()
-	req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = host
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := ts.Client().Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, b}
-}
 
 // TestServer_Browsers: what a web page the node's operator visits can make
 // their browser send to a node. Without --auth-token nothing but the
@@ -94,20 +69,22 @@ func TestServer_Browsers(t *testing.T) {
 				{"GET", "/v1/tasks", ""}, {"GET", "/v1/tasks/same-a", ""},
 				{"PUT", "/v1/tasks/rebound", noopJSON("")}, {"GET", "/", ""},
 			} {
-				wantError(t, callHost(t, ts, host, rt.method, rt.path, rt.body, "Sec-Fetch-Site", "same-origin"),
-					http.StatusForbidden, "Host", "--auth-token")
+				t.Run("Host "+host+" "+rt.method+" "+rt.path, func(t *testing.T) { // the failure names the Host and route
+					wantError(t, call(t, ts, rt.method, rt.path, rt.body, "Host", host, "Sec-Fetch-Site", "same-origin"),
+						http.StatusForbidden, "Host", "--auth-token")
+				})
 			}
 		}
 		wantError(t, call(t, ts, "GET", "/v1/tasks/rebound", ""), http.StatusNotFound)
 		for _, host := range []string{"localhost" + port, "LocalHost", "node.localhost" + port, "127.0.0.1" + port, "[::1]" + port} {
-			if a := callHost(t, ts, host, "GET", "/v1/tasks/same-a", ""); a.status != http.StatusOK {
+			if a := call(t, ts, "GET", "/v1/tasks/same-a", "", "Host", host); a.status != http.StatusOK {
 				t.Errorf("Host %s: %v", host, a)
 			}
 		}
 		// With a token, a page that rebound a name has no token to send:
 		// the name is served.
 		_, tts := n.serve(t, Config{AuthToken: "s3cret"})
-		if a := callHost(t, tts, "shardcron.example", "GET", "/v1/tasks/same-a", "", "Authorization", "Bearer s3cret"); a.status != http.StatusOK {
+		if a := call(t, tts, "GET", "/v1/tasks/same-a", "", "Host", "shardcron.example", "Authorization", "Bearer s3cret"); a.status != http.StatusOK {
 			t.Errorf("with the token, Host shardcron.example: %v", a)
 		}
 	})
