@@ -183,6 +183,10 @@ func TestSecretFiles_WarnWhenOthersCanRead(t *testing.T) {
 
 	r := cli("", "nodes", "--server", dead, "--token-file", loose)
 	wantCLI(t, r, 1, nil, []string{"warning: --token-file " + loose + " can be read by every user of this machine (mode 0644): chmod 600 it"})
+	// Writable by others only: said as it is.
+	if r := cli("", "nodes", "--server", dead, "--token-file", file("writable", 0o602)); !strings.Contains(r.stderr, "can be written by every user of this machine (mode 0602)") {
+		t.Errorf("--token-file of mode 0602: stderr %q, want a warning that every user can write it", r.stderr)
+	}
 	for _, f := range []string{tight, group} {
 		if r := cli("", "nodes", "--server", dead, "--token-file", f); strings.Contains(r.stderr, "warning") {
 			t.Errorf("--token-file of mode %s: %s", map[string]string{tight: "0600", group: "0640"}[f], r.stderr)

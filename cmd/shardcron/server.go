@@ -342,11 +342,23 @@ func (f *serverFlags) readSecrets() error {
 // choice (root:shardcron 0640).
 func looseSecretFile(flag, path string) string {
 	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm()&0o006 == 0 {
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s %s can be read by every user of this machine (mode %#o): chmod 600 it (or 640 for a group)",
-		flag, path, st.Mode().Perm())
+	mode := st.Mode().Perm()
+	var can string
+	switch mode & 0o006 {
+	case 0:
+		return ""
+	case 0o004:
+		can = "read"
+	case 0o002:
+		can = "written"
+	default:
+		can = "read and written"
+	}
+	return fmt.Sprintf("%s %s can be %s by every user of this machine (mode %#o): chmod 600 it (or 640 for a group)",
+		flag, path, can, mode)
 }
 
 // readSecretFile reads the one-line secret in path, its trailing newline
