@@ -670,8 +670,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	var handler, probeHandler switchHandler
 	handler.set(startingAPI)
 	probeHandler.set(startingProbes)
-	newServer := func(h http.Handler) *http.Server { return newHTTPServer(h, log) }
-	hs := newServer(&handler)
+	hs := newHTTPServer(&handler, log)
 	defer hs.Close()              // a start that fails; a stop has shut it down
 	served := make(chan error, 2) // the API's and the probes' servers
 	if tlsf != nil {
@@ -682,7 +681,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	var probes *http.Server
 	if probeLn != nil {
-		probes = newServer(&probeHandler)
+		probes = newHTTPServer(&probeHandler, log)
 		defer probes.Close()
 		go func() { served <- probes.Serve(probeLn) }()
 	}
