@@ -355,8 +355,9 @@ func TestDeploy(t *testing.T) {
 				// The container runs the image with these variables added.
 				env := dockerfileEnv(t)
 				maps.Copy(env, s.Environment)
-				if g, err := time.ParseDuration(s.StopGrace); err != nil || g <= stopBound(t, help, settings(env, nil)) {
-					t.Errorf("%s: stop_grace_period %q does not outlast the stop of a node, %v (stopBound)", name, s.StopGrace, stopBound(t, help, settings(env, nil)))
+				bound := stopBound(t, help, settings(env, nil))
+				if g, err := time.ParseDuration(s.StopGrace); err != nil || g <= bound {
+					t.Errorf("%s: stop_grace_period %q does not outlast the stop of a node, %v (stopBound)", name, s.StopGrace, bound)
 				}
 				if name == "node-1" {
 					checkStarts(t, bin, name, []string{"server"}, env)
