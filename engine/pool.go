@@ -514,9 +514,9 @@ func (p *pool) cancelRunning(rec, gen uint32, cause error) {
 // replaceRunning cancels the running executions of record rec of
 // generation gen for a newer fire of a replace task: its schedule's,
 // triggers' and their retries', not a backfill's. A backfill is outside
-// the task's concurrency policy and promised each of its times once; it
-// counts a canceled fire as done, and the schedule's fire each second
-// canceled every one of its fires that ran longer.
+// the task's concurrency policy and promised each of its times once, and
+// it counts a canceled fire as done: canceled, each of its fires that ran
+// longer than the schedule's interval would be lost.
 func (p *pool) replaceRunning(rec, gen uint32) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()

@@ -14,10 +14,10 @@ import (
 // may have triggered it.
 //
 // No time it hands out is a whole second: scheduled fires (cron, @every,
-// @at) fall on whole seconds, and a trigger on one took the key of the
-// task's own fire of that second (and of the chains a fire of that second
-// triggers), two fires that receivers, and a hand-over's list of retries,
-// took for one.
+// @at) fall on whole seconds, and a trigger on one would take the key of
+// the task's own fire of that second (and of the chains a fire of that
+// second triggers): two fires that receivers, and a hand-over's list of
+// retries, would take for one.
 //
 // It remembers each task's last time for a second or two: a time handed
 // out before is at most now then, unless a task took more than a thousand
