@@ -364,6 +364,9 @@ func TestRegistry_TriggerOnAWholeSecondTakesNotTheScheduledFiresTime(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(resp.Kvs) != 3 { // else the loop below checks nothing
+		t.Errorf("%d trigger keys, want 3: s/1's trigger and the bulk trigger's of s/1 and s/2", len(resp.Kvs))
+	}
 	for _, kv := range resp.Kvs {
 		if _, ms, id, _ := reg.ParseTrigger(string(kv.Key)); ms%1000 == 0 {
 			t.Errorf("a trigger of %s at %s: the time of its scheduled fire then", id, time.UnixMilli(ms).UTC().Format(time.StampMilli))
