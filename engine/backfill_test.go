@@ -742,8 +742,9 @@ func TestEngine_BackfillOfAScheduleChangedMidwayCountsTheTimesItRuns(t *testing.
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return backfillProgress(t, reg, "bf").State == task.BackfillDone })
 	rec := backfillProgress(t, reg, "bf")
 	got := log.forTask("bf")
-	if rec.Done != rec.Fires || rec.Fires != len(got) {
-		t.Errorf("the record of the done backfill: %d of its %d fires done; it ran %d", rec.Done, rec.Fires, len(got))
+	if rec.Done != 20 || rec.Fires != 20 || len(got) != 20 {
+		t.Errorf("the record of the done backfill: %d of its %d fires done; it ran %d; want 20 of 20, run 20: the changed schedule's times in the range",
+			rec.Done, rec.Fires, len(got))
 	}
 }
 
