@@ -153,8 +153,9 @@ type endedTask struct {
 const endedQueue = 1024
 
 // checkEnded hands a delete_after_fire task to the deleter once it has no
-// fire to come, none running and none waiting, unless it was edited while
-// its last fire ran. Called only from the dispatch loop.
+// fire to come, none running and none waiting (for the running one, or
+// out a retry's backoff), unless it was edited while its last fire ran.
+// Called only from the dispatch loop.
 func (l *loop) checkEnded(i uint32, r *record) {
 	prof := l.profs.list[r.prof]
 	if !prof.deleteAfter || r.flags&(flagPaused|flagDeleting|flagEdited) != 0 || r.next != 0 || r.running > 0 {
@@ -163,12 +164,31 @@ func (l *loop) checkEnded(i uint32, r *record) {
 	if _, waiting := l.pending[i]; waiting {
 		return
 	}
+	// The retry of an earlier fire waiting out its backoff is a fire not
+	// ended: the delete would drop it, and that fire never got its
+	// attempts. Its end looks again (a retry skipped while another fire
+	// runs leaves that one to: it runs).
+	if l.retryWaits(i, r) {
+		return
+	}
 	select {
 	case l.ended <- endedTask{id: l.tab.id(r), updatedAt: prof.updatedAt}:
 		r.flags |= flagDeleting
 	default:
 		l.cfg.Logger.Warn("too many ended tasks waiting to be deleted; this one waits for the next acquire of its partition", "task", l.tab.id(r))
 	}
+}
+
+// retryWaits reports whether a retry of record i waits out its backoff.
+// It looks through every waiting retry: it is asked only of a
+// delete_after_fire task with nothing else to come, not on the fire path.
+func (l *loop) retryWaits(i uint32, r *record) bool {
+	for k := range l.retries {
+		if rs := &l.retries[k]; rs.due != 0 && rs.rec == i && rs.gen == r.gen {
+			return true
+		}
+	}
+	return false
 }
 
 // endedCmd looks for the delete_after_fire tasks of a partition just

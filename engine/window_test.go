@@ -254,3 +254,52 @@ func TestLoop_PastOneShotFiresOnceByItsMisfirePolicy(t *testing.T) {
 }
 
 func sorted(s []string) []string { slices.Sort(s); return s }
+
+// A delete_after_fire task whose last fire ends while the retry of an
+// earlier fire waits out its backoff is not ended yet: it is deleted once
+// that retry's fire ends. It was handed to the deleter at once, and the
+// delete dropped the waiting retry, so that fire never got its attempts.
+// Here max_fires-like window of two fires, two attempts a fire, a minute
+// apart: the fire of +0 s fails, the fire of +1 s (the last) succeeds.
+func TestLoop_DeleteAfterFireWaitsForTheRetryOfAnEarlierFire(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key = "noop/delete-after"
+	prof.maxAttempts, prof.backoff, prof.maxBackoff = 2, time.Minute, time.Minute
+	prof.deleteAfter, prof.updatedAt = true, base.Add(-time.Hour)
+	prof.win = &window{s: tl.scheds.Get(h), to: base.Add(time.Second).UnixNano(), end: task.EndedMaxFires}
+	tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, done: make(chan struct{}),
+		defs: []taskDef{{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof}}})
+	end := func(st uint8) { // the first job queued ends with st, as a worker reports it
+		tl.pool.mu.Lock()
+		j := *tl.pool.at(0)
+		tl.pool.pop()
+		tl.pool.mu.Unlock()
+		var b completionBatch
+		b.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed], false)
+		tl.complete(&b)
+	}
+	tl.clock.Advance(time.Second / 2)
+	tl.dispatchAll()
+	end(statusFailed) // t@+0 s: its retry waits 30-60 s
+	tl.clock.Advance(time.Second)
+	tl.dispatchAll()
+	end(statusOK) // t@+1 s, the last fire
+	if n := len(tl.ended); n != 0 {
+		t.Fatalf("%d deletions queued while the retry of t@+0s waits; want none until it ends", n)
+	}
+	tl.clock.Advance(time.Minute)
+	tl.dispatchAll()
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the retry of t@+0s", got)
+	}
+	end(statusOK)
+	if n := len(tl.ended); n != 1 {
+		t.Errorf("%d deletions queued once the retry ended, want 1", n)
+	}
+}
