@@ -395,6 +395,46 @@ func (l *loop) releaseRetry(slot uint32) {
 	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over, rs.bf)
 }
 
+// skipUnstarted skips, recorded so, the fires of record i's task, just
+// paused, that have not started: those of its schedule and its retries
+// waiting for a worker, and a fire of its schedule waiting for the running
+// one (buffer_one). A pause stops what would start on its own, as for a
+// retry that comes due later (releaseRetry), and takes effect on the owner
+// within a watch delivery (invariant 6), not once a queue held up by a slow
+// executor reaches those fires: they ran after the pause, against the
+// endpoint it was to spare. Triggers and backfills run, as for any paused
+// task. Called only from the dispatch loop.
+func (l *loop) skipUnstarted(i uint32, r *record) {
+	if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
+		delete(l.pending, i)
+		l.skip(r, w.at, 1, "the task is paused")
+	}
+	if r.running == 0 {
+		return
+	}
+	type unrun struct {
+		sched   int64
+		attempt uint16
+	}
+	var skipped []unrun
+	l.dropJobs(func(j *job) bool {
+		// A replaced job is canceled unrun already, and recorded so.
+		if j.rec != i || j.gen != r.gen || j.bf != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
+			return false
+		}
+		skipped = append(skipped, unrun{j.sched, j.attempt})
+		return true
+	})
+	for _, u := range skipped {
+		r.running--
+		l.skip(r, u.sched, u.attempt, "the task is paused")
+	}
+	l.admitWaiting(i, r) // a trigger waiting for a fire skipped here starts
+	if len(l.jobs) > 0 {
+		l.pushJobs()
+	}
+}
+
 // admitRetry queues a retry. While another fire of the task runs, only
 // allow lets it run alongside: forbid and buffer_one keep fires apart and
 // replace lets the newer fire win, so the retry is skipped.

@@ -422,6 +422,9 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 		r.flags |= flagPaused
 		l.wheel.Cancel(i)
 		r.next = 0
+		if !wasPaused {
+			l.skipUnstarted(i, r)
+		}
 		return
 	}
 	r.flags &^= flagPaused

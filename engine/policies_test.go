@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
 )
@@ -429,6 +431,50 @@ func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
 	}
 }
 
+// A task paused while a fire of its schedule waits for a worker: the fire
+// is skipped unrun (recorded so), as a retry due while the task is paused
+// is. A pause takes effect on the owner within a watch delivery (invariant
+// 6), not once a queue held up by a slow executor reaches the fire: it ran,
+// seconds or minutes after the pause, against the endpoint the operator
+// paused it to spare.
+func TestEngine_PauseSkipsQueuedFire(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
+	c := etcdtest.Start(t)
+	clock := newTestClock(at(0).Add(time.Second/2), 0)
+	log := &callLog{}
+	// One worker, and a lead long enough for the fires of 02 and 03 to be
+	// queued while the blocker holds the worker.
+	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
+	g := newGate(t)
+	n.e.Handle("h", log.handler(g.only("blocker")))
+	for _, id := range []string{"blocker", "halted", "witness"} {
+		putTask(t, n.e.Registry(), handlerTask(id, "* * * * * *"))
+		waitNext(t, n, id, at(1))
+	}
+	clock.Advance(time.Second)
+	for f := g.next(t); !f.ScheduledAt.Equal(at(1)); f = g.next(t) {
+	}
+	clock.Advance(time.Second) // halted@02 waits in the queue behind blocker@01
+	waitNext(t, n, "halted", at(3))
+	if d := n.e.pool.depth(); d < 2 {
+		t.Fatalf("%d fires queued, want those of 02", d)
+	}
+	if _, err := n.e.Registry().Pause(context.Background(), "halted", task.Pause{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "halted").NextFireAt.IsZero() })
+	clock.Advance(time.Second) // witness@03 is queued after halted@02
+	waitNext(t, n, "witness", at(4))
+	g.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("witness", at(3)) })
+	if got := log.scheds("halted"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at(2)) }) {
+		t.Errorf("halted ran at %v after its pause; want nothing from 12:00:02 (it was queued, unrun)", secs(got))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return slices.Equal(statusesAt(t, n, "halted", at(2)), []string{"skipped"})
+	})
+}
+
 // An exec task on a node started without AllowExec (--allow-exec) never
 // runs its command: each fire fails with an error that says how to enable
 // it. The same task on a node that allows exec runs, so the command itself
@@ -671,5 +717,53 @@ func retrySkippedAsPaused(t *testing.T, n *testNode, attempts chan int) (attempt
 		return a, true
 	default:
 		return 0, false
+	}
+}
+
+// A pause skips the fires of the task's schedule that have not started, in
+// the queue and behind a running fire (buffer_one), and the record counts
+// none of them as running; a trigger waiting behind a fire skipped starts.
+func TestLoop_PauseSkipsTheFiresNotStarted(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, behind := range []string{"schedule", "trigger"} {
+		t.Run(behind, func(t *testing.T) {
+			tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+			h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			prof := noopProfile(task.MisfireFireOnce)
+			prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+			def := func(paused bool) taskDef {
+				return taskDef{id: "b", hash: xxhash.Sum64String("b"), part: 0, sched: h, prof: prof, paused: paused}
+			}
+			tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(false)}})
+			tl.clock.Advance(time.Second / 2)
+			tl.dispatchAll() // b@+0 s queued, taken as running
+			waiting := base.Add(time.Second)
+			if behind == "trigger" {
+				waiting = base.Add(time.Second / 4)
+				tl.trigger(0, "b", waiting)
+			} else {
+				tl.clock.Advance(time.Second)
+				tl.dispatchAll()
+			}
+			i, r, _ := tl.tab.lookup("b")
+			if w, ok := tl.pending[i]; !ok || w.at != waiting.UnixNano() || r.running != 1 {
+				t.Fatalf("before the pause: %d running, buffered %v %+v; want b@+0s queued and b@%s buffered", r.running, ok, w, waiting.Format(time.StampMilli))
+			}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+			var want []string
+			skipped := uint32(2)
+			if behind == "trigger" {
+				want, skipped = []string{fmt.Sprintf("b@%d", waiting.UnixMilli())}, 1
+			}
+			if got := tl.dispatched(0); !slices.Equal(got, want) || r.running != uint16(len(want)) || r.skipped != skipped {
+				t.Errorf("after the pause: dispatched %v, %d running, %d skipped; want %v, %d, %d", got, r.running, r.skipped, want, len(want), skipped)
+			}
+			if _, ok := tl.pending[i]; ok {
+				t.Error("a fire still waits behind the fire skipped")
+			}
+		})
 	}
 }
