@@ -611,6 +611,14 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			l.admitBackfill(i, r, at, c.bfs[f.ID])
 			continue
 		}
+		if r.flags&flagPaused != 0 {
+			// Paused since the previous owner queued it (the pause came
+			// after the release, or before it unseen there): a pause
+			// stops what has not started, as a retry due later is skipped
+			// (releaseRetry).
+			l.skip(r, at, 1, "the task is paused")
+			continue
+		}
 		if now-at > int64(prof.catchup) {
 			r.misfires++
 			l.stats.misfire(prof.misfire)

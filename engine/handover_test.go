@@ -1382,3 +1382,33 @@ func TestEngine_SessionEndedDuringASlowWatermarkWriteRejoins(t *testing.T) {
 		t.Errorf("fires repeated: %v", d)
 	}
 }
+
+// A fire handed over unrun (queued on the previous owner at its release)
+// of a task paused by the time the next owner loads it is skipped there,
+// recorded so, as a retry due while its task is paused is: the pause was
+// written after the release, or before it but not yet seen by the previous
+// owner. The next owner ran it: a paused task's schedule fired once more.
+// A backfill's fire handed over so still runs (a backfill runs whole).
+func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
+	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, now, nil)
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := noopProfile(task.MisfireFireOnce)
+	var defs []taskDef
+	for _, id := range []string{"paused", "running"} {
+		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof, paused: id == "paused"})
+	}
+	tl.handle(&loadCmd{part: 0, resume: now.UnixNano(), first: true, done: make(chan struct{}), defs: defs})
+	at := now.Add(-time.Second)
+	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "paused", At: at}, {ID: "running", At: at}}})
+	want := []string{fmt.Sprintf("running@%d", at.UnixMilli())}
+	if got := tl.dispatched(0); !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want %v: the paused task's fire handed over is skipped", got, want)
+	}
+	if _, r, _ := tl.tab.lookup("paused"); r.skipped != 1 || r.running != 0 {
+		t.Errorf("the paused task's record: %d skipped, %d running; want 1, 0", r.skipped, r.running)
+	}
+}
