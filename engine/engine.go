@@ -244,11 +244,12 @@ func (e *Engine) Start(ctx context.Context) error {
 		_ = sess.Close()
 		return err
 	}
-	e.notify.start(func(ctx context.Context, id string) error {
-		// A pause record says who paused the task (issue 12).
-		_, err := e.reg.Pause(ctx, id, task.Pause{By: PausedByPolicy,
+	e.notify.start(func(ctx context.Context, id string) (bool, error) {
+		// A pause record says who paused the task (issue 12). A task
+		// paused already keeps its own: the operator's, note and all, or
+		// this owner's of an earlier failure.
+		return e.reg.PauseUnlessPaused(ctx, id, task.Pause{By: PausedByPolicy,
 			Note: "paused by its owner after failures in a row (pause_on_failure)"})
-		return err
 	})
 	e.loop.alerts = e.notify
 	e.loop.unmark = func(keys []string) {

@@ -404,6 +404,37 @@ func TestLoop_FireAddingNoFailurePausesNothing(t *testing.T) {
 	}
 }
 
+// pause_on_failure does not pause a task that is paused already: a
+// trigger's or a backfill's fire of a paused task runs, and one that
+// failed K times in a row paused it again, replacing the operator's pause
+// record (who paused it, when, the note) with the owner's, and rewriting
+// the task in etcd at every K-th failure.
+func TestLoop_PauseOnFailureLeavesAPausedTaskAlone(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.pauseAfter = "noop/pause1", 1
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), first: true, done: make(chan struct{}),
+		defs: []taskDef{{id: "p", hash: xxhash.Sum64String("p"), part: 0, sched: h, prof: prof, paused: true}}})
+	tl.alerts = newNotifier(http.DefaultClient, "ua", 16, quietLogger()) // not started: notices stay queued
+	i, r, _ := tl.tab.lookup("p")
+	r.running = 1 // a trigger's fire of the paused task runs
+	var b completionBatch
+	j := job{sched: base.Add(time.Second / 3).UnixNano(), rec: i, gen: r.gen, attempt: 1, kind: kindTrigger}
+	b.add(&j, statusFailed, "boom", false)
+	tl.complete(&b)
+	if r.failStreak != 1 {
+		t.Fatalf("streak %d after the trigger's failure, want 1", r.failStreak)
+	}
+	if n := len(tl.alerts.q); n != 0 {
+		t.Errorf("%d pause notices for a task paused already, want none", n)
+	}
+}
+
 // A status query covers a partition only while its node holds every task
 // of it: one taken over whose tasks are not armed yet (its acquire reads
 // etcd between the lock and the load) is left out of held, so that a list

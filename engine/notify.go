@@ -134,8 +134,9 @@ type notifier struct {
 	pauses  atomic.Uint64 // tasks paused by pause_on_failure
 
 	// pauseTask pauses a task through the registry, as the pause API
-	// does; set by start.
-	pauseTask func(ctx context.Context, id string) error
+	// does, unless it is paused already; it reports whether it paused
+	// it. Set by start.
+	pauseTask func(ctx context.Context, id string) (bool, error)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -153,7 +154,7 @@ func newNotifier(client *http.Client, userAgent string, queue int, log *slog.Log
 }
 
 // start runs the workers until stop.
-func (n *notifier) start(pauseTask func(ctx context.Context, id string) error) {
+func (n *notifier) start(pauseTask func(ctx context.Context, id string) (bool, error)) {
 	n.pauseTask = pauseTask
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Add(notifyWorkers)
@@ -209,8 +210,15 @@ func (n *notifier) work() {
 func (n *notifier) pause(x notice) {
 	ctx, cancel := context.WithTimeout(n.ctx, etcdTimeout)
 	defer cancel()
-	if err := n.pauseTask(ctx, x.taskID); err != nil {
+	paused, err := n.pauseTask(ctx, x.taskID)
+	if err != nil {
 		n.log.Warn("pausing a failing task failed", "task", x.taskID, "consecutive_failures", x.fails, "err", err)
+		return
+	}
+	if !paused {
+		// Paused since the loop asked (by an operator, or by this
+		// pause_on_failure at an earlier failure): that pause stays.
+		n.log.Debug("a failing task was paused already; its pause is left as it is (pause_on_failure)", "task", x.taskID, "consecutive_failures", x.fails)
 		return
 	}
 	n.pauses.Add(1)
@@ -310,10 +318,12 @@ func (l *loop) alert(ev task.NotifyEvent, r *record, sched int64, attempt int, s
 // pauseOnFailure asks for record r's task to be paused when its failure
 // streak just reached a multiple of the profile's pause_on_failure K: a
 // task resumed while still failing (its streak goes on) is paused again
-// after K more failures. Called only from the dispatch loop.
+// after K more failures. Not a task paused already, whose triggers and
+// backfills run and fail: its pause, the operator's note and all, stays.
+// Called only from the dispatch loop.
 func (l *loop) pauseOnFailure(r *record) {
 	k := l.profs.list[r.prof].pauseAfter
-	if l.alerts == nil || k == 0 || r.failStreak == 0 || r.failStreak%k != 0 {
+	if l.alerts == nil || k == 0 || r.failStreak == 0 || r.failStreak%k != 0 || r.flags&flagPaused != 0 {
 		return
 	}
 	l.alerts.enqueue(notice{pause: true, taskID: l.tab.id(r), fails: uint64(r.failStreak)})

@@ -353,3 +353,36 @@ func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
 		})
 	}
 }
+
+// The owner's pause_on_failure pause leaves a task paused already as it
+// is: the loop asks for it only for a task it holds unpaused, but the
+// pause the owner asked for at one failure may land after the operator's
+// own pause, or after its own earlier one (K = 1, fires ending close
+// together). It replaced the pause record, the operator's note and name
+// with the owner's, and wrote the task again.
+func TestEngine_PauseOnFailureKeepsAPauseInPlace(t *testing.T) {
+	c := etcdtest.Start(t)
+	n := startNode(t, c, "", nil, nil)
+	reg := n.e.Registry()
+	ctx := context.Background()
+	tk := handlerTask("p", "0 0 0 1 1 *")
+	tk.PauseOnFailure = 1
+	putTask(t, reg, tk)
+	before, err := reg.Pause(ctx, "p", task.Pause{By: "alice", Note: "the endpoint is down for maintenance"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.e.notify.pause(notice{pause: true, taskID: "p", fails: 1}) // as a notifier's worker takes it
+	got, err := reg.Get(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := got.Pause != nil && got.Pause.By == before.Pause.By && got.Pause.Note == before.Pause.Note && got.Pause.At.Equal(before.Pause.At)
+	if !got.Paused || !kept || got.Version != before.Version {
+		t.Errorf("after pause_on_failure's pause: paused %v, record %+v, version %d; want alice's record %+v kept, version %d",
+			got.Paused, got.Pause, got.Version, before.Pause, before.Version)
+	}
+	if k := n.e.notify.pauses.Load(); k != 0 {
+		t.Errorf("%d tasks counted paused by pause_on_failure, want 0", k)
+	}
+}

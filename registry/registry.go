@@ -418,39 +418,57 @@ func (r *Registry) DeleteIfVersion(ctx context.Context, id string, version int64
 
 // SetPaused sets the task's paused flag, and returns the task as stored.
 func (r *Registry) SetPaused(ctx context.Context, id string, paused bool) (*task.Task, error) {
-	return r.setPaused(ctx, id, paused, nil)
+	t, _, err := r.setPaused(ctx, id, paused, nil, false)
+	return t, err
 }
 
 // Pause pauses the task with a pause record (who, when, a note), which
 // the task and its state show until it is resumed. Pausing a paused task
 // replaces its record.
 func (r *Registry) Pause(ctx context.Context, id string, p task.Pause) (*task.Task, error) {
+	t, _, err := r.pause(ctx, id, p, false)
+	return t, err
+}
+
+// PauseUnlessPaused pauses the task as Pause does, unless it is paused
+// already: then it changes nothing, the pause record included, and
+// reports false. The owner's pause_on_failure pauses so: an operator's
+// pause, note and all, stays.
+func (r *Registry) PauseUnlessPaused(ctx context.Context, id string, p task.Pause) (bool, error) {
+	_, changed, err := r.pause(ctx, id, p, true)
+	return changed, err
+}
+
+func (r *Registry) pause(ctx context.Context, id string, p task.Pause, keep bool) (*task.Task, bool, error) {
 	if err := task.CheckPauseNote(p.Note); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if p.At.IsZero() {
 		p.At = r.now().UTC().Truncate(time.Millisecond)
 	}
-	return r.setPaused(ctx, id, true, &p)
+	return r.setPaused(ctx, id, true, &p, keep)
 }
 
-func (r *Registry) setPaused(ctx context.Context, id string, paused bool, p *task.Pause) (*task.Task, error) {
+// setPaused sets the task's paused flag and pause record p, and reports
+// whether it wrote the task. One already paused as asked is left as it
+// is when there is no record to write, or keep says to keep its own.
+func (r *Registry) setPaused(ctx context.Context, id string, paused bool, p *task.Pause, keep bool) (*task.Task, bool, error) {
 	for range casRetries {
 		t, err := r.Get(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		if t.Paused == paused && p == nil {
-			return t, nil
+		if t.Paused == paused && (p == nil || keep) {
+			return t, false, nil
 		}
 		t.Paused = paused
 		t.Pause = p
 		t2, err := r.Put(ctx, t, PutOptions{IfVersion: t.Version})
 		if !errors.Is(err, ErrVersionMismatch) {
-			return t2, err
+			return t2, err == nil, err
 		}
 	}
-	return nil, fmt.Errorf("pause task %q: %w, try again", id, ErrContention)
+	return nil, false, fmt.Errorf("pause task %q: %w, try again", id, ErrContention)
 }
 
 // Trigger asks the task's owner to fire it once now, outside its schedule,

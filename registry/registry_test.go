@@ -629,3 +629,34 @@ func TestRegistry_PutItemsStoppedReportsErrorsInOrder(t *testing.T) {
 		t.Errorf("errors at %v, %v; want [0 1] and etcd's NOSPACE", idx, err)
 	}
 }
+
+// PauseUnlessPaused pauses a running task with its record, and leaves a
+// paused one as it is, its record included: etcd's revision does not move.
+func TestRegistry_PauseUnlessPausedKeepsAPause(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/pause")
+	ctx := context.Background()
+	putTask(t, reg, noopTask("p", "* * * * *"))
+	policy := task.Pause{By: "pause_on_failure", Note: "failed in a row"}
+	if paused, err := reg.PauseUnlessPaused(ctx, "p", policy); err != nil || !paused {
+		t.Fatalf("pausing a running task: paused %v, %v", paused, err)
+	}
+	if got, err := reg.Get(ctx, "p"); err != nil || !got.Paused || got.Pause == nil || got.Pause.By != policy.By {
+		t.Fatalf("after the pause: %+v, %v", got, err)
+	}
+	if _, err := reg.Pause(ctx, "p", task.Pause{By: "alice", Note: "maintenance"}); err != nil {
+		t.Fatal(err)
+	}
+	rev := revision(t, c.Client)
+	if paused, err := reg.PauseUnlessPaused(ctx, "p", policy); err != nil || paused {
+		t.Fatalf("pausing a paused task: paused %v, %v; want false, nil", paused, err)
+	}
+	got, err := reg.Get(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Pause == nil || got.Pause.By != "alice" || got.Pause.Note != "maintenance" || revision(t, c.Client) != rev {
+		t.Errorf("a paused task's record became %+v (revision %d, was %d); want alice's kept, nothing written", got.Pause, revision(t, c.Client), rev)
+	}
+}
