@@ -290,7 +290,22 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, h
 	p := prep.p
 	defs := prep.defs
 	if len(touched) > 0 {
-		defs = slices.DeleteFunc(defs, func(d taskDef) bool { _, ok := touched[d.id]; return ok })
+		// One-shots as read before their changes: one held at the same
+		// time, written before resume, was the previous owner's to decide
+		// (fired or missed), and a write since after resume (a label, a
+		// pause and a resume) must not fire it again (startOf). The watch
+		// path fires a one-shot again only when a write changes its time.
+		var before map[string]*window
+		defs = slices.DeleteFunc(defs, func(d taskDef) bool {
+			_, ok := touched[d.id]
+			if w := d.prof.win; ok && w != nil && w.once && w.written <= resume {
+				if before == nil {
+					before = map[string]*window{}
+				}
+				before[d.id] = w
+			}
+			return ok
+		})
 		d := e.decoder()
 		for id, value := range touched {
 			if value == nil {
@@ -299,6 +314,9 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, h
 			if def, err := d.def(id, value); err != nil {
 				e.log.Warn("skipping a task change", "partition", p, "err", err)
 			} else {
+				if w, b := def.prof.win, before[id]; w != nil && w.once && b != nil && b.from == w.from {
+					def.decided = true
+				}
 				defs = append(defs, def)
 			}
 		}

@@ -29,6 +29,10 @@ type taskDef struct {
 	sched  schedule.Handle
 	prof   *profile
 	paused bool
+	// decided: a one-shot the previous owner held at this time before the
+	// resume point (its read before a write since), so that it decided the
+	// fire; the write after the resume point changed something else.
+	decided bool
 }
 
 // Commands to the dispatch loop.
@@ -395,7 +399,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 			r.flags |= flagPaused
 			return
 		}
-		l.arm(i, r, l.startOf(r, resume, put))
+		l.arm(i, r, l.startOf(r, resume, put, d.decided))
 		return
 	}
 	old := r.prof
@@ -428,7 +432,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 		return
 	}
 	r.flags &^= flagPaused
-	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin)))
+	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin), false))
 }
 
 func (l *loop) events(c *eventsCmd) {

@@ -122,11 +122,13 @@ func (l *loop) nextOf(r *record, from int64) int64 {
 // whose time is not after resume is armed at its time all the same when
 // nobody can have decided it yet: it was just put (a watch event), or
 // written after resume (a put while its partition changed hands, which the
-// new owner loads). Released late, its misfire policy decides (fire it, or
-// record it missed), as for any fire its owner could not run in time.
-func (l *loop) startOf(r *record, resume int64, put bool) int64 {
+// new owner loads), unless decided says the previous owner held it at that
+// time before resume (the write changed something else: a label, a pause).
+// Released late, its misfire policy decides (fire it, or record it
+// missed), as for any fire its owner could not run in time.
+func (l *loop) startOf(r *record, resume int64, put, decided bool) int64 {
 	n := l.firstAfter(r, resume)
-	if w := l.profs.list[r.prof].win; n == 0 && w != nil && w.once && (put || w.written > resume) {
+	if w := l.profs.list[r.prof].win; n == 0 && w != nil && w.once && (put || w.written > resume && !decided) {
 		n = w.from
 	}
 	return n

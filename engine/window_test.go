@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -301,5 +303,80 @@ func TestLoop_DeleteAfterFireWaitsForTheRetryOfAnEarlierFire(t *testing.T) {
 	end(statusOK)
 	if n := len(tl.ended); n != 1 {
 		t.Errorf("%d deletions queued once the retry ended, want 1", n)
+	}
+}
+
+// A one-shot that fired on its owner, edited (here a label) while its
+// partition changes hands, after the release's mark, does not fire again
+// on the next owner: its time is the one the previous owner decided, and
+// the next owner, which read the partition before the edit (prepared),
+// knows it. It took the write after the mark for a one-shot put after its
+// time, and fired it again by its misfire policy (within the catch-up
+// window): the watch path fires a one-shot again only when a write changes
+// its time. A one-shot put then, or one whose time a write then moves into
+// the past, still fires by its misfire policy on the next owner.
+func TestEngine_OneShotEditedDuringItsHandOverDoesNotFireAgain(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return func(cfg *Config) { cfg.NodeID, cfg.Partitions, cfg.DrainTimeout = id, 1, time.Second }
+	}
+	// node-b must win the one partition from node-a.
+	var bID string
+	for i := 0; bID == ""; i++ {
+		id := fmt.Sprintf("node-b%d", i)
+		cfg := DefaultConfig(id)
+		cfg.Partitions = 1
+		r, err := ring.New(cfg.ring())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := r.Update([]string{"node-a", id}); err == nil && slices.Contains(a.Owned(id), 0) {
+			bID = id
+		}
+	}
+	a := startNode(t, c, "", log.handler(nil), node("node-a"))
+	defer a.stop(t)
+	reg := a.e.Registry()
+	at := nextSecond(time.Now().Add(time.Second))
+	for _, id := range []string{"once", "moved"} {
+		putTask(t, reg, handlerTask(id, "@at "+at.Format(time.RFC3339)))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("once")) == 1 && len(log.of("moved")) == 1 })
+
+	cliB := c.NewClient(t)
+	let := make(chan struct{})
+	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"`+bID+`"`)
+	}, let)
+	b := startNodeOn(t, cliB, "", log.handler(nil), node(bID), noWait)
+	defer b.stop(t)
+	select {
+	case <-held: // node-a released the partition: its mark is behind
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-b did not acquire the partition")
+	}
+	tk, err := reg.Get(context.Background(), "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Labels = map[string]string{"seen": "yes"}
+	putTask(t, reg, tk)
+	earlier := at.Add(-time.Second)
+	putTask(t, reg, handlerTask("moved", "@at "+earlier.Format(time.RFC3339)))
+	putTask(t, reg, handlerTask("fresh", "@at "+earlier.Format(time.RFC3339)))
+	close(let)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("moved")) == 2 && len(log.of("fresh")) == 1 })
+	time.Sleep(time.Second) // a fire armed in the past goes out at once
+	for id, want := range map[string][]time.Time{"once": {at}, "moved": {at, earlier}, "fresh": {earlier}} {
+		var got []time.Time
+		var where []string
+		for _, f := range log.of(id) {
+			got, where = append(got, f.ScheduledAt), append(where, f.Node)
+		}
+		if !slices.EqualFunc(got, want, time.Time.Equal) {
+			t.Errorf("%s fired at %v (on %v), want %v", id, secs(got), where, secs(want))
+		}
 	}
 }
