@@ -767,3 +767,31 @@ func TestLoop_PauseSkipsTheFiresNotStarted(t *testing.T) {
 		})
 	}
 }
+
+// A resumed task fires from its next scheduled time on: the times that
+// passed while it was paused were paused, not missed, and no misfire
+// policy (fire_all here) brings them back.
+func TestLoop_ResumeFiresFromTheNextTime(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := noopProfile(task.MisfireFireAll)
+	def := func(paused bool) taskDef {
+		return taskDef{id: "r", hash: xxhash.Sum64String("r"), part: 0, sched: h, prof: prof, paused: paused}
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(false)}})
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+	tl.clock.Advance(10 * time.Second)
+	tl.dispatchAll()
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(false)}})
+	tl.dispatchAll()
+	if got := tl.dispatched(0); len(got) != 0 {
+		t.Errorf("the resume fired %v", got)
+	}
+	if _, r, _ := tl.tab.lookup("r"); r.next != base.Add(10*time.Second).UnixNano() {
+		t.Errorf("resumed at %s, want 12:00:10", time.Unix(0, r.next).UTC().Format(time.StampMilli))
+	}
+}
