@@ -395,41 +395,56 @@ func (l *loop) releaseRetry(slot uint32) {
 	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over, rs.bf)
 }
 
-// skipUnstarted skips, recorded so, the fires of record i's task, just
-// paused, that have not started: those of its schedule and its retries
-// waiting for a worker, and a fire of its schedule waiting for the running
-// one (buffer_one). A pause stops what would start on its own, as for a
-// retry that comes due later (releaseRetry), and takes effect on the owner
-// within a watch delivery (invariant 6), not once a queue held up by a slow
-// executor reaches those fires: they ran after the pause, against the
-// endpoint it was to spare. Triggers and backfills run, as for any paused
-// task. Called only from the dispatch loop.
-func (l *loop) skipUnstarted(i uint32, r *record) {
-	if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
-		delete(l.pending, i)
-		l.skip(r, w.at, 1, "the task is paused")
+// skipPaused skips, recorded so, the fires that have not started of the
+// tasks the command under way paused (l.paused): those of their schedule
+// and their retries waiting for a worker, and a fire of their schedule
+// waiting for the running one (buffer_one). A pause stops what would start
+// on its own, as for a retry that comes due later (releaseRetry), and
+// takes effect on the owner within a watch delivery (invariant 6), not
+// once a queue held up by a slow executor reaches those fires: they ran
+// after the pause, against the endpoint it was to spare. Triggers and
+// backfills run, as for any paused task. Once a command, not once a task:
+// a bulk pause of a fleet in the middle of its burst scans the queue once.
+// Called only from the dispatch loop.
+func (l *loop) skipPaused() {
+	if len(l.paused) == 0 {
+		return
 	}
-	if r.running == 0 {
+	defer clear(l.paused)
+	busy := false
+	for i := range l.paused {
+		r := l.tab.rec(i)
+		if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
+			delete(l.pending, i)
+			l.skip(r, w.at, 1, "the task is paused")
+		}
+		busy = busy || r.running > 0
+	}
+	if !busy {
 		return
 	}
 	type unrun struct {
+		rec     uint32
 		sched   int64
 		attempt uint16
 	}
 	var skipped []unrun
 	l.dropJobs(func(j *job) bool {
 		// A replaced job is canceled unrun already, and recorded so.
-		if j.rec != i || j.gen != r.gen || j.bf != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
+		if gen, ok := l.paused[j.rec]; !ok || j.gen != gen || j.bf != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
 			return false
 		}
-		skipped = append(skipped, unrun{j.sched, j.attempt})
+		skipped = append(skipped, unrun{j.rec, j.sched, j.attempt})
 		return true
 	})
 	for _, u := range skipped {
+		r := l.tab.rec(u.rec)
 		r.running--
 		l.skip(r, u.sched, u.attempt, "the task is paused")
 	}
-	l.admitWaiting(i, r) // a trigger waiting for a fire skipped here starts
+	for i := range l.paused {
+		l.admitWaiting(i, l.tab.rec(i)) // a trigger waiting for a fire skipped here starts
+	}
 	if len(l.jobs) > 0 {
 		l.pushJobs()
 	}

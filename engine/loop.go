@@ -140,6 +140,7 @@ type loop struct {
 	retries []retryState
 	rfree   []uint32
 	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
+	paused  map[uint32]uint32       // the records the command under way paused, with their generations (skipPaused)
 	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
 	pool    *pool
 	holds   *holds
@@ -212,7 +213,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), health: make(map[uint32]taskHealth),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
@@ -373,6 +374,7 @@ func (l *loop) load(c *loadCmd) {
 			l.adoptHealth(i, r, e) // before any fire of it here, in the same command
 		}
 	}
+	l.skipPaused()
 	if !c.more {
 		l.loads++
 		l.parts[c.part].loaded = l.loads
@@ -427,7 +429,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 		l.wheel.Cancel(i)
 		r.next = 0
 		if !wasPaused {
-			l.skipUnstarted(i, r)
+			l.paused[i] = r.gen // skipPaused, once the command's changes are in
 		}
 		return
 	}
@@ -446,6 +448,7 @@ func (l *loop) events(c *eventsCmd) {
 	for i := range c.upserts {
 		l.upsert(&c.upserts[i], max(l.through, now), true)
 	}
+	l.skipPaused()
 	gone := map[uint32]uint32{} // record -> generation of the deleted tasks
 	for _, id := range c.deletes {
 		if i, r, ok := l.tab.lookup(id); ok {
