@@ -1003,9 +1003,19 @@ func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
 	c := etcdtest.Start(t)
 	cli := c.NewClient(t)
 	faults := injectFaults(cli)
-	n := startNodeOn(t, cli, "", nil, nil)
 	ctx := context.Background()
-	k := n.e.keys
+	// The node collects once itself, when it is first ready: the test's
+	// watermark must come after that collection, which would delete it.
+	k := newKeys(DefaultPrefix)
+	before := k.watermark("gone-before", "2f")
+	if _, err := c.Client.Put(ctx, before, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeOn(t, cli, "", nil, nil)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := c.Client.Get(ctx, before)
+		return err == nil && len(resp.Kvs) == 0
+	})
 	wm := k.watermark("gone", "1f")
 	if _, err := c.Client.Put(ctx, wm, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
 		t.Fatal(err)
