@@ -393,10 +393,13 @@ func TestEngine_RetryRespectsForbid(t *testing.T) {
 	})
 }
 
-// A task deleted while a fire of it waits for a worker: the fire is
-// dropped unrun. The delete takes effect on the owner within a watch
-// delivery, not once a queue held up by a slow executor reaches it.
-func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
+// queuedBehindABlocker starts a node with one worker on which blocker's
+// fire of 12:00:01 holds the worker, so that id's fire of 12:00:02 waits
+// in the queue; it then runs change (a delete, a pause) and waits until
+// witness's fire of 12:00:03, queued after id's, has run. It returns the
+// node and its call log.
+func queuedBehindABlocker(t *testing.T, id string, change func(n *testNode)) (*testNode, *callLog) {
+	t.Helper()
 	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
 	c := etcdtest.Start(t)
 	clock := newTestClock(at(0).Add(time.Second/2), 0)
@@ -406,27 +409,38 @@ func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
 	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
 	g := newGate(t)
 	n.e.Handle("h", log.handler(g.only("blocker")))
-	for _, id := range []string{"blocker", "doomed", "witness"} {
-		putTask(t, n.e.Registry(), handlerTask(id, "* * * * * *"))
-		waitNext(t, n, id, at(1))
+	for _, x := range []string{"blocker", id, "witness"} {
+		putTask(t, n.e.Registry(), handlerTask(x, "* * * * * *"))
+		waitNext(t, n, x, at(1))
 	}
 	clock.Advance(time.Second)
 	for f := g.next(t); !f.ScheduledAt.Equal(at(1)); f = g.next(t) {
 	}
-	clock.Advance(time.Second) // doomed@02 waits in the queue behind blocker@01
-	waitNext(t, n, "doomed", at(3))
+	clock.Advance(time.Second) // id@02 waits in the queue behind blocker@01
+	waitNext(t, n, id, at(3))
 	if d := n.e.pool.depth(); d < 2 {
 		t.Fatalf("%d fires queued, want those of 02", d)
 	}
-	if err := n.e.Registry().Delete(context.Background(), "doomed"); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(n, "doomed") })
-	clock.Advance(time.Second) // witness@03 is queued after doomed@02
+	change(n)
+	clock.Advance(time.Second) // witness@03 is queued after id@02
 	waitNext(t, n, "witness", at(4))
 	g.open()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("witness", at(3)) })
-	if got := log.scheds("doomed"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at(2)) }) {
+	return n, log
+}
+
+// A task deleted while a fire of it waits for a worker: the fire is
+// dropped unrun. The delete takes effect on the owner within a watch
+// delivery, not once a queue held up by a slow executor reaches it.
+func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
+	at2 := time.Date(2026, 5, 4, 12, 0, 2, 0, time.UTC)
+	_, log := queuedBehindABlocker(t, "doomed", func(n *testNode) {
+		if err := n.e.Registry().Delete(context.Background(), "doomed"); err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return !owns(n, "doomed") })
+	})
+	if got := log.scheds("doomed"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at2) }) {
 		t.Errorf("doomed ran at %v after its delete; want nothing from 12:00:02 (it was queued, unrun)", secs(got))
 	}
 }
@@ -438,40 +452,18 @@ func TestEngine_DeleteDropsQueuedFire(t *testing.T) {
 // seconds or minutes after the pause, against the endpoint the operator
 // paused it to spare.
 func TestEngine_PauseSkipsQueuedFire(t *testing.T) {
-	at := func(s int) time.Time { return time.Date(2026, 5, 4, 12, 0, s, 0, time.UTC) }
-	c := etcdtest.Start(t)
-	clock := newTestClock(at(0).Add(time.Second/2), 0)
-	log := &callLog{}
-	// One worker, and a lead long enough for the fires of 02 and 03 to be
-	// queued while the blocker holds the worker.
-	n := startNode(t, c, "", nil, clockTweak(clock, time.Hour, func(cfg *Config) { cfg.Workers = 1; cfg.Lead = 10 * time.Second }))
-	g := newGate(t)
-	n.e.Handle("h", log.handler(g.only("blocker")))
-	for _, id := range []string{"blocker", "halted", "witness"} {
-		putTask(t, n.e.Registry(), handlerTask(id, "* * * * * *"))
-		waitNext(t, n, id, at(1))
-	}
-	clock.Advance(time.Second)
-	for f := g.next(t); !f.ScheduledAt.Equal(at(1)); f = g.next(t) {
-	}
-	clock.Advance(time.Second) // halted@02 waits in the queue behind blocker@01
-	waitNext(t, n, "halted", at(3))
-	if d := n.e.pool.depth(); d < 2 {
-		t.Fatalf("%d fires queued, want those of 02", d)
-	}
-	if _, err := n.e.Registry().Pause(context.Background(), "halted", task.Pause{By: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "halted").NextFireAt.IsZero() })
-	clock.Advance(time.Second) // witness@03 is queued after halted@02
-	waitNext(t, n, "witness", at(4))
-	g.open()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("witness", at(3)) })
-	if got := log.scheds("halted"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at(2)) }) {
+	at2 := time.Date(2026, 5, 4, 12, 0, 2, 0, time.UTC)
+	n, log := queuedBehindABlocker(t, "halted", func(n *testNode) {
+		if _, err := n.e.Registry().Pause(context.Background(), "halted", task.Pause{By: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, n, "halted").NextFireAt.IsZero() })
+	})
+	if got := log.scheds("halted"); slices.ContainsFunc(got, func(s time.Time) bool { return !s.Before(at2) }) {
 		t.Errorf("halted ran at %v after its pause; want nothing from 12:00:02 (it was queued, unrun)", secs(got))
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		return slices.Equal(statusesAt(t, n, "halted", at(2)), []string{"skipped"})
+		return slices.Equal(statusesAt(t, n, "halted", at2), []string{"skipped"})
 	})
 }
 
