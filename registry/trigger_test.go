@@ -85,10 +85,7 @@ func TestRegistry_BulkAndManualTriggersInOneMillisecondAreTwoFires(t *testing.T)
 	if _, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "h/"}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := triggerKeys(t, c.Client, reg)
 	withPayload := 0
 	times := map[int64]bool{} // unix ms
 	for _, kv := range resp.Kvs {
@@ -207,10 +204,7 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	if _, err := reg.Trigger(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := triggerKeys(t, c.Client, reg)
 	var retries []string
 	for _, kv := range resp.Kvs {
 		_, ms, _, _ := reg.ParseTrigger(string(kv.Key))
@@ -265,10 +259,7 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 	if err := reg.TriggerAt(ctx, "x", at, nil); err != nil { // another chain of x at 12:00: that fire
 		t.Fatal(err)
 	}
-	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := triggerKeys(t, c.Client, reg)
 	var got []string
 	for _, kv := range resp.Kvs {
 		_, ms, _, _ := reg.ParseTrigger(string(kv.Key))
@@ -316,10 +307,7 @@ func TestRegistry_BulkTriggerByLabelsSkipsATaskThatLeftTheSelection(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := triggerKeys(t, c.Client, reg)
 	var fired []string
 	for _, kv := range resp.Kvs {
 		if _, _, id, ok := reg.ParseTrigger(string(kv.Key)); ok {
@@ -360,10 +348,7 @@ func TestRegistry_TriggerOnAWholeSecondTakesNotTheScheduledFiresTime(t *testing.
 	if _, err := reg2.Bulk(ctx, task.BulkTrigger, task.Selector{Prefix: "s/"}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Client.Get(ctx, reg.keys.triggers(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := triggerKeys(t, c.Client, reg)
 	if len(resp.Kvs) != 3 { // else the loop below checks nothing
 		t.Errorf("%d trigger keys, want 3: s/1's trigger and the bulk trigger's of s/1 and s/2", len(resp.Kvs))
 	}
@@ -372,4 +357,14 @@ func TestRegistry_TriggerOnAWholeSecondTakesNotTheScheduledFiresTime(t *testing.
 			t.Errorf("a trigger of %s at %s: the time of its scheduled fire then", id, time.UnixMilli(ms).UTC().Format(time.StampMilli))
 		}
 	}
+}
+
+// triggerKeys reads every trigger key of reg.
+func triggerKeys(t *testing.T, cli *clientv3.Client, reg *Registry) *clientv3.GetResponse {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), reg.keys.triggers(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
