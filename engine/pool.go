@@ -867,6 +867,14 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 		ctx, cancel := context.WithCancelCause(parent)
 		defer cancel(nil)
 		defer p.untrack(p.track(j, cancel, cuts))
+		// However the executor reported its cancel, the attempt says a
+		// fence cut it (only tracked runs are cut): a backfill must not
+		// count it as ended (run).
+		defer func() {
+			if err != nil && !errors.Is(err, errFenced) && context.Cause(ctx) == errFenced {
+				err = fmt.Errorf("%w (%w)", err, errFenced)
+			}
+		}()
 		parent = ctx
 	}
 	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)
@@ -881,13 +889,6 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 			f.Payload = j.over.Payload
 		}
 	}
-	defer func() {
-		// However the executor reported its cancel, the attempt says a
-		// fence cut it: a backfill must not count it as ended (run).
-		if err != nil && !errors.Is(err, errFenced) && context.Cause(parent) == errFenced {
-			err = fmt.Errorf("%w (%w)", err, errFenced)
-		}
-	}()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("executor panicked: %v", r)
