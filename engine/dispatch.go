@@ -551,6 +551,7 @@ func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due i
 		l.retries = append(l.retries, retryState{})
 	}
 	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, over: over, bf: bf}
+	l.waiting[leavingKey(i, r.gen)]++
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, due)
 	return slot
@@ -580,8 +581,14 @@ func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16,
 
 // freeRetry frees a retry's slot, due or handed over.
 func (l *loop) freeRetry(slot uint32) {
-	if rs := &l.retries[slot]; rs.handed {
+	rs := &l.retries[slot]
+	if rs.handed {
 		delete(l.handed, handedRetryKey{rs.rec, rs.gen, rs.sched, rs.attempt})
+	}
+	if k := leavingKey(rs.rec, rs.gen); l.waiting[k] > 1 {
+		l.waiting[k]--
+	} else {
+		delete(l.waiting, k)
 	}
 	l.retries[slot] = retryState{}
 	l.rfree = append(l.rfree, slot)

@@ -139,6 +139,10 @@ type loop struct {
 	loads   uint64 // loads done, which number partState.loaded
 	retries []retryState
 	rfree   []uint32
+	// waiting counts the retries in retries by leavingKey(record,
+	// generation): whether a task has one waiting is then a lookup, not a
+	// scan of every retry (retryWaits).
+	waiting map[uint64]uint32
 	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
 	paused  map[uint32]uint32       // the records the command under way paused, with their generations (skipPaused)
 	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
@@ -213,7 +217,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), health: make(map[uint32]taskHealth),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),

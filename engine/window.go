@@ -182,15 +182,10 @@ func (l *loop) checkEnded(i uint32, r *record) {
 }
 
 // retryWaits reports whether a retry of record i waits out its backoff.
-// It looks through every waiting retry: it is asked only of a
-// delete_after_fire task with nothing else to come, not on the fire path.
+// A lookup, not a scan of every retry: a burst of one-shots ending on a
+// node with a backlog of retries asks it of each.
 func (l *loop) retryWaits(i uint32, r *record) bool {
-	for k := range l.retries {
-		if rs := &l.retries[k]; rs.due != 0 && rs.rec == i && rs.gen == r.gen {
-			return true
-		}
-	}
-	return false
+	return l.waiting[leavingKey(i, r.gen)] > 0
 }
 
 // endedCmd looks for the delete_after_fire tasks of a partition just
