@@ -517,7 +517,9 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 		}
 		if err != nil {
 			unsure = true
-			e.log.Warn("recording a backfill's progress failed; retrying", "task", b.id, "err", err)
+			if ctx.Err() == nil { // else the runner stops, and says nothing of a write it canceled
+				e.log.Warn("recording a backfill's progress failed; retrying", "task", b.id, "err", err)
+			}
 			return false
 		}
 		if !ok {
@@ -588,12 +590,16 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 				delete(ended, done)
 				done++
 			}
+			// Under ctx: a write cut off from etcd must not hold the
+			// runner's stop (a fence's drop waits for it) past its own
+			// timeout, again and again while the select takes a tick
+			// before the stop.
 			if done > acked && done < len(times) {
-				record(context.Background(), done, task.BackfillRunning)
+				record(ctx, done, task.BackfillRunning)
 			}
 		case <-tick.C:
 			if done > acked && done < len(times) {
-				record(context.Background(), done, task.BackfillRunning)
+				record(ctx, done, task.BackfillRunning)
 			}
 		case <-ctx.Done():
 			e.bf.mu.Lock()
