@@ -511,7 +511,11 @@ func TestHistory_DiskFullLogsOnceAWhile(t *testing.T) {
 	full.Store(false)
 	s.Record(exec1("t", batches, 1, task.ExecutionOK))
 	flush(t, s)
-	if !strings.Contains(logs.String(), "execution records are written again") {
-		t.Fatalf("no line once the disk took writes again:\n%s", logs.String())
+	// The writer logs once Flush has its answer, not before.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "execution records are written again"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line once the disk took writes again:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
