@@ -68,7 +68,7 @@ func preview(t *task.Task, from time.Time, n int) (*client.Preview, error) {
 
 // previewFields are the fields of a preview request: the task fields its
 // times depend on, count, and created_at (what max_fires counts from
-// without not_before; default now).
+// without not_before; default now, and one yet to come counts as now).
 var previewFields = []string{"schedule", "timezone", "id", "jitter", "not_before", "not_after", "max_fires", "count", "created_at"}
 
 // previewSchedule: POST /v1/schedules:preview {schedule, timezone, id,
@@ -130,8 +130,11 @@ func (s *Server) previewSchedule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "id: required with H fields or a jitter: both depend on the task id")
 		return
 	}
-	t.CreatedAt = created
-	p, err := preview(t, time.Now(), n)
+	now := time.Now()
+	if created.Before(now) { // a create takes one yet to come as now
+		t.CreatedAt = created
+	}
+	p, err := preview(t, now, n)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "%v", err)
 		return

@@ -59,10 +59,20 @@ func TestServer_PreviewAndDryRun(t *testing.T) {
 		if want := []string{"2030-01-01T00:00:00Z", "2030-01-02T00:00:00Z", "2030-01-03T00:00:00Z"}; !slices.Equal(p.Next, want) || p.Ended != task.EndedNotAfter {
 			t.Fatalf("preview %+v, want %v ended not_after", p, want)
 		}
+		// max_fires counts from created_at: 2 or 3 of a minute's 6 times
+		// are past.
+		created := time.Now().Add(-25 * time.Second).UTC().Truncate(10 * time.Second).Add(5 * time.Second)
+		p = decodePreview(t, call(t, ts, "POST", "/v1/schedules:preview",
+			`{"schedule": "@every 10s", "max_fires": 6, "created_at": "`+created.Format(time.RFC3339)+`", "count": 10}`))
+		if last := created.Add(55 * time.Second).Format(time.RFC3339); len(p.Next) < 3 || len(p.Next) > 4 || p.Next[len(p.Next)-1] != last || p.Ended != task.EndedMaxFires {
+			t.Fatalf("preview %+v, want 3 or 4 times to %s, ended max_fires", p, last)
+		}
+		// One yet to come counts from now, as the create that takes it as
+		// now: the preview promised 2030's times.
 		p = decodePreview(t, call(t, ts, "POST", "/v1/schedules:preview",
 			`{"schedule": "@hourly", "max_fires": 2, "created_at": "2030-05-01T10:30:00Z"}`))
-		if want := []string{"2030-05-01T11:00:00Z", "2030-05-01T12:00:00Z"}; !slices.Equal(p.Next, want) || p.Ended != task.EndedMaxFires {
-			t.Fatalf("preview %+v, want %v ended max_fires", p, want)
+		if len(p.Next) != 2 || p.Ended != task.EndedMaxFires || p.Next[0] > time.Now().UTC().Add(time.Hour).Format(time.RFC3339) {
+			t.Fatalf("preview %+v, want the next 2 hours from now, ended max_fires", p)
 		}
 		p = decodePreview(t, call(t, ts, "POST", "/v1/schedules:preview", `{"schedule": "@at 2030-06-01T09:00:00", "timezone": "Europe/Berlin"}`))
 		if want := []string{"2030-06-01T09:00:00+02:00"}; !slices.Equal(p.Next, want) || p.Ended != task.EndedAt {
