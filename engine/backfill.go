@@ -361,19 +361,15 @@ func (e *Engine) stopBackfill(id string, canceledAt int64) {
 }
 
 // watchBackfills starts the backfills written for the partitions this
-// node owns and stops those deleted or canceled, resuming after the last
-// revision it saw when its watch breaks, or after the one a watch from now
-// was created at (as watchTriggers). If etcd compacted past it, it reads
-// the records instead, acts on those written since, and goes on from that
-// read.
-func (e *Engine) watchBackfills(ctx context.Context) {
-	var rev int64
+// node owns and stops those deleted or canceled, from revision from on
+// (as watchTriggers), resuming after the last revision it saw when its
+// watch breaks. If etcd compacted past it, it reads the records instead,
+// acts on those written since, and goes on from that read.
+func (e *Engine) watchBackfills(ctx context.Context, from int64) {
+	rev := from
 	for ctx.Err() == nil {
 		for resp := range e.reg.WatchBackfills(ctx, rev) {
 			if resp.Created && !resp.Canceled {
-				if rev == 0 {
-					rev = resp.Header.Revision
-				}
 				continue
 			}
 			if resp.CompactRevision != 0 {

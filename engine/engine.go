@@ -284,10 +284,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		logMisfires(runCtx, e.log, misfireLogEvery, e.cfg.MisfireThreshold, e.stats.misfires.Load,
 			func() time.Duration { return e.cfg.Clock.Now().Sub(time.Unix(0, e.pool.watermark.Load())) })
 	}()
-	go func() { defer e.wg.Done(); e.watchBackfills(runCtx) }()
+	// The watches follow from before the node's first acquire, whose
+	// reads they take on from.
+	from := e.reg.OpenRevision()
+	go func() { defer e.wg.Done(); e.watchBackfills(runCtx, from) }()
 	go func() { defer e.wg.Done(); e.deleteEnded(runCtx) }()
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
-	go func() { defer e.wg.Done(); e.watchTriggers(runCtx) }()
+	go func() { defer e.wg.Done(); e.watchTriggers(runCtx, from) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
 	return nil
 }

@@ -271,22 +271,22 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 }
 
 // watchTriggers fires the triggers of the partitions this node owns,
-// resuming after the last revision it saw when its watch breaks (progress
-// notifications keep that revision recent). The first watch follows from
-// the revision it was created at, which it says: a watch that broke
-// before any event or progress notification resumed from etcd's revision
-// of then, and passed over the triggers written while it was down (etcd
-// cancels a watch that requires a leader once its member has none). If
-// etcd compacted past it, it reads the pending triggers instead, fires
-// those written since, and goes on from that read.
-func (e *Engine) watchTriggers(ctx context.Context) {
-	var rev int64
+// from revision from on, resuming after the last revision it saw when its
+// watch breaks (progress notifications keep that revision recent). from
+// is before the node's first acquire read the partition's pending
+// triggers: a watch from its creation missed those written between that
+// read and its creation until the partition's next acquire
+// (TestEngine_TriggerWrittenBeforeTheWatchIsCreatedFires). Nor may a
+// watch that broke resume from etcd's revision of then: it would pass
+// over the triggers written while it was down (etcd cancels a watch that
+// requires a leader once its member has none). If etcd compacted past it,
+// it reads the pending triggers instead, fires those written since, and
+// goes on from that read.
+func (e *Engine) watchTriggers(ctx context.Context, from int64) {
+	rev := from
 	for ctx.Err() == nil {
 		for resp := range e.reg.WatchTriggers(ctx, rev) {
 			if resp.Created && !resp.Canceled {
-				if rev == 0 {
-					rev = resp.Header.Revision
-				}
 				continue
 			}
 			if resp.CompactRevision != 0 {

@@ -1036,3 +1036,61 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 		t.Errorf("at the seal, keys ended %v, want %v: ran's fire started here, queued's is handed over unrun", got, want)
 	}
 }
+
+// lateWatch creates the watches of keys ending in suffix only once
+// created is closed: a watch whose creation took longer than the node's
+// first acquire.
+type lateWatch struct {
+	clientv3.Watcher
+	suffix  string
+	created chan struct{}
+}
+
+func (w *lateWatch) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	if strings.HasSuffix(key, w.suffix) {
+		select {
+		case <-w.created:
+		case <-ctx.Done():
+		}
+	}
+	return w.Watcher.Watch(ctx, key, opts...)
+}
+
+// A trigger or backfill written after the node's first acquire read its
+// partition, and before the node's watch was created, is the watch's: it
+// follows from before the acquire. The watches followed from their
+// creation, and such a trigger or backfill waited for the partition's next
+// acquire, which could be days.
+func TestEngine_TriggerWrittenBeforeTheWatchIsCreatedFires(t *testing.T) {
+	for _, suffix := range []string{"/triggers/", "/backfills/"} {
+		t.Run(strings.Trim(suffix, "/"), func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Start(t)
+			log := newFireLog()
+			const parts = 4
+			reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, parts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			putTask(t, reg, handlerTask("once", "0 0 0 1 1 *")) // yearly: only the trigger or backfill fires it (2020-01-01 once)
+			cli := c.NewClient(t)
+			late := &lateWatch{Watcher: cli.Watcher, suffix: suffix, created: make(chan struct{})}
+			cli.Watcher = late
+			n := startNodeOn(t, cli, "", log.handler, func(cfg *Config) { cfg.Partitions = parts })
+			if suffix == "/triggers/" {
+				_, err = reg.Trigger(context.Background(), "once")
+			} else {
+				from := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+				_, err = reg.Backfill(context.Background(), "once", from, from.Add(time.Hour), 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(late.created)
+			if !eventually(20*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
+				t.Errorf("written before the watch was created, it never fired")
+			}
+			n.stop(t)
+		})
+	}
+}

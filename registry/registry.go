@@ -69,6 +69,7 @@ type Registry struct {
 	now        func() time.Time
 	triggers   triggerTimes
 	origin     []byte   // the cluster and prefix, as Origin names them
+	opened     int64    // etcd's revision when OpenRegistry read the cluster record
 	ringSet    *Cluster // the ring's settings to check (WithRing), or nil
 	// noIndex makes writes leave the index alone, as writers did before it
 	// existed. Tests set it to build such clusters, and to measure what the
@@ -156,6 +157,7 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	if err != nil {
 		return nil, fmt.Errorf("registry: read cluster record %s: %w", key, err)
 	}
+	r.opened = resp.Header.Revision
 	if resp.Succeeded {
 		r.origin = origin(key, resp.Header.Revision, c.Created)
 		return r, nil
@@ -202,6 +204,12 @@ func OpenRegistry(ctx context.Context, cli *clientv3.Client, prefix string, part
 	}
 	return nil, fmt.Errorf("registry: record the ring's settings in %s: %w", key, ErrContention)
 }
+
+// OpenRevision is etcd's revision when OpenRegistry read the cluster
+// record. Every read through the registry comes after it, so a watch that
+// follows from it misses no change made after any of them, as one created
+// later might.
+func (r *Registry) OpenRevision() int64 { return r.opened }
 
 func firstValue(kvs []*mvccpb.KeyValue) []byte {
 	if len(kvs) == 0 {
