@@ -21,7 +21,9 @@ import (
 // fire that ended>". The same fire ending twice (a repeat after a crash)
 // triggers the same keys: receivers deduplicate them, and two trigger
 // writes of one target and time are one etcd key, which its owner fires
-// once.
+// once. A trigger of the target at that time that is another fire (with
+// an override, or a retry handed on) keeps its key: the chain's takes
+// a millisecond after it (registry.TriggerAt).
 //
 // The queue lives in memory: a crash between a fire's end and its
 // triggers' writes loses them. Close writes what is queued once the

@@ -503,7 +503,7 @@ func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override)
 	}
 	for range maxTriggerTries {
 		at := time.UnixMilli(r.triggers.next(id, r.now())).UTC()
-		err := r.trigger(ctx, id, at, o, true)
+		err := r.trigger(ctx, id, at, o, false)
 		if !errors.Is(err, errTriggerPending) {
 			return at, err
 		}
@@ -511,8 +511,8 @@ func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override)
 	return time.Time{}, fmt.Errorf("trigger task %q: %w (%d triggers of it pending at once), try again", id, ErrContention, maxTriggerTries)
 }
 
-// maxTriggerTries bounds the times TriggerWith tries when each one it
-// takes already has a trigger of the task pending.
+// maxTriggerTries bounds the times TriggerWith and TriggerAt try when each
+// one they take already has a trigger of the task pending.
 const maxTriggerTries = 16
 
 // errTriggerPending is a trigger's time that a pending trigger of the
@@ -522,22 +522,37 @@ var errTriggerPending = errors.New("a trigger of the task at that time is pendin
 // TriggerAt writes a trigger of the task for the scheduled time at (its
 // idempotency key "<id>@<at ms>"), as chains do with the scheduled time of
 // the fire that triggers them. Two triggers of one task at one time are
-// one key: the owner fires it once.
+// one fire: a plain trigger (no override, no retry) of the task pending at
+// at is this one's, and it writes nothing. A pending trigger that is
+// another fire, with an override or a retry handed on, would lose it were
+// its key written over: this one then takes the next millisecond (none a
+// whole second) where none such is pending. With an override o, it takes
+// one where no trigger of the task is pending.
 func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time, o *task.Override) error {
 	if err := task.CheckID(id); err != nil {
 		return err
 	}
-	return r.trigger(ctx, id, at, o, false)
+	for range maxTriggerTries {
+		err := r.trigger(ctx, id, at, o, o.Empty())
+		if !errors.Is(err, errTriggerPending) {
+			return err
+		}
+		at = time.UnixMilli(offSecond(at.UnixMilli() + 1))
+	}
+	return fmt.Errorf("trigger task %q: %w (%d triggers of it pending at once), try again", id, ErrContention, maxTriggerTries)
 }
 
-// trigger writes the trigger of TriggerAt; fresh, only when no trigger of
-// the task at that time is pending (errTriggerPending).
-func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task.Override, fresh bool) error {
+// trigger writes the trigger of task id at at where no trigger of the task
+// at that time is pending, else returns errTriggerPending; when join, a
+// pending plain trigger (an empty value: no override, no retry) is this
+// trigger's fire, and it writes nothing.
+func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task.Override, join bool) error {
 	p := r.Partition(id)
 	key := r.keys.trigger(p, id, at.UnixMilli())
 	tk := r.keys.task(p, id)
 	cmp := clientv3.Compare(clientv3.CreateRevision(tk), ">", 0)
 	var val []byte
+	var version int64
 	if !o.Empty() {
 		t, err := r.Get(ctx, id)
 		if err != nil {
@@ -550,27 +565,29 @@ func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task
 			return fmt.Errorf("trigger task %q: %w", id, err)
 		}
 		// The override was checked against this version of the task.
-		cmp = clientv3.Compare(clientv3.ModRevision(tk), "=", t.Version)
+		version = t.Version
+		cmp = clientv3.Compare(clientv3.ModRevision(tk), "=", version)
 	}
-	cmps := []clientv3.Cmp{cmp}
-	if fresh {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-	}
-	resp, err := r.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).
-		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	resp, err := r.cli.Txn(ctx).If(cmp, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val))).
+		Else(clientv3.OpGet(tk, clientv3.WithKeysOnly()), clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("trigger task %q: %w", id, err)
 	}
-	if !resp.Succeeded {
-		if fresh && resp.Responses[0].GetResponseRange().Count > 0 {
-			return errTriggerPending
-		}
-		if o.Empty() {
-			return ErrNotFound
-		}
-		return fmt.Errorf("trigger task %q: %w (it changed while the trigger was checked)", id, ErrVersionMismatch)
+	if resp.Succeeded {
+		return nil
 	}
-	return nil
+	stored, pending := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	switch {
+	case len(stored) == 0:
+		return ErrNotFound
+	case !o.Empty() && stored[0].ModRevision != version:
+		return fmt.Errorf("trigger task %q: %w (it changed while the trigger was checked)", id, ErrVersionMismatch)
+	case join && len(pending) == 1 && len(pending[0].Value) == 0:
+		return nil
+	default:
+		return errTriggerPending
+	}
 }
 
 // Retry is what a trigger key carries when it is a retry handed on

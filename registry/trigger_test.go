@@ -274,6 +274,54 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 	}
 }
 
+// A chain's trigger of a task at a time where a trigger of it that is
+// another fire is pending, a retry handed on or an API trigger with a
+// payload, takes a time of its own: it was put on that key, and the retry
+// (its attempt, its due time) or the payload was lost, the chained fire
+// taking its place. A second chain of the task at that time (a diamond)
+// is the first one's fire.
+func TestRegistry_ChainTriggerKeepsAPendingRetryOrOverride(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/chainover")
+	now := stopClocks(reg)
+	h := &task.Task{ID: "x", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
+	if _, err := reg.Put(ctx, h, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms := time.Millisecond
+	over, err := reg.TriggerWith(ctx, "x", &task.Override{Payload: json.RawMessage(`{"x":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerRetry(ctx, "x", now.Add(5*ms), Retry{Attempt: 2, Due: now.Add(time.Minute)}, nil); err != nil {
+		t.Fatal(err) // its key is at +6ms
+	}
+	// The chains of fires at the payload's time and at the retry key's.
+	for _, at := range []time.Time{over, now.Add(6 * ms), over} {
+		if err := reg.TriggerAt(ctx, "x", at, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, kv := range triggerKeys(t, c.Client, reg).Kvs {
+		_, at, _, _ := reg.ParseTrigger(string(kv.Key))
+		o, r := DecodeTriggerValue(kv.Value)
+		what := "fire"
+		switch {
+		case r != nil:
+			what = fmt.Sprintf("attempt %d", r.Attempt)
+		case o != nil:
+			what = "payload " + string(o.Payload)
+		}
+		got = append(got, fmt.Sprintf("+%dms %s", at-now.UnixMilli(), what))
+	}
+	if want := []string{`+1ms payload {"x":1}`, "+2ms fire", "+6ms attempt 2", "+7ms fire"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("trigger keys %v, want %v", got, want)
+	}
+}
+
 // A bulk trigger by labels triggers only the tasks that match when it
 // writes: one that another writer moved out of the selection between the
 // bulk read and its write is skipped, as a pause skips it. The trigger's
