@@ -100,12 +100,23 @@ func (tl *testLoop) dispatched(part int) []string {
 // failFirstQueued empties the queue, and the first job queued ends
 // failed, as a worker would report it.
 func (tl *testLoop) failFirstQueued() {
+	tl.end(tl.takeQueued(), statusFailed)
+}
+
+// takeQueued empties the queue, as workers taking its jobs do, and returns
+// the first job queued.
+func (tl *testLoop) takeQueued() job {
 	tl.pool.mu.Lock()
 	j := *tl.pool.at(0)
 	tl.pool.mu.Unlock()
 	tl.pool.reset()
+	return j
+}
+
+// end applies the end of job j with status st, as a worker reports it.
+func (tl *testLoop) end(j job, st uint8) {
 	var done completionBatch
-	done.add(&j, statusFailed, "boom", false)
+	done.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed], false)
 	tl.complete(&done)
 }
 

@@ -193,7 +193,7 @@ func (l *loop) retryTriggers() {
 
 // sweepTriggers, once a second, drops the early triggers that waited too
 // long, their keys with them, and forgets the fired ones past triggerWait
-// whose task has no fire in flight.
+// whose task has no fire in flight, ending a key put again.
 // The loop runs it between dispatches, so that it happens on a quiet node
 // too, and not at each trigger: a bulk trigger remembers tens of
 // thousands. Called only from the dispatch loop.
@@ -220,6 +220,13 @@ func (l *loop) sweepTriggers() {
 			s.until = now + int64(triggerWait)
 			l.triggered[k] = s
 			return false
+		}
+		if s.again && !s.early && l.parts[k.part].owned && !l.fenced() {
+			// Its fire is over without ending here (triggerEnded): its
+			// task was deleted while it ran, or its policy skipped it.
+			// The key put again is that fire's, and would stay until the
+			// partition's next acquire.
+			l.pool.ends.add(k)
 		}
 		return true
 	})

@@ -707,6 +707,58 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 	}
 }
 
+// A key put again while its trigger's fire runs goes when that fire is
+// over, also when its task was deleted meanwhile: the end of a fire of a
+// task gone ended no key, the sweep forgot the trigger, and the key stayed
+// in etcd until the partition's next acquire, which fired it (a task put
+// again under the id meanwhile ran).
+func TestLoop_TriggerKeyPutAgainGoesWhenItsTaskIsDeletedDuringTheFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
+	k := triggerKey{0, "x", base.UnixNano()}
+	tl.putTrigger(0, "x", base, 1)
+	j := tl.takeQueued() // a worker took the fire, and ended its key
+	tl.putTrigger(0, "x", base, 2)
+	tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}})
+	tl.end(j, statusOK)
+	if got := tl.sweepPastWait(); !slices.Equal(got, []triggerKey{k}) {
+		t.Errorf("the fire of a task deleted while it ran is over: keys ended %v, want x's, put again while it ran", got)
+	}
+}
+
+// sweepPastWait sweeps the triggers once they are past triggerWait, and
+// returns the keys that ended.
+func (tl *testLoop) sweepPastWait() []triggerKey {
+	tl.clock.Advance(triggerWait + time.Second)
+	tl.sweepTriggers()
+	return tl.pool.ends.take(10)
+}
+
+// A key put again after its trigger's fire was skipped by its concurrency
+// policy is that fire's, and goes: it waited for the end of a fire that
+// never ran, and stayed in etcd once the sweep forgot the trigger.
+func TestLoop_TriggerKeyPutAgainAfterItsFireWasSkippedGoes(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/forbid", task.ConcurrencyForbid
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+	tl.putTrigger(0, "x", base, 1)
+	j := tl.takeQueued() // it runs
+	at := base.Add(time.Millisecond)
+	k := triggerKey{0, "x", at.UnixNano()}
+	tl.putTrigger(0, "x", at, 2) // skipped: its key goes
+	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{k}) {
+		t.Fatalf("the skipped trigger ended keys %v, want %v", got, k)
+	}
+	tl.putTrigger(0, "x", at, 3)
+	tl.end(j, statusOK)
+	if got := tl.sweepPastWait(); !slices.Equal(got, []triggerKey{k}) {
+		t.Errorf("keys ended %v, want x@+1ms's, put again after its fire was skipped", got)
+	}
+}
+
 // A trigger or a backfill written while the node's watches are down
 // starts once they are back, also on a node that had seen none yet. etcd
 // cancels a watch that requires a leader once its member has had none for
