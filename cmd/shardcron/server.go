@@ -1027,13 +1027,22 @@ const (
 	// apiMaxHeaderBytes bounds a request's headers (Go's default is 1 MiB):
 	// the API reads a token, If-Match and little else.
 	apiMaxHeaderBytes = 64 << 10
+	// apiBodyWait and apiBodyRate bound the reading of a request's body
+	// (bodyDeadline): it has apiBodyWait from its headers, and a second
+	// more for each apiBodyRate bytes it brings. A 64 KiB task has 12 s; a
+	// batch of 64 MiB, the largest body (api.DefaultMaxBatchBytes), 34
+	// minutes, at 256 kbit/s; shardcron import's batches of 8 MiB must
+	// arrive within its --timeout (30 s) anyway.
+	apiBodyWait = 10 * time.Second
+	apiBodyRate = 32 << 10
 )
 
 // newHTTPServer returns the server of the API's listener (and of the
 // probes'), with the bounds a client that holds no token meets before it
 // is refused. A body is read by handlers, after the token is checked,
-// within their own limits.
+// within their own limits of size and bodyDeadline's of time.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: apiReadHeaderTimeout, IdleTimeout: apiIdleTimeout,
+	return &http.Server{Handler: &bodyDeadline{next: h, wait: apiBodyWait, rate: apiBodyRate},
+		ReadHeaderTimeout: apiReadHeaderTimeout, IdleTimeout: apiIdleTimeout,
 		MaxHeaderBytes: apiMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
