@@ -371,6 +371,9 @@ func (f *clientFlags) loadTLS() string {
 			return fmt.Sprintf("--cert %s, --key %s: %v", f.cert, f.key, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
+		if w := looseSecretFile("--key", f.key); w != "" && f.stderr != nil {
+			fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
+		}
 	}
 	f.tls = c
 	return ""

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
 )
 
 // TestServer_SecretsNeverShow runs a node that holds every kind of secret
@@ -203,4 +205,45 @@ func TestSecretFiles_WarnWhenOthersCanRead(t *testing.T) {
 	if strings.Contains(log, "--read-token-file") || strings.Contains(log, "SECRET") {
 		t.Errorf("the node warned of a tight file, or printed the token:\n%s", log)
 	}
+}
+
+// TestSecretFiles_WarnOfLooseKeys: a private key's file that every user
+// of the machine may read is taken with a token file's warning: the
+// node's --tls-key at each load (a renewed key may come with a looser
+// mode than the first had), its --etcd-key, a client command's --key.
+func TestSecretFiles_WarnOfLooseKeys(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	certPEM, keyPEM := ca.issue(t, 1)
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM) // mode 0600
+	var logs logbuf.Buffer
+	tf, err := loadTLS(certFile, keyFile, "", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "every user") {
+		t.Errorf("a --tls-key of mode 0600 warned of:\n%s", logs.String())
+	}
+	if err := os.Chmod(keyFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := tf.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "--tls-key " + keyFile + " can be read by every user of this machine (mode 0644): chmod 600 it"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the node did not warn of its loose --tls-key at its reload; want %q in:\n%s", want, logs.String())
+	}
+
+	f := serverFlags{etcdKey: keyFile}
+	if err := f.readSecrets(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "--etcd-key " + keyFile + " can be read by every user of this machine (mode 0644)"; len(f.secretWarnings) != 1 || !strings.Contains(f.secretWarnings[0], want) {
+		t.Errorf("warnings of the node's files %q, want one: %q", f.secretWarnings, want)
+	}
+
+	r := cli("", "nodes", "--server", deadServer(t), "--cert", certFile, "--key", keyFile)
+	wantCLI(t, r, 1, nil, []string{"warning: --key " + keyFile + " can be read by every user of this machine (mode 0644): chmod 600 it"})
 }

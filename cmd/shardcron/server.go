@@ -305,8 +305,10 @@ func valueWanted(fl *flag.Flag, err error) string {
 	return err.Error()
 }
 
-// readSecrets reads the secrets given as files. A secret given both
+// readSecrets reads the secrets given as files, and notes those, and the
+// etcd client's key, that every user may read. A secret given both
 // directly and as a file is refused: which one wins would be a guess.
+// (--tls-key is looked at by each of its loads, loadTLS.)
 func (f *serverFlags) readSecrets() error {
 	for _, s := range []struct {
 		name, file string
@@ -331,6 +333,9 @@ func (f *serverFlags) readSecrets() error {
 		if w := looseSecretFile("--"+s.name+"-file", s.file); w != "" {
 			f.secretWarnings = append(f.secretWarnings, w)
 		}
+	}
+	if w := looseSecretFile("--etcd-key", f.etcdKey); w != "" {
+		f.secretWarnings = append(f.secretWarnings, w)
 	}
 	return nil
 }

@@ -107,6 +107,10 @@ func (t *tlsFiles) reload() error {
 	t.mu.Lock()
 	t.cert, t.clientCA = &cert, pool
 	t.mu.Unlock()
+	// At each load: a renewed key may come with a mode the first had not.
+	if w := looseSecretFile("--tls-key", t.keyFile); w != "" {
+		t.log.Warn(w)
+	}
 	return nil
 }
 
