@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +166,7 @@ func TestDashboard_Browser(t *testing.T) {
 			t.Fatalf("search billing/ with team=billing: %d rows, want 2", rows)
 		}
 
-		var owner, zone, next, status string
+		var owner, zone, next, status, paused string
 		run(t, b, "open and pause",
 			chromedp.Click(`#tasks a[href="#/task/billing%2Finvoice-1"]`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#task-next tr`, chromedp.ByQuery),
@@ -175,9 +176,14 @@ func TestDashboard_Browser(t *testing.T) {
 			chromedp.Click(`#pause`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#task-status.paused`, chromedp.ByQuery),
 			chromedp.Text(`#task-status`, &status, chromedp.ByQuery),
+			chromedp.Text(`#task-state`, &paused, chromedp.ByQuery),
 		)
 		if !strings.Contains(owner, "node-1") || zone != "(Europe/Berlin)" || strings.Count(next, "+0") < 5 || status != "paused" {
 			t.Fatalf("task page: state %q, zone %q, next %q, status %q", owner, zone, next, status)
+		}
+		// Who paused it and when (the dashboard's pause has no note).
+		if !regexp.MustCompile(`paused\s+by anonymous at 20\d\d-`).MatchString(paused) {
+			t.Errorf("the paused task's state %q does not say who paused it and when", paused)
 		}
 		if task, err := n.c.GetTask(ctx, "billing/invoice-1"); err != nil || !task.Paused {
 			t.Fatalf("the API says paused=%v (err %v) after the dashboard paused it", task.Paused, err)
@@ -379,14 +385,14 @@ func mustGet(t *testing.T, n *testNode, id string) *task.Task {
 }
 
 // TestDashboard_BrowserHostileData: what the dashboard shows may come from
-// anyone who can write a task or answer one: a task id, a label, an
-// execution's error (an http target's answer, an exec's stderr)
+// anyone who can write a task or answer one: a task id, a label, a pause
+// note, an execution's error (an http target's answer, an exec's stderr)
 // and captured output, a node id. Each carries markup here that runs a
 // script if it is ever parsed as HTML; the cluster view, the task list,
-// the task page with its history and output, and the delete confirmation
-// show them all as text. And should some later change let markup in, the
-// page's Content-Security-Policy keeps an injected inline handler from
-// running: 'unsafe-inline' let it.
+// the task page with its pause, history and output, and the delete
+// confirmation show them all as text. And should some later change let
+// markup in, the page's Content-Security-Policy keeps an injected inline
+// handler from running: 'unsafe-inline' let it.
 func TestDashboard_BrowserHostileData(t *testing.T) {
 	const (
 		img = `<img src=x id=inj onerror="window.pwned=(window.pwned||0)+1">`
@@ -412,9 +418,12 @@ func TestDashboard_BrowserHostileData(t *testing.T) {
 		h, err := n.c.History(ctx, id, 1)
 		return err == nil && len(h) == 1 && h[0].Output != ""
 	})
+	if _, err := n.c.PauseWithNote(ctx, id, "why "+img); err != nil {
+		t.Fatal(err)
+	}
 	b := browser(t, 1280, 1000)
 	var pwned, injected int
-	var text string
+	var text, state string
 	check := func(step string) {
 		t.Helper()
 		run(t, b, step+": nothing injected",
@@ -451,11 +460,15 @@ func TestDashboard_BrowserHostileData(t *testing.T) {
 		chromedp.Click(`#delete`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
 		chromedp.Text(`main`, &text, chromedp.ByQuery),
+		chromedp.Text(`#task-state`, &state, chromedp.ByQuery),
 	)
 	for _, want := range []string{id, "out " + img, "err " + img, "node" + svg} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the task page does not show %q as text", want)
 		}
+	}
+	if !strings.Contains(state, "why "+img) {
+		t.Errorf("the task page's state does not show the pause note as text: %q", state)
 	}
 	check("task page")
 
