@@ -22,7 +22,7 @@ type collector struct {
 	version string
 
 	fires, staged, stageDrops, lag, executions, misfires, queue     *prometheus.Desc
-	owned, tasks                                                    *prometheus.Desc
+	owned, tasks, partitions                                        *prometheus.Desc
 	etcd, fenced, ready, dropped, writeFailed, fullLoads, watermark *prometheus.Desc
 	noSpace                                                         *prometheus.Desc
 	sampled, sampleRatio                                            *prometheus.Desc
@@ -104,11 +104,13 @@ func newCollector(e *engine.Engine, version string) *collector {
 		standbyReady: d("standby_partitions", "Partitions prepared ahead of the lease's end of nodes whose watermarks stopped "+
 			"(likely dead), not yet acquired."),
 		standbyTaken: d("standby_taken_total", "Partitions acquired already prepared, ahead of their dead owner's lease's end."),
+		partitions: d("partitions", "Partitions of the cluster (--partitions, fixed when it was created): what the "+
+			"nodes' shardcron_partitions_owned add up to when every partition has its owner."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.tasks,
+	for _, d := range []*prometheus.Desc{c.fires, c.staged, c.stageDrops, c.lag, c.executions, c.misfires, c.queue, c.owned, c.partitions, c.tasks,
 		c.etcd, c.fenced, c.ready, c.noSpace, c.dropped, c.sampled, c.sampleRatio, c.fullLoads, c.watermark, c.build,
 		c.queueCap, c.workers, c.fences, c.execDur, c.handOver, c.writeFailed,
 		c.notify, c.pausedOnFailure, c.retryBacklog, c.cacheWriteErrors, c.chainsDropped, c.retriesHandedOn, c.runsMarked, c.runsElsewhere, c.standbyReady, c.standbyTaken} {
@@ -188,6 +190,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.runsElsewhere, float64(st.RunsElsewhere))
 	gauge(c.queue, float64(st.QueueDepth))
 	gauge(c.owned, float64(st.PartitionsOwned))
+	gauge(c.partitions, float64(c.e.Registry().Partitions()))
 	gauge(c.tasks, float64(st.Tasks))
 	for _, op := range slices.Sorted(maps.Keys(st.EtcdRequests)) {
 		counter(c.etcd, st.EtcdRequests[op], op)
