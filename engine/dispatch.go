@@ -386,7 +386,7 @@ func (l *loop) releaseRetry(slot uint32) {
 	if r.flags&flagPaused != 0 && (rs.bf == nil || rs.bf.stopped.Load()) {
 		// A pause stops what would start on its own, retries too; a
 		// backfill runs whole, until it is canceled.
-		l.skip(r, rs.sched, rs.attempt, "the task is paused")
+		l.skipForPause(rs.rec, r, rs.sched, rs.attempt)
 		if rs.bf != nil {
 			rs.bf.end(rs.sched)
 		}
@@ -416,7 +416,7 @@ func (l *loop) skipPaused() {
 		r := l.tab.rec(i)
 		if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
 			delete(l.pending, i)
-			l.skip(r, w.at, 1, "the task is paused")
+			l.skipForPause(i, r, w.at, 1)
 		}
 		busy = busy || r.running > 0
 	}
@@ -440,14 +440,30 @@ func (l *loop) skipPaused() {
 	for _, u := range skipped {
 		r := l.tab.rec(u.rec)
 		r.running--
-		l.skip(r, u.sched, u.attempt, "the task is paused")
+		l.skipForPause(u.rec, r, u.sched, u.attempt)
 	}
 	for i := range l.paused {
-		l.admitWaiting(i, l.tab.rec(i)) // a trigger waiting for a fire skipped here starts
+		r := l.tab.rec(i)
+		if r.running > 0 && l.profs.list[r.prof].deleteAfter {
+			// A fire the pause did not stop runs the definition before
+			// it: that edit wins, as any edit while a fire runs (upsert).
+			// One the pause skipped ran nothing.
+			r.flags |= flagEdited
+		}
+		l.admitWaiting(i, r) // a trigger waiting for a fire skipped here starts
 	}
 	if len(l.jobs) > 0 {
 		l.pushJobs()
 	}
+}
+
+// skipForPause records a fire of record i's paused task skipped
+// unstarted. That may end the fire (its last attempt skipped): a
+// delete_after_fire task's end is looked at again, at its resume
+// (checkEnded).
+func (l *loop) skipForPause(i uint32, r *record, sched int64, attempt uint16) {
+	l.skip(r, sched, attempt, "the task is paused")
+	l.checkEnded(i, r)
 }
 
 // admitRetry queues a retry. While another fire of the task runs, only

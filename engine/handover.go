@@ -616,7 +616,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			// after the release, or before it unseen there): a pause
 			// stops what has not started, as a retry due later is skipped
 			// (releaseRetry).
-			l.skip(r, at, 1, "the task is paused")
+			l.skipForPause(i, r, at, 1)
 			continue
 		}
 		if now-at > int64(prof.catchup) {

@@ -1410,6 +1410,8 @@ func TestEngine_SessionEndedDuringASlowWatermarkWriteRejoins(t *testing.T) {
 // written after the release, or before it but not yet seen by the previous
 // owner. The next owner ran it: a paused task's schedule fired once more.
 // A backfill's fire handed over so still runs (a backfill runs whole).
+// The fire skipped was the paused task's last (delete_after_fire): its
+// resume deletes it.
 func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
 	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, now, nil)
@@ -1417,13 +1419,18 @@ func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof := noopProfile(task.MisfireFireOnce)
-	var defs []taskDef
-	for _, id := range []string{"paused", "running"} {
-		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof, paused: id == "paused"})
-	}
-	tl.handle(&loadCmd{part: 0, resume: now.UnixNano(), first: true, done: make(chan struct{}), defs: defs})
 	at := now.Add(-time.Second)
+	prof := noopProfile(task.MisfireFireOnce)
+	last := noopProfile(task.MisfireFireOnce) // at is its last time
+	last.key, last.deleteAfter = "noop/delete-after", true
+	last.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedMaxFires}
+	def := func(id string, paused bool) taskDef {
+		if id == "paused" {
+			return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: last, paused: paused}
+		}
+		return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}
+	}
+	tl.handle(&loadCmd{part: 0, resume: now.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def("paused", true), def("running", false)}})
 	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "paused", At: at}, {ID: "running", At: at}}})
 	want := []string{fmt.Sprintf("running@%d", at.UnixMilli())}
 	if got := tl.dispatched(0); !slices.Equal(got, want) {
@@ -1431,5 +1438,12 @@ func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
 	}
 	if _, r, _ := tl.tab.lookup("paused"); r.skipped != 1 || r.running != 0 {
 		t.Errorf("the paused task's record: %d skipped, %d running; want 1, 0", r.skipped, r.running)
+	}
+	if n := len(tl.ended); n != 0 {
+		t.Fatalf("%d deletions queued while the task is paused, want none", n)
+	}
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def("paused", false)}})
+	if n := len(tl.ended); n != 1 {
+		t.Errorf("%d deletions queued at the resume of the task whose last fire was skipped, want 1", n)
 	}
 }

@@ -416,11 +416,12 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	// acquire) hands it to the deleter, so an edit after the last fire
 	// keeps the task.
 	r.flags &^= flagDeleting
-	if r.running > 0 && d.prof.deleteAfter {
+	wasPaused := r.flags&flagPaused != 0
+	pause := d.paused && !wasPaused
+	if r.running > 0 && d.prof.deleteAfter && !pause {
 		r.flags |= flagEdited // an edit while the fire runs wins: no delete after it
 	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
-	wasPaused := r.flags&flagPaused != 0
 	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused && sameWin {
 		return // the timer stands
 	}
@@ -432,13 +433,17 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 		r.flags |= flagPaused
 		l.wheel.Cancel(i)
 		r.next = 0
-		if !wasPaused {
-			l.paused[i] = r.gen // skipPaused, once the command's changes are in
+		if pause {
+			l.paused[i] = r.gen // skipPaused, once the command's changes are in; it decides flagEdited
 		}
 		return
 	}
 	r.flags &^= flagPaused
 	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin), false))
+	if r.flags&flagEndWaits != 0 {
+		r.flags &^= flagEndWaits
+		l.checkEnded(i, r)
+	}
 }
 
 func (l *loop) events(c *eventsCmd) {

@@ -157,10 +157,13 @@ const endedQueue = 1024
 // checkEnded hands a delete_after_fire task to the deleter once it has no
 // fire to come, none running and none waiting (for the running one, or
 // out a retry's backoff), unless it was edited while its last fire ran.
-// Called only from the dispatch loop.
+// A paused task stays: the pause holds it, and its next time is 0 whether
+// or not its window has times to come; a fire that ends while it is
+// paused (skipped for the pause included) leaves the check to its resume
+// (flagEndWaits). Called only from the dispatch loop.
 func (l *loop) checkEnded(i uint32, r *record) {
 	prof := l.profs.list[r.prof]
-	if !prof.deleteAfter || r.flags&(flagPaused|flagDeleting|flagEdited) != 0 || r.next != 0 || r.running > 0 {
+	if !prof.deleteAfter || r.flags&(flagDeleting|flagEdited) != 0 || r.next != 0 || r.running > 0 {
 		return
 	}
 	if _, waiting := l.pending[i]; waiting {
@@ -171,6 +174,10 @@ func (l *loop) checkEnded(i uint32, r *record) {
 	// attempts. Its end looks again (a retry skipped while another fire
 	// runs leaves that one to: it runs).
 	if l.retryWaits(i, r) {
+		return
+	}
+	if r.flags&flagPaused != 0 {
+		r.flags |= flagEndWaits
 		return
 	}
 	select {
@@ -202,7 +209,8 @@ func (c *endedCmd) run(l *loop) {
 	}
 	l.tab.eachIn(c.part, func(i uint32, r *record) {
 		prof := l.profs.list[r.prof]
-		if prof.deleteAfter && prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
+		// A paused task is not known to have ended, nor to have fired.
+		if prof.deleteAfter && r.flags&flagPaused == 0 && prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
 			l.checkEnded(i, r)
 		}
 	})

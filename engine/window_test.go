@@ -261,11 +261,111 @@ func sorted(s []string) []string { slices.Sort(s); return s }
 // earlier fire waits out its backoff is not ended yet: it is deleted once
 // that retry's fire ends. It was handed to the deleter at once, and the
 // delete dropped the waiting retry, so that fire never got its attempts.
-// Here max_fires-like window of two fires, two attempts a fire, a minute
-// apart: the fire of +0 s fails, the fire of +1 s (the last) succeeds.
 func TestLoop_DeleteAfterFireWaitsForTheRetryOfAnEarlierFire(t *testing.T) {
+	tl, _, take, end := retryOfAnEarlierFire(t)
+	if n := len(tl.ended); n != 0 {
+		t.Fatalf("%d deletions queued while the retry of t@+0s waits; want none until it ends", n)
+	}
+	tl.clock.Advance(time.Minute)
+	tl.dispatchAll()
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the retry of t@+0s", got)
+	}
+	end(take(), statusOK)
+	if n := len(tl.ended); n != 1 {
+		t.Errorf("%d deletions queued once the retry ended, want 1", n)
+	}
+}
+
+// A pause skips the retry a delete_after_fire task's delete waits for,
+// whether it comes due while the task is paused or waits for a worker when
+// the pause lands: that fire is over. A paused task stays (its pause
+// record says who holds it, and why); its resume deletes it, ended. The
+// skip looked no more at the task's end, nor did the resume: the task
+// stayed, ended, for good. A pause that lands while the retry runs is an
+// edit while a fire runs, which wins: the task stays after its resume.
+func TestLoop_DeleteAfterFireOfARetrySkippedWhilePausedComesWithTheResume(t *testing.T) {
+	for _, c := range []struct {
+		when    string
+		skipped uint32
+		deletes int
+	}{
+		{"due while paused", 1, 1},
+		{"queued at the pause", 1, 1},
+		{"running at the pause", 0, 0},
+	} {
+		t.Run(c.when, func(t *testing.T) {
+			tl, def, take, end := retryOfAnEarlierFire(t)
+			var running *job
+			if c.when != "due while paused" {
+				tl.clock.Advance(time.Minute)
+				tl.dispatchAll()
+			}
+			if c.when == "running at the pause" {
+				j := take()
+				running = &j
+			}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+			if running != nil {
+				end(*running, statusOK)
+			}
+			tl.clock.Advance(time.Minute)
+			tl.dispatchAll()
+			_, r, _ := tl.tab.lookup("t")
+			if got := tl.dispatched(0); len(got) != 0 || r.skipped != c.skipped || r.running != 0 {
+				t.Fatalf("paused: dispatched %v, %d skipped, %d running; want nothing, %d, 0", got, r.skipped, r.running, c.skipped)
+			}
+			if n := len(tl.ended); n != 0 {
+				t.Fatalf("%d deletions queued while t is paused, want none", n)
+			}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(false)}})
+			if n := len(tl.ended); n != c.deletes {
+				t.Errorf("%d deletions queued at the resume of t; want %d", n, c.deletes)
+			}
+		})
+	}
+}
+
+// A delete_after_fire task paused before its last time and resumed after
+// it did not fire: its resume leaves it, ended, to be edited or triggered.
+// What the resume deletes is a task whose last fire ended while it was
+// paused.
+func TestLoop_DeleteAfterFireTaskPausedThroughItsTimeStays(t *testing.T) {
 	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	tl := newTestLoop(t, base, nil)
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.deleteAfter = "noop/delete-after", true
+	at := base.Add(5 * time.Second).UnixNano()
+	prof.win = &window{s: tl.scheds.Get(h), from: at, to: at, end: task.EndedMaxFires}
+	def := func(paused bool) taskDef {
+		return taskDef{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof, paused: paused}
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(false)}})
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+	tl.clock.Advance(10 * time.Second)
+	tl.dispatchAll()
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(false)}})
+	if got, n := tl.dispatched(0), len(tl.ended); len(got) != 0 || n != 0 {
+		t.Errorf("resumed after its time: dispatched %v, %d deletions queued; want neither", got, n)
+	}
+	if s := tl.state("t"); s == nil || s.Ended != task.EndedMaxFires {
+		t.Errorf("state %+v, want ended max_fires", s)
+	}
+}
+
+// retryOfAnEarlierFire starts the delete_after_fire scenario above: t has
+// a window of two fires, two attempts a fire, a minute apart; its fire of
+// +0 s failed and its retry waits 30-60 s, its fire of +1 s (the last)
+// succeeded. def is its definition, paused or not; take takes the first
+// job queued, as a worker does, and end reports its end with a status.
+func retryOfAnEarlierFire(t *testing.T) (tl *testLoop, def func(paused bool) taskDef, take func() job, end func(j job, st uint8)) {
+	t.Helper()
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl = newTestLoop(t, base.Add(-time.Second/2), nil)
 	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
 	if err != nil {
 		t.Fatal(err)
@@ -275,35 +375,29 @@ func TestLoop_DeleteAfterFireWaitsForTheRetryOfAnEarlierFire(t *testing.T) {
 	prof.maxAttempts, prof.backoff, prof.maxBackoff = 2, time.Minute, time.Minute
 	prof.deleteAfter, prof.updatedAt = true, base.Add(-time.Hour)
 	prof.win = &window{s: tl.scheds.Get(h), to: base.Add(time.Second).UnixNano(), end: task.EndedMaxFires}
-	tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, done: make(chan struct{}),
-		defs: []taskDef{{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof}}})
-	end := func(st uint8) { // the first job queued ends with st, as a worker reports it
+	def = func(paused bool) taskDef {
+		return taskDef{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof, paused: paused}
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(false)}})
+	take = func() job {
 		tl.pool.mu.Lock()
+		defer tl.pool.mu.Unlock()
 		j := *tl.pool.at(0)
 		tl.pool.pop()
-		tl.pool.mu.Unlock()
+		return j
+	}
+	end = func(j job, st uint8) {
 		var b completionBatch
 		b.add(&j, st, map[bool]string{true: "boom"}[st == statusFailed], false)
 		tl.complete(&b)
 	}
 	tl.clock.Advance(time.Second / 2)
 	tl.dispatchAll()
-	end(statusFailed) // t@+0 s: its retry waits 30-60 s
+	end(take(), statusFailed)
 	tl.clock.Advance(time.Second)
 	tl.dispatchAll()
-	end(statusOK) // t@+1 s, the last fire
-	if n := len(tl.ended); n != 0 {
-		t.Fatalf("%d deletions queued while the retry of t@+0s waits; want none until it ends", n)
-	}
-	tl.clock.Advance(time.Minute)
-	tl.dispatchAll()
-	if got := tl.dispatched(0); len(got) != 1 {
-		t.Fatalf("dispatched %v, want the retry of t@+0s", got)
-	}
-	end(statusOK)
-	if n := len(tl.ended); n != 1 {
-		t.Errorf("%d deletions queued once the retry ended, want 1", n)
-	}
+	end(take(), statusOK)
+	return tl, def, take, end
 }
 
 // A one-shot that fired on its owner, edited (here a label) while its
