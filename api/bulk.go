@@ -15,9 +15,11 @@ const maxSelectorBytes = 64 << 10
 
 // bulk returns the handler of POST /v1/tasks:<action>, which applies the
 // action to every task the selector in the body chooses
-// ({"prefix", "labels", "all", "dry_run"}) and answers the counts
-// (engine.BulkResult). A failure midway answers the counts done so far
-// with the error; running the action again finishes it.
+// ({"prefix", "labels", "all", "dry_run"}, and a pause's "note") and
+// answers the counts (task.BulkResult). A pause records who paused each
+// task it changes, and when, as the pause of one task does. A failure
+// midway answers the counts done so far with the error; running the
+// action again finishes it.
 func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, ok := readBodyOr(w, r, maxSelectorBytes, "selector: more than %d bytes", maxSelectorBytes)
@@ -29,7 +31,12 @@ func (s *Server) bulk(action task.BulkAction) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		res, err := s.reg.Bulk(r.Context(), action, sel)
+		var res task.BulkResult
+		if action == task.BulkPause {
+			res, err = s.reg.BulkPause(r.Context(), sel, s.caller(r))
+		} else {
+			res, err = s.reg.Bulk(r.Context(), action, sel)
+		}
 		if err != nil {
 			var ve *task.ValidationError
 			if errors.As(err, &ve) {
@@ -64,7 +71,7 @@ func decodeSelector(b []byte) (task.Selector, error) {
 		return sel, errors.New(`selector: the body is empty; send {"prefix": "...", "labels": {"k": "v"}, "dry_run": true} or {"all": true}`)
 	}
 	if err := decodeObject(b, &sel); err != nil {
-		return sel, fmt.Errorf("selector: %v (want {\"prefix\", \"labels\", \"all\", \"dry_run\"})", err)
+		return sel, fmt.Errorf("selector: %v (want {\"prefix\", \"labels\", \"all\", \"dry_run\"}, and a pause's \"note\")", err)
 	}
 	return sel, checkFilter(sel.Prefix, sel.Labels, "labels")
 }

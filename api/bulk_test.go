@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,8 @@ func TestServer_Bulk(t *testing.T) {
 		{"all and prefix", "/v1/tasks:delete", `{"all":true,"prefix":"bulk/"}`, `"all"`},
 		{"two values", "/v1/tasks:pause", `{"all":true} {"all":true}`, "after top-level value"},
 		{"a field twice", "/v1/tasks:delete", `{"prefix":"bulk/","dry_run":true,"dry_run":false}`, "dry_run: given twice"},
+		{"a note not a pause's", "/v1/tasks:delete", `{"prefix":"bulk/","note":"x"}`, "note: only a pause takes a note"},
+		{"a note too long", "/v1/tasks:pause", `{"prefix":"bulk/","note":"` + strings.Repeat("x", 1025) + `"}`, "note: 1025 bytes, more than the limit of 1024"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantError(t, call(t, n.ts, "POST", tc.path, tc.body), http.StatusBadRequest, tc.want)
@@ -56,13 +59,25 @@ func TestServer_Bulk(t *testing.T) {
 		t.Fatal("a dry run paused bulk/a")
 	}
 
-	got, err := n.c.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}})
-	if err != nil || got.Changed != 2 {
-		t.Fatalf("pause: %+v %v", got, err)
+	// A pause by selector records who paused each task it pauses, and
+	// when, with its note; a task paused already keeps its own record.
+	if _, err := n.c.PauseWithNote(ctx, "bulk/b", "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Add(-time.Second)
+	got, err := n.c.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "bulk/", Labels: map[string]string{"team": "billing"}, Note: "INC-9"})
+	if err != nil || got.Changed != 1 || got.Unchanged != 1 {
+		t.Fatalf("pause: %+v %v; want 1 changed, 1 paused already", got, err)
 	}
 	for id, want := range map[string]bool{"bulk/a": true, "bulk/b": true, "bulk/c": false, "other": false} {
 		if task, err := n.c.GetTask(ctx, id); err != nil || task.Paused != want {
 			t.Fatalf("%s: paused %v (err %v), want %v", id, task.Paused, err, want)
+		}
+	}
+	for id, note := range map[string]string{"bulk/a": "INC-9", "bulk/b": "by hand"} {
+		got, _ := n.c.GetTask(ctx, id)
+		if p := got.Pause; p == nil || p.Note != note || p.By != "anonymous" || p.At.Before(before) || got.State == nil || got.State.Pause == nil {
+			t.Errorf("%s: pause record %+v (in its state: %v); want anonymous's, at or after %s, note %q", id, p, got.State != nil && got.State.Pause != nil, before.Format(time.RFC3339), note)
 		}
 	}
 

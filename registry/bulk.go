@@ -27,8 +27,30 @@ type bulkItem struct {
 // compares only that the task still exists). The tasks are not changed
 // atomically as a whole: a failure or ctx ending midway returns what was
 // done so far with the error, and running the same action again finishes
-// the job (actions are idempotent; a trigger fires again).
+// the job (actions are idempotent; a trigger fires again). A pause goes
+// through BulkPause, which names who pauses.
 func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Selector) (task.BulkResult, error) {
+	if action == task.BulkPause {
+		return task.BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}},
+			errors.New("registry: a bulk pause writes who paused each task: use BulkPause")
+	}
+	return r.bulk(ctx, action, sel, nil)
+}
+
+// BulkPause pauses every task sel chooses, as Bulk does, each with the
+// pause record {sel.Note, by, the action's time}, which the task and its
+// state show until it is resumed, as after Pause. A task paused already is
+// left as it is, its record included.
+func (r *Registry) BulkPause(ctx context.Context, sel task.Selector, by string) (task.BulkResult, error) {
+	p, err := r.pauseRecord(task.Pause{Note: sel.Note, By: by})
+	if err != nil {
+		return task.BulkResult{Action: task.BulkPause, DryRun: sel.DryRun, Sample: []string{}}, err
+	}
+	return r.bulk(ctx, task.BulkPause, sel, p)
+}
+
+// bulk is Bulk, with the pause record p of a pause.
+func (r *Registry) bulk(ctx context.Context, action task.BulkAction, sel task.Selector, p *task.Pause) (task.BulkResult, error) {
 	res := task.BulkResult{Action: action, DryRun: sel.DryRun, Sample: []string{}}
 	if _, err := task.ParseBulkAction(string(action)); err != nil {
 		return res, err
@@ -36,10 +58,13 @@ func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Se
 	if err := sel.Validate(); err != nil {
 		return res, err
 	}
+	if sel.Note != "" && action != task.BulkPause {
+		return res, task.Invalid("note", "only a pause takes a note, not a %s", action)
+	}
 	var batch []bulkItem
 	size := 0
 	flush := func() error {
-		err := r.bulkCommit(ctx, action, sel, batch, &res)
+		err := r.bulkCommit(ctx, action, sel, p, batch, &res)
 		batch, size = batch[:0], 0
 		return err
 	}
@@ -49,7 +74,7 @@ func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Se
 	}
 	var fnErr error // an error of the action, not of the read
 	err = r.each(ctx, query{prefix: sel.Prefix, labels: sel.Labels}, rev, built, func(kv *mvccpb.KeyValue, _ string) error {
-		it, change, ok, err := r.bulkMatch(action, sel, kv)
+		it, change, ok, err := r.bulkMatch(action, sel, p, kv)
 		if err != nil {
 			fnErr = fmt.Errorf("bulk %s: %w", action, err)
 			return fnErr
@@ -95,8 +120,8 @@ func (r *Registry) Bulk(ctx context.Context, action task.BulkAction, sel task.Se
 
 // bulkMatch decides what action does to the stored task kv: ok when sel
 // chooses it, change when the action would change it (with the new value
-// of a pause or resume in it.val).
-func (r *Registry) bulkMatch(action task.BulkAction, sel task.Selector, kv *mvccpb.KeyValue) (it bulkItem, change, ok bool, err error) {
+// of a pause, with its record p, or of a resume in it.val).
+func (r *Registry) bulkMatch(action task.BulkAction, sel task.Selector, p *task.Pause, kv *mvccpb.KeyValue) (it bulkItem, change, ok bool, err error) {
 	key := string(kv.Key)
 	_, id, valid := r.keys.parseTaskKey(key)
 	if !valid || !strings.HasPrefix(id, sel.Prefix) {
@@ -119,7 +144,7 @@ func (r *Registry) bulkMatch(action task.BulkAction, sel task.Selector, kv *mvcc
 		if t.Paused == want {
 			return it, false, true, nil
 		}
-		t.Paused = want
+		t.Paused, t.Pause = want, p
 		val, _, err := r.encode(t, kv)
 		if err != nil {
 			return it, false, false, err
@@ -132,7 +157,7 @@ func (r *Registry) bulkMatch(action task.BulkAction, sel task.Selector, kv *mvcc
 // bulkCommit writes one transaction of items, each under a compare of the
 // version read. When another writer changed one of them in between, the
 // transaction changes nothing and the items are done one at a time.
-func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel task.Selector, items []bulkItem, res *task.BulkResult) error {
+func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel task.Selector, p *task.Pause, items []bulkItem, res *task.BulkResult) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -160,7 +185,7 @@ func (r *Registry) bulkCommit(ctx context.Context, action task.BulkAction, sel t
 			res.Changed += len(group)
 		} else {
 			for _, it := range group {
-				if err := r.bulkOne(ctx, action, sel, it, res); err != nil {
+				if err := r.bulkOne(ctx, action, sel, p, it, res); err != nil {
 					return err
 				}
 			}
@@ -225,7 +250,7 @@ func (r *Registry) bulkTriggerOne(ctx context.Context, key string, res *task.Bul
 
 // bulkOne reads one task again and acts on it if it still matches, up to
 // casRetries times under contention.
-func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task.Selector, it bulkItem, res *task.BulkResult) error {
+func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task.Selector, p *task.Pause, it bulkItem, res *task.BulkResult) error {
 	for range casRetries {
 		cur, err := r.cli.Get(ctx, it.key)
 		if err != nil {
@@ -235,7 +260,7 @@ func (r *Registry) bulkOne(ctx context.Context, action task.BulkAction, sel task
 			res.Skipped++ // deleted in between
 			return nil
 		}
-		next, change, ok, err := r.bulkMatch(action, sel, cur.Kvs[0])
+		next, change, ok, err := r.bulkMatch(action, sel, p, cur.Kvs[0])
 		if err != nil {
 			return fmt.Errorf("bulk %s: %w", action, err)
 		}

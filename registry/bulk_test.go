@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -66,7 +68,7 @@ func TestRegistry_Bulk(t *testing.T) {
 	billing := map[string]string{"team": "billing"}
 
 	rev := revision(t, c.Client)
-	res, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: billing, DryRun: true})
+	res, err := reg.BulkPause(ctx, task.Selector{Labels: billing, DryRun: true}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("a dry run paused %d tasks", p)
 	}
 
-	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: billing})
+	res, err = reg.BulkPause(ctx, task.Selector{Labels: billing}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestRegistry_Bulk(t *testing.T) {
 		t.Fatalf("ads: %d paused, want none", p)
 	}
 
-	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/00"})
+	res, err = reg.BulkPause(ctx, task.Selector{Prefix: "fleet/00"}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +161,13 @@ func TestRegistry_BulkRefusesEmptySelector(t *testing.T) {
 		{task.BulkDelete, task.Selector{All: true, Prefix: "fleet/"}},
 		{task.BulkPause, task.Selector{Labels: map[string]string{"": "x"}}},
 		{"explode", task.Selector{All: true}},
+		{task.BulkResume, task.Selector{All: true, Note: "a pause's"}},
+		{task.BulkPause, task.Selector{All: true, Note: strings.Repeat("x", task.MaxPauseNote+1)}},
 	} {
 		res, err := reg.Bulk(context.Background(), tc.action, tc.sel)
+		if tc.action == task.BulkPause {
+			res, err = reg.BulkPause(context.Background(), tc.sel, "test")
+		}
 		var ve *task.ValidationError
 		if !errors.As(err, &ve) {
 			t.Errorf("%s %+v: err %v, want a *ValidationError", tc.action, tc.sel, err)
@@ -187,12 +194,13 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 	sel := task.Selector{Labels: map[string]string{"team": "billing"}}
 
 	var items []bulkItem
+	rec := &task.Pause{Note: "INC-9", By: "test", At: time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)}
 	for _, id := range []string{"fleet/0000", "fleet/0002"} {
 		resp, err := c.Client.Get(ctx, reg.key(id))
 		if err != nil {
 			t.Fatal(err)
 		}
-		it, change, ok, err := reg.bulkMatch(task.BulkPause, sel, resp.Kvs[0])
+		it, change, ok, err := reg.bulkMatch(task.BulkPause, sel, rec, resp.Kvs[0])
 		if err != nil || !ok || !change {
 			t.Fatalf("match %s: %v %v %v", id, ok, change, err)
 		}
@@ -214,7 +222,7 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 	putTask(t, reg, resched)
 
 	var res task.BulkResult
-	if err := reg.bulkCommit(ctx, task.BulkPause, sel, items, &res); err != nil {
+	if err := reg.bulkCommit(ctx, task.BulkPause, sel, rec, items, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Changed != 1 || res.Skipped != 1 {
@@ -224,8 +232,8 @@ func TestRegistry_BulkRereadsChangedTasks(t *testing.T) {
 		t.Fatal("fleet/0000 left team billing before the write and was paused anyway")
 	}
 	got, _ := reg.Get(ctx, "fleet/0002")
-	if !got.Paused || got.Schedule != "@every 2h" {
-		t.Fatalf("fleet/0002: paused %v schedule %q, want paused with the other writer's schedule", got.Paused, got.Schedule)
+	if !got.Paused || got.Schedule != "@every 2h" || got.Pause == nil || got.Pause.Note != rec.Note || got.Pause.By != rec.By || !got.Pause.At.Equal(rec.At) {
+		t.Fatalf("fleet/0002: paused %v schedule %q, record %+v; want paused with the other writer's schedule, and the record %+v", got.Paused, got.Schedule, got.Pause, rec)
 	}
 }
 
@@ -242,7 +250,7 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 	if _, err := reg.Put(ctx, other, PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/01", DryRun: true})
+	res, err := reg.BulkPause(ctx, task.Selector{Prefix: "fleet/01", DryRun: true}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +259,7 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 	if res.Matched != 100 || res.Changed != 100 || !slices.Equal(res.Sample, want) {
 		t.Errorf("dry run by prefix: %+v; want 100 matched, sample %v", res, want)
 	}
-	res, err = reg.Bulk(ctx, task.BulkPause, task.Selector{Prefix: "fleet/", Labels: map[string]string{"team": "ads"}})
+	res, err = reg.BulkPause(ctx, task.Selector{Prefix: "fleet/", Labels: map[string]string{"team": "ads"}}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,13 +280,8 @@ func TestRegistry_BulkReadsTheIndex(t *testing.T) {
 //	go test -run '^$' -bench 'BulkTrigger' -benchtime 3x ./registry/
 func BenchmarkBulkTrigger(b *testing.B) {
 	const n = 100_000
-	c := etcdtest.Start(b)
+	c, reg := bulkBenchFleet(b, n)
 	ctx := context.Background()
-	reg, err := OpenRegistry(ctx, c.Client, "/bench", 1024)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fillRegistry(b, reg, n)
 	b.ResetTimer()
 	for range b.N {
 		res, err := reg.Bulk(ctx, task.BulkTrigger, task.Selector{All: true})
@@ -292,4 +295,45 @@ func BenchmarkBulkTrigger(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// BenchmarkBulkPause measures a bulk pause of a whole fleet of n tasks
+// (resumed between rounds), each task written with its pause record, and
+// with a note of note bytes:
+//
+//	go test -run '^$' -bench 'BulkPause' -benchtime 3x ./registry/
+func BenchmarkBulkPause(b *testing.B) {
+	const n = 100_000
+	_, reg := bulkBenchFleet(b, n)
+	ctx := context.Background()
+	for _, note := range []int{0, task.MaxPauseNote} {
+		b.Run(fmt.Sprintf("note=%d", note), func(b *testing.B) {
+			sel := task.Selector{All: true, Note: strings.Repeat("x", note)}
+			for range b.N {
+				res, err := reg.BulkPause(ctx, sel, "bench")
+				if err != nil || res.Changed != n {
+					b.Fatalf("BulkPause = %+v, %v; want %d changed", res, err, n)
+				}
+				b.StopTimer()
+				if res, err := reg.Bulk(ctx, task.BulkResume, task.Selector{All: true}); err != nil || res.Changed != n {
+					b.Fatalf("resume: %+v, %v", res, err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// bulkBenchFleet is a registry of 1024 partitions on an etcd of its own,
+// holding a fleet of n tasks (fillRegistry).
+func bulkBenchFleet(b *testing.B, n int) (*etcdtest.Cluster, *Registry) {
+	b.Helper()
+	c := etcdtest.Start(b)
+	reg, err := OpenRegistry(context.Background(), c.Client, "/bench", 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fillRegistry(b, reg, n)
+	return c, reg
 }

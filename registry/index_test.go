@@ -127,7 +127,7 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 	checkIndex(t, c.Client, reg)
 
 	// Bulk actions: a pause keeps the labels, a delete takes the index keys.
-	if _, err := reg.Bulk(ctx, task.BulkPause, task.Selector{Labels: map[string]string{"team": "z"}}); err != nil {
+	if _, err := reg.BulkPause(ctx, task.Selector{Labels: map[string]string{"team": "z"}}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	checkIndex(t, c.Client, reg)

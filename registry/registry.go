@@ -448,13 +448,23 @@ func (r *Registry) PauseUnlessPaused(ctx context.Context, id string, p task.Paus
 }
 
 func (r *Registry) pause(ctx context.Context, id string, p task.Pause, keep bool) (*task.Task, bool, error) {
-	if err := task.CheckPauseNote(p.Note); err != nil {
+	rec, err := r.pauseRecord(p)
+	if err != nil {
 		return nil, false, err
+	}
+	return r.setPaused(ctx, id, true, rec, keep)
+}
+
+// pauseRecord checks the note of the pause record p, and dates it now
+// when it has no time.
+func (r *Registry) pauseRecord(p task.Pause) (*task.Pause, error) {
+	if err := task.CheckPauseNote(p.Note); err != nil {
+		return nil, err
 	}
 	if p.At.IsZero() {
 		p.At = r.now().UTC().Truncate(time.Millisecond)
 	}
-	return r.setPaused(ctx, id, true, &p, keep)
+	return &p, nil
 }
 
 // setPaused sets the task's paused flag and pause record p, and reports

@@ -39,6 +39,10 @@ type Selector struct {
 	All bool `json:"all,omitempty"`
 	// DryRun counts what the action would do and writes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Note is a pause's note (a pause only; at most MaxPauseNote bytes):
+	// each task the pause changes carries it in its pause record, with who
+	// paused it and when.
+	Note string `json:"note,omitempty"`
 }
 
 // Validate reports a selector that chooses nothing by mistake.

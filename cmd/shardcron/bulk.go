@@ -83,6 +83,9 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 		return c.usageError("--all chooses every task: leave out --prefix and --label, or leave out --all")
 	}
 	sel := task.Selector{Prefix: b.prefix, Labels: b.labels, All: b.all, DryRun: b.dryRun}
+	if f := c.fs.Lookup("note"); f != nil {
+		sel.Note = f.Value.String() // a pause's, for every task it pauses
+	}
 	confirmed := action != task.BulkDelete || b.yes || b.dryRun
 	if !confirmed {
 		sel.DryRun = true

@@ -368,7 +368,6 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "history", "a", "--limit", "5000"}, []string{"--limit: 5000 is not from 1 to 1000"}},
 		{[]string{"task", "list", "--limit", "10001"}, []string{"--limit: 10001 is not within 0-10000"}},
 		{[]string{"task", "list", "--limit", "-1"}, []string{"--limit: -1 is not within 0-10000"}},
-		{[]string{"task", "pause", "--all", "--note", "x"}, []string{"--note applies to one task"}},
 		{[]string{"task", "delete", "--all", "--if-match", "3"}, []string{"--if-match applies to one task"}},
 		{[]string{"task", "delete", "a", "--if-match", "-1"}, []string{"--if-match: -1 is not a version"}},
 		// 0 given is no condition the API takes: leaving the flag out is how to ask for none.
@@ -1608,10 +1607,13 @@ func TestCLI_AgainstNode(t *testing.T) {
 		if getTask(t, "bulk/1").Paused {
 			t.Fatal("a dry run paused bulk/1")
 		}
-		wantCLI(t, run("", "task", "pause", "--prefix", "bulk/"), 0, []string{"paused 3 of 3 matched tasks"}, nil)
-		if !getTask(t, "bulk/2").Paused {
-			t.Fatal("bulk/2 is not paused")
-		}
+		wantCLI(t, run("", "task", "pause", "bulk/1", "--note", "first"), 0, []string{"paused"}, nil)
+		r = run("", "task", "pause", "--prefix", "bulk/", "--note", "INC-8")
+		wantCLI(t, r, 0, []string{"paused 2 of 3 matched tasks; 1 already were"}, nil)
+		// Who paused each task, and why: the bulk pause's note on those it
+		// paused, the first pause's on the one paused already.
+		wantCLI(t, run("", "task", "get", "bulk/2"), 0, []string{"Paused by:", "anonymous", "Note:", "INC-8"}, nil)
+		wantCLI(t, run("", "task", "get", "bulk/1"), 0, []string{"Note:", "first"}, nil)
 		r = run("", "task", "resume", "--prefix", "bulk/", "--output", "json")
 		wantCLI(t, r, 0, []string{`"action": "resume"`, `"changed": 3`}, nil)
 		// A bulk delete without --yes only counts, and fails.

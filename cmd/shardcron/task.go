@@ -882,16 +882,18 @@ func checkIfMatch(v int64, given bool) string {
 }
 
 const taskPauseHelp = `Usage: shardcron task pause ID [--note TEXT] [flags]
-       shardcron task pause (--prefix P | --label K=V... | --all) [--dry-run] [flags]
+       shardcron task pause (--prefix P | --label K=V... | --all) [--note TEXT] [--dry-run] [flags]
 
 Pauses a task: it keeps its definition and does not fire until resumed.
-Pausing one task records who paused it and when, with --note, which
-'task get' shows until it is resumed (pausing it again replaces them).
-Prints the new version (--output json: the task).
+A pause records who paused the task and when, with --note, which
+'task get' shows until it is resumed. Pausing one task again replaces
+them; a pause by selector leaves the tasks paused already as they are,
+records included. Prints the new version (--output json: the task).
 
 Examples:
   shardcron task pause billing/invoice-42 --note "provider outage, INC-123"
   shardcron task pause --label team=billing --dry-run
+  shardcron task pause --label team=billing --note "provider outage, INC-123"
 ` + bulkHelp
 
 const taskResumeHelp = `Usage: shardcron task resume ID [flags]
@@ -917,10 +919,8 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	}
 	c := newCommand(name, help, stdout, stderr)
 	var note string
-	var oneOnly []string
 	if pause {
 		c.fs.StringVar(&note, "note", "", "why the task is paused (at most 1024 bytes): its state shows it with who paused it and when")
-		oneOnly = []string{"note"}
 	}
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
 		cl := cf.client()
@@ -938,7 +938,7 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 			_, err := fmt.Fprintf(w, "%s %s: version %d\n", verb, subject(id), t.Version)
 			return err
 		})
-	}, oneOnly...)
+	})
 }
 
 // --- task trigger -----------------------------------------------------------
