@@ -117,7 +117,8 @@ type Config struct {
 	// ReleaseRunWait bounds how long a graceful release waits for the
 	// attempts under way of tasks that retry or keep their fires apart
 	// (default 250ms, at most 10s): the released partitions stand still
-	// that long at most. Past it, the runs still going are marked in etcd
+	// that long at most, and no longer than the node's session, whose end
+	// drops them at once. Past it, the runs still going are marked in etcd
 	// for the next owner and their retries handed on through etcd
 	// (docs/design.md, the release): a longer wait spares those writes for
 	// runs that end within it, a shorter one the partitions' stall.

@@ -38,11 +38,13 @@ import (
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
-//     Config.ReleaseRunWait at most (250ms), until the attempts under way
-//     of the partition's tasks that retry or keep their fires apart ended:
-//     one that failed hands its retry over (running). The loop then seals the
-//     release; the runs of those that keep their fires apart still going
-//     get a marker in etcd for the next owner (elsewhere.go).
+//     Config.ReleaseRunWait at most (250ms; the session's end ends it,
+//     and the partitions then go with the lease, as on a fence), until
+//     the attempts under way of the partition's tasks that retry or keep
+//     their fires apart ended: one that failed hands its retry over
+//     (running). The loop then seals the release; the runs of those that
+//     keep their fires apart still going get a marker in etcd for the next
+//     owner (elsewhere.go).
 //  4. One transaction writes the released checkpoint {mark, pending} and
 //     deletes the lock, on the condition that the lock is still ours.
 //
@@ -766,6 +768,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		select {
 		case <-rel.running.ended:
 		case <-e.hurry: // Close stops waiting for running executions
+		case <-life.Done(): // the partitions went with the lease (below)
 		case <-wait.C:
 			// Debug: with the short default wait nearly every release of a
 			// fleet with such tasks comes here; markElsewhere logs the runs
@@ -775,6 +778,22 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 				"partitions", len(ps), "waited", e.cfg.ReleaseRunWait)
 		}
 		wait.Stop()
+	}
+	if life.Err() != nil {
+		// The session ended: the partitions went with its lease, and their
+		// next owners resume as after a crash. Nothing is written, and
+		// the caller drops them with the others (drop keeps their
+		// hand-overs); the retry of an attempt that fails from now on is
+		// lost, as on any fence.
+		e.seal(rel, !taken, false)
+		stuck := make(map[int]*stuckRelease, len(ps))
+		for _, p := range ps {
+			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: marked}
+			delete(parts, p)
+		}
+		e.log.Warn("the session ended while partitions were being released; they pass on with its lease, as after a crash",
+			"partitions", partRanges(ps), "count", len(ps))
+		return stuck, time.Since(marked)
 	}
 	e.seal(rel, !taken, true)
 	// The whole hand-over is bounded: etcd out of reach must not hold a

@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/internal/logbuf"
+	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
@@ -23,6 +26,23 @@ func idIn(prefix string, p, parts int) string {
 	}
 }
 
+// joinParts is the partitions of the tests in which node-b joins node-a
+// and takes some of its partitions: two would all go to node-b.
+const joinParts = 4
+
+// joinAssignment is how the ring shares joinParts partitions between
+// node-a and node-b.
+func joinAssignment(t *testing.T) *ring.Assignment {
+	t.Helper()
+	cfg := DefaultConfig("node-a")
+	cfg.Partitions = joinParts
+	two, err := ring.NewAssignment(cfg.ring(), []string{"node-a", "node-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return two
+}
+
 // While a release waits for the attempt under way of a retrying task, the
 // node's other partitions fire on: only the released partition stands
 // still. The release held the whole node's watermark at its mark while it
@@ -34,13 +54,8 @@ func idIn(prefix string, p, parts int) string {
 // tick, in the partition it keeps, 2 s past the release mark meanwhile.
 func TestEngine_ReleaseWaitingForAnAttemptHoldsOnlyItsPartitions(t *testing.T) {
 	c, clock := limitsStart(t)
-	const parts = 4 // two would all go to node-b
-	cfg := DefaultConfig("node-a")
-	cfg.Partitions = parts
-	two, err := ring.NewAssignment(cfg.ring(), []string{"node-a", "node-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	const parts = joinParts
+	two := joinAssignment(t)
 	moving, staying := two.Owned("node-b")[0], two.Owned("node-a")[0]
 	slow, tick := idIn("slow", moving, parts), idIn("tick", staying, parts)
 	log := &callLog{}
@@ -104,4 +119,51 @@ func TestEngine_HurryCutsTheReleasesWaitForAttemptsShort(t *testing.T) {
 		t.Errorf("node-a released %d partitions in %.2f s in all, want them released without waiting out %v",
 			rel.Count, rel.Sum, MaxReleaseRunWait)
 	}
+}
+
+// A release's wait for attempts under way ends with the node's session:
+// once the lease is gone the partitions are no longer the node's, and the
+// node fences at once (drops them all and joins again with a new
+// session) rather than wait out Config.ReleaseRunWait for attempts it can
+// no longer hand over. Here node-b joins and takes slow's partition from
+// node-a while slow's attempt runs, held (a retrying task that allows
+// overlaps: the fence does not cancel it), node-a's wait the longest
+// (10 s), and node-a's lease is revoked once its release has begun:
+// node-a joins again, its wait never run out.
+func TestEngine_ReleaseWaitForAttemptsEndsWithTheSession(t *testing.T) {
+	c, clock := limitsStart(t)
+	const parts = joinParts
+	moving := joinAssignment(t).Owned("node-b")[0]
+	slow := idIn("slow", moving, parts)
+	h := newHolder(t, slow)
+	var logs logbuf.Buffer
+	a := startNodeOn(t, c.NewClient(t), "", h.handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
+		cfg.Partitions, cfg.DrainTimeout, cfg.ReleaseRunWait = parts, time.Minute, MaxReleaseRunWait
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}))
+	retrying := handlerTask(slow, "0 0 0 1 1 *") // yearly: only the trigger fires it
+	retrying.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
+	putTask(t, a.e.Registry(), retrying)
+	if _, err := a.e.Registry().Trigger(context.Background(), slow); err != nil {
+		t.Fatal(err)
+	}
+	run := h.next(t) // slow's attempt 1 runs on node-a
+	old := a.e.sess.Load()
+
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, limitsNode(clock, time.Hour, "node-b", func(cfg *Config) { cfg.Partitions = parts }), noWait)
+	t.Cleanup(h.open) // again: cleanups run last first
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !a.e.Owns(moving) })
+	if err := membership.Revoke(context.Background(), c.Client, old.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return a.e.sess.Load() != old && a.e.Ready() })
+	if strings.Contains(logs.String(), "attempts still run at their partitions' release") {
+		t.Errorf("node-a's release waited out its %v for slow's attempt after its session ended", MaxReleaseRunWait)
+	}
+	if !run.running() {
+		t.Errorf("slow's attempt ended (%v), want it held throughout", context.Cause(run.ctx))
+	}
+	h.open()
+	b.stop(t)
+	a.stop(t)
 }
