@@ -113,9 +113,11 @@
 //     run in flight (elsewhere.go,
 //     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
 //     that fences cancels those runs instead, as a crash would end them
-//     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart), and so does a
-//     release for the runs whose markers etcd refused
-//     (TestEngine_ReleaseCancelsTheRunsItCouldNotMark). A handler or
+//     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart); a release whose
+//     markers etcd refuses keeps its partition until etcd takes them
+//     (TestEngine_ReleaseWaitsUntilEtcdTakesItsMarkers), and a node whose
+//     release stays stuck so past the lease TTL ends its session and
+//     cancels them as a fence does. A handler or
 //     executor that ignores its context's cancel runs on beside the next
 //     owner's fires, and so does a run started while its task allowed
 //     overlaps, then edited to keep them apart: the policy a run started

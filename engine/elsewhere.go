@@ -25,7 +25,11 @@ import (
 // it, the releasing node writes a marker for each such task still running,
 // /<prefix>/running/<partition>/<lease>.<run>/<id>, under its session's lease,
 // before the release commits: every later owner of the partition reads
-// the markers when it takes the partition over, so it sees them. The
+// the markers when it takes the partition over, so it sees them. A
+// partition whose markers etcd refuses is not released until etcd takes
+// them or their runs end (a stuck release): its lock, still the node's,
+// keeps every other owner out meanwhile, and past the lease TTL the
+// session ends, which cancels the runs as any fence does. The
 // releasing node deletes a marker once its attempts end; its lease takes
 // the marker with it when the node crashes or closes.
 //
@@ -48,9 +52,14 @@ type runningMarker struct {
 type markedRun struct {
 	set      *markers
 	key      string
+	part     int
 	rec, gen uint32
 	rev      int64 // the revision etcd took its put at; 0 until then; guarded by set.mu
 	ended    bool  // its attempts ended; guarded by set.mu
+	// refused: a put of it failed, and etcd may have taken it all the
+	// same (its answer lost), so its run's end deletes it, written or
+	// not; guarded by set.mu.
+	refused bool
 }
 
 // markers are one session's markers of runs past their release. A marker
@@ -91,7 +100,7 @@ func (e *Engine) markersOf(sess *membership.Session) *markers {
 // after the key's first slash.
 func (m *markers) run(p int, id string, rec, gen uint32) *markedRun {
 	key := fmt.Sprintf("%s%x.%x/%s", m.e.keys.runningPrefix(p), int64(m.lease), leavingKey(rec, gen), id)
-	return &markedRun{set: m, key: key, rec: rec, gen: gen}
+	return &markedRun{set: m, key: key, part: p, rec: rec, gen: gen}
 }
 
 // mark gives run's leavers that keep their fires apart and still run a
@@ -115,33 +124,43 @@ func (ls *leavers) mark(run *running, set *markers) []*markedRun {
 	return out
 }
 
-// markElsewhere marks the runs of run's tasks that keep their fires apart
-// and still run, under sess's lease. The runs whose markers etcd does not
-// take are canceled (put): the next owner would not keep its fires apart
-// from them. Called only from the coordinator.
-func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, run *running) {
-	set := e.markersOf(sess)
-	if n := set.put(ctx, e.pool.leaving.mark(run, set)); n > 0 {
+// markElsewhere marks runs (leavers.mark) under sess's lease, and returns
+// those etcd did not take, by partition: their partitions' releases wait
+// for them (release, retryStuck), since the next owner would not keep its
+// fires apart from them, and the runs go on meanwhile, their partitions'
+// locks still this node's. Called only from the coordinator.
+func (e *Engine) markElsewhere(ctx context.Context, sess *membership.Session, runs []*markedRun) map[int][]*markedRun {
+	n, refused := e.markersOf(sess).put(ctx, runs)
+	if n > 0 {
 		e.stats.runsMarked.Add(uint64(n))
 		e.log.Info("runs go on past their partitions' release; the next owners keep their tasks' fires apart from them (concurrency policies) until they end",
 			"runs", n)
 	}
+	var out map[int][]*markedRun
+	for _, r := range refused {
+		if out == nil {
+			out = map[int][]*markedRun{}
+		}
+		out[r.part] = append(out[r.part], r)
+	}
+	return out
 }
 
 // markerTries is how many times a release tries a transaction of
-// markers before it cancels their runs: a refusal that passes (a leader
-// change, a request timed out) must not cancel every run under way at a
-// release, which the short wait for runs (Config.ReleaseRunWait) leaves
-// to markers. A put again is the same key under the same lease, so one
-// whose answer was lost is taken twice harmlessly.
+// markers before it leaves their partitions' releases stuck: a refusal
+// that passes (a leader change, a request timed out) must not hold back
+// the release of every partition with a run under way, which the short
+// wait for runs (Config.ReleaseRunWait) leaves to markers. A put again is
+// the same key under the same lease, so one whose answer was lost is
+// taken twice harmlessly.
 const markerTries = 3
 
-// put writes the markers of ms, cancels the runs of those etcd did not
-// take within markerTries tries (and ctx), and returns how many it took.
-func (m *markers) put(ctx context.Context, ms []*markedRun) int {
+// put writes the markers of those of ms whose runs have not ended, and
+// returns how many etcd took and those it did not take within
+// markerTries tries (and ctx), whose runs have not ended.
+func (m *markers) put(ctx context.Context, ms []*markedRun) (written int, refused []*markedRun) {
 	val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID})
-	written := 0
-	for chunk := range slices.Chunk(ms, registry.MaxTxnOps) {
+	for chunk := range slices.Chunk(m.going(ms), registry.MaxTxnOps) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, r := range chunk {
 			ops[i] = clientv3.OpPut(r.key, string(val), clientv3.WithLease(m.lease))
@@ -157,22 +176,42 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) int {
 			}
 		}
 		if err != nil {
-			m.e.log.Warn("writing the markers of runs past their release failed: the runs are canceled, so that their next owners start none of their tasks' fires beside them (concurrency policies)",
+			m.e.log.Warn("writing the markers of runs past their release failed: their partitions' releases wait until etcd takes them or the runs end",
 				"runs", len(chunk), "err", err)
-			// etcd may have taken a put whose answer did not come back:
-			// such a marker would stay until the session ends.
-			m.mu.Lock()
-			for _, r := range chunk {
-				m.deleteLocked(r.key)
-				m.e.pool.cancelRunning(r.rec, r.gen, errUnmarked)
-			}
-			m.mu.Unlock()
+			refused = append(refused, m.refuse(chunk)...)
 			continue
 		}
 		m.written(chunk, resp.Header.Revision)
 		written += len(chunk)
 	}
-	return written
+	return written, refused
+}
+
+// going returns those of ms whose runs have not ended: the others need
+// no marker.
+func (m *markers) going(ms []*markedRun) []*markedRun {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(ms), func(r *markedRun) bool { return r.ended })
+}
+
+// refuse notes that etcd refused the puts of ms, and returns those whose
+// runs have not ended. etcd may have taken a put whose answer did not
+// come back: the marker of a run that ended meanwhile goes now, the
+// others' when their runs end (ended), if no put is taken before.
+func (m *markers) refuse(ms []*markedRun) []*markedRun {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var going []*markedRun
+	for _, r := range ms {
+		r.refused = true
+		if r.ended {
+			m.deleteLocked(r.key)
+		} else {
+			going = append(going, r)
+		}
+	}
+	return going
 }
 
 // written notes that etcd took the puts of ms at rev: those whose runs
@@ -199,7 +238,7 @@ func (m *markers) ended(r *markedRun) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r.ended = true
-	if r.rev != 0 {
+	if r.rev != 0 || r.refused {
 		m.deleteLocked(r.key)
 	}
 }

@@ -201,8 +201,10 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 	set := e.markersOf(e.sess.Load())
 	first, second := set.run(3, "x", 1, 4), set.run(3, "x", 2, 4)
 	ctx := context.Background()
-	if n := set.put(ctx, []*markedRun{first}) + set.put(ctx, []*markedRun{second}); n != 2 {
-		t.Fatalf("%d markers written, want 2", n)
+	n1, _ := set.put(ctx, []*markedRun{first})
+	n2, _ := set.put(ctx, []*markedRun{second})
+	if n1+n2 != 2 {
+		t.Fatalf("%d markers written, want 2", n1+n2)
 	}
 	there := func(r *markedRun) bool {
 		t.Helper()
@@ -222,10 +224,12 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 }
 
 // A marker put whose answer etcd lost (it took the put, the node saw an
-// error), and whose tries after it etcd refused, is deleted: the node does
-// not know it was written, and left, it would hold its task on the next
-// owner until the node's session ends.
-func TestEngine_MarkerWhosePutWentUnansweredIsDeleted(t *testing.T) {
+// error), and whose tries after it etcd refused, is deleted when its run
+// ends: the node does not know it was written, and left, it would hold
+// its task on the next owner until the node's session ends. While the
+// run goes on it stays: its release waits for it (retryStuck), and a put
+// again is the same key.
+func TestEngine_MarkerWhosePutWentUnansweredIsDeletedWhenItsRunEnds(t *testing.T) {
 	c := etcdtest.Start(t)
 	cli := c.NewClient(t)
 	faults := injectFaults(cli)
@@ -240,9 +244,10 @@ func TestEngine_MarkerWhosePutWentUnansweredIsDeleted(t *testing.T) {
 		faults.puts(markers) // the tries after it
 		return true
 	})
-	if n := set.put(context.Background(), []*markedRun{r}); n != 0 {
-		t.Fatalf("%d markers written, want the put to fail", n)
+	if n, refused := set.put(context.Background(), []*markedRun{r}); n != 0 || len(refused) != 1 {
+		t.Fatalf("%d markers written, %d refused, want the put refused", n, len(refused))
 	}
+	set.ended(r)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		resp, err := c.Client.Get(context.Background(), r.key, clientv3.WithCountOnly())
 		return err == nil && resp.Count == 0
@@ -270,7 +275,7 @@ func TestEngine_TenThousandMarkersTakeAWatchNotAGoroutineEach(t *testing.T) {
 		runs[i] = set.run(i%parts, fmt.Sprintf("t-%05d", i), uint32(i), 1)
 	}
 	start := time.Now()
-	if w := set.put(ctx, runs); w != count {
+	if w, _ := set.put(ctx, runs); w != count {
 		t.Fatalf("%d markers written, want %d", w, count)
 	}
 	for p := range parts {
@@ -320,4 +325,67 @@ func markerGoroutines() int {
 		}
 	}
 	return count
+}
+
+// A release whose markers etcd refuses does not commit until etcd takes
+// them: its partition's lock, still the node's, keeps the next owner out,
+// and the run goes on. It canceled the run, for a fire lost (a cancel is
+// final: no retry), though the lock kept everyone out while the release
+// stayed stuck, and though a release that then committed could have
+// marked it. Here forbid's fire of 12:00:01 runs on node-a (held) when
+// node-b joins and takes its partition, etcd refuses node-a's marker
+// puts, then takes them again: node-b takes the partition once node-a's
+// release has marked the run, which goes on, and skips forbid's fire of
+// 12:00:02 beside it.
+func TestEngine_ReleaseWaitsUntilEtcdTakesItsMarkers(t *testing.T) {
+	c, clock := limitsStart(t)
+	const parts = joinParts
+	id := idIn("forbid", joinAssignment(t).Owned("node-b")[0], parts)
+	h := newHolder(t, id)
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions, cfg.DrainTimeout = parts, time.Minute })
+	}
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", h.handler, node("node-a"))
+	tk := handlerTask(id, "* * * * * *")
+	tk.Concurrency = task.ConcurrencyForbid
+	putTask(t, a.e.Registry(), tk)
+	waitNext(t, a, id, limitsAt(1))
+	clock.Advance(time.Second)
+	run := h.next(t)
+	var refused atomic.Int32
+	faults.puts(func(key, _ string) bool {
+		if strings.Contains(key, "/running/") {
+			refused.Add(1)
+			return true
+		}
+		return false
+	})
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"), noWait)
+	t.Cleanup(h.open) // again: cleanups run last first
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return refused.Load() >= markerTries })
+	faults.puts(nil)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, id) })
+	if !run.running() {
+		t.Fatalf("node-a's run of 12:00:01 ended at the release (%v), want it marked once etcd took the marker", context.Cause(run.ctx))
+	}
+	if n := a.e.Stats().RunsMarked; n != 1 {
+		t.Errorf("node-a marked %d runs, want 1", n)
+	}
+	if n := b.e.Stats().RunsElsewhere; n != 1 {
+		t.Errorf("node-b counts %d runs elsewhere, want node-a's", n)
+	}
+	waitNext(t, b, id, limitsAt(2))
+	clock.Advance(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, b, id).Skipped == 1 })
+	select {
+	case r := <-h.started:
+		t.Fatalf("started %s@%s on %s beside node-a's run of 12:00:01", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	default:
+	}
+	h.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().RunsElsewhere == 0 })
+	b.stop(t)
+	a.stop(t)
 }

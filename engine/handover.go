@@ -44,7 +44,7 @@ import (
 //     their fires apart ended: one that failed hands its retry over
 //     (running). The loop then seals the release; the runs of those that
 //     keep their fires apart still going get a marker in etcd for the next
-//     owner (elsewhere.go).
+//     owner (elsewhere.go), and the release waits until etcd took them.
 //  4. One transaction writes the released checkpoint {mark, pending} and
 //     deletes the lock, on the condition that the lock is still ours.
 //
@@ -724,13 +724,18 @@ func (h *holds) cap(w int64) int64 {
 	return w
 }
 
-// stuckRelease is a released partition whose checkpoint etcd did not take:
-// its lock is still this session's, and the watermark stays held at its
-// mark until a retry commits.
+// stuckRelease is a released partition whose checkpoint etcd did not take,
+// or whose runs past the release it did not mark (elsewhere.go): its lock
+// is still this session's, and the watermark stays held at its mark until
+// a retry commits.
 type stuckRelease struct {
 	part  *owned
 	hand  *handOver
 	since time.Time
+	// unmarked are its runs past the release whose markers etcd has not
+	// taken yet, none of which ended: a retry marks them before it
+	// commits.
+	unmarked []*markedRun
 }
 
 // release hands partitions over gracefully (see the hand-over above). It
@@ -800,9 +805,11 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
 	defer cancel()
-	// Before the release commits, so that the next owner finds them.
+	// Before the release commits, so that the next owner finds them. A
+	// partition with a run etcd did not mark is not released yet: its
+	// next owner would start the task's fires beside the run.
 	mctx, mcancel := context.WithTimeout(ctx, etcdTimeout)
-	e.markElsewhere(mctx, sess, rel.running)
+	unmarked := e.markElsewhere(mctx, sess, e.pool.leaving.mark(rel.running, e.markersOf(sess)))
 	mcancel()
 	// The keys of triggers that started here go first: the next owner
 	// fires every key it finds.
@@ -821,9 +828,13 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	}
 	stuck := map[int]*stuckRelease{}
 	now := time.Now()
+	for p, runs := range unmarked {
+		stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: now, unmarked: runs}
+	}
 	var refused refusals
 	cps := e.encodeReleased(ps, rel.hand)
-	for _, chunk := range releaseChunks(ps, cps) {
+	ready := slices.DeleteFunc(slices.Clone(ps), func(p int) bool { return stuck[p] != nil })
+	for _, chunk := range releaseChunks(ready, cps) {
 		failed, err := e.commitRelease(ctx, sess, parts, chunk, cps, 3)
 		if len(failed) > 1 {
 			// One partition at a time, so that one lost lock does not keep
@@ -857,11 +868,12 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	return stuck, took
 }
 
-// retryStuck tries the stuck releases again and removes those that commit.
-// When etcd refused one for longer than the lease TTL, it ends the session:
-// the locks pass on with the lease, and successors resume from the held
-// watermark. A session that has ended retries nothing: its releases go
-// with its lease.
+// retryStuck tries the stuck releases again, first the markers of their
+// runs etcd did not take, and removes those that commit. When etcd refused
+// one for longer than the lease TTL, it ends the session: the locks pass
+// on with the lease, successors resume from the held watermark, and the
+// runs kept apart are canceled as on any fence (serving.cut). A session
+// that has ended retries nothing: its releases go with its lease.
 func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckRelease) {
 	life := sess.Mutexes().Ctx()
 	if len(stuck) == 0 || life.Err() != nil {
@@ -876,9 +888,16 @@ func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckReleas
 			oldest = s.since
 		}
 	}
+	e.markAgain(life, sess, stuck)
 	ctx, cancel := context.WithTimeout(life, etcdTimeout)
 	defer cancel()
-	ps := slices.Sorted(maps.Keys(stuck))
+	var ps []int
+	for p, s := range stuck {
+		if len(s.unmarked) == 0 {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
 	var refused refusals
 	cps := e.encodeReleased(ps, hand)
 	for _, chunk := range releaseChunks(ps, cps) {
@@ -900,6 +919,24 @@ func (e *Engine) retryStuck(sess *membership.Session, stuck map[int]*stuckReleas
 		e.log.Error("etcd refused partition releases for longer than the lease TTL; ending the session so that their locks pass on",
 			"partitions", len(stuck))
 		_ = sess.Close()
+	}
+}
+
+// markAgain tries again the markers of the stuck releases' runs that etcd
+// did not take, and leaves each release the runs it still did not take.
+func (e *Engine) markAgain(life context.Context, sess *membership.Session, stuck map[int]*stuckRelease) {
+	var runs []*markedRun
+	for _, s := range stuck {
+		runs = append(runs, s.unmarked...)
+	}
+	if len(runs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(life, etcdTimeout)
+	unmarked := e.markElsewhere(ctx, sess, runs)
+	cancel()
+	for p, s := range stuck {
+		s.unmarked = unmarked[p]
 	}
 }
 

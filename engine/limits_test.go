@@ -373,37 +373,6 @@ func TestEngine_FenceWhileClosingCancelsTheRunsPastTheirRelease(t *testing.T) {
 	}
 }
 
-// A release whose markers etcd refuses cancels the runs it could not
-// mark, before it commits: the next owner would not count them. Here each
-// task's fire of 12:00:01 runs on node-a (held) when node-a leaves
-// gracefully, and etcd refuses node-a's marker puts.
-func TestEngine_ReleaseCancelsTheRunsItCouldNotMark(t *testing.T) {
-	hp := startHeldPolicies(t, keptApart...)
-	hp.aKV.puts(func(key, _ string) bool { return strings.Contains(key, "/running/") })
-	closed := closeInBackground(hp.a)
-	for id, p := range hp.ids {
-		run := hp.old[id]
-		etcdtest.WaitFor(t, 10*time.Second, func() bool { return !run.running() })
-		if cause := context.Cause(run.ctx); !errors.Is(cause, errUnmarked) {
-			t.Errorf("%s (%s): run canceled for %v, want %v", id, p, cause, errUnmarked)
-		}
-	}
-	if err := <-closed; err != nil {
-		t.Errorf("close node-a: %v", err)
-	}
-	for id := range hp.ids {
-		etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
-		waitNext(t, hp.b, id, limitsAt(2))
-	}
-	hp.clock.Advance(time.Second)
-	waiting := maps.Clone(hp.ids)
-	for len(waiting) > 0 {
-		if r := hp.h.next(t); r.Node == "node-b" && r.ScheduledAt.Equal(limitsAt(2)) {
-			delete(waiting, r.TaskID)
-		}
-	}
-}
-
 // A marker put that etcd refuses once (a leader change, a request timed
 // out) is tried again: the runs it marks are not canceled for it. Since
 // the release waits 250 ms for runs (Config.ReleaseRunWait), not 2 s,

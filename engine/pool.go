@@ -189,7 +189,6 @@ type runningFire struct {
 var (
 	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
 	errFenced   = errors.New("its node's etcd session ended (fenced, cut off from etcd, or its lease lost): the next owner's fires must not start beside it")
-	errUnmarked = errors.New("its partition was released and etcd refused its marker: the next owner's fires must not start beside it")
 )
 
 // doneRoom is how many completion batches wait for the loop: a full
