@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -284,18 +285,19 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 
 // arm hands a prepared partition's tasks to the loop, brought up to date
 // with touched (the tasks changed since it was read: their last value, nil
-// when deleted; catchup.go), resuming after resume: every task is armed
-// from the resume point as etcd had it when the partition became ours.
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, handed handedTo, touched map[string][]byte) error {
+// when deleted; catchup.go) up to revision rev, resuming after resume:
+// every task is armed from the resume point as etcd had it when the
+// partition became ours.
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, handed handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
+	// One-shots as read before their changes: one held at the same time,
+	// written before resume, was the previous owner's to decide (fired or
+	// missed), and a write since after resume (a label, a pause and a
+	// resume) must not fire it again (startOf). The watch path fires a
+	// one-shot again only when a write changes its time.
+	var before map[string]*window
 	if len(touched) > 0 {
-		// One-shots as read before their changes: one held at the same
-		// time, written before resume, was the previous owner's to decide
-		// (fired or missed), and a write since after resume (a label, a
-		// pause and a resume) must not fire it again (startOf). The watch
-		// path fires a one-shot again only when a write changes its time.
-		var before map[string]*window
 		defs = slices.DeleteFunc(defs, func(d taskDef) bool {
 			_, ok := touched[d.id]
 			if w := d.prof.win; ok && w != nil && w.once && w.written <= resume {
@@ -321,7 +323,52 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, h
 			}
 		}
 	}
+	if err := e.decideOneShots(ctx, p, defs, resume, rev, before); err != nil {
+		return err
+	}
 	return e.send(ctx, p, fence, resume, handed, defs)
+}
+
+// decideOneShots marks as decided (taskDef.decided) the one-shots of defs
+// that no read before their last write showed (known: those a read did),
+// whose time is not after resume and which were written after it, but
+// held that time as last written at or before it: etcd's history of the
+// task, up to rev, tells what the previous owner knew. A partition read
+// after such a write (not prepared ahead, or prepared late) cannot tell a
+// write that changed something else (a label, a pause and a resume) from
+// a put, and fired the one-shot again. One whose history etcd no longer
+// holds (compacted) is taken for a put and fires, as a put does: a miss
+// would be worse than a repeat.
+func (e *Engine) decideOneShots(ctx context.Context, p int, defs []taskDef, resume, rev int64, known map[string]*window) error {
+	at := time.Unix(0, resume)
+	var dec *decoder
+	for i := range defs {
+		d := &defs[i]
+		w := d.prof.win
+		if w == nil || !w.once || d.decided || w.written <= resume || w.from > resume || known[d.id] != nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		value, err := e.reg.WrittenBy(rctx, d.id, rev, at)
+		cancel()
+		switch {
+		case errors.Is(err, registry.ErrVersionGone):
+			e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: etcd no longer holds what it was before",
+				"partition", p, "task", d.id, "err", err)
+			continue
+		case err != nil:
+			return err
+		case value == nil:
+			continue // put after resume
+		}
+		if dec == nil {
+			dec = e.decoder()
+		}
+		if old, err := dec.def(d.id, value); err == nil && old.prof.win != nil && old.prof.win.once && old.prof.win.from == w.from {
+			d.decided = true
+		}
+	}
+	return nil
 }
 
 // dropCache forgets a partition's cache after a failed write: a cache that

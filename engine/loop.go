@@ -30,8 +30,9 @@ type taskDef struct {
 	prof   *profile
 	paused bool
 	// decided: a one-shot the previous owner held at this time before the
-	// resume point (its read before a write since), so that it decided the
-	// fire; the write after the resume point changed something else.
+	// resume point (a read before a write since, or etcd's history of it:
+	// decideOneShots), so that it decided the fire; the write after the
+	// resume point changed something else.
 	decided bool
 }
 

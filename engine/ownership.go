@@ -699,7 +699,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	}
 	handed := handedFrom(after, prev)
 	handed.elsewhere = away
-	if err := e.arm(ctx, prep, fence, resume, handed, touched); err != nil {
+	if err := e.arm(ctx, prep, fence, resume, handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 

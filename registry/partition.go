@@ -2,10 +2,13 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
@@ -100,6 +103,46 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 		}
 	}
 	return touched, nil
+}
+
+// maxVersionsBack bounds the versions WrittenBy reads, one request each.
+const maxVersionsBack = 16
+
+// WrittenBy returns task id's value as it was last written at or before
+// at (its updated_at), going back from its version at revision rev: what
+// a node that owned its partition up to at knew of it. It returns nil
+// when the task was created after at (deleted and put again counts as
+// created), and an error matching ErrVersionGone when etcd compacted the
+// versions on the way, or more than maxVersionsBack came after at.
+func (r *Registry) WrittenBy(ctx context.Context, id string, rev int64, at time.Time) ([]byte, error) {
+	key := r.key(id)
+	for range maxVersionsBack {
+		resp, err := r.cli.Get(ctx, key, clientv3.WithRev(rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, ErrVersionGone)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, nil
+		}
+		kv := resp.Kvs[0]
+		var written struct {
+			UpdatedAt time.Time `json:"updated_at"`
+		}
+		if err := json.Unmarshal(kv.Value, &written); err != nil {
+			return nil, fmt.Errorf("task %q at revision %d: %w", id, kv.ModRevision, err)
+		}
+		switch {
+		case !written.UpdatedAt.After(at):
+			return kv.Value, nil
+		case kv.Version == 1:
+			return nil, nil
+		}
+		rev = kv.ModRevision - 1
+	}
+	return nil, fmt.Errorf("task %q: more than %d versions written after %v: %w", id, maxVersionsBack, at, ErrVersionGone)
 }
 
 // WatchPartition watches partition p's tasks after revision after, with
