@@ -1085,17 +1085,30 @@ func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same 
 		return nil, false, fmt.Errorf("encode task %q: %w", t.ID, err)
 	}
 	// What is stored comes back with the fields responses add, and a client
-	// may PUT back what it got: that must fit DecodeTask's limit too.
-	if len(val)+responseRoom > task.MaxTaskSize {
-		return nil, false, task.Invalid("", "task is %d bytes of JSON as stored (with its defaults); with the %d bytes responses add it exceeds the limit of %d (64 KiB)",
-			len(val), responseRoom, task.MaxTaskSize)
+	// may PUT back what it got: that must fit DecodeTask's limit too. So
+	// must the task with any pause record, stored and repeated in the
+	// answer's state: a task that was taken can always be paused.
+	size := len(val)
+	if s.Pause != nil {
+		s.Pause = nil
+		unpaused, err := marshalStored(&s)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode task %q: %w", t.ID, err)
+		}
+		size = len(unpaused)
+	}
+	if size+responseRoom > task.MaxTaskSize {
+		return nil, false, task.Invalid("", "task is %d bytes of JSON as stored (with its defaults); with the %d bytes kept for what responses add and for a pause record it exceeds the limit of %d (64 KiB)",
+			size, responseRoom, task.MaxTaskSize)
 	}
 	return val, false, nil
 }
 
-// responseRoom is what a response adds to a stored task at most: partition,
-// version and the owner's state.
-const responseRoom = 1024
+// responseRoom is what a response adds to a stored task at most:
+// partition, version and the owner's state (1 KiB), and a pause record
+// twice, stored and in the state: its note escaped (2 bytes a byte at
+// most), who and when.
+const responseRoom = 1024 + 2*(2*task.MaxPauseNote+256)
 
 // marshalStored encodes a task as the registry stores it: without HTML
 // escaping, so that "<" stays one byte, as the API answers it.

@@ -495,15 +495,18 @@ func TestRegistry(t *testing.T) {
 
 // A task stored close to the size limit must come back in a form that can
 // be PUT back: what responses add (partition, version, state) and what the
-// registry adds (defaults, times) must not push it over DecodeTask's limit.
+// registry adds (defaults, times) must not push it over DecodeTask's limit,
+// nor may a pause with the longest note, every byte of it escaped (a task
+// 600 bytes short of the limit was taken, and its pause refused).
 func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 	c := etcdtest.Start(t)
 	r, err := OpenRegistry(context.Background(), c.Client, "", 16)
 	if err != nil {
 		t.Fatal(err)
 	}
+	taken := 0
 	for i, body := range []string{
-		strings.Repeat("x", task.MaxTaskSize-4096), strings.Repeat("x", task.MaxTaskSize-1500), strings.Repeat("x", task.MaxTaskSize-600),
+		strings.Repeat("x", task.MaxTaskSize-6400), strings.Repeat("x", task.MaxTaskSize-4096), strings.Repeat("x", task.MaxTaskSize-1500), strings.Repeat("x", task.MaxTaskSize-600),
 		strings.Repeat("<", task.MaxTaskSize-1500), // HTML-escaped, it would be six times longer
 	} {
 		size := len(body)
@@ -517,14 +520,25 @@ func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 			}
 			continue // refused as a whole: fine, nothing to round-trip
 		}
-		got.State = &task.State{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40}
-		b, err := marshalStored(got) // as the API answers: no HTML escaping
+		taken++
+		paused, err := r.Pause(context.Background(), tsk.ID, task.Pause{By: strings.Repeat("b", 64), Note: strings.Repeat(`"`, task.MaxPauseNote)})
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("size %d: taken, but its pause is refused: %v", size, err)
+			continue
 		}
-		if _, err := task.DecodeTask(b); err != nil {
-			t.Errorf("size %d: a stored task's response (%d bytes) cannot be PUT back: %v", size, len(b), err)
+		for _, got := range []*task.Task{got, paused} {
+			got.State = &task.State{Owner: strings.Repeat("n", 256), LastStatus: "ok", Fires: 1 << 40, Pause: got.Pause}
+			b, err := marshalStored(got) // as the API answers: no HTML escaping
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := task.DecodeTask(b); err != nil {
+				t.Errorf("size %d, paused %v: a stored task's response (%d bytes) cannot be PUT back: %v", size, got.Paused, len(b), err)
+			}
 		}
+	}
+	if taken == 0 {
+		t.Error("every task was refused: nothing was round-tripped")
 	}
 }
 
