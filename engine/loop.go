@@ -419,8 +419,8 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	r.flags &^= flagDeleting
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
-	if r.running > 0 && d.prof.deleteAfter && !pause {
-		r.flags |= flagEdited // an edit while the fire runs wins: no delete after it
+	if (r.running > 0 || l.retryWaits(i, r)) && d.prof.deleteAfter && !pause {
+		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
 	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
 	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused && sameWin {

@@ -35,7 +35,7 @@ const (
 	flagOK                   // okAt is a fire that succeeded, not when the staleness clock started
 	flagLate                 // the last fire released was a misfire (health.go, lateness)
 	flagDeleting             // ended with delete_after_fire: handed to the deleter (window.go)
-	flagEdited               // delete_after_fire: the definition changed while a fire ran, so it was not the one fired
+	flagEdited               // delete_after_fire: the definition changed while a fire ran or waited to retry, so it was not the one fired
 	flagEndWaits             // delete_after_fire: a fire ended while the task was paused; its resume looks whether the task ended (checkEnded)
 )
 

@@ -277,6 +277,29 @@ func TestLoop_DeleteAfterFireWaitsForTheRetryOfAnEarlierFire(t *testing.T) {
 	}
 }
 
+// A delete_after_fire task edited while the retry of an earlier fire
+// waits out its backoff stays after that retry: it was written since that
+// fire began, and an edit wins (docs/api.md). Only an edit while an
+// attempt ran counted, and the task edited between two attempts was
+// deleted after the second.
+func TestLoop_DeleteAfterFireEditedWhileARetryWaitsStays(t *testing.T) {
+	tl, def, take, end := retryOfAnEarlierFire(t)
+	edited := def(false)
+	prof := *edited.prof
+	prof.key, prof.updatedAt = "noop/delete-after-edited", prof.updatedAt.Add(time.Hour)
+	edited.prof = &prof
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{edited}})
+	tl.clock.Advance(time.Minute)
+	tl.dispatchAll()
+	if got := tl.dispatched(0); len(got) != 1 {
+		t.Fatalf("dispatched %v, want the retry of t@+0s", got)
+	}
+	end(take(), statusOK)
+	if n := len(tl.ended); n != 0 {
+		t.Errorf("%d deletions queued once the retry ended; want none, t was edited while it waited", n)
+	}
+}
+
 // A pause skips the retry a delete_after_fire task's delete waits for,
 // whether it comes due while the task is paused or waits for a worker when
 // the pause lands: that fire is over. A paused task stays (its pause
