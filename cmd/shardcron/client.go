@@ -219,14 +219,10 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 			continue
 		}
 		name, usage := flag.UnquoteUsage(f)
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
-		line := "  " + dash + f.Name
+		line := "  " + dashed(f.Name)
 		for _, a := range flags {
 			if a.Usage == "alias of --"+f.Name {
-				line += ", --" + a.Name
+				line += ", " + dashed(a.Name)
 			}
 		}
 		if name != "" {
@@ -238,6 +234,15 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// dashed writes a flag's name as the documentation does: a one-letter
+// flag with one dash (-f, -q), any other with two.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // showDefault reports whether a flag's default is worth printing: zero

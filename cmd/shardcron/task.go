@@ -662,7 +662,7 @@ func taskGet(args []string, stdout, stderr io.Writer) int {
 
 // --- task list --------------------------------------------------------------
 
-const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--status S] [--limit N] [--all] [flags]
+const taskListHelp = `Usage: shardcron task list [--prefix P] [--label K=V]... [--status S] [--limit N] [--cursor C] [--all] [flags]
 
 Lists tasks one page at a time, ordered by id (byte order): without --all
 it prints one page and, when there are more, says how to get the next.
@@ -1090,7 +1090,7 @@ const defaultHistoryLimit = 20
 func taskHistory(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task history", taskHistoryHelp, stdout, stderr)
 	var limit int
-	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("records to show, at most (at most %d)", api.MaxHistoryLimit))
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("most records to show (1-%d)", api.MaxHistoryLimit))
 	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
 		if limit < 1 || limit > api.MaxHistoryLimit {
 			return c.usageError("--limit: %d is not from 1 to %d", limit, api.MaxHistoryLimit)
