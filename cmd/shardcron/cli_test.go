@@ -340,6 +340,55 @@ func TestHelp_EveryCommand(t *testing.T) {
 	wantCLI(t, cli("", "task", "help", "list"), 0, []string{"Usage: shardcron task list"}, nil)
 }
 
+// TestHelp_OfACommand: 'shardcron help COMMAND' is 'shardcron COMMAND
+// --help', as 'shardcron task help SUBCOMMAND' is; it printed the list of
+// commands whatever followed.
+func TestHelp_OfACommand(t *testing.T) {
+	for args, want := range map[string]string{
+		"help task":      "Usage: shardcron task SUBCOMMAND",
+		"help task list": "Usage: shardcron task list",
+		"help import":    "Usage: shardcron import",
+		"help":           "shardcron: a distributed cron scheduler",
+		"--help":         "shardcron: a distributed cron scheduler",
+	} {
+		var out, errb bytes.Buffer
+		if code := run(strings.Fields(args), nil, &out, &errb); code != exitOK || !strings.HasPrefix(out.String(), want) {
+			t.Errorf("shardcron %s: exit %d, stdout %q, stderr %q; want exit 0 and %q", args, code, out.String(), errb.String(), want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"help", "frob"}, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `unknown command "frob"`) {
+		t.Errorf("shardcron help frob: exit %d, stderr %q; want a usage error", code, errb.String())
+	}
+}
+
+// TestUsage_MatchesAPIDoc: the commands and arguments that 'shardcron
+// --help' lists are those of docs/api.md's list of commands ('bench
+// [flags]' stood there for 'bench SCENARIO', which the command requires).
+func TestUsage_MatchesAPIDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The arguments end where the descriptions start, at column 31.
+	synopses := func(text, indent string) []string {
+		var out []string
+		for _, line := range strings.Split(text, "\n") {
+			if rest, ok := strings.CutPrefix(line, indent+"shardcron "); ok {
+				syn := "shardcron " + rest
+				out = append(out, strings.Join(strings.Fields(syn[:min(len(syn), 31)]), " "))
+			}
+		}
+		return out
+	}
+	_, block, _ := strings.Cut(string(doc), "## The binary: `shardcron`\n\n```\n")
+	block, _, _ = strings.Cut(block, "```")
+	want := synopses(block, "")
+	if got := synopses(usage, "  "); len(want) < 7 || !slices.Equal(got, want) {
+		t.Errorf("shardcron --help lists\n%s\ndocs/api.md\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestUsageErrors_ExitTwo(t *testing.T) {
 	dead := deadServer(t)
 	tests := []struct {

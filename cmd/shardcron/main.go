@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 const usage = `shardcron: a distributed cron scheduler for fleets of millions of tasks.
@@ -16,8 +17,8 @@ Usage:
   shardcron import   FILE        bulk-load tasks from JSON Lines ('-' = stdin)
   shardcron nodes                members, their partitions and task counts
   shardcron ready                exit 0 if the node is ready (health checks)
-  shardcron bench    [flags]     the benchmark harness
-  shardcron version
+  shardcron bench    SCENARIO    the benchmark harness
+  shardcron version              this binary's version and Go release
 
 Run 'shardcron COMMAND --help' for a command's flags.
 Client commands reach a node at --server (env SHARDCRON_SERVER,
@@ -51,6 +52,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "version", "--version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
+			// As 'shardcron task help list' is 'task list --help'.
+			return run(append(rest, "--help"), stdin, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
