@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -338,6 +339,31 @@ func TestHelp_EveryCommand(t *testing.T) {
 		wantCLI(t, cli("", args...), 0, []string{"Subcommands:", "history", "Example"}, nil)
 	}
 	wantCLI(t, cli("", "task", "help", "list"), 0, []string{"Usage: shardcron task list"}, nil)
+}
+
+// TestHelp_APIDocNamesEveryFlag: docs/api.md, which scripts go by, names
+// every flag that a client command's --help lists (the bulk forms' --yes
+// was missing), as TestServer_HelpExplainsFlags checks the server's.
+func TestHelp_APIDocNamesEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagLine := regexp.MustCompile(`(?m)^  (-{1,2}[a-z-]+)`)
+	for _, name := range []string{"task put", "task get", "task list", "task export", "task delete", "task pause",
+		"task resume", "task trigger", "task backfill", "task history", "task failures", "import", "nodes", "ready", "version"} {
+		r := cli("", append(strings.Fields(name), "--help")...)
+		flags := flagLine.FindAllStringSubmatch(r.stdout, -1)
+		if len(flags) == 0 {
+			t.Fatalf("%s --help lists no flag:\n%s", name, r.stdout)
+		}
+		for _, m := range flags {
+			named := regexp.MustCompile(`(^|[^-a-z])` + m[1] + `([^a-z-]|$)`)
+			if !named.Match(doc) {
+				t.Errorf("docs/api.md does not name %s of %s", m[1], name)
+			}
+		}
+	}
 }
 
 // TestHelp_OfACommand: 'shardcron help COMMAND' is 'shardcron COMMAND
