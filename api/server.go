@@ -516,7 +516,7 @@ func (tk *tokens) authorized(w http.ResponseWriter, r *http.Request) bool {
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shardcron"`)
-		writeError(w, http.StatusUnauthorized, "this node requires an auth token: send \"Authorization: Bearer <token>\" (shardcron --token or SHARDCRON_TOKEN)")
+		writeError(w, http.StatusUnauthorized, "this node requires an auth token: send \"Authorization: Bearer <token>\" (shardcron --token or --token-file, or SHARDCRON_TOKEN)")
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))

@@ -1748,7 +1748,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 
 	t.Run("auth token", func(t *testing.T) {
 		r := cli("", "task", "get", id, "--server", tokenURL)
-		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42": this node requires an auth token`})
+		wantCLI(t, r, 1, nil, []string{`shardcron: task "billing/invoice-42": this node requires an auth token`, "--token-file"})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "wrong")
 		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token"})
 		// From a file, its trailing newline dropped; one left in a token
@@ -1759,6 +1759,13 @@ func TestCLI_AgainstNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL, "--token-file", file), 0, []string{id}, nil)
+		wrong := filepath.Join(t.TempDir(), "wrong")
+		if err := os.WriteFile(wrong, []byte("wrong\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// It said the token came from --token or SHARDCRON_TOKEN.
+		r = cli("", "task", "get", id, "--server", tokenURL, "--token-file", wrong)
+		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token read from the --token-file " + wrong})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret\n")
 		wantCLI(t, r, 2, nil, []string{"the token (--token, --token-file or SHARDCRON_TOKEN) holds the control character U+000A at byte 6", "--token-file drops it"})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret", "--token-file", file)

@@ -506,7 +506,9 @@ func describeError(f *clientFlags, subject string, err error) string {
 			case strings.Contains(ae.Message, "--token"):
 				// The node already says how to send one.
 			case f.token == "":
-				msg += "\nthe node requires a token: pass --token or set " + envToken
+				msg += "\nthe node requires a token: pass --token or --token-file, or set " + envToken + " or " + envTokenFile
+			case f.tokenFile != "":
+				msg += "\nthe node refused the token read from the --token-file " + f.tokenFile
 			default:
 				msg += "\nthe node refused the token given by --token or " + envToken
 			}
