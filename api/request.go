@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -53,6 +54,21 @@ func decodeObject(b []byte, dst any) error {
 		return fmt.Errorf("%s: want %s, got %s", jsonField(se.JSONPointer), jsonWant(se.GoType), task.KindName(se.JSONKind))
 	}
 	return fmt.Errorf("%s: %v", jsonField(se.JSONPointer), se.Err)
+}
+
+// bodyFields says what a small body decoded into dst may be, by the JSON
+// names of dst's fields: {"body", "payload"}, or no body, or {}, for a
+// request that takes none (a resume).
+func bodyFields(dst any) string {
+	var names []string
+	for f := range reflect.TypeOf(dst).Elem().Fields() {
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		names = append(names, strconv.Quote(n))
+	}
+	if len(names) == 0 {
+		return "no body, or {}"
+	}
+	return "{" + strings.Join(names, ", ") + "}"
 }
 
 // errNullElement is nullElements' refusal.

@@ -539,8 +539,8 @@ func (s *Server) caller(*http.Request) string {
 const maxSmallBody = 2*task.MaxOverrideSize + 1024
 
 // readSmallJSON decodes an optional JSON object body into dst (an empty
-// body leaves it zero), refusing unknown fields; it answers 400 itself and
-// returns false on a bad body.
+// body leaves it zero), refusing unknown fields; it answers 400 itself,
+// with the fields the request takes, and returns false on a bad body.
 func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
 	body, ok := readBodyOr(w, r, maxSmallBody, "the request body is more than %d bytes", maxSmallBody)
 	if !ok {
@@ -550,7 +550,7 @@ func readSmallJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
 		return true
 	}
 	if err := decodeObject(body, dst); err != nil {
-		writeError(w, http.StatusBadRequest, "the request body is not the JSON object expected: %v", err)
+		writeError(w, http.StatusBadRequest, "the request body is not the JSON object expected: %v (this request takes %s)", err, bodyFields(dst))
 		return false
 	}
 	return true

@@ -330,6 +330,28 @@ func TestDecodeObject(t *testing.T) {
 	}
 }
 
+// A small body the request does not take is answered with the fields it
+// does take: a trigger's {"bdy": "x"} said only "bdy: unknown field", a
+// resume's {"note": "x"} only "note: unknown field".
+func TestReadSmallJSON_SaysWhatTheRequestTakes(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		dst  any
+		want string
+	}{
+		{`{"bdy": "x"}`, &task.Override{}, `bdy: unknown field (this request takes {"body", "payload"})`},
+		{`{"note": "x"}`, &struct{}{}, `note: unknown field (this request takes no body, or {})`},
+		{`{"from": 1}`, &client.BackfillRequest{}, `from: want an RFC 3339 time such as 2026-01-02T15:04:05Z (this request takes {"from", "to", "concurrency"})`},
+		{`{"note": "x"`, &pauseRequest{}, `(this request takes {"note"})`},
+	} {
+		w := httptest.NewRecorder()
+		if readSmallJSON(w, httptest.NewRequest("POST", "/v1/tasks/t/trigger", strings.NewReader(tc.body)), tc.dst) ||
+			w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), strings.ReplaceAll(tc.want, `"`, `\"`)) {
+			t.Errorf("%s: %d %s, want 400 with %s", tc.body, w.Code, w.Body, tc.want)
+		}
+	}
+}
+
 // Server.fail answers each kind of error with its status: a write that
 // lost to other writers as often as it tried is a 409 (retry), not a 500.
 func TestServer_FailStatuses(t *testing.T) {
