@@ -374,6 +374,7 @@ func TestHelp_OfACommand(t *testing.T) {
 		"help task":      "Usage: shardcron task SUBCOMMAND",
 		"help task list": "Usage: shardcron task list",
 		"help import":    "Usage: shardcron import",
+		"help server":    "Usage: shardcron server",
 		"help":           "shardcron: a distributed cron scheduler",
 		"--help":         "shardcron: a distributed cron scheduler",
 	} {
@@ -1835,7 +1836,7 @@ func TestFlags_ValueThatDoesNotParseSaysWhatItMustBe(t *testing.T) {
 		var r cliResult
 		if tc.args[0] == "server" {
 			var errb bytes.Buffer
-			r = cliResult{runServer(tc.args[1:], &errb), "", errb.String()}
+			r = cliResult{runServer(tc.args[1:], io.Discard, &errb), "", errb.String()}
 		} else {
 			r = cli("", tc.args...)
 		}

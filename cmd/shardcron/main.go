@@ -38,7 +38,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "server":
-		return runServer(rest, stderr)
+		return runServer(rest, stdout, stderr)
 	case "task":
 		return runTask(rest, stdin, stdout, stderr)
 	case "import":

@@ -181,7 +181,10 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish")
 }
 
-func runServer(args []string, stderr io.Writer) int {
+// runServer runs a node until a signal stops it and returns the exit
+// code. --help goes to stdout, as every other command's, so that it pipes
+// into grep or less; everything else, the log included, to stderr.
+func runServer(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shardcron server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // a bad flag is one line, not the help after it
 	var f serverFlags
@@ -196,8 +199,8 @@ func runServer(args []string, stderr io.Writer) int {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprint(stderr, serverUsage)
+			fs.SetOutput(stdout)
+			fmt.Fprint(stdout, serverUsage)
 			fs.PrintDefaults()
 			return 0
 		}
