@@ -300,7 +300,7 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 
 func TestHelp_EveryCommand(t *testing.T) {
 	commands := map[string][]string{
-		"task put":      {"--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:", "at most 24h (server default 1m)", "at most 100 (server default 1)", "at most 1h"},
+		"task put":      {"without --paused (or \"paused\": true) is resumed", "--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:", "at most 24h (server default 1m)", "at most 100 (server default 1)", "at most 1h"},
 		"task get":      {"ID"},
 		"task list":     {"--prefix", "--label K=V", "--limit", "--all", "[--cursor C]", "--status S", "failing, paused or stale"},
 		"task failures": {"--limit", "most failures to show (1-1000) (default 20)", "newest first"},
@@ -311,7 +311,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"task trigger":  {"ID", "--body BODY", "--payload JSON"},
 		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000", "--cancel"},
 		"task history":  {"--limit", "most records to show (1-1000) (default 20)"},
-		"import":        {"--batch", "(default 1000)", "--in-flight", "(default 4)", "once (default 4)", "--quiet, -q\n", "JSON Lines"},
+		"import":        {"--batch", "(default 1000)", "--in-flight", "(default 4)", "once (default 4)", "--quiet, -q\n", "JSON Lines", `is resumed by a line without "paused": true`},
 		"nodes":         {"PARTITIONS"},
 		"version":       {"--output"},
 		"ready":         {"/readyz", "--server"},

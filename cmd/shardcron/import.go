@@ -32,7 +32,10 @@ Bulk-loads tasks from JSON Lines: one task JSON object per line (docs/api.md
 sent in batches to POST /v1/tasks:batch. A line that is not valid (bad
 JSON, a task the server refuses, more than 64 KiB) is reported with its
 line number and does not stop the others. Importing the same file again is
-harmless: tasks that did not change are not rewritten.
+harmless: tasks that did not change are not rewritten. A line replaces its
+task whole, as 'task put' does: a task paused since the file was written
+(task pause) is resumed by a line without "paused": true, its pause note
+gone; 'task export' writes the pauses, for a file to import back.
 
 On a terminal, a progress bar on stderr shows lines done, rate and time
 left (--quiet hides it). A batch that fails on the network or with a

@@ -154,7 +154,8 @@ const taskPutHelp = `Usage: shardcron task put -f FILE [--if-match VERSION | --f
 
 Creates a task, or replaces the task with the same id, and prints its new
 version. The task comes either from a JSON file (docs/api.md "Task JSON"; '-'
-reads stdin) or from flags, never from both.
+reads stdin) or from flags, never from both. A replace is whole: a paused
+task put again without --paused (or "paused": true) is resumed.
 
 From flags, the executor is one of:
   --url URL [--method M] [--header K=V]... [--body B]   http
