@@ -408,7 +408,7 @@ func (e *Engine) Close() error {
 			defer close(cut)
 			select {
 			case <-e.hurry:
-				e.pool.execCancel() // as at DrainTimeout
+				e.pool.stopExecutions() // as at DrainTimeout
 			case <-drained:
 			}
 		}()

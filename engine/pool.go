@@ -136,8 +136,8 @@ type pool struct {
 	made    atomic.Int64          // batches allocated
 	quit    chan struct{}         // closed when the loop is gone: completions are dropped
 
-	execCtx    context.Context // parent of every execution; canceled at the end of a drain
-	execCancel context.CancelFunc
+	execCtx    context.Context // parent of every execution; canceled at the end of a drain (stopExecutions)
+	execCancel context.CancelCauseFunc
 
 	mu      sync.Mutex // guards everything down to closing
 	ready   sync.Cond  // jobs were pushed, the queue was reset, or the pool is closing
@@ -189,6 +189,7 @@ type runningFire struct {
 var (
 	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
 	errFenced   = errors.New("its node's etcd session ended (fenced, cut off from etcd, or its lease lost): the next owner's fires must not start beside it")
+	errStopped  = errors.New("its node stopped before it ended: the drain timeout passed, or the stop was hurried")
 )
 
 // doneRoom is how many completion batches wait for the loop: a full
@@ -223,7 +224,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 	// channel's, the loop's.
 	p.batches = make(chan *completionBatch, doneRoom(cfg)+cfg.Workers+1)
 	p.watermark.Store(start)
-	p.execCtx, p.execCancel = context.WithCancel(context.Background())
+	p.execCtx, p.execCancel = context.WithCancelCause(context.Background())
 	p.wg.Add(cfg.Workers)
 	for range cfg.Workers {
 		go p.work()
@@ -456,19 +457,24 @@ func (p *pool) dropQueued(drop func(j *job) bool) {
 // it cancels the executions still running (and any taken after that), and
 // waits for the workers. It reports whether d passed first.
 func (p *pool) drain(d time.Duration) (cut bool) {
-	timer := time.AfterFunc(d, p.execCancel)
+	timer := time.AfterFunc(d, p.stopExecutions)
 	p.mu.Lock()
 	p.closing = true
 	p.ready.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
 	cut = !timer.Stop()
-	p.execCancel()
+	p.stopExecutions()
 	for len(p.done) > 0 { // nothing sends any more
 		p.handOnLeft(<-p.done)
 	}
 	return cut
 }
+
+// stopExecutions cancels every execution still running, and any taken
+// after it, their errors saying why (errStopped): an http attempt's record
+// said only "http: context canceled".
+func (p *pool) stopExecutions() { p.execCancel(errStopped) }
 
 // loopGone tells the workers that the loop is gone, and applies the
 // completions it left unread (handOnLeft).
