@@ -19,7 +19,7 @@ const bulkHelp = `
 With --prefix, --label or --all instead of an ID, the command acts on every
 task they choose (all labels must match) and prints how many it changed;
 --dry-run only counts. A bulk delete (task delete) needs --yes: without
-it, it only counts and exits 1. Tasks are changed in etcd transactions
+it, it only counts and exits 1 (0 when no task matches). Tasks are changed in etcd transactions
 of up to 128 tasks, not all at once: if the command fails midway,
 running it again finishes the job. --timeout bounds the whole action:
 raise it for tens of thousands of tasks (a pause of 50 000 tasks took
@@ -106,10 +106,13 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 			describeError(&cf, "", err), bulkPast[action])
 		return exitError
 	}
-	if !confirmed {
+	switch {
+	case !confirmed && res.Changed > 0:
 		fmt.Fprintf(c.stderr, "%s: would delete %d tasks%s; nothing was deleted: add --yes to delete them\n",
 			c.name, res.Changed, sampleText(res))
 		return exitError
+	case !confirmed:
+		res.DryRun = false // nothing to confirm: deleting no task is done
 	}
 	return printResult(c, &cf, res, func(w io.Writer) error { return writeBulk(w, res) })
 }

@@ -1700,6 +1700,9 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, run("", "task", "get", "bulk/3"), 1, nil, []string{"not found"})
 		r = run("", "task", "delete", "--label", "team=nobody", "--yes")
 		wantCLI(t, r, 0, []string{"deleted 0 of 0 matched tasks"}, nil)
+		// Nothing to delete needs no --yes: it asked for one, and failed.
+		r = run("", "task", "delete", "--label", "team=nobody")
+		wantCLI(t, r, 0, []string{"deleted 0 of 0 matched tasks"}, nil)
 	})
 
 	t.Run("nodes", func(t *testing.T) {
