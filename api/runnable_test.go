@@ -25,7 +25,7 @@ func TestServer_RefusesTasksNoLiveNodeCanRun(t *testing.T) {
 
 	execTask := `{"schedule": "@daily", "executor": {"type": "exec", "command": ["/bin/true"]}}`
 	a := call(t, ts, "PUT", "/v1/tasks/e1", execTask)
-	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "no live node runs the exec executor") ||
+	if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "no live node runs the exec executor (of 1 live node)") ||
 		!strings.Contains(string(a.body), "--allow-exec") {
 		t.Fatalf("exec task on a cluster without --allow-exec: %v", a)
 	}

@@ -163,7 +163,11 @@ func (rs Runners) checkExecutor(t *task.Task) (warning string, err error) {
 		if t.Executor.Type == task.ExecutorHandler {
 			field = "executor.name"
 		}
-		return "", task.Invalid(field, "no live node runs %s (%d live nodes): %s", what, rs.Nodes, how)
+		nodes := fmt.Sprintf("%d live nodes", rs.Nodes)
+		if rs.Nodes == 1 {
+			nodes = "1 live node"
+		}
+		return "", task.Invalid(field, "no live node runs %s (of %s): %s", what, nodes, how)
 	case can < rs.Nodes:
 		return fmt.Sprintf("only %d of %d live nodes run %s: fires of this task fail while its partition is owned by another node", can, rs.Nodes, what), nil
 	}
