@@ -26,6 +26,12 @@
 //     started, keys put again while their fire ran included (trigger.go,
 //     TestEngine_ReleaseWaitsForTheDeletesOfStartedTriggers,
 //     TestEngine_TriggerKeyPutAgainWhileItsFireRunsIsNotLeftAtARelease).
+//     A one-shot whose time is not after the mark fires on the new owner
+//     when the old one never had it at that time: the released
+//     checkpoint carries the revision up to which the old owner armed the
+//     partition's changes, and etcd's history tells what it had, whatever
+//     the writers' clocks stamped (load.go, decideApplied;
+//     TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied).
 //   - A backfill (backfill.go) continues on the next owner after the
 //     progress etcd last acknowledged: a graceful hand-over repeats none of
 //     its fires, a crash at most 2 × its concurrency, and none is missed
@@ -216,7 +222,9 @@
 //     max_fires, @at, delete_after_fire): window.go wraps a task's
 //     schedule in its window (task.Window), which every node derives from
 //     the definition alone, so a hand-over needs nothing more
-//     (TestEngine_WindowsAndOneShotsAcrossAHandOver).
+//     (TestEngine_WindowsAndOneShotsAcrossAHandOver) but for one-shots
+//     whose time passed, which fire on the new owner when the old one
+//     never had them at that time (load.go, decideApplied).
 //   - How the Badger cache keeps tasks (as etcd's JSON, or as a shape
 //     shared by the tasks with the same firing fields) and how a load
 //     decodes them: shape.go and the decoder in load.go. A fired field

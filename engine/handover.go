@@ -45,8 +45,11 @@ import (
 //     (running). The loop then seals the release; the runs of those that
 //     keep their fires apart still going get a marker in etcd for the next
 //     owner (elsewhere.go), and the release waits until etcd took them.
-//  4. One transaction writes the released checkpoint {mark, pending} and
-//     deletes the lock, on the condition that the lock is still ours.
+//  4. One transaction writes the released checkpoint {mark, applied,
+//     pending} and deletes the lock, on the condition that the lock is
+//     still ours (applied: the revision up to which this node armed the
+//     partition's task changes, by which the next owner tells the
+//     one-shots this node never had, decideApplied).
 //
 // A release etcd does not take stays stuck: its lock is still ours, the
 // coordinator retries it, and the watermark stays held (its partitions
@@ -61,11 +64,16 @@ import (
 // checkpoint is /<prefix>/checkpoints/<partition>: where the partition's
 // last owner got to.
 type checkpoint struct {
-	Node      string        `json:"node"`
-	Session   string        `json:"session,omitempty"` // the owner's lease, naming its watermark key
-	Watermark time.Time     `json:"watermark"`
-	Released  bool          `json:"released"`
-	Pending   []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
+	Node      string    `json:"node"`
+	Session   string    `json:"session,omitempty"` // the owner's lease, naming its watermark key
+	Watermark time.Time `json:"watermark"`
+	Released  bool      `json:"released"`
+	// Applied is the etcd revision up to which the owner that released
+	// the partition had armed its task changes (kept by the next owner's
+	// checkpoint until it names its session): a one-shot written after it
+	// is one that owner never had as it is (decideApplied).
+	Applied int64         `json:"applied,omitempty"`
+	Pending []pendingFire `json:"pending,omitempty"` // released before the watermark, not run: the next owner's
 	// After are tasks whose last fire was released past the watermark (a
 	// misfire's catch-up fire looks up to the present), at that fire's
 	// scheduled time: each resumes after it.
@@ -80,6 +88,7 @@ type checkpoint struct {
 // them: their keys stay for the next owner (trigger.go).
 type handOver struct {
 	mark    int64
+	applied int64 // the revision up to which the partition's task changes were armed here
 	pending []pendingFire
 	lost    int // backfills' fires and retries no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
@@ -221,7 +230,7 @@ const maxCheckpointBytes = 512 << 10
 func (h *handOver) encode(node string) []byte {
 	for {
 		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
-			Released: true, Pending: h.pending, After: h.after, Health: h.health})
+			Released: true, Applied: h.applied, Pending: h.pending, After: h.after, Health: h.health})
 		over := len(b) - maxCheckpointBytes
 		switch {
 		case over <= 0:
@@ -472,7 +481,7 @@ func (l *loop) releaseParts(parts []int) release {
 	mark := l.wheel.Now()
 	out := make(map[int]*handOver, len(parts))
 	for _, p := range parts {
-		out[p] = &handOver{mark: mark}
+		out[p] = &handOver{mark: mark, applied: l.parts[p].applied}
 		if !l.parts[p].owned {
 			continue // released while loading: nothing of it was armed
 		}
@@ -1159,44 +1168,47 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 // session was this node's last, the hand-over it kept in memory. Watermarks are kept per session, not per node: a node restarted
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
-func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, err error) {
+// applied is the revision up to which the owner that handed p over (a
+// release, or this node's fenced session) had armed its task changes; 0
+// when not known (after a crash, or from a node that did not say).
+func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, applied int64, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return nil, 0, nil, nil, err
+		return nil, 0, nil, nil, 0, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, nil
+		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, nil
 	}
 	prev = resp.Kvs[0].Value
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, nil
+		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, nil
 	}
 	w = cp.Watermark.UnixNano()
 	if cp.Released {
-		return prev, w, cp.Pending, cp.After, nil
+		return prev, w, cp.Pending, cp.After, cp.Applied, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return prev, w, cp.Pending, cp.After, nil
+		return prev, w, cp.Pending, cp.After, cp.Applied, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
 		// Kept in memory, never written: bounded as a release's, since the
 		// acquire writes its lists in its checkpoint.
 		h := (*ended)[p].hand
 		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
-		return prev, h.mark, h.pending, h.after, nil
+		return prev, h.mark, h.pending, h.after, h.applied, nil
 	}
 	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
 	if err != nil {
-		return nil, 0, nil, nil, err
+		return nil, 0, nil, nil, 0, err
 	}
 	if len(wr.Kvs) > 0 {
 		if nw, ok := decodeWatermark(wr.Kvs[0].Value, p); ok {
 			w = max(w, nw)
 		}
 	}
-	return prev, w, nil, nil, nil
+	return prev, w, nil, nil, 0, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

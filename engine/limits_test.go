@@ -1502,7 +1502,7 @@ func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, resume, pending, after, err := e.resume(context.Background(), 0)
+	_, resume, pending, after, _, err := e.resume(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1824,7 +1824,7 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 			t.Fatal(err)
 		}
 	}
-	_, resume, pending, _, err := e.resume(context.Background(), 0)
+	_, resume, pending, _, _, err := e.resume(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

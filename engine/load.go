@@ -287,20 +287,23 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // with touched (the tasks changed since it was read: their last value, nil
 // when deleted; catchup.go) up to revision rev, resuming after resume:
 // every task is armed from the resume point as etcd had it when the
-// partition became ours.
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, handed handedTo, touched map[string][]byte, rev int64) error {
+// partition became ours. applied, when not 0, is the revision up to which
+// the previous owner armed the partition's changes, which decides its
+// one-shots (decideApplied).
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
 	// One-shots as read before their changes: one held at the same time,
 	// written before resume, was the previous owner's to decide (fired or
 	// missed), and a write since after resume (a label, a pause and a
 	// resume) must not fire it again (startOf). The watch path fires a
-	// one-shot again only when a write changes its time.
+	// one-shot again only when a write changes its time. Not needed where
+	// applied says what the previous owner had (decideApplied).
 	var before map[string]*window
 	if len(touched) > 0 {
 		defs = slices.DeleteFunc(defs, func(d taskDef) bool {
 			_, ok := touched[d.id]
-			if w := d.prof.win; ok && w != nil && w.once && w.written <= resume {
+			if w := d.prof.win; ok && applied == 0 && w != nil && w.once && w.written <= resume {
 				if before == nil {
 					before = map[string]*window{}
 				}
@@ -323,17 +326,121 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume int64, h
 			}
 		}
 	}
-	if err := e.decideOneShots(ctx, p, defs, resume, rev, before); err != nil {
+	var err error
+	if applied != 0 {
+		err = e.decideApplied(ctx, prep, defs, touched, resume, applied, rev)
+	} else {
+		err = e.decideOneShots(ctx, p, defs, resume, rev, before)
+	}
+	if err != nil {
 		return err
 	}
-	return e.send(ctx, p, fence, resume, handed, defs)
+	return e.send(ctx, p, fence, resume, rev, handed, defs)
 }
 
-// decideOneShots marks as decided (taskDef.decided) the one-shots of defs
-// that no read before their last write showed (known: those a read did),
-// whose time is not after resume and which were written after it, but
-// held that time as last written at or before it: etcd's history of the
-// task, up to rev, tells what the previous owner knew. A partition read
+// decideApplied decides the one-shots of defs whose time is not after
+// resume by what the partition's previous owner had of them, having armed
+// its changes up to revision applied, and not by their updated_at, the
+// writing node's clock: one it had at that time fired there or was
+// decided by its misfire policy (taskDef.decided); one it never had so
+// (put after applied, or whose time a write after it moved) is armed at
+// its time as the watch arms a put (taskDef.put). By updated_at, a put
+// that reached that owner only after its release (so that it never armed
+// it), stamped before the release's mark by a node whose clock was
+// behind, was taken as decided and fired nowhere; one that owner fired,
+// stamped after the mark by a node whose clock was ahead, was taken as a
+// put and fired again. A definition read from etcd at or before applied,
+// or read from a cache synced to it and unchanged since, was that owner's
+// as it is; of the others, a read of what changed after applied tells
+// those a cache read past it left unknown (registry.ChangesAt), and
+// etcd's history of each task changed, up to rev, what that owner had
+// (registry.HeldAt). One whose history etcd no longer holds is armed as a
+// put: a miss would be worse than a repeat.
+func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, resume, applied, rev int64) error {
+	p := prep.p
+	var ask []int   // the one-shots of defs its previous owner may not have had as they are
+	cached := false // some of them come from a read of the cache past applied
+	for i := range defs {
+		d := &defs[i]
+		w := d.prof.win
+		if w == nil || !w.once || w.from > resume {
+			continue
+		}
+		read := d.modRev
+		if read == 0 {
+			read = prep.rev
+		}
+		if _, changed := touched[d.id]; changed || read > applied {
+			ask = append(ask, i)
+			cached = cached || !changed && d.modRev == 0
+			continue
+		}
+		d.decided, d.put = true, false
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	var since map[string][]byte
+	if cached {
+		// All of the partition's tasks at rev: ChangesAt then reads no ids.
+		had := make(map[string]bool, len(defs))
+		for i := range defs {
+			had[defs[i].id] = true
+		}
+		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		var err error
+		since, err = e.reg.ChangesAt(rctx, p, had, applied, rev)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	dec := e.decoder()
+	for _, i := range ask {
+		d := &defs[i]
+		_, changed := touched[d.id]
+		if _, after := since[d.id]; !changed && d.modRev == 0 && !after {
+			d.decided, d.put = true, false // read from the cache, unchanged since applied
+			continue
+		}
+		had, err := e.heldItsTime(ctx, p, d, dec, func(ctx context.Context) ([]byte, error) {
+			return e.reg.HeldAt(ctx, d.id, rev, applied)
+		})
+		if err != nil {
+			return err
+		}
+		d.decided, d.put = had, !had
+	}
+	return nil
+}
+
+// heldItsTime reports whether one-shot d held its time in the version of
+// it that read returns from etcd's history (nil: none), which dec
+// decodes: what its previous owner had. A history etcd no longer holds
+// says no, logged: the one-shot fires by its misfire policy, as a put.
+func (e *Engine) heldItsTime(ctx context.Context, p int, d *taskDef, dec *decoder, read func(context.Context) ([]byte, error)) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	value, err := read(rctx)
+	cancel()
+	switch {
+	case errors.Is(err, registry.ErrVersionGone):
+		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: etcd no longer holds what its previous owner had",
+			"partition", p, "task", d.id, "err", err)
+		return false, nil
+	case err != nil || value == nil:
+		return false, err
+	}
+	old, err := dec.def(d.id, value)
+	return err == nil && old.prof.win != nil && old.prof.win.once && old.prof.win.from == d.prof.win.from, nil
+}
+
+// decideOneShots, where the revision the previous owner applied is not
+// known (after a crash: decideApplied otherwise), marks as decided
+// (taskDef.decided) the one-shots of defs that no read before their last
+// write showed (known: those a read did), whose time is not after resume
+// and which were written after it, but held that time as last written at
+// or before it: etcd's history of the task, up to rev, tells what the
+// previous owner knew. A partition read
 // after such a write (not prepared ahead, or prepared late) cannot tell a
 // write that changed something else (a label, a pause and a resume) from
 // a put, and fired the one-shot again. One whose history etcd no longer
@@ -348,25 +455,16 @@ func (e *Engine) decideOneShots(ctx context.Context, p int, defs []taskDef, resu
 		if w == nil || !w.once || d.decided || w.written <= resume || w.from > resume || known[d.id] != nil {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		value, err := e.reg.WrittenBy(rctx, d.id, rev, at)
-		cancel()
-		switch {
-		case errors.Is(err, registry.ErrVersionGone):
-			e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: etcd no longer holds what it was before",
-				"partition", p, "task", d.id, "err", err)
-			continue
-		case err != nil:
-			return err
-		case value == nil:
-			continue // put after resume
-		}
 		if dec == nil {
 			dec = e.decoder()
 		}
-		if old, err := dec.def(d.id, value); err == nil && old.prof.win != nil && old.prof.win.once && old.prof.win.from == w.from {
-			d.decided = true
+		held, err := e.heldItsTime(ctx, p, d, dec, func(ctx context.Context) ([]byte, error) {
+			return e.reg.WrittenBy(ctx, d.id, rev, at)
+		})
+		if err != nil {
+			return err
 		}
+		d.decided = held
 	}
 	return nil
 }
@@ -387,12 +485,13 @@ func (e *Engine) dropCache(p int, err error) {
 // caching reports whether partition p's changes go to the Badger cache.
 func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
 
-// send hands defs to the loop in chunks and waits until it took them all.
-func (e *Engine) send(ctx context.Context, p int, fence, resume int64, handed handedTo, defs []taskDef) error {
+// send hands defs, p's tasks as of revision rev, to the loop in chunks and
+// waits until it took them all.
+func (e *Engine) send(ctx context.Context, p int, fence, resume, rev int64, handed handedTo, defs []taskDef) error {
 	first := true
 	for first || len(defs) > 0 {
 		n := min(len(defs), loadChunk)
-		c := &loadCmd{part: p, fence: fence, resume: resume, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
+		c := &loadCmd{part: p, fence: fence, resume: resume, rev: rev, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
 		defs = defs[n:]
 		first = false
 		if err := e.call(ctx, c); err != nil {
@@ -417,12 +516,13 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 	e.loads.Add(1)
 	var defs []taskDef
 	var kvs []store.KV
-	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte) {
+	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte, modRev int64) {
 		def, cached, err := d.decode(id, value)
 		if err != nil {
 			e.log.Warn("skipping a stored task", "partition", p, "err", err)
 			return
 		}
+		def.modRev = modRev
 		defs = append(defs, def)
 		if e.store != nil {
 			kvs = append(kvs, store.KV{ID: id, Value: cached})
@@ -459,7 +559,7 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 				if err != nil {
 					break
 				}
-				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true}) != nil {
+				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true, rev: r}) != nil {
 					return
 				}
 				rev = r
@@ -473,10 +573,17 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 			}
 			if resp.IsProgressNotify() {
 				// A quiet partition's cache stays synced to etcd's revision,
-				// so that it outlives compactions (at most once a minute).
+				// so that it outlives compactions (at most once a minute);
+				// so does the revision the loop armed its changes up to,
+				// which a release hands over: the next owner, read from
+				// this cache, then knows that this node had its one-shots
+				// as read (decideApplied).
 				if e.caching(p) && resp.Header.Revision > rev && time.Since(noted) > time.Minute {
 					if err := e.store.Apply(uint32(p), resp.Header.Revision, nil, nil); err == nil {
 						rev, noted = resp.Header.Revision, time.Now()
+						if e.call(ctx, &eventsCmd{part: p, rev: rev}) != nil {
+							return
+						}
 					}
 				}
 				continue
@@ -510,7 +617,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		last[id] = ev
 	}
 	d := e.decoder()
-	c := &eventsCmd{part: p}
+	c := &eventsCmd{part: p, rev: events[len(events)-1].Kv.ModRevision}
 	var puts []store.KV
 	for _, id := range order {
 		ev := last[id]
@@ -532,8 +639,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		puts = append(puts, store.KV{ID: id, Value: cached})
 	}
 	if e.caching(p) {
-		rev := events[len(events)-1].Kv.ModRevision
-		if err := e.store.Apply(uint32(p), rev, puts, slices.Concat(c.deletes, c.drops)); err != nil {
+		if err := e.store.Apply(uint32(p), c.rev, puts, slices.Concat(c.deletes, c.drops)); err != nil {
 			e.dropCache(p, err)
 		}
 	}

@@ -31,9 +31,17 @@ type taskDef struct {
 	paused bool
 	// decided: a one-shot the previous owner held at this time before the
 	// resume point (a read before a write since, or etcd's history of it:
-	// decideOneShots), so that it decided the fire; the write after the
-	// resume point changed something else.
+	// decideOneShots, decideApplied), so that it decided the fire; a write
+	// since changed something else.
 	decided bool
+	// put: a one-shot whose time is not after the resume point that its
+	// previous owner never had at that time (written after the revision
+	// its release applied the partition's changes up to: decideApplied),
+	// armed at its time as the watch arms a put.
+	put bool
+	// modRev is the etcd revision the definition was last written at, when
+	// read from etcd (0: unknown; the Badger cache keeps none).
+	modRev int64
 }
 
 // Commands to the dispatch loop.
@@ -44,6 +52,7 @@ type (
 		part   int
 		fence  int64
 		resume int64
+		rev    int64 // defs are the partition's tasks as of this revision
 		handed handedTo
 		defs   []taskDef
 		first  bool // the first chunk of the partition: it becomes owned
@@ -58,6 +67,7 @@ type (
 		deletes []string
 		drops   []string // changed to what this node cannot read: disarmed, their history kept
 		replace bool
+		rev     int64         // the changes up to this revision are these and those applied before
 		applied chan struct{} // closed once applied, when not nil
 	}
 	// releaseCmd takes partitions' tasks out of the wheel; the loop
@@ -108,6 +118,10 @@ type partState struct {
 	// triggersRead is the revision of the acquire's read of the partition's
 	// pending triggers: the watch's events up to it were in that read.
 	triggersRead int64
+	// applied is the revision up to which the partition's task changes
+	// are armed here (its load's, once every chunk is in, then its
+	// watch's; 0: not known): a release hands it over (handOver.applied).
+	applied int64
 }
 
 type retryState struct {
@@ -359,7 +373,7 @@ func (l *loop) load(c *loadCmd) {
 		} else {
 			fired = false
 		}
-		l.upsert(d, resume, false)
+		l.upsert(d, resume, d.put)
 		e, failed := c.handed.health[d.id]
 		away := c.handed.elsewhere[d.id]
 		if !fired && !failed && away == nil {
@@ -383,6 +397,7 @@ func (l *loop) load(c *loadCmd) {
 	if !c.more {
 		l.loads++
 		l.parts[c.part].loaded = l.loads
+		l.parts[c.part].applied = c.rev
 	}
 }
 
@@ -454,6 +469,7 @@ func (l *loop) events(c *eventsCmd) {
 	if !l.parts[c.part].owned {
 		return
 	}
+	l.parts[c.part].applied = max(l.parts[c.part].applied, c.rev)
 	now := l.cfg.Clock.Now().UnixNano()
 	for i := range c.upserts {
 		l.upsert(&c.upserts[i], max(l.through, now), true)

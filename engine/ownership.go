@@ -646,13 +646,13 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		}
 		return r
 	}
-	prev, resume, pending, after, err := e.resume(ctx, p)
+	prev, resume, pending, after, applied, err := e.resume(ctx, p)
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after}
+	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Applied: applied, Pending: pending, After: after}
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold)
@@ -699,7 +699,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	}
 	handed := handedFrom(after, prev)
 	handed.elsewhere = away
-	if err := e.arm(ctx, prep, fence, resume, handed, touched, taskRev); err != nil {
+	if err := e.arm(ctx, prep, fence, resume, applied, handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 

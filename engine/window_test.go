@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -435,9 +436,27 @@ func retryOfAnEarlierFire(t *testing.T) (tl *testLoop, def func(paused bool) tas
 func TestEngine_OneShotEditedDuringItsHandOverDoesNotFireAgain(t *testing.T) {
 	c := etcdtest.Start(t)
 	log := &callLog{}
-	// node-b must win the one partition from node-a.
-	var bID string
-	for i := 0; bID == ""; i++ {
+	bID := nextOwnerOfTheOnePartition(t)
+	a := startNode(t, c, "", log.handler(nil), oneShotNode("node-a"))
+	defer a.stop(t)
+	reg := a.e.Registry()
+	at := fireOneShots(t, reg, log)
+
+	b, let := startNextOwnerHeld(t, c, log, bID)
+	defer b.stop(t)
+	earlier := editOneShots(t, reg, at)
+	close(let)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("moved")) == 2 && len(log.of("fresh")) == 1 })
+	time.Sleep(time.Second) // a fire armed in the past goes out at once
+	oneShotsFired(t, log, at, earlier)
+}
+
+// nextOwnerOfTheOnePartition names a node that wins the one partition of
+// the one-shot tests of a hand-over from node-a.
+func nextOwnerOfTheOnePartition(t *testing.T) string {
+	t.Helper()
+	for i := 0; ; i++ {
 		id := fmt.Sprintf("node-b%d", i)
 		cfg := DefaultConfig(id)
 		cfg.Partitions = 1
@@ -446,32 +465,29 @@ func TestEngine_OneShotEditedDuringItsHandOverDoesNotFireAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		if a, err := r.Update([]string{"node-a", id}); err == nil && slices.Contains(a.Owned(id), 0) {
-			bID = id
+			return id
 		}
 	}
-	a := startNode(t, c, "", log.handler(nil), oneShotNode("node-a"))
-	defer a.stop(t)
-	reg := a.e.Registry()
-	at := fireOneShots(t, reg, log)
+}
 
-	cliB := c.NewClient(t)
+// startNextOwnerHeld starts node bID, which takes the one partition of
+// the one-shot tests of a hand-over from node-a, and returns it once
+// node-a released the partition (its mark is behind), with node-b's
+// acquire held at its first checkpoint until let is closed.
+func startNextOwnerHeld(t *testing.T, c *etcdtest.Cluster, log *callLog, bID string) (*testNode, chan struct{}) {
+	t.Helper()
+	cli := c.NewClient(t)
 	let := make(chan struct{})
-	held := injectFaults(cliB).pauses(func(key, value string) bool { // node-b's first checkpoint, as it acquires
+	held := injectFaults(cli).pauses(func(key, value string) bool {
 		return strings.Contains(key, "/checkpoints/") && strings.Contains(value, `"node":"`+bID+`"`)
 	}, let)
-	b := startNodeOn(t, cliB, "", log.handler(nil), oneShotNode(bID), noWait)
-	defer b.stop(t)
+	b := startNodeOn(t, cli, "", log.handler(nil), oneShotNode(bID), noWait)
 	select {
-	case <-held: // node-a released the partition: its mark is behind
+	case <-held:
 	case <-time.After(20 * time.Second):
 		t.Fatal("node-b did not acquire the partition")
 	}
-	earlier := editOneShots(t, reg, at)
-	close(let)
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("moved")) == 2 && len(log.of("fresh")) == 1 })
-	time.Sleep(time.Second) // a fire armed in the past goes out at once
-	oneShotsFired(t, log, at, earlier)
+	return b, let
 }
 
 // oneShotNode configures a node of the one-shot tests of a hand-over: its
@@ -515,7 +531,13 @@ func editOneShots(t *testing.T, reg *registry.Registry, at time.Time) time.Time 
 // at earlier) once.
 func oneShotsFired(t *testing.T, log *callLog, at, earlier time.Time) {
 	t.Helper()
-	for id, want := range map[string][]time.Time{"once": {at}, "moved": {at, earlier}, "fresh": {earlier}} {
+	firedAt(t, log, map[string][]time.Time{"once": {at}, "moved": {at, earlier}, "fresh": {earlier}})
+}
+
+// firedAt checks that each task of want fired at its times, and only then.
+func firedAt(t *testing.T, log *callLog, want map[string][]time.Time) {
+	t.Helper()
+	for id, want := range want {
 		var got []time.Time
 		var where []string
 		for _, f := range log.of(id) {
@@ -551,4 +573,115 @@ func TestEngine_OneShotEditedBeforeItsNextOwnerReadItDoesNotFireAgain(t *testing
 		t.Errorf("node-b fired once at %v", s.LastFireAt)
 	}
 	oneShotsFired(t, log, at, earlier)
+}
+
+// Whether a one-shot whose time is not after the resume point fires on
+// the next owner depends on what the previous owner applied of it, not on
+// clocks. Its updated_at is the writing node's clock: one behind stamps a
+// put that reached the previous owner only after its release (so it never
+// armed it) before the release's mark, and the next owner took it for
+// decided there (a miss: behind fired nowhere); one ahead stamps a put
+// the previous owner fired past the mark, and the next owner took it for
+// a put while it changed hands (a repeat: ahead fired on both). The
+// release records the etcd revision through which its owner applied the
+// partition's changes, and the next owner arms as a put what was written
+// after it.
+func TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	bID := nextOwnerOfTheOnePartition(t)
+	a := startNode(t, c, "", log.handler(nil), oneShotNode("node-a"))
+	defer a.stop(t)
+	// A task as a registry whose clock reads written puts it.
+	skewed := func(id string, at, written time.Time) {
+		t.Helper()
+		tk := handlerTask(id, "@at "+at.Format(time.RFC3339))
+		if err := tk.Validate(); err != nil { // its defaults, as a put stores them
+			t.Fatal(err)
+		}
+		tk.CreatedAt, tk.UpdatedAt = written, written
+		b, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Client.Put(context.Background(), DefaultPrefix+"/tasks/00000/"+id, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead := time.Now().Add(-time.Second).Truncate(time.Second)
+	skewed("ahead", ahead, time.Now().Add(time.Hour))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("ahead")) == 1 })
+
+	b, let := startNextOwnerHeld(t, c, log, bID)
+	defer b.stop(t)
+	behind := time.Now().Add(-time.Second).Truncate(time.Second)
+	skewed("behind", behind, behind)
+	close(let)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
+	// Missed, behind never fires: the wait for it is bounded.
+	for until := time.Now().Add(10 * time.Second); len(log.of("behind")) == 0 && time.Now().Before(until); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a fire armed in the past goes out at once
+	firedAt(t, log, map[string][]time.Time{"ahead": {ahead}, "behind": {behind}})
+}
+
+// A next owner whose read of the partition came from its Badger cache,
+// synced past the revision its previous owner applied, cannot tell from
+// the read which one-shots that owner had: it reads what changed since,
+// once, and decides by that. Here one-shots fired before the revision
+// (left alone, and labeled after it) are decided, and one put after it,
+// or whose time moved after it, are armed as puts.
+func TestEngine_OneShotsReadFromACachePastTheAppliedRevisionGoByWhatChanged(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := startNode(t, c, "", nil, oneShotNode("node-a"))
+	defer a.stop(t)
+	reg := a.e.Registry()
+	ctx := context.Background()
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	spec := "@at " + at.Format(time.RFC3339)
+	for _, id := range []string{"kept", "labeled", "moved"} {
+		putTask(t, reg, handlerTask(id, spec))
+	}
+	applied, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labeled := handlerTask("labeled", spec)
+	labeled.Labels = map[string]string{"seen": "yes"}
+	putTask(t, reg, labeled)
+	putTask(t, reg, handlerTask("moved", "@at "+at.Add(-time.Second).Format(time.RFC3339)))
+	putTask(t, reg, handlerTask("fresh", spec))
+	rev, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The definitions as a cache read gives them: no revision of their own.
+	d := a.e.decoder()
+	var defs []taskDef
+	for _, id := range []string{"kept", "labeled", "moved", "fresh"} {
+		tk, err := reg.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def, err := d.def(id, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defs = append(defs, def)
+	}
+	prep := &prepared{p: 0, rev: rev, defs: defs}
+	if err := a.e.decideApplied(ctx, prep, defs, nil, time.Now().UnixNano(), applied, rev); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"kept": false, "labeled": false, "moved": true, "fresh": true} // armed as a put
+	for _, def := range defs {
+		if def.put != want[def.id] || def.decided == want[def.id] {
+			t.Errorf("%s: put %v, decided %v; want put %v", def.id, def.put, def.decided, want[def.id])
+		}
+	}
 }

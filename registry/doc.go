@@ -32,7 +32,7 @@
 //   - A trigger is a request to the partition's owner: Trigger returns once
 //     it is stored, not once it fired.
 //   - Runners reads membership as it is; a node may leave right after.
-//   - WrittenBy reads a task's earlier versions from etcd's history: one
-//     etcd compacted, or more than 16 writes back, is gone
+//   - WrittenBy and HeldAt read a task's earlier versions from etcd's
+//     history: one etcd compacted, or more than 16 writes back, is gone
 //     (ErrVersionGone).
 package registry

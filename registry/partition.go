@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -33,8 +34,9 @@ func (r *Registry) Revision(ctx context.Context) (int64, error) {
 }
 
 // ReadPartition reads partition p's tasks at one revision, in pages, and
-// gives each to fn in id order. It returns the revision read.
-func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, value []byte)) (int64, error) {
+// gives each to fn in id order, with the revision it was last written at.
+// It returns the revision read.
+func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, value []byte, modRev int64)) (int64, error) {
 	prefix := r.keys.partition(p)
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
@@ -51,7 +53,7 @@ func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, 
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			fn(string(kv.Key[len(prefix):]), kv.Value)
+			fn(string(kv.Key[len(prefix):]), kv.Value, kv.ModRevision)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return rev, nil
@@ -105,7 +107,8 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 	return touched, nil
 }
 
-// maxVersionsBack bounds the versions WrittenBy reads, one request each.
+// maxVersionsBack bounds the versions WrittenBy and HeldAt read, one
+// request each.
 const maxVersionsBack = 16
 
 // WrittenBy returns task id's value as it was last written at or before
@@ -115,6 +118,35 @@ const maxVersionsBack = 16
 // created), and an error matching ErrVersionGone when etcd compacted the
 // versions on the way, or more than maxVersionsBack came after at.
 func (r *Registry) WrittenBy(ctx context.Context, id string, rev int64, at time.Time) ([]byte, error) {
+	return r.versionBack(ctx, id, rev, fmt.Sprint(at), func(kv *mvccpb.KeyValue) (bool, error) {
+		var written struct {
+			UpdatedAt time.Time `json:"updated_at"`
+		}
+		if err := json.Unmarshal(kv.Value, &written); err != nil {
+			return false, fmt.Errorf("task %q at revision %d: %w", id, kv.ModRevision, err)
+		}
+		return !written.UpdatedAt.After(at), nil
+	})
+}
+
+// HeldAt returns task id's value as it was at revision held, going back
+// from its version at revision rev: what a node that applied its
+// partition's changes up to held had of it, whatever the writers' clocks
+// stamped. It returns nil when the task was created after held (deleted
+// and put again counts as created), and an error matching ErrVersionGone
+// when etcd compacted the versions on the way, or more than
+// maxVersionsBack came after held.
+func (r *Registry) HeldAt(ctx context.Context, id string, rev, held int64) ([]byte, error) {
+	return r.versionBack(ctx, id, rev, "revision "+strconv.FormatInt(held, 10), func(kv *mvccpb.KeyValue) (bool, error) {
+		return kv.ModRevision <= held, nil
+	})
+}
+
+// versionBack goes back through task id's versions from its version at
+// revision rev to the first that found takes, and returns its value: nil
+// when it reaches the task's creation first (since, what found looks for,
+// names the point in the message of ErrVersionGone).
+func (r *Registry) versionBack(ctx context.Context, id string, rev int64, since string, found func(*mvccpb.KeyValue) (bool, error)) ([]byte, error) {
 	key := r.key(id)
 	for range maxVersionsBack {
 		resp, err := r.cli.Get(ctx, key, clientv3.WithRev(rev))
@@ -128,21 +160,18 @@ func (r *Registry) WrittenBy(ctx context.Context, id string, rev int64, at time.
 			return nil, nil
 		}
 		kv := resp.Kvs[0]
-		var written struct {
-			UpdatedAt time.Time `json:"updated_at"`
-		}
-		if err := json.Unmarshal(kv.Value, &written); err != nil {
-			return nil, fmt.Errorf("task %q at revision %d: %w", id, kv.ModRevision, err)
-		}
+		ok, err := found(kv)
 		switch {
-		case !written.UpdatedAt.After(at):
+		case err != nil:
+			return nil, err
+		case ok:
 			return kv.Value, nil
 		case kv.Version == 1:
 			return nil, nil
 		}
 		rev = kv.ModRevision - 1
 	}
-	return nil, fmt.Errorf("task %q: more than %d versions written after %v: %w", id, maxVersionsBack, at, ErrVersionGone)
+	return nil, fmt.Errorf("task %q: more than %d versions written after %s: %w", id, maxVersionsBack, since, ErrVersionGone)
 }
 
 // WatchPartition watches partition p's tasks after revision after, with

@@ -54,23 +54,18 @@ func TestRegistry_WrittenByGoesBackToTheVersionWrittenBefore(t *testing.T) {
 	reg := openRegistry(t, c.Client, "/written")
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	put := func(at time.Time, tsk *task.Task) int64 {
-		t.Helper()
-		reg.now = func() time.Time { return at }
-		return putTask(t, reg, tsk).Version
-	}
-	put(t0, noopTask("x", "* * * * *"))
+	putAt(t, reg, t0, noopTask("x", "* * * * *"))
 	labeled := noopTask("x", "* * * * *")
 	labeled.Labels = map[string]string{"seen": "yes"}
-	put(t0.Add(time.Second), labeled)
+	putAt(t, reg, t0.Add(time.Second), labeled)
 	paused := noopTask("x", "* * * * *")
 	paused.Paused = true
-	rev := put(t0.Add(2*time.Second), paused)
-	put(t0.Add(2*time.Second), noopTask("y", "* * * * *"))
+	rev := putAt(t, reg, t0.Add(2*time.Second), paused)
+	putAt(t, reg, t0.Add(2*time.Second), noopTask("y", "* * * * *"))
 	if err := reg.Delete(ctx, "y"); err != nil {
 		t.Fatal(err)
 	}
-	yRev := put(t0.Add(3*time.Second), noopTask("y", "* * * * *"))
+	yRev := putAt(t, reg, t0.Add(3*time.Second), noopTask("y", "* * * * *"))
 	for _, tc := range []struct {
 		id   string
 		rev  int64
@@ -97,4 +92,63 @@ func TestRegistry_WrittenByGoesBackToTheVersionWrittenBefore(t *testing.T) {
 	if _, err := reg.WrittenBy(ctx, "x", rev, t0); !errors.Is(err, ErrVersionGone) {
 		t.Errorf("x by %v once compacted: %v, want %v", t0.Format(time.TimeOnly), err, ErrVersionGone)
 	}
+}
+
+// HeldAt goes back through a task's versions to the one a node that
+// applied its partition's changes up to a revision had, from its version
+// at a later revision, whatever clocks stamped their updated_at (here one
+// behind wrote the second): nil for a task created after that revision (a
+// delete and a put again included), and ErrVersionGone once etcd
+// compacted the way back.
+func TestRegistry_HeldAtGoesBackToTheVersionAtARevision(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/held")
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	first := putAt(t, reg, t0.Add(time.Minute), noopTask("x", "* * * * *"))
+	labeled := noopTask("x", "* * * * *")
+	labeled.Labels = map[string]string{"seen": "yes"}
+	second := putAt(t, reg, t0, labeled)
+	paused := noopTask("x", "* * * * *")
+	paused.Paused = true
+	rev := putAt(t, reg, t0.Add(time.Second), paused)
+	yFirst := putAt(t, reg, t0, noopTask("y", "* * * * *"))
+	if err := reg.Delete(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	yRev := putAt(t, reg, t0, noopTask("y", "* * * * *"))
+	for _, tc := range []struct {
+		id        string
+		rev, held int64
+		want      string // "": none
+	}{
+		{"x", rev, first, `"updated_at":"2026-12-06T12:01:00Z"`},
+		{"x", rev, second, `"seen":"yes"`},
+		{"x", rev, rev, `"paused":true`},
+		{"x", rev, first - 1, ""},
+		{"y", yRev, yFirst, ""}, // deleted and put again after it
+	} {
+		got, err := reg.HeldAt(ctx, tc.id, tc.rev, tc.held)
+		if err != nil {
+			t.Fatalf("%s at %d: %v", tc.id, tc.held, err)
+		}
+		if tc.want == "" && got != nil || tc.want != "" && !strings.Contains(string(got), tc.want) {
+			t.Errorf("%s at %d: %s, want one with %s", tc.id, tc.held, got, tc.want)
+		}
+	}
+	if _, err := c.Client.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.HeldAt(ctx, "x", rev, first); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("x at %d once compacted: %v, want %v", first, err, ErrVersionGone)
+	}
+}
+
+// putAt puts tsk as a registry whose clock reads at, and returns its
+// revision.
+func putAt(t *testing.T, reg *Registry, at time.Time, tsk *task.Task) int64 {
+	t.Helper()
+	reg.now = func() time.Time { return at }
+	return putTask(t, reg, tsk).Version
 }
