@@ -174,7 +174,7 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time, stop <-chan struct{}) error {
 	var b backoff
 	for {
-		err := e.reg.TriggerAt(ctx, id, at, nil)
+		err := e.reg.TriggerAt(ctx, id, at)
 		if err == nil {
 			return nil
 		}

@@ -351,14 +351,14 @@ func TestEngine_TriggerKeyPutAgainAfterItsFireIsNotLeftForTheNextOwner(t *testin
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
 	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire a chain ends
 	ctx := context.Background()
-	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+	if err := reg.TriggerAt(ctx, "target", at); err != nil {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("target")) == 1 })
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 
 	// The second chain's trigger, within triggerWait of the first.
-	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+	if err := reg.TriggerAt(ctx, "target", at); err != nil {
 		t.Fatal(err)
 	}
 	if !eventually(5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
@@ -1029,13 +1029,13 @@ func TestEngine_TriggerKeyPutAgainWhileItsFireRunsIsNotLeftAtARelease(t *testing
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
 	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fires the chains end
 	ctx := context.Background()
-	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+	if err := reg.TriggerAt(ctx, "target", at); err != nil {
 		t.Fatal(err)
 	}
 	h.next(t) // it runs on node-a, held
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 	// The second chain's trigger, while the fire runs.
-	if err := reg.TriggerAt(ctx, "target", at, nil); err != nil {
+	if err := reg.TriggerAt(ctx, "target", at); err != nil {
 		t.Fatal(err)
 	}
 	k := triggerKey{part: reg.Partition("target"), id: "target", at: at.UnixNano()}

@@ -541,14 +541,13 @@ var errTriggerPending = errors.New("a trigger of the task at that time is pendin
 // at is this one's, and it writes nothing. A pending trigger that is
 // another fire, with an override or a retry handed on, would lose it were
 // its key written over: this one then takes the next millisecond (none a
-// whole second) where none such is pending. With an override o, it takes
-// one where no trigger of the task is pending.
-func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time, o *task.Override) error {
+// whole second) where none such is pending.
+func (r *Registry) TriggerAt(ctx context.Context, id string, at time.Time) error {
 	if err := task.CheckID(id); err != nil {
 		return err
 	}
 	for range maxTriggerTries {
-		err := r.trigger(ctx, id, at, o, o.Empty())
+		err := r.trigger(ctx, id, at, nil, true)
 		if !errors.Is(err, errTriggerPending) {
 			return err
 		}

@@ -246,7 +246,7 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
-	if err := reg.TriggerAt(ctx, "x", at, nil); err != nil { // Y's chain
+	if err := reg.TriggerAt(ctx, "x", at); err != nil { // Y's chain
 		t.Fatal(err)
 	}
 	retry := Retry{Attempt: 2, Due: at.Add(10 * time.Second)}
@@ -256,7 +256,7 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 	if err := reg.TriggerRetry(ctx, "x", at, retry, nil); err != nil { // put again after an error that hid the first put
 		t.Fatal(err)
 	}
-	if err := reg.TriggerAt(ctx, "x", at, nil); err != nil { // another chain of x at 12:00: that fire
+	if err := reg.TriggerAt(ctx, "x", at); err != nil { // another chain of x at 12:00: that fire
 		t.Fatal(err)
 	}
 	resp := triggerKeys(t, c.Client, reg)
@@ -300,7 +300,7 @@ func TestRegistry_ChainTriggerKeepsAPendingRetryOrOverride(t *testing.T) {
 	}
 	// The chains of fires at the payload's time and at the retry key's.
 	for _, at := range []time.Time{over, now.Add(6 * ms), over} {
-		if err := reg.TriggerAt(ctx, "x", at, nil); err != nil {
+		if err := reg.TriggerAt(ctx, "x", at); err != nil {
 			t.Fatal(err)
 		}
 	}
