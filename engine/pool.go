@@ -177,8 +177,8 @@ type pool struct {
 
 // runningFire is an execution of a task whose concurrency policy keeps
 // its fires apart: whatever would let another fire of the task start
-// beside it cancels it (replaceRunning, which spares a backfill's fires;
-// cancelRunning), and a fence cancels them all (cutRunning).
+// beside it cancels it (replaceRunning, which spares a backfill's fires),
+// and a fence cancels them all (cutRunning).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
 	backfill bool   // a backfill's fire: a replace fire spares it (replaceRunning)
@@ -500,19 +500,6 @@ func (p *pool) handOnLeft(b *completionBatch) {
 		c := &b.c[i]
 		p.leaving.handOn(c, b.extra(c))
 		p.leaving.ended(leavingKey(c.rec, c.gen))
-	}
-}
-
-// cancelRunning cancels, for cause, the running executions of record rec
-// of generation gen.
-func (p *pool) cancelRunning(rec, gen uint32, cause error) {
-	p.runMu.Lock()
-	defer p.runMu.Unlock()
-	for k, r := range p.running {
-		if r.rec == rec && r.gen == gen {
-			r.cancel(cause)
-			delete(p.running, k)
-		}
 	}
 }
 

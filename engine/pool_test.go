@@ -137,8 +137,8 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 }
 
 // A fence cuts the runs of tasks whose policy keeps their fires apart,
-// and those taken before it that start after it; cancelRunning cancels
-// only the runs of its record.
+// and those taken before it that start after it; a replace cancels only
+// the runs of its record.
 func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	cfg := DefaultConfig("n").withDefaults()
 	p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
@@ -153,7 +153,7 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	}
 	before := p.cuts.Load()
 	a, b := run(forbid, before), run(replace, before)
-	p.cancelRunning(2, 0, errReplaced)
+	p.replaceRunning(2, 0)
 	if a.Err() != nil || !errors.Is(context.Cause(b), errReplaced) {
 		t.Fatalf("replace's record canceled: forbid's run %v, replace's %v; want forbid's running, replace's %v", context.Cause(a), context.Cause(b), errReplaced)
 	}
