@@ -247,6 +247,18 @@ func TestEngine_MarkerWhosePutWentUnansweredIsDeletedWhenItsRunEnds(t *testing.T
 	if n, refused := set.put(context.Background(), []*markedRun{r}); n != 0 || len(refused) != 1 {
 		t.Fatalf("%d markers written, %d refused, want the put refused", n, len(refused))
 	}
+	// Etcd took the first put: the marker is there, and stays while its
+	// run goes on (no delete under way, nor queued).
+	set.mu.Lock()
+	deleting := set.deleting || len(set.dead) > 0
+	set.mu.Unlock()
+	resp, err := c.Client.Get(context.Background(), r.key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 1 || deleting {
+		t.Fatalf("before its run ended: %d markers in etcd, a delete under way %v; want etcd's one, kept", resp.Count, deleting)
+	}
 	set.ended(r)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		resp, err := c.Client.Get(context.Background(), r.key, clientv3.WithCountOnly())
