@@ -19,12 +19,13 @@ const bulkHelp = `
 With --prefix, --label or --all instead of an ID, the command acts on every
 task they choose (all labels must match) and prints how many it changed;
 --dry-run only counts. A bulk delete (task delete) needs --yes: without
-it, it only counts and exits 1 (0 when no task matches). Tasks are changed in etcd transactions
-of up to 128 tasks, not all at once: if the command fails midway,
-running it again finishes the job. --timeout bounds the whole action:
-raise it for tens of thousands of tasks (a pause of 50 000 tasks took
-longer than the default 30s on 2 cores). A command cut by --timeout says
-that the node may have changed some of the tasks.
+it, it only counts and exits 1 (0 when no task matches). Tasks are
+changed in etcd transactions of up to 128 tasks, not all at once: if the
+command fails midway, running it again finishes the job. --timeout
+bounds the whole action: raise it for tens of thousands of tasks (a
+pause of 50 000 tasks took longer than the default 30s on 2 cores). A
+command cut by --timeout says that the node may have changed some of the
+tasks.
 `
 
 // bulkFlags choose the tasks of a bulk action instead of a task ID.
