@@ -339,9 +339,7 @@ func (f *clientFlags) resolveToken() string {
 			return err.Error()
 		}
 		f.token = v
-		if w := looseSecretFile("--token-file", f.tokenFile); w != "" && f.stderr != nil {
-			fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
-		}
+		f.warnIfLoose("--token-file", f.tokenFile)
 	}
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
 		msg := fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d", envToken, []rune(f.token[i:])[0], i)
@@ -351,6 +349,15 @@ func (f *clientFlags) resolveToken() string {
 		return msg
 	}
 	return ""
+}
+
+// warnIfLoose prints on stderr looseSecretFile's warning of the file
+// path that flag names, when every user of the machine may read or
+// write it.
+func (f *clientFlags) warnIfLoose(flag, path string) {
+	if w := looseSecretFile(flag, path); w != "" && f.stderr != nil {
+		fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
+	}
 }
 
 // loadTLS builds f.tls from --cacert, --cert and --key; a non-empty result
@@ -376,9 +383,7 @@ func (f *clientFlags) loadTLS() string {
 			return fmt.Sprintf("--cert %s, --key %s: %v", f.cert, f.key, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
-		if w := looseSecretFile("--key", f.key); w != "" && f.stderr != nil {
-			fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
-		}
+		f.warnIfLoose("--key", f.key)
 	}
 	f.tls = c
 	return ""
