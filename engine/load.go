@@ -424,14 +424,19 @@ func (e *Engine) heldItsTime(ctx context.Context, p int, d *taskDef, dec *decode
 	cancel()
 	switch {
 	case errors.Is(err, registry.ErrVersionGone):
-		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: etcd no longer holds what its previous owner had",
+		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: what its previous owner had is compacted out of etcd's history, or too many writes back",
 			"partition", p, "task", d.id, "err", err)
 		return false, nil
 	case err != nil || value == nil:
 		return false, err
 	}
 	old, err := dec.def(d.id, value)
-	return err == nil && old.prof.win != nil && old.prof.win.once && old.prof.win.from == d.prof.win.from, nil
+	if err != nil {
+		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: what its previous owner had is unreadable",
+			"partition", p, "task", d.id, "err", err)
+		return false, nil
+	}
+	return old.prof.win != nil && old.prof.win.once && old.prof.win.from == d.prof.win.from, nil
 }
 
 // decideOneShots, where the revision the previous owner applied is not

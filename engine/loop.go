@@ -434,7 +434,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	r.flags &^= flagDeleting
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
-	if (r.running > 0 || l.retryWaits(i, r)) && d.prof.deleteAfter && !pause {
+	if d.prof.deleteAfter && !pause && (r.running > 0 || l.retryWaits(i, r)) {
 		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
 	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
