@@ -173,6 +173,7 @@ func TestDashboard_Browser(t *testing.T) {
 			chromedp.Text(`#task-state`, &owner, chromedp.ByQuery),
 			chromedp.Text(`#next-zone`, &zone, chromedp.ByQuery),
 			chromedp.Text(`#task-next`, &next, chromedp.ByQuery),
+			chromedp.SendKeys(`#pause-note`, "INC-42: billing freeze", chromedp.ByQuery),
 			chromedp.Click(`#pause`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#task-status.paused`, chromedp.ByQuery),
 			chromedp.Text(`#task-status`, &status, chromedp.ByQuery),
@@ -181,9 +182,9 @@ func TestDashboard_Browser(t *testing.T) {
 		if !strings.Contains(owner, "node-1") || zone != "(Europe/Berlin)" || strings.Count(next, "+0") < 5 || status != "paused" {
 			t.Fatalf("task page: state %q, zone %q, next %q, status %q", owner, zone, next, status)
 		}
-		// Who paused it and when (the dashboard's pause has no note).
-		if !regexp.MustCompile(`paused\s+by anonymous at 20\d\d-`).MatchString(paused) {
-			t.Errorf("the paused task's state %q does not say who paused it and when", paused)
+		// Who paused it, when, and the note typed beside the button.
+		if !regexp.MustCompile(`paused\s+by anonymous at 20\d\d-`).MatchString(paused) || !strings.Contains(paused, "INC-42: billing freeze") {
+			t.Errorf("the paused task's state %q does not say who paused it, when and why", paused)
 		}
 		if task, err := n.c.GetTask(ctx, "billing/invoice-1"); err != nil || !task.Paused {
 			t.Fatalf("the API says paused=%v (err %v) after the dashboard paused it", task.Paused, err)
