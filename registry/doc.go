@@ -33,6 +33,6 @@
 //     it is stored, not once it fired.
 //   - Runners reads membership as it is; a node may leave right after.
 //   - WrittenBy and HeldAt read a task's earlier versions from etcd's
-//     history: one etcd compacted, or more than 16 writes back, is gone
-//     (ErrVersionGone).
+//     history: one etcd compacted is gone (ErrVersionGone), and so, for
+//     WrittenBy, is one more than 16 writes back.
 package registry

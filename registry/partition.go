@@ -107,8 +107,7 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 	return touched, nil
 }
 
-// maxVersionsBack bounds the versions WrittenBy and HeldAt read, one
-// request each.
+// maxVersionsBack bounds the versions WrittenBy reads, one request each.
 const maxVersionsBack = 16
 
 // WrittenBy returns task id's value as it was last written at or before
@@ -118,60 +117,61 @@ const maxVersionsBack = 16
 // created), and an error matching ErrVersionGone when etcd compacted the
 // versions on the way, or more than maxVersionsBack came after at.
 func (r *Registry) WrittenBy(ctx context.Context, id string, rev int64, at time.Time) ([]byte, error) {
-	return r.versionBack(ctx, id, rev, fmt.Sprint(at), func(kv *mvccpb.KeyValue) (bool, error) {
+	for range maxVersionsBack {
+		kv, err := r.versionAt(ctx, id, rev)
+		if err != nil || kv == nil {
+			return nil, err
+		}
 		var written struct {
 			UpdatedAt time.Time `json:"updated_at"`
 		}
 		if err := json.Unmarshal(kv.Value, &written); err != nil {
-			return false, fmt.Errorf("task %q at revision %d: %w", id, kv.ModRevision, err)
+			return nil, fmt.Errorf("task %q at revision %d: %w", id, kv.ModRevision, err)
 		}
-		return !written.UpdatedAt.After(at), nil
-	})
-}
-
-// HeldAt returns task id's value as it was at revision held, going back
-// from its version at revision rev: what a node that applied its
-// partition's changes up to held had of it, whatever the writers' clocks
-// stamped. It returns nil when the task was created after held (deleted
-// and put again counts as created), and an error matching ErrVersionGone
-// when etcd compacted the versions on the way, or more than
-// maxVersionsBack came after held.
-func (r *Registry) HeldAt(ctx context.Context, id string, rev, held int64) ([]byte, error) {
-	return r.versionBack(ctx, id, rev, "revision "+strconv.FormatInt(held, 10), func(kv *mvccpb.KeyValue) (bool, error) {
-		return kv.ModRevision <= held, nil
-	})
-}
-
-// versionBack goes back through task id's versions from its version at
-// revision rev to the first that found takes, and returns its value: nil
-// when it reaches the task's creation first (since, what found looks for,
-// names the point in the message of ErrVersionGone).
-func (r *Registry) versionBack(ctx context.Context, id string, rev int64, since string, found func(*mvccpb.KeyValue) (bool, error)) ([]byte, error) {
-	key := r.key(id)
-	for range maxVersionsBack {
-		resp, err := r.cli.Get(ctx, key, clientv3.WithRev(rev))
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, ErrVersionGone)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, err)
-		}
-		if len(resp.Kvs) == 0 {
-			return nil, nil
-		}
-		kv := resp.Kvs[0]
-		ok, err := found(kv)
 		switch {
-		case err != nil:
-			return nil, err
-		case ok:
+		case !written.UpdatedAt.After(at):
 			return kv.Value, nil
 		case kv.Version == 1:
 			return nil, nil
 		}
 		rev = kv.ModRevision - 1
 	}
-	return nil, fmt.Errorf("task %q: more than %d versions written after %s: %w", id, maxVersionsBack, since, ErrVersionGone)
+	return nil, fmt.Errorf("task %q: more than %d versions written after %v: %w", id, maxVersionsBack, at, ErrVersionGone)
+}
+
+// HeldAt returns task id's value as it was at revision held, from its
+// version at revision rev: what a node that applied its partition's
+// changes up to held had of it, whatever the writers' clocks stamped. It
+// returns nil when the task was created after held (deleted and put again
+// counts as created), and an error matching ErrVersionGone when etcd
+// compacted held away. Two reads at most, whatever was written between:
+// etcd keeps the version at a revision.
+func (r *Registry) HeldAt(ctx context.Context, id string, rev, held int64) ([]byte, error) {
+	kv, err := r.versionAt(ctx, id, rev)
+	if err != nil || kv == nil || kv.CreateRevision > held {
+		return nil, err
+	}
+	if kv.ModRevision > held {
+		if kv, err = r.versionAt(ctx, id, held); err != nil || kv == nil {
+			return nil, err
+		}
+	}
+	return kv.Value, nil
+}
+
+// versionAt reads task id as it was at revision rev (nil: there was
+// none), with an error matching ErrVersionGone once etcd compacted rev.
+func (r *Registry) versionAt(ctx context.Context, id string, rev int64) (*mvccpb.KeyValue, error) {
+	resp, err := r.cli.Get(ctx, r.key(id), clientv3.WithRev(rev))
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, ErrVersionGone)
+	case err != nil:
+		return nil, fmt.Errorf("read task %q at revision %d: %w", id, rev, err)
+	case len(resp.Kvs) == 0:
+		return nil, nil
+	}
+	return resp.Kvs[0], nil
 }
 
 // WatchPartition watches partition p's tasks after revision after, with

@@ -33,8 +33,8 @@ var (
 	ErrContention = errors.New("registry: too much contention")
 
 	// ErrVersionGone is matched by the error of WrittenBy and HeldAt when
-	// etcd no longer holds the version asked for: it compacted it, or more
-	// than maxVersionsBack writes came after it.
+	// etcd no longer holds the version asked for: it compacted it, or (for
+	// WrittenBy) more than maxVersionsBack writes came after it.
 	ErrVersionGone = errors.New("registry: the task's version asked for is no longer in etcd's history")
 
 	// ErrNoSpace is matched (errors.Is) by the error of a write etcd
