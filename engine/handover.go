@@ -747,6 +747,11 @@ type stuckRelease struct {
 	unmarked []*markedRun
 }
 
+// runWaitOver is logged when a release's wait for attempts under way ran
+// out (tests look for it).
+const runWaitOver = "attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, " +
+	"and the next owner keeps its fires apart from them through their markers (concurrency policies)"
+
 // release hands partitions over gracefully (see the hand-over above). It
 // returns the partitions whose release etcd did not take, whose locks are
 // still held, for the caller to retry (retryStuck), and how long the
@@ -787,8 +792,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 			// Debug: with the short default wait nearly every release of a
 			// fleet with such tasks comes here; markElsewhere logs the runs
 			// it marks, and the metrics count both paths.
-			e.log.Debug("attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, "+
-				"and the next owner keeps its fires apart from them through their markers (concurrency policies)",
+			e.log.Debug(runWaitOver,
 				"partitions", len(ps), "waited", e.cfg.ReleaseRunWait)
 		}
 		wait.Stop()

@@ -157,7 +157,7 @@ func TestEngine_ReleaseWaitForAttemptsEndsWithTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return a.e.sess.Load() != old && a.e.Ready() })
-	if strings.Contains(logs.String(), "attempts still run at their partitions' release") {
+	if strings.Contains(logs.String(), runWaitOver) {
 		t.Errorf("node-a's release waited out its %v for slow's attempt after its session ended", MaxReleaseRunWait)
 	}
 	if !run.running() {
