@@ -615,10 +615,13 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// (Badger flushes its memtable as it closes, seconds under load) and
 	// its embedded etcd are closed and the data directory is free for the
 	// next start, not when its engine has stopped.
+	// It also says what the process fired and misfired in all: /metrics
+	// stops answering with the API, before the drain's last fires.
 	clean := false
+	var totals []any
 	defer func() {
 		if clean {
-			log.Info("shardcron node stopped", "node", f.nodeID)
+			log.Info("shardcron node stopped", append([]any{"node", f.nodeID}, totals...)...)
 		}
 	}()
 	// Listen first: a busy port is the most common start-up error.
@@ -867,6 +870,8 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if err := eng.Close(); err != nil {
 		log.Warn("closing the engine", "err", err)
 	}
+	stats := eng.Stats()
+	totals = []any{"fires", stats.Fires, "misfires", stats.Misfires}
 	// The probes answer until the drain is over: a liveness probe sees the
 	// node alive, and /readyz not ready, while it hands over.
 	if probes != nil {

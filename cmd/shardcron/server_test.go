@@ -508,6 +508,26 @@ func TestServer_SIGHUPWithoutTLSIsIgnored(t *testing.T) {
 	}
 }
 
+// A node's last line says what its process fired and misfired in all:
+// /metrics stops answering with the API, before the drain's last fires,
+// whose misfires a reader of it (the cluster tests' count) never saw.
+func TestServer_StoppedLineSaysTheTotals(t *testing.T) {
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--partitions", "4")
+	p.waitReady(t)
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d, want 0\n%s", code, p.log())
+	}
+	for line := range strings.Lines(p.log()) {
+		if strings.Contains(line, `"msg":"shardcron node stopped"`) {
+			if !strings.Contains(line, `"fires":0,"misfires":0`) {
+				t.Fatalf("the stopped line lacks the totals: %s", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no stopped line:\n%s", p.log())
+}
+
 // A second SIGTERM during the stop cuts the drain short: the execution
 // still running is canceled (its request's context ends) and the node
 // exits 0 without waiting out --drain-timeout. The second signal was

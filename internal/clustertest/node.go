@@ -222,6 +222,7 @@ func (n *Node) Stop(t testing.TB) {
 	if err := n.wait(stopTimeout); err != nil {
 		t.Fatalf("clustertest: stop %s: %v; log tail:\n%s", n.ID, err, n.LogTail(40))
 	}
+	n.readStoppedMisfires()
 }
 
 // Kill sends SIGKILL (a crash) and waits for the process to be gone.
@@ -386,10 +387,43 @@ func (n *Node) readMisfires() {
 	if starts != n.starts {
 		return // restarted during the read: v may be either process's
 	}
-	if starts != n.misfireStart {
-		n.misfireBase, n.misfireLast, n.misfireStart = n.misfireBase+n.misfireLast, 0, starts
+	n.noteMisfires(v)
+}
+
+// noteMisfires takes v, read from the current process, as its count. n.mu
+// is held.
+func (n *Node) noteMisfires(v uint64) {
+	if n.starts != n.misfireStart {
+		n.misfireBase, n.misfireLast, n.misfireStart = n.misfireBase+n.misfireLast, 0, n.starts
 	}
 	n.misfireLast = max(n.misfireLast, v)
+}
+
+// readStoppedMisfires takes the misfires a process that stopped cleanly
+// counted in all, from its last line: those of its drain, after /metrics
+// stopped answering, are only there. A node far behind counts hundreds
+// in it.
+func (n *Node) readStoppedMisfires() {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		return
+	}
+	if start := bytes.LastIndex(b, []byte("=== clustertest: start #")); start >= 0 {
+		b = b[start:] // this process's lines: an earlier one's count is not this one's
+	}
+	i := bytes.LastIndex(b, []byte(`"msg":"shardcron node stopped"`))
+	if i < 0 {
+		return
+	}
+	line := b[bytes.LastIndexByte(b[:i], '\n')+1:]
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	var stopped struct{ Misfires *uint64 }
+	if json.Unmarshal(line, &stopped) != nil || stopped.Misfires == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.noteMisfires(*stopped.Misfires)
 }
 
 // getJSON GETs url into nothing but its status; it is used for readiness
