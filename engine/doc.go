@@ -152,10 +152,11 @@
 //     every task from there as well as the listed fires, so listed fires at
 //     or after that point run twice
 //     (TestLoop_ReleaseListsAtMost2000UnrunFires). So do the fires a
-//     checkpoint over 512 KiB of JSON sheds, after its health and its
-//     after list (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest). A
-//     backfill's fire, which no mark brings back, takes a scheduled fire's
-//     place instead; only a list of such fires alone loses some, logged as
+//     checkpoint over 512 KiB of JSON sheds, after its health, its
+//     end_waits and its after list
+//     (TestLoop_ReleaseOfLongEscapedIDsFitsInARequest). A backfill's
+//     fire, which no mark brings back, takes a scheduled fire's place
+//     instead; only a list of such fires alone loses some, logged as
 //     an error (TestHandOver_ListKeepsBackfillsPastTheCap). Triggers are
 //     not listed: their keys hand them over, overrides included
 //     (TestEngine_TriggersHandedOverUnrunRunOnceWithTheirOverrides).
@@ -251,7 +252,9 @@
 // (holds); a checkpoint may name the session ("session") and list unrun
 // fires it hands over ("pending": [{"id", "at", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
-// "fails", "failed_at", "error", "ok_at"}], health.go);
+// "fails", "failed_at", "error", "ok_at"}], health.go) and the paused
+// delete_after_fire tasks whose last fire ended there ("end_waits": [id],
+// window.go);
 // /<prefix>/triggers/<partition>/<unix ms>/<id> holds a trigger until its
 // fire starts on the owner, or ends there unrun; and
 // /<prefix>/prepared/<node-id>, under the node's lease, lists the

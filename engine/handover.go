@@ -79,6 +79,10 @@ type checkpoint struct {
 	// scheduled time: each resumes after it.
 	After  []pendingFire  `json:"after,omitempty"`
 	Health []handedHealth `json:"health,omitempty"` // on release: the tasks that failed, for the next owner (health.go)
+	// EndWaits are, on release, the paused delete_after_fire tasks whose
+	// last fire ended there: the next owner looks at each one's resume
+	// whether it ended, as that owner would have (flagEndWaits).
+	EndWaits []string `json:"end_waits,omitempty"`
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -94,8 +98,9 @@ type handOver struct {
 	// after are the tasks whose last fire was released past mark (a
 	// misfire's catch-up fire), each with that fire's scheduled time: the
 	// next owner resumes each after it.
-	after  []pendingFire
-	health []handedHealth // tasks that failed here (health.go)
+	after    []pendingFire
+	health   []handedHealth // tasks that failed here (health.go)
+	endWaits []string       // paused delete_after_fire tasks whose last fire ended here (flagEndWaits)
 }
 
 // handedTo is what a partition's previous owner handed over with its tasks,
@@ -103,13 +108,16 @@ type handOver struct {
 type handedTo struct {
 	after  map[string]int64        // tasks fired past the resume point: each resumes after that fire
 	health map[string]handedHealth // tasks that failed there (health.go)
+	// endWaits are the paused delete_after_fire tasks whose last fire
+	// ended there, to be looked at again at their resume (flagEndWaits).
+	endWaits map[string]bool
 	// elsewhere are the marker keys of tasks whose runs went on past a
 	// release (elsewhere.go).
 	elsewhere map[string][]string
 }
 
 // handedFrom indexes what acquire read: the after list and the released
-// checkpoint prev's health.
+// checkpoint prev's health and tasks whose end waits for their resume.
 func handedFrom(after []pendingFire, prev []byte) handedTo {
 	var h handedTo
 	if len(after) > 0 {
@@ -118,13 +126,30 @@ func handedFrom(after []pendingFire, prev []byte) handedTo {
 			h.after[f.ID] = f.At.UnixNano()
 		}
 	}
-	if health := checkpointHealth(prev); len(health) > 0 {
-		h.health = make(map[string]handedHealth, len(health))
-		for _, e := range health {
+	cp := releasedCheckpoint(prev)
+	if len(cp.Health) > 0 {
+		h.health = make(map[string]handedHealth, len(cp.Health))
+		for _, e := range cp.Health {
 			h.health[e.ID] = e
 		}
 	}
+	if len(cp.EndWaits) > 0 {
+		h.endWaits = make(map[string]bool, len(cp.EndWaits))
+		for _, id := range cp.EndWaits {
+			h.endWaits[id] = true
+		}
+	}
 	return h
+}
+
+// releasedCheckpoint decodes prev, a checkpoint its owner released; the
+// zero checkpoint when it is not readable or not released.
+func releasedCheckpoint(prev []byte) checkpoint {
+	var cp checkpoint
+	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released {
+		return checkpoint{}
+	}
+	return cp
 }
 
 // lower moves the mark before a fire due at due that cannot be listed, so
@@ -215,6 +240,10 @@ const maxHandOver = 2000
 // past it, the rest repeat their catch-up fire.
 const maxAfter = maxHandOver / 2
 
+// maxEndWaits bounds the tasks one checkpoint lists whose end waits for
+// their resume; past it, the rest stay, ended, after their resume.
+const maxEndWaits = maxHandOver / 2
+
 // maxCheckpointBytes bounds a released checkpoint's JSON, well within
 // etcd's request limit (1.5 MiB by default) and a transaction's bytes
 // (registry.MaxTxnBytes). The counts above keep a checkpoint of plain ids
@@ -225,18 +254,21 @@ const maxCheckpointBytes = 512 << 10
 // encode returns h's released checkpoint as node writes it. Past
 // maxCheckpointBytes it sheds what it lists, from the end of each list, as
 // much as takes it under, the cheapest loss first: health (the next owner
-// counts those tasks' failures afresh), then after (their catch-up fires
-// repeat), then pending fires (shedPending).
+// counts those tasks' failures afresh), then endWaits (those tasks stay,
+// ended, after their resume), then after (their catch-up fires repeat),
+// then pending fires (shedPending).
 func (h *handOver) encode(node string) []byte {
 	for {
 		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
-			Released: true, Applied: h.applied, Pending: h.pending, After: h.after, Health: h.health})
+			Released: true, Applied: h.applied, Pending: h.pending, After: h.after, Health: h.health, EndWaits: h.endWaits})
 		over := len(b) - maxCheckpointBytes
 		switch {
 		case over <= 0:
 			return b
 		case len(h.health) > 0:
 			h.health = h.health[:len(h.health)-tailHolding(h.health, over)]
+		case len(h.endWaits) > 0:
+			h.endWaits = h.endWaits[:len(h.endWaits)-tailHolding(h.endWaits, over)]
 		case len(h.after) > 0:
 			h.after = h.after[:len(h.after)-tailHolding(h.after, over)]
 		case len(h.pending) > 0:
@@ -485,12 +517,16 @@ func (l *loop) releaseParts(parts []int) release {
 		if !l.parts[p].owned {
 			continue // released while loading: nothing of it was armed
 		}
+		h := out[p]
 		l.tab.eachIn(p, func(i uint32, r *record) {
 			l.flush(i, r, mark, now)
 			// A misfire fired this task past the mark: the next owner,
 			// resuming after the mark, would fire that time again.
-			if h := out[p]; r.lastFire != 0 && len(h.after) < maxAfter && r.lastFire+l.delay(r, r.lastFire) > mark {
+			if r.lastFire != 0 && len(h.after) < maxAfter && r.lastFire+l.delay(r, r.lastFire) > mark {
 				h.after = append(h.after, pendingFire{ID: l.tab.id(r), At: time.Unix(0, r.lastFire).UTC()})
+			}
+			if r.flags&flagEndWaits != 0 && len(h.endWaits) < maxEndWaits {
+				h.endWaits = append(h.endWaits, l.tab.id(r))
 			}
 		})
 		l.holds.set(p, mark)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -479,14 +478,4 @@ func (l *loop) adoptHealth(i uint32, r *record, e handedHealth) {
 		h.okAt = unixSecs(e.OKAt.UnixNano())
 	}
 	l.health[i] = h
-}
-
-// checkpointHealth returns the health a released checkpoint hands over;
-// none from a checkpoint that is not readable or not released.
-func checkpointHealth(prev []byte) []handedHealth {
-	var cp checkpoint
-	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released {
-		return nil
-	}
-	return cp.Health
 }

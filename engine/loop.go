@@ -376,12 +376,19 @@ func (l *loop) load(c *loadCmd) {
 		l.upsert(d, resume, d.put)
 		e, failed := c.handed.health[d.id]
 		away := c.handed.elsewhere[d.id]
-		if !fired && !failed && away == nil {
+		waits := c.handed.endWaits[d.id]
+		if !fired && !failed && away == nil && !waits {
 			continue // the common case: no second lookup on the load path
 		}
 		i, r, ok := l.tab.lookup(d.id)
 		if !ok {
 			continue
+		}
+		if waits {
+			// The previous owner's mark; a resume while the partition
+			// changed hands left it on a task not paused, which the
+			// acquire's look for ended tasks (endedCmd) takes.
+			r.flags |= flagEndWaits
 		}
 		if away != nil {
 			l.runElsewhere(i, r, away)

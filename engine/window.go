@@ -160,7 +160,8 @@ const endedQueue = 1024
 // A paused task stays: the pause holds it, and its next time is 0 whether
 // or not its window has times to come; a fire that ends while it is
 // paused (skipped for the pause included) leaves the check to its resume
-// (flagEndWaits). Called only from the dispatch loop.
+// (flagEndWaits, which a release hands to the partition's next owner).
+// Called only from the dispatch loop.
 func (l *loop) checkEnded(i uint32, r *record) {
 	prof := l.profs.list[r.prof]
 	if !prof.deleteAfter || r.flags&(flagDeleting|flagEdited) != 0 || r.next != 0 || r.running > 0 {
@@ -201,6 +202,9 @@ func (l *loop) retryWaits(i uint32, r *record) bool {
 // owner fired, it deletes only tasks last written before their last
 // scheduled time: one edited later (while or after it fired), or put after
 // its time (a one-shot fired late by its misfire policy), stays, ended.
+// A task whose last fire ended while it was paused there, as its release
+// said (flagEndWaits), and resumed since, is looked at as its resume
+// would have been.
 type endedCmd struct{ part int }
 
 func (c *endedCmd) run(l *loop) {
@@ -209,8 +213,13 @@ func (c *endedCmd) run(l *loop) {
 	}
 	l.tab.eachIn(c.part, func(i uint32, r *record) {
 		prof := l.profs.list[r.prof]
-		// A paused task is not known to have ended, nor to have fired.
-		if prof.deleteAfter && r.flags&flagPaused == 0 && prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
+		if !prof.deleteAfter || r.flags&flagPaused != 0 {
+			return // a paused task is not known to have ended, nor to have fired
+		}
+		if r.flags&flagEndWaits != 0 {
+			r.flags &^= flagEndWaits
+			l.checkEnded(i, r)
+		} else if prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
 			l.checkEnded(i, r)
 		}
 	})

@@ -381,6 +381,57 @@ func TestLoop_DeleteAfterFireTaskPausedThroughItsTimeStays(t *testing.T) {
 	}
 }
 
+// A delete_after_fire task whose last fire ended while it was paused is
+// deleted at its resume on the next owner of its partition too: the
+// release hands the mark of that end over in its checkpoint, and a resume
+// that came while the partition changed hands is looked at by the next
+// owner's acquire. The mark was the owner's memory: the next owner never
+// deleted the task, which stayed, ended, for good.
+func TestLoop_DeleteAfterFireEndedWhilePausedIsDeletedAtItsResumeOnTheNextOwner(t *testing.T) {
+	for _, resumed := range []string{"after the load", "while the partition changed hands"} {
+		t.Run(resumed, func(t *testing.T) {
+			tl, def, _, _ := retryOfAnEarlierFire(t)
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+			tl.clock.Advance(time.Minute)
+			tl.dispatchAll() // the retry of t@+0s comes due while t is paused: skipped, the fire is over
+			if _, r, _ := tl.tab.lookup("t"); r.skipped != 1 || r.flags&flagEndWaits == 0 {
+				t.Fatalf("paused: %d skipped, flags %b; want the retry skipped and the end left to the resume", r.skipped, r.flags)
+			}
+			hand := tl.releaseNow(0).hand[0]
+
+			next := newTestLoop(t, tl.clock.Now().Add(time.Second), nil)
+			h, err := next.scheds.Intern("* * * * * *", "UTC", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Written at its pause and at its resume, after its last time.
+			writtenAt := func(paused bool, at time.Time) taskDef {
+				d := def(paused)
+				prof := *d.prof
+				prof.key, prof.updatedAt = fmt.Sprintf("%s@%d", prof.key, at.UnixNano()), at
+				d.sched, d.prof = h, &prof
+				return d
+			}
+			loaded := writtenAt(false, next.clock.Now())
+			if resumed == "after the load" {
+				loaded = writtenAt(true, tl.clock.Now())
+			}
+			next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, hand.encode("node-a")),
+				defs: []taskDef{loaded}, first: true, done: make(chan struct{})})
+			next.handle(&endedCmd{part: 0})
+			if loaded.paused {
+				if n := len(next.ended); n != 0 {
+					t.Fatalf("%d deletions queued while t is paused on the next owner, want none", n)
+				}
+				next.handle(&eventsCmd{part: 0, upserts: []taskDef{writtenAt(false, next.clock.Now())}})
+			}
+			if n := len(next.ended); n != 1 {
+				t.Errorf("%d deletions queued on the next owner once t was resumed, want 1", n)
+			}
+		})
+	}
+}
+
 // retryOfAnEarlierFire starts the delete_after_fire scenario above: t has
 // a window of two fires, two attempts a fire, a minute apart; its fire of
 // +0 s failed and its retry waits 30-60 s, its fire of +1 s (the last)
@@ -450,6 +501,54 @@ func TestEngine_OneShotEditedDuringItsHandOverDoesNotFireAgain(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("moved")) == 2 && len(log.of("fresh")) == 1 })
 	time.Sleep(time.Second) // a fire armed in the past goes out at once
 	oneShotsFired(t, log, at, earlier)
+}
+
+// TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner: a
+// delete_after_fire one-shot whose retry comes due while it is paused on
+// node-a (skipped: the fire is over) is deleted at its resume on node-b,
+// which took its partition from node-a meanwhile. The mark of that end
+// was node-a's memory: node-b kept the task, ended, for good.
+func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("cluster scenario")
+	}
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	fail := func(context.Context, Fire) error { return errors.New("boom") }
+	a := startNode(t, c, "", fail, oneShotNode("node-a"))
+	defer a.stop(t)
+	reg := a.e.Registry()
+	tk := handlerTask("once", "@at "+nextSecond(time.Now().Add(time.Second)).Format(time.RFC3339))
+	tk.DeleteAfterFire = true
+	tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second)}
+	putTask(t, reg, tk)
+	recordOn := func(n *testNode, cond func(l *loop, i uint32, r *record) bool) func() bool {
+		return func() bool {
+			return inLoop(t, n, func(l *loop) bool {
+				i, r, ok := l.tab.lookup("once")
+				return ok && cond(l, i, r)
+			})
+		}
+	}
+	// Paused once its first attempt failed, while its retry waits out the
+	// backoff: a pause while an attempt runs would be an edit that wins.
+	etcdtest.WaitFor(t, 10*time.Second, recordOn(a, func(l *loop, i uint32, r *record) bool { return r.running == 0 && l.retryWaits(i, r) }))
+	if _, err := reg.Pause(ctx, "once", task.Pause{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, recordOn(a, func(_ *loop, _ uint32, r *record) bool { return r.skipped == 1 && r.flags&flagEndWaits != 0 }))
+
+	b := startNode(t, c, "", fail, oneShotNode(nextOwnerOfTheOnePartition(t)))
+	defer b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !a.e.Owns(0) && owns(b, "once") })
+	if _, err := reg.SetPaused(ctx, "once", false); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		_, err := reg.Get(ctx, "once")
+		return errors.Is(err, registry.ErrNotFound)
+	})
 }
 
 // nextOwnerOfTheOnePartition names a node that wins the one partition of
