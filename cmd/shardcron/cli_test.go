@@ -1152,8 +1152,44 @@ func TestImport_IDGivenAgainInALaterBatch(t *testing.T) {
 	if code := im.run(context.Background(), strings.NewReader(line("d", "v2")+line("d", "v3")), "test"); code != exitOK {
 		t.Errorf("exit %d, want 0", code)
 	}
-	if errb.String() != "" || out.String() != "imported 2 tasks, 0 errors\n" {
-		t.Errorf("a repeat within a batch: stdout %q, stderr %q; want the server's word only", out, errb)
+	if errb.String() != "" || out.String() != "imported 1 task, 0 errors\n" {
+		t.Errorf("a repeat within a batch: stdout %q, stderr %q; want the server's word only, and one task", out, errb)
+	}
+}
+
+// A task given on several lines of one batch is one task imported: the
+// server writes its last line and counts each line it wrote, which the
+// summary counted as that many tasks. So are an id's lines in the two
+// halves of a batch split for its size, each written by a request of its
+// own; a line refused is not counted.
+func TestImport_IDRepeatedInABatchCountsOnce(t *testing.T) {
+	line := func(id, version string) string {
+		return fmt.Sprintf(`{"id":%q,"schedule":"@hourly","executor":{"type":"noop"},"description":%q}`+"\n", id, version)
+	}
+	for _, c := range []struct {
+		name  string
+		split bool
+		input string
+		want  string
+	}{
+		{"one request", false, line("a", "v1") + line("b", "v1") + line("a", "v2") + line("bad", "v1") + line("a", "v3"), "imported 2 tasks, 1 error\n"},
+		{"split in two", true, line("a", "v1") + line("b", "v1") + line("a", "v2") + line("c", "v1"), "imported 3 tasks, 0 errors\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+				if c.split && len(lines) > 2 {
+					w.WriteHeader(http.StatusRequestEntityTooLarge)
+					_, _ = io.WriteString(w, `{"error":"batch body is too large"}`)
+					return true
+				}
+				return false
+			})
+			im, out, _ := testImporter(t, ts.URL, 10)
+			im.run(context.Background(), strings.NewReader(c.input), "test")
+			if out.String() != c.want {
+				t.Errorf("summary %q, want %q", out, c.want)
+			}
+		})
 	}
 }
 
@@ -1195,7 +1231,7 @@ func TestImport_LaterLineRefusedHereVoidsTheEarlierInItsBatch(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb)
 		}
 	}
-	if want := "imported 4 tasks, 5 errors\n"; out.String() != want {
+	if want := "imported 3 tasks, 5 errors\n"; out.String() != want { // y once
 		t.Errorf("summary %q, want %q", out, want)
 	}
 }

@@ -53,7 +53,9 @@ of an id in the same batch is refused, the earlier ones are not written
 either, and each is an error that says so. At the end it prints
 "imported N tasks, M errors", with "(U unchanged)" after the tasks when
 some were identical to what is stored and left alone, and the warnings'
-count when there were any; it exits 1 if there were errors.
+count when there were any; it exits 1 if there were errors. N counts the
+tasks each batch wrote: a task given on several lines of a batch once,
+one given again in a later batch, which writes it again, once more.
 
 Examples:
   shardcron import tasks.jsonl
@@ -240,7 +242,7 @@ type importer struct {
 	bar      *progressbar.ProgressBar // nil: no bar
 
 	mu      sync.Mutex     // guards written, same and sent, which batches in flight update
-	written int            // tasks the server reported written
+	written int            // tasks written: those the server reported, each id once a batch
 	same    int            // of written, those it found identical and left alone
 	sent    bool           // a request succeeded: the node exists, so a refused connection is transient
 	errs    []lineError    // every error, in line order (run's goroutine only)
@@ -574,7 +576,14 @@ func (im *importer) send(ctx context.Context, b *importBatch) (errs []lineError,
 				return e1, w1, err
 			}
 			e2, w2, err := im.send(ctx, second)
-			return append(e1, e2...), append(w1, w2...), err
+			errs, warns = append(e1, e2...), append(w1, w2...)
+			if err == nil {
+				// An id in both halves was written by each, and counted so.
+				im.mu.Lock()
+				im.written -= b.repeats(errs) - first.repeats(e1) - second.repeats(e2)
+				im.mu.Unlock()
+			}
+			return errs, warns, err
 		case ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge:
 			// The batch as a whole was refused: every line shares the reason.
 			errs := make([]lineError, len(b.lines))
@@ -587,15 +596,38 @@ func (im *importer) send(ctx context.Context, b *importBatch) (errs []lineError,
 	if err != nil {
 		return nil, nil, err
 	}
+	errs = mapBatchErrors(b.lines, res.Errors)
 	im.mu.Lock()
 	im.sent = true
-	im.written += res.Written
+	im.written += res.Written - b.repeats(errs) // the server counts the lines it wrote
 	im.same += res.Unchanged
 	im.mu.Unlock()
 	for _, w := range res.Warnings {
 		warns = append(warns, lineWarning{Line: batchLine(b.lines, w.Index), Warning: w.Warning})
 	}
-	return mapBatchErrors(b.lines, res.Errors), warns, nil
+	return errs, warns, nil
+}
+
+// repeats counts the lines of b written (not among errs) whose id a later
+// line of b written too gives again: the server writes the last and counts
+// each line (its Written), though they are one task.
+func (b *importBatch) repeats(errs []lineError) int {
+	refused := make(map[int]bool, len(errs))
+	for _, e := range errs {
+		refused[e.Line] = true
+	}
+	seen := make(map[string]bool, len(b.ids))
+	n := 0
+	for k, id := range b.ids {
+		switch {
+		case id == "" || refused[b.lines[k]]:
+		case seen[id]:
+			n++
+		default:
+			seen[id] = true
+		}
+	}
+	return n
 }
 
 // batchLine is the input line of item i of a batch; 0 for an index the
