@@ -128,7 +128,7 @@ func (d *decoder) build(t *task.Task) (taskDef, []byte, error) {
 		if prof, err = d.e.execs.newProfile(key, t); err != nil {
 			return taskDef{}, nil, fmt.Errorf("stored task %q: %w", id, err)
 		}
-		prof.win = win
+		prof.win, prof.defLen = win, profLen
 		d.profs[key] = prof
 	}
 	def := d.place(id, h, prof, t.Paused)

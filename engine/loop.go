@@ -431,8 +431,8 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 		l.arm(i, r, l.startOf(r, resume, put, d.decided))
 		return
 	}
-	old := r.prof
-	sameWin := l.profs.list[old].win.same(d.prof.win)
+	old, was := r.prof, l.profs.list[r.prof]
+	sameWin := was.win.same(d.prof.win)
 	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
 	l.profs.unref(old)
 	// A new definition: only the end of a fire of it (or the next
@@ -441,7 +441,9 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	r.flags &^= flagDeleting
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
-	if d.prof.deleteAfter && !pause && (r.running > 0 || l.retryWaits(i, r)) {
+	// A write that pauses the task edits it too when it changes it besides.
+	edit := !pause || r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof)
+	if d.prof.deleteAfter && edit && (r.running > 0 || l.retryWaits(i, r)) {
 		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
 	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)

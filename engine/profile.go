@@ -47,7 +47,16 @@ type profile struct {
 	win         *window   // nil: the task's fires are not bounded
 	deleteAfter bool      // delete_after_fire
 	updatedAt   time.Time // of the definition, with deleteAfter: an edit since keeps the task
+	defLen      int       // key[:defLen] is the task as written (appendProfileKey), without its window's bounds and times (sameDefinition)
 }
+
+// sameDefinition reports whether p and q are profiles of one definition
+// but for when it was written: a write that only pauses a
+// delete_after_fire task changes its updated_at, and so its profile. The
+// window's bounds and the schedule, beside the profile, are the caller's to
+// compare; the labels and the description, which a node does not read,
+// are not compared at all.
+func (p *profile) sameDefinition(q *profile) bool { return p.key[:p.defLen] == q.key[:q.defLen] }
 
 // keepFor returns the history limit of a record of status st, for
 // store.RecordKeep.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
@@ -146,6 +147,44 @@ func clone(t *testing.T, tk *task.Task) *task.Task {
 		t.Fatal(err)
 	}
 	return &c
+}
+
+// TestProfile_SameDefinitionButForTheWrite: the profiles a node decodes of
+// a delete_after_fire task before and after a write that only paused it
+// (its updated_at and pause record new) are one definition, so that the
+// pause is not taken for an edit (upsert); after a write that paused it
+// and changed it besides, they are not. A profile built without its
+// definition's length took every such write for a pause alone.
+func TestProfile_SameDefinitionButForTheWrite(t *testing.T) {
+	e := &Engine{cfg: DefaultConfig("p").withDefaults(), scheds: schedule.NewTable(), execs: &executors{}}
+	t0 := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	base := &task.Task{ID: "t", Schedule: "@at 2027-01-02T00:00:00Z", Executor: task.Executor{Type: task.ExecutorNoop}, DeleteAfterFire: true}
+	if err := base.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	base.CreatedAt, base.UpdatedAt = t0, t0
+	paused := clone(t, base)
+	paused.Paused, paused.Pause, paused.UpdatedAt = true, &task.Pause{By: "ops", At: t0.Add(time.Hour)}, t0.Add(time.Hour)
+	edited := clone(t, paused)
+	edited.Timeout = task.Duration(time.Second)
+	prof := func(tk *task.Task) *profile {
+		v, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.decoder().def(tk.ID, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.prof
+	}
+	was := prof(base)
+	if p := prof(paused); p.key == was.key || !was.sameDefinition(p) {
+		t.Errorf("paused only: keys %q and %q; want two profiles of one definition", was.key, p.key)
+	}
+	if p := prof(edited); was.sameDefinition(p) {
+		t.Errorf("paused and edited: keys %q and %q; want two definitions", was.key, p.key)
+	}
 }
 
 // TestMaxHistoryLimit_MatchesStore: package task states the store's limit

@@ -301,6 +301,55 @@ func TestLoop_DeleteAfterFireEditedWhileARetryWaitsStays(t *testing.T) {
 	}
 }
 
+// One write that pauses a delete_after_fire task and edits it besides
+// while the retry of an earlier fire waits out its backoff, or for a
+// worker, is an edit: the task stays after its resume, as after an edit
+// alone. It was taken for a pause, which is not an edit that wins (the
+// pause skips that retry), and the resume deleted the task. A write that
+// only pauses it (its updated_at changes too) still leaves the delete to
+// the resume.
+func TestLoop_DeleteAfterFirePausedAndEditedWhileARetryWaitsStays(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		queued  bool
+		edit    bool
+		deletes int
+	}{
+		{"paused and edited", false, true, 0},
+		{"paused and edited, the retry queued", true, true, 0},
+		{"paused only", false, false, 1},
+		{"paused only, the retry queued", true, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl, def, _, _ := retryOfAnEarlierFire(t)
+			if c.queued {
+				tl.clock.Advance(time.Minute)
+				tl.dispatchAll()
+			}
+			written := def(true)
+			prof := *written.prof
+			prof.key, prof.updatedAt = prof.key+",d1", prof.updatedAt.Add(time.Hour)
+			if c.edit {
+				prof.key, prof.timeout = "noop/delete-after-timeout-1s,d1", time.Second
+				prof.defLen = len("noop/delete-after-timeout-1s")
+			}
+			written.prof = &prof
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written}})
+			tl.clock.Advance(time.Minute)
+			tl.dispatchAll() // the retry comes due while t is paused: skipped
+			if _, r, _ := tl.tab.lookup("t"); r.skipped != 1 || r.running != 0 {
+				t.Fatalf("paused: %d skipped, %d running; want the retry skipped", r.skipped, r.running)
+			}
+			resumed := written
+			resumed.paused = false
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{resumed}})
+			if n := len(tl.ended); n != c.deletes {
+				t.Errorf("%d deletions queued at the resume of t; want %d", n, c.deletes)
+			}
+		})
+	}
+}
+
 // A pause skips the retry a delete_after_fire task's delete waits for,
 // whether it comes due while the task is paused or waits for a worker when
 // the pause lands: that fire is over. A paused task stays (its pause
@@ -447,6 +496,7 @@ func retryOfAnEarlierFire(t *testing.T) (tl *testLoop, def func(paused bool) tas
 	}
 	prof := noopProfile(task.MisfireFireOnce)
 	prof.key = "noop/delete-after"
+	prof.defLen = len(prof.key) // what a write that only pauses t keeps
 	prof.maxAttempts, prof.backoff, prof.maxBackoff = 2, time.Minute, time.Minute
 	prof.deleteAfter, prof.updatedAt = true, base.Add(-time.Hour)
 	prof.win = &window{s: tl.scheds.Get(h), to: base.Add(time.Second).UnixNano(), end: task.EndedMaxFires}
