@@ -112,7 +112,9 @@ type Config struct {
 	// It must be well under Lead.
 	WatermarkInterval time.Duration
 	// DrainTimeout bounds how long Close waits for running executions
-	// (default 30s); those still running are then canceled.
+	// (default 30s); those still running are then canceled, and the
+	// retries of those with attempts left handed on to their partitions'
+	// next owners, due at once.
 	DrainTimeout time.Duration
 	// ReleaseRunWait bounds how long a graceful release waits for the
 	// attempts under way of tasks that retry or keep their fires apart

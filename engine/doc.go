@@ -109,7 +109,8 @@
 //     after a fence's seal"). A graceful hand-over
 //     passes them on: in the released checkpoint, or, for an attempt
 //     still running when the release is sealed, through etcd
-//     (leavers).
+//     (leavers), as for one that Close's drain timeout or Hurry cancels
+//     (TestEngine_RetryOfAnAttemptTheStopCancelsIsHandedOn).
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).

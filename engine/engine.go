@@ -388,7 +388,10 @@ func (e *Engine) Fenced() bool { return e.fenced() }
 // then releases every partition with its checkpoint written (so the next
 // owner resumes exactly where this node stopped), lets queued and running
 // executions finish within DrainTimeout, canceling those still running
-// after it, and revokes the session; Hurry cuts the waits short. Close is
+// after it, and revokes the session; Hurry cuts the waits short. A
+// canceled attempt with attempts left has its retry, due at once, written
+// to etcd for its partition's next owner before the session's lease is
+// revoked (5 s at most: one etcd refuses is lost, logged). Close is
 // idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
@@ -413,7 +416,7 @@ func (e *Engine) Close() error {
 			}
 		}()
 		if e.pool.drain(e.cfg.DrainTimeout) {
-			e.log.Warn("the drain timeout canceled the executions still running; their execution records say canceled",
+			e.log.Warn("the drain timeout canceled the executions still running; their execution records say canceled, and the retries of those with attempts left are handed on to their partitions' next owners",
 				"drain_timeout", e.cfg.DrainTimeout)
 		}
 		close(drained)

@@ -377,8 +377,9 @@ type leaver struct {
 func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
 
 // leavers are the tasks of releases with attempts under way, by
-// leavingKey. When one of those attempts fails with attempts left, its
-// retry is handed on (retry). Until the release is sealed, the loop lists
+// leavingKey. When one of those attempts fails, or the node's stop (the
+// drain timeout, Hurry) cancels it, with attempts left, its retry is
+// handed on (retry). Until the release is sealed, the loop lists
 // it in the partition's hand-over, due after its backoff, as a retry
 // waiting for it is: the hand-overs are the loop's until then. After a
 // graceful release's seal, it is written to etcd as a trigger that
@@ -420,9 +421,13 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 }
 
 // retry hands on the retry of attempt of the fire at sched of leaver k,
-// which failed, when it has attempts left, and reports whether it was
-// k's to hand on: k is a leaver, and, for a worker (sealed), sealed.
-func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Override, bf *backfillRun, sealed bool) bool {
+// which failed, or which the node's stop canceled (stopped), when it has
+// attempts left, and reports whether it was k's to hand on: k is a
+// leaver, and, for a worker (sealed), sealed. The retry of a failure is
+// due after its backoff; that of a stopped attempt at once: its cancel
+// says nothing of what it calls, which the backoff spares, and its fire
+// is late already, by the drain timeout.
+func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Override, bf *backfillRun, stopped, sealed bool) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	lv := ls.m[k]
@@ -432,7 +437,10 @@ func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Overr
 	if int(attempt) >= lv.prof.maxAttempts {
 		return true
 	}
-	due := ls.clock.Now().Add(retryWait(lv.prof, attempt+1))
+	due := ls.clock.Now()
+	if !stopped {
+		due = due.Add(retryWait(lv.prof, attempt+1))
+	}
 	if lv.hand != nil {
 		lv.hand.list(handedRetry(lv.id, sched, attempt+1, due.UnixNano(), over, bf), due.UnixNano())
 		return true
@@ -492,7 +500,7 @@ func (ls *leavers) seal(run *running, late bool) {
 // dropped, not released) ends here: its runner waits for its end.
 func (ls *leavers) handOn(c *completion, x completionExtra) {
 	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
-		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false) && x.bf != nil {
+		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false, false) && x.bf != nil {
 		x.bf.end(c.sched)
 	}
 }

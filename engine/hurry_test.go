@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // Hurry during a Close cuts the drain short: an execution still running
@@ -49,5 +51,13 @@ func TestEngine_HurryCutsTheDrain(t *testing.T) {
 	// said only "http: context canceled".
 	if err := <-ended; !errors.Is(err, errStopped) {
 		t.Errorf("the running execution was canceled for %v, want %v", err, errStopped)
+	}
+	// Its record says so too, though the handler returned ctx.Err() alone:
+	// an attempt the stop canceled with attempts left is retried.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, n, "slow")) > 0 })
+	for _, e := range history(t, n, "slow") {
+		if e.Status != task.ExecutionCanceled || !strings.Contains(e.Error, errStopped.Error()) {
+			t.Errorf("slow's attempt of %s recorded %s (%s), want canceled for %q", e.ScheduledAt.Format(time.TimeOnly), e.Status, e.Error, errStopped)
+		}
 	}
 }

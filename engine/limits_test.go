@@ -568,6 +568,12 @@ func startHeldAttempt(t *testing.T, tweaks ...func(*Config)) *heldAttempt {
 // startHeldAttemptOf is startHeldAttempt with flaky's fire started by
 // fire, in place of a trigger, and node-a tweaked by tweaks.
 func startHeldAttemptOf(t *testing.T, fire func(*registry.Registry) error, tweaks ...func(*Config)) *heldAttempt {
+	return startHeldAttemptWith(t, task.ConcurrencyAllow, fire, tweaks...)
+}
+
+// startHeldAttemptWith is startHeldAttemptOf with flaky's concurrency
+// policy.
+func startHeldAttemptWith(t *testing.T, policy task.ConcurrencyPolicy, fire func(*registry.Registry) error, tweaks ...func(*Config)) *heldAttempt {
 	c, clock := limitsStart(t)
 	log := &callLog{}
 	started, fail := make(chan struct{}, 1), make(chan struct{})
@@ -591,6 +597,7 @@ func startHeldAttemptOf(t *testing.T, fire func(*registry.Registry) error, tweak
 	// Yearly: only the trigger fires it.
 	flaky := handlerTask("flaky", "0 0 0 1 1 *")
 	flaky.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
+	flaky.Concurrency = policy
 	putTask(t, ha.a.e.Registry(), flaky)
 	putTask(t, ha.a.e.Registry(), handlerTask("tick", "* * * * * *"))
 	if err := fire(ha.a.e.Registry()); err != nil {
@@ -614,16 +621,18 @@ func (ha *heldAttempt) start(t *testing.T, id string, tweaks ...func(*Config)) *
 }
 
 // attempts returns flaky's attempts as "attempt on node", once b's loop
-// holds the retry of attempt 1, the clock passed the latest time of that
-// retry, twice, and b stopped.
+// holds the retry of attempt 1 (or ran it), the clock passed the latest
+// time of that retry, twice, and b stopped.
 func (ha *heldAttempt) attempts(t *testing.T, b *testNode) []string {
 	t.Helper()
 	// A retry handed on through etcd reaches b's loop through its trigger
 	// watch, which can come well after node-a wrote it: a clock moved on
 	// and b stopped before would end the test with the retry still in
 	// etcd, never run. (One handed over in a checkpoint is there once b
-	// owns the task.)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().RetryBacklog >= 1 })
+	// owns the task.) One due at once may have run before this looks.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return b.e.Stats().RetryBacklog >= 1 || len(ha.log.of("flaky")) > 1
+	})
 	for _, s := range []int{20, 40} {
 		ha.clock.Advance(20 * time.Second)
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return ha.log.firedAt("tick", limitsAt(s)) })
@@ -690,6 +699,75 @@ func TestEngine_RetryOfAnAttemptRunningPastItsReleaseIsHandedOnThroughEtcd(t *te
 	// would run again at every acquire of the partition.
 	if n, err := reg.PendingTriggerCount(context.Background()); err != nil || n != 0 {
 		t.Errorf("%d trigger keys left (%v), want none", n, err)
+	}
+}
+
+// An attempt that the node's stop cancels with attempts left, past its
+// drain timeout or hurried, has its retry handed on through etcd as one
+// failing past its release has, but due at once: its cancel says nothing
+// of what it calls. It was lost, neither retried here nor on the next
+// owner: with the default drain timeout (30 s) under the default task
+// timeout (1 m), a rolling restart lost such fires. Here attempt 1 of a
+// triggered fire of flaky, with a payload, runs on node-a, held, while
+// node-a leaves gracefully, and is canceled at the end of a drain of
+// 100 ms, or by Hurry during one of an hour; node-b runs attempt 2 with
+// the trigger's payload, and node-a's record of attempt 1 says canceled,
+// and why. flaky, kept apart (forbid), has a marker of its run past the
+// release, which node-b's retry does not wait for: it is of that run's
+// fire.
+func TestEngine_RetryOfAnAttemptTheStopCancelsIsHandedOn(t *testing.T) {
+	payload := json.RawMessage(`{"override":1}`)
+	for _, tc := range []struct {
+		policy task.ConcurrencyPolicy
+		hurry  bool
+	}{
+		{task.ConcurrencyAllow, false},
+		{task.ConcurrencyAllow, true},
+		{task.ConcurrencyForbid, false},
+	} {
+		t.Run(fmt.Sprintf("%s/hurry=%t", tc.policy, tc.hurry), func(t *testing.T) {
+			hurry, drain := tc.hurry, 100*time.Millisecond
+			if hurry {
+				drain = time.Hour
+			}
+			ha := startHeldAttemptWith(t, tc.policy, func(reg *registry.Registry) error {
+				_, err := reg.TriggerWith(context.Background(), "flaky", &task.Override{Payload: payload})
+				return err
+			}, func(cfg *Config) { cfg.DrainTimeout = drain })
+			b := ha.start(t, "node-b")
+			closed := closeInBackground(ha.a)
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+			if hurry {
+				<-ha.a.e.loopDone // Close drains the workers once the loop stopped
+				ha.a.e.Hurry()
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("close node-a: %v", err)
+			}
+			if n := ha.a.e.Stats().RetriesHandedOn; n != 1 {
+				t.Errorf("node-a counts %d retries handed on through etcd, want 1", n)
+			}
+			marked := uint64(0)
+			if tc.policy != task.ConcurrencyAllow {
+				marked = 1
+			}
+			if n := ha.a.e.Stats().RunsMarked; n != marked {
+				t.Errorf("node-a marked %d runs past their release, want %d", n, marked)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(history(t, ha.a, "flaky")) > 0 })
+			if e := history(t, ha.a, "flaky")[0]; e.Status != task.ExecutionCanceled || !strings.Contains(e.Error, errStopped.Error()) {
+				t.Errorf("node-a recorded attempt 1 %s (%s), want canceled for %q", e.Status, e.Error, errStopped)
+			}
+			ha.a.stop(t)
+			if got, want := ha.attempts(t, b), []string{"1 on node-a", "2 on node-b"}; !slices.Equal(got, want) {
+				t.Errorf("flaky ran attempts %v, want %v", got, want)
+			}
+			for _, c := range ha.log.of("flaky") {
+				if string(c.Payload) != string(payload) {
+					t.Errorf("attempt %d of flaky ran with payload %s, want the trigger's %s", c.Attempt, c.Payload, payload)
+				}
+			}
+		})
 	}
 }
 

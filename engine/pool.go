@@ -591,10 +591,14 @@ func (p *pool) work() {
 				}
 			} else {
 				t.observeLag(now.UnixNano() - j.due)
-				st, why = p.run(j, now, &t, cuts)
+				var stopped bool
+				st, why, stopped = p.run(j, now, &t, cuts)
 				// The task's partition may have gone with a release sealed
-				// since the job was taken: then its retry goes to etcd.
-				handed = !final(j, st) && p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, true)
+				// since the job was taken: then its retry goes to etcd. So
+				// does that of an attempt the node's stop canceled, which
+				// comes after every release (Close).
+				handed = (stopped || !final(j, st)) &&
+					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, stopped, true)
 			}
 			out.add(j, st, why, handed)
 			if out.n == len(out.c) {
@@ -780,8 +784,10 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 }
 
 // run executes one job and records its history; it returns the attempt's
-// status and, for a failure, its error.
-func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (uint8, string) {
+// status, for a failure its error, and whether the node's stop canceled
+// it with attempts left (errStopped): its retry is then handed on (work),
+// and its fire has not ended.
+func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stopped bool) {
 	if j.kind != kindRetry {
 		t.fires++
 	}
@@ -795,24 +801,25 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (uint8, string)
 		}
 		err = p.execute(j, out, cuts)
 	}
-	st := statusOf(err)
+	st = statusOf(err)
+	stopped = st == statusCanceled && errors.Is(err, errStopped) && int(j.attempt) < j.prof.maxAttempts
 	t.exec(st)
 	p.chain(j, st)
 	// A fire a fence cut did not end: the node stops its backfill as it
 	// drops the partitions, and the next owner runs it again. Counted
 	// ended, it could be recorded so while etcd still answers (the
-	// session's lease lost, not etcd), and never run.
-	if j.bf != nil && final(j, st) && !errors.Is(err, errFenced) {
+	// session's lease lost, not etcd), and never run. Nor did one the
+	// stop cut with attempts left: its retry runs on.
+	if j.bf != nil && final(j, st) && !stopped && !errors.Is(err, errFenced) {
 		j.bf.end(j.sched)
 	}
 	if err == nil && !p.okKept {
-		return st, ""
+		return st, "", stopped
 	}
 	finished := now
 	if !j.prof.noop {
 		finished = p.clock.Now()
 	}
-	why := ""
 	if err != nil {
 		why = err.Error()
 	}
@@ -825,9 +832,9 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (uint8, string)
 	}
 	if st == statusFailed || st == statusTimeout {
 		p.failures.add(e)
-		return st, why
+		return st, why, stopped
 	}
-	return st, ""
+	return st, "", stopped
 }
 
 // final reports whether j's attempt, ended with st, is its fire's last:
@@ -859,18 +866,19 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 		ctx, cancel := context.WithCancelCause(parent)
 		defer cancel(nil)
 		defer p.untrack(p.track(j, cancel, cuts))
-		// However the executor reported its cancel, the attempt says a
-		// fence cut it (only tracked runs are cut): a backfill must not
-		// count it as ended (run).
-		defer func() {
-			if err != nil && !errors.Is(err, errFenced) && context.Cause(ctx) == errFenced {
-				err = fmt.Errorf("%w (%w)", err, errFenced)
-			}
-		}()
 		parent = ctx
 	}
 	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)
 	defer cancel()
+	// However the executor reported its cancel (a handler may return
+	// ctx.Err() alone), the attempt says who canceled it: a fence (only
+	// tracked runs are cut), which a backfill must not count as ended, or
+	// the node's stop, whose retry is handed on (run).
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && (cause == errFenced || cause == errStopped) && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
+	}()
 	f := &executor.Fire{
 		TaskID: j.id, ScheduledAt: time.Unix(0, j.sched).UTC(), Attempt: int(j.attempt),
 		Node: p.node, Fence: j.fence, Output: out,
