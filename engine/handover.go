@@ -38,13 +38,14 @@ import (
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
-//     Config.ReleaseRunWait at most (250ms; the session's end ends it,
-//     and the partitions then go with the lease, as on a fence), until
+//     Config.ReleaseRunWait at most (250ms), until
 //     the attempts under way of the partition's tasks that retry or keep
 //     their fires apart ended: one that failed hands its retry over
 //     (running). The loop then seals the release; the runs of those that
 //     keep their fires apart still going get a marker in etcd for the next
 //     owner (elsewhere.go), and the release waits until etcd took them.
+//     The session's end ends both waits, and the partitions then go with
+//     the lease, as on a fence.
 //  4. One transaction writes the released checkpoint {mark, applied,
 //     pending} and deletes the lock, on the condition that the lock is
 //     still ours (applied: the revision up to which this node armed the
@@ -791,6 +792,10 @@ type stuckRelease struct {
 	unmarked []*markedRun
 }
 
+// takenWaitOver is logged when a release's wait for workers to take its
+// partitions' queued fires ran out (tests look for it).
+const takenWaitOver = "workers did not take a released partition's queued fires in time; they are handed over unrun"
+
 // runWaitOver is logged when a release's wait for attempts under way ran
 // out (tests look for it).
 const runWaitOver = "attempts still run at their partitions' release: should they fail, their retries are handed on through etcd, " +
@@ -818,11 +823,16 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	for _, p := range ps {
 		<-parts[p].done
 	}
-	taken := e.pool.waitTaken(rel.ticket, handOverWait)
-	if !taken {
-		e.log.Warn("workers did not take a released partition's queued fires in time; they are handed over unrun",
-			"partitions", len(ps), "waited", handOverWait)
-	} else if rel.running != nil {
+	// Once the session ended, the partitions went with its lease (below):
+	// nothing is left to wait for.
+	taken := true
+	if err := e.pool.waitTaken(life, rel.ticket, handOverWait); err != nil {
+		taken = false
+		if errors.Is(err, errNotTaken) {
+			e.log.Warn(takenWaitOver, "partitions", len(ps), "waited", handOverWait)
+		}
+	}
+	if taken && rel.running != nil {
 		// An attempt that fails now hands its retry over; past the wait,
 		// through etcd (leavers). Only ps stand still meanwhile: the node's
 		// other partitions fire on past the bounded lead.

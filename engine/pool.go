@@ -373,13 +373,17 @@ func (p *pool) pushedCount() uint64 {
 	return p.pushed
 }
 
-// waitTaken waits until workers took the first end jobs ever pushed, or d
-// passes, and reports whether they did. Dropped jobs count as taken.
-func (p *pool) waitTaken(end uint64, d time.Duration) bool {
+// errNotTaken: workers did not take the jobs waitTaken waited for in time.
+var errNotTaken = errors.New("engine: queued jobs not taken in time")
+
+// waitTaken waits until workers took the first end jobs ever pushed, and
+// returns nil, or errNotTaken once d passed, or ctx's error once it ended
+// first. Dropped jobs count as taken.
+func (p *pool) waitTaken(ctx context.Context, end uint64, d time.Duration) error {
 	p.mu.Lock()
 	if p.taken >= end {
 		p.mu.Unlock()
-		return true
+		return nil
 	}
 	ch := make(chan struct{})
 	p.waiters = append(p.waiters, takenWaiter{end: end, ch: ch})
@@ -388,9 +392,11 @@ func (p *pool) waitTaken(end uint64, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-ch:
-		return true
+		return nil
 	case <-t.C:
-		return false
+		return errNotTaken
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -167,3 +167,67 @@ func TestEngine_ReleaseWaitForAttemptsEndsWithTheSession(t *testing.T) {
 	b.stop(t)
 	a.stop(t)
 }
+
+// A release's wait for the workers to take its partitions' queued fires
+// (handOverWait, 2 s) ends with the node's session too: the partitions
+// went with the lease, and the node, fenced, neither dropped them nor
+// joined again for the rest of the wait. Here node-a's one worker runs
+// slow, held, and a fire of bf's backfill, in the partition node-b takes,
+// waits behind it. node-a's release is held as it stops the backfill
+// (its runner's progress write) until node-a's session has ended, its
+// lease revoked, so that the wait begins after the end: it never runs
+// out (a fenced node's workers take nothing).
+func TestEngine_ReleaseWaitForQueuedFiresEndsWithTheSession(t *testing.T) {
+	c, clock := limitsStart(t)
+	const parts = joinParts
+	two := joinAssignment(t)
+	moving, staying := two.Owned("node-b")[0], two.Owned("node-a")[0]
+	slow, bf := idIn("slow", staying, parts), idIn("bf", moving, parts)
+	h := newHolder(t, slow)
+	var logs logbuf.Buffer
+	cliA := c.NewClient(t)
+	faults := injectFaults(cliA)
+	a := startNodeOn(t, cliA, "", h.handler, limitsNode(clock, time.Hour, "node-a", func(cfg *Config) {
+		cfg.Partitions, cfg.Workers, cfg.DrainTimeout = parts, 1, time.Minute
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}))
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask(slow, "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	putTask(t, reg, handlerTask(bf, "0 0 0 1 1 *"))
+	if _, err := reg.Trigger(context.Background(), slow); err != nil {
+		t.Fatal(err)
+	}
+	h.next(t) // slow runs on node-a's one worker
+	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := reg.Backfill(context.Background(), bf, jan1.Add(-time.Second), jan1.Add(time.Second), 1); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().QueueDepth == 1 })
+	old := a.e.sess.Load()
+	recorded := make(chan struct{})
+	var once sync.Once
+	letRecord := func() { once.Do(func() { close(recorded) }) }
+	t.Cleanup(letRecord)
+	held := faults.pauses(func(key, _ string) bool { return strings.Contains(key, "/backfills/") }, recorded)
+
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, limitsNode(clock, time.Hour, "node-b", func(cfg *Config) { cfg.Partitions = parts }), noWait)
+	t.Cleanup(h.open) // again: cleanups run last first
+	t.Cleanup(letRecord)
+	select {
+	case <-held: // node-a's release stops bf's backfill, whose runner records its fire
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-a did not stop bf's backfill within 20s of node-b's join")
+	}
+	if err := membership.Revoke(context.Background(), c.Client, old.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return old.Mutexes().Ctx().Err() != nil })
+	letRecord()
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return a.e.sess.Load() != old && a.e.Ready() })
+	if strings.Contains(logs.String(), takenWaitOver) {
+		t.Errorf("node-a's release waited out its %v for the workers to take bf's fire after its session ended", handOverWait)
+	}
+	h.open()
+	b.stop(t)
+	a.stop(t)
+}

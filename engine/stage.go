@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -295,7 +296,7 @@ func (l *loop) awaitSegment() {
 	if l.segEnd == 0 {
 		return
 	}
-	l.pool.waitTaken(l.segEnd, time.Duration(l.segLen)*segmentWaitPerFire)
+	_ = l.pool.waitTaken(context.Background(), l.segEnd, time.Duration(l.segLen)*segmentWaitPerFire)
 	l.segEnd = 0
 }
 
