@@ -96,7 +96,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 		chainsDropped: d("chain_triggers_dropped_total", "Ended fires whose on_success/on_failure triggers were dropped: "+
 			"the queue of trigger writes was full while etcd refused or was slow to take them."),
 		retriesHandedOn: d("retries_handed_on_total", "Retries of attempts that failed after their partition's graceful release "+
-			"was sealed, handed on through etcd to the partition's owner."),
+			"was sealed, or that the node's stop canceled, handed on through etcd to the partition's owner."),
 		runsMarked: d("runs_marked_total", "Runs of tasks whose concurrency policy keeps fires apart that went on past their "+
 			"partition's graceful release, marked in etcd for the next owner."),
 		runsElsewhere: d("runs_elsewhere", "Runs on former owners, past their partition's release, that this node's tasks "+

@@ -579,7 +579,7 @@ type Stats struct {
 	ChainsDropped uint64
 	// RetriesHandedOn counts the retries this node handed on through etcd:
 	// of attempts that failed after their partition's graceful release
-	// was sealed (leavers).
+	// was sealed, or that its stop canceled (leavers).
 	RetriesHandedOn uint64
 	// RunsMarked counts the runs this node marked in etcd at a graceful
 	// release, because they went on past its wait (ReleaseRunWait; elsewhere.go);
