@@ -881,7 +881,10 @@ func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
 	// tracked runs are cut), which a backfill must not count as ended, or
 	// the node's stop, whose retry is handed on (run).
 	defer func() {
-		if cause := context.Cause(ctx); err != nil && (cause == errFenced || cause == errStopped) && !errors.Is(err, cause) {
+		if err == nil {
+			return
+		}
+		if cause := context.Cause(ctx); (cause == errFenced || cause == errStopped) && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
 	}()
