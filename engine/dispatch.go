@@ -131,7 +131,12 @@ func (l *loop) rescheduleReleased() {
 		l.reschedule(i)
 	}
 	l.released = l.released[:0]
-	l.through = max(l.through, min(l.releasedThrough, l.lowArm-1))
+	if t := min(l.releasedThrough, l.lowArm-1); t > l.through {
+		// A change armed before now was armed behind t, so its fires due
+		// by t are out (never past a fire armed and not released), and a
+		// watermark at t goes with the applied revisions as they stand.
+		l.through, l.throughSeq = t, l.appliedSeq
+	}
 	l.publish()
 }
 
@@ -148,7 +153,7 @@ func (l *loop) rescheduleReleased() {
 // Engine.nameSession).
 func (l *loop) publish() {
 	if len(l.unpushed) == 0 {
-		l.pool.publish(l.through)
+		l.pool.publish(l.through, l.throughSeq)
 	}
 }
 

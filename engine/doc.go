@@ -31,7 +31,10 @@
 //     checkpoint carries the revision up to which the old owner armed the
 //     partition's changes, and etcd's history tells what it had, whatever
 //     the writers' clocks stamped (load.go, decideApplied;
-//     TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied).
+//     TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied). After
+//     a crash, the dead session's watermark carries that revision as it
+//     stood when its dispatch reached the watermark (watermark.go,
+//     appliedLog; TestEngine_OneShotAfterACrashGoesByWhatTheCrashedOwnerApplied).
 //   - A backfill (backfill.go) continues on the next owner after the
 //     progress etcd last acknowledged: a graceful hand-over repeats none of
 //     its fires, a crash at most 2 × its concurrency, and none is missed

@@ -113,11 +113,11 @@ func readWatermark(t *testing.T, c *etcdtest.Cluster, node, session string) time
 	if err != nil || len(r.Kvs) == 0 {
 		t.Fatalf("no watermark of %s/%s: %v", node, session, err)
 	}
-	var w time.Time
-	if err := w.UnmarshalText(r.Kvs[0].Value); err != nil {
-		t.Fatal(err)
+	v, ok := decodeWatermark(r.Kvs[0].Value)
+	if !ok {
+		t.Fatalf("watermark of %s/%s: unreadable %q", node, session, r.Kvs[0].Value)
 	}
-	return w
+	return v.At
 }
 
 // repeatsInLead fails the test if a fire of id ran more than twice, or

@@ -540,6 +540,7 @@ func (l *loop) releaseParts(parts []int) release {
 		})
 		l.holds.set(p, mark)
 		l.owned.Add(-1)
+		l.setApplied(p, 0)
 		l.parts[p] = partState{}
 	}
 	// The released partitions' triggers that did not start here keep their
@@ -1227,8 +1228,10 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 // with the same id writes a new one, and the dead session's stays the
 // truth about what it had taken. A partition never owned starts now.
 // applied is the revision up to which the owner that handed p over (a
-// release, or this node's fenced session) had armed its task changes; 0
-// when not known (after a crash, or from a node that did not say).
+// release, this node's fenced session, or after a crash the session whose
+// watermark is the resume point) had armed its task changes; 0 when not
+// known (from a node that did not say, a partition the session no longer
+// armed, or a session whose watermark is behind the checkpoint's).
 func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, applied int64, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
@@ -1257,16 +1260,28 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
 		return prev, h.mark, h.pending, h.after, h.applied, nil
 	}
-	wr, err := e.cli.Get(ctx, e.keys.watermark(cp.Node, cp.Session))
+	key := e.keys.watermark(cp.Node, cp.Session)
+	wr, err := e.cli.Get(ctx, key)
 	if err != nil {
 		return nil, 0, nil, nil, 0, err
 	}
-	if len(wr.Kvs) > 0 {
-		if nw, ok := decodeWatermark(wr.Kvs[0].Value, p); ok {
-			w = max(w, nw)
-		}
+	if len(wr.Kvs) == 0 {
+		return prev, w, nil, nil, 0, nil
 	}
-	return prev, w, nil, nil, 0, nil
+	v, ok := decodeWatermark(wr.Kvs[0].Value)
+	if !ok {
+		return prev, w, nil, nil, 0, nil
+	}
+	nw := v.resume(p)
+	if nw < w {
+		// The session's acquire resumed p from a point its dispatch never
+		// reached: its revisions say nothing of the fires up to w.
+		return prev, w, nil, nil, 0, nil
+	}
+	if applied, err = e.appliedAt(ctx, key, v, p); err != nil {
+		return nil, 0, nil, nil, 0, err
+	}
+	return prev, nw, nil, nil, applied, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

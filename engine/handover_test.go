@@ -1307,17 +1307,58 @@ func TestWatermark_ValueCarriesResumePoints(t *testing.T) {
 		want  int64
 		ok    bool
 	}{
-		{encodeWatermark(w, nil), 7, w, true},
+		{encodeWatermark(w, nil, nil, 0), 7, w, true},
 		{"2026-03-01T12:00:10Z", 7, w, true}, // as written before resume points
-		{encodeWatermark(w, map[int]int64{7: r}), 7, r, true},
-		{encodeWatermark(w, map[int]int64{7: r}), 8, w, true},
-		{encodeWatermark(w, map[int]int64{7: w + 1}), 7, w, true},
+		{encodeWatermark(w, map[int]int64{7: r}, nil, 0), 7, r, true},
+		{encodeWatermark(w, map[int]int64{7: r}, nil, 0), 8, w, true},
+		{encodeWatermark(w, map[int]int64{7: w + 1}, nil, 0), 7, w, true},
 		{`{"partitions":{"7":"2026-03-01T12:00:07Z"}}`, 7, 0, false},
 		{"garbage", 7, 0, false},
 	} {
-		got, ok := decodeWatermark([]byte(tc.value), tc.part)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("decodeWatermark(%s, %d) = %d, %v; want %d, %v", tc.value, tc.part, got, ok, tc.want, tc.ok)
+		v, ok := decodeWatermark([]byte(tc.value))
+		if got := v.resume(tc.part); ok != tc.ok || ok && got != tc.want {
+			t.Errorf("decodeWatermark(%s) resumes %d at %d, %v; want %d, %v", tc.value, tc.part, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A watermark value carries the revisions up to which the partitions'
+// changes were armed, those that changed since the last value that
+// carried them all (its etcd revision named), and a node of the version
+// before them reads its time and resume points as ever, as this one reads
+// that node's values (no revisions: updated_at decides).
+func TestWatermark_ValueCarriesAppliedRevisions(t *testing.T) {
+	w := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC).UnixNano()
+	r := w - int64(3*time.Second)
+	// The value as the version before applied revisions read it.
+	type before struct {
+		At         time.Time         `json:"at"`
+		Partitions map[int]time.Time `json:"partitions"`
+	}
+	for _, tc := range []struct {
+		value   string
+		part    int
+		applied int64 // in the value itself
+		base    int64
+	}{
+		{encodeWatermark(w, nil, map[int]int64{7: 100, 8: 90}, 0), 7, 100, 0},
+		{encodeWatermark(w, map[int]int64{7: r}, map[int]int64{7: 100}, 0), 7, 100, 0},
+		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55), 7, 0, 55},
+		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55), 8, 120, 55},
+		{encodeWatermark(w, nil, map[int]int64{7: 0}, 55), 7, 0, 55}, // no longer armed
+		{`{"at":"2026-03-01T12:00:10Z","partitions":{"7":"2026-03-01T12:00:07Z"}}`, 7, 0, 0},
+		{"2026-03-01T12:00:10Z", 7, 0, 0},
+	} {
+		v, ok := decodeWatermark([]byte(tc.value))
+		if !ok || v.At.UnixNano() != w || v.Applied[tc.part] != tc.applied || v.Base != tc.base {
+			t.Errorf("decodeWatermark(%s) = %+v, %v; want partition %d applied %d, base %d", tc.value, v, ok, tc.part, tc.applied, tc.base)
+		}
+		if tc.value[0] != '{' {
+			continue
+		}
+		var old before
+		if err := json.Unmarshal([]byte(tc.value), &old); err != nil || !old.At.Equal(v.At) || len(old.Partitions) != len(v.Partitions) {
+			t.Errorf("the version before reads %s as %+v, %v; want at %v, resume points %v", tc.value, old, err, v.At, v.Partitions)
 		}
 	}
 }

@@ -1896,7 +1896,7 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
 	for k, v := range map[string]string{
 		e.keys.checkpoint(0):             string(named),
-		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil),
+		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil, nil, 0),
 	} {
 		if _, err := cli.Put(context.Background(), k, v); err != nil {
 			t.Fatal(err)
@@ -1910,6 +1910,62 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 		t.Errorf("resumed after %s with %d fires pending, want after s1's mark %s with its cut fire",
 			time.Unix(0, resume).UTC().Format(time.TimeOnly), len(pending), base.Format(time.TimeOnly))
 	}
+}
+
+// After a crash the next owner resumes from the session's watermark, with
+// the revision up to which the session had armed the partition when its
+// dispatch reached it: in the value, or in the value it names, which etcd
+// keeps in the key's history (a base compacted away is not known). A
+// session whose watermark is behind the checkpoint's says nothing of the
+// fires in between, so no revision goes with it.
+func TestEngine_ResumeAfterACrashTakesTheSessionsAppliedRevision(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	e, cli := resumingEngine(t, base)
+	ctx := context.Background()
+	put := func(k, v string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	key := e.keys.watermark("node-a", "s1")
+	named := func(w time.Time) {
+		t.Helper()
+		b, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: w})
+		put(e.keys.checkpoint(0), string(b))
+		put(e.keys.checkpoint(1), string(b))
+	}
+	check := func(p int, wantResume time.Time, wantApplied int64) {
+		t.Helper()
+		_, resume, _, _, applied, err := e.resume(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resume != wantResume.UnixNano() || applied != wantApplied {
+			t.Errorf("partition %d resumes after %s with applied %d, want after %s with %d",
+				p, time.Unix(0, resume).UTC().Format(time.TimeOnly), applied, wantResume.Format(time.TimeOnly), wantApplied)
+		}
+	}
+	w := base.Add(10 * time.Second)
+	named(base)
+	whole := put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{0: 40, 1: 41}, 0))
+	check(0, w, 40)
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, whole))
+	check(0, w, 40) // from the base
+	check(1, w, 50)
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 0}, whole))
+	check(1, w, 0) // no longer armed there
+
+	named(w.Add(time.Second)) // the acquire's resume point, which the dispatch never reached
+	check(0, w.Add(time.Second), 0)
+
+	named(base)
+	if _, err := cli.Compact(ctx, put(key, encodeWatermark(w.UnixNano(), nil, nil, whole))); err != nil {
+		t.Fatal(err)
+	}
+	check(0, w, 0)
 }
 
 // A queued retry that a newer fire of a replace task replaced is canceled

@@ -120,7 +120,8 @@ type partState struct {
 	triggersRead int64
 	// applied is the revision up to which the partition's task changes
 	// are armed here (its load's, once every chunk is in, then its
-	// watch's; 0: not known): a release hands it over (handOver.applied).
+	// watch's; 0: not known): a release hands it over (handOver.applied),
+	// and the watermark writes carry it (setApplied).
 	applied int64
 }
 
@@ -178,6 +179,13 @@ type loop struct {
 	unpushed []job // jobs the full queue did not take yet
 	memo     [256]memoEntry
 
+	// applieds records each change of a partition's applied revision,
+	// counted by appliedSeq; throughSeq is the count when through last
+	// moved, which the pool's marks carry (appliedLog).
+	applieds   *appliedLog
+	appliedSeq uint64
+	throughSeq uint64
+
 	// released are the records whose fires went to the pool since the
 	// last rescheduleReleased, their next times not yet computed, and
 	// releasedThrough the wheel time those batches reached: the dispatch
@@ -234,7 +242,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan command, 256), through: now, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
+		cmds: make(chan command, 256), through: now, applieds: &appliedLog{}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
@@ -356,6 +364,7 @@ func (l *loop) load(c *loadCmd) {
 		if !l.parts[c.part].owned {
 			l.owned.Add(1)
 		}
+		l.setApplied(c.part, 0)
 		l.parts[c.part] = partState{owned: true, fence: c.fence}
 	}
 	if !l.parts[c.part].owned {
@@ -404,8 +413,20 @@ func (l *loop) load(c *loadCmd) {
 	if !c.more {
 		l.loads++
 		l.parts[c.part].loaded = l.loads
-		l.parts[c.part].applied = c.rev
+		l.setApplied(c.part, c.rev)
 	}
+}
+
+// setApplied sets p's applied revision (0: none), and notes the change
+// for the watermark writes (appliedLog). Called only from the dispatch
+// loop.
+func (l *loop) setApplied(p int, rev int64) {
+	if l.parts[p].applied == rev {
+		return
+	}
+	l.parts[p].applied = rev
+	l.appliedSeq++
+	l.applieds.note(l.appliedSeq, p, rev)
 }
 
 // upsert adds or updates a task. A new task resumes after resume; a task
@@ -478,7 +499,7 @@ func (l *loop) events(c *eventsCmd) {
 	if !l.parts[c.part].owned {
 		return
 	}
-	l.parts[c.part].applied = max(l.parts[c.part].applied, c.rev)
+	l.setApplied(c.part, max(l.parts[c.part].applied, c.rev))
 	now := l.cfg.Clock.Now().UnixNano()
 	for i := range c.upserts {
 		l.upsert(&c.upserts[i], max(l.through, now), true)

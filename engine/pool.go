@@ -111,10 +111,14 @@ func (b *completionBatch) extra(c *completion) completionExtra {
 }
 
 // mark says that once the first end jobs ever pushed have been taken,
-// every fire the wheel released up to through has been taken.
+// every fire the wheel released up to through has been taken, and so has
+// every fire due by through of the task changes the loop had armed when
+// its dispatch point reached through: the first seq changes of the
+// partitions' applied revisions (appliedLog).
 type mark struct {
 	end     uint64
 	through int64
+	seq     uint64
 }
 
 // pool is the bounded worker pool: a ring of queued jobs, taken by workers
@@ -151,6 +155,7 @@ type pool struct {
 	spare   []job
 	marks   []mark
 	mhead   int
+	seq     uint64 // the seq of the mark the watermark was last moved to
 	pushed  uint64
 	taken   uint64
 	waiters []takenWaiter
@@ -336,16 +341,26 @@ func (p *pool) wake(jobs []job) {
 
 // publish says that every fire the wheel released up to through is among
 // the jobs pushed so far: once workers took those, the watermark is
-// through.
-func (p *pool) publish(through int64) {
+// through. seq is the count of applied revision changes noted when the
+// dispatch point reached through (mark).
+func (p *pool) publish(through int64, seq uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m := len(p.marks); m > p.mhead && p.marks[m-1].end == p.pushed {
 		p.marks[m-1].through = max(p.marks[m-1].through, through)
+		p.marks[m-1].seq = max(p.marks[m-1].seq, seq)
 	} else {
-		p.marks = append(p.marks, mark{end: p.pushed, through: through})
+		p.marks = append(p.marks, mark{end: p.pushed, through: through, seq: seq})
 	}
 	p.advanceMarks()
+}
+
+// marked returns the watermark with the seq of its mark: the applied
+// revisions that go with it (appliedLog).
+func (p *pool) marked() (int64, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.watermark.Load(), p.seq
 }
 
 // advanceMarks moves the watermark over the marks whose jobs are all
@@ -353,6 +368,7 @@ func (p *pool) publish(through int64) {
 func (p *pool) advanceMarks() {
 	for p.mhead < len(p.marks) && p.marks[p.mhead].end <= p.taken {
 		p.watermark.Store(p.marks[p.mhead].through)
+		p.seq = p.marks[p.mhead].seq
 		p.mhead++
 	}
 	if p.mhead == len(p.marks) {

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -37,6 +40,13 @@ import (
 // NOSPACE alarm refuses the write, dispatch runs on (acked.limit). A partition's
 // checkpoint names the session (nameSession) only once acked passed the
 // point where the partition was armed.
+//
+// Each write also carries, per partition, the etcd revision up to which
+// the loop had armed its task changes when its dispatch point reached the
+// watermark (appliedLog): every fire due by the watermark of a change up
+// to it was taken. A successor after a crash decides the one-shots due by
+// the watermark by it, as after a release (decideApplied), not by the
+// writers' clocks.
 
 // acked is the session's watermark as etcd last acknowledged it, and
 // whether etcd refuses to record a newer one for lack of space.
@@ -130,25 +140,31 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
 	slow := false // the last write took longer than the lead, and the log said so
+	revs := appliedRevs{now: map[int]int64{}}
 	for {
 		// The watermark first: the resume points of the fires it passed
 		// were noted before it passed them (holds.dropped). Both before the
 		// session's check: a drop once the session is fenced resets holds.
-		w := e.holds.cap(e.pool.watermark.Load())
+		w, seq := e.pool.marked()
+		e.loop.applieds.fold(seq, revs.now)
+		w = e.holds.cap(w)
 		resumes := e.holds.resumes()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.
 			e.acked.noSpace.Store(false)
 		} else {
-			val := encodeWatermark(w, resumes)
+			val, whole := revs.value(w, resumes, sessionID(s))
 			wctx, cancel := context.WithTimeout(ctx, max(e.cfg.Lead, etcdTimeout))
 			start := time.Now()
 			resp, err := e.cli.Txn(wctx).
 				If(clientv3.Compare(clientv3.LeaseValue(s.Key()), "=", int64(s.Lease()))).
-				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), string(val))).
+				Then(clientv3.OpPut(e.keys.watermark(e.cfg.NodeID, sessionID(s)), val)).
 				Commit()
 			cancel()
+			if err == nil && resp.Succeeded && whole {
+				revs.wrote(resp.Header.Revision)
+			}
 			if took := time.Since(start); err == nil && (took > e.cfg.Lead) != slow {
 				slow = !slow
 				if slow {
@@ -196,48 +212,196 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 	}
 }
 
-// watermarkValue is a watermark key's value while releases that dropped
-// fires from the queue are uncommitted: the watermark, and the resume
-// points of their partitions (holds). Otherwise the value is the
-// watermark alone, an RFC 3339 time.
+// appliedLog is the history of the partitions' applied revisions
+// (partState.applied) that the watermark writer has not taken yet: the
+// loop notes each change, counted, and the writer folds the changes up to
+// the count its watermark's mark carries. A watermark w then goes with
+// the applied revisions as they stood when the loop's dispatch point
+// reached w: a change armed before that was armed behind w, so its fires
+// due by w were released before the dispatch point passed them, and taken
+// before the watermark did. Read at the write instead, a revision could
+// name a put armed since into the past, whose fire no worker took yet
+// (too high: a successor would take it for fired, and miss it).
+type appliedLog struct {
+	mu      sync.Mutex // guards changes
+	changes []appliedChange
+}
+
+// appliedChange is the seq-th change of an applied revision: p's is rev
+// (0: p is not armed here).
+type appliedChange struct {
+	seq uint64
+	p   int
+	rev int64
+}
+
+// note records the seq-th change. Called only from the dispatch loop.
+func (a *appliedLog) note(seq uint64, p int, rev int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.changes = append(a.changes, appliedChange{seq: seq, p: p, rev: rev})
+}
+
+// fold applies the changes up to the seq-th to revs, and forgets them.
+func (a *appliedLog) fold(seq uint64, revs map[int]int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, c := range a.changes {
+		if c.seq > seq {
+			break
+		}
+		if c.rev == 0 {
+			delete(revs, c.p)
+		} else {
+			revs[c.p] = c.rev
+		}
+		n++
+	}
+	a.changes = slices.Delete(a.changes, 0, n)
+}
+
+// appliedRevs are the applied revisions the writer's watermark goes with,
+// by partition (now), and the whole of them as the session's watermark
+// key last held them (base, written at etcd revision baseRev): a write
+// carries only the partitions that differ from base, which a successor
+// reads from the key's history. Every partition's revision in every
+// write would be 15 KB a value for a node of 1 024 partitions, 150 KB a
+// second at the default interval, kept by etcd until it compacts.
+type appliedRevs struct {
+	now     map[int]int64
+	base    map[int]int64
+	baseRev int64
+	baseAt  time.Time // wall clock: it ages against etcd's compaction
+	session string
+}
+
+// appliedBaseAge is how long a write may name the revisions of an earlier
+// one: well within the history etcd keeps (an hour on the embedded etcd),
+// so that a successor can still read them.
+const appliedBaseAge = time.Minute
+
+// value returns the value of watermark w with the resume points resumes
+// for session's key, and whether it carries every revision (the next
+// base, once etcd took it: wrote).
+func (a *appliedRevs) value(w int64, resumes map[int]int64, session string) (string, bool) {
+	if session != a.session {
+		a.session, a.base, a.baseRev = session, nil, 0
+	}
+	if len(a.now) == 0 {
+		return encodeWatermark(w, resumes, nil, 0), false
+	}
+	var diff map[int]int64
+	if a.baseRev != 0 {
+		diff = map[int]int64{}
+		for p, rev := range a.now {
+			if a.base[p] != rev {
+				diff[p] = rev
+			}
+		}
+		for p := range a.base {
+			if _, ok := a.now[p]; !ok {
+				diff[p] = 0 // no longer armed here: none to go by
+			}
+		}
+	}
+	if a.baseRev == 0 || len(diff) > len(a.now)/4 || time.Since(a.baseAt) > appliedBaseAge {
+		return encodeWatermark(w, resumes, a.now, 0), true
+	}
+	return encodeWatermark(w, resumes, diff, a.baseRev), false
+}
+
+// wrote takes the revisions of the last value, which etcd took at rev, as
+// the base of the next.
+func (a *appliedRevs) wrote(rev int64) {
+	a.base, a.baseRev, a.baseAt = maps.Clone(a.now), rev, time.Now()
+}
+
+// watermarkValue is a watermark key's value: the watermark, the resume
+// points of the partitions whose releases dropped fires from the queue
+// and are uncommitted (holds), and the revisions up to which the
+// partitions' task changes were armed (appliedRevs): those in Applied, and
+// for the others those of the key's value at revision Base. A node that
+// arms no partition and holds no release writes the watermark alone, an
+// RFC 3339 time, as every value was before resume points. Nodes from
+// before applied revisions read the time and resume points of a value
+// with them, and this one reads their values, whose partitions go by
+// updated_at.
 type watermarkValue struct {
 	At         time.Time         `json:"at"`
-	Partitions map[int]time.Time `json:"partitions"`
+	Partitions map[int]time.Time `json:"partitions,omitempty"`
+	Applied    map[int]int64     `json:"applied,omitempty"`
+	Base       int64             `json:"applied_base,omitempty"`
 }
 
 // encodeWatermark returns the value of watermark w with the resume points
-// of partitions (nil: none).
-func encodeWatermark(w int64, partitions map[int]int64) string {
+// of partitions and the applied revisions of applied (nil: none), the
+// others those of the key's value at etcd revision base (0: none).
+func encodeWatermark(w int64, partitions, applied map[int]int64, base int64) string {
 	at := time.Unix(0, w).UTC()
-	if len(partitions) == 0 {
+	if len(partitions) == 0 && len(applied) == 0 && base == 0 {
 		b, _ := at.MarshalText()
 		return string(b)
 	}
-	v := watermarkValue{At: at, Partitions: make(map[int]time.Time, len(partitions))}
-	for p, r := range partitions {
-		v.Partitions[p] = time.Unix(0, r).UTC()
+	v := watermarkValue{At: at, Applied: applied, Base: base}
+	if len(partitions) > 0 {
+		v.Partitions = make(map[int]time.Time, len(partitions))
+		for p, r := range partitions {
+			v.Partitions[p] = time.Unix(0, r).UTC()
+		}
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
 }
 
-// decodeWatermark returns where a successor of partition p resumes after
-// the session whose watermark value is b: the watermark, or p's resume
-// point when it is earlier. ok is false for a value it cannot read.
-func decodeWatermark(b []byte, p int) (w int64, ok bool) {
-	var v watermarkValue
+// decodeWatermark reads a watermark value; ok is false for one it cannot
+// read.
+func decodeWatermark(b []byte) (v watermarkValue, ok bool) {
 	if len(b) > 0 && b[0] == '{' {
 		if json.Unmarshal(b, &v) != nil || v.At.IsZero() {
-			return 0, false
+			return watermarkValue{}, false
 		}
 	} else if v.At.UnmarshalText(b) != nil {
-		return 0, false
+		return watermarkValue{}, false
 	}
-	w = v.At.UnixNano()
+	return v, true
+}
+
+// resume returns where a successor of partition p resumes after the
+// session: the watermark, or p's resume point when it is earlier.
+func (v watermarkValue) resume(p int) int64 {
+	w := v.At.UnixNano()
 	if r, ok := v.Partitions[p]; ok {
 		w = min(w, r.UnixNano())
 	}
-	return w, true
+	return w
+}
+
+// appliedAt returns the revision up to which the session whose watermark
+// key is key, holding v, had armed p's task changes when its dispatch
+// point reached the watermark (0: not known), reading the key's base value
+// from etcd's history when v does not say. A base etcd compacted is not
+// known, logged.
+func (e *Engine) appliedAt(ctx context.Context, key string, v watermarkValue, p int) (int64, error) {
+	if rev, ok := v.Applied[p]; ok || v.Base == 0 {
+		return rev, nil
+	}
+	resp, err := e.cli.Get(ctx, key, clientv3.WithRev(v.Base))
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at",
+			"partition", p, "key", key, "revision", v.Base)
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case len(resp.Kvs) == 0:
+		return 0, nil
+	}
+	base, ok := decodeWatermark(resp.Kvs[0].Value)
+	if !ok {
+		return 0, nil
+	}
+	return base.Applied[p], nil
 }
 
 // checkLease makes the check a refused watermark write did not: that the

@@ -225,18 +225,7 @@ func TestEngine_WindowsAndOneShotsAcrossAHandOver(t *testing.T) {
 // point leaves it ended, as a previous owner decided it.
 func TestLoop_PastOneShotFiresOnceByItsMisfirePolicy(t *testing.T) {
 	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, now, nil)
-	at := now.Add(-10 * time.Second)
-	h, err := tl.scheds.Intern(atSchedule, "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	oneShot := func(id string, written time.Time) taskDef {
-		prof := noopProfile(task.MisfireFireOnce)
-		prof.key += "/" + id
-		prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedAt, once: true, written: written.UnixNano()}
-		return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}
-	}
+	tl, at, oneShot := pastOneShotLoop(t, now)
 	resume := now.Add(-2 * time.Second)
 	tl.handle(&loadCmd{part: 0, resume: resume.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{
 		oneShot("decided", now.Add(-time.Minute)), // written before the resume point: decided before
@@ -257,6 +246,66 @@ func TestLoop_PastOneShotFiresOnceByItsMisfirePolicy(t *testing.T) {
 }
 
 func sorted(s []string) []string { slices.Sort(s); return s }
+
+// pastOneShotLoop returns a test loop at now, the time at 10 s before it,
+// and a maker of one-shots of partition 0 at that time, written at
+// written.
+func pastOneShotLoop(t *testing.T, now time.Time) (*testLoop, time.Time, func(id string, written time.Time) taskDef) {
+	t.Helper()
+	tl := newTestLoop(t, now, nil)
+	at := now.Add(-10 * time.Second)
+	h, err := tl.scheds.Intern(atSchedule, "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl, at, func(id string, written time.Time) taskDef {
+		prof := noopProfile(task.MisfireFireOnce)
+		prof.key += "/" + id
+		prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedAt, once: true, written: written.UnixNano()}
+		return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}
+	}
+}
+
+// A watermark goes with the applied revisions as they stood when the
+// loop's dispatch point reached it. A one-shot put into the past while the
+// point stands is due before it and not yet released: a point published
+// then (the jobs a command pushed) still goes with the revisions before
+// the put, which a successor after a crash would otherwise take for
+// fired, and the first to go with the put is the one that the put's fire
+// is pushed before.
+func TestLoop_WatermarkGoesWithTheRevisionsArmedBehindIt(t *testing.T) {
+	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl, _, oneShot := pastOneShotLoop(t, now)
+	revs := map[int]int64{}
+	published := func() mark { // the last point published, its revisions folded into revs
+		tl.pool.mu.Lock()
+		m := mark{end: tl.pool.taken, through: tl.pool.watermark.Load(), seq: tl.pool.seq}
+		if len(tl.pool.marks) > tl.pool.mhead {
+			m = tl.pool.marks[len(tl.pool.marks)-1]
+		}
+		tl.pool.mu.Unlock()
+		tl.applieds.fold(m.seq, revs)
+		return m
+	}
+	tl.handle(&loadCmd{part: 0, resume: now.UnixNano(), rev: 10, first: true, done: make(chan struct{})})
+	tl.clock.Advance(time.Millisecond)
+	tl.dispatchAll()
+	if m := published(); revs[0] != 10 || m.through < now.UnixNano() {
+		t.Fatalf("after the load: point %v with revisions %v, want past %v with partition 0's at 10", time.Unix(0, m.through).UTC(), revs, now)
+	}
+
+	tl.handle(&eventsCmd{part: 0, rev: 20, upserts: []taskDef{oneShot("put", now)}})
+	tl.publish()
+	if m := published(); revs[0] != 10 || m.end != 0 {
+		t.Errorf("the put armed, not released: the point goes with revisions %v and %d jobs, want partition 0's at 10, none", revs, m.end)
+	}
+	tl.clock.Advance(time.Millisecond)
+	tl.dispatchAll()
+	if m := published(); revs[0] != 20 || m.end != 1 || len(tl.dispatched(0)) != 1 {
+		t.Errorf("the put's fire released: the point goes with revisions %v and %d jobs (queued %v), want partition 0's at 20, its fire",
+			revs, m.end, tl.dispatched(0))
+	}
+}
 
 // A delete_after_fire task whose last fire ends while the retry of an
 // earlier fire waits out its backoff is not ended yet: it is deleted once
@@ -741,30 +790,14 @@ func TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied(t *testing.T) {
 	bID := nextOwnerOfTheOnePartition(t)
 	a := startNode(t, c, "", log.handler(nil), oneShotNode("node-a"))
 	defer a.stop(t)
-	// A task as a registry whose clock reads written puts it.
-	skewed := func(id string, at, written time.Time) {
-		t.Helper()
-		tk := handlerTask(id, "@at "+at.Format(time.RFC3339))
-		if err := tk.Validate(); err != nil { // its defaults, as a put stores them
-			t.Fatal(err)
-		}
-		tk.CreatedAt, tk.UpdatedAt = written, written
-		b, err := json.Marshal(tk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Client.Put(context.Background(), DefaultPrefix+"/tasks/00000/"+id, string(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ahead := time.Now().Add(-time.Second).Truncate(time.Second)
-	skewed("ahead", ahead, time.Now().Add(time.Hour))
+	putSkewed(t, c, "ahead", ahead, time.Now().Add(time.Hour))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("ahead")) == 1 })
 
 	b, let := startNextOwnerHeld(t, c, log, bID)
 	defer b.stop(t)
 	behind := time.Now().Add(-time.Second).Truncate(time.Second)
-	skewed("behind", behind, behind)
+	putSkewed(t, c, "behind", behind, behind)
 	close(let)
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
 	// Missed, behind never fires: the wait for it is bounded.
@@ -773,6 +806,60 @@ func TestEngine_OneShotHandOverGoesByWhatThePreviousOwnerApplied(t *testing.T) {
 	}
 	time.Sleep(time.Second) // a fire armed in the past goes out at once
 	firedAt(t, log, map[string][]time.Time{"ahead": {ahead}, "behind": {behind}})
+}
+
+// So after a crash: the crashed owner's watermark carries the revision up
+// to which it had armed the partition's changes when its dispatch reached
+// the watermark, and the next owner, resuming from the watermark, goes by
+// it. By updated_at, a put the crashed owner never saw (cut off before its
+// watch delivered it), stamped before its watermark by a node whose clock
+// was behind, was taken as decided and fired nowhere; and one it fired,
+// stamped after the watermark by a node whose clock was ahead, was taken
+// as a put and fired again.
+func TestEngine_OneShotAfterACrashGoesByWhatTheCrashedOwnerApplied(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := &callLog{}
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler(nil), oneShotNode("node-a"))
+	defer a.stop(t)
+	ahead := time.Now().Add(-time.Second).Truncate(time.Second)
+	putSkewed(t, c, "ahead", ahead, time.Now().Add(time.Hour))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.of("ahead")) == 1 })
+	fired := time.Now()
+	waitNamed(t, c, a, 0)
+	sess := sessionID(a.e.sess.Load())
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return readWatermark(t, c, "node-a", sess).After(fired) })
+
+	crash(t, a, proxy)
+	behind := readWatermark(t, c, "node-a", sess).Add(-time.Second).Truncate(time.Second)
+	putSkewed(t, c, "behind", behind, behind)
+	b := startNode(t, c, "", log.handler(nil), oneShotNode("node-b"))
+	defer b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Owns(0) })
+	// Missed, behind never fires: the wait for it is bounded.
+	for until := time.Now().Add(10 * time.Second); len(log.of("behind")) == 0 && time.Now().Before(until); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a fire armed in the past goes out at once
+	firedAt(t, log, map[string][]time.Time{"ahead": {ahead}, "behind": {behind}})
+}
+
+// putSkewed puts the one-shot id at at into the one partition of the
+// one-shot tests, as a registry whose clock reads written puts it.
+func putSkewed(t *testing.T, c *etcdtest.Cluster, id string, at, written time.Time) {
+	t.Helper()
+	tk := handlerTask(id, "@at "+at.Format(time.RFC3339))
+	if err := tk.Validate(); err != nil { // its defaults, as a put stores them
+		t.Fatal(err)
+	}
+	tk.CreatedAt, tk.UpdatedAt = written, written
+	b, err := json.Marshal(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Put(context.Background(), DefaultPrefix+"/tasks/00000/"+id, string(b)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A next owner whose read of the partition came from its Badger cache,
