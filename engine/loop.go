@@ -459,11 +459,19 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	// A new definition: only the end of a fire of it (or the next
 	// acquire) hands it to the deleter, so an edit after the last fire
 	// keeps the task.
+	deleting := r.flags&flagDeleting != 0
 	r.flags &^= flagDeleting
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
 	// A write that pauses the task edits it too when it changes it besides.
 	edit := !pause || r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof)
+	if deleting && !edit {
+		// A pause alone beat the deleter, whose delete, conditioned on
+		// the version it read, etcd refuses: the pause is not an edit
+		// that wins, so the resume deletes the task, as one whose fire
+		// ended while it was paused.
+		r.flags |= flagEndWaits
+	}
 	if d.prof.deleteAfter && edit && (r.running > 0 || l.retryWaits(i, r)) {
 		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
 	}

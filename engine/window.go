@@ -160,7 +160,8 @@ const endedQueue = 1024
 // A paused task stays: the pause holds it, and its next time is 0 whether
 // or not its window has times to come; a fire that ends while it is
 // paused (skipped for the pause included) leaves the check to its resume
-// (flagEndWaits, which a release hands to the partition's next owner).
+// (flagEndWaits, which a release hands to the partition's next owner), as
+// does a pause alone that comes before the deleter's delete (upsert).
 // Called only from the dispatch loop.
 func (l *loop) checkEnded(i uint32, r *record) {
 	prof := l.profs.list[r.prof]
@@ -251,7 +252,7 @@ func (e *Engine) deleteTask(ctx context.Context, t endedTask) {
 		case errors.Is(err, registry.ErrNotFound):
 			return
 		case errors.Is(err, registry.ErrVersionMismatch):
-			e.log.Info("an ended task changed since its last fire; kept (delete_after_fire)", "task", t.id)
+			e.log.Info("an ended task was written since its last fire; not deleted now (delete_after_fire): an edit keeps it, a pause leaves it to the resume", "task", t.id)
 			return
 		}
 		e.log.Warn("deleting an ended task failed; retrying", "task", t.id, "err", err)

@@ -530,6 +530,85 @@ func TestLoop_DeleteAfterFireEndedWhilePausedIsDeletedAtItsResumeOnTheNextOwner(
 	}
 }
 
+// A delete_after_fire task paused after its last fire ended, before the
+// deleter's delete reached etcd, is deleted at its resume, here or, its
+// partition released while it is paused, on the next owner: etcd refuses
+// that delete (the pause changed the version it is conditioned on), and
+// a pause is not an edit that wins. The owner forgot the task once it
+// handed it to the deleter, and it stayed, ended, for good. A write that
+// edits the task (its executor or its schedule, paused besides or not)
+// before the delete keeps it, through a later pause and resume too.
+func TestLoop_DeleteAfterFirePausedBeforeItsDeleteIsDeletedAtItsResume(t *testing.T) {
+	// handed ends t, handing it to the deleter, whose delete a write
+	// (written: the nth since, paused or not, with an edit or none) then
+	// beats.
+	handed := func(t *testing.T) (tl *testLoop, written func(n int, paused bool, edit string) taskDef) {
+		t.Helper()
+		tl, def, take, end := retryOfAnEarlierFire(t)
+		tl.clock.Advance(time.Minute)
+		tl.dispatchAll()
+		end(take(), statusOK) // the retry of t@+0s: t ended
+		if n := len(tl.ended); n != 1 {
+			t.Fatalf("%d deletions queued once t ended, want 1", n)
+		}
+		<-tl.ended // the deleter's, which a write to t beats
+		h, err := tl.scheds.Intern("*/2 * * * * *", "UTC", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		written = func(n int, paused bool, edit string) taskDef {
+			d := def(paused)
+			prof := *d.prof
+			switch edit {
+			case "executor":
+				prof.key, prof.timeout = "noop/delete-after-timeout-1s", time.Second
+				prof.defLen = len(prof.key)
+			case "schedule":
+				w := *prof.win
+				w.s, d.sched = tl.scheds.Get(h), h
+				prof.win = &w
+			}
+			prof.key, prof.updatedAt = fmt.Sprintf("%s,d%d", prof.key, n), prof.updatedAt.Add(time.Duration(n)*time.Hour)
+			d.prof = &prof
+			return d
+		}
+		return tl, written
+	}
+	for _, c := range []struct {
+		name    string
+		paused  bool   // the write that beats the delete pauses t
+		edit    string // and changes it so
+		deletes int    // at t's resume
+	}{
+		{"paused", true, "", 1},
+		{"paused and edited", true, "executor", 0},
+		{"edited, its executor", false, "executor", 0},
+		{"edited, its schedule", false, "schedule", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl, written := handed(t)
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(1, c.paused, c.edit)}})
+			if !c.paused {
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(2, true, c.edit)}})
+			}
+			if n := len(tl.ended); n != 0 {
+				t.Fatalf("%d deletions queued while t is paused, want none", n)
+			}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(3, false, c.edit)}})
+			if n := len(tl.ended); n != c.deletes {
+				t.Errorf("%d deletions queued at the resume of t; want %d", n, c.deletes)
+			}
+		})
+	}
+	t.Run("paused, then released", func(t *testing.T) {
+		tl, written := handed(t)
+		tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(1, true, "")}})
+		if got := tl.releaseNow(0).hand[0].endWaits; !slices.Equal(got, []string{"t"}) {
+			t.Errorf("the release hands on the ends %v, want [t] for the next owner to delete at its resume", got)
+		}
+	})
+}
+
 // retryOfAnEarlierFire starts the delete_after_fire scenario above: t has
 // a window of two fires, two attempts a fire, a minute apart; its fire of
 // +0 s failed and its retry waits 30-60 s, its fire of +1 s (the last)
