@@ -463,8 +463,14 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	r.flags &^= flagDeleting
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
+	changed := r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof)
+	if changed {
+		// An edit since the last fire ended wins, paused or not: the
+		// resume keeps the task.
+		r.flags &^= flagEndWaits
+	}
 	// A write that pauses the task edits it too when it changes it besides.
-	edit := !pause || r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof)
+	edit := !pause || changed
 	if deleting && !edit {
 		// A pause alone beat the deleter, whose delete, conditioned on
 		// the version it read, etcd refuses: the pause is not an edit

@@ -600,6 +600,15 @@ func TestLoop_DeleteAfterFirePausedBeforeItsDeleteIsDeletedAtItsResume(t *testin
 			}
 		})
 	}
+	t.Run("paused, then edited while paused", func(t *testing.T) {
+		tl, written := handed(t)
+		tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(1, true, "")}})
+		tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(2, true, "executor")}})
+		tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(3, false, "executor")}})
+		if n := len(tl.ended); n != 0 {
+			t.Errorf("%d deletions queued at the resume of t edited while paused, want none: an edit since the last fire wins", n)
+		}
+	})
 	t.Run("paused, then released", func(t *testing.T) {
 		tl, written := handed(t)
 		tl.handle(&eventsCmd{part: 0, upserts: []taskDef{written(1, true, "")}})
