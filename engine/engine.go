@@ -278,7 +278,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.drained = make(chan struct{})
 	e.writers.Go(func() { e.writeChains(e.pool.chains, e.drained) })
 	e.writers.Go(func() { e.deleteTriggers(e.pool.ends, e.drained) })
-	e.wg.Add(6)
+	e.wg.Add(7)
 	go func() {
 		defer e.wg.Done()
 		logMisfires(runCtx, e.log, misfireLogEvery, e.cfg.MisfireThreshold, e.stats.misfires.Load,
@@ -291,6 +291,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	go func() { defer e.wg.Done(); e.deleteEnded(runCtx) }()
 	go func() { defer e.wg.Done(); e.writeWatermarks(runCtx) }()
 	go func() { defer e.wg.Done(); e.watchTriggers(runCtx, from) }()
+	go func() { defer e.wg.Done(); e.checkTriggers(runCtx, e.loop.checks) }()
 	go func() { defer e.wg.Done(); e.coordinate(runCtx, sess) }()
 	return nil
 }

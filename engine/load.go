@@ -564,7 +564,7 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 				if err != nil {
 					break
 				}
-				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true, rev: r}) != nil {
+				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true, rev: r, created: r}) != nil {
 					return
 				}
 				rev = r
@@ -641,6 +641,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			continue
 		}
 		c.upserts = append(c.upserts, def)
+		c.created = max(c.created, ev.Kv.CreateRevision)
 		puts = append(puts, store.KV{ID: id, Value: cached})
 	}
 	if e.caching(p) {

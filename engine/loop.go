@@ -68,6 +68,7 @@ type (
 		drops   []string // changed to what this node cannot read: disarmed, their history kept
 		replace bool
 		rev     int64         // the changes up to this revision are these and those applied before
+		created int64         // the latest revision at which a task of upserts was created (partState.created)
 		applied chan struct{} // closed once applied, when not nil
 	}
 	// releaseCmd takes partitions' tasks out of the wheel; the loop
@@ -99,6 +100,14 @@ type (
 		read  *triggerRead // the acquire's read these fires are; nil: the watch's events
 		reply chan struct{}
 	}
+	// checkedCmd is checkTriggers' answer for fires: the revision at
+	// which each one's task was created (0: it does not exist), read at
+	// revision rev.
+	checkedCmd struct {
+		fires   []triggerFire
+		created map[string]int64
+		rev     int64
+	}
 	// throughCmd asks for the dispatch point.
 	throughCmd struct{ reply chan int64 }
 	// stateCmd asks for a task's state.
@@ -123,6 +132,14 @@ type partState struct {
 	// watch's; 0: not known): a release hands it over (handOver.applied),
 	// and the watermark writes carry it (setApplied).
 	applied int64
+	// created is a revision at or after which every task of the
+	// partition held here was created: its load's revision, then the
+	// latest creation its watch brought (a put after a delete is one). A
+	// trigger key written before it may be of a task deleted and put
+	// again since, and its task's creation is read before it fires
+	// (checkTriggers); one written at or after it is this task's, and
+	// fires at no cost.
+	created int64
 }
 
 type retryState struct {
@@ -218,7 +235,8 @@ type loop struct {
 	deletedRuns map[uint64]deletedRuns
 	deletes     sync.WaitGroup // the history deletes of deletedRuns, which Close waits for (deletedRunsDrained)
 
-	early     []triggerFire              // triggers that came before their task, until triggered's until
+	early     []triggerFire              // triggers that came before their task, until triggered's until, or whose task's creation is read (checkTriggers)
+	checks    *triggerChecks             // the triggers whose task's creation checkTriggers reads
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	// releasedAgain are the keys of released partitions' triggers put
 	// again while their fire waited or ran, until the release's seal:
@@ -242,7 +260,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
-		cmds: make(chan command, 256), through: now, applieds: &appliedLog{}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger),
+		cmds: make(chan command, 256), through: now, applieds: &appliedLog{}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatches[triggerFire](),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue),
@@ -339,6 +357,7 @@ func (c *sealCmd) run(l *loop) {
 	c.reply <- struct{}{}
 }
 func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }
+func (c *checkedCmd) run(l *loop)  { l.checked(c); l.retryTriggers() }
 func (c *stateCmd) run(l *loop)    { c.reply <- l.state(c.id) }
 func (c *throughCmd) run(l *loop)  { c.reply <- l.through }
 func (c *takeOverCmd) run(l *loop) { l.takeOver(c) }
@@ -370,6 +389,7 @@ func (l *loop) load(c *loadCmd) {
 	if !l.parts[c.part].owned {
 		return // released while loading
 	}
+	l.parts[c.part].created = max(l.parts[c.part].created, c.rev)
 	for i := range c.defs {
 		d := &c.defs[i]
 		resume := c.resume
@@ -514,6 +534,7 @@ func (l *loop) events(c *eventsCmd) {
 		return
 	}
 	l.setApplied(c.part, max(l.parts[c.part].applied, c.rev))
+	l.parts[c.part].created = max(l.parts[c.part].created, c.created)
 	now := l.cfg.Clock.Now().UnixNano()
 	for i := range c.upserts {
 		l.upsert(&c.upserts[i], max(l.through, now), true)

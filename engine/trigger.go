@@ -22,12 +22,13 @@ import (
 //
 // The key is the trigger's only record, so it stays until the fire starts
 // here (a worker took it) or ends without running (skipped by its
-// concurrency policy, its task deleted, or never loaded within
-// triggerWait): then triggerEnds deletes it. A trigger queued, buffered
-// or early when its partition is handed over, or when its node fences or
-// crashes, keeps its key, and the next owner's acquire reads it; a
-// release waits for the deletes of the triggers that started here before
-// it commits, so that the next owner does not fire them again.
+// concurrency policy, its task deleted, or put again after a delete
+// (checkTriggers), or never loaded within triggerWait): then triggerEnds
+// deletes it. A trigger queued, buffered or early when its partition is
+// handed over, or when its node fences or crashes, keeps its key, and the
+// next owner's acquire reads it; a release waits for the deletes of the
+// triggers that started here before it commits, so that the next owner
+// does not fire them again.
 //
 // A trigger can also be a retry a former owner handed on (leavers): its
 // value carries the attempt and when it is due, and the owner holds it
@@ -51,6 +52,11 @@ type triggerFire struct {
 	over  *task.Override  // the body or payload of this fire; nil: the task's
 	retry *registry.Retry // a retry handed on by a former owner (leavers); nil: a first attempt
 	bf    *backfillRun    // a backfill's retry: its backfill's fires handed over (Engine.handedBackfill)
+	// checked is the revision of the read by which checkTriggers found
+	// its task created before its key (0: none); checking says that such
+	// a read is under way, while it waits among the early triggers.
+	checked  int64
+	checking bool
 }
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
@@ -143,13 +149,23 @@ func (l *loop) triggers(c *triggersCmd) {
 	}
 }
 
-// triggerNow fires f if the loop holds its task, and reports whether it did.
+// triggerNow fires f if the loop holds its task, and reports whether it
+// did. A task that may have been created after f's key was written
+// (partState.created) waits for checkTriggers to read its creation: a
+// trigger names its task's id, and a task deleted and put again under it
+// is another task, which the trigger must not fire.
 func (l *loop) triggerNow(f *triggerFire, now int64) bool {
-	if !l.parts[f.part].owned {
+	ps := &l.parts[f.part]
+	if !ps.owned || f.checking {
 		return false
 	}
 	i, r, ok := l.tab.lookup(f.id)
 	if !ok {
+		return false
+	}
+	if f.rev < ps.created && f.checked < ps.created {
+		f.checking = true
+		l.checks.add(*f)
 		return false
 	}
 	if f.retry != nil {
@@ -188,7 +204,50 @@ func (l *loop) retryTriggers() {
 		return
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	l.early = slices.DeleteFunc(l.early, func(f triggerFire) bool { return l.triggerNow(&f, now) })
+	l.keepEarly(func(f *triggerFire) bool { return !l.triggerNow(f, now) })
+}
+
+// keepEarly keeps the early triggers for which keep, which may change
+// them (a check started or answered), returns true.
+func (l *loop) keepEarly(keep func(f *triggerFire) bool) {
+	kept := l.early[:0]
+	for _, f := range l.early {
+		if keep(&f) {
+			kept = append(kept, f)
+		}
+	}
+	clear(l.early[len(kept):])
+	l.early = kept
+}
+
+// checked takes checkTriggers' answer for the triggers of c: a trigger
+// whose task was created after its key was written, or is gone, was
+// written for a task of the same id deleted since, and ends unrun; the
+// others are checked as of c.rev. An answer for a trigger forgotten
+// meanwhile (its partition was released) finds nothing. Called only from
+// the dispatch loop.
+func (l *loop) checked(c *checkedCmd) {
+	if l.fenced() {
+		return
+	}
+	asked := make(map[triggerKey]int64, len(c.fires)) // the revision of each key read for
+	for _, f := range c.fires {
+		asked[f.key()] = f.rev
+	}
+	l.keepEarly(func(f *triggerFire) bool {
+		if rev, ok := asked[f.key()]; !ok || !f.checking || f.rev != rev {
+			return true
+		}
+		if created := c.created[f.id]; created == 0 || created > f.rev {
+			l.pool.ends.add(f.key())
+			s := l.triggered[f.key()]
+			s.early, s.ended = false, true
+			l.triggered[f.key()] = s
+			return false
+		}
+		f.checking, f.checked = false, c.rev
+		return true
+	})
 }
 
 // sweepTriggers, once a second, drops the early triggers that waited too
@@ -204,7 +263,15 @@ func (l *loop) sweepTriggers() {
 	}
 	l.sweepAt = now + int64(time.Second)
 	l.early = slices.DeleteFunc(l.early, func(f triggerFire) bool {
-		if now < l.triggered[f.key()].until {
+		s := l.triggered[f.key()]
+		if now < s.until {
+			return false
+		}
+		if f.checking {
+			// Its task came; etcd has not answered the read of its
+			// creation yet.
+			s.until = now + int64(triggerWait)
+			l.triggered[f.key()] = s
 			return false
 		}
 		l.pool.ends.add(f.key()) // its task never came: the trigger ends here
@@ -347,6 +414,45 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 	}
 }
 
+// batches is a queue that goroutines add to and one takes from in
+// batches; safe for concurrent use.
+type batches[T any] struct {
+	mu   sync.Mutex // guards q, and the fields of a type that embeds it
+	q    []T
+	wake chan struct{} // signalled when q becomes non-empty
+}
+
+func newBatches[T any]() *batches[T] { return &batches[T]{wake: make(chan struct{}, 1)} }
+
+// add queues xs.
+func (b *batches[T]) add(xs ...T) {
+	b.mu.Lock()
+	b.q = append(b.q, xs...)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take takes up to n of the first queued items off the queue, or none.
+func (b *batches[T]) take(n int) []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.takeLocked(n)
+}
+
+// takeLocked is take, called with mu held.
+func (b *batches[T]) takeLocked(n int) []T {
+	if len(b.q) == 0 {
+		return nil
+	}
+	out := slices.Clone(b.q[:min(n, len(b.q))])
+	clear(b.q[:len(out)])
+	b.q = b.q[len(out):]
+	return out
+}
+
 // triggerEnds queues the keys of triggers whose fire started here, or
 // ended without running, for deleteTriggers to delete in transactions of
 // many. Workers add to it when they take a trigger's job, under the pool's
@@ -355,27 +461,14 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 // triggers pending in etcd (a key put again is queued again); safe for
 // concurrent use. Its lock is taken under the pool's and takes no other.
 type triggerEnds struct {
-	mu       sync.Mutex // guards the rest
-	q        []triggerKey
+	*batches[triggerKey]
 	taken    uint64        // batches the deleter took
 	finished uint64        // batches it finished: deleted, or given up at Close
-	wake     chan struct{} // signalled when q becomes non-empty
 	moved    chan struct{} // closed, and replaced, when a batch finishes
 }
 
 func newTriggerEnds() *triggerEnds {
-	return &triggerEnds{wake: make(chan struct{}, 1), moved: make(chan struct{})}
-}
-
-// add queues the keys of ks for deletion.
-func (t *triggerEnds) add(ks ...triggerKey) {
-	t.mu.Lock()
-	t.q = append(t.q, ks...)
-	t.mu.Unlock()
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
+	return &triggerEnds{batches: newBatches[triggerKey](), moved: make(chan struct{})}
 }
 
 // take takes up to n of the first queued keys off the queue, as the
@@ -383,13 +476,10 @@ func (t *triggerEnds) add(ks ...triggerKey) {
 func (t *triggerEnds) take(n int) []triggerKey {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.q) == 0 {
-		return nil
+	b := t.takeLocked(n)
+	if b != nil {
+		t.taken++
 	}
-	b := slices.Clone(t.q[:min(n, len(t.q))])
-	clear(t.q[:len(b)])
-	t.q = t.q[len(b):]
-	t.taken++
 	return b
 }
 
@@ -479,6 +569,54 @@ func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 			e.log.Warn("deleting the keys of triggers fired here failed; their next owners may fire them again",
 				"keys", len(batch)+t.len(), "err", err)
 			return
+		}
+	}
+}
+
+// triggerChecks queues the triggers whose task's creation checkTriggers
+// is to read (partState.created).
+type triggerChecks = batches[triggerFire]
+
+// checkTriggers reads, for the triggers t queues, when their task was
+// created, MaxTxnOps tasks a transaction, and hands the answers to the
+// loop, until ctx ends; it retries while etcd refuses. Only triggers
+// whose key is older than a creation the loop applied in their partition
+// are queued: those an acquire reads, and those of a partition that took
+// a new task between the trigger and the loop's look at it. Those left
+// when ctx ends keep their keys for the partitions' next owners (the
+// release forgets them).
+func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
+	for {
+		batch := t.take(registry.MaxTxnOps)
+		if batch == nil {
+			select {
+			case <-t.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		ids := make([]string, 0, len(batch))
+		for _, f := range batch {
+			ids = append(ids, f.id)
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		var b backoff
+		for {
+			rctx, cancelRead := context.WithTimeout(ctx, etcdTimeout)
+			created, rev, err := e.reg.Created(rctx, ids)
+			cancelRead()
+			if err == nil {
+				if e.call(ctx, &checkedCmd{fires: batch, created: created, rev: rev}) != nil {
+					return
+				}
+				break
+			}
+			e.log.Warn("reading when triggered tasks were created failed; retrying", "triggers", len(batch), "err", err, "in", b.next())
+			if !b.wait(ctx) {
+				return
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -1144,5 +1145,119 @@ func TestEngine_TriggerWrittenBeforeTheWatchIsCreatedFires(t *testing.T) {
 			}
 			n.stop(t)
 		})
+	}
+}
+
+// A trigger names its task's id: written for a task that is then deleted
+// and put again under the id, it must not fire the new task. "gone" is
+// deleted and put again after its trigger, and triggered again; "edited"
+// is put again changed after its trigger (the same task); "kept" is left
+// as it was. The node sees the triggers after the delete and the put:
+// through its acquire's read (the node starts after them), or through its
+// trigger watch (created late, once the node applied them: a witness task
+// of gone's partition put after them fired). Each trigger but gone's
+// first must fire once, and every key must go: gone fired twice, the new
+// task firing the old one's trigger.
+func TestEngine_TriggerOfATaskDeletedAndPutAgainDoesNotFireTheNewTask(t *testing.T) {
+	for _, path := range []string{"acquire", "watch"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c := etcdtest.Start(t)
+			const parts = 4
+			reg, err := registry.OpenRegistry(ctx, c.Client, DefaultPrefix, parts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"gone", "edited", "kept"} {
+				putTask(t, reg, handlerTask(id, "0 0 0 1 1 *")) // yearly: only the triggers fire them
+			}
+			log := newFireLog()
+			tweak := func(cfg *Config) { cfg.Partitions = parts }
+			var n *testNode
+			var late *lateWatch
+			if path == "watch" {
+				cli := c.NewClient(t)
+				late = &lateWatch{Watcher: cli.Watcher, suffix: "/triggers/", created: make(chan struct{})}
+				cli.Watcher = late
+				n = startNodeOn(t, cli, "", log.handler, tweak)
+			}
+			trigger := func(id string) time.Time {
+				t.Helper()
+				at, err := reg.Trigger(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return at
+			}
+			first := trigger("gone")
+			edited, kept := trigger("edited"), trigger("kept")
+			if err := reg.Delete(ctx, "gone"); err != nil {
+				t.Fatal(err)
+			}
+			putTask(t, reg, handlerTask("gone", "0 0 0 1 1 *"))
+			changed := handlerTask("edited", "0 0 0 1 1 *")
+			changed.Labels = map[string]string{"v": "2"}
+			putTask(t, reg, changed)
+			again := trigger("gone")
+			if late != nil {
+				witness := "witness"
+				for i := 0; reg.Partition(witness) != reg.Partition("gone"); i++ {
+					witness = fmt.Sprintf("witness-%d", i)
+				}
+				putTask(t, reg, handlerTask(witness, "* * * * * *"))
+				etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(log.forTask(witness)) > 0 })
+				close(late.created)
+			} else {
+				n = startNode(t, c, "", log.handler, tweak)
+			}
+			etcdtest.WaitFor(t, 20*time.Second, func() bool { return pendingTriggers(c) == 0 })
+			n.stop(t)
+			for id, want := range map[string]time.Time{"gone": again, "edited": edited, "kept": kept} {
+				if got := log.forTask(id); len(got) != 1 || !got[0].Equal(want) {
+					t.Errorf("%s fired at %v, want once at %v (gone's trigger before its delete: %v)", id, got, want, first)
+				}
+			}
+		})
+	}
+}
+
+// A trigger the loop sees once its partition took a task created after
+// the trigger's key was written waits for the read of its task's creation
+// (checkTriggers): written before its task was deleted and put again, it
+// ends unrun, its key with it; written for the task as it is (created
+// before the key), it fires. One written after every creation fires at
+// once, unread.
+func TestLoop_TriggerOlderThanACreationFiresOnlyTheTaskItWasWrittenFor(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x", "y")
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x deleted and put again, as one change of the partition's watch, at
+	// revision 20.
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}}, rev: 20, created: 20})
+	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+	tl.putTrigger(0, "x", ms(1), 10) // before x was put again
+	tl.putTrigger(0, "y", ms(2), 11) // y was created before it
+	tl.putTrigger(0, "x", ms(3), 21) // after
+	want := []string{fmt.Sprintf("x@%d", ms(3).UnixMilli())}
+	if got := tl.dispatched(0); !slices.Equal(got, want) {
+		t.Fatalf("dispatched %v before the creations were read, want %v", got, want)
+	}
+	asked := tl.checks.take(10)
+	if len(asked) != 2 {
+		t.Fatalf("%d triggers to check, want 2 (x's and y's older than x's creation)", len(asked))
+	}
+	tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": 20, "y": 2}, rev: 22})
+	want = append(want, fmt.Sprintf("y@%d", ms(2).UnixMilli()))
+	if got := tl.dispatched(0); !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want %v: x's trigger from before its delete fired the new x", got, want)
+	}
+	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{{0, "x", ms(1).UnixNano()}}) {
+		t.Errorf("keys ended %v, want x's from before its delete", got)
 	}
 }

@@ -239,6 +239,30 @@ func (r *Registry) TriggerDelete(p int, id string, at int64) clientv3.Op {
 	return clientv3.OpDelete(r.keys.trigger(p, id, at))
 }
 
+// Created reads the revision at which each task of ids (at most
+// MaxTxnOps) was created, 0 for one that does not exist, in one
+// transaction, and returns the revision read. A trigger key written
+// before its task's creation revision belongs to a task of the same id
+// deleted since: every trigger's transaction checks that its task exists.
+func (r *Registry) Created(ctx context.Context, ids []string) (map[string]int64, int64, error) {
+	ops := make([]clientv3.Op, len(ids))
+	for i, id := range ids {
+		ops[i] = clientv3.OpGet(r.key(id), clientv3.WithKeysOnly())
+	}
+	resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the creation of %d tasks: %w", len(ids), err)
+	}
+	created := make(map[string]int64, len(ids))
+	for i, id := range ids {
+		created[id] = 0
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			created[id] = kvs[0].CreateRevision
+		}
+	}
+	return created, resp.Header.Revision, nil
+}
+
 // WatchTriggers watches every partition's trigger puts (not deletes),
 // after revision after when it is positive, with progress notifications,
 // until ctx ends. Its first response says it was created: when after is 0,

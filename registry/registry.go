@@ -597,7 +597,10 @@ func (r *Registry) trigger(ctx context.Context, id string, at time.Time, o *task
 		return ErrNotFound
 	case !o.Empty() && stored[0].ModRevision != version:
 		return fmt.Errorf("trigger task %q: %w (it changed while the trigger was checked)", id, ErrVersionMismatch)
-	case join && len(pending) == 1 && len(pending[0].Value) == 0:
+	case join && len(pending) == 1 && len(pending[0].Value) == 0 && pending[0].ModRevision > stored[0].CreateRevision:
+		// A pending key written before the task was deleted and put
+		// again is the task before's: its owner drops it (engine's
+		// checkTriggers), and would drop this trigger with it.
 		return nil
 	default:
 		return errTriggerPending
@@ -650,18 +653,20 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 	for ms := at.UnixMilli() + 1; ms <= at.UnixMilli()+maxTriggerTries; ms++ {
 		key := r.keys.trigger(p, id, ms)
 		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(tk, clientv3.WithCountOnly()), clientv3.OpGet(key)).Commit()
+			Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(tk, clientv3.WithKeysOnly()), clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return fmt.Errorf("trigger a retry of task %q: %w", id, err)
 		}
 		if resp.Succeeded {
 			return nil
 		}
-		if resp.Responses[0].GetResponseRange().Count == 0 {
+		stored := resp.Responses[0].GetResponseRange().Kvs
+		if len(stored) == 0 {
 			return ErrNotFound
 		}
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == string(val) {
-			return nil // written before
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == string(val) &&
+			kvs[0].ModRevision > stored[0].CreateRevision {
+			return nil // written before, for this task (not one deleted since)
 		}
 	}
 	return fmt.Errorf("trigger a retry of task %q: %w (%d triggers of it pending at once), try again", id, ErrContention, maxTriggerTries)

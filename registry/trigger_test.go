@@ -416,3 +416,43 @@ func triggerKeys(t *testing.T, cli *clientv3.Client, reg *Registry) *clientv3.Ge
 	}
 	return resp
 }
+
+// A chain's trigger joins a plain trigger of its target pending at its
+// time only if that key was written for the target as it is: one written
+// before the target was deleted and put again is the task before's, which
+// its owner drops (the trigger's key is older than the task's creation),
+// and the chain's trigger with it. The chain's then takes the next
+// millisecond. It wrote nothing, and the new task never fired.
+func TestRegistry_ChainTriggerJoinsNoTriggerOfATaskDeletedSince(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/chainagain")
+	now := stopClocks(reg)
+	h := &task.Task{ID: "x", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
+	at := now.Add(5 * time.Millisecond)
+	if _, err := reg.Put(ctx, h, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerAt(ctx, "x", at); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Delete(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	created, err := reg.Put(ctx, h, PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerAt(ctx, "x", at); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range triggerKeys(t, c.Client, reg).Kvs {
+		_, ms, _, _ := reg.ParseTrigger(string(kv.Key))
+		got = append(got, fmt.Sprintf("+%dms written after the put: %v", ms-now.UnixMilli(), kv.ModRevision > created.Version))
+	}
+	if want := []string{"+5ms written after the put: false", "+6ms written after the put: true"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("trigger keys %v, want %v", got, want)
+	}
+}
