@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -455,4 +456,29 @@ func TestRegistry_ChainTriggerJoinsNoTriggerOfATaskDeletedSince(t *testing.T) {
 	if want := []string{"+5ms written after the put: false", "+6ms written after the put: true"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("trigger keys %v, want %v", got, want)
 	}
+}
+
+// BenchmarkCreated measures the read by which an owner learns when the
+// tasks of triggers older than a creation it applied were created (every
+// trigger an acquire reads), MaxTxnOps tasks a transaction, over n tasks:
+//
+//	go test -run '^$' -bench 'Created' -benchtime 3x ./registry/
+func BenchmarkCreated(b *testing.B) {
+	const n = 10_000
+	_, reg := bulkBenchFleet(b, n)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("job-%07d", i) // fillRegistry's
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		for chunk := range slices.Chunk(ids, MaxTxnOps) {
+			created, _, err := reg.Created(ctx, chunk)
+			if err != nil || created[chunk[0]] == 0 {
+				b.Fatalf("Created = %v, %v; want the creation of %s", created[chunk[0]], err, chunk[0])
+			}
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
 }
