@@ -335,7 +335,54 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err != nil {
 		return err
 	}
+	if err := e.heldEndWaits(ctx, prep, defs, touched, applied, rev, handed.endWaits); err != nil {
+		return err
+	}
 	return e.send(ctx, p, fence, resume, rev, handed, defs)
+}
+
+// heldEndWaits keeps in waits (handedTo.endWaits: the tasks whose last
+// fire ended while paused on the partition's previous owner) only the
+// tasks of defs that owner had, having armed the partition's changes up to
+// applied. One deleted and put again since is another task, which that
+// end says nothing of: marked by its id, it was deleted at its resume,
+// even one paused through its time that never fired, which one owner
+// (whose delete took the mark with the record) keeps. A definition read
+// at or before applied is that owner's; of the others, etcd's history
+// tells (registry.HeldAt). One whose history etcd no longer holds loses
+// its mark, logged: left ended, as after a crash, rather than deleted
+// unsure.
+func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied, rev int64, waits map[string]bool) error {
+	if len(waits) == 0 {
+		return nil
+	}
+	for i := range defs {
+		d := &defs[i]
+		if !waits[d.id] {
+			continue
+		}
+		read := d.modRev
+		if read == 0 {
+			read = prep.rev
+		}
+		if _, changed := touched[d.id]; !changed && read <= applied {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		value, err := e.reg.HeldAt(rctx, d.id, rev, applied)
+		cancel()
+		switch {
+		case errors.Is(err, registry.ErrVersionGone):
+			e.log.Warn("a delete_after_fire task whose last fire ended while it was paused stays after its resume: what its previous owner had is compacted out of etcd's history",
+				"partition", prep.p, "task", d.id, "err", err)
+			delete(waits, d.id)
+		case err != nil:
+			return err
+		case value == nil:
+			delete(waits, d.id)
+		}
+	}
+	return nil
 }
 
 // decideApplied decides the one-shots of defs whose time is not after

@@ -702,31 +702,10 @@ func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testin
 	}
 	c := etcdtest.Start(t)
 	ctx := context.Background()
-	fail := func(context.Context, Fire) error { return errors.New("boom") }
-	a := startNode(t, c, "", fail, oneShotNode("node-a"))
+	a := endedWhilePausedOnNodeA(t, c, deleteAfterFireOneShot(nextSecond(time.Now().Add(time.Second)), false))
 	defer a.stop(t)
 	reg := a.e.Registry()
-	tk := handlerTask("once", "@at "+nextSecond(time.Now().Add(time.Second)).Format(time.RFC3339))
-	tk.DeleteAfterFire = true
-	tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second)}
-	putTask(t, reg, tk)
-	recordOn := func(n *testNode, cond func(l *loop, i uint32, r *record) bool) func() bool {
-		return func() bool {
-			return inLoop(t, n, func(l *loop) bool {
-				i, r, ok := l.tab.lookup("once")
-				return ok && cond(l, i, r)
-			})
-		}
-	}
-	// Paused once its first attempt failed, while its retry waits out the
-	// backoff: a pause while an attempt runs would be an edit that wins.
-	etcdtest.WaitFor(t, 10*time.Second, recordOn(a, func(l *loop, i uint32, r *record) bool { return r.running == 0 && l.retryWaits(i, r) }))
-	if _, err := reg.Pause(ctx, "once", task.Pause{By: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 20*time.Second, recordOn(a, func(_ *loop, _ uint32, r *record) bool { return r.skipped == 1 && r.flags&flagEndWaits != 0 }))
-
-	b := startNode(t, c, "", fail, oneShotNode(nextOwnerOfTheOnePartition(t)))
+	b := startNode(t, c, "", failing, oneShotNode(nextOwnerOfTheOnePartition(t)))
 	defer b.stop(t)
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !a.e.Owns(0) && owns(b, "once") })
 	if _, err := reg.SetPaused(ctx, "once", false); err != nil {
@@ -736,6 +715,98 @@ func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testin
 		_, err := reg.Get(ctx, "once")
 		return errors.Is(err, registry.ErrNotFound)
 	})
+}
+
+// TestEngine_DeleteAfterFireEndedWhilePausedPutAgainBeforeTheNextOwnerStays:
+// a delete_after_fire one-shot whose fire ended while it was paused on
+// node-a, released so (end_waits), then deleted and put again, paused,
+// before node-b took the partition, is another task: it never fired, and
+// paused through its time it stays at its resume, as on one owner, where
+// the delete took the mark with the record. node-b marked the task put
+// again by its id alone, and deleted it at its resume.
+func TestEngine_DeleteAfterFireEndedWhilePausedPutAgainBeforeTheNextOwnerStays(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("cluster scenario")
+	}
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	a := endedWhilePausedOnNodeA(t, c, deleteAfterFireOneShot(nextSecond(time.Now().Add(time.Second)), false))
+	defer a.stop(t)
+	reg, keys := a.e.Registry(), a.e.keys
+	a.stop(t)
+	resp, err := c.Client.Get(ctx, keys.checkpoint(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 || !slices.Equal(releasedCheckpoint(resp.Kvs[0].Value).EndWaits, []string{"once"}) {
+		t.Fatalf("node-a's release did not hand the end of once over: %s", resp.Kvs)
+	}
+
+	if err := reg.Delete(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	at := nextSecond(time.Now().Add(time.Second))
+	putTask(t, reg, deleteAfterFireOneShot(at, true))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(at) })
+	b := startNode(t, c, "", failing, oneShotNode("node-b"))
+	defer b.stop(t)
+	etcdtest.WaitFor(t, 20*time.Second, onceOn(t, b, func(_ *loop, _ uint32, r *record) bool { return r.flags&flagPaused != 0 }))
+	if _, err := reg.SetPaused(ctx, "once", false); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, b, func(l *loop) bool {
+			_, r, ok := l.tab.lookup("once")
+			return !ok || r.flags&flagPaused == 0
+		})
+	})
+	if inLoop(t, b, func(l *loop) bool {
+		_, r, ok := l.tab.lookup("once")
+		return !ok || r.flags&flagDeleting != 0
+	}) {
+		t.Error("once, put again paused after node-a's release and resumed after its time on node-b, was deleted; it never fired")
+	}
+}
+
+// failing is a handler whose every attempt fails.
+func failing(context.Context, Fire) error { return errors.New("boom") }
+
+// deleteAfterFireOneShot is task once at at, deleted after its fire, with
+// a retry 10s after a failed first attempt.
+func deleteAfterFireOneShot(at time.Time, paused bool) *task.Task {
+	tk := handlerTask("once", "@at "+at.Format(time.RFC3339))
+	tk.DeleteAfterFire, tk.Paused = true, paused
+	tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second)}
+	return tk
+}
+
+// onceOn returns whether n's loop holds task once as cond says.
+func onceOn(t *testing.T, n *testNode, cond func(l *loop, i uint32, r *record) bool) func() bool {
+	return func() bool {
+		return inLoop(t, n, func(l *loop) bool {
+			i, r, ok := l.tab.lookup("once")
+			return ok && cond(l, i, r)
+		})
+	}
+}
+
+// endedWhilePausedOnNodeA starts node-a, the only node, with tk, whose
+// first attempt fails, and pauses it while its retry waits out the backoff
+// (a pause while an attempt runs would be an edit that wins): the retry
+// comes due while it is paused, skipped, and the fire's end waits for the
+// resume (flagEndWaits).
+func endedWhilePausedOnNodeA(t *testing.T, c *etcdtest.Cluster, tk *task.Task) *testNode {
+	t.Helper()
+	a := startNode(t, c, "", failing, oneShotNode("node-a"))
+	reg := a.e.Registry()
+	putTask(t, reg, tk)
+	etcdtest.WaitFor(t, 10*time.Second, onceOn(t, a, func(l *loop, i uint32, r *record) bool { return r.running == 0 && l.retryWaits(i, r) }))
+	if _, err := reg.Pause(context.Background(), "once", task.Pause{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, onceOn(t, a, func(_ *loop, _ uint32, r *record) bool { return r.skipped == 1 && r.flags&flagEndWaits != 0 }))
+	return a
 }
 
 // nextOwnerOfTheOnePartition names a node that wins the one partition of
