@@ -39,11 +39,10 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 			for _, id := range []string{"same", "changed", "deleted"} {
 				putTask(t, reg, &task.Task{ID: id, Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
 			}
-			rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
+			prep, err := a.e.rangeLoad(ctx, 0, a.e.decoder()) // as prepare reads etcd
 			if err != nil {
 				t.Fatal(err)
 			}
-			prep := &prepared{p: 0, rev: rev, defs: defs}
 			putTask(t, reg, &task.Task{ID: "changed", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
 			putTask(t, reg, &task.Task{ID: "created", Schedule: "@daily", Executor: task.Executor{Type: task.ExecutorNoop}})
 			if err := reg.Delete(ctx, "deleted"); err != nil {
@@ -123,7 +122,7 @@ func TestEngine_ChangesSinceRefusesAReadFromPastTheAcquisition(t *testing.T) {
 	defer cancel()
 	a := startNode(t, c, "", nil, func(c *Config) { c.Partitions = 1 })
 	putTask(t, a.e.Registry(), &task.Task{ID: "ghost", Schedule: "@hourly", Executor: task.Executor{Type: task.ExecutorNoop}})
-	rev, defs, err := a.e.rangeLoad(ctx, 0, a.e.decoder())
+	prep, err := a.e.rangeLoad(ctx, 0, a.e.decoder())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +130,7 @@ func TestEngine_ChangesSinceRefusesAReadFromPastTheAcquisition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep := &prepared{p: 0, rev: rev + 1000, defs: defs} // before the restore
+	prep.rev += 1000 // before the restore
 	wch, progress := a.e.Registry().CatchUp(ctx, 0, prep.rev)
 	if _, _, err := a.e.changesSince(ctx, prep, at.Header.Revision, wch, progress); err == nil {
 		t.Errorf("caught a read at revision %d up to revision %d", prep.rev, at.Header.Revision)

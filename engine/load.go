@@ -146,6 +146,10 @@ type prepared struct {
 	p    int
 	rev  int64
 	defs []taskDef
+	// created is the latest revision at which a task of defs was created,
+	// as etcd said; 0 when read from the cache, which does not say
+	// (partState.created).
+	created int64
 }
 
 // prepareBounded is prepareTurn, unless p was prepared ahead of a dead
@@ -185,11 +189,7 @@ func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 			return prep, err
 		}
 	}
-	rev, defs, err := e.rangeLoad(ctx, p, e.decoder())
-	if err != nil {
-		return nil, err
-	}
-	return &prepared{p: p, rev: rev, defs: defs}, nil
+	return e.rangeLoad(ctx, p, e.decoder())
 }
 
 // prepareCached prepares p from the Badger cache, or returns nil when the
@@ -338,7 +338,12 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err := e.heldEndWaits(ctx, prep, defs, touched, applied, rev, handed.endWaits); err != nil {
 		return err
 	}
-	return e.send(ctx, p, fence, resume, rev, handed, defs)
+	// The tasks changed since the read do not say when they were created.
+	created := prep.created
+	if created == 0 || len(touched) > 0 {
+		created = rev
+	}
+	return e.send(ctx, p, fence, resume, rev, created, handed, defs)
 }
 
 // heldEndWaits keeps in waits (handedTo.endWaits: the tasks whose last
@@ -537,13 +542,13 @@ func (e *Engine) dropCache(p int, err error) {
 // caching reports whether partition p's changes go to the Badger cache.
 func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
 
-// send hands defs, p's tasks as of revision rev, to the loop in chunks and
-// waits until it took them all.
-func (e *Engine) send(ctx context.Context, p int, fence, resume, rev int64, handed handedTo, defs []taskDef) error {
+// send hands defs, p's tasks as of revision rev, created at or before
+// created, to the loop in chunks and waits until it took them all.
+func (e *Engine) send(ctx context.Context, p int, fence, resume, rev, created int64, handed handedTo, defs []taskDef) error {
 	first := true
 	for first || len(defs) > 0 {
 		n := min(len(defs), loadChunk)
-		c := &loadCmd{part: p, fence: fence, resume: resume, rev: rev, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
+		c := &loadCmd{part: p, fence: fence, resume: resume, rev: rev, created: created, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
 		defs = defs[n:]
 		first = false
 		if err := e.call(ctx, c); err != nil {
@@ -564,24 +569,25 @@ func (e *Engine) send(ctx context.Context, p int, fence, resume, rev int64, hand
 
 // rangeLoad reads partition p from etcd in pages at one revision and
 // replaces its cache.
-func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []taskDef, error) {
+func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (*prepared, error) {
 	e.loads.Add(1)
-	var defs []taskDef
+	prep := &prepared{p: p}
 	var kvs []store.KV
-	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte, modRev int64) {
+	rev, err := e.reg.ReadPartition(ctx, p, func(id string, value []byte, modRev, createRev int64) {
 		def, cached, err := d.decode(id, value)
 		if err != nil {
 			e.log.Warn("skipping a stored task", "partition", p, "err", err)
 			return
 		}
 		def.modRev = modRev
-		defs = append(defs, def)
+		prep.defs = append(prep.defs, def)
+		prep.created = max(prep.created, createRev)
 		if e.store != nil {
 			kvs = append(kvs, store.KV{ID: id, Value: cached})
 		}
 	})
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if e.store != nil {
 		if err := e.store.Reset(uint32(p), rev, kvs); err != nil {
@@ -590,7 +596,8 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (int64, []tas
 			e.uncached[p].Store(false)
 		}
 	}
-	return rev, defs, nil
+	prep.rev = rev
+	return prep, nil
 }
 
 // watch follows partition p's tasks after revision rev until ctx ends,
@@ -607,14 +614,14 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 		for resp := range wch {
 			if resp.CompactRevision != 0 {
 				e.log.Info("the partition's revision was compacted; reloading it", "partition", p, "revision", rev)
-				r, defs, err := e.rangeLoad(ctx, p, e.decoder())
+				prep, err := e.rangeLoad(ctx, p, e.decoder())
 				if err != nil {
 					break
 				}
-				if e.call(ctx, &eventsCmd{part: p, upserts: defs, replace: true, rev: r, created: r}) != nil {
+				if e.call(ctx, &eventsCmd{part: p, upserts: prep.defs, replace: true, rev: prep.rev, created: prep.created}) != nil {
 					return
 				}
-				rev = r
+				rev = prep.rev
 				break
 			}
 			if err := resp.Err(); err != nil {

@@ -53,11 +53,14 @@ type (
 		fence  int64
 		resume int64
 		rev    int64 // defs are the partition's tasks as of this revision
-		handed handedTo
-		defs   []taskDef
-		first  bool // the first chunk of the partition: it becomes owned
-		more   bool // chunks follow: the partition's tasks are not all armed
-		done   chan struct{}
+		// created is a revision at or after which every task of defs was
+		// created (partState.created)
+		created int64
+		handed  handedTo
+		defs    []taskDef
+		first   bool // the first chunk of the partition: it becomes owned
+		more    bool // chunks follow: the partition's tasks are not all armed
+		done    chan struct{}
 	}
 	// eventsCmd applies task changes seen by a partition's watch. With
 	// replace, upserts are the whole partition: tasks not among them go.
@@ -133,8 +136,9 @@ type partState struct {
 	// and the watermark writes carry it (setApplied).
 	applied int64
 	// created is a revision at or after which every task of the
-	// partition held here was created: its load's revision, then the
-	// latest creation its watch brought (a put after a delete is one). A
+	// partition held here was created: the latest creation its load read
+	// from etcd (the load's revision, for one from the cache or brought up
+	// to date), then the latest its watch brought (a put after a delete is one). A
 	// trigger key written before it may be of a task deleted and put
 	// again since, and its task's creation is read before it fires
 	// (checkTriggers); one written at or after it is this task's, and
@@ -389,7 +393,7 @@ func (l *loop) load(c *loadCmd) {
 	if !l.parts[c.part].owned {
 		return // released while loading
 	}
-	l.parts[c.part].created = max(l.parts[c.part].created, c.rev)
+	l.parts[c.part].created = max(l.parts[c.part].created, c.created)
 	for i := range c.defs {
 		d := &c.defs[i]
 		resume := c.resume

@@ -1261,3 +1261,30 @@ func TestLoop_TriggerOlderThanACreationFiresOnlyTheTaskItWasWrittenFor(t *testin
 		t.Errorf("keys ended %v, want x's from before its delete", got)
 	}
 }
+
+// A load read from etcd says when its tasks were created: a trigger
+// written after the latest of those creations, though before the load's
+// read, is its task's and fires at once, without a read of its task's
+// creation. Every trigger an acquire read was older than the read, and
+// each waited for a transaction of creation reads: 10 µs a trigger, in
+// sequence, behind a bulk trigger pending at a hand-over.
+func TestLoop_TriggerAfterTheLoadsLatestCreationFiresWithoutACheck(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := taskDef{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}
+	// x created at revision 5, the partition read at 30.
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), rev: 30, created: 5, defs: []taskDef{def}, first: true, done: make(chan struct{})})
+	at := base.Add(time.Millisecond)
+	tl.putTrigger(0, "x", at, 10)
+	if got, want := tl.dispatched(0), []string{fmt.Sprintf("x@%d", at.UnixMilli())}; !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want %v at once", got, want)
+	}
+	if asked := tl.checks.take(10); len(asked) != 0 {
+		t.Errorf("%d triggers to check, want none: x was created before its trigger", len(asked))
+	}
+}

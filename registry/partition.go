@@ -34,9 +34,10 @@ func (r *Registry) Revision(ctx context.Context) (int64, error) {
 }
 
 // ReadPartition reads partition p's tasks at one revision, in pages, and
-// gives each to fn in id order, with the revision it was last written at.
+// gives each to fn in id order, with the revisions it was last written
+// and created at.
 // It returns the revision read.
-func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, value []byte, modRev int64)) (int64, error) {
+func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, value []byte, modRev, createRev int64)) (int64, error) {
 	prefix := r.keys.partition(p)
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
@@ -53,7 +54,7 @@ func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, 
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			fn(string(kv.Key[len(prefix):]), kv.Value, kv.ModRevision)
+			fn(string(kv.Key[len(prefix):]), kv.Value, kv.ModRevision, kv.CreateRevision)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return rev, nil
