@@ -229,7 +229,9 @@
 //     the definition alone, so a hand-over needs nothing more
 //     (TestEngine_WindowsAndOneShotsAcrossAHandOver) but for one-shots
 //     whose time passed, which fire on the new owner when the old one
-//     never had them at that time (load.go, decideApplied).
+//     never had them at that time (load.go, decideApplied), and for
+//     paused delete_after_fire tasks whose last fire ended on the old
+//     owner, which the release lists (end_waits; load.go, heldEndWaits).
 //   - How the Badger cache keeps tasks (as etcd's JSON, or as a shape
 //     shared by the tasks with the same firing fields) and how a load
 //     decodes them: shape.go and the decoder in load.go. A fired field
@@ -251,9 +253,12 @@
 // # etcd layout
 //
 // docs/design.md's layout, with these additions: watermark keys carry the
-// session (above), and while a release that dropped fires from the queue
-// is uncommitted, the value is {"at", "partitions": {"<p>": resume point}}
-// (holds); a checkpoint may name the session ("session") and list unrun
+// session (above), and the value is {"at", "partitions": {"<p>": resume
+// point}, "applied": {"<p>": revision}, "applied_base": revision}, with
+// partitions only while a release that dropped fires from the queue is
+// uncommitted (holds), and applied, of the partitions changed since the
+// value at applied_base, while the session arms any (appliedRevs); the
+// time alone when it has neither; a checkpoint may name the session ("session") and list unrun
 // fires it hands over ("pending": [{"id", "at", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go) and the paused

@@ -289,7 +289,8 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // every task is armed from the resume point as etcd had it when the
 // partition became ours. applied, when not 0, is the revision up to which
 // the previous owner armed the partition's changes, which decides its
-// one-shots (decideApplied).
+// one-shots (decideApplied) and which of its end_waits hold
+// (heldEndWaits).
 func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
@@ -492,7 +493,7 @@ func (e *Engine) heldItsTime(ctx context.Context, p int, d *taskDef, dec *decode
 }
 
 // decideOneShots, where the revision the previous owner applied is not
-// known (after a crash: decideApplied otherwise), marks as decided
+// known (resume says when: decideApplied otherwise), marks as decided
 // (taskDef.decided) the one-shots of defs that no read before their last
 // write showed (known: those a read did), whose time is not after resume
 // and which were written after it, but held that time as last written at

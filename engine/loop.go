@@ -36,8 +36,9 @@ type taskDef struct {
 	decided bool
 	// put: a one-shot whose time is not after the resume point that its
 	// previous owner never had at that time (written after the revision
-	// its release applied the partition's changes up to: decideApplied),
-	// armed at its time as the watch arms a put.
+	// up to which it had applied the partition's changes, as its release
+	// or its watermark says: decideApplied), armed at its time as the
+	// watch arms a put.
 	put bool
 	// modRev is the etcd revision the definition was last written at, when
 	// read from etcd (0: unknown; the Badger cache keeps none).
