@@ -364,14 +364,7 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 	}
 	for i := range defs {
 		d := &defs[i]
-		if !waits[d.id] {
-			continue
-		}
-		read := d.modRev
-		if read == 0 {
-			read = prep.rev
-		}
-		if _, changed := touched[d.id]; !changed && read <= applied {
+		if !waits[d.id] || heldAsRead(prep, d, touched, applied) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
@@ -419,12 +412,9 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 		if w == nil || !w.once || w.from > resume {
 			continue
 		}
-		read := d.modRev
-		if read == 0 {
-			read = prep.rev
-		}
-		if _, changed := touched[d.id]; changed || read > applied {
+		if !heldAsRead(prep, d, touched, applied) {
 			ask = append(ask, i)
+			_, changed := touched[d.id]
 			cached = cached || !changed && d.modRev == 0
 			continue
 		}
@@ -465,6 +455,19 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 		d.decided, d.put = had, !had
 	}
 	return nil
+}
+
+// heldAsRead reports whether d, of prep's read, is as an owner that armed
+// the partition's changes up to revision applied had it: read from etcd
+// at or before applied (from the cache, which keeps no revision, at
+// prep's), and not changed since (touched).
+func heldAsRead(prep *prepared, d *taskDef, touched map[string][]byte, applied int64) bool {
+	read := d.modRev
+	if read == 0 {
+		read = prep.rev
+	}
+	_, changed := touched[d.id]
+	return !changed && read <= applied
 }
 
 // heldItsTime reports whether one-shot d held its time in the version of
