@@ -481,31 +481,9 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	sameWin := was.win.same(d.prof.win)
 	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
 	l.profs.unref(old)
-	// A new definition: only the end of a fire of it (or the next
-	// acquire) hands it to the deleter, so an edit after the last fire
-	// keeps the task.
-	deleting := r.flags&flagDeleting != 0
-	r.flags &^= flagDeleting
+	l.markWrite(i, r, d, r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof))
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
-	changed := r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof)
-	if changed {
-		// An edit since the last fire ended wins, paused or not: the
-		// resume keeps the task.
-		r.flags &^= flagEndWaits
-	}
-	// A write that pauses the task edits it too when it changes it besides.
-	edit := !pause || changed
-	if deleting && !edit {
-		// A pause alone beat the deleter, whose delete, conditioned on
-		// the version it read, etcd refuses: the pause is not an edit
-		// that wins, so the resume deletes the task, as one whose fire
-		// ended while it was paused.
-		r.flags |= flagEndWaits
-	}
-	if d.prof.deleteAfter && edit && (r.running > 0 || l.retryWaits(i, r)) {
-		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
-	}
 	jitter := uint32(d.prof.jitter / time.Millisecond)
 	if r.sched == d.sched && r.jitter == jitter && wasPaused == d.paused && sameWin {
 		return // the timer stands
@@ -528,6 +506,37 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	if r.flags&flagEndWaits != 0 {
 		r.flags &^= flagEndWaits
 		l.checkEnded(i, r)
+	}
+}
+
+// markWrite marks record i for what a write of its task, d, means for
+// its delete after its last fire (delete_after_fire): changed says that
+// the write changed the task (its schedule, window or profile but for
+// when it was written), not only paused it. Called only from the
+// dispatch loop, by upsert before it pauses r or changes its schedule.
+func (l *loop) markWrite(i uint32, r *record, d *taskDef, changed bool) {
+	// A new definition: only the end of a fire of it (or the next
+	// acquire) hands it to the deleter, so an edit after the last fire
+	// keeps the task.
+	deleting := r.flags&flagDeleting != 0
+	r.flags &^= flagDeleting
+	pause := d.paused && r.flags&flagPaused == 0
+	if changed {
+		// An edit since the last fire ended wins, paused or not: the
+		// resume keeps the task.
+		r.flags &^= flagEndWaits
+	}
+	// A write that pauses the task edits it too when it changes it besides.
+	edit := !pause || changed
+	if deleting && !edit {
+		// A pause alone beat the deleter, whose delete, conditioned on
+		// the version it read, etcd refuses: the pause is not an edit
+		// that wins, so the resume deletes the task, as one whose fire
+		// ended while it was paused.
+		r.flags |= flagEndWaits
+	}
+	if d.prof.deleteAfter && edit && (r.running > 0 || l.retryWaits(i, r)) {
+		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
 	}
 }
 
