@@ -414,18 +414,18 @@ func (e *Engine) fireTriggers(ctx context.Context, kvs []*mvccpb.KeyValue, read 
 	}
 }
 
-// batches is a queue that goroutines add to and one takes from in
+// batchQueue is a queue that goroutines add to and one takes from in
 // batches; safe for concurrent use.
-type batches[T any] struct {
+type batchQueue[T any] struct {
 	mu   sync.Mutex // guards q, and the fields of a type that embeds it
 	q    []T
 	wake chan struct{} // signalled when q becomes non-empty
 }
 
-func newBatches[T any]() *batches[T] { return &batches[T]{wake: make(chan struct{}, 1)} }
+func newBatchQueue[T any]() *batchQueue[T] { return &batchQueue[T]{wake: make(chan struct{}, 1)} }
 
 // add queues xs.
-func (b *batches[T]) add(xs ...T) {
+func (b *batchQueue[T]) add(xs ...T) {
 	b.mu.Lock()
 	b.q = append(b.q, xs...)
 	b.mu.Unlock()
@@ -436,14 +436,14 @@ func (b *batches[T]) add(xs ...T) {
 }
 
 // take takes up to n of the first queued items off the queue, or none.
-func (b *batches[T]) take(n int) []T {
+func (b *batchQueue[T]) take(n int) []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.takeLocked(n)
 }
 
 // takeLocked is take, called with mu held.
-func (b *batches[T]) takeLocked(n int) []T {
+func (b *batchQueue[T]) takeLocked(n int) []T {
 	if len(b.q) == 0 {
 		return nil
 	}
@@ -461,14 +461,14 @@ func (b *batches[T]) takeLocked(n int) []T {
 // triggers pending in etcd (a key put again is queued again); safe for
 // concurrent use. Its lock is taken under the pool's and takes no other.
 type triggerEnds struct {
-	*batches[triggerKey]
+	*batchQueue[triggerKey]
 	taken    uint64        // batches the deleter took
 	finished uint64        // batches it finished: deleted, or given up at Close
 	moved    chan struct{} // closed, and replaced, when a batch finishes
 }
 
 func newTriggerEnds() *triggerEnds {
-	return &triggerEnds{batches: newBatches[triggerKey](), moved: make(chan struct{})}
+	return &triggerEnds{batchQueue: newBatchQueue[triggerKey](), moved: make(chan struct{})}
 }
 
 // take takes up to n of the first queued keys off the queue, as the
@@ -575,7 +575,7 @@ func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 
 // triggerChecks queues the triggers whose task's creation checkTriggers
 // is to read (partState.created).
-type triggerChecks = batches[triggerFire]
+type triggerChecks = batchQueue[triggerFire]
 
 // checkTriggers reads, for the triggers t queues, when their task was
 // created, MaxTxnOps tasks a transaction, and hands the answers to the
