@@ -140,13 +140,13 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 	t := time.NewTicker(e.cfg.WatermarkInterval)
 	defer t.Stop()
 	slow := false // the last write took longer than the lead, and the log said so
-	revs := appliedRevs{now: map[int]int64{}}
+	revs := appliedRevs{armed: map[int]int64{}}
 	for {
 		// The watermark first: the resume points of the fires it passed
 		// were noted before it passed them (holds.dropped). Both before the
 		// session's check: a drop once the session is fenced resets holds.
 		w, seq := e.pool.marked()
-		e.loop.applieds.fold(seq, revs.now)
+		e.loop.applieds.fold(seq, revs.armed)
 		w = e.holds.cap(w)
 		resumes := e.holds.resumes()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
@@ -262,18 +262,18 @@ func (a *appliedLog) fold(seq uint64, revs map[int]int64) {
 }
 
 // appliedRevs are the applied revisions the writer's watermark goes with,
-// by partition (now), and the whole of them as the session's watermark
+// by partition (armed), and the whole of them as the session's watermark
 // key last held them (base, written at etcd revision baseRev): a write
 // carries only the partitions that differ from base, which a successor
 // reads from the key's history. Every partition's revision in every
 // write would be 15 KB a value for a node of 1 024 partitions, 150 KB a
 // second at the default interval, kept by etcd until it compacts.
 type appliedRevs struct {
-	now     map[int]int64
+	armed   map[int]int64
 	base    map[int]int64
-	baseRev int64
+	baseRev int64     // 0: no base yet, the next value carries them all
 	baseAt  time.Time // wall clock: it ages against etcd's compaction
-	session string
+	session string    // whose key holds base: a new session's has none
 }
 
 // appliedBaseAge is how long a write may name the revisions of an earlier
@@ -288,25 +288,25 @@ func (a *appliedRevs) value(w int64, resumes map[int]int64, session string) (str
 	if session != a.session {
 		a.session, a.base, a.baseRev = session, nil, 0
 	}
-	if len(a.now) == 0 {
+	if len(a.armed) == 0 {
 		return encodeWatermark(w, resumes, nil, 0), false
 	}
 	var diff map[int]int64
 	if a.baseRev != 0 {
 		diff = map[int]int64{}
-		for p, rev := range a.now {
+		for p, rev := range a.armed {
 			if a.base[p] != rev {
 				diff[p] = rev
 			}
 		}
 		for p := range a.base {
-			if _, ok := a.now[p]; !ok {
+			if _, ok := a.armed[p]; !ok {
 				diff[p] = 0 // no longer armed here: none to go by
 			}
 		}
 	}
-	if a.baseRev == 0 || len(diff) > len(a.now)/4 || time.Since(a.baseAt) > appliedBaseAge {
-		return encodeWatermark(w, resumes, a.now, 0), true
+	if a.baseRev == 0 || len(diff) > len(a.armed)/4 || time.Since(a.baseAt) > appliedBaseAge {
+		return encodeWatermark(w, resumes, a.armed, 0), true
 	}
 	return encodeWatermark(w, resumes, diff, a.baseRev), false
 }
@@ -314,7 +314,7 @@ func (a *appliedRevs) value(w int64, resumes map[int]int64, session string) (str
 // wrote takes the revisions of the last value, which etcd took at rev, as
 // the base of the next.
 func (a *appliedRevs) wrote(rev int64) {
-	a.base, a.baseRev, a.baseAt = maps.Clone(a.now), rev, time.Now()
+	a.base, a.baseRev, a.baseAt = maps.Clone(a.armed), rev, time.Now()
 }
 
 // watermarkValue is a watermark key's value: the watermark, the resume

@@ -23,15 +23,15 @@ func BenchmarkWatermarkValue(b *testing.B) {
 
 func benchWatermarkValue(b *testing.B, n, changed int) {
 	w := time.Date(2026, 12, 6, 20, 0, 0, 123456789, time.UTC).UnixNano()
-	a := appliedRevs{now: map[int]int64{}}
+	a := appliedRevs{armed: map[int]int64{}}
 	for p := range n {
-		a.now[p] = 31_000_000 + int64(p)*1_009
+		a.armed[p] = 31_000_000 + int64(p)*1_009
 	}
 	if changed < n {
 		a.value(w, nil, "s")
 		a.wrote(31_000_000 + int64(n)*1_009)
 		for i := range changed {
-			a.now[i*(n/changed)] += 977
+			a.armed[i*(n/changed)] += 977
 		}
 	}
 	b.ReportAllocs()
