@@ -38,10 +38,9 @@ import (
 //  3. The coordinator waits until workers took every job dispatched before
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
-//     Config.ReleaseRunWait at most (250ms), until
-//     the attempts under way of the partition's tasks that retry or keep
-//     their fires apart ended: one that failed hands its retry over
-//     (running). The loop then seals the release; the runs of those that
+//     Config.ReleaseRunWait at most (250ms), until the attempts under way
+//     of the partition's tasks that retry or keep their fires apart
+//     ended: one that failed hands its retry over (running). The loop then seals the release; the runs of those that
 //     keep their fires apart still going get a marker in etcd for the next
 //     owner (elsewhere.go), and the release waits until etcd took them.
 //     The session's end ends both waits, and the partitions then go with

@@ -9,10 +9,12 @@ import (
 // BenchmarkWatermarkValue measures the watermark values a node writes
 // while it arms n partitions, each armed up to a revision of its own (an
 // etcd of tens of millions of revisions): changed is how many of them
-// moved since the last value that carried them all, the base (n: the
-// value carries them all, as the first write of a session does, one a
-// minute, and one where more than a quarter moved: changed=n). One op is one value
+// moved since the last value that carried them all, the base; changed=n
+// is a value that carries them all, as a session's first write, one a
+// minute, and one where more than a quarter moved do. One op is one value
 // built as the writer builds it. Reported: bytes/value.
+//
+//	go test ./engine -run '^$' -bench WatermarkValue
 func BenchmarkWatermarkValue(b *testing.B) {
 	for _, n := range []int{1024} {
 		for _, changed := range []int{0, 16, n} {

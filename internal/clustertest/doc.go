@@ -23,6 +23,6 @@
 // policy fold fires away; such folds pass, with a step that says so, only
 // when they are as late as a misfire and no more than the node counted in
 // shardcron_misfires_total, or, for a process stopped cleanly, in its
-// last log line, which has those of its drain too (Folds). It is meant for tests only; everything
-// it starts is stopped when the test ends.
+// last log line, which has those of its drain too (Folds). It is meant
+// for tests only; everything it starts is stopped when the test ends.
 package clustertest
