@@ -27,6 +27,10 @@ import (
 // The server's own bounds (release, drain, shutdown) are well under it.
 const stopTimeout = 90 * time.Second
 
+// startLine begins the line a node's log gets before each process's own:
+// the stopped line read back (readStoppedMisfires) is the last process's.
+const startLine = "=== clustertest: start #"
+
 // Node is one `shardcron server` process. It keeps its node id, data
 // directory, API port, log file and etcd proxies across restarts, so a
 // restarted node is the same node to the cluster. Its methods must be called
@@ -145,7 +149,7 @@ func (n *Node) Start(t testing.TB) {
 	}
 	n.mu.Lock()
 	n.starts++
-	fmt.Fprintf(f, "=== clustertest: start #%d of %s at %s: %s %s\n", n.starts, n.ID,
+	fmt.Fprintf(f, startLine+"%d of %s at %s: %s %s\n", n.starts, n.ID,
 		time.Now().Format("15:04:05.000"), n.bin, strings.Join(args, " "))
 	n.mu.Unlock()
 	cmd := exec.Command(n.bin, args...)
@@ -408,7 +412,7 @@ func (n *Node) readStoppedMisfires() {
 	if err != nil {
 		return
 	}
-	if start := bytes.LastIndex(b, []byte("=== clustertest: start #")); start >= 0 {
+	if start := bytes.LastIndex(b, []byte(startLine)); start >= 0 {
 		b = b[start:] // this process's lines: an earlier one's count is not this one's
 	}
 	i := bytes.LastIndex(b, []byte(`"msg":"shardcron node stopped"`))
