@@ -362,6 +362,7 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 	if len(waits) == 0 {
 		return nil
 	}
+	dec := e.decoder()
 	for i := range defs {
 		d := &defs[i]
 		if !waits[d.id] || heldAsRead(prep, d, touched, applied) {
@@ -379,6 +380,12 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 			return err
 		case value == nil:
 			delete(waits, d.id)
+		default:
+			// Edited since that owner had it: an edit since the last
+			// fire ended wins, as upsert's on one owner does.
+			if had, err := dec.def(d.id, value); err != nil || !sameTask(had.sched, had.prof, d.sched, d.prof) {
+				delete(waits, d.id)
+			}
 		}
 	}
 	return nil

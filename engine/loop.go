@@ -481,7 +481,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	sameWin := was.win.same(d.prof.win)
 	r.prof = l.profs.ref(d.prof) // before unref, which would drop an unchanged profile
 	l.profs.unref(old)
-	l.markWrite(i, r, d, r.sched != d.sched || !sameWin || !was.sameDefinition(d.prof))
+	l.markWrite(i, r, d, !sameTask(r.sched, was, d.sched, d.prof))
 	wasPaused := r.flags&flagPaused != 0
 	pause := d.paused && !wasPaused
 	jitter := uint32(d.prof.jitter / time.Millisecond)

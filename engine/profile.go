@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -57,6 +58,14 @@ type profile struct {
 // compare; the labels and the description, which a node does not read,
 // are not compared at all.
 func (p *profile) sameDefinition(q *profile) bool { return p.key[:p.defLen] == q.key[:q.defLen] }
+
+// sameTask reports whether two definitions of a task, each its schedule
+// and its profile, are one but for when they were written and whether
+// the task is paused: a write between them that changed neither only
+// paused or resumed it, not an edit (delete_after_fire).
+func sameTask(s schedule.Handle, p *profile, t schedule.Handle, q *profile) bool {
+	return s == t && p.win.same(q.win) && p.sameDefinition(q)
+}
 
 // keepFor returns the history limit of a record of status st, for
 // store.RecordKeep.

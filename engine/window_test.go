@@ -717,55 +717,73 @@ func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testin
 	})
 }
 
-// TestEngine_DeleteAfterFireEndedWhilePausedPutAgainBeforeTheNextOwnerStays:
+// TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays:
 // a delete_after_fire one-shot whose fire ended while it was paused on
-// node-a, released so (end_waits), then deleted and put again, paused,
-// before node-b took the partition, is another task: it never fired, and
-// paused through its time it stays at its resume, as on one owner, where
-// the delete took the mark with the record. node-b marked the task put
-// again by its id alone, and deleted it at its resume.
-func TestEngine_DeleteAfterFireEndedWhilePausedPutAgainBeforeTheNextOwnerStays(t *testing.T) {
+// node-a, released so (end_waits), then written again, paused, before
+// node-b took the partition, stays at its resume on node-b, as on one
+// owner. Deleted and put again, it is another task, which never fired:
+// the delete took the mark with the record there. Edited (its timeout),
+// the edit since the fire ended wins (upsert clears the mark). node-b
+// marked the task by its id alone, and deleted it at its resume.
+func TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster scenario")
 	}
-	c := etcdtest.Start(t)
-	ctx := context.Background()
-	a := endedWhilePausedOnNodeA(t, c, deleteAfterFireOneShot(nextSecond(time.Now().Add(time.Second)), false))
-	defer a.stop(t)
-	reg, keys := a.e.Registry(), a.e.keys
-	a.stop(t)
-	resp, err := c.Client.Get(ctx, keys.checkpoint(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) == 0 || !slices.Equal(releasedCheckpoint(resp.Kvs[0].Value).EndWaits, []string{"once"}) {
-		t.Fatalf("node-a's release did not hand the end of once over: %s", resp.Kvs)
-	}
-
-	if err := reg.Delete(ctx, "once"); err != nil {
-		t.Fatal(err)
-	}
-	at := nextSecond(time.Now().Add(time.Second))
-	putTask(t, reg, deleteAfterFireOneShot(at, true))
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(at) })
-	b := startNode(t, c, "", failing, oneShotNode("node-b"))
-	defer b.stop(t)
-	etcdtest.WaitFor(t, 20*time.Second, onceOn(t, b, func(_ *loop, _ uint32, r *record) bool { return r.flags&flagPaused != 0 }))
-	if _, err := reg.SetPaused(ctx, "once", false); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		return inLoop(t, b, func(l *loop) bool {
-			_, r, ok := l.tab.lookup("once")
-			return !ok || r.flags&flagPaused == 0
+	for _, c := range []struct {
+		name  string
+		write func(t *testing.T, reg *registry.Registry, at time.Time)
+	}{
+		{"put again", func(t *testing.T, reg *registry.Registry, _ time.Time) {
+			if err := reg.Delete(context.Background(), "once"); err != nil {
+				t.Fatal(err)
+			}
+			at := nextSecond(time.Now().Add(time.Second))
+			putTask(t, reg, deleteAfterFireOneShot(at, true))
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(at) })
+		}},
+		{"edited", func(t *testing.T, reg *registry.Registry, at time.Time) {
+			tk := deleteAfterFireOneShot(at, true)
+			tk.Timeout = task.Duration(time.Minute + time.Second)
+			putTask(t, reg, tk)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cl := etcdtest.Start(t)
+			ctx := context.Background()
+			at := nextSecond(time.Now().Add(time.Second))
+			a := endedWhilePausedOnNodeA(t, cl, deleteAfterFireOneShot(at, false))
+			defer a.stop(t)
+			reg, keys := a.e.Registry(), a.e.keys
+			a.stop(t)
+			resp, err := cl.Client.Get(ctx, keys.checkpoint(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) == 0 || !slices.Equal(releasedCheckpoint(resp.Kvs[0].Value).EndWaits, []string{"once"}) {
+				t.Fatalf("node-a's release did not hand the end of once over: %s", resp.Kvs)
+			}
+			c.write(t, reg, at)
+			b := startNode(t, cl, "", failing, oneShotNode("node-b"))
+			defer b.stop(t)
+			etcdtest.WaitFor(t, 20*time.Second, onceOn(t, b, func(_ *loop, _ uint32, r *record) bool { return r.flags&flagPaused != 0 }))
+			if _, err := reg.SetPaused(ctx, "once", false); err != nil {
+				t.Fatal(err)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return inLoop(t, b, func(l *loop) bool {
+					_, r, ok := l.tab.lookup("once")
+					return !ok || r.flags&flagPaused == 0
+				})
+			})
+			if inLoop(t, b, func(l *loop) bool {
+				_, r, ok := l.tab.lookup("once")
+				return !ok || r.flags&flagDeleting != 0
+			}) {
+				t.Errorf("once, %s, paused, after node-a's release, was deleted at its resume on node-b", c.name)
+			}
 		})
-	})
-	if inLoop(t, b, func(l *loop) bool {
-		_, r, ok := l.tab.lookup("once")
-		return !ok || r.flags&flagDeleting != 0
-	}) {
-		t.Error("once, put again paused after node-a's release and resumed after its time on node-b, was deleted; it never fired")
 	}
 }
 
