@@ -116,8 +116,9 @@ type handedTo struct {
 	elsewhere map[string][]string
 }
 
-// handedFrom indexes what acquire read: the after list and the released
-// checkpoint prev's health and tasks whose end waits for their resume.
+// handedFrom indexes what acquire read: the after list and the health and
+// the tasks whose end waits for their resume that checkpoint prev hands
+// over (handingCheckpoint).
 func handedFrom(after []pendingFire, prev []byte) handedTo {
 	var h handedTo
 	if len(after) > 0 {
@@ -126,7 +127,7 @@ func handedFrom(after []pendingFire, prev []byte) handedTo {
 			h.after[f.ID] = f.At.UnixNano()
 		}
 	}
-	cp := releasedCheckpoint(prev)
+	cp := handingCheckpoint(prev)
 	if len(cp.Health) > 0 {
 		h.health = make(map[string]handedHealth, len(cp.Health))
 		for _, e := range cp.Health {
@@ -142,14 +143,28 @@ func handedFrom(after []pendingFire, prev []byte) handedTo {
 	return h
 }
 
-// releasedCheckpoint decodes prev, a checkpoint its owner released; the
-// zero checkpoint when it is not readable or not released.
-func releasedCheckpoint(prev []byte) checkpoint {
+// handingCheckpoint decodes prev, a checkpoint that hands its lists to
+// the partition's next owner: one its owner released, or the hold of an
+// acquire that did not complete, which carries what it was handed
+// (holdCheckpoint); the zero checkpoint otherwise, or when unreadable.
+func handingCheckpoint(prev []byte) checkpoint {
 	var cp checkpoint
-	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released {
+	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released && cp.Session != "" {
 		return checkpoint{}
 	}
 	return cp
+}
+
+// holdCheckpoint is the checkpoint an acquire by node writes before its
+// session may be named (acquire): the point it resumes p from, and what
+// the checkpoint before it, prev, handed over, which a successor takes
+// should this node crash before naming its session. Without the health
+// and the ends of prev's owner, those went with the crash of a node
+// whose predecessor had left gracefully.
+func holdCheckpoint(node string, resume int64, prev []byte, pending, after []pendingFire, applied int64) checkpoint {
+	handed := handingCheckpoint(prev)
+	return checkpoint{Node: node, Watermark: time.Unix(0, resume).UTC(), Applied: applied, Pending: pending, After: after,
+		Health: handed.Health, EndWaits: handed.EndWaits}
 }
 
 // lower moves the mark before a fire due at due that cannot be listed, so

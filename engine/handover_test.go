@@ -1488,3 +1488,39 @@ func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
 		t.Errorf("%d deletions queued at the resume of the task whose last fire was skipped, want 1", n)
 	}
 }
+
+// An acquire's hold, written before its session may be named, hands on
+// what the released checkpoint before it handed over: should the node
+// crash before naming its session, its successor takes the failing
+// tasks' health and the paused tasks whose end waits for their resume
+// from the hold. The hold listed only the fires, and those went with the
+// crash of a node whose predecessor had left gracefully.
+func TestHandedFrom_AnAcquireThatDidNotCompleteHandsOnWhatItWasHanded(t *testing.T) {
+	failedAt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	released := (&handOver{mark: failedAt.UnixNano(), applied: 42,
+		health:   []handedHealth{{ID: "flaky", Fails: 3, FailedAt: failedAt, Error: "boom"}},
+		endWaits: []string{"once"}}).encode("node-a")
+	hold, err := json.Marshal(holdCheckpoint("node-b", failedAt.UnixNano(), released, nil, nil, 42))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handedFrom(nil, hold)
+	if e, ok := h.health["flaky"]; !ok || e.Fails != 3 || e.Error != "boom" {
+		t.Errorf("health handed on by the hold: %+v, want flaky's 3 failures", h.health)
+	}
+	if !h.endWaits["once"] {
+		t.Errorf("ends handed on by the hold: %v, want once", h.endWaits)
+	}
+	var named checkpoint
+	if err := json.Unmarshal(hold, &named); err != nil {
+		t.Fatal(err)
+	}
+	named.Session = "s1" // the acquire completed: its own session's watermark decides
+	b, err := json.Marshal(named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := handedFrom(nil, b); h.health != nil || h.endWaits != nil {
+		t.Errorf("a checkpoint that names its session handed on %+v", h)
+	}
+}

@@ -652,7 +652,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	hold := checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Applied: applied, Pending: pending, After: after}
+	hold := holdCheckpoint(e.cfg.NodeID, resume, prev, pending, after, applied)
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold)

@@ -761,7 +761,7 @@ func TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays(t 
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(resp.Kvs) == 0 || !slices.Equal(releasedCheckpoint(resp.Kvs[0].Value).EndWaits, []string{"once"}) {
+			if len(resp.Kvs) == 0 || !slices.Equal(handingCheckpoint(resp.Kvs[0].Value).EndWaits, []string{"once"}) {
 				t.Fatalf("node-a's release did not hand the end of once over: %s", resp.Kvs)
 			}
 			c.write(t, reg, at)
