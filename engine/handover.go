@@ -584,6 +584,12 @@ func (l *loop) releaseParts(parts []int) release {
 		if out[t.part] == nil {
 			return false
 		}
+		if t.prev != 0 {
+			// A key put again after its fire here, unread: taken for
+			// that fire, so that the next owner does not fire it again.
+			l.putAgain(t.key(), t.rev)
+			return true
+		}
 		l.forgetTrigger(t.key())
 		return true
 	})

@@ -57,6 +57,11 @@ type triggerFire struct {
 	// a read is under way, while it waits among the early triggers.
 	checked  int64
 	checking bool
+	// prev is, for a key put again after its trigger fired here and a
+	// task of its partition was created since, the revision of the key
+	// that fired (0: none): its task's creation, read, tells whether it is
+	// that fire or a trigger of the task put again since (checkedAgain).
+	prev int64
 }
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
@@ -101,7 +106,9 @@ type triggerRead struct {
 // a trigger: the watch's events at or before the read are passed over, and
 // one delivered twice (same revision) fires once. A key put again after
 // the loop took it (two chains of one target and second, two nodes that
-// trigger a task in one millisecond) is that fire: its key goes too.
+// trigger a task in one millisecond) is that fire: its key goes too;
+// unless its task was deleted and put again since, which is read when a
+// task of its partition was created after the key that fired.
 // Called only from the dispatch loop, as are the other loop methods here.
 func (l *loop) triggers(c *triggersCmd) {
 	if l.fenced() {
@@ -126,16 +133,19 @@ func (l *loop) triggers(c *triggersCmd) {
 			seen = false
 		}
 		if seen {
-			if f.rev > s.rev {
-				// Put again: that fire. Once it ended, the delete at its
-				// start is past, and the key goes now; before, it goes
-				// when the fire ends, and stays should the fire be handed
-				// over unrun.
-				s.rev, s.again = f.rev, !s.ended
+			if f.rev > s.rev && !s.early && s.rev < ps.created {
+				// Put again after a creation in its partition: that
+				// fire's, or a trigger of its task deleted and put again
+				// since, another fire. The key's revision is noted, so
+				// that its second delivery (the watch and an acquire's
+				// read) is not checked again.
+				f.prev, f.checking = s.rev, true
+				s.rev = f.rev
 				l.triggered[f.key()] = s
-				if s.ended {
-					l.pool.ends.add(f.key())
-				}
+				l.checks.add(*f)
+				l.early = append(l.early, *f)
+			} else if f.rev > s.rev {
+				l.putAgain(f.key(), f.rev)
 			}
 			continue
 		}
@@ -146,6 +156,19 @@ func (l *loop) triggers(c *triggersCmd) {
 	}
 	if c.read != nil && l.parts[c.read.part].owned {
 		l.parts[c.read.part].triggersRead = c.read.rev
+	}
+}
+
+// putAgain takes key k, put again at revision rev, for the fire of its
+// trigger here: once that fire ended, the delete at its start is past, and
+// the key goes now; before, it goes when the fire ends, and stays should
+// the fire be handed over unrun.
+func (l *loop) putAgain(k triggerKey, rev int64) {
+	s := l.triggered[k]
+	s.rev, s.again = rev, !s.ended
+	l.triggered[k] = s
+	if s.ended {
+		l.pool.ends.add(k)
 	}
 }
 
@@ -238,7 +261,11 @@ func (l *loop) checked(c *checkedCmd) {
 		if rev, ok := asked[f.key()]; !ok || !f.checking || f.rev != rev {
 			return true
 		}
-		if created := c.created[f.id]; created == 0 || created > f.rev {
+		created := c.created[f.id]
+		if f.prev != 0 {
+			return l.checkedAgain(f, created, c.rev)
+		}
+		if created == 0 || created > f.rev {
 			l.pool.ends.add(f.key())
 			s := l.triggered[f.key()]
 			s.early, s.ended = false, true
@@ -248,6 +275,30 @@ func (l *loop) checked(c *checkedCmd) {
 		f.checking, f.checked = false, c.rev
 		return true
 	})
+}
+
+// checkedAgain takes the creation revision, read at rev, of the task of
+// f, a key put again after its trigger fired here (triggerFire.prev), and
+// reports whether f stays early. Created before the key that fired, the
+// task is that fire's, and f is that fire; created after f, or gone, f is
+// a trigger of a task deleted since, unrun; created between them, f is a
+// trigger of the task put again, another fire, checked as of rev.
+func (l *loop) checkedAgain(f *triggerFire, created, rev int64) bool {
+	switch {
+	case created != 0 && created <= f.prev:
+		if _, ok := l.triggered[f.key()]; ok {
+			l.putAgain(f.key(), f.rev)
+		} else {
+			l.pool.ends.add(f.key()) // forgotten: that fire is over
+		}
+		return false
+	case created == 0 || created > f.rev:
+		l.pool.ends.add(f.key())
+		return false
+	}
+	l.triggered[f.key()] = seenTrigger{until: l.cfg.Clock.Now().UnixNano() + int64(triggerWait), rev: f.rev, early: true}
+	f.prev, f.checking, f.checked = 0, false, rev
+	return true
 }
 
 // sweepTriggers, once a second, drops the early triggers that waited too

@@ -1288,3 +1288,90 @@ func TestLoop_TriggerAfterTheLoadsLatestCreationFiresWithoutACheck(t *testing.T)
 		t.Errorf("%d triggers to check, want none: x was created before its trigger", len(asked))
 	}
 }
+
+// A trigger key put again after its trigger fired here is that fire only
+// while its task is the one that fire was of. Put again after the task
+// was deleted and put again under its id (a chain's trigger of the new
+// task, whose source fire has the time of another chain's that fired the
+// task before), it is the new task's trigger, another fire: it ended
+// unrun, taken for the fire of the task before. When a task of the
+// partition was created after the fired key, the task's creation is read
+// first; one created before that key is still that fire's, and one created
+// after the key put again makes it a trigger of the task before, unrun.
+func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := base.Add(time.Millisecond)
+	k := triggerKey{0, "x", at.UnixNano()}
+	fired := fmt.Sprintf("x@%d", at.UnixMilli())
+	for _, tc := range []struct {
+		name      string
+		changed   string // the task put at revision 20, created then
+		putAgain  int64  // the revision of the key put again
+		xCreated  int64  // x's creation revision, as checkTriggers reads it
+		wantFires []string
+		wantEnds  []triggerKey
+	}{
+		{"x deleted and put again before the key", "x", 21, 20, []string{fired}, nil},
+		{"another task created before the key", "y", 21, 5, nil, []triggerKey{k}},
+		{"x deleted and put again after the key", "x", 15, 20, nil, []triggerKey{k}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTestLoop(t, base, nil) // its workers take nothing
+			prof := noopProfile(task.MisfireFireOnce)
+			tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+			tl.putTrigger(0, "x", at, 10)
+			j := tl.takeQueued() // a worker took the fire: its key went
+			tl.end(j, statusOK)
+			if tc.changed == "x" {
+				tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 19})
+			}
+			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", tc.changed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			def := taskDef{id: tc.changed, hash: xxhash.Sum64String(tc.changed), sched: h, prof: prof}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def}, rev: 20, created: 20})
+			tl.putTrigger(0, "x", at, tc.putAgain)
+			tl.putTrigger(0, "x", at, tc.putAgain) // delivered twice: the watch and an acquire's read
+			if asked := tl.checks.take(10); len(asked) > 0 {
+				tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": tc.xCreated}, rev: 22})
+			}
+			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
+				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
+			}
+			if got := tl.pool.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
+			}
+		})
+	}
+}
+
+// A key put again after its trigger's fire started here, released while
+// the read of its task's creation is under way, is taken for that fire, as
+// one put again with no creation in its partition since: its key goes
+// before the release commits. Forgotten with the early triggers, it was
+// left for the next owner, which fired it again.
+func TestLoop_TriggerKeyPutAgainUnreadAtAReleaseIsThatFire(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+	tl.putTrigger(0, "x", base, 10)
+	tl.pool.reset() // a worker took x's fire, which runs
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "y", hash: xxhash.Sum64String("y"), sched: h, prof: prof}}, rev: 20, created: 20})
+	tl.putTrigger(0, "x", base, 21)
+	if asked := tl.checks.take(10); len(asked) != 1 {
+		t.Fatalf("%d triggers to check, want x's key put again after y's creation", len(asked))
+	}
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+	if got, want := tl.pool.ends.take(10), []triggerKey{{0, "x", base.UnixNano()}}; !slices.Equal(got, want) {
+		t.Errorf("at the seal, keys ended %v, want %v: x's fire started here", got, want)
+	}
+}

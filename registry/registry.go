@@ -511,7 +511,8 @@ func (r *Registry) Trigger(ctx context.Context, id string) (time.Time, error) {
 // millisecond, and after any trigger of the task at that time still
 // pending, since a time is a fire's idempotency key. (Two processes that
 // trigger a task in one millisecond, the first fired before the second
-// writes, still make one fire: the owner takes the second for the first.)
+// writes, still make one fire: the owner takes the second for the first,
+// unless the task was deleted and put again between them.)
 func (r *Registry) TriggerWith(ctx context.Context, id string, o *task.Override) (time.Time, error) {
 	if err := task.CheckID(id); err != nil {
 		return time.Time{}, err
