@@ -561,13 +561,13 @@ func (l *loop) events(c *eventsCmd) {
 			if n := l.runningHere(i, r); n > 0 && l.history != nil {
 				l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
 			}
-			l.removeDeleted(i, r)
+			l.removeDeleted(i, r, c.rev)
 		}
 	}
 	for _, id := range c.drops { // as a replace's read leaves them out: their history stays
 		if i, r, ok := l.tab.lookup(id); ok {
 			gone[i] = r.gen
-			l.removeDeleted(i, r)
+			l.removeDeleted(i, r, c.rev)
 		}
 	}
 	if c.replace {
@@ -578,7 +578,7 @@ func (l *loop) events(c *eventsCmd) {
 		l.tab.eachIn(c.part, func(i uint32, r *record) {
 			if !keep[l.tab.id(r)] {
 				gone[i] = r.gen
-				l.removeDeleted(i, r)
+				l.removeDeleted(i, r, c.rev)
 			}
 		})
 	}
@@ -595,7 +595,7 @@ func (l *loop) events(c *eventsCmd) {
 				return false
 			}
 			if j.kind == kindTrigger {
-				l.pool.ends.add(j.triggerKey())
+				l.droppedTrigger(j.triggerKey(), j.over, c.rev)
 			}
 			if j.bf != nil {
 				j.bf.end(j.sched) // a dropped task keeps its backfill, whose runner waits for it
@@ -607,11 +607,11 @@ func (l *loop) events(c *eventsCmd) {
 }
 
 // removeDeleted removes record i of a deleted task, or of one this node
-// no longer reads, ending the trigger buffered for it, if any. Called only
-// from the dispatch loop.
-func (l *loop) removeDeleted(i uint32, r *record) {
+// no longer reads, as of revision rev, ending the trigger buffered for it,
+// if any (droppedTrigger). Called only from the dispatch loop.
+func (l *loop) removeDeleted(i uint32, r *record, rev int64) {
 	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
-		l.pool.ends.add(l.triggerKeyOf(r, w.at))
+		l.droppedTrigger(l.triggerKeyOf(r, w.at), w.over, rev)
 	}
 	l.remove(i)
 }

@@ -220,6 +220,22 @@ func (l *loop) triggerEnded(k triggerKey) {
 	l.triggered[k] = s
 }
 
+// droppedTrigger ends trigger k, whose fire (with override over) waited
+// for a worker when its task was deleted, or changed to what this node
+// cannot read, by the partition's changes up to revision rev. A key
+// written after rev is of a task put again under the id since, which the
+// trigger watch brought before the partition's watch brought the delete:
+// it waits for that task among the early triggers.
+func (l *loop) droppedTrigger(k triggerKey, over *task.Override, rev int64) {
+	s := l.triggered[k]
+	if s.rev <= rev {
+		l.pool.ends.add(k)
+		return
+	}
+	l.triggered[k] = seenTrigger{until: l.cfg.Clock.Now().UnixNano() + int64(triggerWait), rev: s.rev, early: true}
+	l.early = append(l.early, triggerFire{part: k.part, id: k.id, at: k.at, rev: s.rev, over: over})
+}
+
 // retryTriggers fires the early triggers whose task came: after a load or
 // a change.
 func (l *loop) retryTriggers() {

@@ -995,7 +995,7 @@ func TestLoop_UnreadableChangeDropsTheFiresWaitingOfItsTask(t *testing.T) {
 	if got, want := tl.dispatched(0), []string{fmt.Sprintf("bad@%d", ms), fmt.Sprintf("keep@%d", ms)}; !slices.Equal(got, want) {
 		t.Fatalf("dispatched %v, want %v", got, want)
 	}
-	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}})
+	tl.handle(&eventsCmd{part: 0, drops: []string{"bad"}, rev: ms + 2}) // after its triggers
 	if got, want := tl.dispatched(0), []string{fmt.Sprintf("keep@%d", ms)}; !slices.Equal(got, want) {
 		t.Errorf("after the unreadable change, %v wait for a worker, want %v", got, want)
 	}
@@ -1373,5 +1373,48 @@ func TestLoop_TriggerKeyPutAgainUnreadAtAReleaseIsThatFire(t *testing.T) {
 	<-c.reply
 	if got, want := tl.pool.ends.take(10), []triggerKey{{0, "x", base.UnixNano()}}; !slices.Equal(got, want) {
 		t.Errorf("at the seal, keys ended %v, want %v: x's fire started here", got, want)
+	}
+}
+
+// A trigger of a task put again after a delete, that the trigger watch
+// brings before the partition's watch brings the delete, fires the task
+// put again: written after the delete, it is that task's trigger. Its fire
+// on the task before, which the loop still held, was dropped with the
+// delete, its key ended, and the new task never fired from it. One written
+// before the delete is the deleted task's, and ends.
+func TestLoop_TriggerAfterADeleteTheLoopHadNotAppliedWaitsForThePut(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := base.Add(time.Millisecond)
+	for _, tc := range []struct {
+		name      string
+		rev       int64 // the trigger's key's
+		wantFires []string
+		wantEnds  []triggerKey
+	}{
+		{"written after the delete", 13, []string{fmt.Sprintf("x@%d", at.UnixMilli())}, nil},
+		{"written before the delete", 10, nil, []triggerKey{{0, "x", at.UnixNano()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTestLoop(t, base, nil) // its workers take nothing
+			prof := noopProfile(task.MisfireFireOnce)
+			tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+			tl.putTrigger(0, "x", at, tc.rev)
+			// x deleted at 11 and put again at 12, in two watch responses.
+			tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 11})
+			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}}, rev: 12, created: 12})
+			if asked := tl.checks.take(10); len(asked) > 0 {
+				tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": 12}, rev: 14})
+			}
+			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
+				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
+			}
+			if got := tl.pool.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
+			}
+		})
 	}
 }
