@@ -57,10 +57,10 @@ type triggerFire struct {
 	// a read is under way, while it waits among the early triggers.
 	checked  int64
 	checking bool
-	// prev is, for a key put again after its trigger fired here and a
-	// task of its partition was created since, the revision of the key
-	// that fired (0: none): its task's creation, read, tells whether it is
-	// that fire or a trigger of the task put again since (checkedAgain).
+	// prev is, for a key put again after its trigger fired here, the
+	// revision of the key that fired (0: none): its task's creation, read,
+	// tells whether it is that fire or a trigger of the task put again
+	// since (checkedAgain).
 	prev int64
 }
 
@@ -107,8 +107,8 @@ type triggerRead struct {
 // one delivered twice (same revision) fires once. A key put again after
 // the loop took it (two chains of one target and second, two nodes that
 // trigger a task in one millisecond) is that fire: its key goes too;
-// unless its task was deleted and put again since, which is read when a
-// task of its partition was created after the key that fired.
+// unless its task was deleted and put again since, which a read of its
+// creation tells (checkedAgain).
 // Called only from the dispatch loop, as are the other loop methods here.
 func (l *loop) triggers(c *triggersCmd) {
 	if l.fenced() {
@@ -133,12 +133,12 @@ func (l *loop) triggers(c *triggersCmd) {
 			seen = false
 		}
 		if seen {
-			if f.rev > s.rev && !s.early && s.rev < ps.created {
-				// Put again after a creation in its partition: that
-				// fire's, or a trigger of its task deleted and put again
-				// since, another fire. The key's revision is noted, so
-				// that its second delivery (the watch and an acquire's
-				// read) is not checked again.
+			if f.rev > s.rev && !s.early {
+				// Put again: that fire's, or a trigger of its task
+				// deleted and put again since, another fire, which the
+				// partition's watch may not have brought yet. The key's
+				// revision is noted, so that its second delivery (the
+				// watch and an acquire's read) is not read again.
 				f.prev, f.checking = s.rev, true
 				s.rev = f.rev
 				l.triggered[f.key()] = s
@@ -302,11 +302,7 @@ func (l *loop) checked(c *checkedCmd) {
 func (l *loop) checkedAgain(f *triggerFire, created, rev int64) bool {
 	switch {
 	case created != 0 && created <= f.prev:
-		if _, ok := l.triggered[f.key()]; ok {
-			l.putAgain(f.key(), f.rev)
-		} else {
-			l.pool.ends.add(f.key()) // forgotten: that fire is over
-		}
+		l.putAgain(f.key(), f.rev)
 		return false
 	case created == 0 || created > f.rev:
 		l.pool.ends.add(f.key())
@@ -649,9 +645,10 @@ type triggerChecks = batchQueue[triggerFire]
 // loop, until ctx ends; it retries while etcd refuses. Only triggers
 // whose key is older than a creation the loop applied in their partition
 // are queued: those an acquire reads, and those of a partition that took
-// a new task between the trigger and the loop's look at it. Those left
-// when ctx ends keep their keys for the partitions' next owners (the
-// release forgets them).
+// a new task between the trigger and the loop's look at it; and keys put
+// again after their trigger fired here (checkedAgain). Those left when
+// ctx ends keep their keys for the partitions' next owners (the release
+// forgets them, but a key put again goes as that fire's).
 func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 	for {
 		batch := t.take(registry.MaxTxnOps)

@@ -32,6 +32,22 @@ func (tl *testLoop) putTrigger(part int, id string, at time.Time, rev int64) {
 	<-c.reply
 }
 
+// putAgainOfItsTask hands the loop the trigger key of id at at, put
+// again at revision rev after its trigger fired, and answers the read of
+// its task's creation (checkedAgain): the task that trigger fired,
+// created no later than its key.
+func (tl *testLoop) putAgainOfItsTask(part int, id string, at time.Time, rev int64) {
+	tl.putTrigger(part, id, at, rev)
+	asked := tl.checks.take(10)
+	created := make(map[string]int64, len(asked))
+	for _, f := range asked {
+		created[f.id] = f.prev
+	}
+	if len(asked) > 0 {
+		tl.handle(&checkedCmd{fires: asked, created: created, rev: rev})
+	}
+}
+
 // putRetry hands the loop the trigger key of id at at, written at
 // revision rev by a former owner handing retry on, as the trigger watch
 // does.
@@ -662,7 +678,7 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "x")
 	k := triggerKey{0, "x", base.UnixNano()}
 	tl.putTrigger(0, "x", base, 1)
-	tl.putTrigger(0, "x", base, 2) // while its fire waits for a worker
+	tl.putAgainOfItsTask(0, "x", base, 2) // while its fire waits for a worker
 	if got := tl.pool.ends.take(10); len(got) != 0 {
 		t.Fatalf("the key put again while its fire waited went at once: %v", got)
 	}
@@ -673,7 +689,7 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
 		t.Errorf("when the fire ended, keys ended %v, want x's", got)
 	}
-	tl.putTrigger(0, "x", base, 3) // after the fire ended
+	tl.putAgainOfItsTask(0, "x", base, 3) // after the fire ended
 	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
 		t.Errorf("put again after its fire ended, keys ended %v, want x's", got)
 	}
@@ -693,7 +709,7 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 	tl.putTrigger(0, "x", base, 1)
 	tl.clock.Advance(triggerWait + time.Second)
 	tl.sweepTriggers()
-	tl.putTrigger(0, "x", base, 2)
+	tl.putAgainOfItsTask(0, "x", base, 2)
 	if got := tl.dispatched(0); len(got) != 1 {
 		t.Fatalf("dispatched %v, want the one fire: the key put again %v after its trigger was taken for a new one", got, triggerWait)
 	}
@@ -720,7 +736,7 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsTaskIsDeletedDuringTheFire(t *testing
 	k := triggerKey{0, "x", base.UnixNano()}
 	tl.putTrigger(0, "x", base, 1)
 	j := tl.takeQueued() // a worker took the fire, and ended its key
-	tl.putTrigger(0, "x", base, 2)
+	tl.putAgainOfItsTask(0, "x", base, 2)
 	tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}})
 	tl.end(j, statusOK)
 	if got := tl.sweepPastWait(); !slices.Equal(got, []triggerKey{k}) {
@@ -753,7 +769,7 @@ func TestLoop_TriggerKeyPutAgainAfterItsFireWasSkippedGoes(t *testing.T) {
 	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{k}) {
 		t.Fatalf("the skipped trigger ended keys %v, want %v", got, k)
 	}
-	tl.putTrigger(0, "x", at, 3)
+	tl.putAgainOfItsTask(0, "x", at, 3)
 	tl.end(j, statusOK)
 	if got := tl.sweepPastWait(); !slices.Equal(got, []triggerKey{k}) {
 		t.Errorf("keys ended %v, want x@+1ms's, put again after its fire was skipped", got)
@@ -1294,10 +1310,11 @@ func TestLoop_TriggerAfterTheLoadsLatestCreationFiresWithoutACheck(t *testing.T)
 // was deleted and put again under its id (a chain's trigger of the new
 // task, whose source fire has the time of another chain's that fired the
 // task before), it is the new task's trigger, another fire: it ended
-// unrun, taken for the fire of the task before. When a task of the
-// partition was created after the fired key, the task's creation is read
-// first; one created before that key is still that fire's, and one created
-// after the key put again makes it a trigger of the task before, unrun.
+// unrun, taken for the fire of the task before. The task's creation is
+// read first, also before the partition's watch brings the task put again:
+// one created before the key that fired is still that fire's, and one
+// created after the key put again makes it a trigger of the task before,
+// unrun.
 func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	at := base.Add(time.Millisecond)
@@ -1306,14 +1323,16 @@ func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.
 	for _, tc := range []struct {
 		name      string
 		changed   string // the task put at revision 20, created then
+		late      bool   // the loop is told of the change after the key put again
 		putAgain  int64  // the revision of the key put again
 		xCreated  int64  // x's creation revision, as checkTriggers reads it
 		wantFires []string
 		wantEnds  []triggerKey
 	}{
-		{"x deleted and put again before the key", "x", 21, 20, []string{fired}, nil},
-		{"another task created before the key", "y", 21, 5, nil, []triggerKey{k}},
-		{"x deleted and put again after the key", "x", 15, 20, nil, []triggerKey{k}},
+		{"x deleted and put again before the key", "x", false, 21, 20, []string{fired}, nil},
+		{"x deleted and put again before the key, told late", "x", true, 21, 20, []string{fired}, nil},
+		{"another task created before the key", "y", false, 21, 5, nil, []triggerKey{k}},
+		{"x deleted and put again after the key", "x", false, 15, 20, nil, []triggerKey{k}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := newTestLoop(t, base, nil) // its workers take nothing
@@ -1322,19 +1341,27 @@ func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.
 			tl.putTrigger(0, "x", at, 10)
 			j := tl.takeQueued() // a worker took the fire: its key went
 			tl.end(j, statusOK)
-			if tc.changed == "x" {
-				tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 19})
-			}
 			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", tc.changed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			def := taskDef{id: tc.changed, hash: xxhash.Sum64String(tc.changed), sched: h, prof: prof}
-			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def}, rev: 20, created: 20})
+			change := func() {
+				if tc.changed == "x" {
+					tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 19})
+				}
+				def := taskDef{id: tc.changed, hash: xxhash.Sum64String(tc.changed), sched: h, prof: prof}
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def}, rev: 20, created: 20})
+			}
+			if !tc.late {
+				change()
+			}
 			tl.putTrigger(0, "x", at, tc.putAgain)
 			tl.putTrigger(0, "x", at, tc.putAgain) // delivered twice: the watch and an acquire's read
 			if asked := tl.checks.take(10); len(asked) > 0 {
 				tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": tc.xCreated}, rev: 22})
+			}
+			if tc.late {
+				change()
 			}
 			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
 				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
@@ -1358,14 +1385,9 @@ func TestLoop_TriggerKeyPutAgainUnreadAtAReleaseIsThatFire(t *testing.T) {
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
 	tl.putTrigger(0, "x", base, 10)
 	tl.pool.reset() // a worker took x's fire, which runs
-	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "y")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "y", hash: xxhash.Sum64String("y"), sched: h, prof: prof}}, rev: 20, created: 20})
 	tl.putTrigger(0, "x", base, 21)
 	if asked := tl.checks.take(10); len(asked) != 1 {
-		t.Fatalf("%d triggers to check, want x's key put again after y's creation", len(asked))
+		t.Fatalf("%d triggers to check, want x's key put again", len(asked))
 	}
 	rel := tl.releaseNow(0)
 	c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)}
