@@ -362,7 +362,7 @@ func (c *sealCmd) run(l *loop) {
 	c.reply <- struct{}{}
 }
 func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }
-func (c *checkedCmd) run(l *loop)  { l.checked(c); l.retryTriggers() }
+func (c *checkedCmd) run(l *loop)  { l.checked(c) }
 func (c *stateCmd) run(l *loop)    { c.reply <- l.state(c.id) }
 func (c *throughCmd) run(l *loop)  { c.reply <- l.through }
 func (c *takeOverCmd) run(l *loop) { l.takeOver(c) }

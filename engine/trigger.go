@@ -262,9 +262,11 @@ func (l *loop) keepEarly(keep func(f *triggerFire) bool) {
 // checked takes checkTriggers' answer for the triggers of c: a trigger
 // whose task was created after its key was written, or is gone, was
 // written for a task of the same id deleted since, and ends unrun; the
-// others are checked as of c.rev. An answer for a trigger forgotten
-// meanwhile (its partition was released) finds nothing. Called only from
-// the dispatch loop.
+// others are checked as of c.rev, and fire if their task is here: no other
+// early trigger can fire on an answer, so the loop does not try them all
+// again (retryTriggers). An answer for a trigger forgotten meanwhile (its
+// partition was released) finds nothing. Called only from the dispatch
+// loop.
 func (l *loop) checked(c *checkedCmd) {
 	if l.fenced() {
 		return
@@ -273,13 +275,14 @@ func (l *loop) checked(c *checkedCmd) {
 	for _, f := range c.fires {
 		asked[f.key()] = f.rev
 	}
+	now := l.cfg.Clock.Now().UnixNano()
 	l.keepEarly(func(f *triggerFire) bool {
 		if rev, ok := asked[f.key()]; !ok || !f.checking || f.rev != rev {
 			return true
 		}
 		created := c.created[f.id]
 		if f.prev != 0 {
-			return l.checkedAgain(f, created, c.rev)
+			return l.checkedAgain(f, created, c.rev, now)
 		}
 		if created == 0 || created > f.rev {
 			l.pool.ends.add(f.key())
@@ -289,7 +292,7 @@ func (l *loop) checked(c *checkedCmd) {
 			return false
 		}
 		f.checking, f.checked = false, c.rev
-		return true
+		return !l.triggerNow(f, now)
 	})
 }
 
@@ -298,8 +301,9 @@ func (l *loop) checked(c *checkedCmd) {
 // reports whether f stays early. Created before the key that fired, the
 // task is that fire's, and f is that fire; created after f, or gone, f is
 // a trigger of a task deleted since, unrun; created between them, f is a
-// trigger of the task put again, another fire, checked as of rev.
-func (l *loop) checkedAgain(f *triggerFire, created, rev int64) bool {
+// trigger of the task put again, another fire, checked as of rev, which
+// fires now if its task is here.
+func (l *loop) checkedAgain(f *triggerFire, created, rev, now int64) bool {
 	switch {
 	case created != 0 && created <= f.prev:
 		l.putAgain(f.key(), f.rev)
@@ -308,9 +312,9 @@ func (l *loop) checkedAgain(f *triggerFire, created, rev int64) bool {
 		l.pool.ends.add(f.key())
 		return false
 	}
-	l.triggered[f.key()] = seenTrigger{until: l.cfg.Clock.Now().UnixNano() + int64(triggerWait), rev: f.rev, early: true}
+	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, early: true}
 	f.prev, f.checking, f.checked = 0, false, rev
-	return true
+	return !l.triggerNow(f, now)
 }
 
 // sweepTriggers, once a second, drops the early triggers that waited too
