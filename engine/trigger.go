@@ -150,8 +150,7 @@ func (l *loop) triggers(c *triggersCmd) {
 			continue
 		}
 		if !l.triggerNow(f, now) {
-			l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), early: true}
-			l.early = append(l.early, *f)
+			l.holdEarly(*f, now)
 		}
 	}
 	if c.read != nil && l.parts[c.read.part].owned {
@@ -232,8 +231,14 @@ func (l *loop) droppedTrigger(k triggerKey, over *task.Override, rev int64) {
 		l.pool.ends.add(k)
 		return
 	}
-	l.triggered[k] = seenTrigger{until: l.cfg.Clock.Now().UnixNano() + int64(triggerWait), rev: s.rev, early: true}
-	l.early = append(l.early, triggerFire{part: k.part, id: k.id, at: k.at, rev: s.rev, over: over})
+	l.holdEarly(triggerFire{part: k.part, id: k.id, at: k.at, rev: s.rev, over: over}, l.cfg.Clock.Now().UnixNano())
+}
+
+// holdEarly holds f among the early triggers, until triggerWait from now
+// at most, for its task to come.
+func (l *loop) holdEarly(f triggerFire, now int64) {
+	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), early: true}
+	l.early = append(l.early, f)
 }
 
 // retryTriggers fires the early triggers whose task came: after a load or
