@@ -503,10 +503,7 @@ func (l *loop) upsert(d *taskDef, resume int64, put bool) {
 	}
 	r.flags &^= flagPaused
 	l.arm(i, r, l.startOf(r, max(l.through, l.cfg.Clock.Now().UnixNano()), put && (r.sched != d.sched || !sameWin), false))
-	if r.flags&flagEndWaits != 0 {
-		r.flags &^= flagEndWaits
-		l.checkEnded(i, r)
-	}
+	l.checkEndWaits(i, r)
 }
 
 // markWrite marks record i for what a write of its task, d, means for

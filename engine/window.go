@@ -217,13 +217,23 @@ func (c *endedCmd) run(l *loop) {
 		if !prof.deleteAfter || r.flags&flagPaused != 0 {
 			return // a paused task is not known to have ended, nor to have fired
 		}
-		if r.flags&flagEndWaits != 0 {
-			r.flags &^= flagEndWaits
-			l.checkEnded(i, r)
-		} else if prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
+		if !l.checkEndWaits(i, r) && prof.win != nil && prof.win.to != 0 && prof.updatedAt.UnixNano() <= prof.win.to {
 			l.checkEnded(i, r)
 		}
 	})
+}
+
+// checkEndWaits takes the mark of a resumed task whose fire ended while it
+// was paused (flagEndWaits), if record i has one, and looks whether the
+// task ended (checkEnded); it reports whether there was a mark. Called
+// only from the dispatch loop.
+func (l *loop) checkEndWaits(i uint32, r *record) bool {
+	if r.flags&flagEndWaits == 0 {
+		return false
+	}
+	r.flags &^= flagEndWaits
+	l.checkEnded(i, r)
+	return true
 }
 
 // deleteEnded deletes the ended tasks the loop hands over until ctx ends.
