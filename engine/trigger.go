@@ -282,7 +282,10 @@ func (l *loop) checked(c *checkedCmd) {
 	}
 	now := l.cfg.Clock.Now().UnixNano()
 	l.keepEarly(func(f *triggerFire) bool {
-		if rev, ok := asked[f.key()]; !ok || !f.checking || f.rev != rev {
+		if !f.checking {
+			return true // not asked: an early trigger waiting for its task skips the lookup
+		}
+		if rev, ok := asked[f.key()]; !ok || f.rev != rev {
 			return true
 		}
 		created := c.created[f.id]
