@@ -368,24 +368,15 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 		if !waits[d.id] || heldAsRead(prep, d, touched, applied) {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		value, err := e.reg.HeldAt(rctx, d.id, rev, applied)
-		cancel()
-		switch {
-		case errors.Is(err, registry.ErrVersionGone):
-			e.log.Warn("a delete_after_fire task whose last fire ended while it was paused stays after its resume: what its previous owner had is compacted out of etcd's history",
-				"partition", prep.p, "task", d.id, "err", err)
-			delete(waits, d.id)
-		case err != nil:
+		had, err := e.heldDef(ctx, prep.p, d, dec, "a delete_after_fire task whose last fire ended while it was paused stays after its resume",
+			func(ctx context.Context) ([]byte, error) { return e.reg.HeldAt(ctx, d.id, rev, applied) })
+		if err != nil {
 			return err
-		case value == nil:
+		}
+		// Edited since that owner had it: an edit since the last fire
+		// ended wins, as upsert's on one owner does.
+		if had == nil || !sameTask(had.sched, had.prof, d.sched, d.prof) {
 			delete(waits, d.id)
-		default:
-			// Edited since that owner had it: an edit since the last
-			// fire ended wins, as upsert's on one owner does.
-			if had, err := dec.def(d.id, value); err != nil || !sameTask(had.sched, had.prof, d.sched, d.prof) {
-				delete(waits, d.id)
-			}
 		}
 	}
 	return nil
@@ -478,28 +469,38 @@ func heldAsRead(prep *prepared, d *taskDef, touched map[string][]byte, applied i
 }
 
 // heldItsTime reports whether one-shot d held its time in the version of
-// it that read returns from etcd's history (nil: none), which dec
-// decodes: what its previous owner had. A history etcd no longer holds
-// says no, logged: the one-shot fires by its misfire policy, as a put.
+// it that read returns from etcd's history (heldDef): what its previous
+// owner had. A version etcd no longer holds says no: the one-shot fires
+// by its misfire policy, as a put.
 func (e *Engine) heldItsTime(ctx context.Context, p int, d *taskDef, dec *decoder, read func(context.Context) ([]byte, error)) (bool, error) {
+	old, err := e.heldDef(ctx, p, d, dec, "a one-shot written while its partition changed hands fires by its misfire policy", read)
+	if old == nil || err != nil {
+		return false, err
+	}
+	return old.prof.win != nil && old.prof.win.once && old.prof.win.from == d.prof.win.from, nil
+}
+
+// heldDef returns task d as its partition's previous owner had it: the
+// version that read returns from etcd's history, decoded by dec (nil:
+// none). A version etcd no longer holds, or one dec cannot read, is none
+// too, logged with then, what becomes of d for want of it.
+func (e *Engine) heldDef(ctx context.Context, p int, d *taskDef, dec *decoder, then string, read func(context.Context) ([]byte, error)) (*taskDef, error) {
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	value, err := read(rctx)
 	cancel()
 	switch {
 	case errors.Is(err, registry.ErrVersionGone):
-		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: what its previous owner had is compacted out of etcd's history, or too many writes back",
-			"partition", p, "task", d.id, "err", err)
-		return false, nil
+		e.log.Warn(then+": what its previous owner had is no longer in etcd's history", "partition", p, "task", d.id, "err", err)
+		return nil, nil
 	case err != nil || value == nil:
-		return false, err
+		return nil, err
 	}
-	old, err := dec.def(d.id, value)
+	had, err := dec.def(d.id, value)
 	if err != nil {
-		e.log.Warn("a one-shot written while its partition changed hands fires by its misfire policy: what its previous owner had is unreadable",
-			"partition", p, "task", d.id, "err", err)
-		return false, nil
+		e.log.Warn(then+": what its previous owner had is unreadable", "partition", p, "task", d.id, "err", err)
+		return nil, nil
 	}
-	return old.prof.win != nil && old.prof.win.once && old.prof.win.from == d.prof.win.from, nil
+	return &had, nil
 }
 
 // decideOneShots, where the revision the previous owner applied is not
