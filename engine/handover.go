@@ -117,9 +117,9 @@ type handedTo struct {
 }
 
 // handedFrom indexes what acquire read: the after list and the health and
-// the tasks whose end waits for their resume that checkpoint prev hands
+// the tasks whose end waits for their resume that checkpoint cp hands
 // over (handingCheckpoint).
-func handedFrom(after []pendingFire, prev []byte) handedTo {
+func handedFrom(after []pendingFire, cp checkpoint) handedTo {
 	var h handedTo
 	if len(after) > 0 {
 		h.after = make(map[string]int64, len(after))
@@ -127,7 +127,6 @@ func handedFrom(after []pendingFire, prev []byte) handedTo {
 			h.after[f.ID] = f.At.UnixNano()
 		}
 	}
-	cp := handingCheckpoint(prev)
 	if len(cp.Health) > 0 {
 		h.health = make(map[string]handedHealth, len(cp.Health))
 		for _, e := range cp.Health {
@@ -147,6 +146,8 @@ func handedFrom(after []pendingFire, prev []byte) handedTo {
 // the partition's next owner: one its owner released, or the hold of an
 // acquire that did not complete, which carries what it was handed
 // (holdCheckpoint); the zero checkpoint otherwise, or when unreadable.
+// Decoded once per acquire: a released checkpoint runs to
+// maxCheckpointBytes.
 func handingCheckpoint(prev []byte) checkpoint {
 	var cp checkpoint
 	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released && cp.Session != "" {
@@ -157,12 +158,11 @@ func handingCheckpoint(prev []byte) checkpoint {
 
 // holdCheckpoint is the checkpoint an acquire by node writes before its
 // session may be named (acquire): the point it resumes p from, and what
-// the checkpoint before it, prev, handed over, which a successor takes
-// should this node crash before naming its session. Without the health
-// and the ends of prev's owner, those went with the crash of a node
-// whose predecessor had left gracefully.
-func holdCheckpoint(node string, resume int64, prev []byte, pending, after []pendingFire, applied int64) checkpoint {
-	handed := handingCheckpoint(prev)
+// the checkpoint before it handed over (handed: handingCheckpoint), which
+// a successor takes should this node crash before naming its session.
+// Without the health and the ends of handed's owner, those went with the
+// crash of a node whose predecessor had left gracefully.
+func holdCheckpoint(node string, resume int64, handed checkpoint, pending, after []pendingFire, applied int64) checkpoint {
 	return checkpoint{Node: node, Watermark: time.Unix(0, resume).UTC(), Applied: applied, Pending: pending, After: after,
 		Health: handed.Health, EndWaits: handed.EndWaits}
 }

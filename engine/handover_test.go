@@ -1078,7 +1078,7 @@ func loadAfter(t *testing.T, now time.Time, tweak func(*Config), prof *profile, 
 		h, _ := next.scheds.Intern("* * * * * *", "UTC", id)
 		defs = append(defs, taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof})
 	}
-	next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, nil), defs: defs, first: true, done: make(chan struct{})})
+	next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, checkpoint{}), defs: defs, first: true, done: make(chan struct{})})
 	next.handle(&takeOverCmd{part: 0, fires: hand.pending})
 	return next
 }
@@ -1500,11 +1500,11 @@ func TestHandedFrom_AnAcquireThatDidNotCompleteHandsOnWhatItWasHanded(t *testing
 	released := (&handOver{mark: failedAt.UnixNano(), applied: 42,
 		health:   []handedHealth{{ID: "flaky", Fails: 3, FailedAt: failedAt, Error: "boom"}},
 		endWaits: []string{"once"}}).encode("node-a")
-	hold, err := json.Marshal(holdCheckpoint("node-b", failedAt.UnixNano(), released, nil, nil, 42))
+	hold, err := json.Marshal(holdCheckpoint("node-b", failedAt.UnixNano(), handingCheckpoint(released), nil, nil, 42))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handedFrom(nil, hold)
+	h := handedFrom(nil, handingCheckpoint(hold))
 	if e, ok := h.health["flaky"]; !ok || e.Fails != 3 || e.Error != "boom" {
 		t.Errorf("health handed on by the hold: %+v, want flaky's 3 failures", h.health)
 	}
@@ -1520,7 +1520,7 @@ func TestHandedFrom_AnAcquireThatDidNotCompleteHandsOnWhatItWasHanded(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := handedFrom(nil, b); h.health != nil || h.endWaits != nil {
+	if h := handedFrom(nil, handingCheckpoint(b)); h.health != nil || h.endWaits != nil {
 		t.Errorf("a checkpoint that names its session handed on %+v", h)
 	}
 }

@@ -652,7 +652,8 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	hold := holdCheckpoint(e.cfg.NodeID, resume, prev, pending, after, applied)
+	from := handingCheckpoint(prev)
+	hold := holdCheckpoint(e.cfg.NodeID, resume, from, pending, after, applied)
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold)
@@ -697,7 +698,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err != nil {
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
 	}
-	handed := handedFrom(after, prev)
+	handed := handedFrom(after, from)
 	handed.elsewhere = away
 	if err := e.arm(ctx, prep, fence, resume, applied, handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))

@@ -514,7 +514,7 @@ func TestLoop_DeleteAfterFireEndedWhilePausedIsDeletedAtItsResumeOnTheNextOwner(
 			if resumed == "after the load" {
 				loaded = writtenAt(true, tl.clock.Now())
 			}
-			next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, hand.encode("node-a")),
+			next.handle(&loadCmd{part: 0, resume: hand.mark, handed: handedFrom(hand.after, handingCheckpoint(hand.encode("node-a"))),
 				defs: []taskDef{loaded}, first: true, done: make(chan struct{})})
 			next.handle(&endedCmd{part: 0})
 			if loaded.paused {
