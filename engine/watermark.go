@@ -291,24 +291,29 @@ func (a *appliedRevs) value(w int64, resumes map[int]int64, session string) (str
 	if len(a.armed) == 0 {
 		return encodeWatermark(w, resumes, nil, 0), false
 	}
-	var diff map[int]int64
-	if a.baseRev != 0 {
-		diff = map[int]int64{}
-		for p, rev := range a.armed {
-			if a.base[p] != rev {
-				diff[p] = rev
-			}
-		}
-		for p := range a.base {
-			if _, ok := a.armed[p]; !ok {
-				diff[p] = 0 // no longer armed here: none to go by
-			}
+	if a.baseRev != 0 && time.Since(a.baseAt) <= appliedBaseAge {
+		if diff := a.diff(); len(diff) <= len(a.armed)/4 {
+			return encodeWatermark(w, resumes, diff, a.baseRev), false
 		}
 	}
-	if a.baseRev == 0 || len(diff) > len(a.armed)/4 || time.Since(a.baseAt) > appliedBaseAge {
-		return encodeWatermark(w, resumes, a.armed, 0), true
+	return encodeWatermark(w, resumes, a.armed, 0), true
+}
+
+// diff returns the revisions of armed that differ from base's, 0 for a
+// partition no longer armed here: none to go by.
+func (a *appliedRevs) diff() map[int]int64 {
+	diff := map[int]int64{}
+	for p, rev := range a.armed {
+		if a.base[p] != rev {
+			diff[p] = rev
+		}
 	}
-	return encodeWatermark(w, resumes, diff, a.baseRev), false
+	for p := range a.base {
+		if _, ok := a.armed[p]; !ok {
+			diff[p] = 0
+		}
+	}
+	return diff
 }
 
 // wrote takes the revisions of the last value, which etcd took at rev, as
