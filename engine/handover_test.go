@@ -36,7 +36,7 @@ type testLoop struct {
 	clock *testClock
 }
 
-func newTestLoop(t *testing.T, at time.Time, tweak func(*Config)) *testLoop {
+func newTestLoop(t testing.TB, at time.Time, tweak func(*Config)) *testLoop {
 	t.Helper()
 	cfg := DefaultConfig("loop").withDefaults()
 	cfg.Partitions, cfg.Workers, cfg.Queue, cfg.BatchSize = 2, 1, 1000, 10

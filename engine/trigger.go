@@ -654,16 +654,17 @@ type triggerChecks = batchQueue[triggerFire]
 
 // checkTriggers reads, for the triggers t queues, when their task was
 // created, MaxTxnOps tasks a transaction, and hands the answers to the
-// loop, until ctx ends; it retries while etcd refuses. Only triggers
-// whose key is older than a creation the loop applied in their partition
-// are queued: those an acquire reads, and those of a partition that took
-// a new task between the trigger and the loop's look at it; and keys put
-// again after their trigger fired here (checkedAgain). Those left when
-// ctx ends keep their keys for the partitions' next owners (the release
-// forgets them, but a key put again goes as that fire's).
+// loop, up to checkAnswer triggers a command, until ctx ends; it retries
+// while etcd refuses. Only triggers whose key is older than a creation the
+// loop applied in their partition are queued: those an acquire reads, and
+// those of a partition that took a new task between the trigger and the
+// loop's look at it; and keys put again after their trigger fired here
+// (checkedAgain). Those left when ctx ends keep their keys for the
+// partitions' next owners (the release forgets them, but a key put again
+// goes as that fire's).
 func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 	for {
-		batch := t.take(registry.MaxTxnOps)
+		batch := t.take(checkAnswer)
 		if batch == nil {
 			select {
 			case <-t.wake:
@@ -678,21 +679,43 @@ func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 		}
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
-		var b backoff
-		for {
-			rctx, cancelRead := context.WithTimeout(ctx, etcdTimeout)
-			created, rev, err := e.reg.Created(rctx, ids)
-			cancelRead()
-			if err == nil {
-				if e.call(ctx, &checkedCmd{fires: batch, created: created, rev: rev}) != nil {
-					return
-				}
-				break
-			}
-			e.log.Warn("reading when triggered tasks were created failed; retrying", "triggers", len(batch), "err", err, "in", b.next())
-			if !b.wait(ctx) {
+		created := make(map[string]int64, len(ids))
+		var rev int64 // the earliest read's: the answer holds as of it
+		for chunk := range slices.Chunk(ids, registry.MaxTxnOps) {
+			c, r, err := e.readCreated(ctx, chunk)
+			if err != nil {
 				return
 			}
+			maps.Copy(created, c)
+			if rev == 0 || r < rev {
+				rev = r
+			}
+		}
+		if e.call(ctx, &checkedCmd{fires: batch, created: created, rev: rev}) != nil {
+			return
+		}
+	}
+}
+
+// checkAnswer bounds the triggers one answer of checkTriggers carries:
+// the loop goes through its early triggers once an answer, so an acquire
+// that reads 100 000 triggers to check takes 13 such passes, not 782.
+const checkAnswer = 64 * registry.MaxTxnOps
+
+// readCreated is registry.Created, tried again while etcd refuses, until
+// ctx ends, whose error it then returns.
+func (e *Engine) readCreated(ctx context.Context, ids []string) (map[string]int64, int64, error) {
+	var b backoff
+	for {
+		rctx, cancelRead := context.WithTimeout(ctx, etcdTimeout)
+		created, rev, err := e.reg.Created(rctx, ids)
+		cancelRead()
+		if err == nil {
+			return created, rev, nil
+		}
+		e.log.Warn("reading when triggered tasks were created failed; retrying", "tasks", len(ids), "err", err, "in", b.next())
+		if !b.wait(ctx) {
+			return nil, 0, ctx.Err()
 		}
 	}
 }
