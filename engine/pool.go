@@ -363,6 +363,20 @@ func (p *pool) marked() (int64, uint64) {
 	return p.watermark.Load(), p.seq
 }
 
+// seqs returns, in order, the seqs that marked may return from now on
+// until the loop publishes again: its mark's and those of the marks in
+// flight (appliedLog.compact).
+func (p *pool) seqs() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := make([]uint64, 0, len(p.marks)-p.mhead+2) // and room for the loop's
+	s = append(s, p.seq)
+	for _, m := range p.marks[p.mhead:] {
+		s = append(s, m.seq)
+	}
+	return s
+}
+
 // advanceMarks moves the watermark over the marks whose jobs are all
 // taken. Called with mu held.
 func (p *pool) advanceMarks() {

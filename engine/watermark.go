@@ -145,9 +145,7 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		// The watermark first: the resume points of the fires it passed
 		// were noted before it passed them (holds.dropped). Both before the
 		// session's check: a drop once the session is fenced resets holds.
-		w, seq := e.pool.marked()
-		e.loop.applieds.fold(seq, revs.armed)
-		w = e.holds.cap(w)
+		w := e.holds.cap(e.loop.applieds.fold(revs.armed))
 		resumes := e.holds.resumes()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
@@ -222,9 +220,18 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 // before the watermark did. Read at the write instead, a revision could
 // name a put armed since into the past, whose fire no worker took yet
 // (too high: a successor would take it for fired, and miss it).
+//
+// While the watermark stands (workers behind, a lead the writer cannot
+// pass, etcd refusing the write) the loop goes on noting, a change a
+// watch batch: the log keeps of a partition's changes between two counts
+// that a mark can carry only the last (compact), which is all a fold to
+// either count sees, so that it grows with the marks in flight (a change
+// a partition each, twice over), not with time.
 type appliedLog struct {
-	mu      sync.Mutex // guards changes
+	pool    *pool      // whose marks carry the counts the writer folds at
+	mu      sync.Mutex // guards changes and room; taken before the pool's
 	changes []appliedChange
+	room    int // the length past which note compacts changes
 }
 
 // appliedChange is the seq-th change of an applied revision: p's is rev
@@ -235,17 +242,66 @@ type appliedChange struct {
 	rev int64
 }
 
-// note records the seq-th change. Called only from the dispatch loop.
-func (a *appliedLog) note(seq uint64, p int, rev int64) {
+// appliedRoom is the length past which note first compacts the log:
+// more than a moving watermark leaves between two writes (a node that
+// loads 1 024 partitions at once notes 1 024 changes), so that only a
+// standing one's log is compacted.
+const appliedRoom = 4096
+
+// note records the seq-th change, through being the count the loop's
+// dispatch point goes with (loop.throughSeq), which the marks to come
+// carry or pass. Called only from the dispatch loop.
+func (a *appliedLog) note(seq uint64, p int, rev int64, through uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.changes = append(a.changes, appliedChange{seq: seq, p: p, rev: rev})
+	if len(a.changes) > max(a.room, appliedRoom) {
+		// Under mu, so that no fold at a count read before comes between
+		// the marks read and the changes compacted.
+		a.compact(append(a.pool.seqs(), through))
+		a.room = 2 * len(a.changes)
+	}
 }
 
-// fold applies the changes up to the seq-th to revs, and forgets them.
-func (a *appliedLog) fold(seq uint64, revs map[int]int64) {
+// compact keeps, of each partition's changes between two consecutive
+// counts of seqs (ascending), only the last: a fold to a count folds all
+// of them or none. The changes past seqs' last are all noted before the
+// next count a mark carries, which is the loop's count when it moves its
+// dispatch point. Called with mu held.
+func (a *appliedLog) compact(seqs []uint64) {
+	seen := map[int]bool{} // the partitions of the span with a change kept
+	keep := len(a.changes)
+	s := len(seqs) // the span is (seqs[s-1], seqs[s]]
+	for i := len(a.changes) - 1; i >= 0; i-- {
+		c := a.changes[i]
+		if s > 0 && c.seq <= seqs[s-1] {
+			for s > 0 && c.seq <= seqs[s-1] {
+				s--
+			}
+			clear(seen)
+		}
+		if !seen[c.p] {
+			seen[c.p] = true
+			keep--
+			a.changes[keep] = c
+		}
+	}
+	a.changes = append(a.changes[:0], a.changes[keep:]...)
+}
+
+// fold applies to revs the changes up to the count the pool's watermark
+// goes with, forgets them, and returns the watermark.
+func (a *appliedLog) fold(revs map[int]int64) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	w, seq := a.pool.marked()
+	a.foldTo(seq, revs)
+	return w
+}
+
+// foldTo applies the changes up to the seq-th to revs, and forgets them.
+// Called with mu held.
+func (a *appliedLog) foldTo(seq uint64, revs map[int]int64) {
 	n := 0
 	for _, c := range a.changes {
 		if c.seq > seq {

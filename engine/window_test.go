@@ -284,7 +284,9 @@ func TestLoop_WatermarkGoesWithTheRevisionsArmedBehindIt(t *testing.T) {
 			m = tl.pool.marks[len(tl.pool.marks)-1]
 		}
 		tl.pool.mu.Unlock()
-		tl.applieds.fold(m.seq, revs)
+		tl.applieds.mu.Lock()
+		tl.applieds.foldTo(m.seq, revs)
+		tl.applieds.mu.Unlock()
 		return m
 	}
 	tl.handle(&loadCmd{part: 0, resume: now.UnixNano(), rev: 10, first: true, done: make(chan struct{})})
