@@ -1244,15 +1244,17 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 // to resume p after: the released checkpoint of a graceful owner, or after
 // a crash the later of the checkpoint and the watermark of the session that
 // wrote it, or p's resume point in it when earlier (holds), or, when that
-// session was this node's last, the hand-over it kept in memory. Watermarks are kept per session, not per node: a node restarted
-// with the same id writes a new one, and the dead session's stays the
-// truth about what it had taken. A partition never owned starts now.
+// session was this node's last, the hand-over it kept in memory.
+// Watermarks are kept per session, not per node: a node restarted with
+// the same id writes a new one, and the dead session's stays the truth
+// about what it had taken; dead holds those the acquire's round read. A
+// partition never owned starts now.
 // applied is the revision up to which the owner that handed p over (a
 // release, this node's fenced session, or after a crash the session whose
 // watermark is the resume point) had armed its task changes; 0 when not
 // known (from a node that did not say, a partition the session no longer
 // armed, or a session whose watermark is behind the checkpoint's).
-func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pending, after []pendingFire, applied int64, err error) {
+func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (prev []byte, w int64, pending, after []pendingFire, applied int64, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
 		return nil, 0, nil, nil, 0, err
@@ -1280,28 +1282,20 @@ func (e *Engine) resume(ctx context.Context, p int) (prev []byte, w int64, pendi
 		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
 		return prev, h.mark, h.pending, h.after, h.applied, nil
 	}
-	key := e.keys.watermark(cp.Node, cp.Session)
-	wr, err := e.cli.Get(ctx, key)
+	m, err := dead.get(ctx, e.keys.watermark(cp.Node, cp.Session), e.readDeadMark)
 	if err != nil {
 		return nil, 0, nil, nil, 0, err
 	}
-	if len(wr.Kvs) == 0 {
+	if !m.found {
 		return prev, w, nil, nil, 0, nil
 	}
-	v, ok := decodeWatermark(wr.Kvs[0].Value)
-	if !ok {
-		return prev, w, nil, nil, 0, nil
-	}
-	nw := v.resume(p)
+	nw := m.v.resume(p)
 	if nw < w {
 		// The session's acquire resumed p from a point its dispatch never
 		// reached: its revisions say nothing of the fires up to w.
 		return prev, w, nil, nil, 0, nil
 	}
-	if applied, err = e.appliedAt(ctx, key, v, p); err != nil {
-		return nil, 0, nil, nil, 0, err
-	}
-	return prev, nw, nil, nil, applied, nil
+	return prev, nw, nil, nil, m.applied(p), nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

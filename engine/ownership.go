@@ -104,6 +104,7 @@ type serving struct {
 	collected bool        // dead sessions' watermarks, once per session
 	wg        sync.WaitGroup
 	round     acquireRound // acquires since none was in flight, logged as one line
+	dead      *deadMarks   // the dead sessions' watermarks the round's acquires read
 	released  releaseRound // releases since none was pending, logged as one line
 
 	// Make-before-break (prepare.go).
@@ -440,11 +441,12 @@ func (ps partRanges) LogValue() slog.Value {
 
 func (s *serving) start(p int) {
 	if len(s.acquiring) == 0 {
-		s.round.start = time.Now()
+		s.round.start, s.dead = time.Now(), newDeadMarks()
 	}
 	actx, cancel := context.WithCancel(s.acquires)
 	s.acquiring[p] = cancel
-	go func() { s.results <- s.e.acquire(actx, s.acquires, s.sess, p, func() { s.preparedCh <- p }) }()
+	dead := s.dead
+	go func() { s.results <- s.e.acquire(actx, s.acquires, s.sess, p, dead, func() { s.preparedCh <- p }) }()
 }
 
 // reconcile releases what the ring took away and acquires what it gave.
@@ -612,7 +614,7 @@ func (s *serving) end(leaving bool) {
 // previous checkpoint back, so that its next owner repeats what it fired:
 // one the ring no longer wants is taken to the end and released as any
 // other, with its exact mark.
-func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, p int, prepared func()) (r acquired) {
+func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, p int, dead *deadMarks, prepared func()) (r acquired) {
 	r.p = p
 	start := time.Now()
 	prep, err := e.prepareBounded(ctx, p)
@@ -646,7 +648,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		}
 		return r
 	}
-	prev, resume, pending, after, applied, err := e.resume(ctx, p)
+	prev, resume, pending, after, applied, err := e.resume(ctx, p, dead)
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p

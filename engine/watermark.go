@@ -438,31 +438,108 @@ func (v watermarkValue) resume(p int) int64 {
 	return w
 }
 
-// appliedAt returns the revision up to which the session whose watermark
-// key is key, holding v, had armed p's task changes when its dispatch
-// point reached the watermark (0: not known), reading the key's base value
-// from etcd's history when v does not say. A base etcd compacted is not
-// known, logged.
-func (e *Engine) appliedAt(ctx context.Context, key string, v watermarkValue, p int) (int64, error) {
-	if rev, ok := v.Applied[p]; ok || v.Base == 0 {
-		return rev, nil
+// deadMarks are the watermarks of dead sessions that a round of acquires
+// read (resume; a round: acquires since none was in flight): after a
+// crash every partition of the session resumes from its watermark, and
+// goes by the applied revisions of the key's value, or of the value it
+// names in the key's history (applied_base). Read once for the round,
+// not for each partition: a session that held 1 024 partitions was read
+// 2 048 times. A dead session writes no more, so the first read is what
+// every later one would get; and any value of the key goes with its own
+// revisions, as every write does.
+type deadMarks struct {
+	mu   sync.Mutex // guards read
+	read map[string]*deadRead
+}
+
+// deadRead is the read of a watermark key: mark and err are set once
+// done is closed.
+type deadRead struct {
+	done chan struct{}
+	mark deadMark
+	err  error
+}
+
+func newDeadMarks() *deadMarks { return &deadMarks{read: map[string]*deadRead{}} }
+
+// deadMark is a dead session's watermark key as read: its value v, and
+// the applied revisions of the value at v.Base (nil: none, or not known).
+type deadMark struct {
+	v     watermarkValue
+	found bool // the key holds a value that decodes
+	base  map[int]int64
+}
+
+// get returns the watermark key key as read, reading it with read for
+// the first to ask. A read that failed is not kept: those that waited
+// for it read for themselves (it may have failed for its own acquire's
+// cancel), and the next to ask reads again.
+func (d *deadMarks) get(ctx context.Context, key string, read func(context.Context, string) (deadMark, error)) (deadMark, error) {
+	d.mu.Lock()
+	r, ok := d.read[key]
+	if !ok {
+		r = &deadRead{done: make(chan struct{})}
+		d.read[key] = r
 	}
-	resp, err := e.cli.Get(ctx, key, clientv3.WithRev(v.Base))
+	d.mu.Unlock()
+	if !ok {
+		r.mark, r.err = read(ctx, key)
+		if r.err != nil {
+			d.mu.Lock()
+			delete(d.read, key)
+			d.mu.Unlock()
+		}
+		close(r.done)
+		return r.mark, r.err
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return deadMark{}, ctx.Err()
+	}
+	if r.err != nil {
+		return read(ctx, key)
+	}
+	return r.mark, nil
+}
+
+// readDeadMark reads a dead session's watermark key, and when its value
+// names a base, the base's applied revisions from etcd's history. A base
+// etcd compacted is not known, logged.
+func (e *Engine) readDeadMark(ctx context.Context, key string) (deadMark, error) {
+	wr, err := e.cli.Get(ctx, key)
+	if err != nil {
+		return deadMark{}, err
+	}
+	var m deadMark
+	if len(wr.Kvs) == 0 {
+		return m, nil
+	}
+	if m.v, m.found = decodeWatermark(wr.Kvs[0].Value); !m.found || m.v.Base == 0 {
+		return m, nil
+	}
+	resp, err := e.cli.Get(ctx, key, clientv3.WithRev(m.v.Base))
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at",
-			"partition", p, "key", key, "revision", v.Base)
-		return 0, nil
+			"key", key, "revision", m.v.Base)
 	case err != nil:
-		return 0, err
-	case len(resp.Kvs) == 0:
-		return 0, nil
+		return deadMark{}, err
+	case len(resp.Kvs) > 0:
+		if base, ok := decodeWatermark(resp.Kvs[0].Value); ok {
+			m.base = base.Applied
+		}
 	}
-	base, ok := decodeWatermark(resp.Kvs[0].Value)
-	if !ok {
-		return 0, nil
+	return m, nil
+}
+
+// applied returns the revision up to which the session had armed p's task
+// changes when its dispatch point reached the watermark (0: not known).
+func (m deadMark) applied(p int) int64 {
+	if rev, ok := m.v.Applied[p]; ok {
+		return rev
 	}
-	return base.Applied[p], nil
+	return m.base[p]
 }
 
 // checkLease makes the check a refused watermark write did not: that the
