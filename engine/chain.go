@@ -42,6 +42,7 @@ type chainFire struct {
 	targets []string
 	retry   *registry.Retry // the retry to write; nil: none
 	over    *task.Override  // the retry's override
+	created int64           // the retry's: its task was created at or before it (leaver.created)
 }
 
 // chainQueueMax bounds the ended fires waiting for their triggers to be
@@ -189,12 +190,12 @@ func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time
 }
 
 // triggerRetry writes f's retry, as triggerChains writes a target's
-// trigger. A task deleted since has no retry.
+// trigger. A task deleted since, or put again, has no retry.
 func (e *Engine) triggerRetry(ctx context.Context, f chainFire, stop <-chan struct{}) {
 	at := time.Unix(0, f.sched).UTC()
 	var b backoff
 	for {
-		err := e.reg.TriggerRetry(ctx, f.from, at, *f.retry, f.over)
+		err := e.reg.TriggerRetry(ctx, f.from, at, *f.retry, f.over, f.created)
 		if err == nil || errors.Is(err, registry.ErrNotFound) {
 			return
 		}

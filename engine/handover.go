@@ -93,6 +93,10 @@ type checkpoint struct {
 type handOver struct {
 	mark    int64
 	applied int64 // the revision up to which the partition's task changes were armed here
+	// created is the partition's partState.created: the attempts still
+	// under way hand on their retries for the tasks created at or before
+	// it (leaver.created). Not in the checkpoint.
+	created int64
 	pending []pendingFire
 	lost    int // backfills' fires and retries no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
@@ -381,10 +385,15 @@ type leaver struct {
 	id   string
 	prof *profile
 	part int
-	hand *handOver // its partition's; nil once the release is sealed
-	run  *running
-	n    int        // its attempts not yet ended
-	mark *markedRun // its run's marker, once it has one (elsewhere.go)
+	// created is its partition's (partState.created) at the release: the
+	// task was created at or before it, and one of its id created after
+	// it was put again since, which takes no retry handed on through etcd
+	// (registry.TriggerRetry).
+	created int64
+	hand    *handOver // its partition's; nil once the release is sealed
+	run     *running
+	n       int        // its attempts not yet ended
+	mark    *markedRun // its run's marker, once it has one (elsewhere.go)
 }
 
 // leavingKey is a record's key in leavers: its index and generation, as a
@@ -428,7 +437,7 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 	k := leavingKey(i, r.gen)
 	ls := l.pool.leaving
 	ls.mu.Lock()
-	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), hand: h, run: run, n: n}
+	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), created: h.created, hand: h, run: run, n: n}
 	run.keys = append(run.keys, k)
 	run.n += n
 	ls.mu.Unlock()
@@ -463,7 +472,7 @@ func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Overr
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
 	r := &registry.Retry{Attempt: attempt + 1, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
-	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over})
+	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over, created: lv.created})
 	ls.handedOn.Add(1)
 	return true
 }
@@ -536,7 +545,7 @@ func (l *loop) releaseParts(parts []int) release {
 	mark := l.wheel.Now()
 	out := make(map[int]*handOver, len(parts))
 	for _, p := range parts {
-		out[p] = &handOver{mark: mark, applied: l.parts[p].applied}
+		out[p] = &handOver{mark: mark, applied: l.parts[p].applied, created: l.parts[p].created}
 		if !l.parts[p].owned {
 			continue // released while loading: nothing of it was armed
 		}

@@ -633,6 +633,14 @@ func (ha *heldAttempt) attempts(t *testing.T, b *testNode) []string {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return b.e.Stats().RetryBacklog >= 1 || len(ha.log.of("flaky")) > 1
 	})
+	return ha.ran(t, b)
+}
+
+// ran returns flaky's attempts as "attempt on node", once the clock passed
+// the latest time of a retry of attempt 1 due from now, twice, and b
+// stopped.
+func (ha *heldAttempt) ran(t *testing.T, b *testNode) []string {
+	t.Helper()
 	for _, s := range []int{20, 40} {
 		ha.clock.Advance(20 * time.Second)
 		etcdtest.WaitFor(t, 10*time.Second, func() bool { return ha.log.firedAt("tick", limitsAt(s)) })
@@ -766,6 +774,48 @@ func TestEngine_RetryOfAnAttemptTheStopCancelsIsHandedOn(t *testing.T) {
 				if string(c.Payload) != string(payload) {
 					t.Errorf("attempt %d of flaky ran with payload %s, want the trigger's %s", c.Attempt, c.Payload, payload)
 				}
+			}
+		})
+	}
+}
+
+// A retry handed on through etcd is of the task whose attempt it retries,
+// not of its id: deleted and put again after the release, before its node
+// writes the retry, the task is another, which does not fire from it. It
+// did: the retry's write checked only that a task of the id existed. Here
+// attempt 1 of flaky runs on node-a, held, past node-a's release to
+// node-b, flaky is deleted and put again, and attempt 1 fails, or the
+// stop cancels it (Hurry); node-b runs no attempt of the new flaky.
+func TestEngine_RetryOfATaskPutAgainSinceItsReleaseIsNotHandedOn(t *testing.T) {
+	for _, hurry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hurry=%t", hurry), func(t *testing.T) {
+			ha := startHeldAttempt(t)
+			b := ha.start(t, "node-b")
+			closed := closeInBackground(ha.a)
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
+			<-ha.a.e.loopDone // Close drains the workers once the loop stopped
+			reg := b.e.Registry()
+			ctx := context.Background()
+			if err := reg.Delete(ctx, "flaky"); err != nil {
+				t.Fatal(err)
+			}
+			again := handlerTask("flaky", "0 0 0 1 1 *")
+			again.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(10 * time.Second), MaxBackoff: task.Duration(10 * time.Second)}
+			putTask(t, reg, again)
+			if hurry {
+				ha.a.e.Hurry()
+			} else {
+				ha.fail()
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("close node-a: %v", err)
+			}
+			ha.a.stop(t)
+			if n, err := reg.PendingTriggerCount(ctx); err != nil || n != 0 {
+				t.Errorf("%d trigger keys (%v) once node-a closed, want none", n, err)
+			}
+			if got, want := ha.ran(t, b), []string{"1 on node-a"}; !slices.Equal(got, want) {
+				t.Errorf("flaky ran attempts %v, want %v", got, want)
 			}
 		})
 	}

@@ -639,7 +639,14 @@ type triggerValue struct {
 // replaced by; the value names at (Retry.At). The same retry written again
 // (after an error that hid the first write) finds its own key pending, and
 // leaves it.
-func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, retry Retry, o *task.Override) error {
+//
+// created is a revision at or after which the task whose attempt failed
+// was created (its node's view of the partition, engine's partState.created):
+// the retry is written only while the task stored under id was created at
+// or before it. One created after it was put again since (deleted, then
+// written again under the same id), another task that must not fire from
+// the retry of the one before: ErrNotFound, as for a task deleted.
+func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, retry Retry, o *task.Override, created int64) error {
 	retry.At = at.UTC()
 	v := triggerValue{Retry: &retry}
 	if o != nil {
@@ -653,7 +660,8 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 	tk := r.keys.task(p, id)
 	for ms := at.UnixMilli() + 1; ms <= at.UnixMilli()+maxTriggerTries; ms++ {
 		key := r.keys.trigger(p, id, ms)
-		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(tk), "<", created+1), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(tk, clientv3.WithKeysOnly()), clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return fmt.Errorf("trigger a retry of task %q: %w", id, err)
@@ -662,7 +670,7 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 			return nil
 		}
 		stored := resp.Responses[0].GetResponseRange().Kvs
-		if len(stored) == 0 {
+		if len(stored) == 0 || stored[0].CreateRevision > created {
 			return ErrNotFound
 		}
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == string(val) &&

@@ -193,13 +193,14 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	c := etcdtest.Start(t)
 	ctx := context.Background()
 	reg := openRegistry(t, c.Client, "/retry")
-	if _, err := reg.Put(ctx, noopTask("t", "@yearly"), PutOptions{}); err != nil {
+	put, err := reg.Put(ctx, noopTask("t", "@yearly"), PutOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	due := at.Add(90 * time.Second)
 	body := "b"
-	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 3, Due: due}, &task.Override{Body: &body}); err != nil {
+	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 3, Due: due}, &task.Override{Body: &body}, put.Version); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.Trigger(ctx, "t"); err != nil {
@@ -226,8 +227,42 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	if err := reg.Delete(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 2, Due: due}, nil); !errors.Is(err, ErrNotFound) {
+	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 2, Due: due}, nil, put.Version); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a retry of a deleted task: %v, want ErrNotFound", err)
+	}
+}
+
+// A retry is of the task whose attempt failed, not of its id: the task
+// deleted and put again after its node last read the partition, the
+// retry is not written (ErrNotFound, as for a task deleted), and the new
+// task does not fire from it. It was written, the new task's creation
+// checked only for being there.
+func TestRegistry_TriggerRetryOfATaskPutAgainIsNotWritten(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/retryagain")
+	put, err := reg.Put(ctx, noopTask("x", "@yearly"), PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Put(ctx, noopTask("other", "@yearly"), PutOptions{}); err != nil {
+		t.Fatal(err) // the partition's view moves on past x's creation
+	}
+	seen := put.Version + 1
+	if err := reg.Delete(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Put(ctx, noopTask("x", "@yearly"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	retry := Retry{Attempt: 2, Due: at.Add(10 * time.Second)}
+	if err := reg.TriggerRetry(ctx, "x", at, retry, nil, seen); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a retry of x put again since: %v, want ErrNotFound", err)
+	}
+	if n := len(triggerKeys(t, c.Client, reg).Kvs); n != 0 {
+		t.Errorf("%d trigger keys of x put again since, want none", n)
 	}
 }
 
@@ -243,7 +278,8 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 	c := etcdtest.Start(t)
 	ctx := context.Background()
 	reg := openRegistry(t, c.Client, "/retry")
-	if _, err := reg.Put(ctx, noopTask("x", "0 * * * * *"), PutOptions{}); err != nil {
+	put, err := reg.Put(ctx, noopTask("x", "0 * * * * *"), PutOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
@@ -251,10 +287,10 @@ func TestRegistry_TriggerRetryKeepsAPendingTriggerOfItsFire(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry := Retry{Attempt: 2, Due: at.Add(10 * time.Second)}
-	if err := reg.TriggerRetry(ctx, "x", at, retry, nil); err != nil {
+	if err := reg.TriggerRetry(ctx, "x", at, retry, nil, put.Version); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.TriggerRetry(ctx, "x", at, retry, nil); err != nil { // put again after an error that hid the first put
+	if err := reg.TriggerRetry(ctx, "x", at, retry, nil, put.Version); err != nil { // put again after an error that hid the first put
 		t.Fatal(err)
 	}
 	if err := reg.TriggerAt(ctx, "x", at); err != nil { // another chain of x at 12:00: that fire
@@ -288,7 +324,8 @@ func TestRegistry_ChainTriggerKeepsAPendingRetryOrOverride(t *testing.T) {
 	reg := openRegistry(t, c.Client, "/chainover")
 	now := stopClocks(reg)
 	h := &task.Task{ID: "x", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
-	if _, err := reg.Put(ctx, h, PutOptions{}); err != nil {
+	put, err := reg.Put(ctx, h, PutOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	ms := time.Millisecond
@@ -296,7 +333,7 @@ func TestRegistry_ChainTriggerKeepsAPendingRetryOrOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.TriggerRetry(ctx, "x", now.Add(5*ms), Retry{Attempt: 2, Due: now.Add(time.Minute)}, nil); err != nil {
+	if err := reg.TriggerRetry(ctx, "x", now.Add(5*ms), Retry{Attempt: 2, Due: now.Add(time.Minute)}, nil, put.Version); err != nil {
 		t.Fatal(err) // its key is at +6ms
 	}
 	// The chains of fires at the payload's time and at the retry key's.
