@@ -444,34 +444,35 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 	return run
 }
 
-// retry hands on the retry of attempt of the fire at sched of leaver k,
-// which failed, or which the node's stop canceled (stopped), when it has
-// attempts left, and reports whether it was k's to hand on: k is a
-// leaver, and, for a worker (sealed), sealed. The retry of a failure is
+// retry hands on attempt next of the fire at sched of leaver k, when the
+// task has that many, and reports whether it was k's to hand on: k is a
+// leaver, and, for a worker (sealed), sealed. The attempt before it
+// failed, or the node's stop (stopped) canceled it, or came before next
+// started, which then was not run (pool.work). The retry of a failure is
 // due after its backoff; that of a stopped attempt at once: its cancel
 // says nothing of what it calls, which the backoff spares, and its fire
 // is late already, by the drain timeout.
-func (ls *leavers) retry(k uint64, sched int64, attempt uint16, over *task.Override, bf *backfillRun, stopped, sealed bool) bool {
+func (ls *leavers) retry(k uint64, sched int64, next uint16, over *task.Override, bf *backfillRun, stopped, sealed bool) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	lv := ls.m[k]
 	if lv == nil || sealed && lv.hand != nil {
 		return false
 	}
-	if int(attempt) >= lv.prof.maxAttempts {
+	if int(next) > lv.prof.maxAttempts {
 		return true
 	}
 	due := ls.clock.Now()
 	if !stopped {
-		due = due.Add(retryWait(lv.prof, attempt+1))
+		due = due.Add(retryWait(lv.prof, next))
 	}
 	if lv.hand != nil {
-		lv.hand.list(handedRetry(lv.id, sched, attempt+1, due.UnixNano(), over, bf), due.UnixNano())
+		lv.hand.list(handedRetry(lv.id, sched, next, due.UnixNano(), over, bf), due.UnixNano())
 		return true
 	}
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
-	r := &registry.Retry{Attempt: attempt + 1, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
+	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
 	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over, created: lv.created})
 	ls.handedOn.Add(1)
 	return true
@@ -524,7 +525,7 @@ func (ls *leavers) seal(run *running, late bool) {
 // dropped, not released) ends here: its runner waits for its end.
 func (ls *leavers) handOn(c *completion, x completionExtra) {
 	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
-		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt, x.over, x.bf, false, false) && x.bf != nil {
+		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt+1, x.over, x.bf, false, false) && x.bf != nil {
 		x.bf.end(c.sched)
 	}
 }

@@ -490,8 +490,9 @@ func (p *pool) dropQueued(drop func(j *job) bool) {
 }
 
 // drain lets the workers finish the queue and what runs, then stop. After d
-// it cancels the executions still running (and any taken after that), and
-// waits for the workers. It reports whether d passed first.
+// it cancels the executions still running (and hands on unrun any taken
+// after that: stopUnrun), and waits for the workers. It reports whether d
+// passed first.
 func (p *pool) drain(d time.Duration) (cut bool) {
 	timer := time.AfterFunc(d, p.stopExecutions)
 	p.mu.Lock()
@@ -507,9 +508,9 @@ func (p *pool) drain(d time.Duration) (cut bool) {
 	return cut
 }
 
-// stopExecutions cancels every execution still running, and any taken
-// after it, their errors saying why (errStopped): an http attempt's record
-// said only "http: context canceled".
+// stopExecutions cancels every execution still running, their errors
+// saying why (errStopped): an http attempt's record said only "http:
+// context canceled". A job taken after it is not run (stopUnrun).
 func (p *pool) stopExecutions() { p.execCancel(errStopped) }
 
 // loopGone tells the workers that the loop is gone, and applies the
@@ -620,12 +621,15 @@ func (p *pool) work() {
 			var st uint8
 			var why string
 			handed := false
-			if j.replaced {
+			switch {
+			case j.replaced:
 				st = p.cancelUnrun(j, now, &t)
 				if j.bf != nil {
 					j.bf.end(j.sched)
 				}
-			} else {
+			case !j.prof.noop && context.Cause(p.execCtx) == errStopped:
+				st, handed = p.stopUnrun(j, now, &t)
+			default:
 				t.observeLag(now.UnixNano() - j.due)
 				var stopped bool
 				st, why, stopped = p.run(j, now, &t, cuts)
@@ -634,7 +638,7 @@ func (p *pool) work() {
 				// does that of an attempt the node's stop canceled, which
 				// comes after every release (Close).
 				handed = (stopped || !final(j, st)) &&
-					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, stopped, true)
+					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt+1, j.over, j.bf, stopped, true)
 			}
 			out.add(j, st, why, handed)
 			if out.n == len(out.c) {
@@ -817,6 +821,26 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 			"replaced by a newer fire before it started (concurrency replace)"), j.prof.keepFor(statusCanceled))
 	}
 	return statusCanceled
+}
+
+// stopUnrun records a job taken once the node's stop had canceled the
+// executions (the drain timeout, Hurry): not run, it hands on this very
+// attempt, due at once, as the retry of an attempt the stop canceled, and
+// reports whether it did (leavers.retry). Run, it would have ended at once
+// as canceled, an attempt of the fire spent on nothing, and the last one
+// lost. A backfill's fire handed on is the backfill's still; one that
+// nothing takes ends here, as handOn ends one.
+func (p *pool) stopUnrun(j *job, now time.Time, t *tally) (uint8, bool) {
+	t.exec(statusCanceled)
+	handed := p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.over, j.bf, true, true)
+	if p.history != nil {
+		p.history.RecordKeep(execution(j.id, p.node, j.sched, int(j.attempt), statusCanceled, now, now,
+			"not started: "+errStopped.Error()), j.prof.keepFor(statusCanceled))
+	}
+	if !handed && j.bf != nil {
+		j.bf.end(j.sched)
+	}
+	return statusCanceled, handed
 }
 
 // run executes one job and records its history; it returns the attempt's

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,56 @@ func TestPool_BackfillFireCutByAFenceDoesNotEnd(t *testing.T) {
 	}
 	if len(bf.ended) > 0 {
 		t.Errorf("the backfill was told its fire at %d ended, though a fence cut it", <-bf.ended)
+	}
+}
+
+// A job a worker takes once the node's stop canceled the executions (the
+// drain timeout, Hurry), of a task whose partition was released with the
+// attempt under way, is not run: it is handed on as the attempt it is,
+// due at once, as the retry of an attempt the stop canceled. It ran, was
+// canceled at once, and its retry was handed on as the next attempt: an
+// attempt spent on nothing, and the last one's fire lost.
+func TestPool_JobTakenAfterTheStopIsHandedOnUnrun(t *testing.T) {
+	for _, attempt := range []uint16{1, 3} {
+		t.Run(fmt.Sprintf("attempt %d of 3", attempt), func(t *testing.T) {
+			cfg := DefaultConfig("n").withDefaults()
+			cfg.Workers = 1
+			var hold atomic.Bool
+			hold.Store(true)
+			p := newPool(cfg, nil, &stats{}, hold.Load, 0)
+			t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+			ran := make(causeExec, 1)
+			prof := retryingProfile()
+			prof.exec, prof.noop = ran, false
+			// Its partition released, the release sealed: the worker hands
+			// its retry on through etcd.
+			k := leavingKey(1, 0)
+			p.leaving.m[k] = &leaver{id: "flaky", prof: prof, created: 7, run: &running{n: 1, ended: make(chan struct{})}, n: 1}
+			p.push([]job{{id: "flaky", rec: 1, prof: prof, attempt: attempt, sched: 5}})
+			p.stopExecutions()
+			p.mu.Lock()
+			hold.Store(false)
+			p.ready.Broadcast()
+			p.mu.Unlock()
+			select {
+			case b := <-p.done:
+				if c := b.c[0]; c.status != statusCanceled || !b.extra(&c).handed {
+					t.Errorf("the job ended %s, handed on %t; want canceled, handed on", statusNames[c.status], b.extra(&c).handed)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not end within 10 s")
+			}
+			if len(ran) > 0 {
+				t.Errorf("the job ran (canceled for %v), taken after the stop", <-ran)
+			}
+			var got []string
+			for _, f := range p.chains.take() {
+				got = append(got, fmt.Sprintf("%s@%d attempt %d created %d", f.from, f.sched, f.retry.Attempt, f.created))
+			}
+			if want := []string{fmt.Sprintf("flaky@5 attempt %d created 7", attempt)}; !slices.Equal(got, want) {
+				t.Errorf("handed on %v, want %v", got, want)
+			}
+		})
 	}
 }
 

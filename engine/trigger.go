@@ -50,7 +50,7 @@ type triggerFire struct {
 	at    int64           // unix ns, whole milliseconds
 	rev   int64           // the key's revision (ModRevision)
 	over  *task.Override  // the body or payload of this fire; nil: the task's
-	retry *registry.Retry // a retry handed on by a former owner (leavers); nil: a first attempt
+	retry *registry.Retry // a retry handed on by a former owner (leavers); nil: the trigger's own fire
 	bf    *backfillRun    // a backfill's retry: its backfill's fires handed over (Engine.handedBackfill)
 	// checked is the revision of the read by which checkTriggers found
 	// its task created before its key (0: none); checking says that such
@@ -86,7 +86,7 @@ func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.s
 // remembers it, and the last revision of its key it saw.
 type seenTrigger struct {
 	until, rev int64
-	attempt    uint16 // the retry its key carried (registry.Retry); 0: a first attempt
+	attempt    uint16 // the retry its key carried (registry.Retry); 0: the trigger's own fire
 	early      bool
 	ended      bool // its fire ended here
 	again      bool // its key was put again while its fire waited or ran: it goes when the fire ends

@@ -683,7 +683,8 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 
 // DecodeTriggerValue reads a trigger key's value: the override it carries,
 // nil for none (an empty value, as Trigger writes), and the retry it is,
-// nil for a fire's first attempt.
+// nil for a trigger's own fire. A retry of attempt 1 is a fire's first
+// attempt that its node's stop came before, handed on unrun.
 func DecodeTriggerValue(v []byte) (*task.Override, *Retry) {
 	if len(v) == 0 {
 		return nil, nil
@@ -696,8 +697,8 @@ func DecodeTriggerValue(v []byte) (*task.Override, *Retry) {
 	if !tv.Override.Empty() {
 		o = &tv.Override
 	}
-	if tv.Retry != nil && tv.Retry.Attempt < 2 {
-		tv.Retry = nil // no retry: the first attempt is a plain trigger's
+	if tv.Retry != nil && tv.Retry.Attempt < 1 {
+		tv.Retry = nil
 	}
 	return o, tv.Retry
 }

@@ -232,6 +232,31 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	}
 }
 
+// A fire's first attempt that its node's stop came before, handed on
+// unrun, reads back as attempt 1 of that fire, not as a trigger's own
+// fire at the key's time (another fire, under another idempotency key).
+func TestRegistry_TriggerRetryOfAFirstAttemptReadsBackAsIt(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/retryfirst")
+	put, err := reg.Put(ctx, noopTask("t", "@yearly"), PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: 1, Due: at}, nil, put.Version); err != nil {
+		t.Fatal(err)
+	}
+	kvs := triggerKeys(t, c.Client, reg).Kvs
+	if len(kvs) != 1 {
+		t.Fatalf("%d trigger keys, want 1", len(kvs))
+	}
+	if _, r := DecodeTriggerValue(kvs[0].Value); r == nil || r.Attempt != 1 || !r.At.Equal(at) {
+		t.Errorf("read back as %+v, want attempt 1 of the fire at %v", r, at)
+	}
+}
+
 // A retry is of the task whose attempt failed, not of its id: the task
 // deleted and put again after its node last read the partition, the
 // retry is not written (ErrNotFound, as for a task deleted), and the new
