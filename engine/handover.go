@@ -444,9 +444,12 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 	return run
 }
 
-// retry hands on attempt next of the fire at sched of leaver k, when the
-// task has that many, and reports whether it was k's to hand on: k is a
-// leaver, and, for a worker (sealed), sealed. The attempt before it
+// retry hands on attempt next of the fire at sched of leaver k, and
+// reports whether it did: k is a leaver, and, for a worker (sealed),
+// sealed, and its task has that many attempts by the definition the loop
+// held at the release (lv.prof), as the loop retries a failure by the
+// definition it holds (complete), an edit's since the attempt began
+// included. The attempt before it
 // failed, or the node's stop (stopped) canceled it, or came before next
 // started, which then was not run (pool.work). The retry of a failure is
 // due after its backoff; that of a stopped attempt at once: its cancel
@@ -460,7 +463,7 @@ func (ls *leavers) retry(k uint64, sched int64, next uint16, over *task.Override
 		return false
 	}
 	if int(next) > lv.prof.maxAttempts {
-		return true
+		return false
 	}
 	due := ls.clock.Now()
 	if !stopped {

@@ -639,6 +639,9 @@ func (p *pool) work() {
 				// comes after every release (Close).
 				handed = (stopped || !final(j, st)) &&
 					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt+1, j.over, j.bf, stopped, true)
+				if stopped && !handed && j.bf != nil {
+					j.bf.end(j.sched) // no retry runs on: its fire is over
+				}
 			}
 			out.add(j, st, why, handed)
 			if out.n == len(out.c) {
@@ -845,8 +848,9 @@ func (p *pool) stopUnrun(j *job, now time.Time, t *tally) (uint8, bool) {
 
 // run executes one job and records its history; it returns the attempt's
 // status, for a failure its error, and whether the node's stop canceled
-// it with attempts left (errStopped): its retry is then handed on (work),
-// and its fire has not ended.
+// it (errStopped): its retry is then handed on (work) when the task's
+// definition gives it attempts left, and its fire has not ended until
+// then.
 func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stopped bool) {
 	if j.kind != kindRetry {
 		t.fires++
@@ -862,14 +866,14 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why 
 		err = p.execute(j, out, cuts)
 	}
 	st = statusOf(err)
-	stopped = st == statusCanceled && errors.Is(err, errStopped) && int(j.attempt) < j.prof.maxAttempts
+	stopped = st == statusCanceled && errors.Is(err, errStopped)
 	t.exec(st)
 	p.chain(j, st)
 	// A fire a fence cut did not end: the node stops its backfill as it
 	// drops the partitions, and the next owner runs it again. Counted
 	// ended, it could be recorded so while etcd still answers (the
 	// session's lease lost, not etcd), and never run. Nor did one the
-	// stop cut with attempts left: its retry runs on.
+	// stop cut, whose retry may run on (work).
 	if j.bf != nil && final(j, st) && !stopped && !errors.Is(err, errFenced) {
 		j.bf.end(j.sched)
 	}

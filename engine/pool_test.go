@@ -279,6 +279,65 @@ func TestPool_JobTakenAfterTheStopIsHandedOnUnrun(t *testing.T) {
 	}
 }
 
+// The retry of an attempt the node's stop cancels is handed on by the
+// task's definition at its partition's release, as the retry of a failure
+// is (leavers.handOn), and as the owner retries by the definition it
+// holds: a task edited from one attempt to three while attempt 1 ran
+// hands attempt 2 on. It was lost, the attempt's own definition having
+// none left. Edited the other way, from three to one, nothing is handed
+// on; nor when the last attempt is canceled, and a backfill's fire then
+// ends.
+func TestPool_RetryOfAnAttemptTheStopCancelsGoesByTheTasksDefinitionAtTheRelease(t *testing.T) {
+	for _, tc := range []struct {
+		ran, held int    // max_attempts of the attempt's definition, and of the one held at the release
+		attempt   uint16 // the attempt canceled
+		want      []string
+	}{
+		{ran: 1, held: 3, attempt: 1, want: []string{"flaky@5 attempt 2"}},
+		{ran: 3, held: 1, attempt: 1},
+		{ran: 3, held: 3, attempt: 3},
+	} {
+		t.Run(fmt.Sprintf("attempt %d of %d, edited to %d", tc.attempt, tc.ran, tc.held), func(t *testing.T) {
+			cfg := DefaultConfig("n").withDefaults()
+			cfg.Workers = 1
+			p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
+			t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+			started := make(startedExec, 1)
+			prof, held := retryingProfile(), retryingProfile()
+			prof.exec, prof.noop, prof.maxAttempts = started, false, tc.ran
+			held.maxAttempts = tc.held
+			k := leavingKey(1, 0)
+			p.leaving.m[k] = &leaver{id: "flaky", prof: held, created: 7, run: &running{n: 1, ended: make(chan struct{})}, n: 1}
+			bf := &backfillRun{id: "flaky", ended: make(chan int64, 2)}
+			p.push([]job{{id: "flaky", rec: 1, prof: prof, attempt: tc.attempt, sched: 5, bf: bf}})
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the attempt did not start within 10 s")
+			}
+			p.stopExecutions()
+			select {
+			case b := <-p.done:
+				if c := b.c[0]; c.status != statusCanceled || b.extra(&c).handed != (tc.want != nil) {
+					t.Errorf("the attempt ended %s, handed on %t; want canceled, handed on %t", statusNames[c.status], b.extra(&c).handed, tc.want != nil)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the attempt did not end within 10 s")
+			}
+			var got []string
+			for _, f := range p.chains.take() {
+				got = append(got, fmt.Sprintf("%s@%d attempt %d", f.from, f.sched, f.retry.Attempt))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("handed on %v, want %v", got, tc.want)
+			}
+			if ended := len(bf.ended) > 0; ended != (tc.want == nil) {
+				t.Errorf("the backfill's fire ended: %t, want %t (no retry runs on)", ended, tc.want == nil)
+			}
+		})
+	}
+}
+
 // causeExec runs a fire until its context ends, 2 s at most, and sends
 // why it ended: the context's cause, or nil.
 type causeExec chan error
@@ -289,6 +348,16 @@ func (c causeExec) Execute(ctx context.Context, _ *executor.Fire) error {
 	case <-time.After(2 * time.Second):
 	}
 	c <- context.Cause(ctx)
+	return ctx.Err()
+}
+
+// startedExec runs a fire until its context ends, once it said on its
+// channel that it started.
+type startedExec chan struct{}
+
+func (s startedExec) Execute(ctx context.Context, _ *executor.Fire) error {
+	s <- struct{}{}
+	<-ctx.Done()
 	return ctx.Err()
 }
 
