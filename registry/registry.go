@@ -1079,6 +1079,13 @@ func (r *Registry) encode(t *task.Task, old *mvccpb.KeyValue) (val []byte, same 
 	if s.CreatedAt = s.CreatedAt.UTC().Truncate(time.Millisecond); s.CreatedAt.IsZero() || s.CreatedAt.After(now) {
 		s.CreatedAt = now
 	}
+	if s.Pause != nil && s.Pause.At.IsZero() {
+		// A pause record given without its time (task JSON's, not an
+		// export's) dates from its write.
+		p := *s.Pause
+		p.At = now
+		s.Pause = &p
+	}
 	s.UpdatedAt = now
 	if old != nil {
 		var prev task.Task

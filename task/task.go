@@ -130,7 +130,9 @@ type Task struct {
 	State *State `json:"state,omitempty"`
 	// Pause says who paused the task, when, and why: set by the pause
 	// request and kept while the task stays paused (a PUT that keeps it
-	// paused keeps it); nil for a task not paused that way.
+	// paused keeps it); nil for a task not paused that way. DecodeTask
+	// reads it for a paused task, as an export writes it, for an import
+	// to keep (registry).
 	Pause *Pause `json:"pause,omitempty"`
 }
 
@@ -146,18 +148,27 @@ type Pause struct {
 // MaxPauseNote is the longest pause note, in bytes.
 const MaxPauseNote = 1024
 
+// MaxPauseBy is the longest name of who paused a task that a task's JSON
+// may give (Pause.By), in bytes: the registry keeps room in a task's size
+// for a pause record with the longest note, and who and when.
+const MaxPauseBy = 64
+
 // CheckPauseNote refuses a pause note longer than MaxPauseNote or holding
 // control characters other than tab and newline.
-func CheckPauseNote(note string) error {
-	if len(note) > MaxPauseNote {
-		return Invalid("note", "%d bytes, more than the limit of %d", len(note), MaxPauseNote)
+func CheckPauseNote(note string) error { return checkPauseText("note", note, MaxPauseNote) }
+
+// checkPauseText refuses a pause record's field longer than max bytes or
+// holding control characters other than tab and newline.
+func checkPauseText(field, s string, max int) error {
+	if len(s) > max {
+		return Invalid(field, "%d bytes, more than the limit of %d", len(s), max)
 	}
-	if !utf8.ValidString(note) {
-		return Invalid("note", "not valid UTF-8")
+	if !utf8.ValidString(s) {
+		return Invalid(field, "not valid UTF-8")
 	}
-	for _, r := range note {
+	for _, r := range s {
 		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f {
-			return Invalid("note", "control character %U", r)
+			return Invalid(field, "control character %U", r)
 		}
 	}
 	return nil
@@ -355,8 +366,9 @@ func parseDuration(b []byte) (time.Duration, string) {
 // ignoring case), values of the wrong JSON type, explicit zeros where zero
 // is not allowed ("timeout": "0s"), and everything Validate refuses. JSON
 // null is the same as leaving a field out. The output-only fields
-// (partition, version, updated_at, state, pause) are accepted and
-// ignored; created_at is read, for a create to keep (registry).
+// (partition, version, updated_at, state) are accepted and ignored;
+// created_at is read, for a create to keep (registry), and so is the pause
+// record of a paused task (decodePause).
 func DecodeTask(data []byte) (*Task, error) {
 	if len(data) > MaxTaskSize {
 		return nil, Invalid("", "task is %d bytes of JSON, more than the limit of %d (64 KiB)", len(data), MaxTaskSize)
@@ -406,6 +418,7 @@ func DecodeTask(data []byte) (*Task, error) {
 	t.Concurrency = ConcurrencyPolicy(concurrency)
 	d.duration("jitter", &t.Jitter, true)
 	d.boolean("paused", &t.Paused)
+	decodePause(d, &t)
 	d.strMap("labels", &t.Labels)
 	if l := d.object("history_limit"); l != nil {
 		l.known(historyLimitFields, nil)
@@ -436,12 +449,49 @@ var (
 	taskFields = []string{"id", "schedule", "timezone", "executor", "timeout", "retry", "misfire",
 		"catchup_window", "concurrency", "jitter", "paused", "labels", "history_limit",
 		"notify", "pause_on_failure", "capture",
-		"on_success", "on_failure"}
-	outputOnlyFields   = []string{"partition", "version", "updated_at", "state", "pause"}
+		"on_success", "on_failure", "pause"}
+	outputOnlyFields   = []string{"partition", "version", "updated_at", "state"}
+	pauseFields        = []string{"note", "by", "at"}
 	windowFields       = []string{"not_before", "not_after", "max_fires", "delete_after_fire", "created_at"}
 	retryFields        = []string{"max_attempts", "backoff", "max_backoff"}
 	historyLimitFields = []string{"successes", "failures"}
 )
+
+// decodePause reads the pause record of a paused task, as an export
+// writes it, so that an import keeps who paused the task, when and why:
+// its note as a pause's, who 1 to MaxPauseBy bytes of the same rules, its
+// time an RFC 3339 one (the registry dates it now when left out). A task
+// not paused has none: a record given with it is ignored, as a resume
+// drops it.
+func decodePause(d *objDecoder, t *Task) {
+	if !t.Paused || d.err != nil {
+		return
+	}
+	pd := d.object("pause")
+	if pd == nil {
+		return
+	}
+	pd.known(pauseFields, nil)
+	var p Pause
+	pd.str("note", &p.Note)
+	pd.str("by", &p.By)
+	pd.instant("at", &p.At)
+	if pd.err == nil {
+		err := CheckPauseNote(p.Note)
+		if err == nil && p.By == "" {
+			err = Invalid("by", "required: who paused the task, as an export writes it")
+		}
+		if err == nil {
+			err = checkPauseText("by", p.By, MaxPauseBy)
+		}
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			pd.fail(ve.Field, "%s", ve.Reason)
+		}
+	}
+	d.adopt(pd)
+	t.Pause = &p
+}
 
 // objDecoder decodes the fields of one JSON object, keeping the first error.
 // Decoding field by field, rather than with encoding/json's struct decoder,

@@ -223,6 +223,23 @@ func TestDecodeTask_OutputOnlyFields(t *testing.T) {
 	}
 }
 
+// TestDecodeTask_PauseRecord: a paused task's pause record, as an export
+// writes it, is read, for an import to keep who paused the task, when and
+// why; a task not paused has none, whatever record it gives. It was
+// ignored, as an output field, and an export read back lost it.
+func TestDecodeTask_PauseRecord(t *testing.T) {
+	const base = `"id": "a", "schedule": "* * * * *", "executor": {"type": "noop"}, `
+	rec := `"pause": {"note": "INC-9: vendor down", "by": "token", "at": "2026-01-02T03:04:05.678Z"}`
+	paused := mustDecode(t, `{`+base+`"paused": true, `+rec+`}`)
+	want := &Pause{Note: "INC-9: vendor down", By: "token", At: time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)}
+	if !reflect.DeepEqual(paused.Pause, want) {
+		t.Errorf("a paused task's record decoded as %+v, want %+v", paused.Pause, want)
+	}
+	if running := mustDecode(t, `{`+base+`"paused": false, `+rec+`}`); running.Pause != nil {
+		t.Errorf("a task not paused kept the record %+v", running.Pause)
+	}
+}
+
 // TestDecodeTask_Invalid is the table of refused inputs, each with the field
 // the error names.
 func TestDecodeTask_Invalid(t *testing.T) {
@@ -323,6 +340,12 @@ func TestDecodeTask_Invalid(t *testing.T) {
 		{"jitter too long", with(`"jitter": "2h"`), "jitter", "2h0m0s is more than 1h0m0s"},
 		{"jitter not under the period", `{"id": "a", "schedule": "*/10 * * * * *", "executor": {"type": "noop"}, "jitter": "10s"}`, "jitter", "not shorter than the schedule's shortest interval 10s"},
 		{"paused not bool", with(`"paused": "yes"`), "paused", "want true or false, got a string"},
+		{"pause not an object", with(`"paused": true, "pause": "me"`), "pause", "want an object, got a string"},
+		{"pause unknown field", with(`"paused": true, "pause": {"by": "me", "why": "x"}`), "pause.why", "unknown field"},
+		{"pause without who", with(`"paused": true, "pause": {"note": "x"}`), "pause.by", "required"},
+		{"pause who too long", with(`"paused": true, "pause": {"by": "` + strings.Repeat("b", MaxPauseBy+1) + `"}`), "pause.by", "more than the limit of 64"},
+		{"pause note control", with(`"paused": true, "pause": {"by": "me", "note": "a\u0000b"}`), "pause.note", "control character U+0000"},
+		{"pause at not a time", with(`"paused": true, "pause": {"by": "me", "at": "yesterday"}`), "pause.at", "not an RFC 3339 time"},
 		{"labels not object", with(`"labels": ["a"]`), "labels", "want an object of strings, got an array"},
 		{"label value not string", with(`"labels": {"team": 7}`), "labels.team", "want a string, got 7"},
 		// null inside an object or array of strings is no string: taken as "", it

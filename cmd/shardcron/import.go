@@ -35,7 +35,8 @@ line number and does not stop the others. Importing the same file again is
 harmless: tasks that did not change are not rewritten. A line replaces its
 task whole, as 'task put' does: a task paused since the file was written
 (task pause) is resumed by a line without "paused": true, its pause note
-gone; 'task export' writes the pauses, for a file to import back.
+gone; 'task export' writes the pauses, with who paused each task, when
+and why, which the import keeps, for a file to import back.
 
 On a terminal, a progress bar on stderr shows lines done, rate and time
 left (--quiet hides it). A batch that fails on the network or with a
