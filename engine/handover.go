@@ -449,12 +449,12 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 // sealed, and its task has that many attempts by the definition the loop
 // held at the release (lv.prof), as the loop retries a failure by the
 // definition it holds (complete), an edit's since the attempt began
-// included. The attempt before it
-// failed, or the node's stop (stopped) canceled it, or came before next
-// started, which then was not run (pool.work). The retry of a failure is
-// due after its backoff; that of a stopped attempt at once: its cancel
-// says nothing of what it calls, which the backoff spares, and its fire
-// is late already, by the drain timeout.
+// included. The attempt before it failed, or the node's stop (stopped)
+// canceled it, or came before next started, which then was not run
+// (pool.stopUnrun). The retry of a failure is due after its backoff; that
+// of a stopped attempt at once: its cancel says nothing of what it calls,
+// which the backoff spares, and its fire is late already, by the drain
+// timeout.
 func (ls *leavers) retry(k uint64, sched int64, next uint16, over *task.Override, bf *backfillRun, stopped, sealed bool) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
