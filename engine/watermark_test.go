@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
@@ -137,4 +138,127 @@ func TestEngine_AnAcquireRoundReadsADeadSessionsWatermarkOnce(t *testing.T) {
 	if n := reads.Load(); n != 2 {
 		t.Errorf("the round's %d acquires read the dead session's watermark key %d times, want twice: its value and its base", parts, n)
 	}
+}
+
+// The log as the loop, the workers and the writer drive it: changes
+// noted (a release's among them, rev 0, and a re-acquire's after it), the
+// dispatch point moved and published or left unpublished behind jobs
+// waiting for room, jobs pushed without moving it, taken, dropped by a
+// fence's reset, and the writer folding seldom enough that the log
+// compacts under marks in flight. Each fold, at whatever count the
+// pool's watermark goes with then, gives what the whole log gives at it:
+// compact is given every count a later fold can be at (pool.seqs and the
+// loop's throughSeq), which TestAppliedLog_CompactFoldsAsBefore takes as
+// given.
+func TestAppliedLog_FoldsAsTheWholeLogUnderThePoolsMarks(t *testing.T) {
+	seeds := uint64(8)
+	if raceEnabled {
+		seeds = 2 // one goroutine: nothing for the detector to find, and 8 times as slow
+	}
+	for seed := range seeds {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		p := &pool{}
+		log := &appliedLog{pool: p}
+		var whole appliedLog
+		var seq, throughSeq uint64
+		var through int64
+		got, want := map[int]int64{}, map[int]int64{}
+		folds, compactions, inFlight := 0, 0, 0
+		stalled := false // workers take nothing: the marks pile up
+		fold := func() {
+			log.fold(got)
+			_, at := p.marked()
+			whole.foldTo(at, want)
+			folds++
+			if !maps.Equal(got, want) {
+				t.Fatalf("seed %d, fold %d at change %d of %d: %v, want %v", seed, folds, at, seq, got, want)
+			}
+		}
+		// probe checks a fold at every count a later one can be at: the
+		// watermark's, those of the marks in flight, the loop's.
+		probe := func() {
+			p.mu.Lock()
+			at := []uint64{p.seq, throughSeq}
+			for _, m := range p.marks[p.mhead:] {
+				at = append(at, m.seq)
+			}
+			p.mu.Unlock()
+			slices.Sort(at)
+			at = slices.Compact(at)
+			g, x := foldsAt(log.changes, got, at), foldsAt(whole.changes, want, at)
+			for i, c := range at {
+				if !maps.Equal(g[i], x[i]) {
+					t.Fatalf("seed %d: a fold at change %d of %d would give %v, want %v", seed, c, seq, g[i], x[i])
+				}
+			}
+		}
+		for range 100_000 {
+			switch r := rng.IntN(100); {
+			case rng.IntN(20_000) == 0:
+				fold()
+			case rng.IntN(250) == 0:
+				probe()
+			case rng.IntN(1_000) == 0:
+				stalled = !stalled
+			case r < 60:
+				seq++
+				c := appliedChange{seq: seq, p: rng.IntN(6), rev: int64(seq)}
+				if rng.IntN(5) == 0 {
+					c.rev = 0
+				}
+				whole.changes = append(whole.changes, c)
+				n := len(log.changes)
+				log.note(c.seq, c.p, c.rev, throughSeq)
+				if len(log.changes) <= n {
+					compactions++
+					inFlight = max(inFlight, len(p.marks)-p.mhead)
+				}
+			case r < 70: // rescheduleReleased
+				through++
+				throughSeq = seq
+				if rng.IntN(3) > 0 { // else jobs wait for room: no publish
+					p.publish(through, throughSeq)
+				}
+			case r < 85: // pushJobs
+				p.mu.Lock()
+				p.pushed += uint64(1 + rng.IntN(3))
+				p.mu.Unlock()
+				if rng.IntN(3) > 0 {
+					p.publish(through, throughSeq)
+				}
+			case r < 99 && !stalled: // a worker's take
+				p.mu.Lock()
+				p.taken = min(p.pushed, p.taken+uint64(1+rng.IntN(4)))
+				p.advanceMarks()
+				p.mu.Unlock()
+			case r == 99: // a fence drops the queue
+				p.reset()
+			}
+		}
+		fold()
+		p.mu.Lock()
+		p.taken = p.pushed
+		p.mu.Unlock()
+		through, throughSeq = through+1, seq
+		p.publish(through, throughSeq)
+		fold()
+		if compactions == 0 || inFlight < 2 {
+			t.Fatalf("seed %d: the log compacted %d times over %d changes, with at most %d marks in flight", seed, compactions, seq, inFlight)
+		}
+	}
+}
+
+// foldsAt returns what folds of changes into revs at each count of at
+// (ascending) would give, leaving both as they are.
+func foldsAt(changes []appliedChange, revs map[int]int64, at []uint64) []map[int]int64 {
+	out := make([]map[int]int64, 0, len(at))
+	cur := maps.Clone(revs)
+	rest := slices.Clone(changes)
+	for _, seq := range at {
+		n, _ := slices.BinarySearchFunc(rest, seq+1, func(c appliedChange, s uint64) int { return cmp.Compare(c.seq, s) })
+		(&appliedLog{changes: rest[:n]}).foldTo(seq, cur)
+		rest = rest[n:]
+		out = append(out, maps.Clone(cur))
+	}
+	return out
 }
