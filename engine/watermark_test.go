@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shardcron/shardcron/task"
@@ -261,4 +263,46 @@ func foldsAt(changes []appliedChange, revs map[int]int64, at []uint64) []map[int
 		out = append(out, maps.Clone(cur))
 	}
 	return out
+}
+
+// A read of a dead session's watermark key that failed for its own
+// acquire's cancel (the ring moved that partition on) poisons none of
+// the round: the acquire that waited for it reads for itself, and the
+// next to ask reads again, for the round.
+func TestDeadMarks_AFailedReadIsNotKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDeadMarks()
+		var reads atomic.Int64
+		read := func(ctx context.Context, key string) (deadMark, error) {
+			if reads.Add(1) == 1 {
+				<-ctx.Done()
+				return deadMark{}, ctx.Err()
+			}
+			return deadMark{found: true}, nil
+		}
+		moved, cancel := context.WithCancel(context.Background())
+		var first, second error
+		var m deadMark
+		var wg sync.WaitGroup
+		wg.Go(func() { _, first = d.get(moved, "k", read) })
+		synctest.Wait()
+		wg.Go(func() { m, second = d.get(context.Background(), "k", read) })
+		synctest.Wait() // waiting for the first read
+		cancel()
+		wg.Wait()
+		if !errors.Is(first, context.Canceled) {
+			t.Fatalf("the canceled acquire's read returned %v, want its cancel", first)
+		}
+		if second != nil || !m.found {
+			t.Errorf("the acquire that waited for it got the key found %v, %v: want it as read for itself", m.found, second)
+		}
+		for range 2 {
+			if m, err := d.get(context.Background(), "k", read); err != nil || !m.found {
+				t.Errorf("a later acquire got the key found %v, %v: want it as read", m.found, err)
+			}
+		}
+		if n := reads.Load(); n != 3 {
+			t.Errorf("the key was read %d times, want 3: the canceled read, the waiter's, and one for the later two", n)
+		}
+	})
 }
