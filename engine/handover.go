@@ -593,18 +593,18 @@ func (l *loop) releaseParts(parts []int) release {
 		l.wheel.Cancel(retryBase + uint32(slot))
 		l.freeRetry(uint32(slot))
 	}
-	l.early = slices.DeleteFunc(l.early, func(t triggerFire) bool {
+	l.early.keep(func(t *triggerFire) bool {
 		if out[t.part] == nil {
-			return false
+			return true
 		}
 		if t.prev != 0 {
 			// A key put again after its fire here, unread: taken for
 			// that fire, so that the next owner does not fire it again.
 			l.putAgain(t.key(), t.rev)
-			return true
+			return false
 		}
 		l.forgetTrigger(t.key())
-		return true
+		return false
 	})
 	l.noteReleasedAgain(out)
 	var run *running

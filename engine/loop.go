@@ -240,7 +240,7 @@ type loop struct {
 	deletedRuns map[uint64]deletedRuns
 	deletes     sync.WaitGroup // the history deletes of deletedRuns, which Close waits for (deletedRunsDrained)
 
-	early     []triggerFire              // triggers that came before their task, until triggered's until, or whose task's creation is read (checkTriggers)
+	early     earlyTriggers              // triggers that came before their task, until triggered's until, or whose task's creation is read (checkTriggers)
 	checks    *triggerChecks             // the triggers whose task's creation checkTriggers reads
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	// releasedAgain are the keys of released partitions' triggers put

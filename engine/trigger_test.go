@@ -586,7 +586,7 @@ func TestEngine_EarlyTriggerGivesUpWithNothingElseHappening(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		return inLoop(t, n, func(l *loop) bool { return len(l.early) == 1 })
+		return inLoop(t, n, func(l *loop) bool { return l.early.len() == 1 })
 	})
 	if !eventually(triggerWait+5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
 		t.Errorf("the early trigger of a task that never came still has its key %s past triggerWait", key)
@@ -1275,6 +1275,52 @@ func TestLoop_TriggerOlderThanACreationFiresOnlyTheTaskItWasWrittenFor(t *testin
 	}
 	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{{0, "x", ms(1).UnixNano()}}) {
 		t.Errorf("keys ended %v, want x's from before its delete", got)
+	}
+}
+
+// An answer of checkTriggers goes to the triggers it answers, and to no
+// other: a trigger of the same task not in it stays checked, a trigger
+// waiting for its task stays so, and an answer that names a task twice
+// fires each of its triggers once. The loop holds the triggers being
+// checked by task, not in one list it went through at each answer.
+func TestLoop_CheckedAnswerGoesToTheTriggersItAnswersAlone(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x", "y")
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// y deleted and put again at revision 20: every trigger older is read.
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "y", hash: xxhash.Sum64String("y"), sched: h, prof: prof}}, rev: 20, created: 20})
+	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+	fired := func(id string, n int) string { return fmt.Sprintf("%s@%d", id, ms(n).UnixMilli()) }
+	tl.putTrigger(0, "x", ms(1), 10)
+	tl.putTrigger(0, "x", ms(2), 11)
+	tl.putTrigger(0, "y", ms(3), 12)
+	tl.putTrigger(0, "gone", ms(4), 13) // its task never came: it waits
+	asked := tl.checks.take(10)
+	if len(asked) != 3 || tl.early.len() != 4 {
+		t.Fatalf("%d triggers to check, %d early, want 3 and 4", len(asked), tl.early.len())
+	}
+	created := map[string]int64{"x": 5, "y": 5}
+	tl.handle(&checkedCmd{fires: asked[:1], created: created, rev: 21})
+	if got, want := tl.dispatched(0), []string{fired("x", 1)}; !slices.Equal(got, want) {
+		t.Errorf("dispatched %v after x's first trigger was answered, want %v", got, want)
+	}
+	if got := tl.early.len(); got != 3 {
+		t.Errorf("%d triggers early, want 3: x's second and y's checked, gone's waiting", got)
+	}
+	tl.handle(&checkedCmd{fires: []triggerFire{asked[1], asked[2], asked[1]}, created: created, rev: 22})
+	if got, want := tl.dispatched(0), []string{fired("x", 1), fired("x", 2), fired("y", 3)}; !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want %v", got, want)
+	}
+	if got := tl.early.len(); got != 1 {
+		t.Errorf("%d triggers early, want gone's", got)
+	}
+	if got := tl.sweepPastWait(); !slices.Equal(got, []triggerKey{{0, "gone", ms(4).UnixNano()}}) {
+		t.Errorf("keys ended past triggerWait %v, want gone's", got)
 	}
 }
 
