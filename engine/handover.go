@@ -606,6 +606,9 @@ func (l *loop) releaseParts(parts []int) release {
 		l.forgetTrigger(t.key())
 		return false
 	})
+	// Their checks not yet taken go with them, the next owner's: left
+	// queued, the checks of the partitions kept waited behind them.
+	l.checks.takeIf(func(f triggerFire) bool { return out[f.part] != nil })
 	l.noteReleasedAgain(out)
 	var run *running
 	for _, p := range parts {

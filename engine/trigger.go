@@ -556,6 +556,22 @@ func (b *batchQueue[T]) take(n int) []T {
 	return b.takeLocked(n)
 }
 
+// takeIf takes the queued items for which in returns true off the
+// queue, in order.
+func (b *batchQueue[T]) takeIf(in func(x T) bool) []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []T
+	b.q = slices.DeleteFunc(b.q, func(x T) bool {
+		if in(x) {
+			out = append(out, x)
+			return true
+		}
+		return false
+	})
+	return out
+}
+
 // takeLocked is take, called with mu held.
 func (b *batchQueue[T]) takeLocked(n int) []T {
 	if len(b.q) == 0 {
@@ -614,17 +630,7 @@ func (t *triggerEnds) takeParts(ps []int) []triggerKey {
 	for _, p := range ps {
 		in[p] = true
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []triggerKey
-	t.q = slices.DeleteFunc(t.q, func(k triggerKey) bool {
-		if in[k.part] {
-			out = append(out, k)
-			return true
-		}
-		return false
-	})
-	return out
+	return t.takeIf(func(k triggerKey) bool { return in[k.part] })
 }
 
 // waitBatch waits until the deleter's batch in flight, if any, is done
@@ -698,9 +704,11 @@ type triggerChecks = batchQueue[triggerFire]
 // loop applied in their partition are queued: those an acquire reads, and
 // those of a partition that took a new task between the trigger and the
 // loop's look at it; and keys put again after their trigger fired here
-// (checkedAgain). Those left when ctx ends keep their keys for the
-// partitions' next owners (the release forgets them, but a key put again
-// goes as that fire's).
+// (checkedAgain). Those of a partition that leaves the node, a release or
+// a fenced drop, keep their keys for its next owner: the release forgets
+// them (but a key put again goes as that fire's), and takes those not yet
+// read off t, so that they hold back no check of a partition kept; as do
+// those left when ctx ends.
 func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 	for {
 		batch := t.take(checkAnswer)

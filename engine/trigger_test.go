@@ -1324,6 +1324,33 @@ func TestLoop_CheckedAnswerGoesToTheTriggersItAnswersAlone(t *testing.T) {
 	}
 }
 
+// A release drops the checks of its partitions' triggers still queued
+// (checkTriggers had not taken them): the next owner reads its triggers
+// again, and the checks of the partitions the node keeps, queued behind
+// a bulk trigger's of a partition gone, waited for reads of nobody's
+// triggers.
+func TestLoop_ReleaseDropsItsPartitionsQueuedChecks(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	for p, id := range []string{"x", "y"} {
+		h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def := taskDef{id: id, hash: xxhash.Sum64String(id), part: p, sched: h, prof: prof}
+		// A task created at revision 20: every trigger older is read.
+		tl.handle(&loadCmd{part: p, resume: base.UnixNano(), rev: 30, created: 20, defs: []taskDef{def}, first: true, done: make(chan struct{})})
+	}
+	at := base.Add(time.Millisecond)
+	tl.putTrigger(0, "x", at, 10)
+	tl.putTrigger(1, "y", at, 11)
+	tl.releaseNow(0)
+	if asked := tl.checks.take(10); len(asked) != 1 || asked[0].id != "y" {
+		t.Errorf("checks queued after partition 0's release %v, want y's alone", asked)
+	}
+}
+
 // A load read from etcd says when its tasks were created: a trigger
 // written after the latest of those creations, though before the load's
 // read, is its task's and fires at once, without a read of its task's
