@@ -199,7 +199,7 @@ func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	d := e.decoder()
 	var defs []taskDef
-	rev, err := e.store.Partition(uint32(p), func(id string, value []byte) error {
+	rev, err := e.store.Partition(uint32(p), func(id string, value []byte, _ int64) error {
 		def, err := d.def(id, value)
 		if err != nil {
 			return fmt.Errorf("cached task %q: %w", id, err)

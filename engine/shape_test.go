@@ -235,7 +235,7 @@ func TestEngine_RestartFromTheCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			vals := map[string][]byte{}
-			rev, err := st.Partition(0, func(id string, v []byte) error { vals[id] = bytes.Clone(v); return nil })
+			rev, err := st.Partition(0, func(id string, v []byte, _ int64) error { vals[id] = bytes.Clone(v); return nil })
 			if err != nil || rev == 0 {
 				t.Fatalf("the cache of partition 0: revision %d, %v", rev, err)
 			}
@@ -396,7 +396,7 @@ func TestEngine_UnreadableChangeIsLeftOutOfTheLoopAndTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cached []string
-	if _, err := st.Partition(0, func(id string, _ []byte) error { cached = append(cached, id); return nil }); err != nil {
+	if _, err := st.Partition(0, func(id string, _ []byte, _ int64) error { cached = append(cached, id); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

@@ -197,7 +197,7 @@ func TestEngine_StandbyReadEndingLateLeavesTheCacheRight(t *testing.T) {
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return b.e.Stats().PartitionsOwned == 8 && len(b.e.preparing) == 0 })
 	putTask(t, b.e.Registry(), handlerTask(later, "0 0 0 1 1 *"))
 	cached := func() (ids []string) {
-		if _, err := b.store.Partition(uint32(p), func(id string, _ []byte) error {
+		if _, err := b.store.Partition(uint32(p), func(id string, _ []byte, _ int64) error {
 			ids = append(ids, id)
 			return nil
 		}); err != nil {

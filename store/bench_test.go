@@ -113,7 +113,7 @@ func BenchmarkPartitionScan(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				count := 0
-				if _, err := s.Partition(1, func(string, []byte) error { count++; return nil }); err != nil {
+				if _, err := s.Partition(1, func(string, []byte, int64) error { count++; return nil }); err != nil {
 					b.Fatal(err)
 				}
 				if count != n {

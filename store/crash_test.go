@@ -107,7 +107,7 @@ func TestCrash_RevisionNeverAheadOfData(t *testing.T) {
 			t.Fatalf("round %d: Open after kill: %v", round, err)
 		}
 		got := map[string]string{}
-		rev, err := s.Partition(1, func(id string, v []byte) error {
+		rev, err := s.Partition(1, func(id string, v []byte, _ int64) error {
 			got[id] = string(v)
 			return nil
 		})

@@ -53,7 +53,7 @@ func TestStore_RealDiskFull(t *testing.T) {
 	}
 	t.Logf("Apply: %v", err)
 	var ids []string
-	if rev, err := s.Partition(0, func(id string, _ []byte) error { ids = append(ids, id); return nil }); err != nil || rev != 1 || len(ids) != 1 {
+	if rev, err := s.Partition(0, func(id string, _ []byte, _ int64) error { ids = append(ids, id); return nil }); err != nil || rev != 1 || len(ids) != 1 {
 		t.Fatalf("partition 0 after the refused Apply: revision %d, tasks %v, %v; want 1 and [a]", rev, ids, err)
 	}
 

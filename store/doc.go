@@ -13,7 +13,10 @@
 // A partition is cached together with the revision R it is synced to:
 // every change of the partition in etcd up to and including R is in the
 // cache. A restarted node reads the cache and resumes its watch at R+1
-// instead of range-reading the partition (invariant 7). Guarantees:
+// instead of range-reading the partition (invariant 7). A task may carry
+// the revision etcd created it at (KV.Created), kept beside its value; one
+// written without it, as by a version before creations were kept, reads
+// 0. Guarantees:
 //   - The revision is never ahead of the data, even across a crash: Apply
 //     and Reset write the revision in the same transaction as the tasks,
 //     or, when the changes exceed one transaction, after them; Reset and

@@ -20,14 +20,14 @@ func Example() {
 	}
 	defer s.Close()
 
-	// After a full read of partition 7 at etcd revision 100, then a watch
-	// event at 101.
-	_ = s.Reset(7, 100, []store.KV{{ID: "a", Value: []byte(`{"id":"a"}`)}})
-	_ = s.Apply(7, 101, []store.KV{{ID: "b", Value: []byte(`{"id":"b"}`)}}, nil)
+	// After a full read of partition 7 at etcd revision 100 (a created at
+	// 90), then a watch event at 101 (b created).
+	_ = s.Reset(7, 100, []store.KV{{ID: "a", Value: []byte(`{"id":"a"}`), Created: 90}})
+	_ = s.Apply(7, 101, []store.KV{{ID: "b", Value: []byte(`{"id":"b"}`), Created: 101}}, nil)
 
 	// On restart: tasks from the cache, then watch from rev+1.
-	rev, _ := s.Partition(7, func(id string, value []byte) error {
-		fmt.Printf("%s %s\n", id, value)
+	rev, _ := s.Partition(7, func(id string, value []byte, created int64) error {
+		fmt.Printf("%s %s created at %d\n", id, value, created)
 		return nil
 	})
 	fmt.Println("watch from", rev+1)
@@ -41,8 +41,8 @@ func Example() {
 		fmt.Println(e.ScheduledAt.Format(time.RFC3339), e.Attempt, e.Status, e.Error != "")
 	}
 	// Output:
-	// a {"id":"a"}
-	// b {"id":"b"}
+	// a {"id":"a"} created at 90
+	// b {"id":"b"} created at 101
 	// watch from 102
 	// 2030-01-01T00:00:00Z 2 ok false
 	// 2030-01-01T00:00:00Z 1 failed true

@@ -7,7 +7,7 @@ import (
 // Key layout (see doc.go). Every key starts with a one-letter namespace and
 // a slash so the namespaces never share a prefix.
 const (
-	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> task value (opaque)
+	nsTask     = "t/" // t/<partition uint32 BE>/<task id>   -> [creation revision (int64 BE), user meta metaCreated] + task value (opaque)
 	nsRevision = "r/" // r/<partition uint32 BE>             -> synced revision, task count (int64 BE each)
 	nsHistory  = "e/" // e/<task id>\x00<class><slot>        -> seq (uint64 BE) + encoded task.Execution
 	nsMeta     = "m/" // m/origin, m/history-seq           -> see originKey, seqKey

@@ -294,7 +294,7 @@ func TestOpen_DropsOldHistory(t *testing.T) {
 	if n := countKeys(t, s, nsOldHistory); n != 0 {
 		t.Errorf("%d old history keys after Open, want 0", n)
 	}
-	rev, err := s.Partition(1, func(string, []byte) error { return nil })
+	rev, err := s.Partition(1, func(string, []byte, int64) error { return nil })
 	if err != nil || rev != 5 {
 		t.Errorf("partition after Open: revision %d, %v", rev, err)
 	}

@@ -13,10 +13,15 @@ import (
 type KV struct {
 	ID    string
 	Value []byte
+	// Created is the revision at which the task was created in etcd (a
+	// put after a delete creates it again); 0: not known, as for every
+	// task a cache written before creations were kept holds.
+	Created int64
 }
 
-// Partition calls fn for every cached task of p, in id byte order, and
-// returns the revision the cache of p is synced to: every change of p in
+// Partition calls fn for every cached task of p, in id byte order, with
+// its value and the revision it was created at (KV.Created: 0 when not
+// known), and returns the revision the cache of p is synced to: every change of p in
 // etcd up to and including rev is reflected, so the caller resumes its
 // watch at rev+1. It returns (0, nil) without calling fn when p was never
 // synced, or when a Reset or Drop of p was interrupted; the caller then
@@ -35,7 +40,7 @@ type KV struct {
 // Partition is called. value is valid only until fn returns: copy it to
 // keep it. fn may be nil to read only the revision. An error from fn stops
 // the scan and is returned wrapped. fn must not call Close.
-func (s *Store) Partition(p uint32, fn func(id string, value []byte) error) (rev int64, err error) {
+func (s *Store) Partition(p uint32, fn func(id string, value []byte, created int64) error) (rev int64, err error) {
 	if err := s.acquire(); err != nil {
 		return 0, err
 	}
@@ -53,7 +58,14 @@ func (s *Store) Partition(p uint32, fn func(id string, value []byte) error) (rev
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			item := it.Item()
 			id := string(item.Key()[len(prefix):])
-			if err := item.Value(func(v []byte) error { return fn(id, v) }); err != nil {
+			err := item.Value(func(v []byte) error {
+				created, v, err := decodeTask(item.UserMeta(), v)
+				if err != nil {
+					return fmt.Errorf("task %q: %w", id, err)
+				}
+				return fn(id, v, created)
+			})
+			if err != nil {
 				return err
 			}
 			n++
@@ -262,7 +274,7 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 // taskWriter is what Apply and Reset write tasks through: the one
 // transaction when the changes fit in it, else a WriteBatch.
 type taskWriter interface {
-	Set(key, value []byte) error
+	SetEntry(e *badger.Entry) error
 	Delete(key []byte) error
 }
 
@@ -270,7 +282,7 @@ type taskWriter interface {
 // that an id in both ends up deleted, as Apply promises.
 func writeTasks(w taskWriter, p uint32, puts []KV, deletes []string) error {
 	for _, kv := range puts {
-		if err := w.Set(taskKey(p, kv.ID), kv.Value); err != nil {
+		if err := w.SetEntry(taskEntry(p, kv)); err != nil {
 			return err
 		}
 	}
@@ -280,6 +292,33 @@ func writeTasks(w taskWriter, p uint32, puts []KV, deletes []string) error {
 		}
 	}
 	return nil
+}
+
+// metaCreated marks, in a task entry's user meta, a value that begins with
+// the task's creation revision (8 bytes, big-endian) before the caller's
+// value. Entries written before creations were kept have no mark.
+const metaCreated byte = 1
+
+// taskEntry is the entry of kv, cached in p: with its creation revision
+// when known.
+func taskEntry(p uint32, kv KV) *badger.Entry {
+	if kv.Created <= 0 {
+		return badger.NewEntry(taskKey(p, kv.ID), kv.Value)
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(kv.Value)), uint64(kv.Created))
+	return badger.NewEntry(taskKey(p, kv.ID), append(v, kv.Value...)).WithMeta(metaCreated)
+}
+
+// decodeTask splits a task entry's value, with user meta meta, into the
+// task's creation revision (0: not recorded) and the caller's value.
+func decodeTask(meta byte, v []byte) (created int64, value []byte, err error) {
+	if meta&metaCreated == 0 {
+		return 0, v, nil
+	}
+	if len(v) < 8 {
+		return 0, nil, fmt.Errorf("%w: a value of %d bytes marked with its creation revision", ErrCorrupt, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), v[8:], nil
 }
 
 // flushThenRevision ends a split Apply or Reset: the revision is written

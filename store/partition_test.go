@@ -20,7 +20,7 @@ import (
 func scan(t testing.TB, s *Store, p uint32) (int64, string) {
 	t.Helper()
 	var parts []string
-	rev, err := s.Partition(p, func(id string, v []byte) error {
+	rev, err := s.Partition(p, func(id string, v []byte, _ int64) error {
 		parts = append(parts, id+"="+string(v))
 		return nil
 	})
@@ -39,10 +39,63 @@ func kvs(pairs ...string) []KV {
 	return out
 }
 
+// A task's creation revision is cached with it, through a Reset and an
+// Apply, split or not; a task cached without one (as every task of a
+// cache written before creations were kept) reads 0, its value as
+// written. A value marked with a creation revision too short to hold one
+// is corrupt.
+func TestPartition_CreatedRevisions(t *testing.T) {
+	for _, n := range []int{10, 1000} { // 1000 take the split path
+		t.Run(fmt.Sprintf("tasks=%d", n), func(t *testing.T) {
+			cfg := splitConfig(t)
+			splits := 0
+			cfg.beforeRevision = func() error { splits++; return nil }
+			s := openTest(t, cfg)
+			tasks := bigTasks("a", n, 'x')
+			for i := range tasks[1:] {
+				tasks[1+i].Created = int64(10 + i)
+			}
+			if err := s.Reset(1, 5000, tasks); err != nil {
+				t.Fatal(err)
+			}
+			again := bigTasks("a", n, 'y')[1:] // all but the first, created again
+			for i := range again {
+				again[i].Created = int64(5001 + i)
+			}
+			if err := s.Apply(1, 5001, again, nil); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 0, true: 2}[n == 1000]; splits != want {
+				t.Fatalf("%d split writes, want %d", splits, want)
+			}
+			checkTasks(t, s, 1, 5001, append(tasks[:1:1], again...))
+			got := map[string]int64{}
+			if _, err := s.Partition(1, func(id string, _ []byte, created int64) error { got[id] = created; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got[tasks[0].ID] != 0 || got[again[0].ID] != 5001 || got[again[n-2].ID] != int64(5001+n-2) {
+				t.Errorf("created %d, %d, %d, want 0 (cached without), 5001, %d", got[tasks[0].ID], got[again[0].ID], got[again[n-2].ID], 5001+n-2)
+			}
+		})
+	}
+	s := openTest(t, testConfig(t))
+	if err := s.Reset(1, 100, kvs("a=1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(taskKey(1, "a"), []byte("1")).WithMeta(metaCreated))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Partition(1, func(string, []byte, int64) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a value marked with a creation revision of 1 byte: %v, want ErrCorrupt", err)
+	}
+}
+
 func TestPartition_NeverSynced(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	called := false
-	rev, err := s.Partition(3, func(string, []byte) error { called = true; return nil })
+	rev, err := s.Partition(3, func(string, []byte, int64) error { called = true; return nil })
 	if rev != 0 || err != nil || called {
 		t.Fatalf("Partition of an empty store = %d, %v (fn called: %v), want 0, nil, not called", rev, err, called)
 	}
@@ -123,7 +176,7 @@ func TestPartition_Errors(t *testing.T) {
 	}
 	stop := errors.New("stop")
 	n := 0
-	_, err := s.Partition(1, func(string, []byte) error { n++; return stop })
+	_, err := s.Partition(1, func(string, []byte, int64) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Errorf("Partition with a failing fn = %v after %d calls, want the fn's error after 1", err, n)
 	}
@@ -154,7 +207,7 @@ func bigTasks(prefix string, n int, gen byte) []KV {
 func checkTasks(t *testing.T, s *Store, p uint32, wantRev int64, want []KV) {
 	t.Helper()
 	got := map[string][]byte{}
-	rev, err := s.Partition(p, func(id string, v []byte) error {
+	rev, err := s.Partition(p, func(id string, v []byte, _ int64) error {
 		got[id] = bytes.Clone(v)
 		return nil
 	})
@@ -320,7 +373,7 @@ func TestPartition_CountFollowsWrites(t *testing.T) {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		n := 0
-		if _, err := s.Partition(1, func(string, []byte) error { n++; return nil }); err != nil {
+		if _, err := s.Partition(1, func(string, []byte, int64) error { n++; return nil }); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		if got := recorded(t, s, 1); got != st.holding || int64(n) != st.holding {
@@ -339,7 +392,7 @@ func TestPartition_FewerTasksThanRecordedIsCorrupt(t *testing.T) {
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(taskKey(3, "b")) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Partition(3, func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.Partition(3, func(string, []byte, int64) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Partition = %v, want an error matching ErrCorrupt", err)
 	}
 }
@@ -359,7 +412,7 @@ func TestPartition_DamagedBlockIsCorrupt(t *testing.T) {
 	failed := 0
 	for p := range uint32(20) {
 		n := 0
-		_, err := s.Partition(p, func(string, []byte) error { n++; return nil })
+		_, err := s.Partition(p, func(string, []byte, int64) error { n++; return nil })
 		switch {
 		case errors.Is(err, ErrCorrupt):
 			failed++
@@ -410,7 +463,7 @@ func TestSplit_InterruptedAddIsCorrupt(t *testing.T) {
 	if err := s.Apply(1, 11, bigTasks("b", 1000, 'y'), nil); !errors.Is(err, errCrash) {
 		t.Fatalf("Apply = %v, want the interruption", err)
 	}
-	if _, err := s.Partition(1, func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.Partition(1, func(string, []byte, int64) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Partition = %v, want an error matching ErrCorrupt", err)
 	}
 }

@@ -222,10 +222,10 @@ func TestReopen_KeepsPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reset(7, 100, []KV{{"a", []byte("A")}, {"b", []byte("B")}}); err != nil {
+	if err := s.Reset(7, 100, []KV{{ID: "a", Value: []byte("A")}, {ID: "b", Value: []byte("B")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(7, 105, []KV{{"c", []byte("C")}}, []string{"a"}); err != nil {
+	if err := s.Apply(7, 105, []KV{{ID: "c", Value: []byte("C")}}, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
