@@ -57,11 +57,13 @@ var errNoCatchUp = errors.New("engine: the partition watch did not catch up")
 // catchUp reads wch, a watch of partition prep.p from after its prepared
 // read (registry.CatchUp, which gives progress), until it has delivered
 // every change up to atRev. It returns the tasks changed since the read
-// (their last value, nil when deleted) and the revision the partition is
-// then synced to, at least atRev. It returns errNoCatchUp when the watch
-// cannot say: the caller reads the changes instead.
-func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, int64, error) {
+// (their last value, nil when deleted), the revision each one put was
+// created at, and the revision the partition is then synced to, at least
+// atRev. It returns errNoCatchUp when the watch cannot say: the caller
+// reads the changes instead.
+func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, map[string]int64, int64, error) {
 	touched := map[string][]byte{}
+	created := map[string]int64{}
 	rev := prep.rev
 	every := time.NewTicker(progressEvery)
 	defer every.Stop()
@@ -79,12 +81,12 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 			switch {
 			case !ok || resp.Canceled || resp.Err() != nil || resp.CompactRevision != 0:
 				if err := ctx.Err(); err != nil {
-					return nil, 0, err
+					return nil, nil, 0, err
 				}
-				return nil, 0, errNoCatchUp
+				return nil, nil, 0, errNoCatchUp
 			case resp.IsProgressNotify():
 				if resp.Header.Revision >= atRev {
-					return touched, atRev, nil
+					return touched, created, atRev, nil
 				}
 				continue
 			}
@@ -92,28 +94,31 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 				id := e.reg.PartitionID(prep.p, ev.Kv.Key)
 				if ev.Type == mvccpb.DELETE {
 					touched[id] = nil
+					delete(created, id)
 				} else {
 					touched[id] = ev.Kv.Value
+					created[id] = ev.Kv.CreateRevision
 				}
 				rev = ev.Kv.ModRevision
 			}
 			if rev > atRev {
-				return touched, rev, nil // etcd sends a revision's events together
+				return touched, created, rev, nil // etcd sends a revision's events together
 			}
 		case <-every.C:
 			ask()
 		case <-giveUp.C:
-			return nil, 0, errNoCatchUp
+			return nil, nil, 0, errNoCatchUp
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, nil, 0, ctx.Err()
 		}
 	}
 }
 
 // changesSince brings a prepared partition up to atRev, the revision of its
 // acquisition: from its catch-up watch (catchUp), else with a read of its
-// changes at atRev. It applies the changes to the Badger cache and returns
-// them and the revision the partition is synced to.
+// changes at atRev. It applies the changes to the Badger cache, moves
+// prep.created to the latest creation among them when it is known, and
+// returns them and the revision the partition is synced to.
 func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, int64, error) {
 	p := prep.p
 	if prep.rev > atRev {
@@ -124,7 +129,7 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 		// from etcd: the cache, replaced by this read, is ahead too.
 		return nil, 0, fmt.Errorf("prepared at revision %d, past etcd's %d: etcd was restored under it", prep.rev, atRev)
 	}
-	touched, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
+	touched, created, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
 	if errors.Is(err, errNoCatchUp) {
 		rev = atRev
 		e.log.Info("the partition's watch did not catch up; reading its changes", "partition", p, "since", prep.rev, "revision", atRev)
@@ -132,17 +137,22 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 		for i := range prep.defs {
 			had[prep.defs[i].id] = true
 		}
-		touched, err = e.reg.ChangesAt(ctx, p, had, prep.rev, atRev)
+		touched, created, err = e.reg.ChangesAt(ctx, p, had, prep.rev, atRev)
 	}
 	if err != nil {
 		return nil, 0, err
+	}
+	if prep.created != 0 {
+		for _, c := range created {
+			prep.created = max(prep.created, c)
+		}
 	}
 	if e.caching(p) {
 		var puts []store.KV
 		var dels []string
 		for id, v := range touched {
 			if v != nil {
-				puts = append(puts, store.KV{ID: id, Value: v})
+				puts = append(puts, store.KV{ID: id, Value: v, Created: created[id]})
 			} else {
 				dels = append(dels, id)
 			}

@@ -79,7 +79,7 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 					}
 				}
 			}()
-			touched, synced, err := a.e.catchUp(ctx, prep, atRev, wch, progress)
+			touched, _, synced, err := a.e.catchUp(ctx, prep, atRev, wch, progress)
 			if tc.compact {
 				if !errors.Is(err, errNoCatchUp) {
 					t.Fatalf("caught up from a watch whose start was compacted: %v", err)

@@ -146,9 +146,10 @@ type prepared struct {
 	p    int
 	rev  int64
 	defs []taskDef
-	// created is the latest revision at which a task of defs was created,
-	// as etcd said; 0 when read from the cache, which does not say
-	// (partState.created).
+	// created is the latest revision at which a task of defs, or of the
+	// changes since the read (changesSince), was created, as etcd or the
+	// cache said; 0 when not known: no task, or a task cached by a version
+	// that did not keep creations (partState.created).
 	created int64
 }
 
@@ -199,12 +200,18 @@ func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 	d := e.decoder()
 	var defs []taskDef
-	rev, err := e.store.Partition(uint32(p), func(id string, value []byte, _ int64) error {
+	var created int64 // -1: a task cached without its creation
+	rev, err := e.store.Partition(uint32(p), func(id string, value []byte, c int64) error {
 		def, err := d.def(id, value)
 		if err != nil {
 			return fmt.Errorf("cached task %q: %w", id, err)
 		}
 		defs = append(defs, def)
+		if c == 0 || created < 0 {
+			created = -1
+		} else {
+			created = max(created, c)
+		}
 		return nil
 	})
 	if err != nil {
@@ -229,7 +236,7 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 			"partition", p, "cached", rev, "etcd", now)
 		return nil, nil
 	}
-	return &prepared{p: p, rev: rev, defs: defs}, nil
+	return &prepared{p: p, rev: rev, defs: defs, created: max(created, 0)}, nil
 }
 
 // revisions shares reads of etcd's revision between the partitions
@@ -339,9 +346,10 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err := e.heldEndWaits(ctx, prep, defs, touched, applied, rev, handed.endWaits); err != nil {
 		return err
 	}
-	// The tasks changed since the read do not say when they were created.
+	// Not known (a task cached by a version that did not keep creations):
+	// every trigger older than the acquisition is read.
 	created := prep.created
-	if created == 0 || len(touched) > 0 {
+	if created == 0 {
 		created = rev
 	}
 	return e.send(ctx, p, fence, resume, rev, created, handed, defs)
@@ -430,7 +438,7 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 		}
 		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		var err error
-		since, err = e.reg.ChangesAt(rctx, p, had, applied, rev)
+		since, _, err = e.reg.ChangesAt(rctx, p, had, applied, rev)
 		cancel()
 		if err != nil {
 			return err
@@ -595,7 +603,7 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (*prepared, e
 		prep.defs = append(prep.defs, def)
 		prep.created = max(prep.created, createRev)
 		if e.store != nil {
-			kvs = append(kvs, store.KV{ID: id, Value: cached})
+			kvs = append(kvs, store.KV{ID: id, Value: cached, Created: createRev})
 		}
 	})
 	if err != nil {
@@ -708,7 +716,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 		}
 		c.upserts = append(c.upserts, def)
 		c.created = max(c.created, ev.Kv.CreateRevision)
-		puts = append(puts, store.KV{ID: id, Value: cached})
+		puts = append(puts, store.KV{ID: id, Value: cached, Created: ev.Kv.CreateRevision})
 	}
 	if e.caching(p) {
 		if err := e.store.Apply(uint32(p), c.rev, puts, slices.Concat(c.deletes, c.drops)); err != nil {

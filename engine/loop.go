@@ -138,8 +138,9 @@ type partState struct {
 	applied int64
 	// created is a revision at or after which every task of the
 	// partition held here was created: the latest creation its load read
-	// from etcd (the load's revision, for one from the cache or brought up
-	// to date), then the latest its watch brought (a put after a delete is one). A
+	// from etcd or the cache and its catch-up (the load's revision, for a
+	// cache that did not keep creations: prepared.created), then the
+	// latest its watch brought (a put after a delete is one). A
 	// trigger key written before it may be of a task deleted and put
 	// again since, and its task's creation is read before it fires
 	// (checkTriggers); one written at or after it is this task's, and

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/ring"
+	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -1375,6 +1378,103 @@ func TestLoop_TriggerAfterTheLoadsLatestCreationFiresWithoutACheck(t *testing.T)
 	}
 	if asked := tl.checks.take(10); len(asked) != 0 {
 		t.Errorf("%d triggers to check, want none: x was created before its trigger", len(asked))
+	}
+}
+
+// An acquire from the Badger cache knows when its tasks were created, as
+// one from etcd does: the cache keeps each task's creation revision, and
+// the acquire's catch-up reads those of the tasks changed since. A
+// trigger written after its task's creation, while the node was down,
+// fires without a read of that creation: the acquire's latest creation
+// (partState.created) is the latest task's, not the acquisition's
+// revision, past every trigger the acquire reads, each of which then
+// waited for a read (10 µs each, in sequence). A cache written before
+// creations were kept does not say, and the acquire's revision stands
+// for it, as before.
+func TestEngine_TriggerAfterTheCachedLatestCreationFiresWithoutACheck(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		old     bool // cached by a version that did not keep creations
+		changed bool // y created while the node was down, before the trigger
+	}{
+		{name: "cached"},
+		{name: "cached, y created since", changed: true},
+		{name: "cached before creations were kept", old: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := "/" + t.Name()
+			tweak := func(cfg *Config) { cfg.Partitions, cfg.Prefix = 1, prefix }
+			log := newFireLog()
+			dir := t.TempDir()
+			a := startNode(t, c, dir, log.handler, tweak)
+			putTask(t, a.e.Registry(), handlerTask("x", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+			// The watch caches x before the loop has it.
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return inLoop(t, a, func(l *loop) bool { _, _, ok := l.tab.lookup("x"); return ok })
+			})
+			a.stop(t)
+			if tc.old {
+				st, err := store.Open(store.DefaultConfig(dir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var kvs []store.KV
+				rev, err := st.Partition(0, func(id string, v []byte, _ int64) error {
+					kvs = append(kvs, store.KV{ID: id, Value: bytes.Clone(v)})
+					return nil
+				})
+				if err == nil {
+					err = st.Reset(0, rev, kvs)
+				}
+				if err := errors.Join(err, st.Close()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg, err := registry.OpenRegistry(ctx, c.Client, prefix, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.changed {
+				putTask(t, reg, handlerTask("y", "0 0 0 1 1 *"))
+			}
+			at, err := reg.Trigger(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks, err := c.Client.Get(ctx, prefix+"/tasks/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var latest int64 // the latest creation of a task
+			for _, kv := range tasks.Kvs {
+				latest = max(latest, kv.CreateRevision)
+			}
+			trig, err := c.Client.Get(ctx, prefix+"/triggers/", clientv3.WithPrefix())
+			if err != nil || len(trig.Kvs) != 1 {
+				t.Fatalf("x's trigger in etcd: %v, %v", trig, err)
+			}
+
+			b := startNode(t, c, dir, log.handler, tweak)
+			if loads := b.e.Stats().FullLoads; loads != 0 {
+				t.Fatalf("%d full reads of the partition at the restart, want it from the cache", loads)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("x")) > 0 })
+			var created int64
+			inLoop(t, b, func(l *loop) bool { created = l.parts[0].created; return true })
+			if got := log.forTask("x"); len(got) != 1 || !got[0].Equal(at) {
+				t.Errorf("x fired at %v, want once at %v", got, at)
+			}
+			switch trigRev := trig.Kvs[0].ModRevision; {
+			case !tc.old && created != latest:
+				t.Errorf("the acquire's latest creation is revision %d, want the latest task's, %d (the trigger's %d): the trigger was read", created, latest, trigRev)
+			case tc.old && created <= trigRev:
+				t.Errorf("from a cache without creations, the acquire's latest creation is revision %d, want past the trigger's, %d", created, trigRev)
+			}
+		})
 	}
 }
 

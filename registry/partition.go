@@ -66,12 +66,13 @@ func (r *Registry) ReadPartition(ctx context.Context, p int, fn func(id string, 
 // ChangesAt returns the tasks of partition p that changed after revision
 // since, which a read that found the tasks of had was taken at, as of
 // revision atRev: the last value of every task created or changed, and nil
-// for every task deleted, whatever etcd compacted since. It reads every
+// for every task deleted, whatever etcd compacted since; and the revision
+// each task created or changed was created at. It reads every
 // task of the partition (etcd filters them by revision), with a count
 // that tells whether tasks were deleted; only then does it read the ids.
 // A node uses it when the partition's watch cannot say that it caught up
 // (WatchPartition).
-func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, since, atRev int64) (map[string][]byte, error) {
+func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, since, atRev int64) (map[string][]byte, map[string]int64, error) {
 	prefix := r.keys.partition(p)
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	read, err := r.cli.Txn(ctx).Then(
@@ -79,21 +80,22 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 		clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithCountOnly(), clientv3.WithRev(atRev)),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("read partition %d's changes: %w", p, err)
+		return nil, nil, fmt.Errorf("read partition %d's changes: %w", p, err)
 	}
 	touched := map[string][]byte{}
-	created := 0
+	created := map[string]int64{}
+	added := 0
 	for _, kv := range read.Responses[0].GetResponseRange().Kvs {
 		id := string(kv.Key[len(prefix):])
-		touched[id] = kv.Value
+		touched[id], created[id] = kv.Value, kv.CreateRevision
 		if !had[id] {
-			created++
+			added++
 		}
 	}
-	if count := read.Responses[1].GetResponseRange().Count; count != int64(len(had)+created) {
+	if count := read.Responses[1].GetResponseRange().Count; count != int64(len(had)+added) {
 		keys, err := r.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithRev(atRev), clientv3.WithKeysOnly())
 		if err != nil {
-			return nil, fmt.Errorf("read partition %d's ids: %w", p, err)
+			return nil, nil, fmt.Errorf("read partition %d's ids: %w", p, err)
 		}
 		present := make(map[string]bool, len(keys.Kvs))
 		for _, kv := range keys.Kvs {
@@ -105,7 +107,7 @@ func (r *Registry) ChangesAt(ctx context.Context, p int, had map[string]bool, si
 			}
 		}
 	}
-	return touched, nil
+	return touched, created, nil
 }
 
 // maxVersionsBack bounds the versions WrittenBy reads, one request each.
