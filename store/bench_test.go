@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +218,76 @@ func BenchmarkHistory(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkHistoryBuffered is a read of one task's history (5 records)
+// while the buffer holds n records of other tasks, the writer stuck in a
+// batch of one: op=history is the read alone; op=record is a Record, the
+// fire path, while another goroutine reads that history in a loop, so
+// what the read's hold of the buffer's lock costs the writers of records
+// (the buffer is full: each Record takes the lock and drops), with the
+// longest Record and the 99.99th percentile, a fire held up by a read.
+func BenchmarkHistoryBuffered(b *testing.B) {
+	for _, n := range []int{1024, 65536} {
+		for _, op := range []string{"history", "record"} {
+			b.Run(fmt.Sprintf("n=%d/op=%s", n, op), func(b *testing.B) {
+				cfg := testConfig(b)
+				cfg.HistoryBuffer = n + 5
+				entered, release := blockedWriter(&cfg)
+				s := openTest(b, cfg)
+				b.Cleanup(release)
+				s.Record(exec1("first", 0, 1, task.ExecutionOK))
+				<-entered
+				for i := range n {
+					s.Record(exec1(fmt.Sprintf("task-%06d", i%4096), i/4096, 1, task.ExecutionOK))
+					if i%(n/5) == 0 && i < 5*(n/5) {
+						s.Record(exec1("0123456789abcdef", i, 1, task.ExecutionOK))
+					}
+				}
+				if h, err := s.History("0123456789abcdef", 0); err != nil || len(h) != 5 {
+					b.Fatal(len(h), err)
+				}
+				if op == "history" {
+					b.ReportAllocs()
+					b.ResetTimer()
+					for b.Loop() {
+						if h, err := s.History("0123456789abcdef", 0); err != nil || len(h) != 5 {
+							b.Fatal(len(h), err)
+						}
+					}
+					return
+				}
+				stop := make(chan struct{})
+				var reader sync.WaitGroup
+				reader.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := s.History("0123456789abcdef", 0); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				e := exec1("other", 0, 1, task.ExecutionOK)
+				var took []time.Duration
+				b.ResetTimer()
+				for b.Loop() {
+					start := time.Now()
+					s.Record(e)
+					took = append(took, time.Since(start))
+				}
+				b.StopTimer()
+				close(stop)
+				reader.Wait()
+				slices.Sort(took)
+				b.ReportMetric(float64(took[len(took)-1].Microseconds()), "max-µs")
+				b.ReportMetric(float64(took[len(took)*9999/10000].Microseconds()), "p9999-µs")
+			})
+		}
 	}
 }

@@ -20,6 +20,10 @@ const (
 // (successes, failures) that can be kept per task.
 const MaxHistoryLimit = 100
 
+// MaxHistoryBuffer is the largest HistoryBuffer: the buffer's index
+// numbers records in 32 bits, and 16 Mi records take 2.5 GiB already.
+const MaxHistoryBuffer = 1 << 24
+
 // Defaults of Config (DefaultConfig).
 const (
 	DefaultSuccessLimit   = 10
@@ -50,7 +54,7 @@ const formatVersion uint16 = 1
 // (up to 8, about a memtable each) and releases one per 2 s once writes
 // stop; BlockCacheSize; and up to HistoryBuffer buffered execution records
 // (about 150 bytes each, twice: the buffer being filled and the one being
-// written). Measured with the defaults: 22 MiB of heap after Open, 130 to
+// written) with their index (4 bytes a record of room, twice). Measured with the defaults: 22 MiB of heap after Open, 130 to
 // 170 MiB while writing 1 M execution records as fast as Badger takes them
 // (about 150 k/s), back to about 30 MiB after 20 s without writes. Tables
 // are read through mmap, so table data, indexes and bloom filters live in
@@ -84,9 +88,11 @@ type Config struct {
 	HistoryTTL time.Duration
 
 	// HistoryBuffer is the number of execution records held in memory
-	// before they are written. Default 65536, at least 1. It bounds memory
-	// (about 150 bytes per record, twice) and the burst absorbed while the
-	// writer is busy. The writer is woken early when a quarter of it is
+	// before they are written. Default 65536, between 1 and
+	// MaxHistoryBuffer. It bounds memory (about 150 bytes per record,
+	// twice, and the index History reads them by, 4 bytes per record of
+	// room, twice, made at Open) and the burst absorbed while the writer
+	// is busy. The writer is woken early when a quarter of it is
 	// filled. When the writer takes half of it or more in one batch,
 	// successes are sampled (see Sampling); when it is full, Record drops
 	// the record and counts it in Dropped.
@@ -160,6 +166,7 @@ type Config struct {
 	writeHook      func() error     // called by the history writer before each batch; an error fails the batch
 	beforeRevision func() error     // called by split Apply/Reset before writing the revision
 	now            func() time.Time // the wall clock Open starts history sequence numbers from; time.Now if nil
+	bufferRead     func(looked int) // called by History with how many buffered records it looked at under the lock
 }
 
 // DefaultConfig returns the defaults above for the data directory dir.
@@ -198,8 +205,8 @@ func (c Config) Validate() error {
 		return bad("HistoryFailureLimit", "%d: between 0 and %d", c.HistoryFailureLimit, MaxHistoryLimit)
 	case c.HistoryTTL < time.Second:
 		return bad("HistoryTTL", "%v: at least 1s (Badger expires entries in whole seconds)", c.HistoryTTL)
-	case c.HistoryBuffer < 1:
-		return bad("HistoryBuffer", "%d: at least 1", c.HistoryBuffer)
+	case c.HistoryBuffer < 1 || c.HistoryBuffer > MaxHistoryBuffer:
+		return bad("HistoryBuffer", "%d: between 1 and %d", c.HistoryBuffer, MaxHistoryBuffer)
 	case c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second:
 		return bad("FlushInterval", "%v: between 1ms and 10s", c.FlushInterval)
 	case c.GCInterval < 0:

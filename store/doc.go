@@ -58,7 +58,9 @@
 // waiting, no allocation once warm. A background writer writes the buffer
 // every FlushInterval (or when a quarter full) in one WriteBatch, each
 // record with Badger's TTL (whole seconds). History returns a task's
-// records newest first, buffered ones included. Records still buffered
+// records newest first, buffered ones included: the buffer chains each
+// task's records, so a read looks at its task's only and holds Record up
+// for as long, whatever else is buffered. Records still buffered
 // when the process dies are lost; Flush and Close write them. Mode
 // "failures" keeps only records whose status is not "ok"; mode "none"
 // keeps nothing.

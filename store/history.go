@@ -45,12 +45,74 @@ type record struct {
 	e    task.Execution
 	seq  uint64
 	keep uint8 // 1 to MaxHistoryLimit
+	prev int32 // in a recordList: index of the record before it in its chain, -1 if none
+}
+
+// recordList is a batch of buffered records chained by task, so that
+// History finds a task's records under the buffer's lock in about as many
+// steps as it has records, not one per record buffered: a read must not
+// hold up Record, the fire path, for the whole buffer. Each record is
+// linked to the one before it of its chain; heads holds, per chain, the
+// index of its last record plus one (0: none). A chain is picked by a
+// hash of the task id, and there are at least as many chains as the
+// buffer holds records, so a task's chain holds one record of another
+// task on average, which the reader tells apart by id. Appending costs a
+// store into heads, no hashing under the lock and no allocation. Not safe
+// for concurrent use.
+type recordList struct {
+	recs  []record
+	heads []uint32
+}
+
+// newRecordList makes a list for up to n records (at most
+// MaxHistoryBuffer, so that an index fits in an int32); recs grows as
+// needed, heads is made for n at once.
+func newRecordList(n int) recordList {
+	chains := 1
+	for chains < n {
+		chains <<= 1
+	}
+	return recordList{recs: make([]record, 0, min(n, 1024)), heads: make([]uint32, chains)}
+}
+
+// add appends r, of a task whose id hashes to h. Once recs has grown
+// (reset keeps its room), it allocates nothing.
+func (l *recordList) add(r record, h uint64) {
+	c := h & uint64(len(l.heads)-1)
+	r.prev = int32(l.heads[c]) - 1
+	l.recs = append(l.recs, r)
+	l.heads[c] = uint32(len(l.recs))
+}
+
+// appendOf appends to dst the records of id, which hashes to h, newest
+// first, and returns how many records it looked at.
+func (l *recordList) appendOf(dst []record, id string, h uint64) ([]record, int) {
+	if len(l.heads) == 0 {
+		return dst, 0
+	}
+	looked := 0
+	for i := int32(l.heads[h&uint64(len(l.heads)-1)]) - 1; i >= 0; i = l.recs[i].prev {
+		looked++
+		if l.recs[i].e.TaskID == id {
+			dst = append(dst, l.recs[i])
+		}
+	}
+	return dst, looked
+}
+
+// reset empties l, keeping its room, and drops the records' strings so
+// the GC can have them.
+func (l *recordList) reset() {
+	clear(l.recs)
+	l.recs = l.recs[:0]
+	clear(l.heads)
 }
 
 // historyBuffer holds execution records between Record and the writer.
 // Record appends under mu into pending; the writer swaps pending for the
-// slice of the previous batch, writes the batch without holding mu, then
-// keeps its slice as the next spare. After warm-up no call allocates.
+// list of the previous batch, writes the batch without holding mu, then
+// empties it, still without mu, as the next spare. After warm-up no call
+// allocates.
 type historyBuffer struct {
 	mode   string            // Config.History; immutable
 	limits [numClasses]uint8 // Config.HistorySuccessLimit, HistoryFailureLimit; immutable
@@ -66,14 +128,15 @@ type historyBuffer struct {
 	mu       sync.Mutex    // guards the fields below
 	closed   bool          // set by Close: Record drops from then on
 	refused  int           // records refused for room since the last swap
-	pending  []record      // accepted, not yet taken by the writer
-	inflight []record      // the batch being written; read-only until written
-	spare    []record      // empty slice to become pending at the next swap
+	pending  recordList    // accepted, not yet taken by the writer
+	inflight recordList    // the batch being written; read-only until written
 	seq      uint64        // last sequence number handed out
 	accepted uint64        // records accepted since Open
 	written  uint64        // accepted records the writer is done with (written or failed)
 	progress chan struct{} // closed and replaced whenever written advances
 	err      error         // first write error not yet returned by Flush or Close
+
+	spare recordList // empty list to become pending at the next swap; the writer's, outside mu
 }
 
 // init sets the buffer up; mark is the highest sequence number written
@@ -85,9 +148,8 @@ func (h *historyBuffer) init(cfg Config, mark uint64) {
 	h.wakeAt = max(1, cfg.HistoryBuffer/4)
 	h.kick = make(chan struct{}, 1)
 	h.sampling.Store(1)
-	initial := min(cfg.HistoryBuffer, 1024)
-	h.pending = make([]record, 0, initial)
-	h.spare = make([]record, 0, initial)
+	h.pending = newRecordList(cfg.HistoryBuffer)
+	h.spare = newRecordList(cfg.HistoryBuffer)
 	// Sequence numbers order the records of a task by when they were
 	// recorded, and the slot ring relies on them increasing across
 	// restarts (slotTable.load): start past the highest one written, even
@@ -196,8 +258,9 @@ func (s *Store) RecordKeep(e task.Execution, keep int) {
 		h.sampled.Add(1)
 		return
 	}
+	hash := xxhash.Sum64String(e.TaskID)
 	h.mu.Lock()
-	if h.closed || len(h.pending) >= h.max {
+	if h.closed || len(h.pending.recs) >= h.max {
 		if !h.closed {
 			h.refused++
 		}
@@ -206,9 +269,9 @@ func (s *Store) RecordKeep(e task.Execution, keep int) {
 		return
 	}
 	h.seq++
-	h.pending = append(h.pending, record{e: e, seq: h.seq, keep: uint8(keep)})
+	h.pending.add(record{e: e, seq: h.seq, keep: uint8(keep)}, hash)
 	h.accepted++
-	wake := len(h.pending) == h.wakeAt
+	wake := len(h.pending.recs) == h.wakeAt
 	h.mu.Unlock()
 	if wake {
 		select {
@@ -311,22 +374,20 @@ func (s *Store) writeBatch() int {
 	h := &s.history
 	h.mu.Lock()
 	batch := h.pending
-	h.adapt(len(batch))
-	if len(batch) == 0 {
+	n := len(batch.recs)
+	h.adapt(n)
+	if n == 0 {
 		h.mu.Unlock()
 		return 0
 	}
-	h.pending, h.spare = h.spare[:0], nil
+	h.pending, h.spare = h.spare, recordList{}
 	h.inflight = batch
 	h.mu.Unlock()
 
-	err := s.writeRecords(batch)
+	err := s.writeRecords(batch.recs)
 
 	h.mu.Lock()
-	n := len(batch)
-	clear(batch) // drop the strings so the GC can have them
-	h.spare = batch[:0]
-	h.inflight = nil
+	h.inflight = recordList{}
 	h.written += uint64(n)
 	if err != nil {
 		h.dropped.Add(uint64(n))
@@ -338,6 +399,9 @@ func (s *Store) writeBatch() int {
 	close(h.progress)
 	h.progress = make(chan struct{})
 	h.mu.Unlock()
+	// Out of the buffer, so emptied without the lock Record waits on.
+	batch.reset()
+	h.spare = batch
 	switch {
 	case err != nil:
 		s.warnLost(n, err)
@@ -480,17 +544,15 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 
 	// Buffered records first: one that leaves the buffer afterwards has
 	// been written by then, so the scan below sees it.
-	var buffered []record
 	h := &s.history
+	hash := xxhash.Sum64String(taskID)
 	h.mu.Lock()
-	for _, list := range [2][]record{h.inflight, h.pending} {
-		for i := range list {
-			if list[i].e.TaskID == taskID {
-				buffered = append(buffered, list[i])
-			}
-		}
-	}
+	buffered, inflight := h.inflight.appendOf(nil, taskID, hash)
+	buffered, pending := h.pending.appendOf(buffered, taskID, hash)
 	h.mu.Unlock()
+	if s.cfg.bufferRead != nil {
+		s.cfg.bufferRead(inflight + pending)
+	}
 
 	var out []record
 	prefix := historyPrefix(taskID)

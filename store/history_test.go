@@ -220,6 +220,80 @@ func blockedWriter(cfg *Config) (entered <-chan struct{}, release func()) {
 	return in, func() { releaseOnce.Do(func() { close(out) }) }
 }
 
+// TestHistory_ReadsOnlyItsBufferedRecords: a read of a task's history
+// looks, under the buffer's lock, at that task's buffered records only,
+// in flight and pending, not at every record buffered: the lock is
+// Record's, the fire path's, and the buffer holds up to HistoryBuffer
+// records of other tasks.
+func TestHistory_ReadsOnlyItsBufferedRecords(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second
+	entered, release := blockedWriter(&cfg)
+	var looked []int
+	cfg.bufferRead = func(n int) { looked = append(looked, n) }
+	s := openTest(t, cfg)
+	t.Cleanup(release)
+
+	s.Record(exec1("x", 0, 1, task.ExecutionFailed))
+	s.Record(exec1("y", 0, 1, task.ExecutionOK))
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(context.Background()) }()
+	<-entered // x's first record and y's are in flight
+	for i := range 10_000 {
+		s.Record(exec1(fmt.Sprintf("other-%d", i%100), i, 1, task.ExecutionOK))
+		if i%5000 == 0 {
+			s.Record(exec1("x", 1+i/5000, 1, task.ExecutionOK))
+		}
+	}
+	if got := history(t, s, "x", 0); len(got) != 3 {
+		t.Fatalf("x: %d records, want 3", len(got))
+	}
+	if len(looked) != 1 || looked[0] != 3 {
+		t.Errorf("the read looked at %v buffered records, want [3] (x's), not the 10 004 buffered", looked)
+	}
+	release()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if got := history(t, s, "x", 0); len(got) != 3 {
+		t.Errorf("x once written: %d records, want 3", len(got))
+	}
+}
+
+// TestRecordList_SharedHash: the records of two ids whose hashes
+// collide share a chain, and each id reads its own.
+func TestRecordList_SharedHash(t *testing.T) {
+	l := newRecordList(1)
+	for i, id := range []string{"a", "b", "a", "c", "b", "a"} {
+		h := uint64(1)
+		if id == "c" {
+			h = 2
+		}
+		l.add(record{e: exec1(id, i, 1, task.ExecutionOK), seq: uint64(i)}, h)
+	}
+	for _, c := range []struct {
+		id   string
+		want []uint64 // seq, newest first
+	}{{"a", []uint64{5, 2, 0}}, {"b", []uint64{4, 1}}, {"c", []uint64{3}}, {"d", nil}} {
+		h := uint64(1)
+		if c.id == "c" {
+			h = 2
+		}
+		got, _ := l.appendOf(nil, c.id, h)
+		var seqs []uint64
+		for _, r := range got {
+			seqs = append(seqs, r.seq)
+		}
+		if !slices.Equal(seqs, c.want) {
+			t.Errorf("%s: %v, want %v", c.id, seqs, c.want)
+		}
+	}
+	l.reset()
+	if got, looked := l.appendOf(nil, "a", 1); len(got) != 0 || looked != 0 {
+		t.Errorf("after reset: %d records, looked at %d", len(got), looked)
+	}
+}
+
 func TestRecord_FullBufferDrops(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HistoryBuffer = 4

@@ -79,6 +79,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"empty history", func(c *Config) { c.History = "" }, "History"},
 		{"ttl under 1s", func(c *Config) { c.HistoryTTL = 999 * time.Millisecond }, "HistoryTTL"},
 		{"zero buffer", func(c *Config) { c.HistoryBuffer = 0 }, "HistoryBuffer"},
+		{"largest buffer", func(c *Config) { c.HistoryBuffer = MaxHistoryBuffer }, ""},
+		{"huge buffer", func(c *Config) { c.HistoryBuffer = MaxHistoryBuffer + 1 }, "HistoryBuffer"},
 		{"zero flush interval", func(c *Config) { c.FlushInterval = 0 }, "FlushInterval"},
 		{"huge flush interval", func(c *Config) { c.FlushInterval = time.Minute }, "FlushInterval"},
 		{"negative gc", func(c *Config) { c.GCInterval = -time.Second }, "GCInterval"},
