@@ -320,8 +320,20 @@ func (s *Store) Flush(ctx context.Context) error {
 		return err
 	}
 	defer s.ops.Done()
-	h := &s.history
+	if err := s.history.wait(ctx); err != nil {
+		return err
+	}
+	if err := s.history.takeErr(); err != nil {
+		return fmt.Errorf("store: write history: %w", err)
+	}
+	return nil
+}
+
+// wait waits until the writer is done with every record accepted before
+// the call (written or failed), waking it at once, or until ctx ends.
+func (h *historyBuffer) wait(ctx context.Context) error {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	target := h.accepted
 	for h.written < target {
 		progress := h.progress
@@ -333,15 +345,10 @@ func (s *Store) Flush(ctx context.Context) error {
 		select {
 		case <-progress:
 		case <-ctx.Done():
+			h.mu.Lock()
 			return ctx.Err()
 		}
 		h.mu.Lock()
-	}
-	err := h.err
-	h.err = nil
-	h.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("store: write history: %w", err)
 	}
 	return nil
 }
@@ -628,17 +635,20 @@ func mergeBuffered(disk, buffered []record) []record {
 	})
 }
 
-// DeleteHistory flushes the buffer (see Flush), then deletes every record
-// of taskID, for when the task itself is deleted. Records of taskID
-// recorded after the call began may survive; they expire with their TTL.
+// DeleteHistory waits for the buffer to be written, as Flush does, then
+// deletes every record of taskID, for when the task itself is deleted.
+// Records of taskID recorded after the call began may survive; they
+// expire with their TTL. A batch whose write failed before does not stop
+// it (nothing of it is on disk to delete), and its error is left for
+// Flush or Close to return; ctx ending first does.
 func (s *Store) DeleteHistory(ctx context.Context, taskID string) error {
-	if err := s.Flush(ctx); err != nil {
-		return err
-	}
 	if err := s.acquire(); err != nil {
 		return err
 	}
 	defer s.ops.Done()
+	if err := s.history.wait(ctx); err != nil {
+		return err
+	}
 	if err := s.checkRoom(); err != nil {
 		return fmt.Errorf("store: delete history of %q: %w", taskID, err)
 	}

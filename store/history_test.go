@@ -294,6 +294,19 @@ func TestRecordList_SharedHash(t *testing.T) {
 	}
 }
 
+// failingWriter makes every history batch fail with err, as a full disk
+// does, while the returned flag is set.
+func failingWriter(cfg *Config, err error) *atomic.Bool {
+	var failing atomic.Bool
+	cfg.writeHook = func() error {
+		if failing.Load() {
+			return fmt.Errorf("write: %w", err)
+		}
+		return nil
+	}
+	return &failing
+}
+
 func TestRecord_FullBufferDrops(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HistoryBuffer = 4
@@ -402,6 +415,33 @@ func TestDeleteHistory(t *testing.T) {
 	}
 }
 
+// TestDeleteHistory_AfterALostBatch: a batch lost to a full disk before
+// a delete, a batch of any task, does not keep the deleted task's records:
+// what was lost is not on disk, so there is nothing of it to delete. The
+// loss is still Flush's to report.
+func TestDeleteHistory_AfterALostBatch(t *testing.T) {
+	cfg := testConfig(t)
+	full := failingWriter(&cfg, syscall.ENOSPC)
+	s := openTest(t, cfg)
+	for i := range 5 {
+		s.Record(exec1("gone", i, 1, task.ExecutionOK))
+	}
+	flush(t, s)
+	full.Store(true)
+	s.Record(exec1("other", 0, 1, task.ExecutionOK))
+	waitFor(t, 10*time.Second, "the batch to be lost", func() bool { return s.WriteFailed() == 1 })
+	full.Store(false)
+	if err := s.DeleteHistory(t.Context(), "gone"); err != nil {
+		t.Errorf("DeleteHistory after a lost batch: %v", err)
+	}
+	if got := history(t, s, "gone", 0); len(got) != 0 {
+		t.Errorf("after DeleteHistory: %d records left", len(got))
+	}
+	if err := s.Flush(t.Context()); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Flush after the delete = %v, want the lost batch's ENOSPC still reported", err)
+	}
+}
+
 // TestHistory_Concurrent records from several goroutines while others read
 // and flush (run with -race), then checks that each task kept its last
 // records and nothing was dropped.
@@ -473,14 +513,8 @@ func TestRecord_NoAllocation(t *testing.T) {
 // takes writes again, new records are written.
 func TestHistory_DiskFull(t *testing.T) {
 	cfg := testConfig(t)
-	var full atomic.Bool
+	full := failingWriter(&cfg, syscall.ENOSPC)
 	full.Store(true)
-	cfg.writeHook = func() error {
-		if full.Load() {
-			return fmt.Errorf("write: %w", syscall.ENOSPC)
-		}
-		return nil
-	}
 	s := openTest(t, cfg)
 	for i := range 5 {
 		s.Record(exec1("t", i, 1, task.ExecutionOK))
@@ -559,14 +593,8 @@ func TestHistory_DiskFullLogsOnceAWhile(t *testing.T) {
 	cfg := testConfig(t)
 	var logs logbuf.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	var full atomic.Bool
+	full := failingWriter(&cfg, ErrDiskFull)
 	full.Store(true)
-	cfg.writeHook = func() error {
-		if full.Load() {
-			return fmt.Errorf("write: %w", ErrDiskFull)
-		}
-		return nil
-	}
 	s := openTest(t, cfg)
 	const batches = 20
 	for i := range batches {
