@@ -125,9 +125,15 @@ type Config struct {
 	// file, where a full disk is a SIGBUS that kills the process instead of
 	// an error. 0 means 4 × MemTableSize (64 MiB by default), room for the
 	// memtable being written and the next one; negative disables the check.
-	// Another process filling the disk between a check and a write can
-	// still crash the node: keep the data directory on a filesystem of its
-	// own, or watch its free space.
+	// Writes are refused too while the free space is less than MinFreeBytes
+	// plus what the compactions they may set off could write before they
+	// delete their input, as they write their tables through memory-mapped
+	// files too: for each of NumCompactors, level 0's tables and memtables
+	// with the level below, or one table with what it overlaps below
+	// (compactionRoom); a few times MemTableSize on a small store, more on
+	// a large one. Another process filling the disk between a check and a
+	// write can still crash the node: keep the data directory on a
+	// filesystem of its own, or watch its free space.
 	MinFreeBytes int64
 
 	// NumMemtables is the number of immutable memtables that may wait for

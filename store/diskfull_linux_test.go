@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,4 +71,35 @@ func TestStore_RealDiskFull(t *testing.T) {
 	if err := s.Apply(0, 2, []KV{{ID: "b", Value: []byte("2")}}, nil); err != nil {
 		t.Fatalf("Apply once space was freed: %v", err)
 	}
+}
+
+// TestStore_CompactionOnANearlyFullDisk: writes that leave MinFreeBytes
+// free can still set off a compaction that needs more (Badger writes its
+// output in full before it deletes its input, through memory-mapped
+// files: a SIGBUS on a full disk). A child process leaves Badger one
+// memtable flush short of compacting level 0 (about 20 MiB to write) with
+// MinFreeBytes and 8 MiB free, then writes on: its writes are refused, and
+// the records lost counted, before the compaction can have no room, where
+// the child died of SIGBUS in Badger's table.CreateTable.
+func TestStore_CompactionOnANearlyFullDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	fs := tmpfs.Mount(t, 256<<20)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), compactionChildEnv+"="+fs)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		// The fault and the stack of the goroutine it hit, the first.
+		fault, stacks, _ := strings.Cut(stderr.String(), "\n\ngoroutine ")
+		first, _, _ := strings.Cut(stacks, "\n\ngoroutine ")
+		t.Fatalf("child: %v\nstdout: %s\nstderr: %.4000s\ngoroutine %.4000s", err, out, fault, first)
+	}
+	var lost, of int
+	if _, err := fmt.Sscanf(string(out), "lost %d of %d", &lost, &of); err != nil || lost == 0 {
+		t.Fatalf("child: %q, want records lost to the full disk", out)
+	}
+	t.Logf("child: %s", out)
 }

@@ -120,9 +120,11 @@
 // Every write (Apply, Reset, Drop, the history writer, DeleteHistory)
 // therefore first checks the free space of the directory's filesystem and
 // is refused with ErrDiskFull below Config.MinFreeBytes (default 4 ×
-// MemTableSize). History refused or failed so is counted (WriteFailed) and
-// logged, once a minute per cause; Record never waits on the disk.
-// Writes resume once there is room, and the log says so. A
+// MemTableSize) plus what the compactions it may set off could write
+// before they delete their input: Badger writes their tables through
+// memory-mapped files too. History refused or failed so is counted
+// (WriteFailed) and logged, once a minute per cause; Record never waits
+// on the disk. Writes resume once there is room, and the log says so. A
 // directory deleted under the open store refuses writes the same way
 // (ErrDirDeleted), and Close still returns: Badger's last flush goes to
 // an empty directory made for it and deleted after.

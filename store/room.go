@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 )
 
 // minFree is the free space below which writes are refused (see
@@ -17,10 +18,12 @@ func (c Config) minFree() int64 {
 
 // checkRoom returns an error matching ErrDirDeleted when the data
 // directory is gone, and one matching ErrDiskFull when the filesystem of
-// the data directory has less free space than Config.MinFreeBytes. Why:
-// Badger writes its log into a file it made with ftruncate (sparse) and
-// maps into memory; on a full disk the kernel cannot back a page of it,
-// and the write is a SIGBUS that kills the process rather than an error.
+// the data directory has less free space than Config.MinFreeBytes plus
+// what Badger's compactions may write (compactionRoom). Why:
+// Badger writes its log, and every table it flushes or compacts, into a
+// file it made with ftruncate (sparse) and maps into memory; on a full
+// disk the kernel cannot back a page of it, and the write is a SIGBUS
+// that kills the process rather than an error.
 // Refusing writes while some room is left turns a full disk into errors
 // the callers count and survive. A data directory deleted under the store
 // refuses writes too. A filesystem whose free space cannot be read is
@@ -38,9 +41,55 @@ func (s *Store) checkRoom() error {
 		return fmt.Errorf("%w: %s, while the store is open; restart the node to start a new cache "+
 			"(tasks reload from etcd)", ErrDirDeleted, s.cfg.Dir)
 	}
-	if err != nil || free < 0 || free >= min {
+	if err != nil || free < 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s has %d KiB free, less than the %d KiB kept free (MinFreeBytes); "+
-		"writes resume once there is room", ErrDiskFull, s.cfg.Dir, free>>10, min>>10)
+	if free < min {
+		return fmt.Errorf("%w: %s has %d KiB free, less than the %d KiB kept free (MinFreeBytes); "+
+			"writes resume once there is room", ErrDiskFull, s.cfg.Dir, free>>10, min>>10)
+	}
+	// The compactions a write may set off need room too. Each needs at
+	// most every table and memtable: no need to look at the tables when
+	// there is room for that.
+	opt := s.db.Opts()
+	var tables int64
+	for _, l := range s.db.Levels() {
+		tables += l.Size
+	}
+	if free-min >= int64(opt.NumCompactors)*(tables+int64(opt.NumMemtables+1)*opt.MemTableSize) {
+		return nil
+	}
+	memtables, err := memtableBytes(s.cfg.Dir)
+	if err != nil {
+		return nil // as for free space that cannot be read
+	}
+	room := compactionRoom(s.db.Tables(), memtables, opt.MaxLevels-1, opt.NumCompactors)
+	if free-min >= room {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has %d KiB free, less than the %d KiB kept free (MinFreeBytes) and the %d KiB "+
+		"Badger's compactions may write before they free what they compacted; writes resume once there is room",
+		ErrDiskFull, s.cfg.Dir, free>>10, min>>10, room>>10)
+}
+
+// memtableBytes returns what Badger's memtables hold, which flushes will
+// make level-0 tables: what their logs (*.mem, sparse files of twice
+// MemTableSize) take on disk.
+func memtableBytes(dir string) (int64, error) {
+	logs, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, f := range logs {
+		b, err := allocatedBytes(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // flushed meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += b
+	}
+	return n, nil
 }

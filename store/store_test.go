@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(openChildEnv); dir != "" {
 		openChild(dir) // never returns
 	}
+	if dir := os.Getenv(compactionChildEnv); dir != "" {
+		compactionChild(dir) // never returns
+	}
 	goleak.VerifyTestMain(m)
 }
 
