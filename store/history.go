@@ -612,16 +612,20 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 
 // mergeBuffered adds to the records read from disk the buffered ones not
 // written yet (sequence numbers tell), then keeps, per class with buffered
-// records, the newest as many as the latest of them says: what the disk
-// will hold once they are written.
+// records, the newest as many as the latest of them (by sequence number,
+// whatever the order of buffered) says: what the disk will hold once they
+// are written.
 func mergeBuffered(disk, buffered []record) []record {
 	seen := make(map[uint64]bool, len(disk))
 	for _, r := range disk {
 		seen[r.seq] = true
 	}
 	var keep [numClasses]int // 0: no buffered record of the class
+	var latest [numClasses]uint64
 	for _, r := range buffered {
-		keep[classOf(r.e.Status)] = int(r.keep)
+		if c := classOf(r.e.Status); r.seq > latest[c] {
+			keep[c], latest[c] = int(r.keep), r.seq
+		}
 		if !seen[r.seq] {
 			disk = append(disk, r)
 		}

@@ -125,6 +125,22 @@ func TestHistory_LimitChanges(t *testing.T) {
 	wantSeconds(t, "raised to 5", history(t, s, "t", 0), 19, 18, 17, 16, 15)
 }
 
+// TestHistory_LimitLoweredWhileBuffered: a read of records still
+// buffered, the limit lowered between them, keeps as many as the newest
+// says, as the disk will once they are written.
+func TestHistory_LimitLoweredWhileBuffered(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second
+	s := openTest(t, cfg)
+	for i := range 5 {
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionOK), 5)
+	}
+	s.RecordKeep(exec1("t", 5, 1, task.ExecutionOK), 2)
+	wantSeconds(t, "buffered, lowered to 2", history(t, s, "t", 0), 5, 4)
+	flush(t, s)
+	wantSeconds(t, "written, lowered to 2", history(t, s, "t", 0), 5, 4)
+}
+
 // TestHistory_RestartKeepsLastN: a reopened store continues each task's
 // ring where it stopped, overwriting the oldest record, not the newest.
 func TestHistory_RestartKeepsLastN(t *testing.T) {
