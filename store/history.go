@@ -44,7 +44,7 @@ const maxSampling = 1024
 type record struct {
 	e    task.Execution
 	seq  uint64
-	keep uint8 // 1 to MaxHistoryLimit
+	keep uint8 // 0 to MaxHistoryLimit; 0 deletes the class's records and is not written
 	prev int32 // in a recordList: index of the record before it in its chain, -1 if none
 }
 
@@ -222,8 +222,12 @@ func (s *Store) Record(e task.Execution) { s.RecordKeep(e, -1) }
 // (status "ok") and failures (any other status) are kept apart, as
 // Kubernetes keeps successful and failed jobs. A negative keep means the
 // Config's limit for that class (HistorySuccessLimit or
-// HistoryFailureLimit); keep is capped at MaxHistoryLimit; 0 keeps nothing.
-// A lowered limit deletes the task's extra records at its next write.
+// HistoryFailureLimit); keep is capped at MaxHistoryLimit. A lowered
+// limit deletes the task's extra records at its next write; 0 keeps
+// nothing and deletes all of the class then (e itself is buffered until
+// the writer has done so, but never returned by History). A Config limit
+// of 0 records nothing and deletes nothing: there is nothing to delete but
+// what a restart with a higher limit wrote, which expires (HistoryTTL).
 //
 // It never blocks on I/O and never waits for the writer: it appends e to
 // an in-memory buffer that a background goroutine writes every
@@ -248,11 +252,11 @@ func (s *Store) RecordKeep(e task.Execution, keep int) {
 		return
 	case keep < 0:
 		keep = int(h.limits[c])
+		if keep == 0 {
+			return // the node keeps none of the class, so has none to delete
+		}
 	case keep > MaxHistoryLimit:
 		keep = MaxHistoryLimit
-	}
-	if keep == 0 {
-		return
 	}
 	if k := h.sampling.Load(); k > 1 && c == classSuccess && sampledOut(e.TaskID, e.ScheduledAt, k) {
 		h.sampled.Add(1)
@@ -487,6 +491,14 @@ func (s *Store) writeRecords(batch []record) error {
 	for i := range batch {
 		r := &batch[i]
 		c := classOf(r.e.Status)
+		if r.keep == 0 {
+			for _, old := range t.clear(r.e.TaskID, c) {
+				if err := wb.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		slot, stale := t.next(r.e.TaskID, c, r.keep)
 		for _, old := range stale {
 			if err := wb.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
@@ -620,11 +632,17 @@ func mergeBuffered(disk, buffered []record) []record {
 	for _, r := range disk {
 		seen[r.seq] = true
 	}
-	var keep [numClasses]int // 0: no buffered record of the class
-	var latest [numClasses]uint64
+	var keep [numClasses]int
+	var latest [numClasses]uint64 // 0: no buffered record of the class
+	var cut [numClasses]uint64    // the latest record under a limit of 0, which deletes those before it
 	for _, r := range buffered {
-		if c := classOf(r.e.Status); r.seq > latest[c] {
+		c := classOf(r.e.Status)
+		if r.seq > latest[c] {
 			keep[c], latest[c] = int(r.keep), r.seq
+		}
+		if r.keep == 0 {
+			cut[c] = max(cut[c], r.seq)
+			continue
 		}
 		if !seen[r.seq] {
 			disk = append(disk, r)
@@ -634,8 +652,11 @@ func mergeBuffered(disk, buffered []record) []record {
 	var n [numClasses]int
 	return slices.DeleteFunc(disk, func(r record) bool {
 		c := classOf(r.e.Status)
+		if r.seq < cut[c] {
+			return true
+		}
 		n[c]++
-		return keep[c] > 0 && n[c] > keep[c]
+		return latest[c] > 0 && n[c] > keep[c]
 	})
 }
 

@@ -141,6 +141,33 @@ func TestHistory_LimitLoweredWhileBuffered(t *testing.T) {
 	wantSeconds(t, "written, lowered to 2", history(t, s, "t", 0), 5, 4)
 }
 
+// TestHistory_LimitLoweredToZero: a task's limit lowered to 0 keeps
+// none of its records of that class from its next fire on, those written
+// before included (buffered, then on disk), and leaves the other class
+// alone; a limit raised again starts over.
+func TestHistory_LimitLoweredToZero(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	for i := range 4 {
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionOK), 10)
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionFailed), 10)
+	}
+	flush(t, s)
+	s.RecordKeep(exec1("t", 4, 1, task.ExecutionOK), 0)
+	if got := statuses(history(t, s, "t", 0)); got != "failed,failed,failed,failed" {
+		t.Errorf("buffered, successes lowered to 0: %s, want the 4 failures", got)
+	}
+	flush(t, s)
+	if got := statuses(history(t, s, "t", 0)); got != "failed,failed,failed,failed" {
+		t.Errorf("written, successes lowered to 0: %s, want the 4 failures", got)
+	}
+	if n := countKeys(t, s, string(historyPrefix("t"))); n != 4 {
+		t.Errorf("%d keys on disk, want the 4 failures'", n)
+	}
+	s.RecordKeep(exec1("t", 5, 1, task.ExecutionOK), 2)
+	flush(t, s)
+	wantSeconds(t, "raised to 2", history(t, s, "t", 0), 5, 3, 2, 1, 0)
+}
+
 // TestHistory_RestartKeepsLastN: a reopened store continues each task's
 // ring where it stopped, overwriting the oldest record, not the newest.
 func TestHistory_RestartKeepsLastN(t *testing.T) {

@@ -74,6 +74,19 @@ func (t *slotTable) next(id string, c class, keep uint8) (slot uint8, stale []ui
 	return slot, stale
 }
 
+// clear returns the slots of class c of id, every one to delete, and
+// empties its ring: the next record of the class goes to slot 0.
+func (t *slotTable) clear(id string, c class) (stale []uint8) {
+	h := xxhash.Sum64String(id)
+	st := t.tasks[h]
+	for j := range st.size[c] {
+		stale = append(stale, j)
+	}
+	st.next[c], st.size[c], st.keep[c] = 0, 0, 0
+	t.tasks[h] = st
+	return stale
+}
+
 func (t *slotTable) forget(id string) { delete(t.tasks, xxhash.Sum64String(id)) }
 
 // load reads from db the slot state of the tasks of batch that are not in
