@@ -169,7 +169,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func() error     // called by the history writer before each batch; an error fails the batch
+	writeHook      func() error     // called by the history writer before it flushes a batch it has staged; an error fails the batch
 	beforeRevision func() error     // called by split Apply/Reset before writing the revision
 	now            func() time.Time // the wall clock Open starts history sequence numbers from; time.Now if nil
 	bufferRead     func(looked int) // called by History with how many buffered records it looked at under the lock

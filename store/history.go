@@ -455,18 +455,23 @@ func (s *Store) warnLost(n int, err error) {
 // transactions of at most 15% of a memtable), each record into the next
 // slot of its task and class. Keys and values are encoded into one buffer
 // sized up front.
-func (s *Store) writeRecords(batch []record) error {
-	if s.cfg.writeHook != nil {
-		if err := s.cfg.writeHook(); err != nil {
-			return err
-		}
-	}
+func (s *Store) writeRecords(batch []record) (err error) {
 	if err := s.checkRoom(); err != nil {
 		return err
 	}
 	t := &s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer func() {
+		// The batch's records took their slots, which the disk does not
+		// hold: the rings of its tasks are read again at their next write,
+		// which then overwrites the oldest record kept, not a newer one.
+		if err != nil {
+			for i := range batch {
+				t.forget(batch[i].e.TaskID)
+			}
+		}
+	}()
 	if err := t.load(s.db, batch); err != nil {
 		return fmt.Errorf("read history slots: %w", err)
 	}
@@ -513,6 +518,11 @@ func (s *Store) writeRecords(batch []record) error {
 		end := len(buf)
 		entries[i] = badger.Entry{Key: buf[start:mid:mid], Value: buf[mid:end:end], ExpiresAt: expiresAt}
 		if err := wb.SetEntry(&entries[i]); err != nil {
+			return err
+		}
+	}
+	if s.cfg.writeHook != nil {
+		if err := s.cfg.writeHook(); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,6 +168,29 @@ func TestHistory_LimitLoweredToZero(t *testing.T) {
 	s.RecordKeep(exec1("t", 5, 1, task.ExecutionOK), 2)
 	flush(t, s)
 	wantSeconds(t, "raised to 2", history(t, s, "t", 0), 5, 3, 2, 1, 0)
+}
+
+// TestHistory_LostBatchKeepsTheLastN: a batch whose write failed leaves
+// each ring where it stood, so the next record overwrites the oldest one
+// kept, not a newer one.
+func TestHistory_LostBatchKeepsTheLastN(t *testing.T) {
+	cfg := testConfig(t)
+	full := failingWriter(&cfg, syscall.EIO)
+	s := openTest(t, cfg)
+	for i := range 3 {
+		s.RecordKeep(exec1("t", i, 1, task.ExecutionOK), 3)
+	}
+	flush(t, s)
+	full.Store(true)
+	s.RecordKeep(exec1("t", 3, 1, task.ExecutionOK), 3)
+	s.RecordKeep(exec1("t", 4, 1, task.ExecutionOK), 3)
+	if err := s.Flush(t.Context()); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Flush of the failing batch = %v, want EIO", err)
+	}
+	full.Store(false)
+	s.RecordKeep(exec1("t", 5, 1, task.ExecutionOK), 3)
+	flush(t, s)
+	wantSeconds(t, "after a lost batch", history(t, s, "t", 0), 5, 2, 1)
 }
 
 // TestHistory_RestartKeepsLastN: a reopened store continues each task's
