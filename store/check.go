@@ -67,6 +67,9 @@ func checkDir(dir string, opt badger.Options) error {
 		return err
 	}
 	defer f.Close()
+	if v, ok := manifestLayout(f); ok && v != opt.ExternalMagicVersion {
+		return fmt.Errorf("%w: layout version %d, this version reads %d", ErrVersion, v, opt.ExternalMagicVersion)
+	}
 	mf, _, err := replayManifest(f, opt)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, badger.ManifestFilename, err)
@@ -123,6 +126,18 @@ func checkLogHeaders(dir string) error {
 		}
 	}
 	return nil
+}
+
+// manifestLayout reads the layout version (Badger's external magic
+// number) from the header of the MANIFEST f, without moving its offset;
+// ok is false when the header is not Badger's.
+func manifestLayout(f *os.File) (v uint16, ok bool) {
+	var h [8]byte // "Bdgr", the external magic, Badger's own version
+	_, err := f.ReadAt(h[:], 0)
+	if err != nil || string(h[:4]) != "Bdgr" {
+		return 0, false
+	}
+	return binary.BigEndian.Uint16(h[4:6]), true
 }
 
 func replayManifest(f *os.File, opt badger.Options) (m badger.Manifest, off int64, err error) {

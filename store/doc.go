@@ -96,8 +96,9 @@
 // characters (docs/api.md), so \x00 ends the id. The partition prefix t/<p>/
 // selects exactly one partition, so a partition is one prefix scan. The
 // layout's version is Badger's external magic number (formatVersion): a
-// directory with another layout is refused. Earlier versions kept one key
-// per record under h/, without limits; Open deletes that namespace.
+// directory with another layout is refused (ErrVersion) and left as it
+// is. Earlier versions kept one key per record under h/, without limits;
+// Open deletes that namespace.
 //
 // # Badger settings and footprint
 //

@@ -24,6 +24,14 @@ var (
 	// error) is not matched: its contents were not looked at.
 	ErrCorrupt = errors.New("store: data directory is corrupt")
 
+	// ErrVersion is matched (errors.Is) by the *OpenError Open returns for
+	// a directory written with another layout of keys and values (see
+	// formatVersion), by a newer version of shardcron, say, before a
+	// rollback. Nothing in it is damaged, and Open changes nothing in it:
+	// the version that wrote it opens it, or it may be moved away (etcd
+	// is authoritative: only the history it holds is lost).
+	ErrVersion = errors.New("store: data directory written by another version")
+
 	// ErrDiskFull is matched (errors.Is) by the error of a write refused
 	// because the data directory's filesystem has less free space than
 	// Config.MinFreeBytes. Nothing was written; later writes succeed once

@@ -55,7 +55,8 @@ var errLockHeld = errors.New("lock held")
 //   - an error matching ErrLocked when another Store or Badger holds Dir;
 //   - an *OpenError for a directory that cannot be opened (corrupt,
 //     unreadable, written by an incompatible version); it matches ErrCorrupt
-//     when a file failed its checks or made Badger panic.
+//     when a file failed its checks or made Badger panic, ErrVersion when
+//     the directory has another layout.
 //
 // Open never panics because of the directory's contents.
 func Open(cfg Config) (*Store, error) {

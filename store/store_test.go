@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/shardcron/shardcron/task"
 	"go.uber.org/goleak"
 )
@@ -297,6 +298,25 @@ func garbage(n int) []byte {
 	return b
 }
 
+// dirContents lists the files of dir with their sizes and a hash of
+// their contents.
+func dirContents(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%d:%x ", e.Name(), len(data), xxhash.Sum64(data))
+	}
+	return b.String()
+}
+
 func TestOpen_Corrupt(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -358,10 +378,14 @@ func TestOpen_Corrupt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := corruptDir(t)
 			tt.damage(t, cfg.Dir)
+			before := dirContents(t, cfg.Dir)
 			s, err := Open(cfg)
 			if err == nil {
 				s.Close()
 				t.Fatal("Open of a corrupt directory succeeded")
+			}
+			if after := dirContents(t, cfg.Dir); after != before {
+				t.Errorf("the failed Open changed the directory:\nbefore %s\nafter  %s", before, after)
 			}
 			var oe *OpenError
 			if !errors.As(err, &oe) || oe.Dir != cfg.Dir {
@@ -393,6 +417,34 @@ func TestOpen_Corrupt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpen_AnotherVersion: a directory another layout version wrote (a
+// node rolled back after an upgrade) is refused with an error that says
+// so and is not ErrCorrupt, which would have it set aside as damaged and
+// its history lost; the failed Open changes nothing in it.
+func TestOpen_AnotherVersion(t *testing.T) {
+	cfg := corruptDir(t)
+	var next [2]byte
+	binary.BigEndian.PutUint16(next[:], formatVersion+1)
+	overwrite(t, filepath.Join(cfg.Dir, "MANIFEST"), 4, next[:]) // Badger's external magic
+	before := dirContents(t, cfg.Dir)
+	s, err := Open(cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of another version's directory succeeded")
+	}
+	var oe *OpenError
+	if !errors.As(err, &oe) || !errors.Is(err, ErrVersion) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open = %v, want an *OpenError matching ErrVersion, not ErrCorrupt", err)
+	}
+	if want := fmt.Sprintf("layout version %d", formatVersion+1); !strings.Contains(err.Error(), want) {
+		t.Errorf("message %q does not name the directory's version (%s)", err, want)
+	}
+	if after := dirContents(t, cfg.Dir); after != before {
+		t.Errorf("the failed Open changed the directory:\nbefore %s\nafter  %s", before, after)
+	}
+	t.Logf("Open: %v", err)
 }
 
 // TestSetAside_ReplacesEarlierCopy: a second SetAside keeps only the
