@@ -81,10 +81,13 @@ type Config struct {
 	HistoryFailureLimit int
 
 	// HistoryTTL is how long an execution record is kept, a second bound
-	// besides the limits. Default 168h; at least 1s. Badger expires entries at whole Unix seconds, so a record
-	// lives between HistoryTTL-1s and HistoryTTL. Expired records are
-	// hidden from History at once and their space is reclaimed by
-	// compactions.
+	// besides the limits. Default 168h; at least 1s. Badger expires
+	// entries at whole Unix seconds, so a record lives between
+	// HistoryTTL-1s and HistoryTTL. Expired records are hidden from
+	// History at once and their space is reclaimed by compactions. Records
+	// written under a longer HistoryTTL, before a restart, are hidden once
+	// they finished longer than HistoryTTL ago; their space goes at the
+	// expiry they were written with.
 	HistoryTTL time.Duration
 
 	// HistoryBuffer is the number of execution records held in memory

@@ -563,7 +563,8 @@ func decodeSlot(v []byte, e *task.Execution) (uint64, error) {
 // when limit <= 0), newest first: by scheduled time, then attempt, then
 // the order they were recorded in. Records still buffered are included,
 // so a record is visible as soon as Record returns, within the limits of
-// its task. Expired records are never returned. A record that cannot be
+// its task. Expired records are never returned, nor those that finished
+// more than HistoryTTL ago under a longer HistoryTTL of an earlier Open. A record that cannot be
 // decoded is skipped and logged.
 func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 	if err := s.acquire(); err != nil {
@@ -585,6 +586,11 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 
 	var out []record
 	prefix := historyPrefix(taskID)
+	now := time.Now()
+	// A record expiring later than one written now was written under a
+	// longer HistoryTTL, before a restart lowered it: Badger keeps it until
+	// then, History no longer than the TTL from when it finished.
+	longest := uint64(now.Add(s.cfg.HistoryTTL).Unix()) + 1
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
@@ -604,6 +610,9 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 			}
 			if err != nil {
 				return err
+			}
+			if item.ExpiresAt() > longest && now.Sub(r.e.FinishedAt) > s.cfg.HistoryTTL {
+				continue
 			}
 			r.e.TaskID = taskID
 			out = append(out, r)

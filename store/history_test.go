@@ -396,6 +396,34 @@ func TestHistory_TTL(t *testing.T) {
 	})
 }
 
+// TestHistory_TTLLoweredAtRestart: records written under a longer
+// HistoryTTL than the store now has are not returned once older than the
+// new one, though Badger keeps them until the expiry they were written
+// with.
+func TestHistory_TTLLoweredAtRestart(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, ago := range []time.Duration{2 * time.Hour, time.Minute} {
+		e := exec1("t", i, 1, task.ExecutionOK)
+		e.ScheduledAt, e.StartedAt, e.FinishedAt = now.Add(-ago-time.Second), now.Add(-ago-time.Second), now.Add(-ago)
+		s.Record(e)
+	}
+	flush(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.HistoryTTL = time.Hour
+	s = openTest(t, cfg)
+	got := history(t, s, "t", 0)
+	if len(got) != 1 || !got[0].FinishedAt.Equal(now.Add(-time.Minute)) {
+		t.Errorf("HistoryTTL lowered to 1h: %d records, want the one of a minute ago alone", len(got))
+	}
+}
+
 func TestDeleteHistory(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	for i := range 10 {
