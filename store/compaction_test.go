@@ -1,19 +1,10 @@
 package store
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/y"
-	"github.com/shardcron/shardcron/task"
 )
 
 // tableInfo is a table of level with keys from left to right and size MiB.
@@ -56,69 +47,4 @@ func TestCompactionRoom(t *testing.T) {
 			}
 		})
 	}
-}
-
-// compactionChildEnv, when set to a directory, turns the test binary into
-// the store that TestStore_CompactionOnANearlyFullDisk watches (see
-// TestMain).
-const compactionChildEnv = "STORE_COMPACTION_CHILD_DIR"
-
-// compactionChild writes execution records into a store in dir until
-// level 0 holds 4 tables, one memtable flush short of Badger's compaction
-// into the level below (about 20 MiB to write), fills dir's filesystem
-// but for MinFreeBytes and 8 MiB, then keeps writing, flushing and
-// pausing for 3 s, and prints how many records were lost.
-func compactionChild(dir string) {
-	fail := func(format string, args ...any) {
-		fmt.Printf(format+"\n", args...)
-		os.Exit(2)
-	}
-	cfg := DefaultConfig(filepath.Join(dir, "cache"))
-	cfg.MemTableSize = 4 << 20
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := Open(cfg)
-	if err != nil {
-		fail("open: %v", err)
-	}
-	long := strings.Repeat("x", 300)
-	n := 0
-	write := func() error {
-		for range 2000 {
-			e := exec1(fmt.Sprintf("task-%08d", n), n, 1, task.ExecutionFailed)
-			e.Error = long
-			s.Record(e)
-			n++
-		}
-		return s.Flush(context.Background())
-	}
-	for l0 := 0; l0 < 4; {
-		if err := write(); err != nil {
-			fail("write before the disk fills: %v", err)
-		}
-		if n > 2_000_000 {
-			fail("level 0 never reached 4 tables")
-		}
-		l0 = s.db.Levels()[0].NumTables
-	}
-	free, err := freeBytes(cfg.Dir)
-	if err != nil {
-		fail("free space: %v", err)
-	}
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		fail("%v", err)
-	}
-	if _, err := filler.Write(bytes.Repeat([]byte{1}, int(free-cfg.minFree()-8<<20))); err != nil {
-		fail("fill: %v", err)
-	}
-	filler.Close()
-	for range 60 {
-		_ = write()
-		time.Sleep(50 * time.Millisecond)
-	}
-	fmt.Printf("lost %d of %d\n", s.WriteFailed(), n)
-	if err := s.Close(); err != nil {
-		fail("close: %v", err)
-	}
-	os.Exit(0)
 }

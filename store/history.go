@@ -710,11 +710,12 @@ func (s *Store) DeleteHistory(ctx context.Context, taskID string) error {
 func (s *Store) deletePrefix(prefix []byte) error {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
+	w := s.roomChecked(wb)
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+			if err := w.Delete(it.Item().KeyCopy(nil)); err != nil {
 				return err
 			}
 		}

@@ -141,7 +141,7 @@ func (s *Store) applySplit(p uint32, rev int64, puts []KV, deletes []string) err
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
-	if err := writeTasks(wb, p, puts, deletes); err != nil {
+	if err := writeTasks(s.roomChecked(wb), p, puts, deletes); err != nil {
 		return err
 	}
 	return s.flushThenRevision(wb, p, synced{rev, count})
@@ -247,6 +247,7 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
+	w := s.roomChecked(wb)
 	prefix := taskPrefix(p)
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
@@ -256,7 +257,7 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 			if _, ok := keep[string(key[len(prefix):])]; ok {
 				continue
 			}
-			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+			if err := w.Delete(it.Item().KeyCopy(nil)); err != nil {
 				return err
 			}
 		}
@@ -265,7 +266,7 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 	if err != nil {
 		return err
 	}
-	if err := writeTasks(wb, p, tasks, nil); err != nil {
+	if err := writeTasks(w, p, tasks, nil); err != nil {
 		return err
 	}
 	return s.flushThenRevision(wb, p, synced{rev, int64(len(tasks))})
@@ -276,6 +277,44 @@ func (s *Store) resetSplit(p uint32, rev int64, tasks []KV) error {
 type taskWriter interface {
 	SetEntry(e *badger.Entry) error
 	Delete(key []byte) error
+}
+
+// roomCheckedBatch is a WriteBatch of a split Apply or Reset, or of a
+// prefix's deletes, that checks the disk's room again (checkRoom) every
+// quarter of a memtable it is given: such a write can take far more than
+// MinFreeBytes after the check at its start, and Badger, which commits
+// the batch's transactions as they fill, would write its log and flush
+// its memtables into a full disk.
+type roomCheckedBatch struct {
+	wb    *badger.WriteBatch
+	s     *Store
+	since int64 // bytes given since the last check
+}
+
+func (s *Store) roomChecked(wb *badger.WriteBatch) *roomCheckedBatch {
+	return &roomCheckedBatch{wb: wb, s: s}
+}
+
+func (b *roomCheckedBatch) check(n int) error {
+	if b.since += int64(n); b.since < b.s.cfg.MemTableSize/4 {
+		return nil
+	}
+	b.since = 0
+	return b.s.checkRoom()
+}
+
+func (b *roomCheckedBatch) Set(key, value []byte) error {
+	if err := b.check(len(key) + len(value)); err != nil {
+		return err
+	}
+	return b.wb.Set(key, value)
+}
+
+func (b *roomCheckedBatch) Delete(key []byte) error {
+	if err := b.check(len(key)); err != nil {
+		return err
+	}
+	return b.wb.Delete(key)
 }
 
 // writeTasks writes puts, then deletes deletes, all in p; puts first so

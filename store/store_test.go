@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(openChildEnv); dir != "" {
 		openChild(dir) // never returns
 	}
-	if dir := os.Getenv(compactionChildEnv); dir != "" {
-		compactionChild(dir) // never returns
+	if arg := os.Getenv(fullDiskChildEnv); arg != "" {
+		fullDiskChild(arg) // never returns
 	}
 	goleak.VerifyTestMain(m)
 }
