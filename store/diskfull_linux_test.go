@@ -104,6 +104,19 @@ func TestStore_SplitResetOnANearlyFullDisk(t *testing.T) {
 	t.Logf("child: %s", out)
 }
 
+// TestStore_BigHistoryBatchOnANearlyFullDisk: the history writer's batch
+// can take far more than MinFreeBytes (up to HistoryBuffer records of up
+// to 4 KiB of output each): 64 MiB with MinFreeBytes and 4 MiB free. It
+// stops with ErrDiskFull before the disk is full, the batch counted as
+// lost, where the child died of SIGBUS.
+func TestStore_BigHistoryBatchOnANearlyFullDisk(t *testing.T) {
+	out := runFullDiskChild(t, "batch")
+	if !strings.Contains(out, "flush: store: write history: store: disk full") || !strings.Contains(out, "lost 16000 of 16000") {
+		t.Fatalf("child: %q, want the batch refused for a full disk and counted", out)
+	}
+	t.Logf("child: %s", out)
+}
+
 // runFullDiskChild runs what (fullDiskChild) in a child process on a
 // tmpfs of 256 MiB and returns what it printed, failing the test with the
 // fault and its stack when the child dies.

@@ -15,8 +15,8 @@ import (
 
 // fullDiskChildEnv, when set to "<case>:<dir>", turns the test binary into
 // a store on the filesystem of dir, which the tests of diskfull_linux_test.go
-// fill and watch (see TestMain): case is "compaction" (compactionChild) or
-// "reset" (resetChild). The child prints what happened and exits 0, or
+// fill and watch (see TestMain): case is "compaction" (compactionChild),
+// "reset" (resetChild) or "batch" (batchChild). The child prints what happened and exits 0, or
 // dies (of SIGBUS, what those tests look for).
 const fullDiskChildEnv = "STORE_FULL_DISK_CHILD"
 
@@ -27,6 +27,8 @@ func fullDiskChild(arg string) {
 		compactionChild(dir)
 	case "reset":
 		resetChild(dir)
+	case "batch":
+		batchChild(dir)
 	}
 	fail("unknown case %q", what)
 }
@@ -112,6 +114,34 @@ func resetChild(dir string) {
 	err := s.Reset(0, 1, tasks)
 	rev, perr := s.Partition(0, nil)
 	fmt.Printf("reset: %v; partition 0 at revision %d (%v)\n", err, rev, perr)
+	if err := s.Close(); err != nil {
+		fail("close: %v", err)
+	}
+	os.Exit(0)
+}
+
+// batchChild fills dir's filesystem but for MinFreeBytes and 4 MiB, then
+// has the history writer take 16 000 failures of 4 KiB of output each in
+// one batch (64 MiB), and prints how it ended.
+func batchChild(dir string) {
+	cfg := DefaultConfig(filepath.Join(dir, "cache"))
+	cfg.MemTableSize = 4 << 20
+	cfg.FlushInterval = 10 * time.Second // the batch is taken by Flush, whole
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := Open(cfg)
+	if err != nil {
+		fail("open: %v", err)
+	}
+	leaveFree(cfg, dir, 4<<20)
+	output := strings.Repeat("o", 4096)
+	const n = 16_000 // under a quarter of HistoryBuffer: the writer is not woken before Flush
+	for i := range n {
+		e := exec1(fmt.Sprintf("task-%06d", i), i, 1, task.ExecutionFailed)
+		e.Output = output
+		s.Record(e)
+	}
+	err = s.Flush(context.Background())
+	fmt.Printf("flush: %v; lost %d of %d\n", err, s.WriteFailed(), n)
 	if err := s.Close(); err != nil {
 		fail("close: %v", err)
 	}

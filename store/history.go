@@ -292,7 +292,8 @@ func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
 
 // WriteFailed returns how many records have been lost since Open because
 // their write to disk failed (a full disk, an I/O error); Dropped counts
-// them too. A failed write never blocks Record nor the fires recording:
+// them too. A batch the disk filled up in the middle of counts whole,
+// though its first records may have been written. A failed write never blocks Record nor the fires recording:
 // the writer logs it, counts the batch and takes the next one, so history
 // is written again as soon as the disk takes it.
 func (s *Store) WriteFailed() uint64 { return s.history.failed.Load() }
@@ -488,9 +489,10 @@ func (s *Store) writeRecords(batch []record) (err error) {
 
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
+	w := s.roomChecked(wb) // a batch may take far more than MinFreeBytes
 	// The mark goes first: Badger replays its log in order, so a crash
 	// that keeps any record of the batch keeps the mark too.
-	if err := wb.Set(seqKey, binary.BigEndian.AppendUint64(nil, top)); err != nil {
+	if err := w.Set(seqKey, binary.BigEndian.AppendUint64(nil, top)); err != nil {
 		return err
 	}
 	for i := range batch {
@@ -498,7 +500,7 @@ func (s *Store) writeRecords(batch []record) (err error) {
 		c := classOf(r.e.Status)
 		if r.keep == 0 {
 			for _, old := range t.clear(r.e.TaskID, c) {
-				if err := wb.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
+				if err := w.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
 					return err
 				}
 			}
@@ -506,7 +508,7 @@ func (s *Store) writeRecords(batch []record) (err error) {
 		}
 		slot, stale := t.next(r.e.TaskID, c, r.keep)
 		for _, old := range stale {
-			if err := wb.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
+			if err := w.Delete(appendSlotKey(nil, r.e.TaskID, c, old)); err != nil {
 				return err
 			}
 		}
@@ -517,7 +519,7 @@ func (s *Store) writeRecords(batch []record) (err error) {
 		buf = appendRecord(buf, &r.e)
 		end := len(buf)
 		entries[i] = badger.Entry{Key: buf[start:mid:mid], Value: buf[mid:end:end], ExpiresAt: expiresAt}
-		if err := wb.SetEntry(&entries[i]); err != nil {
+		if err := w.SetEntry(&entries[i]); err != nil {
 			return err
 		}
 	}

@@ -279,8 +279,8 @@ type taskWriter interface {
 	Delete(key []byte) error
 }
 
-// roomCheckedBatch is a WriteBatch of a split Apply or Reset, or of a
-// prefix's deletes, that checks the disk's room again (checkRoom) every
+// roomCheckedBatch is a WriteBatch of a split Apply or Reset, of a
+// prefix's deletes or of a history batch, that checks the disk's room again (checkRoom) every
 // quarter of a memtable it is given: such a write can take far more than
 // MinFreeBytes after the check at its start, and Badger, which commits
 // the batch's transactions as they fill, would write its log and flush
@@ -308,6 +308,13 @@ func (b *roomCheckedBatch) Set(key, value []byte) error {
 		return err
 	}
 	return b.wb.Set(key, value)
+}
+
+func (b *roomCheckedBatch) SetEntry(e *badger.Entry) error {
+	if err := b.check(len(e.Key) + len(e.Value)); err != nil {
+		return err
+	}
+	return b.wb.SetEntry(e)
 }
 
 func (b *roomCheckedBatch) Delete(key []byte) error {
