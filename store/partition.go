@@ -279,51 +279,6 @@ type taskWriter interface {
 	Delete(key []byte) error
 }
 
-// roomCheckedBatch is a WriteBatch of a split Apply or Reset, of a
-// prefix's deletes or of a history batch, that checks the disk's room again (checkRoom) every
-// quarter of a memtable it is given: such a write can take far more than
-// MinFreeBytes after the check at its start, and Badger, which commits
-// the batch's transactions as they fill, would write its log and flush
-// its memtables into a full disk.
-type roomCheckedBatch struct {
-	wb    *badger.WriteBatch
-	s     *Store
-	since int64 // bytes given since the last check
-}
-
-func (s *Store) roomChecked(wb *badger.WriteBatch) *roomCheckedBatch {
-	return &roomCheckedBatch{wb: wb, s: s}
-}
-
-func (b *roomCheckedBatch) check(n int) error {
-	if b.since += int64(n); b.since < b.s.cfg.MemTableSize/4 {
-		return nil
-	}
-	b.since = 0
-	return b.s.checkRoom()
-}
-
-func (b *roomCheckedBatch) Set(key, value []byte) error {
-	if err := b.check(len(key) + len(value)); err != nil {
-		return err
-	}
-	return b.wb.Set(key, value)
-}
-
-func (b *roomCheckedBatch) SetEntry(e *badger.Entry) error {
-	if err := b.check(len(e.Key) + len(e.Value)); err != nil {
-		return err
-	}
-	return b.wb.SetEntry(e)
-}
-
-func (b *roomCheckedBatch) Delete(key []byte) error {
-	if err := b.check(len(key)); err != nil {
-		return err
-	}
-	return b.wb.Delete(key)
-}
-
 // writeTasks writes puts, then deletes deletes, all in p; puts first so
 // that an id in both ends up deleted, as Apply promises.
 func writeTasks(w taskWriter, p uint32, puts []KV, deletes []string) error {
