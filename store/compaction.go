@@ -86,8 +86,12 @@ func newKeyOrder(tables []badger.TableInfo) keyOrder {
 
 // overlap returns the size of the tables whose keys overlap [left, right].
 func (o keyOrder) overlap(left, right []byte) int64 {
-	from := sort.Search(len(o.tables), func(i int) bool { return y.CompareKeys(o.tables[i].Right, left) >= 0 })
-	to := sort.Search(len(o.tables), func(i int) bool { return y.CompareKeys(o.tables[i].Left, right) > 0 })
+	from := sort.Search(len(o.tables), func(i int) bool {
+		return y.CompareKeys(o.tables[i].Right, left) >= 0
+	})
+	to := sort.Search(len(o.tables), func(i int) bool {
+		return y.CompareKeys(o.tables[i].Left, right) > 0
+	})
 	if to <= from {
 		return 0
 	}

@@ -9,7 +9,10 @@ import (
 
 // tableInfo is a table of level with keys from left to right and size MiB.
 func tableInfo(level int, left, right string, size uint32) badger.TableInfo {
-	return badger.TableInfo{Level: level, Left: y.KeyWithTs([]byte(left), 1), Right: y.KeyWithTs([]byte(right), 1), OnDiskSize: size << 20}
+	return badger.TableInfo{
+		Level: level, OnDiskSize: size << 20,
+		Left: y.KeyWithTs([]byte(left), 1), Right: y.KeyWithTs([]byte(right), 1),
+	}
 }
 
 func TestCompactionRoom(t *testing.T) {

@@ -54,9 +54,10 @@ const formatVersion uint16 = 1
 // (up to 8, about a memtable each) and releases one per 2 s once writes
 // stop; BlockCacheSize; and up to HistoryBuffer buffered execution records
 // (about 150 bytes each, twice: the buffer being filled and the one being
-// written) with their index (4 bytes a record of room, twice). Measured with the defaults: 22 MiB of heap after Open, 130 to
-// 170 MiB while writing 1 M execution records as fast as Badger takes them
-// (about 150 k/s), back to about 30 MiB after 20 s without writes. Tables
+// written) with their index (4 bytes a record of room, twice). Measured
+// with the defaults: 22 MiB of heap after Open, 130 to 170 MiB while
+// writing 1 M execution records as fast as Badger takes them (about
+// 150 k/s), back to about 30 MiB after 20 s without writes. Tables
 // are read through mmap, so table data, indexes and bloom filters live in
 // the OS page cache. Smaller memtables lower the peak little (8 MiB: 130
 // MiB) and make more level-0 tables to compact.
@@ -172,10 +173,10 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func() error     // called by the history writer before it flushes a batch it has staged; an error fails the batch
+	writeHook      func() error     // called by the writer before it flushes a staged batch; an error fails it
 	beforeRevision func() error     // called by split Apply/Reset before writing the revision
 	now            func() time.Time // the wall clock Open starts history sequence numbers from; time.Now if nil
-	bufferRead     func(looked int) // called by History with how many buffered records it looked at under the lock
+	bufferRead     func(looked int) // called by History with how many buffered records it looked at
 }
 
 // DefaultConfig returns the defaults above for the data directory dir.

@@ -111,7 +111,8 @@ func TestStore_SplitResetOnANearlyFullDisk(t *testing.T) {
 // lost, where the child died of SIGBUS.
 func TestStore_BigHistoryBatchOnANearlyFullDisk(t *testing.T) {
 	out := runFullDiskChild(t, "batch")
-	if !strings.Contains(out, "flush: store: write history: store: disk full") || !strings.Contains(out, "lost 16000 of 16000") {
+	if !strings.Contains(out, "flush: store: write history: store: disk full") ||
+		!strings.Contains(out, "lost 16000 of 16000") {
 		t.Fatalf("child: %q, want the batch refused for a full disk and counted", out)
 	}
 	t.Logf("child: %s", out)

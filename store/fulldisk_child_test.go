@@ -57,7 +57,8 @@ func leaveFree(cfg Config, dir string, extra int64) {
 	if err != nil {
 		fail("free space: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "filler"), bytes.Repeat([]byte{1}, int(free-cfg.minFree()-extra)), 0o600); err != nil {
+	filler := bytes.Repeat([]byte{1}, int(free-cfg.minFree()-extra))
+	if err := os.WriteFile(filepath.Join(dir, "filler"), filler, 0o600); err != nil {
 		fail("fill: %v", err)
 	}
 }

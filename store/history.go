@@ -293,9 +293,10 @@ func (s *Store) Dropped() uint64 { return s.history.dropped.Load() }
 // WriteFailed returns how many records have been lost since Open because
 // their write to disk failed (a full disk, an I/O error); Dropped counts
 // them too. A batch the disk filled up in the middle of counts whole,
-// though its first records may have been written. A failed write never blocks Record nor the fires recording:
-// the writer logs it, counts the batch and takes the next one, so history
-// is written again as soon as the disk takes it.
+// though its first records may have been written. A failed write never
+// blocks Record nor the fires recording: the writer logs it, counts the
+// batch and takes the next one, so history is written again as soon as
+// the disk takes it.
 func (s *Store) WriteFailed() uint64 { return s.history.failed.Load() }
 
 // KeepsSuccesses reports whether RecordKeep may keep a success: not in
@@ -566,8 +567,8 @@ func decodeSlot(v []byte, e *task.Execution) (uint64, error) {
 // the order they were recorded in. Records still buffered are included,
 // so a record is visible as soon as Record returns, within the limits of
 // its task. Expired records are never returned, nor those that finished
-// more than HistoryTTL ago under a longer HistoryTTL of an earlier Open. A record that cannot be
-// decoded is skipped and logged.
+// more than HistoryTTL ago under a longer HistoryTTL of an earlier Open.
+// A record that cannot be decoded is skipped and logged.
 func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
