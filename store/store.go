@@ -73,12 +73,6 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, &OpenError{Dir: cfg.Dir, Err: fmt.Errorf("lock: %w", err)}
 	}
-	if err := removeEmptyLogs(cfg.Dir, cfg.logger()); err != nil {
-		if lock != nil {
-			lock.Close()
-		}
-		return nil, &OpenError{Dir: cfg.Dir, Err: err}
-	}
 	db, err := openBadger(cfg)
 	if err != nil {
 		if lock != nil {
@@ -147,11 +141,16 @@ func (s *Store) dropOldHistory() error {
 	return nil
 }
 
-// openBadger checks the directory (checkDir) then opens Badger, turning a
-// panic of the calling goroutine into an error wrapping ErrCorrupt.
+// openBadger checks the directory (checkDir), removes the empty logs a
+// crash left (removeEmptyLogs), then opens Badger, turning a panic of the
+// calling goroutine into an error wrapping ErrCorrupt. A directory that
+// fails its checks is left as it is.
 func openBadger(cfg Config) (db *badger.DB, err error) {
 	opt := cfg.badgerOptions()
 	if err := checkDir(cfg.Dir, opt); err != nil {
+		return nil, err
+	}
+	if err := removeEmptyLogs(cfg.Dir, cfg.logger()); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -428,6 +429,10 @@ func TestOpen_AnotherVersion(t *testing.T) {
 	var next [2]byte
 	binary.BigEndian.PutUint16(next[:], formatVersion+1)
 	overwrite(t, filepath.Join(cfg.Dir, "MANIFEST"), 4, next[:]) // Badger's external magic
+	// An empty log a crash left, which Open removes from a directory it opens.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "000099.mem"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	before := dirContents(t, cfg.Dir)
 	s, err := Open(cfg)
 	if err == nil {
@@ -445,6 +450,24 @@ func TestOpen_AnotherVersion(t *testing.T) {
 		t.Errorf("the failed Open changed the directory:\nbefore %s\nafter  %s", before, after)
 	}
 	t.Logf("Open: %v", err)
+}
+
+// TestOpen_RemovesAnEmptyLogACrashLeft: a memtable log left empty by a
+// crash between its creation and its sizing, which Badger refuses, is
+// removed, and the directory opens with what it held.
+func TestOpen_RemovesAnEmptyLogACrashLeft(t *testing.T) {
+	cfg := corruptDir(t)
+	empty := filepath.Join(cfg.Dir, "000099.mem")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openTest(t, cfg)
+	if rev, _ := s.Partition(0, nil); rev != 1 {
+		t.Errorf("partition 0 at revision %d, want 1", rev)
+	}
+	if _, err := os.Stat(empty); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the empty log is still there (%v)", err)
+	}
 }
 
 // TestSetAside_ReplacesEarlierCopy: a second SetAside keeps only the
