@@ -303,14 +303,14 @@ func TestHelp_EveryCommand(t *testing.T) {
 		"task put":      {"without --paused (or \"paused\": true) is resumed", "--task-timeout", "--if-match", "-f, --file FILE", "--header K=V", "--command ARG", "--label K=V", "Examples:", "at most 24h (server default 1m)", "at most 100 (server default 1)", "at most 1h"},
 		"task get":      {"ID"},
 		"task list":     {"--prefix", "--label K=V", "--limit", "--all", "[--cursor C]", "--status S", "failing, paused or stale"},
-		"task failures": {"--limit", "most failures to show (1-1000) (default 20)", "newest first"},
+		"task failures": {"--limit", "show the N latest failures (1-1000) (default 20)", "newest first"},
 		"task export":   {"--prefix", "--label K=V", "JSON Lines", "one etcd revision"},
 		"task delete":   {"ID"},
 		"task pause":    {"ID", "--note TEXT"},
 		"task resume":   {"ID"},
 		"task trigger":  {"ID", "--body BODY", "--payload JSON"},
 		"task backfill": {"--from TIME", "--to TIME", "--concurrency N", "10000", "--cancel"},
-		"task history":  {"--limit", "most records to show (1-1000) (default 20)"},
+		"task history":  {"--limit", "show the N latest records (1-1000) (default 20)"},
 		"import":        {"--batch", "(default 1000)", "--in-flight", "(default 4)", "once (default 4)", "--quiet, -q\n", "JSON Lines", `is resumed by a line without "paused": true`},
 		"nodes":         {"PARTITIONS"},
 		"version":       {"--output"},
@@ -350,8 +350,7 @@ func TestHelp_APIDocNamesEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	flagLine := regexp.MustCompile(`(?m)^  (-{1,2}[a-z-]+)`)
-	for _, name := range []string{"task put", "task get", "task list", "task export", "task delete", "task pause",
-		"task resume", "task trigger", "task backfill", "task history", "task failures", "import", "nodes", "ready", "version"} {
+	for _, name := range clientCommands {
 		r := cli("", append(strings.Fields(name), "--help")...)
 		flags := flagLine.FindAllStringSubmatch(r.stdout, -1)
 		if len(flags) == 0 {
@@ -361,6 +360,30 @@ func TestHelp_APIDocNamesEveryFlag(t *testing.T) {
 			named := regexp.MustCompile(`(^|[^-a-z])` + m[1] + `([^a-z-]|$)`)
 			if !named.Match(doc) {
 				t.Errorf("docs/api.md does not name %s of %s", m[1], name)
+			}
+		}
+	}
+}
+
+// clientCommands are the commands that talk to a node, and version.
+var clientCommands = []string{"task put", "task get", "task list", "task export", "task delete", "task pause",
+	"task resume", "task trigger", "task backfill", "task history", "task failures", "import", "nodes", "ready", "version"}
+
+// TestHelp_FlagsShowTheirUsageLinesValue: a flag that a command's usage
+// lines (and docs/api.md, which writes them alike) show with a value,
+// "[--note TEXT]", is listed with that value among the command's flags,
+// not as Go names its type ("--note string", "--limit int").
+func TestHelp_FlagsShowTheirUsageLinesValue(t *testing.T) {
+	given := regexp.MustCompile(`(--[a-z-]+) ([A-Z][A-Z=]*)\b`)
+	for _, name := range clientCommands {
+		r := cli("", append(strings.Fields(name), "--help")...)
+		usage, _, _ := strings.Cut(r.stdout, "\n\n")
+		for _, m := range given.FindAllStringSubmatch(usage, -1) {
+			line := regexp.MustCompile(`(?m)^  (-[a-z], )?` + m[1] + `( [^ \n]+)?$`).FindStringSubmatch(r.stdout)
+			if line == nil {
+				t.Errorf("%s --help: the usage shows %s %s, and no flag %s is listed", name, m[1], m[2], m[1])
+			} else if strings.TrimSpace(line[2]) != m[2] {
+				t.Errorf("%s --help: the usage shows %s %s, the flags %s%s", name, m[1], m[2], m[1], line[2])
 			}
 		}
 	}

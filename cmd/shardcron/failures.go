@@ -26,7 +26,7 @@ func taskFailures(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task failures", taskFailuresHelp, stdout, stderr)
 	var cf clientFlags
 	var limit int
-	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("most failures to show (1-%d)", api.MaxFailuresLimit))
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("show the `N` latest failures (1-%d)", api.MaxFailuresLimit))
 	cf.register(c)
 	if code, done := c.parseClientOnly(args, &cf); done {
 		return code

@@ -698,8 +698,8 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
 	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
-	c.fs.IntVar(&limit, "limit", 0, fmt.Sprintf("tasks per page, at most %d (0: the server's page size, %d)", registry.MaxListLimit, registry.DefaultListLimit))
-	c.fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, the next_cursor of a previous page")
+	c.fs.IntVar(&limit, "limit", 0, fmt.Sprintf("`N` tasks per page, at most %d (0: the server's page size, %d)", registry.MaxListLimit, registry.DefaultListLimit))
+	c.fs.StringVar(&cursor, "cursor", "", "start at the cursor `C`, the next_cursor of a previous page")
 	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
 	cf.register(c)
 	pos, code, done := c.parseClient(args, &cf)
@@ -921,7 +921,7 @@ func taskSetPaused(args []string, pause bool, stdout, stderr io.Writer) int {
 	c := newCommand(name, help, stdout, stderr)
 	var note string
 	if pause {
-		c.fs.StringVar(&note, "note", "", "why the task is paused (at most 1024 bytes): its state shows it with who paused it and when")
+		c.fs.StringVar(&note, "note", "", "why the task is paused, a `TEXT` of at most 1024 bytes: its state shows it with who paused it and when")
 	}
 	return onTaskOrBulk(c, args, action, func(ctx context.Context, cf *clientFlags, id string) int {
 		cl := cf.client()
@@ -1091,7 +1091,7 @@ const defaultHistoryLimit = 20
 func taskHistory(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task history", taskHistoryHelp, stdout, stderr)
 	var limit int
-	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("most records to show (1-%d)", api.MaxHistoryLimit))
+	c.fs.IntVar(&limit, "limit", defaultHistoryLimit, fmt.Sprintf("show the `N` latest records (1-%d)", api.MaxHistoryLimit))
 	return onTask(c, args, func(ctx context.Context, cf *clientFlags, id string) int {
 		if limit < 1 || limit > api.MaxHistoryLimit {
 			return c.usageError("--limit: %d is not from 1 to %d", limit, api.MaxHistoryLimit)
