@@ -2,6 +2,7 @@ package docs
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +15,8 @@ import (
 type schemaNode struct {
 	Properties map[string]*schemaNode `json:"properties"`
 	Enum       []string               `json:"enum"`
+	Minimum    *int                   `json:"minimum"`
+	Maximum    *int                   `json:"maximum"`
 }
 
 // fieldNames returns the JSON names of a struct type's fields.
@@ -83,6 +86,58 @@ func TestTaskSchema_MatchesEngineTask(t *testing.T) {
 	} {
 		if !slices.Equal(c.got, c.want) {
 			t.Errorf("%s: the schema allows %v, the engine %v", c.where, c.got, c.want)
+		}
+	}
+}
+
+// TestTaskSchema_StatesTheIntegerBounds: every integer field of a task
+// has in docs/task.schema.json the minimum and the maximum that
+// task.DecodeTask applies: both are taken, one past either refused (but
+// 0 below a minimum of 1, which is the field left out: its default).
+// retry.max_attempts had no maximum, and an editor took 101.
+func TestTaskSchema_StatesTheIntegerBounds(t *testing.T) {
+	var root schemaNode
+	if err := json.Unmarshal([]byte(read(t, "task.schema.json")), &root); err != nil {
+		t.Fatalf("task.schema.json: %v", err)
+	}
+	for _, path := range []string{"retry.max_attempts", "history_limit.successes", "history_limit.failures",
+		"pause_on_failure", "capture.max_bytes", "max_fires"} {
+		n := &root
+		for _, name := range strings.Split(path, ".") {
+			if n = n.Properties[name]; n == nil {
+				t.Fatalf("%s: not in the schema", path)
+			}
+		}
+		if n.Minimum == nil || n.Maximum == nil {
+			t.Errorf("%s: the schema lacks its minimum or its maximum", path)
+			continue
+		}
+		// field writes {"a": {"b": v}} for the path a.b.
+		field := func(v int) string {
+			out := fmt.Sprint(v)
+			names := strings.Split(path, ".")
+			for i := len(names) - 1; i >= 0; i-- {
+				out = fmt.Sprintf("{%q: %s}", names[i], out)
+			}
+			return out[1 : len(out)-1]
+		}
+		decode := func(v int) error {
+			_, err := task.DecodeTask([]byte(`{"id": "a", "schedule": "@daily", "executor": {"type": "noop"}, ` + field(v) + `}`))
+			return err
+		}
+		for _, v := range []int{*n.Minimum, *n.Maximum} {
+			if err := decode(v); err != nil {
+				t.Errorf("%s: %d, the schema's bound, refused: %v", path, v, err)
+			}
+		}
+		past := []int{*n.Maximum + 1}
+		if *n.Minimum-1 != 0 {
+			past = append(past, *n.Minimum-1)
+		}
+		for _, v := range past {
+			if decode(v) == nil {
+				t.Errorf("%s: %d, past the schema's bounds %d-%d, taken", path, v, *n.Minimum, *n.Maximum)
+			}
 		}
 	}
 }
