@@ -55,8 +55,8 @@ type profile struct {
 // but for when it was written: a write that only pauses a
 // delete_after_fire task changes its updated_at, and so its profile. The
 // window's bounds and the schedule, beside the profile, are the caller's to
-// compare; the labels and the description, which a node does not read,
-// are not compared at all.
+// compare; the labels, which a node does not read, are not compared at
+// all.
 func (p *profile) sameDefinition(q *profile) bool { return p.key[:p.defLen] == q.key[:q.defLen] }
 
 // sameTask reports whether two definitions of a task, each its schedule
