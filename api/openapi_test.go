@@ -3,6 +3,7 @@ package api
 import (
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -35,6 +36,7 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 		t.Fatalf("openapi: %q, want 3.x", doc.OpenAPI)
 	}
 	mux := (&Server{}).routes() // routing only: no handler runs
+	flags := flagParams(t)
 	var listed []string
 	for path, item := range doc.Paths {
 		if ref, ok := item["$ref"].(string); ok {
@@ -64,7 +66,12 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 				var query []string
 				for _, p := range asList(item[method].(map[string]any)["parameters"]) {
 					if p, ok := p.(map[string]any); ok && p["in"] == "query" {
-						query = append(query, p["name"].(string))
+						name := p["name"].(string)
+						query = append(query, name)
+						enum, _ := p["schema"].(map[string]any)["enum"].([]any)
+						if flags[name] && !slices.Equal(enum, []any{"1", "true", "0", "false"}) {
+							t.Errorf("%s: openapi.yaml gives ?%s the values %v; the server takes 1, true, 0 and false (parseFlag)", pattern, name, enum)
+						}
 					}
 				}
 				if want := slices.Sorted(slices.Values(queryParams[pattern])); !slices.Equal(slices.Sorted(slices.Values(query)), want) {
@@ -102,4 +109,32 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 func asList(v any) []any {
 	l, _ := v.([]any)
 	return l
+}
+
+// flagParams returns the query parameters the package reads as booleans,
+// with parseFlag, which takes 1, true, 0 and false and refuses the rest.
+func flagParams(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	call := regexp.MustCompile(`parseFlag\(r, "([a-z_]+)"\)`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
+	if len(out) < 3 {
+		t.Fatalf("found only %d parameters read by parseFlag: the pattern is broken", len(out))
+	}
+	return out
 }
