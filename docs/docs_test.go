@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/shardcron/shardcron/bench"
 	"github.com/shardcron/shardcron/task"
@@ -132,18 +133,73 @@ func TestAPI_NamesEveryMetric(t *testing.T) {
 	}
 }
 
-// TestDocs_LinksResolve: relative links of the README and the docs name
-// files that exist.
+// TestDocs_LinksResolve: the relative links of every Markdown file of the
+// repository (BENCHMARKS.md included) name files that exist, and a link's
+// #anchor, to a Markdown file or within its own, names one of its
+// headings, as GitHub makes them.
 func TestDocs_LinksResolve(t *testing.T) {
-	link := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`)
-	for _, f := range []string{"../README.md", "design.md", "api.md"} {
+	var files []string
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != ".." && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 {
+		t.Fatalf("found only %d Markdown files: the walk is broken", len(files))
+	}
+	link := regexp.MustCompile(`\]\(([^)#:]*)(#[^)]*)?\)`)
+	for _, f := range files {
 		for _, m := range link.FindAllStringSubmatch(read(t, f), -1) {
-			target := filepath.Join(filepath.Dir(f), m[1])
-			if _, err := os.Stat(target); err != nil {
-				t.Errorf("%s links to %s, which does not exist", f, m[1])
+			target := f
+			if m[1] != "" {
+				target = filepath.Join(filepath.Dir(f), m[1])
+				if _, err := os.Stat(target); err != nil {
+					t.Errorf("%s links to %s, which does not exist", f, m[1])
+					continue
+				}
+			}
+			if m[2] != "" && strings.HasSuffix(target, ".md") && !slices.Contains(anchors(read(t, target)), m[2][1:]) {
+				t.Errorf("%s links to %s%s, a heading %s does not have", f, m[1], m[2], target)
 			}
 		}
 	}
+}
+
+// anchors returns the anchors GitHub gives the headings of a Markdown
+// text: lower case, spaces as dashes, punctuation but dashes and
+// underscores dropped.
+func anchors(text string) []string {
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		out = append(out, strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				return r
+			}
+			return -1
+		}, h))
+	}
+	return out
 }
 
 // TestAPI_NamesEveryBenchScenario: docs/api.md's list of bench scenarios
