@@ -109,8 +109,8 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	}
 	switch {
 	case !confirmed && res.Changed > 0:
-		fmt.Fprintf(c.stderr, "%s: would delete %d tasks%s; nothing was deleted: add --yes to delete them\n",
-			c.name, res.Changed, sampleText(res))
+		fmt.Fprintf(c.stderr, "%s: would delete %d %s%s; nothing was deleted: add --yes to delete them\n",
+			c.name, res.Changed, plural(res.Changed, "task", "tasks"), sampleText(res))
 		return exitError
 	case !confirmed:
 		res.DryRun = false // nothing to confirm: deleting no task is done

@@ -1689,6 +1689,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		}
 		r = run("", "task", "export", "--label", "team=b", "--prefix", "list/")
 		wantCLI(t, r, 0, []string{`"list/2"`, `"list/4"`}, []string{"exported 2 tasks"})
+		wantCLI(t, run("", "task", "export", "--prefix", "list/3"), 0, []string{`"list/3"`}, []string{"exported 1 task\n"})
 		r = run("", "task", "list", "--prefix", "nothing/", "--output", "json")
 		wantCLI(t, r, 0, []string{`"tasks": []`}, nil)
 	})
@@ -1754,6 +1755,7 @@ func TestCLI_AgainstNode(t *testing.T) {
 		// A bulk delete without --yes only counts, and fails.
 		r = run("", "task", "delete", "--prefix", "bulk/")
 		wantCLI(t, r, 1, nil, []string{"would delete 3 tasks", "add --yes"})
+		wantCLI(t, run("", "task", "delete", "--prefix", "bulk/3"), 1, nil, []string{"would delete 1 task (e.g. bulk/3)"})
 		getTask(t, "bulk/3")
 		wantCLI(t, run("", "task", "delete", "--prefix", "bulk/", "--yes"), 0, []string{"deleted 3 of 3 matched tasks"}, nil)
 		wantCLI(t, run("", "task", "get", "bulk/3"), 1, nil, []string{"not found"})

@@ -815,7 +815,7 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	fmt.Fprintf(stderr, "exported %d tasks\n", lines.n)
+	fmt.Fprintf(stderr, "exported %d %s\n", lines.n, plural(lines.n, "task", "tasks"))
 	return exitOK
 }
 
