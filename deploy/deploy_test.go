@@ -44,7 +44,7 @@ func serverHelp(t *testing.T, bin string) string {
 func serverFlags(t *testing.T, help string) map[string]bool {
 	t.Helper()
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(help, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`).FindAllStringSubmatch(help, -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) < 30 {
@@ -101,7 +101,7 @@ func stopBound(t *testing.T, help string, set map[string]string) time.Duration {
 	flag := func(name string) time.Duration {
 		v, ok := set[name]
 		if !ok {
-			m := regexp.MustCompile(`(?m)^  -` + name + ` duration\n(?:.*\n)*?.*\(default (\S+)\)$`).FindStringSubmatch(help)
+			m := regexp.MustCompile(`(?m)^  --` + name + ` duration\n(?:.*\n)*?.*\(default (\S+)\)$`).FindStringSubmatch(help)
 			if m == nil {
 				t.Fatalf("no default of --%s in server --help", name)
 			}

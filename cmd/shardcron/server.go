@@ -199,9 +199,10 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
 			fmt.Fprint(stdout, serverUsage)
-			fs.PrintDefaults()
+			var flags []*flag.Flag
+			fs.VisitAll(func(fl *flag.Flag) { flags = append(flags, fl) })
+			printFlags(stdout, flags)
 			return 0
 		}
 		fmt.Fprintf(stderr, "shardcron server: %v (see shardcron server --help)\n", explainFlag(fs, err))
