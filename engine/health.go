@@ -122,12 +122,13 @@ func lateness(r *record, late bool) (changed bool) {
 	return late
 }
 
-// truncateError cuts an error to maxErrorLen bytes, on a rune boundary.
+// truncateError cuts an error to maxErrorLen bytes, on a rune boundary,
+// the "…" that says so included: the documented bound is the whole field's.
 func truncateError(s string) string {
 	if len(s) <= maxErrorLen {
 		return strings.Clone(s)
 	}
-	cut := maxErrorLen
+	cut := maxErrorLen - len("…")
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

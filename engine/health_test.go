@@ -205,7 +205,7 @@ func TestParseStatus(t *testing.T) {
 func TestTruncateError(t *testing.T) {
 	long := strings.Repeat("é", maxErrorLen) // 2 bytes a rune
 	got := truncateError(long)
-	if len(got) > maxErrorLen+len("…") || !strings.HasSuffix(got, "…") || !strings.HasPrefix(long, strings.TrimSuffix(got, "…")) {
+	if len(got) > maxErrorLen || !strings.HasSuffix(got, "…") || !strings.HasPrefix(long, strings.TrimSuffix(got, "…")) {
 		t.Errorf("truncateError: %d bytes, %q...", len(got), got[:10])
 	}
 	if truncateError("short") != "short" {
