@@ -447,7 +447,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 	}{
 		{[]string{"task"}, []string{"missing subcommand", "Subcommands:"}},
 		{[]string{"task", "frob"}, []string{`unknown subcommand "frob"`}},
-		{[]string{"task", "put", "--bogus"}, []string{"shardcron task put: flag provided but not defined: -bogus", "Run 'shardcron task put --help' for usage."}},
+		{[]string{"task", "put", "--bogus"}, []string{"shardcron task put: flag provided but not defined: --bogus", "Run 'shardcron task put --help' for usage."}},
 		{[]string{"task", "put"}, []string{"missing --id, --schedule and an executor"}},
 		{[]string{"task", "put", "-f", "x.json", "--id", "a"}, []string{"--id cannot be combined with -f"}},
 		{[]string{"task", "put", "--id", "a", "extra"}, []string{`unexpected argument "extra"`}},
@@ -455,7 +455,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "get", "a", "b"}, []string{"want one task ID, got 2 arguments"}},
 		{[]string{"task", "get", "a", "--output", "yaml"}, []string{`--output: "yaml" is not table or json`}},
 		{[]string{"task", "delete"}, []string{"missing the task ID"}},
-		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: -timeout"}},
+		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: --timeout"}},
 		{[]string{"task", "resume", "--server", "ftp://x", "a"}, []string{"--server"}},
 		{[]string{"task", "get", "hello", "--server", "http://127.0.0.1:18765?x=1"}, []string{`--server: "http://127.0.0.1:18765?x=1" has a query`}},
 		{[]string{"task", "trigger"}, []string{"missing the task ID"}},
@@ -479,7 +479,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "backfill", "a", "--from", "2025-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z", "--concurrency", "0"}, []string{"--concurrency: 0 is not within 1-32"}},
 		{[]string{"task", "list", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"task", "list", "--label", "novalue"}, []string{"want KEY=VALUE"}},
-		{[]string{"task", "export", "--label", "bad key=1"}, []string{`invalid value "bad key=1" for flag -label: key "bad key": want 1-63 bytes`}},
+		{[]string{"task", "export", "--label", "bad key=1"}, []string{`invalid value "bad key=1" for flag --label: key "bad key": want 1-63 bytes`}},
 		{[]string{"task", "pause", "--label", "tëam=1"}, []string{`key "tëam"`}},
 		{[]string{"import"}, []string{"missing FILE"}},
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
@@ -493,7 +493,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"nodes", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"ready", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"version", "--output", "xml"}, []string{`--output: "xml"`}},
-		{[]string{"version", "--server", "x"}, []string{"flag provided but not defined: -server"}},
+		{[]string{"version", "--server", "x"}, []string{"flag provided but not defined: --server"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -1889,13 +1889,13 @@ func TestFlags_ValueThatDoesNotParseSaysWhatItMustBe(t *testing.T) {
 		want string
 	}{
 		{[]string{"task", "put", "x", "--schedule", "@every 1s", "--noop", "--task-timeout", "5"},
-			`invalid value "5" for flag -task-timeout: not a duration (e.g. 10s, 1m30s)`},
-		{[]string{"task", "list", "--limit", "abc"}, `invalid value "abc" for flag -limit: not a whole number (e.g. 1024)`},
+			`invalid value "5" for flag --task-timeout: not a duration (e.g. 10s, 1m30s)`},
+		{[]string{"task", "list", "--limit", "abc"}, `invalid value "abc" for flag --limit: not a whole number (e.g. 1024)`},
 		// --if-match is an int64, which was left with "parse error".
-		{[]string{"task", "delete", "x", "--if-match", "abc"}, `invalid value "abc" for flag -if-match: not a whole number (e.g. 1024)`},
-		{[]string{"task", "put", "-f", "-", "--if-match", "W/1"}, `invalid value "W/1" for flag -if-match: not a whole number (e.g. 1024)`},
-		{[]string{"server", "--lead", "abc"}, `invalid value "abc" for flag -lead: not a duration (e.g. 10s, 1m30s)`},
-		{[]string{"server", "--allow-exec=maybe"}, `invalid boolean value "maybe" for -allow-exec: not a boolean`},
+		{[]string{"task", "delete", "x", "--if-match", "abc"}, `invalid value "abc" for flag --if-match: not a whole number (e.g. 1024)`},
+		{[]string{"task", "put", "-f", "-", "--if-match", "W/1"}, `invalid value "W/1" for flag --if-match: not a whole number (e.g. 1024)`},
+		{[]string{"server", "--lead", "abc"}, `invalid value "abc" for flag --lead: not a duration (e.g. 10s, 1m30s)`},
+		{[]string{"server", "--allow-exec=maybe"}, `invalid boolean value "maybe" for --allow-exec: not a boolean`},
 	} {
 		var r cliResult
 		if tc.args[0] == "server" {

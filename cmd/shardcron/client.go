@@ -111,6 +111,9 @@ func (c *command) parse(args []string) (pos []string, code int, done bool) {
 func explainFlag(fs *flag.FlagSet, err error) error {
 	const parseError = "parse error"
 	msg := err.Error()
+	if dashed := twoDashes(msg); dashed != msg {
+		msg, err = dashed, errors.New(dashed)
+	}
 	head, ok := strings.CutSuffix(msg, ": "+parseError)
 	if !ok {
 		return err
@@ -119,6 +122,7 @@ func explainFlag(fs *flag.FlagSet, err error) error {
 	if !ok {
 		_, name, ok = strings.Cut(head, " for -") // a boolean's
 	}
+	name = strings.TrimPrefix(name, "-")
 	fl := fs.Lookup(name)
 	if !ok || fl == nil {
 		return err
@@ -127,6 +131,25 @@ func explainFlag(fs *flag.FlagSet, err error) error {
 		return errors.New(head + ": " + want)
 	}
 	return err
+}
+
+// twoDashes names the flag in one of the flag package's errors as --help
+// and the docs do: "--frob", not "-frob" (which either form typed gives);
+// a one-letter flag keeps its one dash (-f).
+func twoDashes(msg string) string {
+	for _, sep := range []string{"not defined: -", "needs an argument: -", " for flag -", " for -"} {
+		i := strings.LastIndex(msg, sep)
+		if i < 0 {
+			continue
+		}
+		at := i + len(sep)
+		name, _, _ := strings.Cut(msg[at:], ":")
+		if len(name) > 1 {
+			return msg[:at] + "-" + msg[at:]
+		}
+		return msg
+	}
+	return msg
 }
 
 // endedFlags reports whether the arguments Parse consumed end with a "--"
