@@ -118,6 +118,9 @@ type handedTo struct {
 	// elsewhere are the marker keys of tasks whose runs went on past a
 	// release (elsewhere.go).
 	elsewhere map[string][]string
+	// pending are the fires handed over unrun, which the acquire runs
+	// once the load is in (takeOver).
+	pending []pendingFire
 }
 
 // handedFrom indexes what acquire read: the after list and the health and

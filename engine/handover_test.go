@@ -739,6 +739,84 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 	}
 }
 
+// What a released checkpoint hands over by task id (a retry and a fire
+// unrun, a resume after a fire past the mark, the health of a failing
+// task) is of the task its owner had, created at or before its applied
+// revision: a task deleted and put again under the id before the next
+// owner's acquire is another, which takes none of it. It took them all:
+// the old task's retry ran the new one, which also inherited its
+// failures and skipped its first hour of fires. Here kept's retry runs,
+// and again, soon and failed, put again after applied, take nothing.
+func TestEngine_HandedOverFiresOfATaskPutAgainSinceTheReleaseDoNotRun(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%t", cached), func(t *testing.T) {
+			c := etcdtest.Start(t)
+			log := newFireLog()
+			one := func(id string) func(*Config) {
+				return func(c *Config) { c.Partitions, c.NodeID = 1, id }
+			}
+			a := startNode(t, c, "", log.handler, one("node-a"))
+			reg := a.e.Registry()
+			retried := func(id, spec string) *task.Task {
+				tk := handlerTask(id, spec)
+				tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(time.Second), MaxBackoff: task.Duration(time.Second)}
+				return tk
+			}
+			for _, id := range []string{"kept", "again"} {
+				putTask(t, reg, retried(id, "0 0 1 1 *")) // yearly: only the hand-over fires them
+			}
+			putTask(t, reg, handlerTask("soon", "* * * * * *"))
+			putTask(t, reg, handlerTask("failed", "0 0 1 1 *"))
+			a.stop(t)
+			ctx := context.Background()
+			at, err := c.Client.Get(ctx, "applied")
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := at.Header.Revision
+			for _, tk := range []*task.Task{retried("again", "0 0 1 1 *"), handlerTask("soon", "* * * * * *"), handlerTask("failed", "0 0 1 1 *")} {
+				if err := reg.Delete(ctx, tk.ID); err != nil {
+					t.Fatal(err)
+				}
+				putTask(t, reg, tk)
+			}
+			now := time.Now().UTC().Truncate(time.Second)
+			old := now.Add(-10 * time.Second)
+			retry := func(id string) pendingFire { return pendingFire{ID: id, At: old, Attempt: 2, Due: now} }
+			cp, _ := json.Marshal(checkpoint{Node: "node-a", Watermark: now, Released: true, Applied: applied,
+				Pending: []pendingFire{retry("kept"), retry("again")},
+				After:   []pendingFire{{ID: "soon", At: now.Add(time.Hour)}},
+				Health:  []handedHealth{{ID: "failed", Fails: 3, FailedAt: old, Error: "boom"}},
+			})
+			if _, err := c.Client.Put(ctx, newKeys(DefaultPrefix).checkpoint(0), string(cp)); err != nil {
+				t.Fatal(err)
+			}
+			dir := ""
+			if cached {
+				dir = a.dir // its tasks as of its last revision: those put again come with the catch-up
+			}
+			b := startNode(t, c, dir, log.handler, one("node-b"))
+			defer b.stop(t)
+			// soon fires every second, unless resumed after the hour; again's
+			// retry, when it takes it, is due with kept's.
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				return len(log.forTask("kept")) == 1 && len(log.forTask("soon"))+len(log.forTask("again")) > 0
+			})
+			if got := log.forTask("again"); len(got) > 0 {
+				t.Errorf("again, put again after the release, ran %v: the retry of the task before it", secs(got))
+			}
+			if len(log.forTask("soon")) == 0 {
+				t.Errorf("soon, put again after the release, did not fire: resumed after the hour the task before it fired at")
+			}
+			if s, ok := b.e.TaskState(ctx, "failed"); !ok {
+				t.Errorf("node-b does not own failed")
+			} else if s.ConsecutiveFailures != 0 {
+				t.Errorf("failed, put again after the release, has %d failures in a row, want none: they were the task before it's", s.ConsecutiveFailures)
+			}
+		})
+	}
+}
+
 // A trigger whose key could not be deleted after it fired must not fire
 // again when its partition changes hands: the delete is retried.
 func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {

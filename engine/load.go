@@ -296,9 +296,9 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // every task is armed from the resume point as etcd had it when the
 // partition became ours. applied, when not 0, is the revision up to which
 // the previous owner armed the partition's changes, which decides its
-// one-shots (decideApplied) and which of its end_waits hold
-// (heldEndWaits).
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed handedTo, touched map[string][]byte, rev int64) error {
+// one-shots (decideApplied), which of its end_waits hold (heldEndWaits)
+// and which tasks its fires and health are of (heldHanded).
+func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed *handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
 	// One-shots as read before their changes: one held at the same time,
@@ -346,13 +346,16 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err := e.heldEndWaits(ctx, prep, defs, touched, applied, rev, handed.endWaits); err != nil {
 		return err
 	}
+	if err := e.heldHanded(ctx, prep, defs, touched, applied, handed); err != nil {
+		return err
+	}
 	// Not known (a task cached by a version that did not keep creations):
 	// every trigger older than the acquisition is read.
 	created := prep.created
 	if created == 0 {
 		created = rev
 	}
-	return e.send(ctx, p, fence, resume, rev, created, handed, defs)
+	return e.send(ctx, p, fence, resume, rev, created, *handed, defs)
 }
 
 // heldEndWaits keeps in waits (handedTo.endWaits: the tasks whose last
@@ -387,6 +390,76 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 			delete(waits, d.id)
 		}
 	}
+	return nil
+}
+
+// heldHanded keeps in handed's lists by task id (after, pending, health)
+// only the tasks of defs that the partition's previous owner had, having
+// armed its changes up to applied: created at or before it. One deleted
+// and put again since is another task, which they say nothing of: by its
+// id alone, it took the retry and the fire the previous owner handed over
+// unrun, resumed after that owner's last fire, and inherited its
+// failures. A creation read from etcd says which; a definition read at
+// or before applied (from the cache, at its read) and unchanged since is
+// that owner's; the creation of the others (changed since the read) is
+// read from etcd. Nothing is known without applied: the lists go by id.
+func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, handed *handedTo) error {
+	if applied == 0 || len(handed.after) == 0 && len(handed.pending) == 0 && len(handed.health) == 0 {
+		return nil
+	}
+	named := make(map[string]bool, len(handed.after)+len(handed.pending)+len(handed.health))
+	for id := range handed.after {
+		named[id] = true
+	}
+	for id := range handed.health {
+		named[id] = true
+	}
+	for _, f := range handed.pending {
+		named[f.ID] = true
+	}
+	others := map[string]bool{} // the tasks created after applied
+	var ask []string
+	for i := range defs {
+		d := &defs[i]
+		switch {
+		case !named[d.id]:
+		case d.createRev != 0:
+			if d.createRev > applied {
+				others[d.id] = true
+			}
+		case !heldAsRead(prep, d, touched, applied):
+			ask = append(ask, d.id)
+		}
+	}
+	for chunk := range slices.Chunk(ask, registry.MaxTxnOps) {
+		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		created, _, err := e.reg.Created(rctx, chunk)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for id, c := range created {
+			if c == 0 || c > applied { // 0: deleted since, which the watch brings
+				others[id] = true
+			}
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	for id := range others {
+		delete(handed.after, id)
+		delete(handed.health, id)
+	}
+	// A new list: the one read may be the checkpoint this node kept in
+	// memory (resume), which an acquire undone reads again.
+	var pending []pendingFire
+	for _, f := range handed.pending {
+		if !others[f.ID] {
+			pending = append(pending, f)
+		}
+	}
+	handed.pending = pending
 	return nil
 }
 
@@ -599,7 +672,7 @@ func (e *Engine) rangeLoad(ctx context.Context, p int, d *decoder) (*prepared, e
 			e.log.Warn("skipping a stored task", "partition", p, "err", err)
 			return
 		}
-		def.modRev = modRev
+		def.modRev, def.createRev = modRev, createRev
 		prep.defs = append(prep.defs, def)
 		prep.created = max(prep.created, createRev)
 		if e.store != nil {

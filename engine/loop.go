@@ -43,6 +43,10 @@ type taskDef struct {
 	// modRev is the etcd revision the definition was last written at, when
 	// read from etcd (0: unknown; the Badger cache keeps none).
 	modRev int64
+	// createRev is the etcd revision the task was created at (a delete
+	// and a put again create it anew), when read from etcd or seen by the
+	// watch (0: unknown, as modRev).
+	createRev int64
 }
 
 // Commands to the dispatch loop.

@@ -701,12 +701,12 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
 	}
 	handed := handedFrom(after, from)
-	handed.elsewhere = away
-	if err := e.arm(ctx, prep, fence, resume, applied, handed, touched, taskRev); err != nil {
+	handed.elsewhere, handed.pending = away, pending
+	if err := e.arm(ctx, prep, fence, resume, applied, &handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 
-	if len(pending) > 0 {
+	if pending := handed.pending; len(pending) > 0 {
 		// Not run, they would be lost: a quick second release writes a
 		// checkpoint without them.
 		var bfs map[string]*backfillRun
