@@ -787,6 +787,7 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			c.drops = append(c.drops, id)
 			continue
 		}
+		def.createRev = ev.Kv.CreateRevision
 		c.upserts = append(c.upserts, def)
 		c.created = max(c.created, ev.Kv.CreateRevision)
 		puts = append(puts, store.KV{ID: id, Value: cached, Created: ev.Kv.CreateRevision})

@@ -549,26 +549,33 @@ func (l *loop) events(c *eventsCmd) {
 	if !l.parts[c.part].owned {
 		return
 	}
-	l.setApplied(c.part, max(l.parts[c.part].applied, c.rev))
+	armed := l.parts[c.part].applied // the changes armed here before these
+	l.setApplied(c.part, max(armed, c.rev))
 	l.parts[c.part].created = max(l.parts[c.part].created, c.created)
 	now := l.cfg.Clock.Now().UnixNano()
-	for i := range c.upserts {
-		l.upsert(&c.upserts[i], max(l.through, now), true)
+	gone := map[uint32]goneTask{}
+	for k := range c.upserts {
+		d := &c.upserts[k]
+		if i, r, ok := l.tab.lookup(d.id); ok && d.createRev > armed {
+			// Created after the changes armed here: the record is of the
+			// task before, deleted since, whose delete this put hides
+			// (one watch delivery, whose events on a key apply keeps
+			// the last of, or a replace's read). Deleted first, as
+			// apart: its waiting retries, its fires queued and the
+			// retries of its attempts under way are not the new task's.
+			l.deleteTask(i, r, d.id, d.createRev-1, gone)
+		}
+		l.upsert(d, max(l.through, now), true)
 	}
 	l.skipPaused()
-	gone := map[uint32]uint32{} // record -> generation of the deleted tasks
 	for _, id := range c.deletes {
 		if i, r, ok := l.tab.lookup(id); ok {
-			gone[i] = r.gen
-			if n := l.runningHere(i, r); n > 0 && l.history != nil {
-				l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
-			}
-			l.removeDeleted(i, r, c.rev)
+			l.deleteTask(i, r, id, c.rev, gone)
 		}
 	}
 	for _, id := range c.drops { // as a replace's read leaves them out: their history stays
 		if i, r, ok := l.tab.lookup(id); ok {
-			gone[i] = r.gen
+			gone[i] = goneTask{r.gen, c.rev}
 			l.removeDeleted(i, r, c.rev)
 		}
 	}
@@ -579,7 +586,7 @@ func (l *loop) events(c *eventsCmd) {
 		}
 		l.tab.eachIn(c.part, func(i uint32, r *record) {
 			if !keep[l.tab.id(r)] {
-				gone[i] = r.gen
+				gone[i] = goneTask{r.gen, c.rev}
 				l.removeDeleted(i, r, c.rev)
 			}
 		})
@@ -592,12 +599,12 @@ func (l *loop) events(c *eventsCmd) {
 	// partitions and hands their queued fires over instead.
 	if len(gone) > 0 {
 		l.dropJobs(func(j *job) bool {
-			gen, ok := gone[j.rec]
-			if !ok || j.gen != gen {
+			g, ok := gone[j.rec]
+			if !ok || j.gen != g.gen {
 				return false
 			}
 			if j.kind == kindTrigger {
-				l.droppedTrigger(j.triggerKey(), j.over, c.rev)
+				l.droppedTrigger(j.triggerKey(), j.over, g.rev)
 			}
 			if j.bf != nil {
 				j.bf.end(j.sched) // a dropped task keeps its backfill, whose runner waits for it
@@ -606,6 +613,25 @@ func (l *loop) events(c *eventsCmd) {
 			return true
 		})
 	}
+}
+
+// goneTask is a record an events command removed: the generation of its
+// task, and the revision of the partition's changes that removed it.
+type goneTask struct {
+	gen uint32
+	rev int64
+}
+
+// deleteTask removes record i of task id, deleted by the partition's
+// changes up to revision rev, and notes it in gone: its attempts under
+// way delete the history they record as they end (deletedRuns). Called
+// only from the dispatch loop.
+func (l *loop) deleteTask(i uint32, r *record, id string, rev int64, gone map[uint32]goneTask) {
+	gone[i] = goneTask{r.gen, rev}
+	if n := l.runningHere(i, r); n > 0 && l.history != nil {
+		l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
+	}
+	l.removeDeleted(i, r, rev)
 }
 
 // removeDeleted removes record i of a deleted task, or of one this node
