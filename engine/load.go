@@ -756,23 +756,45 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 	}
 }
 
-// apply hands a batch of watch events to the cache and the loop. Events on
-// one key collapse to the last.
+// apply hands a batch of watch events to the cache and the loop, in
+// order: a run of events on distinct keys at a time (applyRun), so that
+// two changes of one task reach the loop one after the other, as from two
+// deliveries. Kept to the last of its key, a pause and its resume were
+// the resume alone, a write that is not a pause, so an edit that kept an
+// ended delete_after_fire task; and a delete and a put again were one put,
+// which the loop tells from an edit by its creation (events), but the
+// history of the task deleted stayed, under the new task's id.
 func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) error {
-	last := make(map[string]*clientv3.Event, len(events))
-	var order []string
-	for _, ev := range events {
-		id := e.reg.PartitionID(p, ev.Kv.Key)
-		if _, seen := last[id]; !seen {
-			order = append(order, id)
+	ids := make([]string, len(events))
+	seen := make(map[string]bool, len(events))
+	from := 0
+	for i, ev := range events {
+		ids[i] = e.reg.PartitionID(p, ev.Kv.Key)
+		if !seen[ids[i]] {
+			seen[ids[i]] = true
+			continue
 		}
-		last[id] = ev
+		// The run holds every change up to the revision before ev's,
+		// and maybe some of ev's own (a transaction's events share a
+		// revision): it is the partition's changes up to the former.
+		if err := e.applyRun(ctx, p, events[from:i], ids[from:i], ev.Kv.ModRevision-1); err != nil {
+			return err
+		}
+		clear(seen)
+		seen[ids[i]], from = true, i
 	}
+	return e.applyRun(ctx, p, events[from:], ids[from:], events[len(events)-1].Kv.ModRevision)
+}
+
+// applyRun hands events, a run of watch events on distinct keys (those
+// of the tasks ids), to the cache and the loop, as every change of the
+// partition up to revision rev.
+func (e *Engine) applyRun(ctx context.Context, p int, events []*clientv3.Event, ids []string, rev int64) error {
 	d := e.decoder()
-	c := &eventsCmd{part: p, rev: events[len(events)-1].Kv.ModRevision}
+	c := &eventsCmd{part: p, rev: rev}
 	var puts []store.KV
-	for _, id := range order {
-		ev := last[id]
+	for i, ev := range events {
+		id := ids[i]
 		if ev.Type == mvccpb.DELETE {
 			c.deletes = append(c.deletes, id)
 			continue

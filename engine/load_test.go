@@ -3,6 +3,13 @@ package engine
 import (
 	"context"
 	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/task"
 )
 
 // The partitions prepared from the cache share reads of etcd's revision;
@@ -36,5 +43,62 @@ func TestRevisions_SharedReadsAndLaggingMembers(t *testing.T) {
 		if asked := len(reads) > 0 && reads[len(reads)-1] == "current"; asked != step.wantCurrentAsked {
 			t.Errorf("%s: reads %v, want the cluster's revision asked: %v", step.name, reads, step.wantCurrentAsked)
 		}
+	}
+}
+
+// A pause and its resume that one watch delivery brings reach the loop as
+// a pause, then a resume: a delete_after_fire task whose last fire ended
+// (handed to the deleter, whose delete, conditioned on the version it
+// read, the pause beats) is deleted at its resume, as when they come
+// apart. apply kept the last event of a key: the resume alone, a write
+// that is not a pause, so an edit, and the task stayed, ended, for good.
+func TestEngine_ApplyHandsAPauseAndItsResumeDeliveredTogetherInOrder(t *testing.T) {
+	c := etcdtest.Start(t)
+	reg := directRegistry(t, c)
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Second).Add(time.Minute)
+	tk := &task.Task{ID: "t", Schedule: "@at " + base.Add(time.Second).Format(time.RFC3339), DeleteAfterFire: true,
+		Executor: task.Executor{Type: task.ExecutorNoop}}
+	putTask(t, reg, tk)
+	version := func() *mvccpb.KeyValue {
+		t.Helper()
+		resp, err := c.Client.Get(ctx, DefaultPrefix+"/tasks/", clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("read t: %v, %d keys", err, len(resp.Kvs))
+		}
+		return resp.Kvs[0]
+	}
+	put := version()
+	var events []*clientv3.Event
+	for _, paused := range []bool{true, false} {
+		if _, err := reg.SetPaused(ctx, "t", paused); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: version()})
+	}
+
+	tl := newTestLoop(t, base, nil)
+	e := &Engine{cfg: tl.cfg, scheds: tl.scheds, execs: &executors{}, reg: reg, log: quietLogger(), loop: tl.loop}
+	def, err := e.decoder().def("t", put.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&loadCmd{part: def.part, resume: base.UnixNano(), rev: put.ModRevision, created: put.CreateRevision, defs: []taskDef{def}, first: true, done: make(chan struct{})})
+	tl.clock.Advance(time.Second)
+	tl.dispatchAll()
+	tl.end(tl.takeQueued(), statusOK)
+	if n := len(tl.ended); n != 1 {
+		t.Fatalf("%d deletions queued once t's fire ended, want 1", n)
+	}
+	<-tl.ended // the deleter's, which the pause beats
+
+	if err := e.apply(ctx, def.part, events); err != nil {
+		t.Fatal(err)
+	}
+	for len(tl.cmds) > 0 {
+		tl.handle(<-tl.cmds)
+	}
+	if n := len(tl.ended); n != 1 {
+		t.Errorf("%d deletions queued at t's resume, want 1: its last fire ended while it was paused", n)
 	}
 }

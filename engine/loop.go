@@ -558,11 +558,11 @@ func (l *loop) events(c *eventsCmd) {
 		d := &c.upserts[k]
 		if i, r, ok := l.tab.lookup(d.id); ok && d.createRev > armed {
 			// Created after the changes armed here: the record is of the
-			// task before, deleted since, whose delete this put hides
-			// (one watch delivery, whose events on a key apply keeps
-			// the last of, or a replace's read). Deleted first, as
-			// apart: its waiting retries, its fires queued and the
-			// retries of its attempts under way are not the new task's.
+			// task before, deleted since, whose delete this put hides (a
+			// replace's read after a compaction; the watch's events come
+			// in order, apply). Deleted first, as apart: its waiting
+			// retries, its fires queued and the retries of its attempts
+			// under way are not the new task's.
 			l.deleteTask(i, r, d.id, d.createRev-1, gone)
 		}
 		l.upsert(d, max(l.through, now), true)
