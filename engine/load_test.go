@@ -2,13 +2,18 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -53,37 +58,16 @@ func TestRevisions_SharedReadsAndLaggingMembers(t *testing.T) {
 // apart. apply kept the last event of a key: the resume alone, a write
 // that is not a pause, so an edit, and the task stayed, ended, for good.
 func TestEngine_ApplyHandsAPauseAndItsResumeDeliveredTogetherInOrder(t *testing.T) {
-	c := etcdtest.Start(t)
-	reg := directRegistry(t, c)
+	at := newApplyTest(t, nil)
 	ctx := context.Background()
-	base := time.Now().UTC().Truncate(time.Second).Add(time.Minute)
-	tk := &task.Task{ID: "t", Schedule: "@at " + base.Add(time.Second).Format(time.RFC3339), DeleteAfterFire: true,
-		Executor: task.Executor{Type: task.ExecutorNoop}}
-	putTask(t, reg, tk)
-	version := func() *mvccpb.KeyValue {
-		t.Helper()
-		resp, err := c.Client.Get(ctx, DefaultPrefix+"/tasks/", clientv3.WithPrefix())
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("read t: %v, %d keys", err, len(resp.Kvs))
-		}
-		return resp.Kvs[0]
-	}
-	put := version()
 	var events []*clientv3.Event
 	for _, paused := range []bool{true, false} {
-		if _, err := reg.SetPaused(ctx, "t", paused); err != nil {
+		if _, err := at.reg.SetPaused(ctx, "t", paused); err != nil {
 			t.Fatal(err)
 		}
-		events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: version()})
+		events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: at.version(t)})
 	}
-
-	tl := newTestLoop(t, base, nil)
-	e := &Engine{cfg: tl.cfg, scheds: tl.scheds, execs: &executors{}, reg: reg, log: quietLogger(), loop: tl.loop}
-	def, err := e.decoder().def("t", put.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl.handle(&loadCmd{part: def.part, resume: base.UnixNano(), rev: put.ModRevision, created: put.CreateRevision, defs: []taskDef{def}, first: true, done: make(chan struct{})})
+	tl := at.tl
 	tl.clock.Advance(time.Second)
 	tl.dispatchAll()
 	tl.end(tl.takeQueued(), statusOK)
@@ -91,14 +75,113 @@ func TestEngine_ApplyHandsAPauseAndItsResumeDeliveredTogetherInOrder(t *testing.
 		t.Fatalf("%d deletions queued once t's fire ended, want 1", n)
 	}
 	<-tl.ended // the deleter's, which the pause beats
-
-	if err := e.apply(ctx, def.part, events); err != nil {
-		t.Fatal(err)
-	}
-	for len(tl.cmds) > 0 {
-		tl.handle(<-tl.cmds)
-	}
+	at.apply(t, events)
 	if n := len(tl.ended); n != 1 {
 		t.Errorf("%d deletions queued at t's resume, want 1: its last fire ended while it was paused", n)
+	}
+}
+
+// A delete and a put again that one watch delivery brings delete the
+// history of the task deleted, as apart: apply kept the put alone, and
+// the new task showed the executions of the one before.
+func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainInTheSameDelivery(t *testing.T) {
+	st, err := store.Open(store.DefaultConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	at := newApplyTest(t, st)
+	ctx := context.Background()
+	st.Record(task.Execution{TaskID: "t", ScheduledAt: at.base, Attempt: 1, Node: "loop", Status: task.ExecutionOK})
+	if err := st.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := at.reg.Delete(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := at.c.Client.Get(ctx, "deleted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, at.reg, at.task)
+	at.apply(t, []*clientv3.Event{
+		{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: at.put.Key, ModRevision: deleted.Header.Revision}},
+		{Type: mvccpb.PUT, Kv: at.version(t)},
+	})
+	if h, err := st.History("t", 10); err != nil || len(h) != 0 {
+		t.Errorf("t put again has the history %+v (%v), want none: it was the deleted task's", h, err)
+	}
+}
+
+// applyTest is a delete_after_fire one-shot t, at base+1s, written to
+// etcd, and an Engine whose apply hands its commands to tl, a loop that
+// holds t as put (at its revision).
+type applyTest struct {
+	c    *etcdtest.Cluster
+	reg  *registry.Registry
+	task *task.Task
+	put  *mvccpb.KeyValue
+	base time.Time
+	tl   *testLoop
+	e    *Engine
+}
+
+func newApplyTest(t *testing.T, st *store.Store) *applyTest {
+	t.Helper()
+	at := &applyTest{c: etcdtest.Start(t), base: time.Now().UTC().Truncate(time.Second).Add(time.Minute)}
+	at.reg = directRegistry(t, at.c)
+	at.task = &task.Task{ID: "t", Schedule: "@at " + at.base.Add(time.Second).Format(time.RFC3339), DeleteAfterFire: true,
+		Executor: task.Executor{Type: task.ExecutorNoop}}
+	putTask(t, at.reg, at.task)
+	at.put = at.version(t)
+	at.tl = newTestLoop(t, at.base, nil)
+	at.e = &Engine{cfg: at.tl.cfg, scheds: at.tl.scheds, execs: &executors{}, reg: at.reg, log: quietLogger(), loop: at.tl.loop,
+		store: st, uncached: make([]atomic.Bool, at.tl.cfg.Partitions)}
+	def, err := at.e.decoder().def("t", at.put.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def.createRev = at.put.CreateRevision
+	at.tl.handle(&loadCmd{part: def.part, resume: at.base.UnixNano(), rev: at.put.ModRevision, created: at.put.CreateRevision,
+		defs: []taskDef{def}, first: true, done: make(chan struct{})})
+	return at
+}
+
+// version reads t as etcd holds it.
+func (at *applyTest) version(t *testing.T) *mvccpb.KeyValue {
+	t.Helper()
+	resp, err := at.c.Client.Get(context.Background(), DefaultPrefix+"/tasks/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read t: %v, %d keys", err, len(resp.Kvs))
+	}
+	return resp.Kvs[0]
+}
+
+// apply hands events, one watch delivery of t's partition, to apply, and
+// runs the commands it sends on the loop meanwhile, as the loop's
+// goroutine does.
+func (at *applyTest) apply(t *testing.T, events []*clientv3.Event) {
+	t.Helper()
+	done := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			select {
+			case c := <-at.tl.cmds:
+				at.tl.handle(c)
+			case <-done:
+				for len(at.tl.cmds) > 0 {
+					at.tl.handle(<-at.tl.cmds)
+				}
+				return
+			}
+		}
+	}()
+	err := at.e.apply(context.Background(), int(xxhash.Sum64String("t")%uint64(at.tl.cfg.Partitions)), events)
+	close(done)
+	<-served
+	if err != nil {
+		t.Fatal(err)
 	}
 }
