@@ -1576,33 +1576,46 @@ func TestLoop_TriggerKeyPutAgainUnreadAtAReleaseIsThatFire(t *testing.T) {
 // put again: written after the delete, it is that task's trigger. Its fire
 // on the task before, which the loop still held, was dropped with the
 // delete, its key ended, and the new task never fired from it. One written
-// before the delete is the deleted task's, and ends.
+// before the delete is the deleted task's, and ends. So when the put hides
+// the delete (a reload after a compaction, read at 20): the delete is as of
+// the revision before the put's creation; as of the reload's, the trigger
+// written after the put ended unrun.
 func TestLoop_TriggerAfterADeleteTheLoopHadNotAppliedWaitsForThePut(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	at := base.Add(time.Millisecond)
 	for _, tc := range []struct {
 		name      string
 		rev       int64 // the trigger's key's
+		hidden    bool  // the delete comes with the put, which hides it
 		wantFires []string
 		wantEnds  []triggerKey
 	}{
-		{"written after the delete", 13, []string{fmt.Sprintf("x@%d", at.UnixMilli())}, nil},
-		{"written before the delete", 10, nil, []triggerKey{{0, "x", at.UnixNano()}}},
+		{"written after the delete", 13, false, []string{fmt.Sprintf("x@%d", at.UnixMilli())}, nil},
+		{"written before the delete", 10, false, nil, []triggerKey{{0, "x", at.UnixNano()}}},
+		{"written after the put that hides the delete", 13, true, []string{fmt.Sprintf("x@%d", at.UnixMilli())}, nil},
+		{"written before the delete the put hides", 10, true, nil, []triggerKey{{0, "x", at.UnixNano()}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := newTestLoop(t, base, nil) // its workers take nothing
 			prof := noopProfile(task.MisfireFireOnce)
-			tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
-			tl.putTrigger(0, "x", at, tc.rev)
-			// x deleted at 11 and put again at 12, in two watch responses.
-			tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 11})
 			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
 			if err != nil {
 				t.Fatal(err)
 			}
-			tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}}, rev: 12, created: 12})
+			def := taskDef{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof, createRev: 5}
+			tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), rev: 9, created: 5, defs: []taskDef{def}, first: true, done: make(chan struct{})})
+			tl.putTrigger(0, "x", at, tc.rev)
+			// x deleted at 11 and put again at 12.
+			again := def
+			again.createRev = 12
+			if tc.hidden {
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{again}, replace: true, rev: 20, created: 12})
+			} else {
+				tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: 11})
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{again}, rev: 12, created: 12})
+			}
 			if asked := tl.checks.take(10); len(asked) > 0 {
-				tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": 12}, rev: 14})
+				tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": 12}, rev: 20})
 			}
 			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
 				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
