@@ -206,6 +206,7 @@ func (e *Engine) prepareCached(ctx context.Context, p int) (*prepared, error) {
 		if err != nil {
 			return fmt.Errorf("cached task %q: %w", id, err)
 		}
+		def.createRev = c
 		defs = append(defs, def)
 		if c == 0 || created < 0 {
 			created = -1
@@ -399,10 +400,11 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 // and put again since is another task, which they say nothing of: by its
 // id alone, it took the retry and the fire the previous owner handed over
 // unrun, resumed after that owner's last fire, and inherited its
-// failures. A creation read from etcd says which; a definition read at
-// or before applied (from the cache, at its read) and unchanged since is
-// that owner's; the creation of the others (changed since the read) is
-// read from etcd. Nothing is known without applied: the lists go by id.
+// failures. A creation read from etcd or the cache says which; a
+// definition read at or before applied (from a cache that did not keep
+// its creation, at its read) and unchanged since is that owner's; the
+// creation of the others (changed since the read) is read from etcd.
+// Nothing is known without applied: the lists go by id.
 func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, handed *handedTo) error {
 	if applied == 0 || len(handed.after) == 0 && len(handed.pending) == 0 && len(handed.health) == 0 {
 		return nil

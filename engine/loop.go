@@ -44,8 +44,9 @@ type taskDef struct {
 	// read from etcd (0: unknown; the Badger cache keeps none).
 	modRev int64
 	// createRev is the etcd revision the task was created at (a delete
-	// and a put again create it anew), when read from etcd or seen by the
-	// watch (0: unknown, as modRev).
+	// and a put again create it anew), when read from etcd or the cache,
+	// or seen by the watch (0: unknown: cached by a version that did not
+	// keep it, or changed since the partition's read).
 	createRev int64
 }
 
