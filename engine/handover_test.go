@@ -1146,6 +1146,37 @@ func TestEngine_CollectKeepsAWatermarkARestoredCheckpointNames(t *testing.T) {
 	})
 }
 
+// The node's collection of dead sessions' watermarks is tried again when
+// a checkpoint changed while it ran, as other nodes' acquires and
+// releases make them: tried once, the keys stayed until the next session.
+func TestEngine_CollectionThatACheckpointsChangeBeatIsTriedAgain(t *testing.T) {
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	ctx := context.Background()
+	k := newKeys(DefaultPrefix)
+	gone := k.watermark("gone", "2f")
+	if _, err := c.Client.Put(ctx, gone, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	released, _ := json.Marshal(checkpoint{Node: "other", Session: "3f", Released: true, Watermark: time.Now().UTC()})
+	hook := func(key string) {
+		if key == k.checkpoints() {
+			faults.afterGet.Store(nil)
+			if _, err := c.Client.Put(ctx, k.checkpoint(99), string(released)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	faults.afterGet.Store(&hook)
+	startNodeOn(t, cli, "", nil, nil)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return faults.afterGet.Load() == nil })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := c.Client.Get(ctx, gone)
+		return err == nil && len(resp.Kvs) == 0
+	})
+}
+
 // loadAfter loads ids (every second, prof) into a new loop at now as
 // acquire does after a release: resuming after hand's mark, each task of
 // hand.after after its fire, then running hand's pending fires.

@@ -352,7 +352,7 @@ func (s *serving) updateReady() {
 	}
 	if ready && !s.collected {
 		s.collected = true
-		s.wg.Go(func() { s.e.collectWatermarks(s.ctx) })
+		s.wg.Go(func() { s.e.collectWatermarksRetrying(s.ctx) })
 	}
 }
 

@@ -556,19 +556,38 @@ func (e *Engine) checkLease(ctx context.Context, s *membership.Session) {
 	}
 }
 
+// collectWatermarksRetrying runs collectWatermarks once a session owns
+// its partitions, and again, backing off, while it does not finish: in a
+// cluster whose other nodes acquire and release, a checkpoint changes
+// while one collection runs often enough that a single try left the keys
+// of dead sessions, up to 15 KB each, to pile up restart after restart.
+func (e *Engine) collectWatermarksRetrying(ctx context.Context) {
+	for wait := time.Second; !e.collectWatermarks(ctx) && wait <= 32*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
 // collectWatermarks deletes the watermark keys that no checkpoint needs
 // any more: those of sessions that are gone and that no unreleased
-// checkpoint names. Run once a session owns its partitions.
-func (e *Engine) collectWatermarks(ctx context.Context) {
+// checkpoint names. It reports whether it went through: false when etcd
+// failed, or a checkpoint changed while it ran.
+func (e *Engine) collectWatermarks(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	wm, err := e.cli.Get(ctx, e.keys.watermarks(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil || len(wm.Kvs) == 0 {
-		return
+	if err != nil {
+		return false
+	}
+	if len(wm.Kvs) == 0 {
+		return true
 	}
 	cps, err := e.cli.Get(ctx, e.keys.checkpoints(), clientv3.WithPrefix())
 	if err != nil {
-		return
+		return false
 	}
 	needed := map[string]bool{}
 	for _, kv := range cps.Kvs {
@@ -583,7 +602,7 @@ func (e *Engine) collectWatermarks(ctx context.Context) {
 			live[m.ID] = true
 		}
 	} else {
-		return
+		return false
 	}
 	if s := e.sess.Load(); s != nil {
 		needed[e.keys.watermark(e.cfg.NodeID, sessionID(s))] = true
@@ -604,7 +623,8 @@ func (e *Engine) collectWatermarks(ctx context.Context) {
 	for chunk := range slices.Chunk(dels, registry.MaxTxnOps-1) {
 		resp, err := e.cli.Txn(ctx).If(unchanged).Then(chunk...).Commit()
 		if err != nil || !resp.Succeeded {
-			return
+			return false
 		}
 	}
+	return true
 }
