@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -107,25 +108,13 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	if o.ClientTLS != nil {
 		scheme = "https"
 	}
-	// Port 0: the kernel picks a free port when etcd binds, so no port is
-	// ever reserved and released (which races with parallel test packages).
-	// The advertised URLs keep port 0; nothing dials them in a one-member
-	// cluster once the grpc gateway (which dials its own address) is off.
-	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	var addrs []string
-	if n > 1 {
-		addrs = freeAddrs(t, 2*n)
-	}
+	addrs := freeAddrs(t, 2*n)
 	var initial []string
 	for i := 0; i < n; i++ {
+		peer := url.URL{Scheme: "http", Host: addrs[2*i+1]}
 		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes, tls: o.ClientTLS,
-			clientURL: url.URL{Scheme: scheme, Host: loopback.Host}, peerURL: loopback, advPeer: loopback}
+			clientURL: url.URL{Scheme: scheme, Host: addrs[2*i]}, peerURL: peer, advPeer: peer}
 		m.logPath = filepath.Join(m.dir, "etcd.log")
-		if n > 1 {
-			m.clientURL = url.URL{Scheme: scheme, Host: addrs[2*i]}
-			m.peerURL = url.URL{Scheme: "http", Host: addrs[2*i+1]}
-			m.advPeer = m.peerURL
-		}
 		initial = append(initial, m.Name+"="+m.advPeer.String())
 		c.Members = append(c.Members, m)
 	}
@@ -192,11 +181,20 @@ func (c *Cluster) enableAuth(t testing.TB, password string) {
 // freeAddrs returns k distinct loopback addresses with ports that were free
 // a moment ago. Every port stays bound until all are chosen: a port closed
 // at once is often the kernel's next pick.
+//
+// The ports lie below the kernel's ephemeral range where it can say
+// (quietPorts): there no connection's local end and no listener on port 0
+// takes one, so a member that is stopped finds its ports free at its
+// restart. In the range, a connection of some test process took a stopped
+// member's port now and then ("bind: address already in use"). What is
+// left is another process's random pick of the same port, 1 in some
+// 20 000.
 func freeAddrs(t testing.TB, k int) []string {
 	t.Helper()
+	lo, hi := quietPorts()
 	addrs := make([]string, k)
 	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenQuiet(lo, hi)
 		if err != nil {
 			t.Fatalf("etcdtest: reserve a port: %v", err)
 		}
@@ -204,6 +202,33 @@ func freeAddrs(t testing.TB, k int) []string {
 		addrs[i] = ln.Addr().String()
 	}
 	return addrs
+}
+
+// quietPorts returns the ports [lo, hi) below the kernel's ephemeral range,
+// from 10 000 up (none readable: both 0).
+func quietPorts() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first <= 11000 {
+		return 0, 0
+	}
+	return 10000, first
+}
+
+// listenQuiet listens on a loopback port of [lo, hi) picked at random, or,
+// when no such port is free after a few tries or there are none, on one
+// the kernel picks.
+func listenQuiet(lo, hi int) (net.Listener, error) {
+	for try := 0; try < 64 && lo < hi; try++ {
+		port := lo + rand.IntN(hi-lo)
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return ln, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // start starts the member's server on its data directory and waits until it

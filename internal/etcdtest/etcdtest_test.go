@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,5 +215,21 @@ func TestFreeAddrs_Distinct(t *testing.T) {
 			t.Fatalf("freeAddrs returned %s twice", a)
 		}
 		seen[a] = true
+	}
+}
+
+// TestFreeAddrs_BelowTheEphemeralRange guards a member's restart: with
+// ports the kernel also gives connections, a stopped member's port was
+// now and then some connection's ("bind: address already in use").
+func TestFreeAddrs_BelowTheEphemeralRange(t *testing.T) {
+	lo, hi := quietPorts()
+	if hi == 0 {
+		t.Skip("the kernel's ephemeral range is not readable here")
+	}
+	for _, a := range freeAddrs(t, 20) {
+		_, port, _ := net.SplitHostPort(a)
+		if p, _ := strconv.Atoi(port); p < lo || p >= hi {
+			t.Errorf("port %d, want one of [%d, %d), below the ephemeral range", p, lo, hi)
+		}
 	}
 }
