@@ -261,9 +261,16 @@ func (l *loop) checked(c *checkedCmd) {
 	if l.fenced() {
 		return
 	}
-	asked := make(map[triggerKey]int64, len(c.fires)) // the revision of each key read for
+	// The keys read for, each at every revision read for: a key put again
+	// twice after its fire (triggers) waits for two checks, which one
+	// answer can carry.
+	type askedKey struct {
+		k   triggerKey
+		rev int64
+	}
+	asked := make(map[askedKey]bool, len(c.fires))
 	for _, f := range c.fires {
-		asked[f.key()] = f.rev
+		asked[askedKey{f.key(), f.rev}] = true
 	}
 	now := l.cfg.Clock.Now().UnixNano()
 	done := make(map[string]bool, len(c.fires)) // the tasks whose triggers were gone through
@@ -273,7 +280,7 @@ func (l *loop) checked(c *checkedCmd) {
 		}
 		done[a.id] = true
 		l.early.keepOf(a.id, func(f *triggerFire) bool {
-			if rev, ok := asked[f.key()]; !f.checking || !ok || f.rev != rev {
+			if !f.checking || !asked[askedKey{f.key(), f.rev}] {
 				return true // not asked: one waiting for its task, or a key put again since
 			}
 			created := c.created[f.id]

@@ -1546,6 +1546,73 @@ func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.
 	}
 }
 
+// A trigger key put again twice after its trigger fired here, before the
+// read of its task's creation, waits for two checks, which one answer can
+// carry both of: each is answered, in the order the key was put. Only the
+// later was, and the earlier stayed early, its read under way as far as
+// the sweep could tell, for as long as the node held the partition:
+// the key of the task put again between the fire and the first put never
+// fired, taken for that fire's by the second put's answer.
+func TestLoop_TriggerKeyPutAgainTwiceIsAnsweredInOneAnswer(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := base.Add(time.Millisecond)
+	k := triggerKey{0, "x", at.UnixNano()}
+	fired := fmt.Sprintf("x@%d", at.UnixMilli())
+	for _, tc := range []struct {
+		name      string
+		created   int64 // x deleted and put again at this revision (0: not)
+		puts      [2]int64
+		xCreated  int64 // x's creation revision, as checkTriggers reads it
+		wantFires []string
+		wantEnds  []triggerKey
+		wantAgain bool // the later put is the fire's: its key goes when the fire ends
+	}{
+		{"both that fire's", 0, [2]int64{21, 22}, 5, nil, []triggerKey{k}, false},
+		{"x put again before both", 20, [2]int64{21, 22}, 20, []string{fired}, nil, true},
+		{"x put again between them", 22, [2]int64{21, 23}, 22, []string{fired}, []triggerKey{k}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTestLoop(t, base, nil) // its workers take nothing
+			prof := noopProfile(task.MisfireFireOnce)
+			tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+			tl.putTrigger(0, "x", at, 10)
+			tl.end(tl.takeQueued(), statusOK) // a worker took the fire: its key went
+			if tc.created != 0 {
+				h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				tl.handle(&eventsCmd{part: 0, deletes: []string{"x"}, rev: tc.created - 1})
+				def := taskDef{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def}, rev: tc.created, created: tc.created})
+			}
+			for _, rev := range tc.puts {
+				tl.putTrigger(0, "x", at, rev)
+			}
+			asked := tl.checks.take(10)
+			if len(asked) != 2 {
+				t.Fatalf("%d triggers to check, want the key's two puts", len(asked))
+			}
+			tl.handle(&checkedCmd{fires: asked, created: map[string]int64{"x": tc.xCreated}, rev: 30})
+			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
+				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
+			}
+			if got := slices.Compact(tl.pool.ends.take(10)); !slices.Equal(got, tc.wantEnds) {
+				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
+			}
+			if n := tl.early.len(); n != 0 {
+				t.Errorf("%d triggers early after the answer, want none", n)
+			}
+			if tc.wantAgain {
+				tl.end(tl.takeQueued(), statusOK)
+				if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{k}) {
+					t.Errorf("keys ended with the fire %v, want %v", got, k)
+				}
+			}
+		})
+	}
+}
+
 // A key put again after its trigger's fire started here, released while
 // the read of its task's creation is under way, is taken for that fire, as
 // one put again with no creation in its partition since: its key goes
