@@ -357,9 +357,9 @@ func (e *earlyTriggers) keep(keep func(f *triggerFire) bool) {
 func (e *earlyTriggers) keepOf(id string, keep func(f *triggerFire) bool) {
 	fs := e.byTask[id]
 	kept := fs[:0]
-	for _, f := range fs {
-		if keep(&f) {
-			kept = append(kept, f)
+	for i := range fs {
+		if keep(&fs[i]) { // in place: a copy for keep to change escaped, one allocation a trigger
+			kept = append(kept, fs[i])
 		}
 	}
 	clear(fs[len(kept):])

@@ -5,6 +5,10 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/task"
 )
 
 // BenchmarkCheckedAnswers is the dispatch loop's cost of the answers of
@@ -43,5 +47,43 @@ func BenchmarkCheckedAnswers(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkChangesBehindEarlyTriggers is the dispatch loop's cost of a
+// partition's changes while n triggers wait among the early triggers for
+// the reads of their tasks' creations (an acquire from the cache with a
+// bulk trigger pending): one op is 100 changes, each of one task none of
+// them names, as the partition's watch brings them.
+//
+//	go test -run '^$' -bench ChangesBehindEarlyTriggers -count 6 ./engine/
+func BenchmarkChangesBehindEarlyTriggers(b *testing.B) {
+	const n, changes = 100_000, 100
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(b, base, nil)
+	tl.parts[0].owned = true
+	for i := range n {
+		tl.early.add(triggerFire{part: 0, id: fmt.Sprintf("t%06d", i), at: base.UnixNano() + int64(i), rev: 10, checking: true})
+	}
+	prof := noopProfile(task.MisfireFireOnce)
+	defs := make([]taskDef, changes)
+	for i := range defs {
+		id := fmt.Sprintf("c%03d", i)
+		h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defs[i] = taskDef{id: id, hash: xxhash.Sum64String(id), sched: h, prof: prof}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for i := range defs {
+			tl.handle(&eventsCmd{part: 0, upserts: defs[i : i+1], rev: 20})
+		}
+	}
+	b.StopTimer()
+	if tl.early.len() != n {
+		b.Fatalf("%d triggers early, want %d", tl.early.len(), n)
 	}
 }
