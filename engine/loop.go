@@ -354,8 +354,8 @@ func (l *loop) sleep() time.Duration {
 // waits for it).
 type command interface{ run(l *loop) }
 
-func (c *loadCmd) run(l *loop)   { l.load(c); l.retryTriggers() }
-func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers() }
+func (c *loadCmd) run(l *loop)   { l.load(c); l.retryTriggers(c.defs) }
+func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers(c.upserts) }
 func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }

@@ -241,11 +241,20 @@ func (l *loop) holdEarly(f triggerFire, now int64) {
 	l.early.add(f)
 }
 
-// retryTriggers fires the early triggers whose task came: after a load or
-// a change.
-func (l *loop) retryTriggers() {
+// retryTriggers fires the early triggers of defs, the tasks a load chunk
+// or a change just armed, or starts the reads of their creations. It
+// tries no other: an early trigger waits for its task, absent until a
+// load or a change arms it, or for a read under way
+// (triggerFire.checking), which its answer ends (checked). Behind a bulk
+// trigger pending, 100 000 wait, and each change went through them all.
+func (l *loop) retryTriggers(defs []taskDef) {
+	if l.early.len() == 0 {
+		return
+	}
 	now := l.cfg.Clock.Now().UnixNano()
-	l.early.keep(func(f *triggerFire) bool { return !l.triggerNow(f, now) })
+	for i := range defs {
+		l.early.keepOf(defs[i].id, func(f *triggerFire) bool { return !l.triggerNow(f, now) })
+	}
 }
 
 // checked takes checkTriggers' answer for the triggers of c: a trigger
@@ -324,9 +333,10 @@ func (l *loop) checkedAgain(f *triggerFire, created, rev, now int64) bool {
 // earlyTriggers are the triggers the loop holds before they can fire:
 // those waiting for their task, and those whose task's creation
 // checkTriggers reads (triggerFire.checking), by task, so that an answer
-// goes through the triggers of the tasks it answers alone: an acquire with
-// a bulk trigger pending holds 100 000 triggers being checked, answered
-// 8 192 at a time (checkAnswer). Not safe for concurrent use: the dispatch
+// goes through the triggers of the tasks it answers alone, and a load or
+// a change those of the tasks it armed: an acquire with a bulk trigger
+// pending holds 100 000 triggers being checked, answered 8 192 at a time
+// (checkAnswer). Not safe for concurrent use: the dispatch
 // loop's.
 type earlyTriggers struct {
 	byTask map[string][]triggerFire // in the order they came
@@ -355,7 +365,10 @@ func (e *earlyTriggers) keep(keep func(f *triggerFire) bool) {
 
 // keepOf is keep, for the triggers of task id alone.
 func (e *earlyTriggers) keepOf(id string, keep func(f *triggerFire) bool) {
-	fs := e.byTask[id]
+	fs, ok := e.byTask[id]
+	if !ok {
+		return
+	}
 	kept := fs[:0]
 	for i := range fs {
 		if keep(&fs[i]) { // in place: a copy for keep to change escaped, one allocation a trigger
