@@ -63,7 +63,7 @@ func newTestLoop(t testing.TB, at time.Time, tweak func(*Config)) *testLoop {
 }
 
 // add loads tasks into partition part, each resuming after resume.
-func (tl *testLoop) add(t *testing.T, part int, resume time.Time, prof *profile, spec string, ids ...string) {
+func (tl *testLoop) add(t testing.TB, part int, resume time.Time, prof *profile, spec string, ids ...string) {
 	t.Helper()
 	defs := make([]taskDef, 0, len(ids))
 	for _, id := range ids {
