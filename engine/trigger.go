@@ -335,8 +335,8 @@ func (l *loop) checkedAgain(f *triggerFire, created, rev, now int64) bool {
 // checkTriggers reads (triggerFire.checking), by task, so that an answer
 // goes through the triggers of the tasks it answers alone, and a load or
 // a change those of the tasks it armed: an acquire with a bulk trigger
-// pending holds 100 000 triggers being checked, answered 8 192 at a time
-// (checkAnswer). Not safe for concurrent use: the dispatch
+// pending holds 100 000 triggers being checked, answered a transaction's
+// read (MaxTxnOps) at a time. Not safe for concurrent use: the dispatch
 // loop's.
 type earlyTriggers struct {
 	byTask map[string][]triggerFire // in the order they came
@@ -718,20 +718,24 @@ func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 type triggerChecks = batchQueue[triggerFire]
 
 // checkTriggers reads, for the triggers t queues, when their task was
-// created, MaxTxnOps tasks a transaction, and hands the answers to the
-// loop, up to checkAnswer triggers a command, until ctx ends; it retries
-// while etcd refuses. Only triggers whose key is older than a creation the
-// loop applied in their partition are queued: those an acquire reads, and
-// those of a partition that took a new task between the trigger and the
-// loop's look at it; and keys put again after their trigger fired here
-// (checkedAgain). Those of a partition that leaves the node, a release or
-// a fenced drop, keep their keys for its next owner: the release forgets
-// them (but a key put again goes as that fire's), and takes those not yet
-// read off t, so that they hold back no check of a partition kept; as do
-// those left when ctx ends.
+// created, MaxTxnOps tasks a transaction, and hands the loop each
+// transaction's answer as it comes, until ctx ends; it retries while etcd
+// refuses. An answer holds the loop about 0.1 ms: it goes through the
+// early triggers of the tasks it names alone (earlyTriggers), so that
+// answers of 64 transactions cost the loop as much in all, but held it
+// some 6 ms each, a stall of its fires, and their first trigger waited
+// for 64 reads (BenchmarkCheckedAnswers). Only triggers whose key is
+// older than a creation the loop applied in their partition are queued:
+// those an acquire reads, and those of a partition that took a new task
+// between the trigger and the loop's look at it; and keys put again after
+// their trigger fired here (checkedAgain). Those of a partition that
+// leaves the node, a release or a fenced drop, keep their keys for its
+// next owner: the release forgets them (but a key put again goes as that
+// fire's), and takes those not yet read off t, so that they hold back no
+// check of a partition kept; as do those left when ctx ends.
 func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 	for {
-		batch := t.take(checkAnswer)
+		batch := t.take(registry.MaxTxnOps)
 		if batch == nil {
 			select {
 			case <-t.wake:
@@ -745,31 +749,15 @@ func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 			ids = append(ids, f.id)
 		}
 		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		created := make(map[string]int64, len(ids))
-		var rev int64 // the earliest read's: the answer holds as of it
-		for chunk := range slices.Chunk(ids, registry.MaxTxnOps) {
-			c, r, err := e.readCreated(ctx, chunk)
-			if err != nil {
-				return
-			}
-			maps.Copy(created, c)
-			if rev == 0 || r < rev {
-				rev = r
-			}
+		created, rev, err := e.readCreated(ctx, slices.Compact(ids))
+		if err != nil {
+			return
 		}
 		if e.call(ctx, &checkedCmd{fires: batch, created: created, rev: rev}) != nil {
 			return
 		}
 	}
 }
-
-// checkAnswer bounds the triggers one answer of checkTriggers carries,
-// and so how long an answer holds the loop: it goes through the early
-// triggers of the tasks an answer names alone (earlyTriggers), a few
-// milliseconds for 8 192, and 100 000 triggers to check cost it about
-// as much in answers of 128 (BenchmarkCheckedAnswers).
-const checkAnswer = 64 * registry.MaxTxnOps
 
 // readCreated is registry.Created, tried again while etcd refuses, until
 // ctx ends, whose error it then returns.
