@@ -231,7 +231,8 @@
 //     whose time passed, which fire on the new owner when the old one
 //     never had them at that time (load.go, decideApplied), and for
 //     paused delete_after_fire tasks whose last fire ended on the old
-//     owner, which the release lists (end_waits; load.go, heldEndWaits).
+//     owner, which the release lists (end_waits; load.go, heldEndWaits),
+//     as its watermark writes do for a crash or a fence (endwaits.go).
 //   - How the Badger cache keeps tasks (as etcd's JSON, or as a shape
 //     shared by the tasks with the same firing fields) and how a load
 //     decodes them: shape.go and the decoder in load.go. A fired field
@@ -254,11 +255,13 @@
 //
 // docs/design.md's layout, with these additions: watermark keys carry the
 // session (above), and the value is {"at", "partitions": {"<p>": resume
-// point}, "applied": {"<p>": revision}, "applied_base": revision}, with
-// partitions only while a release that dropped fires from the queue is
-// uncommitted (holds), and applied, of the partitions changed since the
-// value at applied_base, while the session arms any (appliedRevs); the
-// time alone when it has neither; a checkpoint may name the session ("session") and list unrun
+// point}, "applied": {"<p>": revision}, "applied_base": revision,
+// "end_waits": {"<p>": {"applied", "ids"}}}, with partitions only while a
+// release that dropped fires from the queue is uncommitted (holds),
+// applied, of the partitions changed since the value at applied_base,
+// while the session arms any (appliedRevs), and end_waits while it holds
+// paused delete_after_fire tasks whose last fire ended, unless the value
+// at applied_base has them (endwaits.go); the time alone when it has none; a checkpoint may name the session ("session") and list unrun
 // fires it hands over ("pending": [{"id", "at", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go) and the paused

@@ -113,8 +113,11 @@ type handedTo struct {
 	after  map[string]int64        // tasks fired past the resume point: each resumes after that fire
 	health map[string]handedHealth // tasks that failed there (health.go)
 	// endWaits are the paused delete_after_fire tasks whose last fire
-	// ended there, to be looked at again at their resume (flagEndWaits).
-	endWaits map[string]bool
+	// ended there, to be looked at again at their resume (flagEndWaits),
+	// of the tasks that owner had having armed the partition's changes up
+	// to endWaitsApplied (heldEndWaits).
+	endWaits        map[string]bool
+	endWaitsApplied int64
 	// elsewhere are the marker keys of tasks whose runs went on past a
 	// release (elsewhere.go).
 	elsewhere map[string][]string
@@ -140,13 +143,21 @@ func handedFrom(after []pendingFire, cp checkpoint) handedTo {
 			h.health[e.ID] = e
 		}
 	}
-	if len(cp.EndWaits) > 0 {
-		h.endWaits = make(map[string]bool, len(cp.EndWaits))
-		for _, id := range cp.EndWaits {
+	h.takeEndWaits(endWaits{Applied: cp.Applied, IDs: cp.EndWaits})
+	return h
+}
+
+// takeEndWaits takes ends as the tasks whose end waits for their resume,
+// in place of any: a checkpoint's, or after a crash or a fence those that
+// the session's watermark carried, or its hand-over kept (resume).
+func (h *handedTo) takeEndWaits(ends endWaits) {
+	h.endWaits, h.endWaitsApplied = nil, ends.Applied
+	if len(ends.IDs) > 0 {
+		h.endWaits = make(map[string]bool, len(ends.IDs))
+		for _, id := range ends.IDs {
 			h.endWaits[id] = true
 		}
 	}
-	return h
 }
 
 // handingCheckpoint decodes prev, a checkpoint that hands its lists to
@@ -1273,48 +1284,52 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 // watermark is the resume point) had armed its task changes; 0 when not
 // known (from a node that did not say, a partition the session no longer
 // armed, or a session whose watermark is behind the checkpoint's).
-func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (prev []byte, w int64, pending, after []pendingFire, applied int64, err error) {
+// ends are, after a crash or a fence, the tasks of p whose end waits for
+// their resume that the session's watermark carried, or its hand-over
+// kept (a release's are in prev).
+func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (prev []byte, w int64, pending, after []pendingFire, applied int64, ends endWaits, err error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return nil, 0, nil, nil, 0, err
+		return nil, 0, nil, nil, 0, ends, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, nil
+		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, ends, nil
 	}
 	prev = resp.Kvs[0].Value
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, nil
+		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, ends, nil
 	}
 	w = cp.Watermark.UnixNano()
 	if cp.Released {
-		return prev, w, cp.Pending, cp.After, cp.Applied, nil
+		return prev, w, cp.Pending, cp.After, cp.Applied, ends, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return prev, w, cp.Pending, cp.After, cp.Applied, nil
+		return prev, w, cp.Pending, cp.After, cp.Applied, ends, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
 		// Kept in memory, never written: bounded as a release's, since the
 		// acquire writes its lists in its checkpoint.
 		h := (*ended)[p].hand
 		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
-		return prev, h.mark, h.pending, h.after, h.applied, nil
+		return prev, h.mark, h.pending, h.after, h.applied, endWaits{Applied: h.applied, IDs: h.endWaits}, nil
 	}
 	m, err := dead.get(ctx, e.keys.watermark(cp.Node, cp.Session), e.readDeadMark)
 	if err != nil {
-		return nil, 0, nil, nil, 0, err
+		return nil, 0, nil, nil, 0, ends, err
 	}
 	if !m.found {
-		return prev, w, nil, nil, 0, nil
+		return prev, w, nil, nil, 0, ends, nil
 	}
+	// The marks go with a revision of their own, whatever the watermark.
 	nw := m.v.resume(p)
 	if nw < w {
 		// The session's acquire resumed p from a point its dispatch never
 		// reached: its revisions say nothing of the fires up to w.
-		return prev, w, nil, nil, 0, nil
+		return prev, w, nil, nil, 0, m.endWaits(p), nil
 	}
-	return prev, nw, nil, nil, m.applied(p), nil
+	return prev, nw, nil, nil, m.applied(p), m.endWaits(p), nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

@@ -1640,7 +1640,7 @@ func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, resume, pending, after, _, err := e.resume(context.Background(), 0, newDeadMarks())
+	_, resume, pending, after, _, _, err := e.resume(context.Background(), 0, newDeadMarks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1956,13 +1956,13 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
 	for k, v := range map[string]string{
 		e.keys.checkpoint(0):             string(named),
-		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil, nil, 0),
+		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil, nil, 0, nil),
 	} {
 		if _, err := cli.Put(context.Background(), k, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, resume, pending, _, _, err := e.resume(context.Background(), 0, newDeadMarks())
+	_, resume, pending, _, _, _, err := e.resume(context.Background(), 0, newDeadMarks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1992,7 +1992,7 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsAppliedRevision(t *testing.T) {
 	}
 	check := func(p int, wantResume time.Time, wantApplied int64) {
 		t.Helper()
-		_, resume, _, _, applied, err := e.resume(ctx, p, newDeadMarks()) // a round each: the test writes the key between
+		_, resume, _, _, applied, _, err := e.resume(ctx, p, newDeadMarks()) // a round each: the test writes the key between
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -2003,19 +2003,19 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsAppliedRevision(t *testing.T) {
 	}
 	w := base.Add(10 * time.Second)
 	named(base)
-	whole := put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{0: 40, 1: 41}, 0))
+	whole := put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{0: 40, 1: 41}, 0, nil))
 	check(0, w, 40)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, whole))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, whole, nil))
 	check(0, w, 40) // from the base
 	check(1, w, 50)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 0}, whole))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 0}, whole, nil))
 	check(1, w, 0) // no longer armed there
 
 	named(w.Add(time.Second)) // the acquire's resume point, which the dispatch never reached
 	check(0, w.Add(time.Second), 0)
 
 	named(base)
-	if _, err := cli.Compact(ctx, put(key, encodeWatermark(w.UnixNano(), nil, nil, whole))); err != nil {
+	if _, err := cli.Compact(ctx, put(key, encodeWatermark(w.UnixNano(), nil, nil, whole, nil))); err != nil {
 		t.Fatal(err)
 	}
 	check(0, w, 0)

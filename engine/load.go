@@ -297,8 +297,9 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // every task is armed from the resume point as etcd had it when the
 // partition became ours. applied, when not 0, is the revision up to which
 // the previous owner armed the partition's changes, which decides its
-// one-shots (decideApplied), which of its end_waits hold (heldEndWaits)
-// and which tasks its fires and health are of (heldHanded).
+// one-shots (decideApplied) and which tasks its fires and health are of
+// (heldHanded); which of handed's end_waits hold goes by the revision
+// they came with (heldEndWaits).
 func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed *handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
@@ -344,7 +345,7 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err != nil {
 		return err
 	}
-	if err := e.heldEndWaits(ctx, prep, defs, touched, applied, rev, handed.endWaits); err != nil {
+	if err := e.heldEndWaits(ctx, prep, defs, touched, handed.endWaitsApplied, rev, handed.endWaits); err != nil {
 		return err
 	}
 	if err := e.heldHanded(ctx, prep, defs, touched, applied, handed); err != nil {
@@ -368,8 +369,7 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 // (whose delete took the mark with the record) keeps. A definition read
 // at or before applied is that owner's; of the others, etcd's history
 // tells (registry.HeldAt). One whose history etcd no longer holds loses
-// its mark, logged: left ended, as after a crash, rather than deleted
-// unsure.
+// its mark, logged: left ended rather than deleted unsure.
 func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied, rev int64, waits map[string]bool) error {
 	if len(waits) == 0 {
 		return nil

@@ -230,6 +230,13 @@ type loop struct {
 	epoch uint64
 
 	ended chan endedTask // delete_after_fire tasks that ended, for the deleter (window.go)
+	// endMarked are the records marked flagEndWaits, by partition, and
+	// endChanged the partitions whose marks changed since they were last
+	// published to endMarks, which the watermark writes carry
+	// (publishEndWaits).
+	endMarked  map[int]map[uint32]struct{}
+	endChanged map[int]bool
+	endMarks   *endWaitMarks
 
 	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
 
@@ -274,7 +281,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
-		ended: make(chan endedTask, endedQueue),
+		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
 	}, nil
 }
 
@@ -283,6 +290,9 @@ func (l *loop) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if len(l.endChanged) > 0 {
+			l.publishEndWaits()
+		}
 		l.service()
 		l.awaitStage()
 		if l.dispatch() {
@@ -428,7 +438,7 @@ func (l *loop) load(c *loadCmd) {
 			// The previous owner's mark; a resume while the partition
 			// changed hands left it on a task not paused, which the
 			// acquire's look for ended tasks (endedCmd) takes.
-			r.flags |= flagEndWaits
+			l.markEndWaits(i, r)
 		}
 		if away != nil {
 			l.runElsewhere(i, r, away)
@@ -454,6 +464,9 @@ func (l *loop) load(c *loadCmd) {
 func (l *loop) setApplied(p int, rev int64) {
 	if l.parts[p].applied == rev {
 		return
+	}
+	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
+		l.endChanged[p] = true // published without a revision to judge them by
 	}
 	l.parts[p].applied = rev
 	l.appliedSeq++
@@ -527,7 +540,7 @@ func (l *loop) markWrite(i uint32, r *record, d *taskDef, changed bool) {
 	if changed {
 		// An edit since the last fire ended wins, paused or not: the
 		// resume keeps the task.
-		r.flags &^= flagEndWaits
+		l.clearEndWaits(i, r)
 	}
 	// A write that pauses the task edits it too when it changes it besides.
 	edit := !pause || changed
@@ -536,7 +549,7 @@ func (l *loop) markWrite(i uint32, r *record, d *taskDef, changed bool) {
 		// the version it read, etcd refuses: the pause is not an edit
 		// that wins, so the resume deletes the task, as one whose fire
 		// ended while it was paused.
-		r.flags |= flagEndWaits
+		l.markEndWaits(i, r)
 	}
 	if d.prof.deleteAfter && edit && (r.running > 0 || l.retryWaits(i, r)) {
 		r.flags |= flagEdited // an edit while a fire runs, or waits to retry, wins: no delete after it
@@ -665,6 +678,7 @@ func (l *loop) remove(i uint32) {
 	delete(l.pending, i)
 	delete(l.health, i)
 	l.forgetElsewhere(i)
+	l.clearEndWaits(i, r)
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }

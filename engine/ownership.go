@@ -648,7 +648,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		}
 		return r
 	}
-	prev, resume, pending, after, applied, err := e.resume(ctx, p, dead)
+	prev, resume, pending, after, applied, ends, err := e.resume(ctx, p, dead)
 	// Two phases: until this node's watermark covers p's catch-up, the
 	// checkpoint names no session, so a successor resumes from resume
 	// itself rather than from a watermark that may have passed fires of p
@@ -701,6 +701,11 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
 	}
 	handed := handedFrom(after, from)
+	if len(ends.IDs) > 0 {
+		// Not in the hold: judged by a revision of their own, not its
+		// applied. A crash before the session is named loses them.
+		handed.takeEndWaits(ends)
+	}
 	handed.elsewhere, handed.pending = away, pending
 	if err := e.arm(ctx, prep, fence, resume, applied, &handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))

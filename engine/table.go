@@ -36,7 +36,7 @@ const (
 	flagLate                 // the last fire released was a misfire (health.go, lateness)
 	flagDeleting             // ended with delete_after_fire: handed to the deleter (window.go)
 	flagEdited               // delete_after_fire: the definition changed while a fire ran or waited to retry, so it was not the one fired
-	flagEndWaits             // delete_after_fire: a fire ended while the task was paused, or a pause alone came before the deleter's delete, here or on the owner that released it here (checkpoint.EndWaits); its resume looks whether the task ended (checkEnded)
+	flagEndWaits             // delete_after_fire: a fire ended while the task was paused, or a pause alone came before the deleter's delete, here or on the owner that released it here (checkpoint.EndWaits) or crashed or fenced (watermarkValue.EndWaits); its resume looks whether the task ended (checkEnded)
 )
 
 // record is one task on its owner: 80 bytes, no pointers.

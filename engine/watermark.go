@@ -147,12 +147,13 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		// session's check: a drop once the session is fenced resets holds.
 		w := e.holds.cap(e.loop.applieds.fold(revs.armed))
 		resumes := e.holds.resumes()
+		ends := e.loop.endMarks.take()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.
 			e.acked.noSpace.Store(false)
 		} else {
-			val, whole := revs.value(w, resumes, sessionID(s))
+			val, whole := revs.value(w, resumes, ends, sessionID(s))
 			wctx, cancel := context.WithTimeout(ctx, max(e.cfg.Lead, etcdTimeout))
 			start := time.Now()
 			resp, err := e.cli.Txn(wctx).
@@ -161,7 +162,7 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 				Commit()
 			cancel()
 			if err == nil && resp.Succeeded && whole {
-				revs.wrote(resp.Header.Revision)
+				revs.wrote(resp.Header.Revision, ends)
 			}
 			if took := time.Since(start); err == nil && (took > e.cfg.Lead) != slow {
 				slow = !slow
@@ -323,13 +324,17 @@ func (a *appliedLog) foldTo(seq uint64, revs map[int]int64) {
 // carries only the partitions that differ from base, which a successor
 // reads from the key's history. Every partition's revision in every
 // write would be 15 KB a value for a node of 1 024 partitions, 150 KB a
-// second at the default interval, kept by etcd until it compacts.
+// second at the default interval, kept by etcd until it compacts. The
+// marks of ended paused tasks (endwaits.go) go the same way: a value that
+// names a base has the base's (baseEnds), and marks that changed make a
+// value that carries them all, the next base.
 type appliedRevs struct {
-	armed   map[int]int64
-	base    map[int]int64
-	baseRev int64     // 0: no base yet, the next value carries them all
-	baseAt  time.Time // wall clock: it ages against etcd's compaction
-	session string    // whose key holds base: a new session's has none
+	armed    map[int]int64
+	base     map[int]int64
+	baseEnds map[int]endWaits
+	baseRev  int64     // 0: no base yet, the next value carries them all
+	baseAt   time.Time // wall clock: it ages against etcd's compaction
+	session  string    // whose key holds base: a new session's has none
 }
 
 // appliedBaseAge is how long a write may name the revisions of an earlier
@@ -338,21 +343,21 @@ type appliedRevs struct {
 const appliedBaseAge = time.Minute
 
 // value returns the value of watermark w with the resume points resumes
-// for session's key, and whether it carries every revision (the next
-// base, once etcd took it: wrote).
-func (a *appliedRevs) value(w int64, resumes map[int]int64, session string) (string, bool) {
+// and the marks ends for session's key, and whether it carries every
+// revision and mark (the next base, once etcd took it: wrote).
+func (a *appliedRevs) value(w int64, resumes map[int]int64, ends map[int]endWaits, session string) (string, bool) {
 	if session != a.session {
-		a.session, a.base, a.baseRev = session, nil, 0
+		a.session, a.base, a.baseEnds, a.baseRev = session, nil, nil, 0
 	}
 	if len(a.armed) == 0 {
-		return encodeWatermark(w, resumes, nil, 0), false
+		return encodeWatermark(w, resumes, nil, 0, ends), false
 	}
-	if a.baseRev != 0 && time.Since(a.baseAt) <= appliedBaseAge {
+	if a.baseRev != 0 && time.Since(a.baseAt) <= appliedBaseAge && sameEndWaits(ends, a.baseEnds) {
 		if diff := a.diff(); len(diff) <= len(a.armed)/4 {
-			return encodeWatermark(w, resumes, diff, a.baseRev), false
+			return encodeWatermark(w, resumes, diff, a.baseRev, nil), false
 		}
 	}
-	return encodeWatermark(w, resumes, a.armed, 0), true
+	return encodeWatermark(w, resumes, a.armed, 0, ends), true
 }
 
 // diff returns the revisions of armed that differ from base's, 0 for a
@@ -372,39 +377,44 @@ func (a *appliedRevs) diff() map[int]int64 {
 	return diff
 }
 
-// wrote takes the revisions of the last value, which etcd took at rev, as
-// the base of the next.
-func (a *appliedRevs) wrote(rev int64) {
-	a.base, a.baseRev, a.baseAt = maps.Clone(a.armed), rev, time.Now()
+// wrote takes the revisions of the last value, and its marks ends, which
+// etcd took at rev, as the base of the next.
+func (a *appliedRevs) wrote(rev int64, ends map[int]endWaits) {
+	a.base, a.baseEnds, a.baseRev, a.baseAt = maps.Clone(a.armed), ends, rev, time.Now()
 }
 
 // watermarkValue is a watermark key's value: the watermark, the resume
 // points of the partitions whose releases dropped fires from the queue
-// and are uncommitted (holds), and the revisions up to which the
-// partitions' task changes were armed (appliedRevs): those in Applied, and
-// for the others those of the key's value at revision Base. A node that
-// arms no partition and holds no release writes the watermark alone, an
-// RFC 3339 time, as every value was before resume points. Nodes from
-// before applied revisions read the time and resume points of a value
-// with them, and this one reads their values, whose partitions go by
-// updated_at.
+// and are uncommitted (holds), the revisions up to which the partitions'
+// task changes were armed (appliedRevs): those in Applied, and for the
+// others those of the key's value at revision Base, and the marks of the
+// paused delete_after_fire tasks whose last fire ended here (endwaits.go):
+// EndWaits, or with a Base those of its value. A node that arms no
+// partition and holds no release writes the watermark alone, an RFC 3339
+// time, as every value was before resume points. Nodes from before
+// applied revisions read the time and resume points of a value with them,
+// and this one reads their values, whose partitions go by updated_at;
+// nodes from before the marks read the rest of a value with them, and
+// this one finds none in theirs.
 type watermarkValue struct {
 	At         time.Time         `json:"at"`
 	Partitions map[int]time.Time `json:"partitions,omitempty"`
 	Applied    map[int]int64     `json:"applied,omitempty"`
 	Base       int64             `json:"applied_base,omitempty"`
+	EndWaits   map[int]endWaits  `json:"end_waits,omitempty"`
 }
 
 // encodeWatermark returns the value of watermark w with the resume points
-// of partitions and the applied revisions of applied (nil: none), the
-// others those of the key's value at etcd revision base (0: none).
-func encodeWatermark(w int64, partitions, applied map[int]int64, base int64) string {
+// of partitions, the applied revisions of applied (nil: none), the others
+// those of the key's value at etcd revision base (0: none), and the marks
+// ends (nil: none, or with a base those of its value).
+func encodeWatermark(w int64, partitions, applied map[int]int64, base int64, ends map[int]endWaits) string {
 	at := time.Unix(0, w).UTC()
-	if len(partitions) == 0 && len(applied) == 0 && base == 0 {
+	if len(partitions) == 0 && len(applied) == 0 && base == 0 && len(ends) == 0 {
 		b, _ := at.MarshalText()
 		return string(b)
 	}
-	v := watermarkValue{At: at, Applied: applied, Base: base}
+	v := watermarkValue{At: at, Applied: applied, Base: base, EndWaits: ends}
 	if len(partitions) > 0 {
 		v.Partitions = make(map[int]time.Time, len(partitions))
 		for p, r := range partitions {
@@ -463,11 +473,13 @@ type deadRead struct {
 func newDeadMarks() *deadMarks { return &deadMarks{read: map[string]*deadRead{}} }
 
 // deadMark is a dead session's watermark key as read: its value v, and
-// the applied revisions of the value at v.Base (nil: none, or not known).
+// the applied revisions and marks of the value at v.Base (nil: none, or
+// not known).
 type deadMark struct {
-	v     watermarkValue
-	found bool // the key holds a value that decodes
-	base  map[int]int64
+	v        watermarkValue
+	found    bool // the key holds a value that decodes
+	base     map[int]int64
+	baseEnds map[int]endWaits
 }
 
 // get returns the watermark key key as read, reading it with read for
@@ -521,13 +533,13 @@ func (e *Engine) readDeadMark(ctx context.Context, key string) (deadMark, error)
 	resp, err := e.cli.Get(ctx, key, clientv3.WithRev(m.v.Base))
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at",
-			"key", key, "revision", m.v.Base)
+		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at, "+
+			"and its ended paused delete_after_fire tasks stay after their resume", "key", key, "revision", m.v.Base)
 	case err != nil:
 		return deadMark{}, err
 	case len(resp.Kvs) > 0:
 		if base, ok := decodeWatermark(resp.Kvs[0].Value); ok {
-			m.base = base.Applied
+			m.base, m.baseEnds = base.Applied, base.EndWaits
 		}
 	}
 	return m, nil
@@ -540,6 +552,15 @@ func (m deadMark) applied(p int) int64 {
 		return rev
 	}
 	return m.base[p]
+}
+
+// endWaits returns the session's marks of p's ended paused tasks (none:
+// not known).
+func (m deadMark) endWaits(p int) endWaits {
+	if m.v.Base != 0 {
+		return m.baseEnds[p]
+	}
+	return m.v.EndWaits[p]
 }
 
 // checkLease makes the check a refused watermark write did not: that the

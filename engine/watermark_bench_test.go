@@ -30,8 +30,8 @@ func benchWatermarkValue(b *testing.B, n, changed int) {
 		a.armed[p] = 31_000_000 + int64(p)*1_009
 	}
 	if changed < n {
-		a.value(w, nil, "s")
-		a.wrote(31_000_000 + int64(n)*1_009)
+		a.value(w, nil, nil, "s")
+		a.wrote(31_000_000+int64(n)*1_009, nil)
 		for i := range changed {
 			a.armed[i*(n/changed)] += 977
 		}
@@ -40,7 +40,7 @@ func benchWatermarkValue(b *testing.B, n, changed int) {
 	var size int
 	b.ResetTimer()
 	for range b.N {
-		v, _ := a.value(w, nil, "s")
+		v, _ := a.value(w, nil, nil, "s")
 		size = len(v)
 	}
 	b.ReportMetric(float64(size), "bytes/value")

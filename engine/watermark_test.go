@@ -110,7 +110,7 @@ func TestEngine_AnAcquireRoundReadsADeadSessionsWatermarkOnce(t *testing.T) {
 		whole[p] = int64(40 + p)
 	}
 	w := base.Add(10 * time.Second)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, put(key, encodeWatermark(w.UnixNano(), nil, whole, 0))))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, put(key, encodeWatermark(w.UnixNano(), nil, whole, 0, nil)), nil))
 	var reads atomic.Int64
 	hook := func(k string) {
 		if k == key {
@@ -124,7 +124,7 @@ func TestEngine_AnAcquireRoundReadsADeadSessionsWatermarkOnce(t *testing.T) {
 	applied := make([]int64, parts)
 	for p := range parts {
 		wg.Go(func() {
-			_, resume, _, _, rev, err := e.resume(ctx, p, dead)
+			_, resume, _, _, rev, _, err := e.resume(ctx, p, dead)
 			if err != nil || resume != w.UnixNano() {
 				t.Errorf("partition %d resumes after %v (%v), want after %v", p, time.Unix(0, resume).UTC(), err, w)
 			}

@@ -160,7 +160,8 @@ const endedQueue = 1024
 // A paused task stays: the pause holds it, and its next time is 0 whether
 // or not its window has times to come; a fire that ends while it is
 // paused (skipped for the pause included) leaves the check to its resume
-// (flagEndWaits, which a release hands to the partition's next owner), as
+// (flagEndWaits, which a release hands to the partition's next owner, and
+// the watermark writes to one after a crash or a fence: endwaits.go), as
 // does a pause alone that comes before the deleter's delete (upsert).
 // Called only from the dispatch loop.
 func (l *loop) checkEnded(i uint32, r *record) {
@@ -179,7 +180,7 @@ func (l *loop) checkEnded(i uint32, r *record) {
 		return
 	}
 	if r.flags&flagPaused != 0 {
-		r.flags |= flagEndWaits
+		l.markEndWaits(i, r)
 		return
 	}
 	select {
@@ -231,7 +232,7 @@ func (l *loop) checkEndWaits(i uint32, r *record) bool {
 	if r.flags&flagEndWaits == 0 {
 		return false
 	}
-	r.flags &^= flagEndWaits
+	l.clearEndWaits(i, r)
 	l.checkEnded(i, r)
 	return true
 }

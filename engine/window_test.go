@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/engine/schedule"
 	"github.com/shardcron/shardcron/internal/etcdtest"
@@ -532,6 +533,53 @@ func TestLoop_DeleteAfterFireEndedWhilePausedIsDeletedAtItsResumeOnTheNextOwner(
 	}
 }
 
+// The marks of ended paused tasks go to the watermark writes with the
+// revision up to which their partition's changes were armed, as the loop
+// stands between commands: a successor after a crash judges them by it
+// (heldEndWaits), so that an edit that took a mark takes it there too. A
+// load of several chunks, whose revision comes with its last, publishes
+// its marks again then; until then a value carries none of them, which a
+// successor could not judge.
+func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
+	t.Run("marked, then edited", func(t *testing.T) {
+		tl, def, _, _ := retryOfAnEarlierFire(t)
+		tl.handle(&eventsCmd{part: 0, rev: 10, upserts: []taskDef{def(true)}})
+		tl.clock.Advance(time.Minute)
+		tl.dispatchAll() // the retry of t@+0s comes due while t is paused: skipped, the fire is over
+		tl.publishEndWaits()
+		if got, want := tl.endMarks.take(), map[int]endWaits{0: {Applied: 10, IDs: []string{"t"}}}; !sameEndWaits(got, want) {
+			t.Fatalf("published %v once t's fire ended while it was paused, want %v", got, want)
+		}
+		edited := def(true)
+		prof := *edited.prof
+		prof.key, prof.timeout = "noop/delete-after-timeout-1s", time.Second
+		prof.defLen = len(prof.key)
+		edited.prof = &prof
+		tl.handle(&eventsCmd{part: 0, rev: 12, upserts: []taskDef{edited}})
+		tl.publishEndWaits()
+		if got := tl.endMarks.take(); got != nil {
+			t.Errorf("published %v once t was edited while paused, want none", got)
+		}
+	})
+	t.Run("loaded in chunks", func(t *testing.T) {
+		tl, def, _, _ := retryOfAnEarlierFire(t)
+		waits := handedTo{endWaits: map[string]bool{"u": true}}
+		tl.handle(&loadCmd{part: 1, first: true, more: true, done: make(chan struct{})})
+		d := def(true)
+		d.id, d.hash, d.part = "u", xxhash.Sum64String("u"), 1
+		tl.handle(&loadCmd{part: 1, handed: waits, defs: []taskDef{d}, more: true, done: make(chan struct{})})
+		tl.publishEndWaits()
+		if got := tl.endMarks.take(); got != nil {
+			t.Fatalf("published %v while the load's revision was not known, want none", got)
+		}
+		tl.handle(&loadCmd{part: 1, rev: 20, done: make(chan struct{})})
+		tl.publishEndWaits()
+		if got, want := tl.endMarks.take(), map[int]endWaits{1: {Applied: 20, IDs: []string{"u"}}}; !sameEndWaits(got, want) {
+			t.Errorf("published %v once the load was in, want %v", got, want)
+		}
+	})
+}
+
 // A delete_after_fire task paused after its last fire ended, before the
 // deleter's delete reached etcd, is deleted at its resume, here or, its
 // partition released while it is paused, on the next owner: etcd refuses
@@ -704,7 +752,7 @@ func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testin
 	}
 	c := etcdtest.Start(t)
 	ctx := context.Background()
-	a := endedWhilePausedOnNodeA(t, c, deleteAfterFireOneShot(nextSecond(time.Now().Add(time.Second)), false))
+	a := endedWhilePausedOnNodeA(t, c.Client, deleteAfterFireOneShot(nextSecond(time.Now().Add(time.Second)), false))
 	defer a.stop(t)
 	reg := a.e.Registry()
 	b := startNode(t, c, "", failing, oneShotNode(nextOwnerOfTheOnePartition(t)))
@@ -717,6 +765,81 @@ func TestEngine_DeleteAfterFireEndedWhilePausedIsDeletedByTheNextOwner(t *testin
 		_, err := reg.Get(ctx, "once")
 		return errors.Is(err, registry.ErrNotFound)
 	})
+}
+
+// TestEngine_DeleteAfterFireEndedWhilePausedSurvivesACrash: a
+// delete_after_fire one-shot whose fire ended while it was paused on
+// node-a is deleted at its resume after node-a was cut off from etcd
+// (fenced: no checkpoint, as in a crash), once its watermark carried the
+// mark: on node-b, which resumes from node-a's watermark, and on node-a
+// itself, which takes its partition back from the hand-over its fenced
+// session kept. The mark was node-a's memory alone: the task stayed,
+// ended, for good, on both. Edited while nobody owned it (its timeout),
+// it stays, as after a release: node-b judges the mark by the revision it
+// came with.
+func TestEngine_DeleteAfterFireEndedWhilePausedSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("cluster scenario")
+	}
+	for _, c := range []struct {
+		next   string
+		edited bool
+	}{
+		{"node-b", false},
+		{"node-a", false},
+		{"node-b", true},
+	} {
+		t.Run(fmt.Sprintf("on %s, edited %v", c.next, c.edited), func(t *testing.T) {
+			t.Parallel()
+			cl := etcdtest.Start(t)
+			ctx := context.Background()
+			proxy := cl.NewProxy(t)
+			at := nextSecond(time.Now().Add(time.Second))
+			a := endedWhilePausedOnNodeA(t, cl.NewClient(t, proxy.Endpoint()), deleteAfterFireOneShot(at, false))
+			defer a.stop(t)
+			key := a.e.keys.watermark("node-a", sessionID(a.e.sess.Load()))
+			etcdtest.WaitFor(t, 10*time.Second, func() bool {
+				m, err := a.e.readDeadMark(ctx, key)
+				return err == nil && slices.Equal(m.endWaits(0).IDs, []string{"once"})
+			})
+			sess := a.e.sess.Load()
+			crash(t, a, proxy)
+			if c.edited {
+				reg, err := registry.OpenRegistry(ctx, cl.Client, DefaultPrefix, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tk := deleteAfterFireOneShot(at, true)
+				tk.Timeout = task.Duration(time.Minute + time.Second)
+				putTask(t, reg, tk)
+			}
+			on := a
+			if c.next == "node-b" {
+				b := startNode(t, cl, "", failing, oneShotNode(c.next))
+				defer b.stop(t)
+				on = b
+			} else {
+				proxy.Restore()
+				etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+			}
+			reg := on.e.Registry()
+			etcdtest.WaitFor(t, 20*time.Second, onceOn(t, on, func(_ *loop, _ uint32, r *record) bool { return r.flags&flagPaused != 0 }))
+			if _, err := reg.SetPaused(ctx, "once", false); err != nil {
+				t.Fatal(err)
+			}
+			if !c.edited {
+				etcdtest.WaitFor(t, 10*time.Second, func() bool {
+					_, err := reg.Get(ctx, "once")
+					return errors.Is(err, registry.ErrNotFound)
+				})
+				return
+			}
+			if deletedAtItsResume(t, on) {
+				t.Errorf("once, edited while nobody owned it, was deleted at its resume on %s", c.next)
+			}
+		})
+	}
 }
 
 // TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays:
@@ -755,7 +878,7 @@ func TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays(t 
 			cl := etcdtest.Start(t)
 			ctx := context.Background()
 			at := nextSecond(time.Now().Add(time.Second))
-			a := endedWhilePausedOnNodeA(t, cl, deleteAfterFireOneShot(at, false))
+			a := endedWhilePausedOnNodeA(t, cl.Client, deleteAfterFireOneShot(at, false))
 			defer a.stop(t)
 			reg, keys := a.e.Registry(), a.e.keys
 			a.stop(t)
@@ -773,20 +896,27 @@ func TestEngine_DeleteAfterFireEndedWhilePausedWrittenBeforeTheNextOwnerStays(t 
 			if _, err := reg.SetPaused(ctx, "once", false); err != nil {
 				t.Fatal(err)
 			}
-			etcdtest.WaitFor(t, 10*time.Second, func() bool {
-				return inLoop(t, b, func(l *loop) bool {
-					_, r, ok := l.tab.lookup("once")
-					return !ok || r.flags&flagPaused == 0
-				})
-			})
-			if inLoop(t, b, func(l *loop) bool {
-				_, r, ok := l.tab.lookup("once")
-				return !ok || r.flags&flagDeleting != 0
-			}) {
+			if deletedAtItsResume(t, b) {
 				t.Errorf("once, %s, paused, after node-a's release, was deleted at its resume on node-b", c.name)
 			}
 		})
 	}
+}
+
+// deletedAtItsResume waits until n's loop has task once resumed, and
+// reports whether the resume deleted it (handed it to the deleter).
+func deletedAtItsResume(t *testing.T, n *testNode) bool {
+	t.Helper()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, n, func(l *loop) bool {
+			_, r, ok := l.tab.lookup("once")
+			return !ok || r.flags&flagPaused == 0
+		})
+	})
+	return inLoop(t, n, func(l *loop) bool {
+		_, r, ok := l.tab.lookup("once")
+		return !ok || r.flags&flagDeleting != 0
+	})
 }
 
 // failing is a handler whose every attempt fails.
@@ -816,9 +946,9 @@ func onceOn(t *testing.T, n *testNode, cond func(l *loop, i uint32, r *record) b
 // (a pause while an attempt runs would be an edit that wins): the retry
 // comes due while it is paused, skipped, and the fire's end waits for the
 // resume (flagEndWaits).
-func endedWhilePausedOnNodeA(t *testing.T, c *etcdtest.Cluster, tk *task.Task) *testNode {
+func endedWhilePausedOnNodeA(t *testing.T, cli *clientv3.Client, tk *task.Task) *testNode {
 	t.Helper()
-	a := startNode(t, c, "", failing, oneShotNode("node-a"))
+	a := startNodeOn(t, cli, "", failing, oneShotNode("node-a"))
 	reg := a.e.Registry()
 	putTask(t, reg, tk)
 	etcdtest.WaitFor(t, 10*time.Second, onceOn(t, a, func(l *loop, i uint32, r *record) bool { return r.running == 0 && l.retryWaits(i, r) }))
