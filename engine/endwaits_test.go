@@ -29,10 +29,11 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsEndWaits(t *testing.T) {
 	}
 	check := func(what string, want endWaits) {
 		t.Helper()
-		_, _, _, _, _, got, err := e.resume(ctx, 0, newDeadMarks())
+		res, err := e.resume(ctx, 0, newDeadMarks())
 		if err != nil {
 			t.Fatal(err)
 		}
+		got := res.ends
 		if got.Applied != want.Applied || !slices.Equal(got.IDs, want.IDs) {
 			t.Errorf("%s: resumed with the marks %+v, want %+v", what, got, want)
 		}

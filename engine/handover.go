@@ -1270,66 +1270,79 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 	e.ended.Store(&next)
 }
 
-// resume returns p's checkpoint as stored (nil if none) and the watermark
-// to resume p after: the released checkpoint of a graceful owner, or after
-// a crash the later of the checkpoint and the watermark of the session that
-// wrote it, or p's resume point in it when earlier (holds), or, when that
-// session was this node's last, the hand-over it kept in memory.
+// resumed is where an acquire resumes a partition from (resume).
+type resumed struct {
+	prev []byte // the partition's checkpoint as stored, nil if none: put back should the acquire be undone
+	w    int64  // the watermark to resume the partition after
+	// pending and after are a release's lists (checkpoint), or those of
+	// the hand-over this node's fenced session kept; none after a crash.
+	pending, after []pendingFire
+	// applied is the revision up to which the owner that handed the
+	// partition over (a release, this node's fenced session, or after a
+	// crash the session whose watermark is the resume point) had armed its
+	// task changes; 0 when not known (from a node that did not say, a
+	// partition the session no longer armed, or a session whose watermark
+	// is behind the checkpoint's).
+	applied int64
+	// ends are, after a crash or a fence, the tasks of the partition whose
+	// end waits for their resume that the session's watermark carried, or
+	// its hand-over kept (a release's are in prev).
+	ends endWaits
+}
+
+// resume reads where p resumes: after the released checkpoint of a
+// graceful owner, or after a crash the later of the checkpoint and the
+// watermark of the session that wrote it, or p's resume point in it when
+// earlier (holds), or, when that session was this node's last, the
+// hand-over it kept in memory.
 // Watermarks are kept per session, not per node: a node restarted with
 // the same id writes a new one, and the dead session's stays the truth
 // about what it had taken; dead holds those the acquire's round read. A
 // partition never owned starts now.
-// applied is the revision up to which the owner that handed p over (a
-// release, this node's fenced session, or after a crash the session whose
-// watermark is the resume point) had armed its task changes; 0 when not
-// known (from a node that did not say, a partition the session no longer
-// armed, or a session whose watermark is behind the checkpoint's).
-// ends are, after a crash or a fence, the tasks of p whose end waits for
-// their resume that the session's watermark carried, or its hand-over
-// kept (a release's are in prev).
-func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (prev []byte, w int64, pending, after []pendingFire, applied int64, ends endWaits, err error) {
+func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, error) {
 	resp, err := e.cli.Get(ctx, e.keys.checkpoint(p))
 	if err != nil {
-		return nil, 0, nil, nil, 0, ends, err
+		return resumed{}, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, ends, nil
+		return resumed{w: e.cfg.Clock.Now().UnixNano()}, nil
 	}
-	prev = resp.Kvs[0].Value
+	prev := resp.Kvs[0].Value
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return prev, e.cfg.Clock.Now().UnixNano(), nil, nil, 0, ends, nil
+		return resumed{prev: prev, w: e.cfg.Clock.Now().UnixNano()}, nil
 	}
-	w = cp.Watermark.UnixNano()
+	w := cp.Watermark.UnixNano()
 	if cp.Released {
-		return prev, w, cp.Pending, cp.After, cp.Applied, ends, nil
+		return resumed{prev: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return prev, w, cp.Pending, cp.After, cp.Applied, ends, nil
+		return resumed{prev: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
 		// Kept in memory, never written: bounded as a release's, since the
 		// acquire writes its lists in its checkpoint.
 		h := (*ended)[p].hand
 		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
-		return prev, h.mark, h.pending, h.after, h.applied, endWaits{Applied: h.applied, IDs: h.endWaits}, nil
+		return resumed{prev: prev, w: h.mark, pending: h.pending, after: h.after, applied: h.applied,
+			ends: endWaits{Applied: h.applied, IDs: h.endWaits}}, nil
 	}
 	m, err := dead.get(ctx, e.keys.watermark(cp.Node, cp.Session), e.readDeadMark)
 	if err != nil {
-		return nil, 0, nil, nil, 0, ends, err
+		return resumed{}, err
 	}
 	if !m.found {
-		return prev, w, nil, nil, 0, ends, nil
+		return resumed{prev: prev, w: w}, nil
 	}
 	// The marks go with a revision of their own, whatever the watermark.
 	nw := m.v.resume(p)
 	if nw < w {
 		// The session's acquire resumed p from a point its dispatch never
 		// reached: its revisions say nothing of the fires up to w.
-		return prev, w, nil, nil, 0, m.endWaits(p), nil
+		return resumed{prev: prev, w: w, ends: m.endWaits(p)}, nil
 	}
-	return prev, nw, nil, nil, m.applied(p), m.endWaits(p), nil
+	return resumed{prev: prev, w: nw, applied: m.applied(p), ends: m.endWaits(p)}, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

@@ -1640,14 +1640,14 @@ func TestEngine_ResumeFromAnEndedSessionFitsInARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, resume, pending, after, _, _, err := e.resume(context.Background(), 0, newDeadMarks())
+	res, err := e.resume(context.Background(), 0, newDeadMarks())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// What acquire writes first (putCheckpoint).
-	hold, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, resume).UTC(), Pending: pending, After: after})
+	hold, _ := json.Marshal(checkpoint{Node: e.cfg.NodeID, Watermark: time.Unix(0, res.w).UTC(), Pending: res.pending, After: res.after})
 	if _, err := cli.Put(context.Background(), "/hold", string(hold)); err != nil {
-		t.Fatalf("etcd refused the acquire's hold checkpoint of %d bytes (%d fires, %d after): %v", len(hold), len(pending), len(after), err)
+		t.Fatalf("etcd refused the acquire's hold checkpoint of %d bytes (%d fires, %d after): %v", len(hold), len(res.pending), len(res.after), err)
 	}
 }
 
@@ -1962,13 +1962,13 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 			t.Fatal(err)
 		}
 	}
-	_, resume, pending, _, _, _, err := e.resume(context.Background(), 0, newDeadMarks())
+	res, err := e.resume(context.Background(), 0, newDeadMarks())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resume != hand.mark || len(pending) != 1 {
+	if res.w != hand.mark || len(res.pending) != 1 {
 		t.Errorf("resumed after %s with %d fires pending, want after s1's mark %s with its cut fire",
-			time.Unix(0, resume).UTC().Format(time.TimeOnly), len(pending), base.Format(time.TimeOnly))
+			time.Unix(0, res.w).UTC().Format(time.TimeOnly), len(res.pending), base.Format(time.TimeOnly))
 	}
 }
 
@@ -1992,13 +1992,13 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsAppliedRevision(t *testing.T) {
 	}
 	check := func(p int, wantResume time.Time, wantApplied int64) {
 		t.Helper()
-		_, resume, _, _, applied, _, err := e.resume(ctx, p, newDeadMarks()) // a round each: the test writes the key between
+		res, err := e.resume(ctx, p, newDeadMarks()) // a round each: the test writes the key between
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resume != wantResume.UnixNano() || applied != wantApplied {
+		if res.w != wantResume.UnixNano() || res.applied != wantApplied {
 			t.Errorf("partition %d resumes after %s with applied %d, want after %s with %d",
-				p, time.Unix(0, resume).UTC().Format(time.TimeOnly), applied, wantResume.Format(time.TimeOnly), wantApplied)
+				p, time.Unix(0, res.w).UTC().Format(time.TimeOnly), res.applied, wantResume.Format(time.TimeOnly), wantApplied)
 		}
 	}
 	w := base.Add(10 * time.Second)

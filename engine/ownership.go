@@ -648,14 +648,14 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		}
 		return r
 	}
-	prev, resume, pending, after, applied, ends, err := e.resume(ctx, p, dead)
+	res, err := e.resume(ctx, p, dead)
 	// Two phases: until this node's watermark covers p's catch-up, the
-	// checkpoint names no session, so a successor resumes from resume
+	// checkpoint names no session, so a successor resumes from res.w
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	from := handingCheckpoint(prev)
-	hold := holdCheckpoint(e.cfg.NodeID, resume, from, pending, after, applied)
+	from := handingCheckpoint(res.prev)
+	hold := holdCheckpoint(e.cfg.NodeID, res.w, from, res.pending, res.after, res.applied)
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold)
@@ -679,7 +679,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		e.seal(e.releaseLoop([]int{p}), false, false)
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
-		e.restoreCheckpoint(m, p, prev)
+		e.restoreCheckpoint(m, p, res.prev)
 		e.holds.clear(p)
 		return fail(err)
 	}
@@ -700,14 +700,14 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err != nil {
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
 	}
-	handed := handedFrom(after, from)
-	if len(ends.IDs) > 0 {
+	handed := handedFrom(res.after, from)
+	if len(res.ends.IDs) > 0 {
 		// Not in the hold: judged by a revision of their own, not its
 		// applied. A crash before the session is named loses them.
-		handed.takeEndWaits(ends)
+		handed.takeEndWaits(res.ends)
 	}
-	handed.elsewhere, handed.pending = away, pending
-	if err := e.arm(ctx, prep, fence, resume, applied, &handed, touched, taskRev); err != nil {
+	handed.elsewhere, handed.pending = away, res.pending
+	if err := e.arm(ctx, prep, fence, res.w, res.applied, &handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 
@@ -764,7 +764,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	e.handOver[phasePrepare].observe(tPrepared.Sub(start))
 	e.handOver[phaseLockWait].observe(tLocked.Sub(tPrepared))
 	e.handOver[phaseTake].observe(armed.Sub(tLocked))
-	e.log.Debug("acquired partition", "partition", p, "fence", fence, "resume", time.Unix(0, resume).UTC(),
+	e.log.Debug("acquired partition", "partition", p, "fence", fence, "resume", time.Unix(0, res.w).UTC(),
 		"prepare", tPrepared.Sub(start), "lock_wait", tLocked.Sub(tPrepared), "take", armed.Sub(tLocked))
 	r.took = armed.Sub(start)
 	return r

@@ -124,11 +124,11 @@ func TestEngine_AnAcquireRoundReadsADeadSessionsWatermarkOnce(t *testing.T) {
 	applied := make([]int64, parts)
 	for p := range parts {
 		wg.Go(func() {
-			_, resume, _, _, rev, _, err := e.resume(ctx, p, dead)
-			if err != nil || resume != w.UnixNano() {
-				t.Errorf("partition %d resumes after %v (%v), want after %v", p, time.Unix(0, resume).UTC(), err, w)
+			res, err := e.resume(ctx, p, dead)
+			if err != nil || res.w != w.UnixNano() {
+				t.Errorf("partition %d resumes after %v (%v), want after %v", p, time.Unix(0, res.w).UTC(), err, w)
 			}
-			applied[p] = rev
+			applied[p] = res.applied
 		})
 	}
 	wg.Wait()
