@@ -191,9 +191,13 @@
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends
 //     one more failure alert and its pause_on_failure counts from 0 again
-//     (TestEngine_FailureStreakIsLostInACrash). Alerts are sent at most
-//     once per change of state, with retries, and are lost when the alert
-//     queue is full (counted) or the node stops with some still queued.
+//     (TestEngine_FailureStreakIsLostInACrash). A fenced node that takes
+//     its partitions back, nobody having owned them since, keeps it from
+//     the hand-over its session kept
+//     (TestEngine_FailureStreakIsLostInACrash/fenced). Alerts are sent at
+//     most once per change of state, with retries, and are lost when the
+//     alert queue is full (counted) or the node stops with some still
+//     queued.
 //   - A backfill repeats at most 2 × its concurrency of fires after a
 //     crash (TestEngine_BackfillSurvivesAHandOver/crash). Not yet pinned by
 //     a test: chain triggers wait in memory between the end of the fire and

@@ -1273,9 +1273,15 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 // resumed is where an acquire resumes a partition from (resume).
 type resumed struct {
 	prev []byte // the partition's checkpoint as stored, nil if none: put back should the acquire be undone
-	w    int64  // the watermark to resume the partition after
-	// pending and after are a release's lists (checkpoint), or those of
-	// the hand-over this node's fenced session kept; none after a crash.
+	// handing is the checkpoint whose health and end waits the acquire
+	// takes (handingCheckpoint): prev, or the released checkpoint this
+	// node's fenced session would have written of the hand-over it kept;
+	// nil after a crash, which hands none over.
+	handing []byte
+	w       int64 // the watermark to resume the partition after
+	// pending and after are the lists (checkpoint) of a release or of the
+	// hold of an acquire that did not complete, or those of the hand-over
+	// this node's fenced session kept; none after a crash.
 	pending, after []pendingFire
 	// applied is the revision up to which the owner that handed the
 	// partition over (a release, this node's fenced session, or after a
@@ -1285,8 +1291,9 @@ type resumed struct {
 	// is behind the checkpoint's).
 	applied int64
 	// ends are, after a crash or a fence, the tasks of the partition whose
-	// end waits for their resume that the session's watermark carried, or
-	// its hand-over kept (a release's are in prev).
+	// end waits for their resume that the session's watermark carried (a
+	// release's, or those of the hand-over a fenced session kept, are in
+	// handing).
 	ends endWaits
 }
 
@@ -1311,22 +1318,22 @@ func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, e
 	var cp checkpoint
 	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return resumed{prev: prev, w: e.cfg.Clock.Now().UnixNano()}, nil
+		return resumed{prev: prev, handing: prev, w: e.cfg.Clock.Now().UnixNano()}, nil
 	}
 	w := cp.Watermark.UnixNano()
 	if cp.Released {
-		return resumed{prev: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
+		return resumed{prev: prev, handing: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return resumed{prev: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
+		return resumed{prev: prev, handing: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
-		// Kept in memory, never written: bounded as a release's, since the
-		// acquire writes its lists in its checkpoint.
+		// Kept in memory, never written: taken as the release it would have
+		// been, bounded as one, since the acquire writes its lists in its
+		// checkpoint.
 		h := (*ended)[p].hand
-		e.encodeReleased([]int{p}, map[int]*handOver{p: h})
-		return resumed{prev: prev, w: h.mark, pending: h.pending, after: h.after, applied: h.applied,
-			ends: endWaits{Applied: h.applied, IDs: h.endWaits}}, nil
+		kept := e.encodeReleased([]int{p}, map[int]*handOver{p: h})[p]
+		return resumed{prev: prev, handing: kept, w: h.mark, pending: h.pending, after: h.after, applied: h.applied}, nil
 	}
 	m, err := dead.get(ctx, e.keys.watermark(cp.Node, cp.Session), e.readDeadMark)
 	if err != nil {

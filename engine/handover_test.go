@@ -1633,3 +1633,33 @@ func TestHandedFrom_AnAcquireThatDidNotCompleteHandsOnWhatItWasHanded(t *testing
 		t.Errorf("a checkpoint that names its session handed on %+v", h)
 	}
 }
+
+// A node that fenced takes its partition back from the hand-over its
+// session kept as from the release it would have written: its acquire's
+// hold hands on that hand-over's health and the paused tasks whose end
+// waits for their resume, judged by its applied, should the node crash
+// before naming its new session.
+func TestEngine_ResumeFromAFencedSessionsHandOverHandsOnWhatItKept(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	e, cli := resumingEngine(t, base)
+	e.keepEnded("s1", map[int]*handOver{0: {mark: base.UnixNano(), applied: 42,
+		health:   []handedHealth{{ID: "flaky", Fails: 3, FailedAt: base, Error: "boom"}},
+		endWaits: []string{"once"}}})
+	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
+	putKey(t, cli, e.keys.checkpoint(0), string(named))
+	res, err := e.resume(context.Background(), 0, newDeadMarks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := json.Marshal(holdCheckpoint("node-a", res.w, handingCheckpoint(res.handing), res.pending, res.after, res.applied))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handedFrom(nil, handingCheckpoint(hold))
+	if e, ok := h.health["flaky"]; !ok || e.Fails != 3 || e.Error != "boom" {
+		t.Errorf("health handed on by the hold: %+v, want flaky's 3 failures", h.health)
+	}
+	if !h.endWaits["once"] || h.endWaitsApplied != 42 {
+		t.Errorf("ends handed on by the hold: %v at %d, want once at 42", h.endWaits, h.endWaitsApplied)
+	}
+}

@@ -293,10 +293,13 @@ func TestEngine_CacheWriteErrorsCounted(t *testing.T) {
 // A task's failure streak is its owner's, in memory: a graceful hand-over
 // passes it on with the partition's checkpoint, so the next owner does not
 // repeat the failure alert; a crash loses it, and a task still failing
-// alerts once more on the next owner (docs/api.md, "Alerts").
+// alerts once more on the next owner (docs/api.md, "Alerts"). A node that
+// fenced and takes its partition back, nobody having owned it since, keeps
+// it from the hand-over its fenced session kept: it forgot it, and alerted
+// again.
 func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"graceful", "crash"} {
+	for _, how := range []string{"graceful", "crash", "fenced"} {
 		t.Run(how, func(t *testing.T) {
 			c, clock := limitsStart(t)
 			sink := newAlertSink(t)
@@ -317,15 +320,26 @@ func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { got, _ := sink.of("sick"); return len(got) == 1 })
 
 			var b *testNode
-			if how == "graceful" {
+			switch how {
+			case "graceful":
 				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"), noWait)
 				a.stop(t)
-			} else {
+			case "crash":
 				waitNamed(t, c, a, partOf("sick"))
 				crash(t, a, proxy)
 				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"), noWait)
+			case "fenced":
+				waitNamed(t, c, a, partOf("sick"))
+				sess := a.e.sess.Load()
+				crash(t, a, proxy)
+				proxy.Restore()
+				etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+				b = a
 			}
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "sick") })
+			if st := taskState(t, b, "sick"); how != "crash" && (st.ConsecutiveFailures != 1 || st.LastError != "still sick") {
+				t.Errorf("taken over with a streak of %d, last error %q, want node-a's 1, %q", st.ConsecutiveFailures, st.LastError, "still sick")
+			}
 			clock.Advance(2 * time.Second) // 12:00:02 and :03 fail on node-b
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { return taskState(t, b, "sick").Failures >= 2 })
 			st := taskState(t, b, "sick")
@@ -340,15 +354,16 @@ func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
 			want := map[string][]string{
 				"graceful": {"node-a:failure"},
 				"crash":    {"node-a:failure", "node-b:failure"},
+				"fenced":   {"node-a:failure"},
 			}[how]
 			if !slices.Equal(nodes, want) {
 				t.Errorf("alerts %v, want %v", nodes, want)
 			}
-			// node-b counts its own failures (after a crash it may repeat
-			// 12:00:01, past node-a's acknowledged watermark), plus node-a's
-			// one when it was handed over.
-			if handed := map[string]uint64{"graceful": 1, "crash": 0}[how]; st.ConsecutiveFailures != st.Failures+handed {
-				t.Errorf("node-b's streak %d after %d failures of its own, want %d", st.ConsecutiveFailures, st.Failures, st.Failures+handed)
+			// The next owner counts its own failures (after a crash node-b
+			// may repeat 12:00:01, past node-a's acknowledged watermark),
+			// plus node-a's one when it was handed over or kept.
+			if handed := map[string]uint64{"graceful": 1, "crash": 0, "fenced": 1}[how]; st.ConsecutiveFailures != st.Failures+handed {
+				t.Errorf("the next owner's streak %d after %d failures of its own, want %d", st.ConsecutiveFailures, st.Failures, st.Failures+handed)
 			}
 		})
 	}

@@ -654,7 +654,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	from := handingCheckpoint(res.prev)
+	from := handingCheckpoint(res.handing)
 	hold := holdCheckpoint(e.cfg.NodeID, res.w, from, res.pending, res.after, res.applied)
 	var held *clientv3.TxnResponse
 	if err == nil {
