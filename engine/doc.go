@@ -191,10 +191,10 @@
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends
 //     one more failure alert and its pause_on_failure counts from 0 again
-//     (TestEngine_FailureStreakIsLostInACrash). A fenced node that takes
+//     (TestEngine_FailureStreakAfterACrashOrAFence). A fenced node that takes
 //     its partitions back, nobody having owned them since, keeps it from
 //     the hand-over its session kept
-//     (TestEngine_FailureStreakIsLostInACrash/fenced). Alerts are sent at
+//     (TestEngine_FailureStreakAfterACrashOrAFence/fenced). Alerts are sent at
 //     most once per change of state, with retries, and are lost when the
 //     alert queue is full (counted) or the node stops with some still
 //     queued.

@@ -297,7 +297,7 @@ func TestEngine_CacheWriteErrorsCounted(t *testing.T) {
 // fenced and takes its partition back, nobody having owned it since, keeps
 // it from the hand-over its fenced session kept: it forgot it, and alerted
 // again.
-func TestEngine_FailureStreakIsLostInACrash(t *testing.T) {
+func TestEngine_FailureStreakAfterACrashOrAFence(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"graceful", "crash", "fenced"} {
 		t.Run(how, func(t *testing.T) {
