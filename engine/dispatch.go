@@ -194,7 +194,7 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 		}
 	}
 	r.lastFire = sched
-	l.admit(e.ID, r, prof, sched, e.At, kindSchedule, nil)
+	l.admit(e.ID, r, prof, sched, e.At, kindSchedule, nil, 0)
 }
 
 // misfire applies the task's misfire policy to a fire released late, and
@@ -228,11 +228,13 @@ type bufferedFire struct {
 	at   int64
 	kind uint8
 	over *task.Override
+	trig int64 // a trigger's: the revision of the put of its key
 }
 
 // admit applies the concurrency policy and queues a job for the fire, with
-// a trigger's override of the body or payload (nil: the task's).
-func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8, over *task.Override) {
+// a trigger's override of the body or payload (nil: the task's) and the
+// revision of the put of its key, trig (0 for other fires).
+func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8, over *task.Override, trig int64) {
 	waiting := false
 	if r.running > 0 { // the fire path looks up nothing for a task at rest
 		_, waiting = l.pending[i]
@@ -245,11 +247,11 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		}
 		l.skip(r, sched, 1, why)
 		if kind == kindTrigger {
-			l.pool.ends.add(l.triggerKeyOf(r, sched))
+			l.pool.ends.add(triggerEnd{l.triggerKeyOf(r, sched), trig})
 		}
 		return
 	case admitBuffer:
-		l.pending[i] = bufferedFire{at: sched, kind: kind, over: over}
+		l.pending[i] = bufferedFire{at: sched, kind: kind, over: over, trig: trig}
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -266,7 +268,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 	}
 	startFire(r)
 	j := l.jobOf(i, r, prof, sched, due, kind)
-	j.over = over
+	j.over, j.trig = over, trig
 	l.jobs = append(l.jobs, j)
 }
 
@@ -539,7 +541,7 @@ func (l *loop) complete(b *completionBatch) {
 func (l *loop) admitWaiting(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && r.running == 0 {
 		delete(l.pending, i)
-		l.admit(i, r, l.profs.list[r.prof], w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over)
+		l.admit(i, r, l.profs.list[r.prof], w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over, w.trig)
 	}
 }
 

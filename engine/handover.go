@@ -732,7 +732,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			l.misfired(r, at, "handed over unrun, and older than the catch-up window")
 			continue
 		}
-		l.admit(i, r, prof, at, now, kindSchedule, nil)
+		l.admit(i, r, prof, at, now, kindSchedule, nil, 0)
 	}
 	l.pushJobs()
 }

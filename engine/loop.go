@@ -257,10 +257,11 @@ type loop struct {
 	checks    *triggerChecks             // the triggers whose task's creation checkTriggers reads
 	triggered map[triggerKey]seenTrigger // triggers fired or early
 	// releasedAgain are the keys of released partitions' triggers put
-	// again while their fire waited or ran, until the release's seal:
+	// again while their fire waited or ran, with the revision of that
+	// put, until the release's seal:
 	// those whose fire was not handed over unrun (forgetTrigger) started
 	// here, and go before the release commits (endReleasedAgain).
-	releasedAgain map[triggerKey]bool
+	releasedAgain map[triggerKey]int64
 	sweepAt       int64 // when sweepTriggers next runs (unix ns)
 
 	tasks    atomic.Int64 // records, for Stats

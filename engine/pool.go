@@ -52,6 +52,7 @@ type job struct {
 	kind     uint8
 	replaced bool           // a newer fire of a replace task came first: cancel unrun
 	over     *task.Override // a trigger's body or payload for this fire; nil: the task's
+	trig     int64          // a trigger's: the revision of the put of its key it fires
 	bf       *backfillRun   // the backfill this fire is of, told when it ends; nil: none
 }
 
@@ -692,7 +693,7 @@ func (p *pool) take(buf []job) (int, uint64) {
 	}
 	for i := range buf[:k] {
 		if j := &buf[i]; j.kind == kindTrigger {
-			p.ends.add(j.triggerKey()) // it starts (or is canceled unrun): its key goes
+			p.ends.add(j.triggerEnd()) // it starts (or is canceled unrun): its key goes
 		}
 	}
 	p.taken += uint64(k)

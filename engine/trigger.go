@@ -24,7 +24,8 @@ import (
 // here (a worker took it) or ends without running (skipped by its
 // concurrency policy, its task deleted, or put again after a delete
 // (checkTriggers), or never loaded within triggerWait): then triggerEnds
-// deletes it. A trigger queued, buffered or early when its partition is
+// deletes it, if it still holds the put that fired or ended
+// (triggerEnd). A trigger queued, buffered or early when its partition is
 // handed over, or when its node fences or crashes, keeps its key, and the
 // next owner's acquire reads it; a release waits for the deletes of the
 // triggers that started here before it commits, so that the next owner
@@ -66,6 +67,18 @@ type triggerFire struct {
 
 func (f *triggerFire) key() triggerKey { return triggerKey{f.part, f.id, f.at} }
 
+// end is the end of f's put of its key, for triggerEnds.
+func (f *triggerFire) end() triggerEnd { return triggerEnd{f.key(), f.rev} }
+
+// triggerEnd is a put of a trigger's key, at revision rev (its
+// ModRevision), that fired or ended here: its delete deletes that put
+// alone, and a key put again since stays (registry.DeleteTriggers),
+// another trigger, or one this node ends at that put in its turn.
+type triggerEnd struct {
+	triggerKey
+	rev int64
+}
+
 // attempt is the attempt of its fire that f is when a retry, else 0.
 func (f *triggerFire) attempt() uint16 {
 	if f.retry == nil {
@@ -81,6 +94,9 @@ func (l *loop) triggerKeyOf(r *record, at int64) triggerKey {
 
 // triggerKey is the key of j, a trigger's job.
 func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.sched} }
+
+// triggerEnd is the end of the put of j's key that j fires.
+func (j *job) triggerEnd() triggerEnd { return triggerEnd{j.triggerKey(), j.trig} }
 
 // seenTrigger is a trigger the loop fired or holds early: until when it
 // remembers it, and the last revision of its key it saw.
@@ -167,7 +183,7 @@ func (l *loop) putAgain(k triggerKey, rev int64) {
 	s.rev, s.again = rev, !s.ended
 	l.triggered[k] = s
 	if s.ended {
-		l.pool.ends.add(k)
+		l.pool.ends.add(triggerEnd{k, rev})
 	}
 }
 
@@ -196,11 +212,11 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// with the partition as any waiting retry. Its key goes now.
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
 		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), f.over, f.bf)
-		l.pool.ends.add(f.key())
+		l.pool.ends.add(f.end())
 		return true
 	}
 	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev}
-	l.admit(i, r, l.profs.list[r.prof], f.at, now, kindTrigger, f.over)
+	l.admit(i, r, l.profs.list[r.prof], f.at, now, kindTrigger, f.over, f.rev)
 	l.pushJobs()
 	return true
 }
@@ -213,7 +229,7 @@ func (l *loop) triggerEnded(k triggerKey) {
 		return
 	}
 	if s.again {
-		l.pool.ends.add(k)
+		l.pool.ends.add(triggerEnd{k, s.rev})
 	}
 	s.ended, s.again = true, false
 	l.triggered[k] = s
@@ -228,7 +244,7 @@ func (l *loop) triggerEnded(k triggerKey) {
 func (l *loop) droppedTrigger(k triggerKey, over *task.Override, rev int64) {
 	s := l.triggered[k]
 	if s.rev <= rev {
-		l.pool.ends.add(k)
+		l.pool.ends.add(triggerEnd{k, s.rev})
 		return
 	}
 	l.holdEarly(triggerFire{part: k.part, id: k.id, at: k.at, rev: s.rev, over: over}, l.cfg.Clock.Now().UnixNano())
@@ -297,7 +313,7 @@ func (l *loop) checked(c *checkedCmd) {
 				return l.checkedAgain(f, created, c.rev, now)
 			}
 			if created == 0 || created > f.rev {
-				l.pool.ends.add(f.key())
+				l.pool.ends.add(f.end())
 				s := l.triggered[f.key()]
 				s.early, s.ended = false, true
 				l.triggered[f.key()] = s
@@ -322,7 +338,7 @@ func (l *loop) checkedAgain(f *triggerFire, created, rev, now int64) bool {
 		l.putAgain(f.key(), f.rev)
 		return false
 	case created == 0 || created > f.rev:
-		l.pool.ends.add(f.key())
+		l.pool.ends.add(f.end())
 		return false
 	}
 	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, early: true}
@@ -408,7 +424,7 @@ func (l *loop) sweepTriggers() {
 			l.triggered[f.key()] = s
 			return true
 		}
-		l.pool.ends.add(f.key()) // its task never came: the trigger ends here
+		l.pool.ends.add(f.end()) // its task never came: the trigger ends here
 		return false
 	})
 	maps.DeleteFunc(l.triggered, func(k triggerKey, s seenTrigger) bool {
@@ -427,7 +443,7 @@ func (l *loop) sweepTriggers() {
 			// task was deleted while it ran, or its policy skipped it.
 			// The key put again is that fire's, and would stay until the
 			// partition's next acquire.
-			l.pool.ends.add(k)
+			l.pool.ends.add(triggerEnd{k, s.rev})
 		}
 		return true
 	})
@@ -457,9 +473,9 @@ func (l *loop) noteReleasedAgain(out map[int]*handOver) {
 	for k, s := range l.triggered {
 		if s.again && out[k.part] != nil {
 			if l.releasedAgain == nil {
-				l.releasedAgain = map[triggerKey]bool{}
+				l.releasedAgain = map[triggerKey]int64{}
 			}
-			l.releasedAgain[k] = true
+			l.releasedAgain[k] = s.rev
 		}
 	}
 }
@@ -470,9 +486,9 @@ func (l *loop) noteReleasedAgain(out map[int]*handOver) {
 // triggers that started, before the release commits. Left, it fired again
 // on the next owner.
 func (l *loop) endReleasedAgain(hand map[int]*handOver) {
-	for k := range l.releasedAgain {
+	for k, rev := range l.releasedAgain {
 		if hand[k.part] != nil {
-			l.pool.ends.add(k)
+			l.pool.ends.add(triggerEnd{k, rev})
 			delete(l.releasedAgain, k)
 		}
 	}
@@ -603,27 +619,27 @@ func (b *batchQueue[T]) takeLocked(n int) []T {
 	return out
 }
 
-// triggerEnds queues the keys of triggers whose fire started here, or
-// ended without running, for deleteTriggers to delete in transactions of
-// many. Workers add to it when they take a trigger's job, under the pool's
+// triggerEnds queues the puts of the keys of triggers whose fire started
+// here, or ended without running, for deleteTriggers to delete in
+// transactions of many. Workers add to it when they take a trigger's job, under the pool's
 // lock: once the jobs a release waits for are taken, the keys of those
 // that started are queued. It holds about as many keys as there are
 // triggers pending in etcd (a key put again is queued again); safe for
 // concurrent use. Its lock is taken under the pool's and takes no other.
 type triggerEnds struct {
-	*batchQueue[triggerKey]
+	*batchQueue[triggerEnd]
 	taken    uint64        // batches the deleter took
 	finished uint64        // batches it finished: deleted, or given up at Close
 	moved    chan struct{} // closed, and replaced, when a batch finishes
 }
 
 func newTriggerEnds() *triggerEnds {
-	return &triggerEnds{batchQueue: newBatchQueue[triggerKey](), moved: make(chan struct{})}
+	return &triggerEnds{batchQueue: newBatchQueue[triggerEnd](), moved: make(chan struct{})}
 }
 
 // take takes up to n of the first queued keys off the queue, as the
 // deleter's next batch, or none.
-func (t *triggerEnds) take(n int) []triggerKey {
+func (t *triggerEnds) take(n int) []triggerEnd {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.takeLocked(n)
@@ -645,12 +661,12 @@ func (t *triggerEnds) finish() {
 // takeParts takes the keys of partitions ps off the queue, for a release
 // to delete itself: behind a bulk trigger, the queue holds many of other
 // partitions.
-func (t *triggerEnds) takeParts(ps []int) []triggerKey {
+func (t *triggerEnds) takeParts(ps []int) []triggerEnd {
 	in := make(map[int]bool, len(ps))
 	for _, p := range ps {
 		in[p] = true
 	}
-	return t.takeIf(func(k triggerKey) bool { return in[k.part] })
+	return t.takeIf(func(k triggerEnd) bool { return in[k.part] })
 }
 
 // waitBatch waits until the deleter's batch in flight, if any, is done
@@ -781,19 +797,19 @@ func (e *Engine) readCreated(ctx context.Context, ids []string) (map[string]int6
 // behind a bulk trigger, one at a time falls behind the workers.
 const deleteParallel = 8
 
-// deleteTriggerKeys deletes the keys of ks in transactions of up to
-// MaxTxnOps, deleteParallel at once, retrying while etcd refuses, until
-// ctx ends.
-func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerKey) error {
+// deleteTriggerKeys deletes the puts of ks, each key only while it holds
+// its put (registry.DeleteTriggers), in transactions of up to MaxTxnOps,
+// deleteParallel at once, retrying while etcd refuses, until ctx ends.
+func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerEnd) error {
 	var g errgroup.Group
 	g.SetLimit(deleteParallel)
 	for chunk := range slices.Chunk(ks, registry.MaxTxnOps) {
 		g.Go(func() error {
-			ops := make([]clientv3.Op, len(chunk))
+			puts := make([]registry.TriggerPut, len(chunk))
 			for i, k := range chunk {
-				ops[i] = e.reg.TriggerDelete(k.part, k.id, k.at/int64(time.Millisecond))
+				puts[i] = registry.TriggerPut{Part: k.part, ID: k.id, At: k.at / int64(time.Millisecond), Rev: k.rev}
 			}
-			return e.commitRetrying(ctx, ops, func(err error, in time.Duration) {
+			return retrying(ctx, func(tctx context.Context) error { return e.reg.DeleteTriggers(tctx, puts) }, func(err error, in time.Duration) {
 				e.log.Warn("deleting the keys of triggers fired here failed; retrying", "keys", len(chunk), "err", err, "in", in)
 			})
 		})
@@ -805,10 +821,20 @@ func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerKey) error {
 // while etcd refuses, until ctx ends. refused, when not nil, is told each
 // refusal and the wait before the next try.
 func (e *Engine) commitRetrying(ctx context.Context, ops []clientv3.Op, refused func(err error, in time.Duration)) error {
+	return retrying(ctx, func(tctx context.Context) error {
+		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
+		return err
+	}, refused)
+}
+
+// retrying calls try, etcdTimeout at most a call, trying again with
+// backoff while it fails, until ctx ends. refused, when not nil, is told
+// each failure and the wait before the next try.
+func retrying(ctx context.Context, try func(ctx context.Context) error, refused func(err error, in time.Duration)) error {
 	var b backoff
 	for {
 		tctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		_, err := e.cli.Txn(tctx).Then(ops...).Commit()
+		err := try(tctx)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return err

@@ -293,7 +293,7 @@ func TestLoop_ReleasedTriggersFireWhenThePartitionComesBack(t *testing.T) {
 // itself, and waits for the deleter's batch in flight, which may hold some.
 func TestTriggerEnds_ReleaseTakesItsKeysAndWaitsForTheBatchInFlight(t *testing.T) {
 	q := newTriggerEnds()
-	q.add(triggerKey{1, "a", 1}, triggerKey{0, "b", 1}, triggerKey{1, "c", 1}, triggerKey{2, "d", 1})
+	q.add(triggerEnd{triggerKey{1, "a", 1}, 5}, triggerEnd{triggerKey{0, "b", 1}, 6}, triggerEnd{triggerKey{1, "c", 1}, 7}, triggerEnd{triggerKey{2, "d", 1}, 8})
 	if b := q.take(1); len(b) != 1 || b[0].id != "a" {
 		t.Fatalf("the deleter's batch %v, want a", b)
 	}
@@ -329,12 +329,12 @@ func TestLoop_EarlyTriggerThatGivesUpEndsItsKey(t *testing.T) {
 	tl.add(t, 0, base, noopProfile(task.MisfireFireOnce), "0 0 0 1 1 *", "other")
 	tl.trigger(0, "gone", base)
 	tl.sweepTriggers()
-	if got := tl.pool.ends.take(10); len(got) != 0 {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 0 {
 		t.Fatalf("keys ended before the trigger gave up: %v", got)
 	}
 	tl.clock.Advance(triggerWait + time.Second)
 	tl.sweepTriggers()
-	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != (triggerKey{0, "gone", base.UnixNano()}) {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 || got[0] != (triggerKey{0, "gone", base.UnixNano()}) {
 		t.Errorf("keys ended %v, want the early trigger's", got)
 	}
 }
@@ -460,7 +460,7 @@ func TestEngine_ReleaseBehindATriggerDeleteBacklogDoesNotRefireStartedTriggers(t
 	// for deletion (they need not exist: a delete of a missing key
 	// succeeds).
 	for i := range 5000 {
-		a.e.pool.ends.add(triggerKey{part: i % 4, id: fmt.Sprintf("bulk-%05d", i), at: int64(time.Millisecond)})
+		a.e.pool.ends.add(triggerEnd{triggerKey{part: i % 4, id: fmt.Sprintf("bulk-%05d", i), at: int64(time.Millisecond)}, 0})
 	}
 	if _, err := a.e.Registry().Trigger(context.Background(), "once"); err != nil {
 		t.Fatal(err)
@@ -682,18 +682,18 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsFireEnds(t *testing.T) {
 	k := triggerKey{0, "x", base.UnixNano()}
 	tl.putTrigger(0, "x", base, 1)
 	tl.putAgainOfItsTask(0, "x", base, 2) // while its fire waits for a worker
-	if got := tl.pool.ends.take(10); len(got) != 0 {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 0 {
 		t.Fatalf("the key put again while its fire waited went at once: %v", got)
 	}
 	if got := tl.dispatched(0); len(got) != 1 {
 		t.Fatalf("dispatched %v, want the one fire", got)
 	}
 	tl.triggerEnded(k)
-	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 || got[0] != k {
 		t.Errorf("when the fire ended, keys ended %v, want x's", got)
 	}
 	tl.putAgainOfItsTask(0, "x", base, 3) // after the fire ended
-	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 || got[0] != k {
 		t.Errorf("put again after its fire ended, keys ended %v, want x's", got)
 	}
 	if got := tl.dispatched(0); len(got) != 1 {
@@ -717,7 +717,7 @@ func TestLoop_TriggerKeyPutAgainDuringALongFireIsThatFire(t *testing.T) {
 		t.Fatalf("dispatched %v, want the one fire: the key put again %v after its trigger was taken for a new one", got, triggerWait)
 	}
 	tl.triggerEnded(k)
-	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != k {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 || got[0] != k {
 		t.Errorf("when the fire ended, keys ended %v, want x's", got)
 	}
 	tl.clock.Advance(triggerWait + time.Second)
@@ -747,12 +747,21 @@ func TestLoop_TriggerKeyPutAgainGoesWhenItsTaskIsDeletedDuringTheFire(t *testing
 	}
 }
 
+// keysOf is the keys of the puts ends.
+func keysOf(ends []triggerEnd) []triggerKey {
+	ks := make([]triggerKey, len(ends))
+	for i, e := range ends {
+		ks[i] = e.triggerKey
+	}
+	return ks
+}
+
 // sweepPastWait sweeps the triggers once they are past triggerWait, and
 // returns the keys that ended.
 func (tl *testLoop) sweepPastWait() []triggerKey {
 	tl.clock.Advance(triggerWait + time.Second)
 	tl.sweepTriggers()
-	return tl.pool.ends.take(10)
+	return keysOf(tl.pool.ends.take(10))
 }
 
 // A key put again after its trigger's fire was skipped by its concurrency
@@ -769,7 +778,7 @@ func TestLoop_TriggerKeyPutAgainAfterItsFireWasSkippedGoes(t *testing.T) {
 	at := base.Add(time.Millisecond)
 	k := triggerKey{0, "x", at.UnixNano()}
 	tl.putTrigger(0, "x", at, 2) // skipped: its key goes
-	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{k}) {
+	if got := keysOf(tl.pool.ends.take(10)); !slices.Equal(got, []triggerKey{k}) {
 		t.Fatalf("the skipped trigger ended keys %v, want %v", got, k)
 	}
 	tl.putAgainOfItsTask(0, "x", at, 3)
@@ -951,7 +960,7 @@ func TestLoop_RetryHandedOnThroughEtcdIsOfItsFiresTime(t *testing.T) {
 	sched := base.Add(-time.Minute)
 	key := sched.Add(time.Millisecond)
 	tl.putRetry(0, "flaky", key, 1, registry.Retry{Attempt: 2, Due: base.Add(5 * time.Second), At: sched})
-	if got := tl.pool.ends.take(10); len(got) != 1 || got[0] != (triggerKey{0, "flaky", key.UnixNano()}) {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 || got[0] != (triggerKey{0, "flaky", key.UnixNano()}) {
 		t.Errorf("keys ended %v, want the retry's", got)
 	}
 	tl.clock.Advance(6 * time.Second)
@@ -989,7 +998,7 @@ func TestLoop_RetryBothInTheCheckpointAndInItsKeyWaitsOnce(t *testing.T) {
 		if n := tl.retrying.Load(); n != 1 {
 			t.Errorf("key first %v: %d retries wait, want 1", keyFirst, n)
 		}
-		if got := tl.pool.ends.take(10); len(got) != 1 {
+		if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 {
 			t.Errorf("key first %v: keys ended %v, want the retry's", keyFirst, got)
 		}
 	}
@@ -1019,7 +1028,7 @@ func TestLoop_UnreadableChangeDropsTheFiresWaitingOfItsTask(t *testing.T) {
 		t.Errorf("after the unreadable change, %v wait for a worker, want %v", got, want)
 	}
 	var ended []string
-	for _, k := range tl.pool.ends.take(10) {
+	for _, k := range keysOf(tl.pool.ends.take(10)) {
 		ended = append(ended, fmt.Sprintf("%s@%d", k.id, k.at/int64(time.Millisecond)))
 	}
 	if want := []string{fmt.Sprintf("bad@%d", ms), fmt.Sprintf("bad@%d", ms+1)}; !slices.Equal(sorted(ended), want) {
@@ -1093,18 +1102,18 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "queued")
 	tl.putTrigger(0, "ran", base, 1)
 	tl.pool.reset() // a worker took ran's fire
-	tl.pool.ends.take(10)
+	keysOf(tl.pool.ends.take(10))
 	tl.putTrigger(0, "queued", base, 2)
 	tl.putTrigger(0, "ran", base, 3) // put again while its fire runs
 	tl.putTrigger(0, "queued", base, 4)
-	if got := tl.pool.ends.take(10); len(got) != 0 {
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 0 {
 		t.Fatalf("keys ended %v before the fires did", got)
 	}
 	rel := tl.releaseNow(0)
 	c := &sealCmd{rel: rel, queued: true, late: true, reply: make(chan struct{}, 1)} // queued's job was not taken in time
 	tl.handle(c)
 	<-c.reply
-	if got, want := tl.pool.ends.take(10), []triggerKey{{0, "ran", base.UnixNano()}}; !slices.Equal(got, want) {
+	if got, want := keysOf(tl.pool.ends.take(10)), []triggerKey{{0, "ran", base.UnixNano()}}; !slices.Equal(got, want) {
 		t.Errorf("at the seal, keys ended %v, want %v: ran's fire started here, queued's is handed over unrun", got, want)
 	}
 }
@@ -1276,7 +1285,7 @@ func TestLoop_TriggerOlderThanACreationFiresOnlyTheTaskItWasWrittenFor(t *testin
 	if got := tl.dispatched(0); !slices.Equal(got, want) {
 		t.Errorf("dispatched %v, want %v: x's trigger from before its delete fired the new x", got, want)
 	}
-	if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{{0, "x", ms(1).UnixNano()}}) {
+	if got := keysOf(tl.pool.ends.take(10)); !slices.Equal(got, []triggerKey{{0, "x", ms(1).UnixNano()}}) {
 		t.Errorf("keys ended %v, want x's from before its delete", got)
 	}
 }
@@ -1539,7 +1548,7 @@ func TestLoop_TriggerKeyPutAgainAfterItsTaskWasPutAgainIsAnotherFire(t *testing.
 			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
 				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
 			}
-			if got := tl.pool.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+			if got := keysOf(tl.pool.ends.take(10)); !slices.Equal(got, tc.wantEnds) {
 				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
 			}
 		})
@@ -1564,12 +1573,12 @@ func TestLoop_TriggerKeyPutAgainTwiceIsAnsweredInOneAnswer(t *testing.T) {
 		puts      [2]int64
 		xCreated  int64 // x's creation revision, as checkTriggers reads it
 		wantFires []string
-		wantEnds  []triggerKey
-		wantAgain bool // the later put is the fire's: its key goes when the fire ends
+		wantEnds  []triggerEnd // the puts ended: the key holds the later until it goes
+		wantAgain bool         // the later put is the fire's: its key goes when the fire ends
 	}{
-		{"both that fire's", 0, [2]int64{21, 22}, 5, nil, []triggerKey{k}, false},
+		{"both that fire's", 0, [2]int64{21, 22}, 5, nil, []triggerEnd{{k, 21}, {k, 22}}, false},
 		{"x put again before both", 20, [2]int64{21, 22}, 20, []string{fired}, nil, true},
-		{"x put again between them", 22, [2]int64{21, 23}, 22, []string{fired}, []triggerKey{k}, false},
+		{"x put again between them", 22, [2]int64{21, 23}, 22, []string{fired}, []triggerEnd{{k, 21}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := newTestLoop(t, base, nil) // its workers take nothing
@@ -1597,20 +1606,102 @@ func TestLoop_TriggerKeyPutAgainTwiceIsAnsweredInOneAnswer(t *testing.T) {
 			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
 				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
 			}
-			if got := slices.Compact(tl.pool.ends.take(10)); !slices.Equal(got, tc.wantEnds) {
-				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
+			if got := tl.pool.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+				t.Errorf("puts ended %v, want %v", got, tc.wantEnds)
 			}
 			if n := tl.early.len(); n != 0 {
 				t.Errorf("%d triggers early after the answer, want none", n)
 			}
 			if tc.wantAgain {
 				tl.end(tl.takeQueued(), statusOK)
-				if got := tl.pool.ends.take(10); !slices.Equal(got, []triggerKey{k}) {
-					t.Errorf("keys ended with the fire %v, want %v", got, k)
+				if got, want := tl.pool.ends.take(10), []triggerEnd{{k, tc.puts[1]}}; !slices.Equal(got, want) {
+					t.Errorf("puts ended with the fire %v, want %v", got, want)
 				}
 			}
 		})
 	}
+}
+
+// A trigger's job carries the revision of the put of its key that it
+// fires, whose delete its start queues (triggerEnd), also when it waited
+// behind a running fire (concurrency buffer_one); and a trigger its
+// policy skips ends its own put.
+func TestLoop_TriggerJobEndsThePutItFires(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil) // its workers take nothing
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x")
+	key := func(ms int) triggerKey {
+		return triggerKey{0, "x", base.Add(time.Duration(ms) * time.Millisecond).UnixNano()}
+	}
+	tl.putTrigger(0, "x", base, 5)
+	j := tl.takeQueued()
+	if got, want := j.triggerEnd(), (triggerEnd{key(0), 5}); got != want {
+		t.Errorf("the fire ends the put %v, want %v", got, want)
+	}
+	tl.putTrigger(0, "x", base.Add(time.Millisecond), 6)   // waits for the fire running
+	tl.putTrigger(0, "x", base.Add(2*time.Millisecond), 7) // skipped: a fire waits already
+	if got, want := tl.pool.ends.take(10), []triggerEnd{{key(2), 7}}; !slices.Equal(got, want) {
+		t.Errorf("the skipped trigger ended %v, want %v", got, want)
+	}
+	tl.end(j, statusOK)
+	j = tl.takeQueued()
+	if got, want := j.triggerEnd(), (triggerEnd{key(1), 6}); got != want {
+		t.Errorf("the fire that waited ends the put %v, want %v", got, want)
+	}
+}
+
+// The put of a trigger key that ended here goes, not the key: put again
+// since, at revision 23, after its task was deleted and put again at 22,
+// it is the new task's trigger, which the node that ended the put at 21
+// (its task created after it) would have fired had its partition not
+// left first. The next owner finds it and fires it. The delete took the
+// key whatever it held, and that trigger was lost. Node-a's delete comes
+// late here, after its partition went: a deleter behind, or the release's
+// own delete of its started triggers.
+func TestEngine_TriggerKeyPutAgainAfterTheEndOfItsPutFiresOnTheNextOwner(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "/" + t.Name()
+	tweak := func(cfg *Config) { cfg.Partitions, cfg.Prefix = 1, prefix }
+	log := newFireLog()
+	a := startNode(t, c, "", log.handler, tweak)
+	reg, err := registry.OpenRegistry(ctx, c.Client, prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("x", "0 0 0 1 1 *")) // yearly: only the trigger fires it
+	ea := a.e
+	a.stop(t)
+	at, err := reg.Trigger(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trig, err := c.Client.Get(ctx, prefix+"/triggers/", clientv3.WithPrefix())
+	if err != nil || len(trig.Kvs) != 1 {
+		t.Fatalf("x's trigger in etcd: %v, %v", trig, err)
+	}
+	if err := reg.Delete(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("x", "0 0 0 1 1 *"))
+	if _, err := c.Client.Put(ctx, string(trig.Kvs[0].Key), ""); err != nil { // the new x's trigger
+		t.Fatal(err)
+	}
+	ended := triggerEnd{triggerKey{0, "x", at.UnixNano()}, trig.Kvs[0].ModRevision}
+	if err := ea.deleteTriggerKeys(ctx, []triggerEnd{ended}); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startNode(t, c, "", log.handler, tweak)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("x")) > 0 })
+	if got := log.forTask("x"); len(got) != 1 || !got[0].Equal(at) {
+		t.Errorf("x fired at %v, want once at %v", got, at)
+	}
+	b.stop(t)
 }
 
 // A key put again after its trigger's fire started here, released while
@@ -1633,7 +1724,7 @@ func TestLoop_TriggerKeyPutAgainUnreadAtAReleaseIsThatFire(t *testing.T) {
 	c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)}
 	tl.handle(c)
 	<-c.reply
-	if got, want := tl.pool.ends.take(10), []triggerKey{{0, "x", base.UnixNano()}}; !slices.Equal(got, want) {
+	if got, want := keysOf(tl.pool.ends.take(10)), []triggerKey{{0, "x", base.UnixNano()}}; !slices.Equal(got, want) {
 		t.Errorf("at the seal, keys ended %v, want %v: x's fire started here", got, want)
 	}
 }
@@ -1687,7 +1778,7 @@ func TestLoop_TriggerAfterADeleteTheLoopHadNotAppliedWaitsForThePut(t *testing.T
 			if got := tl.dispatched(0); !slices.Equal(got, tc.wantFires) {
 				t.Errorf("dispatched %v, want %v", got, tc.wantFires)
 			}
-			if got := tl.pool.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+			if got := keysOf(tl.pool.ends.take(10)); !slices.Equal(got, tc.wantEnds) {
 				t.Errorf("keys ended %v, want %v", got, tc.wantEnds)
 			}
 		})

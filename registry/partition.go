@@ -236,10 +236,59 @@ func (r *Registry) TriggerRead(p int) clientv3.Op {
 	return clientv3.OpGet(r.keys.triggerPrefix(p), clientv3.WithPrefix())
 }
 
-// TriggerDelete is the delete of the key of partition p's trigger of task
-// id at unix millisecond at, for a transaction.
-func (r *Registry) TriggerDelete(p int, id string, at int64) clientv3.Op {
-	return clientv3.OpDelete(r.keys.trigger(p, id, at))
+// TriggerPut is a put of a trigger key: partition Part's trigger of task
+// ID at unix millisecond At, put at revision Rev (its ModRevision).
+type TriggerPut struct {
+	Part    int
+	ID      string
+	At, Rev int64
+}
+
+// DeleteTriggers deletes the keys of puts (at most MaxTxnOps), each only
+// while it still holds that put: a key put again since is another
+// trigger, or one its owner has yet to take, and stays for whoever owns
+// its partition then. One transaction compares each key's revision and
+// deletes them all, etcd bounding its compares and its operations apart
+// (MaxTxnOps each); should one have changed, it deletes none, the keys
+// are read, and those still at their put are deleted the same way. The
+// read is a transaction of its own, not the first's else, which every
+// transaction would carry for a read rarely needed
+// (BenchmarkBulkTriggerDeletes).
+func (r *Registry) DeleteTriggers(ctx context.Context, puts []TriggerPut) error {
+	for len(puts) > 0 {
+		keys := make([]string, len(puts))
+		cmps := make([]clientv3.Cmp, len(puts))
+		dels := make([]clientv3.Op, len(puts))
+		for i, t := range puts {
+			keys[i] = r.keys.trigger(t.Part, t.ID, t.At)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(keys[i]), "=", t.Rev)
+			dels[i] = clientv3.OpDelete(keys[i])
+		}
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(dels...).Commit()
+		if err != nil {
+			return fmt.Errorf("delete %d trigger keys: %w", len(puts), err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		reads := make([]clientv3.Op, len(keys))
+		for i, key := range keys {
+			reads[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+		}
+		if resp, err = r.cli.Txn(ctx).Then(reads...).Commit(); err != nil {
+			return fmt.Errorf("read %d trigger keys to delete: %w", len(puts), err)
+		}
+		// Each round drops a key at least: a revision only grows.
+		var still []TriggerPut
+		for i, t := range puts {
+			kvs := resp.Responses[i].GetResponseRange().Kvs
+			if len(kvs) > 0 && kvs[0].ModRevision == t.Rev {
+				still = append(still, t)
+			}
+		}
+		puts = still
+	}
+	return nil
 }
 
 // Created reads the revision at which each task of ids (at most

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -543,4 +544,125 @@ func BenchmarkCreated(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// A trigger key's owner deletes only the put it ended: a key put again
+// since is another trigger (its task deleted and put again in between),
+// or one the owner has yet to take, and stays for whoever owns its
+// partition then. The delete took it whatever it held, and that trigger
+// was lost. A transaction of keys of which one was put again deletes the
+// others; a key gone or put again keeps no key from going.
+func TestRegistry_DeleteTriggersDeletesOnlyThePutItEnded(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/deltrig")
+	const n = MaxTxnOps
+	puts := make([]TriggerPut, n)
+	for i := range puts {
+		puts[i] = TriggerPut{Part: i % 4, ID: fmt.Sprintf("t%03d", i), At: 1000}
+		resp, err := c.Client.Put(ctx, reg.keys.trigger(puts[i].Part, puts[i].ID, puts[i].At), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		puts[i].Rev = resp.Header.Revision
+	}
+	again, err := c.Client.Put(ctx, reg.keys.trigger(puts[7].Part, puts[7].ID, puts[7].At), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Delete(ctx, reg.keys.trigger(puts[9].Part, puts[9].ID, puts[9].At)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.DeleteTriggers(ctx, puts); err != nil {
+		t.Fatal(err)
+	}
+	resp := triggerKeys(t, c.Client, reg)
+	if len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != again.Header.Revision {
+		t.Fatalf("trigger keys left %v, want %s's put again alone, at revision %d", resp.Kvs, puts[7].ID, again.Header.Revision)
+	}
+	puts[7].Rev = again.Header.Revision
+	if err := reg.DeleteTriggers(ctx, puts[7:8]); err != nil {
+		t.Fatal(err)
+	}
+	if resp := triggerKeys(t, c.Client, reg); len(resp.Kvs) != 0 {
+		t.Errorf("trigger keys left %v, want none: the put again ended", resp.Kvs)
+	}
+}
+
+// BenchmarkBulkTriggerDeletes is what the owners' deletes of a bulk
+// trigger's 100 000 keys cost etcd, in transactions of MaxTxnOps, eight at
+// once, as the engine's deleter sends them: delete=plain deletes each key
+// whatever it holds (before 2026-12-07), delete=at-put only the put it
+// ended (DeleteTriggers: a compare a key, which etcd bounds apart from
+// the deletes, so a transaction still holds 128 keys). cpu-ms/op is the
+// process's CPU time, etcd's and the client's, over the deletes:
+//
+//	go test -run '^$' -bench 'BulkTriggerDeletes' -benchtime 3x -count 2 ./registry/
+func BenchmarkBulkTriggerDeletes(b *testing.B) {
+	const n, parallel = 100_000, 8
+	c := etcdtest.Start(b)
+	reg, err := OpenRegistry(context.Background(), c.Client, "/bench", 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func() []TriggerPut {
+		puts := make([]TriggerPut, n)
+		for i := range puts {
+			puts[i] = TriggerPut{Part: i % 1024, ID: fmt.Sprintf("bench/%06d", i), At: 1_800_000_000_000}
+		}
+		for chunk := range slices.Chunk(puts, MaxTxnOps) {
+			ops := make([]clientv3.Op, len(chunk))
+			for i, t := range chunk {
+				ops[i] = clientv3.OpPut(reg.keys.trigger(t.Part, t.ID, t.At), "")
+			}
+			resp, err := c.Client.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range chunk {
+				chunk[i].Rev = resp.Header.Revision
+			}
+		}
+		return puts
+	}
+	for _, tc := range []struct {
+		name string
+		del  func(puts []TriggerPut) error
+	}{
+		{"delete=plain", func(puts []TriggerPut) error {
+			ops := make([]clientv3.Op, len(puts))
+			for i, t := range puts {
+				ops[i] = clientv3.OpDelete(reg.keys.trigger(t.Part, t.ID, t.At))
+			}
+			_, err := c.Client.Txn(ctx).Then(ops...).Commit()
+			return err
+		}},
+		{"delete=at-put", func(puts []TriggerPut) error { return reg.DeleteTriggers(ctx, puts) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var took, cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				puts := write()
+				b.StartTimer()
+				start, startCPU := time.Now(), processCPU()
+				var g errgroup.Group
+				g.SetLimit(parallel)
+				for chunk := range slices.Chunk(puts, MaxTxnOps) {
+					g.Go(func() error { return tc.del(chunk) })
+				}
+				if err := g.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				took, cpu = took+time.Since(start), cpu+processCPU()-startCPU
+			}
+			if left, err := reg.PendingTriggerCount(ctx); err != nil || left != 0 {
+				b.Fatalf("%d trigger keys left (%v), want none", left, err)
+			}
+			b.ReportMetric(float64(n*b.N)/took.Seconds(), "keys/s")
+			b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+		})
+	}
 }
