@@ -803,7 +803,7 @@ const deleteParallel = 8
 func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerEnd) error {
 	var g errgroup.Group
 	g.SetLimit(deleteParallel)
-	for chunk := range slices.Chunk(ks, registry.MaxTxnOps) {
+	for chunk := range slices.Chunk(latestPuts(ks), registry.MaxTxnOps) {
 		g.Go(func() error {
 			puts := make([]registry.TriggerPut, len(chunk))
 			for i, k := range chunk {
@@ -815,6 +815,23 @@ func (e *Engine) deleteTriggerKeys(ctx context.Context, ks []triggerEnd) error {
 		})
 	}
 	return g.Wait()
+}
+
+// latestPuts is ks with each key once, at its latest put: the delete of
+// an earlier one could only find the key put since (a key put again
+// after its fire, that fire's, ends at each of its puts).
+func latestPuts(ks []triggerEnd) []triggerEnd {
+	at := make(map[triggerKey]int, len(ks))
+	out := make([]triggerEnd, 0, len(ks))
+	for _, k := range ks {
+		if i, ok := at[k.triggerKey]; ok {
+			out[i].rev = max(out[i].rev, k.rev)
+			continue
+		}
+		at[k.triggerKey] = len(out)
+		out = append(out, k)
+	}
+	return out
 }
 
 // commitRetrying commits ops in one transaction, trying again with backoff

@@ -1622,6 +1622,17 @@ func TestLoop_TriggerKeyPutAgainTwiceIsAnsweredInOneAnswer(t *testing.T) {
 	}
 }
 
+// A key queued twice is deleted once, at its later put: a key put again
+// after its fire (that fire's) ends at each put, and the delete of the
+// earlier could only find the later (registry.DeleteTriggers).
+func TestLatestPuts_AKeyQueuedTwiceGoesOnceAtItsLaterPut(t *testing.T) {
+	x, y := triggerKey{0, "x", 1}, triggerKey{1, "y", 1}
+	got := latestPuts([]triggerEnd{{x, 21}, {y, 5}, {x, 23}, {y, 5}, {x, 22}})
+	if want := []triggerEnd{{x, 23}, {y, 5}}; !slices.Equal(got, want) {
+		t.Errorf("deletes %v, want %v", got, want)
+	}
+}
+
 // A trigger's job carries the revision of the put of its key that it
 // fires, whose delete its start queues (triggerEnd), also when it waited
 // behind a running fire (concurrency buffer_one); and a trigger its
