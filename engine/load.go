@@ -761,7 +761,11 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 // apply hands a batch of watch events to the cache and the loop, in
 // order: a run of events on distinct keys at a time (applyRun), so that
 // two changes of one task reach the loop one after the other, as from two
-// deliveries. Kept to the last of its key, a pause and its resume were
+// deliveries. A run ends before a revision's events, never among them,
+// so that it is every change up to its revision and none after: a task
+// created after it would be taken for one put again (events), its record
+// and the retries of its attempts under way dropped. Kept to the last of
+// its key, a pause and its resume were
 // the resume alone, a write that is not a pause, so an edit that kept an
 // ended delete_after_fire task; and a delete and a put again were one put,
 // which the loop tells from an edit by its creation (events), but the
@@ -776,14 +780,20 @@ func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) err
 			seen[ids[i]] = true
 			continue
 		}
-		// The run holds every change up to the revision before ev's,
-		// and maybe some of ev's own (a transaction's events share a
-		// revision): it is the partition's changes up to the former.
-		if err := e.applyRun(ctx, p, events[from:i], ids[from:i], ev.Kv.ModRevision-1); err != nil {
+		// ev's key is in the run: the run ends before ev's revision,
+		// whose events before ev (a transaction's) go with it.
+		to := i
+		for to > from && events[to-1].Kv.ModRevision == ev.Kv.ModRevision {
+			to--
+		}
+		if err := e.applyRun(ctx, p, events[from:to], ids[from:to], ev.Kv.ModRevision-1); err != nil {
 			return err
 		}
 		clear(seen)
-		seen[ids[i]], from = true, i
+		for _, id := range ids[to : i+1] {
+			seen[id] = true
+		}
+		from = to
 	}
 	return e.applyRun(ctx, p, events[from:], ids[from:], events[len(events)-1].Kv.ModRevision)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,5 +184,108 @@ func (at *applyTest) apply(t *testing.T, events []*clientv3.Event) {
 	<-served
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A run of events apply hands the loop is every change of the partition
+// up to its revision, and none after: a key's second event within a
+// transaction's events ends the run before them. Ended after some, a run
+// handed a task the transaction created as of the revision before its
+// creation, and the task's next write, in the run after, was taken for a
+// put again that hides a delete (events): its record went, with the retry
+// of its attempt under way.
+func TestEngine_ApplyEndsARunBeforeATransactionsEvents(t *testing.T) {
+	at := newApplyTest(t, nil)
+	tl := at.tl
+	ctx := context.Background()
+	var id string // a task of t's partition
+	for _, c := range []string{"a", "b", "c", "d", "e", "f"} {
+		if xxhash.Sum64String(c)%2 == xxhash.Sum64String("t")%2 {
+			id = c
+			break
+		}
+	}
+	putTask(t, at.reg, &task.Task{ID: id, Schedule: "@at " + at.base.Add(time.Second).Format(time.RFC3339),
+		Retry:    task.Retry{MaxAttempts: 2, Backoff: task.Duration(time.Minute), MaxBackoff: task.Duration(time.Minute)},
+		Executor: task.Executor{Type: task.ExecutorNoop}})
+	resp, err := at.c.Client.Get(ctx, DefaultPrefix+"/tasks/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a *mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(string(kv.Key), "/"+id) {
+			a = kv
+		}
+	}
+	if a == nil {
+		t.Fatalf("%s is not in etcd", id)
+	}
+	// t written at r-1; id created and t written again by one transaction
+	// at r; id written again at r+1: one delivery.
+	r := at.put.ModRevision + 10
+	put := func(of *mvccpb.KeyValue, mod, created int64) *clientv3.Event {
+		return &clientv3.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: of.Key, Value: of.Value, ModRevision: mod, CreateRevision: created}}
+	}
+	events := []*clientv3.Event{put(at.put, r-1, at.put.CreateRevision), put(a, r, r), put(at.put, r, at.put.CreateRevision), put(a, r+1, r)}
+
+	// The loop's goroutine, which fires id's attempt once id is armed.
+	var attempt job
+	done := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		handle := func(c command) {
+			tl.handle(c)
+			if _, _, ok := tl.tab.lookup(id); ok && attempt.id == "" {
+				tl.clock.Advance(time.Second)
+				tl.dispatchAll()
+				tl.pool.mu.Lock()
+				for i := range tl.pool.queued() {
+					if j := tl.pool.at(i); j.id == id {
+						attempt = *j
+					}
+				}
+				tl.pool.mu.Unlock()
+				tl.pool.reset()
+			}
+		}
+		for {
+			select {
+			case c := <-tl.cmds:
+				handle(c)
+			case <-done:
+				for len(tl.cmds) > 0 {
+					handle(<-tl.cmds)
+				}
+				return
+			}
+		}
+	}()
+	err = at.e.apply(ctx, int(xxhash.Sum64String("t")%uint64(tl.cfg.Partitions)), events)
+	close(done)
+	<-served
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attempt.id == "" {
+		t.Fatalf("%s's attempt was not dispatched", id)
+	}
+	tl.end(attempt, statusFailed)
+	tl.clock.Advance(2 * time.Minute)
+	tl.dispatchAll()
+	retried := false
+	tl.pool.mu.Lock()
+	for i := range tl.pool.queued() {
+		if j := tl.pool.at(i); j.id == id && j.attempt == 2 {
+			retried = true
+		}
+	}
+	tl.pool.mu.Unlock()
+	for _, j := range tl.unpushed {
+		retried = retried || j.id == id && j.attempt == 2
+	}
+	if !retried {
+		t.Errorf("%s's failed attempt was not retried: its write after its creation was taken for a put again", id)
 	}
 }
