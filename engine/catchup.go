@@ -54,16 +54,22 @@ import (
 // delivered every change up to the acquisition.
 var errNoCatchUp = errors.New("engine: the partition watch did not catch up")
 
+// taskChanges are the tasks of a partition changed since its read: their
+// last value (nil when deleted), and the revision each one not deleted
+// was created at.
+type taskChanges struct {
+	values  map[string][]byte
+	created map[string]int64
+}
+
 // catchUp reads wch, a watch of partition prep.p from after its prepared
 // read (registry.CatchUp, which gives progress), until it has delivered
 // every change up to atRev. It returns the tasks changed since the read
-// (their last value, nil when deleted), the revision each one put was
-// created at, and the revision the partition is then synced to, at least
-// atRev. It returns errNoCatchUp when the watch cannot say: the caller
-// reads the changes instead.
-func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (map[string][]byte, map[string]int64, int64, error) {
-	touched := map[string][]byte{}
-	created := map[string]int64{}
+// and the revision the partition is then synced to, at least atRev. It
+// returns errNoCatchUp when the watch cannot say: the caller reads the
+// changes instead.
+func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch clientv3.WatchChan, progress func() error) (taskChanges, int64, error) {
+	ch := taskChanges{values: map[string][]byte{}, created: map[string]int64{}}
 	rev := prep.rev
 	every := time.NewTicker(progressEvery)
 	defer every.Stop()
@@ -81,35 +87,35 @@ func (e *Engine) catchUp(ctx context.Context, prep *prepared, atRev int64, wch c
 			switch {
 			case !ok || resp.Canceled || resp.Err() != nil || resp.CompactRevision != 0:
 				if err := ctx.Err(); err != nil {
-					return nil, nil, 0, err
+					return taskChanges{}, 0, err
 				}
-				return nil, nil, 0, errNoCatchUp
+				return taskChanges{}, 0, errNoCatchUp
 			case resp.IsProgressNotify():
 				if resp.Header.Revision >= atRev {
-					return touched, created, atRev, nil
+					return ch, atRev, nil
 				}
 				continue
 			}
 			for _, ev := range resp.Events {
 				id := e.reg.PartitionID(prep.p, ev.Kv.Key)
 				if ev.Type == mvccpb.DELETE {
-					touched[id] = nil
-					delete(created, id)
+					ch.values[id] = nil
+					delete(ch.created, id)
 				} else {
-					touched[id] = ev.Kv.Value
-					created[id] = ev.Kv.CreateRevision
+					ch.values[id] = ev.Kv.Value
+					ch.created[id] = ev.Kv.CreateRevision
 				}
 				rev = ev.Kv.ModRevision
 			}
 			if rev > atRev {
-				return touched, created, rev, nil // etcd sends a revision's events together
+				return ch, rev, nil // etcd sends a revision's events together
 			}
 		case <-every.C:
 			ask()
 		case <-giveUp.C:
-			return nil, nil, 0, errNoCatchUp
+			return taskChanges{}, 0, errNoCatchUp
 		case <-ctx.Done():
-			return nil, nil, 0, ctx.Err()
+			return taskChanges{}, 0, ctx.Err()
 		}
 	}
 }
@@ -129,7 +135,7 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 		// from etcd: the cache, replaced by this read, is ahead too.
 		return nil, 0, fmt.Errorf("prepared at revision %d, past etcd's %d: etcd was restored under it", prep.rev, atRev)
 	}
-	touched, created, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
+	ch, rev, err := e.catchUp(ctx, prep, atRev, wch, progress)
 	if errors.Is(err, errNoCatchUp) {
 		rev = atRev
 		e.log.Info("the partition's watch did not catch up; reading its changes", "partition", p, "since", prep.rev, "revision", atRev)
@@ -137,22 +143,22 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 		for i := range prep.defs {
 			had[prep.defs[i].id] = true
 		}
-		touched, created, err = e.reg.ChangesAt(ctx, p, had, prep.rev, atRev)
+		ch.values, ch.created, err = e.reg.ChangesAt(ctx, p, had, prep.rev, atRev)
 	}
 	if err != nil {
 		return nil, 0, err
 	}
 	if prep.created != 0 {
-		for _, c := range created {
+		for _, c := range ch.created {
 			prep.created = max(prep.created, c)
 		}
 	}
 	if e.caching(p) {
 		var puts []store.KV
 		var dels []string
-		for id, v := range touched {
+		for id, v := range ch.values {
 			if v != nil {
-				puts = append(puts, store.KV{ID: id, Value: v, Created: created[id]})
+				puts = append(puts, store.KV{ID: id, Value: v, Created: ch.created[id]})
 			} else {
 				dels = append(dels, id)
 			}
@@ -161,5 +167,5 @@ func (e *Engine) changesSince(ctx context.Context, prep *prepared, atRev int64, 
 			e.dropCache(p, err)
 		}
 	}
-	return touched, rev, nil
+	return ch.values, rev, nil
 }

@@ -79,7 +79,8 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 					}
 				}
 			}()
-			touched, _, synced, err := a.e.catchUp(ctx, prep, atRev, wch, progress)
+			ch, synced, err := a.e.catchUp(ctx, prep, atRev, wch, progress)
+			touched := ch.values
 			if tc.compact {
 				if !errors.Is(err, errNoCatchUp) {
 					t.Fatalf("caught up from a watch whose start was compacted: %v", err)
