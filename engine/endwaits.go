@@ -43,9 +43,9 @@ type endWaitMarks struct {
 	value map[int]endWaits
 }
 
-// take returns the marks a watermark value carries (nil: none), not to
-// be changed.
-func (m *endWaitMarks) take() map[int]endWaits {
+// carried returns the marks a watermark value carries (nil: none), not
+// to be changed.
+func (m *endWaitMarks) carried() map[int]endWaits {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.value
@@ -74,10 +74,11 @@ func (m *endWaitMarks) publish(ends map[int]endWaits) {
 		}
 		k := 0
 		for _, id := range e.IDs {
-			if n == maxEndWaits || size+jsonSize(id)+1 > maxEndWaitBytes {
+			idSize := jsonSize(id) + 1 // and its comma
+			if n == maxEndWaits || size+idSize > maxEndWaitBytes {
 				break
 			}
-			n, size, k = n+1, size+jsonSize(id)+1, k+1
+			n, size, k = n+1, size+idSize, k+1
 		}
 		if k > 0 {
 			if m.value == nil {

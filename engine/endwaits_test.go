@@ -97,19 +97,19 @@ func TestEndWaitMarks_AValueCarriesABoundedList(t *testing.T) {
 	}
 	var m endWaitMarks
 	m.publish(map[int]endWaits{0: {Applied: 0, IDs: []string{"unjudged"}}, 1: {Applied: 7, IDs: ids(maxEndWaits-10, "")}, 2: {Applied: 8, IDs: ids(20, "")}})
-	got := m.take()
+	got := m.carried()
 	if n, _ := count(got); n != maxEndWaits || len(got[1].IDs) != maxEndWaits-10 || len(got[2].IDs) != 10 || got[0].IDs != nil {
 		t.Errorf("carried %d marks (partition 0: %d, 1: %d, 2: %d), want %d: none of 0, all of 1, 10 of 2",
 			n, len(got[0].IDs), len(got[1].IDs), len(got[2].IDs), maxEndWaits)
 	}
 	m.publish(map[int]endWaits{1: {}, 2: {Applied: 8, IDs: ids(maxEndWaits, strings.Repeat("<", 250))}})
-	got = m.take()
+	got = m.carried()
 	if n, size := count(got); n == 0 || size > maxEndWaitBytes+100 || got[1].IDs != nil {
 		t.Errorf("carried %d long escaped ids in %d bytes, partition 1's %d; want some, within %d bytes, none of 1",
 			n, size, len(got[1].IDs), maxEndWaitBytes)
 	}
 	m.publish(map[int]endWaits{2: {}})
-	if got := m.take(); got != nil {
+	if got := m.carried(); got != nil {
 		t.Errorf("carried %v once the marks were gone, want none", got)
 	}
 }

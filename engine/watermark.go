@@ -147,7 +147,7 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		// session's check: a drop once the session is fenced resets holds.
 		w := e.holds.cap(e.loop.applieds.fold(revs.armed))
 		resumes := e.holds.resumes()
-		ends := e.loop.endMarks.take()
+		ends := e.loop.endMarks.carried()
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.

@@ -547,7 +547,7 @@ func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
 		tl.clock.Advance(time.Minute)
 		tl.dispatchAll() // the retry of t@+0s comes due while t is paused: skipped, the fire is over
 		tl.publishEndWaits()
-		if got, want := tl.endMarks.take(), map[int]endWaits{0: {Applied: 10, IDs: []string{"t"}}}; !sameEndWaits(got, want) {
+		if got, want := tl.endMarks.carried(), map[int]endWaits{0: {Applied: 10, IDs: []string{"t"}}}; !sameEndWaits(got, want) {
 			t.Fatalf("published %v once t's fire ended while it was paused, want %v", got, want)
 		}
 		edited := def(true)
@@ -557,7 +557,7 @@ func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
 		edited.prof = &prof
 		tl.handle(&eventsCmd{part: 0, rev: 12, upserts: []taskDef{edited}})
 		tl.publishEndWaits()
-		if got := tl.endMarks.take(); got != nil {
+		if got := tl.endMarks.carried(); got != nil {
 			t.Errorf("published %v once t was edited while paused, want none", got)
 		}
 	})
@@ -569,12 +569,12 @@ func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
 		d.id, d.hash, d.part = "u", xxhash.Sum64String("u"), 1
 		tl.handle(&loadCmd{part: 1, handed: waits, defs: []taskDef{d}, more: true, done: make(chan struct{})})
 		tl.publishEndWaits()
-		if got := tl.endMarks.take(); got != nil {
+		if got := tl.endMarks.carried(); got != nil {
 			t.Fatalf("published %v while the load's revision was not known, want none", got)
 		}
 		tl.handle(&loadCmd{part: 1, rev: 20, done: make(chan struct{})})
 		tl.publishEndWaits()
-		if got, want := tl.endMarks.take(), map[int]endWaits{1: {Applied: 20, IDs: []string{"u"}}}; !sameEndWaits(got, want) {
+		if got, want := tl.endMarks.carried(), map[int]endWaits{1: {Applied: 20, IDs: []string{"u"}}}; !sameEndWaits(got, want) {
 			t.Errorf("published %v once the load was in, want %v", got, want)
 		}
 	})
