@@ -265,7 +265,8 @@
 // applied, of the partitions changed since the value at applied_base,
 // while the session arms any (appliedRevs), and end_waits while it holds
 // paused delete_after_fire tasks whose last fire ended, unless the value
-// at applied_base has them (endwaits.go); the time alone when it has none; a checkpoint may name the session ("session") and list unrun
+// at applied_base has them (endwaits.go); the time alone when it has
+// none; a checkpoint may name the session ("session") and list unrun
 // fires it hands over ("pending": [{"id", "at", "backfill"}]) and,
 // released, the health of its tasks that failed ("health": [{"id",
 // "fails", "failed_at", "error", "ok_at"}], health.go) and the paused

@@ -351,8 +351,8 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err := e.heldHanded(ctx, prep, defs, touched, applied, handed); err != nil {
 		return err
 	}
-	// Not known (a task cached by a version that did not keep creations):
-	// every trigger older than the acquisition is read.
+	// Not known (no task read, or one cached by a version that did not
+	// keep creations): every trigger older than the acquisition is read.
 	created := prep.created
 	if created == 0 {
 		created = rev
@@ -540,8 +540,8 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 
 // heldAsRead reports whether d, of prep's read, is as an owner that armed
 // the partition's changes up to revision applied had it: read from etcd
-// at or before applied (from the cache, which keeps no revision, at
-// prep's), and not changed since (touched).
+// at or before applied (from the cache, which keeps no modification
+// revision, at prep's), and not changed since (touched).
 func heldAsRead(prep *prepared, d *taskDef, touched map[string][]byte, applied int64) bool {
 	read := d.modRev
 	if read == 0 {

@@ -143,13 +143,12 @@ type partState struct {
 	applied int64
 	// created is a revision at or after which every task of the
 	// partition held here was created: the latest creation its load read
-	// from etcd or the cache and its catch-up (the load's revision, for a
-	// cache that did not keep creations: prepared.created), then the
-	// latest its watch brought (a put after a delete is one). A
-	// trigger key written before it may be of a task deleted and put
-	// again since, and its task's creation is read before it fires
-	// (checkTriggers); one written at or after it is this task's, and
-	// fires at no cost.
+	// from etcd or the cache and its catch-up (the load's revision where
+	// that is not known: prepared.created), then the latest its watch
+	// brought (a put after a delete is one). A trigger key written before
+	// it may be of a task deleted and put again since, and its task's
+	// creation is read before it fires (checkTriggers); one written at or
+	// after it is this task's, and fires at no cost.
 	created int64
 }
 

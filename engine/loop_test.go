@@ -10,13 +10,12 @@ import (
 	"github.com/shardcron/shardcron/task"
 )
 
-// A delete and a put again under the same id that one watch delivery
-// brings reach the loop as one put (apply keeps the last event of a key),
-// of a task created after the changes the loop armed: the record it
-// holds is of the task before, deleted since, whose retries are not the
-// new task's. Taken for an edit, the record kept its generation, and the
-// retry waiting for its backoff, or that of the attempt under way, ran
-// the new task.
+// A delete and a put again under the same id that a reload after a
+// compaction reads reach the loop as one put, of a task created after
+// the changes the loop armed: the record it holds is of the task before,
+// deleted since, whose retries are not the new task's. Taken for an edit,
+// the record kept its generation, and the retry waiting for its backoff,
+// or that of the attempt under way, ran the new task.
 func TestLoop_PutAgainDeliveredWithItsDeleteTakesNoRetryOfTheTaskBefore(t *testing.T) {
 	for _, running := range []bool{false, true} {
 		t.Run(fmt.Sprintf("attempt_under_way=%t", running), func(t *testing.T) {

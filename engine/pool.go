@@ -629,6 +629,7 @@ func (p *pool) work() {
 					j.bf.end(j.sched)
 				}
 			case !j.prof.noop && context.Cause(p.execCtx) == errStopped:
+				// A noop has no context for the stop to cancel: it runs.
 				st, handed = p.stopUnrun(j, now, &t)
 			default:
 				t.observeLag(now.UnixNano() - j.due)

@@ -621,11 +621,12 @@ func (b *batchQueue[T]) takeLocked(n int) []T {
 
 // triggerEnds queues the puts of the keys of triggers whose fire started
 // here, or ended without running, for deleteTriggers to delete in
-// transactions of many. Workers add to it when they take a trigger's job, under the pool's
-// lock: once the jobs a release waits for are taken, the keys of those
-// that started are queued. It holds about as many keys as there are
-// triggers pending in etcd (a key put again is queued again); safe for
-// concurrent use. Its lock is taken under the pool's and takes no other.
+// transactions of many. Workers add to it when they take a trigger's
+// job, under the pool's lock: once the jobs a release waits for are
+// taken, the puts of those that started are queued. It holds about as
+// many puts as there are triggers pending in etcd (a key put again is
+// queued again, at that put); safe for concurrent use. Its lock is taken
+// under the pool's and takes no other.
 type triggerEnds struct {
 	*batchQueue[triggerEnd]
 	taken    uint64        // batches the deleter took
@@ -637,7 +638,7 @@ func newTriggerEnds() *triggerEnds {
 	return &triggerEnds{batchQueue: newBatchQueue[triggerEnd](), moved: make(chan struct{})}
 }
 
-// take takes up to n of the first queued keys off the queue, as the
+// take takes up to n of the first queued puts off the queue, as the
 // deleter's next batch, or none.
 func (t *triggerEnds) take(n int) []triggerEnd {
 	t.mu.Lock()
@@ -658,7 +659,7 @@ func (t *triggerEnds) finish() {
 	t.moved = make(chan struct{})
 }
 
-// takeParts takes the keys of partitions ps off the queue, for a release
+// takeParts takes the puts of partitions ps off the queue, for a release
 // to delete itself: behind a bulk trigger, the queue holds many of other
 // partitions.
 func (t *triggerEnds) takeParts(ps []int) []triggerEnd {
@@ -688,14 +689,14 @@ func (t *triggerEnds) waitBatch(ctx context.Context) error {
 	return nil
 }
 
-// len returns how many keys are queued.
+// len returns how many puts are queued.
 func (t *triggerEnds) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.q)
 }
 
-// deleteTriggers deletes the keys triggerEnds queues until stop is closed,
+// deleteTriggers deletes the puts triggerEnds queues until stop is closed,
 // then what is left (etcdTimeout at most), retrying while etcd refuses.
 func (e *Engine) deleteTriggers(t *triggerEnds, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -736,9 +737,9 @@ type triggerChecks = batchQueue[triggerFire]
 // checkTriggers reads, for the triggers t queues, when their task was
 // created, MaxTxnOps tasks a transaction, and hands the loop each
 // transaction's answer as it comes, until ctx ends; it retries while etcd
-// refuses. An answer holds the loop about 0.1 ms: it goes through the
-// early triggers of the tasks it names alone (earlyTriggers), so that
-// answers of 64 transactions cost the loop as much in all, but held it
+// refuses. An answer holds the loop about 0.1 ms, since it goes through
+// the early triggers of the tasks it names alone (earlyTriggers): answers
+// of 64 transactions together cost the loop as much in all, but held it
 // some 6 ms each, a stall of its fires, and their first trigger waited
 // for 64 reads (BenchmarkCheckedAnswers). Only triggers whose key is
 // older than a creation the loop applied in their partition are queued:
