@@ -777,21 +777,15 @@ func (e *Engine) checkTriggers(ctx context.Context, t *triggerChecks) {
 }
 
 // readCreated is registry.Created, tried again while etcd refuses, until
-// ctx ends, whose error it then returns.
-func (e *Engine) readCreated(ctx context.Context, ids []string) (map[string]int64, int64, error) {
-	var b backoff
-	for {
-		rctx, cancelRead := context.WithTimeout(ctx, etcdTimeout)
-		created, rev, err := e.reg.Created(rctx, ids)
-		cancelRead()
-		if err == nil {
-			return created, rev, nil
-		}
-		e.log.Warn("reading when triggered tasks were created failed; retrying", "tasks", len(ids), "err", err, "in", b.next())
-		if !b.wait(ctx) {
-			return nil, 0, ctx.Err()
-		}
-	}
+// ctx ends (retrying).
+func (e *Engine) readCreated(ctx context.Context, ids []string) (created map[string]int64, rev int64, err error) {
+	err = retrying(ctx, func(rctx context.Context) (err error) {
+		created, rev, err = e.reg.Created(rctx, ids)
+		return err
+	}, func(err error, in time.Duration) {
+		e.log.Warn("reading when triggered tasks were created failed; retrying", "tasks", len(ids), "err", err, "in", in)
+	})
+	return created, rev, err
 }
 
 // deleteParallel is how many transactions of trigger deletes run at once:
