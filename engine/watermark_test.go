@@ -21,8 +21,8 @@ import (
 // noting its partitions' changes, a watch batch each: the log the writer
 // folds keeps only what a mark in flight can be folded at, and a fold,
 // late, still gives the revisions as they stood when the dispatch point
-// reached the watermark. It kept every change (a change a watch batch, 24 bytes,
-// for as long as the watermark stood).
+// reached the watermark. It kept every change (a change a watch batch,
+// 24 bytes, for as long as the watermark stood).
 func TestLoop_AppliedLogStaysBoundedWhileTheWatermarkStands(t *testing.T) {
 	at := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, at, nil)
