@@ -765,11 +765,11 @@ func (e *Engine) watch(ctx context.Context, p int, rev int64) {
 // so that it is every change up to its revision and none after: a task
 // created after it would be taken for one put again (events), its record
 // and the retries of its attempts under way dropped. Kept to the last of
-// its key, a pause and its resume were
-// the resume alone, a write that is not a pause, so an edit that kept an
-// ended delete_after_fire task; and a delete and a put again were one put,
-// which the loop tells from an edit by its creation (events), but the
-// history of the task deleted stayed, under the new task's id.
+// its key, a pause and its resume were the resume alone, a write that is
+// not a pause, so an edit that kept an ended delete_after_fire task; and
+// a delete and a put again were one put, which the loop tells from an
+// edit by its creation (events), but the history of the task deleted
+// stayed, under the new task's id.
 func (e *Engine) apply(ctx context.Context, p int, events []*clientv3.Event) error {
 	ids := make([]string, len(events))
 	seen := make(map[string]bool, len(events))
