@@ -339,7 +339,6 @@ func (s *Store) Flush(ctx context.Context) error {
 // the call (written or failed), waking it at once, or until ctx ends.
 func (h *historyBuffer) wait(ctx context.Context) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	target := h.accepted
 	for h.written < target {
 		progress := h.progress
@@ -351,11 +350,11 @@ func (h *historyBuffer) wait(ctx context.Context) error {
 		select {
 		case <-progress:
 		case <-ctx.Done():
-			h.mu.Lock()
 			return ctx.Err()
 		}
 		h.mu.Lock()
 	}
+	h.mu.Unlock()
 	return nil
 }
 
