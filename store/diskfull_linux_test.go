@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardcron/shardcron/internal/childproc"
 	"github.com/shardcron/shardcron/internal/tmpfs"
 	"github.com/shardcron/shardcron/task"
 )
@@ -129,6 +130,7 @@ func runFullDiskChild(t *testing.T, what string) string {
 	fs := tmpfs.Mount(t, 256<<20)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fullDiskChildEnv+"="+what+":"+fs)
+	cmd.SysProcAttr = childproc.Attr() // killed with the test, not left filling the tmpfs
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -13,11 +13,12 @@ import (
 	"github.com/shardcron/shardcron/task"
 )
 
-// fullDiskChildEnv, when set to "<case>:<dir>", turns the test binary into
-// a store on the filesystem of dir, which the tests of diskfull_linux_test.go
-// fill and watch (see TestMain): case is "compaction" (compactionChild),
-// "reset" (resetChild) or "batch" (batchChild). The child prints what happened and exits 0, or
-// dies (of SIGBUS, what those tests look for).
+// fullDiskChildEnv, when set to "<case>:<dir>", turns the test binary
+// into a store on the filesystem of dir, which the tests of
+// diskfull_linux_test.go fill and watch (see TestMain): case is
+// "compaction" (compactionChild), "reset" (resetChild) or "batch"
+// (batchChild). The child prints what happened and exits 0, or dies (of
+// SIGBUS, what those tests look for).
 const fullDiskChildEnv = "STORE_FULL_DISK_CHILD"
 
 func fullDiskChild(arg string) {
@@ -30,36 +31,43 @@ func fullDiskChild(arg string) {
 	case "batch":
 		batchChild(dir)
 	}
-	fail("unknown case %q", what)
+	childFatal("unknown case %q", what)
 }
 
-func fail(format string, args ...any) {
+// childFatal prints what went wrong, for the test to show, and ends the
+// child with exit status 2.
+func childFatal(format string, args ...any) {
 	fmt.Printf(format+"\n", args...)
 	os.Exit(2)
 }
 
-// openChildStore opens a store in dir/cache with 4 MiB memtables, so
-// MinFreeBytes is 16 MiB, logging its warnings to stderr.
-func openChildStore(dir string) (*Store, Config) {
+// childConfig is the config of a child's store in dir/cache: 4 MiB
+// memtables, so MinFreeBytes is 16 MiB, and its warnings logged to
+// stderr.
+func childConfig(dir string) Config {
 	cfg := DefaultConfig(filepath.Join(dir, "cache"))
 	cfg.MemTableSize = 4 << 20
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return cfg
+}
+
+func openChildStore(cfg Config) *Store {
 	s, err := Open(cfg)
 	if err != nil {
-		fail("open: %v", err)
+		childFatal("open: %v", err)
 	}
-	return s, cfg
+	return s
 }
 
 // leaveFree fills dir's filesystem but for MinFreeBytes and extra bytes.
 func leaveFree(cfg Config, dir string, extra int64) {
 	free, err := freeBytes(cfg.Dir)
 	if err != nil {
-		fail("free space: %v", err)
+		childFatal("free space: %v", err)
 	}
 	filler := bytes.Repeat([]byte{1}, int(free-cfg.minFree()-extra))
 	if err := os.WriteFile(filepath.Join(dir, "filler"), filler, 0o600); err != nil {
-		fail("fill: %v", err)
+		childFatal("fill: %v", err)
 	}
 }
 
@@ -69,7 +77,8 @@ func leaveFree(cfg Config, dir string, extra int64) {
 // but for MinFreeBytes and 8 MiB, then keeps writing, flushing and
 // pausing for 3 s, and prints how many records were lost.
 func compactionChild(dir string) {
-	s, cfg := openChildStore(dir)
+	cfg := childConfig(dir)
+	s := openChildStore(cfg)
 	long := strings.Repeat("x", 300)
 	n := 0
 	write := func() error {
@@ -83,10 +92,10 @@ func compactionChild(dir string) {
 	}
 	for l0 := 0; l0 < 4; {
 		if err := write(); err != nil {
-			fail("write before the disk fills: %v", err)
+			childFatal("write before the disk fills: %v", err)
 		}
 		if n > 2_000_000 {
-			fail("level 0 never reached 4 tables")
+			childFatal("level 0 never reached 4 tables")
 		}
 		l0 = s.db.Levels()[0].NumTables
 	}
@@ -97,7 +106,7 @@ func compactionChild(dir string) {
 	}
 	fmt.Printf("lost %d of %d\n", s.WriteFailed(), n)
 	if err := s.Close(); err != nil {
-		fail("close: %v", err)
+		childFatal("close: %v", err)
 	}
 	os.Exit(0)
 }
@@ -106,7 +115,8 @@ func compactionChild(dir string) {
 // resets a partition to 64 MiB of tasks (a split Reset: far more than one
 // transaction) and prints how it ended.
 func resetChild(dir string) {
-	s, cfg := openChildStore(dir)
+	cfg := childConfig(dir)
+	s := openChildStore(cfg)
 	leaveFree(cfg, dir, 4<<20)
 	tasks := make([]KV, 4096)
 	for i := range tasks {
@@ -116,7 +126,7 @@ func resetChild(dir string) {
 	rev, perr := s.Partition(0, nil)
 	fmt.Printf("reset: %v; partition 0 at revision %d (%v)\n", err, rev, perr)
 	if err := s.Close(); err != nil {
-		fail("close: %v", err)
+		childFatal("close: %v", err)
 	}
 	os.Exit(0)
 }
@@ -125,14 +135,9 @@ func resetChild(dir string) {
 // has the history writer take 16 000 failures of 4 KiB of output each in
 // one batch (64 MiB), and prints how it ended.
 func batchChild(dir string) {
-	cfg := DefaultConfig(filepath.Join(dir, "cache"))
-	cfg.MemTableSize = 4 << 20
+	cfg := childConfig(dir)
 	cfg.FlushInterval = 10 * time.Second // the batch is taken by Flush, whole
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := Open(cfg)
-	if err != nil {
-		fail("open: %v", err)
-	}
+	s := openChildStore(cfg)
 	leaveFree(cfg, dir, 4<<20)
 	output := strings.Repeat("o", 4096)
 	const n = 16_000 // under a quarter of HistoryBuffer: the writer is not woken before Flush
@@ -141,10 +146,10 @@ func batchChild(dir string) {
 		e.Output = output
 		s.Record(e)
 	}
-	err = s.Flush(context.Background())
+	err := s.Flush(context.Background())
 	fmt.Printf("flush: %v; lost %d of %d\n", err, s.WriteFailed(), n)
 	if err := s.Close(); err != nil {
-		fail("close: %v", err)
+		childFatal("close: %v", err)
 	}
 	os.Exit(0)
 }
