@@ -124,8 +124,8 @@
 // MemTableSize) plus what the compactions it may set off could write
 // before they delete their input: Badger writes their tables through
 // memory-mapped files too. A write too big for one transaction (a split
-// Apply or Reset, the deletes of a Drop, a history batch) checks again as
-// it goes, every quarter memtable. History refused or failed so is counted
+// Apply or Reset, the deletes of a Drop, DropTasks or DeleteHistory, a
+// history batch) checks again as it goes, every quarter memtable. History refused or failed so is counted
 // (WriteFailed) and logged, once a minute per cause; Record never waits
 // on the disk. Writes resume once there is room, and the log says so. A
 // directory deleted under the open store refuses writes the same way

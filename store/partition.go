@@ -21,11 +21,11 @@ type KV struct {
 
 // Partition calls fn for every cached task of p, in id byte order, with
 // its value and the revision it was created at (KV.Created: 0 when not
-// known), and returns the revision the cache of p is synced to: every change of p in
-// etcd up to and including rev is reflected, so the caller resumes its
-// watch at rev+1. It returns (0, nil) without calling fn when p was never
-// synced, or when a Reset or Drop of p was interrupted; the caller then
-// reads p from etcd and calls Reset.
+// known), and returns the revision the cache of p is synced to: every
+// change of p in etcd up to and including rev is reflected, so the caller
+// resumes its watch at rev+1. It returns (0, nil) without calling fn when
+// p was never synced, or when a Reset or Drop of p was interrupted; the
+// caller then reads p from etcd and calls Reset.
 //
 // The revision is kept with the number of tasks p holds, and a scan that
 // reads another number fails with an error wrapping ErrCorrupt: Badger's

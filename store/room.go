@@ -75,11 +75,12 @@ func (s *Store) checkRoom() error {
 }
 
 // roomCheckedBatch is a WriteBatch of a split Apply or Reset, of a
-// prefix's deletes or of a history batch, that checks the disk's room again (checkRoom) every
-// quarter of a memtable it is given: such a write can take far more than
-// MinFreeBytes after the check at its start, and Badger, which commits
-// the batch's transactions as they fill, would write its log and flush
-// its memtables into a full disk.
+// prefix's deletes (Drop, DropTasks, DeleteHistory) or of a history
+// batch, that checks the disk's room again (checkRoom) every quarter of a
+// memtable it is given: such a write can take far more than MinFreeBytes
+// after the check at its start, and Badger, which commits the batch's
+// transactions as they fill, would write its log and flush its memtables
+// into a full disk.
 type roomCheckedBatch struct {
 	wb    *badger.WriteBatch
 	s     *Store
