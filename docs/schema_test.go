@@ -141,3 +141,45 @@ func TestTaskSchema_StatesTheIntegerBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskSchema_PauseAsDecodeTaskReadsIt: the schema's pause record
+// requires the fields DecodeTask requires of a paused task's record, and
+// is closed as DecodeTask's is. It required none and took any field,
+// where a PUT refuses a record without "by" or with a field of its own.
+func TestTaskSchema_PauseAsDecodeTaskReadsIt(t *testing.T) {
+	var root struct {
+		Defs map[string]struct {
+			Properties           map[string]any  `json:"properties"`
+			Required             []string        `json:"required"`
+			AdditionalProperties json.RawMessage `json:"additionalProperties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal([]byte(read(t, "task.schema.json")), &root); err != nil {
+		t.Fatalf("task.schema.json: %v", err)
+	}
+	pause := root.Defs["pause"]
+	decode := func(record string) error {
+		_, err := task.DecodeTask([]byte(`{"id": "a", "schedule": "@daily", "executor": {"type": "noop"}, "paused": true, "pause": ` + record + `}`))
+		return err
+	}
+	valid := map[string]string{"note": `"why"`, "by": `"me"`, "at": `"2026-01-02T03:04:05Z"`}
+	for name := range pause.Properties {
+		if _, ok := valid[name]; !ok {
+			t.Fatalf("pause.%s: no valid value to try", name)
+		}
+		var fields []string
+		for n, v := range valid {
+			if n != name {
+				fields = append(fields, fmt.Sprintf("%q: %s", n, v))
+			}
+		}
+		err := decode("{" + strings.Join(fields, ", ") + "}")
+		if required := slices.Contains(pause.Required, name); required != (err != nil) {
+			t.Errorf("pause.%s left out: required by the schema %t, DecodeTask: %v", name, required, err)
+		}
+	}
+	closed := string(pause.AdditionalProperties) == "false"
+	if err := decode(`{"by": "me", "other": 1}`); closed != (err != nil) {
+		t.Errorf("pause with a field of its own: closed by the schema %t, DecodeTask: %v", closed, err)
+	}
+}
