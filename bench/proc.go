@@ -7,16 +7,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/shardcron/shardcron/internal/cputime"
+)
 
 // rss is the process's resident set size now, or its peak where /proc is
 // not there.
@@ -57,7 +50,7 @@ type usage struct {
 	cpu time.Duration
 }
 
-func snapshot() usage { return usage{at: time.Now(), cpu: cpuTime()} }
+func snapshot() usage { return usage{at: time.Now(), cpu: cputime.Process()} }
 
 // cores is the CPU time used between two snapshots per wall second.
 func cores(a, b usage) float64 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/shardcron/shardcron/internal/cputime"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
@@ -162,13 +163,13 @@ func BenchmarkTriggerPath(b *testing.B) {
 }
 
 // loopCPU runs f, the dispatch loop's part of a benchmark, on a thread of
-// its own, and returns the CPU time it took (threadCPU).
+// its own, and returns the CPU time it took (cputime.Thread).
 func loopCPU(f func()) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	start := threadCPU()
+	start := cputime.Thread()
 	f()
-	return threadCPU() - start
+	return cputime.Thread() - start
 }
 
 // reportLoopCPU reports cpu, the loop's CPU time over b.N ops, as

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardcron/shardcron/internal/cputime"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
 )
@@ -647,7 +648,7 @@ func BenchmarkBulkTriggerDeletes(b *testing.B) {
 				b.StopTimer()
 				puts := write()
 				b.StartTimer()
-				start, startCPU := time.Now(), processCPU()
+				start, startCPU := time.Now(), cputime.Process()
 				var g errgroup.Group
 				g.SetLimit(parallel)
 				for chunk := range slices.Chunk(puts, MaxTxnOps) {
@@ -656,7 +657,7 @@ func BenchmarkBulkTriggerDeletes(b *testing.B) {
 				if err := g.Wait(); err != nil {
 					b.Fatal(err)
 				}
-				took, cpu = took+time.Since(start), cpu+processCPU()-startCPU
+				took, cpu = took+time.Since(start), cpu+cputime.Process()-startCPU
 			}
 			if left, err := reg.PendingTriggerCount(ctx); err != nil || left != 0 {
 				b.Fatalf("%d trigger keys left (%v), want none", left, err)
