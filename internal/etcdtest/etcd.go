@@ -205,7 +205,9 @@ func freeAddrs(t testing.TB, k int) []string {
 }
 
 // quietPorts returns the ports [lo, hi) below the kernel's ephemeral range,
-// from 10 000 up (none readable: both 0).
+// from 10 000 up; both 0 when the range is not readable or leaves fewer
+// than 1 000 such ports (then the kernel picks, as listenQuiet does when
+// its random picks are taken).
 func quietPorts() (lo, hi int) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
