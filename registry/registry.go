@@ -698,7 +698,7 @@ func DecodeTriggerValue(v []byte) (*task.Override, *Retry) {
 		o = &tv.Override
 	}
 	if tv.Retry != nil && tv.Retry.Attempt < 1 {
-		tv.Retry = nil
+		tv.Retry = nil // attempt 0 names no attempt: the trigger's own fire
 	}
 	return o, tv.Retry
 }
