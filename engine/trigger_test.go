@@ -35,6 +35,18 @@ func (tl *testLoop) putTrigger(part int, id string, at time.Time, rev int64) {
 	<-c.reply
 }
 
+// recreate hands the loop the delete and put again of task id (schedule
+// spec, UTC) in partition 0 as one change of the partition's watch, at
+// revision rev.
+func (tl *testLoop) recreate(t *testing.T, id, spec string, prof *profile, rev int64) {
+	t.Helper()
+	h, err := tl.scheds.Intern(spec, "UTC", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: id, hash: xxhash.Sum64String(id), sched: h, prof: prof}}, rev: rev, created: rev})
+}
+
 // putAgainOfItsTask hands the loop the trigger key of id at at, put
 // again at revision rev after its trigger fired, and answers the read of
 // its task's creation (checkedAgain): the task that trigger fired,
@@ -1261,13 +1273,9 @@ func TestLoop_TriggerOlderThanACreationFiresOnlyTheTaskItWasWrittenFor(t *testin
 	tl := newTestLoop(t, base, nil)
 	prof := noopProfile(task.MisfireFireOnce)
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x", "y")
-	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// x deleted and put again, as one change of the partition's watch, at
 	// revision 20.
-	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "x", hash: xxhash.Sum64String("x"), sched: h, prof: prof}}, rev: 20, created: 20})
+	tl.recreate(t, "x", "0 0 0 1 1 *", prof, 20)
 	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
 	tl.putTrigger(0, "x", ms(1), 10) // before x was put again
 	tl.putTrigger(0, "y", ms(2), 11) // y was created before it
@@ -1300,12 +1308,8 @@ func TestLoop_CheckedAnswerGoesToTheTriggersItAnswersAlone(t *testing.T) {
 	tl := newTestLoop(t, base, nil)
 	prof := noopProfile(task.MisfireFireOnce)
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "x", "y")
-	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "y")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// y deleted and put again at revision 20: every trigger older is read.
-	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "y", hash: xxhash.Sum64String("y"), sched: h, prof: prof}}, rev: 20, created: 20})
+	tl.recreate(t, "y", "0 0 0 1 1 *", prof, 20)
 	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
 	fired := func(id string, n int) string { return fmt.Sprintf("%s@%d", id, ms(n).UnixMilli()) }
 	tl.putTrigger(0, "x", ms(1), 10)
