@@ -86,7 +86,8 @@ var reserved struct {
 // restarts so that its published API address stays right. The port is
 // drawn below Linux's ephemeral range (32768 and up), so that the kernel
 // does not hand it to a listener on port 0, such as the node's own etcd
-// proxies, before the node binds it.
+// proxies, before the node binds it, and from etcdtest.NodePorts up, where
+// no etcd member of any test process takes one.
 func reservePort(t testing.TB) string {
 	t.Helper()
 	reserved.Lock()
@@ -95,7 +96,7 @@ func reservePort(t testing.TB) string {
 		reserved.ports = map[int]bool{}
 	}
 	for range 100 {
-		port := 20000 + rand.IntN(12000)
+		port := etcdtest.NodePorts + rand.IntN(32768-etcdtest.NodePorts)
 		if reserved.ports[port] {
 			continue
 		}

@@ -231,5 +231,8 @@ func TestFreeAddrs_BelowTheEphemeralRange(t *testing.T) {
 		if p, _ := strconv.Atoi(port); p < lo || p >= hi {
 			t.Errorf("port %d, want one of [%d, %d), below the ephemeral range", p, lo, hi)
 		}
+		if p, _ := strconv.Atoi(port); p >= NodePorts {
+			t.Errorf("port %d, want one below %d, where nodes' ports begin", p, NodePorts)
+		}
 	}
 }
