@@ -83,6 +83,20 @@ type checkpoint struct {
 	// last fire ended there: the next owner looks at each one's resume
 	// whether it ended, as that owner would have (flagEndWaits).
 	EndWaits []string `json:"end_waits,omitempty"`
+	// Fired are, on release, the triggers whose fire started or ended
+	// there within triggerWait: a key put again is that fire on the next
+	// owner too (handedTriggers).
+	Fired []firedTrigger `json:"fired,omitempty"`
+}
+
+// firedTrigger is a trigger whose fire started or ended on the owner that
+// released its partition: the put of its key that did, at revision Rev,
+// and the retry it was (registry.Retry.Attempt; 0: the trigger's own fire).
+type firedTrigger struct {
+	ID      string    `json:"id"`
+	At      time.Time `json:"at"`
+	Rev     int64     `json:"rev"`
+	Attempt uint16    `json:"attempt,omitempty"`
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -105,6 +119,7 @@ type handOver struct {
 	after    []pendingFire
 	health   []handedHealth // tasks that failed here (health.go)
 	endWaits []string       // paused delete_after_fire tasks whose last fire ended here (flagEndWaits)
+	fired    []firedTrigger // triggers that fired or ended here (handTriggers)
 }
 
 // handedTo is what a partition's previous owner handed over with its tasks,
@@ -124,6 +139,7 @@ type handedTo struct {
 	// pending are the fires handed over unrun, which the acquire runs
 	// once the load is in (takeOver).
 	pending []pendingFire
+	fired   []firedTrigger // triggers that fired there (handedTriggers)
 }
 
 // handedFrom indexes what acquire read: the after list and the health and
@@ -144,6 +160,7 @@ func handedFrom(after []pendingFire, cp checkpoint) handedTo {
 		}
 	}
 	h.takeEndWaits(endWaits{Applied: cp.Applied, IDs: cp.EndWaits})
+	h.fired = cp.Fired
 	return h
 }
 
@@ -182,7 +199,7 @@ func handingCheckpoint(prev []byte) checkpoint {
 // crash of a node whose predecessor had left gracefully.
 func holdCheckpoint(node string, resume int64, handed checkpoint, pending, after []pendingFire, applied int64) checkpoint {
 	return checkpoint{Node: node, Watermark: time.Unix(0, resume).UTC(), Applied: applied, Pending: pending, After: after,
-		Health: handed.Health, EndWaits: handed.EndWaits}
+		Health: handed.Health, EndWaits: handed.EndWaits, Fired: handed.Fired}
 }
 
 // lower moves the mark before a fire due at due that cannot be listed, so
@@ -277,6 +294,10 @@ const maxAfter = maxHandOver / 2
 // their resume; past it, the rest stay, ended, after their resume.
 const maxEndWaits = maxHandOver / 2
 
+// maxFired bounds the triggers one checkpoint lists as fired; past it,
+// the key of a later one put again fires again on the next owner.
+const maxFired = maxHandOver / 2
+
 // maxCheckpointBytes bounds a released checkpoint's JSON, well within
 // etcd's request limit (1.5 MiB by default) and a transaction's bytes
 // (registry.MaxTxnBytes). The counts above keep a checkpoint of plain ids
@@ -287,19 +308,22 @@ const maxCheckpointBytes = 512 << 10
 // encode returns h's released checkpoint as node writes it. Past
 // maxCheckpointBytes it sheds what it lists, from the end of each list, as
 // much as takes it under, the cheapest loss first: health (the next owner
-// counts those tasks' failures afresh), then endWaits (those tasks stay,
-// ended, after their resume), then after (their catch-up fires repeat),
-// then pending fires (shedPending).
+// counts those tasks' failures afresh), then fired (a trigger's key put
+// again fires again), then endWaits (those tasks stay, ended, after their
+// resume), then after (their catch-up fires repeat), then pending fires
+// (shedPending).
 func (h *handOver) encode(node string) []byte {
 	for {
-		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(),
-			Released: true, Applied: h.applied, Pending: h.pending, After: h.after, Health: h.health, EndWaits: h.endWaits})
+		b, _ := json.Marshal(checkpoint{Node: node, Watermark: time.Unix(0, h.mark).UTC(), Released: true,
+			Applied: h.applied, Pending: h.pending, After: h.after, Health: h.health, EndWaits: h.endWaits, Fired: h.fired})
 		over := len(b) - maxCheckpointBytes
 		switch {
 		case over <= 0:
 			return b
 		case len(h.health) > 0:
 			h.health = h.health[:len(h.health)-tailHolding(h.health, over)]
+		case len(h.fired) > 0:
+			h.fired = h.fired[:len(h.fired)-tailHolding(h.fired, over)]
 		case len(h.endWaits) > 0:
 			h.endWaits = h.endWaits[:len(h.endWaits)-tailHolding(h.endWaits, over)]
 		case len(h.after) > 0:

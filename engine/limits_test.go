@@ -1112,6 +1112,9 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 	tl.handOverQueued(rel.hand) // the workers did not take them in time
 	hand := rel.hand[0]
 	hand.after = slices.Clone(hand.pending[:maxAfter]) // and some fired past the mark
+	for _, f := range hand.pending[:maxFired] {        // and as many triggers that fired
+		hand.fired = append(hand.fired, firedTrigger{ID: f.ID, At: f.At.Add(time.Millisecond), Rev: 1})
+	}
 	if len(hand.pending) != n {
 		t.Fatalf("%d fires listed, want %d", len(hand.pending), n)
 	}
@@ -1125,8 +1128,9 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 	if err := json.Unmarshal(b, &cp); err != nil {
 		t.Fatal(err)
 	}
-	if len(cp.Pending) == 0 || len(cp.Pending) == n || len(cp.After) != 0 {
-		t.Fatalf("%d fires and %d after listed in %d bytes, want fewer fires and no after", len(cp.Pending), len(cp.After), len(b))
+	if len(cp.Pending) == 0 || len(cp.Pending) == n || len(cp.After) != 0 || len(cp.Fired) != 0 {
+		t.Fatalf("%d fires, %d after and %d triggers fired listed in %d bytes, want fewer fires, no after and no trigger: a fire shed repeats",
+			len(cp.Pending), len(cp.After), len(cp.Fired), len(b))
 	}
 	// It sheds no more than it must: each fire shed is one the next owner
 	// repeats.

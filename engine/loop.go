@@ -374,6 +374,7 @@ func (c *sealCmd) run(l *loop) {
 		l.handOverQueued(c.rel.hand)
 	}
 	l.endReleasedAgain(c.rel.hand)
+	l.handTriggers(c.rel.hand)
 	l.pool.leaving.seal(c.rel.running, c.late)
 	c.reply <- struct{}{}
 }
@@ -406,6 +407,7 @@ func (l *loop) load(c *loadCmd) {
 		}
 		l.setApplied(c.part, 0)
 		l.parts[c.part] = partState{owned: true, fence: c.fence}
+		l.handedTriggers(c.part, c.handed.fired)
 	}
 	if !l.parts[c.part].owned {
 		return // released while loading

@@ -106,6 +106,7 @@ type seenTrigger struct {
 	early      bool
 	ended      bool // its fire ended here
 	again      bool // its key was put again while its fire waited or ran: it goes when the fire ends
+	handed     bool // its put at rev fired on the partition's previous owner (handedTriggers)
 }
 
 // triggerRead is the acquire's read of a partition's pending triggers, at
@@ -156,12 +157,16 @@ func (l *loop) triggers(c *triggersCmd) {
 				// revision is noted, so that its second delivery (the
 				// watch and an acquire's read) is not read again.
 				f.prev, f.checking = s.rev, true
-				s.rev = f.rev
+				s.rev, s.handed = f.rev, false
 				l.triggered[f.key()] = s
 				l.checks.add(*f)
 				l.early.add(*f)
 			} else if f.rev > s.rev {
 				l.putAgain(f.key(), f.rev)
+			} else if f.rev == s.rev && s.handed {
+				// The put that fired on the previous owner, whose delete
+				// did not reach etcd before the release.
+				l.pool.ends.add(f.end())
 			}
 			continue
 		}
@@ -180,7 +185,7 @@ func (l *loop) triggers(c *triggersCmd) {
 // the fire be handed over unrun.
 func (l *loop) putAgain(k triggerKey, rev int64) {
 	s := l.triggered[k]
-	s.rev, s.again = rev, !s.ended
+	s.rev, s.again, s.handed = rev, !s.ended, false
 	l.triggered[k] = s
 	if s.ended {
 		l.pool.ends.add(triggerEnd{k, rev})
@@ -491,6 +496,30 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 			l.pool.ends.add(triggerEnd{k, rev})
 			delete(l.releasedAgain, k)
 		}
+	}
+}
+
+// handTriggers lists, in the hand-overs of hand at their seal, the
+// triggers of their partitions that fired or ended here: those handed over
+// unrun are forgotten by then (handOverQueued), and the keys of these are
+// deleted before the release commits. A key put again after the commit
+// (two chains of one target and second, the second a little later) is
+// then that fire on the next owner too, which fired it again.
+func (l *loop) handTriggers(hand map[int]*handOver) {
+	for k, s := range l.triggered {
+		if h := hand[k.part]; h != nil && !s.early && len(h.fired) < maxFired {
+			h.fired = append(h.fired, firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt})
+		}
+	}
+}
+
+// handedTriggers remembers the triggers of partition p, being acquired,
+// that its previous owner fired (handTriggers), as if they had fired here:
+// for triggerWait from now, a key put again is that fire.
+func (l *loop) handedTriggers(p int, fired []firedTrigger) {
+	until := l.cfg.Clock.Now().UnixNano() + int64(triggerWait)
+	for _, f := range fired {
+		l.triggered[triggerKey{p, f.ID, f.At.UnixNano()}] = seenTrigger{until: until, rev: f.Rev, attempt: f.Attempt, ended: true, handed: true}
 	}
 }
 

@@ -368,42 +368,57 @@ func eventually(d time.Duration, cond func() bool) bool {
 }
 
 // A trigger key written again at the time of a trigger that already fired
-// here and whose key is gone (two chains with one target and the same
+// and whose key is gone (two chains with one target and the same
 // scheduled second, a chain repeated after a crash, or two API nodes that
 // trigger one task in one millisecond: "the owner takes the second for the
 // first") is that fire: its key goes too. The loop used to drop it as a
 // repeat and leave its key, which the partition's next owner fired: a
-// second fire with the same idempotency key, however long after.
+// second fire with the same idempotency key, however long after. Written
+// after the partition's release, the next owner fired it (the release
+// now hands the triggers that fired over: handTriggers).
 func TestEngine_TriggerKeyPutAgainAfterItsFireIsNotLeftForTheNextOwner(t *testing.T) {
-	c := etcdtest.Start(t)
-	log := newFireLog()
-	a := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 4 })
-	reg := a.e.Registry()
-	putTask(t, reg, handlerTask("target", "0 0 0 1 1 *")) // yearly: only triggers fire it
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
-	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire a chain ends
-	ctx := context.Background()
-	if err := reg.TriggerAt(ctx, "target", at); err != nil {
-		t.Fatal(err)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("target")) == 1 })
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	for _, released := range []bool{false, true} {
+		t.Run(fmt.Sprintf("written after the release=%v", released), func(t *testing.T) {
+			c := etcdtest.Start(t)
+			log := newFireLog()
+			a := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-a"; cfg.Partitions = 4 })
+			reg := a.e.Registry()
+			putTask(t, reg, handlerTask("target", "0 0 0 1 1 *")) // yearly: only triggers fire it
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "target") })
+			at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire a chain ends
+			ctx := context.Background()
+			if err := reg.TriggerAt(ctx, "target", at); err != nil {
+				t.Fatal(err)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask("target")) == 1 })
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 
-	// The second chain's trigger, within triggerWait of the first.
-	if err := reg.TriggerAt(ctx, "target", at); err != nil {
-		t.Fatal(err)
+			var b *testNode
+			release := func() {
+				b = startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 4 })
+				a.stop(t) // node-b takes every partition over
+				etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "target") })
+			}
+			if released {
+				release()
+			}
+			// The second chain's trigger, within triggerWait of the first.
+			if err := reg.TriggerAt(ctx, "target", at); err != nil {
+				t.Fatal(err)
+			}
+			if !eventually(5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
+				t.Errorf("the second trigger of target@%d was taken for the first, and its key left in etcd", at.UnixMilli())
+			}
+			if !released {
+				release()
+			}
+			time.Sleep(time.Second) // a repeat, if any
+			if got := log.forTask("target"); len(got) != 1 {
+				t.Errorf("target@%d fired %d times, want once (one key: the owner fires it once)", at.UnixMilli(), len(got))
+			}
+			b.stop(t)
+		})
 	}
-	if !eventually(5*time.Second, func() bool { return pendingTriggers(c) == 0 }) {
-		t.Errorf("the second trigger of target@%d was taken for the first, and its key left in etcd", at.UnixMilli())
-	}
-	b := startNode(t, c, "", log.handler, func(cfg *Config) { cfg.NodeID = "node-b"; cfg.Partitions = 4 })
-	a.stop(t) // node-b takes every partition over
-	etcdtest.WaitFor(t, 20*time.Second, func() bool { return owns(b, "target") })
-	time.Sleep(time.Second) // a repeat, if any
-	if got := log.forTask("target"); len(got) != 1 {
-		t.Errorf("target@%d fired %d times, want once (one key: the owner fires it once)", at.UnixMilli(), len(got))
-	}
-	b.stop(t)
 }
 
 // slowTriggerDeletes holds each transaction that deletes trigger keys for
@@ -1127,6 +1142,44 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 	<-c.reply
 	if got, want := keysOf(tl.pool.ends.take(10)), []triggerKey{{0, "ran", base.UnixNano()}}; !slices.Equal(got, want) {
 		t.Errorf("at the seal, keys ended %v, want %v: ran's fire started here, queued's is handed over unrun", got, want)
+	}
+	// The checkpoint names the fire that started here, at the put its
+	// key's delete ends, and not the one handed over unrun: the next owner
+	// would take queued's key for a fire that ran (handedTriggers).
+	if got, want := rel.hand[0].fired, []firedTrigger{{ID: "ran", At: base, Rev: 3}}; !slices.Equal(got, want) {
+		t.Errorf("the release hands over the triggers %v as fired, want %v", got, want)
+	}
+}
+
+// A trigger the partition's previous owner fired (handTriggers) is that
+// fire here: its key put again ends unrun, as does its put that fired,
+// should its delete not have reached etcd before the release.
+func TestLoop_TriggerHandedOverAsFiredEndsUnrun(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)                         // its workers take nothing
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "ran") // yearly: only triggers fire it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := []taskDef{{id: "ran", hash: xxhash.Sum64String("ran"), sched: h, prof: noopProfile(task.MisfireFireOnce)}}
+	handed := handedTo{fired: []firedTrigger{{ID: "ran", At: base, Rev: 5}}}
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), defs: defs, handed: handed, first: true, done: make(chan struct{})})
+	k := triggerKey{0, "ran", base.UnixNano()}
+
+	tl.putTrigger(0, "ran", base, 5) // the put that fired, its delete lost
+	if got, want := tl.pool.ends.take(10), []triggerEnd{{k, 5}}; !slices.Equal(got, want) {
+		t.Errorf("the put that fired on the previous owner: ended %v, want %v", got, want)
+	}
+	tl.putAgainOfItsTask(0, "ran", base, 9) // the second chain's
+	if got, want := tl.pool.ends.take(10), []triggerEnd{{k, 9}}; !slices.Equal(got, want) {
+		t.Errorf("the key put again: ended %v, want %v", got, want)
+	}
+	if got := tl.dispatched(0); len(got) != 0 {
+		t.Errorf("dispatched %v, want nothing: the trigger fired on the previous owner", got)
+	}
+	tl.trigger(0, "ran", base.Add(time.Millisecond)) // another fire
+	if got, want := tl.dispatched(0), []string{fmt.Sprintf("ran@%d", base.UnixMilli()+1)}; !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want %v", got, want)
 	}
 }
 

@@ -102,8 +102,9 @@ func (e *Engine) nameSession(ctx context.Context, sess *membership.Session, m *c
 	// The handed-over fires were taken too. After goes: from now on the
 	// session's watermark is the resume point, and a crash past it may
 	// repeat a catch-up fire, as after any misfire (doc.go). Applied goes
-	// with it: it says what the previous owner had, not this session.
-	cp.Session, cp.Applied, cp.Pending, cp.After = sessionID(sess), 0, nil, nil
+	// with it: it says what the previous owner had, not this session; and
+	// so do the triggers fired there, which this node holds.
+	cp.Session, cp.Applied, cp.Pending, cp.After, cp.Fired = sessionID(sess), 0, nil, nil, nil
 	var b backoff
 	for {
 		_, err := e.putCheckpoint(ctx, m, p, cp)
