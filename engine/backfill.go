@@ -167,7 +167,7 @@ func (l *loop) admitBackfill(i uint32, r *record, sched int64, run *backfillRun)
 	r.running++
 	r.fires++
 	j := l.jobOf(i, r, l.profs.list[r.prof], sched, l.cfg.Clock.Now().UnixNano(), kindBackfill)
-	j.bf = run
+	j.extra = extraOf(nil, run)
 	l.jobs = append(l.jobs, j)
 }
 

@@ -194,7 +194,7 @@ func (l *loop) release(e timerwheel.Expired, now int64) {
 		}
 	}
 	r.lastFire = sched
-	l.admit(e.ID, r, prof, sched, e.At, kindSchedule, nil, 0)
+	l.admit(e.ID, r, prof, ownFire{at: sched, kind: kindSchedule}, e.At)
 }
 
 // misfire applies the task's misfire policy to a fire released late, and
@@ -220,21 +220,20 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	return fire
 }
 
-// bufferedFire is a buffer_one fire waiting for the running one: its scheduled
-// time and its kind (a trigger's stays one when it runs; released unrun,
-// it keeps its key for the next owner), and a trigger's override of the
-// body or payload.
-type bufferedFire struct {
-	at   int64
-	kind uint8
-	over *task.Override
-	trig int64 // a trigger's: the revision of the put of its key
+// ownFire is a fire of a task's own (startFire), its schedule's or a
+// trigger's, as admit takes it and as it waits for the running one
+// (buffer_one): its scheduled time, its kind (a trigger's stays one when
+// it runs; released unrun, it keeps its key for the next owner), and a
+// trigger's override of the body or payload and put of its key.
+type ownFire struct {
+	at    int64
+	kind  uint8
+	extra *fireExtra // a trigger's; nil: none
 }
 
-// admit applies the concurrency policy and queues a job for the fire, with
-// a trigger's override of the body or payload (nil: the task's) and the
-// revision of the put of its key, trig (0 for other fires).
-func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind uint8, over *task.Override, trig int64) {
+// admit applies the concurrency policy and queues a job for fire f of
+// record i, released when due.
+func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
 	waiting := false
 	if r.running > 0 { // the fire path looks up nothing for a task at rest
 		_, waiting = l.pending[i]
@@ -245,13 +244,13 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		if waiting {
 			why = "a fire is already waiting for the running one (concurrency buffer_one)"
 		}
-		l.skip(r, sched, 1, why)
-		if kind == kindTrigger {
-			l.pool.ends.add(triggerEnd{l.triggerKeyOf(r, sched), trig})
+		l.skip(r, f.at, 1, why)
+		if f.kind == kindTrigger {
+			l.pool.ends.add(triggerEnd{l.triggerKeyOf(r, f.at), f.extra.trig})
 		}
 		return
 	case admitBuffer:
-		l.pending[i] = bufferedFire{at: sched, kind: kind, over: over, trig: trig}
+		l.pending[i] = f
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -261,14 +260,14 @@ func (l *loop) admit(i uint32, r *record, prof *profile, sched, due int64, kind 
 		l.replaceElsewhere(i, r)
 		l.pool.replaceQueued(i, r.gen)
 		for k := range l.unpushed {
-			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen && u.bf == nil {
+			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen && u.extra.backfill() == nil {
 				u.replaced = true
 			}
 		}
 	}
 	startFire(r)
-	j := l.jobOf(i, r, prof, sched, due, kind)
-	j.over, j.trig = over, trig
+	j := l.jobOf(i, r, prof, f.at, due, f.kind)
+	j.extra = f.extra
 	l.jobs = append(l.jobs, j)
 }
 
@@ -385,21 +384,21 @@ func (l *loop) releaseRetry(slot uint32) {
 	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
-		if rs.bf != nil {
-			rs.bf.end(rs.sched) // its task was deleted or dropped: the fire ends here
+		if bf := rs.extra.backfill(); bf != nil {
+			bf.end(rs.sched) // its task was deleted or dropped: the fire ends here
 		}
 		return
 	}
-	if r.flags&flagPaused != 0 && (rs.bf == nil || rs.bf.stopped.Load()) {
+	if bf := rs.extra.backfill(); r.flags&flagPaused != 0 && (bf == nil || bf.stopped.Load()) {
 		// A pause stops what would start on its own, retries too; a
 		// backfill runs whole, until it is canceled.
 		l.skipForPause(rs.rec, r, rs.sched, rs.attempt)
-		if rs.bf != nil {
-			rs.bf.end(rs.sched)
+		if bf != nil {
+			bf.end(rs.sched)
 		}
 		return
 	}
-	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.over, rs.bf)
+	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.extra)
 }
 
 // skipPaused skips, recorded so, the fires that have not started of the
@@ -438,7 +437,7 @@ func (l *loop) skipPaused() {
 	var skipped []unrun
 	l.dropJobs(func(j *job) bool {
 		// A replaced job is canceled unrun already, and recorded so.
-		if gen, ok := l.paused[j.rec]; !ok || j.gen != gen || j.bf != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
+		if gen, ok := l.paused[j.rec]; !ok || j.gen != gen || j.extra.backfill() != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
 			return false
 		}
 		skipped = append(skipped, unrun{j.rec, j.sched, j.attempt})
@@ -476,18 +475,18 @@ func (l *loop) skipForPause(i uint32, r *record, sched int64, attempt uint16) {
 // admitRetry queues a retry. While another fire of the task runs, only
 // allow lets it run alongside: forbid and buffer_one keep fires apart and
 // replace lets the newer fire win, so the retry is skipped.
-func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
+func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, x *fireExtra) {
 	prof := l.profs.list[r.prof]
 	// A run elsewhere does not count: while its marker stands, no fire of
 	// a task that keeps its fires apart starts here, so the retry is of
 	// that run's fire (handed on), or of one before it.
-	if bf == nil && admit(prof.concurrency, l.runningHere(i, r), false, true) == admitSkip {
+	if x.backfill() == nil && admit(prof.concurrency, l.runningHere(i, r), false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
 		return
 	}
 	r.running++
 	j := l.jobOf(i, r, prof, sched, l.cfg.Clock.Now().UnixNano(), kindRetry)
-	j.attempt, j.over, j.bf = attempt, over, bf
+	j.attempt, j.extra = attempt, x
 	l.jobs = append(l.jobs, j)
 }
 
@@ -512,7 +511,7 @@ func (l *loop) complete(b *completionBatch) {
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++
 			if int(c.attempt) < prof.maxAttempts {
-				l.retry(c.rec, r, prof, c.sched, c.attempt+1, x.over, x.bf)
+				l.retry(c.rec, r, prof, c.sched, c.attempt+1, x.extra)
 				final = false
 			}
 		}
@@ -541,14 +540,14 @@ func (l *loop) complete(b *completionBatch) {
 func (l *loop) admitWaiting(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && r.running == 0 {
 		delete(l.pending, i)
-		l.admit(i, r, l.profs.list[r.prof], w.at, l.cfg.Clock.Now().UnixNano(), w.kind, w.over, w.trig)
+		l.admit(i, r, l.profs.list[r.prof], w, l.cfg.Clock.Now().UnixNano())
 	}
 }
 
 // retry waits in the wheel, never in a worker: exponential backoff with
 // jitter, capped.
-func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, over *task.Override, bf *backfillRun) {
-	l.waitRetry(i, r, sched, attempt, l.cfg.Clock.Now().UnixNano()+int64(retryWait(prof, attempt)), over, bf)
+func (l *loop) retry(i uint32, r *record, prof *profile, sched int64, attempt uint16, x *fireExtra) {
+	l.waitRetry(i, r, sched, attempt, l.cfg.Clock.Now().UnixNano()+int64(retryWait(prof, attempt)), x)
 }
 
 // retryWait is how long attempt attempt waits after the one before failed:
@@ -564,7 +563,7 @@ func retryWait(prof *profile, attempt uint16) time.Duration {
 
 // waitRetry puts attempt attempt of record i's fire at sched in the wheel
 // until due, in the slot it returns.
-func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) uint32 {
+func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra) uint32 {
 	var slot uint32
 	if n := len(l.rfree); n > 0 {
 		slot = l.rfree[n-1]
@@ -573,7 +572,7 @@ func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due i
 		slot = uint32(len(l.retries))
 		l.retries = append(l.retries, retryState{})
 	}
-	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, over: over, bf: bf}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, extra: x}
 	l.waiting[leavingKey(i, r.gen)]++
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, due)
@@ -592,13 +591,13 @@ type handedRetryKey struct {
 // its released checkpoint or through etcd (leavers): should both hold it
 // (the owner that took its key listed it waiting in its own release,
 // before the key's delete succeeded), it waits once.
-func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) {
+func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra) {
 	k := handedRetryKey{i, r.gen, sched, attempt}
 	if _, ok := l.handed[k]; ok {
 		return
 	}
 	l.handed[k] = struct{}{}
-	slot := l.waitRetry(i, r, sched, attempt, due, over, bf)
+	slot := l.waitRetry(i, r, sched, attempt, due, x)
 	l.retries[slot].handed = true
 }
 

@@ -269,9 +269,10 @@ func handedFire(id string, sched int64, kind uint8) pendingFire {
 // retry, skipped while its task is paused as it would have been here: the
 // next owner may take the task's backfill for running (a new one replaced
 // the canceled one).
-func handedRetry(id string, sched int64, attempt uint16, due int64, over *task.Override, bf *backfillRun) pendingFire {
+func handedRetry(id string, sched int64, attempt uint16, due int64, x *fireExtra) pendingFire {
+	bf := x.backfill()
 	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil && !bf.stopped.Load(),
-		Attempt: attempt, Due: time.Unix(0, due).UTC(), Override: over}
+		Attempt: attempt, Due: time.Unix(0, due).UTC(), Override: x.override()}
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the
@@ -493,7 +494,7 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 // of a stopped attempt at once: its cancel says nothing of what it calls,
 // which the backoff spares, and its fire is late already, by the drain
 // timeout.
-func (ls *leavers) retry(k uint64, sched int64, next uint16, over *task.Override, bf *backfillRun, stopped, sealed bool) bool {
+func (ls *leavers) retry(k uint64, sched int64, next uint16, x *fireExtra, stopped, sealed bool) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	lv := ls.m[k]
@@ -508,13 +509,14 @@ func (ls *leavers) retry(k uint64, sched int64, next uint16, over *task.Override
 		due = due.Add(retryWait(lv.prof, next))
 	}
 	if lv.hand != nil {
-		lv.hand.list(handedRetry(lv.id, sched, next, due.UnixNano(), over, bf), due.UnixNano())
+		lv.hand.list(handedRetry(lv.id, sched, next, due.UnixNano(), x), due.UnixNano())
 		return true
 	}
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
+	bf := x.backfill()
 	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
-	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: over, created: lv.created})
+	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: x.override(), created: lv.created})
 	ls.handedOn.Add(1)
 	return true
 }
@@ -565,9 +567,9 @@ func (ls *leavers) seal(run *running, late bool) {
 // A backfill's fire whose retry nothing takes (its task was deleted or
 // dropped, not released) ends here: its runner waits for its end.
 func (ls *leavers) handOn(c *completion, x completionExtra) {
-	if !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
-		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt+1, x.over, x.bf, false, false) && x.bf != nil {
-		x.bf.end(c.sched)
+	if bf := x.extra.backfill(); !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
+		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt+1, x.extra, false, false) && bf != nil {
+		bf.end(c.sched)
 	}
 }
 
@@ -627,7 +629,7 @@ func (l *loop) releaseParts(parts []int) release {
 		if rs.due == 0 || r.flags&flagLive == 0 || r.gen != rs.gen || out[int(r.part)] == nil {
 			continue
 		}
-		out[int(r.part)].list(handedRetry(l.tab.id(r), rs.sched, rs.attempt, rs.due, rs.over, rs.bf), rs.due)
+		out[int(r.part)].list(handedRetry(l.tab.id(r), rs.sched, rs.attempt, rs.due, rs.extra), rs.due)
 		l.wheel.Cancel(retryBase + uint32(slot))
 		l.freeRetry(uint32(slot))
 	}
@@ -693,7 +695,7 @@ func (l *loop) handOverQueued(hand map[int]*handOver) {
 		// A trigger's key stays for the next owner.
 		switch j.kind {
 		case kindRetry:
-			h.list(handedRetry(j.id, j.sched, j.attempt, j.due, j.over, j.bf), j.due)
+			h.list(handedRetry(j.id, j.sched, j.attempt, j.due, j.extra), j.due)
 		case kindTrigger:
 			l.forgetTrigger(j.triggerKey())
 		default:
@@ -732,7 +734,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			if f.Backfill {
 				bf = c.bfs[f.ID]
 			}
-			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), f.Override, bf)
+			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), extraOf(f.Override, bf))
 			continue
 		}
 		if f.Backfill {
@@ -756,7 +758,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			l.misfired(r, at, "handed over unrun, and older than the catch-up window")
 			continue
 		}
-		l.admit(i, r, prof, at, now, kindSchedule, nil, 0)
+		l.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, now)
 	}
 	l.pushJobs()
 }

@@ -1743,8 +1743,8 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 		for i := range tl.pool.queued() {
 			j := tl.pool.at(i)
 			o := "none"
-			if j.over != nil {
-				o = string(j.over.Payload)
+			if over := j.extra.override(); over != nil {
+				o = string(over.Payload)
 			}
 			out = append(out, fmt.Sprintf("%s@%d attempt %d override %s", j.id, j.sched/int64(time.Millisecond), j.attempt, o))
 		}

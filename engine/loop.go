@@ -157,9 +157,8 @@ type retryState struct {
 	sched    int64
 	due      int64 // 0: the slot is free
 	attempt  uint16
-	handed   bool           // a former owner handed it on (loop.handed)
-	over     *task.Override // a trigger's override: its retries send it too
-	bf       *backfillRun   // the fire's backfill, told when its last attempt ends
+	handed   bool       // a former owner handed it on (loop.handed)
+	extra    *fireExtra // the fire's: its override, and its backfill, told when its last attempt ends
 }
 
 // memoEntry caches one Next: in a burst a million tasks sharing a schedule
@@ -186,9 +185,9 @@ type loop struct {
 	// generation): whether a task has one waiting is then a lookup, not a
 	// scan of every retry (retryWaits).
 	waiting map[uint64]uint32
-	pending map[uint32]bufferedFire // buffer_one: the fire waiting for the running one, by record
-	paused  map[uint32]uint32       // the records the command under way paused, with their generations (skipPaused)
-	health  map[uint32]taskHealth   // tasks that failed since the owner took them, by record (health.go)
+	pending map[uint32]ownFire    // buffer_one: the fire waiting for the running one, by record
+	paused  map[uint32]uint32     // the records the command under way paused, with their generations (skipPaused)
+	health  map[uint32]taskHealth // tasks that failed since the owner took them, by record (health.go)
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -276,7 +275,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]bufferedFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]ownFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
@@ -620,10 +619,10 @@ func (l *loop) events(c *eventsCmd) {
 				return false
 			}
 			if j.kind == kindTrigger {
-				l.droppedTrigger(j.triggerKey(), j.over, g.rev)
+				l.droppedTrigger(j.triggerKey(), j.extra.override(), g.rev)
 			}
-			if j.bf != nil {
-				j.bf.end(j.sched) // a dropped task keeps its backfill, whose runner waits for it
+			if bf := j.extra.backfill(); bf != nil {
+				bf.end(j.sched) // a dropped task keeps its backfill, whose runner waits for it
 			}
 			l.deletedRunEnded(leavingKey(j.rec, j.gen), false) // dropped: it records nothing
 			return true
@@ -655,7 +654,7 @@ func (l *loop) deleteTask(i uint32, r *record, id string, rev int64, gone map[ui
 // if any (droppedTrigger). Called only from the dispatch loop.
 func (l *loop) removeDeleted(i uint32, r *record, rev int64) {
 	if w, ok := l.pending[i]; ok && w.kind == kindTrigger {
-		l.droppedTrigger(l.triggerKeyOf(r, w.at), w.over, rev)
+		l.droppedTrigger(l.triggerKeyOf(r, w.at), w.extra.override(), rev)
 	}
 	l.remove(i)
 }

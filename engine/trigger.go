@@ -96,7 +96,7 @@ func (l *loop) triggerKeyOf(r *record, at int64) triggerKey {
 func (j *job) triggerKey() triggerKey { return triggerKey{int(j.part), j.id, j.sched} }
 
 // triggerEnd is the end of the put of j's key that j fires.
-func (j *job) triggerEnd() triggerEnd { return triggerEnd{j.triggerKey(), j.trig} }
+func (j *job) triggerEnd() triggerEnd { return triggerEnd{j.triggerKey(), j.extra.trig} }
 
 // seenTrigger is a trigger the loop fired or holds early: until when it
 // remembers it, and the last revision of its key it saw.
@@ -216,12 +216,12 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// here, as a retry handed over in a checkpoint does, and goes
 		// with the partition as any waiting retry. Its key goes now.
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), f.over, f.bf)
+		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), extraOf(f.over, f.bf))
 		l.pool.ends.add(f.end())
 		return true
 	}
 	l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev}
-	l.admit(i, r, l.profs.list[r.prof], f.at, now, kindTrigger, f.over, f.rev)
+	l.admit(i, r, l.profs.list[r.prof], ownFire{at: f.at, kind: kindTrigger, extra: &fireExtra{over: f.over, trig: f.rev}}, now)
 	l.pushJobs()
 	return true
 }
