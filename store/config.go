@@ -113,7 +113,9 @@ type Config struct {
 	// (RunValueLogGC(0.5), repeated while it rewrites a file). Default 5m;
 	// 0 disables it. Only values of at least ValueThreshold go to the value
 	// log, so with small tasks there is rarely anything to collect: the
-	// run is then a cheap no-op.
+	// run is then a cheap no-op. A run is skipped while writes are refused
+	// for want of room (MinFreeBytes): GC writes live entries again before
+	// it deletes their file.
 	GCInterval time.Duration
 
 	// MemTableSize is the size of one Badger memtable. Default 16 MiB; at
@@ -173,10 +175,11 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks, settable only from this package's tests.
-	writeHook      func() error     // called by the writer before it flushes a staged batch; an error fails it
-	beforeRevision func() error     // called by split Apply/Reset before writing the revision
-	now            func() time.Time // the wall clock Open starts history sequence numbers from; time.Now if nil
-	bufferRead     func(looked int) // called by History with how many buffered records it looked at
+	writeHook      func() error                     // called by the writer before it flushes a staged batch; an error fails it
+	beforeRevision func() error                     // called by split Apply/Reset before writing the revision
+	now            func() time.Time                 // the wall clock Open starts history sequence numbers from; time.Now if nil
+	bufferRead     func(looked int)                 // called by History with how many buffered records it looked at
+	valueLogGC     func(discardRatio float64) error // run by the GC loop in place of Badger's RunValueLogGC
 }
 
 // DefaultConfig returns the defaults above for the data directory dir.

@@ -130,7 +130,11 @@
 // on the disk. Writes resume once there is room, and the log says so. A
 // directory deleted under the open store refuses writes the same way
 // (ErrDirDeleted), and Close still returns: Badger's last flush goes to
-// an empty directory made for it and deleted after.
+// an empty directory made for it and deleted after. Value-log GC, which
+// writes live entries again before it deletes their file, is skipped
+// while writes are refused. Compactions Badger starts on its own are not
+// gated (Badger cannot pause them, and they are what frees space): the
+// room check before each write keeps room for those it may set off.
 //
 // # Lifecycle
 //

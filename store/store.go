@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -37,6 +38,8 @@ type Store struct {
 	slots     slotTable
 	lostWarns lograte.Limiter // of history batches lost, by cause; used by the writer only
 	lostCause string          // why the writer's last batch was lost, "" if written; writer only
+
+	gcSkipped atomic.Uint64 // value-log GC rounds skipped for want of room since Open
 
 	stop      chan struct{} // closed by Close: stops the writer and GC loops
 	wg        sync.WaitGroup
@@ -222,22 +225,44 @@ func (s *Store) Close() error {
 // gcLoop runs the value-log GC every GCInterval until Close. Expired
 // history and overwritten tasks leave garbage only in the value log's
 // files of values above ValueThreshold; everything else is reclaimed by
-// compactions.
+// compactions. A round is skipped while checkRoom refuses writes: GC
+// writes a file's live entries again (into the memtable's log and a new
+// value-log file, both memory-mapped) before it deletes the file, so on a
+// nearly full disk it would die of SIGBUS as a write would. The first
+// round skipped is logged, and the first one run after, with how many were
+// skipped: a round every GCInterval for as long as the disk is full.
 func (s *Store) gcLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.GCInterval)
 	defer t.Stop()
+	run := s.db.RunValueLogGC
+	if s.cfg.valueLogGC != nil {
+		run = s.cfg.valueLogGC
+	}
+	var skipped uint64 // rounds skipped since the last one run
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		if err := s.checkRoom(); err != nil {
+			if skipped == 0 {
+				s.log.Warn("store: value-log GC skipped until there is room", "err", err)
+			}
+			skipped++
+			s.gcSkipped.Add(1)
+			continue
+		}
+		if skipped > 0 {
+			s.log.Info("store: value-log GC runs again", "rounds_skipped", skipped)
+			skipped = 0
+		}
 		// Each successful run rewrites one file; stop at the first run
 		// that finds nothing worth rewriting, or after a few files so
 		// that Close never waits long.
 		for range 8 {
-			err := s.db.RunValueLogGC(0.5)
+			err := run(0.5)
 			if err != nil {
 				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 					s.log.Warn("store: value-log GC", "err", err)

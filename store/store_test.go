@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/task"
 	"go.uber.org/goleak"
 )
@@ -492,5 +496,30 @@ func TestSetAside_ReplacesEarlierCopy(t *testing.T) {
 	}
 	if _, _, err := SetAside(dir); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("SetAside of a missing directory = %v, want an error naming it", err)
+	}
+}
+
+// TestStore_ValueLogGCWaitsForRoom: value-log GC writes a file's live
+// entries again before it deletes the file, through memory-mapped files
+// as a write does, so it does not run while writes are refused for want
+// of room; and it says so once, not at every round.
+func TestStore_ValueLogGCWaitsForRoom(t *testing.T) {
+	cfg := testConfig(t)
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.MinFreeBytes = math.MaxInt64 / 2 // more than any disk has: every write is refused
+	cfg.GCInterval = time.Millisecond
+	var runs atomic.Int32
+	cfg.valueLogGC = func(float64) error {
+		runs.Add(1)
+		return badger.ErrNoRewrite
+	}
+	s := openTest(t, cfg)
+	waitFor(t, 10*time.Second, "5 GC rounds skipped", func() bool { return s.gcSkipped.Load() >= 5 })
+	if n := runs.Load(); n > 0 {
+		t.Errorf("value-log GC ran %d times on a disk that refuses writes", n)
+	}
+	if lines := strings.Count(logs.String(), "value-log GC skipped"); lines != 1 || !strings.Contains(logs.String(), "disk full") {
+		t.Errorf("%d rounds skipped: %d log lines, want 1 naming the full disk:\n%s", s.gcSkipped.Load(), lines, logs.String())
 	}
 }
