@@ -91,6 +91,34 @@ func BenchmarkHistoryWrite(b *testing.B) {
 	}
 }
 
+// BenchmarkHistoryBatch is one batch of the writer: records records of
+// as many tasks, then a Flush, which has the writer write them and empty
+// the batch's list for its next turn, under HistoryBuffer buffer: the
+// list's chain heads are made for the whole buffer.
+func BenchmarkHistoryBatch(b *testing.B) {
+	for _, buffer := range []int{DefaultHistoryBuffer, MaxHistoryBuffer} {
+		for _, records := range []int{1, 100} {
+			b.Run(fmt.Sprintf("buffer=%d/records=%d", buffer, records), func(b *testing.B) {
+				cfg := testConfig(b)
+				cfg.HistoryBuffer = buffer
+				cfg.FlushInterval = 10 * time.Second // batches are taken by Flush
+				s := openTest(b, cfg)
+				ids := make([]string, records)
+				for i := range ids {
+					ids[i] = fmt.Sprintf("task-%012d", i)
+				}
+				b.ReportAllocs()
+				for n := 0; b.Loop(); n++ {
+					for _, id := range ids {
+						s.Record(exec1(id, n, 1, task.ExecutionOK))
+					}
+					flush(b, s)
+				}
+			})
+		}
+	}
+}
+
 // taskValue is a task JSON of about 400 bytes, the size docs/design.md plans for.
 func taskValue(i int) []byte {
 	return fmt.Appendf(nil, `{"id":"task-%012d","schedule":"H/5 * * * *","timezone":"Europe/Berlin",`+

@@ -45,7 +45,7 @@ type record struct {
 	e    task.Execution
 	seq  uint64
 	keep uint8 // 0 to MaxHistoryLimit; 0 deletes the class's records and is not written
-	prev int32 // in a recordList: index of the record before it in its chain, -1 if none
+	prev int32 // in a recordList: index of the record before it in its chain; if none, -1 - the chain's index
 }
 
 // recordList is a batch of buffered records chained by task, so that
@@ -57,8 +57,10 @@ type record struct {
 // hash of the task id, and there are at least as many chains as the
 // buffer holds records, so a task's chain holds one record of another
 // task on average, which the reader tells apart by id. Appending costs a
-// store into heads, no hashing under the lock and no allocation. Not safe
-// for concurrent use.
+// store into heads, no hashing under the lock and no allocation. The
+// first record of each chain holds the chain's index, so that reset
+// clears the heads that were set rather than all of them: 64 MiB a batch
+// at MaxHistoryBuffer. Not safe for concurrent use.
 type recordList struct {
 	recs  []record
 	heads []uint32
@@ -80,6 +82,9 @@ func newRecordList(n int) recordList {
 func (l *recordList) add(r record, h uint64) {
 	c := h & uint64(len(l.heads)-1)
 	r.prev = int32(l.heads[c]) - 1
+	if r.prev < 0 {
+		r.prev = -1 - int32(c) // at most MaxHistoryBuffer chains: fits
+	}
 	l.recs = append(l.recs, r)
 	l.heads[c] = uint32(len(l.recs))
 }
@@ -103,9 +108,13 @@ func (l *recordList) appendOf(dst []record, id string, h uint64) ([]record, int)
 // reset empties l, keeping its room, and drops the records' strings so
 // the GC can have them.
 func (l *recordList) reset() {
+	for i := range l.recs {
+		if p := l.recs[i].prev; p < 0 {
+			l.heads[-1-p] = 0
+		}
+	}
 	clear(l.recs)
 	l.recs = l.recs[:0]
-	clear(l.heads)
 }
 
 // historyBuffer holds execution records between Record and the writer.

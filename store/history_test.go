@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -291,6 +292,33 @@ func TestRecordList_SharedHash(t *testing.T) {
 	l.reset()
 	if got, looked := l.appendOf(nil, "a", 1); len(got) != 0 || looked != 0 {
 		t.Errorf("after reset: %d records, looked at %d", len(got), looked)
+	}
+}
+
+// TestRecordList_ResetClearsTheHeadsSet: reset clears the heads of the
+// chains its records took, which the next batch would otherwise chain
+// onto records gone, and writes no other: emptying a batch costs its
+// records, not the buffer's chains (16 Mi heads, 64 MiB, at
+// MaxHistoryBuffer, cleared at every batch of the writer).
+func TestRecordList_ResetClearsTheHeadsSet(t *testing.T) {
+	const chains = 1 << 10
+	l := newRecordList(chains)
+	const untouched = math.MaxUint32 // in the heads of the chains no record takes
+	for c := range l.heads {
+		l.heads[c] = untouched
+	}
+	taken := map[uint64]bool{3: true, 7: true, chains - 1: true}
+	for c := range taken {
+		l.heads[c] = 0
+	}
+	for i, h := range []uint64{3, 7, 3, chains + 7, chains - 1, 2*chains + 3} {
+		l.add(record{e: exec1(fmt.Sprint("t", h), i, 1, task.ExecutionOK), seq: uint64(i)}, h)
+	}
+	l.reset()
+	for c, head := range l.heads {
+		if taken[uint64(c)] && head != 0 || !taken[uint64(c)] && head != untouched {
+			t.Errorf("chain %d's head after reset: %d (taken: %v)", c, head, taken[uint64(c)])
+		}
 	}
 }
 
