@@ -25,7 +25,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	local, err := s.e.History(id, limit)
+	local, err := s.e.History(r.Context(), id, limit)
 	if err != nil {
 		s.fail(w, r, id, err)
 		return

@@ -656,12 +656,25 @@ func (e *Engine) Stats() Stats {
 }
 
 // History returns the execution records of a task kept on this node, newest
-// first.
-func (e *Engine) History(id string, limit int) ([]task.Execution, error) {
+// first, at most as many of each class as the task's history_limit says
+// now, or the node's limits for a field it leaves out or a task deleted:
+// the store deletes a ring's extra records only at the task's next
+// execution of that class here, which a task that fires rarely, or that
+// this node no longer owns, may never have. It reads the task from etcd;
+// when that fails, it answers every record kept.
+func (e *Engine) History(ctx context.Context, id string, limit int) ([]task.Execution, error) {
 	if e.store == nil {
 		return nil, nil
 	}
-	return e.store.History(id, limit)
+	keep := [2]int{store.MaxHistoryLimit, store.MaxHistoryLimit}
+	t, err := e.reg.Get(ctx, id)
+	switch {
+	case err == nil:
+		keep = historyKeep(t.HistoryLimit)
+	case errors.Is(err, registry.ErrNotFound):
+		keep = historyKeep(nil)
+	}
+	return e.store.HistoryKeep(id, limit, keep[0], keep[1])
 }
 
 // Members lists the cluster's live nodes.

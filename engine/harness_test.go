@@ -208,7 +208,9 @@ func waitNext(t *testing.T, n *testNode, id string, want time.Time) {
 // (by scheduled time, then attempt).
 func history(t *testing.T, n *testNode, id string) []task.Execution {
 	t.Helper()
-	hs, err := n.e.History(id, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs, err := n.e.History(ctx, id, 0)
 	if err != nil {
 		t.Fatalf("history of %s: %v", id, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -71,5 +72,43 @@ func TestEngine_HistoryLimit(t *testing.T) {
 	// 15 fires, a third failing: at least 10 successes and 5 failures.
 	if ok, failed := count("default"); ok != 10 || failed < 5 || failed > 10 {
 		t.Errorf("default: %d successes and %d failures kept, want 10 and 5-10", ok, failed)
+	}
+}
+
+// TestEngine_HistoryAnswersTheLimitsOfNow: a node restarted with lower
+// limits (--history-success-limit 15, then 10) answers at most as many
+// records of a task as the limits say now, before the task fires again,
+// which one firing rarely, or owned by another node since, may never do
+// there: the node's limit for a task without a history_limit of its own
+// or deleted, the task's own otherwise, above the node's.
+func TestEngine_HistoryAnswersTheLimitsOfNow(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	dir := t.TempDir()
+	before := store.DefaultConfig(dir)
+	before.HistorySuccessLimit = 15
+	st, err := store.Open(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, id := range []string{"default", "own", "deleted"} {
+		for i := range 15 {
+			st.Record(task.Execution{TaskID: id, ScheduledAt: at.Add(time.Duration(i) * time.Minute), Attempt: 1, Node: "node-1", Status: task.ExecutionOK})
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	n := startNode(t, c, dir, nil, nil) // the store's default limit: 10
+	own := handlerTask("own", "0 0 0 1 1 *")
+	own.HistoryLimit = &task.HistoryLimit{Successes: new(12)}
+	putTask(t, n.e.Registry(), own)
+	putTask(t, n.e.Registry(), handlerTask("default", "0 0 0 1 1 *"))
+	for id, want := range map[string]int{"default": store.DefaultSuccessLimit, "own": 12, "deleted": store.DefaultSuccessLimit} {
+		if got := len(history(t, n, id)); got != want {
+			t.Errorf("%s: %d records, want %d", id, got, want)
+		}
 	}
 }

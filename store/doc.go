@@ -53,6 +53,10 @@
 // slot table in memory (about 20 bytes per task written since Open)
 // says where each ring stands; a task not in it is read from disk once,
 // so a restarted node continues every ring and keeps exactly the last N.
+// A limit lowered (the Config's at a restart, or a task's) deletes a
+// ring's extra records only at the task's next record of that class,
+// which may never come; History and HistoryKeep answer at most the limits
+// they are given at once.
 //
 // Record appends to a bounded in-memory buffer and returns: no I/O, no
 // waiting, no allocation once warm. A background writer writes the buffer

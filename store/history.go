@@ -232,11 +232,13 @@ func (s *Store) Record(e task.Execution) { s.RecordKeep(e, -1) }
 // Kubernetes keeps successful and failed jobs. A negative keep means the
 // Config's limit for that class (HistorySuccessLimit or
 // HistoryFailureLimit); keep is capped at MaxHistoryLimit. A lowered
-// limit deletes the task's extra records at its next write; 0 keeps
-// nothing and deletes all of the class then (e itself is buffered until
-// the writer has done so, but never returned by History). A Config limit
-// of 0 records nothing and deletes nothing: there is nothing to delete but
-// what a restart with a higher limit wrote, which expires (HistoryTTL).
+// limit deletes the task's extra records at its next write (HistoryKeep
+// leaves them out at once); 0 keeps nothing and deletes all of the class
+// then (e itself is buffered until the writer has done so, but never
+// returned by History). A Config limit of 0 records nothing and deletes
+// nothing: there is nothing to delete but what a restart with a higher
+// limit wrote, which History no longer returns and which expires
+// (HistoryTTL).
 //
 // It never blocks on I/O and never waits for the writer: it appends e to
 // an in-memory buffer that a background goroutine writes every
@@ -570,18 +572,37 @@ func decodeSlot(v []byte, e *task.Execution) (uint64, error) {
 	return binary.BigEndian.Uint64(v), decodeRecord(v[8:], e)
 }
 
-// History returns up to limit execution records of taskID (all of them
-// when limit <= 0), newest first: by scheduled time, then attempt, then
-// the order they were recorded in. Records still buffered are included,
-// so a record is visible as soon as Record returns, within the limits of
+// History is HistoryKeep(taskID, limit, -1, -1): the records of a task
+// kept under the Config's limits, as Record keeps them.
+func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
+	return s.HistoryKeep(taskID, limit, -1, -1)
+}
+
+// HistoryKeep returns up to limit execution records of taskID (all of
+// them when limit <= 0), newest first: by scheduled time, then attempt,
+// then the order they were recorded in. Of each class it returns at most
+// the most recent successes (status "ok") or failures (any other status)
+// recorded, a negative one meaning the Config's limit, as for RecordKeep:
+// the records kept under a higher limit, before a restart lowered the
+// Config's or the task's own was lowered, stay on disk until the task's
+// next record of that class (which may never come on this node) or their
+// TTL, and are not returned. Records still buffered are included, so a
+// record is visible as soon as RecordKeep returns, within the limits of
 // its task. Expired records are never returned, nor those that finished
 // more than HistoryTTL ago under a longer HistoryTTL of an earlier Open.
 // A record that cannot be decoded is skipped and logged.
-func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
+func (s *Store) HistoryKeep(taskID string, limit, successes, failures int) ([]task.Execution, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
 	}
 	defer s.ops.Done()
+	keep := [numClasses]int{successes, failures}
+	for c := range keep {
+		if keep[c] < 0 {
+			keep[c] = int(s.history.limits[c])
+		}
+		keep[c] = min(keep[c], MaxHistoryLimit)
+	}
 
 	// Buffered records first: one that leaves the buffer afterwards has
 	// been written by then, so the scan below sees it.
@@ -633,9 +654,7 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: history of %q: %w", taskID, err)
 	}
-	if len(buffered) > 0 {
-		out = mergeBuffered(out, buffered)
-	}
+	out = keepNewest(out, buffered, keep)
 	slices.SortFunc(out, func(a, b record) int {
 		return cmp.Or(
 			b.e.ScheduledAt.Compare(a.e.ScheduledAt),
@@ -652,23 +671,26 @@ func (s *Store) History(taskID string, limit int) ([]task.Execution, error) {
 	return res, nil
 }
 
-// mergeBuffered adds to the records read from disk the buffered ones not
+// keepNewest adds to the records read from disk the buffered ones not
 // written yet (sequence numbers tell), then keeps, per class with buffered
 // records, the newest as many as the latest of them (by sequence number,
 // whatever the order of buffered) says: what the disk will hold once they
-// are written.
-func mergeBuffered(disk, buffered []record) []record {
-	seen := make(map[uint64]bool, len(disk))
-	for _, r := range disk {
-		seen[r.seq] = true
+// are written; and of each class c at most the newest keep[c].
+func keepNewest(disk, buffered []record, keep [numClasses]int) []record {
+	var seen map[uint64]bool // the records read from disk, if any is buffered
+	if len(buffered) > 0 {
+		seen = make(map[uint64]bool, len(disk))
+		for _, r := range disk {
+			seen[r.seq] = true
+		}
 	}
-	var keep [numClasses]int
+	var kept [numClasses]int      // the limit of the latest buffered record of the class
 	var latest [numClasses]uint64 // 0: no buffered record of the class
 	var cut [numClasses]uint64    // the latest record under a limit of 0, which deletes those before it
 	for _, r := range buffered {
 		c := classOf(r.e.Status)
 		if r.seq > latest[c] {
-			keep[c], latest[c] = int(r.keep), r.seq
+			kept[c], latest[c] = int(r.keep), r.seq
 		}
 		if r.keep == 0 {
 			cut[c] = max(cut[c], r.seq)
@@ -686,7 +708,7 @@ func mergeBuffered(disk, buffered []record) []record {
 			return true
 		}
 		n[c]++
-		return latest[c] > 0 && n[c] > keep[c]
+		return latest[c] > 0 && n[c] > kept[c] || n[c] > keep[c]
 	})
 }
 

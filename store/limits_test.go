@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -97,7 +98,11 @@ func TestHistory_TaskLimits(t *testing.T) {
 	flush(t, s)
 	wantSeconds(t, "keep 3", history(t, s, "three", 0), 149, 148, 147)
 	wantSeconds(t, "keep 0", history(t, s, "none", 0))
-	wantSeconds(t, "keep 1000", history(t, s, "capped", 0), span(149, 150-MaxHistoryLimit)...)
+	capped, err := s.HistoryKeep("capped", 0, 1000, -1) // read as kept: History would answer the Config's 4
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSeconds(t, "keep 1000", capped, span(149, 150-MaxHistoryLimit)...)
 	wantSeconds(t, "keep -1", history(t, s, "default", 0), 149, 148, 147, 146)
 	wantSeconds(t, "failures", history(t, s, "failing", 0), 149, 148)
 	if n := countKeys(t, s, nsHistory); n != 3+MaxHistoryLimit+4+2 {
@@ -223,6 +228,48 @@ func TestHistory_RestartKeepsLastN(t *testing.T) {
 	}
 	wantSeconds(t, "successes after restart", oks, span(19, 10)...)
 	wantSeconds(t, "failures after restart", fails, span(14, 5)...)
+}
+
+// TestHistory_LimitsLoweredAtARestart: records kept under the limits of
+// an earlier Open, higher than the Config's now, stay on disk until the
+// task's next record of their class, which may never come on this node;
+// a read answers at most the limits it is given (the Config's by
+// default) at once, 0 none, and keeps what a task's own limit keeps.
+func TestHistory_LimitsLoweredAtARestart(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
+		s.Record(exec1("t", i, 1, task.ExecutionFailed))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.HistorySuccessLimit, cfg.HistoryFailureLimit = 3, 0
+	s = openTest(t, cfg)
+	wantSeconds(t, "the Config's limits, 3 and 0", history(t, s, "t", 0), 9, 8, 7)
+	for _, c := range []struct {
+		successes, failures int
+		want                string
+	}{
+		{-1, 2, "failed,ok,failed,ok,ok"},
+		{10, 1, "failed,ok" + strings.Repeat(",ok", 9)},
+		{1000, 1000, "failed,ok" + strings.Repeat(",failed,ok", 9)},
+	} {
+		h, err := s.HistoryKeep("t", 0, c.successes, c.failures)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(h); got != c.want {
+			t.Errorf("kept %d and %d: %s, want %s", c.successes, c.failures, got, c.want)
+		}
+	}
+	if n := countKeys(t, s, string(historyPrefix("t"))); n != 20 {
+		t.Errorf("%d keys on disk before the task's next record, want the 20 written", n)
+	}
 }
 
 // TestHistory_DiskBoundedByTasks: however many fires, the disk holds at
