@@ -136,7 +136,8 @@
 // (ErrDirDeleted), and Close still returns: Badger's last flush goes to
 // an empty directory made for it and deleted after. Value-log GC, which
 // writes live entries again before it deletes their file, is skipped
-// while writes are refused. Compactions Badger starts on its own are not
+// while writes are refused, and so is Open's delete of the history of
+// earlier versions (it flushes the memtables and rewrites tables). Compactions Badger starts on its own are not
 // gated (Badger cannot pause them, and they are what frees space): the
 // room check before each write keeps room for those it may set off.
 //

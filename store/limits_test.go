@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -380,9 +381,11 @@ func TestSampling_KeepsFailures(t *testing.T) {
 	}
 }
 
-// TestOpen_DropsOldHistory: the unbounded history of earlier versions is
-// deleted at Open; the task cache is not touched.
-func TestOpen_DropsOldHistory(t *testing.T) {
+// oldHistoryDir returns the config of a closed store that holds 100
+// keys of the unbounded history of earlier versions and partition 1 at
+// revision 5.
+func oldHistoryDir(t *testing.T) Config {
+	t.Helper()
 	cfg := testConfig(t)
 	s, err := Open(cfg)
 	if err != nil {
@@ -405,13 +408,33 @@ func TestOpen_DropsOldHistory(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openTest(t, cfg)
+	return cfg
+}
+
+// TestOpen_DropsOldHistory: the unbounded history of earlier versions is
+// deleted at Open; the task cache is not touched.
+func TestOpen_DropsOldHistory(t *testing.T) {
+	cfg := oldHistoryDir(t)
+	s := openTest(t, cfg)
 	if n := countKeys(t, s, nsOldHistory); n != 0 {
 		t.Errorf("%d old history keys after Open, want 0", n)
 	}
 	rev, err := s.Partition(1, func(string, []byte, int64) error { return nil })
 	if err != nil || rev != 5 {
 		t.Errorf("partition after Open: revision %d, %v", rev, err)
+	}
+}
+
+// TestOpen_KeepsOldHistoryWithoutRoom: deleting the history of earlier
+// versions flushes the memtables and rewrites the tables that hold it, as
+// a write and its compactions would, so an Open on a disk that refuses
+// writes leaves it for a later Open, and opens.
+func TestOpen_KeepsOldHistoryWithoutRoom(t *testing.T) {
+	cfg := oldHistoryDir(t)
+	cfg.MinFreeBytes = math.MaxInt64 / 2 // more than any disk has: every write is refused
+	s := openTest(t, cfg)
+	if n := countKeys(t, s, nsOldHistory); n != 100 {
+		t.Errorf("%d old history keys after an Open without room, want the 100 written", n)
 	}
 }
 

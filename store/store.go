@@ -123,7 +123,8 @@ func Open(cfg Config) (*Store, error) {
 
 // dropOldHistory deletes the unbounded history of earlier versions (one
 // key per record under "h/"), if any, with Badger's DropPrefix, which
-// drops whole tables rather than writing a tombstone per record.
+// drops whole tables rather than writing a tombstone per record. It leaves
+// it while checkRoom refuses writes: nothing reads that namespace.
 func (s *Store) dropOldHistory() error {
 	old := []byte(nsOldHistory)
 	found := false
@@ -136,6 +137,12 @@ func (s *Store) dropOldHistory() error {
 	})
 	if err != nil || !found {
 		return err
+	}
+	// DropPrefix flushes the memtables and rewrites the tables holding
+	// the prefix: it needs the room a write and its compactions need.
+	if err := s.checkRoom(); err != nil {
+		s.log.Warn("store: the execution history of an earlier version is left for a start with room to delete it", "err", err)
+		return nil
 	}
 	s.log.Info("store: deleting the execution history of an earlier version (one key per record, without limits)")
 	if err := s.db.DropPrefix(old); err != nil {
