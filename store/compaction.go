@@ -60,6 +60,15 @@ func compactionRoom(tables []badger.TableInfo, memtables int64, maxLevel, compac
 	return room
 }
 
+// compactionBound is at least compactionRoom of tables of tableBytes in
+// all and memtables of memtables bytes at most, with no look at the
+// tables: an input from level 0 is at most the memtables and every table,
+// one from a deeper level at most every table, and one within the last
+// level twice its table, so at most twice every table.
+func compactionBound(tableBytes, memtables int64, compactors int) int64 {
+	return int64(compactors) * (2*tableBytes + memtables)
+}
+
 func levelSize(tables []badger.TableInfo) int64 {
 	var n int64
 	for _, t := range tables {

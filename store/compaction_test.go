@@ -48,6 +48,11 @@ func TestCompactionRoom(t *testing.T) {
 			if got := compactionRoom(tt.tables, tt.memtables, 6, tt.compactors); got != tt.want<<20 {
 				t.Errorf("compactionRoom = %d MiB, want %d MiB", got>>20, tt.want)
 			}
+			// checkRoom's quick check: under the bound, a write could
+			// set off a compaction the disk has no room for.
+			if bound := compactionBound(levelSize(tt.tables), tt.memtables, tt.compactors); bound < tt.want<<20 {
+				t.Errorf("compactionBound = %d MiB, less than the room, %d MiB", bound>>20, tt.want)
+			}
 		})
 	}
 }

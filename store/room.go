@@ -50,15 +50,14 @@ func (s *Store) checkRoom() error {
 		return fmt.Errorf("%w: %s has %d KiB free, less than the %d KiB kept free (MinFreeBytes); "+
 			"writes resume once there is room", ErrDiskFull, s.cfg.Dir, free>>10, min>>10)
 	}
-	// The compactions a write may set off need room too. Each needs at
-	// most every table and memtable: no need to look at the tables when
-	// there is room for that.
+	// The compactions a write may set off need room too: no need to look
+	// at the tables when there is room for the most they can need.
 	opt := s.db.Opts()
 	var tables int64
 	for _, l := range s.db.Levels() {
 		tables += l.Size
 	}
-	if free-min >= int64(opt.NumCompactors)*(tables+int64(opt.NumMemtables+1)*opt.MemTableSize) {
+	if free-min >= compactionBound(tables, int64(opt.NumMemtables+1)*opt.MemTableSize, opt.NumCompactors) {
 		return nil
 	}
 	memtables, err := memtableBytes(s.cfg.Dir)
