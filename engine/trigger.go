@@ -883,6 +883,8 @@ func retrying(ctx context.Context, try func(ctx context.Context) error, refused 
 		if refused != nil {
 			refused(err, b.next())
 		}
-		b.wait(ctx)
+		if !b.wait(ctx) {
+			return ctx.Err()
+		}
 	}
 }

@@ -1878,3 +1878,18 @@ func TestEarlyTriggers_KeepOfChangesTheTriggersInPlace(t *testing.T) {
 		}
 	}
 }
+
+// retrying ends with ctx's error when ctx ends during its backoff, and
+// tries no more: it tried once again with a dead context, and returned
+// that try's error.
+func TestRetrying_EndsWithItsContextDuringTheBackoff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tries := 0
+	err := retrying(ctx, func(context.Context) error {
+		tries++
+		return errors.New("refused")
+	}, func(error, time.Duration) { cancel() })
+	if tries != 1 || !errors.Is(err, context.Canceled) {
+		t.Errorf("%d tries, error %v; want 1 try and the context's error", tries, err)
+	}
+}
