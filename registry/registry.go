@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -645,7 +646,8 @@ type triggerValue struct {
 // the retry is written only while the task stored under id was created at
 // or before it. One created after it was put again since (deleted, then
 // written again under the same id), another task that must not fire from
-// the retry of the one before: ErrNotFound, as for a task deleted.
+// the retry of the one before: ErrNotFound, as for a task deleted. 0:
+// not known, and not checked.
 func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, retry Retry, o *task.Override, created int64) error {
 	retry.At = at.UTC()
 	v := triggerValue{Retry: &retry}
@@ -658,8 +660,12 @@ func (r *Registry) TriggerRetry(ctx context.Context, id string, at time.Time, re
 	}
 	p := r.Partition(id)
 	tk := r.keys.task(p, id)
+	if created == 0 {
+		created = math.MaxInt64 - 1
+	}
 	for ms := at.UnixMilli() + 1; ms <= at.UnixMilli()+maxTriggerTries; ms++ {
 		key := r.keys.trigger(p, id, ms)
+		// "< created+1": etcd's compares have no "<=".
 		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tk), ">", 0),
 			clientv3.Compare(clientv3.CreateRevision(tk), "<", created+1), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(tk, clientv3.WithKeysOnly()), clientv3.OpGet(key)).Commit()

@@ -226,6 +226,10 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	if want := []string{"03:04:05 attempt 3 due 03:05:35 body b"}; len(resp.Kvs) != 2 || fmt.Sprint(retries) != fmt.Sprint(want) {
 		t.Errorf("%d trigger keys, retries %v; want 2, %v", len(resp.Kvs), retries, want)
 	}
+	// A creation not known (0) is not checked: the retry was dropped.
+	if err := reg.TriggerRetry(ctx, "t", at.Add(time.Minute), Retry{Attempt: 2, Due: due}, nil, 0); err != nil {
+		t.Errorf("a retry whose task's creation is not known: %v", err)
+	}
 	if err := reg.Delete(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
