@@ -84,19 +84,24 @@ type checkpoint struct {
 	// whether it ended, as that owner would have (flagEndWaits).
 	EndWaits []string `json:"end_waits,omitempty"`
 	// Fired are, on release, the triggers whose fire started or ended
-	// there within triggerWait: a key put again is that fire on the next
-	// owner too (handedTriggers).
+	// there within triggerWait (handTriggers): a key put again is that
+	// fire on the next owner too (handedTriggers). An acquire's hold
+	// keeps them, for a successor should it crash before naming its
+	// session.
 	Fired []firedTrigger `json:"fired,omitempty"`
 }
 
 // firedTrigger is a trigger whose fire started or ended on the owner that
-// released its partition: the put of its key that did, at revision Rev,
-// and the retry it was (registry.Retry.Attempt; 0: the trigger's own fire).
+// released its partition, or was handed over to it so: the put of its key
+// that did, at revision Rev, the retry it was (registry.Retry.Attempt; 0:
+// the trigger's own fire), and for how long still a key put again is that
+// fire (WaitMS: what was left of triggerWait at the release).
 type firedTrigger struct {
 	ID      string    `json:"id"`
 	At      time.Time `json:"at"`
 	Rev     int64     `json:"rev"`
 	Attempt uint16    `json:"attempt,omitempty"`
+	WaitMS  int64     `json:"wait_ms"`
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -296,7 +301,7 @@ const maxAfter = maxHandOver / 2
 const maxEndWaits = maxHandOver / 2
 
 // maxFired bounds the triggers one checkpoint lists as fired; past it,
-// the key of a later one put again fires again on the next owner.
+// the key of an earlier one put again fires again on the next owner.
 const maxFired = maxHandOver / 2
 
 // maxCheckpointBytes bounds a released checkpoint's JSON, well within

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -500,25 +501,39 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 }
 
 // handTriggers lists, in the hand-overs of hand at their seal, the
-// triggers of their partitions that fired or ended here: those handed over
-// unrun are forgotten by then (handOverQueued), and the keys of these are
-// deleted before the release commits. A key put again after the commit
-// (two chains of one target and second, the second a little later) is
-// then that fire on the next owner too, which fired it again.
+// triggers of their partitions that fired or ended here, or were handed
+// over to this node so (handedTriggers), within triggerWait, with what is
+// left of it: those handed over unrun are forgotten by then
+// (handOverQueued), and the keys of these are deleted before the release
+// commits. A key put again after the commit (two chains of one target and
+// second, the second a little later) is then that fire on the next owner
+// too, which fired it again. Past maxFired a partition's latest puts are
+// listed.
 func (l *loop) handTriggers(hand map[int]*handOver) {
+	now := l.cfg.Clock.Now().UnixNano()
 	for k, s := range l.triggered {
-		if h := hand[k.part]; h != nil && !s.early && len(h.fired) < maxFired {
-			h.fired = append(h.fired, firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt})
+		if h := hand[k.part]; h != nil && !s.early && s.until > now {
+			h.fired = append(h.fired, firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt,
+				WaitMS: max((s.until-now)/int64(time.Millisecond), 1)})
+		}
+	}
+	for _, h := range hand {
+		if len(h.fired) > maxFired {
+			slices.SortFunc(h.fired, func(a, b firedTrigger) int { return cmp.Compare(b.Rev, a.Rev) })
+			h.fired = h.fired[:maxFired]
 		}
 	}
 }
 
 // handedTriggers remembers the triggers of partition p, being acquired,
-// that its previous owner fired (handTriggers), as if they had fired here:
-// for triggerWait from now, a key put again is that fire.
+// that its previous owner fired (handTriggers), as if they had fired here,
+// for what was left of their triggerWait there: a key put again is that
+// fire. A partition that changes hands again and again does not make them
+// remembered for ever.
 func (l *loop) handedTriggers(p int, fired []firedTrigger) {
-	until := l.cfg.Clock.Now().UnixNano() + int64(triggerWait)
+	now := l.cfg.Clock.Now().UnixNano()
 	for _, f := range fired {
+		until := now + min(f.WaitMS, triggerWait.Milliseconds())*int64(time.Millisecond)
 		l.triggered[triggerKey{p, f.ID, f.At.UnixNano()}] = seenTrigger{until: until, rev: f.Rev, attempt: f.Attempt, ended: true, handed: true}
 	}
 }

@@ -1146,8 +1146,46 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 	// The checkpoint names the fire that started here, at the put its
 	// key's delete ends, and not the one handed over unrun: the next owner
 	// would take queued's key for a fire that ran (handedTriggers).
-	if got, want := rel.hand[0].fired, []firedTrigger{{ID: "ran", At: base, Rev: 3}}; !slices.Equal(got, want) {
+	if got, want := rel.hand[0].fired, []firedTrigger{{ID: "ran", At: base, Rev: 3, WaitMS: triggerWait.Milliseconds()}}; !slices.Equal(got, want) {
 		t.Errorf("the release hands over the triggers %v as fired, want %v", got, want)
+	}
+}
+
+// A release lists the triggers remembered within triggerWait, with what
+// is left of it, and past maxFired the latest puts: listed whatever their
+// age, and remembered afresh at each acquire, they were handed on for as
+// long as the partition kept changing hands.
+func TestLoop_ReleaseListsTheTriggersWithinTheirWaitAndTheLatest(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	now := base.UnixNano()
+	for rev := int64(1); rev <= maxFired+1; rev++ {
+		tl.triggered[triggerKey{0, "t", now + rev*int64(time.Millisecond)}] = seenTrigger{until: now + int64(time.Second), rev: rev, ended: true}
+	}
+	tl.triggered[triggerKey{0, "old", now}] = seenTrigger{until: now, rev: maxFired + 2, ended: true} // past its wait, not swept yet
+	tl.triggered[triggerKey{1, "kept", now}] = seenTrigger{until: now + int64(time.Second), rev: 1, ended: true}
+	hand := map[int]*handOver{0: {}}
+	tl.handTriggers(hand)
+	fired := hand[0].fired
+	if len(fired) != maxFired || slices.ContainsFunc(fired, func(f firedTrigger) bool { return f.Rev < 2 || f.ID != "t" || f.WaitMS != 1000 }) {
+		t.Errorf("listed %d triggers (want %d, of task t, revisions 2 on, 1000 ms left each): %v", len(fired), maxFired, fired[:min(len(fired), 3)])
+	}
+
+	// The next owner remembers each for what was left: then a key put
+	// again is another trigger, which fires.
+	next := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	h, err := next.scheds.Intern("0 0 0 1 1 *", "UTC", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := handedTo{fired: fired}
+	next.handle(&loadCmd{part: 0, resume: now, defs: []taskDef{{id: "t", hash: xxhash.Sum64String("t"), sched: h, prof: prof}},
+		handed: handed, first: true, done: make(chan struct{})})
+	next.clock.Advance(time.Second)
+	next.sweepTriggers()
+	if n := len(next.triggered); n != 0 {
+		t.Errorf("%d triggers remembered past what was left of their wait", n)
 	}
 }
 
@@ -1162,7 +1200,7 @@ func TestLoop_TriggerHandedOverAsFiredEndsUnrun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defs := []taskDef{{id: "ran", hash: xxhash.Sum64String("ran"), sched: h, prof: noopProfile(task.MisfireFireOnce)}}
-	handed := handedTo{fired: []firedTrigger{{ID: "ran", At: base, Rev: 5}}}
+	handed := handedTo{fired: []firedTrigger{{ID: "ran", At: base, Rev: 5, WaitMS: 5000}}}
 	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), defs: defs, handed: handed, first: true, done: make(chan struct{})})
 	k := triggerKey{0, "ran", base.UnixNano()}
 
