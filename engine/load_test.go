@@ -114,6 +114,33 @@ func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainInTheSameDelivery(t *testin
 	}
 }
 
+// A put again whose delete the watch did not bring (a reload after a
+// compaction: a replace) deletes the history of the task deleted too: the
+// new task showed the deleted one's records.
+func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainWithoutItsDelete(t *testing.T) {
+	st, err := store.Open(store.DefaultConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	at := newApplyTest(t, st)
+	at.tl.history = st
+	ctx := context.Background()
+	st.Record(task.Execution{TaskID: "t", ScheduledAt: at.base, Attempt: 1, Node: "loop", Status: task.ExecutionOK})
+	if err := st.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := at.reg.Delete(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, at.reg, at.task)
+	at.apply(t, []*clientv3.Event{{Type: mvccpb.PUT, Kv: at.version(t)}})
+	at.tl.deletes.Wait()
+	if h, err := st.History("t", 10); err != nil || len(h) != 0 {
+		t.Errorf("t put again has the history %+v (%v), want none: it was the deleted task's", h, err)
+	}
+}
+
 // applyTest is a delete_after_fire one-shot t, at base+1s, written to
 // etcd, and an Engine whose apply hands its commands to tl, a loop that
 // holds t as put (at its revision).

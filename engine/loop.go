@@ -577,8 +577,12 @@ func (l *loop) events(c *eventsCmd) {
 			// replace's read after a compaction; the watch's events come
 			// in order, apply). Deleted first, as apart: its waiting
 			// retries, its fires queued and the retries of its attempts
-			// under way are not the new task's.
+			// under way are not the new task's, nor is its history.
 			l.deleteTask(i, r, d.id, d.createRev-1, gone)
+			if l.history != nil {
+				id := d.id
+				l.deletes.Go(func() { l.deleteRunHistory(id) })
+			}
 		}
 		l.upsert(d, max(l.through, now), true)
 	}
@@ -734,10 +738,11 @@ func (l *loop) deletedRunsDrained() {
 	l.deletes.Wait()
 }
 
-// deleteRunHistory deletes the history of id, a deleted task, which its
-// runs recorded as they ended, after the delete took the rest.
+// deleteRunHistory deletes the history of id, a deleted task: what its
+// runs recorded as they ended, after the delete took the rest, or all of
+// it when a put again hid the delete (events).
 func (l *loop) deleteRunHistory(id string) {
 	if err := l.history.DeleteHistory(context.Background(), id); err != nil && !errors.Is(err, store.ErrClosed) {
-		l.cfg.Logger.Warn("deleting the history a deleted task's run recorded failed", "task", id, "err", err)
+		l.cfg.Logger.Warn("deleting the history of a deleted task failed", "task", id, "err", err)
 	}
 }
