@@ -125,21 +125,22 @@
 // Every write (Apply, Reset, Drop, the history writer, DeleteHistory)
 // therefore first checks the free space of the directory's filesystem and
 // is refused with ErrDiskFull below Config.MinFreeBytes (default 4 ×
-// MemTableSize) plus what the compactions it may set off could write
-// before they delete their input: Badger writes their tables through
-// memory-mapped files too. A write too big for one transaction (a split
-// Apply or Reset, the deletes of a Drop, DropTasks or DeleteHistory, a
-// history batch) checks again as it goes, every quarter memtable. History refused or failed so is counted
-// (WriteFailed) and logged, once a minute per cause; Record never waits
-// on the disk. Writes resume once there is room, and the log says so. A
-// directory deleted under the open store refuses writes the same way
-// (ErrDirDeleted), and Close still returns: Badger's last flush goes to
-// an empty directory made for it and deleted after. Value-log GC, which
-// writes live entries again before it deletes their file, is skipped
+// MemTableSize) plus what the compactions it may set off could write before
+// they delete their input: Badger writes their tables through memory-mapped
+// files too. A write too big for one transaction (a split Apply or Reset,
+// the deletes of a Drop, DropTasks or DeleteHistory, a history batch)
+// checks again as it goes, every quarter memtable. History refused or
+// failed so is counted (WriteFailed) and logged, once a minute per cause;
+// Record never waits on the disk. Writes resume once there is room, and the
+// log says so. A directory deleted under the open store refuses writes the
+// same way (ErrDirDeleted), and Close still returns: Badger's last flush
+// goes to an empty directory made for it and deleted after. Value-log GC,
+// which writes live entries again before it deletes their file, is skipped
 // while writes are refused, and so is Open's delete of the history of
-// earlier versions (it flushes the memtables and rewrites tables). Compactions Badger starts on its own are not
-// gated (Badger cannot pause them, and they are what frees space): the
-// room check before each write keeps room for those it may set off.
+// earlier versions (it flushes the memtables and rewrites tables).
+// Compactions Badger starts on its own are not gated (Badger cannot pause
+// them, and they are what frees space): the room check before each write
+// keeps room for those it may set off.
 //
 // # Lifecycle
 //
