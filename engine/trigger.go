@@ -385,7 +385,9 @@ func (e *earlyTriggers) keep(keep func(f *triggerFire) bool) {
 	}
 }
 
-// keepOf is keep, for the triggers of task id alone.
+// keepOf is keep, for the triggers of task id alone; keep must not add
+// to e either: a trigger added for id while its list is walked would be
+// lost, and the count would drift.
 func (e *earlyTriggers) keepOf(id string, keep func(f *triggerFire) bool) {
 	fs, ok := e.byTask[id]
 	if !ok {
