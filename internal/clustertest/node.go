@@ -84,10 +84,11 @@ var reserved struct {
 // reservePort returns a loopback address whose port was free a moment ago
 // and that no other node of this process got. The node keeps it across
 // restarts so that its published API address stays right. The port is
-// drawn below Linux's ephemeral range (32768 and up), so that the kernel
-// does not hand it to a listener on port 0, such as the node's own etcd
-// proxies, before the node binds it, and from etcdtest.NodePorts up, where
-// no etcd member of any test process takes one.
+// drawn below the kernel's ephemeral range (32768 and up by default), so
+// that the kernel does not hand it to a listener on port 0, such as the
+// node's own etcd proxies, before the node binds it, and from
+// etcdtest.NodePorts up, where no etcd member of any test process takes
+// one.
 func reservePort(t testing.TB) string {
 	t.Helper()
 	reserved.Lock()
@@ -95,8 +96,12 @@ func reservePort(t testing.TB) string {
 	if reserved.ports == nil {
 		reserved.ports = map[int]bool{}
 	}
+	hi := etcdtest.EphemeralStart()
+	if hi < etcdtest.NodePorts+1000 {
+		hi = 32768 // Linux's default
+	}
 	for range 100 {
-		port := etcdtest.NodePorts + rand.IntN(32768-etcdtest.NodePorts)
+		port := etcdtest.NodePorts + rand.IntN(hi-etcdtest.NodePorts)
 		if reserved.ports[port] {
 			continue
 		}

@@ -205,16 +205,12 @@ func freeAddrs(t testing.TB, k int) []string {
 }
 
 // quietPorts returns the ports [lo, hi) below the kernel's ephemeral range,
-// from 10 000 up to NodePorts at most; both 0 when the range is not readable
-// or leaves fewer than 1 000 such ports (then the kernel picks, as
+// from 10 000 up to NodePorts at most; both 0 when the range is not
+// readable or leaves fewer than 1 000 such ports (then the kernel picks, as
 // listenQuiet does when its random picks are taken).
 func quietPorts() (lo, hi int) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0
-	}
-	var first, last int
-	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first <= 11000 {
+	first := EphemeralStart()
+	if first <= 11000 {
 		return 0, 0
 	}
 	return 10000, min(first, NodePorts)
@@ -225,6 +221,21 @@ func quietPorts() (lo, hi int) {
 // range. A node's port is picked before the node binds it, and a member of
 // another test process that took it in between stopped the node's start.
 const NodePorts = 20000
+
+// EphemeralStart is the first port of the kernel's ephemeral range, from
+// which it picks the local ports of connections and of listeners on port
+// 0; 0 when it cannot say.
+func EphemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil {
+		return 0
+	}
+	return first
+}
 
 // listenQuiet listens on a loopback port of [lo, hi) picked at random, or,
 // when no such port is free after a few tries or there are none, on one
