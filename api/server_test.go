@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/api/client"
@@ -746,6 +747,15 @@ func TestServer_SingleNode(t *testing.T) {
 			if types[name] != typ {
 				t.Errorf("%s is %q, want %s", name, types[name], typ)
 			}
+		}
+		// Prometheus's naming conventions, as promtool check metrics
+		// has them.
+		problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 		}
 	})
 
