@@ -572,7 +572,8 @@ func (l *loop) waitRetry(i uint32, r *record, sched int64, attempt uint16, due i
 		slot = uint32(len(l.retries))
 		l.retries = append(l.retries, retryState{})
 	}
-	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, extra: x}
+	l.retries[slot] = retryState{rec: i, gen: r.gen, sched: sched, due: due, attempt: attempt, part: r.part, extra: x}
+	l.noteRetry(slot, true)
 	l.waiting[leavingKey(i, r.gen)]++
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))
 	l.wheel.Schedule(retryBase+slot, due)
@@ -612,6 +613,7 @@ func (l *loop) freeRetry(slot uint32) {
 	} else {
 		delete(l.waiting, k)
 	}
+	l.noteRetry(slot, false)
 	l.retries[slot] = retryState{}
 	l.rfree = append(l.rfree, slot)
 	l.retrying.Store(int64(len(l.retries) - len(l.rfree)))

@@ -104,16 +104,24 @@
 // Each case names the test that shows it happening; a test that fails
 // because the engine does better takes its case off this list.
 //
-//   - Retries are attempts of a fire that already started: a retry waiting
-//     in the wheel when its node crashes is not run by the next owner
-//     (TestEngine_WaitingRetryAtAHandOver/crash), nor is that of an
-//     attempt that fails after its node fenced
-//     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
-//     after a fence's seal"). A graceful hand-over
-//     passes them on: in the released checkpoint, or, for an attempt
-//     still running when the release is sealed, through etcd
+//   - Retries are attempts of a fire that already started. A graceful
+//     hand-over passes them on: in the released checkpoint, or, for an
+//     attempt still running when the release is sealed, through etcd
 //     (leavers), as for one that Close's drain timeout or Hurry cancels
-//     (TestEngine_RetryOfAnAttemptTheStopCancelsIsHandedOn).
+//     (TestEngine_RetryOfAnAttemptTheStopCancelsIsHandedOn). After a
+//     crash or a fence the next owner runs the retries waiting in the
+//     wheel that the node watermark's last write etcd took carried
+//     (waitingretries.go, TestEngine_WaitingRetryAtAHandOver/crash): one
+//     that came due and started after that write runs again there (at
+//     least once, as a fire past the watermark), and one that began
+//     waiting after it is lost, as are those past 1 000 (128 KiB of JSON)
+//     a node, those queued behind busy workers and not started once a
+//     write no longer listed them, those of a release sealed and never
+//     committed, and those a successor took when it crashes in turn
+//     before naming its session. Nor is the retry of an attempt that
+//     fails after its node fenced run
+//     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
+//     after a fence's seal").
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
 //     (TestEngine_BufferedFireIsLostInACrash).

@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"maps"
-	"slices"
-	"sync"
-)
+import "slices"
 
 // The marks of paused delete_after_fire tasks whose last fire ended here
 // (flagEndWaits): the resume looks whether the task ended (checkEndWaits).
@@ -31,71 +27,16 @@ type endWaits struct {
 const maxEndWaitBytes = maxCheckpointBytes / 2
 
 // endWaitMarks are the marks as the loop last published them, by
-// partition, and of them those a watermark value carries.
-type endWaitMarks struct {
-	mu    sync.Mutex // guards parts and value
-	parts map[int]endWaits
-	// value is what a watermark value carries: the marks of parts, by
-	// partition and id in order, while they fit maxEndWaits and
-	// maxEndWaitBytes (those left out stay, ended, after their resume),
-	// but for those whose revision is not known. Replaced, never
-	// changed, so that the writer may keep the one it wrote.
-	value map[int]endWaits
-}
+// partition, and of them those a watermark value carries (those left out
+// stay, ended, after their resume).
+type endWaitMarks = partLists[endWaits]
 
-// carried returns the marks a watermark value carries (nil: none), not
-// to be changed.
-func (m *endWaitMarks) carried() map[int]endWaits {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.value
-}
-
-// publish replaces the marks of the partitions of ends (no IDs: none).
-func (m *endWaitMarks) publish(ends map[int]endWaits) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.parts == nil {
-		m.parts = map[int]endWaits{}
-	}
-	for p, e := range ends {
-		if len(e.IDs) == 0 {
-			delete(m.parts, p)
-		} else {
-			m.parts[p] = e
-		}
-	}
-	m.value = nil
-	n, size := 0, 0
-	for _, p := range slices.Sorted(maps.Keys(m.parts)) {
-		e := m.parts[p]
-		if e.Applied == 0 {
-			continue // nothing to judge them by: a successor would drop them
-		}
-		k := 0
-		for _, id := range e.IDs {
-			idSize := jsonSize(id) + 1 // and its comma
-			if n == maxEndWaits || size+idSize > maxEndWaitBytes {
-				break
-			}
-			n, size, k = n+1, size+idSize, k+1
-		}
-		if k > 0 {
-			if m.value == nil {
-				m.value = map[int]endWaits{}
-			}
-			m.value[p] = endWaits{Applied: e.Applied, IDs: e.IDs[:k:k]}
-		}
-		if k < len(e.IDs) {
-			break
-		}
-	}
-}
-
-// sameEndWaits reports whether two values carry the same marks.
-func sameEndWaits(a, b map[int]endWaits) bool {
-	return maps.EqualFunc(a, b, func(x, y endWaits) bool { return x.Applied == y.Applied && slices.Equal(x.IDs, y.IDs) })
-}
+func (e endWaits) applied() int64        { return e.Applied }
+func (e endWaits) len() int              { return len(e.IDs) }
+func (e endWaits) size(i int) int        { return jsonSize(e.IDs[i]) + 1 }
+func (e endWaits) prefix(k int) endWaits { return endWaits{Applied: e.Applied, IDs: e.IDs[:k:k]} }
+func (endWaits) bounds() (n, bytes int)  { return maxEndWaits, maxEndWaitBytes }
+func (e endWaits) equal(o endWaits) bool { return e.Applied == o.Applied && slices.Equal(e.IDs, o.IDs) }
 
 // markEndWaits marks record i: its fire ended while it was paused, or a
 // pause alone came before the deleter's delete. Called only from the

@@ -45,9 +45,9 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsEndWaits(t *testing.T) {
 	}
 	write := func(ends map[int]endWaits) (whole bool) {
 		t.Helper()
-		v, whole := a.value(w, nil, ends, "s1")
+		v, whole := a.value(w, nil, carriedLists{ends: ends}, "s1")
 		if rev := putKey(t, cli, key, v); whole {
-			a.wrote(rev, ends)
+			a.wrote(rev, carriedLists{ends: ends})
 		}
 		return whole
 	}

@@ -142,8 +142,11 @@ type handedTo struct {
 	// release (elsewhere.go).
 	elsewhere map[string][]string
 	// pending are the fires handed over unrun, which the acquire runs
-	// once the load is in (takeOver).
+	// once the load is in (takeOver); with, after a crash or a fence, the
+	// retries the session's watermark carried, of the tasks that session
+	// had (heldRetries).
 	pending []pendingFire
+	retries waitingRetries
 	fired   []firedTrigger // triggers that fired there (handedTriggers)
 }
 
@@ -1324,8 +1327,10 @@ type resumed struct {
 	// ends are, after a crash or a fence, the tasks of the partition whose
 	// end waits for their resume that the session's watermark carried (a
 	// release's, or those of the hand-over a fenced session kept, are in
-	// handing).
-	ends endWaits
+	// handing), and retries its retries waiting for their backoff (a
+	// release's are in pending).
+	ends    endWaits
+	retries waitingRetries
 }
 
 // resume reads where p resumes: after the released checkpoint of a
@@ -1373,14 +1378,14 @@ func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, e
 	if !m.found {
 		return resumed{prev: prev, w: w}, nil
 	}
-	// The marks go with a revision of their own, whatever the watermark.
+	// The lists go with a revision of their own, whatever the watermark.
 	nw := m.v.resume(p)
 	if nw < w {
 		// The session's acquire resumed p from a point its dispatch never
 		// reached: its revisions say nothing of the fires up to w.
-		return resumed{prev: prev, w: w, ends: m.endWaits(p)}, nil
+		return resumed{prev: prev, w: w, ends: m.endWaits(p), retries: m.retries(p)}, nil
 	}
-	return resumed{prev: prev, w: nw, applied: m.applied(p), ends: m.endWaits(p)}, nil
+	return resumed{prev: prev, w: nw, applied: m.applied(p), ends: m.endWaits(p), retries: m.retries(p)}, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

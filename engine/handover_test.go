@@ -1416,11 +1416,11 @@ func TestWatermark_ValueCarriesResumePoints(t *testing.T) {
 		want  int64
 		ok    bool
 	}{
-		{encodeWatermark(w, nil, nil, 0, nil), 7, w, true},
+		{encodeWatermark(w, nil, nil, 0, carriedLists{}), 7, w, true},
 		{"2026-03-01T12:00:10Z", 7, w, true}, // as written before resume points
-		{encodeWatermark(w, map[int]int64{7: r}, nil, 0, nil), 7, r, true},
-		{encodeWatermark(w, map[int]int64{7: r}, nil, 0, nil), 8, w, true},
-		{encodeWatermark(w, map[int]int64{7: w + 1}, nil, 0, nil), 7, w, true},
+		{encodeWatermark(w, map[int]int64{7: r}, nil, 0, carriedLists{}), 7, r, true},
+		{encodeWatermark(w, map[int]int64{7: r}, nil, 0, carriedLists{}), 8, w, true},
+		{encodeWatermark(w, map[int]int64{7: w + 1}, nil, 0, carriedLists{}), 7, w, true},
 		{`{"partitions":{"7":"2026-03-01T12:00:07Z"}}`, 7, 0, false},
 		{"garbage", 7, 0, false},
 	} {
@@ -1450,11 +1450,11 @@ func TestWatermark_ValueCarriesAppliedRevisions(t *testing.T) {
 		applied int64 // in the value itself
 		base    int64
 	}{
-		{encodeWatermark(w, nil, map[int]int64{7: 100, 8: 90}, 0, nil), 7, 100, 0},
-		{encodeWatermark(w, map[int]int64{7: r}, map[int]int64{7: 100}, 0, nil), 7, 100, 0},
-		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55, nil), 7, 0, 55},
-		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55, nil), 8, 120, 55},
-		{encodeWatermark(w, nil, map[int]int64{7: 0}, 55, nil), 7, 0, 55}, // no longer armed
+		{encodeWatermark(w, nil, map[int]int64{7: 100, 8: 90}, 0, carriedLists{}), 7, 100, 0},
+		{encodeWatermark(w, map[int]int64{7: r}, map[int]int64{7: 100}, 0, carriedLists{}), 7, 100, 0},
+		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55, carriedLists{}), 7, 0, 55},
+		{encodeWatermark(w, nil, map[int]int64{8: 120}, 55, carriedLists{}), 8, 120, 55},
+		{encodeWatermark(w, nil, map[int]int64{7: 0}, 55, carriedLists{}), 7, 0, 55}, // no longer armed
 		{`{"at":"2026-03-01T12:00:10Z","partitions":{"7":"2026-03-01T12:00:07Z"}}`, 7, 0, 0},
 		{"2026-03-01T12:00:10Z", 7, 0, 0},
 	} {

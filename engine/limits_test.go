@@ -467,15 +467,21 @@ func crash(t *testing.T, n *testNode, proxy *etcdtest.Proxy) {
 	etcdtest.WaitFor(t, 10*time.Second, n.e.Fenced)
 }
 
-// A retry waits in its node's wheel, not in etcd. A graceful hand-over
-// lists it in the released checkpoint, and the next owner runs it when it
-// is due, with its attempt number and its trigger's override; a crash
-// loses it. Here attempt 1 of a triggered fire fails on node-a with a
-// retry due 5-10 s later, node-b takes the partition, and the clock moves
-// 20 s on, then 20 s more.
+// A retry waits in its node's wheel. A graceful hand-over lists it in the
+// released checkpoint; a crash writes none, and the next owner takes it
+// from the node watermark's last write, which carries it
+// (watermarkValue.Retries). Either way the next owner runs it when it is
+// due, once, with its attempt number and its trigger's override. Here
+// attempt 1 of a triggered fire fails on node-a with a retry due 5-10 s
+// later, node-b takes the partition, and the clock moves 20 s on, then
+// 20 s more. After a crash node-b ran nothing of flaky: the retry was lost.
+// Deleted and put again between the crash and node-b's acquire, flaky is
+// another task, which node-b's load names by the same id: its acquire
+// drops the retry, created before the put (heldRetries). By its id alone
+// node-b ran attempt 2 of a fire the new task never had.
 func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"graceful", "crash"} {
+	for _, how := range []string{"graceful", "crash", "crash, then put again"} {
 		t.Run(how, func(t *testing.T) {
 			c, clock := limitsStart(t)
 			log := &callLog{}
@@ -517,7 +523,22 @@ func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 				clock.Advance(time.Second)
 				etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
 				waitNamed(t, c, a, partOf("flaky"))
+				key := a.e.keys.watermark("node-a", sessionID(a.e.sess.Load()))
+				etcdtest.WaitFor(t, 10*time.Second, func() bool {
+					m, err := a.e.readDeadMark(context.Background(), key)
+					return err == nil && len(m.retries(partOf("flaky")).Fires) == 1
+				})
 				crash(t, a, proxy)
+				if how == "crash, then put again" {
+					reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, limitsParts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := reg.Delete(context.Background(), "flaky"); err != nil {
+						t.Fatal(err)
+					}
+					putTask(t, reg, flaky)
+				}
 				b = startNodeOn(t, c.NewClient(t), "", h, node("node-b"))
 			}
 			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, "flaky") })
@@ -529,7 +550,7 @@ func TestEngine_WaitingRetryAtAHandOver(t *testing.T) {
 			b.stop(t)
 			calls := log.of("flaky")
 			want := []string{"1 on node-a", "2 on node-b", "3 on node-b"}
-			if how == "crash" {
+			if how == "crash, then put again" {
 				want = want[:1]
 			}
 			var got []string
@@ -1960,7 +1981,7 @@ func TestEngine_ResumeAfterTwoFencesUsesTheHandOverOfThePartitionsSession(t *tes
 	named, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base.Add(-time.Minute)})
 	for k, v := range map[string]string{
 		e.keys.checkpoint(0):             string(named),
-		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil, nil, 0, nil),
+		e.keys.watermark("node-a", "s1"): encodeWatermark(base.Add(-time.Second).UnixNano(), nil, nil, 0, carriedLists{}),
 	} {
 		if _, err := cli.Put(context.Background(), k, v); err != nil {
 			t.Fatal(err)
@@ -2007,19 +2028,19 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsAppliedRevision(t *testing.T) {
 	}
 	w := base.Add(10 * time.Second)
 	named(base)
-	whole := put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{0: 40, 1: 41}, 0, nil))
+	whole := put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{0: 40, 1: 41}, 0, carriedLists{}))
 	check(0, w, 40)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, whole, nil))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, whole, carriedLists{}))
 	check(0, w, 40) // from the base
 	check(1, w, 50)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 0}, whole, nil))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 0}, whole, carriedLists{}))
 	check(1, w, 0) // no longer armed there
 
 	named(w.Add(time.Second)) // the acquire's resume point, which the dispatch never reached
 	check(0, w.Add(time.Second), 0)
 
 	named(base)
-	if _, err := cli.Compact(ctx, put(key, encodeWatermark(w.UnixNano(), nil, nil, whole, nil))); err != nil {
+	if _, err := cli.Compact(ctx, put(key, encodeWatermark(w.UnixNano(), nil, nil, whole, carriedLists{}))); err != nil {
 		t.Fatal(err)
 	}
 	check(0, w, 0)

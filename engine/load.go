@@ -298,8 +298,8 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 // partition became ours. applied, when not 0, is the revision up to which
 // the previous owner armed the partition's changes, which decides its
 // one-shots (decideApplied) and which tasks its fires and health are of
-// (heldHanded); which of handed's end_waits hold goes by the revision
-// they came with (heldEndWaits).
+// (heldHanded); which of handed's end_waits and retries hold goes by the
+// revision they came with (heldEndWaits, heldRetries).
 func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed *handedTo, touched map[string][]byte, rev int64) error {
 	p := prep.p
 	defs := prep.defs
@@ -351,6 +351,9 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if err := e.heldHanded(ctx, prep, defs, touched, applied, handed); err != nil {
 		return err
 	}
+	if err := e.heldRetries(ctx, prep, defs, touched, handed); err != nil {
+		return err
+	}
 	// Not known (no task read, or one cached by a version that did not
 	// keep creations): every trigger older than the acquisition is read.
 	created := prep.created
@@ -396,15 +399,11 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 
 // heldHanded keeps in handed's lists by task id (after, pending, health)
 // only the tasks of defs that the partition's previous owner had, having
-// armed its changes up to applied: created at or before it. One deleted
-// and put again since is another task, which they say nothing of: by its
-// id alone, it took the retry and the fire the previous owner handed over
+// armed its changes up to applied (createdAfter). One deleted and put
+// again since is another task, which they say nothing of: by its id
+// alone, it took the retry and the fire the previous owner handed over
 // unrun, resumed after that owner's last fire, and inherited its
-// failures. A creation read from etcd or the cache says which; a
-// definition read at or before applied (from a cache that did not keep
-// its creation, at its read) and unchanged since is that owner's; the
-// creation of the others (changed since the read) is read from etcd.
-// Nothing is known without applied: the lists go by id.
+// failures. Nothing is known without applied: the lists go by id.
 func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, handed *handedTo) error {
 	if applied == 0 || len(handed.after) == 0 && len(handed.pending) == 0 && len(handed.health) == 0 {
 		return nil
@@ -419,7 +418,64 @@ func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef,
 	for _, f := range handed.pending {
 		named[f.ID] = true
 	}
-	others := map[string]bool{} // the tasks created after applied
+	others, err := e.createdAfter(ctx, prep, defs, touched, applied, named)
+	if err != nil || len(others) == 0 {
+		return err
+	}
+	for id := range others {
+		delete(handed.after, id)
+		delete(handed.health, id)
+	}
+	// A new list: the one read may be the checkpoint this node kept in
+	// memory (resume), which an acquire undone reads again.
+	var pending []pendingFire
+	for _, f := range handed.pending {
+		if !others[f.ID] {
+			pending = append(pending, f)
+		}
+	}
+	handed.pending = pending
+	return nil
+}
+
+// heldRetries adds to handed's pending fires the retries a crashed or
+// fenced session's watermark carried (handed.retries) of the tasks of
+// defs that session had, having armed the partition's changes up to the
+// revision they came with (createdAfter): the retry of a task deleted and
+// put again since is not the new task's. Those that came with no revision
+// are dropped: nothing tells whose they are.
+func (e *Engine) heldRetries(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, handed *handedTo) error {
+	rets := handed.retries
+	if rets.Applied == 0 || len(rets.Fires) == 0 {
+		return nil
+	}
+	named := make(map[string]bool, len(rets.Fires))
+	for _, f := range rets.Fires {
+		named[f.ID] = true
+	}
+	others, err := e.createdAfter(ctx, prep, defs, touched, rets.Applied, named)
+	if err != nil {
+		return err
+	}
+	// A new list, as heldHanded's.
+	pending := slices.Clip(handed.pending)
+	for _, f := range rets.Fires {
+		if !others[f.ID] {
+			pending = append(pending, f)
+		}
+	}
+	handed.pending = pending
+	return nil
+}
+
+// createdAfter returns the tasks of defs that named names and that were
+// created after applied. A creation read from etcd or the cache says
+// which; a definition read at or before applied (from a cache that did
+// not keep its creation, at its read) and unchanged since was created at
+// or before it; the creation of the others (changed since the read) is
+// read from etcd.
+func (e *Engine) createdAfter(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, named map[string]bool) (map[string]bool, error) {
+	others := map[string]bool{}
 	var ask []string
 	for i := range defs {
 		d := &defs[i]
@@ -438,7 +494,7 @@ func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef,
 		created, _, err := e.reg.Created(rctx, chunk)
 		cancel()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for id, c := range created {
 			if c == 0 || c > applied { // 0: deleted since, which the watch brings
@@ -446,23 +502,7 @@ func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef,
 			}
 		}
 	}
-	if len(others) == 0 {
-		return nil
-	}
-	for id := range others {
-		delete(handed.after, id)
-		delete(handed.health, id)
-	}
-	// A new list: the one read may be the checkpoint this node kept in
-	// memory (resume), which an acquire undone reads again.
-	var pending []pendingFire
-	for _, f := range handed.pending {
-		if !others[f.ID] {
-			pending = append(pending, f)
-		}
-	}
-	handed.pending = pending
-	return nil
+	return others, nil
 }
 
 // decideApplied decides the one-shots of defs whose time is not after

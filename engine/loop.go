@@ -157,6 +157,7 @@ type retryState struct {
 	sched    int64
 	due      int64 // 0: the slot is free
 	attempt  uint16
+	part     uint16     // its task's partition (retryIn)
 	handed   bool       // a former owner handed it on (loop.handed)
 	extra    *fireExtra // the fire's: its override, and its backfill, told when its last attempt ends
 }
@@ -237,6 +238,12 @@ type loop struct {
 	endMarks   *endWaitMarks
 
 	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
+	// retryIn are the slots of retries, by partition, and retryChanged
+	// the partitions whose retries changed since they were last published
+	// to retryMarks, which the watermark writes carry (publishRetries).
+	retryIn      map[int]map[uint32]struct{}
+	retryChanged map[int]bool
+	retryMarks   *retryMarks
 
 	// elsewhere are the marker keys of runs on former owners, by record,
 	// each counted in its record's running (elsewhere.go); unmark deletes
@@ -281,6 +288,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
+		retryIn: map[int]map[uint32]struct{}{}, retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
 
@@ -291,6 +299,9 @@ func (l *loop) run(ctx context.Context) {
 	for {
 		if len(l.endChanged) > 0 {
 			l.publishEndWaits()
+		}
+		if len(l.retryChanged) > 0 {
+			l.publishRetries()
 		}
 		l.service()
 		l.awaitStage()
@@ -468,6 +479,9 @@ func (l *loop) setApplied(p int, rev int64) {
 	}
 	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
 		l.endChanged[p] = true // published without a revision to judge them by
+	}
+	if l.parts[p].applied == 0 && l.retryIn[p] != nil {
+		l.retryChanged[p] = true // likewise
 	}
 	l.parts[p].applied = rev
 	l.appliedSeq++
@@ -684,6 +698,9 @@ func (l *loop) remove(i uint32) {
 	delete(l.health, i)
 	l.forgetElsewhere(i)
 	l.clearEndWaits(i, r)
+	if l.retryWaits(i, r) {
+		l.retryChanged[int(r.part)] = true // its retries run nothing now
+	}
 	l.profs.unref(r.prof)
 	l.tab.remove(i, xxhash.Sum64String(l.tab.id(r)))
 }

@@ -706,7 +706,8 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		// applied. A crash before the session is named loses them.
 		handed.takeEndWaits(res.ends)
 	}
-	handed.elsewhere, handed.pending = away, res.pending
+	// Not in the hold either, for the same reason.
+	handed.elsewhere, handed.pending, handed.retries = away, res.pending, res.retries
 	if err := e.arm(ctx, prep, fence, res.w, res.applied, &handed, touched, taskRev); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}

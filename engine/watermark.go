@@ -148,13 +148,13 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		// session's check: a drop once the session is fenced resets holds.
 		w := e.holds.cap(e.loop.applieds.fold(revs.armed))
 		resumes := e.holds.resumes()
-		ends := e.loop.endMarks.carried()
+		lists := carriedLists{ends: e.loop.endMarks.carried(), retries: e.loop.retryMarks.carried()}
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.
 			e.acked.noSpace.Store(false)
 		} else {
-			val, whole := revs.value(w, resumes, ends, sessionID(s))
+			val, whole := revs.value(w, resumes, lists, sessionID(s))
 			wctx, cancel := context.WithTimeout(ctx, max(e.cfg.Lead, etcdTimeout))
 			start := time.Now()
 			resp, err := e.cli.Txn(wctx).
@@ -163,7 +163,7 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 				Commit()
 			cancel()
 			if err == nil && resp.Succeeded && whole {
-				revs.wrote(resp.Header.Revision, ends)
+				revs.wrote(resp.Header.Revision, lists)
 			}
 			if took := time.Since(start); err == nil && (took > e.cfg.Lead) != slow {
 				slow = !slow
@@ -327,15 +327,19 @@ func (a *appliedLog) foldTo(seq uint64, revs map[int]int64) {
 // write would be 15 KB a value for a node of 1 024 partitions, 150 KB a
 // second at the default interval, kept by etcd until it compacts. The
 // marks of ended paused tasks (endwaits.go) go the same way: a value that
-// names a base has the base's (baseEnds), and marks that changed make a
-// value that carries them all, the next base.
+// names a base has the base's (baseLists), and marks that changed make a
+// value that carries them all, the next base. The waiting retries
+// (waitingretries.go) change as often as tasks fail: a value that names
+// a base carries those of the partitions whose retries differ from the
+// base's (retriesSince), so that a failure costs the value its
+// partition's retries, not every revision.
 type appliedRevs struct {
-	armed    map[int]int64
-	base     map[int]int64
-	baseEnds map[int]endWaits
-	baseRev  int64     // 0: no base yet, the next value carries them all
-	baseAt   time.Time // wall clock: it ages against etcd's compaction
-	session  string    // whose key holds base: a new session's has none
+	armed     map[int]int64
+	base      map[int]int64
+	baseLists carriedLists
+	baseRev   int64     // 0: no base yet, the next value carries them all
+	baseAt    time.Time // wall clock: it ages against etcd's compaction
+	session   string    // whose key holds base: a new session's has none
 }
 
 // appliedBaseAge is how long a write may name the revisions of an earlier
@@ -344,21 +348,21 @@ type appliedRevs struct {
 const appliedBaseAge = time.Minute
 
 // value returns the value of watermark w with the resume points resumes
-// and the marks ends for session's key, and whether it carries every
-// revision and mark (the next base, once etcd took it: wrote).
-func (a *appliedRevs) value(w int64, resumes map[int]int64, ends map[int]endWaits, session string) (string, bool) {
+// and the lists lists for session's key, and whether it carries every
+// revision and list (the next base, once etcd took it: wrote).
+func (a *appliedRevs) value(w int64, resumes map[int]int64, lists carriedLists, session string) (string, bool) {
 	if session != a.session {
-		a.session, a.base, a.baseEnds, a.baseRev = session, nil, nil, 0
+		a.session, a.base, a.baseLists, a.baseRev = session, nil, carriedLists{}, 0
 	}
 	if len(a.armed) == 0 {
-		return encodeWatermark(w, resumes, nil, 0, ends), false
+		return encodeWatermark(w, resumes, nil, 0, lists), false
 	}
-	if a.baseRev != 0 && time.Since(a.baseAt) <= appliedBaseAge && sameEndWaits(ends, a.baseEnds) {
+	if a.baseRev != 0 && time.Since(a.baseAt) <= appliedBaseAge && sameLists(lists.ends, a.baseLists.ends) {
 		if diff := a.diff(); len(diff) <= len(a.armed)/4 {
-			return encodeWatermark(w, resumes, diff, a.baseRev, nil), false
+			return encodeWatermark(w, resumes, diff, a.baseRev, carriedLists{retries: retriesSince(lists.retries, a.baseLists.retries)}), false
 		}
 	}
-	return encodeWatermark(w, resumes, a.armed, 0, ends), true
+	return encodeWatermark(w, resumes, a.armed, 0, lists), true
 }
 
 // diff returns the revisions of armed that differ from base's, 0 for a
@@ -378,10 +382,34 @@ func (a *appliedRevs) diff() map[int]int64 {
 	return diff
 }
 
-// wrote takes the revisions of the last value, and its marks ends, which
-// etcd took at rev, as the base of the next.
-func (a *appliedRevs) wrote(rev int64, ends map[int]endWaits) {
-	a.base, a.baseEnds, a.baseRev, a.baseAt = maps.Clone(a.armed), ends, rev, time.Now()
+// retriesSince returns the retries of the partitions of now that differ
+// from base's, and no retries (an empty list) for those of base that have
+// none now: a successor takes the others from base. nil: none differ.
+func retriesSince(now, base map[int]waitingRetries) map[int]waitingRetries {
+	var diff map[int]waitingRetries
+	add := func(p int, w waitingRetries) {
+		if diff == nil {
+			diff = map[int]waitingRetries{}
+		}
+		diff[p] = w
+	}
+	for p, w := range now {
+		if !w.equal(base[p]) {
+			add(p, w)
+		}
+	}
+	for p := range base {
+		if _, ok := now[p]; !ok {
+			add(p, waitingRetries{})
+		}
+	}
+	return diff
+}
+
+// wrote takes the revisions of the last value, and its lists, which etcd
+// took at rev, as the base of the next.
+func (a *appliedRevs) wrote(rev int64, lists carriedLists) {
+	a.base, a.baseLists, a.baseRev, a.baseAt = maps.Clone(a.armed), lists, rev, time.Now()
 }
 
 // watermarkValue is a watermark key's value: the watermark, the resume
@@ -389,33 +417,37 @@ func (a *appliedRevs) wrote(rev int64, ends map[int]endWaits) {
 // and are uncommitted (holds), the revisions up to which the partitions'
 // task changes were armed (appliedRevs): those in Applied, and for the
 // others those of the key's value at revision Base, and the marks of the
-// paused delete_after_fire tasks whose last fire ended here (endwaits.go):
-// EndWaits, or with a Base those of its value. A node that arms no
+// paused delete_after_fire tasks whose last fire ended here (endwaits.go)
+// and the retries waiting for their backoff (waitingretries.go): EndWaits
+// and Retries, or with a Base the marks of its value, and its retries but
+// for the partitions in Retries. A node that arms no
 // partition and holds no release writes the watermark alone, an RFC 3339
 // time, as every value was before resume points. Nodes from before
 // applied revisions read the time and resume points of a value with them,
 // and this one reads their values, whose partitions go by updated_at;
-// nodes from before the marks read the rest of a value with them, and
-// this one finds none in theirs.
+// nodes from before the marks, or the retries, read the rest of a value
+// with them (JSON's unknown fields are passed over), and this one finds
+// none in theirs.
 type watermarkValue struct {
-	At         time.Time         `json:"at"`
-	Partitions map[int]time.Time `json:"partitions,omitempty"`
-	Applied    map[int]int64     `json:"applied,omitempty"`
-	Base       int64             `json:"applied_base,omitempty"`
-	EndWaits   map[int]endWaits  `json:"end_waits,omitempty"`
+	At         time.Time              `json:"at"`
+	Partitions map[int]time.Time      `json:"partitions,omitempty"`
+	Applied    map[int]int64          `json:"applied,omitempty"`
+	Base       int64                  `json:"applied_base,omitempty"`
+	EndWaits   map[int]endWaits       `json:"end_waits,omitempty"`
+	Retries    map[int]waitingRetries `json:"retries,omitempty"`
 }
 
 // encodeWatermark returns the value of watermark w with the resume points
 // of partitions, the applied revisions of applied (nil: none), the others
-// those of the key's value at etcd revision base (0: none), and the marks
-// ends (nil: none, or with a base those of its value).
-func encodeWatermark(w int64, partitions, applied map[int]int64, base int64, ends map[int]endWaits) string {
+// those of the key's value at etcd revision base (0: none), and the lists
+// lists (none, or with a base those of its value).
+func encodeWatermark(w int64, partitions, applied map[int]int64, base int64, lists carriedLists) string {
 	at := time.Unix(0, w).UTC()
-	if len(partitions) == 0 && len(applied) == 0 && base == 0 && len(ends) == 0 {
+	if len(partitions) == 0 && len(applied) == 0 && base == 0 && len(lists.ends) == 0 && len(lists.retries) == 0 {
 		b, _ := at.MarshalText()
 		return string(b)
 	}
-	v := watermarkValue{At: at, Applied: applied, Base: base, EndWaits: ends}
+	v := watermarkValue{At: at, Applied: applied, Base: base, EndWaits: lists.ends, Retries: lists.retries}
 	if len(partitions) > 0 {
 		v.Partitions = make(map[int]time.Time, len(partitions))
 		for p, r := range partitions {
@@ -474,13 +506,14 @@ type deadRead struct {
 func newDeadMarks() *deadMarks { return &deadMarks{read: map[string]*deadRead{}} }
 
 // deadMark is a dead session's watermark key as read: its value v, and
-// the applied revisions and marks of the value at v.Base (nil: none, or
+// the applied revisions and lists of the value at v.Base (nil: none, or
 // not known).
 type deadMark struct {
-	v        watermarkValue
-	found    bool // the key holds a value that decodes
-	base     map[int]int64
-	baseEnds map[int]endWaits
+	v           watermarkValue
+	found       bool // the key holds a value that decodes
+	base        map[int]int64
+	baseEnds    map[int]endWaits
+	baseRetries map[int]waitingRetries
 }
 
 // get returns the watermark key key as read, reading it with read for
@@ -535,12 +568,12 @@ func (e *Engine) readDeadMark(ctx context.Context, key string) (deadMark, error)
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at, "+
-			"and its ended paused delete_after_fire tasks stay after their resume", "key", key, "revision", m.v.Base)
+			"its ended paused delete_after_fire tasks stay after their resume, and its waiting retries are lost", "key", key, "revision", m.v.Base)
 	case err != nil:
 		return deadMark{}, err
 	case len(resp.Kvs) > 0:
 		if base, ok := decodeWatermark(resp.Kvs[0].Value); ok {
-			m.base, m.baseEnds = base.Applied, base.EndWaits
+			m.base, m.baseEnds, m.baseRetries = base.Applied, base.EndWaits, base.Retries
 		}
 	}
 	return m, nil
@@ -562,6 +595,14 @@ func (m deadMark) endWaits(p int) endWaits {
 		return m.baseEnds[p]
 	}
 	return m.v.EndWaits[p]
+}
+
+// retries returns the session's waiting retries of p (none: not known).
+func (m deadMark) retries(p int) waitingRetries {
+	if w, ok := m.v.Retries[p]; ok || m.v.Base == 0 {
+		return w
+	}
+	return m.baseRetries[p]
 }
 
 // checkLease makes the check a refused watermark write did not: that the

@@ -110,7 +110,7 @@ func TestEngine_AnAcquireRoundReadsADeadSessionsWatermarkOnce(t *testing.T) {
 		whole[p] = int64(40 + p)
 	}
 	w := base.Add(10 * time.Second)
-	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, put(key, encodeWatermark(w.UnixNano(), nil, whole, 0, nil)), nil))
+	put(key, encodeWatermark(w.UnixNano(), nil, map[int]int64{1: 50}, put(key, encodeWatermark(w.UnixNano(), nil, whole, 0, carriedLists{})), carriedLists{}))
 	var reads atomic.Int64
 	hook := func(k string) {
 		if k == key {

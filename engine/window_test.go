@@ -547,7 +547,7 @@ func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
 		tl.clock.Advance(time.Minute)
 		tl.dispatchAll() // the retry of t@+0s comes due while t is paused: skipped, the fire is over
 		tl.publishEndWaits()
-		if got, want := tl.endMarks.carried(), map[int]endWaits{0: {Applied: 10, IDs: []string{"t"}}}; !sameEndWaits(got, want) {
+		if got, want := tl.endMarks.carried(), map[int]endWaits{0: {Applied: 10, IDs: []string{"t"}}}; !sameLists(got, want) {
 			t.Fatalf("published %v once t's fire ended while it was paused, want %v", got, want)
 		}
 		edited := def(true)
@@ -574,7 +574,7 @@ func TestLoop_EndWaitsArePublishedWithTheirPartitionsRevision(t *testing.T) {
 		}
 		tl.handle(&loadCmd{part: 1, rev: 20, done: make(chan struct{})})
 		tl.publishEndWaits()
-		if got, want := tl.endMarks.carried(), map[int]endWaits{1: {Applied: 20, IDs: []string{"u"}}}; !sameEndWaits(got, want) {
+		if got, want := tl.endMarks.carried(), map[int]endWaits{1: {Applied: 20, IDs: []string{"u"}}}; !sameLists(got, want) {
 			t.Errorf("published %v once the load was in, want %v", got, want)
 		}
 	})

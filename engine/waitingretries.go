@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"cmp"
+	"slices"
+)
+
+// The retries waiting in the wheel for their backoff (loop.retries). A
+// release hands its partitions' over (checkpoint pending, handedRetry); so
+// that a crash or a fence, which write no checkpoint, do not lose them,
+// the loop publishes them by partition (publishRetries) and every
+// watermark write carries them (watermarkValue.Retries), for a successor
+// to run as a release's, of the tasks the crashed owner had
+// (heldRetries). A retry that comes due and starts after the session's
+// last acknowledged write runs again there (at least once, as a fire
+// past the watermark); one that waits after that write is lost, and so
+// is one that came due before it, its slot freed, and had not started
+// when the node crashed (queued behind busy workers).
+
+// waitingRetries are a partition's waiting retries, as a release lists
+// them (handedRetry), and the revision up to which their owner had armed
+// the partition's changes when it published them: the successor runs
+// those of the tasks that owner had (heldRetries).
+type waitingRetries struct {
+	Applied int64         `json:"applied"`
+	Fires   []pendingFire `json:"fires"`
+	// sizes are the JSON sizes of Fires with their commas, 0 until
+	// computed (size): an override takes up to 16 KiB, and the lists of
+	// the partitions that did not change are bounded again at every
+	// publish.
+	sizes []int
+}
+
+// maxWaitingRetries and maxWaitingRetryBytes bound the retries a watermark
+// value carries, their count and their JSON: a value is written every
+// WatermarkInterval, and a retry's override takes up to 16 KiB.
+const (
+	maxWaitingRetries    = maxHandOver / 2
+	maxWaitingRetryBytes = maxCheckpointBytes / 4
+)
+
+// retryMarks are the waiting retries as the loop last published them, by
+// partition, and of them those a watermark value carries (those left out
+// are lost in a crash).
+type retryMarks = partLists[waitingRetries]
+
+func (w waitingRetries) applied() int64 { return w.Applied }
+func (w waitingRetries) len() int       { return len(w.Fires) }
+
+// size is called only under the lists' lock: it fills sizes in.
+func (w waitingRetries) size(i int) int {
+	if w.sizes[i] == 0 {
+		w.sizes[i] = jsonSize(w.Fires[i]) + 1
+	}
+	return w.sizes[i]
+}
+
+func (w waitingRetries) prefix(k int) waitingRetries {
+	return waitingRetries{Applied: w.Applied, Fires: w.Fires[:k:k], sizes: w.sizes[:k:k]}
+}
+func (waitingRetries) bounds() (n, bytes int) { return maxWaitingRetries, maxWaitingRetryBytes }
+func (w waitingRetries) equal(o waitingRetries) bool {
+	return w.Applied == o.Applied && slices.Equal(w.Fires, o.Fires)
+}
+
+// noteRetry notes that slot's retry changed its partition's waiting
+// retries (it waits, or it no longer does). Called only from the dispatch
+// loop.
+func (l *loop) noteRetry(slot uint32, waits bool) {
+	p := int(l.retries[slot].part)
+	if waits {
+		if l.retryIn[p] == nil {
+			l.retryIn[p] = map[uint32]struct{}{}
+		}
+		l.retryIn[p][slot] = struct{}{}
+	} else {
+		delete(l.retryIn[p], slot)
+		if len(l.retryIn[p]) == 0 {
+			delete(l.retryIn, p)
+		}
+	}
+	l.retryChanged[p] = true
+}
+
+// publishRetries publishes, for the watermark writes, the waiting retries
+// of the partitions whose retries changed (retryChanged), each with its
+// applied revision as it stands between commands, as publishEndWaits
+// does: a task deleted, or deleted and put again, by the changes armed up
+// to it has no retry in the list (its record is gone), and one put again
+// after it is created after it, which a successor tells. Sorted, a
+// partition's retries make the same value until they change. Called only
+// from the dispatch loop.
+func (l *loop) publishRetries() {
+	lists := make(map[int]waitingRetries, len(l.retryChanged))
+	for p := range l.retryChanged {
+		var fires []pendingFire
+		for slot := range l.retryIn[p] {
+			rs := &l.retries[slot]
+			r := l.tab.rec(rs.rec)
+			if r.flags&flagLive == 0 || r.gen != rs.gen {
+				continue // its task was deleted: the retry runs nothing
+			}
+			fires = append(fires, handedRetry(l.tab.id(r), rs.sched, rs.attempt, rs.due, rs.extra))
+		}
+		slices.SortFunc(fires, func(a, b pendingFire) int {
+			return cmp.Or(cmp.Compare(a.ID, b.ID), a.At.Compare(b.At), cmp.Compare(a.Attempt, b.Attempt))
+		})
+		lists[p] = waitingRetries{Applied: l.parts[p].applied, Fires: fires, sizes: make([]int, len(fires))}
+	}
+	clear(l.retryChanged)
+	l.retryMarks.publish(lists)
+}

@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardcron/shardcron/task"
+)
+
+// A watermark value carries at most maxWaitingRetries retries of at most
+// maxWaitingRetryBytes of JSON, overrides of 16 KiB included: the
+// partitions' in order, a partition's retries in order, up to what fits.
+// Retries with no revision to judge them by are not carried: a successor
+// would drop them. Carried whole, a thousand retries of 16 KiB overrides
+// made a value of 16 MiB, which etcd refuses every WatermarkInterval.
+func TestRetryMarks_AValueCarriesABoundedList(t *testing.T) {
+	at := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	fires := func(n int, over *task.Override) waitingRetries {
+		w := waitingRetries{Fires: make([]pendingFire, n), sizes: make([]int, n)}
+		for i := range w.Fires {
+			w.Fires[i] = pendingFire{ID: fmt.Sprintf("t%05d", i), At: at, Attempt: 2, Due: at.Add(time.Minute), Override: over}
+		}
+		return w
+	}
+	judged := func(applied int64, w waitingRetries) waitingRetries {
+		w.Applied = applied
+		return w
+	}
+	count := func(v map[int]waitingRetries) (n, size int) {
+		for _, w := range v {
+			n += len(w.Fires)
+		}
+		return n, jsonSize(v)
+	}
+	var m retryMarks
+	m.publish(map[int]waitingRetries{0: fires(1, nil), 1: judged(7, fires(maxWaitingRetries-10, nil)), 2: judged(8, fires(20, nil))})
+	got := m.carried()
+	if n, _ := count(got); n != maxWaitingRetries || len(got[1].Fires) != maxWaitingRetries-10 || len(got[2].Fires) != 10 || got[0].Fires != nil {
+		t.Errorf("carried %d retries (partition 0: %d, 1: %d, 2: %d), want %d: none of 0, all of 1, 10 of 2",
+			n, len(got[0].Fires), len(got[1].Fires), len(got[2].Fires), maxWaitingRetries)
+	}
+	payload := json.RawMessage(`"` + strings.Repeat("x", 16<<10-2) + `"`)
+	m.publish(map[int]waitingRetries{1: {}, 2: judged(8, fires(maxWaitingRetries, &task.Override{Payload: payload}))})
+	got = m.carried()
+	if n, size := count(got); n == 0 || size > maxWaitingRetryBytes+100 || got[1].Fires != nil {
+		t.Errorf("carried %d retries with 16 KiB overrides in %d bytes, partition 1's %d; want some, within %d bytes, none of 1",
+			n, size, len(got[1].Fires), maxWaitingRetryBytes)
+	}
+	m.publish(map[int]waitingRetries{2: {}})
+	if got := m.carried(); got != nil {
+		t.Errorf("carried %v once the retries were gone, want none", got)
+	}
+}
+
+// The retries waiting in the wheel go to the watermark writes with the
+// revision up to which their partition's changes were armed, as the loop
+// stands between commands, and leave them once they come due, or once
+// their task is deleted: deleted and put again, it is another task, whose
+// fire the retry is not.
+func TestLoop_WaitingRetriesArePublishedWithTheirPartitionsRevision(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	failed := func(t *testing.T) (tl *testLoop, def taskDef) {
+		t.Helper()
+		tl = newTestLoop(t, base.Add(-time.Second/2), nil)
+		h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prof := noopProfile(task.MisfireFireOnce)
+		prof.maxAttempts, prof.backoff, prof.maxBackoff = 3, time.Minute, time.Minute
+		def = taskDef{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof, createRev: 5}
+		tl.handle(&loadCmd{part: 0, resume: base.Add(-time.Second).UnixNano(), first: true, rev: 10, done: make(chan struct{}), defs: []taskDef{def}})
+		i, r, _ := tl.tab.lookup("t")
+		tl.admit(i, r, prof, ownFire{at: base.UnixNano(), kind: kindSchedule}, base.UnixNano())
+		tl.pushJobs()
+		tl.pool.mu.Lock()
+		j := *tl.pool.at(0)
+		tl.pool.pop()
+		tl.pool.mu.Unlock()
+		var b completionBatch
+		b.add(&j, statusFailed, "boom", false)
+		tl.complete(&b)
+		tl.publishRetries()
+		got := tl.retryMarks.carried()[0]
+		if got.Applied != 10 || len(got.Fires) != 1 || got.Fires[0].ID != "t" || got.Fires[0].Attempt != 2 || !got.Fires[0].At.Equal(base) {
+			t.Fatalf("published %+v once t's attempt 1 failed, want its attempt 2 of t@%s with the revision 10", got, base.Format(time.TimeOnly))
+		}
+		return tl, def
+	}
+	t.Run("comes due", func(t *testing.T) {
+		tl, _ := failed(t)
+		tl.clock.Advance(2 * time.Minute)
+		tl.dispatchAll()
+		tl.publishRetries()
+		if got := tl.retryMarks.carried(); got != nil {
+			t.Errorf("published %v once the retry came due, want none", got)
+		}
+	})
+	t.Run("deleted and put again", func(t *testing.T) {
+		tl, def := failed(t)
+		tl.handle(&eventsCmd{part: 0, rev: 11, deletes: []string{"t"}})
+		def.createRev = 12
+		tl.handle(&eventsCmd{part: 0, rev: 12, created: 12, upserts: []taskDef{def}})
+		tl.publishRetries()
+		if got := tl.retryMarks.carried(); got != nil {
+			t.Errorf("published %v once t was deleted and put again, want none", got)
+		}
+	})
+}
+
+// After a crash or a fence the next owner takes the retries waiting on
+// the dead session from its watermark key: from its value, or from the
+// value it names as its base but for the partitions whose retries the
+// value carries (those that changed since the base: an empty list when
+// they are gone). A value written by a node of the version before the
+// retries has none, and that version reads the rest of a value with them.
+func TestEngine_ResumeAfterACrashTakesTheSessionsRetries(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	e, cli := resumingEngine(t, base)
+	ctx := context.Background()
+	key := e.keys.watermark("node-a", "s1")
+	b, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base})
+	putKey(t, cli, e.keys.checkpoint(0), string(b))
+	check := func(what string, want waitingRetries) {
+		t.Helper()
+		res, err := e.resume(ctx, 0, newDeadMarks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As JSON: the overrides decoded are not the ones written.
+		got, _ := json.Marshal(res.retries)
+		if w, _ := json.Marshal(want); string(got) != string(w) {
+			t.Errorf("%s: resumed with the retries %s, want %s", what, got, w)
+		}
+	}
+	w := base.Add(10 * time.Second).UnixNano()
+	a := appliedRevs{armed: map[int]int64{}}
+	for p := range 8 {
+		a.armed[p] = int64(40 + p)
+	}
+	write := func(rets map[int]waitingRetries) (whole bool) {
+		t.Helper()
+		v, whole := a.value(w, nil, carriedLists{retries: rets}, "s1")
+		if rev := putKey(t, cli, key, v); whole {
+			a.wrote(rev, carriedLists{retries: rets})
+		}
+		return whole
+	}
+	retry := func(id string) pendingFire {
+		return pendingFire{ID: id, At: base, Attempt: 2, Due: base.Add(time.Minute), Override: &task.Override{Payload: json.RawMessage(`1`)}}
+	}
+	first := map[int]waitingRetries{0: {Applied: 40, Fires: []pendingFire{retry("x")}}, 1: {Applied: 41, Fires: []pendingFire{retry("y")}}}
+	if !write(first) {
+		t.Fatal("the first value names a base")
+	}
+	check("in the value", first[0])
+	a.armed[2]++
+	if write(first) {
+		t.Fatal("a value whose applied revisions moved a little names a base")
+	}
+	check("in the base", first[0])
+	next := map[int]waitingRetries{0: {Applied: 42, Fires: []pendingFire{retry("x"), retry("z")}}, 1: first[1]}
+	if write(next) {
+		t.Fatal("a value whose retries changed names a base all the same")
+	}
+	check("changed since the base", next[0])
+	if write(map[int]waitingRetries{1: first[1]}) {
+		t.Fatal("a value whose retries went names a base all the same")
+	}
+	check("gone since the base", waitingRetries{})
+
+	v, _ := a.value(w, nil, carriedLists{retries: first}, "s2") // a new session's first value: all of it
+	var before struct {
+		At       time.Time        `json:"at"`
+		Applied  map[int]int64    `json:"applied"`
+		EndWaits map[int]endWaits `json:"end_waits"`
+	}
+	if err := json.Unmarshal([]byte(v), &before); err != nil || before.At.UnixNano() != w || before.Applied[0] != 40 {
+		t.Errorf("a node of the version before the retries read %s as %+v (%v)", v, before, err)
+	}
+	putKey(t, cli, key, `{"at":"2026-03-01T12:00:10Z","applied":{"0":40},"end_waits":{"0":{"applied":40,"ids":["x"]}}}`)
+	check("a value of the version before", waitingRetries{})
+}
