@@ -158,6 +158,7 @@ type retryState struct {
 	due      int64 // 0: the slot is free
 	attempt  uint16
 	part     uint16     // its task's partition (retryIn)
+	pos      uint32     // its place in retryIn[part] while it waits
 	handed   bool       // a former owner handed it on (loop.handed)
 	extra    *fireExtra // the fire's: its override, and its backfill, told when its last attempt ends
 }
@@ -241,9 +242,10 @@ type loop struct {
 	// retryIn are the slots of retries, by partition, and retryChanged
 	// the partitions whose retries changed since they were last published
 	// to retryMarks, which the watermark writes carry (publishRetries).
-	retryIn      map[int]map[uint32]struct{}
+	retryIn      [][]uint32
 	retryChanged map[int]bool
 	retryMarks   *retryMarks
+	retriesAt    int64 // when publishRetries may run next (unix ns)
 
 	// elsewhere are the marker keys of runs on former owners, by record,
 	// each counted in its record's running (elsewhere.go); unmark deletes
@@ -288,7 +290,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
-		retryIn: map[int]map[uint32]struct{}{}, retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
+		retryIn: make([][]uint32, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
 
@@ -300,9 +302,7 @@ func (l *loop) run(ctx context.Context) {
 		if len(l.endChanged) > 0 {
 			l.publishEndWaits()
 		}
-		if len(l.retryChanged) > 0 {
-			l.publishRetries()
-		}
+		l.publishRetriesDue()
 		l.service()
 		l.awaitStage()
 		if l.dispatch() {
@@ -480,7 +480,7 @@ func (l *loop) setApplied(p int, rev int64) {
 	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
 		l.endChanged[p] = true // published without a revision to judge them by
 	}
-	if l.parts[p].applied == 0 && l.retryIn[p] != nil {
+	if l.parts[p].applied == 0 && len(l.retryIn[p]) > 0 {
 		l.retryChanged[p] = true // likewise
 	}
 	l.parts[p].applied = rev

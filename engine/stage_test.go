@@ -227,8 +227,7 @@ func TestLoop_StagedFireCountsAsRunningForItsRetry(t *testing.T) {
 		prof.concurrency = task.ConcurrencyForbid
 		tl.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", "x")
 		i, r, _ := tl.tab.lookup("x") // the fire at S-1 failed: its retry is due at S
-		tl.retries = append(tl.retries, retryState{rec: i, gen: r.gen, sched: base.Add(-time.Second).UnixNano(), attempt: 2})
-		tl.wheel.Schedule(retryBase, base.UnixNano())
+		tl.waitRetry(i, r, base.Add(-time.Second).UnixNano(), 2, base.UnixNano(), nil)
 		tl.dispatchAll()
 		if stage {
 			tl.stageNext()

@@ -58,6 +58,45 @@ func TestRetryMarks_AValueCarriesABoundedList(t *testing.T) {
 	}
 }
 
+// A partition past what a value carries is not built, and is once the
+// partitions before it hold fewer retries: its retries are carried then.
+func TestLoop_WaitingRetriesPastTheBoundAreBuiltOnceThereIsRoom(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	ids := make([]string, maxWaitingRetries)
+	for k := range ids {
+		ids[k] = fmt.Sprintf("a%04d", k)
+	}
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", ids...)
+	tl.add(t, 1, base, prof, "0 0 0 1 1 *", "b")
+	tl.setApplied(0, 10)
+	tl.setApplied(1, 10)
+	due := base.Add(time.Hour).UnixNano()
+	var slots []uint32
+	for _, id := range ids {
+		i, r, _ := tl.tab.lookup(id)
+		slots = append(slots, tl.waitRetry(i, r, base.UnixNano(), 2, due, nil))
+	}
+	i, r, _ := tl.tab.lookup("b")
+	tl.waitRetry(i, r, base.UnixNano(), 2, due, nil)
+	tl.publishRetries()
+	carried := tl.retryMarks.carried()
+	if len(carried[0].Fires) != maxWaitingRetries || len(carried[1].Fires) != 0 || !tl.retryChanged[1] {
+		t.Fatalf("carried %d and %d retries, partition 1 changed %v; want %d, none, and partition 1 to build later",
+			len(carried[0].Fires), len(carried[1].Fires), tl.retryChanged[1], maxWaitingRetries)
+	}
+	for _, slot := range slots {
+		tl.wheel.Cancel(retryBase + slot)
+		tl.freeRetry(slot)
+	}
+	tl.publishRetries()
+	carried = tl.retryMarks.carried()
+	if len(carried[0].Fires) != 0 || len(carried[1].Fires) != 1 || len(tl.retryChanged) != 0 {
+		t.Errorf("carried %d and %d retries, %d partitions changed; want none, b's, none", len(carried[0].Fires), len(carried[1].Fires), len(tl.retryChanged))
+	}
+}
+
 // The retries waiting in the wheel go to the watermark writes with the
 // revision up to which their partition's changes were armed, as the loop
 // stands between commands, and leave them once they come due, or once
