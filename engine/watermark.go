@@ -550,12 +550,12 @@ func (d *deadMarks) get(ctx context.Context, key string, read func(context.Conte
 }
 
 // readDeadMark reads a dead session's watermark key, and when its value
-// names a base, the base's applied revisions from etcd's history. A base
-// etcd compacted is not known, logged.
+// names a base, the base's applied revisions, end waits and retries from
+// etcd's history. A base etcd compacted is not known, logged.
 func (e *Engine) readDeadMark(ctx context.Context, key string) (deadMark, error) {
 	wr, err := e.cli.Get(ctx, key)
 	if err != nil {
-		return deadMark{}, err
+		return deadMark{}, fmt.Errorf("read watermark %s: %w", key, err)
 	}
 	var m deadMark
 	if len(wr.Kvs) == 0 {
@@ -570,7 +570,7 @@ func (e *Engine) readDeadMark(ctx context.Context, key string) (deadMark, error)
 		e.log.Warn("a crashed session's applied revisions are compacted out of etcd's history; its one-shots go by updated_at, "+
 			"its ended paused delete_after_fire tasks stay after their resume, and its waiting retries are lost", "key", key, "revision", m.v.Base)
 	case err != nil:
-		return deadMark{}, err
+		return deadMark{}, fmt.Errorf("read watermark %s at its base, revision %d: %w", key, m.v.Base, err)
 	case len(resp.Kvs) > 0:
 		if base, ok := decodeWatermark(resp.Kvs[0].Value); ok {
 			m.base, m.baseEnds, m.baseRetries = base.Applied, base.EndWaits, base.Retries
