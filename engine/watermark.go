@@ -625,11 +625,13 @@ func (e *Engine) checkLease(ctx context.Context, s *membership.Session) {
 // while one collection runs often enough that a single try left the keys
 // of dead sessions, up to 15 KB each, to pile up restart after restart.
 func (e *Engine) collectWatermarksRetrying(ctx context.Context) {
-	for wait := time.Second; !e.collectWatermarks(ctx) && wait <= 32*time.Second; wait *= 2 {
-		select {
-		case <-ctx.Done():
+	for wait := time.Second; !e.collectWatermarks(ctx); wait *= 2 {
+		if wait > 32*time.Second {
+			e.log.Info("collecting the watermark keys of dead sessions did not go through; they stay until a node's next session collects them")
 			return
-		case <-time.After(wait):
+		}
+		if !sleepCtx(ctx, wait) {
+			return
 		}
 	}
 }
