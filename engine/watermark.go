@@ -317,6 +317,9 @@ func (a *appliedLog) foldTo(seq uint64, revs map[int]int64) {
 		n++
 	}
 	a.changes = slices.Delete(a.changes, 0, n)
+	if len(a.changes) == 0 {
+		a.room = 0 // the stand is over: the next compacts at appliedRoom, not at twice this one's log
+	}
 }
 
 // appliedRevs are the applied revisions the writer's watermark goes with,

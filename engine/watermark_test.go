@@ -59,6 +59,9 @@ func TestLoop_AppliedLogStaysBoundedWhileTheWatermarkStands(t *testing.T) {
 	if want := map[int]int64{0: tl.parts[0].applied, 1: tl.parts[1].applied}; !maps.Equal(revs, want) {
 		t.Errorf("every fire taken, the watermark goes with revisions %v, want %v", revs, want)
 	}
+	if tl.applieds.room != 0 {
+		t.Errorf("the log, folded whole, compacts past %d changes: the room of the stand before", tl.applieds.room)
+	}
 }
 
 // compact keeps of a partition's changes between two counts only the
