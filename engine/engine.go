@@ -660,14 +660,18 @@ func (e *Engine) Stats() Stats {
 // now, or the node's limits for a field it leaves out or a task deleted:
 // the store deletes a ring's extra records only at the task's next
 // execution of that class here, which a task that fires rarely, or that
-// this node no longer owns, may never have. It reads the task from etcd;
-// when that fails, it answers every record kept.
+// this node no longer owns, may never have. It reads the task from etcd,
+// for historyLimitsWait at most: the records are this node's, and an etcd
+// out of reach held the answer until the request's own deadline; when the
+// read fails, it answers every record kept.
 func (e *Engine) History(ctx context.Context, id string, limit int) ([]task.Execution, error) {
 	if e.store == nil {
 		return nil, nil
 	}
 	keep := [2]int{store.MaxHistoryLimit, store.MaxHistoryLimit}
-	t, err := e.reg.Get(ctx, id)
+	rctx, cancel := context.WithTimeout(ctx, historyLimitsWait)
+	t, err := e.reg.Get(rctx, id)
+	cancel()
 	switch {
 	case err == nil:
 		keep = historyKeep(t.HistoryLimit)

@@ -34,6 +34,9 @@ const (
 	// etcdTimeout bounds one etcd request made outside a caller's context
 	// (unlocks, restores, watermark deletes, release transactions).
 	etcdTimeout = 5 * time.Second
+	// historyLimitsWait bounds a history answer's read of its task's
+	// limits (Engine.History).
+	historyLimitsWait = time.Second
 	// retryMin and retryMax bound the backoff of everything that retries
 	// etcd until it answers: rejoins, watches, trigger deletes, naming a
 	// session in a checkpoint.
