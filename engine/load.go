@@ -336,22 +336,23 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 			}
 		}
 	}
+	a := &arming{prep: prep, defs: defs, touched: touched, rev: rev}
 	var err error
 	if applied != 0 {
-		err = e.decideApplied(ctx, prep, defs, touched, resume, applied, rev)
+		err = e.decideApplied(ctx, a, resume, applied)
 	} else {
 		err = e.decideOneShots(ctx, p, defs, resume, rev, before)
 	}
 	if err != nil {
 		return err
 	}
-	if err := e.heldEndWaits(ctx, prep, defs, touched, handed.endWaitsApplied, rev, handed.endWaits); err != nil {
+	if err := e.heldEndWaits(ctx, a, handed.endWaitsApplied, handed.endWaits); err != nil {
 		return err
 	}
-	if err := e.heldHanded(ctx, prep, defs, touched, applied, handed); err != nil {
+	if err := e.heldHanded(ctx, a, applied, handed); err != nil {
 		return err
 	}
-	if err := e.heldRetries(ctx, prep, defs, touched, handed); err != nil {
+	if err := e.heldRetries(ctx, a, handed); err != nil {
 		return err
 	}
 	// Not known (no task read, or one cached by a version that did not
@@ -373,18 +374,18 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 // at or before applied is that owner's; of the others, etcd's history
 // tells (registry.HeldAt). One whose history etcd no longer holds loses
 // its mark, logged: left ended rather than deleted unsure.
-func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied, rev int64, waits map[string]bool) error {
+func (e *Engine) heldEndWaits(ctx context.Context, a *arming, applied int64, waits map[string]bool) error {
 	if len(waits) == 0 {
 		return nil
 	}
 	dec := e.decoder()
-	for i := range defs {
-		d := &defs[i]
-		if !waits[d.id] || heldAsRead(prep, d, touched, applied) {
+	for i := range a.defs {
+		d := &a.defs[i]
+		if !waits[d.id] || a.heldAsRead(d, applied) {
 			continue
 		}
-		had, err := e.heldDef(ctx, prep.p, d, dec, "a delete_after_fire task whose last fire ended while it was paused stays after its resume",
-			func(ctx context.Context) ([]byte, error) { return e.reg.HeldAt(ctx, d.id, rev, applied) })
+		had, err := e.heldDef(ctx, a.prep.p, d, dec, "a delete_after_fire task whose last fire ended while it was paused stays after its resume",
+			func(ctx context.Context) ([]byte, error) { return e.reg.HeldAt(ctx, d.id, a.rev, applied) })
 		if err != nil {
 			return err
 		}
@@ -404,7 +405,7 @@ func (e *Engine) heldEndWaits(ctx context.Context, prep *prepared, defs []taskDe
 // alone, it took the retry and the fire the previous owner handed over
 // unrun, resumed after that owner's last fire, and inherited its
 // failures. Nothing is known without applied: the lists go by id.
-func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, handed *handedTo) error {
+func (e *Engine) heldHanded(ctx context.Context, a *arming, applied int64, handed *handedTo) error {
 	if applied == 0 || len(handed.after) == 0 && len(handed.pending) == 0 && len(handed.health) == 0 {
 		return nil
 	}
@@ -418,7 +419,7 @@ func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef,
 	for _, f := range handed.pending {
 		named[f.ID] = true
 	}
-	others, err := e.createdAfter(ctx, prep, defs, touched, applied, named)
+	others, err := e.createdAfter(ctx, a, applied, named)
 	if err != nil || len(others) == 0 {
 		return err
 	}
@@ -444,7 +445,7 @@ func (e *Engine) heldHanded(ctx context.Context, prep *prepared, defs []taskDef,
 // revision they came with (createdAfter): the retry of a task deleted and
 // put again since is not the new task's. Those that came with no revision
 // are dropped: nothing tells whose they are.
-func (e *Engine) heldRetries(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, handed *handedTo) error {
+func (e *Engine) heldRetries(ctx context.Context, a *arming, handed *handedTo) error {
 	rets := handed.retries
 	if rets.Applied == 0 || len(rets.Fires) == 0 {
 		return nil
@@ -453,7 +454,7 @@ func (e *Engine) heldRetries(ctx context.Context, prep *prepared, defs []taskDef
 	for _, f := range rets.Fires {
 		named[f.ID] = true
 	}
-	others, err := e.createdAfter(ctx, prep, defs, touched, rets.Applied, named)
+	others, err := e.createdAfter(ctx, a, rets.Applied, named)
 	if err != nil {
 		return err
 	}
@@ -474,18 +475,18 @@ func (e *Engine) heldRetries(ctx context.Context, prep *prepared, defs []taskDef
 // not keep its creation, at its read) and unchanged since was created at
 // or before it; the creation of the others (changed since the read) is
 // read from etcd.
-func (e *Engine) createdAfter(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, applied int64, named map[string]bool) (map[string]bool, error) {
+func (e *Engine) createdAfter(ctx context.Context, a *arming, applied int64, named map[string]bool) (map[string]bool, error) {
 	others := map[string]bool{}
 	var ask []string
-	for i := range defs {
-		d := &defs[i]
+	for i := range a.defs {
+		d := &a.defs[i]
 		switch {
 		case !named[d.id]:
 		case d.createRev != 0:
 			if d.createRev > applied {
 				others[d.id] = true
 			}
-		case !heldAsRead(prep, d, touched, applied):
+		case !a.heldAsRead(d, applied):
 			ask = append(ask, d.id)
 		}
 	}
@@ -505,7 +506,7 @@ func (e *Engine) createdAfter(ctx context.Context, prep *prepared, defs []taskDe
 	return others, nil
 }
 
-// decideApplied decides the one-shots of defs whose time is not after
+// decideApplied decides the one-shots of a.defs whose time is not after
 // resume by what the partition's previous owner had of them, having armed
 // its changes up to revision applied, and not by their updated_at, the
 // writing node's clock: one it had at that time fired there or was
@@ -523,8 +524,8 @@ func (e *Engine) createdAfter(ctx context.Context, prep *prepared, defs []taskDe
 // etcd's history of each task changed, up to rev, what that owner had
 // (registry.HeldAt). One whose history etcd no longer holds is armed as a
 // put: a miss would be worse than a repeat.
-func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskDef, touched map[string][]byte, resume, applied, rev int64) error {
-	p := prep.p
+func (e *Engine) decideApplied(ctx context.Context, a *arming, resume, applied int64) error {
+	p, defs, touched := a.prep.p, a.defs, a.touched
 	var ask []int   // the one-shots of defs its previous owner may not have had as they are
 	cached := false // some of them come from a read of the cache past applied
 	for i := range defs {
@@ -533,7 +534,7 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 		if w == nil || !w.once || w.from > resume {
 			continue
 		}
-		if !heldAsRead(prep, d, touched, applied) {
+		if !a.heldAsRead(d, applied) {
 			ask = append(ask, i)
 			_, changed := touched[d.id]
 			cached = cached || !changed && d.modRev == 0
@@ -553,7 +554,7 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 		}
 		rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		var err error
-		since, _, err = e.reg.ChangesAt(rctx, p, had, applied, rev)
+		since, _, err = e.reg.ChangesAt(rctx, p, had, applied, a.rev)
 		cancel()
 		if err != nil {
 			return err
@@ -568,7 +569,7 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 			continue
 		}
 		had, err := e.heldItsTime(ctx, p, d, dec, func(ctx context.Context) ([]byte, error) {
-			return e.reg.HeldAt(ctx, d.id, rev, applied)
+			return e.reg.HeldAt(ctx, d.id, a.rev, applied)
 		})
 		if err != nil {
 			return err
@@ -578,16 +579,28 @@ func (e *Engine) decideApplied(ctx context.Context, prep *prepared, defs []taskD
 	return nil
 }
 
+// arming is a prepared partition's tasks as arm hands them to the loop:
+// defs, prep's read brought up to date with touched (the tasks changed
+// since it, their last value, nil when deleted) up to revision rev. What
+// the previous owner handed over is judged against it (decideApplied,
+// heldEndWaits, heldHanded, heldRetries).
+type arming struct {
+	prep    *prepared
+	defs    []taskDef
+	touched map[string][]byte
+	rev     int64
+}
+
 // heldAsRead reports whether d, of prep's read, is as an owner that armed
 // the partition's changes up to revision applied had it: read from etcd
 // at or before applied (from the cache, which keeps no modification
 // revision, at prep's), and not changed since (touched).
-func heldAsRead(prep *prepared, d *taskDef, touched map[string][]byte, applied int64) bool {
+func (a *arming) heldAsRead(d *taskDef, applied int64) bool {
 	read := d.modRev
 	if read == 0 {
-		read = prep.rev
+		read = a.prep.rev
 	}
-	_, changed := touched[d.id]
+	_, changed := a.touched[d.id]
 	return !changed && read <= applied
 }
 
