@@ -592,7 +592,7 @@ func (l *loop) events(c *eventsCmd) {
 			// in order, apply). Deleted first, as apart: its waiting
 			// retries, its fires queued and the retries of its attempts
 			// under way are not the new task's, nor is its history.
-			l.deleteTask(i, r, d.id, d.createRev-1, gone)
+			l.taskDeleted(i, r, d.id, d.createRev-1, gone)
 			if l.history != nil {
 				id := d.id
 				l.deletes.Go(func() { l.deleteRunHistory(id) })
@@ -603,7 +603,7 @@ func (l *loop) events(c *eventsCmd) {
 	l.skipPaused()
 	for _, id := range c.deletes {
 		if i, r, ok := l.tab.lookup(id); ok {
-			l.deleteTask(i, r, id, c.rev, gone)
+			l.taskDeleted(i, r, id, c.rev, gone)
 		}
 	}
 	for _, id := range c.drops { // as a replace's read leaves them out: their history stays
@@ -655,11 +655,11 @@ type goneTask struct {
 	rev int64
 }
 
-// deleteTask removes record i of task id, deleted by the partition's
+// taskDeleted removes record i of task id, deleted by the partition's
 // changes up to revision rev, and notes it in gone: its attempts under
 // way delete the history they record as they end (deletedRuns). Called
 // only from the dispatch loop.
-func (l *loop) deleteTask(i uint32, r *record, id string, rev int64, gone map[uint32]goneTask) {
+func (l *loop) taskDeleted(i uint32, r *record, id string, rev int64, gone map[uint32]goneTask) {
 	gone[i] = goneTask{r.gen, rev}
 	if n := l.runningHere(i, r); n > 0 && l.history != nil {
 		l.deletedRuns[leavingKey(i, r.gen)] = deletedRuns{id: id, n: n}
