@@ -361,7 +361,7 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if created == 0 {
 		created = rev
 	}
-	return e.send(ctx, p, fence, resume, rev, created, *handed, defs)
+	return e.send(ctx, loadCmd{part: p, fence: fence, resume: resume, rev: rev, created: created, handed: *handed}, defs)
 }
 
 // heldEndWaits keeps in waits (handedTo.endWaits: the tasks whose last
@@ -690,16 +690,18 @@ func (e *Engine) dropCache(p int, err error) {
 // caching reports whether partition p's changes go to the Badger cache.
 func (e *Engine) caching(p int) bool { return e.store != nil && !e.uncached[p].Load() }
 
-// send hands defs, p's tasks as of revision rev, created at or before
-// created, to the loop in chunks and waits until it took them all.
-func (e *Engine) send(ctx context.Context, p int, fence, resume, rev, created int64, handed handedTo, defs []taskDef) error {
+// send hands defs, the tasks of load's partition as of its revision, to
+// the loop in chunks of load (its partition, fence, resume point,
+// revisions and hand-over), and waits until it took them all.
+func (e *Engine) send(ctx context.Context, load loadCmd, defs []taskDef) error {
 	first := true
 	for first || len(defs) > 0 {
 		n := min(len(defs), loadChunk)
-		c := &loadCmd{part: p, fence: fence, resume: resume, rev: rev, created: created, handed: handed, defs: defs[:n], first: first, more: n < len(defs), done: make(chan struct{})}
+		c := load
+		c.defs, c.first, c.more, c.done = defs[:n], first, n < len(defs), make(chan struct{})
 		defs = defs[n:]
 		first = false
-		if err := e.call(ctx, c); err != nil {
+		if err := e.call(ctx, &c); err != nil {
 			return err
 		}
 		if len(defs) == 0 {
