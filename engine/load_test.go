@@ -86,11 +86,28 @@ func TestEngine_ApplyHandsAPauseAndItsResumeDeliveredTogetherInOrder(t *testing.
 // history of the task deleted, as apart: apply kept the put alone, and
 // the new task showed the executions of the one before.
 func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainInTheSameDelivery(t *testing.T) {
+	at, st := deletedWithHistory(t)
+	deleted, err := at.c.Client.Get(context.Background(), "deleted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, at.reg, at.task)
+	at.apply(t, []*clientv3.Event{
+		{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: at.put.Key, ModRevision: deleted.Header.Revision}},
+		{Type: mvccpb.PUT, Kv: at.version(t)},
+	})
+	noHistory(t, st)
+}
+
+// deletedWithHistory is an applyTest whose t has an execution recorded in
+// st, and was deleted from etcd since.
+func deletedWithHistory(t *testing.T) (*applyTest, *store.Store) {
+	t.Helper()
 	st, err := store.Open(store.DefaultConfig(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	at := newApplyTest(t, st)
 	ctx := context.Background()
 	st.Record(task.Execution{TaskID: "t", ScheduledAt: at.base, Attempt: 1, Node: "loop", Status: task.ExecutionOK})
@@ -100,15 +117,12 @@ func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainInTheSameDelivery(t *testin
 	if err := at.reg.Delete(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := at.c.Client.Get(ctx, "deleted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	putTask(t, at.reg, at.task)
-	at.apply(t, []*clientv3.Event{
-		{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: at.put.Key, ModRevision: deleted.Header.Revision}},
-		{Type: mvccpb.PUT, Kv: at.version(t)},
-	})
+	return at, st
+}
+
+// noHistory checks that st holds no execution of t, put again.
+func noHistory(t *testing.T, st *store.Store) {
+	t.Helper()
 	if h, err := st.History("t", 10); err != nil || len(h) != 0 {
 		t.Errorf("t put again has the history %+v (%v), want none: it was the deleted task's", h, err)
 	}
@@ -118,27 +132,12 @@ func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainInTheSameDelivery(t *testin
 // compaction: a replace) deletes the history of the task deleted too: the
 // new task showed the deleted one's records.
 func TestEngine_ApplyDeletesTheHistoryOfATaskPutAgainWithoutItsDelete(t *testing.T) {
-	st, err := store.Open(store.DefaultConfig(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	at := newApplyTest(t, st)
+	at, st := deletedWithHistory(t)
 	at.tl.history = st
-	ctx := context.Background()
-	st.Record(task.Execution{TaskID: "t", ScheduledAt: at.base, Attempt: 1, Node: "loop", Status: task.ExecutionOK})
-	if err := st.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := at.reg.Delete(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
 	putTask(t, at.reg, at.task)
 	at.apply(t, []*clientv3.Event{{Type: mvccpb.PUT, Kv: at.version(t)}})
 	at.tl.deletes.Wait()
-	if h, err := st.History("t", 10); err != nil || len(h) != 0 {
-		t.Errorf("t put again has the history %+v (%v), want none: it was the deleted task's", h, err)
-	}
+	noHistory(t, st)
 }
 
 // applyTest is a delete_after_fire one-shot t, at base+1s, written to
