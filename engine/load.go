@@ -291,16 +291,16 @@ func (e *Engine) appliedRevision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// arm hands a prepared partition's tasks to the loop, brought up to date
-// with touched (the tasks changed since it was read: their last value, nil
-// when deleted; catchup.go) up to revision rev, resuming after resume:
-// every task is armed from the resume point as etcd had it when the
-// partition became ours. applied, when not 0, is the revision up to which
-// the previous owner armed the partition's changes, which decides its
-// one-shots (decideApplied) and which tasks its fires and health are of
-// (heldHanded); which of handed's end_waits and retries hold goes by the
-// revision they came with (heldEndWaits, heldRetries).
-func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied int64, handed *handedTo, touched map[string][]byte, rev int64) error {
+// arm hands a prepared partition's tasks (a.prep) to the loop, brought up
+// to date with a.touched (catchup.go) up to revision a.rev, resuming after
+// a.resume: every task is armed from the resume point as etcd had it when
+// the partition became ours. a.applied, when not 0, is the revision up to
+// which the previous owner armed the partition's changes, which decides
+// its one-shots (decideApplied) and which tasks its fires and health are
+// of (heldHanded); which of a.handed's end_waits and retries hold goes by
+// the revision they came with (heldEndWaits, heldRetries).
+func (e *Engine) arm(ctx context.Context, a *arming) error {
+	prep, touched, resume, applied, rev := a.prep, a.touched, a.resume, a.applied, a.rev
 	p := prep.p
 	defs := prep.defs
 	// One-shots as read before their changes: one held at the same time,
@@ -336,23 +336,23 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 			}
 		}
 	}
-	a := &arming{prep: prep, defs: defs, touched: touched, rev: rev}
+	a.defs = defs
 	var err error
 	if applied != 0 {
-		err = e.decideApplied(ctx, a, resume, applied)
+		err = e.decideApplied(ctx, a)
 	} else {
 		err = e.decideOneShots(ctx, p, defs, resume, rev, before)
 	}
 	if err != nil {
 		return err
 	}
-	if err := e.heldEndWaits(ctx, a, handed.endWaitsApplied, handed.endWaits); err != nil {
+	if err := e.heldEndWaits(ctx, a); err != nil {
 		return err
 	}
-	if err := e.heldHanded(ctx, a, applied, handed); err != nil {
+	if err := e.heldHanded(ctx, a); err != nil {
 		return err
 	}
-	if err := e.heldRetries(ctx, a, handed); err != nil {
+	if err := e.heldRetries(ctx, a); err != nil {
 		return err
 	}
 	// Not known (no task read, or one cached by a version that did not
@@ -361,20 +361,22 @@ func (e *Engine) arm(ctx context.Context, prep *prepared, fence, resume, applied
 	if created == 0 {
 		created = rev
 	}
-	return e.send(ctx, loadCmd{part: p, fence: fence, resume: resume, rev: rev, created: created, handed: *handed}, defs)
+	return e.send(ctx, loadCmd{part: p, fence: a.fence, resume: resume, rev: rev, created: created, handed: *a.handed}, defs)
 }
 
-// heldEndWaits keeps in waits (handedTo.endWaits: the tasks whose last
+// heldEndWaits keeps in waits (a.handed.endWaits: the tasks whose last
 // fire ended while paused on the partition's previous owner) only the
-// tasks of defs that owner had, having armed the partition's changes up to
-// applied. One deleted and put again since is another task, which that
-// end says nothing of: marked by its id, it was deleted at its resume,
-// even one paused through its time that never fired, which one owner
-// (whose delete took the mark with the record) keeps. A definition read
+// tasks of a.defs that owner had, having armed the partition's changes up
+// to applied (a.handed.endWaitsApplied). One deleted and put again since
+// is another task, which that end says nothing of: marked by its id, it
+// was deleted at its resume, even one paused through its time that never
+// fired, which one owner (whose delete took the mark with the record)
+// keeps. A definition read
 // at or before applied is that owner's; of the others, etcd's history
 // tells (registry.HeldAt). One whose history etcd no longer holds loses
 // its mark, logged: left ended rather than deleted unsure.
-func (e *Engine) heldEndWaits(ctx context.Context, a *arming, applied int64, waits map[string]bool) error {
+func (e *Engine) heldEndWaits(ctx context.Context, a *arming) error {
+	applied, waits := a.handed.endWaitsApplied, a.handed.endWaits
 	if len(waits) == 0 {
 		return nil
 	}
@@ -398,14 +400,15 @@ func (e *Engine) heldEndWaits(ctx context.Context, a *arming, applied int64, wai
 	return nil
 }
 
-// heldHanded keeps in handed's lists by task id (after, pending, health)
-// only the tasks of defs that the partition's previous owner had, having
-// armed its changes up to applied (createdAfter). One deleted and put
-// again since is another task, which they say nothing of: by its id
-// alone, it took the retry and the fire the previous owner handed over
-// unrun, resumed after that owner's last fire, and inherited its
-// failures. Nothing is known without applied: the lists go by id.
-func (e *Engine) heldHanded(ctx context.Context, a *arming, applied int64, handed *handedTo) error {
+// heldHanded keeps in a.handed's lists by task id (after, pending,
+// health) only the tasks of a.defs that the partition's previous owner
+// had, having armed its changes up to a.applied (createdAfter). One
+// deleted and put again since is another task, which they say nothing of:
+// by its id alone, it took the retry and the fire the previous owner
+// handed over unrun, resumed after that owner's last fire, and inherited
+// its failures. Nothing is known without a.applied: the lists go by id.
+func (e *Engine) heldHanded(ctx context.Context, a *arming) error {
+	applied, handed := a.applied, a.handed
 	if applied == 0 || len(handed.after) == 0 && len(handed.pending) == 0 && len(handed.health) == 0 {
 		return nil
 	}
@@ -439,13 +442,14 @@ func (e *Engine) heldHanded(ctx context.Context, a *arming, applied int64, hande
 	return nil
 }
 
-// heldRetries adds to handed's pending fires the retries a crashed or
-// fenced session's watermark carried (handed.retries) of the tasks of
-// defs that session had, having armed the partition's changes up to the
+// heldRetries adds to a.handed's pending fires the retries a crashed or
+// fenced session's watermark carried (handedTo.retries) of the tasks of
+// a.defs that session had, having armed the partition's changes up to the
 // revision they came with (createdAfter): the retry of a task deleted and
 // put again since is not the new task's. Those that came with no revision
 // are dropped: nothing tells whose they are.
-func (e *Engine) heldRetries(ctx context.Context, a *arming, handed *handedTo) error {
+func (e *Engine) heldRetries(ctx context.Context, a *arming) error {
+	handed := a.handed
 	rets := handed.retries
 	if rets.Applied == 0 || len(rets.Fires) == 0 {
 		return nil
@@ -507,25 +511,25 @@ func (e *Engine) createdAfter(ctx context.Context, a *arming, applied int64, nam
 }
 
 // decideApplied decides the one-shots of a.defs whose time is not after
-// resume by what the partition's previous owner had of them, having armed
-// its changes up to revision applied, and not by their updated_at, the
-// writing node's clock: one it had at that time fired there or was
-// decided by its misfire policy (taskDef.decided); one it never had so
-// (put after applied, or whose time a write after it moved) is armed at
-// its time as the watch arms a put (taskDef.put). By updated_at, a put
-// that reached that owner only after its release (so that it never armed
-// it), stamped before the release's mark by a node whose clock was
-// behind, was taken as decided and fired nowhere; one that owner fired,
-// stamped after the mark by a node whose clock was ahead, was taken as a
-// put and fired again. A definition read from etcd at or before applied,
-// or read from a cache synced to it and unchanged since, was that owner's
-// as it is; of the others, a read of what changed after applied tells
-// those a cache read past it left unknown (registry.ChangesAt), and
-// etcd's history of each task changed, up to rev, what that owner had
+// resume (a.resume) by what the partition's previous owner had of them,
+// having armed its changes up to revision applied (a.applied), and not by
+// their updated_at, the writing node's clock: one it had at that time
+// fired there or was decided by its misfire policy (taskDef.decided); one
+// it never had so (put after applied, or whose time a write after it
+// moved) is armed at its time as the watch arms a put (taskDef.put). By
+// updated_at, a put that reached that owner only after its release (so
+// that it never armed it), stamped before the release's mark by a node
+// whose clock was behind, was taken as decided and fired nowhere; one that
+// owner fired, stamped after the mark by a node whose clock was ahead, was
+// taken as a put and fired again. A definition read from etcd at or before
+// applied, or read from a cache synced to it and unchanged since, was that
+// owner's as it is; of the others, a read of what changed after applied
+// tells those a cache read past it left unknown (registry.ChangesAt), and
+// etcd's history of each task changed, up to a.rev, what that owner had
 // (registry.HeldAt). One whose history etcd no longer holds is armed as a
 // put: a miss would be worse than a repeat.
-func (e *Engine) decideApplied(ctx context.Context, a *arming, resume, applied int64) error {
-	p, defs, touched := a.prep.p, a.defs, a.touched
+func (e *Engine) decideApplied(ctx context.Context, a *arming) error {
+	p, defs, touched, resume, applied := a.prep.p, a.defs, a.touched, a.resume, a.applied
 	var ask []int   // the one-shots of defs its previous owner may not have had as they are
 	cached := false // some of them come from a read of the cache past applied
 	for i := range defs {
@@ -579,16 +583,26 @@ func (e *Engine) decideApplied(ctx context.Context, a *arming, resume, applied i
 	return nil
 }
 
-// arming is a prepared partition's tasks as arm hands them to the loop:
-// defs, prep's read brought up to date with touched (the tasks changed
-// since it, their last value, nil when deleted) up to revision rev. What
-// the previous owner handed over is judged against it (decideApplied,
+// arming is what an acquire arms a prepared partition with (arm): prep's
+// read, brought up to date with touched (the tasks changed since it, their
+// last value, nil when deleted) up to revision rev, the tasks then armed
+// (defs), the fence and resume point of the load, and what the previous
+// owner handed over (handed), which is judged against defs (decideApplied,
 // heldEndWaits, heldHanded, heldRetries).
 type arming struct {
 	prep    *prepared
-	defs    []taskDef
+	defs    []taskDef // prep's read brought up to date with touched: set by arm
 	touched map[string][]byte
 	rev     int64
+	fence   int64
+	resume  int64 // the watermark the partition resumes after (unix ns)
+	// applied is the revision up to which the previous owner armed the
+	// partition's changes; 0 when not known (resumed.applied).
+	applied int64
+	// handed is what the previous owner handed over: arm keeps of it what
+	// holds for defs (heldEndWaits, heldHanded), and adds to its pending
+	// fires the retries that do (heldRetries).
+	handed *handedTo
 }
 
 // heldAsRead reports whether d, of prep's read, is as an owner that armed

@@ -708,7 +708,8 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	}
 	// Not in the hold either, for the same reason.
 	handed.elsewhere, handed.pending, handed.retries = away, res.pending, res.retries
-	if err := e.arm(ctx, prep, fence, res.w, res.applied, &handed, touched, taskRev); err != nil {
+	a := &arming{prep: prep, touched: touched, rev: taskRev, fence: fence, resume: res.w, applied: res.applied, handed: &handed}
+	if err := e.arm(ctx, a); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))
 	}
 

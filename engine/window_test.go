@@ -1220,7 +1220,7 @@ func TestEngine_OneShotsReadFromACachePastTheAppliedRevisionGoByWhatChanged(t *t
 		defs = append(defs, def)
 	}
 	prep := &prepared{p: 0, rev: rev, defs: defs}
-	if err := a.e.decideApplied(ctx, &arming{prep: prep, defs: defs, rev: rev}, time.Now().UnixNano(), applied); err != nil {
+	if err := a.e.decideApplied(ctx, &arming{prep: prep, defs: defs, rev: rev, resume: time.Now().UnixNano(), applied: applied}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"kept": false, "labeled": false, "moved": true, "fresh": true} // armed as a put
