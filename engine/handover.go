@@ -491,29 +491,45 @@ func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *run
 	return run
 }
 
+// attemptEnd is how the attempt before a retry ended, which says when the
+// retry is due (leavers.retry).
+type attemptEnd uint8
+
+const (
+	attemptFailed  attemptEnd = iota // due after its backoff
+	attemptStopped                   // the node's stop canceled it, or came before the retry started (pool.stopUnrun): due at once
+)
+
+// retrier is who hands a retry on (leavers.retry).
+type retrier uint8
+
+const (
+	byLoop   retrier = iota // the dispatch loop, the hand-overs' until the seal: sealed or not
+	byWorker                // a worker: only once the release is sealed
+)
+
 // retry hands on attempt next of the fire at sched of leaver k, and
-// reports whether it did: k is a leaver, and, for a worker (sealed),
-// sealed, and its task has that many attempts by the definition the loop
-// held at the release (lv.prof), as the loop retries a failure by the
-// definition it holds (complete), an edit's since the attempt began
-// included. The attempt before it failed, or the node's stop (stopped)
-// canceled it, or came before next started, which then was not run
-// (pool.stopUnrun). The retry of a failure is due after its backoff; that
-// of a stopped attempt at once: its cancel says nothing of what it calls,
-// which the backoff spares, and its fire is late already, by the drain
-// timeout.
-func (ls *leavers) retry(k uint64, sched int64, next uint16, x *fireExtra, stopped, sealed bool) bool {
+// reports whether it did: k is a leaver, and, by a worker, sealed, and its
+// task has that many attempts by the definition the loop held at the
+// release (lv.prof), as the loop retries a failure by the definition it
+// holds (complete), an edit's since the attempt began included. The
+// attempt before it failed, or the node's stop canceled it, or came
+// before next started, which then was not run (pool.stopUnrun). The retry
+// of a failure is due after its backoff; that of a stopped attempt at
+// once: its cancel says nothing of what it calls, which the backoff
+// spares, and its fire is late already, by the drain timeout.
+func (ls *leavers) retry(k uint64, sched int64, next uint16, x *fireExtra, end attemptEnd, by retrier) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	lv := ls.m[k]
-	if lv == nil || sealed && lv.hand != nil {
+	if lv == nil || by == byWorker && lv.hand != nil {
 		return false
 	}
 	if int(next) > lv.prof.maxAttempts {
 		return false
 	}
 	due := ls.clock.Now()
-	if !stopped {
+	if end == attemptFailed {
 		due = due.Add(retryWait(lv.prof, next))
 	}
 	if lv.hand != nil {
@@ -576,7 +592,7 @@ func (ls *leavers) seal(run *running, late bool) {
 // dropped, not released) ends here: its runner waits for its end.
 func (ls *leavers) handOn(c *completion, x completionExtra) {
 	if bf := x.extra.backfill(); !x.handed && (c.status == statusFailed || c.status == statusTimeout) &&
-		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt+1, x.extra, false, false) && bf != nil {
+		!ls.retry(leavingKey(c.rec, c.gen), c.sched, c.attempt+1, x.extra, attemptFailed, byLoop) && bf != nil {
 		bf.end(c.sched)
 	}
 }

@@ -674,8 +674,12 @@ func (p *pool) work() {
 				// since the job was taken: then its retry goes to etcd. So
 				// does that of an attempt the node's stop canceled, which
 				// comes after every release (Close).
+				end := attemptFailed
+				if stopped {
+					end = attemptStopped
+				}
 				handed = (stopped || !final(j, st)) &&
-					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt+1, j.extra, stopped, true)
+					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt+1, j.extra, end, byWorker)
 				if bf := j.extra.backfill(); stopped && !handed && bf != nil {
 					bf.end(j.sched) // no retry runs on: its fire is over
 				}
@@ -872,7 +876,7 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 // nothing takes ends here, as handOn ends one.
 func (p *pool) stopUnrun(j *job, now time.Time, t *tally) (uint8, bool) {
 	t.exec(statusCanceled)
-	handed := p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.extra, true, true)
+	handed := p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.extra, attemptStopped, byWorker)
 	if p.history != nil {
 		p.history.RecordKeep(execution(j.id, p.node, j.sched, int(j.attempt), statusCanceled, now, now,
 			"not started: "+errStopped.Error()), j.prof.keepFor(statusCanceled))
