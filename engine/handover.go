@@ -152,7 +152,7 @@ type handedTo struct {
 
 // handedFrom indexes what acquire read: the after list and the health and
 // the tasks whose end waits for their resume that checkpoint cp hands
-// over (handingCheckpoint).
+// over (checkpoint.handing).
 func handedFrom(after []pendingFire, cp checkpoint) handedTo {
 	var h handedTo
 	if len(after) > 0 {
@@ -186,14 +186,31 @@ func (h *handedTo) takeEndWaits(ends endWaits) {
 }
 
 // handingCheckpoint decodes prev, a checkpoint that hands its lists to
-// the partition's next owner: one its owner released, or the hold of an
-// acquire that did not complete, which carries what it was handed
-// (holdCheckpoint); the zero checkpoint otherwise, or when unreadable.
-// Decoded once per acquire: a released checkpoint runs to
-// maxCheckpointBytes.
+// the partition's next owner (checkpoint.handing); the zero checkpoint
+// otherwise, or when unreadable.
 func handingCheckpoint(prev []byte) checkpoint {
+	cp, _ := decodeCheckpoint(prev)
+	return cp.handing()
+}
+
+// decodeCheckpoint decodes a stored checkpoint, the zero checkpoint when
+// it is unreadable: what a partial decode read is not taken. An acquire
+// decodes its partition's once (resume): a released checkpoint runs to
+// maxCheckpointBytes.
+func decodeCheckpoint(b []byte) (checkpoint, error) {
 	var cp checkpoint
-	if len(prev) == 0 || json.Unmarshal(prev, &cp) != nil || !cp.Released && cp.Session != "" {
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return checkpoint{}, err
+	}
+	return cp, nil
+}
+
+// handing is cp when it hands its lists to the partition's next owner:
+// one its owner released, or the hold of an acquire that did not
+// complete, which carries what it was handed (holdCheckpoint); the zero
+// checkpoint otherwise.
+func (cp checkpoint) handing() checkpoint {
+	if !cp.Released && cp.Session != "" {
 		return checkpoint{}
 	}
 	return cp
@@ -201,7 +218,7 @@ func handingCheckpoint(prev []byte) checkpoint {
 
 // holdCheckpoint is the checkpoint an acquire by node writes before its
 // session may be named (acquire): the point it resumes p from, and what
-// the checkpoint before it handed over (handed: handingCheckpoint), which
+// the checkpoint before it handed over (handed: checkpoint.handing), which
 // a successor takes should this node crash before naming its session.
 // Without the health and the ends of handed's owner, those went with the
 // crash of a node whose predecessor had left gracefully.
@@ -1324,10 +1341,11 @@ func (e *Engine) keepEnded(session string, hand map[int]*handOver) {
 type resumed struct {
 	prev []byte // the partition's checkpoint as stored, nil if none: put back should the acquire be undone
 	// handing is the checkpoint whose health and end waits the acquire
-	// takes (handingCheckpoint): prev, or the released checkpoint this
-	// node's fenced session would have written of the hand-over it kept;
-	// nil after a crash, which hands none over.
-	handing []byte
+	// takes (checkpoint.handing): prev's, decoded, or the released
+	// checkpoint this node's fenced session would have written of the
+	// hand-over it kept; the zero checkpoint after a crash, which hands
+	// none over.
+	handing checkpoint
 	w       int64 // the watermark to resume the partition after
 	// pending and after are the lists (checkpoint) of a release or of the
 	// hold of an acquire that did not complete, or those of the hand-over
@@ -1367,17 +1385,17 @@ func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, e
 		return resumed{w: e.cfg.Clock.Now().UnixNano()}, nil
 	}
 	prev := resp.Kvs[0].Value
-	var cp checkpoint
-	if err := json.Unmarshal(prev, &cp); err != nil || cp.Watermark.IsZero() {
+	cp, err := decodeCheckpoint(prev)
+	if err != nil || cp.Watermark.IsZero() {
 		e.log.Warn("unreadable checkpoint; resuming the partition now", "partition", p, "value", string(prev))
-		return resumed{prev: prev, handing: prev, w: e.cfg.Clock.Now().UnixNano()}, nil
+		return resumed{prev: prev, handing: cp.handing(), w: e.cfg.Clock.Now().UnixNano()}, nil
 	}
 	w := cp.Watermark.UnixNano()
 	if cp.Released {
-		return resumed{prev: prev, handing: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
+		return resumed{prev: prev, handing: cp, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if cp.Session == "" { // an acquire that did not complete: its pending fires are still to run
-		return resumed{prev: prev, handing: prev, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
+		return resumed{prev: prev, handing: cp, w: w, pending: cp.Pending, after: cp.After, applied: cp.Applied}, nil
 	}
 	if ended := e.ended.Load(); ended != nil && cp.Node == e.cfg.NodeID && cp.Session == (*ended)[p].session {
 		// Kept in memory, never written: taken as the release it would have
@@ -1385,7 +1403,7 @@ func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, e
 		// checkpoint.
 		h := (*ended)[p].hand
 		kept := e.encodeReleased([]int{p}, map[int]*handOver{p: h})[p]
-		return resumed{prev: prev, handing: kept, w: h.mark, pending: h.pending, after: h.after, applied: h.applied}, nil
+		return resumed{prev: prev, handing: handingCheckpoint(kept), w: h.mark, pending: h.pending, after: h.after, applied: h.applied}, nil
 	}
 	m, err := dead.get(ctx, e.keys.watermark(cp.Node, cp.Session), e.readDeadMark)
 	if err != nil {

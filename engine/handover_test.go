@@ -1651,7 +1651,7 @@ func TestEngine_ResumeFromAFencedSessionsHandOverHandsOnWhatItKept(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold, err := json.Marshal(holdCheckpoint("node-a", res.w, handingCheckpoint(res.handing), res.pending, res.after, res.applied))
+	hold, err := json.Marshal(holdCheckpoint("node-a", res.w, res.handing, res.pending, res.after, res.applied))
 	if err != nil {
 		t.Fatal(err)
 	}

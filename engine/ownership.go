@@ -654,8 +654,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// itself rather than from a watermark that may have passed fires of p
 	// this node never released. The transaction's revision is the one the
 	// tasks are brought up to.
-	from := handingCheckpoint(res.handing)
-	hold := holdCheckpoint(e.cfg.NodeID, res.w, from, res.pending, res.after, res.applied)
+	hold := holdCheckpoint(e.cfg.NodeID, res.w, res.handing, res.pending, res.after, res.applied)
 	var held *clientv3.TxnResponse
 	if err == nil {
 		held, err = e.putCheckpoint(ctx, m, p, hold)
@@ -700,7 +699,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err != nil {
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
 	}
-	handed := handedFrom(res.after, from)
+	handed := handedFrom(res.after, res.handing)
 	if len(res.ends.IDs) > 0 {
 		// Not in the hold: judged by a revision of their own, not its
 		// applied. A crash before the session is named loses them.
