@@ -122,9 +122,9 @@
 //     fails after its node fenced run
 //     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
 //     after a fence's seal").
-//   - A buffer_one fire waiting behind a running one is lost with it in a
-//     crash: the watermark passes it. A graceful hand-over passes it on
-//     (TestEngine_BufferedFireIsLostInACrash).
+//   - A buffer_one fire waiting behind a running one, which the watermark
+//     passes, goes to the next owner with the waiting retries, in the
+//     same windows (TestEngine_BufferedFireSurvivesACrash).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a

@@ -239,10 +239,13 @@ type loop struct {
 	endMarks   *endWaitMarks
 
 	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
-	// retryIn are the slots of retries, by partition, and retryChanged
-	// the partitions whose retries changed since they were last published
-	// to retryMarks, which the watermark writes carry (publishRetries).
+	// retryIn are the slots of retries, by partition, bufferedIn the
+	// records of fires of the schedule waiting for the running one
+	// (buffer_one: pending), and retryChanged the partitions whose waiting
+	// fires of either kind changed since they were last published to
+	// retryMarks, which the watermark writes carry (publishRetries).
 	retryIn      [][]uint32
+	bufferedIn   [][]uint32
 	retryChanged map[int]bool
 	retryMarks   *retryMarks
 	retriesAt    int64 // when publishRetries may run next (unix ns)
@@ -290,7 +293,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
-		retryIn: make([][]uint32, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
+		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
 
@@ -480,7 +483,7 @@ func (l *loop) setApplied(p int, rev int64) {
 	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
 		l.endChanged[p] = true // published without a revision to judge them by
 	}
-	if l.parts[p].applied == 0 && len(l.retryIn[p]) > 0 {
+	if l.parts[p].applied == 0 && l.waitingIn(p) > 0 {
 		l.retryChanged[p] = true // likewise
 	}
 	l.parts[p].applied = rev
@@ -694,7 +697,7 @@ func (l *loop) dropJobs(drop func(j *job) bool) {
 func (l *loop) remove(i uint32) {
 	r := l.tab.rec(i)
 	l.wheel.Cancel(i)
-	delete(l.pending, i)
+	l.unbuffer(i)
 	delete(l.health, i)
 	l.forgetElsewhere(i)
 	l.clearEndWaits(i, r)
