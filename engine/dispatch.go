@@ -145,13 +145,13 @@ func (l *loop) rescheduleReleased() {
 //
 // A fire waiting in pending (buffer_one) does not hold it back: it is in
 // flight with the fire it waits for, and holding the watermark would hold
-// the bounded lead, and with it every task of the node, for as long as that
-// fire runs. A release hands it over (releaseParts), and the watermark
-// writes carry it for a successor after a crash (buffer). A partition armed from
-// a resume point behind the dispatch point is released at the next
-// dispatch: an acquire waits until the watermark passes the point where it
-// armed its partition before it names its session in the checkpoint (see
-// Engine.nameSession).
+// the bounded lead, and with it every task of the node, for as long as
+// that fire runs. A release hands it over (releaseParts), and the
+// watermark writes carry it for a successor after a crash (buffer). A
+// partition armed from a resume point behind the dispatch point is
+// released at the next dispatch: an acquire waits until the watermark
+// passes the point where it armed its partition before it names its
+// session in the checkpoint (see Engine.nameSession).
 func (l *loop) publish() {
 	if len(l.unpushed) == 0 {
 		l.pool.publish(l.through, l.throughSeq)
