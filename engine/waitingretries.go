@@ -3,7 +3,9 @@ package engine
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // The retries waiting in the wheel for their backoff (loop.retries), and
@@ -57,7 +59,7 @@ func (w waitingRetries) len() int       { return len(w.Fires) }
 // size is called only under the lists' lock: it fills sizes in.
 func (w waitingRetries) size(i int) int {
 	if w.sizes[i] == 0 {
-		w.sizes[i] = jsonSize(w.Fires[i]) + 1
+		w.sizes[i] = w.Fires[i].jsonSize() + 1
 	}
 	return w.sizes[i]
 }
@@ -211,4 +213,39 @@ func (l *loop) waitingRetriesOf(p int) waitingRetries {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), a.At.Compare(b.At), cmp.Compare(a.Attempt, b.Attempt))
 	})
 	return waitingRetries{Applied: l.parts[p].applied, Fires: fires, sizes: make([]int, len(fires))}
+}
+
+// jsonSize is the size of f's JSON, as json.Marshal writes it, without
+// marshaling f when it has no override and an ASCII id: a publish sizes
+// up to maxWaitingRetries of them, each time their partition's list
+// changes (BenchmarkSlowBurst).
+func (f pendingFire) jsonSize() int {
+	if f.Override != nil {
+		return jsonSize(f)
+	}
+	n := len(`{"id":"",`)
+	for _, c := range []byte(f.ID) {
+		switch {
+		case c >= utf8.RuneSelf || c < ' ':
+			return jsonSize(f)
+		case c == '"' || c == '\\':
+			n += 2
+		case c == '<' || c == '>' || c == '&':
+			n += len(`\u003c`)
+		default:
+			n++
+		}
+	}
+	var buf [64]byte
+	n += len(`"at":""}`) + len(f.At.AppendFormat(buf[:0], time.RFC3339Nano))
+	if f.Backfill {
+		n += len(`,"backfill":true`)
+	}
+	if f.Attempt != 0 {
+		n += len(`,"attempt":`) + len(strconv.AppendUint(buf[:0], uint64(f.Attempt), 10))
+	}
+	if !f.Due.IsZero() {
+		n += len(`,"due":""`) + len(f.Due.AppendFormat(buf[:0], time.RFC3339Nano))
+	}
+	return n
 }

@@ -56,3 +56,59 @@ func BenchmarkFailedBurst(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSlowBurst: every task of a burst keeps its fires apart
+// (buffer_one) and runs past the next second: the loop's time for that
+// second's burst, each fire waiting for the running one, and for the
+// completions of the first, a batch of 64 a millisecond, each starting
+// the fire that waited, publishing the waiting fires between batches as
+// its run does (publishRetriesDue).
+func BenchmarkSlowBurst(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			for b.Loop() {
+				b.StopTimer()
+				tl := newTestLoop(b, base.Add(-time.Second/2), func(cfg *Config) {
+					cfg.Partitions, cfg.Queue, cfg.BatchSize = 1024, 2*n, 1024
+				})
+				prof := noopProfile(task.MisfireFireOnce)
+				prof.key, prof.concurrency = "noop/buffer", task.ConcurrencyBufferOne
+				for p := range 1024 {
+					ids := make([]string, 0, n/1024)
+					for k := range n / 1024 {
+						ids = append(ids, fmt.Sprintf("t-%d-%d", p, k))
+					}
+					tl.add(b, p, base.Add(-time.Second), prof, "* * * * * *", ids...)
+				}
+				for p := range 1024 {
+					tl.setApplied(p, 10)
+				}
+				tl.clock.Advance(time.Second/2 + time.Millisecond)
+				tl.dispatchAll()
+				tl.pool.mu.Lock()
+				jobs := make([]job, 0, n)
+				for i := range tl.pool.queued() {
+					jobs = append(jobs, *tl.pool.at(i))
+				}
+				tl.pool.mu.Unlock()
+				tl.pool.reset()
+				b.StartTimer()
+				tl.clock.Advance(time.Second)
+				tl.dispatchAll()
+				if len(tl.pending) != len(jobs) {
+					b.Fatalf("%d fires wait for the %d running", len(tl.pending), len(jobs))
+				}
+				for k := 0; k < len(jobs); k += 64 {
+					var done completionBatch
+					for i := k; i < min(k+64, len(jobs)); i++ {
+						done.add(&jobs[i], statusOK, "", false)
+					}
+					tl.complete(&done)
+					tl.clock.Advance(time.Millisecond)
+					tl.publishRetriesDue()
+				}
+			}
+		})
+	}
+}

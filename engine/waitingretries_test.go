@@ -302,3 +302,23 @@ func TestEngine_HeldRetriesLeaveAWaitingFireDueAfterTheResumeToTheSchedule(t *te
 		t.Errorf("runs %v of the waiting fires carried, want %v: after is due past the resume point", got, want)
 	}
 }
+
+// FuzzPendingFireJSONSize: the size a publish counts is json.Marshal's.
+func FuzzPendingFireJSONSize(f *testing.F) {
+	f.Add("a", int64(0), int64(0), uint16(0), false, false)
+	f.Add(`t"<&>\`, int64(1_700_000_000_123_000_000), int64(1_700_000_001_000_000_000), uint16(3), true, false)
+	f.Add("é\u2028", int64(-1), int64(5), uint16(2), false, true)
+	f.Add("x\x01y", int64(1), int64(0), uint16(65535), false, false)
+	f.Fuzz(func(t *testing.T, id string, at, due int64, attempt uint16, backfill, override bool) {
+		p := pendingFire{ID: id, At: time.Unix(0, at).UTC(), Backfill: backfill, Attempt: attempt}
+		if due != 0 {
+			p.Due = time.Unix(0, due).UTC()
+		}
+		if override {
+			p.Override = &task.Override{Payload: json.RawMessage(`{"k":1}`)}
+		}
+		if got, want := p.jsonSize(), jsonSize(p); got != want {
+			t.Errorf("%+v: size %d, json.Marshal wrote %d", p, got, want)
+		}
+	})
+}
