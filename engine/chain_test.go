@@ -12,6 +12,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A chained fire's trigger has the key "<target>@<source's scheduled ms>":
@@ -359,4 +360,15 @@ func TestEngine_CloseCutOffFromEtcdDoesNotWaitForeverForAChainWrite(t *testing.T
 	}
 	_ = a.store.Close()
 	a.e = nil
+	// What was not written is lost, as in a crash: no owner will fire it
+	// (design.md, "Backfills and chains").
+	resp, err := c.Client.Get(context.Background(), DefaultPrefix+"/triggers/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(string(kv.Key), "/target") {
+			t.Errorf("the chain's trigger %s is in etcd: the doc says it is lost", kv.Key)
+		}
+	}
 }

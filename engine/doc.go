@@ -207,9 +207,11 @@
 //     alert queue is full (counted) or the node stops with some still
 //     queued.
 //   - A backfill repeats at most 2 × its concurrency of fires after a
-//     crash (TestEngine_BackfillSurvivesAHandOver/crash). Not yet pinned by
-//     a test: chain triggers wait in memory between the end of the fire and
-//     their etcd write, so a crash in between loses them.
+//     crash (TestEngine_BackfillSurvivesAHandOver/crash).
+//   - Chain triggers wait in memory between the end of the fire and their
+//     etcd write, so a crash in between, or a cut from etcd past Close's
+//     wait, loses them
+//     (TestEngine_CloseCutOffFromEtcdDoesNotWaitForeverForAChainWrite).
 //   - Executors run a fire at least once in failure scenarios: after a
 //     crash, the fires dispatched past the last acknowledged watermark (at
 //     most Config.Lead of them) run again with the same idempotency key and
