@@ -239,3 +239,54 @@ func TestAPI_StatesTaskLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestDocs_CiteTestsThatExist: the docs, and the comments of the code,
+// name the tests that show what they say (design.md's list of what is not
+// guaranteed takes a case off once its test fails); a test renamed or
+// removed must not leave them naming nothing. A name cited may be a
+// prefix of tests, as a -run pattern is.
+func TestDocs_CiteTestsThatExist(t *testing.T) {
+	defined := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)\w+)\(`)
+	cited := regexp.MustCompile(`\b(?:Test|Fuzz|Benchmark)[A-Z]\w*`)
+	var names []string
+	citing := map[string]string{} // name: where it is first cited
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != ".." && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(path)
+		if ext != ".go" && ext != ".md" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			for _, m := range defined.FindAllStringSubmatch(string(b), -1) {
+				names = append(names, m[1])
+			}
+			return nil
+		}
+		for _, n := range cited.FindAllString(string(b), -1) {
+			if _, ok := citing[n]; !ok {
+				citing[n] = path
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, path := range citing {
+		if !slices.ContainsFunc(names, func(name string) bool { return strings.HasPrefix(name, n) }) {
+			t.Errorf("%s cites %s, which no test is named", path, n)
+		}
+	}
+}
