@@ -263,8 +263,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"dir of an earlier run", Config{Scenario: Throughput, Dir: used}, "holds an earlier run"},
 		{"dir a file", Config{Scenario: Throughput, Dir: file}, "dir: "},
 		{"lease of 2.5s", Config{Scenario: Failover, LeaseTTL: 2500 * time.Millisecond}, "lease-ttl: must be a whole number"},
-		{"negative queue", Config{Scenario: Throughput, Queue: -1}, "queue: must be at least 1, got -1"},
-		{"negative workers", Config{Scenario: Throughput, Workers: -1}, "workers: must be at least 1, got -1"},
+		{"negative queue", Config{Scenario: Throughput, Queue: -1}, "queue: must be between 1 and 16777216, got -1"},
+		{"negative workers", Config{Scenario: Throughput, Workers: -1}, "workers: must be between 1 and 65536, got -1"},
 		{"tick past the watermark", Config{Scenario: Throughput, Tick: time.Second}, "tick: must be between"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,6 +28,20 @@ const MaxPartitions = 32768
 // than a node's lease.
 const MaxReleaseRunWait = 10 * time.Second
 
+// MaxWorkers, MaxQueue and MaxStage bound Config.Workers, Queue and Stage.
+// Each is paid for at New, before any fire: unbounded, a typo (a million
+// workers, a billion fires queued) killed the node with "runtime: out of
+// memory" once etcd was up, and could starve its machine first. At the
+// bounds a node was still up: 65536 workers (each a goroutine from the
+// start) took 850 MB of RSS, a queue of 16 M (72 bytes a slot, allocated
+// whole) 1.2 GB of address space; a stage costs a slot of its completions'
+// channel per 64 fires at New, and its fires only once a tick holds them.
+const (
+	MaxWorkers = 1 << 16
+	MaxQueue   = 1 << 24
+	MaxStage   = 1 << 26
+)
+
 // MinTick and MaxTick bound Config.Tick.
 const (
 	MinTick = 100 * time.Microsecond
@@ -253,14 +267,16 @@ func (c Config) Validate() error {
 	} else if err := (ring.Config{Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor, Load: c.Load}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Workers < 1 {
-		bad("Workers", "must be at least 1, got %d", c.Workers)
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		bad("Workers", "must be between 1 and %d, got %d", MaxWorkers, c.Workers)
 	}
 	if c.Queue < c.BatchSize || c.BatchSize < 1 {
 		bad("Queue", "must be at least BatchSize (%d), got %d", c.BatchSize, c.Queue)
+	} else if c.Queue > MaxQueue {
+		bad("Queue", "must be at most %d, got %d", MaxQueue, c.Queue)
 	}
-	if c.Stage < 1 {
-		bad("Stage", "must be at least 1, got %d", c.Stage)
+	if c.Stage < 1 || c.Stage > MaxStage {
+		bad("Stage", "must be between 1 and %d, got %d", MaxStage, c.Stage)
 	}
 	if c.Tick < MinTick || c.Tick > MaxTick {
 		bad("Tick", "must be between %v and %v, got %v", MinTick, MaxTick, c.Tick)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/bench"
+	"github.com/shardcron/shardcron/engine"
 )
 
 const benchHelp = `Usage: shardcron bench SCENARIO[,SCENARIO...] [flags]
@@ -120,8 +121,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c.fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions, 1-32768 (default 1024)")
 	c.fs.IntVar(&cfg.Replication, "replication", 0, "ring virtual nodes per member, 2-256 (default 20)")
 	c.fs.Float64Var(&cfg.Load, "load", 0, "bounded-load factor, above 1 (default 1.25)")
-	c.fs.IntVar(&cfg.Workers, "workers", 0, "worker pool size of each node, at least 1 (default 256)")
-	c.fs.IntVar(&cfg.Queue, "queue", 0, "dispatch queue length of each node, at least 1 (default 65536)")
+	c.fs.IntVar(&cfg.Workers, "workers", 0, fmt.Sprintf("worker pool size of each node, 1-%d (default 256)", engine.MaxWorkers))
+	c.fs.IntVar(&cfg.Queue, "queue", 0, fmt.Sprintf("dispatch queue length of each node, 1-%d (default 65536)", engine.MaxQueue))
 	c.fs.DurationVar(&cfg.Tick, "tick", 0, "timing wheel resolution, 100µs to 100ms (default 1ms)")
 	c.fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "session lease of each node, a whole number of seconds, at least 2s (etcd leases count whole seconds): failover takes about this long (default 10s)")
 	c.fs.BoolVar(&cfg.Procs, "procs", false, "run the nodes of throughput, burst, import, restart, query, trigger, rebalance and failover as 'shardcron server' processes, and memory's node as 'shardcron bench memory --etcd'")

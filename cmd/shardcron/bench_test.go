@@ -153,8 +153,8 @@ func TestBench_FlagOutOfRange(t *testing.T) {
 	testFlagMistakes(t, []flagMistake{
 		{[]string{"--lease-ttl", "1s"}, "lease-ttl: must be a whole number of seconds, at least 2s"},
 		{[]string{"--lease-ttl", "2500ms"}, "lease-ttl: must be a whole number of seconds, at least 2s"},
-		{[]string{"--queue", "-1"}, "queue: must be at least 1, got -1"},
-		{[]string{"--workers", "-1"}, "workers: must be at least 1, got -1"},
+		{[]string{"--queue", "-1"}, "queue: must be between 1 and 16777216, got -1"},
+		{[]string{"--workers", "-1"}, "workers: must be between 1 and 65536, got -1"},
 		{[]string{"--replication", "1"}, "replication: must be between 2 and 256, got 1"},
 		{[]string{"--partitions", "100000"}, "partitions: must be between 1 and 32768, got 100000"},
 		{[]string{"--load", "1"}, "load: must be a finite number above 1, got 1"},

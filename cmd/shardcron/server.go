@@ -141,9 +141,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-32768; each costs its owner a lock, a checkpoint and a watch, so start-ups and hand-overs grow with it: keep it within a few thousand; nodes past this count stand by)")
 	fs.IntVar(&f.replication, "replication", d.ReplicationFactor, "ring virtual nodes per member (2-256), fixed when the cluster is created: every node must use the cluster's")
 	fs.Float64Var(&f.load, "load", d.Load, "bounded-load factor, above 1: no node owns more than load × the average partitions; fixed when the cluster is created, as --replication")
-	fs.IntVar(&f.workers, "workers", d.Workers, "executions that run at once (at least 1)")
-	fs.IntVar(&f.queue, "queue", d.Queue, "fires that may wait for a worker (at least 1)")
-	fs.IntVar(&f.stage, "stage", d.Stage, "most fires of one tick built before it is due and handed to the workers whole at it, even past --queue: about 140 bytes a fire of the largest tick, made ready long before it and kept")
+	fs.IntVar(&f.workers, "workers", d.Workers, fmt.Sprintf("executions that run at once (1-%d)", engine.MaxWorkers))
+	fs.IntVar(&f.queue, "queue", d.Queue, fmt.Sprintf("fires that may wait for a worker (1-%d; allocated at start, 72 bytes a fire)", engine.MaxQueue))
+	fs.IntVar(&f.stage, "stage", d.Stage, fmt.Sprintf("most fires of one tick built before it is due and handed to the workers whole at it, even past --queue (1-%d): about 140 bytes a fire of the largest tick, made ready long before it and kept", engine.MaxStage))
 	fs.IntVar(&f.batch, "batch", d.BatchSize, "fires the dispatch loop hands to the workers at once, at most --queue (not given, it is at most --queue too): smaller batches serve commands (hand-overs, task changes) sooner during a burst")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "session lease: the failover time after a crash (whole seconds, at least 2s)")
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-100ms): fires are late by less than one tick")
@@ -436,8 +436,8 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--%s %s", errs[0].Flag, errs[0].Msg)
 	}
 	switch {
-	case f.stage < 1:
-		return fmt.Errorf("--stage must be at least 1, got %d", f.stage)
+	case f.stage < 1 || f.stage > engine.MaxStage:
+		return fmt.Errorf("--stage must be between 1 and %d, got %d", engine.MaxStage, f.stage)
 	case f.batch < 1 || f.batch > f.queue:
 		return fmt.Errorf("--batch must be between 1 and --queue (%d), got %d", f.queue, f.batch)
 	case f.misfire < f.tick:

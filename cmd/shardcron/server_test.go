@@ -263,6 +263,12 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--workers", "-1"},
 			{"--queue", "100", "--batch", "200"}, // a batch larger than the queue
 			{"--stage", "0"},
+			// Past their bounds: refused before etcd is dialed (unreachable
+			// here, so that a node that would start exits 1, not out of
+			// memory).
+			{"--workers", "100000000", "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"},
+			{"--queue", "1000000000", "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"},
+			{"--stage", "99999999999999", "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"},
 			{"--lease-ttl", "1500ms"}, // under etcd's 2 s minimum
 			{"--lease-ttl", "2500ms"}, // not whole seconds
 			{"--load", "1"},
@@ -276,9 +282,9 @@ func TestServer_StartupErrors(t *testing.T) {
 			{"--lead", "100ms"}, // dispatch would stall between watermark writes
 			{"--lead", "2m"},
 			{"--etcd-quota", "lots"},
-			{"--etcd-quota", "64"},                                   // 64 bytes: the unit left out
+			{"--etcd-quota", "64"}, // 64 bytes: the unit left out
 			{"--etcd-quota", "1GiB", "--etcd", "http://127.0.0.1:1"}, // sizes the embedded etcd only
-			{"--etcd", ","},                                          // names no endpoint: not the embedded etcd
+			{"--etcd", ","}, // names no endpoint: not the embedded etcd
 			{"--etcd", " "},
 			{"--etcd", "not a url"},
 			{"--etcd", "http://"},

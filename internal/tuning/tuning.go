@@ -40,11 +40,11 @@ func Check(v Values) []FlagError {
 	if v.Replication < 2 || v.Replication > ring.MaxReplicationFactor {
 		bad("replication", "must be between 2 and %d, got %d", ring.MaxReplicationFactor, v.Replication)
 	}
-	if v.Workers < 1 {
-		bad("workers", "must be at least 1, got %d", v.Workers)
+	if v.Workers < 1 || v.Workers > engine.MaxWorkers {
+		bad("workers", "must be between 1 and %d, got %d", engine.MaxWorkers, v.Workers)
 	}
-	if v.Queue < 1 {
-		bad("queue", "must be at least 1, got %d", v.Queue)
+	if v.Queue < 1 || v.Queue > engine.MaxQueue {
+		bad("queue", "must be between 1 and %d, got %d", engine.MaxQueue, v.Queue)
 	}
 	if !(v.Load > 1) || math.IsInf(v.Load, 1) {
 		bad("load", "must be a finite number above 1, got %v", v.Load)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/shardcron/shardcron/engine"
 )
 
 func TestCheck(t *testing.T) {
@@ -21,7 +23,9 @@ func TestCheck(t *testing.T) {
 		{func(v *Values) { v.Replication = 1 }, "replication"},
 		{func(v *Values) { v.Replication = 257 }, "replication"},
 		{func(v *Values) { v.Workers = 0 }, "workers"},
+		{func(v *Values) { v.Workers = engine.MaxWorkers + 1 }, "workers"},
 		{func(v *Values) { v.Queue = -1 }, "queue"},
+		{func(v *Values) { v.Queue = engine.MaxQueue + 1 }, "queue"},
 		{func(v *Values) { v.Load = 1 }, "load"},
 		{func(v *Values) { v.Load = math.NaN() }, "load"},
 		{func(v *Values) { v.Load = math.Inf(1) }, "load"},
