@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/url"
@@ -24,8 +25,10 @@ import (
 	"go.etcd.io/bbolt"
 	bberrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardcron/shardcron/internal/lograte"
 )
@@ -139,9 +142,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := checkBackend(ec.Dir); err != nil {
 		return nil, err
 	}
-	e, err := embed.StartEtcd(ec)
+	e, err := startEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", cfg.Dir, cu.Host, pu.Host, err)
+		err = fmt.Errorf("start embedded etcd in %s (client %s, peer %s): %w", cfg.Dir, cu.Host, pu.Host, err)
+		if walDamaged(err) {
+			err = fmt.Errorf("%w (its write-ahead log in %s looks damaged: restore it from a backup, or move %s away to start an empty etcd)",
+				err, filepath.Join(cfg.Dir, "member", "wal"), cfg.Dir)
+		}
+		return nil, err
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -162,6 +170,32 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		err = fmt.Errorf("%w; it did not stop within %v either", err, wait)
 	}
 	return nil, err
+}
+
+// walDamaged reports whether err, of etcd's start, comes from reading its
+// write-ahead log: a record whose checksum fails, one cut short, one that
+// does not decode (a protobuf error), or a panic (startEtcd).
+func walDamaged(err error) bool {
+	return errors.Is(err, walpb.ErrCRCMismatch) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, proto.Error) || errors.Is(err, errPanicked)
+}
+
+// errPanicked is what a panic of etcd's start is returned as.
+var errPanicked = errors.New("etcd panicked at its start")
+
+// startEtcd is embed.StartEtcd, a panic of its start an error: etcd panics
+// on a write-ahead log whose first records are garbage (it sets the file
+// aside as .broken, then dereferences the log it did not read, at every
+// start), a node's crash with etcd's stack trace instead of a message. The
+// listeners it opened before are left to the process's exit, which the
+// caller is then expected to make soon.
+func startEtcd(ec *embed.Config) (e *embed.Etcd, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, err = nil, fmt.Errorf("%w: %v", errPanicked, r)
+		}
+	}()
+	return embed.StartEtcd(ec)
 }
 
 // stopUnready stops a server that did not become ready, waiting at most

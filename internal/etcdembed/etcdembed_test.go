@@ -82,6 +82,16 @@ func TestCheckBackend_EmptyAndInUse(t *testing.T) {
 func damagedWAL(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
+	if err := os.Truncate(stoppedMember(t, dir), 1000); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// stoppedMember starts a member in dir, puts 100 keys and stops it; it
+// returns the path of its write-ahead log.
+func stoppedMember(t *testing.T, dir string) string {
+	t.Helper()
 	s, err := Start(t.Context(), Config{Dir: dir, Fast: true})
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +107,7 @@ func damagedWAL(t *testing.T) string {
 	}
 	cli.Close()
 	s.Close()
-	wal := filepath.Join(dir, "member", "wal", "0000000000000000-0000000000000000.wal")
-	if err := os.Truncate(wal, 1000); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return filepath.Join(dir, "member", "wal", "0000000000000000-0000000000000000.wal")
 }
 
 // A member that never becomes ready makes Start give up after
@@ -149,4 +155,57 @@ func TestStart_ContextEndsTheWait(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Start still waiting 60s after its context ended")
 	}
+}
+
+// A write-ahead log damaged in its records, or at its start, is an error
+// from Start that names the log and what to do, as a damaged database is.
+// Its records said only etcd's "walpb: crc mismatch" and where; its start
+// crashed the node with a nil dereference in etcd's bootstrap, at every
+// start (etcd set the file aside as .broken, and read none). Once per
+// directory: the etcd that panicked still holds its database.
+func TestStart_DamagedWALIsAnErrorWithItsRemedy(t *testing.T) {
+	for _, at := range []int64{0, 4096} {
+		t.Run(fmt.Sprintf("at=%d", at), func(t *testing.T) {
+			dir := panickedDir(t)
+			wal := stoppedMember(t, dir)
+			f, err := os.OpenFile(wal, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte(strings.Repeat("garbage!", 1024)), at); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			s, err := Start(t.Context(), Config{Dir: dir, Fast: true, StartTimeout: 10 * time.Second})
+			if err == nil {
+				s.Close()
+				t.Fatal("Start on a damaged write-ahead log succeeded")
+			}
+			if !strings.Contains(err.Error(), filepath.Dir(wal)) || !strings.Contains(err.Error(), "restore it from a backup, or move "+dir+" away") {
+				t.Errorf("error %q does not name the log and what to do", err)
+			}
+		})
+	}
+}
+
+// panickedDir is a directory for an etcd whose start may panic: its
+// write-ahead log's file allocator, left running, creates a file in it
+// after the panic. Removing it is tried again until that one is made (t's
+// own TempDir fails the test the first time).
+func panickedDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "etcdembed-panicked-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for err := os.RemoveAll(dir); err != nil; err = os.RemoveAll(dir) {
+			if time.Now().After(deadline) {
+				t.Errorf("remove %s: %v", dir, err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return dir
 }
