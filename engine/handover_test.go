@@ -739,6 +739,62 @@ func TestEngine_HandedOverFiresOlderThanTheCatchupWindowDoNotRun(t *testing.T) {
 	}
 }
 
+// The fires handed over unrun that a node runs at its acquires are counted
+// in the round's line, not logged a line a partition: a node stopped
+// behind busy workers hands such fires over in most of its partitions,
+// and its successor logged a thousand lines at a start.
+func TestEngine_HandedOverFiresAreCountedInTheRoundsLine(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	k := newKeys(DefaultPrefix)
+	byPart := map[int]string{} // a yearly task in each of two partitions: only the hand-over fires them
+	for i := 0; len(byPart) < 2; i++ {
+		id := fmt.Sprintf("unrun-%d", i)
+		byPart[int(xxhash.Sum64String(id)%4)] = id
+	}
+	a := startNode(t, c, "", log.handler, func(c *Config) { c.Partitions = 4 })
+	for _, id := range byPart {
+		putTask(t, a.e.Registry(), handlerTask(id, "0 0 1 1 *"))
+	}
+	a.stop(t) // hand over with the tasks present
+	at := time.Now().UTC().Truncate(time.Second).Add(-10 * time.Second)
+	for p, id := range byPart {
+		cp, _ := json.Marshal(checkpoint{Node: "gone", Watermark: at.Add(time.Second), Released: true, Pending: []pendingFire{{ID: id, At: at}}})
+		if _, err := c.Client.Put(context.Background(), k.checkpoint(p), string(cp)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf logbuf.Buffer
+	b := startNode(t, c, "", log.handler, func(c *Config) {
+		c.Partitions, c.NodeID = 4, "node-b"
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		for _, id := range byPart {
+			if len(log.forTask(id)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	b.stop(t)
+	unrun := 0
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		switch {
+		case strings.Contains(line, "handed over unrun by the previous owner"):
+			t.Errorf("a partition's own line at info: %s", line)
+		case strings.Contains(line, `msg="acquired partitions"`):
+			if _, n, ok := strings.Cut(line, "fires_handed_unrun="); ok {
+				v, _ := strconv.Atoi(strings.Fields(n)[0])
+				unrun += v
+			}
+		}
+	}
+	if unrun != 2 {
+		t.Errorf("the acquired partitions' lines count %d fires handed over unrun, want 2:\n%s", unrun, buf.String())
+	}
+}
+
 // What a released checkpoint hands over by task id (a retry and a fire
 // unrun, a resume after a fire past the mark, the health of a failing
 // task) is of the task its owner had, created at or before its applied

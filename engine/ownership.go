@@ -34,6 +34,7 @@ type acquired struct {
 	err   error
 	stray bool          // our lock key may be left behind: the session must end
 	took  time.Duration // from the start to the partition armed
+	unrun int           // fires its previous owner handed over unrun, run here
 }
 
 // coordinate keeps the node's partitions in line with the ring, session
@@ -364,6 +365,7 @@ type acquireRound struct {
 	parts       []int
 	slowest     int           // the partition that took longest
 	slowestTook time.Duration // and how long
+	unrun       int           // fires handed over unrun by the previous owners
 }
 
 // roundMax is how long a round gathers before it is logged anyway: one
@@ -374,6 +376,7 @@ const roundMax = 10 * time.Second
 // add counts r, a partition acquired.
 func (a *acquireRound) add(r acquired) {
 	a.parts = append(a.parts, r.p)
+	a.unrun += r.unrun
 	if r.took > a.slowestTook || len(a.parts) == 1 {
 		a.slowest, a.slowestTook = r.p, r.took
 	}
@@ -382,8 +385,12 @@ func (a *acquireRound) add(r acquired) {
 // log writes the round's line and starts the next round.
 func (a *acquireRound) log(log *slog.Logger) {
 	if len(a.parts) > 0 {
-		log.Info("acquired partitions", "partitions", partRanges(a.parts), "count", len(a.parts), "took", time.Since(a.start),
-			"slowest", a.slowest, "slowest_took", a.slowestTook)
+		attrs := []any{"partitions", partRanges(a.parts), "count", len(a.parts), "took", time.Since(a.start),
+			"slowest", a.slowest, "slowest_took", a.slowestTook}
+		if a.unrun > 0 {
+			attrs = append(attrs, "fires_handed_unrun", a.unrun)
+		}
+		log.Info("acquired partitions", attrs...)
 	}
 	*a = acquireRound{start: time.Now()}
 }
@@ -724,7 +731,10 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		if err := e.call(ctx, &takeOverCmd{part: p, fires: pending, bfs: bfs}); err != nil {
 			return undo(fmt.Errorf("take over the fires handed over: %w", err))
 		}
-		e.log.Info("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
+		// Counted in the round's line: after a stop behind busy workers
+		// the next owner takes such fires in most of its partitions.
+		e.log.Debug("running fires handed over unrun by the previous owner", "partition", p, "fires", len(pending))
+		r.unrun = len(pending)
 	}
 	// Ended delete_after_fire tasks whose last owner did not delete them.
 	if err := e.call(ctx, &endedCmd{part: p}); err != nil {
