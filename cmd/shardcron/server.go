@@ -834,7 +834,10 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: stopping the API, releasing partitions, draining executions")
+		// The drain may take --drain-timeout with nothing more logged:
+		// the line says how long, and how to cut it short.
+		log.Info("shutting down: stopping the API, releasing partitions, draining executions; a second signal cuts the waits short",
+			"cause", context.Cause(ctx), "drain_timeout", f.drainTimeout.String())
 	case err := <-served:
 		// Both servers close before the engine stops (deferred), so that
 		// nothing answers for a node that is going.

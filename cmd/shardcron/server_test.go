@@ -565,6 +565,11 @@ func TestServer_SecondSignalCutsTheDrain(t *testing.T) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "shutting down") })
+	// The first line says why, how long the drain may take, and how to
+	// cut it short: nothing else is logged while it waits.
+	if want := `a second signal cuts the waits short","cause":"terminated signal received","drain_timeout":"10m0s"`; !strings.Contains(p.log(), want) {
+		t.Errorf("the shutdown's line does not say %s:\n%s", want, p.log())
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := p.waitExit(60 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
