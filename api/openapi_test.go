@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/task"
 	"sigs.k8s.io/yaml"
 )
@@ -115,12 +116,51 @@ func asList(v any) []any {
 // with parseFlag, which takes 1, true, 0 and false and refuses the rest.
 func flagParams(t *testing.T) map[string]bool {
 	t.Helper()
+	out := map[string]bool{}
+	for _, m := range sourceMatches(t, regexp.MustCompile(`parseFlag\(r, "([a-z_]+)"\)`)) {
+		out[m[1]] = true
+	}
+	if len(out) < 3 {
+		t.Fatalf("found only %d parameters read by parseFlag: the pattern is broken", len(out))
+	}
+	return out
+}
+
+// TestOpenAPI_NamesEveryHeader: every header the handlers set on an answer
+// (w.Header().Set), but those every JSON answer carries, is named in
+// openapi.yaml, for clients generated from it: ETag (If-Match's value),
+// WWW-Authenticate and a 405's Allow were not.
+func TestOpenAPI_NamesEveryHeader(t *testing.T) {
+	spec, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := map[string]bool{"Content-Type": true, "Cache-Control": true, "X-Content-Type-Options": true}
+	names := map[string]bool{client.WarningHeader: true} // set by its constant's name
+	for _, m := range sourceMatches(t, regexp.MustCompile(`Header\(\)\.(?:Set|Add)\("([^"]+)"`)) {
+		if !every[m[1]] {
+			names[m[1]] = true
+		}
+	}
+	if len(names) < 4 {
+		t.Fatalf("found only the headers %v: the pattern is broken", names)
+	}
+	for name := range names {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).Match(spec) {
+			t.Errorf("the handlers set %s, which openapi.yaml does not name", name)
+		}
+	}
+}
+
+// sourceMatches returns every match of re, with its submatches, in the
+// package's source files (its tests left out).
+func sourceMatches(t *testing.T, re *regexp.Regexp) [][]string {
+	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]bool{}
-	call := regexp.MustCompile(`parseFlag\(r, "([a-z_]+)"\)`)
+	var out [][]string
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -129,12 +169,7 @@ func flagParams(t *testing.T) map[string]bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range call.FindAllStringSubmatch(string(b), -1) {
-			out[m[1]] = true
-		}
-	}
-	if len(out) < 3 {
-		t.Fatalf("found only %d parameters read by parseFlag: the pattern is broken", len(out))
+		out = append(out, re.FindAllStringSubmatch(string(b), -1)...)
 	}
 	return out
 }
