@@ -230,10 +230,16 @@ func stopUnready(e *embed.Etcd, wait time.Duration) bool {
 // file (a first start cut short) is etcd's to initialise.
 func checkBackend(dir string) error {
 	path := filepath.Join(dir, "member", "snap", "db")
-	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0 {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0:
 		return nil
+	case err != nil:
+		// Not the database's damage (dir, or a directory in it, is a
+		// file, say): neither a backup nor an empty etcd is the remedy.
+		return fmt.Errorf("the embedded etcd's directory %s cannot be used: %w", dir, err)
 	}
-	err := openReadOnly(path)
+	err = openReadOnly(path)
 	switch {
 	case errors.Is(err, bberrors.ErrTimeout):
 		return fmt.Errorf("the embedded etcd's database %s is in use by another process (is another shardcron server running with %s?)", path, dir)

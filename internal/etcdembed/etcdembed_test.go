@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +51,8 @@ func TestStart_DamagedDatabaseIsAnError(t *testing.T) {
 }
 
 // An empty database (a first start cut short) is etcd's to initialise; one
-// another process holds is in use, not damaged.
+// another process holds is in use, not damaged; nor is a file where etcd's
+// directory should be.
 func TestCheckBackend_EmptyAndInUse(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "member", "snap", "db")
@@ -70,6 +72,15 @@ func TestCheckBackend_EmptyAndInUse(t *testing.T) {
 	defer held.Close()
 	if err := checkBackend(dir); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Errorf("a database held elsewhere: %v, want in use", err)
+	}
+	// A file where etcd's directory should be is no damaged database: the
+	// error said "cannot be read" and to restore a backup.
+	file := filepath.Join(t.TempDir(), "etcd")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBackend(file); err == nil || !strings.Contains(err.Error(), "directory "+file+" cannot be used") || !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("etcd's directory a file: %v, want that the directory cannot be used, not a directory", err)
 	}
 }
 
