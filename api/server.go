@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -348,6 +349,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.noRoute(sw, req)
 		return
 	}
+	if p := req.URL.EscapedPath(); req.Method != http.MethodConnect && cleanPath(p) != p {
+		// ServeMux redirects it to the clean path with a 307, which a
+		// client following redirects sends a write to again: to another
+		// task (/v1/tasks/a/../b is b's).
+		pattern = ""
+		s.noRoute(sw, req)
+		return
+	}
 	if err := checkQuery(pattern, req.URL.RawQuery); err != nil {
 		writeError(sw, http.StatusBadRequest, "%v", err)
 		return
@@ -357,6 +366,19 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(sw, req)
+}
+
+// cleanPath is p as ServeMux cleans an escaped path before it routes it:
+// no empty, "." or ".." segment, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // ifMatchRoutes are the routes that check If-Match (a task's version).
@@ -551,7 +573,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := fmt.Sprintf("no such endpoint: %s %s (see the HTTP API in docs/api.md)", r.Method, r.URL.EscapedPath())
 	if strings.HasPrefix(r.URL.Path, "/v1/tasks/") {
-		msg += `; a task id containing "/" must be path-escaped in the URL, e.g. /v1/tasks/billing%2Finvoice-42`
+		msg += `; a task id containing "/" must be path-escaped in the URL, e.g. /v1/tasks/billing%2Finvoice-42 (and the ids "." and ".." as %2E and %2E%2E)`
 	}
 	writeError(w, http.StatusNotFound, "%s", msg)
 }

@@ -796,6 +796,23 @@ func TestServer_SingleNode(t *testing.T) {
 		}
 	})
 
+	t.Run("UncleanPaths", func(t *testing.T) {
+		// ServeMux redirected a path with an empty, "." or ".." segment to
+		// its clean form with a 307 in HTML, a write included, which a
+		// client following redirects sent again there: this put wrote the
+		// task "unclean". Such a segment of an id is path-escaped.
+		body := `{"schedule": "@hourly", "executor": {"type": "noop"}}`
+		for _, path := range []string{"/v1/tasks/q/../unclean", "/v1/tasks/./unclean", "/v1//tasks/unclean"} {
+			wantError(t, call(t, ts, "PUT", path, body), http.StatusNotFound, "no such endpoint", path)
+		}
+		wantError(t, call(t, ts, "PUT", "/v1/tasks/..", body), http.StatusNotFound, "%2E%2E")
+		wantError(t, call(t, ts, "GET", "/v1/tasks/unclean", ""), http.StatusNotFound)
+		wantError(t, call(t, ts, "GET", "//healthz", ""), http.StatusNotFound, "no such endpoint")
+		if a := call(t, ts, "PUT", "/v1/tasks/q%2F..%2Funclean?dry_run=1", body); a.status != http.StatusOK {
+			t.Errorf("PUT of the id q/../unclean, escaped: %v", a)
+		}
+	})
+
 	t.Run("UnknownQueryParameters", func(t *testing.T) {
 		// A typo of dry_run writes nothing.
 		body := `{"schedule": "@hourly", "executor": {"type": "noop"}}`
