@@ -801,7 +801,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		case errors.Is(err, membership.ErrNodeExists):
 			return fmt.Errorf("node id %q is held by a live node: give this node another --node-id", f.nodeID)
 		case ctx.Err() != nil:
-			return nil // interrupted while starting
+			return ctx.Err() // stopped during the start, as runServer logs it
 		}
 		return err
 	}

@@ -347,8 +347,23 @@ func TestServer_StartupErrors(t *testing.T) {
 func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1") // nothing listens on port 1
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
-	if code := p.stop(); code != 0 || strings.Contains(p.log(), "context canceled") {
-		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0 without an error\n%s", code, p.log())
+	if code := p.stop(); code != 0 || strings.Contains(p.log(), "context canceled") || !strings.Contains(p.log(), "stopped during its start") {
+		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0 without an error, logged\n%s", code, p.log())
+	}
+	// So does one stopped while it waits for the lease of a crashed node
+	// of its id: it exited 0 with nothing logged.
+	c := etcdtest.Start(t)
+	lease, err := c.Client.Grant(t.Context(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Put(t.Context(), "/shardcron/nodes/reborn", "{}", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	p = startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "reborn")
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "node id is held by another lease") })
+	if code := p.stop(); code != 0 || !strings.Contains(p.log(), "stopped during its start") {
+		t.Fatalf("SIGTERM while waiting for a crashed node's lease: exit %d, want 0, logged\n%s", code, p.log())
 	}
 }
 
