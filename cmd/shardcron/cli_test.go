@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -34,6 +35,7 @@ import (
 	"github.com/shardcron/shardcron/api"
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/engine"
+	"github.com/shardcron/shardcron/internal/childproc"
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/store"
 	"github.com/shardcron/shardcron/task"
@@ -1070,6 +1072,52 @@ func TestImport_RetriesTransientFailures(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "shardcron: import: the node is shutting down") {
 		t.Errorf("stderr %q", errb)
+	}
+}
+
+// Ctrl-C stops an import as a batch that fails for good does: it says
+// after which line it stopped, prints what it wrote and exits 1. The
+// process died of the signal with nothing printed (exit 130), the
+// operator left to guess how far it got.
+func TestImport_InterruptSaysWhereItStopped(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		if bytes.Contains(lines[0], []byte(`"id":"b"`)) {
+			close(arrived)
+			<-release
+		}
+		return false
+	})
+	defer close(release) // before the server's Close, which waits for the handler
+	in := filepath.Join(t.TempDir(), "tasks.jsonl")
+	if err := os.WriteFile(in, []byte(jsonl("a", "b", "c")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "import", "--server", ts.URL, "--batch", "1", "--in-flight", "1", in)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = childproc.Attr()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the second batch never came")
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitError {
+		t.Errorf("exit %d (%v), want %d", code, cmd.ProcessState, exitError)
+	}
+	if want := "shardcron: import stopped after line 1: interrupted"; !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("stderr %q, want it to begin %q", errb.String(), want)
+	}
+	if out.String() != "imported 1 task, 0 errors\n" {
+		t.Errorf("stdout %q, want the summary of the line written", out.String())
 	}
 }
 

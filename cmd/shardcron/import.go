@@ -10,10 +10,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -44,8 +46,9 @@ temporarily unavailable node is retried. --in-flight batches are sent at
 once (default 4); errors are still reported in line order. When a batch
 fails for good the import stops: "import stopped after line N" names the
 last line of the batches before it, which were all written; batches that
-were in flight after it may have been written too. Running the import
-again from the start is safe. A task written with a warning (only some
+were in flight after it may have been written too. Ctrl-C (or SIGTERM)
+stops it the same way, "interrupted"; a second one at once. Running the
+import again from the start is safe. A task written with a warning (only some
 nodes can run it; its id comes again later in the same batch, which
 replaces it; its id was given on an earlier line, which it replaces: a
 batch waits for one in flight that gives its id, so that the last line is
@@ -173,8 +176,16 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if showBar {
 		im.bar = newImportBar(stderr, total)
 	}
-	return im.run(context.Background(), in, name)
+	// Ctrl-C (or SIGTERM) stops the import as a batch that fails for
+	// good does: where it stopped is printed. A second one kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	return im.run(ctx, in, name)
 }
+
+// errInterrupted is what stops an import that a signal canceled.
+var errInterrupted = errors.New("interrupted (the lines before were written; importing the file again finishes it)")
 
 // isTerminal reports whether w is a terminal: the progress bar redraws its
 // line, which only makes sense there (in a log file it would be a mess).
@@ -366,6 +377,9 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 	}
 	if im.bar != nil {
 		_ = im.bar.Finish() // clears the bar
+	}
+	if fatal != nil && ctx.Err() != nil {
+		fatal = errInterrupted
 	}
 	if fatal != nil {
 		subject := "import"
