@@ -136,7 +136,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 		"it compacts hourly to the revision of an hour before, so a rewrite of every task (task pause --all) holds their old versions for one to two hours, about 0.5 GB at 1 M tasks")
 	fs.StringVar(&f.dataDir, "data-dir", "./shardcron-data", "directory of the Badger cache and execution history (and the embedded etcd)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API, /metrics and the dashboard")
-	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address)")
+	fs.StringVar(&f.advertise, "advertise", "", "address other nodes reach this node's API at (default: the listen address: give it when that is every interface, 0.0.0.0:port or :port, which they cannot reach)")
 	fs.StringVar(&f.nodeID, "node-id", "", "unique node id (default: hostname-port); a second live node with the same id is refused")
 	fs.IntVar(&f.partitions, "partitions", d.Partitions, "partition count, fixed when the cluster is created (1-32768; each costs its owner a lock, a checkpoint and a watch, so start-ups and hand-overs grow with it: keep it within a few thousand; nodes past this count stand by)")
 	fs.IntVar(&f.replication, "replication", d.ReplicationFactor, "ring virtual nodes per member (2-256), fixed when the cluster is created: every node must use the cluster's")
@@ -513,6 +513,30 @@ func checkListenAddr(flag, v string) error {
 	return nil
 }
 
+// listenWarnings says what the API's listen address addr leaves open:
+// every interface without --advertise advertises an address other nodes
+// cannot reach (dialed, it is their own: their asks of this node are
+// answered by themselves); an address beyond loopback without a token lets
+// whoever reaches it change tasks. Neither is refused: a node alone on a
+// machine, or behind a firewall, is fine.
+func listenWarnings(addr string, f *serverFlags) []string {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return nil
+	}
+	var ws []string
+	if ip.IsUnspecified() && f.advertise == "" {
+		ws = append(ws, fmt.Sprintf("the API listens on every interface (%s) and advertises that, which other nodes cannot reach (they would ask themselves): "+
+			"give --advertise, the host:port they reach this node at (a node alone may ignore this)", addr))
+	}
+	if !ip.IsLoopback() && f.authToken == "" {
+		ws = append(ws, fmt.Sprintf("the API listens on %s, beyond loopback, without --auth-token: whoever reaches it may create, change and delete tasks "+
+			"(and have commands run, with --allow-exec): give --auth-token-file", addr))
+	}
+	return ws
+}
+
 // checkAdvertise checks --advertise, the address other nodes reach this
 // node's API at: empty (the listen address), host:port or an http or https
 // URL with a host and a port, the port from 1 to 65535 (port 0 is no
@@ -702,6 +726,9 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		starting = append(starting, "probes", "http://"+probeLn.Addr().String())
 	}
 	log.Info("shardcron node starting: the API answers 503 until it has started", starting...)
+	for _, w := range listenWarnings(addr, f) {
+		log.Warn(w)
+	}
 
 	// A start that fails leaves the disk as it found it: what it created
 	// goes again (a node that started once keeps its directories). Only a

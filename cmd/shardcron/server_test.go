@@ -1113,3 +1113,34 @@ func TestServer_StoppedIsLoggedOnceTheDataDirectoryIsFree(t *testing.T) {
 		t.Errorf("\"shardcron node stopped\" was logged while the node still held %v", w.held)
 	}
 }
+
+// A node whose API listens beyond loopback without a token, or on every
+// interface without --advertise, says so at its start: it started
+// silently, open to anyone who reached it, or advertising an address its
+// peers dial as their own (a cluster's asks of the node answered by the
+// asker).
+func TestListenWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		addr, advertise, token string
+		want                   []string // a word of each warning, in order
+	}{
+		{"127.0.0.1:8080", "", "", nil},
+		{"[::1]:8080", "", "", nil},
+		{"[::]:8080", "", "", []string{"--advertise", "--auth-token"}},
+		{"0.0.0.0:8080", "", "t", []string{"--advertise"}},
+		{"0.0.0.0:8080", "node-1:8080", "", []string{"--auth-token"}},
+		{"10.0.0.5:8080", "", "", []string{"--auth-token"}},
+		{"10.0.0.5:8080", "", "t", nil},
+	} {
+		ws := listenWarnings(tc.addr, &serverFlags{advertise: tc.advertise, authToken: tc.token})
+		if len(ws) != len(tc.want) {
+			t.Errorf("%s, advertise %q, token %q: warnings %q, want %d", tc.addr, tc.advertise, tc.token, ws, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(ws[i], w) || !strings.Contains(ws[i], tc.addr) {
+				t.Errorf("%s: warning %q does not name %s and the address", tc.addr, ws[i], w)
+			}
+		}
+	}
+}
