@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
@@ -44,5 +45,25 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 	err = probeEtcd("http://"+etcdtest.RefusedAddr(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "is etcd running there?") || errors.Is(err, errServesTLS) {
 		t.Errorf("a refused connection: %v", err)
+	}
+}
+
+// The first warning of a node waiting for etcd says what is wrong with the
+// endpoint, as the error after --start-timeout does: it said only "context
+// deadline exceeded", again and again, for a minute by default, when
+// --etcd named a node's API instead of its embedded etcd.
+func TestServer_FirstEtcdWarningExplains(t *testing.T) {
+	notEtcd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
+	}))
+	defer notEtcd.Close()
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", notEtcd.URL, "--start-timeout", "10m")
+	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
+	first := p.logged("waiting for etcd", "err")
+	if !strings.Contains(first, "an HTTP server answers there, not etcd") {
+		t.Errorf("the first warning says %q, not what answers at --etcd", first)
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("SIGTERM while waiting for etcd: exit %d", code)
 	}
 }

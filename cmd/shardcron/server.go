@@ -798,10 +798,8 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// The phase is open to anyone who reaches the probes: the endpoints
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
-	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, log); err != nil {
-		if ctx.Err() == nil {
-			err = explainEtcd(endpoints, etcdTLS, err)
-		}
+	explain := func(err error) error { return explainEtcd(endpoints, etcdTLS, err) }
+	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, explain, log); err != nil {
 		return err
 	}
 
@@ -1033,8 +1031,11 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 }
 
 // waitForEtcd retries until etcd answers, logging each failure, and gives
-// up after timeout with an error that names the endpoints.
-func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, timeout time.Duration, log *slog.Logger) error {
+// up after timeout with an error that names the endpoints. explain adds to
+// the first failure's warning, and to that error, what is wrong with the
+// endpoints (explainEtcd): the client's own error is only its deadline,
+// which the warnings repeated for --start-timeout, a minute by default.
+func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, timeout time.Duration, explain func(error) error, log *slog.Logger) error {
 	deadline := time.Now().Add(timeout)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -1047,7 +1048,10 @@ func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, 
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err)
+			return explain(fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err))
+		}
+		if attempt == 1 {
+			err = explain(err)
 		}
 		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", err)
 		select {
