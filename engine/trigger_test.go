@@ -1031,6 +1031,38 @@ func TestLoop_RetryBothInTheCheckpointAndInItsKeyWaitsOnce(t *testing.T) {
 	}
 }
 
+// The same retry in a crashed owner's watermark (or a release's
+// checkpoint) and in its key, whose delete had not reached etcd: the
+// acquire runs the fires handed over first, then reads the keys. A retry
+// already due (its backoff ran out while the lease expired) is released
+// between the two, and no longer waits when its key comes: it ran once
+// more, attempt 2 twice with one idempotency key.
+func TestLoop_RetryDueBothInTheWatermarkAndInItsKeyRunsOnce(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sched := base.Add(-time.Minute)
+	retry := registry.Retry{Attempt: 2, Due: base.Add(-5 * time.Second), At: sched}
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky")
+	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "flaky", At: sched, Attempt: 2, Due: retry.Due}}})
+	tl.dispatchAll()
+	tl.putRetry(0, "flaky", sched.Add(time.Millisecond), 1, retry)
+	tl.dispatchAll()
+	var attempts []uint16
+	tl.pool.mu.Lock()
+	for i := range tl.pool.queued() {
+		if j := tl.pool.at(i); j.id == "flaky" {
+			attempts = append(attempts, j.attempt)
+		}
+	}
+	tl.pool.mu.Unlock()
+	if !slices.Equal(attempts, []uint16{2}) {
+		t.Errorf("queued attempts %v of flaky@%v, want attempt 2 once", attempts, sched)
+	}
+	if got := keysOf(tl.pool.ends.take(10)); len(got) != 1 {
+		t.Errorf("keys ended %v, want the retry's", got)
+	}
+}
+
 // A change the node cannot read takes the task out as a read of its
 // partition leaves it out (a compaction's reload, with replace): the fires
 // of the definition before that wait for a worker do not run, and the
