@@ -383,6 +383,9 @@ func (l *loop) firstAfter(r *record, w int64) int64 {
 func (l *loop) releaseRetry(slot uint32) {
 	rs := l.retries[slot]
 	l.freeRetry(slot)
+	if rs.handed {
+		l.handedRan[handedRetryKey{rs.rec, rs.gen, rs.sched, rs.attempt}] = l.cfg.Clock.Now().UnixNano() + int64(triggerWait)
+	}
 	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
 	if r.flags&flagLive == 0 || r.gen != rs.gen {
@@ -591,12 +594,18 @@ type handedRetryKey struct {
 }
 
 // waitHandedRetry is waitRetry for a retry a former owner handed on, in
-// its released checkpoint or through etcd (leavers): should both hold it
-// (the owner that took its key listed it waiting in its own release,
-// before the key's delete succeeded), it waits once.
+// its released checkpoint or its watermark, or through etcd (leavers):
+// should both hold it (the owner that took its key listed it, before the
+// key's delete succeeded), it runs once. An acquire runs the lists before
+// it reads the keys, and a retry already due there (its backoff ran out
+// while a crashed owner's lease expired) came due in between: it is
+// remembered triggerWait since (handedRan), as a trigger that fired is.
 func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra) {
 	k := handedRetryKey{i, r.gen, sched, attempt}
 	if _, ok := l.handed[k]; ok {
+		return
+	}
+	if _, ok := l.handedRan[k]; ok {
 		return
 	}
 	l.handed[k] = struct{}{}

@@ -239,6 +239,11 @@ type loop struct {
 	endMarks   *endWaitMarks
 
 	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
+	// handedRan are the retries a former owner handed on that came due
+	// here, until when they are remembered: one that comes again by
+	// another way (its key and a list) is the retry that ran. A release
+	// forgets them with their records (a slot freed changes its gen).
+	handedRan map[handedRetryKey]int64
 	// retryIn are the slots of retries, by partition, bufferedIn the
 	// records of fires of the schedule waiting for the running one
 	// (buffer_one: pending), and retryChanged the partitions whose waiting
@@ -290,7 +295,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]ownFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
-		handed: make(map[handedRetryKey]struct{}), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
+		handed: make(map[handedRetryKey]struct{}), handedRan: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
 		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
