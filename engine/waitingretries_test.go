@@ -322,3 +322,67 @@ func FuzzPendingFireJSONSize(f *testing.F) {
 		}
 	})
 }
+
+// The loop publishes the waiting retries at most once a WatermarkInterval,
+// so that a retry that came due right after a publish stays listed until
+// the next, while the workers take it and the watermark passes its time.
+// A value written then, the last before a crash, lists a retry that
+// started before it: the next owner ran that attempt again, with the same
+// idempotency key, where a retry runs again only if it started after the
+// last write etcd took.
+func TestEngine_ResumeAfterACrashRunsNoRetryThatStartedBeforeTheWatermark(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky", "other")
+	tl.setApplied(0, 10)
+	tl.trigger(0, "flaky", base)
+	tl.dispatchAll()
+	flaky := tl.takeQueued()
+	tl.trigger(0, "other", base.Add(time.Millisecond))
+	tl.dispatchAll()
+	other := tl.takeQueued()
+	tl.end(flaky, statusFailed) // flaky's attempt 2 waits
+	tl.publishRetriesDue()
+	var due time.Time
+	for _, rs := range tl.retries {
+		if rs.due != 0 {
+			due = time.Unix(0, rs.due).UTC()
+		}
+	}
+	// other's attempt 1 fails just before flaky's attempt 2 is due: that
+	// publish is the last for a WatermarkInterval.
+	tl.clock.Advance(due.Add(-tl.cfg.WatermarkInterval / 2).Sub(tl.clock.Now()))
+	tl.end(other, statusFailed)
+	tl.publishRetriesDue()
+	tl.clock.Advance(tl.cfg.WatermarkInterval/2 + tl.cfg.Tick) // the wheel releases whole ticks
+	tl.dispatchAll()
+	tl.publishRetriesDue()
+	if j := tl.takeQueued(); j.id != "flaky" || j.attempt != 2 { // a worker takes it: it starts
+		t.Fatalf("took attempt %d of %s, want flaky's attempt 2", j.attempt, j.id)
+	}
+	tl.publish()
+	w := tl.applieds.fold(map[int]int64{})
+	if w < due.UnixNano() {
+		t.Fatalf("the watermark %v is before flaky's attempt 2, due %v", time.Unix(0, w).UTC(), due)
+	}
+
+	// The session's last write, then a crash: the next owner resumes.
+	e, cli := resumingEngine(t, base)
+	a := appliedRevs{armed: map[int]int64{0: 10}}
+	v, _ := a.value(w, nil, carriedLists{retries: tl.retryMarks.carried()}, "s1")
+	putKey(t, cli, e.keys.watermark("node-a", "s1"), v)
+	b, _ := json.Marshal(checkpoint{Node: "node-a", Session: "s1", Watermark: base})
+	putKey(t, cli, e.keys.checkpoint(0), string(b))
+	res, err := e.resume(context.Background(), 0, newDeadMarks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range res.retries.Fires {
+		got = append(got, fmt.Sprintf("%s attempt %d", f.ID, f.Attempt))
+	}
+	if want := []string{"other attempt 2"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %v after a watermark at %v, want %v: flaky's attempt 2 started before it",
+			got, time.Unix(0, w).UTC().Format(time.StampMilli), want)
+	}
+}
