@@ -1412,14 +1412,16 @@ func (e *Engine) resume(ctx context.Context, p int, dead *deadMarks) (resumed, e
 	if !m.found {
 		return resumed{prev: prev, w: w}, nil
 	}
-	// The lists go with a revision of their own, whatever the watermark.
+	// The lists go with a revision of their own, whatever the watermark;
+	// the retries, by the session's watermark.
 	nw := m.v.resume(p)
+	rets := m.retries(p).unstarted(nw)
 	if nw < w {
 		// The session's acquire resumed p from a point its dispatch never
 		// reached: its revisions say nothing of the fires up to w.
-		return resumed{prev: prev, w: w, ends: m.endWaits(p), retries: m.retries(p)}, nil
+		return resumed{prev: prev, w: w, ends: m.endWaits(p), retries: rets}, nil
 	}
-	return resumed{prev: prev, w: nw, applied: m.applied(p), ends: m.endWaits(p), retries: m.retries(p)}, nil
+	return resumed{prev: prev, w: nw, applied: m.applied(p), ends: m.endWaits(p), retries: rets}, nil
 }
 
 // putCheckpoint writes p's checkpoint while m is still held.

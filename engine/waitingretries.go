@@ -33,6 +33,11 @@ import (
 type waitingRetries struct {
 	Applied int64         `json:"applied"`
 	Fires   []pendingFire `json:"fires"`
+	// through is the loop's dispatch point when it published them (0: not
+	// known), which a value carries for all its lists, the latest
+	// (watermarkValue.RetriesThrough): a successor tells by it the
+	// retries that started by the session's watermark (unstarted).
+	through int64
 	// sizes are the JSON sizes of Fires with their commas, 0 until
 	// computed (size): an override takes up to 16 KiB, and the lists of
 	// the partitions that did not change are bounded again at every
@@ -65,11 +70,39 @@ func (w waitingRetries) size(i int) int {
 }
 
 func (w waitingRetries) prefix(k int) waitingRetries {
-	return waitingRetries{Applied: w.Applied, Fires: w.Fires[:k:k], sizes: w.sizes[:k:k]}
+	return waitingRetries{Applied: w.Applied, Fires: w.Fires[:k:k], through: w.through, sizes: w.sizes[:k:k]}
 }
 func (waitingRetries) bounds() (n, bytes int) { return maxWaitingRetries, maxWaitingRetryBytes }
+
+// equal compares through too: a retry handed away and back already due
+// is listed again as it was, but armed after the through of the list
+// before, which would take it for one that started.
 func (w waitingRetries) equal(o waitingRetries) bool {
-	return w.Applied == o.Applied && slices.Equal(w.Fires, o.Fires)
+	return w.Applied == o.Applied && w.through == o.through && slices.Equal(w.Fires, o.Fires)
+}
+
+// unstarted returns w, a dead session's, without the retries that started
+// there by its watermark at (unix ns). The loop publishes at most once a
+// WatermarkInterval, and a list still names the retries that came due
+// since: one due after through waited in the wheel when its list was
+// published, so that the dispatch point passed its time only once the
+// wheel released it, and the watermark only once a worker took it. One
+// due by through was armed already due (a retry handed on late), and may
+// not have been released by at. A list without through (a value of a
+// node of the version before) is taken whole, and so are the fires that
+// waited for the running one (buffer_one), which were past the watermark
+// once released, started or not.
+func (w waitingRetries) unstarted(at int64) waitingRetries {
+	if w.through == 0 {
+		return w
+	}
+	out := waitingRetries{Applied: w.Applied, through: w.through}
+	for _, f := range w.Fires {
+		if due := f.Due.UnixNano(); f.Attempt == 0 || due <= w.through || due > at {
+			out.Fires = append(out.Fires, f)
+		}
+	}
+	return out
 }
 
 // noteRetry notes that slot's retry changed its partition's waiting
@@ -212,7 +245,7 @@ func (l *loop) waitingRetriesOf(p int) waitingRetries {
 	slices.SortFunc(fires, func(a, b pendingFire) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), a.At.Compare(b.At), cmp.Compare(a.Attempt, b.Attempt))
 	})
-	return waitingRetries{Applied: l.parts[p].applied, Fires: fires, sizes: make([]int, len(fires))}
+	return waitingRetries{Applied: l.parts[p].applied, Fires: fires, through: l.through, sizes: make([]int, len(fires))}
 }
 
 // jsonSize is the size of f's JSON, as json.Marshal writes it, without

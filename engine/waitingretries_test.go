@@ -11,6 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -366,7 +367,39 @@ func TestEngine_ResumeAfterACrashRunsNoRetryThatStartedBeforeTheWatermark(t *tes
 		t.Fatalf("the watermark %v is before flaky's attempt 2, due %v", time.Unix(0, w).UTC(), due)
 	}
 
-	// The session's last write, then a crash: the next owner resumes.
+	if got, want := resumedRetries(t, base, tl, w), []string{"other attempt 2"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %v after a watermark at %v, want %v: flaky's attempt 2 started before it",
+			got, time.Unix(0, w).UTC().Format(time.StampMilli), want)
+	}
+}
+
+// A retry handed on late, armed already due, waits in the wheel with its
+// time behind the dispatch point until the next dispatch: a value
+// written meanwhile has a watermark past it, and the next owner runs it.
+func TestEngine_ResumeAfterACrashRunsARetryArmedAlreadyDue(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky")
+	tl.setApplied(0, 10)
+	tl.clock.Advance(10 * time.Second)
+	tl.dispatchAll()
+	sched := base.Add(time.Second)
+	tl.putRetry(0, "flaky", sched.Add(time.Millisecond), 11, registry.Retry{Attempt: 2, Due: base.Add(5 * time.Second), At: sched})
+	tl.publishRetriesDue()
+	w := tl.applieds.fold(map[int]int64{})
+	if w < base.Add(5*time.Second).UnixNano() {
+		t.Fatalf("the watermark %v is before the retry's time", time.Unix(0, w).UTC())
+	}
+	if got, want := resumedRetries(t, base, tl, w), []string{"flaky attempt 2"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %v, want %v: it waited in the wheel", got, want)
+	}
+}
+
+// resumedRetries writes the watermark value of tl's session s1 at w, as
+// its last before a crash, and returns the retries its next owner takes
+// from it, as "id attempt n".
+func resumedRetries(t *testing.T, base time.Time, tl *testLoop, w int64) []string {
+	t.Helper()
 	e, cli := resumingEngine(t, base)
 	a := appliedRevs{armed: map[int]int64{0: 10}}
 	v, _ := a.value(w, nil, carriedLists{retries: tl.retryMarks.carried()}, "s1")
@@ -381,8 +414,5 @@ func TestEngine_ResumeAfterACrashRunsNoRetryThatStartedBeforeTheWatermark(t *tes
 	for _, f := range res.retries.Fires {
 		got = append(got, fmt.Sprintf("%s attempt %d", f.ID, f.Attempt))
 	}
-	if want := []string{"other attempt 2"}; !slices.Equal(got, want) {
-		t.Errorf("the next owner runs %v after a watermark at %v, want %v: flaky's attempt 2 started before it",
-			got, time.Unix(0, w).UTC().Format(time.StampMilli), want)
-	}
+	return got
 }

@@ -438,6 +438,11 @@ type watermarkValue struct {
 	Base       int64                  `json:"applied_base,omitempty"`
 	EndWaits   map[int]endWaits       `json:"end_waits,omitempty"`
 	Retries    map[int]waitingRetries `json:"retries,omitempty"`
+	// RetriesThrough is the latest through of the lists of Retries
+	// (waitingRetries.through): at or after the point each was
+	// published at, it tells a successor the same retries started. One a
+	// value, not one a list: 42 bytes a partition.
+	RetriesThrough time.Time `json:"retries_through,omitzero"`
 }
 
 // encodeWatermark returns the value of watermark w with the resume points
@@ -451,6 +456,13 @@ func encodeWatermark(w int64, partitions, applied map[int]int64, base int64, lis
 		return string(b)
 	}
 	v := watermarkValue{At: at, Applied: applied, Base: base, EndWaits: lists.ends, Retries: lists.retries}
+	var through int64
+	for _, w := range lists.retries {
+		through = max(through, w.through)
+	}
+	if through != 0 {
+		v.RetriesThrough = time.Unix(0, through).UTC()
+	}
 	if len(partitions) > 0 {
 		v.Partitions = make(map[int]time.Time, len(partitions))
 		for p, r := range partitions {
@@ -461,12 +473,18 @@ func encodeWatermark(w int64, partitions, applied map[int]int64, base int64, lis
 	return string(b)
 }
 
-// decodeWatermark reads a watermark value; ok is false for one it cannot
-// read.
+// decodeWatermark reads a watermark value, each list of its retries with
+// its RetriesThrough; ok is false for one it cannot read.
 func decodeWatermark(b []byte) (v watermarkValue, ok bool) {
 	if len(b) > 0 && b[0] == '{' {
 		if json.Unmarshal(b, &v) != nil || v.At.IsZero() {
 			return watermarkValue{}, false
+		}
+		if !v.RetriesThrough.IsZero() {
+			for p, w := range v.Retries {
+				w.through = v.RetriesThrough.UnixNano()
+				v.Retries[p] = w
+			}
 		}
 	} else if v.At.UnmarshalText(b) != nil {
 		return watermarkValue{}, false

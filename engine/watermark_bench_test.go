@@ -48,7 +48,7 @@ func benchWatermarkValue(b *testing.B, n, changed, retries, fresh int) {
 		p := i * n / retries
 		at := time.Unix(0, w).Add(-time.Duration(i%60) * time.Second).Truncate(time.Second)
 		f := pendingFire{ID: fmt.Sprintf("task-%06d", i), At: at, Attempt: 2, Due: time.Unix(0, w+int64(i)*7_919_993)}
-		waiting[p] = waitingRetries{Applied: a.armed[p], Fires: []pendingFire{f}, sizes: make([]int, 1)}
+		waiting[p] = waitingRetries{Applied: a.armed[p], Fires: []pendingFire{f}, through: w - int64(i)*1_000_003, sizes: make([]int, 1)}
 	}
 	var marks retryMarks
 	marks.publish(waiting)
@@ -62,7 +62,7 @@ func benchWatermarkValue(b *testing.B, n, changed, retries, fresh int) {
 		for i := range fresh {
 			f := waiting[i]
 			f.Fires = append(slices.Clip(f.Fires), pendingFire{ID: fmt.Sprintf("fresh-%06d", i), At: f.Fires[0].At, Attempt: 2, Due: f.Fires[0].Due})
-			f.sizes = make([]int, len(f.Fires))
+			f.sizes, f.through = make([]int, len(f.Fires)), w
 			marks.publish(map[int]waitingRetries{i: f})
 		}
 		lists = carriedLists{retries: marks.carried()}
