@@ -144,6 +144,36 @@ func TestLoop_WaitingFiresArePublishedWithTheRetries(t *testing.T) {
 	}
 }
 
+// The retries of deleted tasks stay in the wheel until they come due, and
+// run nothing: they take no room in a value. Counted as waiting, a
+// thousand of them held the partitions after theirs out of every value
+// for as long as their backoff, and a crash lost those partitions'
+// retries, though a value had room for them.
+func TestLoop_RetriesOfDeletedTasksTakeNoRoomInAValue(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	ids := make([]string, maxWaitingRetries)
+	for k := range ids {
+		ids[k] = fmt.Sprintf("a%04d", k)
+	}
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", ids...)
+	tl.add(t, 1, base, prof, "0 0 0 1 1 *", "b")
+	tl.setApplied(0, 10)
+	tl.setApplied(1, 10)
+	due := base.Add(time.Hour).UnixNano()
+	for _, id := range append(slices.Clone(ids), "b") {
+		i, r, _ := tl.tab.lookup(id)
+		tl.waitRetry(i, r, base.UnixNano(), 2, due, nil)
+	}
+	tl.handle(&eventsCmd{part: 0, rev: 11, deletes: ids})
+	tl.publishRetries()
+	carried := tl.retryMarks.carried()
+	if len(carried[0].Fires) != 0 || len(carried[1].Fires) != 1 {
+		t.Errorf("carried %d and %d retries once partition 0's tasks were deleted, want none and b's", len(carried[0].Fires), len(carried[1].Fires))
+	}
+}
+
 // The retries waiting in the wheel go to the watermark writes with the
 // revision up to which their partition's changes were armed, as the loop
 // stands between commands, and leave them once they come due, or once
