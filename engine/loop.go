@@ -251,6 +251,7 @@ type loop struct {
 	// retryMarks, which the watermark writes carry (publishRetries).
 	retryIn      [][]uint32
 	bufferedIn   [][]uint32
+	retryListed  []int // the retries and fires each partition's list as last published holds
 	retryChanged map[int]bool
 	retryMarks   *retryMarks
 	retriesAt    int64 // when publishRetries may run next (unix ns)
@@ -298,7 +299,8 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		handed: make(map[handedRetryKey]struct{}), handedRan: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
-		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
+		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
+		retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
 

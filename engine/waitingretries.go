@@ -178,9 +178,9 @@ func (l *loop) waitingIn(p int) int { return len(l.retryIn[p]) + len(l.bufferedI
 // partition's retries make the same value until they change.
 //
 // It builds only the lists a value can carry, by partition in order as
-// the value takes them: past maxWaitingRetries waiting in the partitions
+// the value takes them: past maxWaitingRetries listed in the partitions
 // before it, a changed partition publishes none and stays changed, to be
-// built once those before it hold fewer. A downstream that fails every
+// built once those before it list fewer. A downstream that fails every
 // task of a burst leaves a retry waiting for each, and rebuilding every
 // changed partition's made the loop's time for the completions of a burst
 // of 100 000 twice as long, the more so the more retries a partition
@@ -188,20 +188,24 @@ func (l *loop) waitingIn(p int) int { return len(l.retryIn[p]) + len(l.bufferedI
 // (publishRetriesDue).
 func (l *loop) publishRetries() {
 	lists := make(map[int]waitingRetries, len(l.retryChanged))
-	before := 0 // retries waiting in the partitions before p
+	// The retries the lists of the partitions before p carry: not those
+	// waiting in them, of which a deleted task's wait to come due, for
+	// nothing, and held the partitions after theirs out of every value.
+	before := 0
 	for p := range l.retryIn {
 		if before >= maxWaitingRetries {
 			break
 		}
-		n := l.waitingIn(p)
-		before += n
-		if n > 0 && l.retryChanged[p] {
+		if l.retryChanged[p] {
 			lists[p] = l.waitingRetriesOf(p)
+			l.retryListed[p] = len(lists[p].Fires)
 			delete(l.retryChanged, p)
 		}
+		before += l.retryListed[p]
 	}
 	for p := range l.retryChanged {
 		lists[p] = waitingRetries{} // none left, or none a value can carry: published so
+		l.retryListed[p] = 0
 		if l.waitingIn(p) == 0 {
 			delete(l.retryChanged, p)
 		}

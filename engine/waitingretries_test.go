@@ -63,25 +63,7 @@ func TestRetryMarks_AValueCarriesABoundedList(t *testing.T) {
 // A partition past what a value carries is not built, and is once the
 // partitions before it hold fewer retries: its retries are carried then.
 func TestLoop_WaitingRetriesPastTheBoundAreBuiltOnceThereIsRoom(t *testing.T) {
-	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, nil)
-	prof := noopProfile(task.MisfireFireOnce)
-	ids := make([]string, maxWaitingRetries)
-	for k := range ids {
-		ids[k] = fmt.Sprintf("a%04d", k)
-	}
-	tl.add(t, 0, base, prof, "0 0 0 1 1 *", ids...)
-	tl.add(t, 1, base, prof, "0 0 0 1 1 *", "b")
-	tl.setApplied(0, 10)
-	tl.setApplied(1, 10)
-	due := base.Add(time.Hour).UnixNano()
-	var slots []uint32
-	for _, id := range ids {
-		i, r, _ := tl.tab.lookup(id)
-		slots = append(slots, tl.waitRetry(i, r, base.UnixNano(), 2, due, nil))
-	}
-	i, r, _ := tl.tab.lookup("b")
-	tl.waitRetry(i, r, base.UnixNano(), 2, due, nil)
+	tl, _, slots := retriesAtTheBound(t)
 	tl.publishRetries()
 	carried := tl.retryMarks.carried()
 	if len(carried[0].Fires) != maxWaitingRetries || len(carried[1].Fires) != 0 || !tl.retryChanged[1] {
@@ -144,16 +126,15 @@ func TestLoop_WaitingFiresArePublishedWithTheRetries(t *testing.T) {
 	}
 }
 
-// The retries of deleted tasks stay in the wheel until they come due, and
-// run nothing: they take no room in a value. Counted as waiting, a
-// thousand of them held the partitions after theirs out of every value
-// for as long as their backoff, and a crash lost those partitions'
-// retries, though a value had room for them.
-func TestLoop_RetriesOfDeletedTasksTakeNoRoomInAValue(t *testing.T) {
+// retriesAtTheBound is a loop with a retry waiting an hour for each of
+// maxWaitingRetries tasks, ids, in partition 0 (in slots), and for task b
+// in partition 1.
+func retriesAtTheBound(t *testing.T) (tl *testLoop, ids []string, slots []uint32) {
+	t.Helper()
 	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, nil)
+	tl = newTestLoop(t, base, nil)
 	prof := noopProfile(task.MisfireFireOnce)
-	ids := make([]string, maxWaitingRetries)
+	ids = make([]string, maxWaitingRetries)
 	for k := range ids {
 		ids[k] = fmt.Sprintf("a%04d", k)
 	}
@@ -162,10 +143,22 @@ func TestLoop_RetriesOfDeletedTasksTakeNoRoomInAValue(t *testing.T) {
 	tl.setApplied(0, 10)
 	tl.setApplied(1, 10)
 	due := base.Add(time.Hour).UnixNano()
-	for _, id := range append(slices.Clone(ids), "b") {
+	for _, id := range ids {
 		i, r, _ := tl.tab.lookup(id)
-		tl.waitRetry(i, r, base.UnixNano(), 2, due, nil)
+		slots = append(slots, tl.waitRetry(i, r, base.UnixNano(), 2, due, nil))
 	}
+	i, r, _ := tl.tab.lookup("b")
+	tl.waitRetry(i, r, base.UnixNano(), 2, due, nil)
+	return tl, ids, slots
+}
+
+// The retries of deleted tasks stay in the wheel until they come due, and
+// run nothing: they take no room in a value. Counted as waiting, a
+// thousand of them held the partitions after theirs out of every value
+// for as long as their backoff, and a crash lost those partitions'
+// retries, though a value had room for them.
+func TestLoop_RetriesOfDeletedTasksTakeNoRoomInAValue(t *testing.T) {
+	tl, ids, _ := retriesAtTheBound(t)
 	tl.handle(&eventsCmd{part: 0, rev: 11, deletes: ids})
 	tl.publishRetries()
 	carried := tl.retryMarks.carried()
