@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -1218,6 +1219,45 @@ func TestLoop_ReleaseListsTheTriggersWithinTheirWaitAndTheLatest(t *testing.T) {
 	next.sweepTriggers()
 	if n := len(next.triggered); n != 0 {
 		t.Errorf("%d triggers remembered past what was left of their wait", n)
+	}
+}
+
+// A release lists a trigger that fired with what is left of its wait
+// when it writes the checkpoint, not when it was sealed: the release
+// waits for its markers and its trigger keys' deletes (5 s each at most),
+// retries while etcd refuses it (up to the lease TTL), and a fenced node
+// writes its hand-over when it takes the partition back, however long
+// after. Left as at the seal, the next owner remembered the trigger past
+// its 10 s, and took the key put again then, another fire, for it: the
+// fire was missed.
+func TestLoop_ReleaseListsWhatIsLeftOfATriggersWaitWhenItIsWritten(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "t")
+	tl.trigger(0, "t", base)
+	tl.dispatchAll()
+	tl.takeQueued() // it starts
+	tl.clock.Advance(2 * time.Second)
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+	tl.clock.Advance(6 * time.Second) // the checkpoint is written 8 s after the trigger
+	e := &Engine{cfg: tl.cfg, log: quietLogger()}
+	var cp checkpoint
+	if err := json.Unmarshal(e.encodeReleased([]int{0}, rel.hand)[0], &cp); err != nil {
+		t.Fatal(err)
+	}
+
+	next := newTestLoop(t, tl.clock.Now(), nil)
+	next.add(t, 0, tl.clock.Now(), prof, "0 0 0 1 1 *", "t")
+	next.handedTriggers(0, cp.Fired)    // as its load does
+	next.clock.Advance(3 * time.Second) // 11 s after the trigger
+	next.sweepTriggers()
+	next.putTrigger(0, "t", base, base.UnixMilli()+100) // a chain's, of a source fire at that time
+	if got, want := next.dispatched(0), []string{fmt.Sprintf("t@%d", base.UnixMilli())}; !slices.Equal(got, want) {
+		t.Errorf("the key put again 11 s after its trigger: dispatched %v, want %v (listed %+v)", got, want, cp.Fired)
 	}
 }
 
