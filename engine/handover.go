@@ -102,6 +102,7 @@ type firedTrigger struct {
 	Rev     int64     `json:"rev"`
 	Attempt uint16    `json:"attempt,omitempty"`
 	WaitMS  int64     `json:"wait_ms"`
+	until   int64     // when its wait ends on the releasing node (unix ns), for WaitMS when the checkpoint is written (firedWithin)
 }
 
 // handOver is what a released partition passes to its next owner: the
@@ -1138,8 +1139,10 @@ func (e *Engine) seal(rel release, queued, late bool) {
 // and logs the fires they could not list.
 func (e *Engine) encodeReleased(ps []int, hand map[int]*handOver) map[int][]byte {
 	cps := make(map[int][]byte, len(ps))
+	now := e.cfg.Clock.Now().UnixNano()
 	for _, p := range ps {
 		h := hand[p]
+		h.fired = firedWithin(h.fired, now)
 		cps[p] = h.encode(e.cfg.NodeID)
 		if h.lost > 0 {
 			e.log.Error("a hand-over cannot list every backfill's fire and retry handed over unrun; these are lost",

@@ -507,18 +507,19 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 // handTriggers lists, in the hand-overs of hand at their seal, the
 // triggers of their partitions that fired or ended here, or were handed
 // over to this node so (handedTriggers), within triggerWait, with what is
-// left of it: those handed over unrun are forgotten by then
-// (handOverQueued), and the keys of these are deleted before the release
-// commits. A key put again after the commit (two chains of one target and
-// second, the second a little later) is then that fire on the next owner
-// too, which fired it again. Past maxFired a partition's latest puts are
-// listed.
+// left of it (again when the checkpoint is written: firedWithin): those
+// handed over unrun are forgotten by then (handOverQueued), and the keys
+// of these are deleted before the release commits. A key put again after
+// the commit (two chains of one target and second, the second a little
+// later) is then that fire on the next owner too, which fired it again.
+// Past maxFired a partition's latest puts are listed.
 func (l *loop) handTriggers(hand map[int]*handOver) {
 	now := l.cfg.Clock.Now().UnixNano()
 	for k, s := range l.triggered {
 		if h := hand[k.part]; h != nil && !s.early && s.until > now {
-			h.fired = append(h.fired, firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt,
-				WaitMS: max((s.until-now)/int64(time.Millisecond), 1)})
+			f := firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt, until: s.until}
+			f.waitLeft(now)
+			h.fired = append(h.fired, f)
 		}
 	}
 	for _, h := range hand {
@@ -527,6 +528,31 @@ func (l *loop) handTriggers(hand map[int]*handOver) {
 			h.fired = h.fired[:maxFired]
 		}
 	}
+}
+
+// waitLeft sets f's WaitMS to what is left of its wait at now (unix ns),
+// and reports whether any is.
+func (f *firedTrigger) waitLeft(now int64) bool {
+	f.WaitMS = max((f.until-now)/int64(time.Millisecond), 1)
+	return f.until > now
+}
+
+// firedWithin returns fired with what is left of each one's wait at now,
+// without those whose wait is over: a release writes its checkpoint after
+// its seal (handTriggers) once etcd took its markers and its trigger
+// keys' deletes, 5 s each at most, a stuck release up to the lease TTL
+// later, and a fenced node that takes the partition back writes its
+// hand-over then. Listed as at the seal, a trigger was remembered that
+// much past its wait on the next owner, which ended a key put again then,
+// another fire, unrun.
+func firedWithin(fired []firedTrigger, now int64) []firedTrigger {
+	kept := fired[:0]
+	for _, f := range fired {
+		if f.waitLeft(now) {
+			kept = append(kept, f)
+		}
+	}
+	return kept
 }
 
 // handedTriggers remembers the triggers of partition p, being acquired,
