@@ -418,6 +418,40 @@ func TestEngine_ResumeAfterACrashRunsARetryArmedAlreadyDue(t *testing.T) {
 	}
 }
 
+// An acquire names its session in the checkpoint, which then lists no
+// pending fires, once a watermark past the point where the partition was
+// armed is acknowledged (nameSession): from there a successor takes the
+// retries handed over from that watermark. A retry the acquire took over
+// waited unpublished for up to a WatermarkInterval (publishRetriesDue),
+// so that the value that named the session lacked it, and a crash right
+// after lost it, where one just before ran it from the hold checkpoint.
+func TestEngine_RetryTakenOverIsInTheWatermarkThatNamesTheSession(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, retryingProfile(), "0 0 0 1 1 *", "flaky")
+	tl.add(t, 1, base, retryingProfile(), "0 0 0 1 1 *", "other")
+	tl.setApplied(0, 10)
+	tl.setApplied(1, 10)
+	tl.trigger(1, "other", base)
+	tl.dispatchAll()
+	tl.failFirstQueued() // other's retry waits: published now, the last for a WatermarkInterval
+	tl.publishRetriesDue()
+	sched := base.Add(-time.Minute)
+	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "flaky", At: sched, Attempt: 2, Due: base.Add(5 * time.Second)}}})
+	tl.publishRetriesDue()
+	armed := tl.through // nameSession's throughCmd
+	tl.clock.Advance(tl.cfg.WatermarkInterval / 2)
+	tl.dispatchAll()
+	tl.publishRetriesDue()
+	w := tl.applieds.fold(map[int]int64{})
+	if w <= armed {
+		t.Fatalf("the watermark %v is not past the point %v where the partition was armed", time.Unix(0, w).UTC(), time.Unix(0, armed).UTC())
+	}
+	if got, want := resumedRetries(t, base, tl, w), []string{"flaky attempt 2"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %v after the value that named the session, want %v", got, want)
+	}
+}
+
 // resumedRetries writes the watermark value of tl's session s1 at w, as
 // its last before a crash, and returns the retries its next owner takes
 // from it, as "id attempt n".
