@@ -114,7 +114,9 @@
 //     (waitingretries.go, TestEngine_WaitingRetryAtAHandOver/crash): one
 //     that came due and started after that write runs again there (at
 //     least once, as a fire past the watermark), and one that began
-//     waiting after it is lost, as are those past 1 000 (128 KiB of JSON)
+//     waiting after it, or within a WatermarkInterval before it (a list
+//     is published no more often), is lost, as are those past 1 000
+//     (128 KiB of JSON)
 //     a node, those queued behind busy workers and not started once a
 //     write no longer listed them, those of a release sealed and never
 //     committed, and those a successor took when it crashes in turn

@@ -762,6 +762,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		return
 	}
 	now := l.cfg.Clock.Now().UnixNano()
+	retries := false
 	for _, f := range c.fires {
 		i, r, ok := l.tab.lookup(f.ID)
 		if !ok {
@@ -770,6 +771,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		prof := l.profs.list[r.prof]
 		at := f.At.UnixNano()
 		if f.Attempt > 0 {
+			retries = true
 			// A retry: it waits here until it is due, as it would have
 			// there.
 			var bf *backfillRun
@@ -803,6 +805,13 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		l.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, now)
 	}
 	l.pushJobs()
+	if retries {
+		// Now, not within a WatermarkInterval (publishRetriesDue): the
+		// acquire names its session once a watermark past this point is
+		// acknowledged, and from then on the checkpoint lists no pending
+		// fire, the session's watermark its retries.
+		l.publishRetries()
+	}
 }
 
 // holds keeps the node watermark at or below the marks of releases that

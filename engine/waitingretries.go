@@ -19,7 +19,8 @@ import (
 // its resume point: it fires the others from the schedule (heldRetries).
 // A retry that comes due and starts after the session's last
 // acknowledged write runs again there (at least once, as a fire past the
-// watermark); one that waits after that write is lost, and so is one
+// watermark); one that waits after that write, or within a
+// WatermarkInterval before it (publishRetriesDue), is lost, and so is one
 // that came due before it, its slot freed, and had not started when the
 // node crashed (queued behind busy workers). A waiting fire that started
 // after that write runs again likewise, and one that began waiting after
