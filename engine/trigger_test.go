@@ -1222,6 +1222,24 @@ func TestLoop_ReleaseListsTheTriggersWithinTheirWaitAndTheLatest(t *testing.T) {
 	}
 }
 
+// releasedAfterATrigger is a loop whose task t (with prof) in partition 0
+// was triggered at base, its fire started, and the partition released
+// and sealed after.
+func releasedAfterATrigger(t *testing.T, base time.Time, prof *profile, after time.Duration) (*testLoop, release) {
+	t.Helper()
+	tl := newTestLoop(t, base, nil)
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "t")
+	tl.trigger(0, "t", base)
+	tl.dispatchAll()
+	tl.takeQueued() // it starts
+	tl.clock.Advance(after)
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+	return tl, rel
+}
+
 // A release lists a trigger that fired with what is left of its wait
 // when it writes the checkpoint, not when it was sealed: the release
 // waits for its markers and its trigger keys' deletes (5 s each at most),
@@ -1232,17 +1250,8 @@ func TestLoop_ReleaseListsTheTriggersWithinTheirWaitAndTheLatest(t *testing.T) {
 // fire was missed.
 func TestLoop_ReleaseListsWhatIsLeftOfATriggersWaitWhenItIsWritten(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, nil)
 	prof := noopProfile(task.MisfireFireOnce)
-	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "t")
-	tl.trigger(0, "t", base)
-	tl.dispatchAll()
-	tl.takeQueued() // it starts
-	tl.clock.Advance(2 * time.Second)
-	rel := tl.releaseNow(0)
-	c := &sealCmd{rel: rel, reply: make(chan struct{}, 1)}
-	tl.handle(c)
-	<-c.reply
+	tl, rel := releasedAfterATrigger(t, base, prof, 2*time.Second)
 	tl.clock.Advance(6 * time.Second) // the checkpoint is written 8 s after the trigger
 	e := &Engine{cfg: tl.cfg, log: quietLogger()}
 	var cp checkpoint
@@ -1258,6 +1267,36 @@ func TestLoop_ReleaseListsWhatIsLeftOfATriggersWaitWhenItIsWritten(t *testing.T)
 	next.putTrigger(0, "t", base, base.UnixMilli()+100) // a chain's, of a source fire at that time
 	if got, want := next.dispatched(0), []string{fmt.Sprintf("t@%d", base.UnixMilli())}; !slices.Equal(got, want) {
 		t.Errorf("the key put again 11 s after its trigger: dispatched %v, want %v (listed %+v)", got, want, cp.Fired)
+	}
+}
+
+// An acquire's hold checkpoint keeps the triggers its predecessor listed
+// as fired, for a successor should it crash before naming its session;
+// that successor acquires once the crashed node's lease has ended, a TTL
+// later at least. Remembering each for the wait listed, from its own
+// acquire, it took a key put again well past the trigger's 10 s, another
+// fire, for that fire, and ended it unrun.
+func TestLoop_TriggerFiredIsRememberedThroughAHoldNoLongerThanItsWait(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := noopProfile(task.MisfireFireOnce)
+	tl, rel := releasedAfterATrigger(t, base, prof, time.Second)
+	e := &Engine{cfg: tl.cfg, log: quietLogger()}
+	released := e.encodeReleased([]int{0}, rel.hand)[0]
+	// The next owner's hold, then its crash.
+	hold, err := json.Marshal(holdCheckpoint("node-b", rel.hand[0].mark, handingCheckpoint(released), nil, nil, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	after := tl.clock.Now().Add(tl.cfg.LeaseTTL)
+	next := newTestLoop(t, after, nil)
+	next.add(t, 0, after, prof, "0 0 0 1 1 *", "t")
+	next.handedTriggers(0, handingCheckpoint(hold).Fired) // as its load does
+	next.clock.Advance(4 * time.Second)                   // 15 s after the trigger
+	next.sweepTriggers()
+	next.putTrigger(0, "t", base, base.UnixMilli()+100) // a chain's, of a source fire at that time
+	if got, want := next.dispatched(0), []string{fmt.Sprintf("t@%d", base.UnixMilli())}; !slices.Equal(got, want) {
+		t.Errorf("the key put again 15 s after its trigger: dispatched %v, want %v", got, want)
 	}
 }
 
