@@ -95,13 +95,16 @@ type checkpoint struct {
 // released its partition, or was handed over to it so: the put of its key
 // that did, at revision Rev, the retry it was (registry.Retry.Attempt; 0:
 // the trigger's own fire), and for how long still a key put again is that
-// fire (WaitMS: what was left of triggerWait at the release).
+// fire: WaitMS, what was left of triggerWait when the release was written,
+// and UntilMS, when that is on the releasing node's clock (unix ms; 0: not
+// known), for a successor that takes the list later (handedTriggers).
 type firedTrigger struct {
 	ID      string    `json:"id"`
 	At      time.Time `json:"at"`
 	Rev     int64     `json:"rev"`
 	Attempt uint16    `json:"attempt,omitempty"`
 	WaitMS  int64     `json:"wait_ms"`
+	UntilMS int64     `json:"until_ms,omitempty"`
 	until   int64     // when its wait ends on the releasing node (unix ns), for WaitMS when the checkpoint is written (firedWithin)
 }
 

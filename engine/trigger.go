@@ -531,9 +531,10 @@ func (l *loop) handTriggers(hand map[int]*handOver) {
 }
 
 // waitLeft sets f's WaitMS to what is left of its wait at now (unix ns),
-// and reports whether any is.
+// and UntilMS to its end (rounded up), and reports whether any is left.
 func (f *firedTrigger) waitLeft(now int64) bool {
-	f.WaitMS = max((f.until-now)/int64(time.Millisecond), 1)
+	ms := int64(time.Millisecond)
+	f.WaitMS, f.UntilMS = max((f.until-now)/ms, 1), (f.until+ms-1)/ms
 	return f.until > now
 }
 
@@ -559,11 +560,17 @@ func firedWithin(fired []firedTrigger, now int64) []firedTrigger {
 // that its previous owner fired (handTriggers), as if they had fired here,
 // for what was left of their triggerWait there: a key put again is that
 // fire. A partition that changes hands again and again does not make them
-// remembered for ever.
+// remembered for ever. Nor one taken from the hold checkpoint of an owner
+// that crashed before naming its session, at least a lease TTL after that
+// release: no later than its end on the releasing node's clock (UntilMS),
+// which NTP keeps within milliseconds of this one's.
 func (l *loop) handedTriggers(p int, fired []firedTrigger) {
 	now := l.cfg.Clock.Now().UnixNano()
 	for _, f := range fired {
 		until := now + min(f.WaitMS, triggerWait.Milliseconds())*int64(time.Millisecond)
+		if f.UntilMS != 0 {
+			until = min(until, f.UntilMS*int64(time.Millisecond))
+		}
 		l.triggered[triggerKey{p, f.ID, f.At.UnixNano()}] = seenTrigger{until: until, rev: f.Rev, attempt: f.Attempt, ended: true, handed: true}
 	}
 }

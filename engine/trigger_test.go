@@ -1179,7 +1179,7 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 	// The checkpoint names the fire that started here, at the put its
 	// key's delete ends, and not the one handed over unrun: the next owner
 	// would take queued's key for a fire that ran (handedTriggers).
-	if got, want := rel.hand[0].fired, []firedTrigger{{ID: "ran", At: base, Rev: 3, WaitMS: triggerWait.Milliseconds(), until: base.Add(triggerWait).UnixNano()}}; !slices.Equal(got, want) {
+	if got, want := rel.hand[0].fired, []firedTrigger{{ID: "ran", At: base, Rev: 3, WaitMS: triggerWait.Milliseconds(), UntilMS: base.Add(triggerWait).UnixMilli(), until: base.Add(triggerWait).UnixNano()}}; !slices.Equal(got, want) {
 		t.Errorf("the release hands over the triggers %v as fired, want %v", got, want)
 	}
 }
