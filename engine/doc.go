@@ -126,7 +126,9 @@
 //     after a fence's seal").
 //   - A buffer_one fire waiting behind a running one, which the watermark
 //     passes, goes to the next owner with the waiting retries, in the
-//     same windows (TestEngine_BufferedFireSurvivesACrash).
+//     same windows (TestEngine_BufferedFireSurvivesACrash), and runs again
+//     there when it started within a WatermarkInterval before the last
+//     write.
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a

@@ -23,8 +23,9 @@ import (
 // WatermarkInterval before it (publishRetriesDue), is lost, and so is one
 // that came due before it, its slot freed, and had not started when the
 // node crashed (queued behind busy workers). A waiting fire that started
-// after that write runs again likewise, and one that began waiting after
-// it is lost unless the schedule's resume point is before it.
+// after that write, or within a WatermarkInterval before it (nothing
+// tells whether it started), runs again, and one that began waiting
+// after it is lost unless the schedule's resume point is before it.
 
 // waitingRetries are a partition's waiting retries and fires, as a
 // release lists them (handedRetry, handedFire: the fire's with its due
