@@ -523,10 +523,10 @@ func (l *loop) handTriggers(hand map[int]*handOver) {
 		}
 	}
 	for _, h := range hand {
-		if len(h.fired) > maxFired {
-			slices.SortFunc(h.fired, func(a, b firedTrigger) int { return cmp.Compare(b.Rev, a.Rev) })
-			h.fired = h.fired[:maxFired]
-		}
+		// The latest first, so that the bound, and a checkpoint too long,
+		// leave out the oldest (shed from the tail).
+		slices.SortFunc(h.fired, func(a, b firedTrigger) int { return cmp.Compare(b.Rev, a.Rev) })
+		h.fired = h.fired[:min(len(h.fired), maxFired)]
 	}
 }
 

@@ -1197,11 +1197,23 @@ func TestLoop_ReleaseListsTheTriggersWithinTheirWaitAndTheLatest(t *testing.T) {
 	}
 	tl.triggered[triggerKey{0, "old", now}] = seenTrigger{until: now, rev: maxFired + 2, ended: true} // past its wait, not swept yet
 	tl.triggered[triggerKey{1, "kept", now}] = seenTrigger{until: now + int64(time.Second), rev: 1, ended: true}
-	hand := map[int]*handOver{0: {}}
+	for _, rev := range []int64{5, 9, 7} {
+		tl.triggered[triggerKey{2, "few", now + rev}] = seenTrigger{until: now + int64(time.Second), rev: rev, ended: true}
+	}
+	hand := map[int]*handOver{0: {}, 2: {}}
 	tl.handTriggers(hand)
 	fired := hand[0].fired
 	if len(fired) != maxFired || slices.ContainsFunc(fired, func(f firedTrigger) bool { return f.Rev < 2 || f.ID != "t" || f.WaitMS != 1000 }) {
 		t.Errorf("listed %d triggers (want %d, of task t, revisions 2 on, 1000 ms left each): %v", len(fired), maxFired, fired[:min(len(fired), 3)])
+	}
+	// The latest first, under the bound too: a checkpoint too long sheds
+	// its tail (tailHolding), which took them in the map's order.
+	var revs []int64
+	for _, f := range hand[2].fired {
+		revs = append(revs, f.Rev)
+	}
+	if !slices.Equal(revs, []int64{9, 7, 5}) {
+		t.Errorf("listed the revisions %v, want the latest first: [9 7 5]", revs)
 	}
 
 	// The next owner remembers each for what was left: then a key put
