@@ -146,8 +146,8 @@ func (l *loop) rescheduleReleased() {
 // A fire waiting in pending (buffer_one) does not hold it back: it is in
 // flight with the fire it waits for, and holding the watermark would hold
 // the bounded lead, and with it every task of the node, for as long as
-// that fire runs. A release hands it over (releaseParts), and the
-// watermark writes carry it for a successor after a crash (buffer). A
+// that fire runs. A release hands it over (releaseParts); a crash loses
+// it (waitingretries.go says why the watermark writes do not carry it). A
 // partition armed from a resume point behind the dispatch point is
 // released at the next dispatch: an acquire waits until the watermark
 // passes the point where it armed its partition before it names its
@@ -229,7 +229,6 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 type ownFire struct {
 	at    int64
 	kind  uint8
-	pos   uint32     // waiting, a fire of the schedule's place in bufferedIn[part]
 	extra *fireExtra // a trigger's; nil: none
 }
 
@@ -252,7 +251,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
 		}
 		return
 	case admitBuffer:
-		l.buffer(i, r, f)
+		l.pending[i] = f
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -426,7 +425,7 @@ func (l *loop) skipPaused() {
 	for i := range l.paused {
 		r := l.tab.rec(i)
 		if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
-			l.unbuffer(i)
+			delete(l.pending, i)
 			l.skipForPause(i, r, w.at, 1)
 		}
 		busy = busy || r.running > 0
@@ -544,7 +543,7 @@ func (l *loop) complete(b *completionBatch) {
 // (buffer_one), once none runs.
 func (l *loop) admitWaiting(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && r.running == 0 {
-		l.unbuffer(i)
+		delete(l.pending, i)
 		l.admit(i, r, l.profs.list[r.prof], w, l.cfg.Clock.Now().UnixNano())
 	}
 }

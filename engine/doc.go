@@ -124,11 +124,11 @@
 //     fails after its node fenced run
 //     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
 //     after a fence's seal").
-//   - A buffer_one fire waiting behind a running one, which the watermark
-//     passes, goes to the next owner with the waiting retries, in the
-//     same windows (TestEngine_BufferedFireSurvivesACrash), and runs again
-//     there when it started within a WatermarkInterval before the last
-//     write.
+//   - A buffer_one fire waiting behind a running one is lost with it in a
+//     crash: the watermark passes it. A graceful hand-over passes it on
+//     (TestEngine_BufferedFireIsLostInACrash). Carried as the waiting
+//     retries are, a node cut off from etcd started it before it fenced
+//     and the successor ran it again (waitingretries.go).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a

@@ -244,14 +244,11 @@ type loop struct {
 	// another way (its key and a list) is the retry that ran. A release
 	// forgets them with their records (a slot freed changes its gen).
 	handedRan map[handedRetryKey]int64
-	// retryIn are the slots of retries, by partition, bufferedIn the
-	// records of fires of the schedule waiting for the running one
-	// (buffer_one: pending), and retryChanged the partitions whose waiting
-	// fires of either kind changed since they were last published to
-	// retryMarks, which the watermark writes carry (publishRetries).
+	// retryIn are the slots of retries, by partition, and retryChanged
+	// the partitions whose retries changed since they were last published
+	// to retryMarks, which the watermark writes carry (publishRetries).
 	retryIn      [][]uint32
-	bufferedIn   [][]uint32
-	retryListed  []int // the retries and fires each partition's list as last published holds
+	retryListed  []int // the retries each partition's list as last published holds
 	retryChanged map[int]bool
 	retryMarks   *retryMarks
 	retriesAt    int64 // when publishRetries may run next (unix ns)
@@ -299,7 +296,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		handed: make(map[handedRetryKey]struct{}), handedRan: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
-		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
+		retryIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
 		retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
@@ -490,7 +487,7 @@ func (l *loop) setApplied(p int, rev int64) {
 	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
 		l.endChanged[p] = true // published without a revision to judge them by
 	}
-	if l.parts[p].applied == 0 && l.waitingIn(p) > 0 {
+	if l.parts[p].applied == 0 && len(l.retryIn[p]) > 0 {
 		l.retryChanged[p] = true // likewise
 	}
 	l.parts[p].applied = rev
@@ -704,7 +701,7 @@ func (l *loop) dropJobs(drop func(j *job) bool) {
 func (l *loop) remove(i uint32) {
 	r := l.tab.rec(i)
 	l.wheel.Cancel(i)
-	l.unbuffer(i)
+	delete(l.pending, i)
 	delete(l.health, i)
 	l.forgetElsewhere(i)
 	l.clearEndWaits(i, r)

@@ -81,51 +81,6 @@ func TestLoop_WaitingRetriesPastTheBoundAreBuiltOnceThereIsRoom(t *testing.T) {
 	}
 }
 
-// The fires of the schedule waiting for the running one (buffer_one) go
-// to the watermark writes with the waiting retries, each with its due
-// time, and leave them once they run or their task is deleted.
-func TestLoop_WaitingFiresArePublishedWithTheRetries(t *testing.T) {
-	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, nil)
-	prof := noopProfile(task.MisfireFireOnce)
-	prof.concurrency = task.ConcurrencyBufferOne
-	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "a", "b", "c")
-	tl.setApplied(0, 10)
-	at := base.UnixNano()
-	for _, id := range []string{"a", "b", "c"} {
-		i, r, _ := tl.tab.lookup(id)
-		r.running = 1
-		tl.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, at)
-	}
-	carried := func() []string {
-		t.Helper()
-		tl.publishRetries()
-		var got []string
-		for _, f := range tl.retryMarks.carried()[0].Fires {
-			if f.Due.UnixNano() != at || !f.scheduled() {
-				t.Errorf("carried %+v, want a fire of the schedule due at its time", f)
-			}
-			got = append(got, f.ID)
-		}
-		return got
-	}
-	if got := carried(); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Fatalf("carried %v, want the three waiting", got)
-	}
-	i, r, _ := tl.tab.lookup("a")
-	r.running = 0
-	tl.admitWaiting(i, r) // it runs: the last one takes its place
-	i, r, _ = tl.tab.lookup("c")
-	tl.remove(i)
-	if got := carried(); !slices.Equal(got, []string{"b"}) {
-		t.Errorf("carried %v once a ran and c was deleted, want [b]", got)
-	}
-	i, _, _ = tl.tab.lookup("b")
-	if w, in := tl.pending[i], tl.bufferedIn[0]; len(in) != 1 || in[w.pos] != i {
-		t.Errorf("b waits at %d of %v", w.pos, in)
-	}
-}
-
 // retriesAtTheBound is a loop with a retry waiting an hour for each of
 // maxWaitingRetries tasks, ids, in partition 0 (in slots), and for task b
 // in partition 1.
@@ -295,36 +250,6 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsRetries(t *testing.T) {
 	}
 	putKey(t, cli, key, `{"at":"2026-03-01T12:00:10Z","applied":{"0":40},"end_waits":{"0":{"applied":40,"ids":["x"]}}}`)
 	check("a value of the version before", waitingRetries{})
-}
-
-// A fire that waited for the running one (buffer_one) comes in a crashed
-// session's watermark with its due time. The successor runs it when it is
-// due by the point the partition resumes from, and leaves it to the
-// schedule, which fires it again from there, when it is due after: run
-// from the list too, it fired twice.
-func TestEngine_HeldRetriesLeaveAWaitingFireDueAfterTheResumeToTheSchedule(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	waiting := func(id string, at time.Time) pendingFire {
-		f := handedFire(id, at.UnixNano(), kindSchedule)
-		f.Due = at.Add(5 * time.Millisecond) // its jitter
-		return f
-	}
-	retry := pendingFire{ID: "r", At: base, Attempt: 2, Due: base.Add(time.Hour)}
-	handed := handedTo{retries: waitingRetries{Applied: 10, Fires: []pendingFire{
-		waiting("before", base.Add(-time.Second)), waiting("at", base.Add(-5*time.Millisecond)), waiting("after", base), retry,
-	}}}
-	a := &arming{defs: []taskDef{{id: "before", createRev: 3}, {id: "at", createRev: 3}, {id: "after", createRev: 3}, {id: "r", createRev: 3}},
-		resume: base.UnixNano(), handed: &handed}
-	if err := (&Engine{}).heldRetries(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, f := range handed.pending {
-		got = append(got, f.ID)
-	}
-	if want := []string{"before", "at", "r"}; !slices.Equal(got, want) {
-		t.Errorf("runs %v of the waiting fires carried, want %v: after is due past the resume point", got, want)
-	}
 }
 
 // FuzzPendingFireJSONSize: the size a publish counts is json.Marshal's.
