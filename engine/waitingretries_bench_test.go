@@ -13,48 +13,11 @@ import (
 // a batch of 64 a millisecond, publishing the waiting retries between
 // batches as its run does (publishRetriesDue).
 func BenchmarkFailedBurst(b *testing.B) {
-	for _, n := range []int{10_000, 100_000} {
-		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
-			base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-			for b.Loop() {
-				b.StopTimer()
-				tl := newTestLoop(b, base.Add(-time.Second/2), func(cfg *Config) {
-					cfg.Partitions, cfg.Queue, cfg.BatchSize = 1024, n, 1024
-				})
-				prof := noopProfile(task.MisfireFireOnce)
-				prof.key, prof.maxAttempts, prof.backoff, prof.maxBackoff = "noop/retry3", 3, 10*time.Second, 10*time.Second
-				for p := range 1024 {
-					ids := make([]string, 0, n/1024)
-					for k := range n / 1024 {
-						ids = append(ids, fmt.Sprintf("t-%d-%d", p, k))
-					}
-					tl.add(b, p, base.Add(-time.Second), prof, "* * * * * *", ids...)
-				}
-				for p := range 1024 {
-					tl.setApplied(p, 10)
-				}
-				tl.clock.Advance(time.Second/2 + time.Millisecond)
-				tl.dispatchAll()
-				tl.pool.mu.Lock()
-				jobs := make([]job, 0, n)
-				for i := range tl.pool.queued() {
-					jobs = append(jobs, *tl.pool.at(i))
-				}
-				tl.pool.mu.Unlock()
-				tl.pool.reset()
-				b.StartTimer()
-				for k := 0; k < len(jobs); k += 64 {
-					var done completionBatch
-					for i := k; i < min(k+64, len(jobs)); i++ {
-						done.add(&jobs[i], statusFailed, "down", false)
-					}
-					tl.complete(&done)
-					tl.clock.Advance(time.Millisecond)
-					tl.publishRetriesDue()
-				}
-			}
-		})
-	}
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.maxAttempts, prof.backoff, prof.maxBackoff = "noop/retry3", 3, 10*time.Second, 10*time.Second
+	benchBurst(b, prof, func(b *testing.B, tl *testLoop, jobs []job) {
+		completeBurst(tl, jobs, statusFailed, "down")
+	})
 }
 
 // BenchmarkSlowBurst: every task of a burst keeps its fires apart
@@ -65,6 +28,22 @@ func BenchmarkFailedBurst(b *testing.B) {
 // run does. The baseline for carrying such fires across a crash, which
 // cost 1.34 times this when tried (BENCHMARKS.md).
 func BenchmarkSlowBurst(b *testing.B) {
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer", task.ConcurrencyBufferOne
+	benchBurst(b, prof, func(b *testing.B, tl *testLoop, jobs []job) {
+		tl.clock.Advance(time.Second)
+		tl.dispatchAll()
+		if len(tl.pending) != len(jobs) {
+			b.Fatalf("%d fires wait for the %d running", len(tl.pending), len(jobs))
+		}
+		completeBurst(tl, jobs, statusOK, "")
+	})
+}
+
+// benchBurst times timed, given a loop of 10 000 or 100 000 tasks of prof
+// in 1 024 partitions, firing every second, and the jobs of a burst of
+// them taken by workers.
+func benchBurst(b *testing.B, prof *profile, timed func(b *testing.B, tl *testLoop, jobs []job)) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
 			base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -73,8 +52,6 @@ func BenchmarkSlowBurst(b *testing.B) {
 				tl := newTestLoop(b, base.Add(-time.Second/2), func(cfg *Config) {
 					cfg.Partitions, cfg.Queue, cfg.BatchSize = 1024, 2*n, 1024
 				})
-				prof := noopProfile(task.MisfireFireOnce)
-				prof.key, prof.concurrency = "noop/buffer", task.ConcurrencyBufferOne
 				for p := range 1024 {
 					ids := make([]string, 0, n/1024)
 					for k := range n / 1024 {
@@ -95,21 +72,22 @@ func BenchmarkSlowBurst(b *testing.B) {
 				tl.pool.mu.Unlock()
 				tl.pool.reset()
 				b.StartTimer()
-				tl.clock.Advance(time.Second)
-				tl.dispatchAll()
-				if len(tl.pending) != len(jobs) {
-					b.Fatalf("%d fires wait for the %d running", len(tl.pending), len(jobs))
-				}
-				for k := 0; k < len(jobs); k += 64 {
-					var done completionBatch
-					for i := k; i < min(k+64, len(jobs)); i++ {
-						done.add(&jobs[i], statusOK, "", false)
-					}
-					tl.complete(&done)
-					tl.clock.Advance(time.Millisecond)
-					tl.publishRetriesDue()
-				}
+				timed(b, tl, jobs)
 			}
 		})
+	}
+}
+
+// completeBurst completes jobs with status st, a batch of 64 a
+// millisecond, publishing between batches as the loop's run does.
+func completeBurst(tl *testLoop, jobs []job, st uint8, errMsg string) {
+	for k := 0; k < len(jobs); k += 64 {
+		var done completionBatch
+		for i := k; i < min(k+64, len(jobs)); i++ {
+			done.add(&jobs[i], st, errMsg, false)
+		}
+		tl.complete(&done)
+		tl.clock.Advance(time.Millisecond)
+		tl.publishRetriesDue()
 	}
 }
