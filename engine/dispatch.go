@@ -383,7 +383,7 @@ func (l *loop) releaseRetry(slot uint32) {
 	rs := l.retries[slot]
 	l.freeRetry(slot)
 	if rs.handed {
-		l.handedRan[handedRetryKey{rs.rec, rs.gen, rs.sched, rs.attempt}] = l.cfg.Clock.Now().UnixNano() + int64(triggerWait)
+		l.handed[handedRetryKey{rs.rec, rs.gen, rs.sched, rs.attempt}] = l.cfg.Clock.Now().UnixNano() + int64(triggerWait)
 	}
 	l.startStagedFires() // a staged fire of this task in the batch before runs
 	r := l.tab.rec(rs.rec)
@@ -598,16 +598,13 @@ type handedRetryKey struct {
 // key's delete succeeded), it runs once. An acquire runs the lists before
 // it reads the keys, and a retry already due there (its backoff ran out
 // while a crashed owner's lease expired) came due in between: it is
-// remembered triggerWait since (handedRan), as a trigger that fired is.
+// remembered triggerWait since (loop.handed), as a trigger that fired is.
 func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra) {
 	k := handedRetryKey{i, r.gen, sched, attempt}
 	if _, ok := l.handed[k]; ok {
 		return
 	}
-	if _, ok := l.handedRan[k]; ok {
-		return
-	}
-	l.handed[k] = struct{}{}
+	l.handed[k] = 0
 	slot := l.waitRetry(i, r, sched, attempt, due, x)
 	l.retries[slot].handed = true
 }

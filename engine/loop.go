@@ -238,12 +238,13 @@ type loop struct {
 	endChanged map[int]bool
 	endMarks   *endWaitMarks
 
-	handed map[handedRetryKey]struct{} // the waiting retries a former owner handed on (waitHandedRetry)
-	// handedRan are the retries a former owner handed on that came due
-	// here, until when they are remembered: one that comes again by
-	// another way (its key and a list) is the retry that ran. A release
-	// forgets them with their records (a slot freed changes its gen).
-	handedRan map[handedRetryKey]int64
+	// handed are the retries a former owner handed on (waitHandedRetry):
+	// 0 while they wait, and once they came due here until when they are
+	// remembered, so that one that comes again by another way (its key
+	// and a list) is the retry that ran. A release forgets the waiting
+	// ones with their slots, and those that ran with their records (a
+	// record's generation changes).
+	handed map[handedRetryKey]int64
 	// retryIn are the slots of retries, by partition, and retryChanged
 	// the partitions whose retries changed since they were last published
 	// to retryMarks, which the watermark writes carry (publishRetries).
@@ -293,7 +294,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]ownFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
-		handed: make(map[handedRetryKey]struct{}), handedRan: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
+		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
 		retryIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),

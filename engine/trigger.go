@@ -411,17 +411,17 @@ func (e *earlyTriggers) keepOf(id string, keep func(f *triggerFire) bool) {
 // sweepTriggers, once a second, drops the early triggers that waited too
 // long, their keys with them, and forgets the fired ones past triggerWait
 // whose task has no fire in flight, ending a key put again, and the
-// handed-on retries that came due past it (handedRan).
+// handed-on retries that came due past it (loop.handed).
 // The loop runs it between dispatches, so that it happens on a quiet node
 // too, and not at each trigger: a bulk trigger remembers tens of
 // thousands. Called only from the dispatch loop.
 func (l *loop) sweepTriggers() {
 	now := l.cfg.Clock.Now().UnixNano()
-	if now < l.sweepAt || (l.early.len() == 0 && len(l.triggered) == 0 && len(l.handedRan) == 0) {
+	if now < l.sweepAt || (l.early.len() == 0 && len(l.triggered) == 0 && len(l.handed) == 0) {
 		return
 	}
 	l.sweepAt = now + int64(time.Second)
-	maps.DeleteFunc(l.handedRan, func(_ handedRetryKey, until int64) bool { return now >= until })
+	maps.DeleteFunc(l.handed, func(_ handedRetryKey, until int64) bool { return until != 0 && now >= until })
 	l.early.keep(func(f *triggerFire) bool {
 		s := l.triggered[f.key()]
 		if now < s.until {
