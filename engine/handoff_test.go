@@ -349,9 +349,12 @@ func TestEngine_GracefulHandOverPassesWaitingFires(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt(other, at(5)) })
-	// Let every held call of slow end, and whatever waited behind them run
-	// before slow@06 does: a repeat of slow must show too.
+	// Let every held call of slow end, and slow@05, which waits behind
+	// slow@02, run before slow@06 comes due: a repeat of slow must show too.
+	// Had slow@06 come due while slow@05 still waited, buffer_one would have
+	// skipped it.
 	g.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("slow", at(5)) })
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("slow", at(6)) })
 	b.stop(t)
