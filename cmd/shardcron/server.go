@@ -119,6 +119,11 @@ const (
 // asking for a lead means.
 var minLead, maxLead = 2 * engine.DefaultConfig("").WatermarkInterval, time.Minute
 
+// maxStopWait bounds --drain-timeout and --shutdown-timeout: a stop that
+// may wait longer than a day is a typo (30h for 30s), which the node took
+// without a word until a stop waited on it.
+const maxStopWait = 24 * time.Hour
+
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	d := engine.DefaultConfig("")
 	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints; empty: start an embedded etcd in <data-dir>/etcd")
@@ -177,8 +182,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long to wait for etcd at start before giving up")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", d.DrainTimeout, "on shutdown, how long running executions may finish before they are canceled (an attempt with attempts left is retried at once on its partition's next owner)")
-	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", d.DrainTimeout, "on shutdown, how long running executions may finish before they are canceled (0-24h; an attempt with attempts left is retried at once on its partition's next owner)")
+	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish (0-24h)")
 }
 
 // runServer runs a node until a signal stops it and returns the exit
@@ -451,10 +456,10 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--history-ttl must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
 	case f.startTimeout <= 0:
 		return fmt.Errorf("--start-timeout must be positive, got %v", f.startTimeout)
-	case f.drainTimeout < 0:
-		return fmt.Errorf("--drain-timeout must not be negative, got %v", f.drainTimeout)
-	case f.shutdownTO < 0:
-		return fmt.Errorf("--shutdown-timeout must not be negative, got %v", f.shutdownTO)
+	case f.drainTimeout < 0 || f.drainTimeout > maxStopWait:
+		return fmt.Errorf("--drain-timeout must be within 0-%v, got %v", maxStopWait, f.drainTimeout)
+	case f.shutdownTO < 0 || f.shutdownTO > maxStopWait:
+		return fmt.Errorf("--shutdown-timeout must be within 0-%v, got %v", maxStopWait, f.shutdownTO)
 	}
 	for _, l := range []struct {
 		flag string

@@ -659,6 +659,8 @@ func TestServer_DurationFlagsRefusedByName(t *testing.T) {
 	for _, args := range [][]string{
 		{"--start-timeout", "0s"}, {"--drain-timeout", "-1s"}, {"--shutdown-timeout", "-1s"}, {"--history-ttl", "0s"},
 		{"--release-run-wait", "0s"}, {"--release-run-wait", "11s"},
+		// Past a day: a typo (30h for 30s) the node took without a word.
+		{"--drain-timeout", "30h0m0s"}, {"--shutdown-timeout", "25h0m0s"},
 	} {
 		var f serverFlags
 		fs := flag.NewFlagSet("server", flag.ContinueOnError)
@@ -670,6 +672,10 @@ func TestServer_DurationFlagsRefusedByName(t *testing.T) {
 		err := f.check()
 		if err == nil || !strings.HasPrefix(err.Error(), args[0]+" must") || !strings.Contains(err.Error(), "got "+args[1]) {
 			t.Errorf("%v: %v, want an error about %s that gives %s", args, err, args[0], args[1])
+		}
+		if strings.HasSuffix(args[0], "-timeout") && strings.HasSuffix(args[1], "h0m0s") &&
+			(err == nil || !strings.Contains(err.Error(), "within 0-24h0m0s")) {
+			t.Errorf("%v: %v, want the bound, 0-24h", args, err)
 		}
 	}
 }
