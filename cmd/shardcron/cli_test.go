@@ -788,6 +788,48 @@ func TestTaskHistory_WarnsOfPartialAnswer(t *testing.T) {
 	wantCLI(t, r, 0, []string{`"partial": [`, `"n2: connection refused"`}, []string{"warning: partial answer"})
 }
 
+// An answer with no row says so on stdout, exit 0: task history of a
+// task that has not run printed the table's header alone, as list and
+// failures did, which read as an answer cut short. Their JSON is as
+// before, an empty array.
+func TestEmptyAnswers_SaySoOnALine(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/tasks":
+			io.WriteString(w, `{"tasks":[],"next_cursor":""}`)
+		case "/v1/tasks/a/history":
+			io.WriteString(w, `{"executions":[]}`)
+		case "/v1/failures":
+			io.WriteString(w, `{"failures":[]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer ts.Close()
+	for _, tc := range []struct {
+		args     []string
+		line     string
+		jsonName string
+	}{
+		{[]string{"task", "history", "a"}, `no execution records of task "a" yet`, "executions"},
+		{[]string{"task", "list"}, "no tasks yet", "tasks"},
+		{[]string{"task", "list", "--prefix", "nothing/"}, "no tasks match", "tasks"},
+		{[]string{"task", "list", "--status", "failing"}, "no tasks match", "tasks"},
+		{[]string{"task", "failures"}, "no failed attempts since the nodes started", "failures"},
+	} {
+		args := append(tc.args, "--server", ts.URL)
+		if r := cli("", args...); r.code != 0 || r.stdout != tc.line+"\n" || r.stderr != "" {
+			t.Errorf("%v:\n%s\nwant exit 0 and %q on stdout alone", tc.args, r, tc.line)
+		}
+		r := cli("", append(args, "--output", "json")...)
+		var doc map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(r.stdout), &doc); r.code != 0 || err != nil || string(doc[tc.jsonName]) != "[]" {
+			t.Errorf("%v --output json: %v\n%s\nwant %q: []", tc.args, err, r, tc.jsonName)
+		}
+	}
+}
+
 func TestOutput_Truncate(t *testing.T) {
 	if got := truncate("a\nb  c", 10); got != "a b c" {
 		t.Errorf("truncate joins lines: %q", got)

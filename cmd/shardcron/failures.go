@@ -50,7 +50,8 @@ func taskFailures(args []string, stdout, stderr io.Writer) int {
 		Failures []task.Execution `json:"failures"`
 		Partial  []string         `json:"partial,omitempty"`
 	}{fs, partial}
-	return printResult(c, &cf, out, func(w io.Writer) error { return writeFailuresTable(w, fs) })
+	return printResult(c, &cf, out, orNone(len(fs), "no failed attempts since the nodes started",
+		func(w io.Writer) error { return writeFailuresTable(w, fs) }))
 }
 
 // writeFailuresTable prints failed attempts of any task, newest first.

@@ -134,6 +134,18 @@ func formatMap(m map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
+// orNone is table, or, when the answer has no row (n is 0), a line that
+// says so: the table's header alone read as an answer cut short.
+func orNone(n int, none string, table func(io.Writer) error) func(io.Writer) error {
+	if n > 0 {
+		return table
+	}
+	return func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, none)
+		return err
+	}
+}
+
 // writeTaskTable prints tasks as a table, one row each.
 func writeTaskTable(w io.Writer, tasks []*task.Task) error {
 	tw := newTable(w)

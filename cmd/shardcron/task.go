@@ -750,7 +750,11 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	if status != "" {
 		table = func(w io.Writer) error { return writeHealthTable(w, tasks) }
 	}
-	rc := printResult(c, &cf, out, table)
+	none := "no tasks yet"
+	if prefix != "" || len(labels) > 0 || status != "" || cursor != "" {
+		none = "no tasks match"
+	}
+	rc := printResult(c, &cf, out, orNone(len(tasks), none, table))
 	if rc == exitOK && cf.output == outputTable && opts.Cursor != "" {
 		fmt.Fprintf(stderr, "more tasks: list them all with --all, or the next page with --cursor %s\n", opts.Cursor)
 	}
@@ -1111,6 +1115,7 @@ func taskHistory(args []string, stdout, stderr io.Writer) int {
 			Executions []task.Execution `json:"executions"`
 			Partial    []string         `json:"partial,omitempty"`
 		}{execs, resp.Partial}
-		return printResult(c, cf, out, func(w io.Writer) error { return writeHistoryTable(w, execs) })
+		return printResult(c, cf, out, orNone(len(execs), "no execution records of "+subject(id)+" yet",
+			func(w io.Writer) error { return writeHistoryTable(w, execs) }))
 	})
 }
