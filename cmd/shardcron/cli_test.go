@@ -1138,15 +1138,29 @@ func TestImport_InterruptSaysWhereItStopped(t *testing.T) {
 	cmd := exec.Command(binPath, "import", "--server", ts.URL, "--batch", "1", "--in-flight", "1", in)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	interruptOnce(t, cmd, arrived, "the second batch never came")
+	if want := "shardcron: import stopped after line 1: interrupted"; !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("stderr %q, want it to begin %q", errb.String(), want)
+	}
+	if out.String() != "imported 1 task, 0 errors\n" {
+		t.Errorf("stdout %q, want the summary of the line written", out.String())
+	}
+}
+
+// interruptOnce runs cmd, a client command, until ready (or fails the
+// test with never), then sends it SIGINT, waits for it and checks that
+// it exited 1, as a command stopped before its end does.
+func interruptOnce(t *testing.T, cmd *exec.Cmd, ready <-chan struct{}, never string) {
+	t.Helper()
 	cmd.SysProcAttr = childproc.Attr()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-arrived:
+	case <-ready:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		t.Fatal("the second batch never came")
+		t.Fatal(never)
 	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -1154,12 +1168,6 @@ func TestImport_InterruptSaysWhereItStopped(t *testing.T) {
 	_ = cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != exitError {
 		t.Errorf("exit %d (%v), want %d", code, cmd.ProcessState, exitError)
-	}
-	if want := "shardcron: import stopped after line 1: interrupted"; !strings.HasPrefix(errb.String(), want) {
-		t.Errorf("stderr %q, want it to begin %q", errb.String(), want)
-	}
-	if out.String() != "imported 1 task, 0 errors\n" {
-		t.Errorf("stdout %q, want the summary of the line written", out.String())
 	}
 }
 
@@ -1969,6 +1977,82 @@ func TestTaskExport_StoppedSaysWhyThenHowFar(t *testing.T) {
 		t.Errorf("an export that never began says it stopped:\n%s", r)
 	}
 }
+
+// An export cut off within a line says that stdout ends with a partial
+// line, part of a task, after the whole tasks it counts: it said "stdout
+// holds them" of the whole ones only, and the file's broken last line
+// came to light at the import.
+func TestTaskExport_CutWithinALineSaysTheLastIsPartial(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"id":"a","schedule":"@yearly","executor":{"type":"noop"}}`+"\n")
+		io.WriteString(w, `{"id":"b","schedule":"@yea`)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	defer ts.Close()
+	r := cli("", "task", "export", "--server", ts.URL)
+	wantCLI(t, r, exitError, []string{`"id":"b"`},
+		[]string{"export stopped after 1 whole task: stdout holds it, then a partial last line", "the export is incomplete"})
+}
+
+// Ctrl-C stops an export as a cut connection does, and as it stops an
+// import: it says so, how many whole tasks stdout holds and whether a
+// partial line ends it, and exits 1. It said "GET <url>: reading the
+// answer: interrupt signal received" and "stdout holds them", nothing of
+// the partial line after them.
+func TestTaskExport_InterruptSaysHowFar(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		// More than export's buffer, so that some reaches stdout before
+		// the signal, which the test waits for; then part of a task.
+		for i := range 6000 {
+			fmt.Fprintf(w, `{"id":"t%04d","schedule":"@yearly","executor":{"type":"noop"}}`+"\n", i)
+		}
+		io.WriteString(w, `{"id":"z","sched`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer ts.Close()
+	defer close(release) // before the server's Close, which waits for the handler
+	cmd := exec.Command(binPath, "task", "export", "--server", ts.URL)
+	out := &firstWrite{wrote: make(chan struct{})}
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &errb
+	interruptOnce(t, cmd, out.wrote, "the export never wrote")
+	// How much was read before the signal is the machine's: the message
+	// must tell what stdout holds.
+	whole := strings.Count(out.String(), "\n")
+	want := fmt.Sprintf("shardcron: export interrupted\nexport stopped after %d tasks: stdout holds them (the export is incomplete)\n", whole)
+	if !strings.HasSuffix(out.String(), "\n") {
+		want = fmt.Sprintf("shardcron: export interrupted\nexport stopped after %d whole tasks: stdout holds them, then a partial last line", whole)
+	}
+	if whole == 0 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("stderr %q after %d lines and %q, want it to begin %q",
+			errb.String(), whole, out.String()[strings.LastIndexByte(out.String(), '\n')+1:], want)
+	}
+}
+
+// firstWrite is a buffer that closes wrote at its first write: a child
+// process's output has begun. The buffer is not embedded: its ReadFrom,
+// which exec's copy would call, writes around Write.
+type firstWrite struct {
+	b     bytes.Buffer
+	wrote chan struct{}
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	if f.b.Len() == 0 && len(p) > 0 {
+		close(f.wrote)
+	}
+	return f.b.Write(p)
+}
+
+func (f *firstWrite) String() string { return f.b.String() }
 
 // A flag value that does not parse says what the value must look like:
 // the flag package says only "parse error", where the same value through

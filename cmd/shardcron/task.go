@@ -781,8 +781,10 @@ long it takes and whatever is written meanwhile. With --prefix or
 order (by partition, then id), read in one pass without the index, which
 is about twice as fast. --timeout bounds the wait for the first task
 (or, when none matches, for the whole answer), not the export's length:
-an export of millions of tasks runs until it is done (Ctrl-C stops it). At the end it prints
-"exported N tasks" on stderr.
+an export of millions of tasks runs until it is done. At the end it prints
+"exported N tasks" on stderr. One cut off (the node gone; Ctrl-C or
+SIGTERM, a second one at once) exits 1 saying how many whole tasks stdout
+holds and whether a partial line, part of the next task, ends it.
 
 Examples:
   shardcron task export > fleet.jsonl
@@ -804,8 +806,11 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return c.usageError("unexpected argument %q (filter with --prefix or --label; the tasks go to stdout)", pos[0])
 	}
+	// Ctrl-C (or SIGTERM) stops the export as a cut connection does:
+	// how far it got is printed. A second one kills it, as import's.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop)
 	lines := &lineCounter{w: stdout}
 	bw := bufio.NewWriterSize(lines, 256<<10)
 	err := cf.streamClient().Export(ctx, client.ListOptions{Prefix: prefix, Labels: labels}, bw)
@@ -813,9 +818,18 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 		err = ferr
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			err = errors.New("export interrupted")
+		}
 		code := cf.fail(c, "", err)
-		if lines.n > 0 {
-			fmt.Fprintf(stderr, "export stopped after %d tasks: stdout holds them\n", lines.n)
+		switch {
+		case lines.partial:
+			fmt.Fprintf(stderr, "export stopped after %d whole %s: stdout holds %s, then a partial last line, part of the next task "+
+				"(the export is incomplete; an import reports that line as an error)\n",
+				lines.n, plural(lines.n, "task", "tasks"), plural(lines.n, "it", "them"))
+		case lines.n > 0:
+			fmt.Fprintf(stderr, "export stopped after %d %s: stdout holds %s (the export is incomplete)\n",
+				lines.n, plural(lines.n, "task", "tasks"), plural(lines.n, "it", "them"))
 		}
 		return code
 	}
@@ -825,13 +839,17 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 
 // lineCounter counts the lines written through it.
 type lineCounter struct {
-	w io.Writer
-	n int
+	w       io.Writer
+	n       int
+	partial bool // what was written ends within a line
 }
 
 func (l *lineCounter) Write(p []byte) (int, error) {
 	n, err := l.w.Write(p)
 	l.n += bytes.Count(p[:n], []byte{'\n'})
+	if n > 0 {
+		l.partial = p[n-1] != '\n'
+	}
 	return n, err
 }
 
