@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 )
 
 var (
@@ -58,15 +60,23 @@ func (e *lockedError) Is(target error) bool { return target == ErrLocked }
 // corrupt, unreadable, or written by an incompatible format version. The
 // directory holds a cache and execution history only (etcd is
 // authoritative), so moving it away and starting again is always safe: the
-// node reloads its partitions from etcd and loses only history.
+// node reloads its partitions from etcd and loses only history. Its message
+// says so, but for a directory the system refuses (permissions, a
+// read-only filesystem), whose contents are whole: it says what to fix.
 type OpenError struct {
 	Dir string
 	Err error
 }
 
 func (e *OpenError) Error() string {
-	return fmt.Sprintf("store: cannot open data directory %s: %v "+
-		"(it holds only a cache and execution history: moving it away is safe)", e.Dir, e.Err)
+	advice := "it holds only a cache and execution history: moving it away is safe"
+	switch {
+	case errors.Is(e.Err, fs.ErrPermission):
+		advice = "fix the permissions or the owner of the directory and its files: the node's user must read and write them; nothing in it is damaged"
+	case errors.Is(e.Err, syscall.EROFS):
+		advice = "its filesystem is read-only: mount it read-write; nothing in it is damaged"
+	}
+	return fmt.Sprintf("store: cannot open data directory %s: %v (%s)", e.Dir, e.Err, advice)
 }
 
 func (e *OpenError) Unwrap() error { return e.Err }

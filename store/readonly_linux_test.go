@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -44,6 +45,10 @@ func TestOpen_ReadOnlyFilesystem(t *testing.T) {
 	var oe *OpenError
 	if !errors.As(err, &oe) || oe.Dir != cfg.Dir || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Open = %v, want an *OpenError for %s not matching ErrCorrupt", err, cfg.Dir)
+	}
+	// Moving the directory away cannot be done there, nor does it help.
+	if msg := err.Error(); !strings.Contains(msg, "mount it read-write") || strings.Contains(msg, "moving it away") {
+		t.Fatalf("Open = %v, want the advice to mount the filesystem read-write, not to move the directory", err)
 	}
 	if after := listing(t, cfg.Dir); after != before {
 		t.Fatalf("files changed:\n%s\nwant\n%s", after, before)

@@ -120,15 +120,18 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 }
 
 // TestOpen_UnreadableFileIsNotCorrupt: a file of the directory that the
-// node may not read (left by a start as another user, say) is an
-// *OpenError naming the cause, not ErrCorrupt, which would make the
-// server set the directory aside, its history with it (docs/design.md:
-// permissions stop the node; moving the directory is the operator's call).
+// node may not read (left by a start as another user, say), or the
+// directory itself, is an *OpenError naming the cause, not ErrCorrupt,
+// which would make the server set the directory aside, its history with
+// it (docs/design.md: permissions stop the node; moving the directory is
+// the operator's call). Its advice is to fix the permissions: it said
+// that moving the directory away is safe, which loses the history for
+// nothing.
 func TestOpen_UnreadableFileIsNotCorrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a process when run as root")
 	}
-	for _, pattern := range []string{"KEYREGISTRY", "*.vlog", "*.sst", "MANIFEST"} {
+	for _, pattern := range []string{"KEYREGISTRY", "*.vlog", "*.sst", "MANIFEST", "."} {
 		t.Run(pattern, func(t *testing.T) {
 			cfg := corruptDir(t)
 			files, err := filepath.Glob(filepath.Join(cfg.Dir, pattern))
@@ -138,11 +141,18 @@ func TestOpen_UnreadableFileIsNotCorrupt(t *testing.T) {
 			if err := os.Chmod(files[0], 0); err != nil {
 				t.Fatal(err)
 			}
+			if pattern == "." {
+				// Else a user but root may not remove the test's directory.
+				t.Cleanup(func() { _ = os.Chmod(cfg.Dir, 0o700) })
+			}
 			got := openAsOther(t, cfg.Dir)
 			t.Logf("Open: %s", got)
 			if !strings.HasPrefix(got, "error ") || !strings.Contains(got, "permission denied") ||
 				!strings.Contains(got, cfg.Dir) {
 				t.Fatalf("Open with %s unreadable: %s; want an error, not ErrCorrupt, naming the directory and the permission", filepath.Base(files[0]), got)
+			}
+			if !strings.Contains(got, "fix the permissions or the owner") || strings.Contains(got, "moving it away") {
+				t.Fatalf("Open with %s unreadable: %s; want the advice to fix the permissions, not to move the directory", filepath.Base(files[0]), got)
 			}
 		})
 	}
