@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -81,6 +82,33 @@ func TestServer_SingleNode(t *testing.T) {
 		})
 		if got.Version != put.Version || got.State.Owner != "node-1" || got.State.NextFireAt.IsZero() {
 			t.Fatalf("GET answered %+v, state %+v", got, got.State)
+		}
+	})
+
+	// A body is read as JSON whatever its Content-Type, as docs/api.md
+	// now says (it did not): curl -d sends a task as a form, and a batch's
+	// form is told by its first character.
+	t.Run("AnyContentType", func(t *testing.T) {
+		for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "application/octet-stream"} {
+			if a := call(t, ts, "PUT", "/v1/tasks/ct-1", noopJSON(""), "Content-Type", ct); a.status != http.StatusOK {
+				t.Fatalf("PUT of %s: %v", ct, a)
+			}
+		}
+		for body, ct := range map[string]string{
+			noopJSON("ct-2") + "\n" + noopJSON("ct-3") + "\n":     "application/json",
+			"[" + noopJSON("ct-4") + "," + noopJSON("ct-5") + "]": "application/x-ndjson",
+		} {
+			a := call(t, ts, "POST", "/v1/tasks:batch", body, "Content-Type", ct)
+			if a.status != http.StatusOK || !strings.Contains(string(a.body), `"written":2`) {
+				t.Fatalf("batch of %s labelled %s: %v", body, ct, a)
+			}
+		}
+		doc, err := os.ReadFile("../docs/api.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), "`Content-Type` is not looked at") {
+			t.Error("docs/api.md does not say that a request's Content-Type is not looked at")
 		}
 	})
 
