@@ -126,7 +126,7 @@
 //     after a fence's seal").
 //   - A buffer_one fire waiting behind a running one is lost with it in a
 //     crash: the watermark passes it. A graceful hand-over passes it on
-//     (TestEngine_BufferedFireIsLostInACrash). Carried as the waiting
+//     (TestEngine_BufferedFireSurvivesACrash fails). Carried as the waiting
 //     retries are, a node cut off from etcd started it before it fenced
 //     and the successor ran it again (waitingretries.go).
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,

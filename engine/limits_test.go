@@ -933,18 +933,46 @@ func TestEngine_BackfillsRetryHandedOnThroughEtcdAfterItsCancelIsSkippedWhilePau
 
 // A buffer_one fire waiting behind a running one is in flight with it: the
 // node watermark passes it (it would otherwise hold the bounded lead, and
-// every task of the node, for as long as the running fire takes). A crash
-// loses it; a graceful hand-over passes it on
-// (TestEngine_GracefulHandOverPassesWaitingFires).
-func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
+// every task of the node, for as long as the running fire takes). A
+// graceful hand-over passes it on (TestEngine_GracefulHandOverPassesWaitingFires);
+// so that a crash does not lose it, the watermark writes carry it with
+// the waiting retries, and the next owner runs it, due by the point it
+// resumes from. Before they did, node-b's first run was 12:00:03: the fire
+// of 12:00:02 was lost.
+func TestEngine_BufferedFireSurvivesACrash(t *testing.T) {
 	t.Parallel()
 	c, clock := limitsStart(t)
 	h := newHolder(t, "slow")
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.DrainTimeout = time.Second })
 	}
+	a, proxy := startWaitingBehindAHeldRun(t, c, clock, h, h.handler, node("node-a"))
+
+	crash(t, a, proxy)
+	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
+	t.Cleanup(h.open) // again: cleanups run last first
+	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+		t.Errorf("started %s on %s, want 12:00:02 on node-b, the fire that waited on node-a", r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	waitNext(t, b, "slow", limitsAt(3))
+	h.open()
+	clock.Advance(time.Second)
+	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
+		t.Errorf("then started %s on %s, want 12:00:03 on node-b", r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	a.stop(t)
+}
+
+// startWaitingBehindAHeldRun starts a node through a proxy of its own,
+// with slow, a buffer_one task of every second whose fire of 12:00:01 runs
+// held by h and whose fire of 12:00:02 waits behind it, and returns once
+// the node's checkpoint names its session and a watermark write etcd
+// acknowledged lists the waiting fire. handler calls h.
+func startWaitingBehindAHeldRun(t *testing.T, c *etcdtest.Cluster, clock *testClock, h *holder, handler HandlerFunc, tweak func(*Config)) (*testNode, *etcdtest.Proxy) {
+	t.Helper()
 	proxy := c.NewProxy(t)
-	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", h.handler, node("node-a"))
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", handler, tweak)
+	t.Cleanup(h.open) // again: cleanups run last first
 	slow := handlerTask("slow", "* * * * * *")
 	slow.Concurrency = task.ConcurrencyBufferOne
 	putTask(t, a.e.Registry(), slow)
@@ -956,21 +984,52 @@ func TestEngine_BufferedFireIsLostInACrash(t *testing.T) {
 	waitNext(t, a, "slow", limitsAt(2))
 	clock.Advance(time.Second)
 	waitNext(t, a, "slow", limitsAt(3)) // 12:00:02 was released: it waits behind 12:00:01
-	sess := sessionID(a.e.sess.Load())
+	key := a.e.keys.watermark(a.e.cfg.NodeID, sessionID(a.e.sess.Load()))
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		return !readWatermark(t, c, "node-a", sess).Before(limitsAt(2))
+		m, err := a.e.readDeadMark(context.Background(), key)
+		return err == nil && !m.v.At.Before(limitsAt(2)) && len(m.retries(partOf("slow")).Fires) == 1
 	})
 	waitNamed(t, c, a, partOf("slow"))
+	return a, proxy
+}
 
-	crash(t, a, proxy)
-	b := startNodeOn(t, c.NewClient(t), "", h.handler, node("node-b"))
-	t.Cleanup(h.open) // again: cleanups run last first
+// A node cut off from etcd runs on until it fences (the lease TTL less
+// the fence margin): a buffer_one fire that its last acknowledged write
+// lists as waiting must not start there meanwhile, for the successor runs
+// it from that list. It may start once etcd acknowledged a write that no
+// longer lists it, which a node cut off never has. Here node-a is cut off
+// with slow@02 listed, waiting behind slow@01, and slow@01 ends at once.
+// Carried without that wait, node-a started slow@02 before it fenced and
+// node-b ran it again (TestChaos_CutOffNodeKeepsConcurrencyPolicies: 3
+// fires twice).
+func TestEngine_CutOffNodeLeavesAListedWaitingFireToItsSuccessor(t *testing.T) {
+	t.Parallel()
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	h := newHolder(t, "slow")
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.DrainTimeout = time.Second })
+	}
+	a, proxy := startWaitingBehindAHeldRun(t, c, clock, h, log.handler(h.handler), node("node-a"))
+
+	proxy.Cut()
+	h.open() // slow@01 ends before node-a fences
+	etcdtest.WaitFor(t, 10*time.Second, a.e.Fenced)
+	if got := runsAt(log, "slow", limitsAt(2)); len(got) > 0 {
+		t.Errorf("slow@02 ran on %v, cut off from etcd after a write that listed it", got)
+	}
+	b := startNodeOn(t, c.NewClient(t), "", log.handler(h.handler), node("node-b"))
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return len(runsAt(log, "slow", limitsAt(2))) > 0 })
 	waitNext(t, b, "slow", limitsAt(3))
 	clock.Advance(time.Second)
-	if r := h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(3)) {
-		t.Errorf("started %s on %s, want 12:00:03 on node-b, the fire of 12:00:02 lost", r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(runsAt(log, "slow", limitsAt(3))) > 0 })
+	if got := runsAt(log, "slow", limitsAt(2)); !slices.Equal(got, []string{"node-b"}) {
+		t.Errorf("slow@02 ran on %v, want once, on node-b", got)
 	}
-	h.open()
+	if d := duplicateKeys(log); len(d) > 0 {
+		t.Errorf("fires ran twice: %v", d)
+	}
+	proxy.Restore() // node-a closes quickly
 	a.stop(t)
 }
 
