@@ -31,7 +31,7 @@ type partList[L any] interface {
 // partLists are lists as the loop last published them, by partition,
 // and of them those a watermark value carries.
 type partLists[L partList[L]] struct {
-	mu    sync.Mutex // guards parts and value
+	mu    sync.Mutex // guards parts, value and seq
 	parts map[int]L
 	// value is what a watermark value carries: the lists of parts, by
 	// partition and entry in order, while they fit the bounds (those left
@@ -39,20 +39,31 @@ type partLists[L partList[L]] struct {
 	// known. Replaced, never changed, so that the writer may keep the one
 	// it wrote.
 	value map[int]L
+	// seq counts the publishes: value is the seq-th's. A fire of the
+	// schedule that waited for the running one goes by it (loop.gated).
+	seq uint64
 }
 
 // carried returns the lists a watermark value carries (nil: none), not to
 // be changed.
 func (m *partLists[L]) carried() map[int]L {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.value
+	v, _ := m.carriedAt()
+	return v
 }
 
-// publish replaces the lists of the partitions of lists (empty: none).
-func (m *partLists[L]) publish(lists map[int]L) {
+// carriedAt returns carried's lists and the publish they are of.
+func (m *partLists[L]) carriedAt() (map[int]L, uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.value, m.seq
+}
+
+// publish replaces the lists of the partitions of lists (empty: none),
+// and returns which publish it was (seq).
+func (m *partLists[L]) publish(lists map[int]L) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
 	if m.parts == nil {
 		m.parts = map[int]L{}
 	}
@@ -90,6 +101,7 @@ func (m *partLists[L]) publish(lists map[int]L) {
 			break
 		}
 	}
+	return m.seq
 }
 
 // sameLists reports whether two values carry the same lists.

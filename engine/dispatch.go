@@ -146,8 +146,8 @@ func (l *loop) rescheduleReleased() {
 // A fire waiting in pending (buffer_one) does not hold it back: it is in
 // flight with the fire it waits for, and holding the watermark would hold
 // the bounded lead, and with it every task of the node, for as long as
-// that fire runs. A release hands it over (releaseParts); a crash loses
-// it (waitingretries.go says why the watermark writes do not carry it). A
+// that fire runs. A release hands it over (releaseParts), and the
+// watermark writes carry it for a successor after a crash (buffer). A
 // partition armed from a resume point behind the dispatch point is
 // released at the next dispatch: an acquire waits until the watermark
 // passes the point where it armed its partition before it names its
@@ -232,6 +232,16 @@ type ownFire struct {
 	extra *fireExtra // a trigger's; nil: none
 }
 
+// waitingFire is an ownFire waiting for the running one (loop.pending),
+// apart so that a fire that does not wait carries none of it: for a fire
+// of the schedule, its place in bufferedIn[part], and the last publish
+// of the waiting fires before it began to wait (loop.retrySeq).
+type waitingFire struct {
+	ownFire
+	pos   uint32
+	since uint64
+}
+
 // admit applies the concurrency policy and queues a job for fire f of
 // record i, released when due.
 func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
@@ -251,7 +261,7 @@ func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
 		}
 		return
 	case admitBuffer:
-		l.pending[i] = f
+		l.buffer(i, r, f)
 		return
 	case admitReplace:
 		// The running fire is canceled, and so are those still waiting for
@@ -263,6 +273,11 @@ func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
 		for k := range l.unpushed {
 			if u := &l.unpushed[k]; u.rec == i && u.gen == r.gen && u.extra.backfill() == nil {
 				u.replaced = true
+			}
+		}
+		for k := range l.gated { // the task's policy was buffer_one when its fire waited
+			if g := &l.gated[k]; g.rec == i && g.gen == r.gen {
+				g.replaced = true
 			}
 		}
 	}
@@ -425,7 +440,7 @@ func (l *loop) skipPaused() {
 	for i := range l.paused {
 		r := l.tab.rec(i)
 		if w, ok := l.pending[i]; ok && w.kind == kindSchedule {
-			delete(l.pending, i)
+			l.unbuffer(i)
 			l.skipForPause(i, r, w.at, 1)
 		}
 		busy = busy || r.running > 0
@@ -540,11 +555,16 @@ func (l *loop) complete(b *completionBatch) {
 }
 
 // admitWaiting runs record i's fire that waited for its running one
-// (buffer_one), once none runs.
+// (buffer_one), once none runs: at the gate when a publish of the waiting
+// fires listed it.
 func (l *loop) admitWaiting(i uint32, r *record) {
 	if w, ok := l.pending[i]; ok && r.running == 0 {
-		delete(l.pending, i)
-		l.admit(i, r, l.profs.list[r.prof], w, l.cfg.Clock.Now().UnixNano())
+		l.unbuffer(i)
+		n := len(l.jobs)
+		l.admit(i, r, l.profs.list[r.prof], w.ownFire, l.cfg.Clock.Now().UnixNano())
+		if w.kind == kindSchedule && l.retryBuilt[r.part] > w.since {
+			l.gate(n)
+		}
 	}
 }
 

@@ -124,11 +124,18 @@
 //     fails after its node fenced run
 //     (TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver, "fails
 //     after a fence's seal").
-//   - A buffer_one fire waiting behind a running one is lost with it in a
-//     crash: the watermark passes it. A graceful hand-over passes it on
-//     (TestEngine_BufferedFireSurvivesACrash fails). Carried as the waiting
-//     retries are, a node cut off from etcd started it before it fenced
-//     and the successor ran it again (waitingretries.go).
+//   - A buffer_one fire waiting behind a running one, which the watermark
+//     passes, goes to the next owner with the waiting retries
+//     (TestEngine_BufferedFireSurvivesACrash). Once its running fire
+//     ends, one that a write listed starts only when etcd acknowledged a
+//     later write that no longer lists it, a write or two later: a node
+//     cut off from etcd never starts it, and its successor runs it once
+//     (TestEngine_CutOffNodeLeavesAListedWaitingFireToItsSuccessor). It is
+//     lost when it began waiting within a WatermarkInterval before the
+//     last write, or after it, and is due by the watermark; when the node
+//     crashes after that acknowledgement and before a worker starts it;
+//     and when that write reached etcd but its answer did not reach the
+//     node before it fenced.
 //   - Concurrency policies (forbid, buffer_one, replace) hold on one owner,
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a

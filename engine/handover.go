@@ -667,6 +667,17 @@ func (l *loop) releaseParts(parts []int) release {
 			out[int(r.part)].list(handedFire(l.tab.id(r), w.at, w.kind), w.at+l.delay(r, w.at))
 		}
 	}
+	// So do those held at the gate: they have not started.
+	l.gated = slices.DeleteFunc(l.gated, func(g gatedJob) bool {
+		h := out[int(g.part)]
+		if h == nil {
+			return false
+		}
+		r := l.tab.rec(g.rec)
+		r.running--
+		h.list(handedFire(g.id, g.sched, g.kind), g.sched+l.delay(r, g.sched))
+		return true
+	})
 	// Retries waiting for their backoff go with their partition.
 	for slot := range l.retries {
 		rs := &l.retries[slot]

@@ -447,7 +447,9 @@ func (e *Engine) heldHanded(ctx context.Context, a *arming) error {
 // a.defs that session had, having armed the partition's changes up to the
 // revision they came with (createdAfter): the retry of a task deleted and
 // put again since is not the new task's. Those that came with no revision
-// are dropped: nothing tells whose they are.
+// are dropped: nothing tells whose they are. So is a fire of the schedule
+// (one that waited for the running one) due after a.resume, the point the
+// partition is armed from: the schedule fires it again.
 func (e *Engine) heldRetries(ctx context.Context, a *arming) error {
 	handed := a.handed
 	rets := handed.retries
@@ -465,7 +467,7 @@ func (e *Engine) heldRetries(ctx context.Context, a *arming) error {
 	// A new list, as heldHanded's.
 	pending := slices.Clip(handed.pending)
 	for _, f := range rets.Fires {
-		if !others[f.ID] {
+		if !others[f.ID] && (!f.scheduled() || f.Due.UnixNano() <= a.resume) {
 			pending = append(pending, f)
 		}
 	}

@@ -187,9 +187,9 @@ type loop struct {
 	// generation): whether a task has one waiting is then a lookup, not a
 	// scan of every retry (retryWaits).
 	waiting map[uint64]uint32
-	pending map[uint32]ownFire    // buffer_one: the fire waiting for the running one, by record
-	paused  map[uint32]uint32     // the records the command under way paused, with their generations (skipPaused)
-	health  map[uint32]taskHealth // tasks that failed since the owner took them, by record (health.go)
+	pending map[uint32]waitingFire // buffer_one: the fire waiting for the running one, by record
+	paused  map[uint32]uint32      // the records the command under way paused, with their generations (skipPaused)
+	health  map[uint32]taskHealth  // tasks that failed since the owner took them, by record (health.go)
 	pool    *pool
 	holds   *holds
 	stats   *stats
@@ -245,14 +245,23 @@ type loop struct {
 	// ones with their slots, and those that ran with their records (a
 	// record's generation changes).
 	handed map[handedRetryKey]int64
-	// retryIn are the slots of retries, by partition, and retryChanged
-	// the partitions whose retries changed since they were last published
-	// to retryMarks, which the watermark writes carry (publishRetries).
+	// retryIn are the slots of retries, by partition, bufferedIn the
+	// records of fires of the schedule waiting for the running one
+	// (buffer_one: pending), and retryChanged the partitions whose waiting
+	// fires of either kind changed since they were last published to
+	// retryMarks, which the watermark writes carry (publishRetries).
 	retryIn      [][]uint32
-	retryListed  []int // the retries each partition's list as last published holds
+	bufferedIn   [][]uint32
+	retryListed  []int // the retries and fires each partition's list as last published holds
 	retryChanged map[int]bool
 	retryMarks   *retryMarks
 	retriesAt    int64 // when publishRetries may run next (unix ns)
+	// retrySeq is the publish of retryMarks last made, and retryBuilt,
+	// by partition, the last that built its list (0: none): a fire of
+	// the schedule that waited since before it was listed (ownFire.since).
+	retrySeq   uint64
+	retryBuilt []uint64
+	gated      []gatedJob // the jobs of listed waiting fires whose running one ended, in publish order (gate)
 
 	// elsewhere are the marker keys of runs on former owners, by record,
 	// each counted in its record's running (elsewhere.go); unmark deletes
@@ -291,14 +300,14 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 	}
 	return &loop{
 		cfg: cfg, wheel: w, tab: newTaskTable(cfg.Partitions), profs: newProfileTable(), scheds: scheds,
-		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]ownFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
+		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]waitingFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
 		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
-		retryIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
-		retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
+		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
+		retryBuilt: make([]uint64, cfg.Partitions), retryChanged: map[int]bool{}, retryMarks: &retryMarks{},
 	}, nil
 }
 
@@ -311,6 +320,7 @@ func (l *loop) run(ctx context.Context) {
 			l.publishEndWaits()
 		}
 		l.publishRetriesDue()
+		l.openGate()
 		l.service()
 		l.awaitStage()
 		if l.dispatch() {
@@ -488,7 +498,7 @@ func (l *loop) setApplied(p int, rev int64) {
 	if l.parts[p].applied == 0 && l.endMarked[p] != nil {
 		l.endChanged[p] = true // published without a revision to judge them by
 	}
-	if l.parts[p].applied == 0 && len(l.retryIn[p]) > 0 {
+	if l.parts[p].applied == 0 && l.waitingIn(p) > 0 {
 		l.retryChanged[p] = true // likewise
 	}
 	l.parts[p].applied = rev
@@ -686,7 +696,8 @@ func (l *loop) removeDeleted(i uint32, r *record, rev int64) {
 }
 
 // dropJobs takes the jobs for which drop returns true out of those waiting
-// for room, and marks those queued to be skipped by workers.
+// for room or at the gate (gated), and marks those queued to be skipped by
+// workers.
 func (l *loop) dropJobs(drop func(j *job) bool) {
 	keep := l.unpushed[:0]
 	for i := range l.unpushed {
@@ -696,13 +707,21 @@ func (l *loop) dropJobs(drop func(j *job) bool) {
 	}
 	clear(l.unpushed[len(keep):])
 	l.unpushed = keep
+	gated := l.gated[:0]
+	for k := range l.gated {
+		if !drop(&l.gated[k].job) {
+			gated = append(gated, l.gated[k])
+		}
+	}
+	clear(l.gated[len(gated):])
+	l.gated = gated
 	l.pool.dropQueued(drop)
 }
 
 func (l *loop) remove(i uint32) {
 	r := l.tab.rec(i)
 	l.wheel.Cancel(i)
-	delete(l.pending, i)
+	l.unbuffer(i)
 	delete(l.health, i)
 	l.forgetElsewhere(i)
 	l.clearEndWaits(i, r)

@@ -8,28 +8,32 @@ import (
 	"unicode/utf8"
 )
 
-// The retries waiting in the wheel for their backoff (loop.retries). A
-// release hands its partitions' over (checkpoint pending, handedRetry); so
-// that a crash or a fence, which write no checkpoint, do not lose them,
-// the loop publishes them by partition (publishRetries) and every
-// watermark write carries them (watermarkValue.Retries), for a successor
-// to run as a release's, of the tasks the crashed owner had
-// (heldRetries). A retry that comes due and starts after the session's
-// last acknowledged write runs again there (at least once, as a fire
-// past the watermark); one that waits after that write, or within a
+// The retries waiting in the wheel for their backoff (loop.retries), and
+// the fires of the schedule waiting for the running one (buffer_one:
+// loop.pending). A release hands its partitions' over (checkpoint
+// pending, handedRetry, handedFire); so that a crash or a fence, which
+// write no checkpoint, do not lose them, the loop publishes them by
+// partition (publishRetries) and every watermark write carries them
+// (watermarkValue.Retries), for a successor to run as a release's, of
+// the tasks the crashed owner had, and of the waiting fires those due by
+// its resume point: it fires the others from the schedule (heldRetries).
+// A retry that comes due and starts after the session's last
+// acknowledged write runs again there (at least once, as a fire past the
+// watermark); one that waits after that write, or within a
 // WatermarkInterval before it (publishRetriesDue), is lost, and so is one
 // that came due before it, its slot freed, and had not started when the
-// node crashed (queued behind busy workers).
-//
-// Not the fires of the schedule waiting for the running one (buffer_one:
-// loop.pending), which a crash loses: carried alike, the successor ran
-// one that a node cut off from etcd had started before it fenced, after
-// its last acknowledged write (TestChaos_CutOffNodeKeepsConcurrencyPolicies:
-// 3 fires twice). Carrying them needs a node to start such a fire only
-// once a write that no longer lists it is acknowledged.
+// node crashed (queued behind busy workers). A waiting fire that a list
+// named starts only once etcd acknowledged a value that no longer lists
+// it (gate), so that it runs once: a node cut off from etcd never starts
+// it. One that began waiting after the last write, or within a
+// WatermarkInterval before it, is lost unless the schedule's resume point
+// is before it, and so is one that the acknowledgement let go and that
+// had not started when the node crashed, as a retry queued behind busy
+// workers is.
 
-// waitingRetries are a partition's waiting retries, as a release lists
-// them (handedRetry), and the revision up to which their owner had armed
+// waitingRetries are a partition's waiting retries and fires, as a
+// release lists them (handedRetry, handedFire: the fire's with its due
+// time), and the revision up to which their owner had armed
 // the partition's changes when it published them: the successor runs
 // those of the tasks that owner had (heldRetries).
 type waitingRetries struct {
@@ -91,14 +95,17 @@ func (w waitingRetries) equal(o waitingRetries) bool {
 // wheel released it, and the watermark only once a worker took it. One
 // due by through was armed already due (a retry handed on late), and may
 // not have been released by at. A list without through (a value of a
-// node of the version before) is taken whole.
+// node of the version before) is taken whole, and so are the fires that
+// wait for the running one (buffer_one), which were past the watermark
+// once released, and which start only once a value that no longer lists
+// them is acknowledged (gate).
 func (w waitingRetries) unstarted(at int64) waitingRetries {
 	if w.through == 0 {
 		return w
 	}
 	out := waitingRetries{Applied: w.Applied, through: w.through}
 	for _, f := range w.Fires {
-		if due := f.Due.UnixNano(); due <= w.through || due > at {
+		if due := f.Due.UnixNano(); f.Attempt == 0 || due <= w.through || due > at {
 			out.Fires = append(out.Fires, f)
 		}
 	}
@@ -126,8 +133,99 @@ func (l *loop) noteRetry(slot uint32, waits bool) {
 	l.retryChanged[p] = true
 }
 
+// buffer holds fire f of record i until its running fire ends
+// (buffer_one). A fire of the schedule waits among the partition's
+// waiting fires, which the watermark writes carry: it is past the
+// watermark once released (loop.publish), and a successor after a crash
+// would fire it nowhere. A trigger's need not: its key stays in etcd
+// until the fire starts. Called only from the dispatch loop.
+func (l *loop) buffer(i uint32, r *record, f ownFire) {
+	w := waitingFire{ownFire: f}
+	if f.kind == kindSchedule {
+		p := int(r.part)
+		w.pos, w.since = uint32(len(l.bufferedIn[p])), l.retrySeq
+		l.bufferedIn[p] = append(l.bufferedIn[p], i)
+		l.retryChanged[p] = true
+	}
+	l.pending[i] = w
+}
+
+// unbuffer takes record i's waiting fire, if any, out of pending (buffer).
+// Called only from the dispatch loop.
+func (l *loop) unbuffer(i uint32) {
+	w, ok := l.pending[i]
+	if !ok {
+		return
+	}
+	delete(l.pending, i)
+	if w.kind != kindSchedule {
+		return
+	}
+	p := int(l.tab.rec(i).part)
+	in := l.bufferedIn[p]
+	if last := in[len(in)-1]; last != i {
+		in[w.pos] = last
+		lw := l.pending[last]
+		lw.pos = w.pos
+		l.pending[last] = lw
+	}
+	l.bufferedIn[p] = in[:len(in)-1]
+	l.retryChanged[p] = true
+}
+
+// waitingIn is how many fires of partition p wait: retries for their
+// backoff, fires of the schedule for the running one.
+func (l *loop) waitingIn(p int) int { return len(l.retryIn[p]) + len(l.bufferedIn[p]) }
+
+// gatedJob is the job of a fire of the schedule that waited for the
+// running one, held until etcd acknowledged a watermark value of the
+// seq-th publish of the waiting fires or a later one (gate).
+type gatedJob struct {
+	job
+	seq uint64
+}
+
+// gate holds l.jobs[n:], which admitWaiting queued for a fire that a
+// publish of the waiting fires listed, until etcd acknowledged a value
+// that no longer lists it: one of the next publish, which its leaving
+// the list changed (unbuffer). A successor after a crash or a fence runs
+// the fires of the last value etcd acknowledged; started at once, a node
+// cut off from etcd started such a fire before it fenced, and its
+// successor ran it again (TestEngine_CutOffNodeLeavesAListedWaitingFireToItsSuccessor).
+// A node cut off never opens the gate: it fences, and its release lists
+// the fire as waiting (releaseParts). A held job counts as running, so
+// that the task's next fire waits behind it. Called only from the
+// dispatch loop.
+func (l *loop) gate(n int) {
+	for _, j := range l.jobs[n:] {
+		l.gated = append(l.gated, gatedJob{job: j, seq: l.retrySeq + 1})
+	}
+	clear(l.jobs[n:])
+	l.jobs = l.jobs[:n]
+}
+
+// openGate queues the gated jobs of the publishes etcd acknowledged.
+// Called only from the dispatch loop.
+func (l *loop) openGate() {
+	if len(l.gated) == 0 {
+		return
+	}
+	acked, k := l.acked.retries.Load(), 0
+	for k < len(l.gated) && l.gated[k].seq <= acked {
+		l.jobs = append(l.jobs, l.gated[k].job)
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	n := copy(l.gated, l.gated[k:])
+	clear(l.gated[n:])
+	l.gated = l.gated[:n]
+	l.pushJobs()
+}
+
 // publishRetries publishes, for the watermark writes, the waiting retries
-// of the partitions whose retries changed (retryChanged), each with its
+// and fires of the partitions where they changed (retryChanged), each with its
 // applied revision as it stands between commands, as publishEndWaits
 // does: a task deleted, or deleted and put again, by the changes armed up
 // to it has no retry in the list (its record is gone), and one put again
@@ -163,21 +261,30 @@ func (l *loop) publishRetries() {
 	for p := range l.retryChanged {
 		lists[p] = waitingRetries{} // none left, or none a value can carry: published so
 		l.retryListed[p] = 0
-		if len(l.retryIn[p]) == 0 {
+		if l.waitingIn(p) == 0 {
 			delete(l.retryChanged, p)
 		}
 	}
-	l.retryMarks.publish(lists)
+	l.retrySeq = l.retryMarks.publish(lists)
+	for p, w := range lists {
+		if len(w.Fires) > 0 {
+			l.retryBuilt[p] = l.retrySeq
+		}
+	}
 }
 
 // publishRetriesDue publishes the waiting retries that changed
 // (publishRetries), at most once a WatermarkInterval: a value is written
-// no more often. Called only from the dispatch loop.
+// no more often. A gated fire waits for the next publish, which comes too
+// once etcd acknowledged the last: a write later, whatever the loop's
+// clock says (a test's stands still). Called only from the dispatch loop.
 func (l *loop) publishRetriesDue() {
 	if len(l.retryChanged) == 0 {
 		return
 	}
-	if now := l.cfg.Clock.Now().UnixNano(); now >= l.retriesAt {
+	n := len(l.gated)
+	waits := n > 0 && l.gated[n-1].seq > l.retrySeq && l.acked.retries.Load() >= l.retrySeq
+	if now := l.cfg.Clock.Now().UnixNano(); now >= l.retriesAt || waits {
 		l.publishRetries()
 		l.retriesAt = now + int64(l.cfg.WatermarkInterval)
 	}
@@ -194,6 +301,14 @@ func (l *loop) waitingRetriesOf(p int) waitingRetries {
 			continue // its task was deleted: the retry runs nothing
 		}
 		fires = append(fires, handedRetry(l.tab.id(r), rs.sched, rs.attempt, rs.due, rs.extra))
+	}
+	for _, i := range l.bufferedIn[p] {
+		r, at := l.tab.rec(i), l.pending[i].at
+		// With its due time, which the successor's resume point is
+		// compared with (heldRetries).
+		f := handedFire(l.tab.id(r), at, kindSchedule)
+		f.Due = time.Unix(0, at+l.delay(r, at)).UTC()
+		fires = append(fires, f)
 	}
 	slices.SortFunc(fires, func(a, b pendingFire) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), a.At.Compare(b.At), cmp.Compare(a.Attempt, b.Attempt))

@@ -24,9 +24,10 @@ func BenchmarkFailedBurst(b *testing.B) {
 // (buffer_one) and runs past the next second: the loop's time for that
 // second's burst, each fire waiting for the running one, and for the
 // completions of the first, a batch of 64 a millisecond, each starting
-// the fire that waited, calling publishRetriesDue between batches as its
-// run does. The baseline for carrying such fires across a crash, which
-// cost 1.34 times this when tried (BENCHMARKS.md).
+// the fire that waited, calling publishRetriesDue and openGate between
+// batches as its run does: each waiting fire is published for the
+// watermark writes, and most start at the gate, once a write etcd
+// acknowledged no longer lists them (BENCHMARKS.md).
 func BenchmarkSlowBurst(b *testing.B) {
 	prof := noopProfile(task.MisfireFireOnce)
 	prof.key, prof.concurrency = "noop/buffer", task.ConcurrencyBufferOne
@@ -79,8 +80,11 @@ func benchBurst(b *testing.B, prof *profile, timed func(b *testing.B, tl *testLo
 }
 
 // completeBurst completes jobs with status st, a batch of 64 a
-// millisecond, publishing between batches as the loop's run does.
+// millisecond, publishing and opening the gate between batches as the
+// loop's run does, with a watermark write acknowledged every
+// WatermarkInterval of the clock.
 func completeBurst(tl *testLoop, jobs []job, st uint8, errMsg string) {
+	var written int64
 	for k := 0; k < len(jobs); k += 64 {
 		var done completionBatch
 		for i := k; i < min(k+64, len(jobs)); i++ {
@@ -89,5 +93,11 @@ func completeBurst(tl *testLoop, jobs []job, st uint8, errMsg string) {
 		tl.complete(&done)
 		tl.clock.Advance(time.Millisecond)
 		tl.publishRetriesDue()
+		if now := tl.clock.Now().UnixNano(); now >= written+int64(tl.cfg.WatermarkInterval) {
+			_, seq := tl.retryMarks.carriedAt()
+			tl.acked.retries.Store(seq)
+			written = now
+		}
+		tl.openGate()
 	}
 }

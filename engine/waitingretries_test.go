@@ -81,6 +81,94 @@ func TestLoop_WaitingRetriesPastTheBoundAreBuiltOnceThereIsRoom(t *testing.T) {
 	}
 }
 
+// waitingFires is a loop with the buffer_one tasks ids in partition 0,
+// armed up to revision 10, their fires at, and wait, which makes id's
+// fire at at wait for a running one.
+func waitingFires(t *testing.T, ids ...string) (tl *testLoop, at int64, wait func(id string)) {
+	t.Helper()
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl = newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.concurrency = task.ConcurrencyBufferOne
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", ids...)
+	tl.setApplied(0, 10)
+	at = base.UnixNano()
+	return tl, at, func(id string) {
+		i, r, _ := tl.tab.lookup(id)
+		r.running = 1
+		tl.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, at)
+	}
+}
+
+// The fires of the schedule waiting for the running one (buffer_one) go
+// to the watermark writes with the waiting retries, each with its due
+// time, and leave them once they run or their task is deleted.
+func TestLoop_WaitingFiresArePublishedWithTheRetries(t *testing.T) {
+	tl, at, wait := waitingFires(t, "a", "b", "c")
+	for _, id := range []string{"a", "b", "c"} {
+		wait(id)
+	}
+	carried := func() []string {
+		t.Helper()
+		tl.publishRetries()
+		var got []string
+		for _, f := range tl.retryMarks.carried()[0].Fires {
+			if f.Due.UnixNano() != at || !f.scheduled() {
+				t.Errorf("carried %+v, want a fire of the schedule due at its time", f)
+			}
+			got = append(got, f.ID)
+		}
+		return got
+	}
+	if got := carried(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("carried %v, want the three waiting", got)
+	}
+	i, r, _ := tl.tab.lookup("a")
+	r.running = 0
+	tl.admitWaiting(i, r) // it runs: the last one takes its place
+	i, r, _ = tl.tab.lookup("c")
+	tl.remove(i)
+	if got := carried(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("carried %v once a ran and c was deleted, want [b]", got)
+	}
+	i, _, _ = tl.tab.lookup("b")
+	if w, in := tl.pending[i], tl.bufferedIn[0]; len(in) != 1 || in[w.pos] != i {
+		t.Errorf("b waits at %d of %v", w.pos, in)
+	}
+}
+
+// The fires waiting for the running one (buffer_one) count in the bound
+// of a value as the retries do: 998 retries and two such fires fill it,
+// and the partition after theirs is built once there is room.
+func TestLoop_WaitingFiresCountInTheBoundOfAValue(t *testing.T) {
+	tl, ids, slots := retriesAtTheBound(t)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.concurrency = task.ConcurrencyBufferOne
+	at := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	for k, slot := range slots[:2] {
+		tl.wheel.Cancel(retryBase + slot)
+		tl.freeRetry(slot)
+		i, r, _ := tl.tab.lookup(ids[k])
+		tl.profs.unref(r.prof)
+		r.prof = tl.profs.ref(prof)
+		r.running = 1
+		tl.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, at)
+	}
+	tl.publishRetries()
+	carried := tl.retryMarks.carried()
+	if len(carried[0].Fires) != maxWaitingRetries || len(carried[1].Fires) != 0 || !tl.retryChanged[1] {
+		t.Fatalf("carried %d and %d, partition 1 changed %v; want %d, none, and partition 1 to build later",
+			len(carried[0].Fires), len(carried[1].Fires), tl.retryChanged[1], maxWaitingRetries)
+	}
+	i, r, _ := tl.tab.lookup(ids[0])
+	r.running = 0
+	tl.admitWaiting(i, r)
+	tl.publishRetries()
+	if carried = tl.retryMarks.carried(); len(carried[0].Fires) != maxWaitingRetries-1 || len(carried[1].Fires) != 1 {
+		t.Errorf("carried %d and %d once a waiting fire started; want %d and b's", len(carried[0].Fires), len(carried[1].Fires), maxWaitingRetries-1)
+	}
+}
+
 // retriesAtTheBound is a loop with a retry waiting an hour for each of
 // maxWaitingRetries tasks, ids, in partition 0 (in slots), and for task b
 // in partition 1.
@@ -120,6 +208,52 @@ func TestLoop_RetriesOfDeletedTasksTakeNoRoomInAValue(t *testing.T) {
 	if len(carried[0].Fires) != 0 || len(carried[1].Fires) != 1 {
 		t.Errorf("carried %d and %d retries once partition 0's tasks were deleted, want none and b's", len(carried[0].Fires), len(carried[1].Fires))
 	}
+}
+
+// A fire of the schedule that waited for the running one (buffer_one)
+// and that a publish listed starts once etcd acknowledged a watermark
+// value of a later publish, which no longer lists it: a successor runs
+// the fires the last acknowledged value lists. One that no publish listed
+// starts at once, and one held at the gate when its partition is
+// released goes with it as a waiting fire.
+func TestLoop_AListedWaitingFireStartsOnceAValueWithoutItIsAcknowledged(t *testing.T) {
+	tl, at, wait := waitingFires(t, "listed", "unlisted", "held")
+	end := func(id string) {
+		i, r, _ := tl.tab.lookup(id)
+		r.running--
+		tl.admitWaiting(i, r)
+		tl.pushJobs()
+	}
+	dispatched := func(want ...string) {
+		t.Helper()
+		for k := range want {
+			want[k] += fmt.Sprintf("@%d", at/int64(time.Millisecond))
+		}
+		if got := tl.dispatched(0); !slices.Equal(got, want) {
+			t.Fatalf("dispatched %v, want %v", got, want)
+		}
+	}
+	wait("listed")
+	wait("held")
+	tl.publishRetries()
+	wait("unlisted")
+	end("unlisted")
+	end("listed")
+	dispatched("unlisted")
+	tl.acked.retries.Store(tl.retrySeq) // a value that lists it
+	tl.openGate()
+	dispatched("unlisted")
+	tl.publishRetries()
+	tl.acked.retries.Store(tl.retrySeq)
+	tl.openGate()
+	dispatched("unlisted", "listed")
+
+	end("held")
+	rel := tl.releaseParts([]int{0})
+	if h := rel.hand[0].pending; len(tl.gated) != 0 || len(h) != 1 || h[0].ID != "held" || !h[0].scheduled() {
+		t.Fatalf("released with %d held at the gate, handing over %+v; want held's fire, as a waiting one", len(tl.gated), h)
+	}
+	dispatched("unlisted", "listed")
 }
 
 // The retries waiting in the wheel go to the watermark writes with the
@@ -250,6 +384,36 @@ func TestEngine_ResumeAfterACrashTakesTheSessionsRetries(t *testing.T) {
 	}
 	putKey(t, cli, key, `{"at":"2026-03-01T12:00:10Z","applied":{"0":40},"end_waits":{"0":{"applied":40,"ids":["x"]}}}`)
 	check("a value of the version before", waitingRetries{})
+}
+
+// A fire that waited for the running one (buffer_one) comes in a crashed
+// session's watermark with its due time. The successor runs it when it is
+// due by the point the partition resumes from, and leaves it to the
+// schedule, which fires it again from there, when it is due after: run
+// from the list too, it fired twice.
+func TestEngine_HeldRetriesLeaveAWaitingFireDueAfterTheResumeToTheSchedule(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	waiting := func(id string, at time.Time) pendingFire {
+		f := handedFire(id, at.UnixNano(), kindSchedule)
+		f.Due = at.Add(5 * time.Millisecond) // its jitter
+		return f
+	}
+	retry := pendingFire{ID: "r", At: base, Attempt: 2, Due: base.Add(time.Hour)}
+	handed := handedTo{retries: waitingRetries{Applied: 10, Fires: []pendingFire{
+		waiting("before", base.Add(-time.Second)), waiting("at", base.Add(-5*time.Millisecond)), waiting("after", base), retry,
+	}}}
+	a := &arming{defs: []taskDef{{id: "before", createRev: 3}, {id: "at", createRev: 3}, {id: "after", createRev: 3}, {id: "r", createRev: 3}},
+		resume: base.UnixNano(), handed: &handed}
+	if err := (&Engine{}).heldRetries(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range handed.pending {
+		got = append(got, f.ID)
+	}
+	if want := []string{"before", "at", "r"}; !slices.Equal(got, want) {
+		t.Errorf("runs %v of the waiting fires carried, want %v: after is due past the resume point", got, want)
+	}
 }
 
 // FuzzPendingFireJSONSize: the size a publish counts is json.Marshal's.

@@ -57,6 +57,11 @@ type acked struct {
 	// write is refused too), so dispatch runs on without the lead rather
 	// than stop every fire of the node; see limit.
 	noSpace atomic.Bool
+	// retries is the publish of the waiting retries and fires
+	// (retryMarks) whose lists the last acknowledged value carried: a
+	// fire of the schedule that a value listed as waiting starts once
+	// one of a later publish is acknowledged (loop.gated).
+	retries atomic.Uint64
 }
 
 // limit is how far dispatch may run at now: Lead past the acknowledged
@@ -148,7 +153,8 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 		// session's check: a drop once the session is fenced resets holds.
 		w := e.holds.cap(e.loop.applieds.fold(revs.armed))
 		resumes := e.holds.resumes()
-		lists := carriedLists{ends: e.loop.endMarks.carried(), retries: e.loop.retryMarks.carried()}
+		retries, seq := e.loop.retryMarks.carriedAt()
+		lists := carriedLists{ends: e.loop.endMarks.carried(), retries: retries}
 		if s := e.sess.Load(); s == nil || s.Fenced() {
 			// No write of a fenced session is refused for NOSPACE: its
 			// successor runs within the lead until one is.
@@ -179,6 +185,7 @@ func (e *Engine) writeWatermarks(ctx context.Context) {
 				e.log.Warn("the session's lease no longer holds the node key; ending the session")
 				s.Lost()
 			case err == nil:
+				e.acked.retries.Store(seq)
 				e.acked.at.Store(w)
 				if e.acked.noSpace.Swap(false) {
 					e.log.Info("etcd has space again: the node watermark is recorded, dispatch runs within the lead again")
