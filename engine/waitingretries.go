@@ -319,7 +319,7 @@ func (l *loop) waitingRetriesOf(p int) waitingRetries {
 // jsonSize is the size of f's JSON, as json.Marshal writes it, without
 // marshaling f when it has no override and an ASCII id: a publish sizes
 // up to maxWaitingRetries of them, each time their partition's list
-// changes (BenchmarkFailedBurst).
+// changes (BenchmarkFailedBurst, BenchmarkSlowBurst).
 func (f pendingFire) jsonSize() int {
 	if f.Override != nil {
 		return jsonSize(f)
