@@ -256,6 +256,44 @@ func TestLoop_AListedWaitingFireStartsOnceAValueWithoutItIsAcknowledged(t *testi
 	dispatched("unlisted", "listed")
 }
 
+// A fire held at the gate whose task's policy became replace, and that a
+// newer fire replaced, is canceled unrun by a worker here, as a queued
+// one is (TestLoop_ReplacedQueuedRetryIsNotHandedOver): a release does
+// not hand it over. Handed over as a waiting fire, the next owner ran it
+// after the newer one, which it replaced in turn.
+func TestLoop_ReplacedFireHeldAtTheGateIsNotHandedOver(t *testing.T) {
+	tl, at, wait := waitingFires(t, "rp")
+	wait("rp")
+	tl.publishRetries() // listed: once its running fire ends, it is held at the gate
+	replace := noopProfile(task.MisfireFireOnce)
+	replace.key, replace.concurrency = "noop/replace", task.ConcurrencyReplace
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "rp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&eventsCmd{part: 0, rev: 11, upserts: []taskDef{{id: "rp", hash: xxhash.Sum64String("rp"), part: 0, sched: h, prof: replace}}})
+	i, r, _ := tl.tab.lookup("rp")
+	r.running--
+	tl.admitWaiting(i, r)
+	tl.pushJobs()
+	if len(tl.gated) != 1 {
+		t.Fatalf("%d held at the gate, want rp's fire", len(tl.gated))
+	}
+	next := at + int64(time.Second)
+	tl.admit(i, r, replace, ownFire{at: next, kind: kindSchedule}, next)
+	tl.pushJobs()
+
+	rel := tl.releaseNow(0)
+	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	var got []string
+	for _, f := range rel.hand[0].pending {
+		got = append(got, fmt.Sprintf("%s@%d", f.ID, f.At.UnixMilli()))
+	}
+	if want := []string{fmt.Sprintf("rp@%d", next/int64(time.Millisecond))}; !slices.Equal(got, want) {
+		t.Errorf("the release hands over %v, want %v: the fire held at the gate was replaced", got, want)
+	}
+}
+
 // The retries waiting in the wheel go to the watermark writes with the
 // revision up to which their partition's changes were armed, as the loop
 // stands between commands, and leave them once they come due, or once
