@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -275,11 +276,17 @@ func (l *loop) admit(i uint32, r *record, prof *profile, f ownFire, due int64) {
 				u.replaced = true
 			}
 		}
-		for k := range l.gated { // the task's policy was buffer_one when its fire waited
-			if g := &l.gated[k]; g.rec == i && g.gen == r.gen {
-				g.replaced = true
+		// One held at the gate (the task's policy was buffer_one when its
+		// fire waited) goes to a worker now: it runs nothing, and held,
+		// a release would hand it over to run on the next owner.
+		l.gated = slices.DeleteFunc(l.gated, func(g gatedJob) bool {
+			if g.rec != i || g.gen != r.gen {
+				return false
 			}
-		}
+			g.replaced = true
+			l.jobs = append(l.jobs, g.job)
+			return true
+		})
 	}
 	startFire(r)
 	j := l.jobOf(i, r, prof, f.at, due, f.kind)
