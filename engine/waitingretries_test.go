@@ -579,6 +579,43 @@ func TestEngine_RetryTakenOverIsInTheWatermarkThatNamesTheSession(t *testing.T) 
 	}
 }
 
+// So is a fire of the schedule handed over in a released checkpoint
+// that waits, taken over, for the run of the previous owner that went on
+// past the release (buffer_one): the value that named the session lacked
+// it, and a crash right after lost it.
+func TestEngine_WaitingFireTakenOverIsInTheWatermarkThatNamesTheSession(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "noop/buffer", task.ConcurrencyBufferOne
+	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "slow")
+	tl.add(t, 1, base, retryingProfile(), "0 0 0 1 1 *", "other")
+	tl.setApplied(0, 10)
+	tl.setApplied(1, 10)
+	i, r, _ := tl.tab.lookup("slow")
+	tl.runElsewhere(i, r, []string{"run-of-the-previous-owner"})
+	tl.trigger(1, "other", base)
+	tl.dispatchAll()
+	tl.failFirstQueued() // other's retry waits: published now, the last for a WatermarkInterval
+	tl.publishRetriesDue()
+	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "slow", At: base.Add(-time.Second)}}})
+	if _, waits := tl.pending[i]; !waits {
+		t.Fatal("the fire handed over does not wait for the run elsewhere")
+	}
+	tl.publishRetriesDue()
+	armed := tl.through // nameSession's throughCmd
+	tl.clock.Advance(tl.cfg.WatermarkInterval / 2)
+	tl.dispatchAll()
+	tl.publishRetriesDue()
+	w := tl.applieds.fold(map[int]int64{})
+	if w <= armed {
+		t.Fatalf("the watermark %v is not past the point %v where the partition was armed", time.Unix(0, w).UTC(), time.Unix(0, armed).UTC())
+	}
+	if got, want := resumedRetries(t, base, tl, w), []string{"slow attempt 0"}; !slices.Equal(got, want) {
+		t.Errorf("the next owner runs %v after the value that named the session, want %v", got, want)
+	}
+}
+
 // resumedRetries writes the watermark value of tl's session s1 at w, as
 // its last before a crash, and returns the retries its next owner takes
 // from it, as "id attempt n".
