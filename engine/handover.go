@@ -776,7 +776,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		return
 	}
 	now := l.cfg.Clock.Now().UnixNano()
-	retries := false
+	retries, buffered := false, len(l.bufferedIn[c.part])
 	for _, f := range c.fires {
 		i, r, ok := l.tab.lookup(f.ID)
 		if !ok {
@@ -819,11 +819,13 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		l.admit(i, r, prof, ownFire{at: at, kind: kindSchedule}, now)
 	}
 	l.pushJobs()
-	if retries {
+	if retries || len(l.bufferedIn[c.part]) > buffered {
 		// Now, not within a WatermarkInterval (publishRetriesDue): the
 		// acquire names its session once a watermark past this point is
 		// acknowledged, and from then on the checkpoint lists no pending
-		// fire, the session's watermark its retries.
+		// fire, the session's watermark its retries, and the fires that
+		// wait for a run of the previous owner past its release
+		// (buffer_one).
 		l.publishRetries()
 	}
 }
