@@ -126,7 +126,7 @@ func TestLoop_WaitingFiresArePublishedWithTheRetries(t *testing.T) {
 	i, r, _ := tl.tab.lookup("a")
 	r.running = 0
 	tl.admitWaiting(i, r) // it runs: the last one takes its place
-	i, r, _ = tl.tab.lookup("c")
+	i, _, _ = tl.tab.lookup("c")
 	tl.remove(i)
 	if got := carried(); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("carried %v once a ran and c was deleted, want [b]", got)
