@@ -258,7 +258,7 @@ type loop struct {
 	retriesAt    int64 // when publishRetries may run next (unix ns)
 	// retrySeq is the publish of retryMarks last made, and retryBuilt,
 	// by partition, the last that built its list (0: none): a fire of
-	// the schedule that waited since before it was listed (ownFire.since).
+	// the schedule that waited since before it was listed (waitingFire.since).
 	retrySeq   uint64
 	retryBuilt []uint64
 	gated      []gatedJob // the jobs of listed waiting fires whose running one ended, in publish order (gate)

@@ -218,9 +218,7 @@ func (l *loop) openGate() {
 	if k == 0 {
 		return
 	}
-	n := copy(l.gated, l.gated[k:])
-	clear(l.gated[n:])
-	l.gated = l.gated[:n]
+	l.gated = slices.Delete(l.gated, 0, k)
 	l.pushJobs()
 }
 
