@@ -434,6 +434,11 @@ type release struct {
 	// running is what else the release waits for: its tasks' attempts
 	// that may retry or overlap the next owner's fires. nil: none.
 	running *running
+	// unrun are the leavers it does not wait for (leavingKey): its other
+	// tasks with attempts under way, noted only so that a job of theirs a
+	// worker took before the release, and so counted started, is handed
+	// on should the node's stop come before it starts (pool.stopUnrun).
+	unrun []uint64
 }
 
 // running counts a release's attempts under way (queued or running when
@@ -458,8 +463,8 @@ type leaver struct {
 	// it was put again since, which takes no retry handed on through etcd
 	// (registry.TriggerRetry).
 	created int64
-	hand    *handOver // its partition's; nil once the release is sealed
-	run     *running
+	hand    *handOver  // its partition's; nil once the release is sealed
+	run     *running   // nil: the release does not wait for it (release.unrun)
 	n       int        // its attempts not yet ended
 	mark    *markedRun // its run's marker, once it has one (elsewhere.go)
 }
@@ -496,20 +501,19 @@ func newLeavers(clock Clock, chains *chainQueue) *leavers {
 }
 
 // leave notes that record i, taken out with its partition (hand), has n
-// attempts under way, in run, made when nil. Called only from the
-// dispatch loop.
-func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *running {
-	if run == nil {
-		run = &running{ended: make(chan struct{})}
-	}
+// attempts under way, and returns its key. With run, the release waits
+// for them. Called only from the dispatch loop.
+func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) uint64 {
 	k := leavingKey(i, r.gen)
 	ls := l.pool.leaving
 	ls.mu.Lock()
 	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), created: h.created, hand: h, run: run, n: n}
-	run.keys = append(run.keys, k)
-	run.n += n
+	if run != nil {
+		run.keys = append(run.keys, k)
+		run.n += n
+	}
 	ls.mu.Unlock()
-	return run
+	return k
 }
 
 // attemptEnd is how the attempt before a retry ended, which says when the
@@ -580,29 +584,37 @@ func (ls *leavers) ended(k uint64) {
 			lv.mark.set.ended(lv.mark)
 		}
 	}
+	if lv.run == nil {
+		return
+	}
 	if lv.run.n--; lv.run.n == 0 {
 		close(lv.run.ended)
 	}
 }
 
-// seal ends what run's attempts hand over with their partitions: the
+// seal ends what rel's attempts hand over with their partitions: the
 // coordinator then reads its hand-overs alone. With late (a graceful
 // release), a retry of an attempt that ends later is handed on through
 // etcd; else (a fence dropped the partitions, an acquire was undone) it
-// is lost, and run's tasks are forgotten: an attempt a fenced pool drops
+// is lost, and rel's leavers are forgotten: an attempt a fenced pool drops
 // from its queue never ends.
-func (ls *leavers) seal(run *running, late bool) {
-	if run == nil {
-		return
-	}
+func (ls *leavers) seal(rel release, late bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, k := range run.keys {
+	seal := func(k uint64) {
 		if lv := ls.m[k]; lv != nil && late {
 			lv.hand = nil
 		} else {
 			delete(ls.m, k)
 		}
+	}
+	if rel.running != nil {
+		for _, k := range rel.running.keys {
+			seal(k)
+		}
+	}
+	for _, k := range rel.unrun {
+		seal(k)
 	}
 }
 
@@ -706,22 +718,32 @@ func (l *loop) releaseParts(parts []int) release {
 	// queued, the checks of the partitions kept waited behind them.
 	l.checks.takeIf(func(f triggerFire) bool { return out[f.part] != nil })
 	l.noteReleasedAgain(out)
-	var run *running
+	rel := release{hand: out}
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, r *record) {
 			// Runs elsewhere are not this node's to wait for: their
 			// markers stay for the next owner.
-			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
-				if n := l.runningHere(i, r); n > 0 {
-					run = l.leave(run, i, r, n, out[p])
+			n := 0
+			if r.running > 0 {
+				n = l.runningHere(i, r)
+			}
+			switch prof := l.profs.list[r.prof]; {
+			case n == 0:
+			case prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow:
+				if rel.running == nil {
+					rel.running = &running{ended: make(chan struct{})}
 				}
+				l.leave(rel.running, i, r, n, out[p])
+			case !prof.noop: // a noop runs whatever the stop (pool.work)
+				rel.unrun = append(rel.unrun, l.leave(nil, i, r, n, out[p]))
 			}
 			l.remove(i)
 		})
 	}
 	l.pushJobs()
-	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed)), running: run}
+	rel.ticket = l.pool.pushedCount() + uint64(len(l.unpushed))
+	return rel
 }
 
 // flush dispatches record i's fires due up to mark: those a cut batch left

@@ -1571,13 +1571,13 @@ func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T)
 // A job a worker took before its partition's release counts as started
 // there (waitTaken): the release lists it nowhere. Under Hurry, the stop
 // of the executions comes right after the release; a worker that reaches
-// its stop check (pool.work) or its handler's context only then does not
-// run the job, and stopUnrun hands on only a leaver's attempt: the fire of
-// a task that neither retries nor keeps its fires apart is run nowhere.
-// Here the first worker that takes one of node-b's fires 12:00:02-04 is
-// held between its take and its check until the stop, as a loaded machine
-// may hold it: the failure seen once under load ("tick@12:00:02 ran on [],
-// want [node-b]"); which fire is lost depends on which worker came first.
+// its stop check (pool.work) only then does not run the job, and hands it
+// on (stopUnrun), for a task that neither retries nor keeps its fires
+// apart too: the release noted it (release.unrun). It was run nowhere,
+// seen once under load as "tick@12:00:02 ran on [], want [node-b]". Here
+// the first worker that takes one of node-b's fires 12:00:02-04 is held
+// between its take and its check until the stop, as a loaded machine may
+// hold it.
 func TestEngine_AcquireAHurriedCloseRunsAFireTakenBeforeTheStop(t *testing.T) {
 	hurriedCloseWithTheLoadInLine(t, func(*Engine) {}, newTakenGate())
 }
@@ -1625,7 +1625,7 @@ func (g *takenGate) Now() time.Time {
 // hurry, runs busy while the loop is still held, then checks that node-b
 // fires 12:00:02-04, node-c what follows, and nothing twice. With gate,
 // node-b's first job taken waits at it until the node's stop canceled
-// the executions.
+// the executions, and node-c runs that fire instead.
 func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine), gate *takenGate) {
 	t.Helper()
 	c, clock := limitsStart(t)
@@ -1680,7 +1680,28 @@ func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine), gate *ta
 	nc := startNode(t, c, "", log.handler(nil), node("node-c"))
 	defer nc.stop(t)
 	clock.Advance(time.Second)
-	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {"node-c"}})
+	if gate == nil {
+		checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: {"node-b"}, 3: {"node-b"}, 4: {"node-b"}, 5: {"node-c"}})
+		return
+	}
+	// The held job's fire, 12:00:02 unless another worker looked at the
+	// clock first, is handed on, and node-c runs it.
+	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 5: {"node-c"}})
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return len(runsAt(log, "tick", limitsAt(2))) > 0 && len(runsAt(log, "tick", limitsAt(3))) > 0 && len(runsAt(log, "tick", limitsAt(4))) > 0
+	})
+	handed := 0
+	for s := 2; s <= 4; s++ {
+		switch got := runsAt(log, "tick", limitsAt(s)); {
+		case slices.Equal(got, []string{"node-c"}):
+			handed++
+		case !slices.Equal(got, []string{"node-b"}):
+			t.Errorf("tick@%s ran on %v, want once, on node-b or, handed on, node-c", limitsAt(s).Format(time.TimeOnly), got)
+		}
+	}
+	if handed != 1 {
+		t.Errorf("node-c ran %d of node-b's fires, want the one held", handed)
+	}
 }
 
 // A checkpoint over 512 KiB sheds fires from the end of pending and moves

@@ -403,7 +403,7 @@ func (c *sealCmd) run(l *loop) {
 	}
 	l.endReleasedAgain(c.rel.hand)
 	l.handTriggers(c.rel.hand)
-	l.pool.leaving.seal(c.rel.running, c.late)
+	l.pool.leaving.seal(c.rel, c.late)
 	c.reply <- struct{}{}
 }
 func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }

@@ -668,19 +668,23 @@ func (p *pool) work() {
 				st, handed = p.stopUnrun(j, now, &t)
 			default:
 				t.observeLag(now.UnixNano() - j.due)
-				var stopped bool
-				st, why, stopped = p.run(j, now, &t, cuts)
+				var stop stopAt
+				st, why, stop = p.run(j, now, &t, cuts)
 				// The task's partition may have gone with a release sealed
 				// since the job was taken: then its retry goes to etcd. So
 				// does that of an attempt the node's stop canceled, which
-				// comes after every release (Close).
-				end := attemptFailed
-				if stopped {
+				// comes after every release (Close), and so does this very
+				// attempt when the stop came before its executor started.
+				end, next := attemptFailed, j.attempt+1
+				switch stop {
+				case stoppedRunning:
 					end = attemptStopped
+				case stoppedBefore:
+					end, next = attemptStopped, j.attempt
 				}
-				handed = (stopped || !final(j, st)) &&
-					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt+1, j.extra, end, byWorker)
-				if bf := j.extra.backfill(); stopped && !handed && bf != nil {
+				handed = (stop != notStopped || !final(j, st)) &&
+					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, next, j.extra, end, byWorker)
+				if bf := j.extra.backfill(); stop != notStopped && !handed && bf != nil {
 					bf.end(j.sched) // no retry runs on: its fire is over
 				}
 			}
@@ -887,12 +891,22 @@ func (p *pool) stopUnrun(j *job, now time.Time, t *tally) (uint8, bool) {
 	return statusCanceled, handed
 }
 
+// stopAt says whether, and when, the node's stop (errStopped) canceled
+// an attempt (pool.run).
+type stopAt uint8
+
+const (
+	notStopped     stopAt = iota
+	stoppedRunning        // while it ran: the attempt is spent
+	stoppedBefore         // before its executor started any work (executor.ErrNotStarted): it did nothing
+)
+
 // run executes one job and records its history; it returns the attempt's
 // status, for a failure its error, and whether the node's stop canceled
-// it (errStopped): its retry is then handed on (work) when the task's
-// definition gives it attempts left, and its fire has not ended until
-// then.
-func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stopped bool) {
+// it: its retry, or the attempt itself if it did nothing, is then handed
+// on (work) when the task's definition gives it attempts left, and its
+// fire has not ended until then.
+func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stop stopAt) {
 	if j.kind != kindRetry {
 		t.fires++
 	}
@@ -907,7 +921,12 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why 
 		err = p.execute(j, out, cuts)
 	}
 	st = statusOf(err)
-	stopped = st == statusCanceled && errors.Is(err, errStopped)
+	if st == statusCanceled && errors.Is(err, errStopped) {
+		stop = stoppedRunning
+		if errors.Is(err, executor.ErrNotStarted) {
+			stop = stoppedBefore
+		}
+	}
 	t.exec(st)
 	p.chain(j, st)
 	// A fire a fence cut did not end: the node stops its backfill as it
@@ -915,11 +934,11 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why 
 	// ended, it could be recorded so while etcd still answers (the
 	// session's lease lost, not etcd), and never run. Nor did one the
 	// stop cut, whose retry may run on (work).
-	if bf := j.extra.backfill(); bf != nil && final(j, st) && !stopped && !errors.Is(err, errFenced) {
+	if bf := j.extra.backfill(); bf != nil && final(j, st) && stop == notStopped && !errors.Is(err, errFenced) {
 		bf.end(j.sched)
 	}
 	if err == nil && !p.okKept {
-		return st, "", stopped
+		return st, "", stop
 	}
 	finished := now
 	if !j.prof.noop {
@@ -937,9 +956,9 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why 
 	}
 	if st == statusFailed || st == statusTimeout {
 		p.failures.add(e)
-		return st, why, stopped
+		return st, why, stop
 	}
-	return st, "", stopped
+	return st, "", stop
 }
 
 // final reports whether j's attempt, ended with st, is its fire's last:

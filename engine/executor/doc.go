@@ -18,7 +18,8 @@
 //     with errors.Is(err, context.DeadlineExceeded) for a timeout,
 //     errors.Is(err, context.Canceled) for a cancel, and anything else is a
 //     failure. Execute does not start any work when ctx has already ended
-//     (Noop, which has none, succeeds).
+//     (Noop, which has none, succeeds); its error then wraps ErrNotStarted
+//     too, so that the caller knows the attempt did nothing.
 //   - Execute returns nil exactly when the fire succeeded. Every fire carries
 //     its idempotency key, "<task-id>@<scheduled_at unix ms>", and the fencing
 //     token, so that receivers can drop the duplicates that at-least-once

@@ -51,7 +51,7 @@ func NewExec(spec ExecSpec) (Executor, error) {
 // (e.g. wrapping exec.ErrNotFound).
 func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 	if ctx.Err() != nil {
-		return interrupted(ctx, "exec", "not started")
+		return notStarted(ctx, "exec", "not started")
 	}
 	name := e.argv[0]
 	if e.allow != nil {
@@ -116,7 +116,7 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 	if err := cmd.Start(); err != nil {
 		closeAll(pr, pw, opr, opw)
 		if ctx.Err() != nil {
-			return interrupted(ctx, "exec", "not started")
+			return notStarted(ctx, "exec", "not started")
 		}
 		var ee *exec.Error
 		if errors.As(err, &ee) {

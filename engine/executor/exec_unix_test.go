@@ -287,8 +287,8 @@ func TestExec_AlreadyEnded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := mustExec(t, ExecSpec{Command: []string{"sh", "-c", `echo $$ > "$1"`, "sh", pidFile}}).Execute(ctx, testFire())
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Execute = %v, want context.Canceled", err)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotStarted) {
+		t.Errorf("Execute = %v, want context.Canceled and ErrNotStarted", err)
 	}
 	if _, err := os.Stat(pidFile); err == nil {
 		t.Error("the command ran although ctx had ended")

@@ -95,6 +95,11 @@ var (
 	// ErrUnsupported is wrapped by the error of NewExec on systems where exec
 	// is not implemented.
 	ErrUnsupported = errors.New("executor: not supported on this system")
+	// ErrNotStarted is wrapped, beside ctx.Err(), by the error of an
+	// Execute whose ctx had ended before it started any work: no request
+	// was sent, no process started, no handler called. The attempt did
+	// nothing, and its caller may run it again as the same attempt.
+	ErrNotStarted = errors.New("executor: not started")
 )
 
 // invalidSpec returns an error wrapping ErrInvalidSpec.
@@ -107,6 +112,16 @@ func invalidSpec(format string, args ...any) error {
 // and the cancel cause when the canceller gave a distinct one (e.g. the
 // engine's "replaced"), so that is testable too. detail, when not empty,
 // follows the cause.
+// notStarted is interrupted's error for an Execute that ctx ended before
+// it started any work: it wraps ErrNotStarted too, its text unchanged.
+func notStarted(ctx context.Context, kind, detail string) error {
+	return notStartedError{interrupted(ctx, kind, detail)}
+}
+
+type notStartedError struct{ error }
+
+func (e notStartedError) Unwrap() []error { return []error{e.error, ErrNotStarted} }
+
 func interrupted(ctx context.Context, kind, detail string) error {
 	err := ctx.Err()
 	if detail != "" {

@@ -127,7 +127,7 @@ func (e *handlerExec) Execute(ctx context.Context, f *Fire) (err error) {
 		return &notRegisteredError{name: e.name}
 	}
 	if ctx.Err() != nil {
-		return interrupted(ctx, fmt.Sprintf("handler %q", e.name), "not started")
+		return notStarted(ctx, fmt.Sprintf("handler %q", e.name), "not started")
 	}
 	fire := *f
 	if fire.Payload == nil { // set: a trigger's override for this fire

@@ -122,8 +122,8 @@ func TestHandler_ContextEnds(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("Execute = %v, want an error wrapping context.Canceled", err)
+			if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotStarted) {
+				t.Errorf("Execute = %v, want an error wrapping context.Canceled, not ErrNotStarted: the handler was called", err)
 			}
 			if tt.name == "returns its own error" && !errors.Is(err, errClosed) {
 				t.Errorf("Execute = %v, want the handler's error wrapped too", err)
@@ -137,8 +137,8 @@ func TestHandler_ContextEnds(t *testing.T) {
 		h.Handle("h", func(context.Context, Fire) error { called = true; return nil })
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := NewHandler(&h, "h", nil).Execute(ctx, testFire()); !errors.Is(err, context.Canceled) || called {
-			t.Errorf("Execute = %v (called %v), want context.Canceled without calling", err, called)
+		if err := NewHandler(&h, "h", nil).Execute(ctx, testFire()); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotStarted) || called {
+			t.Errorf("Execute = %v (called %v), want context.Canceled and ErrNotStarted without calling", err, called)
 		}
 	})
 }

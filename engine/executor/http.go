@@ -189,7 +189,7 @@ func reserved(key string) bool {
 // transport's error (connection refused, TLS, ...).
 func (e *httpExec) Execute(ctx context.Context, f *Fire) error {
 	if ctx.Err() != nil {
-		return interrupted(ctx, "http", "request not sent")
+		return notStarted(ctx, "http", "request not sent")
 	}
 	resp, err := e.client.Do(e.request(ctx, f))
 	if err != nil {

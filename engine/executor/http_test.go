@@ -333,6 +333,9 @@ func TestHTTP_ContextEnds(t *testing.T) {
 					t.Errorf("Execute = %v, want an error wrapping %v", err, target)
 				}
 			}
+			if end != nil && errors.Is(err, ErrNotStarted) {
+				t.Errorf("Execute = %v, a request the server held, wraps ErrNotStarted", err)
+			}
 		})
 	}
 	t.Run("already ended", func(t *testing.T) {
@@ -340,8 +343,8 @@ func TestHTTP_ContextEnds(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		err := mustHTTP(t, c, HTTPSpec{URL: srv.srv.URL}).Execute(ctx, testFire())
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Execute = %v, want context.Canceled", err)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotStarted) {
+			t.Errorf("Execute = %v, want context.Canceled and ErrNotStarted", err)
 		}
 		if srv.conns.Load() != 0 {
 			t.Errorf("a request was sent with an ended context")
