@@ -120,6 +120,9 @@ type handOver struct {
 	// under way hand on their retries for the tasks created at or before
 	// it (leaver.created). Not in the checkpoint.
 	created int64
+	// fence is the partition's partState.fence: its jobs dispatched here
+	// carry it (leavers.released). Not in the checkpoint.
+	fence   int64
 	pending []pendingFire
 	lost    int // backfills' fires and retries no checkpoint could list (list, shedPending), not yet logged
 	// after are the tasks whose last fire was released past mark (a
@@ -434,11 +437,6 @@ type release struct {
 	// running is what else the release waits for: its tasks' attempts
 	// that may retry or overlap the next owner's fires. nil: none.
 	running *running
-	// unrun are the leavers it does not wait for (leavingKey): its other
-	// tasks with attempts under way, noted only so that a job of theirs a
-	// worker took before the release, and so counted started, is handed
-	// on should the node's stop come before it starts (pool.stopUnrun).
-	unrun []uint64
 }
 
 // running counts a release's attempts under way (queued or running when
@@ -463,8 +461,8 @@ type leaver struct {
 	// it was put again since, which takes no retry handed on through etcd
 	// (registry.TriggerRetry).
 	created int64
-	hand    *handOver  // its partition's; nil once the release is sealed
-	run     *running   // nil: the release does not wait for it (release.unrun)
+	hand    *handOver // its partition's; nil once the release is sealed
+	run     *running
 	n       int        // its attempts not yet ended
 	mark    *markedRun // its run's marker, once it has one (elsewhere.go)
 }
@@ -488,32 +486,44 @@ func leavingKey(rec, gen uint32) uint64 { return uint64(rec)<<32 | uint64(gen) }
 // Safe for concurrent use by the loop and the workers; its lock takes no
 // other but the chain queue's, and a marker set's (ended), which takes the
 // pool's runMu.
+//
+// A job of a task that is not a leaver (one attempt, policy allow, by the
+// definition held at the release), which a worker took before the release,
+// and which then counted it started, may yet meet the node's stop before
+// it starts: it is handed on too (unrun), by its partition's release,
+// which released keeps from the seal of a graceful one, by partition.
 type leavers struct {
-	mu       sync.Mutex // guards m, and its leavers' n and mark
+	mu       sync.Mutex // guards m, and its leavers' n and mark, and released
 	m        map[uint64]*leaver
+	released map[int]releasedPart
 	clock    Clock
 	chains   *chainQueue
 	handedOn atomic.Uint64 // retries queued for etcd, for Stats
 }
 
+// releasedPart is a partition's last graceful release, sealed: the fence
+// its jobs carried, and its partState.created (leaver.created).
+type releasedPart struct{ fence, created int64 }
+
 func newLeavers(clock Clock, chains *chainQueue) *leavers {
-	return &leavers{m: map[uint64]*leaver{}, clock: clock, chains: chains}
+	return &leavers{m: map[uint64]*leaver{}, released: map[int]releasedPart{}, clock: clock, chains: chains}
 }
 
 // leave notes that record i, taken out with its partition (hand), has n
-// attempts under way, and returns its key. With run, the release waits
-// for them. Called only from the dispatch loop.
-func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) uint64 {
+// attempts under way, in run, made when nil. Called only from the
+// dispatch loop.
+func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *running {
+	if run == nil {
+		run = &running{ended: make(chan struct{})}
+	}
 	k := leavingKey(i, r.gen)
 	ls := l.pool.leaving
 	ls.mu.Lock()
 	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), created: h.created, hand: h, run: run, n: n}
-	if run != nil {
-		run.keys = append(run.keys, k)
-		run.n += n
-	}
+	run.keys = append(run.keys, k)
+	run.n += n
 	ls.mu.Unlock()
-	return k
+	return run
 }
 
 // attemptEnd is how the attempt before a retry ended, which says when the
@@ -561,13 +571,38 @@ func (ls *leavers) retry(k uint64, sched int64, next uint16, x *fireExtra, end a
 		lv.hand.list(handedRetry(lv.id, sched, next, due.UnixNano(), x), due.UnixNano())
 		return true
 	}
+	ls.toEtcd(lv.id, sched, next, due, x, lv.created)
+	return true
+}
+
+// unrun hands on j, a job the node's stop met before it started, taken
+// before its partition's release, of a task the release did not note as
+// leaving, and reports whether it did: its partition's release is sealed
+// and graceful, and j is its fire's first attempt, all the definition
+// held at the release gives it (a leaver's refusal stands: retry). Called
+// by a worker.
+func (ls *leavers) unrun(j *job) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	rp, ok := ls.released[int(j.part)]
+	if !ok || rp.fence != j.fence || j.attempt != 1 || ls.m[leavingKey(j.rec, j.gen)] != nil {
+		return false
+	}
+	ls.toEtcd(j.id, j.sched, j.attempt, ls.clock.Now(), j.extra, rp.created)
+	return true
+}
+
+// toEtcd queues attempt next of the fire at sched of task id, due at due,
+// for the chain writer, which writes it to etcd as a trigger that carries
+// it (registry.TriggerRetry), for the partition's owner whoever it is; a
+// task of id created after created takes none. Called with mu held.
+func (ls *leavers) toEtcd(id string, sched int64, next uint16, due time.Time, x *fireExtra, created int64) {
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
 	bf := x.backfill()
 	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
-	ls.chains.add(chainFire{from: lv.id, sched: sched, retry: r, over: x.override(), created: lv.created})
+	ls.chains.add(chainFire{from: id, sched: sched, retry: r, over: x.override(), created: created})
 	ls.handedOn.Add(1)
-	return true
 }
 
 // ended counts one attempt of leaver k as ended, if k is one.
@@ -584,9 +619,6 @@ func (ls *leavers) ended(k uint64) {
 			lv.mark.set.ended(lv.mark)
 		}
 	}
-	if lv.run == nil {
-		return
-	}
 	if lv.run.n--; lv.run.n == 0 {
 		close(lv.run.ended)
 	}
@@ -595,26 +627,29 @@ func (ls *leavers) ended(k uint64) {
 // seal ends what rel's attempts hand over with their partitions: the
 // coordinator then reads its hand-overs alone. With late (a graceful
 // release), a retry of an attempt that ends later is handed on through
-// etcd; else (a fence dropped the partitions, an acquire was undone) it
-// is lost, and rel's leavers are forgotten: an attempt a fenced pool drops
-// from its queue never ends.
+// etcd, and so is a job the node's stop meets unrun (unrun); else (a
+// fence dropped the partitions, an acquire was undone) they are lost, and
+// rel's tasks are forgotten: an attempt a fenced pool drops from its
+// queue never ends.
 func (ls *leavers) seal(rel release, late bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	seal := func(k uint64) {
+	for p, h := range rel.hand {
+		if late {
+			ls.released[p] = releasedPart{fence: h.fence, created: h.created}
+		} else {
+			delete(ls.released, p)
+		}
+	}
+	if rel.running == nil {
+		return
+	}
+	for _, k := range rel.running.keys {
 		if lv := ls.m[k]; lv != nil && late {
 			lv.hand = nil
 		} else {
 			delete(ls.m, k)
 		}
-	}
-	if rel.running != nil {
-		for _, k := range rel.running.keys {
-			seal(k)
-		}
-	}
-	for _, k := range rel.unrun {
-		seal(k)
 	}
 }
 
@@ -646,7 +681,7 @@ func (l *loop) releaseParts(parts []int) release {
 	mark := l.wheel.Now()
 	out := make(map[int]*handOver, len(parts))
 	for _, p := range parts {
-		out[p] = &handOver{mark: mark, applied: l.parts[p].applied, created: l.parts[p].created}
+		out[p] = &handOver{mark: mark, applied: l.parts[p].applied, created: l.parts[p].created, fence: l.parts[p].fence}
 		if !l.parts[p].owned {
 			continue // released while loading: nothing of it was armed
 		}
@@ -718,32 +753,22 @@ func (l *loop) releaseParts(parts []int) release {
 	// queued, the checks of the partitions kept waited behind them.
 	l.checks.takeIf(func(f triggerFire) bool { return out[f.part] != nil })
 	l.noteReleasedAgain(out)
-	rel := release{hand: out}
+	var run *running
 	for _, p := range parts {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, r *record) {
 			// Runs elsewhere are not this node's to wait for: their
 			// markers stay for the next owner.
-			n := 0
-			if r.running > 0 {
-				n = l.runningHere(i, r)
-			}
-			switch prof := l.profs.list[r.prof]; {
-			case n == 0:
-			case prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow:
-				if rel.running == nil {
-					rel.running = &running{ended: make(chan struct{})}
+			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
+				if n := l.runningHere(i, r); n > 0 {
+					run = l.leave(run, i, r, n, out[p])
 				}
-				l.leave(rel.running, i, r, n, out[p])
-			case !prof.noop: // a noop runs whatever the stop (pool.work)
-				rel.unrun = append(rel.unrun, l.leave(nil, i, r, n, out[p]))
 			}
 			l.remove(i)
 		})
 	}
 	l.pushJobs()
-	rel.ticket = l.pool.pushedCount() + uint64(len(l.unpushed))
-	return rel
+	return release{hand: out, ticket: l.pool.pushedCount() + uint64(len(l.unpushed)), running: run}
 }
 
 // flush dispatches record i's fires due up to mark: those a cut batch left

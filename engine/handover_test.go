@@ -120,6 +120,59 @@ func (tl *testLoop) end(j job, st uint8) {
 	tl.complete(&done)
 }
 
+// A job of a task the release did not note as leaving (one attempt,
+// allow), which a worker took before the release and so counted started,
+// is handed on should the node's stop meet it unrun (leavers.unrun): by
+// its partition's release, once sealed and graceful, and only a job of
+// that release's fence, and a first attempt. The node's stop comes only
+// after the releases (Close): TestEngine_AcquireAHurriedCloseRunsAFireTakenBeforeTheStop.
+func TestLoop_UnrunJobGoesByItsPartitionsRelease(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
+	plain := noopProfile(task.MisfireFireOnce)
+	plain.key, plain.noop = "plain", false // workers take nothing here: it never runs
+	tl.add(t, 0, base.Add(-time.Second), plain, "* * * * * *", "plain")
+	tl.parts[0].fence, tl.parts[0].created = 9, 7
+	tl.clock.Advance(time.Second/2 + time.Millisecond)
+	tl.dispatch()
+	j := tl.takeQueued()
+	handed := func() []string {
+		var out []string
+		for _, f := range tl.pool.chains.take() {
+			out = append(out, fmt.Sprintf("%s@%d attempt %d created %d", f.from, f.sched/int64(time.Second), f.retry.Attempt, f.created))
+		}
+		return out
+	}
+	rel := tl.releaseNow(0)
+	if rel.running != nil {
+		t.Fatalf("the release waits for %+v; a task of one attempt that allows overlaps is not waited for", rel.running)
+	}
+	if tl.pool.leaving.unrun(&j) {
+		t.Error("a job was handed on before its release was sealed")
+	}
+	tl.pool.leaving.seal(rel, true)
+	for name, other := range map[string]func(j *job){
+		"another fence":   func(j *job) { j.fence = 8 },
+		"a later attempt": func(j *job) { j.attempt = 2 },
+	} {
+		o := j
+		other(&o)
+		if tl.pool.leaving.unrun(&o) {
+			t.Errorf("a job of %s was handed on", name)
+		}
+	}
+	if !tl.pool.leaving.unrun(&j) {
+		t.Error("the job was not handed on")
+	}
+	if got, want := handed(), []string{fmt.Sprintf("plain@%d attempt 1 created 7", base.Unix())}; !slices.Equal(got, want) {
+		t.Errorf("handed on %v, want %v", got, want)
+	}
+	tl.pool.leaving.seal(rel, false) // a fence's, or an undone acquire's
+	if tl.pool.leaving.unrun(&j) {
+		t.Error("a job was handed on by a release that was not graceful")
+	}
+}
+
 // len is how many tasks the leavers hold.
 func (ls *leavers) len() int {
 	ls.mu.Lock()

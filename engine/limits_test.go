@@ -1573,7 +1573,7 @@ func TestEngine_AcquireAHurriedCloseEndsAfterLoadingRepeatsNothing(t *testing.T)
 // of the executions comes right after the release; a worker that reaches
 // its stop check (pool.work) only then does not run the job, and hands it
 // on (stopUnrun), for a task that neither retries nor keeps its fires
-// apart too: the release noted it (release.unrun). It was run nowhere,
+// apart too, by its partition's release (leavers.unrun). It was run nowhere,
 // seen once under load as "tick@12:00:02 ran on [], want [node-b]". Here
 // the first worker that takes one of node-b's fires 12:00:02-04 is held
 // between its take and its check until the stop, as a loaded machine may

@@ -683,7 +683,8 @@ func (p *pool) work() {
 					end, next = attemptStopped, j.attempt
 				}
 				handed = (stop != notStopped || !final(j, st)) &&
-					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, next, j.extra, end, byWorker)
+					p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, next, j.extra, end, byWorker) ||
+					stop == stoppedBefore && p.leaving.unrun(j)
 				if bf := j.extra.backfill(); stop != notStopped && !handed && bf != nil {
 					bf.end(j.sched) // no retry runs on: its fire is over
 				}
@@ -880,7 +881,8 @@ func (p *pool) cancelUnrun(j *job, now time.Time, t *tally) uint8 {
 // nothing takes ends here, as handOn ends one.
 func (p *pool) stopUnrun(j *job, now time.Time, t *tally) (uint8, bool) {
 	t.exec(statusCanceled)
-	handed := p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.extra, attemptStopped, byWorker)
+	handed := p.leaving.retry(leavingKey(j.rec, j.gen), j.sched, j.attempt, j.extra, attemptStopped, byWorker) ||
+		p.leaving.unrun(j)
 	if p.history != nil {
 		p.history.RecordKeep(execution(j.id, p.node, j.sched, int(j.attempt), statusCanceled, now, now,
 			"not started: "+errStopped.Error()), j.prof.keepFor(statusCanceled))

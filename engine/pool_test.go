@@ -287,11 +287,16 @@ func TestPool_JobTakenAfterTheStopIsHandedOnUnrun(t *testing.T) {
 // A stop that comes after the worker's check but before the executor
 // started any work (executor.ErrNotStarted) leaves the attempt done with
 // nothing: it is handed on as the attempt it is, as stopUnrun hands one
-// on, whether or not its task retries. It was handed on as the next
-// attempt, so that a task of one attempt, or a last attempt, was lost.
+// on, by its leaver, or, for a task the release did not note as leaving,
+// by its partition's release (leavers.unrun). It was handed on as the
+// next attempt, so that a task of one attempt, or a last attempt, was
+// lost.
 func TestPool_AttemptTheStopCameBeforeIsHandedOnAsItself(t *testing.T) {
-	for _, tc := range []struct{ attempt, max uint16 }{{1, 1}, {3, 3}, {1, 3}} {
-		t.Run(fmt.Sprintf("attempt %d of %d", tc.attempt, tc.max), func(t *testing.T) {
+	for _, tc := range []struct {
+		attempt, max uint16
+		leaver       bool // else its task is not one, its partition released
+	}{{1, 1, true}, {3, 3, true}, {1, 3, true}, {1, 1, false}} {
+		t.Run(fmt.Sprintf("attempt %d of %d, leaver %t", tc.attempt, tc.max, tc.leaver), func(t *testing.T) {
 			cfg := DefaultConfig("n").withDefaults()
 			cfg.Workers = 1
 			p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
@@ -301,34 +306,24 @@ func TestPool_AttemptTheStopCameBeforeIsHandedOnAsItself(t *testing.T) {
 			h.Handle("h", func(context.Context, executor.Fire) error { called = true; return nil })
 			prof := retryingProfile()
 			prof.exec, prof.noop, prof.maxAttempts = stopFirst{p, executor.NewHandler(&h, "h", nil)}, false, int(tc.max)
-			k := leavingKey(1, 0)
-			p.leaving.m[k] = &leaver{id: "t", prof: prof, created: 7, n: 1} // noted, not waited for (release.unrun), sealed
-			p.push([]job{{id: "t", rec: 1, prof: prof, attempt: tc.attempt, sched: 5}})
+			if tc.leaver {
+				p.leaving.m[leavingKey(1, 0)] = &leaver{id: "t", prof: prof, created: 7, run: &running{n: 1, ended: make(chan struct{})}, n: 1}
+			} else {
+				p.leaving.released[0] = releasedPart{fence: 9, created: 7}
+			}
+			p.push([]job{{id: "t", rec: 1, prof: prof, attempt: tc.attempt, sched: 5, fence: 9}})
 			wantCanceledHandedOn(t, p)
 			if called {
 				t.Error("the handler was called after the stop")
 			}
 			var got []string
 			for _, f := range p.chains.take() {
-				got = append(got, fmt.Sprintf("%s@%d attempt %d", f.from, f.sched, f.retry.Attempt))
+				got = append(got, fmt.Sprintf("%s@%d attempt %d created %d", f.from, f.sched, f.retry.Attempt, f.created))
 			}
-			if want := []string{fmt.Sprintf("t@5 attempt %d", tc.attempt)}; !slices.Equal(got, want) {
+			if want := []string{fmt.Sprintf("t@5 attempt %d created 7", tc.attempt)}; !slices.Equal(got, want) {
 				t.Errorf("handed on %v, want %v", got, want)
 			}
 		})
-	}
-}
-
-// wantCanceledHandedOn waits for p's one job to end, canceled and handed on.
-func wantCanceledHandedOn(t *testing.T, p *pool) {
-	t.Helper()
-	select {
-	case b := <-p.done:
-		if c := b.c[0]; c.status != statusCanceled || !b.extra(&c).handed {
-			t.Errorf("the job ended %s, handed on %t; want canceled, handed on", statusNames[c.status], b.extra(&c).handed)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job did not end within 10 s")
 	}
 }
 
@@ -342,6 +337,19 @@ type stopFirst struct {
 func (s stopFirst) Execute(ctx context.Context, f *executor.Fire) error {
 	s.p.stopExecutions()
 	return s.exec.Execute(ctx, f)
+}
+
+// wantCanceledHandedOn waits for p's one job to end, canceled and handed on.
+func wantCanceledHandedOn(t *testing.T, p *pool) {
+	t.Helper()
+	select {
+	case b := <-p.done:
+		if c := b.c[0]; c.status != statusCanceled || !b.extra(&c).handed {
+			t.Errorf("the job ended %s, handed on %t; want canceled, handed on", statusNames[c.status], b.extra(&c).handed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not end within 10 s")
+	}
 }
 
 // The retry of an attempt the node's stop cancels is handed on by the
