@@ -28,6 +28,11 @@ const MaxPartitions = 32768
 // than a node's lease.
 const MaxReleaseRunWait = 10 * time.Second
 
+// MaxDrainTimeout bounds Config.DrainTimeout: a stop that may wait longer
+// than a day for its runs is a typo (30h for 30s), taken without a word
+// until a stop waited on it.
+const MaxDrainTimeout = 24 * time.Hour
+
 // MaxWorkers, MaxQueue and MaxStage bound Config.Workers, Queue and Stage.
 // Each is paid for at New, before any fire: unbounded, a typo (a million
 // workers, a billion fires queued) killed the node with "runtime: out of
@@ -126,7 +131,7 @@ type Config struct {
 	// It must be well under Lead.
 	WatermarkInterval time.Duration
 	// DrainTimeout bounds how long Close waits for running executions
-	// (default 30s); those still running are then canceled, and the
+	// (default 30s, at most MaxDrainTimeout); those still running are then canceled, and the
 	// retries of those with attempts left handed on to their partitions'
 	// next owners, due at once.
 	DrainTimeout time.Duration
@@ -298,8 +303,8 @@ func (c Config) Validate() error {
 	if c.NotifyQueue < 1 {
 		bad("NotifyQueue", "must be at least 1, got %d", c.NotifyQueue)
 	}
-	if c.DrainTimeout < 0 {
-		bad("DrainTimeout", "must not be negative, got %v", c.DrainTimeout)
+	if c.DrainTimeout < 0 || c.DrainTimeout > MaxDrainTimeout {
+		bad("DrainTimeout", "must be within 0-%v, got %v", MaxDrainTimeout, c.DrainTimeout)
 	}
 	if c.ReleaseRunWait < 0 || c.ReleaseRunWait > MaxReleaseRunWait {
 		bad("ReleaseRunWait", "must be within 0-%v, got %v", MaxReleaseRunWait, c.ReleaseRunWait)

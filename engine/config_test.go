@@ -34,6 +34,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"WatermarkInterval", func(c *Config) { c.Tick, c.WatermarkInterval = 10*time.Millisecond, time.Millisecond }},
 		{"Lead", func(c *Config) { c.WatermarkInterval, c.Lead = time.Second, 1500*time.Millisecond }},
 		{"DrainTimeout", func(c *Config) { c.DrainTimeout = -time.Second }},
+		{"DrainTimeout", func(c *Config) { c.DrainTimeout = MaxDrainTimeout + time.Second }},
 		{"ReleaseRunWait", func(c *Config) { c.ReleaseRunWait = -time.Second }},
 		{"ReleaseRunWait", func(c *Config) { c.ReleaseRunWait = MaxReleaseRunWait + time.Second }},
 	}

@@ -119,11 +119,6 @@ const (
 // asking for a lead means.
 var minLead, maxLead = 2 * engine.DefaultConfig("").WatermarkInterval, time.Minute
 
-// maxStopWait bounds --drain-timeout and --shutdown-timeout: a stop that
-// may wait longer than a day is a typo (30h for 30s), which the node took
-// without a word until a stop waited on it.
-const maxStopWait = 24 * time.Hour
-
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	d := engine.DefaultConfig("")
 	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints; empty: start an embedded etcd in <data-dir>/etcd")
@@ -456,10 +451,11 @@ func (f *serverFlags) check() error {
 		return fmt.Errorf("--history-ttl must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
 	case f.startTimeout <= 0:
 		return fmt.Errorf("--start-timeout must be positive, got %v", f.startTimeout)
-	case f.drainTimeout < 0 || f.drainTimeout > maxStopWait:
-		return fmt.Errorf("--drain-timeout must be within 0-%v, got %v", maxStopWait, f.drainTimeout)
-	case f.shutdownTO < 0 || f.shutdownTO > maxStopWait:
-		return fmt.Errorf("--shutdown-timeout must be within 0-%v, got %v", maxStopWait, f.shutdownTO)
+	case f.drainTimeout < 0 || f.drainTimeout > engine.MaxDrainTimeout:
+		return fmt.Errorf("--drain-timeout must be within 0-%v, got %v", engine.MaxDrainTimeout, f.drainTimeout)
+	case f.shutdownTO < 0 || f.shutdownTO > engine.MaxDrainTimeout:
+		// The API's half of a stop: a day is as much a typo here.
+		return fmt.Errorf("--shutdown-timeout must be within 0-%v, got %v", engine.MaxDrainTimeout, f.shutdownTO)
 	}
 	for _, l := range []struct {
 		flag string
