@@ -788,25 +788,35 @@ func TestTaskHistory_WarnsOfPartialAnswer(t *testing.T) {
 	wantCLI(t, r, 0, []string{`"partial": [`, `"n2: connection refused"`}, []string{"warning: partial answer"})
 }
 
+// emptyAnswers serves list, history and failures answers with no row,
+// their "partial" member the JSON partial (empty: none).
+func emptyAnswers(t *testing.T, partial string) *httptest.Server {
+	if partial != "" {
+		partial = `,"partial":` + partial
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/tasks":
+			io.WriteString(w, `{"tasks":[],"next_cursor":""`+partial+`}`)
+		case "/v1/tasks/a/history":
+			io.WriteString(w, `{"executions":[]`+partial+`}`)
+		case "/v1/failures":
+			io.WriteString(w, `{"failures":[]`+partial+`}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
 // An answer with no row says so on stdout, exit 0: task history of a
 // task that has not run printed the table's header alone, as list and
 // failures did, which read as an answer cut short. Their JSON is as
 // before, an empty array.
 func TestEmptyAnswers_SaySoOnALine(t *testing.T) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/v1/tasks":
-			io.WriteString(w, `{"tasks":[],"next_cursor":""}`)
-		case "/v1/tasks/a/history":
-			io.WriteString(w, `{"executions":[]}`)
-		case "/v1/failures":
-			io.WriteString(w, `{"failures":[]}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer ts.Close()
+	ts := emptyAnswers(t, "")
 	for _, tc := range []struct {
 		args     []string
 		line     string
@@ -826,6 +836,28 @@ func TestEmptyAnswers_SaySoOnALine(t *testing.T) {
 		var doc map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(r.stdout), &doc); r.code != 0 || err != nil || string(doc[tc.jsonName]) != "[]" {
 			t.Errorf("%v --output json: %v\n%s\nwant %q: []", tc.args, err, r, tc.jsonName)
+		}
+	}
+}
+
+// An empty answer that is partial says that it is empty on the nodes
+// that answered: 'no tasks match' or 'no failed attempts since the nodes
+// started' was false, as the node that did not answer may hold some.
+func TestEmptyAnswers_PartialSaysWhereItLooked(t *testing.T) {
+	ts := emptyAnswers(t, `["n2: connection refused"]`)
+	for _, tc := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"task", "history", "a"}, `no execution records of task "a" on the nodes that answered`},
+		{[]string{"task", "list"}, "no tasks on the nodes that answered"},
+		{[]string{"task", "list", "--status", "failing"}, "no tasks match on the nodes that answered"},
+		{[]string{"task", "failures"}, "no failed attempts on the nodes that answered, since they started"},
+	} {
+		r := cli("", append(tc.args, "--server", ts.URL)...)
+		wantCLI(t, r, 0, nil, []string{"warning: partial answer", "n2: connection refused"})
+		if r.stdout != tc.line+"\n" {
+			t.Errorf("%v: stdout %q, want %q alone", tc.args, r.stdout, tc.line)
 		}
 	}
 }

@@ -50,7 +50,11 @@ func taskFailures(args []string, stdout, stderr io.Writer) int {
 		Failures []task.Execution `json:"failures"`
 		Partial  []string         `json:"partial,omitempty"`
 	}{fs, partial}
-	return printResult(c, &cf, out, orNone(len(fs), "no failed attempts since the nodes started",
+	none := "no failed attempts since the nodes started"
+	if len(partial) > 0 {
+		none = "no failed attempts on the nodes that answered, since they started"
+	}
+	return printResult(c, &cf, out, orNone(len(fs), none,
 		func(w io.Writer) error { return writeFailuresTable(w, fs) }))
 }
 

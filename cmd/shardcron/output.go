@@ -135,7 +135,9 @@ func formatMap(m map[string]string) string {
 }
 
 // orNone is table, or, when the answer has no row (n is 0), a line that
-// says so: the table's header alone read as an answer cut short.
+// says so: the table's header alone read as an answer cut short. Of a
+// partial answer, none says that the nodes that answered have no row: the
+// others may have some.
 func orNone(n int, none string, table func(io.Writer) error) func(io.Writer) error {
 	if n > 0 {
 		return table

@@ -751,7 +751,12 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		table = func(w io.Writer) error { return writeHealthTable(w, tasks) }
 	}
 	none := "no tasks yet"
-	if prefix != "" || len(labels) > 0 || status != "" || cursor != "" {
+	switch filtered := prefix != "" || len(labels) > 0 || status != "" || cursor != ""; {
+	case filtered && len(partial) > 0:
+		none = "no tasks match on the nodes that answered"
+	case len(partial) > 0:
+		none = "no tasks on the nodes that answered"
+	case filtered:
 		none = "no tasks match"
 	}
 	rc := printResult(c, &cf, out, orNone(len(tasks), none, table))
@@ -1133,7 +1138,11 @@ func taskHistory(args []string, stdout, stderr io.Writer) int {
 			Executions []task.Execution `json:"executions"`
 			Partial    []string         `json:"partial,omitempty"`
 		}{execs, resp.Partial}
-		return printResult(c, cf, out, orNone(len(execs), "no execution records of "+subject(id)+" yet",
+		none := "no execution records of " + subject(id) + " yet"
+		if len(resp.Partial) > 0 {
+			none = "no execution records of " + subject(id) + " on the nodes that answered"
+		}
+		return printResult(c, cf, out, orNone(len(execs), none,
 			func(w io.Writer) error { return writeHistoryTable(w, execs) }))
 	})
 }
