@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"syscall"
 )
 
@@ -63,20 +64,36 @@ func (e *lockedError) Is(target error) bool { return target == ErrLocked }
 // node reloads its partitions from etcd and loses only history. Its message
 // says so, but for a directory the system refuses (permissions, a
 // read-only filesystem), whose contents are whole: it says what to fix.
+// Of a directory that could not be created, it says which part of its
+// path stopped it and what to fix there, or to choose another directory.
 type OpenError struct {
-	Dir string
-	Err error
+	Dir    string
+	Err    error
+	create bool // Dir did not exist and could not be made: it holds nothing
 }
 
 func (e *OpenError) Error() string {
-	advice := "it holds only a cache and execution history: moving it away is safe"
-	switch {
-	case errors.Is(e.Err, fs.ErrPermission):
-		advice = "fix the permissions or the owner of the directory and its files: the node's user must read and write them; nothing in it is damaged"
-	case errors.Is(e.Err, syscall.EROFS):
-		advice = "its filesystem is read-only: mount it read-write; nothing in it is damaged"
+	verb, advice, whole := "open", "it holds only a cache and execution history: moving it away is safe", "; nothing in it is damaged"
+	if e.create {
+		verb, advice, whole = "create", "choose another directory", ""
 	}
-	return fmt.Sprintf("store: cannot open data directory %s: %v (%s)", e.Dir, e.Err, advice)
+	switch {
+	case errors.Is(e.Err, fs.ErrPermission) && e.create:
+		// The directory that refused is the one the refused path goes in.
+		parent := filepath.Dir(e.Dir)
+		var pe *fs.PathError
+		if errors.As(e.Err, &pe) {
+			parent = filepath.Dir(pe.Path)
+		}
+		advice = "fix the permissions or the owner of " + parent + ": the node's user must be allowed to create directories in it"
+	case errors.Is(e.Err, fs.ErrPermission):
+		advice = "fix the permissions or the owner of the directory and its files: the node's user must read and write them" + whole
+	case errors.Is(e.Err, syscall.EROFS):
+		advice = "its filesystem is read-only: mount it read-write" + whole
+	case errors.Is(e.Err, syscall.ENOTDIR) && e.create:
+		advice = "a file stands in its path: move the file away, or choose another directory"
+	}
+	return fmt.Sprintf("store: cannot %s data directory %s: %v (%s)", verb, e.Dir, e.Err, advice)
 }
 
 func (e *OpenError) Unwrap() error { return e.Err }

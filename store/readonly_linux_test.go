@@ -3,7 +3,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,22 +35,21 @@ func TestOpen_ReadOnlyFilesystem(t *testing.T) {
 	if err := syscall.Mount("", fs, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
 		t.Skipf("cannot remount read-only: %v", err)
 	}
-	s, err = Open(cfg)
-	if err == nil {
-		s.Close()
-		t.Fatal("Open on a read-only filesystem succeeded")
-	}
-	t.Logf("Open: %v", err)
-	var oe *OpenError
-	if !errors.As(err, &oe) || oe.Dir != cfg.Dir || errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Open = %v, want an *OpenError for %s not matching ErrCorrupt", err, cfg.Dir)
-	}
+	err = refusedOpen(t, cfg, "on a read-only filesystem")
 	// Moving the directory away cannot be done there, nor does it help.
 	if msg := err.Error(); !strings.Contains(msg, "mount it read-write") || strings.Contains(msg, "moving it away") {
 		t.Fatalf("Open = %v, want the advice to mount the filesystem read-write, not to move the directory", err)
 	}
 	if after := listing(t, cfg.Dir); after != before {
 		t.Fatalf("files changed:\n%s\nwant\n%s", after, before)
+	}
+	// Nor can a new directory be made there, which holds nothing to damage.
+	made := cfg
+	made.Dir = filepath.Join(fs, "new")
+	err = refusedOpen(t, made, "of a new directory on a read-only filesystem")
+	if msg := err.Error(); !strings.Contains(msg, "cannot create data directory "+made.Dir) ||
+		!strings.Contains(msg, "mount it read-write") || strings.Contains(msg, "nothing in it") {
+		t.Fatalf("Open of a new directory = %v, want that it cannot be created and the advice to mount the filesystem read-write", err)
 	}
 	if err := syscall.Mount("", fs, "", syscall.MS_REMOUNT, ""); err != nil {
 		t.Fatal(err)

@@ -56,10 +56,10 @@ var errLockHeld = errors.New("lock held")
 // stops. Errors:
 //   - a *ValidationError for an invalid cfg;
 //   - an error matching ErrLocked when another Store or Badger holds Dir;
-//   - an *OpenError for a directory that cannot be opened (corrupt,
-//     unreadable, written by an incompatible version); it matches ErrCorrupt
-//     when a file failed its checks or made Badger panic, ErrVersion when
-//     the directory has another layout.
+//   - an *OpenError for a directory that cannot be created, or opened
+//     (corrupt, unreadable, written by an incompatible version); it
+//     matches ErrCorrupt when a file failed its checks or made Badger
+//     panic, ErrVersion when the directory has another layout.
 //
 // Open never panics because of the directory's contents.
 func Open(cfg Config) (*Store, error) {
@@ -67,7 +67,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, &OpenError{Dir: cfg.Dir, Err: err}
+		return nil, &OpenError{Dir: cfg.Dir, Err: err, create: true}
 	}
 	lock, err := lockDir(cfg.Dir)
 	if errors.Is(err, errLockHeld) {

@@ -46,6 +46,24 @@ func testConfig(t testing.TB) Config {
 	return cfg
 }
 
+// refusedOpen opens cfg, which must fail with an *OpenError for cfg.Dir
+// that does not match ErrCorrupt (the server would set the directory
+// aside), and returns that error; what names the case in a failure.
+func refusedOpen(t *testing.T, cfg Config, what string) error {
+	t.Helper()
+	s, err := Open(cfg)
+	if err == nil {
+		s.Close()
+		t.Fatalf("Open %s succeeded", what)
+	}
+	t.Logf("Open: %v", err)
+	var oe *OpenError
+	if !errors.As(err, &oe) || oe.Dir != cfg.Dir || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open %s = %v, want an *OpenError for %s not matching ErrCorrupt", what, err, cfg.Dir)
+	}
+	return err
+}
+
 func openTest(t testing.TB, cfg Config) *Store {
 	t.Helper()
 	s, err := Open(cfg)

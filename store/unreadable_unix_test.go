@@ -41,8 +41,8 @@ func openChild(dir string) {
 }
 
 // openAsOther opens dir in a process of a user other than the files'
-// owner when the tests run as root (as nobody, the directory given to it),
-// else in this one, and returns what openChild prints.
+// owner when the tests run as root (as nobody, the directory, if there is
+// one, given to it), else in this one, and returns what openChild prints.
 func openAsOther(t *testing.T, dir string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -86,7 +86,7 @@ func openAsOther(t *testing.T, dir string) string {
 		}
 		return os.Chown(path, nobody, nobody)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-test.run=^$")
@@ -156,4 +156,44 @@ func TestOpen_UnreadableFileIsNotCorrupt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpen_DirectoryThatCannotBeCreated: a directory Open cannot make (a
+// file stands in its path, its parent refuses the node's user) is an
+// *OpenError that says it could not be created, why, and what to do: it
+// said "cannot open", and advised that moving it away is safe, or to fix
+// the permissions of a directory that did not exist.
+func TestOpen_DirectoryThatCannotBeCreated(t *testing.T) {
+	t.Run("file in its path", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(t)
+		cfg.Dir = filepath.Join(file, "data")
+		err := refusedOpen(t, cfg, "under a file")
+		if msg := err.Error(); !strings.Contains(msg, "cannot create data directory "+cfg.Dir) || !strings.Contains(msg, file+": not a directory") ||
+			!strings.Contains(msg, "choose another directory") || strings.Contains(msg, "moving it away") {
+			t.Fatalf("Open = %v, want that it cannot create %s as %s is a file, and to choose another directory", err, cfg.Dir, file)
+		}
+	})
+	t.Run("parent not writable", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("spawns a process when run as root")
+		}
+		parent := filepath.Join(t.TempDir(), "parent")
+		if err := os.Mkdir(parent, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(parent, "data")
+		got := openAsOther(t, dir)
+		t.Logf("Open: %s", got)
+		if !strings.HasPrefix(got, "error ") || !strings.Contains(got, "cannot create data directory "+dir) ||
+			!strings.Contains(got, "mkdir "+dir+": permission denied") {
+			t.Fatalf("Open under a parent it may not write: %s; want an error that it cannot create %s, permission denied", got, dir)
+		}
+		if !strings.Contains(got, "fix the permissions or the owner of "+parent) || strings.Contains(got, "moving it away") {
+			t.Fatalf("Open under a parent it may not write: %s; want the advice to fix the permissions of %s", got, parent)
+		}
+	})
 }

@@ -744,9 +744,8 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 			}
 		}
 	}()
-	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
+	// store.Open makes <data-dir>/cache, and with it the data directory,
+	// and says what to fix when it cannot.
 	st, err := openStore(f.storeConfig(log), log)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {

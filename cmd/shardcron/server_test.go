@@ -161,6 +161,21 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Fatalf("no clear error:\n%s", p.log())
 		}
 	})
+	t.Run("data dir cannot be created", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := startServer(t, false, "--data-dir", filepath.Join(file, "data"))
+		if code := p.waitExit(30 * time.Second); code == 0 {
+			t.Fatal("exited 0 with a data directory under a file")
+		}
+		// It said "data directory: mkdir <file>: not a directory" alone.
+		if log := p.log(); !strings.Contains(log, "cannot create data directory "+filepath.Join(file, "data")) ||
+			!strings.Contains(log, "mkdir "+file+": not a directory") || !strings.Contains(log, "choose another directory") {
+			t.Fatalf("no clear error:\n%s", log)
+		}
+	})
 	t.Run("etcd unreachable", func(t *testing.T) {
 		addr := etcdtest.RefusedAddr(t) // a port nobody answers on
 		parent := t.TempDir()
