@@ -173,3 +173,34 @@ func sourceMatches(t *testing.T, re *regexp.Regexp) [][]string {
 	}
 	return out
 }
+
+// TestOpenAPI_SaysContentTypeIsNotRead: openapi.yaml says, as docs/api.md
+// does, that the server reads a request body whatever its Content-Type
+// (TestServer_SingleNode/AnyContentType), on the whole and on the bodies
+// curl sends as a form (a task's put) or whose two media types would
+// read as chosen by it (a batch's): it listed application/json alone.
+func TestOpenAPI_SaysContentTypeIsNotRead(t *testing.T) {
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Info struct {
+			Description string `json:"description"`
+		} `json:"info"`
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	if !strings.Contains(doc.Info.Description, "Content-Type is not looked at") {
+		t.Errorf("openapi.yaml's info does not say that a request body's Content-Type is not looked at")
+	}
+	for _, op := range []struct{ path, method string }{{"/v1/tasks/{id}", "put"}, {"/v1/tasks:batch", "post"}} {
+		o, _ := doc.Paths[op.path][op.method].(map[string]any)
+		body, _ := o["requestBody"].(map[string]any)
+		if d, _ := body["description"].(string); !strings.Contains(d, "whatever its Content-Type") {
+			t.Errorf("%s %s: the request body's description %q does not say that it is read whatever its Content-Type", op.method, op.path, d)
+		}
+	}
+}
