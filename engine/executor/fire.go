@@ -112,16 +112,6 @@ func invalidSpec(format string, args ...any) error {
 // and the cancel cause when the canceller gave a distinct one (e.g. the
 // engine's "replaced"), so that is testable too. detail, when not empty,
 // follows the cause.
-// notStarted is interrupted's error for an Execute that ctx ended before
-// it started any work: it wraps ErrNotStarted too, its text unchanged.
-func notStarted(ctx context.Context, kind, detail string) error {
-	return notStartedError{interrupted(ctx, kind, detail)}
-}
-
-type notStartedError struct{ error }
-
-func (e notStartedError) Unwrap() []error { return []error{e.error, ErrNotStarted} }
-
 func interrupted(ctx context.Context, kind, detail string) error {
 	err := ctx.Err()
 	if detail != "" {
@@ -132,3 +122,13 @@ func interrupted(ctx context.Context, kind, detail string) error {
 	}
 	return fmt.Errorf("%s: %w%s", kind, err, detail)
 }
+
+// notStarted is interrupted's error for an Execute that ctx ended before
+// it started any work: it wraps ErrNotStarted too, its text unchanged.
+func notStarted(ctx context.Context, kind, detail string) error {
+	return notStartedError{interrupted(ctx, kind, detail)}
+}
+
+type notStartedError struct{ error }
+
+func (e notStartedError) Unwrap() []error { return []error{e.error, ErrNotStarted} }

@@ -72,13 +72,18 @@ func TestInterrupted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := interrupted(tt.ctx, "http", "detail")
+			ns := notStarted(tt.ctx, "http", "detail")
 			for _, target := range tt.is {
-				if !errors.Is(err, target) {
+				if !errors.Is(err, target) || !errors.Is(ns, target) {
 					t.Errorf("errors.Is(%v, %v) = false", err, target)
 				}
 			}
-			if err.Error() != tt.msg {
-				t.Errorf("message %q, want %q", err, tt.msg)
+			if err.Error() != tt.msg || ns.Error() != tt.msg {
+				t.Errorf("message %q (not started: %q), want %q", err, ns, tt.msg)
+			}
+			if errors.Is(err, ErrNotStarted) || !errors.Is(ns, ErrNotStarted) {
+				t.Errorf("interrupted's error wraps ErrNotStarted %t, notStarted's %t; want false, true",
+					errors.Is(err, ErrNotStarted), errors.Is(ns, ErrNotStarted))
 			}
 		})
 	}
