@@ -47,6 +47,15 @@ var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etc
 // transport works. The etcd client's own error for an endpoint that
 // refuses connections is only its deadline.
 func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
+	if !strings.Contains(endpoint, "://") && !strings.HasPrefix(endpoint, "unix:") && !strings.HasPrefix(endpoint, "unixs:") {
+		// host:port, which url.Parse does not read as a host: the etcd
+		// client dials it over TLS when the etcd TLS flags give one.
+		scheme := "http://"
+		if tlsCfg != nil {
+			scheme = "https://"
+		}
+		endpoint = scheme + endpoint
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
 		return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
@@ -65,5 +66,37 @@ func TestServer_FirstEtcdWarningExplains(t *testing.T) {
 	}
 	if code := p.stop(); code != 0 {
 		t.Errorf("SIGTERM while waiting for etcd: exit %d", code)
+	}
+}
+
+// An --etcd endpoint given as host:port, the form README's examples use,
+// is probed as the etcd client dials it: plain, or TLS with the etcd TLS
+// flags. url.Parse does not read host:port as a host, so the probe was
+// skipped and the node said only "context deadline exceeded".
+func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
+	err := probeEtcd(etcdtest.RefusedAddr(t), nil)
+	if err == nil || !strings.Contains(err.Error(), "connection refused (is etcd running there? check --etcd)") {
+		t.Errorf("host:port that refuses connections: %v", err)
+	}
+
+	notEtcd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
+	}))
+	defer notEtcd.Close()
+	err = probeEtcd(notEtcd.Listener.Addr().String(), nil)
+	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd") {
+		t.Errorf("host:port of an HTTP server that is not etcd: %v", err)
+	}
+
+	// With the etcd TLS flags the client dials host:port over TLS, so the
+	// probe does: a plain HTTP server fails the handshake.
+	err = probeEtcd(notEtcd.Listener.Addr().String(), &tls.Config{})
+	if err == nil || !strings.Contains(err.Error(), "TLS:") {
+		t.Errorf("host:port with TLS flags, to a plain server: %v", err)
+	}
+
+	c := etcdtest.Start(t)
+	if err := probeEtcd(strings.TrimPrefix(c.Endpoints[0], "http://"), nil); err != nil {
+		t.Errorf("etcd at %s as host:port: %v", c.Endpoints[0], err)
 	}
 }
