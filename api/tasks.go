@@ -457,17 +457,16 @@ func parseListQuery(r *http.Request) (registry.ListOptions, error) {
 
 // checkFilter refuses (*task.ValidationError) a prefix or a label key that
 // no task can match, by the task model's own rules, instead of answering
-// that nothing matches: the prefix as an id (task.CheckID: valid UTF-8,
-// no control character, at most 256 bytes; so whole characters), each
-// label key as a task's (task.CheckLabelKey). labelField names the labels
+// that nothing matches: the prefix as the start of an id
+// (task.CheckPrefix), each label key as a task's (task.CheckLabelKey). labelField names the labels
 // in the error, "label" in a query. Label values are not checked: tasks
 // stored before values lost their control characters keep them, and must
 // stay findable.
 func checkFilter(prefix string, labels map[string]string, labelField string) error {
-	var ve *task.ValidationError // what CheckID and CheckLabelKey return
-	if prefix != "" && errors.As(task.CheckID(prefix), &ve) {
-		return task.Invalid("prefix", "want the start of a task id: %s", ve.Reason)
+	if err := task.CheckPrefix(prefix); err != nil {
+		return err
 	}
+	var ve *task.ValidationError // what CheckLabelKey returns
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if errors.As(task.CheckLabelKey(k), &ve) {
 			return task.Invalid(labelField, "no task can carry it: %s", ve.Reason)

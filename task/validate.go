@@ -291,6 +291,18 @@ func CheckID(id string) error {
 	return nil
 }
 
+// CheckPrefix refuses, with a *ValidationError on "prefix", a prefix no
+// id can start with (CheckID's rules: valid UTF-8, so whole characters,
+// no control character, at most MaxIDLen bytes): a filter by it would
+// match nothing. The empty prefix, every id, passes.
+func CheckPrefix(prefix string) error {
+	var ve *ValidationError
+	if prefix != "" && errors.As(CheckID(prefix), &ve) {
+		return Invalid("prefix", "want the start of a task id: %s", ve.Reason)
+	}
+	return nil
+}
+
 // controlChar returns the first control character in s (C0, DEL, C1).
 func controlChar(s string) (rune, bool) {
 	for _, r := range s {

@@ -30,7 +30,7 @@ tasks.
 
 // bulkFlags choose the tasks of a bulk action instead of a task ID.
 type bulkFlags struct {
-	prefix string
+	prefix prefixFlag
 	labels labelFlag
 	all    bool
 	dryRun bool
@@ -38,7 +38,7 @@ type bulkFlags struct {
 }
 
 func (b *bulkFlags) register(c *command, action task.BulkAction) {
-	c.fs.StringVar(&b.prefix, "prefix", "", "act on every task whose id starts with `P` (instead of an ID)")
+	c.fs.Var(&b.prefix, "prefix", "act on every task whose id starts with `P` (instead of an ID)")
 	c.fs.Var(&b.labels, "label", "act on every task with label `K=V` (repeatable: all must match)")
 	c.fs.BoolVar(&b.all, "all", false, "act on every task of the cluster")
 	c.fs.BoolVar(&b.dryRun, "dry-run", false, "with a selector: count the tasks and change nothing")
@@ -83,7 +83,7 @@ func onTaskOrBulk(c *command, args []string, action task.BulkAction, one func(ct
 	if b.all && (b.prefix != "" || len(b.labels) > 0) {
 		return c.usageError("--all chooses every task: leave out --prefix and --label, or leave out --all")
 	}
-	sel := task.Selector{Prefix: b.prefix, Labels: b.labels, All: b.all, DryRun: b.dryRun}
+	sel := task.Selector{Prefix: string(b.prefix), Labels: b.labels, All: b.all, DryRun: b.dryRun}
 	if f := c.fs.Lookup("note"); f != nil {
 		sel.Note = f.Value.String() // a pause's, for every task it pauses
 	}

@@ -486,6 +486,11 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"import"}, []string{"missing FILE"}},
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
 		{[]string{"task", "pause", "--prefix", ""}, []string{"--prefix is empty"}},
+		// A prefix no id can start with, as a label key no task can carry:
+		// the node refused it, exit 1, the export after "export stopped".
+		{[]string{"task", "export", "--prefix", "a\x01"}, []string{`invalid value "a\x01" for flag --prefix: want the start of a task id: "a\x01" contains the control character U+0001`}},
+		{[]string{"task", "list", "--prefix", strings.Repeat("a", 257)}, []string{"for flag --prefix: want the start of a task id: 257 bytes, more than 256"}},
+		{[]string{"task", "pause", "--prefix", "a\xff"}, []string{`for flag --prefix: want the start of a task id: "a\xff" is not valid UTF-8`}},
 		// Both ends of a flag's range are usage errors: the end the task
 		// model checks (Validate) as the one the flag checks itself.
 		{[]string{"task", "put", "--id", "a", "--schedule", "@hourly", "--noop", "--task-timeout", "0s"}, []string{"--task-timeout: 0s is not more than 0"}},

@@ -607,14 +607,35 @@ func (m *labelFlag) String() string { return (*kvFlag)(m).String() }
 func (m *labelFlag) Set(s string) error {
 	if k, _, ok := strings.Cut(s, "="); ok && k != "" {
 		if err := task.CheckLabelKey(k); err != nil {
-			var ve *task.ValidationError
-			if errors.As(err, &ve) {
-				err = errors.New(ve.Reason) // the flag package names the flag
-			}
-			return err
+			return flagReason(err)
 		}
 	}
 	return (*kvFlag)(m).Set(s)
+}
+
+// prefixFlag is --prefix P, the start of a task id: a prefix no id can
+// start with is a usage error before any request, as a label key is
+// (labelFlag); the node refused it, exit 1.
+type prefixFlag string
+
+func (p *prefixFlag) String() string { return string(*p) }
+
+func (p *prefixFlag) Set(s string) error {
+	if err := task.CheckPrefix(s); err != nil {
+		return flagReason(err)
+	}
+	*p = prefixFlag(s)
+	return nil
+}
+
+// flagReason is a flag value's *task.ValidationError without its field:
+// the flag package names the flag.
+func flagReason(err error) error {
+	var ve *task.ValidationError
+	if errors.As(err, &ve) {
+		return errors.New(ve.Reason)
+	}
+	return err
 }
 
 // listFlag is a repeatable flag whose values are kept in order

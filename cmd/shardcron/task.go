@@ -691,11 +691,12 @@ Examples:
 func taskList(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task list", taskListHelp, stdout, stderr)
 	var cf clientFlags
-	var prefix, cursor, status string
+	var cursor, status string
+	var prefix prefixFlag
 	var labels labelFlag
 	var limit int
 	var all bool
-	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
+	c.fs.Var(&prefix, "prefix", "only tasks whose id starts with `P`")
 	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
 	c.fs.IntVar(&limit, "limit", 0, fmt.Sprintf("`N` tasks per page, at most %d (0: the server's page size, %d)", registry.MaxListLimit, registry.DefaultListLimit))
@@ -718,7 +719,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cl := cf.client()
-	opts := client.ListOptions{Prefix: prefix, Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
+	opts := client.ListOptions{Prefix: string(prefix), Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
 	var tasks []*task.Task
 	var partial []string
 	for {
@@ -799,9 +800,9 @@ Examples:
 func taskExport(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task export", taskExportHelp, stdout, stderr)
 	var cf clientFlags
-	var prefix string
+	var prefix prefixFlag
 	var labels labelFlag
-	c.fs.StringVar(&prefix, "prefix", "", "only tasks whose id starts with `P`")
+	c.fs.Var(&prefix, "prefix", "only tasks whose id starts with `P`")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
 	cf.register(c)
 	pos, code, done := c.parseClient(args, &cf)
@@ -818,7 +819,7 @@ func taskExport(args []string, stdout, stderr io.Writer) int {
 	context.AfterFunc(ctx, stop)
 	lines := &lineCounter{w: stdout}
 	bw := bufio.NewWriterSize(lines, 256<<10)
-	err := cf.streamClient().Export(ctx, client.ListOptions{Prefix: prefix, Labels: labels}, bw)
+	err := cf.streamClient().Export(ctx, client.ListOptions{Prefix: string(prefix), Labels: labels}, bw)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}
