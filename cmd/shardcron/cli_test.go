@@ -951,6 +951,31 @@ func TestLineReader(t *testing.T) {
 	}
 }
 
+// A line that ends within a task, or holds a JSON array, says that import
+// reads JSON Lines and how to make them: a task put over several lines
+// (as --output json prints it) was 46 lines of "malformed JSON at byte
+// N", none saying why.
+func TestCheckJSONObject_SaysImportReadsJSONLines(t *testing.T) {
+	const within = "the line ends within a task (import reads JSON Lines, one whole task a line: jq -c . FILE"
+	const array = "not an array (jq -c '.[]' FILE writes its tasks one a line)"
+	for _, tt := range []struct{ line, want, not string }{
+		{`{`, "malformed JSON at byte 1: unexpected end of JSON input: " + within, ""},
+		{`{"id": "a",`, within, ""},
+		{`[{"id": "a"},`, within, ""},
+		{`[{"id": "a"}, {"id": "b"}]`, "a task must be a JSON object, one per line, " + array, ""},
+		{`[1]`, array, ""},
+		{`"id": "a",`, "malformed JSON", "import reads JSON Lines"},
+		{`{"id": "a"}}`, "malformed JSON at byte 12", "import reads JSON Lines"},
+		{`5`, "a task must be a JSON object, one per line", "array"},
+		{`{"id": "a"}`, "", ""},
+	} {
+		got := checkJSONObject([]byte(tt.line))
+		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) || tt.not != "" && strings.Contains(got, tt.not) {
+			t.Errorf("%s: %q, want it to say %q (and not %q)", tt.line, got, tt.want, tt.not)
+		}
+	}
+}
+
 func TestImport_MapBatchErrors(t *testing.T) {
 	lines := []int{3, 7, 9}
 	got := mapBatchErrors(lines, []task.BatchError{

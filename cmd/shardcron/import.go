@@ -817,19 +817,30 @@ func (lr *lineReader) next() ([]byte, int, *lineError, error) {
 
 // checkJSONObject says why data is not one JSON object, or "". The server
 // would refuse such a line too, but one malformed line could make it
-// refuse the whole batch; refusing it here keeps the others going.
+// refuse the whole batch; refusing it here keeps the others going. A line
+// that ends within a value, or holds an array, is most likely of a JSON
+// file given for JSON Lines (a task as --output json prints it): the
+// error says how to make them.
 func checkJSONObject(data []byte) string {
 	if !json.Valid(data) {
 		var v json.RawMessage
 		err := json.Unmarshal(data, &v)
 		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+		if !errors.As(err, &se) {
+			return "malformed JSON"
 		}
-		return "malformed JSON"
+		msg := fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+		if errors.Is(json.NewDecoder(bytes.NewReader(data)).Decode(&v), io.ErrUnexpectedEOF) {
+			msg += ": the line ends within a task (import reads JSON Lines, one whole task a line: " +
+				"jq -c . FILE writes a task given over several lines on one, jq -c '.[]' FILE the tasks of a JSON array one a line)"
+		}
+		return msg
 	}
-	if data[0] != '{' {
-		return "a task must be a JSON object, one per line"
+	switch data[0] {
+	case '{':
+		return ""
+	case '[':
+		return "a task must be a JSON object, one per line, not an array (jq -c '.[]' FILE writes its tasks one a line)"
 	}
-	return ""
+	return "a task must be a JSON object, one per line"
 }
