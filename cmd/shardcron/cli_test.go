@@ -1209,6 +1209,60 @@ func TestImport_InterruptSaysWhereItStopped(t *testing.T) {
 	}
 }
 
+// A signal stops an import that waits for its input, a pipe that has
+// nothing more to give yet: the import read on, deaf to SIGINT and
+// SIGTERM until the next batch's lines came or the pipe closed, and only
+// a second signal, which kills it, ended it.
+func TestImport_InterruptWhileWaitingForInput(t *testing.T) {
+	arrived := make(chan struct{})
+	var once sync.Once
+	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		once.Do(func() { close(arrived) })
+		return false
+	})
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cmd := exec.Command(binPath, "import", "--server", ts.URL, "--batch", "1", "--in-flight", "2", "-")
+	var out, errb bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, &out, &errb
+	cmd.SysProcAttr = childproc.Attr()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close() // the child's now
+	if _, err := io.WriteString(pw, jsonl("a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the first batch never came")
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		pw.Close() // the input's end lets it finish
+		<-exited
+		t.Fatalf("the import went on waiting for its input after SIGINT; once the pipe closed:\nstdout %q\nstderr %q", out.String(), errb.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitError {
+		t.Errorf("exit %d (%v), want %d", code, cmd.ProcessState, exitError)
+	}
+	// The signal may come before the answer of line 1 or after it.
+	if !strings.HasPrefix(errb.String(), "shardcron: import") || !strings.Contains(errb.String(), ": interrupted") {
+		t.Errorf("stderr %q, want where the import stopped: interrupted", errb.String())
+	}
+}
+
 // interruptOnce runs cmd, a client command, until ready (or fails the
 // test with never), then sends it SIGINT, waits for it and checks that
 // it exited 1, as a command stopped before its end does.

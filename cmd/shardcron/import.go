@@ -47,7 +47,8 @@ once (default 4); errors are still reported in line order. When a batch
 fails for good the import stops: "import stopped after line N" names the
 last line of the batches before it, which were all written; batches that
 were in flight after it may have been written too. Ctrl-C (or SIGTERM)
-stops it the same way, "interrupted"; a second one at once. Running the
+stops it the same way, "interrupted", also while it waits for its input
+(a pipe with nothing more yet); a second one at once. Running the
 import again from the start is safe. A task written with a warning (only some
 nodes can run it; its id comes again later in the same batch, which
 replaces it; its id was given on an earlier line, which it replaces: a
@@ -287,6 +288,14 @@ func (s *sending) replaced() []lineWarning {
 	return out
 }
 
+// readResult is what one readBatch gave, and whether the input ended.
+type readResult struct {
+	b     *importBatch
+	local []lineError
+	err   error
+	eof   bool
+}
+
 // importBatch is the lines of one request.
 type importBatch struct {
 	body  []byte   // the lines, each ending in "\n"
@@ -310,6 +319,19 @@ func (b *importBatch) put(line int, data []byte, id string) {
 // once every batch it sent has its answer.
 func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 	lr := newLineReader(r)
+	// Batches are read on a goroutine of their own, one when asked, so that
+	// a signal stops an import whose input has nothing to give yet (a pipe
+	// that is slow or stalled): a read cannot be canceled. The goroutine
+	// ends with the read under way once next is closed; a command stopped
+	// by a signal exits without waiting for it.
+	next, reads := make(chan struct{}), make(chan readResult, 1)
+	defer close(next)
+	go func() {
+		for range next {
+			b, local, err := im.readBatch(lr)
+			reads <- readResult{b: b, local: local, err: err, eof: lr.eof}
+		}
+	}()
 	done := 0 // input lines dealt with in order: sent, skipped or reported
 	var fatal error
 	var queue []*sending // in input order
@@ -334,7 +356,22 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		}
 	}
 	for fatal == nil {
-		b, local, err := im.readBatch(lr)
+		next <- struct{}{}
+		var rd readResult
+		select {
+		case rd = <-reads:
+		case <-ctx.Done():
+			for len(queue) > 0 && fatal == nil { // the batches sent before the signal
+				settle()
+			}
+			if fatal == nil {
+				fatal = ctx.Err()
+			}
+		}
+		if fatal != nil {
+			break
+		}
+		b, local, err := rd.b, rd.local, rd.err
 		if err != nil {
 			for len(queue) > 0 && fatal == nil { // the batches before the bad read
 				settle()
@@ -368,7 +405,7 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		for len(queue) >= max(1, im.inFlight) && fatal == nil {
 			settle()
 		}
-		if lr.eof {
+		if rd.eof {
 			break
 		}
 	}
