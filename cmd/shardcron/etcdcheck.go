@@ -44,10 +44,20 @@ var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etc
 // probeEtcd connects to endpoint as the etcd client would and returns what
 // the connection or the TLS layer says, with the flag to look at, or that
 // a plain endpoint is an HTTP server other than etcd; nil when the
-// transport works. The etcd client's own error for an endpoint that
-// refuses connections is only its deadline.
+// transport works (a unix socket is only dialed). The etcd client's own
+// error for an endpoint that refuses connections is only its deadline.
 func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
-	if !strings.Contains(endpoint, "://") && !strings.HasPrefix(endpoint, "unix:") && !strings.HasPrefix(endpoint, "unixs:") {
+	if scheme, rest, ok := strings.Cut(endpoint, ":"); ok && (scheme == "unix" || scheme == "unixs") {
+		// The socket's path as the etcd client reads it: unix:path,
+		// unix://path, unix:///absolute/path.
+		conn, err := net.DialTimeout("unix", strings.TrimPrefix(rest, "//"), 2*time.Second)
+		if err != nil {
+			return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
+		}
+		conn.Close()
+		return nil
+	}
+	if !strings.Contains(endpoint, "://") {
 		// host:port, which url.Parse does not read as a host: the etcd
 		// client dials it over TLS when the etcd TLS flags give one.
 		scheme := "http://"

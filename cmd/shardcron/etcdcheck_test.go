@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,5 +99,25 @@ func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
 	c := etcdtest.Start(t)
 	if err := probeEtcd(strings.TrimPrefix(c.Endpoints[0], "http://"), nil); err != nil {
 		t.Errorf("etcd at %s as host:port: %v", c.Endpoints[0], err)
+	}
+}
+
+// A unix socket endpoint that nothing listens on says so, as host:port
+// does: the node said only "context deadline exceeded".
+func TestProbeEtcd_UnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	for _, ep := range []string{"unix://" + dir + "/none", "unixs:" + dir + "/none"} {
+		err := probeEtcd(ep, nil)
+		if err == nil || !strings.Contains(err.Error(), "no such file or directory (is etcd running there? check --etcd)") {
+			t.Errorf("%s: %v", ep, err)
+		}
+	}
+	l, err := net.Listen("unix", dir+"/etcd.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := probeEtcd("unix://"+dir+"/etcd.sock", nil); err != nil {
+		t.Errorf("a socket that accepts: %v", err)
 	}
 }
