@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardcron/shardcron/api/client"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -103,7 +104,7 @@ func (s *Server) statusRound(ctx context.Context, q task.StatusQuery) (matches [
 	answers = append(answers, own)
 	matches, bound, more = mergeStatus(answers)
 	if ps := uncovered(answers, s.reg.Partitions()); len(ps) > 0 {
-		missing = append(missing, fmt.Sprintf("partitions %v were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing", ps))
+		missing = append(missing, fmt.Sprintf("partitions %s were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing", ring.Ranges(ps)))
 	}
 	return matches, bound, more, missing, nil
 }

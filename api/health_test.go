@@ -234,6 +234,11 @@ func TestServer_FleetHealth(t *testing.T) {
 			!strings.Contains(string(a.body), "were held by no node that answered") {
 			t.Fatalf("with node-2 not answering: %v", a)
 		}
+		// As ranges, as the logs give them: node-2's hundreds of partitions
+		// were a list of numbers, a screenful in task list's warning.
+		if !regexp.MustCompile(`"partitions [0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)* were held by no node`).Match(a.body) {
+			t.Errorf("the partitions no node held, not as ranges: %s", a.body)
+		}
 		for _, id := range failing {
 			if in := strings.Contains(string(a.body), `"id":"`+id+`"`); in != slices.Contains(mine, id) {
 				t.Errorf("%s listed: %v, want only node-1's tasks: %s", id, in, a.body)

@@ -635,22 +635,6 @@ func TestEngine_ReleasesToAJoiningNodeLoggedOnce(t *testing.T) {
 	}
 }
 
-func TestPartRanges_SortedRuns(t *testing.T) {
-	for _, tc := range []struct {
-		ps   []int
-		want string
-	}{
-		{nil, ""},
-		{[]int{7}, "7"},
-		{[]int{3, 1, 2}, "1-3"},
-		{[]int{0, 1, 2, 5, 7, 8, 8, 1023}, "0-2,5,7-8,1023"},
-	} {
-		if got := partRanges(tc.ps).LogValue().String(); got != tc.want {
-			t.Errorf("%v: %q, want %q", tc.ps, got, tc.want)
-		}
-	}
-}
-
 // TestEngine_CloseCutOffFromEtcdStopsReleasingOnceFenced: a node stopped
 // while cut off from etcd starts its releases while its session lives
 // (the leave's request gives up first) and passes its fencing deadline

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -421,30 +420,10 @@ func (r *releaseRound) log(log *slog.Logger) {
 	*r = releaseRound{}
 }
 
-// partRanges logs partitions as sorted ranges ("0-511,700"): a node
-// acquires or releases hundreds at once, which as numbers fill a screen.
+// partRanges logs partitions as sorted ranges (ring.Ranges).
 type partRanges []int
 
-func (ps partRanges) LogValue() slog.Value {
-	s := slices.Compact(slices.Sorted(slices.Values(ps)))
-	var b []byte
-	for i := 0; i < len(s); {
-		j := i
-		for j+1 < len(s) && s[j+1] == s[j]+1 {
-			j++
-		}
-		if len(b) > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(s[i]), 10)
-		if j > i {
-			b = append(b, '-')
-			b = strconv.AppendInt(b, int64(s[j]), 10)
-		}
-		i = j + 1
-	}
-	return slog.StringValue(string(b))
-}
+func (ps partRanges) LogValue() slog.Value { return slog.StringValue(ring.Ranges(ps)) }
 
 func (s *serving) start(p int) {
 	if len(s.acquiring) == 0 {

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -78,4 +79,24 @@ func FuzzPartition(f *testing.F) {
 			t.Fatalf("Partition(%q, %d) = %d", id, p, got)
 		}
 	})
+}
+
+func TestRanges_SortedRuns(t *testing.T) {
+	for _, tc := range []struct {
+		ps   []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{7}, "7"},
+		{[]int{3, 1, 2}, "1-3"},
+		{[]int{0, 1, 2, 5, 7, 8, 8, 1023}, "0-2,5,7-8,1023"},
+	} {
+		in := slices.Clone(tc.ps)
+		if got := Ranges(tc.ps); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ps, got, tc.want)
+		}
+		if !slices.Equal(in, tc.ps) {
+			t.Errorf("Ranges changed its argument: %v, was %v", tc.ps, in)
+		}
+	}
 }
