@@ -723,6 +723,16 @@ func TestOutput_OwnerThatDidNotAnswer(t *testing.T) {
 	if strings.Contains(b.String(), "Fires:") {
 		t.Errorf("task detail shows counters its owner did not give:\n%s", b.String())
 	}
+	// The error as the peer client gives it, whose cause comes last: it
+	// was cut to 72 characters, "dial tcp 127.0.0.1:…", the cause gone.
+	tsk.State.OwnerError = `Get "http://127.0.0.1:39405/v1/tasks/billing%2Finvoice-42/state": dial tcp 127.0.0.1:39405: connect: connection refused`
+	b.Reset()
+	if err := writeTaskDetail(&b, tsk); err != nil {
+		t.Fatal(err)
+	}
+	if want := "dial tcp 127.0.0.1:39405: connect: connection refused; its state is not shown)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("task detail lacks %q:\n%s", want, b.String())
+	}
 	tsk.State = nil
 	b.Reset()
 	if err := writeTaskDetail(&b, tsk); err != nil {

@@ -66,11 +66,9 @@ func formatDuration(d time.Duration) string {
 }
 
 // truncate cuts s to at most n runes, ending with "…" when cut, and puts
-// it on one line (a cell with a newline would break the table) of
-// printable text: an error may quote what a webhook or a certificate
-// wrote, escape sequences included, which must not drive the terminal.
+// it on one line (oneLine).
 func truncate(s string, n int) string {
-	s = printable(strings.Join(strings.Fields(s), " "))
+	s = oneLine(s)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -259,7 +257,9 @@ func writeTaskDetail(w io.Writer, t *task.Task) error {
 	case s == nil:
 		kv("Owner", "- (no node owns its partition right now)")
 	case s.OwnerError != "":
-		kv("Owner", fmt.Sprintf("%s (did not answer: %s; its state is not shown)", s.Owner, truncate(s.OwnerError, maxErrorWidth)))
+		// Whole: the peer client's error names the request first and its
+		// cause (refused, timed out) last.
+		kv("Owner", fmt.Sprintf("%s (did not answer: %s; its state is not shown)", s.Owner, oneLine(s.OwnerError)))
 		if b := s.Backfill; b != nil {
 			kv("Backfill", backfillText(b))
 		}
@@ -351,6 +351,12 @@ func writeOutputs(w io.Writer, execs []task.Execution) error {
 	}
 	return nil
 }
+
+// oneLine puts s on one line (a cell with a newline would break the
+// table) of printable text: an error may quote what a webhook or a
+// certificate wrote, escape sequences included, which must not drive the
+// terminal.
+func oneLine(s string) string { return printable(strings.Join(strings.Fields(s), " ")) }
 
 // printable replaces the control characters of a task's output but
 // newline and tab with U+FFFD: captured output must not drive the
