@@ -216,7 +216,7 @@ func (l *loop) misfire(r *record, prof *profile, sched, now int64) int64 {
 	if fire != sched {
 		// sched stays the first missed time: when fire_all's window begins
 		// later, or fire_once picks a later time, this one is recorded.
-		l.misfired(r, sched, "missed by more than the misfire threshold ("+string(prof.misfire)+")")
+		l.misfired(r, sched, misfireWhy(prof.misfire, fire, prof.catchup))
 	}
 	r.next = resume
 	return fire

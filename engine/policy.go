@@ -42,6 +42,19 @@ func misfireFire(p task.MisfirePolicy, h schedule.Schedule, sched, now int64, ca
 	return fire, fire
 }
 
+// misfireWhy is the reason recorded for a missed time that policy p did
+// not fire, fire being what it fired instead (0: none). A fire_once or
+// fire_all that fired none found every missed time older than the
+// catch-up window, and says so: the policy's name alone reads as a fire
+// that should have come.
+func misfireWhy(p task.MisfirePolicy, fire int64, catchup time.Duration) string {
+	why := "missed by more than the misfire threshold (" + string(p) + ")"
+	if fire == 0 && p != task.MisfireSkip {
+		why += ", and older than the catch-up window (" + catchup.String() + "): none ran"
+	}
+	return why
+}
+
 // admission is what becomes of a fire while the task may still run.
 type admission uint8
 

@@ -41,6 +41,29 @@ func TestMisfireFire(t *testing.T) {
 	}
 }
 
+// The record of a missed time that fire_once or fire_all did not fire, none
+// of the times being within the catch-up window (a one-shot put long after
+// its time, say), says so: it read "missed by more than the misfire
+// threshold (fire_once)", the policy that would have fired it once.
+func TestMisfireWhy(t *testing.T) {
+	const threshold = "missed by more than the misfire threshold"
+	for _, tt := range []struct {
+		p    task.MisfirePolicy
+		fire int64
+		want string
+	}{
+		{task.MisfireSkip, 0, threshold + " (skip)"},
+		{task.MisfireFireOnce, 0, threshold + " (fire_once), and older than the catch-up window (1m0s): none ran"},
+		{task.MisfireFireAll, 0, threshold + " (fire_all), and older than the catch-up window (1m0s): none ran"},
+		{task.MisfireFireOnce, 42, threshold + " (fire_once)"},
+		{task.MisfireFireAll, 42, threshold + " (fire_all)"},
+	} {
+		if got := misfireWhy(tt.p, tt.fire, time.Minute); got != tt.want {
+			t.Errorf("%s, fire %d: %q, want %q", tt.p, tt.fire, got, tt.want)
+		}
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	for _, tt := range []struct {
 		p       task.ConcurrencyPolicy
