@@ -91,7 +91,7 @@ func (a *PathAllow) resolve(argv0 string) (string, error) {
 	}
 	p, err := exec.LookPath(argv0)
 	if err != nil {
-		return "", fmt.Errorf("exec: %w", err)
+		return "", startError(argv0, err)
 	}
 	if p, err = filepath.Abs(p); err != nil {
 		return "", fmt.Errorf("exec: %w", err)

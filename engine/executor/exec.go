@@ -1,8 +1,12 @@
 package executor
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 )
 
@@ -136,4 +140,19 @@ func (t *tail) String() string {
 		s = "…" + s
 	}
 	return s
+}
+
+// startError is the error of a command that could not start, naming it
+// once with the cause ("exec: start \"x\": no such file or directory"):
+// os/exec's own errors repeat the name (exec: "x": …, fork/exec x: …).
+func startError(argv0 string, err error) error {
+	var ee *exec.Error
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &ee):
+		argv0, err = ee.Name, ee.Err
+	case errors.As(err, &pe) && pe.Op == "fork/exec": // argv0's own; another file's keeps its name
+		err = pe.Err
+	}
+	return fmt.Errorf("exec: start %q: %w", argv0, err)
 }

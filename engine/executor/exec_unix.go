@@ -118,11 +118,7 @@ func (e *execExec) Execute(ctx context.Context, f *Fire) error {
 		if ctx.Err() != nil {
 			return notStarted(ctx, "exec", "not started")
 		}
-		var ee *exec.Error
-		if errors.As(err, &ee) {
-			return fmt.Errorf("exec: start %q: %w", ee.Name, ee.Err)
-		}
-		return fmt.Errorf("exec: start %q: %w", e.argv[0], err)
+		return startError(e.argv[0], err)
 	}
 	closeAll(pw, opw) // the children hold their copies: EOF when the last one exits
 	pgid := cmd.Process.Pid

@@ -129,21 +129,35 @@ func TestExec_Failure(t *testing.T) {
 	}
 }
 
+// A command that is not there is named once, with the cause: through an
+// allow-list a bare name read "exec: exec: \"x\": executable file not
+// found in $PATH", and a path "exec: start \"/x\": fork/exec /x: no such
+// file or directory", the cause past the 72 characters of task history's
+// column.
 func TestExec_NotFound(t *testing.T) {
+	everywhere, err := ParsePathAllow([]string{"/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name, path = "shardcron-no-such-command", "/nonexistent/shardcron-no-such-command"
 	tests := []struct {
 		argv0 string
+		allow *PathAllow
 		is    error
+		want  string
 	}{
-		{"shardcron-no-such-command", exec.ErrNotFound},
-		{"/nonexistent/shardcron-no-such-command", os.ErrNotExist},
+		{name, nil, exec.ErrNotFound, `exec: start "` + name + `": executable file not found in $PATH`},
+		{name, everywhere, exec.ErrNotFound, `exec: start "` + name + `": executable file not found in $PATH`},
+		{path, nil, os.ErrNotExist, `exec: start "` + path + `": no such file or directory`},
+		{path, everywhere, os.ErrNotExist, `exec: start "` + path + `": no such file or directory`},
 	}
 	for _, tt := range tests {
-		err := mustExec(t, ExecSpec{Command: []string{tt.argv0}}).Execute(context.Background(), testFire())
+		err := mustExec(t, ExecSpec{Command: []string{tt.argv0}, Allow: tt.allow}).Execute(context.Background(), testFire())
 		if !errors.Is(err, tt.is) {
 			t.Errorf("Execute(%q) = %v, want an error wrapping %v", tt.argv0, err, tt.is)
 		}
-		if err != nil && !strings.HasPrefix(err.Error(), fmt.Sprintf("exec: start %q: ", tt.argv0)) {
-			t.Errorf("error %q does not start with exec: start %q", err, tt.argv0)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Execute(%q), allow-list %v: %v\nwant %s", tt.argv0, tt.allow, err, tt.want)
 		}
 	}
 }
