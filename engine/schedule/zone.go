@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"time"
 	_ "time/tzdata" // zones resolve the same on hosts without a tz database
@@ -51,9 +52,19 @@ func loadZone(name string) (*zone, error) {
 	if z, ok := zones.Load(name); ok {
 		return z.(*zone), nil
 	}
-	if name == "Local" {
+	if name == "Local" || name == "localtime" || name == "posixrules" {
 		return nil, &Error{Zone: true, Input: name,
-			Reason: `time zone "Local" differs between machines: use an IANA name such as "Europe/Berlin"`}
+			Reason: "time zone " + quote(name) + ` differs between machines: use an IANA name such as "Europe/Berlin"`}
+	}
+	// Files of a host's tz database that the copy in the binary lacks: a
+	// node without them would refuse the task, or fire it at other times.
+	if rest, ok := strings.CutPrefix(name, "posix/"); ok {
+		return nil, &Error{Zone: true, Input: name,
+			Reason: "time zone " + quote(name) + " is a copy some machines have: use " + quote(rest)}
+	}
+	if rest, ok := strings.CutPrefix(name, "right/"); ok {
+		return nil, &Error{Zone: true, Input: name,
+			Reason: "time zone " + quote(name) + " counts leap seconds, which some machines' tz databases lack and cron times do not: use " + quote(rest)}
 	}
 	if len(name) > 128 {
 		return nil, &Error{Zone: true, Input: name, Reason: "unknown time zone " + quote(name)}
