@@ -92,10 +92,12 @@
 // # Time zones and daylight saving time
 //
 // A time zone is an IANA name ("Europe/Berlin"), loaded with time.LoadLocation;
-// "" means "UTC". "Local", "localtime", "posixrules" and the posix/ and right/
-// copies some hosts' tz databases hold are refused (they differ between
-// machines; right/ zones count leap seconds), and so are TZ= and CRON_TZ=
-// prefixes in the spec: the zone belongs in its own field.
+// "" means "UTC". "Local" is refused (it differs between machines), and so are
+// TZ= and CRON_TZ= prefixes in the spec: the zone belongs in its own field.
+// Parse refuses "localtime", "posixrules" and the posix/ and right/ copies
+// some hosts' tz databases hold, which the copy in the binary lacks (right/
+// zones count leap seconds); a Table interns them where the host has them,
+// so that a task written before keeps firing.
 // Cron fields are matched against the wall clock of the zone. When the clocks
 // change:
 //

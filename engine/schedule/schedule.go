@@ -65,6 +65,9 @@ var (
 // which H fields hash. It returns a *Error for invalid input. Parse does not
 // intern: use a Table to share schedules between tasks.
 func Parse(spec, zone, taskID string) (Schedule, error) {
+	if err := portable(zone); err != nil {
+		return nil, err
+	}
 	s, _, err := parse(spec, zone, taskID)
 	return s, err
 }

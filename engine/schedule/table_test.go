@@ -135,3 +135,18 @@ func TestTable_Concurrent(t *testing.T) {
 		t.Errorf("Len = %d, want 1500", tab.Len())
 	}
 }
+
+// A zone Parse refuses as some hosts' only (portable) is still interned
+// where the host has it: a task written before the refusal keeps firing.
+func TestTable_InternsAZoneParseRefuses(t *testing.T) {
+	const zone = "posix/Europe/Berlin"
+	if _, err := time.LoadLocation(zone); err != nil {
+		t.Skipf("this host has no %s: %v", zone, err)
+	}
+	if _, err := Parse("0 * * * *", zone, "id"); err == nil {
+		t.Errorf("Parse took %q", zone)
+	}
+	if _, err := NewTable().Intern("0 * * * *", zone, "id"); err != nil {
+		t.Errorf("Intern(%q): %v", zone, err)
+	}
+}

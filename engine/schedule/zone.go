@@ -44,6 +44,27 @@ type period struct {
 // number of zones in the tz database. Zones are immutable once stored.
 var zones sync.Map // zone name -> *zone
 
+// portable returns a *Error for a zone name that some hosts' tz databases
+// hold and the copy in the binary lacks: a node on a host without it
+// refuses the task, and right/ zones count leap seconds, which cron
+// times do not. Parse refuses them; a Table still interns them, so that a
+// task written before keeps firing where its host has them.
+func portable(name string) error {
+	if name == "localtime" || name == "posixrules" {
+		return &Error{Zone: true, Input: name,
+			Reason: "time zone " + quote(name) + ` differs between machines: use an IANA name such as "Europe/Berlin"`}
+	}
+	if rest, ok := strings.CutPrefix(name, "posix/"); ok {
+		return &Error{Zone: true, Input: name,
+			Reason: "time zone " + quote(name) + " is a copy some machines have: use " + quote(rest)}
+	}
+	if rest, ok := strings.CutPrefix(name, "right/"); ok {
+		return &Error{Zone: true, Input: name,
+			Reason: "time zone " + quote(name) + " counts leap seconds, which some machines' tz databases lack and cron times do not: use " + quote(rest)}
+	}
+	return nil
+}
+
 // loadZone returns the zone named name ("" is UTC) or a *Error.
 func loadZone(name string) (*zone, error) {
 	if name == "" {
@@ -52,19 +73,9 @@ func loadZone(name string) (*zone, error) {
 	if z, ok := zones.Load(name); ok {
 		return z.(*zone), nil
 	}
-	if name == "Local" || name == "localtime" || name == "posixrules" {
+	if name == "Local" {
 		return nil, &Error{Zone: true, Input: name,
-			Reason: "time zone " + quote(name) + ` differs between machines: use an IANA name such as "Europe/Berlin"`}
-	}
-	// Files of a host's tz database that the copy in the binary lacks: a
-	// node without them would refuse the task, or fire it at other times.
-	if rest, ok := strings.CutPrefix(name, "posix/"); ok {
-		return nil, &Error{Zone: true, Input: name,
-			Reason: "time zone " + quote(name) + " is a copy some machines have: use " + quote(rest)}
-	}
-	if rest, ok := strings.CutPrefix(name, "right/"); ok {
-		return nil, &Error{Zone: true, Input: name,
-			Reason: "time zone " + quote(name) + " counts leap seconds, which some machines' tz databases lack and cron times do not: use " + quote(rest)}
+			Reason: `time zone "Local" differs between machines: use an IANA name such as "Europe/Berlin"`}
 	}
 	if len(name) > 128 {
 		return nil, &Error{Zone: true, Input: name, Reason: "unknown time zone " + quote(name)}
