@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -239,6 +240,12 @@ func TestServer_FleetHealth(t *testing.T) {
 		if !regexp.MustCompile(`"partitions [0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)* were held by no node`).Match(a.body) {
 			t.Errorf("the partitions no node held, not as ranges: %s", a.body)
 		}
+		uncovered := uncoveredIn(string(a.body))
+		for _, id := range failing {
+			if p := n1.e.Registry().Partition(id); !slices.Contains(mine, id) && !uncovered[p] {
+				t.Errorf("%s is node-2's, but its partition %d is not among those the answer says no node held: %s", id, p, a.body)
+			}
+		}
 		for _, id := range failing {
 			if in := strings.Contains(string(a.body), `"id":"`+id+`"`); in != slices.Contains(mine, id) {
 				t.Errorf("%s listed: %v, want only node-1's tasks: %s", id, in, a.body)
@@ -336,7 +343,7 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	var n3 *testNode
 	seen := map[string]bool{}
 	last := ""
-	uncoveredP := map[string]bool{} // partitions a page said it may miss
+	uncoveredP := map[int]bool{} // partitions a page said it may miss
 	opts := client.ListOptions{Status: "failing", Limit: 2}
 	for page := 0; ; page++ {
 		if page == 3 {
@@ -347,11 +354,7 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 			t.Fatalf("page %d: %v", page, err)
 		}
 		for _, m := range p.Partial {
-			for _, ps := range uncoveredRE.FindAllStringSubmatch(m, -1) {
-				for _, f := range strings.Fields(ps[1]) {
-					uncoveredP[f] = true
-				}
-			}
+			maps.Copy(uncoveredP, uncoveredIn(m))
 		}
 		for _, task := range p.Tasks {
 			if seen[task.ID] || task.ID <= last {
@@ -366,8 +369,8 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	}
 	// A task may be missing only when a page said its partition was.
 	for _, id := range failing {
-		if p := strconv.Itoa(n1.e.Registry().Partition(id)); !seen[id] && !uncoveredP[p] {
-			t.Errorf("%s (partition %s) missing from the pages, none of which said its partition may be", id, p)
+		if p := n1.e.Registry().Partition(id); !seen[id] && !uncoveredP[p] {
+			t.Errorf("%s (partition %d) missing from the pages, none of which said its partition may be", id, p)
 		}
 	}
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return settled(n1, n2, n3) })
@@ -392,7 +395,27 @@ func TestServer_StatusListDuringHandOver(t *testing.T) {
 	}
 }
 
-var uncoveredRE = regexp.MustCompile(`partitions \[([0-9 ]+)\]`)
+// uncoveredIn returns the partitions a partial answer's message m says no
+// node held, given as ring.Ranges gives them ("2-3,5").
+func uncoveredIn(m string) map[int]bool {
+	out := map[int]bool{}
+	for _, ps := range uncoveredRE.FindAllStringSubmatch(m, -1) {
+		for _, r := range strings.Split(ps[1], ",") {
+			lo, hi, _ := strings.Cut(r, "-")
+			if hi == "" {
+				hi = lo
+			}
+			a, _ := strconv.Atoi(lo)
+			b, _ := strconv.Atoi(hi)
+			for p := a; p <= b; p++ {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}
+
+var uncoveredRE = regexp.MustCompile(`partitions ([0-9,-]+) were held by no node`)
 
 // startHealthPair starts two settled nodes and a receiver of their HTTP
 // tasks that answers with h.
