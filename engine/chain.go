@@ -121,11 +121,9 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 	for {
 		select {
 		case <-q.wake:
-			e.triggerChains(ctx, q.take(), stop, &missing)
+			e.triggerChains(ctx, q.take(), &missing)
 		case <-stop:
-			ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-			e.triggerChains(ctx, q.take(), nil, &missing)
-			cancel()
+			e.triggerChains(ctx, q.take(), &missing)
 			return
 		}
 	}
@@ -138,18 +136,19 @@ func (e *Engine) writeChains(q *chainQueue, stop <-chan struct{}) {
 const chainParallel = 16
 
 // triggerChains writes the triggers of fs, chainParallel at once,
-// retrying each on etcd errors until it is written, ctx ends or stop
-// closes (then it tries once more per trigger, for Close). A target that
-// does not exist is skipped and told to missing: the registry allows
-// missing targets on request.
-func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan struct{}, missing *missingTargets) {
+// retrying each on etcd errors until it is written or ctx ends: at Close,
+// etcdTimeout after the workers drained (writeChains), for a write under
+// way then as for one queued after. A target that does not exist is
+// skipped and told to missing: the registry allows missing targets on
+// request.
+func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, missing *missingTargets) {
 	var g errgroup.Group
 	g.SetLimit(chainParallel)
 	var mu sync.Mutex // guards missing
 	for _, f := range fs {
 		if f.retry != nil {
 			g.Go(func() error {
-				e.triggerRetry(ctx, f, stop)
+				e.triggerRetry(ctx, f)
 				return nil
 			})
 			continue
@@ -157,7 +156,7 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 		at := time.Unix(0, f.sched).UTC()
 		for _, id := range f.targets {
 			g.Go(func() error {
-				if err := e.triggerChain(ctx, f.from, id, at, stop); errors.Is(err, registry.ErrNotFound) {
+				if err := e.triggerChain(ctx, f.from, id, at); errors.Is(err, registry.ErrNotFound) {
 					mu.Lock()
 					missing.skipped(time.Now(), f.from, id, at)
 					mu.Unlock()
@@ -172,7 +171,7 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, stop <-chan 
 // triggerChain writes the trigger of target id at at, chained from task
 // from, as triggerChains does. It returns registry.ErrNotFound when the
 // target does not exist, the last error when it gave up, else nil.
-func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time, stop <-chan struct{}) error {
+func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time) error {
 	var b backoff
 	for {
 		err := e.reg.TriggerAt(ctx, id, at)
@@ -183,7 +182,7 @@ func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time
 			return registry.ErrNotFound
 		}
 		e.log.Warn("writing a chain trigger failed; retrying", "task", from, "target", id, "err", err)
-		if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
+		if !b.wait(ctx) {
 			return err
 		}
 	}
@@ -191,7 +190,7 @@ func (e *Engine) triggerChain(ctx context.Context, from, id string, at time.Time
 
 // triggerRetry writes f's retry, as triggerChains writes a target's
 // trigger. A task deleted since, or put again, has no retry.
-func (e *Engine) triggerRetry(ctx context.Context, f chainFire, stop <-chan struct{}) {
+func (e *Engine) triggerRetry(ctx context.Context, f chainFire) {
 	at := time.Unix(0, f.sched).UTC()
 	var b backoff
 	for {
@@ -200,7 +199,7 @@ func (e *Engine) triggerRetry(ctx context.Context, f chainFire, stop <-chan stru
 			return
 		}
 		e.log.Warn("handing a retry on through etcd failed; retrying", "task", f.from, "scheduled_at", at, "attempt", f.retry.Attempt, "err", err)
-		if ctx.Err() != nil || stopped(stop) || !b.wait(ctx) {
+		if !b.wait(ctx) {
 			e.log.Warn("a retry was not handed on: etcd did not take it before the node stopped", "task", f.from, "scheduled_at", at, "attempt", f.retry.Attempt)
 			return
 		}
@@ -267,14 +266,5 @@ func (m *missingTargets) skipped(now time.Time, from, target string, at time.Tim
 			m.chain = map[[2]string]*missedChain{}
 		}
 		m.chain[k] = &missedChain{logged: now}
-	}
-}
-
-func stopped(stop <-chan struct{}) bool {
-	select {
-	case <-stop:
-		return true
-	default:
-		return false
 	}
 }

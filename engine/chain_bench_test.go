@@ -37,7 +37,7 @@ func BenchmarkChainWriter(b *testing.B) {
 			fs[i] = chainFire{from: "source", sched: at.Add(time.Duration(n*burst+i) * time.Millisecond).UnixNano(),
 				targets: []string{fmt.Sprintf("target-%d", i%targets)}}
 		}
-		e.triggerChains(context.Background(), fs, nil, &missingTargets{log: e.log, max: missingMax})
+		e.triggerChains(context.Background(), fs, &missingTargets{log: e.log, max: missingMax})
 	}
 	b.ReportMetric(float64(b.N*burst)/b.Elapsed().Seconds(), "triggers/s")
 }

@@ -301,7 +301,7 @@ func TestEngine_MissingChainTargetLoggedOnce(t *testing.T) {
 	for i := range 3 {
 		fs = append(fs, chainFire{from: "x", sched: time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC).UnixNano(), targets: []string{"gone"}})
 	}
-	n.e.triggerChains(context.Background(), fs, nil, &m)
+	n.e.triggerChains(context.Background(), fs, &m)
 	if got := strings.Count(logs.String(), "a chain target does not exist"); got != 1 {
 		t.Errorf("%d lines for 3 triggers of a missing target, want 1:\n%s", got, logs.String())
 	}
@@ -370,5 +370,56 @@ func TestEngine_CloseCutOffFromEtcdDoesNotWaitForeverForAChainWrite(t *testing.T
 		if strings.HasSuffix(string(kv.Key), "/target") {
 			t.Errorf("the chain's trigger %s is in etcd: the doc says it is lost", kv.Key)
 		}
+	}
+}
+
+// Close gives the chain writer's last writes etcdTimeout once the workers
+// drained, the write under way then included. A retry handed on through
+// etcd whose write was under way as they drained (the stop's retries are
+// queued at its very end, Hurry's first of all, and wake the writer) and
+// that etcd refused once, a leader change, was given up at once, its fire
+// lost, though etcd took the next write: one queued a moment later was
+// tried for the whole etcdTimeout. Here etcd refuses the retry's first
+// write, and the workers drain while it is under way.
+func TestEngine_ChainWriteUnderWayAsTheWorkersDrainIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	cli := c.NewClient(t)
+	faults := injectFaults(cli)
+	ctx := context.Background()
+	reg, err := registry.OpenRegistry(ctx, cli, DefaultPrefix, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, handlerTask("flaky", "0 0 0 1 1 *"))
+	e := &Engine{log: quietLogger(), reg: reg}
+	drained := make(chan struct{})
+	refused := false
+	faults.puts(func(key, _ string) bool {
+		if !strings.Contains(key, "/triggers/") || refused {
+			return false
+		}
+		refused = true
+		close(drained) // the workers drain while the write is under way
+		return true
+	})
+	q := newChainQueue(quietLogger())
+	q.add(chainFire{from: "flaky", sched: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
+		retry: &registry.Retry{Attempt: 2, Due: time.Now()}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.writeChains(q, drained)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * etcdTimeout):
+		t.Fatal("the chain writer did not end within twice etcdTimeout of the drain")
+	}
+	if !refused {
+		t.Fatal("the retry's write was not refused")
+	}
+	if n, err := reg.PendingTriggerCount(ctx); err != nil || n != 1 {
+		t.Errorf("%d trigger keys (%v) once the writer ended, want the retry's", n, err)
 	}
 }
