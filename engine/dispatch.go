@@ -415,9 +415,10 @@ func (l *loop) releaseRetry(slot uint32) {
 		}
 		return
 	}
-	if bf := rs.extra.backfill(); r.flags&flagPaused != 0 && (bf == nil || bf.stopped.Load()) {
+	if bf := rs.extra.backfill(); r.flags&flagPaused != 0 && (bf == nil || bf.stopped.Load()) && !rs.extra.triggersFirst(rs.attempt) {
 		// A pause stops what would start on its own, retries too; a
-		// backfill runs whole, until it is canceled.
+		// backfill runs whole, until it is canceled, and a trigger's
+		// first attempt, handed on unrun, runs as the trigger would.
 		l.skipForPause(rs.rec, r, rs.sched, rs.attempt)
 		if bf != nil {
 			bf.end(rs.sched)
@@ -463,7 +464,8 @@ func (l *loop) skipPaused() {
 	var skipped []unrun
 	l.dropJobs(func(j *job) bool {
 		// A replaced job is canceled unrun already, and recorded so.
-		if gen, ok := l.paused[j.rec]; !ok || j.gen != gen || j.extra.backfill() != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry {
+		if gen, ok := l.paused[j.rec]; !ok || j.gen != gen || j.extra.backfill() != nil || j.replaced || j.kind != kindSchedule && j.kind != kindRetry ||
+			j.extra.triggersFirst(j.attempt) {
 			return false
 		}
 		skipped = append(skipped, unrun{j.rec, j.sched, j.attempt})

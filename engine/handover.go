@@ -600,7 +600,7 @@ func (ls *leavers) toEtcd(id string, sched int64, next uint16, due time.Time, x 
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
 	bf := x.backfill()
-	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load()}
+	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load(), Trigger: x.triggersFirst(next)}
 	ls.chains.add(chainFire{from: id, sched: sched, retry: r, over: x.override(), created: created})
 	ls.handedOn.Add(1)
 }

@@ -64,7 +64,7 @@ type job struct {
 type fireExtra struct {
 	over *task.Override // a trigger's body or payload for this fire and its retries; nil: the task's
 	bf   *backfillRun   // the backfill this fire is of, told when it ends; nil: none
-	trig int64          // a trigger's: the revision of the put of its key it fires
+	trig int64          // a trigger's: the revision of the put of its key it fires, or of the retry key that hands its first attempt on
 }
 
 // extraOf is the extra of a fire with override over, of backfill bf: nil,
@@ -74,6 +74,14 @@ func extraOf(over *task.Override, bf *backfillRun) *fireExtra {
 		return nil
 	}
 	return &fireExtra{over: over, bf: bf}
+}
+
+// triggersFirst reports whether attempt of x's fire is a trigger's first,
+// which runs while its task is paused, as every trigger's fire does: also
+// when a stopping node met it unrun and handed it on (leavers.toEtcd,
+// registry.Retry.Trigger), for its next owner to run as a retry.
+func (x *fireExtra) triggersFirst(attempt uint16) bool {
+	return attempt == 1 && x != nil && x.trig != 0
 }
 
 // override is the body or payload x's fire sends; nil: the task's.

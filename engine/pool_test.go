@@ -250,25 +250,14 @@ func TestPool_BackfillFireCutByAFenceDoesNotEnd(t *testing.T) {
 func TestPool_JobTakenAfterTheStopIsHandedOnUnrun(t *testing.T) {
 	for _, attempt := range []uint16{1, 3} {
 		t.Run(fmt.Sprintf("attempt %d of 3", attempt), func(t *testing.T) {
-			cfg := DefaultConfig("n").withDefaults()
-			cfg.Workers = 1
-			var hold atomic.Bool
-			hold.Store(true)
-			p := newPool(cfg, nil, &stats{}, hold.Load, 0)
-			t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
 			ran := make(causeExec, 1)
 			prof := retryingProfile()
 			prof.exec, prof.noop = ran, false
-			// Its partition released, the release sealed: the worker hands
-			// its retry on through etcd.
-			k := leavingKey(1, 0)
-			p.leaving.m[k] = &leaver{id: "flaky", prof: prof, created: 7, run: &running{n: 1, ended: make(chan struct{})}, n: 1}
-			p.push([]job{{id: "flaky", rec: 1, prof: prof, attempt: attempt, sched: 5}})
-			p.stopExecutions()
-			p.mu.Lock()
-			hold.Store(false)
-			p.ready.Broadcast()
-			p.mu.Unlock()
+			p := takenAfterTheStop(t, func(p *pool) {
+				// Its partition released, the release sealed: the worker
+				// hands its retry on through etcd.
+				p.leaving.m[leavingKey(1, 0)] = &leaver{id: "flaky", prof: prof, created: 7, run: &running{n: 1, ended: make(chan struct{})}, n: 1}
+			}, job{id: "flaky", rec: 1, prof: prof, attempt: attempt, sched: 5})
 			wantCanceledHandedOn(t, p)
 			if len(ran) > 0 {
 				t.Errorf("the job ran (canceled for %v), taken after the stop", <-ran)
@@ -282,6 +271,26 @@ func TestPool_JobTakenAfterTheStopIsHandedOnUnrun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// takenAfterTheStop has a pool of one worker take j only once the node's
+// stop canceled the executions, prepare having set the pool up before.
+func takenAfterTheStop(t *testing.T, prepare func(p *pool), j job) *pool {
+	t.Helper()
+	cfg := DefaultConfig("n").withDefaults()
+	cfg.Workers = 1
+	var hold atomic.Bool // a fenced pool takes nothing
+	hold.Store(true)
+	p := newPool(cfg, nil, &stats{}, hold.Load, 0)
+	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+	prepare(p)
+	p.push([]job{j})
+	p.stopExecutions()
+	p.mu.Lock()
+	hold.Store(false)
+	p.ready.Broadcast()
+	p.mu.Unlock()
+	return p
 }
 
 // A stop that comes after the worker's check but before the executor
@@ -406,6 +415,34 @@ func TestPool_RetryOfAnAttemptTheStopCancelsGoesByTheTasksDefinitionAtTheRelease
 			}
 			if ended := len(bf.ended) > 0; ended != (tc.want == nil) {
 				t.Errorf("the backfill's fire ended: %t, want %t (no retry runs on)", ended, tc.want == nil)
+			}
+		})
+	}
+}
+
+// A trigger's first attempt that the node's stop meets unrun is handed on
+// as a trigger's (registry.Retry.Trigger), so that it runs while its task
+// is paused, as the trigger would have here: handed on as any first
+// attempt, the next owner skipped it for the pause. A first attempt of the
+// schedule's is handed on as before.
+func TestPool_TriggerTheStopMetUnrunIsHandedOnAsATriggers(t *testing.T) {
+	for _, kind := range []uint8{kindTrigger, kindSchedule} {
+		t.Run(fmt.Sprintf("kind %d", kind), func(t *testing.T) {
+			prof := retryingProfile()
+			prof.exec, prof.noop, prof.maxAttempts = make(causeExec, 1), false, 1
+			var x *fireExtra
+			if kind == kindTrigger {
+				x = &fireExtra{trig: 4}
+			}
+			p := takenAfterTheStop(t, func(p *pool) { p.leaving.released[0] = releasedPart{fence: 9, created: 7} },
+				job{id: "t", rec: 1, prof: prof, attempt: 1, sched: 5, fence: 9, kind: kind, extra: x})
+			wantCanceledHandedOn(t, p)
+			fs := p.chains.take()
+			if len(fs) != 1 || fs[0].retry == nil {
+				t.Fatalf("handed on %v, want t's first attempt", fs)
+			}
+			if got, want := fs[0].retry.Trigger, kind == kindTrigger; got != want {
+				t.Errorf("handed on as a trigger's: %t, want %t", got, want)
 			}
 		})
 	}

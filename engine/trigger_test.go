@@ -2054,3 +2054,48 @@ func TestRetrying_EndsWithItsContextDuringTheBackoff(t *testing.T) {
 		t.Errorf("%d tries, error %v; want 1 try and the context's error", tries, err)
 	}
 }
+
+// A trigger of a paused task runs (its first attempt), on its owner. One a
+// worker took before its partition's release and that the node's stop then
+// met unrun is handed on through etcd as attempt 1 of its fire
+// (leavers.unrun), and the next owner skipped it for the pause, as it
+// skips a retry: the trigger was run nowhere. The key says that the fire
+// is a trigger's (registry.Retry.Trigger): its first attempt runs while
+// the task is paused, paused before the key comes or while its job waits
+// for a worker, and a first attempt of the schedule's handed on so is
+// still skipped.
+func TestLoop_TriggersFirstAttemptHandedOnUnrunRunsWhileItsTaskIsPaused(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sched := at.Add(-2 * time.Second)
+	for _, tc := range []struct {
+		name           string
+		trigger, early bool // a trigger's fire; paused before the key comes, else while its job is queued
+		want           []string
+	}{
+		{"trigger, paused before", true, true, []string{fmt.Sprintf("p@%d", sched.UnixMilli())}},
+		{"trigger, paused while queued", true, false, []string{fmt.Sprintf("p@%d", sched.UnixMilli())}},
+		{"schedule, paused before", false, true, nil},
+		{"schedule, paused while queued", false, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTestLoop(t, at, nil)
+			prof := noopProfile(task.MisfireFireOnce)
+			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			def := func(paused bool) taskDef {
+				return taskDef{id: "p", hash: xxhash.Sum64String("p"), part: 0, sched: h, prof: prof, paused: paused}
+			}
+			tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(tc.early)}})
+			tl.putRetry(0, "p", sched.Add(time.Millisecond), 5, registry.Retry{Attempt: 1, Due: at, At: sched, Trigger: tc.trigger})
+			tl.dispatch()
+			if !tc.early {
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+			}
+			if got := tl.dispatched(0); !slices.Equal(got, tc.want) {
+				t.Errorf("dispatched %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

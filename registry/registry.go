@@ -620,6 +620,10 @@ type Retry struct {
 	// Backfill: the fire is a backfill's, whose retries run while the
 	// task is paused, until the backfill is canceled.
 	Backfill bool `json:"backfill,omitempty"`
+	// Trigger: the fire is a trigger's, and this its first attempt, which
+	// its node's stop met unrun: it runs while the task is paused, as the
+	// trigger's own fire does.
+	Trigger bool `json:"trigger,omitempty"`
 }
 
 // triggerValue is a trigger key's value: the fire's override, and the
