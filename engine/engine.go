@@ -446,9 +446,11 @@ func (e *Engine) Close() error {
 // it cancels as at DrainTimeout. It still waits for the acquires that
 // loaded their partition, which have fired it (for the dispatch loop, and
 // 5 s at most for each of their last etcd reads): undone, the next owner
-// would fire those again. Before Close it changes nothing
-// else: the node fires on. Hurry may be called from any goroutine, more
-// than once.
+// would fire those again. Before Close the node fires on: Hurry
+// changes nothing else, but that a release the ring makes meanwhile does
+// not wait for its partitions' attempts under way either
+// (Config.ReleaseRunWait; their markers and retries go through etcd).
+// Hurry may be called from any goroutine, more than once.
 func (e *Engine) Hurry() { e.hurryOnce.Do(func() { close(e.hurry) }) }
 
 // leave marks the node as leaving and waits, prepareWait at most, until
