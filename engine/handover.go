@@ -635,9 +635,13 @@ func (ls *leavers) seal(rel release, late bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for p, h := range rel.hand {
-		if late {
+		switch {
+		case h.fence == 0:
+			// Released while loading: nothing of it was dispatched here,
+			// and the jobs of the release before are still that one's.
+		case late:
 			ls.released[p] = releasedPart{fence: h.fence, created: h.created}
-		} else {
+		default:
 			delete(ls.released, p)
 		}
 	}

@@ -167,6 +167,13 @@ func TestLoop_UnrunJobGoesByItsPartitionsRelease(t *testing.T) {
 	if got, want := handed(), []string{fmt.Sprintf("plain@%d attempt 1 created 7", base.Unix())}; !slices.Equal(got, want) {
 		t.Errorf("handed on %v, want %v", got, want)
 	}
+	// A release of the partition while it loaded again, which dispatched
+	// nothing, leaves the record of the release before.
+	tl.pool.leaving.seal(release{hand: map[int]*handOver{0: {}}}, true)
+	if !tl.pool.leaving.unrun(&j) {
+		t.Error("a release while loading, after, took the record of the release that dispatched the job")
+	}
+	handed()
 	tl.pool.leaving.seal(rel, false) // a fence's, or an undone acquire's
 	if tl.pool.leaving.unrun(&j) {
 		t.Error("a job was handed on by a release that was not graceful")
