@@ -208,9 +208,15 @@ type pool struct {
 	watermark atomic.Int64
 	space     chan struct{} // signalled when a worker frees room in a full queue
 
-	runMu   sync.Mutex // guards running and runSeq, and orders the changes of cuts
+	runMu   sync.Mutex // guards running, runSeq and inHand, and orders the changes of cuts
 	running map[uint64]runningFire
 	runSeq  uint64
+	// inHand is, by worker, the job it took of a task whose policy keeps
+	// its fires apart, until it starts (track) or ends unrun (leaveHand):
+	// a replace then marks it (replaceRunning), as it marks a queued job
+	// (replaceQueued), so that it does not run beside the newer fire, nor
+	// is handed on unrun by the node's stop to run after it.
+	inHand []handJob
 	// cuts is how many times cutRunning ran: changed under runMu, so that
 	// track sees a cut either before or after it records a run; atomic,
 	// as take reads it under mu.
@@ -232,6 +238,13 @@ type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
 	backfill bool   // a backfill's fire: a replace fire spares it (replaceRunning)
 	cancel   context.CancelCauseFunc
+}
+
+// handJob is a job a worker holds and has not started (pool.inHand).
+type handJob struct {
+	rec, gen uint32
+	held     bool // a job is held
+	replaced bool // a replace came since the take
 }
 
 // Why the engine cancels a run, in its execution record's error.
@@ -264,6 +277,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		q:       make([]job, cfg.Queue),
 		space:   make(chan struct{}, 1),
 		running: make(map[uint64]runningFire),
+		inHand:  make([]handJob, cfg.Workers),
 		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
 		ends:    newTriggerEnds(),
 	}
@@ -275,8 +289,8 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 	p.watermark.Store(start)
 	p.execCtx, p.execCancel = context.WithCancelCause(context.Background())
 	p.wg.Add(cfg.Workers)
-	for range cfg.Workers {
-		go p.work()
+	for w := range cfg.Workers {
+		go p.work(w)
 	}
 	return p
 }
@@ -599,6 +613,44 @@ func (p *pool) replaceRunning(rec, gen uint32) {
 			delete(p.running, k)
 		}
 	}
+	for w := range p.inHand {
+		if h := &p.inHand[w]; h.held && h.rec == rec && h.gen == gen {
+			h.replaced = true
+		}
+	}
+}
+
+// replaceable reports whether a replace may cancel j once a worker took
+// it (inHand): a fire of a task whose policy keeps its fires apart, but a
+// backfill's, and a noop's, which runs at once.
+func replaceable(j *job) bool {
+	return !j.prof.noop && j.prof.concurrency != task.ConcurrencyAllow && j.extra.backfill() == nil
+}
+
+// hold notes j, which worker w just took, in inHand, if it is
+// replaceable. Called with p.mu held, before the take lets it go.
+func (p *pool) hold(w int, j *job) {
+	if !replaceable(j) {
+		return
+	}
+	p.runMu.Lock()
+	p.inHand[w] = handJob{rec: j.rec, gen: j.gen, held: true}
+	p.runMu.Unlock()
+}
+
+// leaveHand ends worker w's hold of its job, and reports whether a
+// replace came since the take.
+func (p *pool) leaveHand(w int) bool {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	return p.letGo(w)
+}
+
+// letGo is leaveHand with runMu held.
+func (p *pool) letGo(w int) bool {
+	replaced := p.inHand[w].replaced
+	p.inHand[w] = handJob{}
+	return replaced
 }
 
 // cutRunning cancels every run of a task whose policy keeps its fires
@@ -618,14 +670,20 @@ func (p *pool) cutRunning() int {
 	return n
 }
 
-// track records j's run, taken when cutRunning had run cuts times, under
-// the key it returns, for untrack. A run taken before the last cut is
-// canceled at once, recorded under no key, and 0 returned.
-func (p *pool) track(j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
+// track records j's run, which worker w took when cutRunning had run cuts
+// times, under the key it returns, for untrack. A run taken before the
+// last cut, or before a replace of its task (inHand), is canceled at once,
+// recorded under no key, and 0 returned.
+func (p *pool) track(w int, j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
+	replaced := p.letGo(w)
 	if p.cuts.Load() != cuts {
 		cancel(errFenced)
+		return 0
+	}
+	if replaced {
+		cancel(errReplaced)
 		return 0
 	}
 	p.runSeq++
@@ -645,20 +703,24 @@ func (p *pool) untrack(key uint64) {
 // Any other job is taken alone, so that each one starts when it is taken.
 const chunkMax = 64
 
-func (p *pool) work() {
+func (p *pool) work(w int) {
 	defer p.wg.Done()
 	var buf [chunkMax]job
 	out := p.batch()
 	var t tally
 	for {
-		k, cuts := p.take(buf[:])
+		k, cuts := p.take(w, buf[:])
 		if k == 0 {
 			return
 		}
+		held := k == 1 && replaceable(&buf[0]) // take held it (inHand)
 		now := p.clock.Now()
 		for i := range k {
 			j := &buf[i]
 			if j.kind == kindDropped {
+				if held {
+					p.leaveHand(w)
+				}
 				*j = job{}
 				continue
 			}
@@ -667,17 +729,25 @@ func (p *pool) work() {
 			handed := false
 			switch {
 			case j.replaced:
+				if held {
+					p.leaveHand(w)
+				}
 				st = p.cancelUnrun(j, now, &t)
 				if bf := j.extra.backfill(); bf != nil {
 					bf.end(j.sched)
 				}
 			case !j.prof.noop && context.Cause(p.execCtx) == errStopped:
 				// A noop has no context for the stop to cancel: it runs.
+				// One a replace came for since the take runs nowhere.
+				if held && p.leaveHand(w) {
+					st = p.cancelUnrun(j, now, &t)
+					break
+				}
 				st, handed = p.stopUnrun(j, now, &t)
 			default:
 				t.observeLag(now.UnixNano() - j.due)
 				var stop stopAt
-				st, why, stop = p.run(j, now, &t, cuts)
+				st, why, stop = p.run(w, j, now, &t, cuts)
 				// The task's partition may have gone with a release sealed
 				// since the job was taken: then its retry goes to etcd. So
 				// does that of an attempt the node's stop canceled, which
@@ -708,11 +778,11 @@ func (p *pool) work() {
 	}
 }
 
-// take waits for jobs and copies up to len(buf) of them; 0 means the pool
-// is closing and empty. A fenced node takes nothing. It returns, too, how
-// many times cutRunning had run: a fence after the take cuts the runs of
-// its jobs (track).
-func (p *pool) take(buf []job) (int, uint64) {
+// take waits for jobs and copies up to len(buf) of them for worker w; 0
+// means the pool is closing and empty. A fenced node takes nothing. It
+// returns, too, how many times cutRunning had run: a fence after the take
+// cuts the runs of its jobs (track).
+func (p *pool) take(w int, buf []job) (int, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A fenced node waits for the reset that drops its queue. The cuts
@@ -748,6 +818,9 @@ func (p *pool) take(buf []job) (int, uint64) {
 		if j := &buf[i]; j.kind == kindTrigger {
 			p.ends.add(j.triggerEnd()) // it starts (or is canceled unrun): its key goes
 		}
+	}
+	if k == 1 {
+		p.hold(w, &buf[0]) // a job that may be replaced is taken alone
 	}
 	p.taken += uint64(k)
 	p.advanceMarks()
@@ -916,7 +989,7 @@ const (
 // it: its retry, or the attempt itself if it did nothing, is then handed
 // on (work) when the task's definition gives it attempts left, and its
 // fire has not ended until then.
-func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stop stopAt) {
+func (p *pool) run(w int, j *job, now time.Time, t *tally, cuts uint64) (st uint8, why string, stop stopAt) {
 	if j.kind != kindRetry {
 		t.fires++
 	}
@@ -928,7 +1001,7 @@ func (p *pool) run(j *job, now time.Time, t *tally, cuts uint64) (st uint8, why 
 		if j.prof.capture > 0 {
 			out = executor.NewOutput(j.prof.capture)
 		}
-		err = p.execute(j, out, cuts)
+		err = p.execute(w, j, out, cuts)
 	}
 	st = statusOf(err)
 	if st == statusCanceled && errors.Is(err, errStopped) {
@@ -994,12 +1067,12 @@ func (p *pool) chain(j *job, st uint8) {
 }
 
 // execute runs j, taken when cutRunning had run cuts times.
-func (p *pool) execute(j *job, out *executor.Output, cuts uint64) (err error) {
+func (p *pool) execute(w int, j *job, out *executor.Output, cuts uint64) (err error) {
 	parent := p.execCtx
 	if j.prof.concurrency != task.ConcurrencyAllow {
 		ctx, cancel := context.WithCancelCause(parent)
 		defer cancel(nil)
-		defer p.untrack(p.track(j, cancel, cuts))
+		defer p.untrack(p.track(w, j, cancel, cuts))
 		parent = ctx
 	}
 	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/shardcron/shardcron/engine/executor"
+	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -160,7 +161,7 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	replace := &job{rec: 2, prof: &profile{concurrency: task.ConcurrencyReplace}}
 	run := func(j *job, cuts uint64) context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		key := p.track(j, cancel, cuts)
+		key := p.track(0, j, cancel, cuts)
 		t.Cleanup(func() { p.untrack(key) })
 		return ctx
 	}
@@ -348,6 +349,51 @@ func (s stopFirst) Execute(ctx context.Context, f *executor.Fire) error {
 	return s.exec.Execute(ctx, f)
 }
 
+// A replace canceled the runs of its task and the jobs still queued, but
+// not a job a worker had taken and not yet started (track): that one ran
+// beside the newer fire, or, met unrun by the node's stop, was handed on
+// to run after it. Now the replace cancels it as it starts, unrun. Here
+// the worker is held between its take and its start (takenGate), the
+// replace comes, and the worker goes on.
+func TestPool_ReplaceCancelsAJobTakenAndNotStarted(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop %t", stop), func(t *testing.T) {
+			cfg := DefaultConfig("n").withDefaults()
+			cfg.Workers = 1
+			gate := newTakenGate()
+			gate.Clock, cfg.Clock = cfg.Clock, gate
+			p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
+			t.Cleanup(func() { close(p.quit); gate.let(); p.drain(time.Second) })
+			ran := make(causeExec, 1)
+			prof := &profile{exec: ran, timeout: time.Minute, maxAttempts: 1, concurrency: task.ConcurrencyReplace}
+			p.leaving.released[0] = releasedPart{fence: 9, created: 7} // its partition released: the stop would hand it on
+			p.push([]job{{id: "r", rec: 1, prof: prof, attempt: 1, sched: 5, fence: 9}})
+			etcdtest.WaitFor(t, 10*time.Second, gate.held.Load)
+			p.replaceRunning(1, 0) // a newer fire of the task
+			if stop {
+				p.stopExecutions()
+			}
+			gate.let()
+			select {
+			case b := <-p.done:
+				if c := b.c[0]; c.status != statusCanceled || b.extra(&c).handed {
+					t.Errorf("the job ended %s, handed on %t; want canceled, not handed on", statusNames[c.status], b.extra(&c).handed)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not end within 10 s")
+			}
+			if len(ran) > 0 {
+				if cause := <-ran; !errors.Is(cause, errReplaced) {
+					t.Errorf("the job ran (its context's cause %v), want it canceled as replaced before it started", cause)
+				}
+			}
+			if got := p.chains.take(); len(got) > 0 {
+				t.Errorf("handed on %d fires, want none: the newer fire runs", len(got))
+			}
+		})
+	}
+}
+
 // wantCanceledHandedOn waits for p's one job to end, canceled and handed on.
 func wantCanceledHandedOn(t *testing.T, p *pool) {
 	t.Helper()
@@ -487,7 +533,7 @@ func BenchmarkExecute(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				j := &job{id: "t", rec: 1, prof: prof, attempt: 1}
 				for pb.Next() {
-					if err := p.execute(j, nil, 0); err != nil {
+					if err := p.execute(0, j, nil, 0); err != nil {
 						b.Fatal(err)
 					}
 				}
