@@ -143,7 +143,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	case len(pos) == 0:
 		return c.usageError("missing SCENARIO (one of %s, all)", strings.Join(bench.Scenarios, ", "))
 	case len(pos) > 1:
-		return c.usageError("want one SCENARIO, got %d: %s", len(pos), strings.Join(pos, " "))
+		return c.tooManyArgs("SCENARIO", pos)
 	}
 	cfg.Scenario = pos[0]
 	cfg.Progress = stderr

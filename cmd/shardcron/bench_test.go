@@ -51,6 +51,7 @@ func TestBench_BadCommandLines(t *testing.T) {
 		{[]string{"bench", "rebalance", "--nodes", "1"}, "at least 2 nodes"},
 		{[]string{"bench", "throughput", "--executor", "exec"}, `unknown executor "exec"`},
 		{[]string{"bench", "throughput", "burst"}, "want one SCENARIO"},
+		{[]string{"bench", "a b", "c"}, `want one SCENARIO, got 2 arguments: "a b" "c"`},
 		{[]string{"bench", "robfig", "--procs"}, "procs: applies to throughput, burst, memory, import, restart, query, trigger, rebalance, failover"},
 		{[]string{"bench", "memory", "--procs", "--etcd", "http://127.0.0.1:2379"}, "give --etcd or --procs, not both"},
 		{[]string{"bench", "throughput", "--etcd", "http://127.0.0.1:2379"}, "etcd: applies to memory only"},

@@ -455,6 +455,8 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "put", "--id", "a", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"task", "get"}, []string{"missing the task ID", "Run 'shardcron task get --help'"}},
 		{[]string{"task", "get", "a", "b"}, []string{"want one task ID, got 2 arguments"}},
+		// Each argument quoted: "a b" and "c" read as three when joined.
+		{[]string{"task", "get", "a b", "c"}, []string{`want one task ID, got 2 arguments: "a b" "c"`}},
 		{[]string{"task", "get", "a", "--output", "yaml"}, []string{`--output: "yaml" is not table or json`}},
 		{[]string{"task", "delete"}, []string{"missing the task ID"}},
 		{[]string{"task", "pause", "--timeout"}, []string{"flag needs an argument: --timeout"}},
@@ -485,6 +487,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{[]string{"task", "pause", "--label", "tëam=1"}, []string{`key "tëam"`}},
 		{[]string{"import"}, []string{"missing FILE"}},
 		{[]string{"import", "a", "b"}, []string{"want one FILE, got 2"}},
+		{[]string{"import", "a b", "c"}, []string{`want one FILE, got 2 arguments: "a b" "c"`}},
 		{[]string{"task", "pause", "--prefix", ""}, []string{"--prefix is empty"}},
 		// A prefix no id can start with, as a label key no task can carry:
 		// the node refused it, exit 1, the export after "export stopped".

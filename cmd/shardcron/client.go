@@ -211,6 +211,17 @@ func (c *command) usageError(format string, args ...any) int {
 	return exitUsage
 }
 
+// tooManyArgs is usageError for a command that takes one positional
+// argument and was given more. Each argument is quoted: joined, "a b" c
+// read as three.
+func (c *command) tooManyArgs(what string, pos []string) int {
+	quoted := make([]string, len(pos))
+	for i, p := range pos {
+		quoted[i] = strconv.Quote(p)
+	}
+	return c.usageError("want one %s, got %d arguments: %s", what, len(pos), strings.Join(quoted, " "))
+}
+
 // printHelp prints the help text and the flags with their defaults, the
 // command's own flags first and the shared client flags after them.
 func (c *command) printHelp(w io.Writer) {

@@ -124,7 +124,7 @@ func runImport(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case len(pos) == 0:
 		return c.usageError("missing FILE (a JSON Lines file, or - for stdin)")
 	case len(pos) > 1:
-		return c.usageError("want one FILE, got %d: %s", len(pos), strings.Join(pos, " "))
+		return c.tooManyArgs("FILE", pos)
 	}
 	if batch < 1 || batch > api.MaxBatchItems {
 		return c.usageError("--batch: %d is not within 1-%d", batch, api.MaxBatchItems)

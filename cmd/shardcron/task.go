@@ -97,7 +97,7 @@ func taskID(c *command, pos []string) (string, int, bool) {
 	case len(pos) == 0:
 		return "", c.usageError("missing the task ID"), false
 	case len(pos) > 1:
-		return "", c.usageError("want one task ID, got %d arguments: %s", len(pos), strings.Join(pos, " ")), false
+		return "", c.tooManyArgs("task ID", pos), false
 	case pos[0] == "":
 		return "", c.usageError("the task ID is empty"), false
 	}
