@@ -493,6 +493,9 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		// the node refused it, exit 1, the export after "export stopped".
 		{[]string{"task", "export", "--prefix", "a\x01"}, []string{`invalid value "a\x01" for flag --prefix: want the start of a task id: "a\x01" contains the control character U+0001`}},
 		{[]string{"task", "list", "--prefix", strings.Repeat("a", 257)}, []string{"for flag --prefix: want the start of a task id: 257 bytes, more than 256"}},
+		// A cursor is the last id of a page: one no id can be, as a
+		// prefix, was the node's refusal, exit 1.
+		{[]string{"task", "list", "--cursor", "a\x01"}, []string{`invalid value "a\x01" for flag --cursor: not the last id of a page ("a\x01" contains the control character U+0001)`}},
 		{[]string{"task", "pause", "--prefix", "a\xff"}, []string{`for flag --prefix: want the start of a task id: "a\xff" is not valid UTF-8`}},
 		// Both ends of a flag's range are usage errors: the end the task
 		// model checks (Validate) as the one the flag checks itself.

@@ -19,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/shardcron/shardcron/api/client"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -636,6 +637,21 @@ func (p *prefixFlag) Set(s string) error {
 		return flagReason(err)
 	}
 	*p = prefixFlag(s)
+	return nil
+}
+
+// cursorFlag is --cursor C, the last id of a page: a cursor no id can be
+// is a usage error before any request, as a prefix is (prefixFlag); the
+// node refused it, exit 1.
+type cursorFlag string
+
+func (c *cursorFlag) String() string { return string(*c) }
+
+func (c *cursorFlag) Set(s string) error {
+	if err := registry.CheckCursor(s); err != nil {
+		return flagReason(err)
+	}
+	*c = cursorFlag(s)
 	return nil
 }
 

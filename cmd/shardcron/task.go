@@ -691,7 +691,8 @@ Examples:
 func taskList(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("shardcron task list", taskListHelp, stdout, stderr)
 	var cf clientFlags
-	var cursor, status string
+	var status string
+	var cursor cursorFlag
 	var prefix prefixFlag
 	var labels labelFlag
 	var limit int
@@ -700,7 +701,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	c.fs.StringVar(&status, "status", "", "only tasks with status `S`: failing, paused or stale")
 	c.fs.Var(&labels, "label", "only tasks with label `K=V` (repeatable: all must match)")
 	c.fs.IntVar(&limit, "limit", 0, fmt.Sprintf("`N` tasks per page, at most %d (0: the server's page size, %d)", registry.MaxListLimit, registry.DefaultListLimit))
-	c.fs.StringVar(&cursor, "cursor", "", "start at the cursor `C`, the next_cursor of a previous page")
+	c.fs.Var(&cursor, "cursor", "start at the cursor `C`, the next_cursor of a previous page")
 	c.fs.BoolVar(&all, "all", false, "follow next_cursor and list every matching task")
 	cf.register(c)
 	pos, code, done := c.parseClient(args, &cf)
@@ -719,7 +720,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cl := cf.client()
-	opts := client.ListOptions{Prefix: string(prefix), Labels: labels, Limit: limit, Cursor: cursor, Status: status, State: true}
+	opts := client.ListOptions{Prefix: string(prefix), Labels: labels, Limit: limit, Cursor: string(cursor), Status: status, State: true}
 	var tasks []*task.Task
 	var partial []string
 	for {
