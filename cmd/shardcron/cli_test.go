@@ -883,6 +883,31 @@ func TestEmptyAnswers_PartialSaysWhereItLooked(t *testing.T) {
 	}
 }
 
+// A partial answer's entry that is no node's (partitions no node held,
+// a member list not read) is warned of as it reads: each was said to be
+// "the tasks of a node" missing, partitions 2-3,5 too.
+func TestPartialAnswer_EntriesThatAreNoNodesAreNotCalledOne(t *testing.T) {
+	const partitions = "partitions 2-3,5 were held by no node that answered, throughout its scan (moving, or their owner did not answer): their tasks may be missing"
+	const members = "the member list could not be read: etcdserver: request timed out"
+	ts := emptyAnswers(t, fmt.Sprintf(`[%q, %q, %q]`, "n2: connection refused", partitions, members))
+	for _, tc := range []struct {
+		args []string
+		what string
+	}{
+		{[]string{"task", "list", "--status", "failing"}, "tasks"},
+		{[]string{"task", "history", "a"}, "records"},
+		{[]string{"task", "failures"}, "failures"},
+	} {
+		r := cli("", append(tc.args, "--server", ts.URL)...)
+		want := "warning: partial answer, the " + tc.what + " of a node are missing: n2: connection refused\n" +
+			"warning: partial answer: " + partitions + "\n" +
+			"warning: partial answer: " + members + "\n"
+		if r.code != 0 || r.stderr != want {
+			t.Errorf("%v:\n%s\nwant exit 0 and stderr\n%s", tc.args, r, want)
+		}
+	}
+}
+
 func TestOutput_Truncate(t *testing.T) {
 	if got := truncate("a\nb  c", 10); got != "a b c" {
 		t.Errorf("truncate joins lines: %q", got)

@@ -43,9 +43,7 @@ func taskFailures(args []string, stdout, stderr io.Writer) int {
 	if fs == nil {
 		fs = []task.Execution{}
 	}
-	for _, p := range partial {
-		fmt.Fprintf(stderr, "warning: partial answer, the failures of a node are missing: %s\n", p)
-	}
+	warnPartial(stderr, "failures", partial)
 	out := struct {
 		Failures []task.Execution `json:"failures"`
 		Partial  []string         `json:"partial,omitempty"`

@@ -132,6 +132,21 @@ func formatMap(m map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
+// warnPartial prints on stderr each entry of a partial answer's
+// "partial". An entry that starts with a node's id (which holds no space)
+// is a node that did not answer, whose what are missing; the others, the
+// partitions no node held throughout a scan or a member list that could
+// not be read, say themselves what is missing, and were no node's.
+func warnPartial(w io.Writer, what string, partial []string) {
+	for _, p := range partial {
+		if id, _, ok := strings.Cut(p, ": "); ok && !strings.Contains(id, " ") {
+			fmt.Fprintf(w, "warning: partial answer, the %s of a node are missing: %s\n", what, p)
+		} else {
+			fmt.Fprintf(w, "warning: partial answer: %s\n", p)
+		}
+	}
+}
+
 // orNone is table, or, when the answer has no row (n is 0), a line that
 // says so: the table's header alone read as an answer cut short. Of a
 // partial answer, none says that the nodes that answered have no row: the

@@ -744,9 +744,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	if tasks == nil {
 		tasks = []*task.Task{} // "tasks": [] rather than null
 	}
-	for _, p := range partial {
-		fmt.Fprintf(stderr, "warning: partial answer, the tasks of a node are missing: %s\n", p)
-	}
+	warnPartial(stderr, "tasks", partial)
 	out := listResult{Tasks: tasks, NextCursor: opts.Cursor, Partial: partial}
 	table := func(w io.Writer) error { return writeTaskTable(w, tasks) }
 	if status != "" {
@@ -1133,9 +1131,7 @@ func taskHistory(args []string, stdout, stderr io.Writer) int {
 		if execs == nil {
 			execs = []task.Execution{}
 		}
-		for _, p := range resp.Partial {
-			fmt.Fprintf(c.stderr, "warning: partial answer, the records of a node are missing: %s\n", p)
-		}
+		warnPartial(c.stderr, "records", resp.Partial)
 		out := struct {
 			Executions []task.Execution `json:"executions"`
 			Partial    []string         `json:"partial,omitempty"`
