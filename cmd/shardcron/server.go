@@ -799,7 +799,11 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
 	explain := func(err error) error { return explainEtcd(endpoints, etcdTLS, err) }
-	if err := waitForEtcd(ctx, cli, endpoints, f.startTimeout, explain, log); err != nil {
+	health := func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "/shardcron-health", clientv3.WithCountOnly())
+		return err
+	}
+	if err := waitForEtcd(ctx, health, endpoints, f.startTimeout, explain, log); err != nil {
 		return err
 	}
 
@@ -1030,33 +1034,41 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 	return cli, tlsCfg, nil
 }
 
-// waitForEtcd retries until etcd answers, logging each failure, and gives
-// up after timeout with an error that names the endpoints. explain adds to
-// the first failure's warning, and to that error, what is wrong with the
-// endpoints (explainEtcd): the client's own error is only its deadline,
-// which the warnings repeated for --start-timeout, a minute by default.
-func waitForEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, timeout time.Duration, explain func(error) error, log *slog.Logger) error {
-	deadline := time.Now().Add(timeout)
+// waitForEtcd retries get, a read from etcd, until it answers, logging
+// each failure, and gives up after timeout with an error that names the
+// endpoints. explain adds to the first failure's warning, and to that
+// error, what is wrong with the endpoints (explainEtcd): the client's own
+// error is only its deadline, which the warnings repeated for
+// --start-timeout, a minute by default. Each attempt (2 s at most) and
+// each pause between them (1 s) ends at timeout's deadline: checked only
+// between them, --start-timeout 3s gave up after 5 s.
+func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints []string, timeout time.Duration, explain func(error) error, log *slog.Logger) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	giveUp := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return explain(fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err))
+	}
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := cli.Get(actx, "/shardcron-health", clientv3.WithCountOnly())
+		actx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		err := get(actx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if wctx.Err() != nil {
+			return giveUp(err)
 		}
-		if time.Now().After(deadline) {
-			return explain(fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err))
-		}
+		warning := err
 		if attempt == 1 {
-			err = explain(err)
+			warning = explain(err)
 		}
-		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", err)
+		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", warning)
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-wctx.Done():
+			return giveUp(err)
 		case <-time.After(time.Second):
 		}
 	}

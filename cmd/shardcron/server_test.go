@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -1163,5 +1165,40 @@ func TestListenWarnings(t *testing.T) {
 				t.Errorf("%s: warning %q does not name %s and the address", tc.addr, ws[i], w)
 			}
 		}
+	}
+}
+
+// Each attempt to reach etcd and each pause between them ends at
+// --start-timeout's deadline: checked only between them, --start-timeout
+// 3s gave up after 5 s. An attempt's deadline outlived the wait (its 2 s
+// from the start, the wait given up after the 1 s pause), and an attempt
+// began after the deadline, the pause having outlasted it.
+func TestWaitForEtcd_AttemptsAndPausesEndAtTheDeadline(t *testing.T) {
+	var deadlines []time.Time
+	var lateStarts int
+	get := func(ctx context.Context) error {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			t.Fatal("an attempt without a deadline")
+		}
+		deadlines = append(deadlines, dl)
+		if ctx.Err() != nil {
+			lateStarts++
+		}
+		return errors.New("connection refused")
+	}
+	err := waitForEtcd(context.Background(), get, []string{"127.0.0.1:1"}, 10*time.Millisecond,
+		func(err error) error { return err }, slog.New(slog.DiscardHandler))
+	returned := time.Now()
+	if err == nil || !strings.Contains(err.Error(), "etcd at 127.0.0.1:1 is unreachable after 10ms: connection refused") {
+		t.Errorf("err = %v, want the endpoint unreachable after 10ms with the attempt's error", err)
+	}
+	for i, dl := range deadlines {
+		if dl.After(returned) {
+			t.Errorf("attempt %d's deadline is %v past the wait's end: beyond the overall deadline", i+1, dl.Sub(returned))
+		}
+	}
+	if lateStarts > 0 {
+		t.Errorf("%d of %d attempts began after the overall deadline: a pause outlasted it", lateStarts, len(deadlines))
 	}
 }
