@@ -1304,6 +1304,44 @@ func TestImport_InterruptWhileWaitingForInput(t *testing.T) {
 	}
 }
 
+// A slow producer's lines are written as they come: a batch not yet full
+// is sent once its first line has waited importFlush. Nothing was sent
+// until --batch lines (1000) came or the input ended, so one line then a
+// stall wrote nothing for as long as the pipe stayed open.
+func TestImport_PartialBatchIsSentWhileTheInputStalls(t *testing.T) {
+	arrived := make(chan struct{})
+	var once sync.Once
+	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
+		once.Do(func() { close(arrived) })
+		return false
+	})
+	pr, pw := io.Pipe()
+	exited := make(chan cliResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := runImport([]string{"--server", ts.URL, "-"}, pr, &out, &errb)
+		exited <- cliResult{code, out.String(), errb.String()}
+	}()
+	if _, err := io.WriteString(pw, jsonl("a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case r := <-exited:
+		t.Fatalf("the import ended with its input open:\n%s", r)
+	case <-time.After(30 * time.Second):
+		pw.Close()
+		t.Fatalf("the line was not sent while the input stalled; once it closed:\n%s", <-exited)
+	}
+	pw.Close()
+	wantCLI(t, <-exited, 0, []string{"imported 1 task, 0 errors"}, nil)
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if !slices.Equal(fb.ids, []string{"a"}) {
+		t.Errorf("written %q, want [a]", fb.ids)
+	}
+}
+
 // interruptOnce runs cmd, a client command, until ready (or fails the
 // test with never), then sends it SIGINT, waits for it and checks that
 // it exited 1, as a command stopped before its end does.

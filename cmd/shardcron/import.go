@@ -31,9 +31,11 @@ const importHelp = `Usage: shardcron import [flags] FILE
 
 Bulk-loads tasks from JSON Lines: one task JSON object per line (docs/api.md
 "Task JSON"); blank lines and lines starting with # are skipped. Tasks are
-sent in batches to POST /v1/tasks:batch. A line that is not valid (bad
-JSON, a task the server refuses, more than 64 KiB) is reported with its
-line number and does not stop the others. Importing the same file again is
+sent in batches to POST /v1/tasks:batch: --batch lines, or fewer once
+the first has waited 1 s (a slow producer's tasks are written as they
+come, not when --batch lines have come or the input ended). A line
+that is not valid (bad JSON, a task the server refuses, more than 64
+KiB) is reported with its line number and does not stop the others. Importing the same file again is
 harmless: tasks that did not change are not rewritten. A line replaces its
 task whole, as 'task put' does: a task paused since the file was written
 (task pause) is resumed by a line without "paused": true, its pause note
@@ -86,6 +88,10 @@ const (
 	maxImportBatchBytes = 8 << 20
 	importRetries       = 4 // attempts of one batch, counting the first
 	importBackoff       = 500 * time.Millisecond
+	// importFlush is how long a batch's first line waits for the batch to
+	// fill: a slow producer's tasks are written as they come, not once
+	// --batch lines have come or the input ended.
+	importFlush = time.Second
 )
 
 // lineError is an import error tied to an input line.
@@ -296,6 +302,14 @@ type readResult struct {
 	eof   bool
 }
 
+// readLine is what one lineReader.next gave, its data a copy.
+type readLine struct {
+	data []byte
+	line int
+	lerr *lineError
+	err  error
+}
+
 // importBatch is the lines of one request.
 type importBatch struct {
 	body  []byte   // the lines, each ending in "\n"
@@ -319,17 +333,25 @@ func (b *importBatch) put(line int, data []byte, id string) {
 // once every batch it sent has its answer.
 func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 	lr := newLineReader(r)
-	// Batches are read on a goroutine of their own, one when asked, so that
-	// a signal stops an import whose input has nothing to give yet (a pipe
-	// that is slow or stalled): a read cannot be canceled. The goroutine
-	// ends with the read under way once next is closed; a command stopped
-	// by a signal exits without waiting for it.
-	next, reads := make(chan struct{}), make(chan readResult, 1)
-	defer close(next)
+	// Lines are read on a goroutine of their own, one ahead at most, so
+	// that a signal stops an import whose input has nothing to give yet (a
+	// pipe that is slow or stalled), and a batch not yet full is sent
+	// after importFlush all the same: a read cannot be canceled. The
+	// goroutine ends with the read under way once stop is closed; a
+	// command stopped by a signal exits without waiting for it.
+	lines, stop := make(chan readLine), make(chan struct{})
+	defer close(stop)
 	go func() {
-		for range next {
-			b, local, err := im.readBatch(lr)
-			reads <- readResult{b: b, local: local, err: err, eof: lr.eof}
+		for {
+			data, line, lerr, err := lr.next()
+			select {
+			case lines <- readLine{data: bytes.Clone(data), line: line, lerr: lerr, err: err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
 	}()
 	done := 0 // input lines dealt with in order: sent, skipped or reported
@@ -356,24 +378,12 @@ func (im *importer) run(ctx context.Context, r io.Reader, name string) int {
 		}
 	}
 	for fatal == nil {
-		next <- struct{}{}
-		var rd readResult
-		select {
-		case rd = <-reads:
-		case <-ctx.Done():
-			for len(queue) > 0 && fatal == nil { // the batches sent before the signal
-				settle()
-			}
-			if fatal == nil {
-				fatal = ctx.Err()
-			}
-		}
-		if fatal != nil {
-			break
-		}
+		rd := im.readBatch(ctx, lines)
 		b, local, err := rd.b, rd.local, rd.err
 		if err != nil {
-			for len(queue) > 0 && fatal == nil { // the batches before the bad read
+			// The batches before the bad read, or the signal (the error
+			// is then errInterrupted, below).
+			for len(queue) > 0 && fatal == nil {
 				settle()
 			}
 			if fatal == nil {
@@ -489,34 +499,48 @@ func (im *importer) forgetRefused(s *sending) {
 	}
 }
 
-// readBatch reads lines up to the batch size or byte limit. Lines that
-// cannot be sent are returned as errors and do not count toward the batch.
-func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error) {
+// readBatch takes lines from lines up to the batch size or byte limit, or
+// until the first has waited importFlush; its error is ctx's once ctx is
+// done. Lines that cannot be sent are returned as errors and do not count
+// toward the batch.
+func (im *importer) readBatch(ctx context.Context, lines <-chan readLine) readResult {
 	b := &importBatch{}
-	start := lr.line
-	var local []lineError
-	var err error
+	rd := readResult{b: b}
 	refused := map[string]int{} // the last line of each id refused here, when it could be read
+	var flush <-chan time.Time  // set at the batch's first line
+read:
 	for len(b.lines) < im.batch && len(b.body) < im.maxBytes {
-		var data []byte
-		var line int
-		var lerr *lineError
-		data, line, lerr, err = lr.next()
-		if err != nil {
-			if err == io.EOF {
-				err = nil
+		var l readLine
+		select {
+		case l = <-lines:
+		case <-flush:
+			break read
+		case <-ctx.Done():
+			return readResult{err: ctx.Err()}
+		}
+		if l.err != nil {
+			if l.err == io.EOF {
+				rd.eof = true
+			} else {
+				rd.err = l.err
 			}
 			break
 		}
-		if lerr != nil {
-			local = append(local, *lerr)
-			if lerr.id != "" {
-				refused[lerr.id] = lerr.Line
+		b.read++
+		if flush == nil {
+			t := time.NewTimer(importFlush)
+			defer t.Stop()
+			flush = t.C
+		}
+		if l.lerr != nil {
+			rd.local = append(rd.local, *l.lerr)
+			if l.lerr.id != "" {
+				refused[l.lerr.id] = l.lerr.Line
 			}
 			continue
 		}
-		if data != nil {
-			b.add(line, data)
+		if l.data != nil {
+			b.add(l.line, l.data)
 		}
 	}
 	// As the server does with a later item it refuses: when an id's last
@@ -529,12 +553,12 @@ func (im *importer) readBatch(lr *lineReader) (*importBatch, []lineError, error)
 		var gone []int
 		b, gone = b.without(id)
 		for _, l := range gone {
-			local = append(local, lineError{Line: l, Error: fmt.Sprintf(
+			rd.local = append(rd.local, lineError{Line: l, Error: fmt.Sprintf(
 				"not written: task %q comes again on line %d, which was refused", id, at)})
 		}
 	}
-	b.read = lr.line - start
-	return b, local, err
+	rd.b = b
+	return rd
 }
 
 // lastIndex is the index of the last v in s, or -1.
