@@ -76,7 +76,7 @@ func (r *Registry) listKV(ctx context.Context, opts ListOptions, fn func(*mvccpb
 	case limit < 0 || limit > MaxListLimit:
 		return "", task.Invalid("limit", "want 1 to %d, got %d", MaxListLimit, limit)
 	}
-	if err := checkCursor(opts.Cursor); err != nil {
+	if err := CheckCursor(opts.Cursor); err != nil {
 		return "", err
 	}
 	q := query{prefix: opts.Prefix, labels: opts.Labels, after: opts.Cursor}
@@ -94,12 +94,9 @@ func (r *Registry) listKV(ctx context.Context, opts ListOptions, fn func(*mvccpb
 	return last, nil
 }
 
-// checkCursor refuses a cursor that cannot be an id.
 // CheckCursor refuses (*task.ValidationError) a cursor that cannot be the
 // last id of a page, as List does.
-func CheckCursor(c string) error { return checkCursor(c) }
-
-func checkCursor(c string) error {
+func CheckCursor(c string) error {
 	if c == "" {
 		return nil
 	}

@@ -625,33 +625,26 @@ func (m *labelFlag) Set(s string) error {
 	return (*kvFlag)(m).Set(s)
 }
 
-// prefixFlag is --prefix P, the start of a task id: a prefix no id can
-// start with is a usage error before any request, as a label key is
-// (labelFlag); the node refused it, exit 1.
-type prefixFlag string
+// prefixFlag is --prefix P, the start of a task id, and cursorFlag
+// --cursor C, the last id of a page: a prefix no id can start with, or a
+// cursor no id can be, is a usage error before any request, as a label key
+// is (labelFlag); the node refused it, exit 1.
+type (
+	prefixFlag string
+	cursorFlag string
+)
 
-func (p *prefixFlag) String() string { return string(*p) }
+func (p *prefixFlag) String() string     { return string(*p) }
+func (p *prefixFlag) Set(s string) error { return setChecked((*string)(p), s, task.CheckPrefix) }
+func (c *cursorFlag) String() string     { return string(*c) }
+func (c *cursorFlag) Set(s string) error { return setChecked((*string)(c), s, registry.CheckCursor) }
 
-func (p *prefixFlag) Set(s string) error {
-	if err := task.CheckPrefix(s); err != nil {
+// setChecked sets *v to s, once check takes it.
+func setChecked(v *string, s string, check func(string) error) error {
+	if err := check(s); err != nil {
 		return flagReason(err)
 	}
-	*p = prefixFlag(s)
-	return nil
-}
-
-// cursorFlag is --cursor C, the last id of a page: a cursor no id can be
-// is a usage error before any request, as a prefix is (prefixFlag); the
-// node refused it, exit 1.
-type cursorFlag string
-
-func (c *cursorFlag) String() string { return string(*c) }
-
-func (c *cursorFlag) Set(s string) error {
-	if err := registry.CheckCursor(s); err != nil {
-		return flagReason(err)
-	}
-	*c = cursorFlag(s)
+	*v = s
 	return nil
 }
 
