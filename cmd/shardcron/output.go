@@ -384,3 +384,16 @@ func printable(s string) string {
 		return r
 	}, s)
 }
+
+// shellQuote is s as a POSIX shell reads it back as one word: as it is
+// when it holds only characters no shell treats specially, else in single
+// quotes. A hint that gives a task id to paste (a cursor) must survive an
+// id with a space or a quote in it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

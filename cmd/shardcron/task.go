@@ -761,7 +761,7 @@ func taskList(args []string, stdout, stderr io.Writer) int {
 	}
 	rc := printResult(c, &cf, out, orNone(len(tasks), none, table))
 	if rc == exitOK && cf.output == outputTable && opts.Cursor != "" {
-		fmt.Fprintf(stderr, "more tasks: list them all with --all, or the next page with --cursor %s\n", opts.Cursor)
+		fmt.Fprintf(stderr, "more tasks: list them all with --all, or the next page with --cursor %s\n", shellQuote(opts.Cursor))
 	}
 	return rc
 }
