@@ -635,14 +635,12 @@ func (ls *leavers) seal(rel release, late bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for p, h := range rel.hand {
-		switch {
-		case h.fence == 0:
-			// Released while loading: nothing of it was dispatched here,
-			// and the jobs of the release before are still that one's.
-		case late:
+		// A release that was not graceful (a fence, an acquire undone)
+		// leaves the record of the graceful one before, whose jobs are
+		// still its own, and so does one while loading (fence 0), which
+		// dispatched nothing.
+		if late && h.fence != 0 {
 			ls.released[p] = releasedPart{fence: h.fence, created: h.created}
-		default:
-			delete(ls.released, p)
 		}
 	}
 	if rel.running == nil {

@@ -150,6 +150,10 @@ func TestLoop_UnrunJobGoesByItsPartitionsRelease(t *testing.T) {
 	if tl.pool.leaving.unrun(&j) {
 		t.Error("a job was handed on before its release was sealed")
 	}
+	tl.pool.leaving.seal(rel, false) // as a fence's, or an undone acquire's
+	if tl.pool.leaving.unrun(&j) {
+		t.Error("a job was handed on by a release that was not graceful")
+	}
 	tl.pool.leaving.seal(rel, true)
 	for name, other := range map[string]func(j *job){
 		"another fence":   func(j *job) { j.fence = 8 },
@@ -174,10 +178,13 @@ func TestLoop_UnrunJobGoesByItsPartitionsRelease(t *testing.T) {
 		t.Error("a release while loading, after, took the record of the release that dispatched the job")
 	}
 	handed()
-	tl.pool.leaving.seal(rel, false) // a fence's, or an undone acquire's
-	if tl.pool.leaving.unrun(&j) {
-		t.Error("a job was handed on by a release that was not graceful")
+	// Nor does a later release that was not graceful: the job is still the
+	// graceful one's.
+	tl.pool.leaving.seal(release{hand: map[int]*handOver{0: {fence: 10}}}, false)
+	if !tl.pool.leaving.unrun(&j) {
+		t.Error("a release that was not graceful, after, took the record of the release that dispatched the job")
 	}
+	handed()
 }
 
 // len is how many tasks the leavers hold.
