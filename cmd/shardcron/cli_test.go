@@ -1255,12 +1255,7 @@ func TestImport_InterruptSaysWhereItStopped(t *testing.T) {
 // SIGTERM until the next batch's lines came or the pipe closed, and only
 // a second signal, which kills it, ended it.
 func TestImport_InterruptWhileWaitingForInput(t *testing.T) {
-	arrived := make(chan struct{})
-	var once sync.Once
-	ts, _ := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
-		once.Do(func() { close(arrived) })
-		return false
-	})
+	ts, _, arrived := firstBatchSignal(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -1309,12 +1304,7 @@ func TestImport_InterruptWhileWaitingForInput(t *testing.T) {
 // until --batch lines (1000) came or the input ended, so one line then a
 // stall wrote nothing for as long as the pipe stayed open.
 func TestImport_PartialBatchIsSentWhileTheInputStalls(t *testing.T) {
-	arrived := make(chan struct{})
-	var once sync.Once
-	ts, fb := fakeBatchServer(t, func(w http.ResponseWriter, lines [][]byte) bool {
-		once.Do(func() { close(arrived) })
-		return false
-	})
+	ts, fb, arrived := firstBatchSignal(t)
 	pr, pw := io.Pipe()
 	exited := make(chan cliResult, 1)
 	go func() {
@@ -1340,6 +1330,18 @@ func TestImport_PartialBatchIsSentWhileTheInputStalls(t *testing.T) {
 	if !slices.Equal(fb.ids, []string{"a"}) {
 		t.Errorf("written %q, want [a]", fb.ids)
 	}
+}
+
+// firstBatchSignal is a fakeBatchServer that takes every batch, and a
+// channel closed when the first comes.
+func firstBatchSignal(t *testing.T) (*httptest.Server, *fakeBatches, <-chan struct{}) {
+	arrived := make(chan struct{})
+	var once sync.Once
+	ts, fb := fakeBatchServer(t, func(http.ResponseWriter, [][]byte) bool {
+		once.Do(func() { close(arrived) })
+		return false
+	})
+	return ts, fb, arrived
 }
 
 // interruptOnce runs cmd, a client command, until ready (or fails the
