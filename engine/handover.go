@@ -288,6 +288,10 @@ type pendingFire struct {
 	Attempt  uint16         `json:"attempt,omitempty"`
 	Due      time.Time      `json:"due,omitzero"`
 	Override *task.Override `json:"override,omitempty"`
+	// Trigger: attempt 1 is a trigger's, handed on unrun (fireExtra.trig,
+	// the revision of its key): it runs while its task is paused, as the
+	// trigger's own fire does. A node that does not read it skips it then.
+	Trigger int64 `json:"trigger,omitempty"`
 }
 
 // handedFire is the fire of task id at sched (unix ns), of a kind
@@ -303,8 +307,12 @@ func handedFire(id string, sched int64, kind uint8) pendingFire {
 // the canceled one).
 func handedRetry(id string, sched int64, attempt uint16, due int64, x *fireExtra) pendingFire {
 	bf := x.backfill()
-	return pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil && !bf.stopped.Load(),
+	f := pendingFire{ID: id, At: time.Unix(0, sched).UTC(), Backfill: bf != nil && !bf.stopped.Load(),
 		Attempt: attempt, Due: time.Unix(0, due).UTC(), Override: x.override()}
+	if x.triggersFirst(attempt) {
+		f.Trigger = x.trig
+	}
+	return f
 }
 
 // scheduled reports whether f is a fire of its task's schedule, which the
@@ -841,7 +849,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			if f.Backfill {
 				bf = c.bfs[f.ID]
 			}
-			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), extraOf(f.Override, bf))
+			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), handedExtra(f.Override, bf, f.Trigger))
 			continue
 		}
 		if f.Backfill {

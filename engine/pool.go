@@ -76,6 +76,17 @@ func extraOf(over *task.Override, bf *backfillRun) *fireExtra {
 	return &fireExtra{over: over, bf: bf}
 }
 
+// handedExtra is the extra of a retry a former owner handed on with
+// override over, of backfill bf; trig is the revision of the trigger whose
+// first attempt it is (registry.Retry.Trigger, pendingFire.Trigger), 0 for
+// none.
+func handedExtra(over *task.Override, bf *backfillRun, trig int64) *fireExtra {
+	if trig == 0 {
+		return extraOf(over, bf)
+	}
+	return &fireExtra{over: over, bf: bf, trig: trig}
+}
+
 // triggersFirst reports whether attempt of x's fire is a trigger's first,
 // which runs while its task is paused, as every trigger's fire does: also
 // when a stopping node met it unrun and handed it on (leavers.toEtcd,

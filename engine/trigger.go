@@ -217,11 +217,11 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		// here, as a retry handed over in a checkpoint does, and goes
 		// with the partition as any waiting retry. Its key goes now.
 		l.triggered[f.key()] = seenTrigger{until: now + int64(triggerWait), rev: f.rev, attempt: f.attempt(), ended: true}
-		x := extraOf(f.over, f.bf)
+		var trig int64
 		if f.retry.Trigger {
-			x = &fireExtra{over: f.over, bf: f.bf, trig: f.rev} // a trigger's first attempt: it runs while the task is paused
+			trig = f.rev
 		}
-		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), x)
+		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), handedExtra(f.over, f.bf, trig))
 		l.pool.ends.add(f.end())
 		return true
 	}

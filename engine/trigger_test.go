@@ -2099,3 +2099,65 @@ func TestLoop_TriggersFirstAttemptHandedOnUnrunRunsWhileItsTaskIsPaused(t *testi
 		})
 	}
 }
+
+// A trigger's first attempt handed on through etcd (registry.Retry.Trigger)
+// runs while its task is paused. Still waiting for its due time when its
+// partition goes again, it goes to the next owner in the released
+// checkpoint, or in the watermark should this node crash: listed as a
+// plain first attempt there, a pause on the next owner skipped it.
+func TestLoop_TriggersFirstAttemptHandedOverAgainRunsWhileItsTaskIsPaused(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sched, due := at.Add(-2*time.Second), at.Add(10*time.Second)
+	for _, tc := range []struct {
+		name     string
+		trigger  bool
+		released bool // handed over in the released checkpoint, else in the watermark
+		want     []string
+	}{
+		{"trigger, released", true, true, []string{fmt.Sprintf("p@%d", sched.UnixMilli())}},
+		{"trigger, watermark", true, false, []string{fmt.Sprintf("p@%d", sched.UnixMilli())}},
+		{"schedule, released", false, true, nil},
+		{"schedule, watermark", false, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := noopProfile(task.MisfireFireOnce)
+			def := func(tl *testLoop, paused bool) taskDef {
+				h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "p")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return taskDef{id: "p", hash: xxhash.Sum64String("p"), part: 0, sched: h, prof: prof, paused: paused}
+			}
+			first := newTestLoop(t, at, nil)
+			first.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(first, false)}})
+			first.putRetry(0, "p", sched.Add(time.Millisecond), 5, registry.Retry{Attempt: 1, Due: due, At: sched, Trigger: tc.trigger})
+			first.dispatch()
+			var fires []pendingFire
+			if tc.released {
+				fires = first.releaseNow(0).hand[0].pending
+			} else {
+				fires = first.waitingRetriesOf(0).Fires
+			}
+			if len(fires) != 1 {
+				t.Fatalf("handed over %+v, want the waiting retry", fires)
+			}
+			b, err := json.Marshal(fires) // as a checkpoint or a watermark carries them
+			if err != nil {
+				t.Fatal(err)
+			}
+			fires = nil
+			if err := json.Unmarshal(b, &fires); err != nil {
+				t.Fatal(err)
+			}
+
+			next := newTestLoop(t, at, nil)
+			next.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(next, true)}})
+			next.handle(&takeOverCmd{part: 0, fires: fires})
+			next.clock.Advance(due.Sub(at))
+			next.dispatch()
+			if got := next.dispatched(0); !slices.Equal(got, tc.want) {
+				t.Errorf("dispatched %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

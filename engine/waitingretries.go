@@ -346,5 +346,8 @@ func (f pendingFire) jsonSize() int {
 	if !f.Due.IsZero() {
 		n += len(`,"due":""`) + len(f.Due.AppendFormat(buf[:0], time.RFC3339Nano))
 	}
+	if f.Trigger != 0 {
+		n += len(`,"trigger":`) + len(strconv.AppendInt(buf[:0], f.Trigger, 10))
+	}
 	return n
 }

@@ -456,12 +456,13 @@ func TestEngine_HeldRetriesLeaveAWaitingFireDueAfterTheResumeToTheSchedule(t *te
 
 // FuzzPendingFireJSONSize: the size a publish counts is json.Marshal's.
 func FuzzPendingFireJSONSize(f *testing.F) {
-	f.Add("a", int64(0), int64(0), uint16(0), false, false)
-	f.Add(`t"<&>\`, int64(1_700_000_000_123_000_000), int64(1_700_000_001_000_000_000), uint16(3), true, false)
-	f.Add("é\u2028", int64(-1), int64(5), uint16(2), false, true)
-	f.Add("x\x01y", int64(1), int64(0), uint16(65535), false, false)
-	f.Fuzz(func(t *testing.T, id string, at, due int64, attempt uint16, backfill, override bool) {
-		p := pendingFire{ID: id, At: time.Unix(0, at).UTC(), Backfill: backfill, Attempt: attempt}
+	f.Add("a", int64(0), int64(0), uint16(0), false, false, int64(0))
+	f.Add(`t"<&>\`, int64(1_700_000_000_123_000_000), int64(1_700_000_001_000_000_000), uint16(3), true, false, int64(0))
+	f.Add("é\u2028", int64(-1), int64(5), uint16(2), false, true, int64(0))
+	f.Add("x\x01y", int64(1), int64(0), uint16(65535), false, false, int64(0))
+	f.Add("t", int64(1), int64(2), uint16(1), false, false, int64(123456789))
+	f.Fuzz(func(t *testing.T, id string, at, due int64, attempt uint16, backfill, override bool, trigger int64) {
+		p := pendingFire{ID: id, At: time.Unix(0, at).UTC(), Backfill: backfill, Attempt: attempt, Trigger: trigger}
 		if due != 0 {
 			p.Due = time.Unix(0, due).UTC()
 		}
