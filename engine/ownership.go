@@ -583,8 +583,10 @@ func (s *serving) end(leaving bool) {
 		return
 	}
 	e.drop(s.sess, s.parts, s.stuck)
-	// Past the drop's reset of the queue: a session that still lives (the
-	// member watch ended) let workers take jobs until then. It ends now.
+	// Past the drop's reset of the queue, which workers took jobs from
+	// until then. The session has ended (a drop comes only with a fence or
+	// a lost lease: the member watch ends only with ctx, a graceful end),
+	// but its end's goroutine may not have cut yet.
 	s.cut()
 	_ = s.sess.Close()
 }
