@@ -425,7 +425,7 @@ func (l *loop) releaseRetry(slot uint32) {
 		}
 		return
 	}
-	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.extra)
+	l.admitRetry(rs.rec, r, rs.sched, rs.attempt, rs.extra, rs.listed)
 }
 
 // skipPaused skips, recorded so, the fires that have not started of the
@@ -503,12 +503,19 @@ func (l *loop) skipForPause(i uint32, r *record, sched int64, attempt uint16) {
 // admitRetry queues a retry. While another fire of the task runs, only
 // allow lets it run alongside: forbid and buffer_one keep fires apart and
 // replace lets the newer fire win, so the retry is skipped.
-func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, x *fireExtra) {
+func (l *loop) admitRetry(i uint32, r *record, sched int64, attempt uint16, x *fireExtra, listed bool) {
 	prof := l.profs.list[r.prof]
-	// A run elsewhere does not count: while its marker stands, no fire of
-	// a task that keeps its fires apart starts here, so the retry is of
-	// that run's fire (handed on), or of one before it.
-	if x.backfill() == nil && admit(prof.concurrency, l.runningHere(i, r), false, true) == admitSkip {
+	// While its marker stands, no fire of a task that keeps its fires
+	// apart starts here, so a retry handed on through etcd may be of a
+	// run elsewhere's own fire, which ended: such a run does not count.
+	// A retry a hand-over listed (listed) waited at a release past which
+	// the run went on, so it is of an earlier fire, which its former
+	// owner would have skipped beside that run.
+	running := l.runningHere(i, r)
+	if listed {
+		running = int(r.running)
+	}
+	if x.backfill() == nil && admit(prof.concurrency, running, false, true) == admitSkip {
 		l.skip(r, sched, attempt, "a newer fire of the task is running (concurrency "+string(prof.concurrency)+")")
 		return
 	}
@@ -622,20 +629,20 @@ type handedRetryKey struct {
 }
 
 // waitHandedRetry is waitRetry for a retry a former owner handed on, in
-// its released checkpoint or its watermark, or through etcd (leavers):
+// its released checkpoint or its watermark (listed), or through etcd (leavers):
 // should both hold it (the owner that took its key listed it, before the
 // key's delete succeeded), it runs once. An acquire runs the lists before
 // it reads the keys, and a retry already due there (its backoff ran out
 // while a crashed owner's lease expired) came due in between: it is
 // remembered triggerWait since (loop.handed), as a trigger that fired is.
-func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra) {
+func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra, listed bool) {
 	k := handedRetryKey{i, r.gen, sched, attempt}
 	if _, ok := l.handed[k]; ok {
 		return
 	}
 	l.handed[k] = 0
 	slot := l.waitRetry(i, r, sched, attempt, due, x)
-	l.retries[slot].handed = true
+	l.retries[slot].handed, l.retries[slot].listed = true, listed
 }
 
 // freeRetry frees a retry's slot, due or handed over.

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/registry"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
@@ -400,4 +401,65 @@ func TestEngine_ReleaseWaitsUntilEtcdTakesItsMarkers(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().RunsElsewhere == 0 })
 	b.stop(t)
 	a.stop(t)
+}
+
+// A retry of an earlier fire, waiting for its backoff at the release,
+// while a later fire of its task (forbid) runs on past it, is skipped by
+// the next owner when it comes due while that run's marker stands, as
+// its former owner would have skipped it beside its own run: it is not
+// the run's own retry (that one is handed on through etcd once the run
+// failed, after the release), which runs whatever its marker. It ran
+// beside the run elsewhere.
+func TestLoop_HandedRetryOfAnEarlierFireWaitsForTheRunElsewhere(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	prof := retryingProfile()
+	prof.key, prof.concurrency = "noop/retry3/forbid", task.ConcurrencyForbid
+	a := newTestLoop(t, base.Add(-time.Second/2), nil)
+	a.add(t, 0, base.Add(-time.Second), prof, "* * * * * *", "fb")
+	a.clock.Advance(time.Second/2 + time.Millisecond)
+	a.dispatch()
+	a.failFirstQueued() // 12:00:00 fails: its retry waits 10 s
+	a.clock.Advance(time.Second)
+	a.dispatch()
+	if got, want := a.dispatched(0), []string{fmt.Sprintf("fb@%d", base.Add(time.Second).UnixMilli())}; !slices.Equal(got, want) {
+		t.Fatalf("dispatched %v, want %v", got, want)
+	}
+	a.takeQueued() // 12:00:01 runs on past the release
+	rel := a.releaseNow(0)
+	if rel.running == nil || rel.running.n != 1 {
+		t.Fatalf("the release waits for %+v, want the run of 12:00:01", rel.running)
+	}
+	var pending []pendingFire
+	for _, f := range rel.hand[0].pending {
+		if f.Attempt > 1 {
+			pending = append(pending, f)
+		}
+	}
+	if len(pending) != 1 {
+		t.Fatalf("the release hands over %+v, want the retry of 12:00:00", rel.hand[0].pending)
+	}
+
+	b := newTestLoop(t, a.clock.Now(), nil)
+	h, err := b.scheds.Intern("* * * * * *", "UTC", "fb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.handle(&loadCmd{part: 0, resume: rel.hand[0].mark, first: true, done: make(chan struct{}),
+		handed: handedTo{elsewhere: map[string][]string{"fb": {"m/fb"}}},
+		defs:   []taskDef{{id: "fb", hash: xxhash.Sum64String("fb"), part: 0, sched: h, prof: prof}}})
+	b.handle(&takeOverCmd{part: 0, fires: rel.hand[0].pending})
+	b.clock.Advance(pending[0].Due.Sub(b.clock.Now()) + time.Millisecond)
+	b.dispatchAll()
+	if got := b.dispatched(0); len(got) != 0 {
+		t.Errorf("dispatched %v beside the run of 12:00:01 elsewhere", got)
+	}
+	// The run of 12:00:01 fails: its retry, handed on through etcd, runs
+	// though its marker's delete has not come yet.
+	own := base.Add(time.Second)
+	b.putRetry(0, "fb", own.Add(time.Millisecond), 1, registry.Retry{Attempt: 2, Due: b.clock.Now(), At: own})
+	b.clock.Advance(time.Millisecond)
+	b.dispatchAll()
+	if got, want := b.dispatched(0), []string{fmt.Sprintf("fb@%d", own.UnixMilli())}; !slices.Equal(got, want) {
+		t.Errorf("dispatched %v, want the retry of the run elsewhere's own fire %v", got, want)
+	}
 }

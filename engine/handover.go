@@ -849,7 +849,7 @@ func (l *loop) takeOver(c *takeOverCmd) {
 			if f.Backfill {
 				bf = c.bfs[f.ID]
 			}
-			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), handedExtra(f.Override, bf, f.Trigger))
+			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), handedExtra(f.Override, bf, f.Trigger), true)
 			continue
 		}
 		if f.Backfill {

@@ -160,6 +160,7 @@ type retryState struct {
 	part     uint16     // its task's partition (retryIn)
 	pos      uint32     // its place in retryIn[part] while it waits
 	handed   bool       // a former owner handed it on (loop.handed)
+	listed   bool       // in a hand-over's list, not through etcd: runs elsewhere hold it (admitRetry)
 	extra    *fireExtra // the fire's: its override, and its backfill, told when its last attempt ends
 }
 

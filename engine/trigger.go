@@ -221,7 +221,7 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		if f.retry.Trigger {
 			trig = f.rev
 		}
-		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), handedExtra(f.over, f.bf, trig))
+		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), handedExtra(f.over, f.bf, trig), false)
 		l.pool.ends.add(f.end())
 		return true
 	}
