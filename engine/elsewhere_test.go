@@ -178,18 +178,25 @@ func TestEngine_MarkerGoesWhenItsRunEndsWhileItsNodeStillCloses(t *testing.T) {
 // skipped (forbid) for good.
 func TestEngine_MarkerWhoseDeleteFailedGoesOnceEtcdTakesIt(t *testing.T) {
 	m := startMarkedAtClose(t)
+	refused := refuseMarkerDeletes(m.faults)
+	m.hx.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return refused.Load() > 0 })
+	m.faults.deletes(nil)
+	m.bufferedStarts(t)
+}
+
+// refuseMarkerDeletes has f fail, from now on, every delete of a marker
+// of a run elsewhere, and returns how many it failed.
+func refuseMarkerDeletes(f *faultKV) *atomic.Int32 {
 	var refused atomic.Int32
-	m.faults.deletes(func(key string) bool {
+	f.deletes(func(key string) bool {
 		if strings.Contains(key, "/running/") {
 			refused.Add(1)
 			return true
 		}
 		return false
 	})
-	m.hx.open()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return refused.Load() > 0 })
-	m.faults.deletes(nil)
-	m.bufferedStarts(t)
+	return &refused
 }
 
 // Two runs of one task on one node, each past a release of the same
@@ -461,5 +468,35 @@ func TestLoop_HandedRetryOfAnEarlierFireWaitsForTheRunElsewhere(t *testing.T) {
 	b.dispatchAll()
 	if got, want := b.dispatched(0), []string{fmt.Sprintf("fb@%d", own.UnixMilli())}; !slices.Equal(got, want) {
 		t.Errorf("dispatched %v, want the retry of the run elsewhere's own fire %v", got, want)
+	}
+}
+
+// A replace fire on the next owner deletes the marker of the run it
+// replaces, whose node then cancels the run: a delete etcd refuses is
+// tried again while the node's session lives. Given up after 15 s (the
+// ninth try would have come at 16.3 s), the marker stayed, and the run
+// went on beside the fire that replaced it until it ended.
+func TestEngine_ReplaceFireDeletesAMarkerOnceEtcdTakesIt(t *testing.T) {
+	t.Parallel() // most of it waits for etcd's refusals to outlast 15 s
+	hp := startHeldPolicies(t, task.ConcurrencyReplace)
+	var id string
+	for id = range hp.ids {
+	}
+	refused := refuseMarkerDeletes(hp.bKV)
+	closed := closeInBackground(hp.a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(hp.b, id) })
+	waitNext(t, hp.b, id, limitsAt(2))
+	hp.clock.Advance(time.Second)
+	if r := hp.h.next(t); r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(2)) {
+		t.Fatalf("started %s@%s on %s, want the replace fire of 12:00:02 on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	etcdtest.WaitFor(t, 40*time.Second, func() bool { return refused.Load() >= 9 })
+	if !hp.old[id].running() {
+		t.Fatal("node-a's run of 12:00:01 ended while its marker stood: the test proves nothing")
+	}
+	hp.bKV.deletes(nil)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return !hp.old[id].running() })
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
 	}
 }

@@ -253,13 +253,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	})
 	e.loop.alerts = e.notify
 	e.loop.unmark = func(keys []string) {
+		life := e.sess.Load().Mutexes().Ctx()
 		e.marking.Go(func() {
-			// Bounded: a marker left behind only keeps its run from being
-			// canceled; its node still deletes it when the run ends.
-			ctx, cancel := context.WithTimeout(context.Background(), 3*etcdTimeout)
-			defer cancel()
-			if err := e.deleteMarkers(ctx, keys); err != nil {
-				e.log.Warn("deleting the markers of runs on former owners failed: those runs, which a replace fire here should have canceled, go on there until they end",
+			// Until the session ends: a marker left behind keeps its run,
+			// which the fire here replaced, going beside it. Past the
+			// session, the partition's next owner reads the marker and
+			// deletes it at its own replace fire.
+			if err := e.deleteMarkers(life, keys); err != nil {
+				e.log.Warn("the session ended before etcd took the deletes of the markers of runs on former owners: those runs, which a replace fire here should have canceled, go on there until the next owner's fire",
 					"markers", keys, "err", err)
 			}
 		})

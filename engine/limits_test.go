@@ -135,6 +135,7 @@ type heldPolicies struct {
 	a, b  *testNode
 	aEtcd *etcdtest.Proxy // node-a's way to etcd
 	aKV   *faultKV        // in front of node-a's client
+	bKV   *faultKV        // in front of node-b's client
 	ids   map[string]task.ConcurrencyPolicy
 	old   map[string]blocked // the held runs, by task
 }
@@ -166,7 +167,9 @@ func startHeldPoliciesWaiting(t *testing.T, runWait time.Duration, policies ...t
 	}
 	aCli := c.NewClient(t, hp.aEtcd.Endpoint())
 	hp.aKV = injectFaults(aCli)
-	hp.a, hp.b = start("node-a", aCli), start("node-b", c.NewClient(t))
+	bCli := c.NewClient(t)
+	hp.bKV = injectFaults(bCli)
+	hp.a, hp.b = start("node-a", aCli), start("node-b", bCli)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return hp.a.e.Stats().PartitionsOwned+hp.b.e.Stats().PartitionsOwned == limitsPolicyParts
 	})
