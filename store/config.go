@@ -253,8 +253,10 @@ func (c Config) logger() *slog.Logger {
 //   - no compression: task JSON and records are small, CPU is the scarce
 //     resource, and a corrupt uncompressed block cannot make Badger
 //     allocate a huge decompression buffer;
-//   - block checksums verified on every read, so a damaged block is an
-//     error, not wrong data;
+//   - block checksums verified on every read, so a damaged block is never
+//     read as data; Badger's reads end at it silently, though (a Get
+//     answers not found, an iterator stops), which is why Open checks
+//     every block first (checkDir);
 //   - no conflict detection: the store never reads and writes the same
 //     keys in one transaction against concurrent writers (writes of one
 //     partition are serialised by the caller), and blind writes cannot

@@ -33,10 +33,11 @@
 //   - A partition whose Reset or Drop was interrupted reads as never
 //     synced: Partition returns revision 0 and no tasks.
 //   - Partition reads tasks and revision from one snapshot.
-//   - A partition never reads short under a good revision: the revision
-//     key counts its tasks, and a scan that reads another number (Badger's
-//     iterators end silently at a block that fails its checksum) is an
-//     error matching ErrCorrupt.
+//   - A partition never reads short under a good revision: Open checks
+//     the checksum of every block of every table (ErrCorrupt), and the
+//     revision key counts its tasks, so that a scan that reads another
+//     number (Badger's iterators end silently at a block damaged after
+//     Open) is an error matching ErrCorrupt.
 //
 // It does not check that revisions increase, and it does not serialise
 // writers of one partition: the caller does (one owner per partition).

@@ -31,7 +31,8 @@ type KV struct {
 // reads another number fails with an error wrapping ErrCorrupt: Badger's
 // iterators end silently at a block that fails its checksum, which would
 // drop the tasks after it while keeping the revision (the caller then reads
-// p from etcd). A crash between the writes of a split Apply that added or
+// p from etcd). Open checks every block, so this is damage done to a table
+// after Open. A crash between the writes of a split Apply that added or
 // removed tasks does the same, at the cost of one more read of p. A
 // revision written before counts were kept reads as never synced: one
 // read of p from etcd after the upgrade, and p is counted from then on.
