@@ -31,7 +31,10 @@ func derivedAddr(listen string, offset int) string {
 // and errors in the node's log, and waits until it serves. It keeps one
 // hour of history (auto-compaction), so a node that restarts within the
 // hour resumes its watches instead of reloading. quota is its space quota
-// in bytes. It gives up when ctx ends (the node is asked to stop).
+// in bytes. It gives up when ctx ends: the node is asked to stop, or the
+// start's deadline passes. timeout, --start-timeout, only keeps
+// etcdembed's default (30 s) from coming first: the deadline, set before,
+// always does.
 func startEtcd(ctx context.Context, dir string, log *slog.Logger, clientAddr, peerAddr string, quota int64, timeout time.Duration) (*etcdembed.Server, error) {
 	return etcdembed.Start(ctx, etcdembed.Config{
 		Dir: dir, Logger: log,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,10 +18,11 @@ import (
 // what the operator can act on: a refused login names the flags to
 // check, and a connection that fails below gRPC (which only reports a
 // deadline) is tried once by hand, to the first endpoint, to find the
-// refused connection or the TLS error behind it. It
-// never adds a credential: the error texts it adds come from etcd and
-// crypto/tls.
-func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
+// refused connection or the TLS error behind it. The probe ends at ctx's
+// deadline, --start-timeout's (probeBudget), and is not made once ctx is
+// canceled: the node is stopping. It never adds a credential: the error
+// texts it adds come from etcd and crypto/tls.
+func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "authentication failed"):
@@ -29,13 +31,50 @@ func explainEtcd(endpoints []string, tlsCfg *tls.Config, err error) error {
 		strings.Contains(msg, "invalid auth token"):
 		return fmt.Errorf("%w (etcd has authentication on: give --etcd-user and --etcd-password-file)", err)
 	}
-	if len(endpoints) == 0 {
+	if len(endpoints) == 0 || errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
-	if perr := probeEtcd(endpoints[0], tlsCfg); perr != nil {
+	pctx, cancel := probeBudget(ctx)
+	defer cancel()
+	if perr := probeEtcd(pctx, endpoints[0], tlsCfg); perr != nil {
 		return fmt.Errorf("%w; %w", err, perr)
 	}
 	return err
+}
+
+// A probe of etcd takes probeTimeout at most, and no more than what is
+// left of its caller's deadline, but probeSlice at least: the error that
+// says --start-timeout passed is explained after the deadline, as is the
+// first attempt's when it ran into it (a --start-timeout under an
+// attempt's 2 s). A refused connection, a TLS error or an HTTP server
+// other than etcd answers within milliseconds, and is what the probe is
+// for; only an endpoint that answers nothing uses up the slice, and the
+// probe then adds nothing anyway. So a start gives up at most probeSlice
+// past --start-timeout, not the seconds of a probe of every step.
+const (
+	probeTimeout = 2 * time.Second
+	probeSlice   = 500 * time.Millisecond
+)
+
+// probeBudget returns the context of a probe under ctx (probeTimeout,
+// probeSlice). It outlives ctx's deadline by the slice, but not a cancel
+// of ctx (the node is asked to stop).
+func probeBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	end := now.Add(probeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
+		end = dl
+	}
+	if floor := now.Add(probeSlice); end.Before(floor) {
+		end = floor
+	}
+	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return pctx, func() { stop(); cancel() }
 }
 
 // errServesTLS is probeEtcd's finding for a plain endpoint that speaks TLS.
@@ -44,13 +83,15 @@ var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etc
 // probeEtcd connects to endpoint as the etcd client would and returns what
 // the connection or the TLS layer says, with the flag to look at, or that
 // a plain endpoint is an HTTP server other than etcd; nil when the
-// transport works (a unix socket is only dialed). The etcd client's own
-// error for an endpoint that refuses connections is only its deadline.
-func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
+// transport works (a unix socket is only dialed), or when ctx ends first.
+// The etcd client's own error for an endpoint that refuses connections is
+// only its deadline.
+func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
+	var d net.Dialer
 	if scheme, rest, ok := strings.Cut(endpoint, ":"); ok && (scheme == "unix" || scheme == "unixs") {
 		// The socket's path as the etcd client reads it: unix:path,
 		// unix://path, unix:///absolute/path.
-		conn, err := net.DialTimeout("unix", strings.TrimPrefix(rest, "//"), 2*time.Second)
+		conn, err := d.DialContext(ctx, "unix", strings.TrimPrefix(rest, "//"))
 		if err != nil {
 			return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
 		}
@@ -70,18 +111,17 @@ func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 	if err != nil || u.Host == "" {
 		return nil
 	}
-	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
 	if u.Scheme != "https" {
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) // only to learn whether it speaks TLS
-		if tc.Handshake() == nil {
+		if tc.HandshakeContext(ctx) == nil {
 			return errServesTLS
 		}
-		return probeNotEtcd(u.Host)
+		return probeNotEtcd(ctx, u.Host)
 	}
 	cfg := &tls.Config{}
 	if tlsCfg != nil {
@@ -89,12 +129,16 @@ func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 	}
 	cfg.ServerName, cfg.NextProtos = u.Hostname(), []string{"h2"}
 	tc := tls.Client(conn, cfg)
-	if err := tc.Handshake(); err != nil {
+	if err := tc.HandshakeContext(ctx); err != nil {
 		return tlsHint(err)
 	}
 	// With TLS 1.3 a server that refuses the client's certificate says so
 	// after the handshake: at the first read.
-	_ = tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	read := time.Now().Add(500 * time.Millisecond)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(read) {
+		read = dl
+	}
+	_ = tc.SetReadDeadline(read)
 	var b [1]byte
 	if _, err := tc.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
 		return tlsHint(err)
@@ -108,14 +152,17 @@ func probeEtcd(endpoint string, tlsCfg *tls.Config) error {
 // such as a shardcron node's API given for its embedded etcd (which
 // listens on the API port + 10000). The etcd client only reports its
 // deadline for such an endpoint, after --start-timeout. nil when it
-// answers as etcd does, or not over HTTP at all.
-func probeNotEtcd(host string) error {
+// answers as etcd does, not over HTTP at all, or not before ctx ends.
+func probeNotEtcd(ctx context.Context, host string) error {
 	c := &http.Client{
 		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
-		Timeout:       2 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	resp, err := c.Get("http://" + host + "/version")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/version", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil
 	}

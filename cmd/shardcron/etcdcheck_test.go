@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
 	}))
 	defer notEtcd.Close()
-	err := probeEtcd(notEtcd.URL, nil)
+	err := probeEtcd(t.Context(), notEtcd.URL, nil)
 	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd (GET /version: 404 Not Found): check --etcd") {
 		t.Errorf("an HTTP server that is not etcd: %v", err)
 	}
@@ -35,16 +37,16 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 		io.WriteString(w, `{"etcdserver":"3.6.0","etcdcluster":"3.6.0"}`)
 	}))
 	defer likeEtcd.Close()
-	if err := probeEtcd(likeEtcd.URL, nil); err != nil {
+	if err := probeEtcd(t.Context(), likeEtcd.URL, nil); err != nil {
 		t.Errorf("a server answering as etcd: %v", err)
 	}
 
 	c := etcdtest.Start(t)
-	if err := probeEtcd(c.Endpoints[0], nil); err != nil {
+	if err := probeEtcd(t.Context(), c.Endpoints[0], nil); err != nil {
 		t.Errorf("etcd at %s: %v", c.Endpoints[0], err)
 	}
 
-	err = probeEtcd("http://"+etcdtest.RefusedAddr(t), nil)
+	err = probeEtcd(t.Context(), "http://"+etcdtest.RefusedAddr(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "is etcd running there?") || errors.Is(err, errServesTLS) {
 		t.Errorf("a refused connection: %v", err)
 	}
@@ -75,7 +77,7 @@ func TestServer_FirstEtcdWarningExplains(t *testing.T) {
 // flags. url.Parse does not read host:port as a host, so the probe was
 // skipped and the node said only "context deadline exceeded".
 func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
-	err := probeEtcd(etcdtest.RefusedAddr(t), nil)
+	err := probeEtcd(t.Context(), etcdtest.RefusedAddr(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "connection refused (is etcd running there? check --etcd)") {
 		t.Errorf("host:port that refuses connections: %v", err)
 	}
@@ -84,20 +86,20 @@ func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
 		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
 	}))
 	defer notEtcd.Close()
-	err = probeEtcd(notEtcd.Listener.Addr().String(), nil)
+	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), nil)
 	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd") {
 		t.Errorf("host:port of an HTTP server that is not etcd: %v", err)
 	}
 
 	// With the etcd TLS flags the client dials host:port over TLS, so the
 	// probe does: a plain HTTP server fails the handshake.
-	err = probeEtcd(notEtcd.Listener.Addr().String(), &tls.Config{})
+	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), &tls.Config{})
 	if err == nil || !strings.Contains(err.Error(), "TLS:") {
 		t.Errorf("host:port with TLS flags, to a plain server: %v", err)
 	}
 
 	c := etcdtest.Start(t)
-	if err := probeEtcd(strings.TrimPrefix(c.Endpoints[0], "http://"), nil); err != nil {
+	if err := probeEtcd(t.Context(), strings.TrimPrefix(c.Endpoints[0], "http://"), nil); err != nil {
 		t.Errorf("etcd at %s as host:port: %v", c.Endpoints[0], err)
 	}
 }
@@ -107,7 +109,7 @@ func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
 func TestProbeEtcd_UnixSocket(t *testing.T) {
 	dir := t.TempDir()
 	for _, ep := range []string{"unix://" + dir + "/none", "unixs:" + dir + "/none"} {
-		err := probeEtcd(ep, nil)
+		err := probeEtcd(t.Context(), ep, nil)
 		if err == nil || !strings.Contains(err.Error(), "no such file or directory (is etcd running there? check --etcd)") {
 			t.Errorf("%s: %v", ep, err)
 		}
@@ -117,7 +119,142 @@ func TestProbeEtcd_UnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := probeEtcd("unix://"+dir+"/etcd.sock", nil); err != nil {
+	if err := probeEtcd(t.Context(), "unix://"+dir+"/etcd.sock", nil); err != nil {
 		t.Errorf("a socket that accepts: %v", err)
 	}
+}
+
+// silentListener accepts connections on loopback and never answers them;
+// count returns how many it accepted before count was called.
+func silentListener(t *testing.T) (addr string, count func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn        // guarded by mu; closed at the test's end: the probe sees only silence
+	marks := map[string]bool{} // guarded by mu; the remote addresses of count's own connections
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	// A connection of count's own is accepted after every one made before
+	// it (the backlog is in order): those before it are the count.
+	count = func() int {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mark := c.LocalAddr().String()
+		n := -1
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n = 0
+			for _, h := range held {
+				switch a := h.RemoteAddr().String(); {
+				case a == mark:
+					marks[a] = true
+					return true
+				case !marks[a]:
+					n++
+				}
+			}
+			return false
+		})
+		return n
+	}
+	return ln.Addr().String(), count
+}
+
+// The probe that explains a start's failure to reach etcd ends with the
+// start's deadline (--start-timeout): an endpoint that takes connections
+// and never answers got the TLS handshake's 2 s, then a GET /version's
+// 2 s on a second connection, past the deadline. Now the whole probe has
+// what the deadline leaves, or probeSlice when it has passed (the final
+// error's), in which the handshake's wait ends it: no second connection.
+// A start that is stopping (its context canceled) is not probed at all.
+func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
+	addr, count := silentListener(t)
+	base := errors.New("context deadline exceeded")
+	passed, cancel := context.WithDeadline(t.Context(), time.Now())
+	defer cancel()
+	err := explainEtcd(passed, []string{"http://" + addr}, nil, base)
+	if err.Error() != base.Error() {
+		t.Errorf("a silent endpoint: %v, want the client's error alone", err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("the probe of a silent endpoint made %d connections, want 1: it went on past its budget", n)
+	}
+
+	stopping, stop := context.WithCancel(t.Context())
+	stop()
+	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, base); !errors.Is(err, base) {
+		t.Errorf("a start that is stopping: %v", err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("a start that is stopping probed etcd (%d connections in all)", n)
+	}
+}
+
+// probeBudget gives a probe what is left of its caller's deadline, at
+// most probeTimeout, and probeSlice when that deadline has passed.
+func TestProbeBudget(t *testing.T) {
+	deadline := func(ctx context.Context) time.Time {
+		t.Helper()
+		pctx, cancel := probeBudget(ctx)
+		defer cancel()
+		dl, ok := pctx.Deadline()
+		if !ok {
+			t.Fatal("a probe without a deadline")
+		}
+		return dl
+	}
+	before := time.Now()
+	if dl := deadline(t.Context()); dl.Before(before.Add(probeTimeout)) || dl.After(time.Now().Add(probeTimeout)) {
+		t.Errorf("no deadline: the probe's is %v from now, want %v", time.Until(dl), probeTimeout)
+	}
+	near, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if dl, want := deadline(near), mustDeadline(t, near); !dl.Equal(want) {
+		t.Errorf("a deadline within probeTimeout: the probe's is %v, want the caller's, %v", dl, want)
+	}
+	far, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	if dl := deadline(far); dl.After(time.Now().Add(probeTimeout)) {
+		t.Errorf("a deadline an hour away: the probe's is %v from now, want %v at most", time.Until(dl), probeTimeout)
+	}
+	passed, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Minute))
+	defer cancel()
+	before = time.Now()
+	if dl := deadline(passed); dl.Before(before.Add(probeSlice)) || dl.After(time.Now().Add(probeSlice)) {
+		t.Errorf("a deadline passed: the probe's is %v from now, want probeSlice, %v", time.Until(dl), probeSlice)
+	}
+}
+
+func mustDeadline(t *testing.T, ctx context.Context) time.Time {
+	t.Helper()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	return dl
 }

@@ -176,7 +176,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.probeAuth, "probe-auth", probeOpen, "/healthz, /readyz and /metrics: open (no token, for load balancers and scrapers) or token (the auth or read token)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long to wait for etcd at start before giving up")
+	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long the start may wait for etcd in all before giving up: "+
+		"the embedded etcd's start, etcd's first answer and the join (which waits out the lease of a crashed node of this id) share it")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", d.DrainTimeout, "on shutdown, how long running executions may finish before they are canceled (0-24h; an attempt with attempts left is retried at once on its partition's next owner)")
 	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish (0-24h)")
 }
@@ -760,6 +761,12 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		}
 	}()
 
+	// One deadline bounds the whole wait on etcd, set here: the embedded
+	// etcd's start, the wait for etcd to answer and the join each have
+	// what the phases before them left of --start-timeout. Each with a
+	// timeout of its own, a start gave up after several times it.
+	startCtx, endStart := context.WithTimeoutCause(ctx, f.startTimeout, fmt.Errorf("--start-timeout %v passed", f.startTimeout))
+	defer endStart()
 	endpoints := splitList(f.etcd)
 	if len(endpoints) == 0 {
 		setPhase("starting the embedded etcd")
@@ -771,7 +778,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		if peerAddr == "" {
 			peerAddr = derivedAddr(f.listen, 20000)
 		}
-		ee, err := startEtcd(ctx, filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
+		ee, err := startEtcd(startCtx, filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("%w (the embedded etcd listens on %s for clients and %s for peers: choose free ports with --etcd-listen and --etcd-peer-listen, which default to --listen's port + 10000 and + 20000)",
 				err, clientAddr, peerAddr)
@@ -785,12 +792,12 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 
 	requests := &engine.RequestCounter{}
-	cli, etcdTLS, err := newEtcdClient(f, endpoints, requests)
+	cli, etcdTLS, err := newEtcdClient(startCtx, f, endpoints, requests)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	indexCli, _, err := newEtcdClient(f, endpoints, requests, registry.IndexDialOptions()...)
+	indexCli, _, err := newEtcdClient(startCtx, f, endpoints, requests, registry.IndexDialOptions()...)
 	if err != nil {
 		return err
 	}
@@ -798,12 +805,12 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// The phase is open to anyone who reaches the probes: the endpoints
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
-	explain := func(err error) error { return explainEtcd(endpoints, etcdTLS, err) }
+	explain := func(ctx context.Context, err error) error { return explainEtcd(ctx, endpoints, etcdTLS, err) }
 	health := func(ctx context.Context) error {
 		_, err := cli.Get(ctx, "/shardcron-health", clientv3.WithCountOnly())
 		return err
 	}
-	if err := waitForEtcd(ctx, health, endpoints, f.startTimeout, explain, log); err != nil {
+	if err := waitForEtcd(startCtx, health, endpoints, explain, log); err != nil {
 		return err
 	}
 
@@ -822,15 +829,16 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 	setPhase(fmt.Sprintf("joining the cluster (after a crash, a node waits up to its lease TTL, %v, for the lease of its previous session to expire)", f.leaseTTL))
-	startCtx, cancel := context.WithTimeout(ctx, f.startTimeout)
 	err = eng.Start(startCtx)
-	cancel()
+	endStart()
 	if err != nil {
 		switch {
 		case errors.Is(err, membership.ErrNodeExists):
 			return fmt.Errorf("node id %q is held by a live node: give this node another --node-id", f.nodeID)
 		case ctx.Err() != nil:
 			return ctx.Err() // stopped during the start, as runServer logs it
+		case errors.Is(startCtx.Err(), context.DeadlineExceeded):
+			return fmt.Errorf("%w (%v)", err, context.Cause(startCtx))
 		}
 		return err
 	}
@@ -1009,8 +1017,8 @@ var etcdConnectParams = grpc.ConnectParams{
 
 // newEtcdClient connects to etcd with the TLS and auth flags (and dial
 // options more), and returns the TLS configuration it used (nil: plain)
-// for explainEtcd.
-func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, *tls.Config, error) {
+// for explainEtcd, whose probe of a failure ends with ctx.
+func newEtcdClient(ctx context.Context, f *serverFlags, endpoints []string, requests *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, *tls.Config, error) {
 	var tlsCfg *tls.Config
 	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
 		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
@@ -1029,45 +1037,45 @@ func newEtcdClient(f *serverFlags, endpoints []string, requests *engine.RequestC
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, nil, explainEtcd(endpoints, tlsCfg, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
+		return nil, nil, explainEtcd(ctx, endpoints, tlsCfg, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
 	}
 	return cli, tlsCfg, nil
 }
 
 // waitForEtcd retries get, a read from etcd, until it answers, logging
-// each failure, and gives up after timeout with an error that names the
-// endpoints. explain adds to the first failure's warning, and to that
-// error, what is wrong with the endpoints (explainEtcd): the client's own
-// error is only its deadline, which the warnings repeated for
-// --start-timeout, a minute by default. Each attempt (2 s at most) and
-// each pause between them (1 s) ends at timeout's deadline: checked only
-// between them, --start-timeout 3s gave up after 5 s.
-func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints []string, timeout time.Duration, explain func(error) error, log *slog.Logger) error {
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// each failure, and gives up at ctx's deadline (the start's, which
+// --start-timeout set) with an error that names the endpoints and ctx's
+// cause, or with ctx's error when ctx is canceled. explain adds to the
+// first failure's warning, and to that error, what is wrong with the
+// endpoints (explainEtcd, within ctx): the client's own error is only its
+// deadline, which the warnings repeated for --start-timeout, a minute by
+// default. Each attempt (2 s at most) and each pause between them (1 s)
+// ends at the deadline: checked only between them, --start-timeout 3s
+// gave up after 5 s.
+func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints []string, explain func(context.Context, error) error, log *slog.Logger) error {
 	giveUp := func(err error) error {
-		if ctx.Err() != nil {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return ctx.Err()
 		}
-		return explain(fmt.Errorf("etcd at %s is unreachable after %v: %w", strings.Join(endpoints, ","), timeout, err))
+		return explain(ctx, fmt.Errorf("etcd at %s is unreachable (%v): %w", strings.Join(endpoints, ","), context.Cause(ctx), err))
 	}
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := get(actx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if wctx.Err() != nil {
+		if ctx.Err() != nil {
 			return giveUp(err)
 		}
 		warning := err
 		if attempt == 1 {
-			warning = explain(err)
+			warning = explain(ctx, err)
 		}
 		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", warning)
 		select {
-		case <-wctx.Done():
+		case <-ctx.Done():
 			return giveUp(err)
 		case <-time.After(time.Second):
 		}

@@ -189,7 +189,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Errorf("the failed start left %s in the data directory's parent", left[0].Name())
 		}
 		log := p.log()
-		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "unreachable after 3s") ||
+		if !strings.Contains(log, "waiting for etcd") || !strings.Contains(log, "is unreachable (--start-timeout 3s passed)") ||
 			!strings.Contains(log, "connection refused") || !strings.Contains(log, "check --etcd") {
 			t.Fatalf("no retry log or no clear error:\n%s", log)
 		}
@@ -266,6 +266,21 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 		if !strings.Contains(p.log(), `node id "twin" is held by a live node`) {
 			t.Fatalf("no clear error:\n%s", p.log())
+		}
+	})
+	// The join, which waits out the lease of a crashed node of the same
+	// id, is bounded by the start's one deadline, as the wait for etcd
+	// before it, and its error says so: it had a --start-timeout of its
+	// own, after the others', and said only "context deadline exceeded".
+	t.Run("join past the start timeout", func(t *testing.T) {
+		c := etcdtest.Start(t)
+		holdNodeID(t, c.Client, "held", 600)
+		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "held", "--start-timeout", "2s")
+		if code := p.waitExit(60 * time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, p.log())
+		}
+		if !strings.Contains(p.log(), "(--start-timeout 2s passed)") {
+			t.Fatalf("the error does not say --start-timeout passed:\n%s", p.log())
 		}
 	})
 	t.Run("bad flags", func(t *testing.T) {
@@ -370,13 +385,7 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	// So does one stopped while it waits for the lease of a crashed node
 	// of its id: it exited 0 with nothing logged.
 	c := etcdtest.Start(t)
-	lease, err := c.Client.Grant(t.Context(), 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.Put(t.Context(), "/shardcron/nodes/reborn", "{}", clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
+	holdNodeID(t, c.Client, "reborn", 30)
 	p = startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "reborn")
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "node id is held by another lease") })
 	if code := p.stop(); code != 0 || !strings.Contains(p.log(), "stopped during its start") {
@@ -407,6 +416,20 @@ func TestServer_StartingNamesNoEtcdEndpoint(t *testing.T) {
 	}
 }
 
+// holdNodeID writes the node key of id as a crashed node of that id left
+// it, held by a lease of ttl seconds, and returns the lease.
+func holdNodeID(t *testing.T, cli *clientv3.Client, id string, ttl int64) clientv3.LeaseID {
+	t.Helper()
+	lease, err := cli.Grant(t.Context(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), "/shardcron/nodes/"+id, "{}", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return lease.ID
+}
+
 // A node answers its probes while it starts: /healthz 200, /readyz 503
 // saying what it waits for, the API 503 with Retry-After. After a kill -9
 // a node restarted with its id waits up to the lease TTL for its old
@@ -417,14 +440,8 @@ func TestServer_AnswersWhileStarting(t *testing.T) {
 	ctx := t.Context()
 	// The lease of a crashed node of the same id, kept alive until the
 	// answers are checked.
-	lease, err := c.Client.Grant(ctx, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.Put(ctx, "/shardcron/nodes/reborn", "{}", clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
-	alive, err := c.Client.KeepAlive(ctx, lease.ID)
+	lease := holdNodeID(t, c.Client, "reborn", 5)
+	alive, err := c.Client.KeepAlive(ctx, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +482,7 @@ func TestServer_AnswersWhileStarting(t *testing.T) {
 		t.Errorf("the probe listener served /v1/tasks while starting: %d, want 404", code)
 	}
 
-	if _, err := c.Client.Revoke(ctx, lease.ID); err != nil {
+	if _, err := c.Client.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
 	p.API = api
@@ -517,7 +534,7 @@ func TestServer_EtcdNeverReady(t *testing.T) {
 		if code := p.waitExit(60 * time.Second); code != 1 {
 			t.Fatalf("exit %d, want 1", code)
 		}
-		if !strings.Contains(p.log(), "did not become ready within 3s") {
+		if !strings.Contains(p.log(), "did not become ready: --start-timeout 3s passed") {
 			t.Fatalf("no clear error:\n%s", p.log())
 		}
 	})
@@ -1172,9 +1189,12 @@ func TestListenWarnings(t *testing.T) {
 // --start-timeout's deadline: checked only between them, --start-timeout
 // 3s gave up after 5 s. An attempt's deadline outlived the wait (its 2 s
 // from the start, the wait given up after the 1 s pause), and an attempt
-// began after the deadline, the pause having outlasted it.
+// began after the deadline, the pause having outlasted it. The deadline
+// is the start's, passed in, which the explanations of the failures
+// share, and the error names its cause: each phase of a start had a
+// --start-timeout of its own.
 func TestWaitForEtcd_AttemptsAndPausesEndAtTheDeadline(t *testing.T) {
-	var deadlines []time.Time
+	var deadlines, explained []time.Time
 	var lateStarts int
 	get := func(ctx context.Context) error {
 		dl, ok := ctx.Deadline()
@@ -1187,18 +1207,32 @@ func TestWaitForEtcd_AttemptsAndPausesEndAtTheDeadline(t *testing.T) {
 		}
 		return errors.New("connection refused")
 	}
-	err := waitForEtcd(context.Background(), get, []string{"127.0.0.1:1"}, 10*time.Millisecond,
-		func(err error) error { return err }, slog.New(slog.DiscardHandler))
-	returned := time.Now()
-	if err == nil || !strings.Contains(err.Error(), "etcd at 127.0.0.1:1 is unreachable after 10ms: connection refused") {
-		t.Errorf("err = %v, want the endpoint unreachable after 10ms with the attempt's error", err)
+	explain := func(ctx context.Context, err error) error {
+		dl, _ := ctx.Deadline()
+		explained = append(explained, dl)
+		return err
+	}
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 10*time.Millisecond, errors.New("--start-timeout 10ms passed"))
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	err := waitForEtcd(ctx, get, []string{"127.0.0.1:1"}, explain, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "etcd at 127.0.0.1:1 is unreachable (--start-timeout 10ms passed): connection refused") {
+		t.Errorf("err = %v, want the endpoint unreachable, the deadline's cause and the attempt's error", err)
 	}
 	for i, dl := range deadlines {
-		if dl.After(returned) {
-			t.Errorf("attempt %d's deadline is %v past the wait's end: beyond the overall deadline", i+1, dl.Sub(returned))
+		if dl.After(deadline) {
+			t.Errorf("attempt %d's deadline is %v past the start's", i+1, dl.Sub(deadline))
 		}
 	}
 	if lateStarts > 0 {
 		t.Errorf("%d of %d attempts began after the overall deadline: a pause outlasted it", lateStarts, len(deadlines))
+	}
+	if len(explained) == 0 {
+		t.Error("the error was not explained")
+	}
+	for i, dl := range explained {
+		if !dl.Equal(deadline) {
+			t.Errorf("explanation %d had the deadline %v, not the start's, %v", i+1, dl, deadline)
+		}
 	}
 }

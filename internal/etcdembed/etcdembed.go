@@ -84,11 +84,14 @@ type Server struct {
 const slowRequest = time.Second
 
 // Start starts the server and waits until it serves, at most
-// cfg.StartTimeout. It gives up when ctx ends, with an error that wraps
-// ctx's. A server that did not start is stopped before Start returns, or,
-// if it has not stopped within cfg.StopWait, left behind still stopping:
-// the caller then should exit soon rather than start another in the same
-// directory.
+// cfg.StartTimeout from its call. It gives up when ctx ends, with an error
+// that wraps ctx's; a deadline of ctx ends the wait as StartTimeout does,
+// with the error that the server did not become ready and ctx's cause
+// (context.WithDeadlineCause): a caller whose start has several waits
+// bounds them all by one deadline. A server that did not start is stopped
+// before Start returns, or, if it has not stopped within cfg.StopWait,
+// left behind still stopping: the caller then should exit soon rather
+// than start another in the same directory.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("etcdembed: Dir is required")
@@ -139,6 +142,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	// From the call: opening the backend and replaying the write-ahead
+	// log, before the server can serve, are part of the wait.
+	bound, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if err := checkBackend(ec.Dir); err != nil {
 		return nil, err
 	}
@@ -151,19 +158,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
 		return &Server{Endpoint: "http://" + e.Clients[0].Addr().String(), etcd: e, closing: closing}, nil
 	case err = <-e.Err():
 		err = fmt.Errorf("embedded etcd in %s: %w", cfg.Dir, err)
-	case <-timer.C:
-		err = fmt.Errorf("embedded etcd in %s did not become ready within %v "+
-			"(its log above says why; a member that never publishes itself may have a damaged write-ahead log in %s: restore it from a backup, or move %s away to start an empty etcd)",
-			cfg.Dir, timeout, filepath.Join(cfg.Dir, "member", "wal"), cfg.Dir)
-	case <-ctx.Done():
-		err = fmt.Errorf("embedded etcd in %s: start abandoned: %w", cfg.Dir, ctx.Err())
+	case <-bound.Done():
+		remedy := fmt.Sprintf("its log above says why; a member that never publishes itself may have a damaged write-ahead log in %s: "+
+			"restore it from a backup, or move %s away to start an empty etcd", filepath.Join(cfg.Dir, "member", "wal"), cfg.Dir)
+		switch {
+		case ctx.Err() == nil:
+			err = fmt.Errorf("embedded etcd in %s did not become ready within %v (%s)", cfg.Dir, timeout, remedy)
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			err = fmt.Errorf("embedded etcd in %s did not become ready: %w (%s)", cfg.Dir, context.Cause(ctx), remedy)
+		default:
+			err = fmt.Errorf("embedded etcd in %s: start abandoned: %w", cfg.Dir, ctx.Err())
+		}
 	}
 	closing.Store(true)
 	if wait := cmp.Or(cfg.StopWait, 10*time.Second); !stopUnready(e, wait) {

@@ -144,6 +144,26 @@ func TestStart_NeverReadyGivesUp(t *testing.T) {
 	}
 }
 
+// A deadline of Start's context ends the wait as StartTimeout does, with
+// the error that the member did not become ready, naming the directory,
+// what to do, and the context's cause: a caller's one deadline over its
+// start's waits (shardcron server's --start-timeout). It said only "start
+// abandoned: context deadline exceeded".
+func TestStart_ContextDeadlineIsAStartTimeout(t *testing.T) {
+	dir := damagedWAL(t)
+	cause := errors.New("the caller's deadline passed")
+	ctx, cancel := context.WithTimeoutCause(t.Context(), 100*time.Millisecond, cause)
+	defer cancel()
+	s, err := Start(ctx, Config{Dir: dir, Fast: true, StartTimeout: time.Hour})
+	if s != nil {
+		s.Close()
+	}
+	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "did not become ready: the caller's deadline passed") ||
+		!strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "restore it from a backup") {
+		t.Fatalf("Start = %v, want an error that it did not become ready, naming %s, its remedy and the context's cause", err, dir)
+	}
+}
+
 // Start gives up when its context ends, with an error that wraps the
 // context's.
 func TestStart_ContextEndsTheWait(t *testing.T) {
