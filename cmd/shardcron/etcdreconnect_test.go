@@ -20,7 +20,7 @@ func TestEtcdClient_ReconnectsSoonAfterAnOutage(t *testing.T) {
 	}
 	c := etcdtest.Start(t)
 	m := c.Members[0]
-	cli, _, err := newEtcdClient(t.Context(), &serverFlags{}, []string{m.Endpoint()}, &engine.RequestCounter{})
+	cli, err := newEtcdClient(t.Context(), &serverFlags{}, []string{m.Endpoint()}, nil, &engine.RequestCounter{})
 	if err != nil {
 		t.Fatal(err)
 	}

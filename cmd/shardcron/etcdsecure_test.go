@@ -108,6 +108,32 @@ func TestServer_EtcdTLSAndAuth(t *testing.T) {
 	})
 }
 
+// A node given --etcd-user waits for an etcd that does not answer yet as
+// any node does, until --start-timeout, and a signal stops it meanwhile:
+// it exited 1 after 5 s, the etcd client's wait for its token as it was
+// made (clientv3.New), whatever --start-timeout said, and deaf to SIGTERM
+// during those 5 s.
+func TestServer_EtcdUserWaitsForEtcd(t *testing.T) {
+	password := filepath.Join(t.TempDir(), "password")
+	writeFile(t, password, []byte("pass\n"))
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", "http://"+etcdtest.RefusedAddr(t),
+		"--etcd-user", "root", "--etcd-password-file", password, "--start-timeout", "10m")
+	etcdtest.WaitFor(t, 60*time.Second, func() bool {
+		select {
+		case <-p.exited:
+			t.Fatalf("exited while waiting for etcd\n%s", p.log())
+		default:
+		}
+		return strings.Contains(p.log(), `"attempt":2`)
+	})
+	if first := p.logged("waiting for etcd", "err"); !strings.Contains(first, "connection refused (is etcd running there? check --etcd)") {
+		t.Errorf("the first warning says %q, not that etcd refuses connections", first)
+	}
+	if code := p.stop(); code != 0 || !strings.Contains(p.log(), "stopped during its start") {
+		t.Fatalf("SIGTERM while waiting for etcd: exit %d, want 0\n%s", code, p.log())
+	}
+}
+
 // lastError is the last line of a process's output that is not a JSON log
 // line: the error it exited with.
 func lastError(log string) string {

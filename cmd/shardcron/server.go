@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -791,23 +792,38 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		log.Info("started the embedded etcd", "endpoint", ee.Endpoint, "dir", filepath.Join(f.dataDir, "etcd"))
 	}
 
+	etcdTLS, err := etcdTLSConfig(f)
+	if err != nil {
+		return err
+	}
 	requests := &engine.RequestCounter{}
-	cli, etcdTLS, err := newEtcdClient(startCtx, f, endpoints, requests)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	indexCli, _, err := newEtcdClient(startCtx, f, endpoints, requests, registry.IndexDialOptions()...)
-	if err != nil {
-		return err
-	}
-	defer indexCli.Close()
+	// The clients are made by the wait for etcd, each attempt making
+	// those that are missing: with --etcd-user a client fetches its token
+	// from etcd as it is made (newEtcdClient).
+	var cli, indexCli *clientv3.Client
+	defer func() {
+		for _, c := range []*clientv3.Client{indexCli, cli} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
 	// The phase is open to anyone who reaches the probes: the endpoints
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
 	explain := func(ctx context.Context, err error) error { return explainEtcd(ctx, endpoints, etcdTLS, err) }
-	health := func(ctx context.Context) error {
-		_, err := cli.Get(ctx, "/shardcron-health", clientv3.WithCountOnly())
+	health := func(ctx context.Context) (err error) {
+		if cli == nil {
+			if cli, err = newEtcdClient(ctx, f, endpoints, etcdTLS, requests); err != nil {
+				return err
+			}
+		}
+		if indexCli == nil {
+			if indexCli, err = newEtcdClient(ctx, f, endpoints, etcdTLS, requests, registry.IndexDialOptions()...); err != nil {
+				return err
+			}
+		}
+		_, err = cli.Get(ctx, "/shardcron-health", clientv3.WithCountOnly())
 		return err
 	}
 	if err := waitForEtcd(startCtx, health, endpoints, explain, log); err != nil {
@@ -1015,19 +1031,31 @@ var etcdConnectParams = grpc.ConnectParams{
 	MinConnectTimeout: 20 * time.Second,
 }
 
-// newEtcdClient connects to etcd with the TLS and auth flags (and dial
-// options more), and returns the TLS configuration it used (nil: plain)
-// for explainEtcd, whose probe of a failure ends with ctx.
-func newEtcdClient(ctx context.Context, f *serverFlags, endpoints []string, requests *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, *tls.Config, error) {
-	var tlsCfg *tls.Config
-	if f.etcdCACert != "" || f.etcdCert != "" || f.etcdKey != "" {
-		info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
-		var err error
-		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, nil, fmt.Errorf("etcd TLS: %w (check --etcd-cacert, --etcd-cert and --etcd-key)", err)
-		}
+// etcdTLSConfig is the TLS configuration of the etcd clients from the
+// etcd TLS flags, nil without them (plain).
+func etcdTLSConfig(f *serverFlags) (*tls.Config, error) {
+	if f.etcdCACert == "" && f.etcdCert == "" && f.etcdKey == "" {
+		return nil, nil
 	}
+	info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
+	tlsCfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w (check --etcd-cacert, --etcd-cert and --etcd-key)", err)
+	}
+	return tlsCfg, nil
+}
+
+// newEtcdClient connects to etcd with tlsCfg and the auth flags (and dial
+// options more). With --etcd-user the client fetches its token as it is
+// made, from etcd: ctx bounds that wait, which clientv3.New alone keeps
+// for its DialTimeout (5 s), deaf to the start's deadline and to a
+// signal. The client's own context is canceled with ctx only while New
+// waits: the client outlives ctx.
+func newEtcdClient(ctx context.Context, f *serverFlags, endpoints []string, tlsCfg *tls.Config, requests *engine.RequestCounter, dial ...grpc.DialOption) (*clientv3.Client, error) {
+	cctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
 	cli, err := clientv3.New(clientv3.Config{
+		Context:     cctx,
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		TLS:         tlsCfg,
@@ -1036,16 +1064,24 @@ func newEtcdClient(ctx context.Context, f *serverFlags, endpoints []string, requ
 		DialOptions: append(append(requests.DialOptions(), grpc.WithConnectParams(etcdConnectParams)), dial...),
 		Logger:      zap.NewNop(),
 	})
-	if err != nil {
-		return nil, nil, explainEtcd(ctx, endpoints, tlsCfg, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
+	if !stop() { // ctx ended while New waited: the client's context with it
+		if err == nil {
+			cli.Close()
+		}
+		return nil, ctx.Err()
 	}
-	return cli, tlsCfg, nil
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return cli, nil
 }
 
 // waitForEtcd retries get, a read from etcd, until it answers, logging
 // each failure, and gives up at ctx's deadline (the start's, which
 // --start-timeout set) with an error that names the endpoints and ctx's
-// cause, or with ctx's error when ctx is canceled. explain adds to the
+// cause, or with ctx's error when ctx is canceled; at once when etcd
+// refuses the user and password. explain adds to the
 // first failure's warning, and to that error, what is wrong with the
 // endpoints (explainEtcd, within ctx): the client's own error is only its
 // deadline, which the warnings repeated for --start-timeout, a minute by
@@ -1063,8 +1099,12 @@ func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := get(actx)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
+		case errors.Is(err, rpctypes.ErrAuthFailed):
+			// A wrong user or password: no retry makes it right.
+			return explain(ctx, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
 		}
 		if ctx.Err() != nil {
 			return giveUp(err)
