@@ -653,16 +653,16 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		}
 	}()
 	// Listen first: a busy port is the most common start-up error.
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := listen("listen", f.listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
+		return err
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
 	var probeLn net.Listener
 	if f.probeListen != "" {
-		if probeLn, err = net.Listen("tcp", f.probeListen); err != nil {
-			return fmt.Errorf("--probe-listen on %s: %w", f.probeListen, err)
+		if probeLn, err = listen("probe-listen", f.probeListen); err != nil {
+			return err
 		}
 		defer probeLn.Close()
 	}
@@ -936,6 +936,20 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	}
 	clean = true
 	return nil
+}
+
+// listen listens on addr, the value of flag, with an error that names the
+// flag, and the remedy when the port is taken.
+func listen(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("--%s %s: %w (another program listens there, another shardcron server perhaps: stop it, or choose a free port with --%s)",
+			flag, addr, err, flag)
+	case err != nil:
+		return nil, fmt.Errorf("--%s %s: %w", flag, addr, err)
+	}
+	return ln, nil
 }
 
 // switchHandler serves with the handler set last: the starting answers

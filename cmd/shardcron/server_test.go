@@ -194,6 +194,30 @@ func TestServer_StartupErrors(t *testing.T) {
 			t.Fatalf("no retry log or no clear error:\n%s", log)
 		}
 	})
+	// A port taken for --listen or --probe-listen says which flag chooses
+	// another, as the embedded etcd's ports do: it said only "bind: address
+	// already in use".
+	t.Run("API port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		taken := ln.Addr().String()
+		for _, flag := range []string{"--listen", "--probe-listen"} {
+			parent := t.TempDir()
+			p := startServer(t, false, "--data-dir", filepath.Join(parent, "data"), flag, taken)
+			if code := p.waitExit(30 * time.Second); code != 1 {
+				t.Fatalf("%s %s taken: exit %d, want 1", flag, taken, code)
+			}
+			if left, _ := os.ReadDir(parent); len(left) > 0 {
+				t.Errorf("%s taken: the failed start left %s", flag, left[0].Name())
+			}
+			if last := lastError(p.log()); !strings.Contains(last, "address already in use") || !strings.Contains(last, "choose a free port with "+flag) {
+				t.Errorf("%s taken: no clear error: %s", flag, last)
+			}
+		}
+	})
 	t.Run("embedded etcd port in use", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
