@@ -43,10 +43,10 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, er
 }
 
 // A probe of etcd takes probeTimeout at most, and no more than what is
-// left of its caller's deadline, but probeSlice at least: the error that
-// says --start-timeout passed is explained after the deadline, as is the
-// first attempt's when it ran into it (a --start-timeout under an
-// attempt's 2 s). A refused connection, a TLS error or an HTTP server
+// left of its caller's deadline; probeSlice once that has passed: the
+// error that says --start-timeout passed is explained after the deadline,
+// as is the first attempt's when it ran into it (a --start-timeout under
+// an attempt's 2 s). A refused connection, a TLS error or an HTTP server
 // other than etcd answers within milliseconds, and is what the probe is
 // for; only an endpoint that answers nothing uses up the slice, and the
 // probe then adds nothing anyway. So a start gives up at most probeSlice
@@ -62,11 +62,13 @@ const (
 func probeBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	end := now.Add(probeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
-		end = dl
-	}
-	if floor := now.Add(probeSlice); end.Before(floor) {
-		end = floor
+	if dl, ok := ctx.Deadline(); ok {
+		switch {
+		case !dl.After(now):
+			end = now.Add(probeSlice)
+		case dl.Before(end):
+			end = dl
+		}
 	}
 	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	stop := context.AfterFunc(ctx, func() {

@@ -216,7 +216,8 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 }
 
 // probeBudget gives a probe what is left of its caller's deadline, at
-// most probeTimeout, and probeSlice when that deadline has passed.
+// most probeTimeout, and probeSlice once that deadline has passed: a start
+// gives up at most probeSlice past --start-timeout.
 func TestProbeBudget(t *testing.T) {
 	deadline := func(ctx context.Context) time.Time {
 		t.Helper()
@@ -236,6 +237,14 @@ func TestProbeBudget(t *testing.T) {
 	defer cancel()
 	if dl, want := deadline(near), mustDeadline(t, near); !dl.Equal(want) {
 		t.Errorf("a deadline within probeTimeout: the probe's is %v, want the caller's, %v", dl, want)
+	}
+	// Under probeSlice away: the caller's too. A floor of probeSlice here
+	// let the first failure's explanation run past the deadline, and the
+	// final error's then had its slice on top.
+	soon, cancel := context.WithTimeout(t.Context(), probeSlice/5)
+	defer cancel()
+	if dl, want := deadline(soon), mustDeadline(t, soon); !dl.Equal(want) {
+		t.Errorf("a deadline under probeSlice away: the probe's is %v, want the caller's, %v", dl, want)
 	}
 	far, cancel := context.WithTimeout(t.Context(), time.Hour)
 	defer cancel()
