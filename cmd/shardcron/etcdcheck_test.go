@@ -201,8 +201,9 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 	if err.Error() != base.Error() {
 		t.Errorf("a silent endpoint: %v, want the client's error alone", err)
 	}
-	if n := count(); n != 1 {
-		t.Errorf("the probe of a silent endpoint made %d connections, want 1: it went on past its budget", n)
+	probed := count()
+	if probed > 1 {
+		t.Errorf("the probe of a silent endpoint made %d connections, want 1: it went on past its budget", probed)
 	}
 
 	stopping, stop := context.WithCancel(t.Context())
@@ -210,8 +211,8 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, base); !errors.Is(err, base) {
 		t.Errorf("a start that is stopping: %v", err)
 	}
-	if n := count(); n != 1 {
-		t.Errorf("a start that is stopping probed etcd (%d connections in all)", n)
+	if n := count(); n != probed {
+		t.Errorf("a start that is stopping probed etcd (%d connections more)", n-probed)
 	}
 }
 
