@@ -317,7 +317,7 @@ type faultKV struct {
 	slowRead atomic.Int64 // ns added to reads of tasks
 	slowPut  atomic.Pointer[slowPut]
 	afterGet atomic.Pointer[func(key string)]
-	failDo   atomic.Pointer[func(key string) bool]        // the next Do of a Get of a key that matches fails
+	failDo   atomic.Pointer[failingGet]                   // the next Do of a Get of a key that matches fails
 	failGet  atomic.Pointer[func(key string) bool]        // the next Get of a key that matches fails
 	lostOnce atomic.Pointer[func(key, value string) bool] // the next transaction with a Put that matches commits, unanswered
 }
@@ -451,12 +451,32 @@ func releasedCheckpoints(key, value string) bool {
 }
 func triggerKeys(key string) bool { return strings.Contains(key, "/triggers/") }
 
+// failingGet is the Do of a Get that fails (failsGetOnce): it fails once
+// after is closed, nil: at once.
+type failingGet struct {
+	match func(key string) bool
+	after <-chan struct{}
+}
+
 // failsGetOnce makes the next Do of a Get of a key that matches fail,
 // without reaching etcd.
-func (f *faultKV) failsGetOnce(match func(key string) bool) { f.failDo.Store(&match) }
+func (f *faultKV) failsGetOnce(match func(key string) bool) { f.failsGetOnceAfter(match, nil) }
+
+// failsGetOnceAfter is failsGetOnce, the failure held until after is
+// closed: what the caller does meanwhile happens before it fails.
+func (f *faultKV) failsGetOnceAfter(match func(key string) bool, after <-chan struct{}) {
+	f.failDo.Store(&failingGet{match: match, after: after})
+}
 
 func (f *faultKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
-	if m := f.failDo.Load(); m != nil && op.IsGet() && (*m)(string(op.KeyBytes())) && f.failDo.CompareAndSwap(m, nil) {
+	if g := f.failDo.Load(); g != nil && op.IsGet() && g.match(string(op.KeyBytes())) && f.failDo.CompareAndSwap(g, nil) {
+		if g.after != nil {
+			select {
+			case <-g.after:
+			case <-ctx.Done():
+				return clientv3.OpResponse{}, ctx.Err()
+			}
+		}
 		return clientv3.OpResponse{}, errInjected
 	}
 	return f.KV.Do(ctx, op)

@@ -1455,12 +1455,15 @@ func holdLoop(t *testing.T, n *testNode) (let func()) {
 }
 
 // tickReleasedAtOneAndAHalf has a node with cfg fire the every-second task
-// "tick" at 12:00:01 and stop, releasing it at 12:00:01.5, then moves the
-// clock to 12:00:04.5: the fires of 2 to 4 are the next owner's to run.
-func tickReleasedAtOneAndAHalf(t *testing.T, c *etcdtest.Cluster, clock *testClock, log *callLog, cfg func(*Config)) {
+// "tick" of concurrency policy cp at 12:00:01 and stop, releasing it at
+// 12:00:01.5, then moves the clock to 12:00:04.5: the fires of 2 to 4 are
+// the next owner's to run.
+func tickReleasedAtOneAndAHalf(t *testing.T, c *etcdtest.Cluster, clock *testClock, log *callLog, cp task.ConcurrencyPolicy, cfg func(*Config)) {
 	t.Helper()
 	a := startNode(t, c, "", log.handler(nil), cfg)
-	putTask(t, a.e.Registry(), handlerTask("tick", "* * * * * *"))
+	tick := handlerTask("tick", "* * * * * *")
+	tick.Concurrency = cp
+	putTask(t, a.e.Registry(), tick)
 	waitNext(t, a, "tick", limitsAt(1))
 	clock.Advance(time.Second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return log.firedAt("tick", limitsAt(1)) })
@@ -1484,7 +1487,7 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 }) // the loop hears from one acquire only
 	}
-	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
+	tickReleasedAtOneAndAHalf(t, c, clock, log, task.ConcurrencyAllow, node("node-a"))
 
 	cliB := c.NewClient(t)
 	injectFaults(cliB).failsGetOnce(func(key string) bool { return strings.Contains(key, "/triggers/") })
@@ -1492,6 +1495,45 @@ func TestEngine_AcquireUndoneAfterLoadingRepeatsFires(t *testing.T) {
 	defer b.stop(t)
 	bb := []string{"node-b", "node-b"}
 	checkRuns(t, log, "tick", map[int][]string{1: {"node-a"}, 2: bb, 3: bb, 4: bb})
+}
+
+// An acquire undone after it armed its partition cancels the runs it
+// started of tasks whose policy keeps their fires apart: it puts the
+// previous checkpoint back and writes no marker of them (elsewhere.go), so
+// that the partition's next acquire, here or on another node, fires the
+// same times again beside them. Here node-b loads the partition released
+// at 12:00:01.5, its forbid task's fire of 12:00:02 starts (held), and the
+// read of the partition's triggers then fails; node-b acquires the
+// partition again and fires 12:00:02 again.
+func TestEngine_AcquireUndoneCancelsTheRunsOfTasksKeptApart(t *testing.T) {
+	c, clock := limitsStart(t)
+	log := &callLog{}
+	node := func(id string) func(*Config) {
+		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 })
+	}
+	tickReleasedAtOneAndAHalf(t, c, clock, log, task.ConcurrencyForbid, node("node-a"))
+
+	h := newHolder(t, "tick")
+	cliB := c.NewClient(t)
+	started := make(chan struct{})
+	injectFaults(cliB).failsGetOnceAfter(func(key string) bool { return strings.Contains(key, "/triggers/") }, started)
+	b := startNodeOn(t, cliB, "", log.handler(h.handler), node("node-b"), noWait)
+	defer b.stop(t)
+	defer h.open() // before node-b stops
+	undone := h.next(t)
+	close(started)
+	for {
+		again := h.next(t)
+		if again.Fence != undone.Fence {
+			break // the next acquire's
+		}
+	}
+	if undone.running() {
+		t.Fatalf("the run of %s the undone acquire started goes on beside the next acquire's fires", undone.ScheduledAt.Format(time.TimeOnly))
+	}
+	if cause := context.Cause(undone.ctx); !errors.Is(cause, errUndone) {
+		t.Errorf("the undone acquire's run canceled for %v, want %v", cause, errUndone)
+	}
 }
 
 // An acquire the ring cancels after it loaded its partition (the fires
@@ -1523,7 +1565,7 @@ func TestEngine_AcquireTheRingCancelsAfterLoadingRepeatsNothing(t *testing.T) {
 			cID = id
 		}
 	}
-	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
+	tickReleasedAtOneAndAHalf(t, c, clock, log, task.ConcurrencyAllow, node("node-a"))
 
 	cliB := c.NewClient(t)
 	go_ := make(chan struct{})
@@ -1636,7 +1678,7 @@ func hurriedCloseWithTheLoadInLine(t *testing.T, busy func(eb *Engine), gate *ta
 	node := func(id string) func(*Config) {
 		return limitsNode(clock, time.Hour, id, func(cfg *Config) { cfg.Partitions = 1 })
 	}
-	tickReleasedAtOneAndAHalf(t, c, clock, log, node("node-a"))
+	tickReleasedAtOneAndAHalf(t, c, clock, log, task.ConcurrencyAllow, node("node-a"))
 
 	cliB := c.NewClient(t)
 	go_ := make(chan struct{})

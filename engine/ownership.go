@@ -599,8 +599,9 @@ func (s *serving) end(leaving bool) {
 // another node meanwhile); from then on only loaded does (the session
 // ends), and ctx bounds each etcd read left to etcdTimeout. A loaded
 // partition dispatches at once, and an acquire undone after that puts the
-// previous checkpoint back, so that its next owner repeats what it fired:
-// one the ring no longer wants is taken to the end and released as any
+// previous checkpoint back, so that its next owner repeats what it fired,
+// and cancels its runs of tasks kept apart (pool.cutPartition): one the
+// ring no longer wants is taken to the end and released as any
 // other, with its exact mark.
 func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, p int, dead *deadMarks, prepared func()) (r acquired) {
 	r.p = p
@@ -664,6 +665,12 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		// its tasks (leaving) until their attempts end, for ever for one
 		// a fenced drop takes from the queue.
 		e.seal(e.releaseLoop([]int{p}), false, false)
+		// Nor is a marker written of the runs kept apart that started
+		// since the arm, and the next acquire fires their times again.
+		if n := e.pool.cutPartition(p); n > 0 {
+			e.log.Warn("acquire undone: canceled the runs of tasks whose concurrency policy keeps their fires apart, which its next acquire fires again",
+				"partition", p, "runs", n)
+		}
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
 		e.restoreCheckpoint(m, p, res.prev)

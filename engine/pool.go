@@ -219,7 +219,7 @@ type pool struct {
 	watermark atomic.Int64
 	space     chan struct{} // signalled when a worker frees room in a full queue
 
-	runMu   sync.Mutex // guards running, runSeq and inHand, and orders the changes of cuts
+	runMu   sync.Mutex // guards running, runSeq, inHand, fenceCut and partCut, and orders the changes of cuts
 	running map[uint64]runningFire
 	runSeq  uint64
 	// inHand is, by worker, the job it took of a task whose policy keeps
@@ -228,10 +228,16 @@ type pool struct {
 	// (replaceQueued), so that it does not run beside the newer fire, nor
 	// is handed on unrun by the node's stop to run after it.
 	inHand []handJob
-	// cuts is how many times cutRunning ran: changed under runMu, so that
-	// track sees a cut either before or after it records a run; atomic,
-	// as take reads it under mu.
+	// cuts is how many times cutRunning or cutPartition ran: changed
+	// under runMu, so that track sees a cut either before or after it
+	// records a run; atomic, as take reads it under mu.
 	cuts atomic.Uint64
+	// fenceCut is the cut (its count of cuts) cutRunning last made, and
+	// partCut, by partition, the one cutPartition last made: a run taken
+	// before either is canceled as it starts, the runs of other partitions
+	// go on.
+	fenceCut uint64
+	partCut  []uint64
 
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
 	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
@@ -244,10 +250,12 @@ type pool struct {
 // runningFire is an execution of a task whose concurrency policy keeps
 // its fires apart: whatever would let another fire of the task start
 // beside it cancels it (replaceRunning, which spares a backfill's fires),
-// and a fence cancels them all (cutRunning).
+// and a fence cancels them all (cutRunning), an undone acquire those of
+// its partition (cutPartition).
 type runningFire struct {
 	rec, gen uint32 // the generation too: a deleted task's run may outlive it, and its record be reused
-	backfill bool   // a backfill's fire: a replace fire spares it (replaceRunning)
+	part     uint16
+	backfill bool // a backfill's fire: a replace fire spares it (replaceRunning)
 	cancel   context.CancelCauseFunc
 }
 
@@ -263,6 +271,7 @@ var (
 	errReplaced = errors.New("replaced by a newer fire (concurrency replace)")
 	errFenced   = errors.New("its node's etcd session ended (fenced, cut off from etcd, or its lease lost): the next owner's fires must not start beside it")
 	errStopped  = errors.New("its node stopped before it ended: the drain timeout passed, or the stop was hurried")
+	errUndone   = errors.New("its partition's acquire was undone (etcd did not answer a read after the load): the partition's next acquire fires its time again")
 )
 
 // doneRoom is how many completion batches wait for the loop: a full
@@ -289,6 +298,7 @@ func newPool(cfg Config, history *store.Store, st *stats, fenced func() bool, st
 		space:   make(chan struct{}, 1),
 		running: make(map[uint64]runningFire),
 		inHand:  make([]handJob, cfg.Workers),
+		partCut: make([]uint64, cfg.Partitions),
 		chains:  newChainQueue(cfg.Logger.With("node", cfg.NodeID)),
 		ends:    newTriggerEnds(),
 	}
@@ -669,36 +679,62 @@ func (p *pool) letGo(w int) bool {
 // fenced, and the next owner, which knows nothing of them, may start the
 // tasks' next fires once the session's lease ends, as after a crash. Runs
 // of tasks that allow overlaps go on. It returns how many runs it canceled.
-func (p *pool) cutRunning() int {
+func (p *pool) cutRunning() int { return p.cut(-1) }
+
+// cutPartition is cutRunning for the runs of partition part alone, whose
+// acquire was undone after it armed the partition: the acquire put the
+// previous checkpoint back and wrote no marker of them (elsewhere.go), so
+// the partition's next acquire, here or on another node, fires the same
+// times again beside them.
+func (p *pool) cutPartition(part int) int { return p.cut(part) }
+
+// cut cancels the runs of partition part, of every partition when part is
+// negative (a fence).
+func (p *pool) cut(part int) int {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
-	p.cuts.Add(1)
-	n := len(p.running)
+	c, cause := p.cuts.Add(1), errUndone
+	if part < 0 {
+		p.fenceCut, cause = c, errFenced
+	} else {
+		p.partCut[part] = c
+	}
+	n := 0
 	for k, r := range p.running {
-		r.cancel(errFenced)
-		delete(p.running, k)
+		if part < 0 || int(r.part) == part {
+			r.cancel(cause)
+			delete(p.running, k)
+			n++
+		}
 	}
 	return n
 }
 
-// track records j's run, which worker w took when cutRunning had run cuts
-// times, under the key it returns, for untrack. A run taken before the
-// last cut, or before a replace of its task (inHand), is canceled at once,
-// recorded under no key, and 0 returned.
+// track records j's run, which worker w took when cutRunning and
+// cutPartition had run cuts times, under the key it returns, for untrack.
+// A run taken before the last cut of its partition, or before a replace of
+// its task (inHand), is canceled at once, recorded under no key, and 0
+// returned.
 func (p *pool) track(w int, j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	replaced := p.letGo(w)
 	if p.cuts.Load() != cuts {
-		cancel(errFenced)
-		return 0
+		switch {
+		case p.fenceCut > cuts:
+			cancel(errFenced)
+			return 0
+		case p.partCut[j.part] > cuts:
+			cancel(errUndone)
+			return 0
+		}
 	}
 	if replaced {
 		cancel(errReplaced)
 		return 0
 	}
 	p.runSeq++
-	p.running[p.runSeq] = runningFire{rec: j.rec, gen: j.gen, backfill: j.extra.backfill() != nil, cancel: cancel}
+	p.running[p.runSeq] = runningFire{rec: j.rec, gen: j.gen, part: j.part, backfill: j.extra.backfill() != nil, cancel: cancel}
 	return p.runSeq
 }
 
@@ -791,8 +827,8 @@ func (p *pool) work(w int) {
 
 // take waits for jobs and copies up to len(buf) of them for worker w; 0
 // means the pool is closing and empty. A fenced node takes nothing. It
-// returns, too, how many times cutRunning had run: a fence after the take
-// cuts the runs of its jobs (track).
+// returns, too, how many cuts there had been: a fence, or an undo of their
+// partition's acquire, after the take cuts the runs of its jobs (track).
 func (p *pool) take(w int, buf []job) (int, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -1026,9 +1062,10 @@ func (p *pool) run(w int, j *job, now time.Time, t *tally, cuts uint64) (st uint
 	// A fire a fence cut did not end: the node stops its backfill as it
 	// drops the partitions, and the next owner runs it again. Counted
 	// ended, it could be recorded so while etcd still answers (the
-	// session's lease lost, not etcd), and never run. Nor did one the
-	// stop cut, whose retry may run on (work).
-	if bf := j.extra.backfill(); bf != nil && final(j, st) && stop == notStopped && !errors.Is(err, errFenced) {
+	// session's lease lost, not etcd), and never run. Nor did one an
+	// undone acquire cut, whose checkpoint put back hands it to the next
+	// acquire, nor one the stop cut, whose retry may run on (work).
+	if bf := j.extra.backfill(); bf != nil && final(j, st) && stop == notStopped && !errors.Is(err, errFenced) && !errors.Is(err, errUndone) {
 		bf.end(j.sched)
 	}
 	if err == nil && !p.okKept {
@@ -1077,7 +1114,7 @@ func (p *pool) chain(j *job, st uint8) {
 	}
 }
 
-// execute runs j, taken when cutRunning had run cuts times.
+// execute runs j, taken when there had been cuts cuts (take).
 func (p *pool) execute(w int, j *job, out *executor.Output, cuts uint64) (err error) {
 	parent := p.execCtx
 	if j.prof.concurrency != task.ConcurrencyAllow {
@@ -1089,14 +1126,14 @@ func (p *pool) execute(w int, j *job, out *executor.Output, cuts uint64) (err er
 	ctx, cancel := context.WithTimeout(parent, j.prof.timeout)
 	defer cancel()
 	// However the executor reported its cancel (a handler may return
-	// ctx.Err() alone), the attempt says who canceled it: a fence (only
-	// tracked runs are cut), which a backfill must not count as ended, or
-	// the node's stop, whose retry is handed on (run).
+	// ctx.Err() alone), the attempt says who canceled it: a fence or an
+	// undone acquire (only tracked runs are cut), which a backfill must not
+	// count as ended, or the node's stop, whose retry is handed on (run).
 	defer func() {
 		if err == nil {
 			return
 		}
-		if cause := context.Cause(ctx); (cause == errFenced || cause == errStopped) && !errors.Is(err, cause) {
+		if cause := context.Cause(ctx); (cause == errFenced || cause == errUndone || cause == errStopped) && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
 	}()

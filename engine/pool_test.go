@@ -150,21 +150,28 @@ func TestPool_ReservedBatchesServeTheBurst(t *testing.T) {
 	}
 }
 
-// A fence cuts the runs of tasks whose policy keeps their fires apart,
-// and those taken before it that start after it; a replace cancels only
-// the runs of its record.
-func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
+// trackingPool returns a pool, and run, which starts a run of j taken
+// when there had been cuts cuts by worker 0 (track), and returns its
+// context.
+func trackingPool(t *testing.T) (*pool, func(j *job, cuts uint64) context.Context) {
 	cfg := DefaultConfig("n").withDefaults()
 	p := newPool(cfg, nil, &stats{}, func() bool { return false }, 0)
 	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
-	forbid := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyForbid}}
-	replace := &job{rec: 2, prof: &profile{concurrency: task.ConcurrencyReplace}}
-	run := func(j *job, cuts uint64) context.Context {
+	return p, func(j *job, cuts uint64) context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		key := p.track(0, j, cancel, cuts)
 		t.Cleanup(func() { p.untrack(key) })
 		return ctx
 	}
+}
+
+// A fence cuts the runs of tasks whose policy keeps their fires apart,
+// and those taken before it that start after it; a replace cancels only
+// the runs of its record.
+func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
+	p, run := trackingPool(t)
+	forbid := &job{rec: 1, prof: &profile{concurrency: task.ConcurrencyForbid}}
+	replace := &job{rec: 2, prof: &profile{concurrency: task.ConcurrencyReplace}}
 	before := p.cuts.Load()
 	a, b := run(forbid, before), run(replace, before)
 	p.replaceRunning(2, 0)
@@ -182,6 +189,32 @@ func TestPool_CutRunningCancelsTheRunsKeptApart(t *testing.T) {
 	}
 	if next := run(forbid, p.cuts.Load()); next.Err() != nil {
 		t.Fatalf("a run taken after the cut: %v, want it running", context.Cause(next))
+	}
+}
+
+// An undone acquire cuts the runs kept apart of its partition alone, and
+// those of it taken before the cut that start after it; the runs of other
+// partitions go on, and so does one of theirs taken before the cut.
+func TestPool_CutPartitionCancelsItsRunsAlone(t *testing.T) {
+	p, run := trackingPool(t)
+	prof := &profile{concurrency: task.ConcurrencyForbid}
+	undone, other := &job{rec: 1, part: 3, prof: prof}, &job{rec: 2, part: 4, prof: prof}
+	before := p.cuts.Load()
+	a, b := run(undone, before), run(other, before)
+	if n := p.cutPartition(3); n != 1 {
+		t.Errorf("the cut canceled %d runs, want 1 (partition 3's)", n)
+	}
+	if !errors.Is(context.Cause(a), errUndone) || b.Err() != nil {
+		t.Fatalf("after partition 3's cut: its run %v, partition 4's %v; want %v and running", context.Cause(a), context.Cause(b), errUndone)
+	}
+	if late := run(undone, before); !errors.Is(context.Cause(late), errUndone) {
+		t.Fatalf("partition 3's run taken before the cut, started after it: %v, want %v", context.Cause(late), errUndone)
+	}
+	if late := run(other, before); late.Err() != nil {
+		t.Fatalf("partition 4's run taken before the cut, started after it: %v, want it running", context.Cause(late))
+	}
+	if next := run(undone, p.cuts.Load()); next.Err() != nil {
+		t.Fatalf("partition 3's run taken after the cut: %v, want it running", context.Cause(next))
 	}
 }
 
