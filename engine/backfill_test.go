@@ -237,7 +237,7 @@ func TestLoop_QueuedBackfillFiresAreHandedOverAndRun(t *testing.T) {
 		}
 	}
 	rel := a.releaseNow(0)
-	a.handOverQueued(rel.hand) // the workers took nothing in time
+	a.handOverQueued(rel.hand, unrunAll) // the workers took nothing in time
 	pending := rel.hand[0].pending
 	if len(pending) != 3 || !pending[0].Backfill {
 		t.Fatalf("handed over %+v, want the 3 backfill fires flagged backfill", pending)

@@ -795,12 +795,13 @@ func (l *loop) flush(i uint32, r *record, mark, now int64) {
 }
 
 // handOverQueued hands over unrun the jobs of released partitions that
-// workers did not take in time: they are dropped from the queue and listed
-// in the partitions' checkpoints. Called only from the dispatch loop.
-func (l *loop) handOverQueued(hand map[int]*handOver) {
+// workers did not take in time, as which says (unrunAll, unrunApart): they
+// are dropped from the queue and listed in the partitions' checkpoints.
+// Called only from the dispatch loop.
+func (l *loop) handOverQueued(hand map[int]*handOver, which unrunJobs) {
 	handed := func(j *job) bool {
 		h := hand[int(j.part)]
-		if h == nil || j.replaced && j.kind != kindTrigger {
+		if h == nil || which == unrunApart && j.prof.concurrency == task.ConcurrencyAllow || j.replaced && j.kind != kindTrigger {
 			// A job a newer fire replaced (concurrency replace) stays for
 			// a worker here to cancel unrun, as without the release.
 			return false
@@ -1026,14 +1027,14 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	}
 	// Once the session ended, the partitions went with its lease (below):
 	// nothing is left to wait for.
-	taken := true
+	queued := unrunNone
 	if err := e.pool.waitTaken(life, rel.ticket, handOverWait); err != nil {
-		taken = false
+		queued = unrunAll
 		if errors.Is(err, errNotTaken) {
 			e.log.Warn(takenWaitOver, "partitions", len(ps), "waited", handOverWait)
 		}
 	}
-	if taken && rel.running != nil {
+	if queued == unrunNone && rel.running != nil {
 		// An attempt that fails now hands its retry over; past the wait,
 		// through etcd (leavers). Only ps stand still meanwhile: the node's
 		// other partitions fire on past the bounded lead.
@@ -1058,7 +1059,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 		// the caller drops them with the others (drop keeps their
 		// hand-overs); the retry of an attempt that fails from now on is
 		// lost, as on any fence.
-		e.seal(rel, !taken, false)
+		e.seal(rel, queued, false)
 		stuck := make(map[int]*stuckRelease, len(ps))
 		for _, p := range ps {
 			stuck[p] = &stuckRelease{part: parts[p], hand: rel.hand[p], since: marked}
@@ -1068,7 +1069,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 			"partitions", partRanges(ps), "count", len(ps))
 		return stuck, time.Since(marked)
 	}
-	e.seal(rel, !taken, true)
+	e.seal(rel, queued, true)
 	// The whole hand-over is bounded: etcd out of reach must not hold a
 	// shutdown for long.
 	ctx, cancel := context.WithTimeout(life, max(10*time.Second, e.cfg.DrainTimeout))
@@ -1208,11 +1209,25 @@ func (e *Engine) markAgain(life context.Context, sess *membership.Session, stuck
 	}
 }
 
+// unrunJobs is which queued jobs of a release's partitions its seal hands
+// over unrun (loop.handOverQueued).
+type unrunJobs uint8
+
+const (
+	unrunNone unrunJobs = iota // none: workers took them in time
+	unrunAll                   // all: workers did not take them in time, or the partitions are dropped
+	// unrunApart: those of tasks kept apart, of an acquire undone (its
+	// hand-over is not written: the checkpoint put back has the next
+	// acquire fire their times again). Run after the undo, each would run
+	// beside that fire; the others run, their repeat documented.
+	unrunApart
+)
+
 // seal has the loop seal rel (leavers.seal, late for a graceful release),
-// first handing over the queued fires of its partitions unrun when queued
-// (loop.handOverQueued). From then on the caller alone reads rel's
+// first handing over the queued fires of its partitions unrun, as queued
+// says (loop.handOverQueued). From then on the caller alone reads rel's
 // hand-overs.
-func (e *Engine) seal(rel release, queued, late bool) {
+func (e *Engine) seal(rel release, queued unrunJobs, late bool) {
 	c := &sealCmd{rel: rel, queued: queued, late: late, reply: make(chan struct{}, 1)}
 	_, _ = request(context.Background(), e, c, c.reply)
 }
@@ -1381,7 +1396,7 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps)
-	e.seal(rel, true, false)
+	e.seal(rel, unrunAll, false)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand
 	}

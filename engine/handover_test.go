@@ -1350,7 +1350,7 @@ func TestLoop_ReleasePastTheCapResumesNoTaskAfterItsCatchUp(t *testing.T) {
 	tl.clock.Advance(30*time.Second + time.Second/2) // the 12:00:00 timers misfire: fire_once fires 12:00:30
 	tl.dispatchAll()
 	rel := tl.releaseNow(0)
-	tl.handOverQueued(rel.hand) // the workers did not take them
+	tl.handOverQueued(rel.hand, unrunAll) // the workers did not take them
 	hand := rel.hand[0]
 
 	catchUp := base.Add(30 * time.Second)

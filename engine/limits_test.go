@@ -1134,7 +1134,7 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 		t.Fatalf("%d fires queued, want %d", got, n)
 	}
 	rel := tl.releaseNow(0)
-	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	tl.handOverQueued(rel.hand, unrunAll) // the workers did not take them in time
 	hand := rel.hand[0]
 	if len(hand.pending) != maxHandOver {
 		t.Errorf("%d fires listed, want %d", len(hand.pending), maxHandOver)
@@ -1194,7 +1194,7 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 	tl.clock.Advance(time.Second/2 + time.Millisecond)
 	tl.dispatch()
 	rel := tl.releaseNow(0)
-	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	tl.handOverQueued(rel.hand, unrunAll) // the workers did not take them in time
 	hand := rel.hand[0]
 	hand.after = slices.Clone(hand.pending[:maxAfter]) // and some fired past the mark
 	for _, f := range hand.pending[:maxFired] {        // and as many triggers that fired
@@ -1536,6 +1536,77 @@ func TestEngine_AcquireUndoneCancelsTheRunsOfTasksKeptApart(t *testing.T) {
 	}
 }
 
+// So are the fires it dispatched of those tasks that wait for a worker
+// when it is undone: taken after the cut, they ran beside the next
+// acquire's fires of the same times. Here node-b, with two workers, loads
+// the partition released at 12:00:00.5: the fires of 12:00:02 of two
+// tasks take the workers (held), and the forbid task's fire of 12:00:03
+// waits for one; the read of the partition's triggers then fails, and the
+// workers are let go once the acquire is undone. node-b acquires the
+// partition again and fires 12:00:03 again.
+func TestEngine_AcquireUndoneDropsTheQueuedFiresOfTasksKeptApart(t *testing.T) {
+	c, clock := limitsStart(t)
+	node := func(id string, more ...func(*Config)) func(*Config) {
+		return limitsNode(clock, time.Hour, id, append([]func(*Config){func(cfg *Config) { cfg.Partitions, cfg.Workers = 1, 2 }}, more...)...)
+	}
+	a := startNode(t, c, "", (&callLog{}).handler(nil), node("node-a"))
+	for _, id := range []string{"busy-1", "busy-2"} {
+		putTask(t, a.e.Registry(), handlerTask(id, "2 * * * * *"))
+	}
+	tick := handlerTask("tick", "3 * * * * *")
+	tick.Concurrency = task.ConcurrencyForbid
+	putTask(t, a.e.Registry(), tick)
+	waitNext(t, a, "tick", limitsAt(3))
+	a.stop(t)
+	clock.Advance(4 * time.Second)
+
+	h := newHolder(t, "tick")
+	busy := make(chan Fire, 4)
+	letBusy := make(chan struct{})
+	let := sync.OnceFunc(func() { close(letBusy) })
+	handler := func(ctx context.Context, f Fire) error {
+		if f.TaskID != "tick" {
+			busy <- f
+			<-letBusy
+			return nil
+		}
+		return h.handler(ctx, f)
+	}
+	var bLog logbuf.Buffer
+	cliB := c.NewClient(t)
+	started := make(chan struct{})
+	injectFaults(cliB).failsGetOnceAfter(func(key string) bool { return strings.Contains(key, "/triggers/") }, started)
+	b := startNodeOn(t, cliB, "", handler, node("node-b", func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&bLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}), noWait)
+	defer b.stop(t)
+	defer h.open() // before node-b stops
+	defer let()
+	var undone Fire
+	select {
+	case undone = <-busy:
+	case <-time.After(10 * time.Second):
+		t.Fatal("node-b's fires of 12:00:02 did not start")
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.pool.depth() == 1 }) // tick's fire of 12:00:03
+	close(started)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(bLog.String(), "acquiring a partition failed") })
+	let()
+	var ran []blocked
+	for {
+		r := h.next(t)
+		if r.Fence != undone.Fence {
+			break // the next acquire's
+		}
+		ran = append(ran, r)
+	}
+	for _, r := range ran {
+		if r.running() {
+			t.Errorf("the fire of %s the undone acquire dispatched runs beside the next acquire's fires", r.ScheduledAt.Format(time.TimeOnly))
+		}
+	}
+}
+
 // An acquire the ring cancels after it loaded its partition (the fires
 // due since the previous point are dispatched already) is not undone: it
 // ends, and the partition is released to the node the ring chose, with its
@@ -1778,7 +1849,7 @@ func TestLoop_ReleaseOverTheSizeLimitKeepsBackfillFires(t *testing.T) {
 		t.Fatalf("the backfill fire was not taken: %d", a)
 	}
 	rel := tl.releaseNow(0)
-	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	tl.handOverQueued(rel.hand, unrunAll) // the workers did not take them in time
 	hand := rel.hand[0]
 	if len(hand.pending) != n+1 {
 		t.Fatalf("%d fires listed, want %d: the schedule's and the backfill's", len(hand.pending), n+1)
@@ -1965,7 +2036,7 @@ func TestLoop_RetriesAreHandedOverWaitingOrQueued(t *testing.T) {
 		t.Fatalf("the first owner queued %v, want %v", got, wantQueued)
 	}
 	rel := a.releaseNow(0)
-	a.handOverQueued(rel.hand) // the workers did not take the queued retry in time
+	a.handOverQueued(rel.hand, unrunAll) // the workers did not take the queued retry in time
 	if n := a.retrying.Load(); n != 0 {
 		t.Errorf("%d retries still wait in the released owner's wheel", n)
 	}
@@ -2039,7 +2110,7 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 		}
 		tl.complete(&done)
 	}
-	seal := func(tl *testLoop, rel release, queued bool) {
+	seal := func(tl *testLoop, rel release, queued unrunJobs) {
 		c := &sealCmd{rel: rel, queued: queued, late: true, reply: make(chan struct{}, 1)}
 		tl.handle(c)
 		<-c.reply
@@ -2071,7 +2142,7 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 		if !ended(rel) {
 			t.Error("the release still waits once flaky's attempt ended")
 		}
-		seal(tl, rel, false)
+		seal(tl, rel, unrunNone)
 		want := []string{fmt.Sprintf("flaky@%d attempt 2", sched)}
 		if got := pending(rel); !slices.Equal(got, want) {
 			t.Fatalf("the release hands over %v, want %v", got, want)
@@ -2087,7 +2158,7 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 	})
 	t.Run("queued and handed over unrun", func(t *testing.T) {
 		tl, rel, _ := start(t)
-		seal(tl, rel, true) // the workers took nothing in time
+		seal(tl, rel, unrunAll) // the workers took nothing in time
 		if !ended(rel) {
 			t.Error("the release still waits for an attempt handed over unrun")
 		}
@@ -2099,7 +2170,7 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 	t.Run("fails after the seal", func(t *testing.T) {
 		tl, rel, jobs := start(t)
 		tl.pool.reset()
-		seal(tl, rel, false) // the wait ran out
+		seal(tl, rel, unrunNone) // the wait ran out
 		tl.clock.Advance(time.Second)
 		fail(tl, jobs...)
 		if got := pending(rel); len(got) != 0 {
@@ -2126,7 +2197,7 @@ func TestLoop_RetryOfAnAttemptEndingDuringTheReleaseIsHandedOver(t *testing.T) {
 		// once the loop had stopped (Close drains the workers after it).
 		tl, rel, jobs := start(t)
 		tl.pool.reset()
-		seal(tl, rel, false)
+		seal(tl, rel, unrunNone)
 		b := tl.pool.batch()
 		b.add(&jobs[0], statusFailed, "boom", false)
 		tl.pool.done <- b
@@ -2250,7 +2321,7 @@ func TestLoop_ReplacedQueuedRetryIsNotHandedOver(t *testing.T) {
 		t.Fatalf("dispatched %v, want the retry and the trigger's fire", got)
 	}
 	rel := a.releaseNow(0)
-	a.handOverQueued(rel.hand) // the workers did not take them in time
+	a.handOverQueued(rel.hand, unrunAll) // the workers did not take them in time
 	if got := rel.hand[0].pending; len(got) != 0 {
 		t.Errorf("the release hands over %+v, want nothing: the retry was replaced, and the trigger's key stays", got)
 	}

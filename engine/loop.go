@@ -91,7 +91,7 @@ type (
 	// in time (handOverQueued).
 	sealCmd struct {
 		rel    release
-		queued bool
+		queued unrunJobs
 		late   bool // a graceful release: retries of attempts ending later go through etcd
 		reply  chan struct{}
 	}
@@ -399,8 +399,8 @@ func (c *releaseCmd) run(l *loop) {
 	c.reply <- l.releaseParts(c.parts)
 }
 func (c *sealCmd) run(l *loop) {
-	if c.queued {
-		l.handOverQueued(c.rel.hand)
+	if c.queued != unrunNone {
+		l.handOverQueued(c.rel.hand, c.queued)
 	}
 	l.endReleasedAgain(c.rel.hand)
 	l.handTriggers(c.rel.hand)

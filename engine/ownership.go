@@ -663,10 +663,10 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		// Sealed at once: nothing is handed over, so no retry of an
 		// attempt under way waits to be listed, and the loop would keep
 		// its tasks (leaving) until their attempts end, for ever for one
-		// a fenced drop takes from the queue.
-		e.seal(e.releaseLoop([]int{p}), false, false)
-		// Nor is a marker written of the runs kept apart that started
-		// since the arm, and the next acquire fires their times again.
+		// a fenced drop takes from the queue. Nor is a marker written of
+		// the runs kept apart, and the next acquire fires their times
+		// again: those still queued are dropped, those under way cut.
+		e.seal(e.releaseLoop([]int{p}), unrunApart, false)
 		if n := e.pool.cutPartition(p); n > 0 {
 			e.log.Warn("acquire undone: canceled the runs of tasks whose concurrency policy keeps their fires apart, which its next acquire fires again",
 				"partition", p, "runs", n)

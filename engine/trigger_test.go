@@ -286,7 +286,7 @@ func TestLoop_ReleasedTriggersFireWhenThePartitionComesBack(t *testing.T) {
 	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "queued") // yearly: only triggers fire it
 	trigger("queued")
 	trigger("early") // its task is not loaded
-	tl.handOverQueued(tl.releaseNow(0).hand)
+	tl.handOverQueued(tl.releaseNow(0).hand, unrunAll)
 	if got := tl.dispatched(0); len(got) != 0 {
 		t.Fatalf("dispatched %v before the release", got)
 	}
@@ -1170,7 +1170,7 @@ func TestLoop_TriggerKeyPutAgainGoesAtTheSealUnlessItsFireIsHandedOver(t *testin
 		t.Fatalf("keys ended %v before the fires did", got)
 	}
 	rel := tl.releaseNow(0)
-	c := &sealCmd{rel: rel, queued: true, late: true, reply: make(chan struct{}, 1)} // queued's job was not taken in time
+	c := &sealCmd{rel: rel, queued: unrunAll, late: true, reply: make(chan struct{}, 1)} // queued's job was not taken in time
 	tl.handle(c)
 	<-c.reply
 	if got, want := keysOf(tl.pool.ends.take(10)), []triggerKey{{0, "ran", base.UnixNano()}}; !slices.Equal(got, want) {

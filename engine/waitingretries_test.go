@@ -284,7 +284,7 @@ func TestLoop_ReplacedFireHeldAtTheGateIsNotHandedOver(t *testing.T) {
 	tl.pushJobs()
 
 	rel := tl.releaseNow(0)
-	tl.handOverQueued(rel.hand) // the workers did not take them in time
+	tl.handOverQueued(rel.hand, unrunAll) // the workers did not take them in time
 	var got []string
 	for _, f := range rel.hand[0].pending {
 		got = append(got, fmt.Sprintf("%s@%d", f.ID, f.At.UnixMilli()))
