@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
@@ -36,10 +38,53 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, er
 	}
 	pctx, cancel := probeBudget(ctx)
 	defer cancel()
-	if perr := probeEtcd(pctx, endpoints[0], tlsCfg); perr != nil {
-		return fmt.Errorf("%w; %w", err, perr)
+	perr := probeEtcd(pctx, endpoints[0], tlsCfg)
+	switch {
+	case perr == nil:
+		return err
+	case len(endpoints) == 1 && tlsRefused(perr):
+		return unhealable{fmt.Errorf("%w; %w", err, perr)}
 	}
-	return err
+	return fmt.Errorf("%w; %w", err, perr)
+}
+
+// unhealable marks what explainEtcd found when every endpoint refused
+// this node's TLS (tlsRefused): no retry mends it.
+type unhealable struct{ error }
+
+func (u unhealable) Unwrap() error { return u.error }
+
+// cannotHeal reports whether err, a failure to reach etcd or explainEtcd's
+// explanation of one, is one that waiting for etcd does not mend: etcd
+// refused the user and password, or a request without them (auth is on),
+// or the user's permission to read (auth is the same on every member), or
+// every endpoint refused this node's TLS. The operator must change a flag
+// or etcd's configuration first. A refused connection, a timeout, a
+// leader election, an expired token (the client fetches a new one) are
+// retried: they mend as etcd comes up.
+func cannotHeal(err error) bool {
+	var u unhealable
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
+		errors.Is(err, rpctypes.ErrUserEmpty) || errors.As(err, &u)
+}
+
+// tlsRefused reports whether perr, probeEtcd's finding, is a TLS error
+// that the same endpoint gives at every attempt: a certificate of etcd's
+// this node does not trust (--etcd-cacert), a certificate of this node's
+// that etcd refuses (its alert names a certificate), or TLS on one side
+// only (errServesTLS; an https endpoint that answers without TLS). A
+// handshake cut short (etcd restarting) or timed out is not one.
+func tlsRefused(perr error) bool {
+	var verr *tls.CertificateVerificationError
+	var rerr tls.RecordHeaderError
+	var oerr *net.OpError
+	switch {
+	case errors.As(perr, &verr), errors.As(perr, &rerr), errors.Is(perr, errServesTLS):
+		return true
+	case errors.As(perr, &oerr) && oerr.Op == "remote error":
+		return strings.Contains(oerr.Err.Error(), "certificate")
+	}
+	return false
 }
 
 // A probe of etcd takes probeTimeout at most, and no more than what is

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
@@ -267,4 +270,61 @@ func mustDeadline(t *testing.T, ctx context.Context) time.Time {
 		t.Fatal("no deadline")
 	}
 	return dl
+}
+
+// What waiting for etcd cannot mend ends the wait at its first failure,
+// with the first warning's explanation: a login or a permission etcd
+// refused, a request without a user where auth is on, a certificate of
+// etcd's this node does not trust. They were retried for --start-timeout
+// (a minute by default) after the first warning had said what was wrong.
+// A refused connection and an endpoint that never answers are still
+// retried: they mend as etcd comes up.
+func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
+	untrusted := httptest.NewUnstartedServer(http.NotFoundHandler()) // its certificate's CA is not given
+	untrusted.EnableHTTP2 = true                                     // as etcd: the probe asks for h2
+	untrusted.StartTLS()
+	defer untrusted.Close()
+	silent, _ := silentListener(t)
+	refused := "http://" + etcdtest.RefusedAddr(t)
+	for _, tc := range []struct {
+		name, endpoint string
+		err            error  // each attempt's
+		want           string // in the error it gives up with; "": retried
+	}{
+		{"permission denied", refused, rpctypes.ErrPermissionDenied, "permission denied (etcd has authentication on: give --etcd-user"},
+		{"no user", refused, rpctypes.ErrUserEmpty, "user name is empty (etcd has authentication on: give --etcd-user"},
+		{"wrong password", refused, rpctypes.ErrAuthFailed, "authentication failed, invalid user ID or password (check --etcd-user"},
+		{"etcd's certificate not trusted", untrusted.URL, context.DeadlineExceeded, "x509: certificate signed by unknown authority (--etcd-cacert must name the CA"},
+		{"connection refused", refused, context.DeadlineExceeded, ""},
+		{"no answer", "http://" + silent, context.DeadlineExceeded, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+			defer cancel()
+			attempts := 0
+			get := func(context.Context) error {
+				attempts++
+				switch {
+				case attempts == 1:
+					return tc.err
+				case tc.want == "":
+					return nil // etcd came up
+				}
+				cancel() // retried: the wait would go on for its 10 minutes
+				return tc.err
+			}
+			explain := func(ctx context.Context, err error) error {
+				return explainEtcd(ctx, []string{tc.endpoint}, nil, err)
+			}
+			err := waitForEtcd(ctx, get, []string{tc.endpoint}, explain, slog.New(slog.DiscardHandler))
+			switch {
+			case tc.want == "" && (err != nil || attempts != 2):
+				t.Errorf("after %d attempts: %v, want it retried until etcd answers", attempts, err)
+			case tc.want != "" && (attempts != 1 || err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("after %d attempts: %v, want it given up at once with %q", attempts, err, tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), "etcd at "+tc.endpoint):
+				t.Errorf("%v does not name the endpoint", err)
+			}
+		})
+	}
 }

@@ -18,7 +18,8 @@ import (
 // has authentication on: with --etcd-cacert, --etcd-cert, --etcd-key,
 // --etcd-user and --etcd-password-file the node starts, registers and
 // writes tasks; missing any of them, or with a wrong password, it exits
-// non-zero with an error that says what failed.
+// non-zero with an error that says what failed, at once: no retry mends
+// them.
 func TestServer_EtcdTLSAndAuth(t *testing.T) {
 	ca := newTestCA(t)
 	dir := t.TempDir()
@@ -86,6 +87,11 @@ func TestServer_EtcdTLSAndAuth(t *testing.T) {
 					if !strings.Contains(last, w) {
 						t.Fatalf("error %q does not contain %q\n%s", last, w, p.log())
 					}
+				}
+				// Each is what no retry mends: the node gave up at its
+				// first failure, not after --start-timeout's retries.
+				if strings.Contains(p.log(), `"attempt":2`) {
+					t.Errorf("retried what cannot heal by waiting\n%s", p.log())
 				}
 				t.Logf("error: %s", last)
 			})

@@ -22,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -1094,10 +1093,12 @@ func newEtcdClient(ctx context.Context, f *serverFlags, endpoints []string, tlsC
 // waitForEtcd retries get, a read from etcd, until it answers, logging
 // each failure, and gives up at ctx's deadline (the start's, which
 // --start-timeout set) with an error that names the endpoints and ctx's
-// cause, or with ctx's error when ctx is canceled; at once when etcd
-// refuses the user and password. explain adds to the
-// first failure's warning, and to that error, what is wrong with the
-// endpoints (explainEtcd, within ctx): the client's own error is only its
+// cause, or with ctx's error when ctx is canceled; at once, with the
+// first warning's explanation, when what failed cannot heal by waiting
+// (cannotHeal: a refused login or permission, a certificate refused at
+// every endpoint), which the wait repeated for --start-timeout. explain
+// adds to the first failure's warning, and to that error, what is wrong
+// with the endpoints (explainEtcd, within ctx): the client's own error is only its
 // deadline, which the warnings repeated for --start-timeout, a minute by
 // default. Each attempt (2 s at most) and each pause between them (1 s)
 // ends at the deadline: checked only between them, --start-timeout 3s
@@ -1116,8 +1117,7 @@ func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, rpctypes.ErrAuthFailed):
-			// A wrong user or password: no retry makes it right.
+		case cannotHeal(err):
 			return explain(ctx, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err))
 		}
 		if ctx.Err() != nil {
@@ -1125,7 +1125,9 @@ func waitForEtcd(ctx context.Context, get func(context.Context) error, endpoints
 		}
 		warning := err
 		if attempt == 1 {
-			warning = explain(ctx, err)
+			if warning = explain(ctx, err); cannotHeal(warning) {
+				return fmt.Errorf("etcd at %s is unreachable: %w", strings.Join(endpoints, ","), warning)
+			}
 		}
 		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "attempt", attempt, "err", warning)
 		select {
