@@ -66,7 +66,8 @@ type serverFlags struct {
 	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 
-	secretWarnings []string // of loose secrets' files, logged once the logger is up
+	secretWarnings []string        // of loose secrets' files, logged once the logger is up
+	fromEnv        map[string]bool // the flags whose value came from their environment variable
 }
 
 const serverUsage = `Usage: shardcron server [flags]
@@ -198,7 +199,8 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if err = fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serverUsage)
 			var flags []*flag.Flag
@@ -209,7 +211,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardcron server: %v (see shardcron server --help)\n", explainFlag(fs, err))
 		return 2
 	}
-	if err := applyEnv(fs, os.LookupEnv); err != nil {
+	if f.fromEnv, err = applyEnv(fs, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
 		return 2
 	}
@@ -218,7 +220,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see --help)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "shardcron server: unexpected argument %q (see shardcron server --help)\n", fs.Arg(0))
 		return 2
 	}
 	batchSet := false
@@ -267,8 +269,10 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 // flag is false, as systemd's EnvironmentFile writes an unset one
 // (SHARDCRON_ALLOW_EXEC=); an empty one of any other flag is its value,
 // checked as the flag's. The value of a secret is never quoted in an error.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	set := map[string]bool{}
+// It returns the names of the flags it set, for errors that name a value:
+// the operator looks for it where it came from.
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]bool, error) {
+	set, fromEnv := map[string]bool{}, map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var errs []error
 	fs.VisitAll(func(fl *flag.Flag) {
@@ -279,6 +283,7 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		if b, isBool := fl.Value.(interface{ IsBoolFlag() bool }); isBool && b.IsBoolFlag() && v == "" {
 			v = "false"
 		}
+		fromEnv[fl.Name] = true
 		if err := fs.Set(fl.Name, v); err != nil {
 			if secretFlags[fl.Name] {
 				errs = append(errs, fmt.Errorf("%s: not a valid value for --%s", envName(fl.Name), fl.Name))
@@ -287,7 +292,7 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 			}
 		}
 	})
-	return errors.Join(errs...)
+	return fromEnv, errors.Join(errs...)
 }
 
 // valueWanted says what a flag's value must look like, for an error of
@@ -392,6 +397,9 @@ func readSecretFile(flag, path string) (string, error) {
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
 	if f.dataDir == "" {
+		if f.fromEnv["data-dir"] {
+			return fmt.Errorf("%s is empty: give a directory, or unset it for --data-dir's default", envName("data-dir"))
+		}
 		return errors.New("--data-dir must not be empty")
 	}
 	for _, a := range []struct{ flag, v string }{

@@ -377,6 +377,8 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 		for _, tc := range []struct{ args, want string }{
 			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
+			// as every other usage error says where to look
+			{"extra", "shardcron server: unexpected argument \"extra\" (see shardcron server --help)\n"},
 			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
 			{"--etcd-prefix=shardcron", `shardcron server: --etcd-prefix: "shardcron" must start with '/'`},
 			{"--node-id=n1/x", `shardcron server: --node-id: "n1/x" contains '/'`},
@@ -1043,7 +1045,8 @@ func TestApplyEnv(t *testing.T) {
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
-		err := applyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		var err error
+		f.fromEnv, err = applyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 		return &f, err
 	}
 	for _, v := range []string{"", "false", "0"} {
@@ -1070,6 +1073,22 @@ func TestApplyEnv(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "parse error") {
 			t.Errorf("%s=%q: %v, want %q", c.name, c.value, err, c.want)
 		}
+	}
+	// A value the flag takes but the node refuses names the variable it
+	// came from: an empty SHARDCRON_DATA_DIR was reported as --data-dir,
+	// which the command line did not give.
+	f, err := parse(map[string]string{"SHARDCRON_DATA_DIR": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.check(); err == nil || !strings.HasPrefix(err.Error(), "SHARDCRON_DATA_DIR is empty: give a directory, or unset it") {
+		t.Errorf("SHARDCRON_DATA_DIR empty: %v, want the variable named", err)
+	}
+	if f, err = parse(map[string]string{"SHARDCRON_DATA_DIR": "/x"}, "--data-dir="); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.check(); err == nil || err.Error() != "--data-dir must not be empty" {
+		t.Errorf("--data-dir= on the command line: %v, want the flag named", err)
 	}
 }
 

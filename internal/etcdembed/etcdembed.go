@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -244,9 +245,12 @@ func checkBackend(dir string) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0:
 		return nil
+	case errors.Is(err, syscall.ENOTDIR):
+		// Not the database's damage: neither a backup nor an empty etcd
+		// is the remedy.
+		return fmt.Errorf("the embedded etcd's directory %s cannot be used: %w "+
+			"(a file stands where a directory of its path must be: move that file away)", dir, err)
 	case err != nil:
-		// Not the database's damage (dir, or a directory in it, is a
-		// file, say): neither a backup nor an empty etcd is the remedy.
 		return fmt.Errorf("the embedded etcd's directory %s cannot be used: %w", dir, err)
 	}
 	err = openReadOnly(path)
