@@ -27,6 +27,11 @@ var (
 	ErrLeaseLost = errors.New("membership: session lease expired or was revoked")
 	// ErrClosed is Session.Err after Close.
 	ErrClosed = errors.New("membership: session closed")
+	// ErrHeldByLease is wrapped, with ctx's error, by Join's error when
+	// ctx ended while Join waited for another session's lease on the node
+	// id to expire: a crashed node's of the same id, as a rule, which
+	// lasts up to that node's TTL.
+	ErrHeldByLease = errors.New("membership: node id is held by another lease")
 )
 
 // nodeExistsError names the contested id; it is ErrNodeExists for errors.Is.
@@ -37,6 +42,19 @@ func (e *nodeExistsError) Error() string {
 }
 
 func (e *nodeExistsError) Unwrap() error { return ErrNodeExists }
+
+// heldError is Join's error when ctx ended while it waited for another
+// lease on the node id: ErrHeldByLease and ctx's error for errors.Is.
+type heldError struct {
+	id  string
+	err error
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("membership: waiting for node id %q to be released: %v", e.id, e.err)
+}
+
+func (e *heldError) Unwrap() []error { return []error{ErrHeldByLease, e.err} }
 
 // revokeTimeout bounds the best-effort revocation of a lease Join granted
 // but could not use.
@@ -231,7 +249,7 @@ func (s *Session) awaitRelease(ctx context.Context, holder clientv3.LeaseID, rev
 		}
 		changed, err := waitKeyChange(ctx, &wch, wait)
 		if err != nil {
-			return fmt.Errorf("membership: waiting for node id %q to be released: %w", s.cfg.NodeID, err)
+			return &heldError{id: s.cfg.NodeID, err: err}
 		}
 		if changed {
 			return nil

@@ -178,7 +178,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.startTimeout, "start-timeout", time.Minute, "how long the start may wait for etcd in all before giving up: "+
-		"the embedded etcd's start, etcd's first answer and the join (which waits out the lease of a crashed node of this id) share it")
+		"the embedded etcd's start, etcd's first answer and the join (which waits out the lease of a crashed node of this id, up to its --lease-ttl: keep this above it) share it")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", d.DrainTimeout, "on shutdown, how long running executions may finish before they are canceled (0-24h; an attempt with attempts left is retried at once on its partition's next owner)")
 	fs.DurationVar(&f.shutdownTO, "shutdown-timeout", 10*time.Second, "on shutdown, how long in-flight API requests may finish (0-24h)")
 }
@@ -860,6 +860,11 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 			return fmt.Errorf("node id %q is held by a live node: give this node another --node-id", f.nodeID)
 		case ctx.Err() != nil:
 			return ctx.Err() // stopped during the start, as runServer logs it
+		case errors.Is(startCtx.Err(), context.DeadlineExceeded) && errors.Is(err, membership.ErrHeldByLease):
+			// Not refused as a usage error: a --start-timeout under
+			// --lease-ttl fails only a start that follows a crash.
+			return fmt.Errorf("%w (%v before the lease of this node id's previous session expired: a crashed node's lease lasts up to its --lease-ttl, %v here; "+
+				"give --start-timeout more than --lease-ttl, or start the node again once that lease has expired)", err, context.Cause(startCtx), f.leaseTTL)
 		case errors.Is(startCtx.Err(), context.DeadlineExceeded):
 			return fmt.Errorf("%w (%v)", err, context.Cause(startCtx))
 		}

@@ -1279,3 +1279,25 @@ func TestWaitForEtcd_AttemptsAndPausesEndAtTheDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A node restarted after a crash whose --start-timeout passes while it
+// waits out its previous session's lease says which flags to mend: it
+// said only "membership: waiting for node id ... to be released: context
+// deadline exceeded (--start-timeout 3s passed)". (Not a usage error: a
+// --start-timeout under --lease-ttl fails only a start after a crash.)
+func TestServer_JoinPastTheDeadlineNamesLeaseTTL(t *testing.T) {
+	c := etcdtest.Start(t)
+	holdNodeID(t, c.Client, "reborn", 60) // a crashed node's lease, never refreshed
+	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4",
+		"--node-id", "reborn", "--start-timeout", "3s")
+	if code := p.waitExit(60 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, p.log())
+	}
+	last := lastError(p.log())
+	for _, w := range []string{"to be released: context deadline exceeded (--start-timeout 3s passed before the lease",
+		"--lease-ttl, 2s here", "give --start-timeout more than --lease-ttl"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("error %q does not contain %q", last, w)
+		}
+	}
+}
