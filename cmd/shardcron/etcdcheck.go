@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -19,9 +20,12 @@ import (
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
 // what the operator can act on: a refused login names the flags to
 // check, and a connection that fails below gRPC (which only reports a
-// deadline) is tried once by hand, to the first endpoint, to find the
-// refused connection or the TLS error behind it. The probe ends at ctx's
-// deadline, --start-timeout's (probeBudget), and is not made once ctx is
+// deadline) is tried once by hand, to every endpoint at once, to find the
+// refused connection or the TLS error behind it. One endpoint's finding
+// is added as it is; of several, each is named with what it did, one
+// that answered nothing or whose transport works too: the first may be
+// silent and a later one refuse. The probes end at ctx's deadline,
+// --start-timeout's (probeBudget), and are not made once ctx is
 // canceled: the node is stopping. It never adds a credential: the error
 // texts it adds come from etcd and crypto/tls.
 func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, err error) error {
@@ -38,14 +42,31 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, er
 	}
 	pctx, cancel := probeBudget(ctx)
 	defer cancel()
-	perr := probeEtcd(pctx, endpoints[0], tlsCfg)
-	switch {
-	case perr == nil:
-		return err
-	case len(endpoints) == 1 && tlsRefused(perr):
-		return unhealable{fmt.Errorf("%w; %w", err, perr)}
+	found := make([]error, len(endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range endpoints {
+		wg.Go(func() { found[i] = probeEtcd(pctx, ep, tlsCfg) })
 	}
-	return fmt.Errorf("%w; %w", err, perr)
+	wg.Wait()
+	refused := true
+	for i, f := range found {
+		refused = refused && tlsRefused(f)
+		switch {
+		case len(endpoints) > 1:
+			if f == nil {
+				f = errReached
+			}
+			err = fmt.Errorf("%w; %s: %w", err, endpoints[i], f)
+		case f == nil, errors.Is(f, errNoAnswer):
+			return err // the client's error says as much
+		default:
+			err = fmt.Errorf("%w; %w", err, f)
+		}
+	}
+	if refused {
+		return unhealable{err}
+	}
+	return err
 }
 
 // unhealable marks what explainEtcd found when every endpoint refused
@@ -94,7 +115,8 @@ func tlsRefused(perr error) bool {
 // an attempt's 2 s). A refused connection, a TLS error or an HTTP server
 // other than etcd answers within milliseconds, and is what the probe is
 // for; only an endpoint that answers nothing uses up the slice, and the
-// probe then adds nothing anyway. So a start gives up at most probeSlice
+// probe then adds only that it did not answer. The endpoints are probed
+// at once, each with the whole budget. So a start gives up at most probeSlice
 // past --start-timeout, not the seconds of a probe of every step.
 const (
 	probeTimeout = 2 * time.Second
@@ -124,13 +146,21 @@ func probeBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return pctx, func() { stop(); cancel() }
 }
 
-// errServesTLS is probeEtcd's finding for a plain endpoint that speaks TLS.
-var errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
+// Findings of probeEtcd: a plain endpoint that speaks TLS; an endpoint
+// that answered nothing before the probe's end. errReached is
+// explainEtcd's word for an endpoint where the probe found nothing wrong.
+var (
+	errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
+	errNoAnswer  = errors.New("no answer")
+	errReached   = errors.New("reached: its transport works")
+)
 
 // probeEtcd connects to endpoint as the etcd client would and returns what
 // the connection or the TLS layer says, with the flag to look at, or that
-// a plain endpoint is an HTTP server other than etcd; nil when the
-// transport works (a unix socket is only dialed), or when ctx ends first.
+// a plain endpoint is an HTTP server other than etcd; errNoAnswer when
+// ctx ends before the endpoint answers the TLS handshake (the server's or
+// the one it refuses); nil when the transport works (a unix socket is
+// only dialed).
 // The etcd client's own error for an endpoint that refuses connections is
 // only its deadline.
 func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
@@ -165,8 +195,11 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 	defer conn.Close()
 	if u.Scheme != "https" {
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) // only to learn whether it speaks TLS
-		if tc.HandshakeContext(ctx) == nil {
+		switch err := tc.HandshakeContext(ctx); {
+		case err == nil:
 			return errServesTLS
+		case ctx.Err() != nil:
+			return errNoAnswer
 		}
 		return probeNotEtcd(ctx, u.Host)
 	}
@@ -177,6 +210,9 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 	cfg.ServerName, cfg.NextProtos = u.Hostname(), []string{"h2"}
 	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			return errNoAnswer
+		}
 		return tlsHint(err)
 	}
 	// With TLS 1.3 a server that refuses the client's certificate says so
@@ -224,15 +260,12 @@ func probeNotEtcd(ctx context.Context, host string) error {
 
 // tlsHint wraps a TLS error with the flags that fix it.
 func tlsHint(err error) error {
-	var timeout interface{ Timeout() bool }
 	switch {
 	case strings.Contains(err.Error(), "remote error"):
 		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give --etcd-cert and --etcd-key, "+
 			"signed by a CA etcd trusts)", err)
 	case strings.Contains(err.Error(), "x509:"):
 		return fmt.Errorf("TLS: %w (--etcd-cacert must name the CA that signed etcd's certificate)", err)
-	case errors.As(err, &timeout) && timeout.Timeout():
-		return nil // no answer: the caller's error says as much
 	}
 	return fmt.Errorf("TLS: %w", err)
 }

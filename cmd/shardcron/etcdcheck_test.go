@@ -280,10 +280,7 @@ func mustDeadline(t *testing.T, ctx context.Context) time.Time {
 // A refused connection and an endpoint that never answers are still
 // retried: they mend as etcd comes up.
 func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
-	untrusted := httptest.NewUnstartedServer(http.NotFoundHandler()) // its certificate's CA is not given
-	untrusted.EnableHTTP2 = true                                     // as etcd: the probe asks for h2
-	untrusted.StartTLS()
-	defer untrusted.Close()
+	untrusted := untrustedTLS(t)
 	silent, _ := silentListener(t)
 	refused := "http://" + etcdtest.RefusedAddr(t)
 	for _, tc := range []struct {
@@ -294,7 +291,7 @@ func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 		{"permission denied", refused, rpctypes.ErrPermissionDenied, "permission denied (etcd has authentication on: give --etcd-user"},
 		{"no user", refused, rpctypes.ErrUserEmpty, "user name is empty (etcd has authentication on: give --etcd-user"},
 		{"wrong password", refused, rpctypes.ErrAuthFailed, "authentication failed, invalid user ID or password (check --etcd-user"},
-		{"etcd's certificate not trusted", untrusted.URL, context.DeadlineExceeded, "x509: certificate signed by unknown authority (--etcd-cacert must name the CA"},
+		{"etcd's certificate not trusted", untrusted, context.DeadlineExceeded, "x509: certificate signed by unknown authority (--etcd-cacert must name the CA"},
 		{"connection refused", refused, context.DeadlineExceeded, ""},
 		{"no answer", "http://" + silent, context.DeadlineExceeded, ""},
 	} {
@@ -327,4 +324,56 @@ func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every --etcd endpoint is probed, and each is named with what it did:
+// only the first was, so a silent first endpoint hid a later one that
+// refuses connections, and nothing was explained. A certificate refused
+// at one endpoint of two is retried (the other may come up); at both it
+// is not.
+func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
+	silent, _ := silentListener(t)
+	silent = "http://" + silent
+	refused := "http://" + etcdtest.RefusedAddr(t)
+	notEtcd := httptest.NewServer(http.NotFoundHandler())
+	defer notEtcd.Close()
+	base := context.DeadlineExceeded
+
+	err := explainEtcd(t.Context(), []string{silent, refused, notEtcd.URL}, nil, base)
+	for _, w := range []string{
+		silent + ": no answer",
+		refused + ": dial tcp " + strings.TrimPrefix(refused, "http://") + ": connect: connection refused (is etcd running there? check --etcd)",
+		notEtcd.URL + ": an HTTP server answers there, not etcd",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%v\ndoes not say %q", err, w)
+		}
+	}
+	if !errors.Is(err, base) || cannotHeal(err) {
+		t.Errorf("%v: want the client's error first, and retried", err)
+	}
+
+	c := etcdtest.Start(t)
+	if err := explainEtcd(t.Context(), []string{c.Endpoints[0], refused}, nil, base); !strings.Contains(err.Error(), c.Endpoints[0]+": reached") {
+		t.Errorf("etcd and a refused endpoint: %v, want etcd reached", err)
+	}
+
+	one, two := untrustedTLS(t), untrustedTLS(t)
+	if err := explainEtcd(t.Context(), []string{one, refused}, nil, base); cannotHeal(err) {
+		t.Errorf("a certificate refused at one endpoint of two: %v, given up", err)
+	}
+	err = explainEtcd(t.Context(), []string{one, two}, nil, base)
+	if !cannotHeal(err) || strings.Count(err.Error(), "x509: certificate signed by unknown authority") != 2 {
+		t.Errorf("a certificate refused at both endpoints: %v, want both named and given up", err)
+	}
+}
+
+// untrustedTLS returns the https URL of a loopback server that speaks h2,
+// as etcd does, with a certificate whose CA the probe is not given.
+func untrustedTLS(t *testing.T) string {
+	s := httptest.NewUnstartedServer(http.NotFoundHandler())
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s.URL
 }
