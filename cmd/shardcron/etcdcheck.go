@@ -19,7 +19,7 @@ import (
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
 // what the operator can act on: a refused login names the flags to
-// check, and a connection that fails below gRPC (which only reports a
+// check, a permission refused to user (--etcd-user) the prefix, and a connection that fails below gRPC (which only reports a
 // deadline) is tried once by hand, to every endpoint at once, to find the
 // refused connection or the TLS error behind it. One endpoint's finding
 // is added as it is; of several, each is named with what it did, one
@@ -28,9 +28,12 @@ import (
 // --start-timeout's (probeBudget), and are not made once ctx is
 // canceled: the node is stopping. It never adds a credential: the error
 // texts it adds come from etcd and crypto/tls.
-func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, err error) error {
+func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, user string, err error) error {
 	msg := err.Error()
 	switch {
+	case strings.Contains(msg, "permission denied") && user != "":
+		// Logged in: the user's roles do not cover the cluster's keys.
+		return fmt.Errorf("%w (etcd user %q may not read this cluster's keys: grant it a role with readwrite on the keys under --etcd-prefix)", err, user)
 	case strings.Contains(msg, "authentication failed"):
 		return fmt.Errorf("%w (check --etcd-user and --etcd-password or --etcd-password-file)", err)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "user name is empty"),

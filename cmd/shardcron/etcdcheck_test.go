@@ -200,7 +200,7 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 	base := errors.New("context deadline exceeded")
 	passed, cancel := context.WithDeadline(t.Context(), time.Now())
 	defer cancel()
-	err := explainEtcd(passed, []string{"http://" + addr}, nil, base)
+	err := explainEtcd(passed, []string{"http://" + addr}, nil, "", base)
 	if err.Error() != base.Error() {
 		t.Errorf("a silent endpoint: %v, want the client's error alone", err)
 	}
@@ -211,7 +211,7 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 
 	stopping, stop := context.WithCancel(t.Context())
 	stop()
-	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, base); !errors.Is(err, base) {
+	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, "", base); !errors.Is(err, base) {
 		t.Errorf("a start that is stopping: %v", err)
 	}
 	if n := count(); n != probed {
@@ -311,7 +311,7 @@ func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 				return tc.err
 			}
 			explain := func(ctx context.Context, err error) error {
-				return explainEtcd(ctx, []string{tc.endpoint}, nil, err)
+				return explainEtcd(ctx, []string{tc.endpoint}, nil, "", err)
 			}
 			err := waitForEtcd(ctx, get, []string{tc.endpoint}, explain, slog.New(slog.DiscardHandler))
 			switch {
@@ -339,7 +339,7 @@ func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
 	defer notEtcd.Close()
 	base := context.DeadlineExceeded
 
-	err := explainEtcd(t.Context(), []string{silent, refused, notEtcd.URL}, nil, base)
+	err := explainEtcd(t.Context(), []string{silent, refused, notEtcd.URL}, nil, "", base)
 	for _, w := range []string{
 		silent + ": no answer",
 		refused + ": dial tcp " + strings.TrimPrefix(refused, "http://") + ": connect: connection refused (is etcd running there? check --etcd)",
@@ -354,15 +354,15 @@ func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
 	}
 
 	c := etcdtest.Start(t)
-	if err := explainEtcd(t.Context(), []string{c.Endpoints[0], refused}, nil, base); !strings.Contains(err.Error(), c.Endpoints[0]+": reached") {
+	if err := explainEtcd(t.Context(), []string{c.Endpoints[0], refused}, nil, "", base); !strings.Contains(err.Error(), c.Endpoints[0]+": reached") {
 		t.Errorf("etcd and a refused endpoint: %v, want etcd reached", err)
 	}
 
 	one, two := untrustedTLS(t), untrustedTLS(t)
-	if err := explainEtcd(t.Context(), []string{one, refused}, nil, base); cannotHeal(err) {
+	if err := explainEtcd(t.Context(), []string{one, refused}, nil, "", base); cannotHeal(err) {
 		t.Errorf("a certificate refused at one endpoint of two: %v, given up", err)
 	}
-	err = explainEtcd(t.Context(), []string{one, two}, nil, base)
+	err = explainEtcd(t.Context(), []string{one, two}, nil, "", base)
 	if !cannotHeal(err) || strings.Count(err.Error(), "x509: certificate signed by unknown authority") != 2 {
 		t.Errorf("a certificate refused at both endpoints: %v, want both named and given up", err)
 	}

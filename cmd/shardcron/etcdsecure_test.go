@@ -151,3 +151,47 @@ func lastError(log string) string {
 	}
 	return ""
 }
+
+// A node whose etcd user may read and write only its cluster's keys (a
+// role granted --etcd-prefix's keys, as a shared etcd grants each team
+// its own) starts: the check that etcd answers read /shardcron-health,
+// outside any other prefix, which etcd refused ("permission denied"),
+// and the node, told to give --etcd-user, which it had, never started.
+// A user refused the prefix is told its role is what to mend.
+func TestServer_EtcdUserOfItsPrefixOnly(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{RootPassword: "root-pass"})
+	ctx := t.Context()
+	const prefix = "/team-a/shardcron"
+	for _, step := range []func() error{
+		func() error { _, err := c.Client.RoleAdd(ctx, "team-a"); return err },
+		func() error {
+			_, err := c.Client.RoleGrantPermission(ctx, "team-a", prefix+"/", clientv3.GetPrefixRangeEnd(prefix+"/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := c.Client.UserAdd(ctx, "a", "a-pass"); return err },
+		func() error { _, err := c.Client.UserGrantRole(ctx, "a", "team-a"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	password := filepath.Join(t.TempDir(), "password")
+	writeFile(t, password, []byte("a-pass\n"))
+	p := startServer(t, true, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4",
+		"--etcd-prefix", prefix, "--etcd-user", "a", "--etcd-password-file", password, "--start-timeout", "20s")
+	p.waitReady(t)
+	if code := p.stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.log())
+	}
+
+	// Given another cluster's prefix, the user is refused, and the error
+	// says its role is what to mend: it said to give --etcd-user.
+	p = startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4",
+		"--etcd-prefix", "/team-b/shardcron", "--etcd-user", "a", "--etcd-password-file", password, "--start-timeout", "1m")
+	if code := p.waitExit(60 * time.Second); code != 1 {
+		t.Fatalf("another team's prefix: exit %d, want 1\n%s", code, p.log())
+	}
+	if last := lastError(p.log()); !strings.Contains(last, `permission denied (etcd user "a" may not read this cluster's keys: grant it a role with readwrite on the keys under --etcd-prefix)`) {
+		t.Errorf("another team's prefix: %s", last)
+	}
+}

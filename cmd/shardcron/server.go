@@ -818,7 +818,9 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// The phase is open to anyone who reaches the probes: the endpoints
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
-	explain := func(ctx context.Context, err error) error { return explainEtcd(ctx, endpoints, etcdTLS, err) }
+	explain := func(ctx context.Context, err error) error {
+		return explainEtcd(ctx, endpoints, etcdTLS, f.etcdUser, err)
+	}
 	health := func(ctx context.Context) (err error) {
 		if cli == nil {
 			if cli, err = newEtcdClient(ctx, f, endpoints, etcdTLS, requests); err != nil {
@@ -830,7 +832,9 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 				return err
 			}
 		}
-		_, err = cli.Get(ctx, "/shardcron-health", clientv3.WithCountOnly())
+		// A key of the cluster's own, which nothing writes: a user whose
+		// role grants only --etcd-prefix's keys may read it.
+		_, err = cli.Get(ctx, strings.TrimRight(f.etcdPrefix, "/")+"/health", clientv3.WithCountOnly())
 		return err
 	}
 	if err := waitForEtcd(startCtx, health, endpoints, explain, log); err != nil {
