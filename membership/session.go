@@ -245,7 +245,7 @@ func (s *Session) awaitRelease(ctx context.Context, holder clientv3.LeaseID, rev
 		if first && ttl.TTL > 0 {
 			wait += time.Duration(ttl.TTL) * time.Second
 			s.log.Info("membership: node id is held by another lease; waiting for it to expire",
-				"holder", fmt.Sprintf("%x", int64(holder)), "wait", wait.String())
+				"holder", fmt.Sprintf("%x", int64(holder)), "wait", wait)
 		}
 		changed, err := waitKeyChange(ctx, &wch, wait)
 		if err != nil {

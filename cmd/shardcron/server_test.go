@@ -414,6 +414,13 @@ func TestServer_StopDuringStartExitsZero(t *testing.T) {
 	holdNodeID(t, c.Client, "reborn", 30)
 	p = startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "reborn")
 	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "node id is held by another lease") })
+	// The JSON log writes the wait as the text log does, "31s": it was
+	// "wait":31000000000, nanoseconds, as every duration of a JSON line.
+	if w := p.logged("membership: node id is held by another lease; waiting for it to expire", "wait"); w == "" {
+		t.Errorf("the wait for the old lease is not logged as a duration string\n%s", p.log())
+	} else if _, err := time.ParseDuration(w); err != nil {
+		t.Errorf("the wait for the old lease: %v", err)
+	}
 	if code := p.stop(); code != 0 || !strings.Contains(p.log(), "stopped during its start") {
 		t.Fatalf("SIGTERM while waiting for a crashed node's lease: exit %d, want 0, logged\n%s", code, p.log())
 	}
