@@ -18,10 +18,11 @@ import (
 )
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
-// what the operator can act on: a refused login names the flags to
-// check, a permission refused to user (--etcd-user) the prefix, and a connection that fails below gRPC (which only reports a
-// deadline) is tried once by hand, to every endpoint at once, to find the
-// refused connection or the TLS error behind it. One endpoint's finding
+// what the operator can act on: a refused login names the flags to check,
+// a permission refused to user (--etcd-user) the role to grant, and a
+// connection that fails below gRPC (which only reports a deadline) is
+// tried once by hand, to every endpoint at once, to find the refused
+// connection or the TLS error behind it. One endpoint's finding
 // is added as it is; of several, each is named with what it did, one
 // that answered nothing or whose transport works too: the first may be
 // silent and a later one refuse. The probes end at ctx's deadline,
