@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -19,9 +20,10 @@ import (
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
 // what the operator can act on: a refused login names the flags to check,
-// a permission refused to user (--etcd-user) the role to grant, and a
-// connection that fails below gRPC (which only reports a deadline) is
-// tried once by hand, to every endpoint at once, to find the refused
+// a permission refused to user (--etcd-user), or without one to the
+// client certificate's common name (etcd's user then), the role to grant;
+// and a connection that fails below gRPC (which only reports a deadline)
+// is tried once by hand, to every endpoint at once, to find the refused
 // connection or the TLS error behind it. One endpoint's finding
 // is added as it is; of several, each is named with what it did, one
 // that answered nothing or whose transport works too: the first may be
@@ -35,6 +37,11 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, us
 	case strings.Contains(msg, "permission denied") && user != "":
 		// Logged in: the user's roles do not cover the cluster's keys.
 		return fmt.Errorf("%w (etcd user %q may not read this cluster's keys: grant it a role with readwrite on the keys under --etcd-prefix)", err, user)
+	case strings.Contains(msg, "permission denied") && tlsCfg != nil && tlsCfg.GetClientCertificate != nil:
+		// Without --etcd-user, etcd takes the user from the client
+		// certificate's common name: --etcd-user is no remedy, a role is.
+		return fmt.Errorf("%w (etcd takes the user from the client certificate's common name%s, which may not read this cluster's keys: "+
+			"grant that user a role with readwrite on the keys under --etcd-prefix)", err, certUser(tlsCfg))
 	case strings.Contains(msg, "authentication failed"):
 		return fmt.Errorf("%w (check --etcd-user and --etcd-password or --etcd-password-file)", err)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "user name is empty"),
@@ -71,6 +78,20 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, us
 		return unhealable{err}
 	}
 	return err
+}
+
+// certUser is ` %q` of the common name of tlsCfg's client certificate, or
+// "" when it cannot be read.
+func certUser(tlsCfg *tls.Config) string {
+	cert, err := tlsCfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+	if err != nil || cert == nil || len(cert.Certificate) == 0 {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil || leaf.Subject.CommonName == "" {
+		return ""
+	}
+	return fmt.Sprintf(" %q", leaf.Subject.CommonName)
 }
 
 // unhealable marks what explainEtcd found when every endpoint refused
@@ -264,7 +285,12 @@ func probeNotEtcd(ctx context.Context, host string) error {
 
 // tlsHint wraps a TLS error with the flags that fix it.
 func tlsHint(err error) error {
+	var rerr tls.RecordHeaderError
 	switch {
+	case errors.As(err, &rerr):
+		// The answer to the handshake is not TLS: errServesTLS's case
+		// the other way round.
+		return fmt.Errorf("TLS: %w (it serves plain HTTP/gRPC: use an http:// endpoint, or enable TLS on etcd)", err)
 	case strings.Contains(err.Error(), "remote error"):
 		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give --etcd-cert and --etcd-key, "+
 			"signed by a CA etcd trusts)", err)

@@ -281,6 +281,8 @@ func mustDeadline(t *testing.T, ctx context.Context) time.Time {
 // retried: they mend as etcd comes up.
 func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 	untrusted := untrustedTLS(t)
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
 	silent, _ := silentListener(t)
 	refused := "http://" + etcdtest.RefusedAddr(t)
 	for _, tc := range []struct {
@@ -292,6 +294,8 @@ func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 		{"no user", refused, rpctypes.ErrUserEmpty, "user name is empty (etcd has authentication on: give --etcd-user"},
 		{"wrong password", refused, rpctypes.ErrAuthFailed, "authentication failed, invalid user ID or password (check --etcd-user"},
 		{"etcd's certificate not trusted", untrusted, context.DeadlineExceeded, "x509: certificate signed by unknown authority (--etcd-cacert must name the CA"},
+		{"https to a plain endpoint", "https://" + plain.Listener.Addr().String(), context.DeadlineExceeded,
+			"first record does not look like a TLS handshake (it serves plain HTTP/gRPC: use an http:// endpoint, or enable TLS on etcd)"},
 		{"connection refused", refused, context.DeadlineExceeded, ""},
 		{"no answer", "http://" + silent, context.DeadlineExceeded, ""},
 	} {
@@ -365,6 +369,28 @@ func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
 	err = explainEtcd(t.Context(), []string{one, two}, nil, "", base)
 	if !cannotHeal(err) || strings.Count(err.Error(), "x509: certificate signed by unknown authority") != 2 {
 		t.Errorf("a certificate refused at both endpoints: %v, want both named and given up", err)
+	}
+}
+
+// With a client certificate and no --etcd-user, etcd takes the user from
+// the certificate's common name: a refused permission names that user and
+// the role it needs. It said to give --etcd-user, which is not needed.
+func TestExplainEtcd_PermissionDeniedToCertificateUser(t *testing.T) {
+	ca := newTestCA(t)
+	cert, key := ca.issue(t, 2)
+	dir := t.TempDir()
+	f := &serverFlags{etcdCert: dir + "/client.pem", etcdKey: dir + "/client-key.pem"}
+	writeFile(t, f.etcdCert, cert)
+	writeFile(t, f.etcdKey, key)
+	tlsCfg, err := etcdTLSConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = explainEtcd(t.Context(), []string{"https://127.0.0.1:2379"}, tlsCfg, "", rpctypes.ErrPermissionDenied)
+	const want = `permission denied (etcd takes the user from the client certificate's common name "node", ` +
+		`which may not read this cluster's keys: grant that user a role with readwrite on the keys under --etcd-prefix)`
+	if !strings.Contains(err.Error(), want) || !cannotHeal(err) {
+		t.Errorf("%v\nwant %q, given up", err, want)
 	}
 }
 

@@ -71,8 +71,9 @@ func TestServer_EtcdTLSAndAuth(t *testing.T) {
 				[]string{"etcd at " + endpoint, "remote error: tls: unknown certificate authority", "give --etcd-cert and --etcd-key"}},
 			{"etcd's CA not given", node(authFlags, tlsFlags[2:]), []string{"etcd at " + endpoint,
 				"x509: certificate signed by unknown authority", "--etcd-cacert must name the CA"}},
-			{"no password", node(tlsFlags), []string{"etcd at " + endpoint, "permission denied",
-				"give --etcd-user and --etcd-password-file"}},
+			{"no user: the certificate's", node(tlsFlags), []string{"etcd at " + endpoint, "permission denied",
+				`etcd takes the user from the client certificate's common name "node"`,
+				"grant that user a role with readwrite on the keys under --etcd-prefix"}},
 			{"wrong password", node(tlsFlags, []string{"--etcd-user", "root", "--etcd-password-file", file("wrong", []byte("nope\n"))}),
 				[]string{"etcd at " + endpoint, "authentication failed", "check --etcd-user and --etcd-password"}},
 		} {
