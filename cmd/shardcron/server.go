@@ -216,7 +216,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := f.readSecrets(); err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -232,7 +232,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		f.batch = min(f.batch, f.queue) // the default follows a smaller --queue
 	}
 	if err := f.check(); err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
 		return 2
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
@@ -293,6 +293,26 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 		}
 	})
 	return fromEnv, errors.Join(errs...)
+}
+
+// asGiven returns err, a refusal of readSecrets or check that opens with
+// the flag it refuses, with that flag named by its environment variable
+// when applyEnv set it: the operator looks for the value where it came
+// from. A flag named further on is left as it is: it is a remedy, or the
+// message says where it may come from.
+func (f *serverFlags) asGiven(err error) error {
+	rest, ok := strings.CutPrefix(err.Error(), "--")
+	if !ok {
+		return err
+	}
+	name := rest
+	if i := strings.IndexFunc(rest, func(r rune) bool { return r != '-' && (r < 'a' || r > 'z') && (r < '0' || r > '9') }); i >= 0 {
+		name = rest[:i]
+	}
+	if !f.fromEnv[name] {
+		return err
+	}
+	return errors.New(envName(name) + rest[len(name):])
 }
 
 // valueWanted says what a flag's value must look like, for an error of
@@ -397,10 +417,7 @@ func readSecretFile(flag, path string) (string, error) {
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
 	if f.dataDir == "" {
-		if f.fromEnv["data-dir"] {
-			return fmt.Errorf("%s is empty: give a directory, or unset it for --data-dir's default", envName("data-dir"))
-		}
-		return errors.New("--data-dir must not be empty")
+		return errors.New("--data-dir is empty: give a directory, or leave it out for the default")
 	}
 	for _, a := range []struct{ flag, v string }{
 		{"listen", f.listen}, {"probe-listen", f.probeListen},

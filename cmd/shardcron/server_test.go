@@ -383,7 +383,7 @@ func TestServer_StartupErrors(t *testing.T) {
 			}
 		}
 		for _, tc := range []struct{ args, want string }{
-			{"--data-dir=", "shardcron server: --data-dir must not be empty\n"},
+			{"--data-dir=", "shardcron server: --data-dir is empty: give a directory, or leave it out for the default\n"},
 			// as every other usage error says where to look
 			{"extra", "shardcron server: unexpected argument \"extra\" (see shardcron server --help)\n"},
 			{"--listen=127.0.0.1:99999", `shardcron server: --listen: "127.0.0.1:99999" is not an address to listen on`},
@@ -1089,20 +1089,34 @@ func TestApplyEnv(t *testing.T) {
 		}
 	}
 	// A value the flag takes but the node refuses names the variable it
-	// came from: an empty SHARDCRON_DATA_DIR was reported as --data-dir,
-	// which the command line did not give.
-	f, err := parse(map[string]string{"SHARDCRON_DATA_DIR": ""})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.check(); err == nil || !strings.HasPrefix(err.Error(), "SHARDCRON_DATA_DIR is empty: give a directory, or unset it") {
-		t.Errorf("SHARDCRON_DATA_DIR empty: %v, want the variable named", err)
-	}
-	if f, err = parse(map[string]string{"SHARDCRON_DATA_DIR": "/x"}, "--data-dir="); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.check(); err == nil || err.Error() != "--data-dir must not be empty" {
-		t.Errorf("--data-dir= on the command line: %v, want the flag named", err)
+	// came from, whichever flag it is: only an empty SHARDCRON_DATA_DIR
+	// did, every other was reported as its flag, which the command line
+	// did not give. A flag named further on is the remedy, left as it is.
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"SHARDCRON_DATA_DIR": ""}, nil, "SHARDCRON_DATA_DIR is empty: give a directory, or leave it out for the default"},
+		{map[string]string{"SHARDCRON_DATA_DIR": "/x"}, []string{"--data-dir="}, "--data-dir is empty: give a directory"},
+		{map[string]string{"SHARDCRON_LISTEN": "x"}, nil, `SHARDCRON_LISTEN: "x" is not an address to listen on`},
+		{map[string]string{"SHARDCRON_STAGE": "0"}, nil, "SHARDCRON_STAGE must be between 1 and"},
+		{map[string]string{"SHARDCRON_QUEUE": "10", "SHARDCRON_BATCH": "20"}, nil, "SHARDCRON_BATCH must be between 1 and --queue (10), got 20"},
+		{map[string]string{"SHARDCRON_TLS_CLIENT_CA": "/ca.pem"}, nil, "SHARDCRON_TLS_CLIENT_CA needs --tls-cert and --tls-key"},
+		// --etcd from the environment is not --etcd-prefix.
+		{map[string]string{"SHARDCRON_ETCD": "127.0.0.1:2379"}, []string{"--etcd-prefix=p"}, `--etcd-prefix: "p" must start with '/'`},
+	} {
+		f, err := parse(c.env, c.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.check()
+		if err != nil {
+			err = f.asGiven(err)
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%v %v: %v, want %q", c.env, c.args, err, c.want)
+		}
 	}
 }
 
@@ -1110,6 +1124,14 @@ func TestServer_BadEnvIsUsageError(t *testing.T) {
 	t.Setenv("SHARDCRON_LEASE_TTL", "abc")
 	_, stderr, code := runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
 	if want := "shardcron server: SHARDCRON_LEASE_TTL=\"abc\": not a duration (e.g. 10s, 1m30s)\n"; code != 2 || stderr != want {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
+	// A secret's file is refused by the variable that named it, as a
+	// value check refuses is (TestApplyEnv).
+	t.Setenv("SHARDCRON_LEASE_TTL", "10s")
+	t.Setenv("SHARDCRON_AUTH_TOKEN_FILE", filepath.Join(t.TempDir(), "none"))
+	_, stderr, code = runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	if want := "shardcron server: SHARDCRON_AUTH_TOKEN_FILE: open "; code != 2 || !strings.HasPrefix(stderr, want) {
 		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
 	}
 }
