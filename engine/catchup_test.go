@@ -190,7 +190,7 @@ func TestEngine_PartitionWatchCompactedWhileDownReloads(t *testing.T) {
 	putTask(t, reg, handlerTask("gone", "* * * * * *"))
 	n := startNodeOn(t, c.NewClient(t, c.Members[0].Endpoint()), "", log.handler, func(cfg *Config) {
 		cfg.Partitions = parts
-		cfg.LeaseTTL = 20 * time.Second
+		cfg.LeaseTTL = watchesDownTTL
 		cfg.MisfireThreshold = time.Minute // the outage's fires run late, each as itself
 		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})

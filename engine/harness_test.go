@@ -385,6 +385,12 @@ func secs(ts []time.Time) []string {
 // and watchesDown returns once n writes its watermark through it again.
 // It fails the test if n's session ended meanwhile: a rejoin's acquires
 // read what a watch would have delivered.
+// watchesDownTTL is the lease of a node that watchesDown takes through
+// the outage on its session: longer than the outage (up to 20 s for
+// member 0 to cancel its watches, two elections, the writes) on a loaded
+// machine, where a 20 s lease fenced the node in CI and failed the test.
+const watchesDownTTL = time.Minute
+
 func watchesDown(t *testing.T, c *etcdtest.Cluster, n *testNode, during func(ctx context.Context)) {
 	t.Helper()
 	m0, m1, m2 := c.Members[0], c.Members[1], c.Members[2]

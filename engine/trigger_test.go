@@ -846,7 +846,7 @@ func TestEngine_TriggerAndBackfillWrittenWhileTheirWatchesAreDownStart(t *testin
 	// backfills).
 	n := startNodeOn(t, c.NewClient(t, m0.Endpoint()), "", log.handler, func(cfg *Config) {
 		cfg.Partitions = parts
-		cfg.LeaseTTL = 20 * time.Second
+		cfg.LeaseTTL = watchesDownTTL
 	})
 	var at time.Time
 	from, to := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -898,7 +898,7 @@ func TestEngine_BackfillWrittenWhileItsWatchIsDownAndCompactedStarts(t *testing.
 	putTask(t, reg, handlerTask("yearly", "0 0 0 1 1 *")) // only the backfill fires it
 	n := startNodeOn(t, c.NewClient(t, c.Members[0].Endpoint()), "", log.handler, func(cfg *Config) {
 		cfg.Partitions = parts
-		cfg.LeaseTTL = 20 * time.Second
+		cfg.LeaseTTL = watchesDownTTL
 	})
 	from, to := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)
 	watchesDown(t, c, n, func(ctx context.Context) {
