@@ -298,8 +298,8 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 // asGiven returns err, a refusal of readSecrets or check that opens with
 // the flag it refuses, with that flag named by its environment variable
 // when applyEnv set it: the operator looks for the value where it came
-// from. A flag named further on is left as it is: it is a remedy, or the
-// message says where it may come from.
+// from. A flag named further on is left as it is: it is a remedy, or
+// named as given already (givenAs).
 func (f *serverFlags) asGiven(err error) error {
 	rest, ok := strings.CutPrefix(err.Error(), "--")
 	if !ok {
@@ -313,6 +313,16 @@ func (f *serverFlags) asGiven(err error) error {
 		return err
 	}
 	return errors.New(envName(name) + rest[len(name):])
+}
+
+// givenAs is how the operator gave flag: its environment variable when
+// applyEnv set it, else the flag. A refusal that names two values names
+// each so, once: the operator looks for each where it came from.
+func (f *serverFlags) givenAs(flag string) string {
+	if f.fromEnv[flag] {
+		return envName(flag)
+	}
+	return "--" + flag
 }
 
 // valueWanted says what a flag's value must look like, for an error of
@@ -352,8 +362,7 @@ func (f *serverFlags) readSecrets() error {
 			continue
 		}
 		if *s.dst != "" {
-			return fmt.Errorf("--%s and --%s-file are both set (on the command line or in %s and %s): give one",
-				s.name, s.name, envName(s.name), envName(s.name+"-file"))
+			return fmt.Errorf("%s and %s are both set: give one", f.givenAs(s.name), f.givenAs(s.name+"-file"))
 		}
 		v, err := readSecretFile("--"+s.name+"-file", s.file)
 		if err != nil {

@@ -1136,6 +1136,39 @@ func TestServer_BadEnvIsUsageError(t *testing.T) {
 	}
 }
 
+// A secret given both directly and as a file is refused naming each where
+// it came from, once: the message named both variables whichever way the
+// two came, and a variable set beside the other's flag twice
+// (SHARDCRON_AUTH_TOKEN and --auth-token-file ... or in SHARDCRON_AUTH_TOKEN
+// and SHARDCRON_AUTH_TOKEN_FILE).
+func TestServer_SecretBothSetNamesWhereEachCameFrom(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token") // not read: the refusal comes first
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--auth-token", "x", "--auth-token-file", file}, "--auth-token and --auth-token-file are both set: give one"},
+		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_AUTH_TOKEN_FILE": file}, nil,
+			"SHARDCRON_AUTH_TOKEN and SHARDCRON_AUTH_TOKEN_FILE are both set: give one"},
+		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x"}, []string{"--auth-token-file", file},
+			"SHARDCRON_AUTH_TOKEN and --auth-token-file are both set: give one"},
+		{map[string]string{"SHARDCRON_ETCD_PASSWORD_FILE": file}, []string{"--etcd-password", "x"},
+			"--etcd-password and SHARDCRON_ETCD_PASSWORD_FILE are both set: give one"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			args := append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, c.args...)
+			_, stderr, code := runCLI(t, "", args...)
+			if want := "shardcron server: " + c.want + "\n"; code != 2 || stderr != want {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+			}
+		})
+	}
+}
+
 // stopWatch is a log destination that, as the "shardcron node stopped"
 // line is written (synchronously, on the node's goroutine), records which
 // of paths are still locked (flock) by the node.
