@@ -247,6 +247,37 @@ func TestCommand_ParseFlagsAnywhere(t *testing.T) {
 	}
 }
 
+// A token given both directly and as a file is refused naming each where
+// it came from, once: the message named both variables whichever way the
+// two came, the command line included.
+func TestClientFlags_TokenBothSetNamesWhereEachCameFrom(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--token", "x", "--token-file", "f"}, "--token and --token-file are both set: give one"},
+		{map[string]string{envToken: "x", envTokenFile: "f"}, nil, "SHARDCRON_TOKEN and SHARDCRON_TOKEN_FILE are both set: give one"},
+		{map[string]string{envToken: "x"}, []string{"--token-file", "f"}, "SHARDCRON_TOKEN and --token-file are both set: give one"},
+		{map[string]string{envTokenFile: "f"}, []string{"--token", "x"}, "--token and SHARDCRON_TOKEN_FILE are both set: give one"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			for _, k := range []string{envToken, envTokenFile} {
+				t.Setenv(k, c.env[k]) // empty is unset to resolve
+			}
+			cmd := newCommand("x", "", io.Discard, io.Discard)
+			var cf clientFlags
+			cf.register(cmd)
+			if _, _, done := cmd.parse(c.args); done {
+				t.Fatalf("parse %q failed", c.args)
+			}
+			if msg := cf.resolve(cmd); msg != c.want {
+				t.Errorf("got %q", msg)
+			}
+		})
+	}
+}
+
 func TestClientFlags_ServerAndEnv(t *testing.T) {
 	t.Setenv(envServer, "127.0.0.7:9000/")
 	t.Setenv(envToken, "from-env")

@@ -327,13 +327,14 @@ func (f *clientFlags) resolve(c *command) string {
 	if v := os.Getenv(envServer); v != "" && !c.given("server") {
 		f.server = v
 	}
+	tokenAs, fileAs := "--token", "--token-file" // as the operator gave them
 	if v := os.Getenv(envToken); v != "" && !c.given("token") {
-		f.token = v
+		f.token, tokenAs = v, envToken
 	}
 	if v := os.Getenv(envTokenFile); v != "" && !c.given("token-file") {
-		f.tokenFile = v
+		f.tokenFile, fileAs = v, envTokenFile
 	}
-	if msg := f.resolveToken(); msg != "" {
+	if msg := f.resolveToken(tokenAs, fileAs); msg != "" {
 		return msg
 	}
 	for _, e := range []struct {
@@ -362,12 +363,14 @@ func (f *clientFlags) resolve(c *command) string {
 }
 
 // resolveToken reads --token-file and checks the token: a line break or
-// another control character cannot be sent in a header. A non-empty
-// result is a usage error.
-func (f *clientFlags) resolveToken() string {
+// another control character cannot be sent in a header. tokenAs and
+// fileAs name --token and --token-file as the operator gave them, the flag
+// or its variable: a refusal of both names each where it came from. A
+// non-empty result is a usage error.
+func (f *clientFlags) resolveToken(tokenAs, fileAs string) string {
 	if f.tokenFile != "" {
 		if f.token != "" {
-			return fmt.Sprintf("--token and --token-file are both set (on the command line or in %s and %s): give one", envToken, envTokenFile)
+			return fmt.Sprintf("%s and %s are both set: give one", tokenAs, fileAs)
 		}
 		v, err := readSecretFile("--token-file", f.tokenFile)
 		if err != nil {
