@@ -372,7 +372,7 @@ func (f *clientFlags) resolveToken(tokenAs, fileAs string) string {
 		if f.token != "" {
 			return fmt.Sprintf("%s and %s are both set: give one", tokenAs, fileAs)
 		}
-		v, err := readSecretFile("--token-file", f.tokenFile)
+		v, err := readSecretFile("token-file", f.tokenFile)
 		if err != nil {
 			return err.Error()
 		}

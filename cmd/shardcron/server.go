@@ -295,24 +295,38 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 	return fromEnv, errors.Join(errs...)
 }
 
-// asGiven returns err, a refusal of readSecrets or check that opens with
-// the flag it refuses, with that flag named by its environment variable
-// when applyEnv set it: the operator looks for the value where it came
-// from. A flag named further on is left as it is: it is a remedy, or
-// named as given already (givenAs).
+// refusal is a usage error of check or readSecrets that refuses the value
+// of one flag: the flag's name, then after. It names the flag by its
+// environment variable once asGiven found that applyEnv set it (env).
+type refusal struct {
+	flag  string // without its "--"
+	after string // the message after the flag's name
+	env   bool
+}
+
+func (r *refusal) Error() string {
+	if r.env {
+		return envName(r.flag) + r.after
+	}
+	return "--" + r.flag + r.after
+}
+
+// refuse is the refusal of flag, after formatted as fmt.Sprintf does.
+func refuse(flag, format string, args ...any) error {
+	return &refusal{flag: flag, after: fmt.Sprintf(format, args...)}
+}
+
+// asGiven names the flag that err, a usage error of readSecrets or check,
+// refuses (its refusal) by its environment variable when applyEnv set it:
+// the operator looks for the value where it came from. A flag named
+// further on is left as it is: it is a remedy, or named as given already
+// (givenAs).
 func (f *serverFlags) asGiven(err error) error {
-	rest, ok := strings.CutPrefix(err.Error(), "--")
-	if !ok {
-		return err
+	var r *refusal
+	if errors.As(err, &r) && f.fromEnv[r.flag] {
+		r.env = true
 	}
-	name := rest
-	if i := strings.IndexFunc(rest, func(r rune) bool { return r != '-' && (r < 'a' || r > 'z') && (r < '0' || r > '9') }); i >= 0 {
-		name = rest[:i]
-	}
-	if !f.fromEnv[name] {
-		return err
-	}
-	return errors.New(envName(name) + rest[len(name):])
+	return err
 }
 
 // givenAs is how the operator gave flag: its environment variable when
@@ -364,7 +378,7 @@ func (f *serverFlags) readSecrets() error {
 		if *s.dst != "" {
 			return fmt.Errorf("%s and %s are both set: give one", f.givenAs(s.name), f.givenAs(s.name+"-file"))
 		}
-		v, err := readSecretFile("--"+s.name+"-file", s.file)
+		v, err := readSecretFile(s.name+"-file", s.file)
 		if err != nil {
 			return err
 		}
@@ -406,18 +420,18 @@ func looseSecretFile(flag, path string) string {
 }
 
 // readSecretFile reads the one-line secret in path, its trailing newline
-// ignored; flag names it in errors.
+// ignored; its errors refuse flag (without its "--").
 func readSecretFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", flag, err)
+		return "", refuse(flag, ": %v", err)
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	switch {
 	case v == "":
-		return "", fmt.Errorf("%s: %s is empty", flag, path)
+		return "", refuse(flag, ": %s is empty", path)
 	case strings.ContainsAny(v, "\r\n"):
-		return "", fmt.Errorf("%s: %s holds more than one line", flag, path)
+		return "", refuse(flag, ": %s holds more than one line", path)
 	}
 	return v, nil
 }
@@ -426,7 +440,7 @@ func readSecretFile(flag, path string) (string, error) {
 // the default": an explicit --partitions 0 is a mistake, not a request.
 func (f *serverFlags) check() error {
 	if f.dataDir == "" {
-		return errors.New("--data-dir is empty: give a directory, or leave it out for the default")
+		return refuse("data-dir", " is empty: give a directory, or leave it out for the default")
 	}
 	for _, a := range []struct{ flag, v string }{
 		{"listen", f.listen}, {"probe-listen", f.probeListen},
@@ -439,7 +453,7 @@ func (f *serverFlags) check() error {
 	if !strings.HasPrefix(f.etcdPrefix, "/") {
 		// The keys are <prefix>/tasks/... and so on: "shardcron" names
 		// other keys than "/shardcron", a cluster of its own, empty.
-		return fmt.Errorf("--etcd-prefix: %q must start with '/', such as /shardcron (the default) or /team-a/shardcron", f.etcdPrefix)
+		return refuse("etcd-prefix", ": %q must start with '/', such as /shardcron (the default) or /team-a/shardcron", f.etcdPrefix)
 	}
 	if f.nodeID != "" { // empty: hostname-port, made when the port is known
 		if err := membership.ValidateNodeID(f.nodeID); err != nil {
@@ -447,7 +461,7 @@ func (f *serverFlags) check() error {
 			if errors.As(err, &ce) {
 				err = errors.New(ce.Reason)
 			}
-			return fmt.Errorf("--node-id: %v (a node id has no '/', whitespace or control character, at most 256 bytes)", err)
+			return refuse("node-id", ": %v (a node id has no '/', whitespace or control character, at most 256 bytes)", err)
 		}
 	}
 	if err := checkAdvertise(f.advertise, f.tlsCert != ""); err != nil {
@@ -460,73 +474,73 @@ func (f *serverFlags) check() error {
 	}
 	switch {
 	case f.etcdQuotaSet && f.etcd != "":
-		return errors.New("--etcd-quota sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
+		return refuse("etcd-quota", " sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
 	case f.etcdQuota < minEtcdQuota:
-		return fmt.Errorf("--etcd-quota must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
+		return refuse("etcd-quota", " must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
 	}
 	if errs := tuning.Check(tuning.Values{
 		Partitions: f.partitions, Replication: f.replication, Workers: f.workers, Queue: f.queue,
 		Load: f.load, Tick: f.tick, LeaseTTL: f.leaseTTL,
 	}); len(errs) > 0 {
-		return fmt.Errorf("--%s %s", errs[0].Flag, errs[0].Msg)
+		return refuse(errs[0].Flag, " %s", errs[0].Msg)
 	}
 	switch {
 	case f.stage < 1 || f.stage > engine.MaxStage:
-		return fmt.Errorf("--stage must be between 1 and %d, got %d", engine.MaxStage, f.stage)
+		return refuse("stage", " must be between 1 and %d, got %d", engine.MaxStage, f.stage)
 	case f.batch < 1 || f.batch > f.queue:
-		return fmt.Errorf("--batch must be between 1 and --queue (%d), got %d", f.queue, f.batch)
+		return refuse("batch", " must be between 1 and --queue (%d), got %d", f.queue, f.batch)
 	case f.misfire < f.tick:
-		return fmt.Errorf("--misfire-threshold must be at least --tick (%v), got %v", f.tick, f.misfire)
+		return refuse("misfire-threshold", " must be at least --tick (%v), got %v", f.tick, f.misfire)
 	case f.lead < minLead || f.lead > maxLead:
-		return fmt.Errorf("--lead must be within %v-%v, got %v", minLead, maxLead, f.lead)
+		return refuse("lead", " must be within %v-%v, got %v", minLead, maxLead, f.lead)
 	case f.releaseRunWait < time.Millisecond || f.releaseRunWait > engine.MaxReleaseRunWait:
-		return fmt.Errorf("--release-run-wait must be within 1ms-%v, got %v", engine.MaxReleaseRunWait, f.releaseRunWait)
+		return refuse("release-run-wait", " must be within 1ms-%v, got %v", engine.MaxReleaseRunWait, f.releaseRunWait)
 	case f.historyTTL < time.Second:
 		// The store's bound: Badger expires entries at whole seconds.
-		return fmt.Errorf("--history-ttl must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
+		return refuse("history-ttl", " must be at least 1s (records expire at whole seconds), got %v", f.historyTTL)
 	case f.startTimeout <= 0:
-		return fmt.Errorf("--start-timeout must be positive, got %v", f.startTimeout)
+		return refuse("start-timeout", " must be positive, got %v", f.startTimeout)
 	case f.drainTimeout < 0 || f.drainTimeout > engine.MaxDrainTimeout:
-		return fmt.Errorf("--drain-timeout must be within 0-%v, got %v", engine.MaxDrainTimeout, f.drainTimeout)
+		return refuse("drain-timeout", " must be within 0-%v, got %v", engine.MaxDrainTimeout, f.drainTimeout)
 	case f.shutdownTO < 0 || f.shutdownTO > engine.MaxDrainTimeout:
 		// The API's half of a stop: a day is as much a typo here.
-		return fmt.Errorf("--shutdown-timeout must be within 0-%v, got %v", engine.MaxDrainTimeout, f.shutdownTO)
+		return refuse("shutdown-timeout", " must be within 0-%v, got %v", engine.MaxDrainTimeout, f.shutdownTO)
 	}
 	for _, l := range []struct {
 		flag string
 		v    int
-	}{{"--history-success-limit", f.successLimit}, {"--history-failure-limit", f.failureLimit}} {
+	}{{"history-success-limit", f.successLimit}, {"history-failure-limit", f.failureLimit}} {
 		if l.v < 0 || l.v > store.MaxHistoryLimit {
-			return fmt.Errorf("%s must be between 0 and %d, got %d", l.flag, store.MaxHistoryLimit, l.v)
+			return refuse(l.flag, " must be between 0 and %d, got %d", store.MaxHistoryLimit, l.v)
 		}
 	}
 	if err := f.checkTLSFlags(); err != nil {
 		return err
 	}
 	if _, err := executor.ParsePathAllow(splitList(f.execAllow)); f.execAllow != "" && err != nil {
-		return fmt.Errorf("--exec-allow: %w", err)
+		return refuse("exec-allow", ": %v", err)
 	}
 	if _, err := executor.ParseHostAllow(splitList(f.httpAllow)); f.httpAllow != "" && err != nil {
-		return fmt.Errorf("--http-allow: %w", err)
+		return refuse("http-allow", ": %v", err)
 	}
 	if f.notifyURL != "" && (executor.HTTPSpec{URL: f.notifyURL}).Check() != nil {
 		// Not quoted: the url may hold a secret.
-		return errors.New("--notify-url: want an absolute http or https URL such as https://alerts.example.com/shardcron")
+		return refuse("notify-url", ": want an absolute http or https URL such as https://alerts.example.com/shardcron")
 	}
 	switch f.history {
 	case store.HistoryAll, store.HistoryFailures, store.HistoryNone:
 	default:
-		return fmt.Errorf("--history: %q is not all, failures or none", f.history)
+		return refuse("history", ": %q is not all, failures or none", f.history)
 	}
 	switch {
 	case f.probeAuth != probeOpen && f.probeAuth != probeToken:
-		return fmt.Errorf("--probe-auth: %q is not open or token", f.probeAuth)
+		return refuse("probe-auth", ": %q is not open or token", f.probeAuth)
 	case f.probeAuth == probeToken && f.authToken == "":
-		return errors.New("--probe-auth token needs --auth-token (or --auth-token-file)")
+		return refuse("probe-auth", " token needs --auth-token (or --auth-token-file)")
 	case f.readToken != "" && f.authToken == "":
-		return errors.New("--read-token needs --auth-token: without it, writes need no token at all")
+		return refuse("read-token", " needs --auth-token: without it, writes need no token at all")
 	case f.readToken != "" && f.readToken == f.authToken:
-		return errors.New("--read-token must differ from --auth-token")
+		return refuse("read-token", " must differ from --auth-token")
 	}
 	return nil
 }
@@ -544,7 +558,7 @@ func checkListenAddr(flag, v string) error {
 		_, err = net.LookupPort("tcp", port)
 	}
 	if err != nil {
-		return fmt.Errorf("--%s: %q is not an address to listen on: want host:port (a port from 0 to 65535), such as 127.0.0.1:8080", flag, v)
+		return refuse(flag, ": %q is not an address to listen on: want host:port (a port from 0 to 65535), such as 127.0.0.1:8080", v)
 	}
 	return nil
 }
@@ -585,20 +599,20 @@ func checkAdvertise(v string, tls bool) error {
 	hostPort := v
 	if scheme, _, ok := strings.Cut(v, "://"); ok {
 		if scheme != "http" && scheme != "https" {
-			return fmt.Errorf("--advertise: %q: want http or https, not %s", v, scheme)
+			return refuse("advertise", ": %q: want http or https, not %s", v, scheme)
 		}
 		if serves := map[bool]string{true: "https", false: "http"}[tls]; scheme != serves {
-			return fmt.Errorf("--advertise: %q says %s, but this node serves %s (--tls-cert): peers could not reach it; leave the scheme out", v, scheme, serves)
+			return refuse("advertise", ": %q says %s, but this node serves %s (--tls-cert): peers could not reach it; leave the scheme out", v, scheme, serves)
 		}
 		u, err := url.Parse(v)
 		if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-			return fmt.Errorf("--advertise: %q is not an address other nodes can reach: want host:port or a URL such as https://node1.example.com:8080", v)
+			return refuse("advertise", ": %q is not an address other nodes can reach: want host:port or a URL such as https://node1.example.com:8080", v)
 		}
 		hostPort = u.Host
 	}
 	host, port, err := net.SplitHostPort(hostPort)
 	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("--advertise: %q is not an address other nodes can reach: want host:port (a port from 1 to 65535) or a URL such as https://node1.example.com:8080", v)
+		return refuse("advertise", ": %q is not an address other nodes can reach: want host:port (a port from 1 to 65535) or a URL such as https://node1.example.com:8080", v)
 	}
 	return nil
 }
@@ -1037,12 +1051,12 @@ func buildIndex(ctx context.Context, reg *registry.Registry, log *slog.Logger) {
 func checkEndpoints(v string) error {
 	eps := splitList(v)
 	if len(eps) == 0 {
-		return fmt.Errorf("--etcd %q names no endpoint: give host:port or URLs, comma-separated, or leave it out for the embedded etcd", v)
+		return refuse("etcd", " %q names no endpoint: give host:port or URLs, comma-separated, or leave it out for the embedded etcd", v)
 	}
 	for _, ep := range eps {
 		if scheme, rest, ok := strings.Cut(ep, ":"); ok && (scheme == "unix" || scheme == "unixs") {
 			if strings.TrimPrefix(rest, "//") == "" {
-				return fmt.Errorf("--etcd: %q names no socket", ep)
+				return refuse("etcd", ": %q names no socket", ep)
 			}
 			continue
 		}
@@ -1055,20 +1069,20 @@ func checkEndpoints(v string) error {
 				case err == nil && u.User != nil:
 					// The etcd client ignores them, and the endpoint is
 					// printed in errors: the password must not be.
-					return fmt.Errorf("--etcd: %q holds a user and password: give them with --etcd-user and --etcd-password-file", u.Redacted())
+					return refuse("etcd", ": %q holds a user and password: give them with --etcd-user and --etcd-password-file", u.Redacted())
 				case err != nil && strings.Contains(ep, "@"):
-					return fmt.Errorf("--etcd: an endpoint with a user and password (%s://…@…) is not a valid URL: give them with --etcd-user and --etcd-password-file", scheme)
+					return refuse("etcd", ": an endpoint with a user and password (%s://…@…) is not a valid URL: give them with --etcd-user and --etcd-password-file", scheme)
 				case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-					return fmt.Errorf("--etcd: %q is not an endpoint such as http://127.0.0.1:2379", ep)
+					return refuse("etcd", ": %q is not an endpoint such as http://127.0.0.1:2379", ep)
 				}
 				hostPort = u.Host
 			default:
-				return fmt.Errorf("--etcd: %q: want http, https, unix or unixs, not %s", ep, scheme)
+				return refuse("etcd", ": %q: want http, https, unix or unixs, not %s", ep, scheme)
 			}
 		}
 		host, port, err := net.SplitHostPort(hostPort)
 		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("--etcd: %q is not an endpoint: want host:port (a port from 1 to 65535) or a URL such as http://127.0.0.1:2379", ep)
+			return refuse("etcd", ": %q is not an endpoint: want host:port (a port from 1 to 65535) or a URL such as http://127.0.0.1:2379", ep)
 		}
 	}
 	return nil

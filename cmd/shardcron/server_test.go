@@ -1103,6 +1103,14 @@ func TestApplyEnv(t *testing.T) {
 		{map[string]string{"SHARDCRON_STAGE": "0"}, nil, "SHARDCRON_STAGE must be between 1 and"},
 		{map[string]string{"SHARDCRON_QUEUE": "10", "SHARDCRON_BATCH": "20"}, nil, "SHARDCRON_BATCH must be between 1 and --queue (10), got 20"},
 		{map[string]string{"SHARDCRON_TLS_CLIENT_CA": "/ca.pem"}, nil, "SHARDCRON_TLS_CLIENT_CA needs --tls-cert and --tls-key"},
+		{map[string]string{"SHARDCRON_PARTITIONS": "0"}, nil, "SHARDCRON_PARTITIONS must be between 1 and"},
+		{map[string]string{"SHARDCRON_HISTORY_FAILURE_LIMIT": "-1"}, nil, "SHARDCRON_HISTORY_FAILURE_LIMIT must be between 0 and"},
+		// A refusal that does not open with the value it refuses names
+		// that value as given too: the message was read for the flag at
+		// its start, --tls-cert, which no one gave.
+		{map[string]string{"SHARDCRON_TLS_KEY": "/key.pem"}, nil, "--tls-cert and SHARDCRON_TLS_KEY go together"},
+		{map[string]string{"SHARDCRON_TLS_CERT": "/cert.pem"}, nil, "SHARDCRON_TLS_CERT and --tls-key go together"},
+		{nil, []string{"--tls-key=/key.pem"}, "--tls-cert and --tls-key go together"},
 		// --etcd from the environment is not --etcd-prefix.
 		{map[string]string{"SHARDCRON_ETCD": "127.0.0.1:2379"}, []string{"--etcd-prefix=p"}, `--etcd-prefix: "p" must start with '/'`},
 	} {

@@ -224,9 +224,9 @@ func peerTLS(caFile string, own *tlsFiles) (*tls.Config, error) {
 func (f *serverFlags) checkTLSFlags() error {
 	switch {
 	case (f.tlsCert == "") != (f.tlsKey == ""):
-		return errors.New("--tls-cert and --tls-key go together")
+		return errors.New(f.givenAs("tls-cert") + " and " + f.givenAs("tls-key") + " go together")
 	case f.tlsClientCA != "" && f.tlsCert == "":
-		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+		return refuse("tls-client-ca", " needs --tls-cert and --tls-key: mutual TLS is TLS first")
 	}
 	return nil
 }
