@@ -237,7 +237,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", err)
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
 		return 2
 	}
 	for _, w := range f.secretWarnings {
@@ -295,9 +295,10 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 	return fromEnv, errors.Join(errs...)
 }
 
-// refusal is a usage error of check or readSecrets that refuses the value
-// of one flag: the flag's name, then after. It names the flag by its
-// environment variable once asGiven found that applyEnv set it (env).
+// refusal is a usage error of check, readSecrets or newLogger that
+// refuses the value of one flag: the flag's name, then after. It names the
+// flag by its environment variable once asGiven found that applyEnv set
+// it (env).
 type refusal struct {
 	flag  string // without its "--"
 	after string // the message after the flag's name
@@ -316,7 +317,7 @@ func refuse(flag, format string, args ...any) error {
 	return &refusal{flag: flag, after: fmt.Sprintf(format, args...)}
 }
 
-// asGiven names the flag that err, a usage error of readSecrets or check,
+// asGiven names the flag that err, a usage error of the flags' checks,
 // refuses (its refusal) by its environment variable when applyEnv set it:
 // the operator looks for the value where it came from. A flag named
 // further on is left as it is: it is a remedy, or named as given already
@@ -671,7 +672,7 @@ func missing(paths ...string) []string {
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
+		return nil, refuse("log-level", ": %q is not debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -688,7 +689,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		}
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+	return nil, refuse("log-format", ": %q is not text or json", format)
 }
 
 // serve runs a node until ctx ends, then shuts it down in order. hup

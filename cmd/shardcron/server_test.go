@@ -1142,6 +1142,18 @@ func TestServer_BadEnvIsUsageError(t *testing.T) {
 	if want := "shardcron server: SHARDCRON_AUTH_TOKEN_FILE: open "; code != 2 || !strings.HasPrefix(stderr, want) {
 		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
 	}
+	// The logger's flags are refused as the others are: they said
+	// --log-level, which the command line did not give.
+	t.Setenv("SHARDCRON_AUTH_TOKEN_FILE", "") // empty: no file
+	t.Setenv("SHARDCRON_LOG_LEVEL", "verbose")
+	_, stderr, code = runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	if want := "shardcron server: SHARDCRON_LOG_LEVEL: \"verbose\" is not debug, info, warn or error\n"; code != 2 || stderr != want {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
+	_, stderr, code = runCLI(t, "", "server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-level", "info", "--log-format", "xml")
+	if want := "shardcron server: --log-format: \"xml\" is not text or json\n"; code != 2 || stderr != want {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
 }
 
 // A secret given both directly and as a file is refused naming each where
