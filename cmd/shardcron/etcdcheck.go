@@ -260,7 +260,9 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 // such as a shardcron node's API given for its embedded etcd (which
 // listens on the API port + 10000). The etcd client only reports its
 // deadline for such an endpoint, after --start-timeout. nil when it
-// answers as etcd does, not over HTTP at all, or not before ctx ends.
+// answers as etcd does (its versions, or its refusal of a Host that its
+// --host-whitelist does not list), not over HTTP at all, or not before
+// ctx ends.
 func probeNotEtcd(ctx context.Context, host string) error {
 	c := &http.Client{
 		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -276,7 +278,12 @@ func probeNotEtcd(ctx context.Context, host string) error {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"etcdserver"`)) {
+	switch {
+	case resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"etcdserver"`)):
+		return nil
+	case resp.StatusCode == http.StatusMisdirectedRequest && bytes.Contains(body, []byte("etcd received your request")):
+		// etcd with --host-whitelist refuses plain HTTP whose Host it
+		// does not list, and serves the client's gRPC all the same.
 		return nil
 	}
 	return fmt.Errorf("an HTTP server answers there, not etcd (GET /version: %s): check --etcd "+

@@ -55,6 +55,21 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 	}
 }
 
+// An etcd with --host-whitelist refuses the probe's GET /version, whose
+// Host (the endpoint's address) it does not list, with 421 and its own
+// text, and serves the client's gRPC all the same: it is etcd. The probe
+// said "an HTTP server answers there, not etcd (GET /version: 421
+// Misdirected Request): check --etcd", an --etcd that was right.
+func TestProbeEtcd_EtcdWithHostWhitelist(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{HostWhitelist: []string{"etcd.example.com"}})
+	if _, err := c.Client.Get(t.Context(), "k"); err != nil {
+		t.Fatalf("gRPC to an etcd with a host whitelist: %v", err)
+	}
+	if err := probeEtcd(t.Context(), c.Endpoints[0], nil); err != nil {
+		t.Errorf("etcd with a host whitelist at %s: %v", c.Endpoints[0], err)
+	}
+}
+
 // The first warning of a node waiting for etcd says what is wrong with the
 // endpoint, as the error after --start-timeout does: it said only "context
 // deadline exceeded", again and again, for a minute by default, when

@@ -48,6 +48,10 @@ type Options struct {
 	// and a request without valid credentials is refused. Client and
 	// NewClient log in as root.
 	RootPassword string
+	// HostWhitelist, when set, is every member's --host-whitelist: a
+	// plain HTTP request (/version, /health) whose Host is not one of
+	// these is refused (421); gRPC, which the clients speak, is served.
+	HostWhitelist []string
 }
 
 // Cluster is a running embedded etcd of one or more members.
@@ -77,6 +81,7 @@ type Member struct {
 	advPeer      url.URL // the advertised peer URL (port 0 for a single member)
 	initial      string  // the initial cluster string
 	quota        int64
+	hosts        []string           // --host-whitelist; empty: etcd's default, every host
 	tls          *transport.TLSInfo // serve clients over TLS; nil: plain
 
 	mu   sync.Mutex // guards etcd
@@ -112,7 +117,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	var initial []string
 	for i := 0; i < n; i++ {
 		peer := url.URL{Scheme: "http", Host: addrs[2*i+1]}
-		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes, tls: o.ClientTLS,
+		m := &Member{Name: fmt.Sprintf("m%d", i), dir: t.TempDir(), quota: o.QuotaBackendBytes, tls: o.ClientTLS, hosts: o.HostWhitelist,
 			clientURL: url.URL{Scheme: scheme, Host: addrs[2*i]}, peerURL: peer, advPeer: peer}
 		m.logPath = filepath.Join(m.dir, "etcd.log")
 		initial = append(initial, m.Name+"="+m.advPeer.String())
@@ -265,6 +270,12 @@ func (m *Member) start() error {
 	cfg.QuotaBackendBytes = m.quota
 	if m.tls != nil {
 		cfg.ClientTLSInfo = *m.tls
+	}
+	if len(m.hosts) > 0 {
+		cfg.HostWhitelist = map[string]struct{}{}
+		for _, h := range m.hosts {
+			cfg.HostWhitelist[h] = struct{}{}
+		}
 	}
 
 	// Tests need no durability: skip fsync. A 10 ms raft tick halves the
