@@ -107,7 +107,12 @@ func (u unhealable) Unwrap() error { return u.error }
 // every endpoint refused this node's TLS. The operator must change a flag
 // or etcd's configuration first. A refused connection, a timeout, a
 // leader election, an expired token (the client fetches a new one) are
-// retried: they mend as etcd comes up.
+// retried: they mend as etcd comes up. So is an HTTP server that does not
+// answer GET /version as etcd (probeNotEtcd), even at every endpoint: an
+// etcd grpc-proxy serves no /version (404) and proxies the client's gRPC
+// to etcd once etcd is up, and an HTTP load balancer before etcd may
+// answer 503 until then. (An etcd that is still starting answers nothing:
+// it serves its clients once ready.)
 func cannotHeal(err error) bool {
 	var u unhealable
 	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
