@@ -247,6 +247,19 @@ func TestCommand_ParseFlagsAnywhere(t *testing.T) {
 	}
 }
 
+// resolveClientFlags parses args as a client command's flags and resolves
+// them with the environment: the flags and resolve's usage error.
+func resolveClientFlags(t *testing.T, args ...string) (clientFlags, string) {
+	t.Helper()
+	c := newCommand("x", "", io.Discard, io.Discard)
+	var cf clientFlags
+	cf.register(c)
+	if _, _, done := c.parse(args); done {
+		t.Fatalf("parse %q failed", args)
+	}
+	return cf, cf.resolve(c)
+}
+
 // A token given both directly and as a file is refused naming each where
 // it came from, once: the message named both variables whichever way the
 // two came, the command line included.
@@ -265,41 +278,40 @@ func TestClientFlags_TokenBothSetNamesWhereEachCameFrom(t *testing.T) {
 			for _, k := range []string{envToken, envTokenFile} {
 				t.Setenv(k, c.env[k]) // empty is unset to resolve
 			}
-			cmd := newCommand("x", "", io.Discard, io.Discard)
-			var cf clientFlags
-			cf.register(cmd)
-			if _, _, done := cmd.parse(c.args); done {
-				t.Fatalf("parse %q failed", c.args)
-			}
-			if msg := cf.resolve(cmd); msg != c.want {
+			if _, msg := resolveClientFlags(t, c.args...); msg != c.want {
 				t.Errorf("got %q", msg)
 			}
 		})
 	}
 }
 
+// A --token-file that cannot be read is refused by the variable that
+// named it, as the server's secrets' files are: it said --token-file,
+// which the command line did not give.
+func TestClientFlags_TokenFileRefusedAsGiven(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none")
+	t.Setenv(envTokenFile, missing)
+	if _, msg := resolveClientFlags(t); !strings.HasPrefix(msg, "SHARDCRON_TOKEN_FILE: open "+missing) {
+		t.Errorf("got %q, want SHARDCRON_TOKEN_FILE named", msg)
+	}
+	if _, msg := resolveClientFlags(t, "--token-file", missing+"2"); !strings.HasPrefix(msg, "--token-file: open "+missing+"2") {
+		t.Errorf("got %q, want --token-file named", msg)
+	}
+}
+
 func TestClientFlags_ServerAndEnv(t *testing.T) {
 	t.Setenv(envServer, "127.0.0.7:9000/")
 	t.Setenv(envToken, "from-env")
-	parse := func(args ...string) (clientFlags, string) {
-		c := newCommand("x", "", io.Discard, io.Discard)
-		var cf clientFlags
-		cf.register(c)
-		if _, _, done := c.parse(args); done {
-			t.Fatalf("parse %q failed", args)
-		}
-		return cf, cf.resolve(c)
-	}
-	cf, msg := parse()
+	cf, msg := resolveClientFlags(t)
 	if msg != "" || cf.server != "http://127.0.0.7:9000" || cf.token != "from-env" {
 		t.Fatalf("from env: %+v %q", cf, msg)
 	}
-	cf, msg = parse("--server", "https://node:1/", "--token", "flag")
+	cf, msg = resolveClientFlags(t, "--server", "https://node:1/", "--token", "flag")
 	if msg != "" || cf.server != "https://node:1" || cf.token != "flag" {
 		t.Fatalf("flags win over env: %+v %q", cf, msg)
 	}
 	for _, bad := range [][]string{{"--server", "ftp://x"}, {"--output", "yaml"}, {"--timeout", "0s"}} {
-		if _, msg := parse(bad...); msg == "" {
+		if _, msg := resolveClientFlags(t, bad...); msg == "" {
 			t.Errorf("%q: no usage error", bad)
 		}
 	}
@@ -319,12 +331,12 @@ func TestClientFlags_ServerAndEnv(t *testing.T) {
 		{"127.0.0.1:99999", "port 99999 is not within 1-65535"},
 		{"https://node:0", "port 0 is not within 1-65535"},
 	} {
-		_, msg := parse("--server", tc.server)
+		_, msg := resolveClientFlags(t, "--server", tc.server)
 		if !strings.Contains(msg, "--server: ") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "hunter2") {
 			t.Errorf("--server %q: %q, want a usage error that it %s, no password", tc.server, msg, tc.want)
 		}
 	}
-	if cf, msg := parse("--server", "https://node:1/base/"); msg != "" || cf.server != "https://node:1/base" {
+	if cf, msg := resolveClientFlags(t, "--server", "https://node:1/base/"); msg != "" || cf.server != "https://node:1/base" {
 		t.Errorf("a path: %q %q, want it kept", cf.server, msg)
 	}
 }

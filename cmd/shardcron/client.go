@@ -30,7 +30,8 @@ const (
 	exitUsage = 2 // the command line is wrong; nothing was sent
 )
 
-// Defaults of the client flags (docs/api.md "The binary").
+// Defaults of the client flags (docs/api.md "The binary"). Their
+// variables are named as the server's are (envName), which resolve reads.
 const (
 	defaultServer  = "http://127.0.0.1:8080"
 	defaultTimeout = 30 * time.Second
@@ -301,6 +302,8 @@ type clientFlags struct {
 
 	caCert, cert, key string      // files, for a node serving TLS
 	tls               *tls.Config // built from them by resolve; nil: Go's defaults
+
+	fromEnv envFlags // the flags resolve set from their variables
 }
 
 // register adds the client flags to c. Defaults from the environment are
@@ -324,26 +327,20 @@ func (f *clientFlags) register(c *command) {
 // resolve applies the environment to flags left unset and checks the
 // values; a non-empty result is a usage error.
 func (f *clientFlags) resolve(c *command) string {
-	if v := os.Getenv(envServer); v != "" && !c.given("server") {
-		f.server = v
-	}
-	tokenAs, fileAs := "--token", "--token-file" // as the operator gave them
-	if v := os.Getenv(envToken); v != "" && !c.given("token") {
-		f.token, tokenAs = v, envToken
-	}
-	if v := os.Getenv(envTokenFile); v != "" && !c.given("token-file") {
-		f.tokenFile, fileAs = v, envTokenFile
-	}
-	if msg := f.resolveToken(tokenAs, fileAs); msg != "" {
-		return msg
-	}
+	f.fromEnv = envFlags{}
 	for _, e := range []struct {
-		flag, env string
-		v         *string
-	}{{"cacert", envCACert, &f.caCert}, {"cert", envCert, &f.cert}, {"key", envKey, &f.key}} {
-		if v := os.Getenv(e.env); v != "" && !c.given(e.flag) {
-			*e.v = v
+		flag string
+		v    *string
+	}{
+		{"server", &f.server}, {"token", &f.token}, {"token-file", &f.tokenFile},
+		{"cacert", &f.caCert}, {"cert", &f.cert}, {"key", &f.key},
+	} {
+		if v := os.Getenv(envName(e.flag)); v != "" && !c.given(e.flag) {
+			*e.v, f.fromEnv[e.flag] = v, true
 		}
+	}
+	if msg := f.resolveToken(); msg != "" {
+		return msg
 	}
 	if msg := f.loadTLS(); msg != "" {
 		return msg
@@ -363,18 +360,17 @@ func (f *clientFlags) resolve(c *command) string {
 }
 
 // resolveToken reads --token-file and checks the token: a line break or
-// another control character cannot be sent in a header. tokenAs and
-// fileAs name --token and --token-file as the operator gave them, the flag
-// or its variable: a refusal of both names each where it came from. A
+// another control character cannot be sent in a header. Its refusals name
+// --token and --token-file as the operator gave them (envFlags). A
 // non-empty result is a usage error.
-func (f *clientFlags) resolveToken(tokenAs, fileAs string) string {
+func (f *clientFlags) resolveToken() string {
 	if f.tokenFile != "" {
 		if f.token != "" {
-			return fmt.Sprintf("%s and %s are both set: give one", tokenAs, fileAs)
+			return fmt.Sprintf("%s and %s are both set: give one", f.fromEnv.givenAs("token"), f.fromEnv.givenAs("token-file"))
 		}
 		v, err := readSecretFile("token-file", f.tokenFile)
 		if err != nil {
-			return err.Error()
+			return f.fromEnv.asGiven(err).Error()
 		}
 		f.token = v
 		f.warnIfLoose("--token-file", f.tokenFile)

@@ -66,8 +66,8 @@ type serverFlags struct {
 	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 
-	secretWarnings []string        // of loose secrets' files, logged once the logger is up
-	fromEnv        map[string]bool // the flags whose value came from their environment variable
+	secretWarnings []string // of loose secrets' files, logged once the logger is up
+	fromEnv        envFlags // the flags whose value came from their environment variable
 }
 
 const serverUsage = `Usage: shardcron server [flags]
@@ -216,7 +216,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := f.readSecrets(); err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.fromEnv.asGiven(err))
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -232,12 +232,12 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		f.batch = min(f.batch, f.queue) // the default follows a smaller --queue
 	}
 	if err := f.check(); err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.fromEnv.asGiven(err))
 		return 2
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "shardcron server: %v\n", f.asGiven(err))
+		fmt.Fprintf(stderr, "shardcron server: %v\n", f.fromEnv.asGiven(err))
 		return 2
 	}
 	for _, w := range f.secretWarnings {
@@ -271,8 +271,8 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 // checked as the flag's. The value of a secret is never quoted in an error.
 // It returns the names of the flags it set, for errors that name a value:
 // the operator looks for it where it came from.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]bool, error) {
-	set, fromEnv := map[string]bool{}, map[string]bool{}
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (envFlags, error) {
+	set, fromEnv := map[string]bool{}, envFlags{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var errs []error
 	fs.VisitAll(func(fl *flag.Flag) {
@@ -295,10 +295,9 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 	return fromEnv, errors.Join(errs...)
 }
 
-// refusal is a usage error of check, readSecrets or newLogger that
-// refuses the value of one flag: the flag's name, then after. It names the
-// flag by its environment variable once asGiven found that applyEnv set
-// it (env).
+// refusal is a usage error that refuses the value of one flag: the flag's
+// name, then after. It names the flag by its environment variable once
+// asGiven found that the value came from there (env).
 type refusal struct {
 	flag  string // without its "--"
 	after string // the message after the flag's name
@@ -317,24 +316,28 @@ func refuse(flag, format string, args ...any) error {
 	return &refusal{flag: flag, after: fmt.Sprintf(format, args...)}
 }
 
-// asGiven names the flag that err, a usage error of the flags' checks,
-// refuses (its refusal) by its environment variable when applyEnv set it:
-// the operator looks for the value where it came from. A flag named
+// envFlags are the flags whose value came from their environment variable
+// (envName), not the command line: errors name those by it, where the
+// operator looks for the value.
+type envFlags map[string]bool
+
+// asGiven names the flag that err, a usage error, refuses (its refusal) by
+// its environment variable when the value came from there. A flag named
 // further on is left as it is: it is a remedy, or named as given already
 // (givenAs).
-func (f *serverFlags) asGiven(err error) error {
+func (e envFlags) asGiven(err error) error {
 	var r *refusal
-	if errors.As(err, &r) && f.fromEnv[r.flag] {
+	if errors.As(err, &r) && e[r.flag] {
 		r.env = true
 	}
 	return err
 }
 
 // givenAs is how the operator gave flag: its environment variable when
-// applyEnv set it, else the flag. A refusal that names two values names
-// each so, once: the operator looks for each where it came from.
-func (f *serverFlags) givenAs(flag string) string {
-	if f.fromEnv[flag] {
+// the value came from there, else the flag. A refusal that names two
+// values names each so, once.
+func (e envFlags) givenAs(flag string) string {
+	if e[flag] {
 		return envName(flag)
 	}
 	return "--" + flag
@@ -377,7 +380,7 @@ func (f *serverFlags) readSecrets() error {
 			continue
 		}
 		if *s.dst != "" {
-			return fmt.Errorf("%s and %s are both set: give one", f.givenAs(s.name), f.givenAs(s.name+"-file"))
+			return fmt.Errorf("%s and %s are both set: give one", f.fromEnv.givenAs(s.name), f.fromEnv.givenAs(s.name+"-file"))
 		}
 		v, err := readSecretFile(s.name+"-file", s.file)
 		if err != nil {

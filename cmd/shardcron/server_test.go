@@ -1120,7 +1120,7 @@ func TestApplyEnv(t *testing.T) {
 		}
 		err = f.check()
 		if err != nil {
-			err = f.asGiven(err)
+			err = f.fromEnv.asGiven(err)
 		}
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%v %v: %v, want %q", c.env, c.args, err, c.want)

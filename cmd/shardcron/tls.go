@@ -224,7 +224,7 @@ func peerTLS(caFile string, own *tlsFiles) (*tls.Config, error) {
 func (f *serverFlags) checkTLSFlags() error {
 	switch {
 	case (f.tlsCert == "") != (f.tlsKey == ""):
-		return errors.New(f.givenAs("tls-cert") + " and " + f.givenAs("tls-key") + " go together")
+		return errors.New(f.fromEnv.givenAs("tls-cert") + " and " + f.fromEnv.givenAs("tls-key") + " go together")
 	case f.tlsClientCA != "" && f.tlsCert == "":
 		return refuse("tls-client-ca", " needs --tls-cert and --tls-key: mutual TLS is TLS first")
 	}
