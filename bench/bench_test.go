@@ -180,8 +180,8 @@ func checkConsistent(t *testing.T, cfg Config, r *Result) {
 	if has("etcd_bytes_per_task") && r.EtcdBytesPerTask <= 0 {
 		t.Errorf("etcd_bytes_per_task %.1f: want > 0", r.EtcdBytesPerTask)
 	}
-	if has("ready_ms") && r.Scenario == Restart && (r.ReadyMs <= 0 || r.FirstFireMs <= 0) {
-		t.Errorf("ready_ms %.1f, first_fire_ms %.1f: want both > 0", r.ReadyMs, r.FirstFireMs)
+	if has("ready_ms") && r.Scenario == Restart && (r.ReadyMs <= 0 || r.FirstFireMs <= 0 || r.StopMs <= 0) {
+		t.Errorf("ready_ms %.1f, first_fire_ms %.1f, stop_ms %.1f: want all > 0", r.ReadyMs, r.FirstFireMs, r.StopMs)
 	}
 	if has("prefix100_p50_ms") {
 		for _, q := range [][2]float64{{r.PrefixP50Ms, r.PrefixP99Ms}, {r.LabelP50Ms, r.LabelP99Ms}, {r.PageP50Ms, r.PageP99Ms}} {

@@ -97,7 +97,7 @@ send:
 // runRestart starts a node with a Badger cache, lets it load every task,
 // stops it gracefully and starts it again: the second start loads from its
 // cache. It reports the time from the second start to ready and to the
-// first fire.
+// first fire, and the stop's.
 func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 	c, err := startCluster(ctx, cfg)
 	if err != nil {
@@ -128,6 +128,7 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	fmt.Fprintf(cfg.Progress, "bench: cold start done; restarting\n")
+	stop := time.Now()
 	if err := n.close(); err != nil {
 		return nil, fmt.Errorf("bench: stop node: %w", err)
 	}
@@ -139,7 +140,7 @@ func runRestart(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.waitReady(ctx, cfg.Tasks, readyTimeout(cfg)); err != nil {
 		return nil, err
 	}
-	r := &Result{Scenario: Restart, Tasks: cfg.Tasks, Nodes: 1, ReadyMs: ms(int64(time.Since(start))), Procs: cfg.Procs}
+	r := &Result{Scenario: Restart, Tasks: cfg.Tasks, Nodes: 1, ReadyMs: ms(int64(time.Since(start))), StopMs: ms(int64(start.Sub(stop))), Procs: cfg.Procs}
 	// The first fire after the restart: at most one schedule period after
 	// ready.
 	deadline := time.Now().Add(time.Minute)

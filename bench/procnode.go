@@ -62,9 +62,10 @@ func procArgs(cfg Config, id, endpoint, dataDir string) []string {
 }
 
 // startProc starts a node process and returns once its API listens (it
-// is then a member; it is ready later). Its log goes to logPath.
+// is then a member; it is ready later). Its log goes to logPath, after
+// that of an earlier process of the node (restart).
 func startProc(ctx context.Context, bin string, args []string, logPath string, timeout time.Duration) (*procNode, error) {
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("bench: node log: %w", err)
 	}

@@ -41,6 +41,7 @@ type Result struct {
 	MovedPartitions int     // rebalance, failover
 	HandoffGapMaxMs float64 // per moved partition, last fire on the old owner to first on the new
 	FirstFireMs     float64 // restart: from start to the first fire
+	StopMs          float64 // restart: the graceful stop before it (the cache's settle included)
 	LoadMs          float64 // memory: loading the tasks into the engine
 
 	// Query: latencies of GET /v1/tasks over queryRounds rounds, and the
@@ -140,6 +141,7 @@ var fields = []field{
 	{"moved_partitions", func(r *Result) any { return r.MovedPartitions }},
 	{"handoff_gap_max_ms", func(r *Result) any { return round(r.HandoffGapMaxMs, 3) }},
 	{"first_fire_ms", func(r *Result) any { return round(r.FirstFireMs, 1) }},
+	{"stop_ms", func(r *Result) any { return round(r.StopMs, 1) }},
 	{"load_ms", func(r *Result) any { return round(r.LoadMs, 1) }},
 	{"prefix100_p50_ms", func(r *Result) any { return round(r.PrefixP50Ms, 3) }},
 	{"prefix100_p99_ms", func(r *Result) any { return round(r.PrefixP99Ms, 3) }},
@@ -197,7 +199,7 @@ var Fields = map[string][]string{
 	AfterFunc: {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
 	Memory:    {"scenario", "tasks", "nodes", "bytes_per_task", "etcd_bytes_per_task", "gc_pause_ms", "rss_bytes", "load_ms"},
 	Import:    {"scenario", "tasks", "duration_s", "tasks_per_sec", "cpu_cores", "rss_bytes", "etcd_requests"},
-	Restart:   {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "rss_bytes"},
+	Restart:   {"scenario", "tasks", "nodes", "ready_ms", "first_fire_ms", "stop_ms", "rss_bytes"},
 	Query: {"scenario", "tasks", "nodes", "duration_s", "rss_bytes", "prefix100_p50_ms", "prefix100_p99_ms",
 		"label100_p50_ms", "label100_p99_ms", "page1000_p50_ms", "page1000_p99_ms", "export_tasks_per_sec"},
 	Trigger: {"scenario", "tasks", "nodes", "fires", "fires_per_sec", "cpu_cores", "rss_bytes", "etcd_requests",

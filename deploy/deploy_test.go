@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shardcron/shardcron/internal/buildinputs"
+	"github.com/shardcron/shardcron/store"
 )
 
 func read(t *testing.T, path string) string {
@@ -93,9 +94,10 @@ func engineDuration(t *testing.T, file, name string) time.Duration {
 // SIGTERM (server.go and Engine.Close, one after the other): the API
 // requests under way (--shutdown-timeout), the wait for the other nodes to
 // prepare its partitions (engine prepareWait), the release's wait for runs
-// (--release-run-wait), running executions (--drain-timeout), then the
-// alerts still queued (engine notifyGrace). A stop timeout shorter than
-// this kills a node in the middle of its hand-over or of its drain.
+// (--release-run-wait), running executions (--drain-timeout), the alerts
+// still queued (engine notifyGrace), then the cache's compactions
+// (store.DefaultSettleTimeout). A stop timeout shorter than this kills a
+// node in the middle of its hand-over or of its drain.
 func stopBound(t *testing.T, help string, set map[string]string) time.Duration {
 	t.Helper()
 	flag := func(name string) time.Duration {
@@ -114,7 +116,7 @@ func stopBound(t *testing.T, help string, set map[string]string) time.Duration {
 		return d
 	}
 	return flag("shutdown-timeout") + engineDuration(t, "timings.go", "prepareWait") + flag("release-run-wait") +
-		flag("drain-timeout") + engineDuration(t, "notify.go", "notifyGrace")
+		flag("drain-timeout") + engineDuration(t, "notify.go", "notifyGrace") + store.DefaultSettleTimeout
 }
 
 // dockerfileEnv returns the SHARDCRON_* variables the image sets (ENV).

@@ -37,7 +37,11 @@ const (
 	DefaultBlockCacheSize = 4 << 20
 	DefaultValueThreshold = 128 << 10
 	DefaultNumCompactors  = 2
+	DefaultSettleTimeout  = 5 * time.Second
 )
+
+// MaxSettleTimeout is the longest SettleTimeout.
+const MaxSettleTimeout = time.Minute
 
 // formatVersion is written into Badger's MANIFEST (ExternalMagicVersion): a
 // directory written by another layout of keys and values is refused with an
@@ -165,6 +169,11 @@ type Config struct {
 	// 2, the least Badger accepts.
 	NumCompactors int
 
+	// SettleTimeout is how long Close may let Badger run the compactions
+	// it has due, so that the next Open does not run them beside the
+	// node's start (see Close). Default 5s; 0 disables; at most 1m.
+	SettleTimeout time.Duration
+
 	// SyncWrites makes every write wait for fsync. Default false: the store
 	// is a cache (etcd is authoritative) and a crash of the process loses
 	// nothing; a power loss may lose writes (see the package doc).
@@ -198,6 +207,7 @@ func DefaultConfig(dir string) Config {
 		BlockCacheSize:      DefaultBlockCacheSize,
 		ValueThreshold:      DefaultValueThreshold,
 		NumCompactors:       DefaultNumCompactors,
+		SettleTimeout:       DefaultSettleTimeout,
 	}
 }
 
@@ -236,6 +246,8 @@ func (c Config) Validate() error {
 		// Badger caps a transaction at 15% of a memtable and refuses to
 		// open when a value below the threshold could not fit in one.
 		return bad("ValueThreshold", "%d: at most 15%% of MemTableSize (%d)", c.ValueThreshold, c.MemTableSize*15/100)
+	case c.SettleTimeout < 0 || c.SettleTimeout > MaxSettleTimeout:
+		return bad("SettleTimeout", "%v: between 0 and %v", c.SettleTimeout, MaxSettleTimeout)
 	case c.NumCompactors < 2:
 		return bad("NumCompactors", "%d: at least 2 (Badger refuses 1, and 0 would stall writes)", c.NumCompactors)
 	}

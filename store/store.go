@@ -42,6 +42,8 @@ type Store struct {
 	gcSkipped atomic.Uint64 // value-log GC rounds skipped for want of room since Open
 
 	stop      chan struct{} // closed by Close: stops the writer and GC loops
+	hurry     chan struct{} // closed by Hurry: Close stops settling
+	hurryOnce sync.Once
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -87,11 +89,12 @@ func Open(cfg Config) (*Store, error) {
 		return nil, &OpenError{Dir: cfg.Dir, Err: err}
 	}
 	s := &Store{
-		cfg:  cfg,
-		db:   db,
-		lock: lock,
-		log:  cfg.logger(),
-		stop: make(chan struct{}),
+		cfg:   cfg,
+		db:    db,
+		lock:  lock,
+		log:   cfg.logger(),
+		stop:  make(chan struct{}),
+		hurry: make(chan struct{}),
 
 		lostWarns: lograte.Limiter{Every: lostWarnEvery},
 	}
@@ -185,7 +188,10 @@ func (s *Store) acquire() error {
 
 // Close stops accepting work, writes every execution record accepted so
 // far, waits for the operations in progress, stops the goroutines Open
-// started, closes Badger and releases the directory. It is idempotent:
+// started, closes Badger and releases the directory. Before it releases
+// it, when Badger may have compactions due, it opens Badger again to let
+// them run, for up to SettleTimeout (see Hurry), so that the next Open
+// does not run them beside the node's start. It is idempotent:
 // later calls return the first call's result. Record after Close drops
 // (and counts) its record; every other method returns ErrClosed. Close must
 // not be called from inside a Partition callback (it would wait for it).
@@ -210,8 +216,22 @@ func (s *Store) Close() error {
 		if _, err := os.Stat(s.cfg.Dir); errors.Is(err, fs.ErrNotExist) {
 			recreated = os.MkdirAll(s.cfg.Dir, 0o700) == nil
 		}
+		opt := s.cfg.badgerOptions()
+		settle := s.cfg.SettleTimeout > 0 && !recreated && settleDue(s.db.Levels(), opt)
+		if settle {
+			// Compactions write tables through memory-mapped files, as
+			// writes do: none on a disk too full to write.
+			if err := s.checkRoom(); err != nil {
+				s.log.Warn("store: not running the compactions due before closing; the next start runs them", "err", err)
+				settle = false
+			}
+		}
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("store: close badger: %w", err))
+		} else if settle {
+			if err := s.settle(opt); err != nil {
+				errs = append(errs, fmt.Errorf("store: settle compactions: %w", err))
+			}
 		}
 		if recreated {
 			if err := os.RemoveAll(s.cfg.Dir); err != nil {

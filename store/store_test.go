@@ -118,6 +118,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"value threshold over 1 MiB", func(c *Config) { c.MemTableSize = 64 << 20; c.ValueThreshold = 2 << 20 }, "ValueThreshold"},
 		{"value threshold over 15% of memtable", func(c *Config) { c.MemTableSize = 1 << 20; c.ValueThreshold = 256 << 10 }, "ValueThreshold"},
 		{"one compactor", func(c *Config) { c.NumCompactors = 1 }, "NumCompactors"},
+		{"negative settle timeout", func(c *Config) { c.SettleTimeout = -time.Second }, "SettleTimeout"},
+		{"settle timeout too long", func(c *Config) { c.SettleTimeout = MaxSettleTimeout + time.Second }, "SettleTimeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,7 +34,8 @@ Scenarios:
                  process and no task written
   import         --tasks tasks through the HTTP batch API: tasks/s
   restart        a warm restart of a node with --tasks tasks from its cache:
-                 time to ready and to the first fire
+                 time to ready and to the first fire, and the graceful stop's
+                 time before it
   query          --tasks tasks with two labels on --nodes nodes: p50 and p99
                  over 100 rounds of GET /v1/tasks to the first node (the first
                  page of 100 prefix matches, 100 label matches, a page of

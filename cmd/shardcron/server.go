@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -78,9 +79,10 @@ several nodes, point them all at one etcd with --etcd (see README.md).
 
 SIGINT or SIGTERM stops the node gracefully: it stops accepting requests,
 hands its partitions over with their checkpoints written, lets running
-executions finish (up to --drain-timeout) and exits 0. A second one cuts
-the waits short: running executions and API requests are canceled, the
-partitions still handed over. SIGHUP reloads the
+executions finish (up to --drain-timeout), lets the Badger cache run the
+compactions it has due (up to 5s, so that the next start need not) and
+exits 0. A second one cuts the waits short: running executions and API
+requests are canceled, the partitions still handed over. SIGHUP reloads the
 TLS files (--tls-cert, --tls-key, --tls-client-ca); without TLS it is
 logged and ignored.
 
@@ -815,11 +817,14 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		return err
 	}
 	locked = true
-	defer func() {
+	// A stop closes the store itself, once the engine has stopped, while
+	// a second signal can still cut short the compactions it lets run.
+	closeStore := sync.OnceFunc(func() {
 		if err := st.Close(); err != nil {
 			log.Warn("closing the Badger cache failed", "dir", filepath.Join(f.dataDir, "cache"), "err", err)
 		}
-	}()
+	})
+	defer closeStore()
 
 	// One deadline bounds the whole wait on etcd, set here: the embedded
 	// etcd's start, the wait for etcd to answer and the join each have
@@ -957,7 +962,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	case <-ctx.Done():
 		// The drain may take --drain-timeout with nothing more logged:
 		// the line says how long, and how to cut it short.
-		log.Info("shutting down: stopping the API, releasing partitions, draining executions; a second signal cuts the waits short",
+		log.Info("shutting down: stopping the API, releasing partitions, draining executions, settling the cache; a second signal cuts the waits short",
 			"cause", context.Cause(ctx), "drain_timeout", f.drainTimeout.String())
 	case err := <-served:
 		// Both servers close before the engine stops (deferred), so that
@@ -982,9 +987,10 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		defer close(hurried)
 		select {
 		case sig := <-again:
-			log.Warn("a second signal: not waiting any longer; canceling the API requests and executions still running", "signal", sig.String())
+			log.Warn("a second signal: not waiting any longer; canceling the API requests and executions still running, and the cache's compactions", "signal", sig.String())
 			cancel()
 			eng.Hurry()
+			st.Hurry()
 		case <-stopped:
 		}
 	}()
@@ -1002,6 +1008,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if probes != nil {
 		_ = probes.Shutdown(sctx)
 	}
+	closeStore()
 	clean = true
 	return nil
 }
