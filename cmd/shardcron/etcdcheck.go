@@ -109,10 +109,10 @@ func (u unhealable) Unwrap() error { return u.error }
 // leader election, an expired token (the client fetches a new one) are
 // retried: they mend as etcd comes up. So is an HTTP server that does not
 // answer GET /version as etcd (probeNotEtcd), even at every endpoint: an
-// etcd grpc-proxy serves no /version (404) and proxies the client's gRPC
-// to etcd once etcd is up, and an HTTP load balancer before etcd may
-// answer 503 until then. (An etcd that is still starting answers nothing:
-// it serves its clients once ready.)
+// HTTP load balancer before etcd may answer 503 until etcd is up; and an
+// etcd grpc-proxy whose etcd does not answer (probeGRPCProxy), which
+// proxies the client's gRPC to etcd once it does. (An etcd that is still
+// starting answers nothing: it serves its clients once ready.)
 func cannotHeal(err error) bool {
 	var u unhealable
 	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
@@ -267,22 +267,13 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 // deadline for such an endpoint, after --start-timeout. nil when it
 // answers as etcd does (its versions, or its refusal of a Host that its
 // --host-whitelist does not list), not over HTTP at all, or not before
-// ctx ends.
+// ctx ends. An etcd grpc-proxy, which serves no /version, is asked
+// whether its etcd answers (probeGRPCProxy).
 func probeNotEtcd(ctx context.Context, host string) error {
-	c := &http.Client{
-		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/version", nil)
+	resp, body, err := probeGet(ctx, http.MethodGet, "http://"+host+"/version")
 	if err != nil {
 		return nil
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch {
 	case resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"etcdserver"`)):
 		return nil
@@ -290,9 +281,61 @@ func probeNotEtcd(ctx context.Context, host string) error {
 		// etcd with --host-whitelist refuses plain HTTP whose Host it
 		// does not list, and serves the client's gRPC all the same.
 		return nil
+	case resp.StatusCode == http.StatusNotFound:
+		if proxy, err := probeGRPCProxy(ctx, host); proxy {
+			return err
+		}
 	}
 	return fmt.Errorf("an HTTP server answers there, not etcd (GET /version: %s): check --etcd "+
 		"(a node's embedded etcd listens on its API port + 10000, or its --etcd-listen)", resp.Status)
+}
+
+// probeGRPCProxy reports whether an etcd grpc-proxy answers at host, and
+// if so, an error when the etcd it proxies the client's gRPC to does not
+// answer it. Its client port serves plain HTTP beside gRPC: no /version,
+// but etcd's health handlers at /health and /proxy/health (etcdmain's
+// mustHTTPServer, go.etcd.io/etcd/server/v3 v3.7.3), which etcd itself
+// does not serve. Those refuse any method but GET at once (405, Allow:
+// GET), which tells the proxy; the GET then waits for the proxy's read of
+// etcd through itself, a second when etcd does not answer, and says 200,
+// or 503 with the reason. A GET that ctx ends first is such a wait.
+func probeGRPCProxy(ctx context.Context, host string) (bool, error) {
+	health := "http://" + host + "/proxy/health"
+	resp, _, err := probeGet(ctx, http.MethodHead, health)
+	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodGet {
+		return false, nil
+	}
+	said := "no answer"
+	resp, body, err := probeGet(ctx, http.MethodGet, health)
+	switch {
+	case err == nil && resp.StatusCode == http.StatusOK:
+		return true, nil
+	case err == nil:
+		said = resp.Status + ": " + string(bytes.TrimSpace(body))
+	}
+	return true, fmt.Errorf("an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: %s): "+
+		"check the proxy's --endpoints", said)
+}
+
+// probeGet makes one plain HTTP request of the probe, without a proxy or
+// a redirect followed, and returns its answer with what arrived of the
+// first 4 KiB of its body.
+func probeGet(ctx context.Context, method, target string) (*http.Response, []byte, error) {
+	c := &http.Client{
+		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp, body, nil
 }
 
 // tlsHint wraps a TLS error with the flags that fix it.

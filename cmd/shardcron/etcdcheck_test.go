@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
+	"go.uber.org/zap"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 )
@@ -67,6 +71,73 @@ func TestProbeEtcd_EtcdWithHostWhitelist(t *testing.T) {
 	}
 	if err := probeEtcd(t.Context(), c.Endpoints[0], nil); err != nil {
 		t.Errorf("etcd with a host whitelist at %s: %v", c.Endpoints[0], err)
+	}
+}
+
+// grpcProxyHTTP answers plain HTTP as the client port of an etcd
+// grpc-proxy (etcd grpc-proxy start) does: etcdmain's mustHTTPServer
+// (go.etcd.io/etcd/server/v3 v3.7.3, etcdmain/grpc_proxy.go) serves
+// http.NotFound at "/", so no /version, and etcd's health handlers at
+// /health and /proxy/health, which read etcd through c (there the proxy's
+// own client and a client to itself) and answer 200, or 503 with the
+// reason, and refuse any method but GET (etcdhttp.NewHealthHandler). Its
+// /metrics and /proxy/metrics are left out: the probe does not ask them.
+func grpcProxyHTTP(t *testing.T, c *clientv3.Client) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", http.NotFound)
+	grpcproxy.HandleHealth(nil, mux, c)
+	grpcproxy.HandleProxyHealth(nil, mux, c)
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// An etcd grpc-proxy serves no /version (404) on its client port: the
+// probe said "an HTTP server answers there, not etcd (GET /version: 404
+// Not Found): check --etcd", of an --etcd that was right. One whose etcd
+// answers passes; one whose etcd does not is named as the proxy, with
+// what its /proxy/health says, or that it did not answer in the probe's
+// time (its check of etcd waits a second for an etcd that is down).
+func TestProbeEtcd_GRPCProxy(t *testing.T) {
+	c := etcdtest.Start(t)
+	up := grpcProxyHTTP(t, c.Client)
+	if err := probeEtcd(t.Context(), up.URL, nil); err != nil {
+		t.Errorf("a grpc-proxy whose etcd answers: %v", err)
+	}
+
+	down, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + etcdtest.RefusedAddr(t)}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	proxy := grpcProxyHTTP(t, down)
+	err = probeEtcd(t.Context(), proxy.URL, nil)
+	const want = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: 503 Service Unavailable: " +
+		`{"health":"false","reason":"GET ERROR:`
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "check the proxy's --endpoints") {
+		t.Errorf("a grpc-proxy whose etcd is down: %v\nwant %q ... check the proxy's --endpoints", err, want)
+	}
+	if err := explainEtcd(t.Context(), []string{proxy.URL}, nil, "", context.DeadlineExceeded); cannotHeal(err) {
+		t.Errorf("a grpc-proxy whose etcd is down: %v, given up: etcd may come up", err)
+	}
+
+	// The probe's time ends while the proxy checks its etcd: the check
+	// here ends the probe's context itself, and waits for the request's.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", http.NotFound)
+	mux.Handle("/proxy/health", etcdhttp.NewHealthHandler(zap.NewNop(), func(rctx context.Context, _ etcdhttp.StringSet, _ bool) etcdhttp.Health {
+		cancel()
+		<-rctx.Done()
+		return etcdhttp.Health{Health: "false"}
+	}))
+	slow := httptest.NewServer(mux)
+	defer slow.Close()
+	err = probeEtcd(ctx, slow.URL, nil)
+	const wantSlow = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: no answer): check the proxy's --endpoints"
+	if err == nil || err.Error() != wantSlow {
+		t.Errorf("a grpc-proxy whose check of etcd outlasts the probe: %v\nwant %q", err, wantSlow)
 	}
 }
 
