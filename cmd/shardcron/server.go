@@ -714,7 +714,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		}
 	}()
 	// Listen first: a busy port is the most common start-up error.
-	ln, err := listen("listen", f.listen)
+	ln, err := listen(f.fromEnv.givenAs("listen"), f.listen)
 	if err != nil {
 		return err
 	}
@@ -722,7 +722,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	addr := ln.Addr().String()
 	var probeLn net.Listener
 	if f.probeListen != "" {
-		if probeLn, err = listen("probe-listen", f.probeListen); err != nil {
+		if probeLn, err = listen(f.fromEnv.givenAs("probe-listen"), f.probeListen); err != nil {
 			return err
 		}
 		defer probeLn.Close()
@@ -845,8 +845,8 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 		}
 		ee, err := startEtcd(startCtx, filepath.Join(f.dataDir, "etcd"), log, clientAddr, peerAddr, int64(f.etcdQuota), f.startTimeout)
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("%w (the embedded etcd listens on %s for clients and %s for peers: choose free ports with --etcd-listen and --etcd-peer-listen, which default to --listen's port + 10000 and + 20000)",
-				err, clientAddr, peerAddr)
+			return fmt.Errorf("%w (the embedded etcd listens on %s for clients and %s for peers: choose free ports with %s and %s, which default to %s's port + 10000 and + 20000)",
+				err, clientAddr, peerAddr, f.fromEnv.givenAs("etcd-listen"), f.fromEnv.givenAs("etcd-peer-listen"), f.fromEnv.givenAs("listen"))
 		}
 		if err != nil {
 			return err
@@ -1013,16 +1013,17 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	return nil
 }
 
-// listen listens on addr, the value of flag, with an error that names the
-// flag, and the remedy when the port is taken.
-func listen(flag, addr string) (net.Listener, error) {
+// listen listens on addr, the value of a flag that given names as the
+// operator gave it (givenAs: the flag, or its variable), with an error
+// that names it so, and the remedy when the port is taken.
+func listen(given, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("--%s %s: %w (another program listens there, another shardcron server perhaps: stop it, or choose a free port with --%s)",
-			flag, addr, err, flag)
+		return nil, fmt.Errorf("%s %s: %w (another program listens there, another shardcron server perhaps: stop it, or choose a free port with %s)",
+			given, addr, err, given)
 	case err != nil:
-		return nil, fmt.Errorf("--%s %s: %w", flag, addr, err)
+		return nil, fmt.Errorf("%s %s: %w", given, addr, err)
 	}
 	return ln, nil
 }

@@ -196,7 +196,8 @@ func TestServer_StartupErrors(t *testing.T) {
 	})
 	// A port taken for --listen or --probe-listen says which flag chooses
 	// another, as the embedded etcd's ports do: it said only "bind: address
-	// already in use".
+	// already in use". One from the environment is named by its variable:
+	// it said --listen, which the command line did not give.
 	t.Run("API port in use", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -204,18 +205,35 @@ func TestServer_StartupErrors(t *testing.T) {
 		}
 		defer ln.Close()
 		taken := ln.Addr().String()
-		for _, flag := range []string{"--listen", "--probe-listen"} {
-			parent := t.TempDir()
-			p := startServer(t, false, "--data-dir", filepath.Join(parent, "data"), flag, taken)
-			if code := p.waitExit(30 * time.Second); code != 1 {
-				t.Fatalf("%s %s taken: exit %d, want 1", flag, taken, code)
-			}
-			if left, _ := os.ReadDir(parent); len(left) > 0 {
-				t.Errorf("%s taken: the failed start left %s", flag, left[0].Name())
-			}
-			if last := lastError(p.log()); !strings.Contains(last, "address already in use") || !strings.Contains(last, "choose a free port with "+flag) {
-				t.Errorf("%s taken: no clear error: %s", flag, last)
-			}
+		for _, tc := range []struct {
+			named string   // the flag or variable that gives the taken port
+			args  []string // the rest of the command line
+		}{
+			{"--listen", nil},
+			{"--probe-listen", []string{"--listen", "127.0.0.1:0"}},
+			{"SHARDCRON_LISTEN", nil},
+			{"SHARDCRON_PROBE_LISTEN", []string{"--listen", "127.0.0.1:0"}},
+		} {
+			t.Run(tc.named, func(t *testing.T) {
+				parent := t.TempDir()
+				args := append([]string{"server", "--data-dir", filepath.Join(parent, "data")}, tc.args...)
+				if strings.HasPrefix(tc.named, "--") {
+					args = append(args, tc.named, taken)
+				} else {
+					t.Setenv(tc.named, taken)
+				}
+				_, stderr, code := runCLI(t, "", args...)
+				if code != 1 {
+					t.Fatalf("exit %d, want 1: %s", code, stderr)
+				}
+				if left, _ := os.ReadDir(parent); len(left) > 0 {
+					t.Errorf("the failed start left %s", left[0].Name())
+				}
+				if last := lastError(stderr); !strings.HasPrefix(last, "shardcron server: "+tc.named+" "+taken+": ") ||
+					!strings.Contains(last, "address already in use") || !strings.Contains(last, "choose a free port with "+tc.named+")") {
+					t.Errorf("no clear error: %s", last)
+				}
+			})
 		}
 	})
 	t.Run("embedded etcd port in use", func(t *testing.T) {
@@ -229,16 +247,26 @@ func TestServer_StartupErrors(t *testing.T) {
 		if err := os.WriteFile(keep, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := startServer(t, false, "--data-dir", dir, "--etcd-listen", ln.Addr().String(),
-			"--etcd-peer-listen", "127.0.0.1:0")
-		if code := p.waitExit(30 * time.Second); code == 0 {
-			t.Fatal("exited 0 with the embedded etcd's port taken")
-		}
-		if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "keep" {
-			t.Errorf("the failed start left the data directory holding %v, want only the file it held before", left)
-		}
-		if log := p.log(); !strings.Contains(log, "address already in use") || !strings.Contains(log, "--etcd-listen") {
-			t.Fatalf("no clear error:\n%s", log)
+		// The flag, then its variable, which the error names instead:
+		// it said --etcd-listen, which the command line did not give.
+		for _, tc := range []struct {
+			env   []string
+			args  []string
+			named string
+		}{
+			{nil, []string{"--etcd-listen", ln.Addr().String()}, "choose free ports with --etcd-listen and --etcd-peer-listen,"},
+			{[]string{"SHARDCRON_ETCD_LISTEN=" + ln.Addr().String()}, nil, "choose free ports with SHARDCRON_ETCD_LISTEN and --etcd-peer-listen,"},
+		} {
+			p := startServerEnv(t, tc.env, false, append([]string{"--data-dir", dir, "--etcd-peer-listen", "127.0.0.1:0"}, tc.args...)...)
+			if code := p.waitExit(30 * time.Second); code == 0 {
+				t.Fatal("exited 0 with the embedded etcd's port taken")
+			}
+			if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "keep" {
+				t.Errorf("the failed start left the data directory holding %v, want only the file it held before", left)
+			}
+			if last := lastError(p.log()); !strings.Contains(last, "address already in use") || !strings.Contains(last, tc.named) {
+				t.Errorf("no clear error, want %q:\n%s", tc.named, p.log())
+			}
 		}
 	})
 	t.Run("embedded etcd quota", func(t *testing.T) {
