@@ -219,7 +219,7 @@ func TestSecretFiles_WarnOfLooseKeys(t *testing.T) {
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM) // mode 0600
 	var logs logbuf.Buffer
-	tf, err := loadTLS(certFile, keyFile, "", slog.New(slog.NewTextHandler(&logs, nil)))
+	tf, err := loadTLS(certFile, keyFile, "", nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +234,13 @@ func TestSecretFiles_WarnOfLooseKeys(t *testing.T) {
 	}
 	if want := "--tls-key " + keyFile + " can be read by every user of this machine (mode 0644): chmod 600 it"; !strings.Contains(logs.String(), want) {
 		t.Errorf("the node did not warn of its loose --tls-key at its reload; want %q in:\n%s", want, logs.String())
+	}
+	// A key given by its variable is named so, as the files' errors are.
+	if _, err := loadTLS(certFile, keyFile, "", envFlags{"tls-key": true}, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if want := "SHARDCRON_TLS_KEY " + keyFile + " can be read by every user"; !strings.Contains(logs.String(), want) {
+		t.Errorf("want %q in:\n%s", want, logs.String())
 	}
 
 	f := serverFlags{etcdKey: keyFile}

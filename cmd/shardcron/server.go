@@ -739,7 +739,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	scheme := "http://"
 	var tlsf *tlsFiles
 	if f.tlsCert != "" {
-		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA, log); err != nil {
+		if tlsf, err = loadTLS(f.tlsCert, f.tlsKey, f.tlsClientCA, f.fromEnv, log); err != nil {
 			return err
 		}
 		scheme = "https://"
@@ -750,7 +750,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if tlsf != nil && !strings.Contains(advertise, "://") {
 		advertise = scheme + advertise // peers use https when this node serves it
 	}
-	peerTLSConfig, err := peerTLS(f.tlsCA, tlsf)
+	peerTLSConfig, err := peerTLS(f.tlsCA, f.fromEnv.givenAs("tls-ca"), tlsf)
 	if err != nil {
 		return err
 	}
@@ -1130,7 +1130,8 @@ func etcdTLSConfig(f *serverFlags) (*tls.Config, error) {
 	info := transport.TLSInfo{CertFile: f.etcdCert, KeyFile: f.etcdKey, TrustedCAFile: f.etcdCACert}
 	tlsCfg, err := info.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("etcd TLS: %w (check --etcd-cacert, --etcd-cert and --etcd-key)", err)
+		return nil, fmt.Errorf("etcd TLS: %w (check %s, %s and %s)", err,
+			f.fromEnv.givenAs("etcd-cacert"), f.fromEnv.givenAs("etcd-cert"), f.fromEnv.givenAs("etcd-key"))
 	}
 	return tlsCfg, nil
 }

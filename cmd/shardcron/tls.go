@@ -19,6 +19,7 @@ import (
 // certificate is taken without a restart, by new connections only.
 type tlsFiles struct {
 	certFile, keyFile, clientCAFile string
+	given                           envFlags // of the three flags, those given by their variables: errors name them so
 	log                             *slog.Logger
 
 	mu       sync.RWMutex // guards cert, clientCA and stamp
@@ -34,8 +35,9 @@ type tlsFiles struct {
 const fileCheckInterval = time.Second
 
 // loadTLS reads the files once; an error is one to stop the start with.
-func loadTLS(certFile, keyFile, clientCAFile string, log *slog.Logger) (*tlsFiles, error) {
-	t := &tlsFiles{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile, log: log}
+// given names the flags that their variables gave (serverFlags.fromEnv).
+func loadTLS(certFile, keyFile, clientCAFile string, given envFlags, log *slog.Logger) (*tlsFiles, error) {
+	t := &tlsFiles{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile, given: given, log: log}
 	if err := t.reload(); err != nil {
 		return nil, err
 	}
@@ -93,14 +95,14 @@ func (t *tlsFiles) reload() error {
 	}()
 	cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
 	if err != nil {
-		return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", t.certFile, t.keyFile, err)
+		return fmt.Errorf("%s %s, %s %s: %w", t.given.givenAs("tls-cert"), t.certFile, t.given.givenAs("tls-key"), t.keyFile, err)
 	}
 	var pool *x509.CertPool
 	if t.clientCAFile != "" {
-		if err := checkClientAuth(t.certFile, cert.Leaf); err != nil {
+		if err := t.checkClientAuth(cert.Leaf); err != nil {
 			return err
 		}
-		if pool, err = readCAs("--tls-client-ca", t.clientCAFile); err != nil {
+		if pool, err = readCAs(t.given.givenAs("tls-client-ca"), t.clientCAFile); err != nil {
 			return err
 		}
 	}
@@ -108,19 +110,19 @@ func (t *tlsFiles) reload() error {
 	t.cert, t.clientCA = &cert, pool
 	t.mu.Unlock()
 	// At each load: a renewed key may come with a mode the first had not.
-	if w := looseSecretFile("--tls-key", t.keyFile); w != "" {
+	if w := looseSecretFile(t.given.givenAs("tls-key"), t.keyFile); w != "" {
 		t.log.Warn(w)
 	}
 	return nil
 }
 
-// checkClientAuth refuses a certificate that cannot be a client's: under
-// mutual TLS a node presents its --tls-cert to the other nodes, which
+// checkClientAuth refuses a certificate, leaf of --tls-cert, that cannot
+// be a client's: under mutual TLS a node presents it to the other nodes, which
 // refuse one whose extended key usage excludes client authentication
 // (every call between nodes would then fail at the handshake, seen as a
 // "broken pipe"). No extended key usage at all allows every use; one of
 // only unknown usages allows none, as crypto/x509 verifies it.
-func checkClientAuth(certFile string, leaf *x509.Certificate) error {
+func (t *tlsFiles) checkClientAuth(leaf *x509.Certificate) error {
 	if leaf == nil || len(leaf.ExtKeyUsage) == 0 && len(leaf.UnknownExtKeyUsage) == 0 {
 		return nil
 	}
@@ -129,20 +131,22 @@ func checkClientAuth(certFile string, leaf *x509.Certificate) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("--tls-cert %s: its extended key usage lacks client authentication (clientAuth), "+
-		"which --tls-client-ca needs: a node presents this certificate to the other nodes, and they would refuse it; "+
-		"issue it with both serverAuth and clientAuth, or without --tls-client-ca", certFile)
+	ca := t.given.givenAs("tls-client-ca")
+	return fmt.Errorf("%s %s: its extended key usage lacks client authentication (clientAuth), "+
+		"which %s needs: a node presents this certificate to the other nodes, and they would refuse it; "+
+		"issue it with both serverAuth and clientAuth, or without %s", t.given.givenAs("tls-cert"), t.certFile, ca, ca)
 }
 
-// readCAs reads a PEM file of CA certificates.
-func readCAs(flag, file string) (*x509.CertPool, error) {
+// readCAs reads a PEM file of CA certificates; its errors name the file
+// by given, its flag as the operator gave it (givenAs).
+func readCAs(given, file string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
+		return nil, fmt.Errorf("%s: %w", given, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", given, file)
 	}
 	return pool, nil
 }
@@ -203,12 +207,13 @@ func watchSIGHUP(hup <-chan os.Signal, t *tlsFiles, log *slog.Logger, stop <-cha
 }
 
 // peerTLS is the TLS configuration of requests to other nodes: their
-// certificates verified with caFile (the system's roots when empty), and
-// this node's certificate presented when they ask for one.
-func peerTLS(caFile string, own *tlsFiles) (*tls.Config, error) {
+// certificates verified with caFile (the system's roots when empty), which
+// caGiven names as given (givenAs), and this node's certificate presented
+// when they ask for one.
+func peerTLS(caFile, caGiven string, own *tlsFiles) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pool, err := readCAs("--tls-ca", caFile)
+		pool, err := readCAs(caGiven, caFile)
 		if err != nil {
 			return nil, err
 		}

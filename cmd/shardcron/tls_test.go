@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -270,7 +271,9 @@ func TestServer_MutualTLS(t *testing.T) {
 }
 
 // TestServer_TLSFlagErrors: incomplete or unreadable TLS flags stop the
-// start with a message naming the flag, printed once.
+// start with a message naming the flag, printed once; or its variable,
+// when it came from there: the files' errors said --tls-cert, --tls-ca
+// and so on whichever way they were given.
 func TestServer_TLSFlagErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
@@ -281,24 +284,46 @@ func TestServer_TLSFlagErrors(t *testing.T) {
 	certPEM, keyPEM := ca.issueFor(t, 2, x509.ExtKeyUsageServerAuth)
 	writeFile(t, serverOnly, certPEM)
 	writeFile(t, serverOnlyKey, keyPEM)
+	none := filepath.Join(dir, "none.pem")
+	both, bothKey := filepath.Join(dir, "both.pem"), filepath.Join(dir, "both-key.pem") // serverAuth and clientAuth
+	certPEM, keyPEM = ca.issue(t, 3)
+	writeFile(t, both, certPEM)
+	writeFile(t, bothKey, keyPEM)
 	for _, c := range []struct {
 		args []string
+		env  map[string]string
 		want string
 	}{
-		{[]string{"--tls-cert", bad}, "--tls-cert and --tls-key go together"},
-		{[]string{"--tls-client-ca", bad}, "--tls-client-ca needs --tls-cert"},
-		{[]string{"--tls-cert", bad, "--tls-key", bad}, "--tls-cert " + bad},
-		{[]string{"--etcd-cacert", filepath.Join(dir, "none.pem")}, "check --etcd-cacert"},
-		{[]string{"--tls-cert", serverOnly, "--tls-key", serverOnlyKey, "--tls-client-ca", caFile}, "lacks client authentication (clientAuth)"},
+		{[]string{"--tls-cert", bad}, nil, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-client-ca", bad}, nil, "--tls-client-ca needs --tls-cert"},
+		{[]string{"--tls-cert", bad, "--tls-key", bad}, nil, "--tls-cert " + bad + ", --tls-key " + bad + ": "},
+		{[]string{"--tls-cert", bad}, map[string]string{"SHARDCRON_TLS_KEY": bad}, "--tls-cert " + bad + ", SHARDCRON_TLS_KEY " + bad + ": "},
+		{nil, map[string]string{"SHARDCRON_TLS_CERT": bad, "SHARDCRON_TLS_KEY": bad}, "SHARDCRON_TLS_CERT " + bad + ", SHARDCRON_TLS_KEY " + bad + ": "},
+		{[]string{"--tls-ca", none}, nil, "--tls-ca: open " + none},
+		{nil, map[string]string{"SHARDCRON_TLS_CA": none}, "SHARDCRON_TLS_CA: open " + none},
+		{[]string{"--etcd-cacert", none}, nil, "check --etcd-cacert, --etcd-cert and --etcd-key"},
+		{nil, map[string]string{"SHARDCRON_ETCD_CACERT": none}, "check SHARDCRON_ETCD_CACERT, --etcd-cert and --etcd-key"},
+		{[]string{"--tls-cert", serverOnly, "--tls-key", serverOnlyKey, "--tls-client-ca", caFile}, nil,
+			"--tls-cert " + serverOnly + ": its extended key usage lacks client authentication (clientAuth), which --tls-client-ca needs"},
+		{[]string{"--tls-cert", serverOnly, "--tls-key", serverOnlyKey}, map[string]string{"SHARDCRON_TLS_CLIENT_CA": caFile},
+			"--tls-cert " + serverOnly + ": its extended key usage lacks client authentication (clientAuth), which SHARDCRON_TLS_CLIENT_CA needs"},
+		{[]string{"--tls-cert", both, "--tls-key", bothKey, "--tls-client-ca", none}, nil, "--tls-client-ca: open " + none},
+		{[]string{"--tls-cert", both, "--tls-key", bothKey}, map[string]string{"SHARDCRON_TLS_CLIENT_CA": bad},
+			"SHARDCRON_TLS_CLIENT_CA " + bad + ": no PEM certificate in it"},
 	} {
-		_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
-		if code == 0 || !strings.Contains(stderr, c.want) {
-			t.Errorf("%v: exit %d, stderr %q; want %q", c.args, code, stderr, c.want)
-		}
-		// The error is printed once, not logged as well.
-		if n := strings.Count(stderr, c.want); n > 1 {
-			t.Errorf("%v: %q printed %d times:\n%s", c.args, c.want, n, stderr)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, stderr, code := runCLI(t, "", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--etcd", "http://127.0.0.1:1", "--start-timeout", "1s"}, c.args...)...)
+			if code == 0 || !strings.Contains(stderr, c.want) {
+				t.Errorf("%v %v: exit %d, stderr %q; want %q", c.env, c.args, code, stderr, c.want)
+			}
+			// The error is printed once, not logged as well.
+			if n := strings.Count(stderr, c.want); n > 1 {
+				t.Errorf("%v %v: %q printed %d times:\n%s", c.env, c.args, c.want, n, stderr)
+			}
+		})
 	}
 }
 
@@ -329,17 +354,17 @@ func TestTLSFiles_ClientAuthUsage(t *testing.T) {
 		{[]x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}, false},
 	} {
 		write(1, c.usages...)
-		_, err := loadTLS(certFile, keyFile, caFile, log)
+		_, err := loadTLS(certFile, keyFile, caFile, nil, log)
 		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "--tls-cert "+certFile) {
 			t.Errorf("usages %v with --tls-client-ca: %v, want ok=%v and an error naming --tls-cert", c.usages, err, c.ok)
 		}
-		if _, err := loadTLS(certFile, keyFile, "", log); err != nil {
+		if _, err := loadTLS(certFile, keyFile, "", nil, log); err != nil {
 			t.Errorf("usages %v without --tls-client-ca: %v", c.usages, err)
 		}
 	}
 
 	write(7, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
-	tf, err := loadTLS(certFile, keyFile, caFile, log)
+	tf, err := loadTLS(certFile, keyFile, caFile, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,16 +374,54 @@ func TestTLSFiles_ClientAuthUsage(t *testing.T) {
 		return tf.cert.Leaf.SerialNumber.Int64()
 	}
 	write(8, x509.ExtKeyUsageServerAuth)
-	hup, stop := make(chan os.Signal, 1), make(chan struct{})
-	done := watchSIGHUP(hup, tf, log, stop)
-	hup <- syscall.SIGHUP
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "SIGHUP: TLS files not reloaded") })
-	close(stop)
-	<-done
+	failSIGHUP(t, tf, log, &logs)
 	if !strings.Contains(logs.String(), "clientAuth") {
 		t.Errorf("the SIGHUP error does not say why:\n%s", logs.String())
 	}
 	if got := serial(); got != 7 {
 		t.Errorf("serial %d after a refused reload, want the previous certificate's, 7", got)
 	}
+}
+
+// A reload at SIGHUP that fails names the files as they were given, as
+// the start does: it said --tls-cert and --tls-key of files given by
+// SHARDCRON_TLS_CERT and SHARDCRON_TLS_KEY.
+func TestTLSFiles_ReloadErrorNamedAsGiven(t *testing.T) {
+	ca := newTestCA(t)
+	for _, c := range []struct {
+		given envFlags
+		want  string // before the files' names
+	}{
+		{nil, "--tls-cert %s, --tls-key %s: "},
+		{envFlags{"tls-cert": true, "tls-key": true}, "SHARDCRON_TLS_CERT %s, SHARDCRON_TLS_KEY %s: "},
+	} {
+		dir := t.TempDir()
+		certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+		certPEM, keyPEM := ca.issue(t, 1)
+		writeFile(t, certFile, certPEM)
+		writeFile(t, keyFile, keyPEM)
+		var logs logbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		tf, err := loadTLS(certFile, keyFile, "", c.given, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, certFile, []byte("not a certificate"))
+		failSIGHUP(t, tf, log, &logs)
+		if want := fmt.Sprintf(c.want, certFile, keyFile); !strings.Contains(logs.String(), want) {
+			t.Errorf("given %v: the SIGHUP error does not name the files so, %q:\n%s", c.given, want, logs.String())
+		}
+	}
+}
+
+// failSIGHUP sends tf one SIGHUP through watchSIGHUP and returns once the
+// reload's failure is logged in logs.
+func failSIGHUP(t *testing.T, tf *tlsFiles, log *slog.Logger, logs *logbuf.Buffer) {
+	t.Helper()
+	hup, stop := make(chan os.Signal, 1), make(chan struct{})
+	done := watchSIGHUP(hup, tf, log, stop)
+	hup <- syscall.SIGHUP
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "SIGHUP: TLS files not reloaded") })
+	close(stop)
+	<-done
 }
