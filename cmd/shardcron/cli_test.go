@@ -285,6 +285,36 @@ func TestClientFlags_TokenBothSetNamesWhereEachCameFrom(t *testing.T) {
 	}
 }
 
+// The client's TLS files are refused by the variables that gave them, as
+// the server's are: they said --cert, --key and --cacert, which the
+// command line did not give.
+func TestClientFlags_TLSRefusedAsGiven(t *testing.T) {
+	dir := t.TempDir()
+	bad, none := filepath.Join(dir, "bad.pem"), filepath.Join(dir, "none.pem")
+	writeFile(t, bad, []byte("not a certificate"))
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string // the start of the refusal
+	}{
+		{nil, []string{"--cert", bad}, "--cert and --key go together"},
+		{map[string]string{envKey: bad}, nil, "--cert and SHARDCRON_KEY go together"},
+		{nil, []string{"--cacert", none}, "--cacert: open " + none},
+		{map[string]string{envCACert: none}, nil, "SHARDCRON_CACERT: open " + none},
+		{nil, []string{"--cert", bad, "--key", bad}, "--cert " + bad + ", --key " + bad + ": "},
+		{map[string]string{envCert: bad}, []string{"--key", bad}, "SHARDCRON_CERT " + bad + ", --key " + bad + ": "},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			for _, k := range []string{envCACert, envCert, envKey} {
+				t.Setenv(k, c.env[k]) // empty is unset to resolve
+			}
+			if _, msg := resolveClientFlags(t, c.args...); !strings.HasPrefix(msg, c.want) {
+				t.Errorf("got %q", msg)
+			}
+		})
+	}
+}
+
 // A --token-file that cannot be read is refused by the variable that
 // named it, as the server's secrets' files are: it said --token-file,
 // which the command line did not give.

@@ -395,17 +395,17 @@ func (f *clientFlags) warnIfLoose(flag, path string) {
 }
 
 // loadTLS builds f.tls from --cacert, --cert and --key; a non-empty result
-// is a usage error.
+// is a usage error, which names them as the operator gave them (envFlags).
 func (f *clientFlags) loadTLS() string {
 	if f.caCert == "" && f.cert == "" && f.key == "" {
 		return ""
 	}
 	if (f.cert == "") != (f.key == "") {
-		return "--cert and --key go together"
+		return f.fromEnv.givenAs("cert") + " and " + f.fromEnv.givenAs("key") + " go together"
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.caCert != "" {
-		pool, err := readCAs("--cacert", f.caCert)
+		pool, err := readCAs(f.fromEnv.givenAs("cacert"), f.caCert)
 		if err != nil {
 			return err.Error()
 		}
@@ -414,7 +414,7 @@ func (f *clientFlags) loadTLS() string {
 	if f.cert != "" {
 		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
 		if err != nil {
-			return fmt.Sprintf("--cert %s, --key %s: %v", f.cert, f.key, err)
+			return fmt.Sprintf("%s %s, %s %s: %v", f.fromEnv.givenAs("cert"), f.cert, f.fromEnv.givenAs("key"), f.key, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
 		f.warnIfLoose("--key", f.key)
