@@ -315,6 +315,53 @@ func TestClientFlags_TLSRefusedAsGiven(t *testing.T) {
 	}
 }
 
+// A token with a control character in it, and a token the node refuses,
+// are named by where the token came from: the flag or variable, and its
+// file. The refusal listed every source ("the token (--token,
+// --token-file or SHARDCRON_TOKEN) holds ..."), and the node's refusal
+// named --token or SHARDCRON_TOKEN, when resolve knew which one it was.
+func TestClientFlags_TokenNamedByItsSource(t *testing.T) {
+	dir := t.TempDir()
+	bell, wrong := filepath.Join(dir, "bell"), filepath.Join(dir, "wrong")
+	writeFile(t, bell, []byte("s3\acret\n"))
+	writeFile(t, wrong, []byte("wrong\n"))
+	for _, c := range []struct {
+		env     map[string]string
+		args    []string
+		refused string // resolve's refusal; "": the token is sent
+		hint    string // what a 401 adds when the token is sent
+	}{
+		{nil, []string{"--token", "s3cret\n"},
+			"the token given by --token holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
+		{map[string]string{envToken: "s3cret\n"}, nil,
+			"the token given by SHARDCRON_TOKEN holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
+		{nil, []string{"--token-file", bell}, "the token read from --token-file " + bell + " holds the control character U+0007 at byte 2", ""},
+		{map[string]string{envTokenFile: bell}, nil, "the token read from SHARDCRON_TOKEN_FILE " + bell + " holds the control character U+0007 at byte 2", ""},
+		{nil, []string{"--token", "wrong"}, "", "the node refused the token given by --token"},
+		{map[string]string{envToken: "wrong"}, nil, "", "the node refused the token given by SHARDCRON_TOKEN"},
+		{nil, []string{"--token-file", wrong}, "", "the node refused the token read from --token-file " + wrong},
+		{map[string]string{envTokenFile: wrong}, nil, "", "the node refused the token read from SHARDCRON_TOKEN_FILE " + wrong},
+		{nil, nil, "", "the node requires a token: pass --token or --token-file, or set SHARDCRON_TOKEN or SHARDCRON_TOKEN_FILE"},
+	} {
+		t.Run(c.refused+c.hint, func(t *testing.T) {
+			for _, k := range []string{envToken, envTokenFile} {
+				t.Setenv(k, c.env[k]) // empty is unset to resolve
+			}
+			cf, msg := resolveClientFlags(t, c.args...)
+			if msg != c.refused {
+				t.Fatalf("refused %q, want %q", msg, c.refused)
+			}
+			if c.refused != "" {
+				return
+			}
+			msg = describeError(&cf, "", &client.Error{Status: http.StatusUnauthorized, Message: "not this node's auth token"})
+			if want := "shardcron: not this node's auth token\n" + c.hint; msg != want {
+				t.Errorf("a 401 says %q, want %q", msg, want)
+			}
+		})
+	}
+}
+
 // A --token-file that cannot be read is refused by the variable that
 // named it, as the server's secrets' files are: it said --token-file,
 // which the command line did not give.
@@ -2198,9 +2245,9 @@ func TestCLI_AgainstNode(t *testing.T) {
 		}
 		// It said the token came from --token or SHARDCRON_TOKEN.
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token-file", wrong)
-		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token read from the --token-file " + wrong})
+		wantCLI(t, r, 1, nil, []string{"not this node's auth token", "the node refused the token read from --token-file " + wrong})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret\n")
-		wantCLI(t, r, 2, nil, []string{"the token (--token, --token-file or SHARDCRON_TOKEN) holds the control character U+000A at byte 6", "--token-file drops it"})
+		wantCLI(t, r, 2, nil, []string{"the token given by --token holds the control character U+000A at byte 6", "--token-file drops it"})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret", "--token-file", file)
 		wantCLI(t, r, 2, nil, []string{"--token and --token-file are both set"})
 		t.Setenv(envToken, "s3cret")

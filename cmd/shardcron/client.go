@@ -376,13 +376,22 @@ func (f *clientFlags) resolveToken() string {
 		f.warnIfLoose("--token-file", f.tokenFile)
 	}
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
-		msg := fmt.Sprintf("the token (--token, --token-file or %s) holds the control character %U at byte %d", envToken, []rune(f.token[i:])[0], i)
+		msg := fmt.Sprintf("the token %s holds the control character %U at byte %d", f.tokenSource(), []rune(f.token[i:])[0], i)
 		if f.tokenFile == "" && strings.ContainsAny(f.token, "\r\n") {
 			msg += ": a trailing newline from a file? --token-file drops it"
 		}
 		return msg
 	}
 	return ""
+}
+
+// tokenSource says where the token came from, as the operator gave it
+// (envFlags): "given by --token", "read from SHARDCRON_TOKEN_FILE PATH".
+func (f *clientFlags) tokenSource() string {
+	if f.tokenFile != "" {
+		return "read from " + f.fromEnv.givenAs("token-file") + " " + f.tokenFile
+	}
+	return "given by " + f.fromEnv.givenAs("token")
 }
 
 // warnIfLoose prints on stderr looseSecretFile's warning of the file
@@ -546,10 +555,8 @@ func describeError(f *clientFlags, subject string, err error) string {
 				// The node already says how to send one.
 			case f.token == "":
 				msg += "\nthe node requires a token: pass --token or --token-file, or set " + envToken + " or " + envTokenFile
-			case f.tokenFile != "":
-				msg += "\nthe node refused the token read from the --token-file " + f.tokenFile
 			default:
-				msg += "\nthe node refused the token given by --token or " + envToken
+				msg += "\nthe node refused the token " + f.tokenSource()
 			}
 		}
 		return msg
