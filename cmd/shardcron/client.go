@@ -373,7 +373,7 @@ func (f *clientFlags) resolveToken() string {
 			return f.fromEnv.asGiven(err).Error()
 		}
 		f.token = v
-		f.warnIfLoose("--token-file", f.tokenFile)
+		f.warnIfLoose("token-file", f.tokenFile)
 	}
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
 		msg := fmt.Sprintf("the token %s holds the control character %U at byte %d", f.tokenSource(), []rune(f.token[i:])[0], i)
@@ -395,10 +395,10 @@ func (f *clientFlags) tokenSource() string {
 }
 
 // warnIfLoose prints on stderr looseSecretFile's warning of the file
-// path that flag names, when every user of the machine may read or
-// write it.
+// path that flag (without its "--") names, when every user of the machine
+// may read or write it: the flag as the operator gave it (envFlags).
 func (f *clientFlags) warnIfLoose(flag, path string) {
-	if w := looseSecretFile(flag, path); w != "" && f.stderr != nil {
+	if w := looseSecretFile(f.fromEnv.givenAs(flag), path); w != "" && f.stderr != nil {
 		fmt.Fprintf(f.stderr, "shardcron: warning: %s\n", w)
 	}
 }
@@ -426,7 +426,7 @@ func (f *clientFlags) loadTLS() string {
 			return fmt.Sprintf("%s %s, %s %s: %v", f.fromEnv.givenAs("cert"), f.cert, f.fromEnv.givenAs("key"), f.key, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
-		f.warnIfLoose("--key", f.key)
+		f.warnIfLoose("key", f.key)
 	}
 	f.tls = c
 	return ""

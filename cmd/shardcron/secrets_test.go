@@ -254,3 +254,41 @@ func TestSecretFiles_WarnOfLooseKeys(t *testing.T) {
 	r := cli("", "nodes", "--server", deadServer(t), "--cert", certFile, "--key", keyFile)
 	wantCLI(t, r, 1, nil, []string{"warning: --key " + keyFile + " can be read by every user of this machine (mode 0644): chmod 600 it"})
 }
+
+// The warning of a loose secret's file names the file as it was given,
+// as the errors of its flag do: it said --auth-token-file, --etcd-key,
+// --token-file and --key of files that their variables gave.
+func TestSecretFiles_LooseFileNamedAsGiven(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile, token := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "token")
+	certPEM, keyPEM := ca.issue(t, 1)
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM)
+	writeFile(t, token, []byte("SECRET\n"))
+	for _, p := range []string{keyFile, token} {
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const loose = " can be read by every user of this machine (mode 0644)"
+
+	for _, given := range []envFlags{nil, {"auth-token-file": true, "etcd-key": true}} {
+		f := serverFlags{authTokenFile: token, etcdKey: keyFile, fromEnv: given}
+		if err := f.readSecrets(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{given.givenAs("auth-token-file") + " " + token + loose, given.givenAs("etcd-key") + " " + keyFile + loose}
+		if len(f.secretWarnings) != 2 || !strings.HasPrefix(f.secretWarnings[0], want[0]) || !strings.HasPrefix(f.secretWarnings[1], want[1]) {
+			t.Errorf("given %v: warnings %q, want %q", given, f.secretWarnings, want)
+		}
+	}
+
+	dead := deadServer(t)
+	wantCLI(t, cli("", "nodes", "--server", dead, "--token-file", token, "--cert", certFile, "--key", keyFile), 1, nil,
+		[]string{"warning: --token-file " + token + loose, "warning: --key " + keyFile + loose})
+	t.Setenv(envTokenFile, token)
+	t.Setenv(envKey, keyFile)
+	wantCLI(t, cli("", "nodes", "--server", dead, "--cert", certFile), 1, nil,
+		[]string{"warning: SHARDCRON_TOKEN_FILE " + token + loose, "warning: SHARDCRON_KEY " + keyFile + loose})
+}

@@ -389,22 +389,23 @@ func (f *serverFlags) readSecrets() error {
 			return err
 		}
 		*s.dst = v
-		if w := looseSecretFile("--"+s.name+"-file", s.file); w != "" {
+		if w := looseSecretFile(f.fromEnv.givenAs(s.name+"-file"), s.file); w != "" {
 			f.secretWarnings = append(f.secretWarnings, w)
 		}
 	}
-	if w := looseSecretFile("--etcd-key", f.etcdKey); w != "" {
+	if w := looseSecretFile(f.fromEnv.givenAs("etcd-key"), f.etcdKey); w != "" {
 		f.secretWarnings = append(f.secretWarnings, w)
 	}
 	return nil
 }
 
-// looseSecretFile warns of a secret's file that every user of the machine
-// may read or write (its mode lets others in), or is "". Such a file is
-// read all the same: refused, it would stop a node at a restart after a
-// chmod or a copy gone wrong. A group that may read it is the owner's
-// choice (root:shardcron 0640).
-func looseSecretFile(flag, path string) string {
+// looseSecretFile warns of a secret's file, path, that every user of the
+// machine may read or write (its mode lets others in), or is "": given is
+// its flag as the operator gave it (givenAs). Such a file is read all the
+// same: refused, it would stop a node at a restart after a chmod or a
+// copy gone wrong. A group that may read it is the owner's choice
+// (root:shardcron 0640).
+func looseSecretFile(given, path string) string {
 	st, err := os.Stat(path)
 	if err != nil {
 		return ""
@@ -422,7 +423,7 @@ func looseSecretFile(flag, path string) string {
 		can = "read and written"
 	}
 	return fmt.Sprintf("%s %s can be %s by every user of this machine (mode %#o): chmod 600 it (or 640 for a group)",
-		flag, path, can, mode)
+		given, path, can, mode)
 }
 
 // readSecretFile reads the one-line secret in path, its trailing newline
