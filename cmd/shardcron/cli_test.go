@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -373,6 +374,41 @@ func TestClientFlags_TokenFileRefusedAsGiven(t *testing.T) {
 	}
 	if _, msg := resolveClientFlags(t, "--token-file", missing+"2"); !strings.HasPrefix(msg, "--token-file: open "+missing+"2") {
 		t.Errorf("got %q, want --token-file named", msg)
+	}
+}
+
+// A --server that SHARDCRON_SERVER gave is named by it, in its refusal
+// and where an error names the address: they said --server, which the
+// command line did not give.
+func TestClientFlags_ServerNamedAsGiven(t *testing.T) {
+	foreign := &client.Error{Status: http.StatusNotFound, Message: "404 page not found", Foreign: true}
+	unresolved := &net.DNSError{Err: "no such host", Name: "node.invalid", IsNotFound: true}
+	for _, given := range []string{"--server", envServer} {
+		t.Run(given, func(t *testing.T) {
+			var args []string
+			set := func(v string) {
+				if given == envServer {
+					t.Setenv(envServer, v)
+				} else {
+					args = []string{"--server", v}
+				}
+			}
+			set("ftp://x")
+			if _, msg := resolveClientFlags(t, args...); !strings.HasPrefix(msg, given+`: "ftp://x" is not an http or https URL`) {
+				t.Errorf("refused %q, want %s named", msg, given)
+			}
+			set("http://node.invalid:8080")
+			cf, msg := resolveClientFlags(t, args...)
+			if msg != "" {
+				t.Fatal(msg)
+			}
+			if msg := describeError(&cf, "", fmt.Errorf("get: %w", unresolved)); !strings.Contains(msg, "cannot resolve the host of "+given+" http://node.invalid:8080: ") {
+				t.Errorf("unresolved: %q, want %s named", msg, given)
+			}
+			if msg := describeError(&cf, "", foreign); !strings.HasSuffix(msg, "\nis "+given+" the address of a node's API (its --listen)?") {
+				t.Errorf("foreign: %q, want %s named", msg, given)
+			}
+		})
 	}
 }
 

@@ -347,7 +347,7 @@ func (f *clientFlags) resolve(c *command) string {
 	}
 	server, err := normalizeServer(f.server)
 	if err != nil {
-		return err.Error()
+		return f.fromEnv.asGiven(err).Error()
 	}
 	f.server = server
 	if msg := checkOutput(f.output); msg != "" {
@@ -444,11 +444,12 @@ func checkOutput(o string) string {
 // a fragment or a user and password are refused: request paths are
 // appended to the base URL, which would put them after a query or a
 // fragment, and a user and password would go as Basic authorization,
-// which a node does not take (its token is --token's).
+// which a node does not take (its token is --token's). Its errors refuse
+// --server (refusal).
 func normalizeServer(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return "", errors.New("--server: empty (want a URL such as " + defaultServer + ")")
+		return "", refuse("server", ": empty (want a URL such as %s)", defaultServer)
 	}
 	if !strings.Contains(s, "://") {
 		s = "http://" + s
@@ -459,17 +460,17 @@ func normalizeServer(s string) (string, error) {
 		if err == nil && u.User != nil {
 			s = u.Redacted()
 		}
-		return "", fmt.Errorf("--server: %q is not an http or https URL such as %s", s, defaultServer)
+		return "", refuse("server", ": %q is not an http or https URL such as %s", s, defaultServer)
 	case u.User != nil:
-		return "", fmt.Errorf("--server: %q holds a user name or password: give the node's URL alone, and its token with --token or --token-file", u.Redacted())
+		return "", refuse("server", ": %q holds a user name or password: give the node's URL alone, and its token with --token or --token-file", u.Redacted())
 	case u.RawQuery != "" || u.ForceQuery:
-		return "", fmt.Errorf("--server: %q has a query (?...): give the node's URL alone, such as %s", s, defaultServer)
+		return "", refuse("server", ": %q has a query (?...): give the node's URL alone, such as %s", s, defaultServer)
 	case u.Fragment != "" || strings.Contains(s, "#"):
-		return "", fmt.Errorf("--server: %q has a fragment (#...): give the node's URL alone, such as %s", s, defaultServer)
+		return "", refuse("server", ": %q has a fragment (#...): give the node's URL alone, such as %s", s, defaultServer)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("--server: %q: port %s is not within 1-65535", s, p)
+			return "", refuse("server", ": %q: port %s is not within 1-65535", s, p)
 		}
 	}
 	return strings.TrimRight(s, "/"), nil
@@ -541,8 +542,8 @@ func describeError(f *clientFlags, subject string, err error) string {
 	var ae *client.Error
 	switch {
 	case errors.As(err, &ae) && ae.Foreign:
-		return fmt.Sprintf("%s%s answered HTTP %d, not as a shardcron node does (%s)\nis --server the address of a node's API (its --listen)?",
-			prefix, f.server, ae.Status, ae.Message)
+		return fmt.Sprintf("%s%s answered HTTP %d, not as a shardcron node does (%s)\nis %s the address of a node's API (its --listen)?",
+			prefix, f.server, ae.Status, ae.Message, f.fromEnv.givenAs("server"))
 	case errors.As(err, &ae):
 		msg := prefix + ae.Message
 		if subject != "" && strings.HasPrefix(ae.Message, subject) {
@@ -568,7 +569,7 @@ func describeError(f *clientFlags, subject string, err error) string {
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return fmt.Sprintf("%scannot resolve the host of --server %s: %v", prefix, f.server, dnsErr)
+		return fmt.Sprintf("%scannot resolve the host of %s %s: %v", prefix, f.fromEnv.givenAs("server"), f.server, dnsErr)
 	}
 	return prefix + err.Error()
 }
