@@ -831,7 +831,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// etcd's start, the wait for etcd to answer and the join each have
 	// what the phases before them left of --start-timeout. Each with a
 	// timeout of its own, a start gave up after several times it.
-	startCtx, endStart := context.WithTimeoutCause(ctx, f.startTimeout, fmt.Errorf("--start-timeout %v passed", f.startTimeout))
+	startCtx, endStart := context.WithTimeoutCause(ctx, f.startTimeout, fmt.Errorf("%s %v passed", f.fromEnv.givenAs("start-timeout"), f.startTimeout))
 	defer endStart()
 	endpoints := splitList(f.etcd)
 	if len(endpoints) == 0 {
@@ -919,14 +919,16 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	if err != nil {
 		switch {
 		case errors.Is(err, membership.ErrNodeExists):
-			return fmt.Errorf("node id %q is held by a live node: give this node another --node-id", f.nodeID)
+			return fmt.Errorf("node id %q is held by a live node: give this node another %s", f.nodeID, f.fromEnv.givenAs("node-id"))
 		case ctx.Err() != nil:
 			return ctx.Err() // stopped during the start, as runServer logs it
 		case errors.Is(startCtx.Err(), context.DeadlineExceeded) && errors.Is(err, membership.ErrHeldByLease):
 			// Not refused as a usage error: a --start-timeout under
 			// --lease-ttl fails only a start that follows a crash.
-			return fmt.Errorf("%w (%v before the lease of this node id's previous session expired: a crashed node's lease lasts up to its --lease-ttl, %v here; "+
-				"give --start-timeout more than --lease-ttl, or start the node again once that lease has expired)", err, context.Cause(startCtx), f.leaseTTL)
+			lease := f.fromEnv.givenAs("lease-ttl")
+			return fmt.Errorf("%w (%v before the lease of this node id's previous session expired: a crashed node's lease lasts up to its %s, %v here; "+
+				"give %s more than %s, or start the node again once that lease has expired)",
+				err, context.Cause(startCtx), lease, f.leaseTTL, f.fromEnv.givenAs("start-timeout"), lease)
 		case errors.Is(startCtx.Err(), context.DeadlineExceeded):
 			return fmt.Errorf("%w (%v)", err, context.Cause(startCtx))
 		}

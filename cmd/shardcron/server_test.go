@@ -316,7 +316,16 @@ func TestServer_StartupErrors(t *testing.T) {
 		if code := p.waitExit(60 * time.Second); code == 0 {
 			t.Fatal("a second node with a live node's id exited 0")
 		}
-		if !strings.Contains(p.log(), `node id "twin" is held by a live node`) {
+		if !strings.Contains(p.log(), `node id "twin" is held by a live node: give this node another --node-id`) {
+			t.Fatalf("no clear error:\n%s", p.log())
+		}
+		// An id from the environment is named by its variable: it said
+		// --node-id, which the command line did not give.
+		p = startServerEnv(t, []string{"SHARDCRON_NODE_ID=twin"}, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "16")
+		if code := p.waitExit(60 * time.Second); code == 0 {
+			t.Fatal("a second node with a live node's id exited 0")
+		}
+		if !strings.Contains(p.log(), `node id "twin" is held by a live node: give this node another SHARDCRON_NODE_ID`) {
 			t.Fatalf("no clear error:\n%s", p.log())
 		}
 	})
@@ -327,18 +336,29 @@ func TestServer_StartupErrors(t *testing.T) {
 	// It names the flags to mend: a --start-timeout under --lease-ttl
 	// cannot outwait a crashed node's lease (not a usage error: it fails
 	// only a start that follows a crash).
+	// A --start-timeout from the environment is named by its variable,
+	// as a refused value is: it said --start-timeout.
 	t.Run("join past the start timeout", func(t *testing.T) {
 		c := etcdtest.Start(t)
 		holdNodeID(t, c.Client, "held", 600)
-		p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "held", "--start-timeout", "2s")
-		if code := p.waitExit(60 * time.Second); code != 1 {
-			t.Fatalf("exit %d, want 1\n%s", code, p.log())
-		}
-		last := lastError(p.log())
-		for _, w := range []string{"to be released: context deadline exceeded (--start-timeout 2s passed before the lease",
-			"--lease-ttl, 2s here", "give --start-timeout more than --lease-ttl"} {
-			if !strings.Contains(last, w) {
-				t.Errorf("error %q does not contain %q", last, w)
+		for _, tc := range []struct {
+			env   []string
+			args  []string
+			given string
+		}{
+			{nil, []string{"--start-timeout", "2s"}, "--start-timeout"},
+			{[]string{"SHARDCRON_START_TIMEOUT=2s"}, nil, "SHARDCRON_START_TIMEOUT"},
+		} {
+			p := startServerEnv(t, tc.env, false, append([]string{"--data-dir", t.TempDir(), "--etcd", c.Endpoints[0], "--partitions", "4", "--node-id", "held"}, tc.args...)...)
+			if code := p.waitExit(60 * time.Second); code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", code, p.log())
+			}
+			last := lastError(p.log())
+			for _, w := range []string{"to be released: context deadline exceeded (" + tc.given + " 2s passed before the lease",
+				"--lease-ttl, 2s here", "give " + tc.given + " more than --lease-ttl"} {
+				if !strings.Contains(last, w) {
+					t.Errorf("error %q does not contain %q", last, w)
+				}
 			}
 		}
 	})
