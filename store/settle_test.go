@@ -1,6 +1,10 @@
 package store
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +27,8 @@ func levels(t *testing.T, cfg Config) []badger.LevelInfo {
 // memtable into it as it closes: unless Close lets Badger compact, the
 // next Open starts with that compaction due. Each open, write and close
 // below adds one table to level 0, and nothing compacts before the fifth.
+// A hurried Close does not open Badger again at all: it did, and closing
+// it waited for a compaction its compactors had begun meanwhile.
 func TestClose_SettlesTheCompactionsDue(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -37,6 +43,8 @@ func TestClose_SettlesTheCompactionsDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.SettleTimeout = tc.timeout
+			var logged bytes.Buffer
+			cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logged, t.Output()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			l0 := cfg.badgerOptions().NumLevelZeroTables
 			for p := range uint32(l0) {
 				s, err := Open(cfg)
@@ -52,6 +60,9 @@ func TestClose_SettlesTheCompactionsDue(t *testing.T) {
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if reopened := strings.Contains(logged.String(), "before closing, so that the next start need not"); reopened != tc.settled {
+				t.Errorf("Badger opened again to settle: %v, want %v", reopened, tc.settled)
 			}
 			lv := levels(t, cfg)
 			if due := compactionDue(lv, l0); due == tc.settled {

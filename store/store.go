@@ -217,7 +217,9 @@ func (s *Store) Close() error {
 			recreated = os.MkdirAll(s.cfg.Dir, 0o700) == nil
 		}
 		opt := s.cfg.badgerOptions()
-		settle := s.cfg.SettleTimeout > 0 && !recreated && settleDue(s.db.Levels(), opt)
+		// Once hurried, not at all: the reopened Badger starts its
+		// compactors, and closing it waits for the one they have begun.
+		settle := s.cfg.SettleTimeout > 0 && !recreated && !s.hurried() && settleDue(s.db.Levels(), opt)
 		if settle {
 			// Compactions write tables through memory-mapped files, as
 			// writes do: none on a disk too full to write.
