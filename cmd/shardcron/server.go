@@ -389,6 +389,9 @@ func (f *serverFlags) readSecrets() error {
 			return err
 		}
 		*s.dst = v
+		// An empty variable of the secret marked it as given there
+		// (applyEnv): its value is the file's.
+		delete(f.fromEnv, s.name)
 		if w := looseSecretFile(f.fromEnv.givenAs(s.name+"-file"), s.file); w != "" {
 			f.secretWarnings = append(f.secretWarnings, w)
 		}
@@ -481,7 +484,7 @@ func (f *serverFlags) check() error {
 	}
 	switch {
 	case f.etcdQuotaSet && f.etcd != "":
-		return refuse("etcd-quota", " sizes the embedded etcd, which --etcd replaces: set your etcd's --quota-backend-bytes instead")
+		return refuse("etcd-quota", " sizes the embedded etcd, which %s replaces: set your etcd's --quota-backend-bytes instead", f.fromEnv.givenAs("etcd"))
 	case f.etcdQuota < minEtcdQuota:
 		return refuse("etcd-quota", " must be at least %s, got %s", minEtcdQuota, f.etcdQuota)
 	}
@@ -495,9 +498,9 @@ func (f *serverFlags) check() error {
 	case f.stage < 1 || f.stage > engine.MaxStage:
 		return refuse("stage", " must be between 1 and %d, got %d", engine.MaxStage, f.stage)
 	case f.batch < 1 || f.batch > f.queue:
-		return refuse("batch", " must be between 1 and --queue (%d), got %d", f.queue, f.batch)
+		return refuse("batch", " must be between 1 and %s (%d), got %d", f.fromEnv.givenAs("queue"), f.queue, f.batch)
 	case f.misfire < f.tick:
-		return refuse("misfire-threshold", " must be at least --tick (%v), got %v", f.tick, f.misfire)
+		return refuse("misfire-threshold", " must be at least %s (%v), got %v", f.fromEnv.givenAs("tick"), f.tick, f.misfire)
 	case f.lead < minLead || f.lead > maxLead:
 		return refuse("lead", " must be within %v-%v, got %v", minLead, maxLead, f.lead)
 	case f.releaseRunWait < time.Millisecond || f.releaseRunWait > engine.MaxReleaseRunWait:
@@ -547,7 +550,7 @@ func (f *serverFlags) check() error {
 	case f.readToken != "" && f.authToken == "":
 		return refuse("read-token", " needs --auth-token: without it, writes need no token at all")
 	case f.readToken != "" && f.readToken == f.authToken:
-		return refuse("read-token", " must differ from --auth-token")
+		return refuse("read-token", " must differ from %s", f.fromEnv.givenAs("auth-token"))
 	}
 	return nil
 }

@@ -1136,6 +1136,10 @@ func TestApplyEnv(t *testing.T) {
 			t.Errorf("%s=%q: %v, want %q", c.name, c.value, err, c.want)
 		}
 	}
+	tokenX := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenX, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A value the flag takes but the node refuses names the variable it
 	// came from, whichever flag it is: only an empty SHARDCRON_DATA_DIR
 	// did, every other was reported as its flag, which the command line
@@ -1149,7 +1153,15 @@ func TestApplyEnv(t *testing.T) {
 		{map[string]string{"SHARDCRON_DATA_DIR": "/x"}, []string{"--data-dir="}, "--data-dir is empty: give a directory"},
 		{map[string]string{"SHARDCRON_LISTEN": "x"}, nil, `SHARDCRON_LISTEN: "x" is not an address to listen on`},
 		{map[string]string{"SHARDCRON_STAGE": "0"}, nil, "SHARDCRON_STAGE must be between 1 and"},
-		{map[string]string{"SHARDCRON_QUEUE": "10", "SHARDCRON_BATCH": "20"}, nil, "SHARDCRON_BATCH must be between 1 and --queue (10), got 20"},
+		// A value it is checked against names that as given too: --queue,
+		// which no one gave, was named for SHARDCRON_QUEUE's.
+		{map[string]string{"SHARDCRON_QUEUE": "10", "SHARDCRON_BATCH": "20"}, nil, "SHARDCRON_BATCH must be between 1 and SHARDCRON_QUEUE (10), got 20"},
+		{map[string]string{"SHARDCRON_QUEUE": "10"}, []string{"--batch=20"}, "--batch must be between 1 and SHARDCRON_QUEUE (10), got 20"},
+		{map[string]string{"SHARDCRON_TICK": "100ms"}, []string{"--misfire-threshold=10ms"}, "--misfire-threshold must be at least SHARDCRON_TICK (100ms)"},
+		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_READ_TOKEN": "x"}, nil, "SHARDCRON_READ_TOKEN must differ from SHARDCRON_AUTH_TOKEN"},
+		// An empty variable beside the secret's file: the value is the
+		// file's, and was refused as SHARDCRON_READ_TOKEN's.
+		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_READ_TOKEN": ""}, []string{"--read-token-file=" + tokenX}, "--read-token must differ from SHARDCRON_AUTH_TOKEN"},
 		{map[string]string{"SHARDCRON_TLS_CLIENT_CA": "/ca.pem"}, nil, "SHARDCRON_TLS_CLIENT_CA needs --tls-cert and --tls-key"},
 		{map[string]string{"SHARDCRON_PARTITIONS": "0"}, nil, "SHARDCRON_PARTITIONS must be between 1 and"},
 		{map[string]string{"SHARDCRON_HISTORY_FAILURE_LIMIT": "-1"}, nil, "SHARDCRON_HISTORY_FAILURE_LIMIT must be between 0 and"},
@@ -1166,13 +1178,23 @@ func TestApplyEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = f.check()
+		if err = f.readSecrets(); err == nil {
+			err = f.check()
+		}
 		if err != nil {
 			err = f.fromEnv.asGiven(err)
 		}
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%v %v: %v, want %q", c.env, c.args, err, c.want)
 		}
+	}
+	f, err := parse(map[string]string{"SHARDCRON_ETCD": "127.0.0.1:2379"}, "--etcd-quota=8GiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.etcdQuotaSet = true // as runServer finds it
+	if err, want := f.check(), "--etcd-quota sizes the embedded etcd, which SHARDCRON_ETCD replaces"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("SHARDCRON_ETCD with --etcd-quota: %v, want %q", err, want)
 	}
 }
 
