@@ -82,9 +82,9 @@ hands its partitions over with their checkpoints written, lets running
 executions finish (up to --drain-timeout), lets the Badger cache run the
 compactions it has due (up to 5s, so that the next start need not) and
 exits 0. A second one cuts the waits short: running executions and API
-requests are canceled, the partitions still handed over. SIGHUP reloads the
-TLS files (--tls-cert, --tls-key, --tls-client-ca); without TLS it is
-logged and ignored.
+requests are canceled, the partitions still handed over, the compactions
+left to the next start. SIGHUP reloads the TLS files (--tls-cert,
+--tls-key, --tls-client-ca); without TLS it is logged and ignored.
 
 Every flag can also be set by the environment variable named after it:
 SHARDCRON_ and the flag in upper case with '_' for '-' (--lease-ttl is
