@@ -12,7 +12,7 @@ import (
 // writes (its first load of a million tasks, say) leaves such debt, often
 // only by the memtable its own Close flushes into level 0; the next start
 // then pays it beside its load from the cache, on the same cores (a warm
-// restart at 1 M tasks: ready in 5.4 s with the debt, 2.1 s without,
+// restart at 1 M tasks: ready in 4.6 s with the debt, 2.5 s without,
 // BENCHMARKS.md). Badger's own ways to compact on request do not fit:
 // CompactL0OnClose compacts level 0 at every Close, due or not, and
 // Flatten rewrites every level into one, neither with a bound or a way to

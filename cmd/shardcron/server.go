@@ -828,7 +828,12 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 			log.Warn("closing the Badger cache failed", "dir", filepath.Join(f.dataDir, "cache"), "err", err)
 		}
 	})
-	defer closeStore()
+	defer func() {
+		// A start that failed or was stopped, or a server error: no
+		// second signal could cut a settle short here, so none is run.
+		st.Hurry()
+		closeStore()
+	}()
 
 	// One deadline bounds the whole wait on etcd, set here: the embedded
 	// etcd's start, the wait for etcd to answer and the join each have
