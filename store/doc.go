@@ -151,5 +151,6 @@
 // (matching ErrCorrupt) rather than a panic on one of Badger's goroutines.
 // Open starts two goroutines, the history writer and a value-log GC loop
 // (RunValueLogGC(0.5) every GCInterval, default 5 minutes); Close writes the
-// buffered history, stops both, closes Badger and releases the lock.
+// buffered history, stops both, closes Badger, lets the compactions it has
+// due run (settle.go, up to SettleTimeout) and releases the lock.
 package store
