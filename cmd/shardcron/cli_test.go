@@ -271,12 +271,12 @@ func TestClientFlags_TokenBothSetNamesWhereEachCameFrom(t *testing.T) {
 		want string
 	}{
 		{nil, []string{"--token", "x", "--token-file", "f"}, "--token and --token-file are both set: give one"},
-		{map[string]string{envToken: "x", envTokenFile: "f"}, nil, "SHARDCRON_TOKEN and SHARDCRON_TOKEN_FILE are both set: give one"},
-		{map[string]string{envToken: "x"}, []string{"--token-file", "f"}, "SHARDCRON_TOKEN and --token-file are both set: give one"},
-		{map[string]string{envTokenFile: "f"}, []string{"--token", "x"}, "--token and SHARDCRON_TOKEN_FILE are both set: give one"},
+		{map[string]string{envName("token"): "x", envName("token-file"): "f"}, nil, "SHARDCRON_TOKEN and SHARDCRON_TOKEN_FILE are both set: give one"},
+		{map[string]string{envName("token"): "x"}, []string{"--token-file", "f"}, "SHARDCRON_TOKEN and --token-file are both set: give one"},
+		{map[string]string{envName("token-file"): "f"}, []string{"--token", "x"}, "--token and SHARDCRON_TOKEN_FILE are both set: give one"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
-			for _, k := range []string{envToken, envTokenFile} {
+			for _, k := range []string{envName("token"), envName("token-file")} {
 				t.Setenv(k, c.env[k]) // empty is unset to resolve
 			}
 			if _, msg := resolveClientFlags(t, c.args...); msg != c.want {
@@ -299,14 +299,14 @@ func TestClientFlags_TLSRefusedAsGiven(t *testing.T) {
 		want string // the start of the refusal
 	}{
 		{nil, []string{"--cert", bad}, "--cert and --key go together"},
-		{map[string]string{envKey: bad}, nil, "--cert and SHARDCRON_KEY go together"},
+		{map[string]string{envName("key"): bad}, nil, "--cert and SHARDCRON_KEY go together"},
 		{nil, []string{"--cacert", none}, "--cacert: open " + none},
-		{map[string]string{envCACert: none}, nil, "SHARDCRON_CACERT: open " + none},
+		{map[string]string{envName("cacert"): none}, nil, "SHARDCRON_CACERT: open " + none},
 		{nil, []string{"--cert", bad, "--key", bad}, "--cert " + bad + ", --key " + bad + ": "},
-		{map[string]string{envCert: bad}, []string{"--key", bad}, "SHARDCRON_CERT " + bad + ", --key " + bad + ": "},
+		{map[string]string{envName("cert"): bad}, []string{"--key", bad}, "SHARDCRON_CERT " + bad + ", --key " + bad + ": "},
 	} {
 		t.Run(c.want, func(t *testing.T) {
-			for _, k := range []string{envCACert, envCert, envKey} {
+			for _, k := range []string{envName("cacert"), envName("cert"), envName("key")} {
 				t.Setenv(k, c.env[k]) // empty is unset to resolve
 			}
 			if _, msg := resolveClientFlags(t, c.args...); !strings.HasPrefix(msg, c.want) {
@@ -334,18 +334,18 @@ func TestClientFlags_TokenNamedByItsSource(t *testing.T) {
 	}{
 		{nil, []string{"--token", "s3cret\n"},
 			"the token given by --token holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
-		{map[string]string{envToken: "s3cret\n"}, nil,
+		{map[string]string{envName("token"): "s3cret\n"}, nil,
 			"the token given by SHARDCRON_TOKEN holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
 		{nil, []string{"--token-file", bell}, "the token read from --token-file " + bell + " holds the control character U+0007 at byte 2", ""},
-		{map[string]string{envTokenFile: bell}, nil, "the token read from SHARDCRON_TOKEN_FILE " + bell + " holds the control character U+0007 at byte 2", ""},
+		{map[string]string{envName("token-file"): bell}, nil, "the token read from SHARDCRON_TOKEN_FILE " + bell + " holds the control character U+0007 at byte 2", ""},
 		{nil, []string{"--token", "wrong"}, "", "the node refused the token given by --token"},
-		{map[string]string{envToken: "wrong"}, nil, "", "the node refused the token given by SHARDCRON_TOKEN"},
+		{map[string]string{envName("token"): "wrong"}, nil, "", "the node refused the token given by SHARDCRON_TOKEN"},
 		{nil, []string{"--token-file", wrong}, "", "the node refused the token read from --token-file " + wrong},
-		{map[string]string{envTokenFile: wrong}, nil, "", "the node refused the token read from SHARDCRON_TOKEN_FILE " + wrong},
+		{map[string]string{envName("token-file"): wrong}, nil, "", "the node refused the token read from SHARDCRON_TOKEN_FILE " + wrong},
 		{nil, nil, "", "the node requires a token: pass --token or --token-file, or set SHARDCRON_TOKEN or SHARDCRON_TOKEN_FILE"},
 	} {
 		t.Run(c.refused+c.hint, func(t *testing.T) {
-			for _, k := range []string{envToken, envTokenFile} {
+			for _, k := range []string{envName("token"), envName("token-file")} {
 				t.Setenv(k, c.env[k]) // empty is unset to resolve
 			}
 			cf, msg := resolveClientFlags(t, c.args...)
@@ -368,7 +368,7 @@ func TestClientFlags_TokenNamedByItsSource(t *testing.T) {
 // which the command line did not give.
 func TestClientFlags_TokenFileRefusedAsGiven(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none")
-	t.Setenv(envTokenFile, missing)
+	t.Setenv(envName("token-file"), missing)
 	if _, msg := resolveClientFlags(t); !strings.HasPrefix(msg, "SHARDCRON_TOKEN_FILE: open "+missing) {
 		t.Errorf("got %q, want SHARDCRON_TOKEN_FILE named", msg)
 	}
@@ -383,12 +383,12 @@ func TestClientFlags_TokenFileRefusedAsGiven(t *testing.T) {
 func TestClientFlags_ServerNamedAsGiven(t *testing.T) {
 	foreign := &client.Error{Status: http.StatusNotFound, Message: "404 page not found", Foreign: true}
 	unresolved := &net.DNSError{Err: "no such host", Name: "node.invalid", IsNotFound: true}
-	for _, given := range []string{"--server", envServer} {
+	for _, given := range []string{"--server", envName("server")} {
 		t.Run(given, func(t *testing.T) {
 			var args []string
 			set := func(v string) {
-				if given == envServer {
-					t.Setenv(envServer, v)
+				if given == envName("server") {
+					t.Setenv(envName("server"), v)
 				} else {
 					args = []string{"--server", v}
 				}
@@ -413,8 +413,8 @@ func TestClientFlags_ServerNamedAsGiven(t *testing.T) {
 }
 
 func TestClientFlags_ServerAndEnv(t *testing.T) {
-	t.Setenv(envServer, "127.0.0.7:9000/")
-	t.Setenv(envToken, "from-env")
+	t.Setenv(envName("server"), "127.0.0.7:9000/")
+	t.Setenv(envName("token"), "from-env")
 	cf, msg := resolveClientFlags(t)
 	if msg != "" || cf.server != "http://127.0.0.7:9000" || cf.token != "from-env" {
 		t.Fatalf("from env: %+v %q", cf, msg)
@@ -484,7 +484,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 				}
 				if name != "version" {
 					for _, s := range []string{"Client flags:", "--server URL", "(default http://127.0.0.1:8080)",
-						envServer, envToken, "--timeout", "(default 30s)", "--output", "(default table)"} {
+						envName("server"), envName("token"), "--timeout", "(default 30s)", "--output", "(default table)"} {
 						if !strings.Contains(r.stdout, s) {
 							t.Errorf("help lacks %q:\n%s", s, r.stdout)
 						}
@@ -2286,9 +2286,9 @@ func TestCLI_AgainstNode(t *testing.T) {
 		wantCLI(t, r, 2, nil, []string{"the token given by --token holds the control character U+000A at byte 6", "--token-file drops it"})
 		r = cli("", "task", "get", id, "--server", tokenURL, "--token", "s3cret", "--token-file", file)
 		wantCLI(t, r, 2, nil, []string{"--token and --token-file are both set"})
-		t.Setenv(envToken, "s3cret")
+		t.Setenv(envName("token"), "s3cret")
 		wantCLI(t, cli("", "task", "get", id, "--server", tokenURL), 0, []string{id}, nil)
-		t.Setenv(envServer, tokenURL)
+		t.Setenv(envName("server"), tokenURL)
 		wantCLI(t, cli("", "nodes"), 0, []string{"cli-node"}, nil)
 	})
 }

@@ -35,12 +35,6 @@ const (
 const (
 	defaultServer  = "http://127.0.0.1:8080"
 	defaultTimeout = 30 * time.Second
-	envServer      = "SHARDCRON_SERVER"
-	envToken       = "SHARDCRON_TOKEN"
-	envTokenFile   = "SHARDCRON_TOKEN_FILE"
-	envCACert      = "SHARDCRON_CACERT"
-	envCert        = "SHARDCRON_CERT"
-	envKey         = "SHARDCRON_KEY"
 )
 
 // Output formats of --output.
@@ -311,14 +305,14 @@ type clientFlags struct {
 // defaults and never prints a token.
 func (f *clientFlags) register(c *command) {
 	f.stderr = c.stderr
-	c.fs.StringVar(&f.server, "server", defaultServer, "base `URL` of a node's HTTP API (env "+envServer+")")
-	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envToken+")")
-	c.fs.StringVar(&f.tokenFile, "token-file", "", "read the token from `FILE` (trailing newline ignored; env "+envTokenFile+"), keeping it out of the process list")
+	c.fs.StringVar(&f.server, "server", defaultServer, "base `URL` of a node's HTTP API (env "+envName("server")+")")
+	c.fs.StringVar(&f.token, "token", "", "bearer `TOKEN`, for a node started with --auth-token (env "+envName("token")+")")
+	c.fs.StringVar(&f.tokenFile, "token-file", "", "read the token from `FILE` (trailing newline ignored; env "+envName("token-file")+"), keeping it out of the process list")
 	c.fs.StringVar(&f.output, "output", outputTable, "output `FORMAT`: table or json")
 	c.fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long one request to the node may take")
-	c.fs.StringVar(&f.caCert, "cacert", "", "CA certificate `FILE` that the node's TLS certificate is verified with (default: the system's roots; env "+envCACert+")")
-	c.fs.StringVar(&f.cert, "cert", "", "client certificate `FILE`, for a node started with --tls-client-ca (env "+envCert+")")
-	c.fs.StringVar(&f.key, "key", "", "private key `FILE` of --cert (env "+envKey+")")
+	c.fs.StringVar(&f.caCert, "cacert", "", "CA certificate `FILE` that the node's TLS certificate is verified with (default: the system's roots; env "+envName("cacert")+")")
+	c.fs.StringVar(&f.cert, "cert", "", "client certificate `FILE`, for a node started with --tls-client-ca (env "+envName("cert")+")")
+	c.fs.StringVar(&f.key, "key", "", "private key `FILE` of --cert (env "+envName("key")+")")
 	for _, n := range []string{"server", "token", "token-file", "output", "timeout", "cacert", "cert", "key"} {
 		c.common[n] = true
 	}
@@ -555,7 +549,7 @@ func describeError(f *clientFlags, subject string, err error) string {
 			case strings.Contains(ae.Message, "--token"):
 				// The node already says how to send one.
 			case f.token == "":
-				msg += "\nthe node requires a token: pass --token or --token-file, or set " + envToken + " or " + envTokenFile
+				msg += "\nthe node requires a token: pass --token or --token-file, or set " + envName("token") + " or " + envName("token-file")
 			default:
 				msg += "\nthe node refused the token " + f.tokenSource()
 			}

@@ -287,8 +287,8 @@ func TestSecretFiles_LooseFileNamedAsGiven(t *testing.T) {
 	dead := deadServer(t)
 	wantCLI(t, cli("", "nodes", "--server", dead, "--token-file", token, "--cert", certFile, "--key", keyFile), 1, nil,
 		[]string{"warning: --token-file " + token + loose, "warning: --key " + keyFile + loose})
-	t.Setenv(envTokenFile, token)
-	t.Setenv(envKey, keyFile)
+	t.Setenv(envName("token-file"), token)
+	t.Setenv(envName("key"), keyFile)
 	wantCLI(t, cli("", "nodes", "--server", dead, "--cert", certFile), 1, nil,
 		[]string{"warning: SHARDCRON_TOKEN_FILE " + token + loose, "warning: SHARDCRON_KEY " + keyFile + loose})
 }
