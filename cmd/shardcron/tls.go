@@ -19,7 +19,7 @@ import (
 // certificate is taken without a restart, by new connections only.
 type tlsFiles struct {
 	certFile, keyFile, clientCAFile string
-	given                           envFlags // of the three flags, those given by their variables: errors name them so
+	given                           envFlags // the flags the environment gave: errors name the three files by their variables when it gave them
 	log                             *slog.Logger
 
 	mu       sync.RWMutex // guards cert, clientCA and stamp
