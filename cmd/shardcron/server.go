@@ -67,8 +67,9 @@ type serverFlags struct {
 	probeListen                            string
 	startTimeout, drainTimeout, shutdownTO time.Duration
 
-	secretWarnings []string // of loose secrets' files, logged once the logger is up
-	fromEnv        envFlags // the flags whose value came from their environment variable
+	secretWarnings []string        // of loose secrets' files, logged once the logger is up
+	fromEnv        envFlags        // the flags whose value came from their environment variable
+	fromFile       map[string]bool // the secrets read from their --*-file flag (readSecrets)
 }
 
 const serverUsage = `Usage: shardcron server [flags]
@@ -392,6 +393,10 @@ func (f *serverFlags) readSecrets() error {
 		// An empty variable of the secret marked it as given there
 		// (applyEnv): its value is the file's.
 		delete(f.fromEnv, s.name)
+		if f.fromFile == nil {
+			f.fromFile = map[string]bool{}
+		}
+		f.fromFile[s.name] = true
 		if w := looseSecretFile(f.fromEnv.givenAs(s.name+"-file"), s.file); w != "" {
 			f.secretWarnings = append(f.secretWarnings, w)
 		}
@@ -550,9 +555,18 @@ func (f *serverFlags) check() error {
 	case f.readToken != "" && f.authToken == "":
 		return refuse("read-token", " needs --auth-token: without it, writes need no token at all")
 	case f.readToken != "" && f.readToken == f.authToken:
-		return refuse("read-token", " must differ from %s", f.fromEnv.givenAs("auth-token"))
+		return refuse(f.secretFlag("read-token"), " must differ from %s", f.fromEnv.givenAs(f.secretFlag("auth-token")))
 	}
 	return nil
+}
+
+// secretFlag is the flag that gave the secret name its value: name, or its
+// -file flag when readSecrets read it from there.
+func (f *serverFlags) secretFlag(name string) string {
+	if f.fromFile[name] {
+		return name + "-file"
+	}
+	return name
 }
 
 // checkListenAddr checks the value of flag, an address to listen on:

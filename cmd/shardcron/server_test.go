@@ -1160,8 +1160,11 @@ func TestApplyEnv(t *testing.T) {
 		{map[string]string{"SHARDCRON_TICK": "100ms"}, []string{"--misfire-threshold=10ms"}, "--misfire-threshold must be at least SHARDCRON_TICK (100ms)"},
 		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_READ_TOKEN": "x"}, nil, "SHARDCRON_READ_TOKEN must differ from SHARDCRON_AUTH_TOKEN"},
 		// An empty variable beside the secret's file: the value is the
-		// file's, and was refused as SHARDCRON_READ_TOKEN's.
-		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_READ_TOKEN": ""}, []string{"--read-token-file=" + tokenX}, "--read-token must differ from SHARDCRON_AUTH_TOKEN"},
+		// file's, and was refused as SHARDCRON_READ_TOKEN's. A secret read
+		// from its file is named by that flag, not by the one not given.
+		{map[string]string{"SHARDCRON_AUTH_TOKEN": "x", "SHARDCRON_READ_TOKEN": ""}, []string{"--read-token-file=" + tokenX}, "--read-token-file must differ from SHARDCRON_AUTH_TOKEN"},
+		{nil, []string{"--auth-token-file=" + tokenX, "--read-token=x"}, "--read-token must differ from --auth-token-file"},
+		{map[string]string{"SHARDCRON_READ_TOKEN_FILE": tokenX}, []string{"--auth-token=x"}, "SHARDCRON_READ_TOKEN_FILE must differ from --auth-token"},
 		{map[string]string{"SHARDCRON_TLS_CLIENT_CA": "/ca.pem"}, nil, "SHARDCRON_TLS_CLIENT_CA needs --tls-cert and --tls-key"},
 		{map[string]string{"SHARDCRON_PARTITIONS": "0"}, nil, "SHARDCRON_PARTITIONS must be between 1 and"},
 		{map[string]string{"SHARDCRON_HISTORY_FAILURE_LIMIT": "-1"}, nil, "SHARDCRON_HISTORY_FAILURE_LIMIT must be between 0 and"},
