@@ -218,7 +218,10 @@
 //     alert queue is full (counted) or the node stops with some still
 //     queued.
 //   - A backfill repeats at most 2 × its concurrency of fires after a
-//     crash (TestEngine_BackfillSurvivesAHandOver/crash).
+//     crash (TestEngine_BackfillSurvivesAHandOver/crash). Its concurrency
+//     does not hold across a graceful hand-over: the old owner's fires of
+//     it still running and the next owner's first ones may together
+//     reach twice it (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver).
 //   - Chain triggers wait in memory between the end of the fire and their
 //     etcd write, so a crash in between, or a cut from etcd past Close's
 //     wait, loses them

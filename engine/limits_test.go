@@ -306,6 +306,77 @@ func TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease(t *testing.T) {
 	}
 }
 
+// A backfill's concurrency does not hold across a graceful hand-over: the
+// releasing node's fires of it still going and the next owner's first
+// fires together reach twice it. Here a backfill of concurrency 2 has its
+// first fires held on node-a when node-a leaves gracefully; node-b
+// continues after them and starts its next 2 while node-a's still run.
+func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
+	const concurrency = 2
+	c, clock := limitsStart(t)
+	h := newHolder(t)
+	start := func(id string) *testNode {
+		n := startNode(t, c, "", h.handler, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = limitsPolicyParts // two nodes share them
+			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
+		}))
+		t.Cleanup(h.open) // again: cleanups run last first
+		return n
+	}
+	a, b := start("node-a"), start("node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return b.e.Stats().PartitionsOwned > 0 && a.e.Stats().PartitionsOwned+b.e.Stats().PartitionsOwned == limitsPolicyParts
+	})
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("bf-%d", i); a.e.owned[ring.Partition(c, limitsPolicyParts)].Load() {
+			id = c
+		}
+	}
+	h.ids[id] = true
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask(id, "* * * * * *"))
+	waitNext(t, a, id, limitsAt(1)) // the frozen clock fires none of its schedule
+	if _, err := reg.Backfill(context.Background(), id, limitsAt(-9), limitsAt(0), concurrency); err != nil {
+		t.Fatal(err)
+	}
+	var old []blocked
+	for range concurrency {
+		r := h.next(t)
+		if r.Node != "node-a" {
+			t.Fatalf("started %s@%s on %s, want node-a's", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		old = append(old, r)
+	}
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) })
+	var on []string
+	for range concurrency {
+		var r blocked
+		select {
+		case r = <-h.started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("node-b started %d fires of the backfill while node-a's %d ran, want %d: its concurrency holds across the hand-over now (leave the limits)",
+				len(on), len(old), concurrency)
+		}
+		if r.Node != "node-b" {
+			t.Fatalf("started %s@%s on %s, want node-b's", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		on = append(on, r.ScheduledAt.Format(time.TimeOnly))
+	}
+	for _, r := range old {
+		if !r.running() {
+			t.Fatalf("node-a's fire %s ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
+		}
+	}
+	t.Logf("node-b started %v while node-a's %d fires of the backfill ran: %d at once, of a concurrency of %d",
+		on, len(old), len(old)+len(on), concurrency)
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+}
+
 // A node cut off from etcd fences itself, and its partitions go to the
 // next owner once its lease ends, with no marker of its runs: it cancels
 // the runs of tasks whose policy keeps their fires apart at the fence, as
