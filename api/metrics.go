@@ -97,7 +97,7 @@ func newCollector(e *engine.Engine, version string) *collector {
 			"the queue of trigger writes was full while etcd refused or was slow to take them."),
 		retriesHandedOn: d("retries_handed_on_total", "Retries of attempts that failed after their partition's graceful release "+
 			"was sealed, or that the node's stop canceled, handed on through etcd to the partition's owner."),
-		runsMarked: d("runs_marked_total", "Runs of tasks whose concurrency policy keeps fires apart that went on past their "+
+		runsMarked: d("runs_marked_total", "Runs of tasks whose concurrency policy keeps fires apart, or with fires of their backfill, that went on past their "+
 			"partition's graceful release, marked in etcd for the next owner."),
 		runsElsewhere: d("runs_elsewhere", "Runs on former owners, past their partition's release, that this node's tasks "+
 			"count as running (concurrency policies)."),

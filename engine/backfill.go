@@ -34,7 +34,10 @@ import (
 //     fire up to it runs here (a worker took it) or is handed over unrun in
 //     the partition's checkpoint (flagged backfill, so the next owner runs
 //     it whatever its age). The next owner continues after it: nothing
-//     repeats.
+//     repeats. The release waits for the fires under way and marks those
+//     past its wait with their number (elsewhere.go), which the next
+//     owner's runner counts against the concurrency until the marker
+//     goes.
 //
 // A record written before the release whose release etcd then refuses for
 // longer than the lease TTL (a stuck release) loses the fires it handed
@@ -55,6 +58,11 @@ type backfillRun struct {
 	// graceful is set before cancel when the partition is released: the
 	// runner then records the last fire it dispatched as its progress.
 	graceful bool // guarded by backfills.mu until cancel, read after
+	// left are its fires dispatched and not ended when a graceful release
+	// stopped it: the release waits for them and marks them past its
+	// wait, for the next owner's runner (runningMarker). Read once done is
+	// closed.
+	left int
 	// stopped is set when the backfill was canceled or replaced: the
 	// retries of its fires that come due while their task is paused are
 	// skipped from then on, as any retry of a paused task (releaseRetry).
@@ -129,11 +137,15 @@ func (bf *backfills) noteRecord(id string, canceled bool, rev int64) {
 
 // backfillCmd dispatches one fire of a backfill.
 type backfillCmd struct {
-	part  int
-	id    string
-	at    int64
-	bf    *backfillRun
-	reply chan backfillAnswer
+	part int
+	id   string
+	at   int64
+	bf   *backfillRun
+	// inflight are the runner's fires dispatched and not ended, of its
+	// concurrency: with its fires on former owners (runs elsewhere), they
+	// must leave room for this one.
+	inflight, concurrency int
+	reply                 chan backfillAnswer
 }
 
 // backfillAnswer is the loop's answer to a backfillCmd.
@@ -143,6 +155,7 @@ const (
 	backfillTook     backfillAnswer = iota // the fire is dispatched
 	backfillNoTask                         // the loop does not hold the task (yet: the partition's watch may lag)
 	backfillNotOwned                       // the partition is not this node's (any more), or the node is fenced
+	backfillBusy                           // the backfill's fires still running on former owners fill its concurrency
 )
 
 func (c *backfillCmd) run(l *loop) { c.reply <- l.backfill(c) }
@@ -157,6 +170,9 @@ func (l *loop) backfill(c *backfillCmd) backfillAnswer {
 	i, r, ok := l.tab.lookup(c.id)
 	if !ok {
 		return backfillNoTask
+	}
+	if n := l.backfillElsewhere(i); n > 0 && c.inflight+n >= c.concurrency {
+		return backfillBusy
 	}
 	l.admitBackfill(i, r, c.at, c.bf)
 	l.pushJobs()
@@ -294,8 +310,10 @@ func (e *Engine) stopHanded(id string) {
 
 // stopBackfills stops the backfills of partitions ps and waits for their
 // runners. graceful: the partitions are being released, and each runner
-// records the last fire it dispatched as its progress first.
-func (e *Engine) stopBackfills(ps []int, graceful bool) {
+// records the last fire it dispatched as its progress first; it returns
+// then how many fires of each backfill, by task id, were dispatched and
+// had not ended (backfillRun.left).
+func (e *Engine) stopBackfills(ps []int, graceful bool) map[string]int {
 	e.bf.mu.Lock()
 	if e.bf.released == nil {
 		e.bf.released = map[int]bool{}
@@ -317,9 +335,17 @@ func (e *Engine) stopBackfills(ps []int, graceful bool) {
 		}
 	}
 	e.bf.mu.Unlock()
+	var left map[string]int
 	for _, b := range stop {
 		<-b.done
+		if b.left > 0 {
+			if left == nil {
+				left = map[string]int{}
+			}
+			left[b.id] = b.left
+		}
 	}
+	return left
 }
 
 // stopAllBackfills stops every backfill, recording nothing: Close, once
@@ -533,8 +559,10 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		var busy <-chan time.Time // the loop found its concurrency full with fires elsewhere: asked again then
 		for next < len(times) && len(inflight) < rec.Concurrency && next < acked+lead && ctx.Err() == nil {
-			c := &backfillCmd{part: b.part, id: b.id, at: times[next], bf: b, reply: make(chan backfillAnswer, 1)}
+			c := &backfillCmd{part: b.part, id: b.id, at: times[next], bf: b, inflight: len(inflight), concurrency: rec.Concurrency,
+				reply: make(chan backfillAnswer, 1)}
 			// Not under ctx: a request canceled after the loop took it
 			// would leave a dispatched fire out of the graceful record.
 			answer, err := request(context.Background(), e, c, c.reply)
@@ -552,6 +580,12 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 				continue
 			}
 			missing = 0
+			if err == nil && answer == backfillBusy {
+				// Until their markers go (elsewhere.go), which the loop
+				// applies: no etcd request per try.
+				busy = time.After(100 * time.Millisecond)
+				break
+			}
 			if err != nil || answer != backfillTook {
 				if ctx.Err() == nil {
 					e.log.Info("a backfill stopped: this node no longer owns its task", "task", b.id)
@@ -593,6 +627,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			if done > acked && done < len(times) {
 				record(ctx, done, task.BackfillRunning)
 			}
+		case <-busy:
 		case <-tick.C:
 			if done > acked && done < len(times) {
 				record(ctx, done, task.BackfillRunning)
@@ -601,6 +636,9 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			e.bf.mu.Lock()
 			graceful := b.graceful
 			e.bf.mu.Unlock()
+			if graceful {
+				b.left = len(inflight)
+			}
 			if graceful && next > acked {
 				// Every fire dispatched runs here or is handed over with
 				// the partition: the next owner goes on after the last.

@@ -16,6 +16,7 @@ import (
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/registry"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -134,6 +135,94 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 			t.Logf("%s: %d repeats", how, repeats)
 			a.stop(t)
 		})
+	}
+}
+
+// A backfill's concurrency holds across a graceful hand-over: the
+// releasing node waits for its fires under way as for runs kept apart
+// (Config.ReleaseRunWait) and marks those past the wait with how many
+// they are, and the next owner's runner counts them against the
+// concurrency until the marker goes (elsewhere.go). Here a backfill of
+// concurrency 2 has its first fires held on node-a when node-a leaves
+// gracefully: node-b, which continues after them, starts none of its own
+// while they run, and the fires never run more than 2 at once across the
+// two nodes (without the markers node-b started 2 beside node-a's, 4 at
+// once).
+func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
+	const concurrency = 2
+	c, clock := limitsStart(t)
+	h := newHolder(t)
+	var going, most atomic.Int64 // the backfill's fires running, on both nodes, and the most at once
+	count := func(ctx context.Context, f Fire) error {
+		n := going.Add(1)
+		defer going.Add(-1)
+		for m := most.Load(); n > m; m = most.Load() {
+			if most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		return h.handler(ctx, f)
+	}
+	start := func(id string) *testNode {
+		n := startNode(t, c, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = limitsPolicyParts // two nodes share them
+			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
+		}))
+		t.Cleanup(h.open) // again: cleanups run last first
+		return n
+	}
+	a, b := start("node-a"), start("node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return b.e.Stats().PartitionsOwned > 0 && a.e.Stats().PartitionsOwned+b.e.Stats().PartitionsOwned == limitsPolicyParts
+	})
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("bf-%d", i); a.e.owned[ring.Partition(c, limitsPolicyParts)].Load() {
+			id = c
+		}
+	}
+	h.ids[id] = true
+	reg := a.e.Registry()
+	putTask(t, reg, handlerTask(id, "* * * * * *"))
+	waitNext(t, a, id, limitsAt(1)) // the frozen clock fires none of its schedule
+	if _, err := reg.Backfill(context.Background(), id, limitsAt(-9), limitsAt(0), concurrency); err != nil {
+		t.Fatal(err)
+	}
+	var old []blocked
+	for range concurrency {
+		r := h.next(t)
+		if r.Node != "node-a" {
+			t.Fatalf("started %s@%s on %s, want node-a's", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		old = append(old, r)
+	}
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+	select {
+	case r := <-h.started:
+		t.Fatalf("started %s@%s on %s while node-a's %d fires of the backfill ran, of a concurrency of %d",
+			r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, len(old), concurrency)
+	case <-time.After(700 * time.Millisecond):
+	}
+	for _, r := range old {
+		if !r.running() {
+			t.Fatalf("node-a's fire %s ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
+		}
+	}
+	if n := a.e.Stats().RunsMarked; n != 1 {
+		t.Errorf("node-a marked %d runs, want 1 (the task's, of %d fires of its backfill)", n, concurrency)
+	}
+	h.open()
+	if err := <-closed; err != nil {
+		t.Errorf("close node-a: %v", err)
+	}
+	rb := b.e.Registry()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, rb, id).State == task.BackfillDone })
+	if got := backfillProgress(t, rb, id); got.Done != 10 || got.Node != "node-b" {
+		t.Errorf("final record %+v, want 10 fires done by node-b", got)
+	}
+	if m := most.Load(); m > concurrency {
+		t.Errorf("%d fires of the backfill ran at once across the hand-over, of a concurrency of %d", m, concurrency)
 	}
 }
 

@@ -136,8 +136,8 @@ type Config struct {
 	// next owners, due at once.
 	DrainTimeout time.Duration
 	// ReleaseRunWait bounds how long a graceful release waits for the
-	// attempts under way of tasks that retry or keep their fires apart
-	// (default 250ms, at most 10s): the released partitions stand still
+	// attempts under way of tasks that retry or keep their fires apart,
+	// and for backfills' fires under way (default 250ms, at most 10s): the released partitions stand still
 	// that long at most, and no longer than the node's session, whose end
 	// drops them at once. Past it, the runs still going are marked in etcd
 	// for the next owner and their retries handed on through etcd

@@ -140,7 +140,10 @@
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a
 //     run in flight (elsewhere.go,
-//     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease). A node
+//     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease); so does a
+//     backfill's concurrency, whatever the policy, for its fires running
+//     past the release
+//     (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver). A node
 //     that fences cancels those runs instead, as a crash would end them
 //     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart); a release whose
 //     markers etcd refuses keeps its partition until etcd takes them
@@ -218,10 +221,11 @@
 //     alert queue is full (counted) or the node stops with some still
 //     queued.
 //   - A backfill repeats at most 2 × its concurrency of fires after a
-//     crash (TestEngine_BackfillSurvivesAHandOver/crash). Its concurrency
-//     does not hold across a graceful hand-over: the old owner's fires of
-//     it still running and the next owner's first ones may together
-//     reach twice it (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver).
+//     crash (TestEngine_BackfillSurvivesAHandOver/crash). Across a
+//     graceful hand-over its concurrency holds for the old owner's fires
+//     still running (marked: TestEngine_BackfillConcurrencyAcrossAGracefulHandOver),
+//     not for those handed over unrun, nor once a replace fire deleted
+//     their marker: the next owner's fires may then reach twice it.
 //   - Chain triggers wait in memory between the end of the fire and their
 //     etcd write, so a crash in between, or a cut from etcd past Close's
 //     wait, loses them

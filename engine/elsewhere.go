@@ -18,10 +18,12 @@ import (
 )
 
 // Runs elsewhere: a run that outlives its partition's release keeps its
-// task's concurrency policy on the next owner.
+// task's concurrency policy, and its backfill's concurrency, on the next
+// owner.
 //
 // A graceful release waits Config.ReleaseRunWait for the attempts under
-// way of tasks that keep their fires apart (forbid, buffer_one, replace). Past
+// way of tasks that keep their fires apart (forbid, buffer_one, replace),
+// or with fires of their backfill under way. Past
 // it, the releasing node writes a marker for each such task still running,
 // /<prefix>/running/<partition>/<lease>.<run>/<id>, under its session's lease,
 // before the release commits: every later owner of the partition reads
@@ -36,16 +38,21 @@ import (
 // The owner counts a task's markers as runs in flight: forbid skips its
 // fires, buffer_one holds one until the markers go, and replace deletes
 // them, which the releasing node, watching its markers, takes for a cancel
-// of the run. However many the markers, the owner watches them with one
+// of the run (a backfill's fires among it run on). The backfill's fires a
+// marker holds (runningMarker) count against the backfill's concurrency
+// there until it goes: the runner starts only as many as they leave. However many the markers, the owner watches them with one
 // watch a partition, the releasing node with one a session.
 
 // runningPrefix is the prefix of partition p's markers.
 func (k keys) runningPrefix(p int) string { return fmt.Sprintf("%s/running/%05d/", k.prefix, p) }
 
 // runningMarker is a marker's value: which node runs the task, for an
-// operator reading etcd.
+// operator reading etcd, and how many fires of the task's backfill the
+// run holds, which the next owner's runner counts against the backfill's
+// concurrency until the marker goes.
 type runningMarker struct {
-	Node string `json:"node"`
+	Node     string `json:"node"`
+	Backfill int    `json:"backfill,omitempty"`
 }
 
 // markedRun is a leaver's run that a marker stands for.
@@ -54,6 +61,7 @@ type markedRun struct {
 	key      string
 	part     int
 	rec, gen uint32
+	backfill int   // its backfill's fires (runningMarker)
 	rev      int64 // the revision etcd took its put at; 0 until then; guarded by set.mu
 	ended    bool  // its attempts ended; guarded by set.mu
 	// refused: a put of it failed, and etcd may have taken it all the
@@ -103,9 +111,9 @@ func (m *markers) run(p int, id string, rec, gen uint32) *markedRun {
 	return &markedRun{set: m, key: key, part: p, rec: rec, gen: gen}
 }
 
-// mark gives run's leavers that keep their fires apart and still run a
-// marker of set: from now on their last attempt's end is told to it.
-// Called after the release was sealed.
+// mark gives run's leavers that keep their fires apart, or run fires of
+// their backfill, and still run a marker of set: from now on their last
+// attempt's end is told to it. Called after the release was sealed.
 func (ls *leavers) mark(run *running, set *markers) []*markedRun {
 	if run == nil {
 		return nil
@@ -115,10 +123,11 @@ func (ls *leavers) mark(run *running, set *markers) []*markedRun {
 	var out []*markedRun
 	for _, k := range run.keys {
 		lv := ls.m[k]
-		if lv == nil || lv.n == 0 || lv.prof.concurrency == task.ConcurrencyAllow {
+		if lv == nil || lv.n == 0 || lv.prof.concurrency == task.ConcurrencyAllow && lv.backfill == 0 {
 			continue
 		}
 		lv.mark = set.run(lv.part, lv.id, uint32(k>>32), uint32(k))
+		lv.mark.backfill = min(lv.backfill, lv.n) // those that ended counted as any attempt
 		out = append(out, lv.mark)
 	}
 	return out
@@ -159,10 +168,10 @@ const markerTries = 3
 // returns how many etcd took and those it did not take within
 // markerTries tries (and ctx), whose runs have not ended.
 func (m *markers) put(ctx context.Context, ms []*markedRun) (written int, refused []*markedRun) {
-	val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID})
 	for chunk := range slices.Chunk(m.going(ms), registry.MaxTxnOps) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, r := range chunk {
+			val, _ := json.Marshal(runningMarker{Node: m.e.cfg.NodeID, Backfill: r.backfill})
 			ops[i] = clientv3.OpPut(r.key, string(val), clientv3.WithLease(m.lease))
 		}
 		var resp *clientv3.TxnResponse
@@ -376,15 +385,17 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 	return e.commitRetrying(ctx, ops, nil)
 }
 
-// readElsewhere reads partition p's markers, by task id, and the read's
+// readElsewhere reads partition p's markers, by task id, the fires of a
+// backfill they hold, by marker key (runningMarker), and the read's
 // revision.
-func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]string, int64, error) {
+func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]string, map[string]int, int64, error) {
 	prefix := e.keys.runningPrefix(p)
-	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	var out map[string][]string
+	var backfills map[string]int
 	for _, kv := range resp.Kvs {
 		_, id, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
 		if !ok || id == "" {
@@ -394,8 +405,15 @@ func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]string,
 			out = map[string][]string{}
 		}
 		out[id] = append(out[id], string(kv.Key))
+		var m runningMarker
+		if json.Unmarshal(kv.Value, &m) == nil && m.Backfill > 0 {
+			if backfills == nil {
+				backfills = map[string]int{}
+			}
+			backfills[string(kv.Key)] = m.Backfill
+		}
 	}
-	return out, resp.Header.Revision, nil
+	return out, backfills, resp.Header.Revision, nil
 }
 
 // watchElsewhere tells the loop when the markers of runs elsewhere of
@@ -426,9 +444,15 @@ type elsewhereEndedCmd struct {
 func (c *elsewhereEndedCmd) run(l *loop) { l.elsewhereEnded(c) }
 
 // runElsewhere counts record i's runs elsewhere, by their marker keys, as
-// its runs in flight. Called only from the dispatch loop, as are the other
-// loop methods here.
-func (l *loop) runElsewhere(i uint32, r *record, keys []string) {
+// its runs in flight, and the fires of its backfill among them (backfills,
+// by marker key) against the backfill's concurrency. Called only from the
+// dispatch loop, as are the other loop methods here.
+func (l *loop) runElsewhere(i uint32, r *record, keys []string, backfills map[string]int) {
+	for _, k := range keys {
+		if n := backfills[k]; n > 0 {
+			l.backfillsElsewhere[k] = n
+		}
+	}
 	l.elsewhere[i] = append(l.elsewhere[i], keys...)
 	r.running += uint16(len(keys))
 	l.stats.runsElsewhere.Add(int64(len(keys)))
@@ -445,6 +469,7 @@ func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 	if l.elsewhere[i] = slices.DeleteFunc(l.elsewhere[i], func(k string) bool { return k == c.key }); len(l.elsewhere[i]) == 0 {
 		delete(l.elsewhere, i)
 	}
+	delete(l.backfillsElsewhere, c.key)
 	r.running--
 	l.stats.runsElsewhere.Add(-1)
 	l.admitWaiting(i, r)
@@ -474,7 +499,20 @@ func (l *loop) forgetElsewhere(i uint32) {
 	if keys, ok := l.elsewhere[i]; ok {
 		l.stats.runsElsewhere.Add(-int64(len(keys)))
 		delete(l.elsewhere, i)
+		for _, k := range keys {
+			delete(l.backfillsElsewhere, k)
+		}
 	}
+}
+
+// backfillElsewhere is how many fires of record i's backfill run
+// elsewhere, by their markers.
+func (l *loop) backfillElsewhere(i uint32) int {
+	n := 0
+	for _, k := range l.elsewhere[i] {
+		n += l.backfillsElsewhere[k]
+	}
+	return n
 }
 
 // runningHere is how many of record i's runs in flight are this node's.

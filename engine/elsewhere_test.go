@@ -299,7 +299,7 @@ func TestEngine_TenThousandMarkersTakeAWatchNotAGoroutineEach(t *testing.T) {
 		t.Fatalf("%d markers written, want %d", w, count)
 	}
 	for p := range parts {
-		away, rev, err := e.readElsewhere(ctx, p)
+		away, _, rev, err := e.readElsewhere(ctx, p)
 		if err != nil || len(away) != count/parts {
 			t.Fatalf("partition %d: %d tasks marked (err %v), want %d", p, len(away), err, count/parts)
 		}

@@ -39,10 +39,13 @@ import (
 //     the mark (handOverWait at most; past it, the partition's jobs still
 //     queued are handed over unrun and listed in the checkpoint), then,
 //     Config.ReleaseRunWait at most (250ms), until the attempts under way
-//     of the partition's tasks that retry or keep their fires apart
-//     ended: one that failed hands its retry over (running). The loop then seals the release; the runs of those that
-//     keep their fires apart still going get a marker in etcd for the next
-//     owner (elsewhere.go), and the release waits until etcd took them.
+//     of the partition's tasks that retry or keep their fires apart, or
+//     with fires of their backfill under way (stopBackfills), ended: one
+//     that failed hands its retry over (running). The loop then seals the
+//     release; the runs of those that keep their fires apart, or with
+//     their backfill's fires, still going get a marker in etcd for the
+//     next owner (elsewhere.go), and the release waits until etcd took
+//     them.
 //     The session's end ends both waits, and the partitions then go with
 //     the lease, as on a fence.
 //  4. One transaction writes the released checkpoint {mark, applied,
@@ -148,6 +151,9 @@ type handedTo struct {
 	// elsewhere are the marker keys of tasks whose runs went on past a
 	// release (elsewhere.go).
 	elsewhere map[string][]string
+	// backfillsElsewhere are, by marker key, the fires of its task's
+	// backfill among a run elsewhere (runningMarker).
+	backfillsElsewhere map[string]int
 	// pending are the fires handed over unrun, which the acquire runs
 	// once the load is in (takeOver); with, after a crash or a fence, the
 	// retries the session's watermark carried, of the tasks that session
@@ -473,6 +479,10 @@ type leaver struct {
 	run     *running
 	n       int        // its attempts not yet ended
 	mark    *markedRun // its run's marker, once it has one (elsewhere.go)
+	// backfill are its backfill's fires among its attempts when its
+	// runner stopped: its marker counts them against the backfill's
+	// concurrency on the next owner.
+	backfill int
 }
 
 // leavingKey is a record's key in leavers: its index and generation, as a
@@ -518,16 +528,16 @@ func newLeavers(clock Clock, chains *chainQueue) *leavers {
 }
 
 // leave notes that record i, taken out with its partition (hand), has n
-// attempts under way, in run, made when nil. Called only from the
-// dispatch loop.
-func (l *loop) leave(run *running, i uint32, r *record, n int, h *handOver) *running {
+// attempts under way, bf of them its backfill's, in run, made when nil.
+// Called only from the dispatch loop.
+func (l *loop) leave(run *running, i uint32, r *record, n, bf int, h *handOver) *running {
 	if run == nil {
 		run = &running{ended: make(chan struct{})}
 	}
 	k := leavingKey(i, r.gen)
 	ls := l.pool.leaving
 	ls.mu.Lock()
-	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), created: h.created, hand: h, run: run, n: n}
+	ls.m[k] = &leaver{id: l.tab.id(r), prof: l.profs.list[r.prof], part: int(r.part), created: h.created, hand: h, run: run, n: n, backfill: min(bf, n)}
 	run.keys = append(run.keys, k)
 	run.n += n
 	ls.mu.Unlock()
@@ -685,8 +695,10 @@ func (l *loop) leftEnded(c *completion, x completionExtra) {
 
 // releaseParts takes every task of parts out of the wheel, after
 // dispatching their fires due up to the mark, and holds the node
-// watermark at the mark. Called only from the dispatch loop.
-func (l *loop) releaseParts(parts []int) release {
+// watermark at the mark. backfills are the fires of the partitions'
+// backfills under way, by task id (stopBackfills). Called only from the
+// dispatch loop.
+func (l *loop) releaseParts(parts []int, backfills map[string]int) release {
 	now := l.cfg.Clock.Now().UnixNano()
 	mark := l.wheel.Now()
 	out := make(map[int]*handOver, len(parts))
@@ -768,10 +780,13 @@ func (l *loop) releaseParts(parts []int) release {
 		out[p].health = l.handHealth(p)
 		l.tab.eachIn(p, func(i uint32, r *record) {
 			// Runs elsewhere are not this node's to wait for: their
-			// markers stay for the next owner.
-			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow) {
+			// markers stay for the next owner. A backfill's fires are
+			// waited for and marked whatever the policy: the next owner's
+			// runner would start its own beside them.
+			bf := backfills[l.tab.id(r)]
+			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow || bf > 0) {
 				if n := l.runningHere(i, r); n > 0 {
-					run = l.leave(run, i, r, n, out[p])
+					run = l.leave(run, i, r, n, bf, out[p])
 				}
 			}
 			l.remove(i)
@@ -1015,8 +1030,7 @@ func (e *Engine) release(sess *membership.Session, parts map[int]*owned, ps []in
 	life := sess.Mutexes().Ctx()
 	// Backfills first: each records the last fire it dispatched, which the
 	// release then runs here or hands over.
-	e.stopBackfills(ps, true)
-	rel := e.releaseLoop(ps)
+	rel := e.releaseLoop(ps, e.stopBackfills(ps, true))
 	marked := time.Now()
 	for _, p := range ps {
 		e.owned[p].Store(false)
@@ -1365,8 +1379,8 @@ func (r *refusals) log(log *slog.Logger) {
 }
 
 // releaseLoop takes partitions' tasks out of the wheel (releaseParts).
-func (e *Engine) releaseLoop(ps []int) release {
-	c := &releaseCmd{parts: ps, reply: make(chan release, 1)}
+func (e *Engine) releaseLoop(ps []int, backfills map[string]int) release {
+	c := &releaseCmd{parts: ps, backfills: backfills, reply: make(chan release, 1)}
 	if r, err := request(context.Background(), e, c, c.reply); err == nil {
 		return r
 	}
@@ -1395,7 +1409,7 @@ func (e *Engine) releaseLoop(ps []int) release {
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
-	rel := e.releaseLoop(ps)
+	rel := e.releaseLoop(ps, nil)
 	e.seal(rel, unrunAll, false)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand

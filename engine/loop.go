@@ -83,8 +83,9 @@ type (
 	// releaseCmd takes partitions' tasks out of the wheel; the loop
 	// answers with what to hand over (releaseParts).
 	releaseCmd struct {
-		parts []int
-		reply chan release
+		parts     []int
+		backfills map[string]int // their backfills' fires under way, by task id (stopBackfills)
+		reply     chan release
 	}
 	// sealCmd seals a release (leavers.seal), first handing over the
 	// queued fires of its partitions unrun when workers did not take them
@@ -268,7 +269,11 @@ type loop struct {
 	// each counted in its record's running (elsewhere.go); unmark deletes
 	// markers, to cancel their runs (nil in tests without etcd).
 	elsewhere map[uint32][]string
-	unmark    func(keys []string)
+	// backfillsElsewhere are, by marker key, how many fires of its task's
+	// backfill a run elsewhere holds: the backfill's runner here counts
+	// them against its concurrency (backfillElsewhere).
+	backfillsElsewhere map[string]int
+	unmark             func(keys []string)
 
 	// deletedRuns are the attempts under way of deleted tasks, by
 	// leavingKey: each deletes its task's history again when it ends, as
@@ -304,7 +309,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]waitingFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
-		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), deletedRuns: make(map[uint64]deletedRuns),
+		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), backfillsElsewhere: make(map[string]int), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
 		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
@@ -396,7 +401,7 @@ type command interface{ run(l *loop) }
 func (c *loadCmd) run(l *loop)   { l.load(c); l.retryTriggers(c.defs) }
 func (c *eventsCmd) run(l *loop) { l.events(c); l.retryTriggers(c.upserts) }
 func (c *releaseCmd) run(l *loop) {
-	c.reply <- l.releaseParts(c.parts)
+	c.reply <- l.releaseParts(c.parts, c.backfills)
 }
 func (c *sealCmd) run(l *loop) {
 	if c.queued != unrunNone {
@@ -472,7 +477,7 @@ func (l *loop) load(c *loadCmd) {
 			l.markEndWaits(i, r)
 		}
 		if away != nil {
-			l.runElsewhere(i, r, away)
+			l.runElsewhere(i, r, away, c.handed.backfillsElsewhere)
 		}
 		if fired {
 			r.lastFire = max(r.lastFire, at) // a release before the wheel passes it hands it on again

@@ -666,7 +666,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		// a fenced drop takes from the queue. Nor is a marker written of
 		// the runs kept apart, and the next acquire fires their times
 		// again: those still queued are dropped, those under way cut.
-		e.seal(e.releaseLoop([]int{p}), unrunApart, false)
+		e.seal(e.releaseLoop([]int{p}, nil), unrunApart, false)
 		if n := e.pool.cutPartition(p); n > 0 {
 			e.log.Warn("acquire undone: canceled the runs of tasks whose concurrency policy keeps their fires apart, which its next acquire fires again",
 				"partition", p, "runs", n)
@@ -689,7 +689,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// Runs of former owners that went on past their release: read before
 	// the tasks are armed, so that none fires beside them.
 	rctx, cancel := boundedOnceDone(ctx, canceled, etcdTimeout)
-	away, awayRev, err := e.readElsewhere(rctx, p)
+	away, awayBackfills, awayRev, err := e.readElsewhere(rctx, p)
 	cancel()
 	if err != nil {
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
@@ -701,7 +701,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		handed.takeEndWaits(res.ends)
 	}
 	// Not in the hold either, for the same reason.
-	handed.elsewhere, handed.pending, handed.retries = away, res.pending, res.retries
+	handed.elsewhere, handed.backfillsElsewhere, handed.pending, handed.retries = away, awayBackfills, res.pending, res.retries
 	a := &arming{prep: prep, touched: touched, rev: taskRev, fence: fence, resume: res.w, applied: res.applied, handed: &handed}
 	if err := e.arm(ctx, a); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))

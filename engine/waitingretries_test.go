@@ -249,7 +249,7 @@ func TestLoop_AListedWaitingFireStartsOnceAValueWithoutItIsAcknowledged(t *testi
 	dispatched("unlisted", "listed")
 
 	end("held")
-	rel := tl.releaseParts([]int{0})
+	rel := tl.releaseParts([]int{0}, nil)
 	if h := rel.hand[0].pending; len(tl.gated) != 0 || len(h) != 1 || h[0].ID != "held" || !h[0].scheduled() {
 		t.Fatalf("released with %d held at the gate, handing over %+v; want held's fire, as a waiting one", len(tl.gated), h)
 	}
@@ -583,7 +583,7 @@ func TestEngine_WaitingFireTakenOverIsInTheWatermarkThatNamesTheSession(t *testi
 	tl.setApplied(0, 10)
 	tl.setApplied(1, 10)
 	i, r, _ := tl.tab.lookup("slow")
-	tl.runElsewhere(i, r, []string{"run-of-the-previous-owner"})
+	tl.runElsewhere(i, r, []string{"run-of-the-previous-owner"}, nil)
 	tl.trigger(1, "other", base)
 	tl.dispatchAll()
 	tl.failFirstQueued() // other's retry waits: published now, the last for a WatermarkInterval

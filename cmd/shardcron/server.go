@@ -153,7 +153,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.tick, "tick", d.Tick, "timing wheel resolution (100µs-100ms): fires are late by less than one tick")
 	fs.DurationVar(&f.misfire, "misfire-threshold", d.MisfireThreshold, "how late a fire may be before its misfire policy applies (at least --tick)")
 	fs.DurationVar(&f.releaseRunWait, "release-run-wait", d.ReleaseRunWait,
-		fmt.Sprintf("how long a graceful hand-over waits for the runs under way of tasks that retry or keep their fires apart (1ms-%v): "+
+		fmt.Sprintf("how long a graceful hand-over waits for the runs under way of tasks that retry or keep their fires apart, and of backfills (1ms-%v): "+
 			"the partitions it hands over stand still that long at most; runs past it are marked in etcd for the next owner", engine.MaxReleaseRunWait))
 	fs.DurationVar(&f.lead, "lead", d.Lead, "how far dispatch may run ahead of the watermark etcd last recorded (200ms-1m): a crash's successor repeats at most this much of the node's fires, and firing falls behind while etcd takes longer than this to record one")
 	fs.StringVar(&f.history, "history", store.HistoryAll, "execution history kept: all, failures or none")
