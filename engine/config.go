@@ -137,14 +137,14 @@ type Config struct {
 	DrainTimeout time.Duration
 	// ReleaseRunWait bounds how long a graceful release waits for the
 	// attempts under way of tasks that retry or keep their fires apart,
-	// and for backfills' fires under way (default 250ms, at most 10s): the released partitions stand still
-	// that long at most, and no longer than the node's session, whose end
-	// drops them at once. Past it, the runs still going are marked in etcd
-	// for the next owner and their retries handed on through etcd
-	// (docs/design.md, the release; a partition whose markers etcd refuses
-	// stands still until it takes them, a stuck release): a longer wait
-	// spares those writes for runs that end within it, a shorter one the
-	// partitions' stall.
+	// and for backfills' fires under way (default 250ms, at most 10s): the
+	// released partitions stand still that long at most, and no longer
+	// than the node's session, whose end drops them at once. Past it, the
+	// runs still going are marked in etcd for the next owner and their
+	// retries handed on through etcd (docs/design.md, the release; a
+	// partition whose markers etcd refuses stands still until it takes
+	// them, a stuck release): a longer wait spares those writes for runs
+	// that end within it, a shorter one the partitions' stall.
 	ReleaseRunWait time.Duration
 	// AllowExec enables the exec executor on this node (default false):
 	// a task could otherwise run any command as the node's user.

@@ -40,8 +40,9 @@ import (
 // them, which the releasing node, watching its markers, takes for a cancel
 // of the run (a backfill's fires among it run on). The backfill's fires a
 // marker holds (runningMarker) count against the backfill's concurrency
-// there until it goes: the runner starts only as many as they leave. However many the markers, the owner watches them with one
-// watch a partition, the releasing node with one a session.
+// there until it goes: the runner starts only as many as they leave.
+// However many the markers, the owner watches them with one watch a
+// partition, the releasing node with one a session.
 
 // runningPrefix is the prefix of partition p's markers.
 func (k keys) runningPrefix(p int) string { return fmt.Sprintf("%s/running/%05d/", k.prefix, p) }
