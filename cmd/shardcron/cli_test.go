@@ -335,7 +335,7 @@ func TestClientFlags_TokenNamedByItsSource(t *testing.T) {
 		{nil, []string{"--token", "s3cret\n"},
 			"the token given by --token holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
 		{map[string]string{envName("token"): "s3cret\n"}, nil,
-			"the token given by SHARDCRON_TOKEN holds the control character U+000A at byte 6: a trailing newline from a file? --token-file drops it", ""},
+			"the token given by SHARDCRON_TOKEN holds the control character U+000A at byte 6: a trailing newline from a file? SHARDCRON_TOKEN_FILE drops it", ""},
 		{nil, []string{"--token-file", bell}, "the token read from --token-file " + bell + " holds the control character U+0007 at byte 2", ""},
 		{map[string]string{envName("token-file"): bell}, nil, "the token read from SHARDCRON_TOKEN_FILE " + bell + " holds the control character U+0007 at byte 2", ""},
 		{nil, []string{"--token", "wrong"}, "", "the node refused the token given by --token"},

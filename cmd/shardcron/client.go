@@ -372,7 +372,13 @@ func (f *clientFlags) resolveToken() string {
 	if i := strings.IndexFunc(f.token, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }); i >= 0 {
 		msg := fmt.Sprintf("the token %s holds the control character %U at byte %d", f.tokenSource(), []rune(f.token[i:])[0], i)
 		if f.tokenFile == "" && strings.ContainsAny(f.token, "\r\n") {
-			msg += ": a trailing newline from a file? --token-file drops it"
+			// The remedy in the form the token was given in: a variable
+			// for a variable.
+			file := "--token-file"
+			if f.fromEnv["token"] {
+				file = envName("token-file")
+			}
+			msg += ": a trailing newline from a file? " + file + " drops it"
 		}
 		return msg
 	}
