@@ -783,10 +783,14 @@ func (l *loop) releaseParts(parts []int, backfills map[string]int) release {
 			// markers stay for the next owner. A backfill's fires are
 			// waited for and marked whatever the policy: the next owner's
 			// runner would start its own beside them.
-			bf := backfills[l.tab.id(r)]
-			if prof := l.profs.list[r.prof]; r.running > 0 && (prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow || bf > 0) {
-				if n := l.runningHere(i, r); n > 0 {
-					run = l.leave(run, i, r, n, bf, out[p])
+			if r.running > 0 {
+				// Looked up for running tasks only: a release of every
+				// partition passes every task here.
+				bf := backfills[l.tab.id(r)]
+				if prof := l.profs.list[r.prof]; prof.maxAttempts > 1 || prof.concurrency != task.ConcurrencyAllow || bf > 0 {
+					if n := l.runningHere(i, r); n > 0 {
+						run = l.leave(run, i, r, n, bf, out[p])
+					}
 				}
 			}
 			l.remove(i)

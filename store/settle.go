@@ -21,8 +21,9 @@ import (
 // waits, for up to SettleTimeout.
 
 // settleDue tells from the levels of the open database whether the next
-// Open may have a compaction to run: the memtables Close flushes each add
-// one table to level 0, and the database says only how many levels hold.
+// Open may have a compaction to run: each memtable Close flushes adds one
+// table to level 0, and the database does not say how many hold data, so
+// every one it may have is counted.
 func settleDue(levels []badger.LevelInfo, opt badger.Options) bool {
 	l0 := levels[0].NumTables + opt.NumMemtables + 1
 	return l0 >= opt.NumLevelZeroTables || compactionDue(levels, opt.NumLevelZeroTables)
