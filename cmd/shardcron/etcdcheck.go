@@ -19,9 +19,12 @@ import (
 )
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
-// what the operator can act on: a refused login names the flags to check,
-// a permission refused to user (--etcd-user), or without one to the
-// client certificate's common name (etcd's user then), the role to grant;
+// what the operator can act on, each flag it names named as the operator
+// gave it (given's givenAs: by its variable when the environment gave
+// it, where the operator looks for it): a refused login names the flags
+// to check, a permission refused to user (--etcd-user), or without one
+// to the client certificate's common name (etcd's user then), the role
+// to grant;
 // and a connection that fails below gRPC (which only reports a deadline)
 // is tried once by hand, to every endpoint at once, to find the refused
 // connection or the TLS error behind it. One endpoint's finding
@@ -31,22 +34,24 @@ import (
 // --start-timeout's (probeBudget), and are not made once ctx is
 // canceled: the node is stopping. It never adds a credential: the error
 // texts it adds come from etcd and crypto/tls.
-func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, user string, err error) error {
+func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, user string, given envFlags, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "permission denied") && user != "":
 		// Logged in: the user's roles do not cover the cluster's keys.
-		return fmt.Errorf("%w (etcd user %q may not read this cluster's keys: grant it a role with readwrite on the keys under --etcd-prefix)", err, user)
+		return fmt.Errorf("%w (etcd user %q may not read this cluster's keys: grant it a role with readwrite on the keys under %s)",
+			err, user, given.givenAs("etcd-prefix"))
 	case strings.Contains(msg, "permission denied") && tlsCfg != nil && tlsCfg.GetClientCertificate != nil:
 		// Without --etcd-user, etcd takes the user from the client
 		// certificate's common name: --etcd-user is no remedy, a role is.
 		return fmt.Errorf("%w (etcd takes the user from the client certificate's common name%s, which may not read this cluster's keys: "+
-			"grant that user a role with readwrite on the keys under --etcd-prefix)", err, certUser(tlsCfg))
+			"grant that user a role with readwrite on the keys under %s)", err, certUser(tlsCfg), given.givenAs("etcd-prefix"))
 	case strings.Contains(msg, "authentication failed"):
-		return fmt.Errorf("%w (check --etcd-user and --etcd-password or --etcd-password-file)", err)
+		return fmt.Errorf("%w (check %s and %s or %s)", err,
+			given.givenAs("etcd-user"), given.givenAs("etcd-password"), given.givenAs("etcd-password-file"))
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "user name is empty"),
 		strings.Contains(msg, "invalid auth token"):
-		return fmt.Errorf("%w (etcd has authentication on: give --etcd-user and --etcd-password-file)", err)
+		return fmt.Errorf("%w (etcd has authentication on: give %s and %s)", err, given.givenAs("etcd-user"), given.givenAs("etcd-password-file"))
 	}
 	if len(endpoints) == 0 || errors.Is(ctx.Err(), context.Canceled) {
 		return err
@@ -56,7 +61,7 @@ func explainEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config, us
 	found := make([]error, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
-		wg.Go(func() { found[i] = probeEtcd(pctx, ep, tlsCfg) })
+		wg.Go(func() { found[i] = probeEtcd(pctx, ep, tlsCfg, given) })
 	}
 	wg.Wait()
 	refused := true
@@ -176,31 +181,32 @@ func probeBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return pctx, func() { stop(); cancel() }
 }
 
-// Findings of probeEtcd: a plain endpoint that speaks TLS; an endpoint
-// that answered nothing before the probe's end. errReached is
-// explainEtcd's word for an endpoint where the probe found nothing wrong.
+// Findings of probeEtcd: a plain endpoint that speaks TLS (probeEtcd adds
+// the remedy); an endpoint that answered nothing before the probe's end.
+// errReached is explainEtcd's word for an endpoint where the probe found
+// nothing wrong.
 var (
-	errServesTLS = errors.New("it serves TLS: use an https:// endpoint and --etcd-cacert")
+	errServesTLS = errors.New("it serves TLS")
 	errNoAnswer  = errors.New("no answer")
 	errReached   = errors.New("reached: its transport works")
 )
 
 // probeEtcd connects to endpoint as the etcd client would and returns what
-// the connection or the TLS layer says, with the flag to look at, or that
-// a plain endpoint is an HTTP server other than etcd; errNoAnswer when
-// ctx ends before the endpoint answers the TLS handshake (the server's or
-// the one it refuses); nil when the transport works (a unix socket is
-// only dialed).
+// the connection or the TLS layer says, with the flag to look at (as
+// given gave it), or that a plain endpoint is an HTTP server other than
+// etcd; errNoAnswer when ctx ends before the endpoint answers the TLS
+// handshake (the server's or the one it refuses); nil when the transport
+// works (a unix socket is only dialed).
 // The etcd client's own error for an endpoint that refuses connections is
 // only its deadline.
-func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
+func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config, given envFlags) error {
 	var d net.Dialer
 	if scheme, rest, ok := strings.Cut(endpoint, ":"); ok && (scheme == "unix" || scheme == "unixs") {
 		// The socket's path as the etcd client reads it: unix:path,
 		// unix://path, unix:///absolute/path.
 		conn, err := d.DialContext(ctx, "unix", strings.TrimPrefix(rest, "//"))
 		if err != nil {
-			return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
+			return fmt.Errorf("%w (is etcd running there? check %s)", err, given.givenAs("etcd"))
 		}
 		conn.Close()
 		return nil
@@ -220,18 +226,18 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 	}
 	conn, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
-		return fmt.Errorf("%w (is etcd running there? check --etcd)", err)
+		return fmt.Errorf("%w (is etcd running there? check %s)", err, given.givenAs("etcd"))
 	}
 	defer conn.Close()
 	if u.Scheme != "https" {
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) // only to learn whether it speaks TLS
 		switch err := tc.HandshakeContext(ctx); {
 		case err == nil:
-			return errServesTLS
+			return fmt.Errorf("%w: use an https:// endpoint and %s", errServesTLS, given.givenAs("etcd-cacert"))
 		case ctx.Err() != nil:
 			return errNoAnswer
 		}
-		return probeNotEtcd(ctx, u.Host)
+		return probeNotEtcd(ctx, u.Host, given)
 	}
 	cfg := &tls.Config{}
 	if tlsCfg != nil {
@@ -243,7 +249,7 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 		if ctx.Err() != nil {
 			return errNoAnswer
 		}
-		return tlsHint(err)
+		return tlsHint(err, given)
 	}
 	// With TLS 1.3 a server that refuses the client's certificate says so
 	// after the handshake: at the first read.
@@ -254,7 +260,7 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 	_ = tc.SetReadDeadline(read)
 	var b [1]byte
 	if _, err := tc.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
-		return tlsHint(err)
+		return tlsHint(err, given)
 	}
 	return nil
 }
@@ -269,7 +275,7 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config) error {
 // --host-whitelist does not list), not over HTTP at all, or not before
 // ctx ends. An etcd grpc-proxy, which serves no /version, is asked
 // whether its etcd answers (probeGRPCProxy).
-func probeNotEtcd(ctx context.Context, host string) error {
+func probeNotEtcd(ctx context.Context, host string, given envFlags) error {
 	resp, body, err := probeGet(ctx, http.MethodGet, "http://"+host+"/version")
 	if err != nil {
 		return nil
@@ -286,8 +292,8 @@ func probeNotEtcd(ctx context.Context, host string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("an HTTP server answers there, not etcd (GET /version: %s): check --etcd "+
-		"(a node's embedded etcd listens on its API port + 10000, or its --etcd-listen)", resp.Status)
+	return fmt.Errorf("an HTTP server answers there, not etcd (GET /version: %s): check %s "+
+		"(a node's embedded etcd listens on its API port + 10000, or its --etcd-listen)", resp.Status, given.givenAs("etcd"))
 }
 
 // probeGRPCProxy reports whether an etcd grpc-proxy answers at host, and
@@ -338,8 +344,8 @@ func probeGet(ctx context.Context, method, target string) (*http.Response, []byt
 	return resp, body, nil
 }
 
-// tlsHint wraps a TLS error with the flags that fix it.
-func tlsHint(err error) error {
+// tlsHint wraps a TLS error with the flags that fix it, as given gave them.
+func tlsHint(err error, given envFlags) error {
 	var rerr tls.RecordHeaderError
 	switch {
 	case errors.As(err, &rerr):
@@ -347,10 +353,10 @@ func tlsHint(err error) error {
 		// the other way round.
 		return fmt.Errorf("TLS: %w (it serves plain HTTP/gRPC: use an http:// endpoint, or enable TLS on etcd)", err)
 	case strings.Contains(err.Error(), "remote error"):
-		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give --etcd-cert and --etcd-key, "+
-			"signed by a CA etcd trusts)", err)
+		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give %s and %s, "+
+			"signed by a CA etcd trusts)", err, given.givenAs("etcd-cert"), given.givenAs("etcd-key"))
 	case strings.Contains(err.Error(), "x509:"):
-		return fmt.Errorf("TLS: %w (--etcd-cacert must name the CA that signed etcd's certificate)", err)
+		return fmt.Errorf("TLS: %w (%s must name the CA that signed etcd's certificate)", err, given.givenAs("etcd-cacert"))
 	}
 	return fmt.Errorf("TLS: %w", err)
 }

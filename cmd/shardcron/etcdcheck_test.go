@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +36,7 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
 	}))
 	defer notEtcd.Close()
-	err := probeEtcd(t.Context(), notEtcd.URL, nil)
+	err := probeEtcd(t.Context(), notEtcd.URL, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd (GET /version: 404 Not Found): check --etcd") {
 		t.Errorf("an HTTP server that is not etcd: %v", err)
 	}
@@ -44,16 +47,16 @@ func TestProbeEtcd_HTTPServerThatIsNotEtcd(t *testing.T) {
 		io.WriteString(w, `{"etcdserver":"3.6.0","etcdcluster":"3.6.0"}`)
 	}))
 	defer likeEtcd.Close()
-	if err := probeEtcd(t.Context(), likeEtcd.URL, nil); err != nil {
+	if err := probeEtcd(t.Context(), likeEtcd.URL, nil, nil); err != nil {
 		t.Errorf("a server answering as etcd: %v", err)
 	}
 
 	c := etcdtest.Start(t)
-	if err := probeEtcd(t.Context(), c.Endpoints[0], nil); err != nil {
+	if err := probeEtcd(t.Context(), c.Endpoints[0], nil, nil); err != nil {
 		t.Errorf("etcd at %s: %v", c.Endpoints[0], err)
 	}
 
-	err = probeEtcd(t.Context(), "http://"+etcdtest.RefusedAddr(t), nil)
+	err = probeEtcd(t.Context(), "http://"+etcdtest.RefusedAddr(t), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "is etcd running there?") || errors.Is(err, errServesTLS) {
 		t.Errorf("a refused connection: %v", err)
 	}
@@ -69,7 +72,7 @@ func TestProbeEtcd_EtcdWithHostWhitelist(t *testing.T) {
 	if _, err := c.Client.Get(t.Context(), "k"); err != nil {
 		t.Fatalf("gRPC to an etcd with a host whitelist: %v", err)
 	}
-	if err := probeEtcd(t.Context(), c.Endpoints[0], nil); err != nil {
+	if err := probeEtcd(t.Context(), c.Endpoints[0], nil, nil); err != nil {
 		t.Errorf("etcd with a host whitelist at %s: %v", c.Endpoints[0], err)
 	}
 }
@@ -101,7 +104,7 @@ func grpcProxyHTTP(t *testing.T, c *clientv3.Client) *httptest.Server {
 func TestProbeEtcd_GRPCProxy(t *testing.T) {
 	c := etcdtest.Start(t)
 	up := grpcProxyHTTP(t, c.Client)
-	if err := probeEtcd(t.Context(), up.URL, nil); err != nil {
+	if err := probeEtcd(t.Context(), up.URL, nil, nil); err != nil {
 		t.Errorf("a grpc-proxy whose etcd answers: %v", err)
 	}
 
@@ -111,13 +114,13 @@ func TestProbeEtcd_GRPCProxy(t *testing.T) {
 	}
 	defer down.Close()
 	proxy := grpcProxyHTTP(t, down)
-	err = probeEtcd(t.Context(), proxy.URL, nil)
+	err = probeEtcd(t.Context(), proxy.URL, nil, nil)
 	const want = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: 503 Service Unavailable: " +
 		`{"health":"false","reason":"GET ERROR:`
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "check the proxy's --endpoints") {
 		t.Errorf("a grpc-proxy whose etcd is down: %v\nwant %q ... check the proxy's --endpoints", err, want)
 	}
-	if err := explainEtcd(t.Context(), []string{proxy.URL}, nil, "", context.DeadlineExceeded); cannotHeal(err) {
+	if err := explainEtcd(t.Context(), []string{proxy.URL}, nil, "", nil, context.DeadlineExceeded); cannotHeal(err) {
 		t.Errorf("a grpc-proxy whose etcd is down: %v, given up: etcd may come up", err)
 	}
 
@@ -134,30 +137,54 @@ func TestProbeEtcd_GRPCProxy(t *testing.T) {
 	}))
 	slow := httptest.NewServer(mux)
 	defer slow.Close()
-	err = probeEtcd(ctx, slow.URL, nil)
+	err = probeEtcd(ctx, slow.URL, nil, nil)
 	const wantSlow = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: no answer): check the proxy's --endpoints"
 	if err == nil || err.Error() != wantSlow {
 		t.Errorf("a grpc-proxy whose check of etcd outlasts the probe: %v\nwant %q", err, wantSlow)
 	}
 }
 
+// caFileConfig is the etcd clients' TLS configuration with
+// --etcd-cacert naming a file that holds cert.
+func caFileConfig(t *testing.T, cert *x509.Certificate) *tls.Config {
+	t.Helper()
+	f := &serverFlags{etcdCACert: filepath.Join(t.TempDir(), "ca.pem")}
+	writeFile(t, f.etcdCACert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
+	cfg, err := etcdTLSConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // The first warning of a node waiting for etcd says what is wrong with the
 // endpoint, as the error after --start-timeout does: it said only "context
 // deadline exceeded", again and again, for a minute by default, when
 // --etcd named a node's API instead of its embedded etcd.
+// The endpoints given by SHARDCRON_ETCD, the warning names that to check,
+// not --etcd, which the command line did not give.
 func TestServer_FirstEtcdWarningExplains(t *testing.T) {
 	notEtcd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
 	}))
 	defer notEtcd.Close()
-	p := startServer(t, false, "--data-dir", t.TempDir(), "--etcd", notEtcd.URL, "--start-timeout", "10m")
-	etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
-	first := p.logged("waiting for etcd", "err")
-	if !strings.Contains(first, "an HTTP server answers there, not etcd") {
-		t.Errorf("the first warning says %q, not what answers at --etcd", first)
-	}
-	if code := p.stop(); code != 0 {
-		t.Errorf("SIGTERM while waiting for etcd: exit %d", code)
+	for _, tc := range []struct {
+		env   []string
+		args  []string
+		named string
+	}{
+		{nil, []string{"--etcd", notEtcd.URL}, "--etcd"},
+		{[]string{"SHARDCRON_ETCD=" + notEtcd.URL}, nil, "SHARDCRON_ETCD"},
+	} {
+		p := startServerEnv(t, tc.env, false, append([]string{"--data-dir", t.TempDir(), "--start-timeout", "10m"}, tc.args...)...)
+		etcdtest.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.log(), "waiting for etcd") })
+		first := p.logged("waiting for etcd", "err")
+		if want := "an HTTP server answers there, not etcd (GET /version: 404 Not Found): check " + tc.named + " ("; !strings.Contains(first, want) {
+			t.Errorf("the first warning says %q, want %q", first, want)
+		}
+		if code := p.stop(); code != 0 {
+			t.Errorf("SIGTERM while waiting for etcd: exit %d", code)
+		}
 	}
 }
 
@@ -166,7 +193,7 @@ func TestServer_FirstEtcdWarningExplains(t *testing.T) {
 // flags. url.Parse does not read host:port as a host, so the probe was
 // skipped and the node said only "context deadline exceeded".
 func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
-	err := probeEtcd(t.Context(), etcdtest.RefusedAddr(t), nil)
+	err := probeEtcd(t.Context(), etcdtest.RefusedAddr(t), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "connection refused (is etcd running there? check --etcd)") {
 		t.Errorf("host:port that refuses connections: %v", err)
 	}
@@ -175,20 +202,20 @@ func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
 		http.Error(w, `{"error":"no such endpoint"}`, http.StatusNotFound)
 	}))
 	defer notEtcd.Close()
-	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), nil)
+	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd") {
 		t.Errorf("host:port of an HTTP server that is not etcd: %v", err)
 	}
 
 	// With the etcd TLS flags the client dials host:port over TLS, so the
 	// probe does: a plain HTTP server fails the handshake.
-	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), &tls.Config{})
+	err = probeEtcd(t.Context(), notEtcd.Listener.Addr().String(), &tls.Config{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "TLS:") {
 		t.Errorf("host:port with TLS flags, to a plain server: %v", err)
 	}
 
 	c := etcdtest.Start(t)
-	if err := probeEtcd(t.Context(), strings.TrimPrefix(c.Endpoints[0], "http://"), nil); err != nil {
+	if err := probeEtcd(t.Context(), strings.TrimPrefix(c.Endpoints[0], "http://"), nil, nil); err != nil {
 		t.Errorf("etcd at %s as host:port: %v", c.Endpoints[0], err)
 	}
 }
@@ -198,7 +225,7 @@ func TestProbeEtcd_HostPortEndpoint(t *testing.T) {
 func TestProbeEtcd_UnixSocket(t *testing.T) {
 	dir := t.TempDir()
 	for _, ep := range []string{"unix://" + dir + "/none", "unixs:" + dir + "/none"} {
-		err := probeEtcd(t.Context(), ep, nil)
+		err := probeEtcd(t.Context(), ep, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "no such file or directory (is etcd running there? check --etcd)") {
 			t.Errorf("%s: %v", ep, err)
 		}
@@ -208,7 +235,7 @@ func TestProbeEtcd_UnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := probeEtcd(t.Context(), "unix://"+dir+"/etcd.sock", nil); err != nil {
+	if err := probeEtcd(t.Context(), "unix://"+dir+"/etcd.sock", nil, nil); err != nil {
 		t.Errorf("a socket that accepts: %v", err)
 	}
 }
@@ -286,7 +313,7 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 	base := errors.New("context deadline exceeded")
 	passed, cancel := context.WithDeadline(t.Context(), time.Now())
 	defer cancel()
-	err := explainEtcd(passed, []string{"http://" + addr}, nil, "", base)
+	err := explainEtcd(passed, []string{"http://" + addr}, nil, "", nil, base)
 	if err.Error() != base.Error() {
 		t.Errorf("a silent endpoint: %v, want the client's error alone", err)
 	}
@@ -297,7 +324,7 @@ func TestExplainEtcd_ProbeEndsWithTheDeadline(t *testing.T) {
 
 	stopping, stop := context.WithCancel(t.Context())
 	stop()
-	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, "", base); !errors.Is(err, base) {
+	if err := explainEtcd(stopping, []string{"http://" + addr}, nil, "", nil, base); !errors.Is(err, base) {
 		t.Errorf("a start that is stopping: %v", err)
 	}
 	if n := count(); n != probed {
@@ -401,7 +428,7 @@ func TestWaitForEtcd_GivesUpAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 				return tc.err
 			}
 			explain := func(ctx context.Context, err error) error {
-				return explainEtcd(ctx, []string{tc.endpoint}, nil, "", err)
+				return explainEtcd(ctx, []string{tc.endpoint}, nil, "", nil, err)
 			}
 			err := waitForEtcd(ctx, get, []string{tc.endpoint}, explain, slog.New(slog.DiscardHandler))
 			switch {
@@ -429,7 +456,7 @@ func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
 	defer notEtcd.Close()
 	base := context.DeadlineExceeded
 
-	err := explainEtcd(t.Context(), []string{silent, refused, notEtcd.URL}, nil, "", base)
+	err := explainEtcd(t.Context(), []string{silent, refused, notEtcd.URL}, nil, "", nil, base)
 	for _, w := range []string{
 		silent + ": no answer",
 		refused + ": dial tcp " + strings.TrimPrefix(refused, "http://") + ": connect: connection refused (is etcd running there? check --etcd)",
@@ -444,15 +471,15 @@ func TestExplainEtcd_ProbesEveryEndpoint(t *testing.T) {
 	}
 
 	c := etcdtest.Start(t)
-	if err := explainEtcd(t.Context(), []string{c.Endpoints[0], refused}, nil, "", base); !strings.Contains(err.Error(), c.Endpoints[0]+": reached") {
+	if err := explainEtcd(t.Context(), []string{c.Endpoints[0], refused}, nil, "", nil, base); !strings.Contains(err.Error(), c.Endpoints[0]+": reached") {
 		t.Errorf("etcd and a refused endpoint: %v, want etcd reached", err)
 	}
 
 	one, two := untrustedTLS(t), untrustedTLS(t)
-	if err := explainEtcd(t.Context(), []string{one, refused}, nil, "", base); cannotHeal(err) {
+	if err := explainEtcd(t.Context(), []string{one, refused}, nil, "", nil, base); cannotHeal(err) {
 		t.Errorf("a certificate refused at one endpoint of two: %v, given up", err)
 	}
-	err = explainEtcd(t.Context(), []string{one, two}, nil, "", base)
+	err = explainEtcd(t.Context(), []string{one, two}, nil, "", nil, base)
 	if !cannotHeal(err) || strings.Count(err.Error(), "x509: certificate signed by unknown authority") != 2 {
 		t.Errorf("a certificate refused at both endpoints: %v, want both named and given up", err)
 	}
@@ -472,11 +499,69 @@ func TestExplainEtcd_PermissionDeniedToCertificateUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = explainEtcd(t.Context(), []string{"https://127.0.0.1:2379"}, tlsCfg, "", rpctypes.ErrPermissionDenied)
+	err = explainEtcd(t.Context(), []string{"https://127.0.0.1:2379"}, tlsCfg, "", nil, rpctypes.ErrPermissionDenied)
 	const want = `permission denied (etcd takes the user from the client certificate's common name "node", ` +
 		`which may not read this cluster's keys: grant that user a role with readwrite on the keys under --etcd-prefix)`
 	if !strings.Contains(err.Error(), want) || !cannotHeal(err) {
 		t.Errorf("%v\nwant %q, given up", err, want)
+	}
+}
+
+// The flags explainEtcd's remedies name are named as the operator gave
+// them, as the node's other errors name them (envFlags.givenAs): by
+// their variable when the environment gave them. They were flags
+// whatever gave them: SHARDCRON_ETCD pointing at an HTTP server that is
+// not etcd was told to check --etcd, which the command line did not give.
+func TestExplainEtcd_RemediesNameTheFlagAsGiven(t *testing.T) {
+	refused := "http://" + etcdtest.RefusedAddr(t)
+	notEtcd := httptest.NewServer(http.NotFoundHandler())
+	defer notEtcd.Close()
+	untrusted := untrustedTLS(t)
+	certRequired := httptest.NewUnstartedServer(http.NotFoundHandler())
+	certRequired.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	certRequired.EnableHTTP2 = true
+	certRequired.StartTLS()
+	defer certRequired.Close()
+	trusted := caFileConfig(t, certRequired.Certificate())
+	fromEnv := envFlags{"etcd": true, "etcd-cacert": true, "etcd-cert": true, "etcd-key": true,
+		"etcd-user": true, "etcd-password-file": true, "etcd-prefix": true}
+	for _, tc := range []struct {
+		name          string
+		endpoint      string
+		tlsCfg        *tls.Config
+		user          string
+		err           error
+		byFlag, byEnv string // in the explanation, given by flags, and by the environment
+	}{
+		{"connection refused", refused, nil, "", context.DeadlineExceeded,
+			"(is etcd running there? check --etcd)", "(is etcd running there? check SHARDCRON_ETCD)"},
+		{"not etcd", notEtcd.URL, nil, "", context.DeadlineExceeded,
+			"not etcd (GET /version: 404 Not Found): check --etcd (", "not etcd (GET /version: 404 Not Found): check SHARDCRON_ETCD ("},
+		{"serves TLS", "http://" + strings.TrimPrefix(untrusted, "https://"), nil, "", context.DeadlineExceeded,
+			"it serves TLS: use an https:// endpoint and --etcd-cacert", "it serves TLS: use an https:// endpoint and SHARDCRON_ETCD_CACERT"},
+		{"etcd's CA", untrusted, nil, "", context.DeadlineExceeded,
+			"(--etcd-cacert must name the CA", "(SHARDCRON_ETCD_CACERT must name the CA"},
+		{"client certificate", certRequired.URL, trusted, "", context.DeadlineExceeded,
+			"give --etcd-cert and --etcd-key,", "give SHARDCRON_ETCD_CERT and SHARDCRON_ETCD_KEY,"},
+		{"wrong password", refused, nil, "root", rpctypes.ErrAuthFailed,
+			"(check --etcd-user and --etcd-password or --etcd-password-file)",
+			"(check SHARDCRON_ETCD_USER and --etcd-password or SHARDCRON_ETCD_PASSWORD_FILE)"},
+		{"no user", refused, nil, "", rpctypes.ErrUserEmpty,
+			"give --etcd-user and --etcd-password-file)", "give SHARDCRON_ETCD_USER and SHARDCRON_ETCD_PASSWORD_FILE)"},
+		{"permission", refused, nil, "root", rpctypes.ErrPermissionDenied,
+			"keys under --etcd-prefix)", "keys under SHARDCRON_ETCD_PREFIX)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, g := range []struct {
+				given envFlags
+				want  string
+			}{{nil, tc.byFlag}, {fromEnv, tc.byEnv}} {
+				err := explainEtcd(t.Context(), []string{tc.endpoint}, tc.tlsCfg, tc.user, g.given, tc.err)
+				if !strings.Contains(err.Error(), g.want) {
+					t.Errorf("given %v: %v\nwant %q", g.given, err, g.want)
+				}
+			}
+		})
 	}
 }
 

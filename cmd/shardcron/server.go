@@ -899,7 +899,7 @@ func serve(ctx context.Context, f *serverFlags, hup <-chan os.Signal, log *slog.
 	// stay in the log (waitForEtcd names them).
 	setPhase("waiting for etcd")
 	explain := func(ctx context.Context, err error) error {
-		return explainEtcd(ctx, endpoints, etcdTLS, f.etcdUser, err)
+		return explainEtcd(ctx, endpoints, etcdTLS, f.etcdUser, f.fromEnv, err)
 	}
 	health := func(ctx context.Context) (err error) {
 		if cli == nil {
