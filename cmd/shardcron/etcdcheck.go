@@ -193,10 +193,10 @@ var (
 
 // probeEtcd connects to endpoint as the etcd client would and returns what
 // the connection or the TLS layer says, with the flag to look at (as
-// given gave it), or that a plain endpoint is an HTTP server other than
-// etcd; errNoAnswer when ctx ends before the endpoint answers the TLS
-// handshake (the server's or the one it refuses); nil when the transport
-// works (a unix socket is only dialed).
+// given gave it), or that an HTTP server other than etcd answers there,
+// plain or over TLS (probeNotEtcd); errNoAnswer when ctx ends before the
+// endpoint answers the TLS handshake (the server's or the one it
+// refuses); nil when the transport works (a unix socket is only dialed).
 // The etcd client's own error for an endpoint that refuses connections is
 // only its deadline.
 func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config, given envFlags) error {
@@ -237,7 +237,7 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config, given e
 		case ctx.Err() != nil:
 			return errNoAnswer
 		}
-		return probeNotEtcd(ctx, u.Host, given)
+		return probeNotEtcd(ctx, "http://"+u.Host, nil, given)
 	}
 	cfg := &tls.Config{}
 	if tlsCfg != nil {
@@ -262,21 +262,25 @@ func probeEtcd(ctx context.Context, endpoint string, tlsCfg *tls.Config, given e
 	if _, err := tc.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
 		return tlsHint(err, given)
 	}
-	return nil
+	// etcd serves its HTTP over TLS as well, and so does a grpc-proxy
+	// with TLS, over HTTP/1 only: its HTTP/2 goes to gRPC.
+	httpCfg := cfg.Clone()
+	httpCfg.NextProtos = []string{"http/1.1"}
+	return probeNotEtcd(ctx, "https://"+u.Host, httpCfg, given)
 }
 
-// probeNotEtcd asks the plain endpoint at host for GET /version, which
-// etcd serves on its client port beside gRPC, and returns an error when
-// an HTTP server answers there without etcd's version: another program,
-// such as a shardcron node's API given for its embedded etcd (which
-// listens on the API port + 10000). The etcd client only reports its
-// deadline for such an endpoint, after --start-timeout. nil when it
-// answers as etcd does (its versions, or its refusal of a Host that its
-// --host-whitelist does not list), not over HTTP at all, or not before
-// ctx ends. An etcd grpc-proxy, which serves no /version, is asked
-// whether its etcd answers (probeGRPCProxy).
-func probeNotEtcd(ctx context.Context, host string, given envFlags) error {
-	resp, body, err := probeGet(ctx, http.MethodGet, "http://"+host+"/version")
+// probeNotEtcd asks the endpoint at base (scheme://host; over TLS with
+// tlsCfg) for GET /version, which etcd serves on its client port beside
+// gRPC, and returns an error when an HTTP server answers there without
+// etcd's version: another program, such as a shardcron node's API given
+// for its embedded etcd (which listens on the API port + 10000). The
+// etcd client only reports its deadline for such an endpoint, after
+// --start-timeout. nil when it answers as etcd does (its versions, or its
+// refusal of a Host that its --host-whitelist does not list), not over
+// HTTP/1 at all, or not before ctx ends. An etcd grpc-proxy, which serves
+// no /version, is asked whether its etcd answers (probeGRPCProxy).
+func probeNotEtcd(ctx context.Context, base string, tlsCfg *tls.Config, given envFlags) error {
+	resp, body, err := probeGet(ctx, tlsCfg, http.MethodGet, base+"/version")
 	if err != nil {
 		return nil
 	}
@@ -288,7 +292,7 @@ func probeNotEtcd(ctx context.Context, host string, given envFlags) error {
 		// does not list, and serves the client's gRPC all the same.
 		return nil
 	case resp.StatusCode == http.StatusNotFound:
-		if proxy, err := probeGRPCProxy(ctx, host); proxy {
+		if proxy, err := probeGRPCProxy(ctx, base, tlsCfg); proxy {
 			return err
 		}
 	}
@@ -296,23 +300,24 @@ func probeNotEtcd(ctx context.Context, host string, given envFlags) error {
 		"(a node's embedded etcd listens on its API port + 10000, or its --etcd-listen)", resp.Status, given.givenAs("etcd"))
 }
 
-// probeGRPCProxy reports whether an etcd grpc-proxy answers at host, and
-// if so, an error when the etcd it proxies the client's gRPC to does not
-// answer it. Its client port serves plain HTTP beside gRPC: no /version,
+// probeGRPCProxy reports whether an etcd grpc-proxy answers at base (as
+// probeNotEtcd's), and if so, an error when the etcd it proxies the
+// client's gRPC to does not answer it. Its client port serves HTTP/1
+// beside gRPC, over TLS when the proxy has TLS: no /version,
 // but etcd's health handlers at /health and /proxy/health (etcdmain's
 // mustHTTPServer, go.etcd.io/etcd/server/v3 v3.7.3), which etcd itself
 // does not serve. Those refuse any method but GET at once (405, Allow:
 // GET), which tells the proxy; the GET then waits for the proxy's read of
 // etcd through itself, a second when etcd does not answer, and says 200,
 // or 503 with the reason. A GET that ctx ends first is such a wait.
-func probeGRPCProxy(ctx context.Context, host string) (bool, error) {
-	health := "http://" + host + "/proxy/health"
-	resp, _, err := probeGet(ctx, http.MethodHead, health)
+func probeGRPCProxy(ctx context.Context, base string, tlsCfg *tls.Config) (bool, error) {
+	health := base + "/proxy/health"
+	resp, _, err := probeGet(ctx, tlsCfg, http.MethodHead, health)
 	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodGet {
 		return false, nil
 	}
 	said := "no answer"
-	resp, body, err := probeGet(ctx, http.MethodGet, health)
+	resp, body, err := probeGet(ctx, tlsCfg, http.MethodGet, health)
 	switch {
 	case err == nil && resp.StatusCode == http.StatusOK:
 		return true, nil
@@ -323,12 +328,12 @@ func probeGRPCProxy(ctx context.Context, host string) (bool, error) {
 		"check the proxy's --endpoints", said)
 }
 
-// probeGet makes one plain HTTP request of the probe, without a proxy or
-// a redirect followed, and returns its answer with what arrived of the
-// first 4 KiB of its body.
-func probeGet(ctx context.Context, method, target string) (*http.Response, []byte, error) {
+// probeGet makes one HTTP request of the probe (over TLS with tlsCfg),
+// without a proxy or a redirect followed, and returns its answer with
+// what arrived of the first 4 KiB of its body.
+func probeGet(ctx context.Context, tlsCfg *tls.Config, method, target string) (*http.Response, []byte, error) {
 	c := &http.Client{
-		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true, TLSClientConfig: tlsCfg},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
@@ -77,20 +78,38 @@ func TestProbeEtcd_EtcdWithHostWhitelist(t *testing.T) {
 	}
 }
 
-// grpcProxyHTTP answers plain HTTP as the client port of an etcd
-// grpc-proxy (etcd grpc-proxy start) does: etcdmain's mustHTTPServer
+// grpcProxyHTTP answers HTTP as the client port of an etcd grpc-proxy
+// (etcd grpc-proxy start) does, plain or, withTLS, as one started with
+// --cert-file and --key-file: etcdmain's mustHTTPServer
 // (go.etcd.io/etcd/server/v3 v3.7.3, etcdmain/grpc_proxy.go) serves
 // http.NotFound at "/", so no /version, and etcd's health handlers at
 // /health and /proxy/health, which read etcd through c (there the proxy's
 // own client and a client to itself) and answer 200, or 503 with the
 // reason, and refuse any method but GET (etcdhttp.NewHealthHandler). Its
 // /metrics and /proxy/metrics are left out: the probe does not ask them.
-func grpcProxyHTTP(t *testing.T, c *clientv3.Client) *httptest.Server {
+// With TLS the proxy offers h2 (transport.TLSInfo.ServerConfig), and its
+// cmux hands HTTP/2 to its gRPC server, which answers a request that is
+// not gRPC 415: only HTTP/1 reaches the handlers.
+func grpcProxyHTTP(t *testing.T, c *clientv3.Client, withTLS bool) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", http.NotFound)
 	grpcproxy.HandleHealth(nil, mux, c)
 	grpcproxy.HandleProxyHealth(nil, mux, c)
-	s := httptest.NewServer(mux)
+	if !withTLS {
+		s := httptest.NewServer(mux)
+		t.Cleanup(s.Close)
+		return s
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			w.Header().Set("Content-Type", "application/grpc")
+			w.WriteHeader(http.StatusUnsupportedMediaType)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	s.EnableHTTP2 = true
+	s.StartTLS()
 	t.Cleanup(s.Close)
 	return s
 }
@@ -103,7 +122,7 @@ func grpcProxyHTTP(t *testing.T, c *clientv3.Client) *httptest.Server {
 // time (its check of etcd waits a second for an etcd that is down).
 func TestProbeEtcd_GRPCProxy(t *testing.T) {
 	c := etcdtest.Start(t)
-	up := grpcProxyHTTP(t, c.Client)
+	up := grpcProxyHTTP(t, c.Client, false)
 	if err := probeEtcd(t.Context(), up.URL, nil, nil); err != nil {
 		t.Errorf("a grpc-proxy whose etcd answers: %v", err)
 	}
@@ -113,7 +132,7 @@ func TestProbeEtcd_GRPCProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer down.Close()
-	proxy := grpcProxyHTTP(t, down)
+	proxy := grpcProxyHTTP(t, down, false)
 	err = probeEtcd(t.Context(), proxy.URL, nil, nil)
 	const want = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: 503 Service Unavailable: " +
 		`{"health":"false","reason":"GET ERROR:`
@@ -141,6 +160,64 @@ func TestProbeEtcd_GRPCProxy(t *testing.T) {
 	const wantSlow = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: no answer): check the proxy's --endpoints"
 	if err == nil || err.Error() != wantSlow {
 		t.Errorf("a grpc-proxy whose check of etcd outlasts the probe: %v\nwant %q", err, wantSlow)
+	}
+}
+
+// An etcd grpc-proxy with TLS is recognised as a plain one is: the probe
+// asked an https endpoint nothing past its TLS, found the transport
+// working, and a proxy whose etcd is down was left unexplained (the node
+// said only "context deadline exceeded", after --start-timeout). The
+// probe's HTTP goes over TLS with the etcd TLS flags' configuration
+// (etcd's CA from --etcd-cacert), and over HTTP/1, which the proxy's
+// HTTP handlers serve. etcd with TLS and client certificates answers the
+// probe as etcd, and an HTTPS server that is not etcd is named so.
+func TestProbeEtcd_GRPCProxyOverTLS(t *testing.T) {
+	c := etcdtest.Start(t)
+	down, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + etcdtest.RefusedAddr(t)}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	up, proxy := grpcProxyHTTP(t, c.Client, true), grpcProxyHTTP(t, down, true)
+	// One certificate for both: httptest's own.
+	tlsCfg := caFileConfig(t, up.Certificate())
+
+	if err := probeEtcd(t.Context(), up.URL, tlsCfg, nil); err != nil {
+		t.Errorf("a grpc-proxy over TLS whose etcd answers: %v", err)
+	}
+	err = explainEtcd(t.Context(), []string{proxy.URL}, tlsCfg, "", nil, context.DeadlineExceeded)
+	const want = "an etcd grpc-proxy answers there, but not the etcd it proxies to (GET /proxy/health: 503 Service Unavailable: " +
+		`{"health":"false","reason":"GET ERROR:`
+	if !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "check the proxy's --endpoints") || cannotHeal(err) {
+		t.Errorf("a grpc-proxy over TLS whose etcd is down: %v\nwant %q ... check the proxy's --endpoints, retried", err, want)
+	}
+
+	notEtcd := httptest.NewUnstartedServer(http.NotFoundHandler())
+	notEtcd.EnableHTTP2 = true // as etcd's gRPC needs: the client offers only h2
+	notEtcd.StartTLS()
+	defer notEtcd.Close()
+	err = probeEtcd(t.Context(), notEtcd.URL, caFileConfig(t, notEtcd.Certificate()), nil)
+	if err == nil || !strings.Contains(err.Error(), "an HTTP server answers there, not etcd (GET /version: 404 Not Found): check --etcd") {
+		t.Errorf("an HTTPS server that is not etcd: %v", err)
+	}
+
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	file := func(name string, b []byte) string {
+		writeFile(t, filepath.Join(dir, name), b)
+		return filepath.Join(dir, name)
+	}
+	serverCert, serverKey := ca.issue(t, 2)
+	clientCert, clientKey := ca.issue(t, 3)
+	f := &serverFlags{etcdCACert: file("ca.pem", ca.pem), etcdCert: file("client.pem", clientCert), etcdKey: file("client-key.pem", clientKey)}
+	secure := etcdtest.StartCluster(t, etcdtest.Options{ClientTLS: &transport.TLSInfo{CertFile: file("etcd.pem", serverCert),
+		KeyFile: file("etcd-key.pem", serverKey), TrustedCAFile: f.etcdCACert, ClientCertAuth: true}})
+	etcdTLS, err := etcdTLSConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probeEtcd(t.Context(), secure.Endpoints[0], etcdTLS, nil); err != nil {
+		t.Errorf("etcd with TLS and client certificates at %s: %v", secure.Endpoints[0], err)
 	}
 }
 
