@@ -357,6 +357,10 @@ func tlsHint(err error, given envFlags) error {
 		// The answer to the handshake is not TLS: errServesTLS's case
 		// the other way round.
 		return fmt.Errorf("TLS: %w (it serves plain HTTP/gRPC: use an http:// endpoint, or enable TLS on etcd)", err)
+	case strings.Contains(err.Error(), "no application protocol"):
+		// The server offers no h2, the only protocol the probe offers,
+		// as the etcd client does: not a certificate refused.
+		return fmt.Errorf("TLS: %w (it does not speak HTTP/2, which etcd's gRPC needs: check %s)", err, given.givenAs("etcd"))
 	case strings.Contains(err.Error(), "remote error"):
 		return fmt.Errorf("TLS: %w (etcd refused this node's client certificate: give %s and %s, "+
 			"signed by a CA etcd trusts)", err, given.givenAs("etcd-cert"), given.givenAs("etcd-key"))

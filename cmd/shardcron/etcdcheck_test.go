@@ -221,6 +221,21 @@ func TestProbeEtcd_GRPCProxyOverTLS(t *testing.T) {
 	}
 }
 
+// An HTTPS server that does not speak HTTP/2 refuses the handshake of
+// the etcd client, which offers only h2, with the alert "no application
+// protocol": the probe said etcd refused this node's client certificate,
+// and to give --etcd-cert and --etcd-key, which are no remedy. It is not
+// etcd, which speaks HTTP/2, nor a grpc-proxy.
+func TestProbeEtcd_HTTPSServerWithoutHTTP2(t *testing.T) {
+	http1 := httptest.NewTLSServer(http.NotFoundHandler())
+	defer http1.Close()
+	err := probeEtcd(t.Context(), http1.URL, caFileConfig(t, http1.Certificate()), envFlags{"etcd": true})
+	const want = "TLS: remote error: tls: no application protocol (it does not speak HTTP/2, which etcd's gRPC needs: check SHARDCRON_ETCD)"
+	if err == nil || err.Error() != want {
+		t.Errorf("an HTTPS server without HTTP/2: %v\nwant %q", err, want)
+	}
+}
+
 // caFileConfig is the etcd clients' TLS configuration with
 // --etcd-cacert naming a file that holds cert.
 func caFileConfig(t *testing.T, cert *x509.Certificate) *tls.Config {
