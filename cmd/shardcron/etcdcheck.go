@@ -19,12 +19,12 @@ import (
 )
 
 // explainEtcd adds to err, an etcd client's failure to reach endpoints,
-// what the operator can act on, each flag it names named as the operator
-// gave it (given's givenAs: by its variable when the environment gave
-// it, where the operator looks for it): a refused login names the flags
-// to check, a permission refused to user (--etcd-user), or without one
-// to the client certificate's common name (etcd's user then), the role
-// to grant;
+// what the operator can act on, each of this node's flags it names named
+// as the operator gave it (given's givenAs: by its variable when the
+// environment gave it, where the operator looks for it): a refused login
+// names the flags to check, a permission refused to user (--etcd-user),
+// or without one to the client certificate's common name (etcd's user
+// then), the role to grant;
 // and a connection that fails below gRPC (which only reports a deadline)
 // is tried once by hand, to every endpoint at once, to find the refused
 // connection or the TLS error behind it. One endpoint's finding
