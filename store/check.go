@@ -19,8 +19,9 @@ import (
 )
 
 // checkDir checks, under recover, the files Badger's Open reads: the key
-// registry, the header of every memtable and value-log file, the
-// MANIFEST, and each table the MANIFEST lists, opened the way Badger
+// registry, the header of every memtable and value-log file, every entry
+// of the memtable logs (checkMemLogs), the MANIFEST, and each table the
+// MANIFEST lists, opened the way Badger
 // opens it (footer, index checksum, first and last key), and every block
 // of it (verifyBlocks). Any failure is an error wrapping ErrCorrupt, and
 // so are tables without a MANIFEST, but for a file the system refuses to
@@ -50,6 +51,9 @@ func checkDir(dir string, opt badger.Options) error {
 	}
 	_ = kr.Close()
 	if err := checkLogHeaders(dir); err != nil {
+		return corrupt(err)
+	}
+	if err := checkMemLogs(dir); err != nil {
 		return corrupt(err)
 	}
 	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))

@@ -106,30 +106,40 @@ func TestCrash_RevisionNeverAheadOfData(t *testing.T) {
 			}
 			t.Fatalf("round %d: Open after kill: %v", round, err)
 		}
-		got := map[string]string{}
-		rev, err := s.Partition(1, func(id string, v []byte, _ int64) error {
-			got[id] = string(v)
-			return nil
-		})
+		rev, n, err := readCrashed(s)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("round %d: %v", round, err)
 		}
 		// Apply returned for acked, so the kill cannot have undone it
 		// (the process died, the page cache did not).
 		if rev < acked {
 			t.Errorf("round %d: revision %d, but Apply of %d had returned", round, rev, acked)
 		}
-		for r := int64(1); r <= rev; r++ {
-			for _, kv := range crashTasks(r) {
-				if got[kv.ID] != string(kv.Value) {
-					t.Fatalf("round %d: revision %d recorded but task %s of revision %d is %.8q",
-						round, rev, kv.ID, r, got[kv.ID])
-				}
-			}
-		}
-		t.Logf("round %d: killed after revision %d acknowledged; store at %d with %d tasks", round, acked, rev, len(got))
+		t.Logf("round %d: killed after revision %d acknowledged; store at %d with %d tasks", round, acked, rev, n)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// readCrashed reads partition 1 of s, written by crashTasks, and returns
+// its revision and number of tasks, or an error when a task of a revision
+// up to the one recorded is missing or has another value.
+func readCrashed(s *Store) (rev int64, n int, err error) {
+	got := map[string]string{}
+	rev, err = s.Partition(1, func(id string, v []byte, _ int64) error {
+		got[id] = string(v)
+		return nil
+	})
+	if err != nil {
+		return rev, len(got), err
+	}
+	for r := int64(1); r <= rev; r++ {
+		for _, kv := range crashTasks(r) {
+			if got[kv.ID] != string(kv.Value) {
+				return rev, len(got), fmt.Errorf("revision %d recorded but task %s of revision %d is %.8q", rev, kv.ID, r, got[kv.ID])
+			}
+		}
+	}
+	return rev, len(got), nil
 }

@@ -21,15 +21,19 @@
 //     and Reset write the revision in the same transaction as the tasks,
 //     or, when the changes exceed one transaction, after them; Reset and
 //     Drop delete the old revision before touching tasks. Badger replays
-//     its write-ahead log in order and stops at the first damaged entry,
-//     so a crash of the process loses nothing it wrote. A power loss is
-//     weaker without SyncWrites: Badger does not sync a write-ahead log
-//     file when it moves on to the next, so a later file's writes can
-//     outlive an earlier one's, and the revision can then stand over a
-//     lost update of a task (the count below catches lost additions and
-//     deletions only). After a power loss, a node started with its cache
-//     directory removed (its history with it) reads every partition from
-//     etcd.
+//     its write-ahead log (the memtable logs) in order, whole transactions
+//     only, and Open refuses (ErrCorrupt) a log damaged anywhere but at
+//     the end of the newest file, where a crash of the process cuts short
+//     the entry it was writing: what Badger replays is a prefix of the
+//     writes, and a crash of the process loses nothing it wrote. A power
+//     loss is weaker without SyncWrites: Badger does not sync a log file
+//     when it moves on to the next, so a later file's writes can outlive
+//     an earlier one's. Open finds that when the earlier file lost part
+//     of a transaction, but not when it lost whole transactions at its
+//     end: the revision can then stand over a lost update of a task (the
+//     count below catches lost additions and deletions only). After a
+//     power loss, a node started with its cache directory removed (its
+//     history with it) reads every partition from etcd.
 //   - A partition whose Reset or Drop was interrupted reads as never
 //     synced: Partition returns revision 0 and no tasks.
 //   - Partition reads tasks and revision from one snapshot.
@@ -147,7 +151,7 @@
 //
 // Open takes an exclusive lock on the directory (ErrLocked if another Store
 // or Badger holds it, in this process or another) and checks the tables
-// before Badger opens them, so a corrupt directory is an *OpenError
+// and memtable logs before Badger opens them, so a corrupt directory is an *OpenError
 // (matching ErrCorrupt) rather than a panic on one of Badger's goroutines.
 // Open starts two goroutines, the history writer and a value-log GC loop
 // (RunValueLogGC(0.5) every GCInterval, default 5 minutes); Close writes the

@@ -21,7 +21,8 @@ var (
 	// ErrCorrupt is matched (errors.Is) by the *OpenError Open returns when a
 	// file of the data directory fails its checks (bad magic, checksum of
 	// any block of a table, truncated table, a table the MANIFEST lists
-	// missing), when tables are
+	// missing, a memtable log damaged other than by a crash cutting its
+	// last entry short), when tables are
 	// left without a MANIFEST, or when a file makes Badger panic, and by the
 	// error of a Partition that read another number of tasks than its count.
 	// A file the system refuses to open or read (permissions, an I/O

@@ -73,20 +73,26 @@ func BenchmarkOpen(b *testing.B) {
 					evictPageCache(b, cfg.Dir)
 				}
 				b.StartTimer()
-				s, err := Open(cfg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				if err := s.Close(); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
+				openTimed(b, cfg)
 			}
 			b.ReportMetric(float64(size)/(1<<20), "table-MiB")
 			b.ReportMetric(float64(len(tables)), "tables")
 		})
 	}
+}
+
+// openTimed opens cfg, with the timer running, and closes the store with
+// the timer stopped.
+func openTimed(b *testing.B, cfg Config) {
+	s, err := Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
 }
 
 // evictPageCache drops the cached pages of the files under dir.
@@ -106,4 +112,69 @@ func evictPageCache(t testing.TB, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkCheckMemLogs measures the check of the memtable logs at Open
+// (checkMemLogs) on the most a kill leaves with the default Config: the
+// memtable being written and NumMemtables waiting for their flush, each
+// nearly full (a log of about 12 MiB in a file of twice MemTableSize).
+// With cache=cold the page cache of the logs is emptied before each
+// check; what=open times the whole Open of a copy of that directory,
+// Badger's replay of the logs included, for comparison.
+func BenchmarkCheckMemLogs(b *testing.B) {
+	cfg := DefaultConfig(b.TempDir())
+	cfg.Logger = testConfig(b).Logger
+	cfg.GCInterval = 0
+	s := openTest(b, cfg)
+	var kvs []KV
+	for i := range 28_000 {
+		kvs = append(kvs, KV{ID: fmt.Sprintf("task-%012d", i), Value: taskValue(i)})
+	}
+	if err := s.Reset(1, 1, kvs); err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(b.TempDir(), "killed")
+	copySparse(b, dir, cfg.Dir)
+	logs, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil || len(logs) != 1 {
+		b.Fatalf("memtable logs %v (%v), want one", logs, err)
+	}
+	data, err := os.ReadFile(logs[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	end, _, err := walkLog(data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for fid := 2; fid <= 1+cfg.NumMemtables; fid++ {
+		copySparseFile(b, filepath.Join(dir, fmt.Sprintf("%05d.mem", fid)), logs[0])
+	}
+	logMiB := float64((1+cfg.NumMemtables)*end) / (1 << 20)
+	for _, cold := range []bool{false, true} {
+		b.Run(fmt.Sprintf("what=check/cache=%s", map[bool]string{false: "warm", true: "cold"}[cold]), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				if cold {
+					evictPageCache(b, dir)
+				}
+				b.StartTimer()
+				if err := checkMemLogs(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(logMiB, "log-MiB")
+		})
+	}
+	b.Run("what=open/cache=warm", func(b *testing.B) {
+		cfg := cfg
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			cfg.Dir = filepath.Join(b.TempDir(), fmt.Sprint(i))
+			copySparse(b, cfg.Dir, dir)
+			b.StartTimer()
+			openTimed(b, cfg)
+		}
+		b.ReportMetric(logMiB, "log-MiB")
+	})
 }
