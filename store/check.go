@@ -21,9 +21,8 @@ import (
 // checkDir checks, under recover, the files Badger's Open reads: the key
 // registry, the header of every memtable and value-log file, every entry
 // of the memtable logs (checkMemLogs), the MANIFEST, and each table the
-// MANIFEST lists, opened the way Badger
-// opens it (footer, index checksum, first and last key), and every block
-// of it (verifyBlocks). Any failure is an error wrapping ErrCorrupt, and
+// MANIFEST lists, opened the way Badger opens it (footer, index checksum,
+// first and last key), and every block of it (verifyBlocks). Any failure is an error wrapping ErrCorrupt, and
 // so are tables without a MANIFEST, but for a file the system refuses to
 // open or read (see corrupt). A new directory passes.
 //

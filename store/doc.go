@@ -151,8 +151,9 @@
 //
 // Open takes an exclusive lock on the directory (ErrLocked if another Store
 // or Badger holds it, in this process or another) and checks the tables
-// and memtable logs before Badger opens them, so a corrupt directory is an *OpenError
-// (matching ErrCorrupt) rather than a panic on one of Badger's goroutines.
+// and memtable logs before Badger opens them, so a corrupt directory is an
+// *OpenError (matching ErrCorrupt) rather than a panic on one of Badger's
+// goroutines, or writes it drops without a word.
 // Open starts two goroutines, the history writer and a value-log GC loop
 // (RunValueLogGC(0.5) every GCInterval, default 5 minutes); Close writes the
 // buffered history, stops both, closes Badger, lets the compactions it has
