@@ -22,9 +22,10 @@ import (
 // registry, the header of every memtable and value-log file, every entry
 // of the memtable logs (checkMemLogs), the MANIFEST, and each table the
 // MANIFEST lists, opened the way Badger opens it (footer, index checksum,
-// first and last key), and every block of it (verifyBlocks). Any failure is an error wrapping ErrCorrupt, and
-// so are tables without a MANIFEST, but for a file the system refuses to
-// open or read (see corrupt). A new directory passes.
+// first and last key), and every block of it (verifyBlocks). Any failure
+// is an error wrapping ErrCorrupt, and so are tables without a MANIFEST,
+// but for a file the system refuses to open or read (see corrupt). A new
+// directory passes.
 //
 // Why: Badger opens tables on goroutines of its own, where a damaged table
 // makes it panic beyond any recover; it skips, with only a log line, a
