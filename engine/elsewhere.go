@@ -386,45 +386,47 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 	return e.commitRetrying(ctx, ops, nil)
 }
 
-// readElsewhere reads partition p's markers, by task id, the fires of a
-// backfill they hold, by marker key (runningMarker), and the read's
+// elsewhereRun is a run elsewhere: its marker's key, and how many
+// fires of its task's backfill it holds (runningMarker).
+type elsewhereRun struct {
+	key      string
+	backfill int
+}
+
+// readElsewhere reads partition p's markers, by task id, and the read's
 // revision.
-func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]string, map[string]int, int64, error) {
+func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]elsewhereRun, int64, error) {
 	prefix := e.keys.runningPrefix(p)
 	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, 0, err
 	}
-	var out map[string][]string
-	var backfills map[string]int
+	var out map[string][]elsewhereRun
 	for _, kv := range resp.Kvs {
 		_, id, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
 		if !ok || id == "" {
 			continue
 		}
 		if out == nil {
-			out = map[string][]string{}
+			out = map[string][]elsewhereRun{}
 		}
-		out[id] = append(out[id], string(kv.Key))
 		var m runningMarker
-		if json.Unmarshal(kv.Value, &m) == nil && m.Backfill > 0 {
-			if backfills == nil {
-				backfills = map[string]int{}
-			}
-			backfills[string(kv.Key)] = m.Backfill
+		if json.Unmarshal(kv.Value, &m) != nil || m.Backfill < 0 {
+			m.Backfill = 0 // a run elsewhere all the same
 		}
+		out[id] = append(out[id], elsewhereRun{key: string(kv.Key), backfill: m.Backfill})
 	}
-	return out, backfills, resp.Header.Revision, nil
+	return out, resp.Header.Revision, nil
 }
 
 // watchElsewhere tells the loop when the markers of runs elsewhere of
 // partition p, read at rev (away, by task id), are deleted: the runs
 // ended. One watch serves the partition. ctx is the partition's ownership.
-func (e *Engine) watchElsewhere(ctx context.Context, p int, away map[string][]string, rev int64) {
+func (e *Engine) watchElsewhere(ctx context.Context, p int, away map[string][]elsewhereRun, rev int64) {
 	ids := map[string]string{} // by marker key
-	for id, keys := range away {
-		for _, k := range keys {
-			ids[k] = id
+	for id, runs := range away {
+		for _, r := range runs {
+			ids[r.key] = id
 		}
 	}
 	e.watchDeletes(ctx, e.keys.runningPrefix(p), rev, func(int64) []string { return slices.Collect(maps.Keys(ids)) }, func(key string) bool {
@@ -444,19 +446,14 @@ type elsewhereEndedCmd struct {
 
 func (c *elsewhereEndedCmd) run(l *loop) { l.elsewhereEnded(c) }
 
-// runElsewhere counts record i's runs elsewhere, by their marker keys, as
-// its runs in flight, and the fires of its backfill among them (backfills,
-// by marker key) against the backfill's concurrency. Called only from the
-// dispatch loop, as are the other loop methods here.
-func (l *loop) runElsewhere(i uint32, r *record, keys []string, backfills map[string]int) {
-	for _, k := range keys {
-		if n := backfills[k]; n > 0 {
-			l.backfillsElsewhere[k] = n
-		}
-	}
-	l.elsewhere[i] = append(l.elsewhere[i], keys...)
-	r.running += uint16(len(keys))
-	l.stats.runsElsewhere.Add(int64(len(keys)))
+// runElsewhere counts record i's runs elsewhere as its runs in flight,
+// and the fires of its backfill among them against the backfill's
+// concurrency. Called only from the dispatch loop, as are the other loop
+// methods here.
+func (l *loop) runElsewhere(i uint32, r *record, runs []elsewhereRun) {
+	l.elsewhere[i] = append(l.elsewhere[i], runs...)
+	r.running += uint16(len(runs))
+	l.stats.runsElsewhere.Add(int64(len(runs)))
 }
 
 // elsewhereEnded applies the end of a run elsewhere, as a completion's:
@@ -464,13 +461,17 @@ func (l *loop) runElsewhere(i uint32, r *record, keys []string, backfills map[st
 // goes to the deleter.
 func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 	i, r, ok := l.tab.lookup(c.id)
-	if !ok || int(r.part) != c.part || !slices.Contains(l.elsewhere[i], c.key) {
-		return // released, deleted, or replaced since
+	if !ok || int(r.part) != c.part {
+		return // released or deleted since
 	}
-	if l.elsewhere[i] = slices.DeleteFunc(l.elsewhere[i], func(k string) bool { return k == c.key }); len(l.elsewhere[i]) == 0 {
+	runs := l.elsewhere[i]
+	at := slices.IndexFunc(runs, func(e elsewhereRun) bool { return e.key == c.key })
+	if at < 0 {
+		return // released, or replaced, since
+	}
+	if l.elsewhere[i] = slices.Delete(runs, at, at+1); len(l.elsewhere[i]) == 0 {
 		delete(l.elsewhere, i)
 	}
-	delete(l.backfillsElsewhere, c.key)
 	r.running--
 	l.stats.runsElsewhere.Add(-1)
 	l.admitWaiting(i, r)
@@ -483,13 +484,17 @@ func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 // replaceElsewhere has record i's runs elsewhere canceled, by deleting
 // their markers, for a fire of its replace task that starts now.
 func (l *loop) replaceElsewhere(i uint32, r *record) {
-	keys := l.elsewhere[i]
-	if len(keys) == 0 {
+	runs := l.elsewhere[i]
+	if len(runs) == 0 {
 		return
 	}
 	l.forgetElsewhere(i)
-	r.running -= uint16(len(keys))
+	r.running -= uint16(len(runs))
 	if l.unmark != nil {
+		keys := make([]string, len(runs))
+		for j, e := range runs {
+			keys[j] = e.key
+		}
 		l.unmark(keys)
 	}
 }
@@ -497,12 +502,9 @@ func (l *loop) replaceElsewhere(i uint32, r *record) {
 // forgetElsewhere forgets record i's runs elsewhere: replaced, or the
 // task went.
 func (l *loop) forgetElsewhere(i uint32) {
-	if keys, ok := l.elsewhere[i]; ok {
-		l.stats.runsElsewhere.Add(-int64(len(keys)))
+	if runs, ok := l.elsewhere[i]; ok {
+		l.stats.runsElsewhere.Add(-int64(len(runs)))
 		delete(l.elsewhere, i)
-		for _, k := range keys {
-			delete(l.backfillsElsewhere, k)
-		}
 	}
 }
 
@@ -510,8 +512,8 @@ func (l *loop) forgetElsewhere(i uint32) {
 // elsewhere, by their markers.
 func (l *loop) backfillElsewhere(i uint32) int {
 	n := 0
-	for _, k := range l.elsewhere[i] {
-		n += l.backfillsElsewhere[k]
+	for _, e := range l.elsewhere[i] {
+		n += e.backfill
 	}
 	return n
 }

@@ -37,7 +37,7 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 			t.Fatal(err)
 		}
 		tl.handle(&loadCmd{part: part, resume: tl.clock.Now().UnixNano(), first: true, done: make(chan struct{}),
-			handed: handedTo{elsewhere: map[string][]string{id: {marker}}},
+			handed: handedTo{elsewhere: map[string][]elsewhereRun{id: {{key: marker}}}},
 			defs:   []taskDef{{id: id, hash: xxhash.Sum64String(id), part: part, sched: h, prof: prof}}})
 	}
 	load(0, "buffered", task.ConcurrencyBufferOne, "m/buffered")
@@ -299,7 +299,7 @@ func TestEngine_TenThousandMarkersTakeAWatchNotAGoroutineEach(t *testing.T) {
 		t.Fatalf("%d markers written, want %d", w, count)
 	}
 	for p := range parts {
-		away, _, rev, err := e.readElsewhere(ctx, p)
+		away, rev, err := e.readElsewhere(ctx, p)
 		if err != nil || len(away) != count/parts {
 			t.Fatalf("partition %d: %d tasks marked (err %v), want %d", p, len(away), err, count/parts)
 		}
@@ -452,7 +452,7 @@ func TestLoop_HandedRetryOfAnEarlierFireWaitsForTheRunElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.handle(&loadCmd{part: 0, resume: rel.hand[0].mark, first: true, done: make(chan struct{}),
-		handed: handedTo{elsewhere: map[string][]string{"fb": {"m/fb"}}},
+		handed: handedTo{elsewhere: map[string][]elsewhereRun{"fb": {{key: "m/fb"}}}},
 		defs:   []taskDef{{id: "fb", hash: xxhash.Sum64String("fb"), part: 0, sched: h, prof: prof}}})
 	b.handle(&takeOverCmd{part: 0, fires: rel.hand[0].pending})
 	b.clock.Advance(pending[0].Due.Sub(b.clock.Now()) + time.Millisecond)

@@ -148,12 +148,9 @@ type handedTo struct {
 	// to endWaitsApplied (heldEndWaits).
 	endWaits        map[string]bool
 	endWaitsApplied int64
-	// elsewhere are the marker keys of tasks whose runs went on past a
-	// release (elsewhere.go).
-	elsewhere map[string][]string
-	// backfillsElsewhere are, by marker key, the fires of its task's
-	// backfill among a run elsewhere (runningMarker).
-	backfillsElsewhere map[string]int
+	// elsewhere are the runs of tasks that went on past a release
+	// (elsewhere.go).
+	elsewhere map[string][]elsewhereRun
 	// pending are the fires handed over unrun, which the acquire runs
 	// once the load is in (takeOver); with, after a crash or a fence, the
 	// retries the session's watermark carried, of the tasks that session

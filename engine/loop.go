@@ -265,15 +265,12 @@ type loop struct {
 	retryBuilt []uint64
 	gated      []gatedJob // the jobs of listed waiting fires whose running one ended, in publish order (gate)
 
-	// elsewhere are the marker keys of runs on former owners, by record,
-	// each counted in its record's running (elsewhere.go); unmark deletes
+	// elsewhere are the runs on former owners, by record, each counted
+	// in its record's running, and the fires of its backfill each holds
+	// against the backfill's concurrency (elsewhere.go); unmark deletes
 	// markers, to cancel their runs (nil in tests without etcd).
-	elsewhere map[uint32][]string
-	// backfillsElsewhere are, by marker key, how many fires of its task's
-	// backfill a run elsewhere holds: the backfill's runner here counts
-	// them against its concurrency (backfillElsewhere).
-	backfillsElsewhere map[string]int
-	unmark             func(keys []string)
+	elsewhere map[uint32][]elsewhereRun
+	unmark    func(keys []string)
 
 	// deletedRuns are the attempts under way of deleted tasks, by
 	// leavingKey: each deletes its task's history again when it ends, as
@@ -309,7 +306,7 @@ func newLoop(cfg Config, scheds *schedule.Table, p *pool, h *holds, st *stats, h
 		parts: make([]partState, cfg.Partitions), pending: make(map[uint32]waitingFire), paused: make(map[uint32]uint32), waiting: make(map[uint64]uint32), health: make(map[uint32]taskHealth),
 		pool: p, holds: h, stats: st, history: history, fenced: fenced, acked: acked, ackCh: ackCh,
 		cmds: make(chan command, 256), through: now, applieds: &appliedLog{pool: p}, lowArm: math.MaxInt64, triggered: make(map[triggerKey]seenTrigger), checks: newBatchQueue[triggerFire](),
-		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]string), backfillsElsewhere: make(map[string]int), deletedRuns: make(map[uint64]deletedRuns),
+		handed: make(map[handedRetryKey]int64), elsewhere: make(map[uint32][]elsewhereRun), deletedRuns: make(map[uint64]deletedRuns),
 		expired: make([]timerwheel.Expired, 0, cfg.BatchSize), jobs: make([]job, 0, cfg.BatchSize),
 		ended: make(chan endedTask, endedQueue), endMarked: map[int]map[uint32]struct{}{}, endChanged: map[int]bool{}, endMarks: &endWaitMarks{},
 		retryIn: make([][]uint32, cfg.Partitions), bufferedIn: make([][]uint32, cfg.Partitions), retryListed: make([]int, cfg.Partitions),
@@ -477,7 +474,7 @@ func (l *loop) load(c *loadCmd) {
 			l.markEndWaits(i, r)
 		}
 		if away != nil {
-			l.runElsewhere(i, r, away, c.handed.backfillsElsewhere)
+			l.runElsewhere(i, r, away)
 		}
 		if fired {
 			r.lastFire = max(r.lastFire, at) // a release before the wheel passes it hands it on again

@@ -689,7 +689,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	// Runs of former owners that went on past their release: read before
 	// the tasks are armed, so that none fires beside them.
 	rctx, cancel := boundedOnceDone(ctx, canceled, etcdTimeout)
-	away, awayBackfills, awayRev, err := e.readElsewhere(rctx, p)
+	away, awayRev, err := e.readElsewhere(rctx, p)
 	cancel()
 	if err != nil {
 		return undo(fmt.Errorf("read the runs elsewhere: %w", err))
@@ -701,7 +701,7 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 		handed.takeEndWaits(res.ends)
 	}
 	// Not in the hold either, for the same reason.
-	handed.elsewhere, handed.backfillsElsewhere, handed.pending, handed.retries = away, awayBackfills, res.pending, res.retries
+	handed.elsewhere, handed.pending, handed.retries = away, res.pending, res.retries
 	a := &arming{prep: prep, touched: touched, rev: taskRev, fence: fence, resume: res.w, applied: res.applied, handed: &handed}
 	if err := e.arm(ctx, a); err != nil {
 		return undo(fmt.Errorf("arm: %w", err))

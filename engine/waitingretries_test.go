@@ -583,7 +583,7 @@ func TestEngine_WaitingFireTakenOverIsInTheWatermarkThatNamesTheSession(t *testi
 	tl.setApplied(0, 10)
 	tl.setApplied(1, 10)
 	i, r, _ := tl.tab.lookup("slow")
-	tl.runElsewhere(i, r, []string{"run-of-the-previous-owner"}, nil)
+	tl.runElsewhere(i, r, []elsewhereRun{{key: "run-of-the-previous-owner"}})
 	tl.trigger(1, "other", base)
 	tl.dispatchAll()
 	tl.failFirstQueued() // other's retry waits: published now, the last for a WatermarkInterval
