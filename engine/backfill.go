@@ -37,7 +37,8 @@ import (
 //     repeats. The release waits for the fires under way and marks those
 //     past its wait with their number (elsewhere.go), which the next
 //     owner's runner counts against the concurrency until the marker
-//     goes.
+//     goes, as it counts those handed over unrun until each ends there
+//     (backfillRun.handed).
 //
 // A record written before the release whose release etcd then refuses for
 // longer than the lease TTL (a stuck release) loses the fires it handed
@@ -67,16 +68,73 @@ type backfillRun struct {
 	// retries of its fires that come due while their task is paused are
 	// skipped from then on, as any retry of a paused task (releaseRetry).
 	stopped atomic.Bool
+	// handed, on a runner, is the backfill of its task's fires handed
+	// over to this node (Engine.handedBackfill) when it started: their
+	// fires that have not ended count against its concurrency
+	// (loop.backfill), as they did on the node that handed them over.
+	handed *backfillRun
+	// takenOver are, on a backfill of fires handed over, those the node
+	// took over (loop.takeOver) that have not ended, by scheduled time,
+	// and how many they are.
+	mu         sync.Mutex // guards takenOver and nTakenOver
+	takenOver  map[int64]int
+	nTakenOver int
 }
 
 // end tells the runner that its fire at sched ended. Called by workers
 // and the dispatch loop; never blocks (ended has room for every fire in
 // flight).
 func (b *backfillRun) end(sched int64) {
+	if b.ended == nil {
+		b.handedEnded(sched) // a backfill of fires handed over: no runner reads ended
+		return
+	}
 	select {
 	case b.ended <- sched:
 	default:
 	}
+}
+
+// tookOver counts a fire at sched of b, a backfill of fires handed over,
+// that the node took over, until it ends. Called only from the dispatch
+// loop.
+func (b *backfillRun) tookOver(sched int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.takenOver == nil {
+		b.takenOver = map[int64]int{}
+	}
+	b.takenOver[sched]++
+	b.nTakenOver++
+}
+
+// handedEnded applies the end of b's fire at sched: one taken over
+// counts no more. An end told again, or of a fire not counted (a retry
+// handed on through etcd), changes nothing.
+func (b *backfillRun) handedEnded(sched int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch n := b.takenOver[sched]; n {
+	case 0:
+		return
+	case 1:
+		delete(b.takenOver, sched)
+	default:
+		b.takenOver[sched] = n - 1
+	}
+	b.nTakenOver--
+}
+
+// handedLeft is how many fires of b's task handed over to this node,
+// b a runner, have not ended.
+func (b *backfillRun) handedLeft() int {
+	if b == nil || b.handed == nil {
+		return 0
+	}
+	h := b.handed
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nTakenOver
 }
 
 // backfills are the runs of this node, by task id.
@@ -98,7 +156,8 @@ type backfills struct {
 	newest map[string]int64
 	// released are the partitions whose backfills were stopped, until
 	// they are acquired again: a watch event (a runner's own last record)
-	// must not start a runner of a partition on its way out.
+	// must not start a runner of a partition on its way out, nor of one
+	// on its way in before its acquire took over the fires handed over.
 	released map[int]bool
 	// handed are the backfills of the fires a released checkpoint handed
 	// over to this node (flagged backfill), by task id: the runner, if
@@ -155,7 +214,7 @@ const (
 	backfillTook     backfillAnswer = iota // the fire is dispatched
 	backfillNoTask                         // the loop does not hold the task (yet: the partition's watch may lag)
 	backfillNotOwned                       // the partition is not this node's (any more), or the node is fenced
-	backfillBusy                           // the backfill's fires still running on former owners fill its concurrency
+	backfillBusy                           // the backfill's fires still running on former owners, or handed over by them unrun, fill its concurrency
 )
 
 func (c *backfillCmd) run(l *loop) { c.reply <- l.backfill(c) }
@@ -171,7 +230,7 @@ func (l *loop) backfill(c *backfillCmd) backfillAnswer {
 	if !ok {
 		return backfillNoTask
 	}
-	if n := l.backfillElsewhere(i); n > 0 && c.inflight+n >= c.concurrency {
+	if n := l.backfillElsewhere(i) + c.bf.handedLeft(); n > 0 && c.inflight+n >= c.concurrency {
 		return backfillBusy
 	}
 	l.admitBackfill(i, r, c.at, c.bf)
@@ -259,7 +318,8 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64, fromAcquire 
 	// Not under runCtx, which Close ends before the coordinator releases
 	// the partitions: their release stops the runners, gracefully.
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &backfillRun{id: id, part: p, ended: make(chan int64, backfillLead(rec.Concurrency)+1), cancel: cancel, done: make(chan struct{})}
+	b := &backfillRun{id: id, part: p, ended: make(chan int64, backfillLead(rec.Concurrency)+1), cancel: cancel, done: make(chan struct{}),
+		handed: e.bf.handed[id]}
 	e.bf.runs[id] = b
 	e.bf.wg.Go(func() {
 		defer close(b.done)

@@ -150,44 +150,8 @@ func TestEngine_BackfillSurvivesAHandOver(t *testing.T) {
 // once).
 func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	const concurrency = 2
-	c, clock := limitsStart(t)
-	h := newHolder(t)
-	var going, most atomic.Int64 // the backfill's fires running, on both nodes, and the most at once
-	count := func(ctx context.Context, f Fire) error {
-		n := going.Add(1)
-		defer going.Add(-1)
-		for m := most.Load(); n > m; m = most.Load() {
-			if most.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		return h.handler(ctx, f)
-	}
-	start := func(id string) *testNode {
-		n := startNode(t, c, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
-			cfg.Partitions = limitsPolicyParts // two nodes share them
-			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
-		}))
-		t.Cleanup(h.open) // again: cleanups run last first
-		return n
-	}
-	a, b := start("node-a"), start("node-b")
-	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		return b.e.Stats().PartitionsOwned > 0 && a.e.Stats().PartitionsOwned+b.e.Stats().PartitionsOwned == limitsPolicyParts
-	})
-	id := ""
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("bf-%d", i); a.e.owned[ring.Partition(c, limitsPolicyParts)].Load() {
-			id = c
-		}
-	}
-	h.ids[id] = true
-	reg := a.e.Registry()
-	putTask(t, reg, handlerTask(id, "* * * * * *"))
-	waitNext(t, a, id, limitsAt(1)) // the frozen clock fires none of its schedule
-	if _, err := reg.Backfill(context.Background(), id, limitsAt(-9), limitsAt(0), concurrency); err != nil {
-		t.Fatal(err)
-	}
+	ho := startBackfillHandOver(t, concurrency, nil)
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
 	var old []blocked
 	for range concurrency {
 		r := h.next(t)
@@ -212,16 +176,151 @@ func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	if n := a.e.Stats().RunsMarked; n != 1 {
 		t.Errorf("node-a marked %d runs, want 1 (the task's, of %d fires of its backfill)", n, concurrency)
 	}
-	h.open()
+	ho.finish(t, closed, concurrency)
+}
+
+// A backfill's concurrency holds too for its fires a graceful release
+// hands over unrun (still queued past the release's wait for busy
+// workers): the next owner counts them as in flight until each ends
+// there. Here a backfill of concurrency 3 has its first fire held on
+// node-a, whose one worker leaves the next two queued, when node-a
+// leaves gracefully: node-b runs the two handed over beside node-a's
+// marked one and starts none of its own while they run (without the
+// count it started 2 beside them, 4 at once on node-b).
+func TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun(t *testing.T) {
+	const concurrency = 3
+	ho := startBackfillHandOver(t, concurrency, func(cfg *Config) {
+		if cfg.NodeID == "node-a" {
+			cfg.Workers = 1
+		}
+	})
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
+	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
+		t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().QueueDepth == concurrency-1 })
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+	handed := map[time.Time]bool{limitsAt(-8): true, limitsAt(-7): true}
+	for len(handed) > 0 {
+		r := h.next(t)
+		if r.Node != "node-b" || !handed[r.ScheduledAt] {
+			t.Fatalf("started %s@%s on %s, want the fires node-a handed over unrun, on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+		}
+		delete(handed, r.ScheduledAt)
+	}
+	select {
+	case r := <-h.started:
+		t.Fatalf("started %s@%s on %s beside the backfill's 3 fires under way (2 handed over unrun), of a concurrency of %d",
+			r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, concurrency)
+	case <-time.After(700 * time.Millisecond):
+	}
+	ho.finish(t, closed, concurrency)
+}
+
+// The next owner starts a backfill's runner only once it took over the
+// fires handed over, which the runner counts from its start: not for a
+// record its watch delivers late, while the acquire loads the partition.
+// Here node-b's loop is held as it acquires node-a's partition, and the
+// backfill's record comes then: it started a runner, whose fires could
+// go before the fires handed over, and not count them.
+func TestEngine_BackfillRunnerStartsOnceTheAcquireTookTheFiresOver(t *testing.T) {
+	const concurrency = 1
+	ho := startBackfillHandOver(t, concurrency, nil)
+	a, b, id := ho.a, ho.b, ho.id
+	if r := ho.h.next(t); r.Node != "node-a" {
+		t.Fatalf("started %s@%s on %s, want node-a's", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	let := holdLoop(t, b)
+	closed := closeInBackground(a)
+	p := ring.Partition(id, limitsPolicyParts)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Owns(p) })
+	resp, err := b.e.Registry().PartitionBackfills(context.Background(), p)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the backfill record: %v, %v", resp, err)
+	}
+	kv := resp.Kvs[0]
+	b.e.startBackfill(string(kv.Key), kv.Value, kv.ModRevision, false)
+	if backfillRunning(b, id) {
+		t.Error("the watch started a runner of the backfill while node-b acquired its partition")
+	}
+	let()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillRunning(b, id) })
+	ho.finish(t, closed, concurrency)
+}
+
+// backfillHandOver is a backfill of 10 fires of a task of node-a's, whose
+// fires h holds, that node-b takes over when node-a leaves.
+type backfillHandOver struct {
+	a, b *testNode
+	h    *holder
+	id   string
+	most atomic.Int64 // the backfill's fires that ran at once, on both nodes
+}
+
+// startBackfillHandOver starts node-a and node-b (tweak configures both
+// more) and a backfill of the given concurrency of 12:00:01 to 12:00:10
+// of a task of node-a's.
+func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *backfillHandOver {
+	t.Helper()
+	c, clock := limitsStart(t)
+	ho := &backfillHandOver{h: newHolder(t)}
+	var going atomic.Int64 // the backfill's fires running, on both nodes
+	count := func(ctx context.Context, f Fire) error {
+		n := going.Add(1)
+		defer going.Add(-1)
+		for m := ho.most.Load(); n > m; m = ho.most.Load() {
+			if ho.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		return ho.h.handler(ctx, f)
+	}
+	start := func(id string) *testNode {
+		n := startNode(t, c, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+			cfg.Partitions = limitsPolicyParts // two nodes share them
+			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
+			if tweak != nil {
+				tweak(cfg)
+			}
+		}))
+		t.Cleanup(ho.h.open) // again: cleanups run last first
+		return n
+	}
+	ho.a, ho.b = start("node-a"), start("node-b")
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return ho.b.e.Stats().PartitionsOwned > 0 && ho.a.e.Stats().PartitionsOwned+ho.b.e.Stats().PartitionsOwned == limitsPolicyParts
+	})
+	for i := 0; ho.id == ""; i++ {
+		if c := fmt.Sprintf("bf-%d", i); ho.a.e.owned[ring.Partition(c, limitsPolicyParts)].Load() {
+			ho.id = c
+		}
+	}
+	ho.h.ids[ho.id] = true
+	reg := ho.a.e.Registry()
+	putTask(t, reg, handlerTask(ho.id, "* * * * * *"))
+	waitNext(t, ho.a, ho.id, limitsAt(1)) // the frozen clock fires none of its schedule
+	if _, err := reg.Backfill(context.Background(), ho.id, limitsAt(-9), limitsAt(0), concurrency); err != nil {
+		t.Fatal(err)
+	}
+	return ho
+}
+
+// finish lets the held fires go, waits for node-a's close and the
+// backfill's end on node-b, and checks that no more than concurrency of
+// its fires ran at once.
+func (ho *backfillHandOver) finish(t *testing.T, closed <-chan error, concurrency int) {
+	t.Helper()
+	ho.h.open()
 	if err := <-closed; err != nil {
 		t.Errorf("close node-a: %v", err)
 	}
-	rb := b.e.Registry()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, rb, id).State == task.BackfillDone })
-	if got := backfillProgress(t, rb, id); got.Done != 10 || got.Node != "node-b" {
+	rb := ho.b.e.Registry()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, rb, ho.id).State == task.BackfillDone })
+	if got := backfillProgress(t, rb, ho.id); got.Done != 10 || got.Node != "node-b" {
 		t.Errorf("final record %+v, want 10 fires done by node-b", got)
 	}
-	if m := most.Load(); m > concurrency {
+	if m := ho.most.Load(); m > int64(concurrency) {
 		t.Errorf("%d fires of the backfill ran at once across the hand-over, of a concurrency of %d", m, concurrency)
 	}
 }
@@ -339,6 +438,61 @@ func TestLoop_QueuedBackfillFiresAreHandedOverAndRun(t *testing.T) {
 		fmt.Sprintf("bf@%d", old.Add(2*time.Hour).UnixMilli())}
 	if got := b.dispatched(0); !slices.Equal(got, want) {
 		t.Errorf("the next owner dispatched %v, want %v", got, want)
+	}
+}
+
+// The fires of a backfill handed over unrun count against its
+// concurrency on the node that took them over (its runner's fires are
+// refused, busy) until each ends there, whichever way: a fire whose first
+// attempt failed is under way until its retry ends; dropped with their
+// task's definition (an edit the node cannot read, which keeps the
+// backfill), a queued fire and a retry end; so does a retry skipped, of a
+// paused task whose backfill was canceled since. A count left behind
+// would hold the runner for good.
+func TestLoop_HandedBackfillFiresCountUntilTheyEnd(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	for _, c := range []struct {
+		name   string
+		paused bool // paused and canceled; else dropped
+	}{{name: "dropped"}, {name: "paused and canceled", paused: true}} {
+		t.Run(c.name, func(t *testing.T) {
+			tl := newTestLoop(t, at, nil)
+			h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "bf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}),
+				defs: []taskDef{{id: "bf", hash: xxhash.Sum64String("bf"), part: 0, sched: h, prof: retryingProfile(), paused: c.paused}}})
+			handed := &backfillRun{id: "bf", part: 0}
+			runner := &backfillRun{id: "bf", part: 0, ended: make(chan int64, backfillLead(2)+1), handed: handed}
+			tl.handle(&takeOverCmd{part: 0, bfs: map[string]*backfillRun{"bf": handed}, fires: []pendingFire{
+				{ID: "bf", At: old, Backfill: true},
+				{ID: "bf", At: old.Add(time.Hour), Backfill: true, Attempt: 2, Due: at.Add(10 * time.Second)},
+			}})
+			ask := &backfillCmd{part: 0, id: "bf", at: old.Add(2 * time.Hour).UnixNano(), bf: runner, concurrency: 2, reply: make(chan backfillAnswer, 1)}
+			tl.handle(ask)
+			if got := <-ask.reply; got != backfillBusy {
+				t.Fatalf("the runner's fire beside the 2 fires handed over, of a concurrency of 2: answer %d, want %d (busy)", got, backfillBusy)
+			}
+			if c.paused {
+				tl.failFirstQueued() // its retry waits 10 s
+				if n := runner.handedLeft(); n != 2 {
+					t.Fatalf("%d fires handed over count once the first's attempt failed, want 2: its retry is to come", n)
+				}
+				handed.stopped.Store(true) // canceled
+			} else {
+				tl.handle(&eventsCmd{part: 0, drops: []string{"bf"}})
+			}
+			tl.clock.Advance(time.Minute)
+			tl.dispatchAll()
+			if got := tl.dispatched(0); len(got) != 0 {
+				t.Errorf("dispatched %v, want the fires handed over ended unrun", got)
+			}
+			if n := runner.handedLeft(); n != 0 {
+				t.Errorf("%d fires handed over count once they all ended, want none", n)
+			}
+		})
 	}
 }
 

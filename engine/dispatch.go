@@ -635,14 +635,16 @@ type handedRetryKey struct {
 // it reads the keys, and a retry already due there (its backoff ran out
 // while a crashed owner's lease expired) came due in between: it is
 // remembered triggerWait since (loop.handed), as a trigger that fired is.
-func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra, listed bool) {
+// It reports whether the retry waits here, not held already.
+func (l *loop) waitHandedRetry(i uint32, r *record, sched int64, attempt uint16, due int64, x *fireExtra, listed bool) bool {
 	k := handedRetryKey{i, r.gen, sched, attempt}
 	if _, ok := l.handed[k]; ok {
-		return
+		return false
 	}
 	l.handed[k] = 0
 	slot := l.waitRetry(i, r, sched, attempt, due, x)
 	l.retries[slot].handed, l.retries[slot].listed = true, listed
+	return true
 }
 
 // freeRetry frees a retry's slot, due or handed over.

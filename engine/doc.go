@@ -143,7 +143,9 @@
 //     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease); so does a
 //     backfill's concurrency, whatever the policy, for its fires running
 //     past the release
-//     (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver). A node
+//     (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver), and for
+//     those handed over unrun, until each ends on the next owner
+//     (TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun). A node
 //     that fences cancels those runs instead, as a crash would end them
 //     (TestEngine_FenceCancelsTheRunsOfTasksKeptApart); a release whose
 //     markers etcd refuses keeps its partition until etcd takes them
@@ -223,9 +225,10 @@
 //   - A backfill repeats at most 2 × its concurrency of fires after a
 //     crash (TestEngine_BackfillSurvivesAHandOver/crash). Across a
 //     graceful hand-over its concurrency holds for the old owner's fires
-//     still running (marked: TestEngine_BackfillConcurrencyAcrossAGracefulHandOver),
-//     not for those handed over unrun, nor once a replace fire deleted
-//     their marker: the next owner's fires may then reach twice it.
+//     still running (marked: TestEngine_BackfillConcurrencyAcrossAGracefulHandOver)
+//     and those handed over unrun, not once a replace fire deleted their
+//     marker, nor for a retry handed on through etcd: the next owner's
+//     fires may then reach twice it.
 //   - Chain triggers wait in memory between the end of the fire and their
 //     etcd write, so a crash in between, or a cut from etcd past Close's
 //     wait, loses them

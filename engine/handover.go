@@ -858,22 +858,29 @@ func (l *loop) takeOver(c *takeOverCmd) {
 		}
 		prof := l.profs.list[r.prof]
 		at := f.At.UnixNano()
+		var bf *backfillRun
+		if f.Backfill {
+			bf = c.bfs[f.ID]
+		}
 		if f.Attempt > 0 {
 			retries = true
 			// A retry: it waits here until it is due, as it would have
 			// there.
-			var bf *backfillRun
-			if f.Backfill {
-				bf = c.bfs[f.ID]
+			if l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), handedExtra(f.Override, bf, f.Trigger), true) && bf != nil {
+				bf.tookOver(at)
 			}
-			l.waitHandedRetry(i, r, at, f.Attempt, f.Due.UnixNano(), handedExtra(f.Override, bf, f.Trigger), true)
 			continue
 		}
 		if f.Backfill {
 			// Its backfill's progress is past it; still the backfill's
 			// fire: its retries run while the task is paused, until the
-			// backfill is canceled, and outside its concurrency policy.
-			l.admitBackfill(i, r, at, c.bfs[f.ID])
+			// backfill is canceled, and outside its concurrency policy,
+			// and it counts against the backfill's concurrency until it
+			// ends, as on the node that handed it over.
+			if bf != nil {
+				bf.tookOver(at)
+			}
+			l.admitBackfill(i, r, at, bf)
 			continue
 		}
 		if r.flags&flagPaused != 0 {

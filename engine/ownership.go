@@ -651,6 +651,11 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 	if err != nil {
 		return fail(err)
 	}
+	// No runner of p's backfills starts before startBackfills, below,
+	// after the fires handed over are taken over: a runner counts those
+	// of its task against its concurrency from its start (handed). Those
+	// an undone acquire of p took over went with it.
+	e.stopBackfills([]int{p}, false)
 	e.owned[p].Store(true)
 	// The partition's watch lives as long as the partition is held, not as
 	// long as this acquire.
