@@ -131,10 +131,15 @@ func (b *backfillRun) handedLeft() int {
 	if b == nil || b.handed == nil {
 		return 0
 	}
-	h := b.handed
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.nTakenOver
+	return b.handed.unended()
+}
+
+// unended is how many fires of b, a backfill of fires handed over, the
+// node took over and have not ended.
+func (b *backfillRun) unended() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.nTakenOver
 }
 
 // backfills are the runs of this node, by task id.
@@ -372,8 +377,10 @@ func (e *Engine) stopHanded(id string) {
 // runners. graceful: the partitions are being released, and each runner
 // records the last fire it dispatched as its progress first; it returns
 // then how many fires of each backfill, by task id, were dispatched and
-// had not ended (backfillRun.left).
+// had not ended (backfillRun.left), with those handed over to this node
+// that had not ended either.
 func (e *Engine) stopBackfills(ps []int, graceful bool) map[string]int {
+	var left map[string]int
 	e.bf.mu.Lock()
 	if e.bf.released == nil {
 		e.bf.released = map[int]bool{}
@@ -384,6 +391,12 @@ func (e *Engine) stopBackfills(ps []int, graceful bool) map[string]int {
 	for id, b := range e.bf.handed {
 		if slices.Contains(ps, b.part) {
 			delete(e.bf.handed, id)
+			if n := b.unended(); graceful && n > 0 {
+				if left == nil {
+					left = map[string]int{}
+				}
+				left[id] = n
+			}
 		}
 	}
 	var stop []*backfillRun
@@ -395,14 +408,13 @@ func (e *Engine) stopBackfills(ps []int, graceful bool) map[string]int {
 		}
 	}
 	e.bf.mu.Unlock()
-	var left map[string]int
 	for _, b := range stop {
 		<-b.done
 		if b.left > 0 {
 			if left == nil {
 				left = map[string]int{}
 			}
-			left[b.id] = b.left
+			left[b.id] += b.left
 		}
 	}
 	return left

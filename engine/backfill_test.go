@@ -162,12 +162,7 @@ func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	}
 	closed := closeInBackground(a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
-	select {
-	case r := <-h.started:
-		t.Fatalf("started %s@%s on %s while node-a's %d fires of the backfill ran, of a concurrency of %d",
-			r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, len(old), concurrency)
-	case <-time.After(700 * time.Millisecond):
-	}
+	ho.noneStarts(t, fmt.Sprintf("while node-a's %d fires of the backfill ran, of a concurrency of %d", len(old), concurrency))
 	for _, r := range old {
 		if !r.running() {
 			t.Fatalf("node-a's fire %s ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
@@ -176,46 +171,60 @@ func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	if n := a.e.Stats().RunsMarked; n != 1 {
 		t.Errorf("node-a marked %d runs, want 1 (the task's, of %d fires of its backfill)", n, concurrency)
 	}
-	ho.finish(t, closed, concurrency)
+	ho.finish(t, concurrency, b, closed)
 }
 
 // A backfill's concurrency holds too for its fires a graceful release
 // hands over unrun (still queued past the release's wait for busy
 // workers): the next owner counts them as in flight until each ends
-// there. Here a backfill of concurrency 3 has its first fire held on
-// node-a, whose one worker leaves the next two queued, when node-a
-// leaves gracefully: node-b runs the two handed over beside node-a's
-// marked one and starts none of its own while they run (without the
-// count it started 2 beside them, 4 at once on node-b).
+// there, and marks those still going when it releases the partition in
+// turn, as its runner's own. Here a backfill of concurrency 3 has its
+// first fire held on node-a, whose one worker leaves the next two
+// queued, when node-a leaves gracefully: node-b runs the two handed over
+// beside node-a's marked one and starts none of its own while they run
+// (without the count it started 2 beside them, 4 at once on node-b);
+// nor does node-c once node-b leaves too (without the marks it started
+// 2 beside the 3, 5 at once).
 func TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun(t *testing.T) {
-	const concurrency = 3
-	ho := startBackfillHandOver(t, concurrency, func(cfg *Config) {
-		if cfg.NodeID == "node-a" {
-			cfg.Workers = 1
-		}
-	})
-	a, b, h, id := ho.a, ho.b, ho.h, ho.id
-	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
-		t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	for _, again := range []bool{false, true} {
+		t.Run(map[bool]string{false: "taken over", true: "released again"}[again], func(t *testing.T) {
+			const concurrency = 3
+			ho := startBackfillHandOver(t, concurrency, func(cfg *Config) {
+				if cfg.NodeID == "node-a" {
+					cfg.Workers = 1
+				}
+			})
+			a, b, h, id := ho.a, ho.b, ho.h, ho.id
+			if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
+				t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+			}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().QueueDepth == concurrency-1 })
+			closed := []<-chan error{closeInBackground(a)}
+			etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+			handed := map[time.Time]bool{limitsAt(-8): true, limitsAt(-7): true}
+			for len(handed) > 0 {
+				r := h.next(t)
+				if r.Node != "node-b" || !handed[r.ScheduledAt] {
+					t.Fatalf("started %s@%s on %s, want the fires node-a handed over unrun, on node-b",
+						r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+				}
+				delete(handed, r.ScheduledAt)
+			}
+			why := fmt.Sprintf("beside the backfill's 3 fires under way (2 handed over unrun), of a concurrency of %d", concurrency)
+			ho.noneStarts(t, why)
+			last := b
+			if again {
+				last = ho.start("node-c")
+				closed = append(closed, closeInBackground(b))
+				etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(last, id) && backfillRunning(last, id) })
+				ho.noneStarts(t, why)
+				if n := b.e.Stats().RunsMarked; n != 1 {
+					t.Errorf("node-b marked %d runs, want 1 (the task's, of the 2 fires handed over to it)", n)
+				}
+			}
+			ho.finish(t, concurrency, last, closed...)
+		})
 	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().QueueDepth == concurrency-1 })
-	closed := closeInBackground(a)
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
-	handed := map[time.Time]bool{limitsAt(-8): true, limitsAt(-7): true}
-	for len(handed) > 0 {
-		r := h.next(t)
-		if r.Node != "node-b" || !handed[r.ScheduledAt] {
-			t.Fatalf("started %s@%s on %s, want the fires node-a handed over unrun, on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
-		}
-		delete(handed, r.ScheduledAt)
-	}
-	select {
-	case r := <-h.started:
-		t.Fatalf("started %s@%s on %s beside the backfill's 3 fires under way (2 handed over unrun), of a concurrency of %d",
-			r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, concurrency)
-	case <-time.After(700 * time.Millisecond):
-	}
-	ho.finish(t, closed, concurrency)
 }
 
 // The next owner starts a backfill's runner only once it took over the
@@ -246,16 +255,17 @@ func TestEngine_BackfillRunnerStartsOnceTheAcquireTookTheFiresOver(t *testing.T)
 	}
 	let()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillRunning(b, id) })
-	ho.finish(t, closed, concurrency)
+	ho.finish(t, concurrency, b, closed)
 }
 
 // backfillHandOver is a backfill of 10 fires of a task of node-a's, whose
 // fires h holds, that node-b takes over when node-a leaves.
 type backfillHandOver struct {
-	a, b *testNode
-	h    *holder
-	id   string
-	most atomic.Int64 // the backfill's fires that ran at once, on both nodes
+	a, b  *testNode
+	start func(id string) *testNode // another node like them
+	h     *holder
+	id    string
+	most  atomic.Int64 // the backfill's fires that ran at once, on every node
 }
 
 // startBackfillHandOver starts node-a and node-b (tweak configures both
@@ -265,7 +275,7 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 	t.Helper()
 	c, clock := limitsStart(t)
 	ho := &backfillHandOver{h: newHolder(t)}
-	var going atomic.Int64 // the backfill's fires running, on both nodes
+	var going atomic.Int64 // the backfill's fires running, on every node
 	count := func(ctx context.Context, f Fire) error {
 		n := going.Add(1)
 		defer going.Add(-1)
@@ -276,7 +286,7 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 		}
 		return ho.h.handler(ctx, f)
 	}
-	start := func(id string) *testNode {
+	ho.start = func(id string) *testNode {
 		n := startNode(t, c, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = limitsPolicyParts // two nodes share them
 			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
@@ -287,7 +297,7 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 		t.Cleanup(ho.h.open) // again: cleanups run last first
 		return n
 	}
-	ho.a, ho.b = start("node-a"), start("node-b")
+	ho.a, ho.b = ho.start("node-a"), ho.start("node-b")
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
 		return ho.b.e.Stats().PartitionsOwned > 0 && ho.a.e.Stats().PartitionsOwned+ho.b.e.Stats().PartitionsOwned == limitsPolicyParts
 	})
@@ -306,19 +316,32 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 	return ho
 }
 
-// finish lets the held fires go, waits for node-a's close and the
-// backfill's end on node-b, and checks that no more than concurrency of
-// its fires ran at once.
-func (ho *backfillHandOver) finish(t *testing.T, closed <-chan error, concurrency int) {
+// noneStarts fails t if a fire of the backfill starts within 700 ms,
+// why.
+func (ho *backfillHandOver) noneStarts(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case r := <-ho.h.started:
+		t.Fatalf("started %s@%s on %s %s", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, why)
+	case <-time.After(700 * time.Millisecond):
+	}
+}
+
+// finish lets the held fires go, waits for the closes of the nodes that
+// left and the backfill's end on last, and checks that no more than
+// concurrency of its fires ran at once.
+func (ho *backfillHandOver) finish(t *testing.T, concurrency int, last *testNode, closed ...<-chan error) {
 	t.Helper()
 	ho.h.open()
-	if err := <-closed; err != nil {
-		t.Errorf("close node-a: %v", err)
+	for _, c := range closed {
+		if err := <-c; err != nil {
+			t.Errorf("close: %v", err)
+		}
 	}
-	rb := ho.b.e.Registry()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, rb, ho.id).State == task.BackfillDone })
-	if got := backfillProgress(t, rb, ho.id); got.Done != 10 || got.Node != "node-b" {
-		t.Errorf("final record %+v, want 10 fires done by node-b", got)
+	reg := last.e.Registry()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillProgress(t, reg, ho.id).State == task.BackfillDone })
+	if got := backfillProgress(t, reg, ho.id); got.Done != 10 || got.Node != last.e.NodeID() {
+		t.Errorf("final record %+v, want 10 fires done by %s", got, last.e.NodeID())
 	}
 	if m := ho.most.Load(); m > int64(concurrency) {
 		t.Errorf("%d fires of the backfill ran at once across the hand-over, of a concurrency of %d", m, concurrency)

@@ -477,7 +477,8 @@ type leaver struct {
 	n       int        // its attempts not yet ended
 	mark    *markedRun // its run's marker, once it has one (elsewhere.go)
 	// backfill are its backfill's fires among its attempts when its
-	// runner stopped: its marker counts them against the backfill's
+	// runner stopped, with those handed over to this node not ended
+	// (stopBackfills): its marker counts them against the backfill's
 	// concurrency on the next owner.
 	backfill int
 }
