@@ -141,16 +141,24 @@ func checkConsistent(t *testing.T, cfg Config, r *Result) {
 			t.Errorf("ready_ms %.1f: want > 0", r.ReadyMs)
 		}
 	}
-	if has("leave_handoff_p50_ms") {
-		if !(0 <= r.LeaveHandoffP50Ms && r.LeaveHandoffP50Ms <= r.LeaveHandoffP99Ms && r.LeaveHandoffP99Ms <= r.LeaveHandoffMaxMs) {
-			t.Errorf("leave hand-over p50 %.3f, p99 %.3f, max %.3f: not ordered", r.LeaveHandoffP50Ms, r.LeaveHandoffP99Ms, r.LeaveHandoffMaxMs)
+	for _, ev := range []struct {
+		name string
+		e    Event
+	}{{"leave", r.Leave}, {"rejoin", r.Rejoin}} {
+		if !has(ev.name + "_handoff_p50_ms") {
+			continue
 		}
-		// The partitions the joining node took go back when it leaves.
-		if r.LeaveMovedPartitions != r.MovedPartitions {
-			t.Errorf("leave_moved_partitions %d, moved_partitions %d: want the same", r.LeaveMovedPartitions, r.MovedPartitions)
+		e := ev.e
+		if !(0 <= e.HandoffP50Ms && e.HandoffP50Ms <= e.HandoffP99Ms && e.HandoffP99Ms <= e.HandoffMaxMs) {
+			t.Errorf("%s hand-over p50 %.3f, p99 %.3f, max %.3f: not ordered", ev.name, e.HandoffP50Ms, e.HandoffP99Ms, e.HandoffMaxMs)
 		}
-		if r.LeaveReadyMs <= 0 {
-			t.Errorf("leave_ready_ms %.1f: want > 0", r.LeaveReadyMs)
+		// The partitions the joining node took go back when it leaves,
+		// and come to it again when it starts again.
+		if e.MovedPartitions != r.MovedPartitions {
+			t.Errorf("%s_moved_partitions %d, moved_partitions %d: want the same", ev.name, e.MovedPartitions, r.MovedPartitions)
+		}
+		if e.ReadyMs <= 0 {
+			t.Errorf("%s_ready_ms %.1f: want > 0", ev.name, e.ReadyMs)
 		}
 	}
 	if has("keyed_tasks") && (r.KeyedTasks < 1 || r.KeyedTasks > r.Tasks) {
@@ -393,8 +401,9 @@ func TestNothingMeasured(t *testing.T) {
 		{Result{Scenario: Memory}, nil},
 		{Result{Scenario: Failover, Fires: 10}, []string{"no partition moved when the node was killed"}},
 		{Result{Scenario: Failover, Fires: 10, MovedPartitions: 3}, nil},
-		{Result{Scenario: Rebalance, Fires: 10, MovedPartitions: 3}, []string{"no partition moved when the node left"}},
-		{Result{Scenario: Rebalance}, []string{"no fire ran", "no partition moved when the node joined", "no partition moved when the node left"}},
+		{Result{Scenario: Rebalance, Fires: 10, MovedPartitions: 3, Leave: Event{MovedPartitions: 3}}, []string{"no partition moved when the node started again"}},
+		{Result{Scenario: Rebalance}, []string{"no fire ran", "no partition moved when the node joined", "no partition moved when the node left",
+			"no partition moved when the node started again"}},
 		{Result{Scenario: Restart, ReadyMs: 900}, []string{"no fire came within a minute of ready"}},
 		{Result{Scenario: Restart, ReadyMs: 900, FirstFireMs: 950}, nil},
 	} {

@@ -36,9 +36,12 @@ type cluster struct {
 	reg      *registry.Registry
 	log      *slog.Logger
 
-	mu    sync.Mutex // guards nodes
+	mu    sync.Mutex // guards nodes and retired
 	nodes []*node
-	rec   *recorder // set before the first node starts; nil: fires are not observed
+	// retired are the counters of the nodes that went and were started
+	// again (startNode at their index), as they were when they went.
+	retired counters
+	rec     *recorder // set before the first node starts; nil: fires are not observed
 }
 
 // node is one node of the cluster: an in-process engine with its own etcd
@@ -155,6 +158,9 @@ func (c *cluster) startNode(ctx context.Context, idx int, cached bool) (*node, e
 	if idx == len(c.nodes) {
 		c.nodes = append(c.nodes, n)
 	} else {
+		gone := c.nodes[idx].frozen
+		gone.rss = 0 // a node gone has none
+		c.retired = c.retired.plus(gone)
 		c.nodes[idx] = n
 	}
 	c.mu.Unlock()
@@ -258,8 +264,9 @@ func (c *cluster) kill(ctx context.Context, idx int) {
 }
 
 // leave stops node idx gracefully (SIGTERM for a process) and waits until
-// it has released its partitions and stopped. Its counters stay in the
-// cluster's sums as they were when it stopped.
+// it has released its partitions and stopped, its cache closed as a
+// server closes it. Its counters stay in the cluster's sums as they were
+// when it stopped.
 func (c *cluster) leave(ctx context.Context, idx int) error {
 	c.mu.Lock()
 	n := c.nodes[idx]
@@ -276,6 +283,9 @@ func (c *cluster) leave(ctx context.Context, idx int) error {
 	c.mu.Lock()
 	n.frozen, n.gone = k, true
 	c.mu.Unlock()
+	if n.proc == nil {
+		err = errors.Join(err, n.close())
+	}
 	if err != nil {
 		return fmt.Errorf("bench: %s leaves: %w", n.id, err)
 	}
@@ -334,15 +344,19 @@ type counters struct {
 	rss                       uint64
 }
 
+func (k counters) plus(o counters) counters {
+	return counters{fires: k.fires + o.fires, misfires: k.misfires + o.misfires, requests: k.requests + o.requests,
+		cpu: k.cpu + o.cpu, rss: k.rss + o.rss}
+}
+
 // counters sums the counters of every node, those of nodes that are gone
 // as they were when they went (their RSS then counts no more).
 func (c *cluster) counters() counters {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.mu.Lock()
-	nodes := slices.Clone(c.nodes)
+	nodes, s := slices.Clone(c.nodes), c.retired
 	c.mu.Unlock()
-	var s counters
 	for _, n := range nodes {
 		c.mu.Lock()
 		k, gone := n.frozen, n.gone
@@ -352,11 +366,7 @@ func (c *cluster) counters() counters {
 		} else {
 			k.rss = 0
 		}
-		s.fires += k.fires
-		s.misfires += k.misfires
-		s.requests += k.requests
-		s.cpu += k.cpu
-		s.rss += k.rss
+		s = s.plus(k)
 	}
 	return s
 }

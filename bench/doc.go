@@ -51,9 +51,10 @@
 //     With node processes they are the nodes' sums (a node that is gone
 //     counts its CPU until it went, and no RSS).
 //   - A hand-over's lag is, per partition that moved, the lag of its probe's
-//     first fire on its new owner after the event. Rebalance measures two
-//     events: the join, then the joined node's graceful leave, each over its
-//     own window (the join's ends where the leave's begins).
+//     first fire on its new owner after the event. Rebalance measures three
+//     events: the join, the joined node's graceful leave, and its start
+//     from its data directory (its cache: a rolling restart's), each over
+//     its own window (each ends where the next one's begins).
 //   - With several runs, each figure is the median of the runs' (the lower
 //     middle one for an even count); the note lists duplicates, misses and
 //     misfires run by run where the runs disagree.

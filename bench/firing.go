@@ -110,8 +110,8 @@ func runBurst(ctx context.Context, cfg Config) (*Result, error) {
 // runHandover measures a join (rebalance) or a kill (failover) under load:
 // the cluster runs, the event happens, and the cluster runs cfg.Duration
 // more (at least until every node is ready again, plus 3 s). Rebalance
-// then makes the node that joined leave gracefully and measures the same
-// for the leave.
+// then makes the node that joined leave gracefully, then start again from
+// its data directory, and measures the same for each.
 func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, error) {
 	initial := cfg.Nodes
 	if scenario == Rebalance {
@@ -134,7 +134,8 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 	event := func() error {
 		if scenario == Rebalance {
 			fmt.Fprintf(cfg.Progress, "bench: node %d joins\n", last)
-			_, err := f.addNode(ctx, false)
+			// With a cache, which its restart starts from.
+			_, err := f.addNode(ctx, true)
 			return err
 		}
 		// The time, to read the nodes' logs (--dir) against.
@@ -158,41 +159,51 @@ func runHandover(ctx context.Context, cfg Config, scenario string) (*Result, err
 		return r, nil
 	}
 
-	// The join's window ends where the leave's begins; the leave comes
-	// 300 ms into it, as the join did.
-	w.to = h.end.Add(time.Second - 1).Truncate(time.Second)
-	if err := sleepUntil(ctx, w.to.Add(-500*time.Millisecond)); err != nil {
+	// Then the node that joined leaves, and starts again from its data
+	// directory. Each event's window begins where the one before ends,
+	// and the event comes 300 ms into it, as the join did.
+	windows, hs := []*window{w}, []*handover{h}
+	for _, event := range []func() error{
+		func() error {
+			fmt.Fprintf(cfg.Progress, "bench: node %d leaves\n", last)
+			return f.leave(ctx, last)
+		},
+		func() error {
+			fmt.Fprintf(cfg.Progress, "bench: node %d starts again from its data directory\n", last)
+			_, err := f.startNode(ctx, last, true)
+			return err
+		},
+	} {
+		prev := windows[len(windows)-1]
+		prev.to = hs[len(hs)-1].end.Add(time.Second - 1).Truncate(time.Second)
+		if err := sleepUntil(ctx, prev.to.Add(-500*time.Millisecond)); err != nil {
+			return nil, err
+		}
+		prev.cb, prev.b = f.count(), snapshot()
+		next := &window{from: prev.to, a: prev.b, ca: prev.cb}
+		if err := sleepUntil(ctx, next.from.Add(300*time.Millisecond)); err != nil {
+			return nil, err
+		}
+		h, err := f.handover(ctx, event)
+		if err != nil {
+			return nil, err
+		}
+		windows, hs = append(windows, next), append(hs, h)
+	}
+	if err := f.closeWindow(ctx, windows[len(windows)-1], hs[len(hs)-1].end); err != nil {
 		return nil, err
 	}
-	w.cb, w.b = f.count(), snapshot()
-	wl := &window{from: w.to, a: w.b, ca: w.cb}
-	if err := sleepUntil(ctx, wl.from.Add(300*time.Millisecond)); err != nil {
-		return nil, err
+	var rs []*Result
+	for i, w := range windows {
+		r, err := f.result(scenario, cfg.Nodes, w)
+		if err != nil {
+			return nil, err
+		}
+		hs[i].fill(r)
+		rs = append(rs, r)
 	}
-	hl, err := f.handover(ctx, func() error {
-		fmt.Fprintf(cfg.Progress, "bench: node %d leaves\n", last)
-		return f.leave(ctx, last)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := f.closeWindow(ctx, wl, hl.end); err != nil {
-		return nil, err
-	}
-	r, err := f.result(scenario, cfg.Nodes, w)
-	if err != nil {
-		return nil, err
-	}
-	h.fill(r)
-	rl, err := f.result(scenario, cfg.Nodes, wl)
-	if err != nil {
-		return nil, err
-	}
-	hl.fill(rl)
-	r.LeaveReadyMs, r.LeaveMisfires, r.LeaveMissed, r.LeaveDuplicates = rl.ReadyMs, rl.Misfires, rl.Missed, rl.Duplicates
-	r.LeaveLagP99Ms = rl.LagP99Ms
-	r.LeaveHandoffP50Ms, r.LeaveHandoffP99Ms, r.LeaveHandoffMaxMs = rl.HandoffP50Ms, rl.HandoffP99Ms, rl.HandoffMaxMs
-	r.LeaveHandoffGapMaxMs, r.LeaveMovedPartitions = rl.HandoffGapMaxMs, rl.MovedPartitions
+	r := rs[0]
+	r.Leave, r.Rejoin = rs[1].event(), rs[2].event()
 	return r, nil
 }
 

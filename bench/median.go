@@ -19,22 +19,11 @@ func median(rs []*Result) *Result {
 	byLag := slices.Clone(rs)
 	slices.SortStableFunc(byLag, func(a, b *Result) int { return cmpFloat(a.LagP99Ms, b.LagP99Ms) })
 	out := *byLag[(len(rs)-1)/2]
-	v := reflect.ValueOf(&out).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.Int, reflect.Uint64, reflect.Float64:
-		default:
-			continue
-		}
-		vals := make([]reflect.Value, len(rs))
-		for j, r := range rs {
-			vals[j] = reflect.ValueOf(r).Elem().Field(i)
-		}
-		slices.SortFunc(vals, func(a, b reflect.Value) int { return cmpFloat(num(a), num(b)) })
-		f.Set(vals[(len(vals)-1)/2])
+	srcs := make([]reflect.Value, len(rs))
+	for j, r := range rs {
+		srcs[j] = reflect.ValueOf(r).Elem()
 	}
+	setMedians(reflect.ValueOf(&out).Elem(), srcs)
 	out.Runs = len(rs)
 	var notes []string
 	for _, fl := range []struct {
@@ -44,9 +33,12 @@ func median(rs []*Result) *Result {
 		{"duplicates", func(r *Result) uint64 { return r.Duplicates }},
 		{"missed", func(r *Result) uint64 { return r.Missed }},
 		{"misfires", func(r *Result) uint64 { return r.Misfires }},
-		{"leave duplicates", func(r *Result) uint64 { return r.LeaveDuplicates }},
-		{"leave missed", func(r *Result) uint64 { return r.LeaveMissed }},
-		{"leave misfires", func(r *Result) uint64 { return r.LeaveMisfires }},
+		{"leave duplicates", func(r *Result) uint64 { return r.Leave.Duplicates }},
+		{"leave missed", func(r *Result) uint64 { return r.Leave.Missed }},
+		{"leave misfires", func(r *Result) uint64 { return r.Leave.Misfires }},
+		{"rejoin duplicates", func(r *Result) uint64 { return r.Rejoin.Duplicates }},
+		{"rejoin missed", func(r *Result) uint64 { return r.Rejoin.Missed }},
+		{"rejoin misfires", func(r *Result) uint64 { return r.Rejoin.Misfires }},
 		{"trigger keys left", func(r *Result) uint64 { return r.TriggerKeysLeft }},
 	} {
 		var each []string
@@ -62,6 +54,25 @@ func median(rs []*Result) *Result {
 	out.Note = strings.Join(append(notes, rs[0].Note), "; ")
 	out.Note = strings.TrimSuffix(out.Note, "; ")
 	return &out
+}
+
+// setMedians sets every figure of dst, a struct, to the median of that
+// figure over srcs, structs of the same type, and so within its structs.
+func setMedians(dst reflect.Value, srcs []reflect.Value) {
+	for i := range dst.NumField() {
+		f := dst.Field(i)
+		vals := make([]reflect.Value, len(srcs))
+		for j, src := range srcs {
+			vals[j] = src.Field(i)
+		}
+		switch f.Kind() {
+		case reflect.Int, reflect.Uint64, reflect.Float64:
+			slices.SortFunc(vals, func(a, b reflect.Value) int { return cmpFloat(num(a), num(b)) })
+			f.Set(vals[(len(vals)-1)/2])
+		case reflect.Struct:
+			setMedians(f, vals)
+		}
+	}
 }
 
 func num(v reflect.Value) float64 {

@@ -33,6 +33,23 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+// TestMedian_Events: the figures of rebalance's later events are medians
+// too, not the run with the median lag's.
+func TestMedian_Events(t *testing.T) {
+	rs := []*Result{
+		{Scenario: Rebalance, LagP99Ms: 9, Rejoin: Event{HandoffP99Ms: 100, Duplicates: 2}},
+		{Scenario: Rebalance, LagP99Ms: 7, Rejoin: Event{HandoffP99Ms: 200}},
+		{Scenario: Rebalance, LagP99Ms: 8, Rejoin: Event{HandoffP99Ms: 300}, Leave: Event{ReadyMs: 5}},
+	}
+	m := median(rs)
+	if m.Rejoin.HandoffP99Ms != 200 || m.Leave.ReadyMs != 0 {
+		t.Errorf("rejoin hand-over p99 %v, leave ready %v; want the medians 200 and 0", m.Rejoin.HandoffP99Ms, m.Leave.ReadyMs)
+	}
+	if !strings.Contains(m.Note, "rejoin duplicates by run 2, 0, 0") {
+		t.Errorf("note %q: want the rejoin's duplicates run by run", m.Note)
+	}
+}
+
 func TestRatios(t *testing.T) {
 	rs := []*Result{
 		{Scenario: Throughput, Fires: 1000, FiresPerSec: 100_000, LagP99Ms: 10, CPUCores: 0.1, EtcdRequests: 10},

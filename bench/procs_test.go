@@ -49,7 +49,8 @@ func shardcronBinary(t *testing.T) string {
 }
 
 // TestRun_ProcsRebalance runs rebalance with node processes at a small
-// size: a node joins, then leaves with SIGTERM. Both events must be seen
+// size: a node joins, leaves with SIGTERM, and starts again from its data
+// directory. Each event must be seen
 // through the processes' API and the receiver: partitions moved each way,
 // the probes' first fires on their new owners timed, the node processes'
 // CPU and RSS read from their /metrics, and each node's log in the work
@@ -64,13 +65,14 @@ func TestRun_ProcsRebalance(t *testing.T) {
 	if !r.Procs {
 		t.Errorf("procs false: the nodes ran in-process")
 	}
-	if r.HandoffMaxMs <= 0 || r.LeaveHandoffMaxMs <= 0 {
-		t.Errorf("hand-over max %.3f ms at the join, %.3f ms at the leave: want both measured (> 0)", r.HandoffMaxMs, r.LeaveHandoffMaxMs)
+	if r.HandoffMaxMs <= 0 || r.Leave.HandoffMaxMs <= 0 || r.Rejoin.HandoffMaxMs <= 0 {
+		t.Errorf("hand-over max %.3f ms at the join, %.3f ms at the leave, %.3f ms at the rejoin: want each measured (> 0)",
+			r.HandoffMaxMs, r.Leave.HandoffMaxMs, r.Rejoin.HandoffMaxMs)
 	}
 	// engine/doc.go: graceful hand-overs neither repeat nor miss a fire.
-	if r.Missed+r.Duplicates+r.LeaveMissed+r.LeaveDuplicates != 0 {
-		t.Errorf("join: %d missed, %d duplicates; leave: %d missed, %d duplicates; want none",
-			r.Missed, r.Duplicates, r.LeaveMissed, r.LeaveDuplicates)
+	if r.Missed+r.Duplicates+r.Leave.Missed+r.Leave.Duplicates+r.Rejoin.Missed+r.Rejoin.Duplicates != 0 {
+		t.Errorf("join: %d missed, %d duplicates; leave: %d missed, %d duplicates; rejoin: %d missed, %d duplicates; want none",
+			r.Missed, r.Duplicates, r.Leave.Missed, r.Leave.Duplicates, r.Rejoin.Missed, r.Rejoin.Duplicates)
 	}
 	if r.CPUCores <= 0 || r.RSSBytes == 0 {
 		t.Errorf("cpu_cores %.3f, rss_bytes %d: want the node processes' (> 0)", r.CPUCores, r.RSSBytes)

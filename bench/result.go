@@ -63,19 +63,11 @@ type Result struct {
 	TriggerKeysLeft       uint64  // trigger keys in etcd once the owners stopped deleting them
 	TriggerKeysGoneMs     float64 // until etcd held no trigger key; 0 while some are left
 
-	// Rebalance's second event: the node that joined leaves gracefully
-	// (SIGTERM, or Close in-process). The same figures, over the window
-	// from the leave to the end.
-	LeaveReadyMs         float64 // from the leave until the others are ready with every task
-	LeaveMisfires        uint64
-	LeaveMissed          uint64
-	LeaveDuplicates      uint64
-	LeaveLagP99Ms        float64
-	LeaveHandoffP50Ms    float64
-	LeaveHandoffP99Ms    float64
-	LeaveHandoffMaxMs    float64
-	LeaveHandoffGapMaxMs float64
-	LeaveMovedPartitions int
+	// Rebalance's later events, each over its own window, from the event
+	// to the end: the node that joined leaves gracefully (SIGTERM, or
+	// Close in-process), then starts again from its data directory and
+	// joins once more, as a rolling restart restarts a node.
+	Leave, Rejoin Event
 
 	// Shown in the JSON only when set.
 	Runs         int     // runs the figures are the medians of, when more than 1
@@ -86,6 +78,28 @@ type Result struct {
 	// Charts; not in the JSON.
 	LagSeries []SeriesPoint `json:"-"`
 	LagDist   []Bucket      `json:"-"`
+}
+
+// Event is what one of rebalance's later events did: the figures the
+// join's fields of the same names give the join.
+type Event struct {
+	ReadyMs         float64 // from the event until the live nodes are ready with every task
+	Misfires        uint64
+	Missed          uint64
+	Duplicates      uint64
+	LagP99Ms        float64
+	HandoffP50Ms    float64
+	HandoffP99Ms    float64
+	HandoffMaxMs    float64
+	HandoffGapMaxMs float64
+	MovedPartitions int
+}
+
+// event is r, the result of an event's window, as an Event.
+func (r *Result) event() Event {
+	return Event{ReadyMs: r.ReadyMs, Misfires: r.Misfires, Missed: r.Missed, Duplicates: r.Duplicates, LagP99Ms: r.LagP99Ms,
+		HandoffP50Ms: r.HandoffP50Ms, HandoffP99Ms: r.HandoffP99Ms, HandoffMaxMs: r.HandoffMaxMs,
+		HandoffGapMaxMs: r.HandoffGapMaxMs, MovedPartitions: r.MovedPartitions}
 }
 
 // SeriesPoint is one second of a run.
@@ -112,7 +126,7 @@ type field struct {
 }
 
 // fields are the JSON fields, documented ones first, in order.
-var fields = []field{
+var fields = slices.Concat([]field{
 	{"scenario", func(r *Result) any { return r.Scenario }},
 	{"tasks", func(r *Result) any { return r.Tasks }},
 	{"nodes", func(r *Result) any { return r.Nodes }},
@@ -156,20 +170,38 @@ var fields = []field{
 	{"trigger_keys_at_last_fire", func(r *Result) any { return r.TriggerKeysAtLastFire }},
 	{"trigger_keys_left", func(r *Result) any { return r.TriggerKeysLeft }},
 	{"trigger_keys_gone_ms", func(r *Result) any { return round(r.TriggerKeysGoneMs, 1) }},
-	{"leave_ready_ms", func(r *Result) any { return round(r.LeaveReadyMs, 1) }},
-	{"leave_misfires", func(r *Result) any { return r.LeaveMisfires }},
-	{"leave_missed", func(r *Result) any { return r.LeaveMissed }},
-	{"leave_duplicates", func(r *Result) any { return r.LeaveDuplicates }},
-	{"leave_lag_p99_ms", func(r *Result) any { return round(r.LeaveLagP99Ms, 3) }},
-	{"leave_handoff_p50_ms", func(r *Result) any { return round(r.LeaveHandoffP50Ms, 3) }},
-	{"leave_handoff_p99_ms", func(r *Result) any { return round(r.LeaveHandoffP99Ms, 3) }},
-	{"leave_handoff_max_ms", func(r *Result) any { return round(r.LeaveHandoffMaxMs, 3) }},
-	{"leave_handoff_gap_max_ms", func(r *Result) any { return round(r.LeaveHandoffGapMaxMs, 3) }},
-	{"leave_moved_partitions", func(r *Result) any { return r.LeaveMovedPartitions }},
-	{"runs", func(r *Result) any { return r.Runs }},
-	{"procs", func(r *Result) any { return r.Procs }},
-	{"harness_cpu_cores", func(r *Result) any { return round(r.HarnessCores, 3) }},
-	{"note", func(r *Result) any { return r.Note }},
+}, eventFields("leave", func(r *Result) *Event { return &r.Leave }),
+	eventFields("rejoin", func(r *Result) *Event { return &r.Rejoin }), []field{
+		{"runs", func(r *Result) any { return r.Runs }},
+		{"procs", func(r *Result) any { return r.Procs }},
+		{"harness_cpu_cores", func(r *Result) any { return round(r.HarnessCores, 3) }},
+		{"note", func(r *Result) any { return r.Note }},
+	})
+
+// eventFields are the JSON fields of one of rebalance's later events, each
+// named after the join's field of its figure.
+func eventFields(event string, ev func(r *Result) *Event) []field {
+	return []field{
+		{event + "_ready_ms", func(r *Result) any { return round(ev(r).ReadyMs, 1) }},
+		{event + "_misfires", func(r *Result) any { return ev(r).Misfires }},
+		{event + "_missed", func(r *Result) any { return ev(r).Missed }},
+		{event + "_duplicates", func(r *Result) any { return ev(r).Duplicates }},
+		{event + "_lag_p99_ms", func(r *Result) any { return round(ev(r).LagP99Ms, 3) }},
+		{event + "_handoff_p50_ms", func(r *Result) any { return round(ev(r).HandoffP50Ms, 3) }},
+		{event + "_handoff_p99_ms", func(r *Result) any { return round(ev(r).HandoffP99Ms, 3) }},
+		{event + "_handoff_max_ms", func(r *Result) any { return round(ev(r).HandoffMaxMs, 3) }},
+		{event + "_handoff_gap_max_ms", func(r *Result) any { return round(ev(r).HandoffGapMaxMs, 3) }},
+		{event + "_moved_partitions", func(r *Result) any { return ev(r).MovedPartitions }},
+	}
+}
+
+// eventNames are the names of eventFields(event, …).
+func eventNames(event string) []string {
+	var out []string
+	for _, f := range eventFields(event, nil) {
+		out = append(out, f.name)
+	}
+	return out
 }
 
 // optional are the fields in the JSON only when set, whatever the
@@ -191,9 +223,8 @@ var Fields = map[string][]string{
 	Throughput:  firing,
 	Burst:       firing,
 	LockPerFire: firing,
-	Rebalance: append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms",
-		"leave_ready_ms", "leave_misfires", "leave_missed", "leave_duplicates", "leave_lag_p99_ms",
-		"leave_handoff_p50_ms", "leave_handoff_p99_ms", "leave_handoff_max_ms", "leave_handoff_gap_max_ms", "leave_moved_partitions"),
+	Rebalance: slices.Concat(firing, []string{"handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"},
+		eventNames("leave"), eventNames("rejoin")),
 	Failover:  append(slices.Clone(firing), "handoff_p50_ms", "handoff_p99_ms", "handoff_max_ms", "ready_ms", "moved_partitions", "handoff_gap_max_ms"),
 	Robfig:    {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},
 	AfterFunc: {"scenario", "tasks", "duration_s", "fires", "fires_per_sec", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_cores", "rss_bytes", "bytes_per_task", "duplicates", "missed", "expected_fires"},

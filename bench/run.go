@@ -132,8 +132,11 @@ func nothingMeasured(r *Result) []string {
 		if r.MovedPartitions == 0 {
 			out = append(out, "no partition moved when the node joined: the hand-over figures measured nothing")
 		}
-		if r.LeaveMovedPartitions == 0 {
+		if r.Leave.MovedPartitions == 0 {
 			out = append(out, "no partition moved when the node left: the leave's hand-over figures measured nothing")
+		}
+		if r.Rejoin.MovedPartitions == 0 {
+			out = append(out, "no partition moved when the node started again: the rejoin's hand-over figures measured nothing")
 		}
 	case Failover:
 		if r.MovedPartitions == 0 {

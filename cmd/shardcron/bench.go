@@ -47,9 +47,11 @@ Scenarios:
                  duplicates and misses, and the trigger keys left in etcd
                  (waited for while the owners delete them: how long until
                  none)
-  rebalance      a node joins a cluster of --nodes - 1 under load, then leaves
-                 gracefully (SIGTERM): for each event, hand-over lag per moved
-                 partition, misfires, duplicates, misses, time to ready
+  rebalance      a node joins a cluster of --nodes - 1 under load, leaves
+                 gracefully (SIGTERM), then starts again from its data
+                 directory, as in a rolling restart: for each event,
+                 hand-over lag per moved partition, misfires, duplicates,
+                 misses, time to ready
   failover       one of --nodes nodes is killed under load: the same figures
   lock-per-fire  the seed design: every node's robfig cron fires every task
                  and each fire races for an etcd mutex (NewSession + TryLock)
