@@ -990,6 +990,27 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 	}
 }
 
+// An acquire reports its partition prepared, then returns; the
+// coordinator may take the return first (its select picks at random).
+// The partition, published as prepared after that, stayed published with
+// no acquire left to take it out: the ring's next move of it to this node
+// had its owner let go at once, before this node prepared it.
+func TestEngine_PreparedTakenAfterItsAcquireEndedIsNotPublished(t *testing.T) {
+	publish := time.NewTimer(time.Hour)
+	defer publish.Stop()
+	s := &serving{e: &Engine{log: quietLogger()}, ctx: context.Background(), parts: map[int]*owned{},
+		acquiring: map[int]context.CancelFunc{7: func() {}}, desired: map[int]bool{}, unsure: map[int]bool{},
+		preparedCh: make(chan int, 8), mine: map[int]bool{}, publish: publish}
+	s.preparedCh <- 7
+	s.finish(acquired{p: 7, err: fmt.Errorf("lock partition 7: %w", context.Canceled)})
+	for len(s.preparedCh) > 0 { // as serve takes it next
+		s.prepared(<-s.preparedCh)
+	}
+	if s.mine[7] {
+		t.Errorf("partition 7 published as prepared after its acquire ended: %v", s.mine)
+	}
+}
+
 // Make-before-break: a joining node reads its partitions while their old
 // owner still fires them, so however long the read takes, nothing stands
 // still. Reads slowed to past the misfire threshold used to misfire every

@@ -186,8 +186,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			}
 			s.lockCreated(p)
 		case p := <-s.preparedCh:
-			s.mine[p] = true
-			s.changed()
+			s.prepared(p)
 		case <-s.publish.C:
 			s.dirty = false
 			e.publishPrepared(sctx, sess.Lease(), s.mine)
@@ -295,6 +294,12 @@ func (s *serving) logMembers(ids []string) {
 		e.log.Info("member set changed", attrs...)
 	}
 	e.members = ids
+}
+
+// prepared lists p, which its acquire prepared, among those to publish.
+func (s *serving) prepared(p int) {
+	s.mine[p] = true
+	s.changed()
 }
 
 // changed schedules publishing mine.
@@ -478,6 +483,15 @@ func (s *serving) finish(r acquired) {
 		cancel() // its context leaves the session's
 	}
 	delete(s.acquiring, r.p)
+	// The acquire reported p prepared before it returned, but serve's
+	// select takes the two at random (and alone receives from
+	// preparedCh): taken after this, p would stay published as prepared
+	// here with no acquire left to take it out, and when the ring gave p
+	// to this node again its owner would let go before this node
+	// prepared it.
+	for len(s.preparedCh) > 0 {
+		s.prepared(<-s.preparedCh)
+	}
 	if s.unsure[r.p] {
 		delete(s.unsure, r.p)
 		if r.err != nil && !r.stray {
