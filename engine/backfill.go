@@ -206,8 +206,9 @@ type backfillCmd struct {
 	at   int64
 	bf   *backfillRun
 	// inflight are the runner's fires dispatched and not ended, of its
-	// concurrency: with its fires on former owners (runs elsewhere), they
-	// must leave room for this one.
+	// concurrency: with its fires on former owners (runs elsewhere) and
+	// those they handed over unrun (handed), they must leave room for
+	// this one.
 	inflight, concurrency int
 	reply                 chan backfillAnswer
 }
@@ -631,7 +632,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		var busy <-chan time.Time // the loop found its concurrency full with fires elsewhere: asked again then
+		var busy <-chan time.Time // the loop found its concurrency full with fires of former owners: asked again then
 		for next < len(times) && len(inflight) < rec.Concurrency && next < acked+lead && ctx.Err() == nil {
 			c := &backfillCmd{part: b.part, id: b.id, at: times[next], bf: b, inflight: len(inflight), concurrency: rec.Concurrency,
 				reply: make(chan backfillAnswer, 1)}
@@ -653,8 +654,9 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			}
 			missing = 0
 			if err == nil && answer == backfillBusy {
-				// Until their markers go (elsewhere.go), which the loop
-				// applies: no etcd request per try.
+				// Until their markers go (elsewhere.go), or the fires
+				// handed over end here, which the loop applies: no etcd
+				// request per try.
 				busy = time.After(100 * time.Millisecond)
 				break
 			}
