@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -990,24 +991,57 @@ func TestEngine_TriggerWhoseDeleteFailedFiresOnce(t *testing.T) {
 	}
 }
 
-// An acquire reports its partition prepared, then returns; the
-// coordinator may take the return first (its select picks at random).
-// The partition, published as prepared after that, stayed published with
-// no acquire left to take it out: the ring's next move of it to this node
-// had its owner let go at once, before this node prepared it.
-func TestEngine_PreparedTakenAfterItsAcquireEndedIsNotPublished(t *testing.T) {
-	publish := time.NewTimer(time.Hour)
+// A node publishes what it prepared in turns, in the order it prepared
+// it: prepareWindow at most of those published within prepareHold, the
+// next as one is acquired or passes prepareHold. One whose acquire ended
+// unlisted (the ring moved it on) leaves the queue, and so does one whose
+// prepared report the coordinator took after the acquire's end: serve's
+// select takes the two at random, and such a partition stayed published
+// as prepared here, so that when the ring gave it to this node again its
+// owner let go before this node prepared it.
+func TestEngine_PreparedArePublishedInTurns(t *testing.T) {
+	window, publish := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
+	defer window.Stop()
 	defer publish.Stop()
 	s := &serving{e: &Engine{log: quietLogger()}, ctx: context.Background(), parts: map[int]*owned{},
-		acquiring: map[int]context.CancelFunc{7: func() {}}, desired: map[int]bool{}, unsure: map[int]bool{},
-		preparedCh: make(chan int, 8), mine: map[int]bool{}, publish: publish}
-	s.preparedCh <- 7
-	s.finish(acquired{p: 7, err: fmt.Errorf("lock partition 7: %w", context.Canceled)})
+		acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{}, unsure: map[int]bool{},
+		preparedCh: make(chan int, 1), mine: map[int]time.Time{}, window: window, publish: publish}
+	ended := fmt.Errorf("lock: %w", context.Canceled)
+	for p := range 3 * prepareWindow {
+		s.acquiring[p] = func() {}
+		s.unlisted = append(s.unlisted, p)
+	}
+	// In the future, so that the finishes' own time.Now() finds every
+	// one of them published within prepareHold.
+	t0 := time.Now().Add(time.Hour)
+	listed := func(want ...int) {
+		t.Helper()
+		if got := slices.Sorted(maps.Keys(s.mine)); !slices.Equal(got, want) {
+			t.Fatalf("published %v, want %v", ring.Ranges(got), ring.Ranges(want))
+		}
+	}
+	upTo := func(from, to int) []int {
+		var ps []int
+		for p := from; p < to; p++ {
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	s.admit(t0)
+	listed(upTo(0, prepareWindow)...)
+	s.finish(acquired{p: 0, err: ended}) // acquired or not, it leaves room
+	listed(upTo(1, prepareWindow+1)...)
+	s.finish(acquired{p: 100, err: ended}) // unlisted, the ring moved it on
+	listed(upTo(1, prepareWindow+1)...)
+	s.admit(t0.Add(prepareHold)) // all of them published a while ago
+	listed(slices.DeleteFunc(upTo(1, 2*prepareWindow+2), func(p int) bool { return p == 100 })...)
+	s.preparedCh <- 150
+	s.finish(acquired{p: 150, err: ended})
 	for len(s.preparedCh) > 0 { // as serve takes it next
 		s.prepared(<-s.preparedCh)
 	}
-	if s.mine[7] {
-		t.Errorf("partition 7 published as prepared after its acquire ended: %v", s.mine)
+	if _, ok := s.mine[150]; ok || slices.Contains(s.unlisted, 150) {
+		t.Errorf("partition 150 queued or published after its acquire ended")
 	}
 }
 
@@ -1054,6 +1088,71 @@ func TestEngine_JoinPreparesBeforeTheOldOwnerLetsGo(t *testing.T) {
 	}
 	if tk := hb["take"]; tk.Sum >= 3*float64(moved) {
 		t.Errorf("take %.1f s for %d partitions: the slow read counted in the gap", tk.Sum, moved)
+	}
+}
+
+// A joining node publishes the partitions it prepared in turns: hundreds
+// prepared at once (a restart from the cache) were all released at once
+// by their old owner, and taken together on the new one, each as slow as
+// all of them. (The bound is TestEngine_PreparedArePublishedInTurns's: a
+// slow machine lists more than prepareWindow once turns pass prepareHold.)
+func TestEngine_JoinPublishesWhatItPreparedInTurns(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	cfg := func(id string) func(*Config) {
+		return func(c *Config) { c.NodeID = id; c.Partitions = 1024 }
+	}
+	a := startNode(t, c, "", log.handler, cfg("node-a"))
+	tasks := ids("t", 200)
+	for _, id := range tasks {
+		putTask(t, a.e.Registry(), handlerTask(id, "* * * * * *"))
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return len(log.forTask(tasks[0])) >= 2 })
+
+	// node-b's list, from before it starts.
+	key := a.e.keys.prepared("node-b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	from, err := c.Client.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := c.Client.Watch(ctx, key, clientv3.WithRev(from.Header.Revision+1))
+	most := make(chan int, 1)
+	go func() {
+		n := 0
+		for wr := range watch {
+			for _, ev := range wr.Events {
+				var ps []int
+				if json.Unmarshal(ev.Kv.Value, &ps) == nil {
+					n = max(n, len(ps))
+				}
+			}
+		}
+		most <- n
+	}()
+	b := startNode(t, c, "", log.handler, cfg("node-b"))
+	etcdtest.WaitFor(t, 60*time.Second, func() bool { return a.e.Ready() && b.e.Ready() })
+	until := time.Now().Truncate(time.Second)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		for _, id := range tasks {
+			if !slices.ContainsFunc(log.forTask(id), until.Equal) {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	moved := b.e.Stats().PartitionsOwned
+	if moved <= prepareWindow {
+		t.Fatalf("node-b owns %d partitions; want more than %d, so that turns are needed", moved, prepareWindow)
+	}
+	if n := <-most; n == 0 || n > moved/2 {
+		t.Errorf("node-b listed %d of its %d partitions at most at once; want 1 to half of them", n, moved)
+	}
+	if repeats := everySecond(t, log, tasks, until); repeats > 0 {
+		t.Errorf("%d fires repeated", repeats)
 	}
 }
 

@@ -110,7 +110,9 @@ type serving struct {
 	// Make-before-break (prepare.go).
 	assign     *ring.Assignment  // the ring's current assignment; nil when no member takes partitions
 	preparedCh chan int          // acquires report their partition prepared
-	mine       map[int]bool      // prepared here and not yet acquired: published
+	mine       map[int]time.Time // prepared here and not yet acquired: published, since then
+	unlisted   []int             // prepared here, waiting for room among those published (admit)
+	window     *time.Timer       // the next of mine to pass prepareHold, while some wait unlisted
 	publish    *time.Timer       // flushes mine
 	dirty      bool              // mine changed since it was published
 	others     preparedSets      // what every node published
@@ -132,7 +134,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 		e: e, ctx: sctx, sess: sess,
 		parts: map[int]*owned{}, acquiring: map[int]context.CancelFunc{}, desired: map[int]bool{},
 		stuck: map[int]*stuckRelease{}, unsure: map[int]bool{}, results: make(chan acquired), retry: time.NewTimer(time.Hour),
-		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]bool{}, publish: time.NewTimer(time.Hour),
+		preparedCh: make(chan int, e.cfg.Partitions), mine: map[int]time.Time{}, window: time.NewTimer(time.Hour), publish: time.NewTimer(time.Hour),
 		lostSince: map[int]time.Time{}, handOver: time.NewTimer(time.Hour), standing: map[int]*standing{},
 	}
 	// Not ended with sctx: a graceful end takes the acquires that loaded
@@ -140,6 +142,7 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 	s.acquires, s.stopAll = context.WithCancel(context.WithoutCancel(sctx))
 	defer s.retry.Stop()
 	defer s.publish.Stop()
+	defer s.window.Stop()
 	defer s.handOver.Stop()
 	defer func() {
 		cancel()
@@ -187,9 +190,11 @@ func (e *Engine) serve(ctx context.Context, sess *membership.Session) {
 			s.lockCreated(p)
 		case p := <-s.preparedCh:
 			s.prepared(p)
+		case <-s.window.C:
+			s.admit(time.Now())
 		case <-s.publish.C:
 			s.dirty = false
-			e.publishPrepared(sctx, sess.Lease(), s.mine)
+			e.publishPrepared(sctx, sess.Lease(), slices.Sorted(maps.Keys(s.mine)))
 		case sets, ok := <-others:
 			if !ok {
 				others = nil // ended with the service
@@ -296,10 +301,47 @@ func (s *serving) logMembers(ids []string) {
 	e.members = ids
 }
 
-// prepared lists p, which its acquire prepared, among those to publish.
+// prepared queues p, which its acquire prepared, to be published.
 func (s *serving) prepared(p int) {
-	s.mine[p] = true
-	s.changed()
+	s.unlisted = append(s.unlisted, p)
+	s.admit(time.Now())
+}
+
+// admit publishes the partitions prepared here, in the order they were
+// prepared, while fewer than the window of those published are younger
+// than prepareHold. Their old owners release what is published at once:
+// hundreds prepared from the cache within a second (a node that restarts)
+// were released together, and the node then took them all at once, each
+// one's lock and load sharing the cores with every other's, so that all
+// of them stood still for as long (BENCHMARKS.md, "A node that starts
+// again"). Published in turns, each partition moves as fast as a few
+// dozen do. One published longer ago no longer holds the others back:
+// its old owner may be gone, its lock held until its lease ends. The
+// window, prepareWindow, grows with the partitions this node wants, so
+// that even turns slower than prepareHold list them all within half of
+// prepareWait, past which their old owners let them go unlisted.
+func (s *serving) admit(now time.Time) {
+	window := max(prepareWindow, len(s.desired)*int(prepareHold)/int(prepareWait/2))
+	fresh, next := 0, time.Time{}
+	for _, at := range s.mine {
+		if until := at.Add(prepareHold); until.After(now) {
+			fresh++
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+		}
+	}
+	for len(s.unlisted) > 0 && fresh < window {
+		s.mine[s.unlisted[0]] = now
+		s.unlisted = s.unlisted[1:]
+		if fresh++; next.IsZero() {
+			next = now.Add(prepareHold)
+		}
+		s.changed()
+	}
+	if len(s.unlisted) > 0 {
+		s.window.Reset(next.Sub(now))
+	}
 }
 
 // changed schedules publishing mine.
@@ -498,10 +540,12 @@ func (s *serving) finish(r acquired) {
 			s.deleteStray(r.p) // a key of an earlier attempt, put late
 		}
 	}
-	if s.mine[r.p] {
+	if _, ok := s.mine[r.p]; ok {
 		delete(s.mine, r.p)
 		s.changed()
 	}
+	s.unlisted = slices.DeleteFunc(s.unlisted, func(p int) bool { return p == r.p })
+	s.admit(time.Now())
 	switch {
 	case r.stray:
 		// A lock key of ours may be left behind, ahead of the next owner:

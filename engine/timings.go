@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/shardcron/shardcron/registry"
 )
 
 // The engine's internal timings, in one place. Config holds the ones an
@@ -15,6 +17,14 @@ const (
 	// prepareWait bounds how long a node keeps firing a partition it lost,
 	// waiting for the new owner to prepare it (make-before-break).
 	prepareWait = 30 * time.Second
+	// prepareWindow is how many partitions prepared here and not yet
+	// acquired a node publishes at once, at least, those published longer
+	// than prepareHold ago aside (serving.admit): the partitions one
+	// release transaction hands over (releaseChunks).
+	prepareWindow = registry.MaxTxnOps / 2
+	// prepareHold is how long a partition published as prepared holds its
+	// place in the window while its acquire waits for the lock.
+	prepareHold = time.Second
 	// preparedFlush is how often a node publishes the partitions it
 	// prepared, at most: one write covers every partition prepared in
 	// between.
