@@ -284,6 +284,7 @@ func (c *cluster) leave(ctx context.Context, idx int) error {
 	n.frozen, n.gone = k, true
 	c.mu.Unlock()
 	if n.proc == nil {
+		n.eng = nil // closed: gone, so no reader of the cluster's looks at it
 		err = errors.Join(err, n.close())
 	}
 	if err != nil {
