@@ -79,6 +79,11 @@ type backfillRun struct {
 	mu         sync.Mutex // guards takenOver and nTakenOver
 	takenOver  map[int64]int
 	nTakenOver int
+	// busy counts, on a runner, the loop's answers that fires elsewhere
+	// or handed over fill its concurrency (backfillBusy): a test that the
+	// runner starts none beside them waits for one, which proves the
+	// runner asked, rather than for a time a slow machine may not reach.
+	busy atomic.Uint64
 }
 
 // end tells the runner that its fire at sched ended. Called by workers
@@ -654,6 +659,7 @@ func (e *Engine) runBackfill(ctx context.Context, b *backfillRun, rec *task.Back
 			}
 			missing = 0
 			if err == nil && answer == backfillBusy {
+				b.busy.Add(1)
 				// Until their markers go (elsewhere.go), or the fires
 				// handed over end here, which the loop applies: no etcd
 				// request per try.

@@ -162,7 +162,7 @@ func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	}
 	closed := closeInBackground(a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
-	ho.noneStarts(t, fmt.Sprintf("while node-a's %d fires of the backfill ran, of a concurrency of %d", len(old), concurrency))
+	ho.noneStarts(t, b, 0, fmt.Sprintf("while node-a's %d fires of the backfill ran, of a concurrency of %d", len(old), concurrency))
 	for _, r := range old {
 		if !r.running() {
 			t.Fatalf("node-a's fire %s ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
@@ -211,13 +211,13 @@ func TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun(t *testing.T)
 				delete(handed, r.ScheduledAt)
 			}
 			why := fmt.Sprintf("beside the backfill's 3 fires under way (2 handed over unrun), of a concurrency of %d", concurrency)
-			ho.noneStarts(t, why)
+			ho.noneStarts(t, b, 2, why)
 			last := b
 			if again {
 				last = ho.start("node-c")
 				closed = append(closed, closeInBackground(b))
 				etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(last, id) && backfillRunning(last, id) })
-				ho.noneStarts(t, why)
+				ho.noneStarts(t, last, 0, why)
 				if n := b.e.Stats().RunsMarked; n != 1 {
 					t.Errorf("node-b marked %d runs, want 1 (the task's, of the 2 fires handed over to it)", n)
 				}
@@ -316,15 +316,32 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 	return ho
 }
 
-// noneStarts fails t if a fire of the backfill starts within 700 ms,
-// why.
-func (ho *backfillHandOver) noneStarts(t *testing.T, why string) {
+// noneStarts fails t, why, if node n's runner of the backfill dispatched a
+// fire: once the loop answered the runner busy, n's loop must hold no fire
+// of the task under way but the handed ones it took over. The loop counts
+// a fire as it gives it to the runner, so every fire the runner had before
+// the answer is counted by then: the check waits for the answer, not for
+// a time a slow machine may not reach.
+func (ho *backfillHandOver) noneStarts(t *testing.T, n *testNode, handed int, why string) {
 	t.Helper()
-	select {
-	case r := <-ho.h.started:
-		t.Fatalf("started %s@%s on %s %s", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, why)
-	case <-time.After(700 * time.Millisecond):
-	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		n.e.bf.mu.Lock()
+		b := n.e.bf.runs[ho.id]
+		n.e.bf.mu.Unlock()
+		asked := b != nil && b.busy.Load() > 0 // before the count, which then holds what the runner took before
+		var running int
+		inLoop(t, n, func(l *loop) bool {
+			i, r, ok := l.tab.lookup(ho.id)
+			if ok {
+				running = l.runningHere(i, r)
+			}
+			return ok
+		})
+		if running != handed {
+			t.Fatalf("%s had %d fires of the backfill under way %s, want the %d handed over to it", n.e.NodeID(), running, why, handed)
+		}
+		return asked
+	})
 }
 
 // finish lets the held fires go, waits for the closes of the nodes that
