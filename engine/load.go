@@ -183,7 +183,12 @@ func (e *Engine) prepareTurn(ctx context.Context, p int) (*prepared, error) {
 
 // prepare reads partition p ahead of its lock: from the Badger cache when
 // it has the partition (docs/design.md, invariant 7: no range read), else with
-// a range read, which replaces the cache.
+// a range read, which replaces the cache. Every change the cache is given
+// after (changesSince, watch) thus lands on a partition Reset at least
+// once, whose task count store.Partition checks: one never synced, or
+// cached by a version before counts, reads as revision 0 and is Reset
+// here; a failed Reset stops its cache writes until one succeeds
+// (dropCache).
 func (e *Engine) prepare(ctx context.Context, p int) (*prepared, error) {
 	if e.store != nil {
 		if prep, err := e.prepareCached(ctx, p); prep != nil || err != nil {

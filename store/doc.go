@@ -41,7 +41,8 @@
 //     the checksum of every block of every table (ErrCorrupt), and the
 //     revision key counts its tasks, so that a scan that reads another
 //     number (Badger's iterators end silently at a block damaged after
-//     Open) is an error matching ErrCorrupt.
+//     Open) is an error matching ErrCorrupt. The count starts at a Reset:
+//     an Apply to a partition that reads as never synced records none.
 //
 // It does not check that revisions increase, and it does not serialise
 // writers of one partition: the caller does (one owner per partition).

@@ -96,8 +96,13 @@ func (s *Store) Partition(p uint32, fn func(id string, value []byte, created int
 // replaying the watch from the old revision reapplies the same changes,
 // unless they changed how many tasks p holds, which the next Partition
 // finds (ErrCorrupt) and the caller reads p from etcd. The store does not
-// check that rev
-// increases. Apply keeps no reference to puts after it returns.
+// check that rev increases. Apply keeps no reference to puts after it
+// returns.
+//
+// The count of tasks that Partition checks starts at a Reset, and Apply
+// keeps it: on a p that reads as never synced, Apply records rev with no
+// count, and Partition checks none until p's next Reset. So the caller
+// reads such a p from etcd and Resets it first, as Partition says.
 func (s *Store) Apply(p uint32, rev int64, puts []KV, deletes []string) error {
 	if rev <= 0 {
 		return fmt.Errorf("store: apply partition %d: revision %d is not positive", p, rev)
