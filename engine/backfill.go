@@ -74,11 +74,10 @@ type backfillRun struct {
 	// (loop.backfill), as they did on the node that handed them over.
 	handed *backfillRun
 	// takenOver are, on a backfill of fires handed over, those the node
-	// took over (loop.takeOver) that have not ended, by scheduled time,
-	// and how many they are.
-	mu         sync.Mutex // guards takenOver and nTakenOver
-	takenOver  map[int64]int
-	nTakenOver int
+	// took over (loop.takeOver) that have not ended: how many, by
+	// scheduled time.
+	mu        sync.Mutex // guards takenOver
+	takenOver map[int64]int
 	// busy counts, on a runner, the loop's answers that fires elsewhere
 	// or handed over fill its concurrency (backfillBusy): a test that the
 	// runner starts none beside them waits for one, which proves the
@@ -110,7 +109,6 @@ func (b *backfillRun) tookOver(sched int64) {
 		b.takenOver = map[int64]int{}
 	}
 	b.takenOver[sched]++
-	b.nTakenOver++
 }
 
 // handedEnded applies the end of b's fire at sched: one taken over
@@ -119,15 +117,11 @@ func (b *backfillRun) tookOver(sched int64) {
 func (b *backfillRun) handedEnded(sched int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch n := b.takenOver[sched]; n {
-	case 0:
-		return
-	case 1:
-		delete(b.takenOver, sched)
-	default:
+	if n := b.takenOver[sched]; n > 1 {
 		b.takenOver[sched] = n - 1
+	} else {
+		delete(b.takenOver, sched)
 	}
-	b.nTakenOver--
 }
 
 // handedLeft is how many fires of b's task handed over to this node,
@@ -144,7 +138,11 @@ func (b *backfillRun) handedLeft() int {
 func (b *backfillRun) unended() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.nTakenOver
+	n := 0
+	for _, k := range b.takenOver {
+		n += k
+	}
+	return n
 }
 
 // backfills are the runs of this node, by task id.
