@@ -210,7 +210,10 @@
 //     before its key's delete reached etcd fires again on the next owner
 //     (TestEngine_TriggerWhoseDeleteFailedFiresAgainAfterACrash); one
 //     queued there and not started fires once, on the next owner
-//     (TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner).
+//     (TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner), and so
+//     does one of a task kept apart that a worker took there and the fence
+//     cut before it started, on another node or on this one taking its
+//     partitions back (TestEngine_TriggerTakenAndNotStartedAtAFenceFires).
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends

@@ -448,6 +448,11 @@ type release struct {
 	// running is what else the release waits for: its tasks' attempts
 	// that may retry or overlap the next owner's fires. nil: none.
 	running *running
+	// unstarted, for a fenced drop, are the puts of the keys of triggers
+	// whose jobs workers took and the fence cut before they started
+	// (pool.takeUnstarted): their keys stay, and the seal forgets them
+	// (loop.forgetUnstarted).
+	unstarted []triggerEnd
 }
 
 // running counts a release's attempts under way (queued or running when
@@ -1413,12 +1418,13 @@ func (e *Engine) releaseLoop(ps []int, backfills map[string]int) release {
 // node takes it again, it resumes from that hand-over rather than from the
 // last watermark etcd acknowledged, and repeats nothing.
 //
-// The runs of tasks whose policy keeps their fires apart are canceled as
-// the session ends (serving.cut).
+// The runs of tasks whose policy keeps their fires apart were canceled as
+// the session ended (serving.cut), before the drop.
 func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[int]*stuckRelease) {
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps, nil)
+	rel.unstarted = e.pool.takeUnstarted()
 	e.seal(rel, unrunAll, false)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand

@@ -404,6 +404,7 @@ func (c *sealCmd) run(l *loop) {
 	if c.queued != unrunNone {
 		l.handOverQueued(c.rel.hand, c.queued)
 	}
+	l.forgetUnstarted(c.rel)
 	l.endReleasedAgain(c.rel.hand)
 	l.handTriggers(c.rel.hand)
 	l.pool.leaving.seal(c.rel, c.late)

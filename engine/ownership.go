@@ -640,12 +640,13 @@ func (s *serving) end(leaving bool) {
 		// successors resume from the held watermark.
 		return
 	}
-	e.drop(s.sess, s.parts, s.stuck)
-	// Past the drop's reset of the queue, which workers took jobs from
-	// until then. The session has ended (a drop comes only with a fence or
-	// a lost lease: the member watch ends only with ctx, a graceful end),
-	// but its end's goroutine may not have cut yet.
+	// Before the drop: the session has ended (a drop comes only with a
+	// fence or a lost lease: the member watch ends only with ctx, a
+	// graceful end), so workers take nothing more, but its end's
+	// goroutine may not have cut yet, and the drop's seal must know which
+	// triggers' jobs the cut left unstarted (release.unstarted).
 	s.cut()
+	e.drop(s.sess, s.parts, s.stuck)
 	_ = s.sess.Close()
 }
 

@@ -219,7 +219,7 @@ type pool struct {
 	watermark atomic.Int64
 	space     chan struct{} // signalled when a worker frees room in a full queue
 
-	runMu   sync.Mutex // guards running, runSeq, inHand, fenceCut and partCut, and orders the changes of cuts
+	runMu   sync.Mutex // guards running, runSeq, inHand, fenceCut, partCut and unstarted, and orders the changes of cuts
 	running map[uint64]runningFire
 	runSeq  uint64
 	// inHand is, by worker, the job it took of a task whose policy keeps
@@ -238,6 +238,12 @@ type pool struct {
 	// go on.
 	fenceCut uint64
 	partCut  []uint64
+	// unstarted are the puts of the keys of triggers whose jobs workers
+	// held (inHand) when a fence cut them: not started, their keys stay
+	// for the partitions' next owners, and the drop that follows the
+	// fence takes them (takeUnstarted), so that its hand-overs do not
+	// list them as fired. At most a fence's worth: one a worker.
+	unstarted []triggerEnd
 
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
 	chains   *chainQueue  // the triggers of fires that ended with targets (chain.go)
@@ -264,6 +270,11 @@ type handJob struct {
 	rec, gen uint32
 	held     bool // a job is held
 	replaced bool // a replace came since the take
+	// end is, for a trigger's job, the put of its key, which goes once
+	// the job starts or ends unrun here (letGo); a fence or an undone
+	// acquire that cuts the job first leaves the key for the partition's
+	// next owner (track). Zero: not a trigger's, or moved to unstarted.
+	end triggerEnd
 }
 
 // Why the engine cancels a run, in its execution record's error.
@@ -648,15 +659,26 @@ func replaceable(j *job) bool {
 	return !j.prof.noop && j.prof.concurrency != task.ConcurrencyAllow && j.extra.backfill() == nil
 }
 
-// hold notes j, which worker w just took, in inHand, if it is
-// replaceable. Called with p.mu held, before the take lets it go.
-func (p *pool) hold(w int, j *job) {
+// hold notes j, which worker w just took when there had been cuts cuts,
+// in inHand, if it is replaceable. A trigger's job taken across a fence
+// (its take counted the cuts before it) will not start (track): its put
+// goes to unstarted at once. Called with p.mu held, before the take lets
+// it go.
+func (p *pool) hold(w int, j *job, cuts uint64) {
 	if !replaceable(j) {
 		return
 	}
 	p.runMu.Lock()
-	p.inHand[w] = handJob{rec: j.rec, gen: j.gen, held: true}
-	p.runMu.Unlock()
+	defer p.runMu.Unlock()
+	h := handJob{rec: j.rec, gen: j.gen, held: true}
+	if j.kind == kindTrigger {
+		if p.fenceCut > cuts {
+			p.unstarted = append(p.unstarted, j.triggerEnd())
+		} else {
+			h.end = j.triggerEnd()
+		}
+	}
+	p.inHand[w] = h
 }
 
 // leaveHand ends worker w's hold of its job, and reports whether a
@@ -667,11 +689,29 @@ func (p *pool) leaveHand(w int) bool {
 	return p.letGo(w)
 }
 
-// letGo is leaveHand with runMu held.
+// letGo is leaveHand with runMu held. The job starts or ends unrun here:
+// a trigger's key goes.
 func (p *pool) letGo(w int) bool {
-	replaced := p.inHand[w].replaced
+	h := p.inHand[w]
 	p.inHand[w] = handJob{}
-	return replaced
+	if h.end.rev != 0 {
+		p.ends.add(h.end)
+	}
+	return h.replaced
+}
+
+// takeUnstarted returns the puts of the keys of triggers whose jobs the
+// last fence cut before they started, and forgets them. Called once the
+// fence cut (cutRunning): taken under the pool's lock too, it comes after
+// the hold of a job that a take in progress at the cut took.
+func (p *pool) takeUnstarted() []triggerEnd {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	u := p.unstarted
+	p.unstarted = nil
+	return u
 }
 
 // cutRunning cancels every run of a task whose policy keeps its fires
@@ -696,6 +736,12 @@ func (p *pool) cut(part int) int {
 	c, cause := p.cuts.Add(1), errUndone
 	if part < 0 {
 		p.fenceCut, cause = c, errFenced
+		for w := range p.inHand {
+			if h := &p.inHand[w]; h.end.rev != 0 {
+				p.unstarted = append(p.unstarted, h.end) // it will not start (track)
+				h.end = triggerEnd{}
+			}
+		}
 	} else {
 		p.partCut[part] = c
 	}
@@ -714,22 +760,28 @@ func (p *pool) cut(part int) int {
 // cutPartition had run cuts times, under the key it returns, for untrack.
 // A run taken before the last cut of its partition, or before a replace of
 // its task (inHand), is canceled at once, recorded under no key, and 0
-// returned.
+// returned. A trigger's key goes as its job starts, or as a replace
+// cancels it; one a cut cancels has not started, and its key stays for
+// the partition's next owner, which fires it: deleted at the take, it
+// was fired by nobody.
 func (p *pool) track(w int, j *job, cancel context.CancelCauseFunc, cuts uint64) (key uint64) {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
-	replaced := p.letGo(w)
 	if p.cuts.Load() != cuts {
+		var cause error
 		switch {
 		case p.fenceCut > cuts:
-			cancel(errFenced)
-			return 0
+			cause = errFenced
 		case p.partCut[j.part] > cuts:
-			cancel(errUndone)
+			cause = errUndone
+		}
+		if cause != nil {
+			p.inHand[w] = handJob{}
+			cancel(cause)
 			return 0
 		}
 	}
-	if replaced {
+	if p.letGo(w) {
 		cancel(errReplaced)
 		return 0
 	}
@@ -862,12 +914,12 @@ func (p *pool) take(w int, buf []job) (int, uint64) {
 		k++
 	}
 	for i := range buf[:k] {
-		if j := &buf[i]; j.kind == kindTrigger {
+		if j := &buf[i]; j.kind == kindTrigger && !replaceable(j) {
 			p.ends.add(j.triggerEnd()) // it starts (or is canceled unrun): its key goes
 		}
 	}
 	if k == 1 {
-		p.hold(w, &buf[0]) // a job that may be replaced is taken alone
+		p.hold(w, &buf[0], cuts) // a job that may be replaced is taken alone; its key goes as it starts (letGo)
 	}
 	p.taken += uint64(k)
 	p.advanceMarks()

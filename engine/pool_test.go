@@ -244,6 +244,67 @@ func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
 	}
 }
 
+// A trigger's job of a task kept apart that a fence cuts before it starts
+// leaves its key for the partition's next owner: the pool queues no
+// delete of it, and hands its put to the drop (takeUnstarted), whether
+// the fence came during the take, after the take's check, or once the
+// worker held the job. The take queued the delete, and nobody fired the
+// trigger (TestEngine_TriggerTakenAndNotStartedAtAFenceFires). One that
+// starts has its key deleted, as before.
+func TestPool_TriggerCutByAFenceBeforeItStartsKeepsItsKey(t *testing.T) {
+	end := triggerEnd{triggerKey{part: 0, id: "t", at: 5}, 9}
+	for _, tc := range []struct {
+		name          string
+		duringTake    bool // the fence comes just after the take's check
+		afterTake     bool // the fence comes once the worker holds the job
+		wantEnds      []triggerEnd
+		wantUnstarted []triggerEnd
+	}{
+		{name: "no fence", wantEnds: []triggerEnd{end}},
+		{name: "fence during the take", duringTake: true, wantUnstarted: []triggerEnd{end}},
+		{name: "fence once held", afterTake: true, wantUnstarted: []triggerEnd{end}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig("n").withDefaults()
+			cfg.Workers = 1
+			var p *pool
+			var fence sync.Once
+			if tc.afterTake {
+				cfg.Clock = cutClock{func() { fence.Do(func() { p.cutRunning() }) }} // the worker reads the time once it took the job
+			}
+			p = newPool(cfg, nil, &stats{}, func() bool {
+				if tc.duringTake {
+					fence.Do(func() { p.cutRunning() })
+				}
+				return false
+			}, 0)
+			t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
+			prof := &profile{exec: executor.Noop, timeout: time.Minute, maxAttempts: 1, concurrency: task.ConcurrencyForbid}
+			if tc.duringTake || tc.afterTake {
+				prof.exec = make(causeExec, 1)
+			}
+			p.push([]job{{id: "t", rec: 1, prof: prof, attempt: 1, sched: 5, kind: kindTrigger, extra: &fireExtra{trig: 9}}})
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not end within 10 s")
+			}
+			if got := p.ends.take(10); !slices.Equal(got, tc.wantEnds) {
+				t.Errorf("trigger keys to delete: %v, want %v", got, tc.wantEnds)
+			}
+			if got := p.takeUnstarted(); !slices.Equal(got, tc.wantUnstarted) {
+				t.Errorf("triggers left unstarted: %v, want %v", got, tc.wantUnstarted)
+			}
+		})
+	}
+}
+
+// cutClock is a clock that calls cut at each reading.
+type cutClock struct{ cut func() }
+
+func (c cutClock) Now() time.Time                  { c.cut(); return time.Now() }
+func (c cutClock) Until(t time.Time) time.Duration { return time.Until(t) }
+
 // A backfill's fire that a fence cut did not end: its runner, which the
 // node stops as it drops its partitions, must not count it done first.
 // Counted, it could be recorded done while etcd still answers (the lease

@@ -22,15 +22,17 @@ import (
 // nobody owned the partition) hands it to the loop.
 //
 // The key is the trigger's only record, so it stays until the fire starts
-// here (a worker took it) or ends without running (skipped by its
-// concurrency policy, its task deleted, or put again after a delete
-// (checkTriggers), or never loaded within triggerWait): then triggerEnds
-// deletes it, if it still holds the put that fired or ended
-// (triggerEnd). A trigger queued, buffered or early when its partition is
-// handed over, or when its node fences or crashes, keeps its key, and the
-// next owner's acquire reads it; a release waits for the deletes of the
-// triggers that started here before it commits, so that the next owner
-// does not fire them again.
+// here (a worker took it; for a task kept apart, started it: pool.track)
+// or ends without running (skipped by its concurrency policy, its task
+// deleted, or put again after a delete (checkTriggers), or never loaded
+// within triggerWait): then triggerEnds deletes it, if it still holds the
+// put that fired or ended (triggerEnd). A trigger queued, buffered or
+// early when its partition is handed over, or when its node fences or
+// crashes, keeps its key, and the next owner's acquire reads it; so does
+// one a worker took and a fence cut before it started
+// (pool.takeUnstarted, loop.forgetUnstarted). A release waits for the
+// deletes of the triggers that started here before it commits, so that
+// the next owner does not fire them again.
 //
 // A trigger can also be a retry a former owner handed on (leavers): its
 // value carries the attempt and when it is due, and the owner holds it
@@ -479,6 +481,19 @@ func (l *loop) forgetTrigger(k triggerKey) {
 	delete(l.releasedAgain, k)
 }
 
+// forgetUnstarted forgets the triggers whose jobs a fence cut before they
+// started (release.unstarted), as triggers handed over unrun: their keys
+// stay, and the partition's next owner fires them, this node too should
+// it take the partition back from the hand-over its fenced session kept.
+// Remembered, they were listed there as fired, and the key ended unrun.
+func (l *loop) forgetUnstarted(rel release) {
+	for _, u := range rel.unstarted {
+		if rel.hand[u.part] != nil {
+			l.forgetTrigger(u.triggerKey)
+		}
+	}
+}
+
 // noteReleasedAgain notes the keys of the triggers of partitions in out,
 // being released, that were put again while their fire waited or ran
 // (triggers): that fire's, they go when it ends, which may come after
@@ -708,10 +723,15 @@ func (b *batchQueue[T]) takeLocked(n int) []T {
 // here, or ended without running, for deleteTriggers to delete in
 // transactions of many. Workers add to it when they take a trigger's
 // job, under the pool's lock: once the jobs a release waits for are
-// taken, the puts of those that started are queued. It holds about as
-// many puts as there are triggers pending in etcd (a key put again is
-// queued again, at that put); safe for concurrent use. Its lock is taken
-// under the pool's and takes no other.
+// taken, the puts of those that started are queued. A job of a task kept
+// apart is queued once it starts, or a replace cancels it (pool.letGo):
+// a fence may cut it in between, and its key must stay. One that starts
+// after the release took its partitions' puts is deleted in the
+// background, and the release lists its trigger as fired, for the next
+// owner to end the key at that put. It holds about as many puts as there
+// are triggers pending in etcd (a key put again is queued again, at that
+// put); safe for concurrent use. Its lock is taken under the pool's or
+// its runMu, and takes no other.
 type triggerEnds struct {
 	*batchQueue[triggerEnd]
 	taken    uint64        // batches the deleter took

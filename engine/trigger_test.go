@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -540,6 +541,71 @@ func TestEngine_FencedNodeTakingItsPartitionsBackDoesNotRefireItsStartedTriggers
 	faults.deletes(nil)
 	if d := log.duplicates(); len(d) > 0 {
 		t.Errorf("node-a fired its own trigger again after taking its partitions back: %v", d)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	a.stop(t)
+}
+
+// A trigger of a task kept apart that a worker took just before its node
+// fenced itself, and did not start (the fence cut its run before its
+// executor was called), fires on the partition's next owner: here node-a
+// itself, which takes its partitions back once etcd answers again. Its
+// key's delete was queued at the take, as for a fire that started: the
+// deleter deleted it once etcd answered, and the hand-over the fenced
+// session kept listed the trigger as fired, which ended the key unrun had
+// the delete come after the acquire's read. Nobody fired it.
+func TestEngine_TriggerTakenAndNotStartedAtAFenceFires(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	log := newFireLog()
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.LeaseTTL, cfg.Workers = "node-a", 4, 2*time.Second, 1
+	})
+	once := handlerTask("once", "0 0 0 1 1 *") // yearly: only the trigger fires it
+	once.Concurrency = task.ConcurrencyForbid  // its runs are cut at a fence
+	putTask(t, a.e.Registry(), once)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "once") })
+
+	// The fence comes between the take's check and the job's start: the
+	// worker's check finds the node not fenced, and by the time it takes
+	// the trigger's job, the session has ended and its runs were cut.
+	sess, p := a.e.sess.Load(), a.e.pool
+	var fence sync.Once
+	p.mu.Lock() // take reads fenced under it
+	fenced := p.fenced
+	p.fenced = func() bool {
+		passed := false
+		if p.queued() > 0 && p.at(0).kind == kindTrigger {
+			fence.Do(func() {
+				cuts := p.cuts.Load()
+				proxy.Cut()
+				for !sess.Fenced() || p.cuts.Load() == cuts {
+					time.Sleep(10 * time.Millisecond)
+				}
+				passed = true
+			})
+		}
+		return !passed && fenced()
+	}
+	p.mu.Unlock()
+	// Not through node-a's client, whose answer the cut-off may take.
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return sess.Fenced() && a.e.Stats().Executions["canceled"] == 1 })
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
+		t.Fatalf("the trigger taken and cut by the fence before it started never fired (%d trigger keys pending)", pendingTriggers(c))
+	}
+	time.Sleep(300 * time.Millisecond) // a repeat, if any
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("the trigger fired more than once: %v", d)
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 	a.stop(t)
