@@ -213,7 +213,9 @@
 //     (TestEngine_TriggerQueuedAtTheFenceIsFiredByTheNextOwner), and so
 //     does one of a task kept apart that a worker took there and the fence
 //     cut before it started, on another node or on this one taking its
-//     partitions back (TestEngine_TriggerTakenAndNotStartedAtAFenceFires).
+//     partitions back (TestEngine_TriggerTakenAndNotStartedAtAFenceFires),
+//     or that an acquire undone after its load cut so
+//     (TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires).
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends

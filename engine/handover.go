@@ -451,7 +451,7 @@ type release struct {
 	// unstarted, for a fenced drop, are the puts of the keys of triggers
 	// whose jobs workers took and the fence cut before they started
 	// (pool.takeUnstarted): their keys stay, and the seal forgets them
-	// (loop.forgetUnstarted).
+	// (loop.forgetUnstarted) before it lists those that fired.
 	unstarted []triggerEnd
 }
 
@@ -1424,7 +1424,7 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	ps := slices.Collect(maps.Keys(parts))
 	e.stopBackfills(ps, false)
 	rel := e.releaseLoop(ps, nil)
-	rel.unstarted = e.pool.takeUnstarted()
+	rel.unstarted = e.pool.takeUnstarted(-1)
 	e.seal(rel, unrunAll, false)
 	for p, s := range stuck {
 		rel.hand[p] = s.hand

@@ -118,6 +118,9 @@ type (
 		created map[string]int64
 		rev     int64
 	}
+	// unstartedCmd forgets the triggers whose jobs an undone acquire's
+	// cut canceled before they started (loop.forgetUnstarted).
+	unstartedCmd struct{ ends []triggerEnd }
 	// throughCmd asks for the dispatch point.
 	throughCmd struct{ reply chan int64 }
 	// stateCmd asks for a task's state.
@@ -404,18 +407,19 @@ func (c *sealCmd) run(l *loop) {
 	if c.queued != unrunNone {
 		l.handOverQueued(c.rel.hand, c.queued)
 	}
-	l.forgetUnstarted(c.rel)
+	l.forgetUnstarted(c.rel.unstarted)
 	l.endReleasedAgain(c.rel.hand)
 	l.handTriggers(c.rel.hand)
 	l.pool.leaving.seal(c.rel, c.late)
 	c.reply <- struct{}{}
 }
-func (c *triggersCmd) run(l *loop) { l.triggers(c); c.reply <- struct{}{} }
-func (c *checkedCmd) run(l *loop)  { l.checked(c) }
-func (c *stateCmd) run(l *loop)    { c.reply <- l.state(c.id) }
-func (c *throughCmd) run(l *loop)  { c.reply <- l.through }
-func (c *takeOverCmd) run(l *loop) { l.takeOver(c) }
-func (wakeCmd) run(*loop)          {}
+func (c *triggersCmd) run(l *loop)  { l.triggers(c); c.reply <- struct{}{} }
+func (c *checkedCmd) run(l *loop)   { l.checked(c) }
+func (c *unstartedCmd) run(l *loop) { l.forgetUnstarted(c.ends) }
+func (c *stateCmd) run(l *loop)     { c.reply <- l.state(c.id) }
+func (c *throughCmd) run(l *loop)   { c.reply <- l.through }
+func (c *takeOverCmd) run(l *loop)  { l.takeOver(c) }
+func (wakeCmd) run(*loop)           {}
 
 // wakeCmd only wakes the loop, so that it looks at the clock again.
 type wakeCmd struct{}

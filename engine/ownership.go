@@ -735,6 +735,11 @@ func (e *Engine) acquire(ctx, loaded context.Context, sess *membership.Session, 
 			e.log.Warn("acquire undone: canceled the runs of tasks whose concurrency policy keeps their fires apart, which its next acquire fires again",
 				"partition", p, "runs", n)
 		}
+		// Ahead of the next acquire's read of the partition's triggers,
+		// which fires their keys.
+		if u := e.pool.takeUnstarted(p); len(u) > 0 {
+			_ = e.call(context.Background(), &unstartedCmd{ends: u})
+		}
 		// Put the previous checkpoint back: ours names this node's live
 		// session, whose watermark is past the fires of p nobody ran.
 		e.restoreCheckpoint(m, p, res.prev)

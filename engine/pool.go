@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,10 +240,10 @@ type pool struct {
 	fenceCut uint64
 	partCut  []uint64
 	// unstarted are the puts of the keys of triggers whose jobs workers
-	// held (inHand) when a fence cut them: not started, their keys stay
-	// for the partitions' next owners, and the drop that follows the
-	// fence takes them (takeUnstarted), so that its hand-overs do not
-	// list them as fired. At most a fence's worth: one a worker.
+	// held (inHand) when a cut came: not started, their keys stay for the
+	// partitions' next owners, and the drop that follows a fence, or the
+	// undo of an acquire, takes them (takeUnstarted), so that the loop
+	// does not take them for fires of this node. One a worker at most.
 	unstarted []triggerEnd
 
 	failures failureLog   // the latest failed attempts, for GET /v1/failures
@@ -700,17 +701,24 @@ func (p *pool) letGo(w int) bool {
 	return h.replaced
 }
 
-// takeUnstarted returns the puts of the keys of triggers whose jobs the
-// last fence cut before they started, and forgets them. Called once the
-// fence cut (cutRunning): taken under the pool's lock too, it comes after
-// the hold of a job that a take in progress at the cut took.
-func (p *pool) takeUnstarted() []triggerEnd {
+// takeUnstarted returns the puts of the keys of triggers of partition
+// part (of every partition when part is negative) whose jobs a cut
+// canceled before they started, and forgets them. Called once the cut
+// ran: taken under the pool's lock too, it comes after the hold of a job
+// that a take in progress at a fence took.
+func (p *pool) takeUnstarted(part int) []triggerEnd {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
-	u := p.unstarted
-	p.unstarted = nil
+	var u []triggerEnd
+	p.unstarted = slices.DeleteFunc(p.unstarted, func(e triggerEnd) bool {
+		if part < 0 || e.part == part {
+			u = append(u, e)
+			return true
+		}
+		return false
+	})
 	return u
 }
 
@@ -736,14 +744,17 @@ func (p *pool) cut(part int) int {
 	c, cause := p.cuts.Add(1), errUndone
 	if part < 0 {
 		p.fenceCut, cause = c, errFenced
-		for w := range p.inHand {
-			if h := &p.inHand[w]; h.end.rev != 0 {
-				p.unstarted = append(p.unstarted, h.end) // it will not start (track)
-				h.end = triggerEnd{}
-			}
-		}
 	} else {
 		p.partCut[part] = c
+	}
+	// A job held now will not start (track). An undone acquire sealed its
+	// release first, which dropped the partition's queued jobs of tasks
+	// kept apart under the pool's lock: its takes ended before.
+	for w := range p.inHand {
+		if h := &p.inHand[w]; h.end.rev != 0 && (part < 0 || h.end.part == part) {
+			p.unstarted = append(p.unstarted, h.end)
+			h.end = triggerEnd{}
+		}
 	}
 	n := 0
 	for k, r := range p.running {

@@ -244,44 +244,50 @@ func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
 	}
 }
 
-// A trigger's job of a task kept apart that a fence cuts before it starts
-// leaves its key for the partition's next owner: the pool queues no
-// delete of it, and hands its put to the drop (takeUnstarted), whether
-// the fence came during the take, after the take's check, or once the
-// worker held the job. The take queued the delete, and nobody fired the
-// trigger (TestEngine_TriggerTakenAndNotStartedAtAFenceFires). One that
+// A trigger's job of a task kept apart that a cut cancels before it
+// starts leaves its key for the partition's next owner: the pool queues
+// no delete of it, and hands its put to the drop or the undo
+// (takeUnstarted), whether a fence came during the take, after the take's
+// check, or once the worker held the job, or an undone acquire of its
+// partition cut it. The take queued the delete, and nobody fired the
+// trigger (TestEngine_TriggerTakenAndNotStartedAtAFenceFires,
+// TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires). One that
 // starts has its key deleted, as before.
-func TestPool_TriggerCutByAFenceBeforeItStartsKeepsItsKey(t *testing.T) {
+func TestPool_TriggerCutBeforeItStartsKeepsItsKey(t *testing.T) {
 	end := triggerEnd{triggerKey{part: 0, id: "t", at: 5}, 9}
+	fence := func(p *pool) { p.cutRunning() }
 	for _, tc := range []struct {
-		name          string
-		duringTake    bool // the fence comes just after the take's check
-		afterTake     bool // the fence comes once the worker holds the job
-		wantEnds      []triggerEnd
-		wantUnstarted []triggerEnd
+		name       string
+		duringTake func(p *pool) // cuts just after the take's check
+		onceHeld   func(p *pool) // cuts once the worker holds the job
+		cut        bool          // the job is cut
 	}{
-		{name: "no fence", wantEnds: []triggerEnd{end}},
-		{name: "fence during the take", duringTake: true, wantUnstarted: []triggerEnd{end}},
-		{name: "fence once held", afterTake: true, wantUnstarted: []triggerEnd{end}},
+		{name: "no cut"},
+		{name: "fence during the take", duringTake: fence, cut: true},
+		{name: "fence once held", onceHeld: fence, cut: true},
+		{name: "undo of its partition once held", onceHeld: func(p *pool) { p.cutPartition(0) }, cut: true},
+		{name: "undo of another partition once held", onceHeld: func(p *pool) { p.cutPartition(1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig("n").withDefaults()
 			cfg.Workers = 1
 			var p *pool
-			var fence sync.Once
-			if tc.afterTake {
-				cfg.Clock = cutClock{func() { fence.Do(func() { p.cutRunning() }) }} // the worker reads the time once it took the job
+			var once sync.Once
+			if tc.onceHeld != nil {
+				cfg.Clock = cutClock{func() { once.Do(func() { tc.onceHeld(p) }) }} // the worker reads the time once it took the job
 			}
 			p = newPool(cfg, nil, &stats{}, func() bool {
-				if tc.duringTake {
-					fence.Do(func() { p.cutRunning() })
+				if tc.duringTake != nil {
+					once.Do(func() { tc.duringTake(p) })
 				}
 				return false
 			}, 0)
 			t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
 			prof := &profile{exec: executor.Noop, timeout: time.Minute, maxAttempts: 1, concurrency: task.ConcurrencyForbid}
-			if tc.duringTake || tc.afterTake {
+			wantEnds, wantUnstarted := []triggerEnd{end}, []triggerEnd(nil)
+			if tc.cut {
 				prof.exec = make(causeExec, 1)
+				wantEnds, wantUnstarted = nil, wantEnds
 			}
 			p.push([]job{{id: "t", rec: 1, prof: prof, attempt: 1, sched: 5, kind: kindTrigger, extra: &fireExtra{trig: 9}}})
 			select {
@@ -289,11 +295,14 @@ func TestPool_TriggerCutByAFenceBeforeItStartsKeepsItsKey(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the job did not end within 10 s")
 			}
-			if got := p.ends.take(10); !slices.Equal(got, tc.wantEnds) {
-				t.Errorf("trigger keys to delete: %v, want %v", got, tc.wantEnds)
+			if got := p.ends.take(10); !slices.Equal(got, wantEnds) {
+				t.Errorf("trigger keys to delete: %v, want %v", got, wantEnds)
 			}
-			if got := p.takeUnstarted(); !slices.Equal(got, tc.wantUnstarted) {
-				t.Errorf("triggers left unstarted: %v, want %v", got, tc.wantUnstarted)
+			if got := p.takeUnstarted(1); len(got) > 0 {
+				t.Errorf("triggers of partition 1 left unstarted: %v, want none", got)
+			}
+			if got := p.takeUnstarted(0); !slices.Equal(got, wantUnstarted) {
+				t.Errorf("triggers of partition 0 left unstarted: %v, want %v", got, wantUnstarted)
 			}
 		})
 	}

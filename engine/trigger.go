@@ -29,8 +29,8 @@ import (
 // put that fired or ended (triggerEnd). A trigger queued, buffered or
 // early when its partition is handed over, or when its node fences or
 // crashes, keeps its key, and the next owner's acquire reads it; so does
-// one a worker took and a fence cut before it started
-// (pool.takeUnstarted, loop.forgetUnstarted). A release waits for the
+// one a worker took and a fence, or an undone acquire, cut before it
+// started (pool.takeUnstarted, loop.forgetUnstarted). A release waits for the
 // deletes of the triggers that started here before it commits, so that
 // the next owner does not fire them again.
 //
@@ -481,16 +481,16 @@ func (l *loop) forgetTrigger(k triggerKey) {
 	delete(l.releasedAgain, k)
 }
 
-// forgetUnstarted forgets the triggers whose jobs a fence cut before they
-// started (release.unstarted), as triggers handed over unrun: their keys
-// stay, and the partition's next owner fires them, this node too should
-// it take the partition back from the hand-over its fenced session kept.
-// Remembered, they were listed there as fired, and the key ended unrun.
-func (l *loop) forgetUnstarted(rel release) {
-	for _, u := range rel.unstarted {
-		if rel.hand[u.part] != nil {
-			l.forgetTrigger(u.triggerKey)
-		}
+// forgetUnstarted forgets the triggers of partitions that left the node
+// whose jobs a cut canceled before they started (pool.takeUnstarted), as
+// triggers handed over unrun: their keys stay, and the partition's next
+// owner fires them, this node too. Remembered, they were listed as fired
+// in the hand-over a fenced session kept, and a key read again within
+// triggerWait was taken for that fire: ended unrun, or passed over.
+// Called only from the dispatch loop.
+func (l *loop) forgetUnstarted(ends []triggerEnd) {
+	for _, u := range ends {
+		l.forgetTrigger(u.triggerKey)
 	}
 }
 
@@ -725,7 +725,8 @@ func (b *batchQueue[T]) takeLocked(n int) []T {
 // job, under the pool's lock: once the jobs a release waits for are
 // taken, the puts of those that started are queued. A job of a task kept
 // apart is queued once it starts, or a replace cancels it (pool.letGo):
-// a fence may cut it in between, and its key must stay. One that starts
+// a fence or an undone acquire may cut it in between, and its key must
+// stay. One that starts
 // after the release took its partitions' puts is deleted in the
 // background, and the release lists its trigger as fired, for the next
 // owner to end the key at that put. It holds about as many puts as there

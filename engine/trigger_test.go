@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -609,6 +610,83 @@ func TestEngine_TriggerTakenAndNotStartedAtAFenceFires(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 	a.stop(t)
+}
+
+// So does one that an acquire undone after its load cuts: the key stays,
+// and the loop forgets the trigger, whose key the partition's next
+// acquire reads at the same put. Here node-a loads its one partition, a
+// trigger of once (forbid) comes while the acquire's read of the
+// partition's triggers waits, its worker takes the job and is held before
+// it starts, and that read fails: the acquire is undone, and node-a
+// acquires the partition again. The take queued the key's delete; kept,
+// the key was passed over as the fire of the trigger remembered.
+func TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := handlerTask("once", "0 0 0 1 1 *") // yearly: only the trigger fires it
+	once.Concurrency = task.ConcurrencyForbid  // its runs are cut at an undo
+	putTask(t, reg, once)
+	log := newFireLog()
+	clock := &workerClock{Clock: realClock{}, held: make(chan struct{}), let: make(chan struct{})}
+	let := sync.OnceFunc(func() { close(clock.let) })
+	t.Cleanup(let)
+	cli := c.NewClient(t)
+	read := make(chan struct{})
+	injectFaults(cli).failsGetOnceAfter(func(key string) bool { return strings.Contains(key, "/triggers/") }, read)
+	a := startNodeOn(t, cli, "", log.handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.Clock = "node-a", 1, 1, clock
+	}, noWait)
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return inLoop(t, a, func(l *loop) bool { return l.parts[0].owned }) })
+	clock.hold.Store(true)
+	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clock.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no worker took the trigger's job within 10 s")
+	}
+	close(read) // the acquire's read of the partition's triggers fails: it is undone
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.pool.cuts.Load() > 0 })
+	let() // past the cut: the job does not start
+	etcdtest.WaitFor(t, 20*time.Second, a.e.Ready)
+	if !eventually(10*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
+		t.Fatalf("the trigger taken and cut by the undone acquire before it started never fired (%d trigger keys pending)", pendingTriggers(c))
+	}
+	time.Sleep(300 * time.Millisecond) // a repeat, if any
+	if d := log.duplicates(); len(d) > 0 {
+		t.Errorf("the trigger fired more than once: %v", d)
+	}
+	if n := a.e.Stats().Executions["canceled"]; n != 1 {
+		t.Errorf("%d executions canceled, want the cut one", n)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
+	a.stop(t)
+}
+
+// workerClock is a clock that, once hold is set, holds the first worker
+// that reads it, as workers do when they took a job and before they start
+// it (pool.work), until let is closed.
+type workerClock struct {
+	Clock
+	hold atomic.Bool
+	held chan struct{} // closed when a worker is held
+	let  chan struct{}
+}
+
+func (c *workerClock) Now() time.Time {
+	if c.hold.Load() {
+		buf := make([]byte, 8<<10)
+		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte(".(*pool).work(")) && c.hold.CompareAndSwap(true, false) {
+			close(c.held)
+			<-c.let
+		}
+	}
+	return c.Clock.Now()
 }
 
 // gatedProgress holds the catch-up watches' progress requests while held
