@@ -258,25 +258,75 @@ func TestEngine_BackfillRunnerStartsOnceTheAcquireTookTheFiresOver(t *testing.T)
 	ho.finish(t, concurrency, b, closed)
 }
 
+// An acquire undone after it took over a backfill's fires handed over
+// unrun leaves none of them counted: those it ran are cut, those queued
+// dropped, and none ends; the checkpoint put back hands them to the next
+// acquire, which counts them from its own take-over alone. Here node-a,
+// with one worker, runs the first fire of a backfill of concurrency 3 of
+// a forbid task (held) and leaves the next two queued when it leaves
+// gracefully; node-b, with one worker too, takes the two over, starts
+// the first, and its read of the partition's triggers then fails. Its
+// next acquire takes the two over again, and its runner counts those
+// two: counted with the undone acquire's, the two that never end stayed
+// counted for good, and the runner ran one fire at a time to the end.
+func TestEngine_BackfillUndoneAcquireLeavesItsFiresUncounted(t *testing.T) {
+	const concurrency = 3
+	ho := startBackfillHandOver(t, concurrency, func(cfg *Config) { cfg.Workers = 1 }, task.ConcurrencyForbid)
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
+	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
+		t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.Stats().QueueDepth == concurrency-1 })
+	triggers := fmt.Sprintf("/triggers/%05d/", ring.Partition(id, limitsPolicyParts))
+	failing := make(chan struct{})
+	ho.faults["node-b"].failsGetOnceAfter(func(key string) bool { return strings.Contains(key, triggers) }, failing)
+	closed := closeInBackground(a)
+	undone := h.next(t)
+	if undone.Node != "node-b" || !undone.ScheduledAt.Equal(limitsAt(-8)) {
+		t.Fatalf("started %s@%s on %s, want node-a's second, handed over to node-b", undone.TaskID, undone.ScheduledAt.Format(time.TimeOnly), undone.Node)
+	}
+	close(failing)
+	again := h.next(t)
+	if again.Node != "node-b" || !again.ScheduledAt.Equal(limitsAt(-8)) || again.Fence == undone.Fence {
+		t.Fatalf("started %s@%s on %s at fence %d, want node-a's second again, on node-b after fence %d",
+			again.TaskID, again.ScheduledAt.Format(time.TimeOnly), again.Node, again.Fence, undone.Fence)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !undone.running() })
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillRunning(b, id) })
+	b.e.bf.mu.Lock()
+	counted := b.e.bf.runs[id].handedLeft()
+	b.e.bf.mu.Unlock()
+	if counted != concurrency-1 {
+		t.Errorf("node-b's runner counts %d fires handed over, want the %d its acquire took over", counted, concurrency-1)
+	}
+	ho.finish(t, concurrency, b, closed)
+}
+
 // backfillHandOver is a backfill of 10 fires of a task of node-a's, whose
 // fires h holds, that node-b takes over when node-a leaves.
 type backfillHandOver struct {
-	a, b  *testNode
-	start func(id string) *testNode // another node like them
-	h     *holder
-	id    string
-	most  atomic.Int64 // the backfill's fires that ran at once, on every node
+	a, b   *testNode
+	start  func(id string) *testNode // another node like them
+	faults map[string]*faultKV       // in front of each node's own client, by node id
+	clock  *testClock
+	h      *holder
+	id     string
+	most   atomic.Int64 // the backfill's fires that ran at once, on every node
 }
 
 // startBackfillHandOver starts node-a and node-b (tweak configures both
-// more) and a backfill of the given concurrency of 12:00:01 to 12:00:10
-// of a task of node-a's.
-func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *backfillHandOver {
+// more) and a backfill of the given concurrency of 11:59:51 to 12:00:00
+// of a task of node-a's that fires every second (concurrency policy
+// allow, or policy).
+func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), policy ...task.ConcurrencyPolicy) *backfillHandOver {
 	t.Helper()
 	c, clock := limitsStart(t)
-	ho := &backfillHandOver{h: newHolder(t)}
+	ho := &backfillHandOver{h: newHolder(t), faults: map[string]*faultKV{}, clock: clock}
 	var going atomic.Int64 // the backfill's fires running, on every node
 	count := func(ctx context.Context, f Fire) error {
+		if f.ScheduledAt.After(limitsAt(0)) {
+			return ho.h.handler(ctx, f) // the task's schedule's
+		}
 		n := going.Add(1)
 		defer going.Add(-1)
 		for m := ho.most.Load(); n > m; m = ho.most.Load() {
@@ -287,7 +337,9 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 		return ho.h.handler(ctx, f)
 	}
 	ho.start = func(id string) *testNode {
-		n := startNode(t, c, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
+		cli := c.NewClient(t)
+		ho.faults[id] = injectFaults(cli)
+		n := startNodeOn(t, cli, "", count, limitsNode(clock, time.Hour, id, func(cfg *Config) {
 			cfg.Partitions = limitsPolicyParts // two nodes share them
 			cfg.DrainTimeout = time.Minute     // node-a's held runs outlast the hand-over
 			if tweak != nil {
@@ -308,7 +360,11 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config)) *
 	}
 	ho.h.ids[ho.id] = true
 	reg := ho.a.e.Registry()
-	putTask(t, reg, handlerTask(ho.id, "* * * * * *"))
+	tk := handlerTask(ho.id, "* * * * * *")
+	if len(policy) > 0 {
+		tk.Concurrency = policy[0]
+	}
+	putTask(t, reg, tk)
 	waitNext(t, ho.a, ho.id, limitsAt(1)) // the frozen clock fires none of its schedule
 	if _, err := reg.Backfill(context.Background(), ho.id, limitsAt(-9), limitsAt(0), concurrency); err != nil {
 		t.Fatal(err)
