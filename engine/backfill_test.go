@@ -162,7 +162,7 @@ func TestEngine_BackfillConcurrencyAcrossAGracefulHandOver(t *testing.T) {
 	}
 	closed := closeInBackground(a)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
-	ho.noneStarts(t, b, 0, fmt.Sprintf("while node-a's %d fires of the backfill ran, of a concurrency of %d", len(old), concurrency))
+	ho.noneStarts(t, b, 0, 0, fmt.Sprintf("while node-a's %d fires of the backfill ran, of a concurrency of %d", len(old), concurrency))
 	for _, r := range old {
 		if !r.running() {
 			t.Fatalf("node-a's fire %s ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
@@ -211,13 +211,13 @@ func TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun(t *testing.T)
 				delete(handed, r.ScheduledAt)
 			}
 			why := fmt.Sprintf("beside the backfill's 3 fires under way (2 handed over unrun), of a concurrency of %d", concurrency)
-			ho.noneStarts(t, b, 2, why)
+			ho.noneStarts(t, b, 2, 0, why)
 			last := b
 			if again {
 				last = ho.start("node-c")
 				closed = append(closed, closeInBackground(b))
 				etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(last, id) && backfillRunning(last, id) })
-				ho.noneStarts(t, last, 0, why)
+				ho.noneStarts(t, last, 0, 0, why)
 				if n := b.e.Stats().RunsMarked; n != 1 {
 					t.Errorf("node-b marked %d runs, want 1 (the task's, of the 2 fires handed over to it)", n)
 				}
@@ -255,6 +255,49 @@ func TestEngine_BackfillRunnerStartsOnceTheAcquireTookTheFiresOver(t *testing.T)
 	}
 	let()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return backfillRunning(b, id) })
+	ho.finish(t, concurrency, b, closed)
+}
+
+// A replace fire of the task on the next owner cancels the run its
+// former owner marked at its release, but for its backfill's fires, which
+// run on outside the policy as on the owner: it marks the marker replaced
+// rather than deleting it, and the backfill's runner goes on counting
+// them until they end. Here node-a runs the first two fires of a
+// backfill of concurrency 2 of a replace task, and its fire of 12:00:01,
+// all held, when it leaves gracefully; node-b's fire of 12:00:02 cancels
+// node-a's of 12:00:01, the backfill's two run on, and node-b's runner
+// starts none of its own beside them (without, the replace deleted the
+// marker and node-b started 2 beside them, 4 at once).
+func TestEngine_BackfillConcurrencyHoldsPastAReplaceFire(t *testing.T) {
+	const concurrency = 2
+	ho := startBackfillHandOver(t, concurrency, nil, task.ConcurrencyReplace)
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
+	started := func(node string, at ...time.Time) blocked {
+		t.Helper()
+		r := h.next(t)
+		if r.Node != node || !slices.ContainsFunc(at, r.ScheduledAt.Equal) {
+			t.Fatalf("started %s@%s on %s, want one of %v on %s", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node, at, node)
+		}
+		return r
+	}
+	first := []time.Time{limitsAt(-9), limitsAt(-8)}
+	old := []blocked{started("node-a", first...), started("node-a", first...)}
+	ho.clock.Advance(time.Second)
+	replaced := started("node-a", limitsAt(1))
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+	ho.noneStarts(t, b, 0, 0, fmt.Sprintf("while node-a's run held %d fires of the backfill, of a concurrency of %d", len(old), concurrency))
+	waitNext(t, b, id, limitsAt(2))
+	since := ho.busy(b)
+	ho.clock.Advance(time.Second)
+	started("node-b", limitsAt(2))
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !replaced.running() })
+	ho.noneStarts(t, b, 1, since, "beside its fire of 12:00:02, once it replaced node-a's run and its 2 fires of the backfill ran on")
+	for _, r := range old {
+		if !r.running() {
+			t.Fatalf("node-a's fire %s of the backfill ended before it was let go", r.ScheduledAt.Format(time.TimeOnly))
+		}
+	}
 	ho.finish(t, concurrency, b, closed)
 }
 
@@ -373,18 +416,16 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), p
 }
 
 // noneStarts fails t, why, if node n's runner of the backfill dispatched a
-// fire: once the loop answered the runner busy, n's loop must hold no fire
-// of the task under way but the handed ones it took over. The loop counts
-// a fire as it gives it to the runner, so every fire the runner had before
-// the answer is counted by then: the check waits for the answer, not for
-// a time a slow machine may not reach.
-func (ho *backfillHandOver) noneStarts(t *testing.T, n *testNode, handed int, why string) {
+// fire: once the loop answered the runner busy (past the since answers
+// before), n's loop must hold no fire of the task under way but the
+// handed ones it took over. The loop counts a fire as it gives it to the
+// runner, so every fire the runner had before the answer is counted by
+// then: the check waits for the answer, not for a time a slow machine may
+// not reach.
+func (ho *backfillHandOver) noneStarts(t *testing.T, n *testNode, handed int, since uint64, why string) {
 	t.Helper()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool {
-		n.e.bf.mu.Lock()
-		b := n.e.bf.runs[ho.id]
-		n.e.bf.mu.Unlock()
-		asked := b != nil && b.busy.Load() > 0 // before the count, which then holds what the runner took before
+		asked := ho.busy(n) > since // before the count, which then holds what the runner took before
 		var running int
 		inLoop(t, n, func(l *loop) bool {
 			i, r, ok := l.tab.lookup(ho.id)
@@ -394,10 +435,21 @@ func (ho *backfillHandOver) noneStarts(t *testing.T, n *testNode, handed int, wh
 			return ok
 		})
 		if running != handed {
-			t.Fatalf("%s had %d fires of the backfill under way %s, want the %d handed over to it", n.e.NodeID(), running, why, handed)
+			t.Fatalf("%s had %d fires of the task under way %s, want %d", n.e.NodeID(), running, why, handed)
 		}
 		return asked
 	})
+}
+
+// busy is how many times node n's loop answered its runner of the
+// backfill busy (backfillRun.busy).
+func (ho *backfillHandOver) busy(n *testNode) uint64 {
+	n.e.bf.mu.Lock()
+	defer n.e.bf.mu.Unlock()
+	if b := n.e.bf.runs[ho.id]; b != nil {
+		return b.busy.Load()
+	}
+	return 0
 }
 
 // finish lets the held fires go, waits for the closes of the nodes that

@@ -231,9 +231,13 @@
 //     crash (TestEngine_BackfillSurvivesAHandOver/crash). Across a
 //     graceful hand-over its concurrency holds for the old owner's fires
 //     still running (marked: TestEngine_BackfillConcurrencyAcrossAGracefulHandOver)
-//     and those handed over unrun, not once a replace fire deleted their
-//     marker, nor for a retry handed on through etcd: the next owner's
-//     fires may then reach twice it.
+//     and those handed over unrun
+//     (TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun;
+//     TestEngine_BackfillUndoneAcquireLeavesItsFiresUncounted), past a
+//     replace fire of the task, which marks their marker replaced rather
+//     than deleting it (TestEngine_BackfillConcurrencyHoldsPastAReplaceFire);
+//     not for a retry handed on through etcd: the next owner's fires may
+//     then reach twice it.
 //   - Chain triggers wait in memory between the end of the fire and their
 //     etcd write, so a crash in between, or a cut from etcd past Close's
 //     wait, loses them

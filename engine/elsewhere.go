@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardcron/shardcron/membership"
@@ -38,9 +39,14 @@ import (
 // The owner counts a task's markers as runs in flight: forbid skips its
 // fires, buffer_one holds one until the markers go, and replace deletes
 // them, which the releasing node, watching its markers, takes for a cancel
-// of the run (a backfill's fires among it run on). The backfill's fires a
-// marker holds (runningMarker) count against the backfill's concurrency
-// there until it goes: the runner starts only as many as they leave.
+// of the run. The backfill's fires a marker holds (runningMarker) count
+// against the backfill's concurrency there until it goes: the runner
+// starts only as many as they leave. They are outside the task's policy,
+// and run on past a replace, as on the owner: a replace fire does not
+// delete a marker that holds some, but marks it replaced (one etcd
+// request a replace fire, as the delete), which the releasing node takes
+// for the same cancel of the rest of the run; the marker stays, no run of
+// the task for its policy but still the backfill's fires, until they end.
 // However many the markers, the owner watches them with one watch a
 // partition, the releasing node with one a session.
 
@@ -54,6 +60,10 @@ func (k keys) runningPrefix(p int) string { return fmt.Sprintf("%s/running/%05d/
 type runningMarker struct {
 	Node     string `json:"node"`
 	Backfill int    `json:"backfill,omitempty"`
+	// Replaced: a replace fire of the task on the partition's owner
+	// canceled the run but for its backfill's fires, which run on and
+	// keep the marker until they end.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // markedRun is a leaver's run that a marker stands for.
@@ -69,19 +79,23 @@ type markedRun struct {
 	// same (its answer lost), so its run's end deletes it, written or
 	// not; guarded by set.mu.
 	refused bool
+	// replaced: the next owner marked it replaced (runningMarker), and
+	// its run was canceled but for its backfill's fires; guarded by
+	// set.mu.
+	replaced bool
 }
 
 // markers are one session's markers of runs past their release. A marker
 // is deleted once its run ended and etcd took its put, and one watch of
-// them all, however many, tells when the next owner deleted one first (a
-// replace fire), which cancels its run.
+// them all, however many, tells when the next owner deleted one first, or
+// marked it replaced (a replace fire), which cancels its run.
 type markers struct {
 	e     *Engine
 	lease clientv3.LeaseID
 	life  context.Context // the session's: its lease takes the markers when it ends
 
 	// mu guards the rest, and each run's rev and ended. It is taken
-	// under leavers.mu (leavers.ended), and pool.runMu under it (gone).
+	// under leavers.mu (leavers.ended), and pool.runMu under it (gone, rewritten).
 	mu       sync.Mutex
 	runs     map[string]*markedRun // written and watched, by key
 	watching bool                  // watch runs
@@ -290,7 +304,7 @@ func (m *markers) deleteDead() {
 // watch watches the markers from after rev until none is left or the
 // session ends.
 func (m *markers) watch(rev int64) {
-	m.e.watchDeletes(m.life, m.e.keys.prefix+"/running/", rev, m.watched, m.gone)
+	m.e.watchDeletes(m.life, m.e.keys.prefix+"/running/", rev, m.watched, m.gone, m.rewritten)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.life.Err() != nil {
@@ -334,20 +348,28 @@ func (m *markers) gone(key string) bool {
 
 // watchDeletes watches the keys under prefix from after rev, and tells gone
 // each key deleted, until gone reports that none it wants is left, or ctx
-// ends. A watch that etcd ends (a lost leader, a compaction) is opened
-// again from a read of the prefix, which tells gone those of known's keys
-// deleted meanwhile: known(at) are the keys put at or before revision at,
-// those the read would show.
-func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, known func(at int64) []string, gone func(key string) bool) {
+// ends; and put, when not nil, each key put, with its value. A watch that
+// etcd ends (a lost leader, a compaction) is opened again from a read of
+// the prefix, which tells gone those of known's keys deleted meanwhile,
+// and put the values of the others: known(at) are the keys put at or
+// before revision at, those the read would show.
+func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, known func(at int64) []string, gone func(key string) bool,
+	put func(key string, value []byte)) {
+	watchOpts, readOpts := []clientv3.OpOption{clientv3.WithPrefix()}, []clientv3.OpOption{clientv3.WithPrefix()}
+	if put == nil {
+		watchOpts, readOpts = append(watchOpts, clientv3.WithFilterPut()), append(readOpts, clientv3.WithKeysOnly())
+	}
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
-		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, append(watchOpts, clientv3.WithRev(rev+1))...)
 		for resp := range wch {
 			if resp.Err() != nil {
 				break
 			}
 			for _, ev := range resp.Events {
-				if !gone(string(ev.Kv.Key)) {
+				if ev.Type == mvccpb.PUT {
+					put(string(ev.Kv.Key), ev.Kv.Value)
+				} else if !gone(string(ev.Kv.Key)) {
 					cancel()
 					return
 				}
@@ -355,22 +377,43 @@ func (e *Engine) watchDeletes(ctx context.Context, prefix string, rev int64, kno
 		}
 		cancel()
 		gctx, gcancel := context.WithTimeout(ctx, etcdTimeout)
-		resp, err := e.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := e.cli.Get(gctx, prefix, readOpts...)
 		gcancel()
 		if err != nil {
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		left := make(map[string]bool, len(resp.Kvs))
+		left := make(map[string][]byte, len(resp.Kvs))
 		for _, kv := range resp.Kvs {
-			left[string(kv.Key)] = true
+			left[string(kv.Key)] = kv.Value
 		}
 		for _, k := range known(resp.Header.Revision) {
-			if !left[k] && !gone(k) {
+			v, ok := left[k]
+			switch {
+			case !ok && !gone(k):
 				return
+			case ok && put != nil:
+				put(k, v)
 			}
 		}
 		rev = resp.Header.Revision
+	}
+}
+
+// rewritten applies a put of marker key: one the next owner of its
+// partition marked replaced (a replace fire) has its run canceled but for
+// its backfill's fires, which keep the marker until they end.
+func (m *markers) rewritten(key string, value []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.runs[key]
+	if r == nil || r.replaced || r.ended {
+		return // another session's marker, most likely: the watch sees them all
+	}
+	var v runningMarker
+	if json.Unmarshal(value, &v) == nil && v.Replaced {
+		r.replaced = true
+		m.e.pool.replaceRunning(r.rec, r.gen)
 	}
 }
 
@@ -386,11 +429,33 @@ func (e *Engine) deleteMarkers(ctx context.Context, keys []string) error {
 	return e.commitRetrying(ctx, ops, nil)
 }
 
-// elsewhereRun is a run elsewhere: its marker's key, and how many
-// fires of its task's backfill it holds (runningMarker).
+// replaceMarkers cancels the runs elsewhere of runs for a replace fire,
+// in one transaction, trying again while etcd refuses until ctx ends: it
+// deletes their markers, or marks replaced (runningMarker) those that
+// hold fires of their backfill, if they still stand, under their lease.
+func (e *Engine) replaceMarkers(ctx context.Context, runs []elsewhereRun) error {
+	ops := make([]clientv3.Op, len(runs))
+	for i, r := range runs {
+		if !r.replaced {
+			ops[i] = clientv3.OpDelete(r.key)
+			continue
+		}
+		val, _ := json.Marshal(runningMarker{Node: r.node, Backfill: r.backfill, Replaced: true})
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), ">", 0)},
+			[]clientv3.Op{clientv3.OpPut(r.key, string(val), clientv3.WithIgnoreLease())}, nil)
+	}
+	return e.commitRetrying(ctx, ops, nil)
+}
+
+// elsewhereRun is a run elsewhere: its marker's key, its node, how many
+// fires of its task's backfill it holds, and whether a replace fire
+// canceled the rest of it (runningMarker): then it is not counted in its
+// record's running.
 type elsewhereRun struct {
 	key      string
+	node     string
 	backfill int
+	replaced bool
 }
 
 // readElsewhere reads partition p's markers, by task id, and the read's
@@ -414,7 +479,7 @@ func (e *Engine) readElsewhere(ctx context.Context, p int) (map[string][]elsewhe
 		if json.Unmarshal(kv.Value, &m) != nil || m.Backfill < 0 {
 			m.Backfill = 0 // a run elsewhere all the same
 		}
-		out[id] = append(out[id], elsewhereRun{key: string(kv.Key), backfill: m.Backfill})
+		out[id] = append(out[id], elsewhereRun{key: string(kv.Key), node: m.Node, backfill: m.Backfill, replaced: m.Replaced})
 	}
 	return out, resp.Header.Revision, nil
 }
@@ -435,7 +500,7 @@ func (e *Engine) watchElsewhere(ctx context.Context, p int, away map[string][]el
 			_ = e.call(ctx, &elsewhereEndedCmd{part: p, id: id, key: key})
 		}
 		return len(ids) > 0
-	})
+	}, nil)
 }
 
 // elsewhereEndedCmd: the marker key of task id's run elsewhere is gone.
@@ -447,13 +512,26 @@ type elsewhereEndedCmd struct {
 func (c *elsewhereEndedCmd) run(l *loop) { l.elsewhereEnded(c) }
 
 // runElsewhere counts record i's runs elsewhere as its runs in flight,
-// and the fires of its backfill among them against the backfill's
-// concurrency. Called only from the dispatch loop, as are the other loop
-// methods here.
+// but those replaced, and the fires of its backfill among them against the
+// backfill's concurrency. Called only from the dispatch loop, as are the
+// other loop methods here.
 func (l *loop) runElsewhere(i uint32, r *record, runs []elsewhereRun) {
 	l.elsewhere[i] = append(l.elsewhere[i], runs...)
-	r.running += uint16(len(runs))
-	l.stats.runsElsewhere.Add(int64(len(runs)))
+	n := counted(runs)
+	r.running += uint16(n)
+	l.stats.runsElsewhere.Add(int64(n))
+}
+
+// counted is how many of runs count as runs of their task: not those
+// replaced.
+func counted(runs []elsewhereRun) int {
+	n := 0
+	for _, e := range runs {
+		if !e.replaced {
+			n++
+		}
+	}
+	return n
 }
 
 // elsewhereEnded applies the end of a run elsewhere, as a completion's:
@@ -469,11 +547,13 @@ func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 	if at < 0 {
 		return // released, or replaced, since
 	}
+	if !runs[at].replaced {
+		r.running--
+		l.stats.runsElsewhere.Add(-1)
+	}
 	if l.elsewhere[i] = slices.Delete(runs, at, at+1); len(l.elsewhere[i]) == 0 {
 		delete(l.elsewhere, i)
 	}
-	r.running--
-	l.stats.runsElsewhere.Add(-1)
 	l.admitWaiting(i, r)
 	l.checkEnded(i, r)
 	if len(l.jobs) > 0 {
@@ -481,21 +561,37 @@ func (l *loop) elsewhereEnded(c *elsewhereEndedCmd) {
 	}
 }
 
-// replaceElsewhere has record i's runs elsewhere canceled, by deleting
-// their markers, for a fire of its replace task that starts now.
+// replaceElsewhere has record i's runs elsewhere canceled, for a fire of
+// its replace task that starts now: by deleting their markers, or, for a
+// run with fires of its backfill, which run on, by marking it replaced,
+// and it counts against the backfill's concurrency until its marker goes.
 func (l *loop) replaceElsewhere(i uint32, r *record) {
 	runs := l.elsewhere[i]
-	if len(runs) == 0 {
+	var unmark []elsewhereRun
+	kept := runs[:0]
+	for _, e := range runs {
+		if !e.replaced {
+			r.running--
+			e.replaced = e.backfill > 0
+			unmark = append(unmark, e)
+			if !e.replaced {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	if len(unmark) == 0 {
 		return
 	}
-	l.forgetElsewhere(i)
-	r.running -= uint16(len(runs))
+	l.stats.runsElsewhere.Add(-int64(len(unmark)))
+	clear(runs[len(kept):])
+	if len(kept) == 0 {
+		delete(l.elsewhere, i)
+	} else {
+		l.elsewhere[i] = kept
+	}
 	if l.unmark != nil {
-		keys := make([]string, len(runs))
-		for j, e := range runs {
-			keys[j] = e.key
-		}
-		l.unmark(keys)
+		l.unmark(unmark)
 	}
 }
 
@@ -503,7 +599,7 @@ func (l *loop) replaceElsewhere(i uint32, r *record) {
 // task went.
 func (l *loop) forgetElsewhere(i uint32) {
 	if runs, ok := l.elsewhere[i]; ok {
-		l.stats.runsElsewhere.Add(-int64(len(runs)))
+		l.stats.runsElsewhere.Add(-int64(counted(runs)))
 		delete(l.elsewhere, i)
 	}
 }
@@ -520,5 +616,5 @@ func (l *loop) backfillElsewhere(i uint32) int {
 
 // runningHere is how many of record i's runs in flight are this node's.
 func (l *loop) runningHere(i uint32, r *record) int {
-	return int(r.running) - len(l.elsewhere[i])
+	return int(r.running) - counted(l.elsewhere[i])
 }

@@ -27,7 +27,11 @@ import (
 func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	tl := newTestLoop(t, time.Date(2026, 1, 1, 12, 0, 0, 500e6, time.UTC), nil)
 	var unmarked []string
-	tl.unmark = func(keys []string) { unmarked = append(unmarked, keys...) }
+	tl.unmark = func(runs []elsewhereRun) {
+		for _, r := range runs {
+			unmarked = append(unmarked, r.key)
+		}
+	}
 	load := func(part int, id string, p task.ConcurrencyPolicy, marker string) {
 		t.Helper()
 		prof := noopProfile(task.MisfireFireOnce)
@@ -79,6 +83,64 @@ func TestLoop_RunElsewhereKeepsFiresApartAndIsNotWaitedFor(t *testing.T) {
 	}
 	if n := tl.stats.runsElsewhere.Load(); n != 0 {
 		t.Errorf("%d runs elsewhere counted after the release, want none", n)
+	}
+}
+
+// A replace fire marks replaced, rather than deletes, the marker of a run
+// elsewhere that holds fires of the task's backfill: they run on outside
+// the policy, and count against the backfill's concurrency until the
+// marker goes; the run no longer counts as the task's. One read replaced
+// counts only its backfill's fires too, and a replace fire leaves it.
+func TestLoop_ReplaceKeepsTheBackfillCountOfARunElsewhere(t *testing.T) {
+	tl := newTestLoop(t, time.Date(2026, 1, 1, 12, 0, 0, 500e6, time.UTC), nil)
+	var unmarked []elsewhereRun
+	tl.unmark = func(runs []elsewhereRun) { unmarked = append(unmarked, runs...) }
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key, prof.concurrency = "elsewhere/replace", task.ConcurrencyReplace
+	load := func(part int, id string, runs ...elsewhereRun) {
+		t.Helper()
+		h, err := tl.scheds.Intern("* * * * * *", "UTC", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.handle(&loadCmd{part: part, resume: tl.clock.Now().UnixNano(), first: true, done: make(chan struct{}),
+			handed: handedTo{elsewhere: map[string][]elsewhereRun{id: runs}},
+			defs:   []taskDef{{id: id, hash: xxhash.Sum64String(id), part: part, sched: h, prof: prof}}})
+	}
+	load(0, "mixed", elsewhereRun{key: "m/plain"}, elsewhereRun{key: "m/backfill", node: "node-a", backfill: 2})
+	load(1, "read", elsewhereRun{key: "m/read", backfill: 1, replaced: true})
+	counts := func(id string) (running, backfill int) {
+		i, r, ok := tl.tab.lookup(id)
+		if !ok {
+			t.Fatalf("%s not loaded", id)
+		}
+		return tl.runningHere(i, r), tl.backfillElsewhere(i)
+	}
+	if _, n := counts("read"); n != 1 || tl.stats.runsElsewhere.Load() != 2 {
+		t.Errorf("a marker read replaced: %d fires of its backfill, %d runs elsewhere; want 1, and mixed's 2", n, tl.stats.runsElsewhere.Load())
+	}
+	tl.clock.Advance(time.Second)
+	tl.dispatch()
+	for p, want := range []string{"mixed@1767268801000", "read@1767268801000"} {
+		if got := tl.dispatched(p); !slices.Equal(got, []string{want}) {
+			t.Errorf("partition %d dispatched %v, want %v beside the runs elsewhere", p, got, want)
+		}
+	}
+	want := []elsewhereRun{{key: "m/plain"}, {key: "m/backfill", node: "node-a", backfill: 2, replaced: true}}
+	if !slices.Equal(unmarked, want) {
+		t.Errorf("the replace fires unmarked %+v, want %+v: the plain run's deleted, the other marked replaced", unmarked, want)
+	}
+	for id, want := range map[string]int{"mixed": 2, "read": 1} {
+		if running, n := counts(id); running != 1 || n != want {
+			t.Errorf("%s after the replace: %d runs here, %d fires of its backfill elsewhere; want its fire, and %d", id, running, n, want)
+		}
+	}
+	if n := tl.stats.runsElsewhere.Load(); n != 0 {
+		t.Errorf("%d runs elsewhere counted after the replace, want none", n)
+	}
+	tl.handle(&elsewhereEndedCmd{part: 0, id: "mixed", key: "m/backfill"})
+	if running, n := counts("mixed"); running != 1 || n != 0 {
+		t.Errorf("once the replaced marker went: %d runs here, %d fires of the backfill elsewhere; want 1 and 0", running, n)
 	}
 }
 

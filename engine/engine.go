@@ -252,16 +252,16 @@ func (e *Engine) Start(ctx context.Context) error {
 			Note: "paused by its owner after failures in a row (pause_on_failure)"})
 	})
 	e.loop.alerts = e.notify
-	e.loop.unmark = func(keys []string) {
+	e.loop.unmark = func(runs []elsewhereRun) {
 		life := e.sess.Load().Mutexes().Ctx()
 		e.marking.Go(func() {
 			// Until the session ends: a marker left behind keeps its run,
 			// which the fire here replaced, going beside it. Past the
 			// session, the partition's next owner reads the marker and
-			// deletes it at its own replace fire.
-			if err := e.deleteMarkers(life, keys); err != nil {
-				e.log.Warn("the session ended before etcd took the deletes of the markers of runs on former owners: those runs, which a replace fire here should have canceled, go on there until the next owner's fire",
-					"markers", keys, "err", err)
+			// replaces it at its own replace fire.
+			if err := e.replaceMarkers(life, runs); err != nil {
+				e.log.Warn("the session ended before etcd took the deletes (or replaced marks) of the markers of runs on former owners: those runs, which a replace fire here should have canceled, go on there until the next owner's fire",
+					"markers", len(runs), "err", err)
 			}
 		})
 	}
@@ -587,7 +587,8 @@ type Stats struct {
 	RetriesHandedOn uint64
 	// RunsMarked counts the runs this node marked in etcd at a graceful
 	// release, because they went on past its wait (ReleaseRunWait; elsewhere.go);
-	// RunsElsewhere is how many such runs its tasks count as running now.
+	// RunsElsewhere is how many such runs its tasks count as running now
+	// (not those a replace fire canceled but for their backfill's fires).
 	RunsMarked    uint64
 	RunsElsewhere int
 }

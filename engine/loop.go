@@ -269,11 +269,12 @@ type loop struct {
 	gated      []gatedJob // the jobs of listed waiting fires whose running one ended, in publish order (gate)
 
 	// elsewhere are the runs on former owners, by record, each counted
-	// in its record's running, and the fires of its backfill each holds
-	// against the backfill's concurrency (elsewhere.go); unmark deletes
-	// markers, to cancel their runs (nil in tests without etcd).
+	// in its record's running but those replaced, and the fires of its
+	// backfill each holds against the backfill's concurrency
+	// (elsewhere.go); unmark deletes markers, or marks them replaced, to
+	// cancel their runs (nil in tests without etcd).
 	elsewhere map[uint32][]elsewhereRun
-	unmark    func(keys []string)
+	unmark    func(runs []elsewhereRun)
 
 	// deletedRuns are the attempts under way of deleted tasks, by
 	// leavingKey: each deletes its task's history again when it ends, as
