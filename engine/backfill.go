@@ -69,10 +69,11 @@ type backfillRun struct {
 	// skipped from then on, as any retry of a paused task (releaseRetry).
 	stopped atomic.Bool
 	// handed, on a runner, is the backfill of its task's fires handed
-	// over to this node (Engine.handedBackfill) when it started: their
+	// over to this node (Engine.handedBackfill), from its start or the
+	// first handed over since (a retry handed on through etcd): their
 	// fires that have not ended count against its concurrency
 	// (loop.backfill), as they did on the node that handed them over.
-	handed *backfillRun
+	handed atomic.Pointer[backfillRun]
 	// takenOver are, on a backfill of fires handed over, those the node
 	// took over (loop.takeOver) that have not ended: how many, by
 	// scheduled time.
@@ -127,10 +128,13 @@ func (b *backfillRun) handedEnded(sched int64) {
 // handedLeft is how many fires of b's task handed over to this node,
 // b a runner, have not ended.
 func (b *backfillRun) handedLeft() int {
-	if b == nil || b.handed == nil {
+	if b == nil {
 		return 0
 	}
-	return b.handed.unended()
+	if h := b.handed.Load(); h != nil {
+		return h.unended()
+	}
+	return 0
 }
 
 // unended is how many fires of b, a backfill of fires handed over, the
@@ -327,8 +331,8 @@ func (e *Engine) startBackfill(key string, value []byte, rev int64, fromAcquire 
 	// Not under runCtx, which Close ends before the coordinator releases
 	// the partitions: their release stops the runners, gracefully.
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &backfillRun{id: id, part: p, ended: make(chan int64, backfillLead(rec.Concurrency)+1), cancel: cancel, done: make(chan struct{}),
-		handed: e.bf.handed[id]}
+	b := &backfillRun{id: id, part: p, ended: make(chan int64, backfillLead(rec.Concurrency)+1), cancel: cancel, done: make(chan struct{})}
+	b.handed.Store(e.bf.handed[id])
 	e.bf.runs[id] = b
 	e.bf.wg.Go(func() {
 		defer close(b.done)
@@ -359,6 +363,11 @@ func (e *Engine) handedBackfill(p int, id string, bfs map[string]*backfillRun) m
 			b.stopped.Store(true)
 		} else {
 			e.bf.handed[id] = b
+			if run := e.bf.runs[id]; run != nil && run.part == p {
+				// A retry handed on through etcd after the runner
+				// started: it counts them from now on.
+				run.handed.CompareAndSwap(nil, b)
+			}
 		}
 	}
 	if bfs == nil {

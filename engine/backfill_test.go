@@ -270,7 +270,7 @@ func TestEngine_BackfillRunnerStartsOnceTheAcquireTookTheFiresOver(t *testing.T)
 // marker and node-b started 2 beside them, 4 at once).
 func TestEngine_BackfillConcurrencyHoldsPastAReplaceFire(t *testing.T) {
 	const concurrency = 2
-	ho := startBackfillHandOver(t, concurrency, nil, task.ConcurrencyReplace)
+	ho := startBackfillHandOver(t, concurrency, nil, func(tk *task.Task) { tk.Concurrency = task.ConcurrencyReplace })
 	a, b, h, id := ho.a, ho.b, ho.h, ho.id
 	started := func(node string, at ...time.Time) blocked {
 		t.Helper()
@@ -301,6 +301,51 @@ func TestEngine_BackfillConcurrencyHoldsPastAReplaceFire(t *testing.T) {
 	ho.finish(t, concurrency, b, closed)
 }
 
+// A retry handed on through etcd of a backfill's fire whose attempt
+// outlived the release and failed counts against the backfill's
+// concurrency on the next owner from its arrival until it ends, and the
+// fire's marker goes only once etcd has the retry, so that the next owner
+// counts one or the other throughout. Here node-a's first fire of a
+// backfill of concurrency 1 of a task with 2 attempts is held when node-a
+// leaves gracefully, and fails once let go: its retry, due an hour later
+// at the earliest on the frozen clock, waits on node-b, whose runner
+// starts none of its own until it ran (without the count, node-b ran its
+// 9 fires beside the waiting retry).
+func TestEngine_BackfillConcurrencyHoldsForARetryHandedOnThroughEtcd(t *testing.T) {
+	const concurrency = 1
+	ho := startBackfillHandOver(t, concurrency, nil, func(tk *task.Task) {
+		tk.Retry = task.Retry{MaxAttempts: 2, Backoff: task.Duration(2 * time.Hour)}
+	})
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
+	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
+		t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+	ho.noneStarts(t, b, 0, 0, "while node-a's fire of the backfill ran, of a concurrency of 1")
+	ho.failFirst.Store(true)
+	h.open()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return b.e.Stats().RetryBacklog == 1 && b.e.Stats().RunsElsewhere == 0 })
+	ho.noneStarts(t, b, 0, ho.busy(b), "while the retry of node-a's fire of the backfill waited there, of a concurrency of 1")
+	for len(h.started) > 0 {
+		if r := <-h.started; r.Node == "node-b" {
+			t.Fatalf("node-b started %s@%s beside the retry of node-a's fire", r.TaskID, r.ScheduledAt.Format(time.TimeOnly))
+		}
+	}
+	ho.clock.Advance(3 * time.Hour)
+	for {
+		r := h.next(t)
+		if r.ScheduledAt.After(limitsAt(0)) {
+			continue // the schedule's, which the clock's advance fired
+		}
+		if r.Node != "node-b" || !r.ScheduledAt.Equal(limitsAt(-9)) || r.Attempt != 2 {
+			t.Fatalf("started %s@%s attempt %d on %s, want the retry of node-a's first fire on node-b", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Attempt, r.Node)
+		}
+		break
+	}
+	ho.finish(t, concurrency, b, closed)
+}
+
 // An acquire undone after it took over a backfill's fires handed over
 // unrun leaves none of them counted: those it ran are cut, those queued
 // dropped, and none ends; the checkpoint put back hands them to the next
@@ -314,7 +359,7 @@ func TestEngine_BackfillConcurrencyHoldsPastAReplaceFire(t *testing.T) {
 // counted for good, and the runner ran one fire at a time to the end.
 func TestEngine_BackfillUndoneAcquireLeavesItsFiresUncounted(t *testing.T) {
 	const concurrency = 3
-	ho := startBackfillHandOver(t, concurrency, func(cfg *Config) { cfg.Workers = 1 }, task.ConcurrencyForbid)
+	ho := startBackfillHandOver(t, concurrency, func(cfg *Config) { cfg.Workers = 1 }, func(tk *task.Task) { tk.Concurrency = task.ConcurrencyForbid })
 	a, b, h, id := ho.a, ho.b, ho.h, ho.id
 	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
 		t.Fatalf("started %s@%s on %s, want node-a's first", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
@@ -355,13 +400,15 @@ type backfillHandOver struct {
 	h      *holder
 	id     string
 	most   atomic.Int64 // the backfill's fires that ran at once, on every node
+	// failFirst, once set, fails the first attempt of the backfill's first
+	// fire, 11:59:51, when h lets it go.
+	failFirst atomic.Bool
 }
 
 // startBackfillHandOver starts node-a and node-b (tweak configures both
 // more) and a backfill of the given concurrency of 11:59:51 to 12:00:00
-// of a task of node-a's that fires every second (concurrency policy
-// allow, or policy).
-func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), policy ...task.ConcurrencyPolicy) *backfillHandOver {
+// of a task of node-a's that fires every second (edit changes it more).
+func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), edit ...func(*task.Task)) *backfillHandOver {
 	t.Helper()
 	c, clock := limitsStart(t)
 	ho := &backfillHandOver{h: newHolder(t), faults: map[string]*faultKV{}, clock: clock}
@@ -377,7 +424,11 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), p
 				break
 			}
 		}
-		return ho.h.handler(ctx, f)
+		err := ho.h.handler(ctx, f)
+		if err == nil && f.Attempt == 1 && f.ScheduledAt.Equal(limitsAt(-9)) && ho.failFirst.Load() {
+			return errors.New("the backfill's first fire fails")
+		}
+		return err
 	}
 	ho.start = func(id string) *testNode {
 		cli := c.NewClient(t)
@@ -404,8 +455,8 @@ func startBackfillHandOver(t *testing.T, concurrency int, tweak func(*Config), p
 	ho.h.ids[ho.id] = true
 	reg := ho.a.e.Registry()
 	tk := handlerTask(ho.id, "* * * * * *")
-	if len(policy) > 0 {
-		tk.Concurrency = policy[0]
+	for _, f := range edit {
+		f(tk)
 	}
 	putTask(t, reg, tk)
 	waitNext(t, ho.a, ho.id, limitsAt(1)) // the frozen clock fires none of its schedule
@@ -613,7 +664,8 @@ func TestLoop_HandedBackfillFiresCountUntilTheyEnd(t *testing.T) {
 			tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}),
 				defs: []taskDef{{id: "bf", hash: xxhash.Sum64String("bf"), part: 0, sched: h, prof: retryingProfile(), paused: c.paused}}})
 			handed := &backfillRun{id: "bf", part: 0}
-			runner := &backfillRun{id: "bf", part: 0, ended: make(chan int64, backfillLead(2)+1), handed: handed}
+			runner := &backfillRun{id: "bf", part: 0, ended: make(chan int64, backfillLead(2)+1)}
+			runner.handed.Store(handed)
 			tl.handle(&takeOverCmd{part: 0, bfs: map[string]*backfillRun{"bf": handed}, fires: []pendingFire{
 				{ID: "bf", At: old, Backfill: true},
 				{ID: "bf", At: old.Add(time.Hour), Backfill: true, Attempt: 2, Due: at.Add(10 * time.Second)},
@@ -641,6 +693,65 @@ func TestLoop_HandedBackfillFiresCountUntilTheyEnd(t *testing.T) {
 				t.Errorf("%d fires handed over count once they all ended, want none", n)
 			}
 		})
+	}
+}
+
+// A retry of a backfill's fire handed on through etcd (its attempt
+// outlived its partition's release, and failed there) counts against the
+// backfill's concurrency on the next owner from its arrival until it
+// ends, as one a checkpoint hands over; delivered twice (the trigger
+// watch's, an acquire's read), it counts once. It counted for nothing:
+// the runner started its own beside it.
+func TestLoop_BackfillRetryHandedOnThroughEtcdCountsUntilItEnds(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	old := at.Add(-48 * time.Hour)
+	tl := newTestLoop(t, at, nil)
+	h, err := tl.scheds.Intern("0 0 0 1 1 *", "UTC", "bf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.handle(&loadCmd{part: 0, resume: at.UnixNano(), first: true, done: make(chan struct{}),
+		defs: []taskDef{{id: "bf", hash: xxhash.Sum64String("bf"), part: 0, sched: h, prof: retryingProfile()}}})
+	handed := &backfillRun{id: "bf", part: 0}
+	runner := &backfillRun{id: "bf", part: 0, ended: make(chan int64, backfillLead(1)+1)}
+	runner.handed.Store(handed)
+	for range 2 {
+		c := &triggersCmd{reply: make(chan struct{}, 1), fires: []triggerFire{{part: 0, id: "bf", at: at.Add(time.Millisecond).UnixNano(), rev: 7,
+			retry: &registry.Retry{Attempt: 2, Due: at.Add(10 * time.Second), At: old, Backfill: true}, bf: handed}}}
+		tl.handle(c)
+		<-c.reply
+	}
+	if n := runner.handedLeft(); n != 1 {
+		t.Fatalf("the runner counts %d fires handed over, want the retry's", n)
+	}
+	ask := &backfillCmd{part: 0, id: "bf", at: old.Add(time.Hour).UnixNano(), bf: runner, concurrency: 1, reply: make(chan backfillAnswer, 1)}
+	tl.handle(ask)
+	if got := <-ask.reply; got != backfillBusy {
+		t.Fatalf("the runner's fire beside the retry, of a concurrency of 1: answer %d, want %d (busy)", got, backfillBusy)
+	}
+	tl.clock.Advance(time.Minute)
+	tl.dispatchAll()
+	if got, want := tl.dispatched(0), []string{fmt.Sprintf("bf@%d", old.UnixMilli())}; !slices.Equal(got, want) {
+		t.Fatalf("dispatched %v, want the retry %v", got, want)
+	}
+	j := tl.takeQueued()
+	j.extra.backfill().end(j.sched) // as its worker tells at its last attempt's end
+	if n := runner.handedLeft(); n != 0 {
+		t.Errorf("the runner counts %d fires handed over once the retry ended, want none", n)
+	}
+}
+
+// A runner that started before any fire of its backfill was handed over
+// to its node counts those that come later (a retry handed on through
+// etcd) as it counts those an acquire took over before its start: it
+// read only the latter, and ran its own beside the retry.
+func TestEngine_BackfillRunnerCountsFiresHandedOverAfterItStarted(t *testing.T) {
+	var e Engine
+	runner := &backfillRun{id: "bf", part: 3}
+	e.bf.runs = map[string]*backfillRun{"bf": runner}
+	handed := e.handedBackfill(3, "bf", nil)["bf"]
+	if got := runner.handed.Load(); got != handed {
+		t.Errorf("the runner counts the fires of %p, want those handed over since it started (%p)", got, handed)
 	}
 }
 

@@ -43,6 +43,10 @@ type chainFire struct {
 	retry   *registry.Retry // the retry to write; nil: none
 	over    *task.Override  // the retry's override
 	created int64           // the retry's: its task was created at or before it (leaver.created)
+	// written, when not nil, is told once the retry's write ended (etcd
+	// took it, or it was given up): its run's marker waits for it
+	// (markers.handedOn).
+	written func()
 }
 
 // chainQueueMax bounds the ended fires waiting for their triggers to be
@@ -149,6 +153,9 @@ func (e *Engine) triggerChains(ctx context.Context, fs []chainFire, missing *mis
 		if f.retry != nil {
 			g.Go(func() error {
 				e.triggerRetry(ctx, f)
+				if f.written != nil {
+					f.written()
+				}
 				return nil
 			})
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -380,7 +381,8 @@ func TestEngine_CloseCutOffFromEtcdDoesNotWaitForeverForAChainWrite(t *testing.T
 // that etcd refused once, a leader change, was given up at once, its fire
 // lost, though etcd took the next write: one queued a moment later was
 // tried for the whole etcdTimeout. Here etcd refuses the retry's first
-// write, and the workers drain while it is under way.
+// write, and the workers drain while it is under way. Once written, the
+// retry tells its run's marker, which waits for it (markers.handedOn).
 func TestEngine_ChainWriteUnderWayAsTheWorkersDrainIsTriedAgain(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
@@ -404,8 +406,9 @@ func TestEngine_ChainWriteUnderWayAsTheWorkersDrainIsTriedAgain(t *testing.T) {
 		return true
 	})
 	q := newChainQueue(quietLogger())
+	var told atomic.Bool
 	q.add(chainFire{from: "flaky", sched: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
-		retry: &registry.Retry{Attempt: 2, Due: time.Now()}})
+		retry: &registry.Retry{Attempt: 2, Due: time.Now()}, written: func() { told.Store(true) }})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -421,5 +424,8 @@ func TestEngine_ChainWriteUnderWayAsTheWorkersDrainIsTriedAgain(t *testing.T) {
 	}
 	if n, err := reg.PendingTriggerCount(ctx); err != nil || n != 1 {
 		t.Errorf("%d trigger keys (%v) once the writer ended, want the retry's", n, err)
+	}
+	if !told.Load() {
+		t.Error("the writer did not tell the retry's marker that it was written")
 	}
 }

@@ -235,9 +235,14 @@
 //     (TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun;
 //     TestEngine_BackfillUndoneAcquireLeavesItsFiresUncounted), past a
 //     replace fire of the task, which marks their marker replaced rather
-//     than deleting it (TestEngine_BackfillConcurrencyHoldsPastAReplaceFire);
-//     not for a retry handed on through etcd: the next owner's fires may
-//     then reach twice it.
+//     than deleting it (TestEngine_BackfillConcurrencyHoldsPastAReplaceFire),
+//     and for a retry handed on through etcd, counted from its arrival,
+//     its run's marker kept until etcd has it
+//     (TestEngine_BackfillConcurrencyHoldsForARetryHandedOnThroughEtcd);
+//     but the next owner reads the two through two watches, and one
+//     delivered out of order, or an attempt that failed between the
+//     release's seal and its marking, lets the runner start one fire
+//     beside the retry.
 //   - Chain triggers wait in memory between the end of the fire and their
 //     etcd write, so a crash in between, or a cut from etcd past Close's
 //     wait, loses them

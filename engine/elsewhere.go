@@ -33,8 +33,9 @@ import (
 // them or their runs end (a stuck release): its lock, still the node's,
 // keeps every other owner out meanwhile, and past the lease TTL the
 // session ends, which cancels the runs as any fence does. The
-// releasing node deletes a marker once its attempts end; its lease takes
-// the marker with it when the node crashes or closes.
+// releasing node deletes a marker once its attempts end and etcd has the
+// retries they handed on (markers.handedOn); its lease takes the marker
+// with it when the node crashes or closes.
 //
 // The owner counts a task's markers as runs in flight: forbid skips its
 // fires, buffer_one holds one until the markers go, and replace deletes
@@ -83,6 +84,10 @@ type markedRun struct {
 	// its run was canceled but for its backfill's fires; guarded by
 	// set.mu.
 	replaced bool
+	// writing are the retries its run handed on through etcd whose
+	// writes have not ended: the marker stays until they have, ended or
+	// not its run; guarded by set.mu.
+	writing int
 }
 
 // markers are one session's markers of runs past their release. A marker
@@ -211,12 +216,12 @@ func (m *markers) put(ctx context.Context, ms []*markedRun) (written int, refuse
 	return written, refused
 }
 
-// going returns those of ms whose runs have not ended: the others need
-// no marker.
+// going returns those of ms whose runs have not ended, or whose retries
+// handed on through etcd are not written yet: the others need no marker.
 func (m *markers) going(ms []*markedRun) []*markedRun {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.DeleteFunc(slices.Clone(ms), func(r *markedRun) bool { return r.ended })
+	return slices.DeleteFunc(slices.Clone(ms), func(r *markedRun) bool { return r.ended && r.writing == 0 })
 }
 
 // refuse notes that etcd refused the puts of ms, and returns those whose
@@ -229,10 +234,11 @@ func (m *markers) refuse(ms []*markedRun) []*markedRun {
 	var going []*markedRun
 	for _, r := range ms {
 		r.refused = true
-		if r.ended {
-			m.deleteLocked(r.key)
-		} else {
+		switch {
+		case !r.ended:
 			going = append(going, r)
+		case r.writing == 0:
+			m.deleteLocked(r.key)
 		}
 	}
 	return going
@@ -245,7 +251,7 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	defer m.mu.Unlock()
 	for _, r := range ms {
 		r.rev = rev
-		if r.ended {
+		if r.ended && r.writing == 0 {
 			m.deleteLocked(r.key)
 		} else {
 			m.runs[r.key] = r
@@ -257,12 +263,38 @@ func (m *markers) written(ms []*markedRun, rev int64) {
 	}
 }
 
-// ended notes that r's run ended: its marker goes, once written.
+// ended notes that r's run ended: its marker goes, once written, and
+// once the retries its run handed on through etcd are (handedOn).
 func (m *markers) ended(r *markedRun) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r.ended = true
-	if r.rev != 0 || r.refused {
+	m.goneIfDoneLocked(r)
+}
+
+// handingOn notes that r's run hands a retry on through etcd: r's marker
+// stays until its write ended (handedOn), so that the next owner sees the
+// marker or the retry, never neither, and the backfill's count of the
+// fire holds there throughout (Engine.handedBackfill counts the retry).
+func (m *markers) handingOn(r *markedRun) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.writing++
+}
+
+// handedOn notes that the write of a retry of r's run ended.
+func (m *markers) handedOn(r *markedRun) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.writing--
+	m.goneIfDoneLocked(r)
+}
+
+// goneIfDoneLocked has r's marker deleted once it was written (or its put
+// refused), its run ended, and the retries it handed on are in etcd.
+// Called with m.mu held.
+func (m *markers) goneIfDoneLocked(r *markedRun) {
+	if r.ended && r.writing == 0 && (r.rev != 0 || r.refused) {
 		m.deleteLocked(r.key)
 	}
 }

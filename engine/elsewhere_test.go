@@ -261,6 +261,16 @@ func refuseMarkerDeletes(f *faultKV) *atomic.Int32 {
 	return &refused
 }
 
+// markerThere reports whether etcd holds r's marker.
+func markerThere(t *testing.T, e *Engine, r *markedRun) bool {
+	t.Helper()
+	resp, err := e.cli.Get(context.Background(), r.key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count > 0
+}
+
 // Two runs of one task on one node, each past a release of the same
 // partition (the node took it again in between, and ran the task there
 // beside its run elsewhere: a backfill's fire, or after an edit to
@@ -276,14 +286,7 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 	if n1+n2 != 2 {
 		t.Fatalf("%d markers written, want 2", n1+n2)
 	}
-	there := func(r *markedRun) bool {
-		t.Helper()
-		resp, err := e.cli.Get(ctx, r.key, clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Count > 0
-	}
+	there := func(r *markedRun) bool { return markerThere(t, e, r) }
 	set.ended(first)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(first) })
 	if !there(second) {
@@ -291,6 +294,84 @@ func TestEngine_TwoRunsOfATaskOnANodeKeepAMarkerEach(t *testing.T) {
 	}
 	set.ended(second)
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(second) })
+}
+
+// A run's marker stays until the retries its run handed on through etcd
+// are written there, ended or not the run: the next owner then counts the
+// marker or the retry (a backfill's fire among them, against the
+// backfill's concurrency), never neither; deleted at once, it could see
+// neither for a while, and its runner started a fire beside the retry.
+// One whose run ended before its put, with such a write under way, is
+// put all the same.
+func TestEngine_MarkerStaysUntilTheRetriesItsRunHandedOnAreWritten(t *testing.T) {
+	c := etcdtest.Start(t)
+	e := startNode(t, c, "", nil, nil).e
+	set := e.markersOf(e.sess.Load())
+	ctx := context.Background()
+	there := func(r *markedRun) bool { return markerThere(t, e, r) }
+	asked := func(r *markedRun) bool {
+		set.mu.Lock()
+		defer set.mu.Unlock()
+		return slices.Contains(set.dead, r.key) || set.deleting
+	}
+	run := set.run(3, "x", 1, 4)
+	if n, _ := set.put(ctx, []*markedRun{run}); n != 1 {
+		t.Fatalf("%d markers written, want 1", n)
+	}
+	set.handingOn(run)
+	set.ended(run)
+	if asked(run) || !there(run) {
+		t.Fatal("the marker went when its run ended, before the retry it handed on was written")
+	}
+	set.handedOn(run)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(run) })
+
+	late := set.run(3, "y", 2, 4)
+	set.handingOn(late)
+	set.ended(late)
+	if n, _ := set.put(ctx, []*markedRun{late}); n != 1 || !there(late) {
+		t.Fatalf("%d markers written of a run that ended with a retry's write under way, want 1", n)
+	}
+	set.handedOn(late)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return !there(late) })
+}
+
+// The retry a marked run hands on through etcd (its attempt failed past
+// its graceful release's seal) holds the run's marker until the chain
+// writer wrote it: the attempt's end alone no longer deletes it.
+func TestLoop_RetryHandedOnThroughEtcdHoldsItsRunsMarker(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, at, nil)
+	prof := retryingProfile()
+	prof.key, prof.concurrency = "noop/retry3/forbid", task.ConcurrencyForbid
+	tl.add(t, 0, at, prof, "0 0 0 1 1 *", "flaky")
+	tl.handle(&takeOverCmd{part: 0, fires: []pendingFire{{ID: "flaky", At: at.Add(-time.Minute)}}})
+	tl.dispatchAll()
+	j := tl.takeQueued() // a worker runs it past the release
+	rel := tl.releaseNow(0)
+	c := &sealCmd{rel: rel, queued: unrunNone, late: true, reply: make(chan struct{}, 1)}
+	tl.handle(c)
+	<-c.reply
+	// watching, deleting: no goroutine watches or deletes here, and dead
+	// shows what would go.
+	set := &markers{e: &Engine{keys: newKeys("")}, runs: map[string]*markedRun{}, watching: true, deleting: true}
+	marks := tl.pool.leaving.mark(rel.running, set)
+	if len(marks) != 1 {
+		t.Fatalf("marked %d runs, want flaky's", len(marks))
+	}
+	set.written(marks, 7)
+	tl.end(j, statusFailed)
+	fs := tl.pool.chains.take()
+	if len(fs) != 1 || fs[0].retry == nil || fs[0].written == nil {
+		t.Fatalf("handed on %+v, want flaky's retry, told when written", fs)
+	}
+	if len(set.dead) != 0 {
+		t.Fatalf("the marker goes (%v) before etcd has the retry its run handed on", set.dead)
+	}
+	fs[0].written()
+	if !slices.Equal(set.dead, []string{marks[0].key}) {
+		t.Errorf("markers to delete %v once the retry was written, want the run's", set.dead)
+	}
 }
 
 // A marker put whose answer etcd lost (it took the put, the node saw an

@@ -592,7 +592,14 @@ func (ls *leavers) retry(k uint64, sched int64, next uint16, x *fireExtra, end a
 		lv.hand.list(handedRetry(lv.id, sched, next, due.UnixNano(), x), due.UnixNano())
 		return true
 	}
-	ls.toEtcd(lv.id, sched, next, due, x, lv.created)
+	var written func()
+	if m := lv.mark; m != nil {
+		// Its marker stays until etcd has the retry: the next owner sees
+		// one or the other, and a backfill's count holds throughout.
+		m.set.handingOn(m)
+		written = func() { m.set.handedOn(m) }
+	}
+	ls.toEtcd(lv.id, sched, next, due, x, lv.created, written)
 	return true
 }
 
@@ -609,20 +616,21 @@ func (ls *leavers) unrun(j *job) bool {
 	if !ok || rp.fence != j.fence || j.attempt != 1 || ls.m[leavingKey(j.rec, j.gen)] != nil {
 		return false
 	}
-	ls.toEtcd(j.id, j.sched, j.attempt, ls.clock.Now(), j.extra, rp.created)
+	ls.toEtcd(j.id, j.sched, j.attempt, ls.clock.Now(), j.extra, rp.created, nil)
 	return true
 }
 
 // toEtcd queues attempt next of the fire at sched of task id, due at due,
 // for the chain writer, which writes it to etcd as a trigger that carries
 // it (registry.TriggerRetry), for the partition's owner whoever it is; a
-// task of id created after created takes none. Called with mu held.
-func (ls *leavers) toEtcd(id string, sched int64, next uint16, due time.Time, x *fireExtra, created int64) {
+// task of id created after created takes none. written, when not nil, is
+// told once the write ended. Called with mu held.
+func (ls *leavers) toEtcd(id string, sched int64, next uint16, due time.Time, x *fireExtra, created int64, written func()) {
 	// A backfill's retry goes as the backfill's, as in a checkpoint
 	// (handedRetry): it runs while its task is paused.
 	bf := x.backfill()
 	r := &registry.Retry{Attempt: next, Due: due, Backfill: bf != nil && !bf.stopped.Load(), Trigger: x.triggersFirst(next)}
-	ls.chains.add(chainFire{from: id, sched: sched, retry: r, over: x.override(), created: created})
+	ls.chains.add(chainFire{from: id, sched: sched, retry: r, over: x.override(), created: created, written: written})
 	ls.handedOn.Add(1)
 }
 

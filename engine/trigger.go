@@ -223,7 +223,11 @@ func (l *loop) triggerNow(f *triggerFire, now int64) bool {
 		if f.retry.Trigger {
 			trig = f.rev
 		}
-		l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), handedExtra(f.over, f.bf, trig), false)
+		if l.waitHandedRetry(i, r, f.retry.At.UnixNano(), f.retry.Attempt, f.retry.Due.UnixNano(), handedExtra(f.over, f.bf, trig), false) && f.bf != nil {
+			// Counted against the backfill's concurrency until it ends,
+			// as one a checkpoint hands over (takeOver).
+			f.bf.tookOver(f.retry.At.UnixNano())
+		}
 		l.pool.ends.add(f.end())
 		return true
 	}
