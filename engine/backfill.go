@@ -38,7 +38,9 @@ import (
 //     past its wait with their number (elsewhere.go), which the next
 //     owner's runner counts against the concurrency until the marker
 //     goes, as it counts those handed over unrun until each ends there
-//     (backfillRun.handed).
+//     (backfillRun.handed), and the retries of those past the wait that
+//     failed, handed on through etcd, from their arrival (their marker
+//     stays until etcd has them).
 //
 // A record written before the release whose release etcd then refuses for
 // longer than the lease TTL (a stuck release) loses the fires it handed
@@ -114,7 +116,7 @@ func (b *backfillRun) tookOver(sched int64) {
 
 // handedEnded applies the end of b's fire at sched: one taken over
 // counts no more. An end told again, or of a fire not counted (a retry
-// handed on through etcd), changes nothing.
+// the loop already held), changes nothing.
 func (b *backfillRun) handedEnded(sched int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -363,7 +365,7 @@ func (e *Engine) handedBackfill(p int, id string, bfs map[string]*backfillRun) m
 			b.stopped.Store(true)
 		} else {
 			e.bf.handed[id] = b
-			if run := e.bf.runs[id]; run != nil && run.part == p {
+			if run := e.bf.runs[id]; run != nil {
 				// A retry handed on through etcd after the runner
 				// started: it counts them from now on.
 				run.handed.CompareAndSwap(nil, b)
