@@ -198,7 +198,8 @@ func TestWheel_CancelAndRescheduleMidCascade(t *testing.T) {
 }
 
 // checkItems verifies the wheel's bookkeeping: slots hold exactly n live
-// items and stale dead ones, and free blocks are not linked into slots.
+// items and stale dead ones, free blocks are not linked into slots, and
+// every block handed out is in a slot or free: none leaks.
 func checkItems(w *Wheel) error {
 	live, dead := 0, 0
 	used := map[int32]bool{}
@@ -221,10 +222,17 @@ func checkItems(w *Wheel) error {
 			}
 		}
 	}
+	free := 0
 	for bi := w.free; bi >= 0; bi = w.block(bi).next {
 		if used[bi] {
 			return fmt.Errorf("free block %d is in a slot", bi)
 		}
+		if free++; free > int(w.nblocks) {
+			return fmt.Errorf("the free list loops")
+		}
+	}
+	if len(used)+free != int(w.nblocks) {
+		return fmt.Errorf("%d blocks in slots and %d free of %d handed out: %d leaked", len(used), free, w.nblocks, int(w.nblocks)-len(used)-free)
 	}
 	if live != w.n || dead != w.stale {
 		return fmt.Errorf("slots hold %d live and %d stale items; wheel counts %d and %d", live, dead, w.n, w.stale)
@@ -275,6 +283,42 @@ func TestWheel_CompactionAcrossBlocks(t *testing.T) {
 	}
 }
 
+// TestWheel_ReusesItsBlocks: blocks freed by an expiry or a compaction
+// are used again before new ones, whichever block it is, the first one
+// handed out included: in steady state the wheel allocates nothing.
+func TestWheel_ReusesItsBlocks(t *testing.T) {
+	w := newWheel(t, time.Millisecond, 0)
+	w.compactMin = 1
+	for round := range int64(100) {
+		for i := range uint32(3 * blockLen) {
+			w.Schedule(i, (round+1)*ms)
+		}
+		w.Advance((round+1)*ms, 0, nil)
+	}
+	if w.nblocks != 3 {
+		t.Fatalf("100 rounds of 3 blocks' worth of timers handed out %d blocks, want 3", w.nblocks)
+	}
+
+	// A compaction frees the blocks it emptied at a chain's end: here the
+	// first block handed out, reused as the chain's second.
+	w = newWheel(t, time.Millisecond, 0)
+	w.compactMin = 1
+	w.Schedule(0, ms) // block 0
+	for i := range uint32(blockLen) {
+		w.Schedule(1+i, time.Hour.Nanoseconds()) // block 1
+	}
+	w.Advance(ms, 0, nil) // block 0 freed
+	for i := range uint32(blockLen) {
+		w.Schedule(1+blockLen+i, time.Hour.Nanoseconds()) // block 0 again, after block 1
+	}
+	for i := range uint32(blockLen) {
+		w.Cancel(1 + blockLen + i) // the last cancel compacts
+	}
+	if err := checkItems(w); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestWheel_IDReuseAfterExpiry(t *testing.T) {
 	w := newWheel(t, time.Millisecond, 0)
 	for round := int64(1); round <= 3; round++ {
@@ -292,13 +336,17 @@ func TestWheel_IDReuseAfterExpiry(t *testing.T) {
 	}
 }
 
-func TestWheel_ScheduleAboveMaxIDPanics(t *testing.T) {
+func TestWheel_ScheduleTakesIDsUpToMaxID(t *testing.T) {
+	w := newWheel(t, time.Millisecond, 0)
+	w.Schedule(MaxID, ms)
+	if got := w.Advance(ms, 0, nil); !slices.Equal(ids(got), []uint32{MaxID}) {
+		t.Fatalf("timer MaxID: Advance delivered %v", got)
+	}
 	defer func() {
 		if recover() == nil {
 			t.Fatal("no panic")
 		}
 	}()
-	w := newWheel(t, time.Millisecond, 0)
 	w.Schedule(MaxID+1, 0)
 }
 
@@ -369,7 +417,7 @@ func checkAgainstReference(seed uint64, ops, compactMin int) error {
 			at := now + delta()
 			w.Schedule(id, at)
 			cur := w.Now() / T
-			ref[id] = refTimer{at: at, key: max(ceilDiv(at, T), cur)}
+			ref[id] = refTimer{at: at, key: max(refCeil(at, T), cur)}
 		case r < 65:
 			id := rng.Uint32N(idSpace)
 			_, want := ref[id]
@@ -432,7 +480,7 @@ func checkAgainstReference(seed uint64, ops, compactMin int) error {
 				}
 			}
 			for id, rt := range ref {
-				if rt.key <= floorDiv(now, T) {
+				if rt.key <= refFloor(now, T) {
 					return fmt.Errorf("op %d: %d due in tick %d left behind at %d", op, id, rt.key, now/T)
 				}
 			}
@@ -453,6 +501,25 @@ func checkAgainstReference(seed uint64, ops, compactMin int) error {
 		}
 	}
 	return nil
+}
+
+// refFloor and refCeil are the reference's own roundings, written apart
+// from the wheel's: with the wheel's, a wheel whose rounding delivered
+// every timer a tick late passed the reference.
+func refFloor(a, b int64) int64 {
+	q := a / b
+	if q*b > a {
+		q--
+	}
+	return q
+}
+
+func refCeil(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
 }
 
 // TestWheel_PeekIsWhatAdvanceDelivers checks Peek against Advance under
@@ -544,6 +611,27 @@ func TestWheel_PeekBurst(t *testing.T) {
 	w.Advance(at, 1, nil)
 	if _, due := w.Peek(10, nil); len(due) != 0 {
 		t.Fatalf("Peek of a due tick = %v, want nothing", due)
+	}
+}
+
+// TestWheel_PeekSaysNothingWhileTheCurrentTickIsDue: the timers of a
+// later tick are not the next Advance's first while the current tick's
+// are left (an Advance stopped at its limit), in the wheel's first block
+// as in any.
+func TestWheel_PeekSaysNothingWhileTheCurrentTickIsDue(t *testing.T) {
+	base := 1_700_000_000_000 * ms
+	w := newWheel(t, time.Millisecond, base)
+	w.Schedule(1, base+ms)
+	w.Schedule(2, base+ms)
+	w.Schedule(3, base+int64(time.Second))
+	if got := w.Advance(base+ms, 1, nil); len(got) != 1 {
+		t.Fatalf("Advance with a limit of 1 delivered %v", got)
+	}
+	if at, got := w.Peek(10, nil); len(got) != 0 {
+		t.Fatalf("Peek with a timer of the current tick left = %v at %d, want nothing", got, at)
+	}
+	if at, n := w.PeekLen(); n != 0 {
+		t.Fatalf("PeekLen with a timer of the current tick left = %d at %d, want none", n, at)
 	}
 }
 
