@@ -99,8 +99,10 @@ type markers struct {
 	lease clientv3.LeaseID
 	life  context.Context // the session's: its lease takes the markers when it ends
 
-	// mu guards the rest, and each run's rev and ended. It is taken
-	// under leavers.mu (leavers.ended), and pool.runMu under it (gone, rewritten).
+	// mu guards the rest, and each run's rev, ended, replaced and
+	// writing. It is taken under leavers.mu (leavers.ended, and
+	// leavers.retry's handingOn), and pool.runMu under it (gone,
+	// rewritten).
 	mu       sync.Mutex
 	runs     map[string]*markedRun // written and watched, by key
 	watching bool                  // watch runs

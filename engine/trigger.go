@@ -30,9 +30,9 @@ import (
 // early when its partition is handed over, or when its node fences or
 // crashes, keeps its key, and the next owner's acquire reads it; so does
 // one a worker took and a fence, or an undone acquire, cut before it
-// started (pool.takeUnstarted, loop.forgetUnstarted). A release waits for the
-// deletes of the triggers that started here before it commits, so that
-// the next owner does not fire them again.
+// started (pool.takeUnstarted, loop.forgetUnstarted). A release waits
+// for the deletes of the triggers that started here before it commits,
+// so that the next owner does not fire them again.
 //
 // A trigger can also be a retry a former owner handed on (leavers): its
 // value carries the attempt and when it is due, and the owner holds it
@@ -730,13 +730,12 @@ func (b *batchQueue[T]) takeLocked(n int) []T {
 // taken, the puts of those that started are queued. A job of a task kept
 // apart is queued once it starts, or a replace cancels it (pool.letGo):
 // a fence or an undone acquire may cut it in between, and its key must
-// stay. One that starts
-// after the release took its partitions' puts is deleted in the
-// background, and the release lists its trigger as fired, for the next
-// owner to end the key at that put. It holds about as many puts as there
-// are triggers pending in etcd (a key put again is queued again, at that
-// put); safe for concurrent use. Its lock is taken under the pool's or
-// its runMu, and takes no other.
+// stay. One that starts after the release took its partitions' puts is
+// deleted in the background, and the release lists its trigger as fired,
+// for the next owner to end the key at that put. It holds about as many
+// puts as there are triggers pending in etcd (a key put again is queued
+// again, at that put); safe for concurrent use. Its lock is taken under
+// the pool's or its runMu, and takes no other.
 type triggerEnds struct {
 	*batchQueue[triggerEnd]
 	taken    uint64        // batches the deleter took
