@@ -301,6 +301,45 @@ func TestEngine_BackfillConcurrencyHoldsPastAReplaceFire(t *testing.T) {
 	ho.finish(t, concurrency, b, closed)
 }
 
+// A backfill's fires count as its task's runs for the task's own fires
+// (docs/api.md, concurrency), on the owner and past a graceful release on
+// the next owner alike: the marker of a run that holds only fires of the
+// backfill is a run of the task there, so that the hand-over changes
+// nothing. Here node-a holds the first fire of a backfill of a forbid
+// task and skips its schedule's fire of 12:00:01 beside it; node-a
+// leaves, the fire runs on past the release, and node-b skips its fire
+// of 12:00:02 beside it too (a marker counted only against the
+// backfill's concurrency would have let it run).
+func TestEngine_BackfillFireRunningElsewhereSkipsAForbidFireAsOnItsOwner(t *testing.T) {
+	ho := startBackfillHandOver(t, 1, nil, func(tk *task.Task) { tk.Concurrency = task.ConcurrencyForbid })
+	a, b, h, id := ho.a, ho.b, ho.h, ho.id
+	if r := h.next(t); r.Node != "node-a" || !r.ScheduledAt.Equal(limitsAt(-9)) {
+		t.Fatalf("started %s@%s on %s, want node-a's first fire of the backfill", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+	}
+	skippedBeside := func(n *testNode, at time.Time) {
+		t.Helper()
+		waitNext(t, n, id, at)
+		before := taskState(t, n, id).Skipped
+		ho.clock.Advance(time.Second)
+		etcdtest.WaitFor(t, 10*time.Second, func() bool {
+			select {
+			case r := <-h.started:
+				t.Fatalf("started %s@%s on %s beside node-a's fire of the backfill", r.TaskID, r.ScheduledAt.Format(time.TimeOnly), r.Node)
+			default:
+			}
+			return taskState(t, n, id).Skipped == before+1
+		})
+	}
+	skippedBeside(a, limitsAt(1))
+	closed := closeInBackground(a)
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(b, id) && backfillRunning(b, id) })
+	skippedBeside(b, limitsAt(2))
+	if n := a.e.Stats().RunsMarked; n != 1 {
+		t.Errorf("node-a marked %d runs, want 1 (its fire of the backfill)", n)
+	}
+	ho.finish(t, 1, b, closed)
+}
+
 // A retry handed on through etcd of a backfill's fire whose attempt
 // outlived the release and failed counts against the backfill's
 // concurrency on the next owner from its arrival until it ends, and the

@@ -140,9 +140,12 @@
 //     and across a graceful release: a run that outlives its wait
 //     (Config.ReleaseRunWait) has a marker in etcd that the next owner counts as a
 //     run in flight (elsewhere.go,
-//     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease); so does a
-//     backfill's concurrency, whatever the policy, for its fires running
-//     past the release
+//     TestEngine_ConcurrencyPoliciesHoldForARunPastItsRelease), a run
+//     that holds only a backfill's fires too, as they count for the
+//     task's own fires on one owner
+//     (TestEngine_BackfillFireRunningElsewhereSkipsAForbidFireAsOnItsOwner);
+//     so does a backfill's concurrency, whatever the policy, for its fires
+//     running past the release
 //     (TestEngine_BackfillConcurrencyAcrossAGracefulHandOver), and for
 //     those handed over unrun, until each ends on the next owner
 //     (TestEngine_BackfillConcurrencyHoldsForItsFiresHandedOverUnrun). A node

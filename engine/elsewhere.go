@@ -40,9 +40,12 @@ import (
 // The owner counts a task's markers as runs in flight: forbid skips its
 // fires, buffer_one holds one until the markers go, and replace deletes
 // them, which the releasing node, watching its markers, takes for a cancel
-// of the run. The backfill's fires a marker holds (runningMarker) count
-// against the backfill's concurrency there until it goes: the runner
-// starts only as many as they leave. They are outside the task's policy,
+// of the run. A marker that holds only fires of the backfill counts so
+// too: on one owner a backfill's fire is a run of its task for the task's
+// own fires (docs/api.md), and the hand-over must not change that. The
+// backfill's fires a marker holds (runningMarker) count against the
+// backfill's concurrency there until it goes: the runner starts only as
+// many as they leave. They are outside the task's policy,
 // and run on past a replace, as on the owner: a replace fire does not
 // delete a marker that holds some, but marks it replaced (one etcd
 // request a replace fire, as the delete), which the releasing node takes
