@@ -537,11 +537,15 @@ func (l *loop) complete(b *completionBatch) {
 		}
 		r.running--
 		r.status = c.status
-		if c.kind == kindTrigger {
+		x := b.extra(c)
+		if c.kind == kindTrigger && !x.unstarted {
+			// One a cut canceled before it started has not ended: its key
+			// stays, at a put again since too, and the drop's seal or the
+			// undo forgets it (loop.forgetUnstarted). Ended, the key put
+			// again went, and nobody fired it.
 			l.triggerEnded(l.triggerKeyOf(r, c.sched))
 		}
 		prof := l.profs.list[r.prof]
-		x := b.extra(c)
 		final := true
 		if c.status == statusFailed || c.status == statusTimeout {
 			r.failures++

@@ -218,7 +218,9 @@
 //     cut before it started, on another node or on this one taking its
 //     partitions back (TestEngine_TriggerTakenAndNotStartedAtAFenceFires),
 //     or that an acquire undone after its load cut so
-//     (TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires).
+//     (TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires), its
+//     key put again while the worker held the job too
+//     (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires).
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends

@@ -51,8 +51,11 @@ type job struct {
 	attempt  uint16
 	part     uint16
 	kind     uint8
-	replaced bool       // a newer fire of a replace task came first: cancel unrun
-	extra    *fireExtra // what a trigger's, a retry's or a backfill's fire carries; nil: none
+	replaced bool // a newer fire of a replace task came first: cancel unrun
+	// unstarted: a cut canceled it before it started (track), and a
+	// trigger's key stays, for the partition's next owner.
+	unstarted bool
+	extra     *fireExtra // what a trigger's, a retry's or a backfill's fire carries; nil: none
 }
 
 // fireExtra is what a fire carries beyond a plain one of its task's
@@ -131,6 +134,10 @@ type completionExtra struct {
 	err    string     // the error of a failed or timed-out attempt
 	extra  *fireExtra // the fire's, for its retries: with no backfill once the fire is over (its worker ended it)
 	handed bool       // its worker handed its retry on, its partition's release sealed (leavers)
+	// unstarted: a cut canceled it before it started (job.unstarted): a
+	// trigger's fire has not ended, and a key put again while the job was
+	// held is that fire's, which stays with it (loop.complete).
+	unstarted bool
 }
 
 // completionBatch travels by pointer, from the pool's free list: the
@@ -150,8 +157,8 @@ func (b *completionBatch) add(j *job, st uint8, why string, handed bool) {
 	if x.backfill() != nil && final(j, st) {
 		x = extraOf(x.over, nil)
 	}
-	if why != "" || x != nil || handed {
-		b.extras = append(b.extras, completionExtra{err: why, extra: x, handed: handed})
+	if why != "" || x != nil || handed || j.unstarted {
+		b.extras = append(b.extras, completionExtra{err: why, extra: x, handed: handed, unstarted: j.unstarted})
 		c.extra = int32(len(b.extras))
 	}
 	b.c[b.n] = c
@@ -788,6 +795,7 @@ func (p *pool) track(w int, j *job, cancel context.CancelCauseFunc, cuts uint64)
 		}
 		if cause != nil {
 			p.inHand[w] = handJob{}
+			j.unstarted = true
 			cancel(cause)
 			return 0
 		}

@@ -251,7 +251,9 @@ func TestPool_FenceDuringATakeCutsItsJob(t *testing.T) {
 // check, or once the worker held the job, or an undone acquire of its
 // partition cut it. The take queued the delete, and nobody fired the
 // trigger (TestEngine_TriggerTakenAndNotStartedAtAFenceFires,
-// TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires). One that
+// TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires). Its
+// completion says so, for the loop not to end its trigger
+// (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires). One that
 // starts has its key deleted, as before.
 func TestPool_TriggerCutBeforeItStartsKeepsItsKey(t *testing.T) {
 	end := triggerEnd{triggerKey{part: 0, id: "t", at: 5}, 9}
@@ -291,7 +293,10 @@ func TestPool_TriggerCutBeforeItStartsKeepsItsKey(t *testing.T) {
 			}
 			p.push([]job{{id: "t", rec: 1, prof: prof, attempt: 1, sched: 5, kind: kindTrigger, extra: &fireExtra{trig: 9}}})
 			select {
-			case <-p.done:
+			case b := <-p.done:
+				if got := b.extra(&b.c[0]).unstarted; got != tc.cut {
+					t.Errorf("its completion says it was cut before it started: %v, want %v", got, tc.cut)
+				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the job did not end within 10 s")
 			}

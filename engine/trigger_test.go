@@ -601,15 +601,7 @@ func TestEngine_TriggerTakenAndNotStartedAtAFenceFires(t *testing.T) {
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return sess.Fenced() && a.e.Stats().Executions["canceled"] == 1 })
 	proxy.Restore()
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
-	if !eventually(10*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
-		t.Fatalf("the trigger taken and cut by the fence before it started never fired (%d trigger keys pending)", pendingTriggers(c))
-	}
-	time.Sleep(300 * time.Millisecond) // a repeat, if any
-	if d := log.duplicates(); len(d) > 0 {
-		t.Errorf("the trigger fired more than once: %v", d)
-	}
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
-	a.stop(t)
+	cutTriggerFiresOnce(t, c, a, log, "taken and cut by the fence before it started")
 }
 
 // So does one that an acquire undone after its load cuts: the key stays,
@@ -623,23 +615,15 @@ func TestEngine_TriggerTakenAndNotStartedAtAFenceFires(t *testing.T) {
 func TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
-	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	once := handlerTask("once", "0 0 0 1 1 *") // yearly: only the trigger fires it
-	once.Concurrency = task.ConcurrencyForbid  // its runs are cut at an undo
-	putTask(t, reg, once)
-	log := newFireLog()
-	clock := &workerClock{Clock: realClock{}, held: make(chan struct{}), let: make(chan struct{})}
-	let := sync.OnceFunc(func() { close(clock.let) })
-	t.Cleanup(let)
+	reg, log, clock := putOnceApart(t, c, 1)
 	cli := c.NewClient(t)
 	read := make(chan struct{})
 	injectFaults(cli).failsGetOnceAfter(func(key string) bool { return strings.Contains(key, "/triggers/") }, read)
 	a := startNodeOn(t, cli, "", log.handler, func(cfg *Config) {
 		cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.Clock = "node-a", 1, 1, clock
 	}, noWait)
+	let := sync.OnceFunc(func() { close(clock.let) })
+	t.Cleanup(let) // before the node's stop, which waits for the worker
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return inLoop(t, a, func(l *loop) bool { return l.parts[0].owned }) })
 	clock.hold.Store(true)
 	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
@@ -654,8 +638,102 @@ func TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires(t *testing.T) {
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.pool.cuts.Load() > 0 })
 	let() // past the cut: the job does not start
 	etcdtest.WaitFor(t, 20*time.Second, a.e.Ready)
+	cutTriggerFiresOnce(t, c, a, log, "taken and cut by the undone acquire before it started")
+}
+
+// So does one whose key was put again while the worker held the job (two
+// chains of one target and second): the key at that put is the fire's,
+// and stays with it. Here the fence's cut ends the held job unrun, and
+// its completion reaches the loop before the drop's seal (the test holds
+// the drop at its stop of the backfills): the loop took it for the fire's
+// end, queued the delete of the key put again, and the seal, forgetting
+// the trigger, listed nothing. node-a, taking its partitions back, found
+// no key: nobody fired it. A completion that reached the loop after the
+// seal found the trigger forgotten, and the key stayed.
+func TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg, log, clock := putOnceApart(t, c, 4)
+	proxy := c.NewProxy(t)
+	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, func(cfg *Config) {
+		cfg.NodeID, cfg.Partitions, cfg.LeaseTTL, cfg.Workers, cfg.Clock = "node-a", 4, 2*time.Second, 1, clock
+	})
+	let := sync.OnceFunc(func() { close(clock.let) })
+	t.Cleanup(let) // before the node's stop, which waits for the worker
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "once") })
+	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire the chains end
+	k := triggerKey{part: reg.Partition("once"), id: "once", at: at.UnixNano()}
+	clock.hold.Store(true)
+	if err := reg.TriggerAt(context.Background(), "once", at); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clock.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no worker took the trigger's job within 10 s")
+	}
+	// While the worker holds the job, the key goes, as a former owner's
+	// late delete of the same put takes it (its fire of that put started
+	// there, and its node fenced before the delete reached etcd), and a
+	// second chain's trigger puts it again: pending, the key would have
+	// taken that trigger as its own (registry.TriggerAt).
+	pending, err := reg.PendingTriggers(context.Background())
+	if err != nil || len(pending.Kvs) != 1 {
+		t.Fatalf("pending triggers: %v, %v; want the one", pending, err)
+	}
+	if _, err := c.Client.Delete(context.Background(), string(pending.Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.TriggerAt(context.Background(), "once", at); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, a, func(l *loop) bool { return l.triggered[k].again })
+	})
+
+	sess, p := a.e.sess.Load(), a.e.pool
+	a.e.bf.mu.Lock() // the drop waits at its stop of the backfills, before its release
+	unlock := sync.OnceFunc(a.e.bf.mu.Unlock)
+	t.Cleanup(unlock)
+	cuts := p.cuts.Load()
+	proxy.Cut()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return sess.Fenced() && p.cuts.Load() != cuts })
+	let() // past the cut: the job does not start
+	etcdtest.WaitFor(t, 10*time.Second, func() bool {
+		return inLoop(t, a, func(l *loop) bool {
+			_, r, ok := l.tab.lookup("once")
+			return ok && r.running == 0 // its completion is in
+		})
+	})
+	unlock()
+	proxy.Restore()
+	etcdtest.WaitFor(t, 20*time.Second, func() bool { return a.e.sess.Load() != sess && a.e.Ready() })
+	cutTriggerFiresOnce(t, c, a, log, "put again while its job was held, cut by the fence before it started,")
+}
+
+// putOnceApart puts task once, which only triggers fire and whose runs a
+// cut cancels (forbid), through a registry of parts partitions, and
+// returns that registry, a log of fires for the node's handler, and a
+// clock for the node that holds a worker before it starts its job.
+func putOnceApart(t *testing.T, c *etcdtest.Cluster, parts int) (*registry.Registry, *fireLog, *workerClock) {
+	t.Helper()
+	reg, err := registry.OpenRegistry(context.Background(), c.Client, DefaultPrefix, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := handlerTask("once", "0 0 0 1 1 *") // yearly: only the triggers fire it
+	once.Concurrency = task.ConcurrencyForbid
+	putTask(t, reg, once)
+	return reg, newFireLog(), &workerClock{Clock: realClock{}, held: make(chan struct{}), let: make(chan struct{})}
+}
+
+// cutTriggerFiresOnce checks that the trigger of once that a cut canceled
+// before it started (what says how) fires once on a, its cut run the one
+// canceled, and that its key goes; then stops a.
+func cutTriggerFiresOnce(t *testing.T, c *etcdtest.Cluster, a *testNode, log *fireLog, what string) {
+	t.Helper()
 	if !eventually(10*time.Second, func() bool { return len(log.forTask("once")) > 0 }) {
-		t.Fatalf("the trigger taken and cut by the undone acquire before it started never fired (%d trigger keys pending)", pendingTriggers(c))
+		t.Fatalf("the trigger %s never fired (%d trigger keys pending)", what, pendingTriggers(c))
 	}
 	time.Sleep(300 * time.Millisecond) // a repeat, if any
 	if d := log.duplicates(); len(d) > 0 {
