@@ -220,7 +220,14 @@
 //     or that an acquire undone after its load cut so
 //     (TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires), its
 //     key put again while the worker held the job too
-//     (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires).
+//     (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires), and so
+//     does one held through a release etcd left stuck, which the fenced
+//     drop takes off that release's hand-over
+//     (TestEngine_FencedDropTakesTheUnstartedTriggersOffItsStuckReleases).
+//     One held through a release etcd took, then cut by a fence, is
+//     listed as fired in its checkpoint, and its next owner ends its key
+//     unrun; one put again while held and cut by an undone acquire loses
+//     that put at the undo's seal.
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends
