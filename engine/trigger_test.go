@@ -622,18 +622,11 @@ func TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires(t *testing.T) {
 	a := startNodeOn(t, cli, "", log.handler, func(cfg *Config) {
 		cfg.NodeID, cfg.Partitions, cfg.Workers, cfg.Clock = "node-a", 1, 1, clock
 	}, noWait)
-	let := sync.OnceFunc(func() { close(clock.let) })
-	t.Cleanup(let) // before the node's stop, which waits for the worker
 	etcdtest.WaitFor(t, 20*time.Second, func() bool { return inLoop(t, a, func(l *loop) bool { return l.parts[0].owned }) })
-	clock.hold.Store(true)
-	if _, err := reg.Trigger(context.Background(), "once"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clock.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no worker took the trigger's job within 10 s")
-	}
+	let := holdTriggered(t, clock, func() error {
+		_, err := reg.Trigger(context.Background(), "once")
+		return err
+	})
 	close(read) // the acquire's read of the partition's triggers fails: it is undone
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return a.e.pool.cuts.Load() > 0 })
 	let() // past the cut: the job does not start
@@ -641,15 +634,16 @@ func TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires(t *testing.T) {
 	cutTriggerFiresOnce(t, c, a, log, "taken and cut by the undone acquire before it started")
 }
 
-// So does one whose key was put again while the worker held the job (two
-// chains of one target and second): the key at that put is the fire's,
-// and stays with it. Here the fence's cut ends the held job unrun, and
-// its completion reaches the loop before the drop's seal (the test holds
-// the drop at its stop of the backfills): the loop took it for the fire's
-// end, queued the delete of the key put again, and the seal, forgetting
-// the trigger, listed nothing. node-a, taking its partitions back, found
-// no key: nobody fired it. A completion that reached the loop after the
-// seal found the trigger forgotten, and the key stayed.
+// So does one whose key was put again while the worker held the job (a
+// former owner's late delete of the pending key, then a chain's trigger
+// at its time): the key at that put is the fire's, and stays with it.
+// Here the fence's cut ends the held job unrun, and its completion
+// reaches the loop before the drop's seal (the test holds the drop at its
+// stop of the backfills): the loop took it for the fire's end, queued the
+// delete of the key put again, and the seal, forgetting the trigger,
+// listed nothing. node-a, taking its partitions back, found no key:
+// nobody fired it. A completion that reached the loop after the seal
+// found the trigger forgotten, and the key stayed.
 func TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
@@ -658,20 +652,10 @@ func TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires(t *testing.T) {
 	a := startNodeOn(t, c.NewClient(t, proxy.Endpoint()), "", log.handler, func(cfg *Config) {
 		cfg.NodeID, cfg.Partitions, cfg.LeaseTTL, cfg.Workers, cfg.Clock = "node-a", 4, 2*time.Second, 1, clock
 	})
-	let := sync.OnceFunc(func() { close(clock.let) })
-	t.Cleanup(let) // before the node's stop, which waits for the worker
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return owns(a, "once") })
 	at := time.Now().Truncate(time.Second).UTC() // the scheduled time of the fire the chains end
 	k := triggerKey{part: reg.Partition("once"), id: "once", at: at.UnixNano()}
-	clock.hold.Store(true)
-	if err := reg.TriggerAt(context.Background(), "once", at); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-clock.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no worker took the trigger's job within 10 s")
-	}
+	let := holdTriggered(t, clock, func() error { return reg.TriggerAt(context.Background(), "once", at) })
 	// While the worker holds the job, the key goes, as a former owner's
 	// late delete of the same put takes it (its fire of that put started
 	// there, and its node fenced before the delete reached etcd), and a
@@ -744,6 +728,26 @@ func cutTriggerFiresOnce(t *testing.T, c *etcdtest.Cluster, a *testNode, log *fi
 	}
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return pendingTriggers(c) == 0 })
 	a.stop(t)
+}
+
+// holdTriggered has clock hold the worker that takes the next job, calls
+// trigger, and waits until a worker is held. It returns the func that lets
+// the worker go, which the cleanup calls too, before the node's stop
+// (registered before this) waits for the worker.
+func holdTriggered(t *testing.T, clock *workerClock, trigger func() error) (let func()) {
+	t.Helper()
+	let = sync.OnceFunc(func() { close(clock.let) })
+	t.Cleanup(let)
+	clock.hold.Store(true)
+	if err := trigger(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-clock.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no worker took the trigger's job within 10 s")
+	}
+	return let
 }
 
 // workerClock is a clock that, once hold is set, holds the first worker
