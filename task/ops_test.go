@@ -103,6 +103,11 @@ func TestBackfillTimes_StayInTheTaskWindow(t *testing.T) {
 		!strings.Contains(err.Error(), "from: the task's window (not_before, not_after, max_fires or @at: from 2026-12-03T11:30:00Z to 2026-12-03T11:40:00Z) leaves no scheduled time in [2026-12-03T11:10:00Z, 2026-12-03T11:20:00Z]") {
 		t.Errorf("a range outside the window: %v", err)
 	}
+	// A window bounded on one side is a window all the same.
+	tk = valid(&Task{ID: "w", Schedule: "0 * * * * *", NotBefore: at(30)})
+	if _, err := BackfillTimes(tk, at(10), at(20), now, 0); err == nil || !strings.Contains(err.Error(), "from: the task's window") {
+		t.Errorf("a range before not_before alone: %v", err)
+	}
 }
 
 // secsOf formats times as clock times, for messages.
