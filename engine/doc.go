@@ -224,9 +224,12 @@
 //     does one held through a release etcd left stuck, which the fenced
 //     drop takes off that release's hand-over
 //     (TestEngine_FencedDropTakesTheUnstartedTriggersOffItsStuckReleases).
-//     One held through a release etcd took, then cut by a fence, is
-//     listed as fired in its checkpoint, and its next owner ends its key
-//     unrun; one put again while held and cut by an undone acquire loses
+//     One held through a release etcd took is not listed as fired in its
+//     checkpoint (TestLoop_SealListsNoTriggerAWorkerHoldsUnstartedAsFired):
+//     cut by a fence then, it fires on the next owner, but for a forbid
+//     task whose owner reads its key while the marker of the held job
+//     stands, whose policy skips it; started after all, it may fire there
+//     again. One put again while held and cut by an undone acquire loses
 //     that put at the undo's seal.
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash

@@ -708,6 +708,21 @@ func (p *pool) letGo(w int) bool {
 	return h.replaced
 }
 
+// heldTriggers returns the keys of the triggers whose jobs workers hold
+// and have not started (inHand), for a release's seal (handTriggers): a
+// fence may still cut them, leaving their keys.
+func (p *pool) heldTriggers() []triggerKey {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	var ks []triggerKey
+	for _, h := range p.inHand {
+		if h.end.rev != 0 {
+			ks = append(ks, h.end.triggerKey)
+		}
+	}
+	return ks
+}
+
 // takeUnstarted returns the puts of the keys of triggers of partition
 // part (of every partition when part is negative) whose jobs a cut
 // canceled before they started, and forgets them. Called once the cut

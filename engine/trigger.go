@@ -535,11 +535,18 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 // of these are deleted before the release commits. A key put again after
 // the commit (two chains of one target and second, the second a little
 // later) is then that fire on the next owner too, which fired it again.
-// Past maxFired a partition's latest puts are listed.
+// Past maxFired a partition's latest puts are listed. One whose job a
+// worker holds unstarted is not (pool.heldTriggers): a fence after the
+// commit may cut it, its key staying, and the next owner, taking that key
+// for the fire, ended it unrun. Should it start instead, its key goes in
+// the background, and the next owner may fire it again, at least once
+// rather than never: rare, as the release waited for the job's end first
+// (Config.ReleaseRunWait), the worker held through that wait.
 func (l *loop) handTriggers(hand map[int]*handOver) {
 	now := l.cfg.Clock.Now().UnixNano()
+	held := l.pool.heldTriggers()
 	for k, s := range l.triggered {
-		if h := hand[k.part]; h != nil && !s.early && s.until > now {
+		if h := hand[k.part]; h != nil && !s.early && s.until > now && !slices.Contains(held, k) {
 			f := firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt, until: s.until}
 			f.waitLeft(now)
 			h.fired = append(h.fired, f)
