@@ -227,11 +227,11 @@
 //     One held through a release etcd took is not listed as fired in its
 //     checkpoint (TestLoop_SealListsNoTriggerAWorkerHoldsUnstartedAsFired):
 //     cut by a fence then, it fires on the next owner
-//     (TestEngine_TriggerHeldThroughAReleaseAndCutAtAFenceFires), but for
-//     a forbid task whose owner reads its key while the marker of the
-//     held job stands, whose policy skips it; started after all, it may
-//     fire there again. One put again while held and cut by an undone
-//     acquire loses that put at the undo's seal.
+//     (TestEngine_TriggerHeldThroughAReleaseAndCutAtAFenceFires), but a
+//     forbid task's owner that reads the key while the held job's marker
+//     stands skips it by its policy, and nobody fires it; started after
+//     all, it may fire there again. One put again while held and cut by
+//     an undone acquire loses that put at the undo's seal.
 //   - Task health (the failure streak, the last success and failure) is
 //     the owner's, in memory. A graceful hand-over passes it on; a crash
 //     loses it: the next owner starts afresh, so a task still failing sends
