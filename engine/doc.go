@@ -163,7 +163,10 @@
 //     its watermark covers the partition's catch-up; a crash before that
 //     makes the next owner resume from the partition's previous point, and
 //     what the new owner fired since repeats
-//     (TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires).
+//     (TestEngine_CrashBeforeTheSessionIsNamedRepeatsFires): a
+//     WatermarkInterval or so of fires, or a backlog's worth when its
+//     workers are behind its schedule, since the watermark is what they
+//     took.
 //   - An acquire that fails after loading its partition (etcd did not
 //     answer one of its last reads, or the session ended) takes the tasks
 //     out as a release does, dispatching the fires due up to the loop's
