@@ -214,16 +214,9 @@ func TestSession_KeepAlivesShareOneLogin(t *testing.T) {
 func TestSession_FencedBeforeLeaseExpiresWhenCutOff(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
-	p := c.NewProxy(t)
-	cli := c.NewClient(t, p.Endpoint())
-	cfg := testConfig(cli, "island")
-	cfg.TTL, cfg.KeepAliveInterval, cfg.FenceMargin = 3*time.Second, 500*time.Millisecond, 1500*time.Millisecond
-	s := join(t, cfg)
+	cfg, s, p := joinBehindProxy(t, c, "island", 3*time.Second, 500*time.Millisecond, 1500*time.Millisecond)
+	cli := cfg.Client
 	key := "/shardcron/nodes/island"
-
-	// Let one keep-alive through so the deadline comes from our loop.
-	first := s.Deadline()
-	etcdtest.WaitFor(t, 10*time.Second, func() bool { return s.Deadline().After(first) })
 
 	cutAt := time.Now()
 	p.Cut()
@@ -454,4 +447,36 @@ func TestSession_CloseLogsOnceTheRevocationIsOver(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "its lease was not revoked") || !strings.Contains(lines[0], "err=") {
 		t.Fatalf("want one line saying the session closed without its lease revoked, and why; got %q", lines)
 	}
+}
+
+// An outage shorter than the fencing deadline does not fence: the
+// keep-alive that failed closed its stream, and the next one opens
+// another once etcd answers (kept, a broken stream failed every
+// keep-alive after it, and the session fenced with etcd back).
+func TestSession_OutageShorterThanTheDeadlineDoesNotFence(t *testing.T) {
+	t.Parallel()
+	_, s, p := joinBehindProxy(t, etcdtest.Start(t), "blip", 20*time.Second, 100*time.Millisecond, 2*time.Second)
+	p.Cut()
+	time.Sleep(time.Second) // keep-alives fail meanwhile; the deadline is 18 s away
+	cut := s.Deadline()
+	p.Restore()
+	etcdtest.WaitFor(t, 15*time.Second, func() bool { return s.Deadline().After(cut) || s.Fenced() })
+	if s.Fenced() || s.Err() != nil {
+		t.Fatalf("after an outage of a second: Fenced %v, Err %v", s.Fenced(), s.Err())
+	}
+}
+
+// joinBehindProxy joins node id to c through a proxy the test can cut,
+// with the given lease TTL, keep-alive interval and fence margin, and
+// waits for a keep-alive through, so that the deadline comes from the
+// session's loop.
+func joinBehindProxy(t *testing.T, c *etcdtest.Cluster, id string, ttl, interval, margin time.Duration) (Config, *Session, *etcdtest.Proxy) {
+	t.Helper()
+	p := c.NewProxy(t)
+	cfg := testConfig(c.NewClient(t, p.Endpoint()), id)
+	cfg.TTL, cfg.KeepAliveInterval, cfg.FenceMargin = ttl, interval, margin
+	s := join(t, cfg)
+	first := s.Deadline()
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return s.Deadline().After(first) })
+	return cfg, s, p
 }
