@@ -288,7 +288,6 @@ func TestWheel_CompactionAcrossBlocks(t *testing.T) {
 // handed out included: in steady state the wheel allocates nothing.
 func TestWheel_ReusesItsBlocks(t *testing.T) {
 	w := newWheel(t, time.Millisecond, 0)
-	w.compactMin = 1
 	for round := range int64(100) {
 		for i := range uint32(3 * blockLen) {
 			w.Schedule(i, (round+1)*ms)
