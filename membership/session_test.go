@@ -214,7 +214,7 @@ func TestSession_KeepAlivesShareOneLogin(t *testing.T) {
 func TestSession_FencedBeforeLeaseExpiresWhenCutOff(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
-	cfg, s, p := joinBehindProxy(t, c, "island", 3*time.Second, 500*time.Millisecond, 1500*time.Millisecond)
+	cfg, s, p := joinBehindProxy(t, c, "island", 3*time.Second, 500*time.Millisecond, 1500*time.Millisecond, quiet)
 	cli := cfg.Client
 	key := "/shardcron/nodes/island"
 
@@ -455,9 +455,13 @@ func TestSession_CloseLogsOnceTheRevocationIsOver(t *testing.T) {
 // keep-alive after it, and the session fenced with etcd back).
 func TestSession_OutageShorterThanTheDeadlineDoesNotFence(t *testing.T) {
 	t.Parallel()
-	_, s, p := joinBehindProxy(t, etcdtest.Start(t), "blip", 20*time.Second, 100*time.Millisecond, 2*time.Second)
+	var buf logbuf.Buffer
+	_, s, p := joinBehindProxy(t, etcdtest.Start(t), "blip", 20*time.Second, 100*time.Millisecond, 2*time.Second, slog.New(slog.NewTextHandler(&buf, nil)))
 	p.Cut()
-	time.Sleep(time.Second) // keep-alives fail meanwhile; the deadline is 18 s away
+	// Until a keep-alive failed, however slow the machine: the deadline
+	// is 18 s away. A cut for a fixed time passed on a machine too slow to
+	// send one within it, checking nothing.
+	etcdtest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(buf.String(), "keep-alive failed") })
 	cut := s.Deadline()
 	p.Restore()
 	etcdtest.WaitFor(t, 15*time.Second, func() bool { return s.Deadline().After(cut) || s.Fenced() })
@@ -467,14 +471,14 @@ func TestSession_OutageShorterThanTheDeadlineDoesNotFence(t *testing.T) {
 }
 
 // joinBehindProxy joins node id to c through a proxy the test can cut,
-// with the given lease TTL, keep-alive interval and fence margin, and
-// waits for a keep-alive through, so that the deadline comes from the
-// session's loop.
-func joinBehindProxy(t *testing.T, c *etcdtest.Cluster, id string, ttl, interval, margin time.Duration) (Config, *Session, *etcdtest.Proxy) {
+// with the given lease TTL, keep-alive interval and fence margin, logging
+// to log, and waits for a keep-alive through, so that the deadline comes
+// from the session's loop.
+func joinBehindProxy(t *testing.T, c *etcdtest.Cluster, id string, ttl, interval, margin time.Duration, log *slog.Logger) (Config, *Session, *etcdtest.Proxy) {
 	t.Helper()
 	p := c.NewProxy(t)
 	cfg := testConfig(c.NewClient(t, p.Endpoint()), id)
-	cfg.TTL, cfg.KeepAliveInterval, cfg.FenceMargin = ttl, interval, margin
+	cfg.TTL, cfg.KeepAliveInterval, cfg.FenceMargin, cfg.Logger = ttl, interval, margin, log
 	s := join(t, cfg)
 	first := s.Deadline()
 	etcdtest.WaitFor(t, 10*time.Second, func() bool { return s.Deadline().After(first) })
