@@ -223,13 +223,12 @@
 //     or that an acquire undone after its load cut so
 //     (TestEngine_TriggerTakenAndNotStartedAtAnUndoneAcquireFires), its
 //     key put again while the worker held the job too
-//     (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires), and so
-//     does one held through a release etcd left stuck, which the fenced
-//     drop takes off that release's hand-over
-//     (TestEngine_FencedDropTakesTheUnstartedTriggersOffItsStuckReleases).
-//     One held through a release etcd took is not listed as fired in its
-//     checkpoint (TestLoop_SealListsNoTriggerAWorkerHoldsUnstartedAsFired):
-//     cut by a fence then, it fires on the next owner
+//     (TestEngine_TriggerPutAgainWhileTakenAndCutAtAFenceFires). One
+//     held through a release's seal, or cut before it (the session ended
+//     during the release, whose hand-over the fenced drop keeps), is not
+//     listed as fired in the hand-over
+//     (TestLoop_SealListsNoTriggerWhoseJobHasNotStartedAsFired): cut by
+//     a fence, it fires on the next owner
 //     (TestEngine_TriggerHeldThroughAReleaseAndCutAtAFenceFires), but a
 //     forbid task's owner that reads the key while the held job's marker
 //     stands skips it by its policy, and nobody fires it; started after

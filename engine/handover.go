@@ -1435,7 +1435,6 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 	rel.unstarted = e.pool.takeUnstarted(-1)
 	e.seal(rel, unrunAll, false)
 	for p, s := range stuck {
-		s.hand.dropUnstarted(p, rel.unstarted)
 		rel.hand[p] = s.hand
 	}
 	e.pool.reset()
@@ -1448,19 +1447,6 @@ func (e *Engine) drop(sess *membership.Session, parts map[int]*owned, stuck map[
 		delete(parts, p)
 	}
 	e.log.Warn("dropped partitions", "count", len(ps))
-}
-
-// dropUnstarted takes off h, partition p's hand-over sealed by a release
-// etcd left stuck, the triggers whose jobs a cut canceled before they
-// started (pool.takeUnstarted): a worker held them at the seal, which
-// listed them as fired. Their keys stay, and this node, taking the
-// partition back from the hand-over its fenced session kept, took each
-// key for that fire and ended it unrun.
-func (h *handOver) dropUnstarted(p int, unstarted []triggerEnd) {
-	h.fired = slices.DeleteFunc(h.fired, func(f firedTrigger) bool {
-		k := triggerKey{p, f.ID, f.At.UnixNano()}
-		return slices.ContainsFunc(unstarted, func(u triggerEnd) bool { return u.triggerKey == k })
-	})
 }
 
 // endedHands is what this node's fenced sessions would have handed over,

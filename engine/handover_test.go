@@ -21,7 +21,6 @@ import (
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/internal/logbuf"
-	"github.com/shardcron/shardcron/membership"
 	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 
@@ -1929,36 +1928,5 @@ func TestEngine_ResumeFromAFencedSessionsHandOverHandsOnWhatItKept(t *testing.T)
 	}
 	if !h.endWaits["once"] || h.endWaitsApplied != 42 {
 		t.Errorf("ends handed on by the hold: %v at %d, want once at 42", h.endWaits, h.endWaitsApplied)
-	}
-}
-
-// A fenced drop keeps, for a partition whose release etcd left stuck, the
-// hand-over that release sealed. A trigger of a task kept apart whose job
-// a worker held unstarted at that seal is listed there as fired; should
-// the fence cut the job before it starts, its key stays (pool.unstarted),
-// and the drop takes the trigger off that list too: this node, taking the
-// partition back from that hand-over, took the key for that fire and
-// ended it unrun. Here the drop has no partition of its own, and no loop.
-func TestEngine_FencedDropTakesTheUnstartedTriggersOffItsStuckReleases(t *testing.T) {
-	cfg := DefaultConfig("node-a").withDefaults()
-	p := newPool(cfg, nil, &stats{}, func() bool { return true }, 0)
-	t.Cleanup(func() { close(p.quit); p.drain(time.Second) })
-	e := &Engine{cfg: cfg, log: quietLogger(), pool: p, holds: newHolds()}
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	p.unstarted = []triggerEnd{{triggerKey{part: 3, id: "cut", at: at.UnixNano()}, 9}}
-	stuck := map[int]*stuckRelease{
-		3: {hand: &handOver{fired: []firedTrigger{{ID: "cut", At: at, Rev: 9}, {ID: "ran", At: at, Rev: 8}}}},
-		4: {hand: &handOver{fired: []firedTrigger{{ID: "cut", At: at, Rev: 7}}}}, // another partition's
-	}
-	e.drop(&membership.Session{}, map[int]*owned{}, stuck)
-	kept := *e.ended.Load()
-	for part, want := range map[int][]string{3: {"ran"}, 4: {"cut"}} {
-		var got []string
-		for _, f := range kept[part].hand.fired {
-			got = append(got, f.ID)
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("partition %d's hand-over kept lists %v as fired, want %v", part, got, want)
-		}
 	}
 }

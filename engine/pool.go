@@ -708,10 +708,12 @@ func (p *pool) letGo(w int) bool {
 	return h.replaced
 }
 
-// heldTriggers returns the keys of the triggers whose jobs workers hold
-// and have not started (inHand), for a release's seal (handTriggers): a
-// fence may still cut them, leaving their keys.
-func (p *pool) heldTriggers() []triggerKey {
+// notStarted returns the keys of the triggers whose jobs have not
+// started, for a release's seal (handTriggers): those workers hold
+// (inHand), which a fence may still cut, leaving their keys, and those a
+// fence cut already (unstarted), which came first when the session ended
+// during the release.
+func (p *pool) notStarted() []triggerKey {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	var ks []triggerKey
@@ -719,6 +721,9 @@ func (p *pool) heldTriggers() []triggerKey {
 		if h.end.rev != 0 {
 			ks = append(ks, h.end.triggerKey)
 		}
+	}
+	for _, u := range p.unstarted {
+		ks = append(ks, u.triggerKey)
 	}
 	return ks
 }

@@ -536,15 +536,17 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 // the commit (two chains of one target and second, the second a little
 // later) is then that fire on the next owner too, which fired it again.
 // Past maxFired a partition's latest puts are listed. One whose job a
-// worker holds unstarted is not (pool.heldTriggers): a fence after the
-// commit may cut it, its key staying, and the next owner, taking that key
-// for the fire, ended it unrun. Should it start instead, its key goes in
+// worker holds unstarted is not, nor one a fence cut so (pool.notStarted):
+// a fence after the commit may cut it, or one before the seal of a
+// release it left stuck (the fenced drop keeps its hand-over), its key
+// staying, and the next owner, taking that key for the fire, ended it
+// unrun. Should it start instead, its key goes in
 // the background, and the next owner may fire it again, at least once
 // rather than never: rare, as the release waited for the job's end first
 // (Config.ReleaseRunWait), the worker held through that wait.
 func (l *loop) handTriggers(hand map[int]*handOver) {
 	now := l.cfg.Clock.Now().UnixNano()
-	held := l.pool.heldTriggers()
+	held := l.pool.notStarted()
 	for k, s := range l.triggered {
 		if h := hand[k.part]; h != nil && !s.early && s.until > now && !slices.Contains(held, k) {
 			f := firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt, until: s.until}

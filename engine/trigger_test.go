@@ -1081,42 +1081,52 @@ func TestLoop_TriggerKeyPutAgainAfterItsFireWasSkippedGoes(t *testing.T) {
 	}
 }
 
-// A trigger of a task kept apart whose job a worker holds unstarted at
-// its partition's graceful seal is not listed in the hand-over as fired:
-// a fence may cut the job after the release commits, and its key, which
-// stays (pool.unstarted), is the next owner's to fire. Listed, the next
-// owner took that key for the fire and ended it unrun: nobody fired it.
-// One whose job started before the seal is listed. The seal comes here
-// as after a run wait that ran out, the worker held through it.
-func TestLoop_SealListsNoTriggerAWorkerHoldsUnstartedAsFired(t *testing.T) {
-	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	tl := newTestLoop(t, base, func(cfg *Config) { cfg.Workers = 2 })
-	prof := noopProfile(task.MisfireFireOnce)
-	prof.key, prof.noop, prof.concurrency = "forbid", false, task.ConcurrencyForbid // a worker holds its job until it starts
-	tl.add(t, 0, base, prof, "0 0 0 1 1 *", "held", "ran")
-	p := tl.pool
-	take := func(w int) { // as pool.take does, the worker's only job
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		j := *p.at(0)
-		p.pop()
-		p.hold(w, &j, p.cuts.Load())
-	}
-	tl.putTrigger(0, "ran", base, 1)
-	take(0)
-	p.leaveHand(0) // it starts
-	tl.putTrigger(0, "held", base, 2)
-	take(1)
-	rel := tl.releaseNow(0)
-	c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)}
-	tl.handle(c)
-	<-c.reply
-	var fired []string
-	for _, f := range rel.hand[0].fired {
-		fired = append(fired, f.ID)
-	}
-	if !slices.Equal(fired, []string{"ran"}) {
-		t.Errorf("the seal listed %v as fired, want [ran]: held's job has not started", fired)
+// A trigger of a task kept apart whose job has not started at its
+// partition's seal is not listed in the hand-over as fired: a worker holds
+// it, which a fence may cut after the release commits, or a fence cut it
+// already, which comes before the seal when the session ends during the
+// release (etcd left it stuck, and the fenced drop keeps that hand-over).
+// Its key, which stays (pool.unstarted), is the next owner's to fire,
+// this node's too when it takes the partition back. Listed, that owner
+// took the key for the fire and ended it unrun: nobody fired it. One whose
+// job started before the seal is listed. The seal comes here as after a
+// run wait that ran out, the worker held through it.
+func TestLoop_SealListsNoTriggerWhoseJobHasNotStartedAsFired(t *testing.T) {
+	for _, cutFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cut before the seal %v", cutFirst), func(t *testing.T) {
+			base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			tl := newTestLoop(t, base, func(cfg *Config) { cfg.Workers = 2 })
+			prof := noopProfile(task.MisfireFireOnce)
+			prof.key, prof.noop, prof.concurrency = "forbid", false, task.ConcurrencyForbid // a worker holds its job until it starts
+			tl.add(t, 0, base, prof, "0 0 0 1 1 *", "held", "ran")
+			p := tl.pool
+			take := func(w int) { // as pool.take does, the worker's only job
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				j := *p.at(0)
+				p.pop()
+				p.hold(w, &j, p.cuts.Load())
+			}
+			tl.putTrigger(0, "ran", base, 1)
+			take(0)
+			p.leaveHand(0) // it starts
+			tl.putTrigger(0, "held", base, 2)
+			take(1)
+			rel := tl.releaseNow(0)
+			if cutFirst {
+				p.cutRunning()
+			}
+			c := &sealCmd{rel: rel, late: true, reply: make(chan struct{}, 1)}
+			tl.handle(c)
+			<-c.reply
+			var fired []string
+			for _, f := range rel.hand[0].fired {
+				fired = append(fired, f.ID)
+			}
+			if !slices.Equal(fired, []string{"ran"}) {
+				t.Errorf("the seal listed %v as fired, want [ran]: held's job has not started", fired)
+			}
+		})
 	}
 }
 
