@@ -10,29 +10,48 @@ import (
 
 func TestMisfireFire(t *testing.T) {
 	tab := schedule.NewTable()
-	h, err := tab.Intern("* * * * * *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
+	intern := func(spec string) schedule.Schedule {
+		h, err := tab.Intern(spec, "UTC", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab.Get(h)
 	}
-	every := tab.Get(h)
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	every, hourly := intern("* * * * * *"), intern("0 0 * * * *")
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano() // on the hour
 	sec := int64(time.Second)
 	window := time.Minute
 	for _, tt := range []struct {
 		name         string
 		p            task.MisfirePolicy
+		h            schedule.Schedule // nil: every second
+		at           int64             // the decision's now; 0: now
 		sched        int64
 		fire, resume int64
 	}{
-		{"fire_once late", task.MisfireFireOnce, now - 10*sec, now, now},
-		{"fire_once past the window", task.MisfireFireOnce, now - 5*60*sec, now, now},
-		{"fire_all late", task.MisfireFireAll, now - 10*sec, now - 10*sec, now - 10*sec},
-		{"fire_all past the window starts at its edge", task.MisfireFireAll, now - 5*60*sec, now - 60*sec, now - 60*sec},
-		{"skip late", task.MisfireSkip, now - 10*sec, 0, now},
-		{"skip past the window", task.MisfireSkip, now - 5*60*sec, 0, now},
+		{"fire_once late", task.MisfireFireOnce, nil, 0, now - 10*sec, now, now},
+		{"fire_once past the window", task.MisfireFireOnce, nil, 0, now - 5*60*sec, now, now},
+		{"fire_all late", task.MisfireFireAll, nil, 0, now - 10*sec, now - 10*sec, now - 10*sec},
+		{"fire_all past the window starts at its edge", task.MisfireFireAll, nil, 0, now - 5*60*sec, now - 60*sec, now - 60*sec},
+		{"skip late", task.MisfireSkip, nil, 0, now - 10*sec, 0, now},
+		{"skip past the window", task.MisfireSkip, nil, 0, now - 5*60*sec, 0, now},
+		// The window's only time is now itself.
+		{"fire_once, the window's only time now", task.MisfireFireOnce, hourly, 0, now - 3600*sec, now, now},
+		{"fire_all, the window's only time now", task.MisfireFireAll, hourly, 0, now - 3600*sec, now, now},
+		// Every missed time is older than the window: none runs, and
+		// the next time, after now, is not fired early.
+		{"fire_once, no time in the window", task.MisfireFireOnce, hourly, now + 30*60*sec, now, 0, now + 30*60*sec},
+		{"fire_all, no time in the window", task.MisfireFireAll, hourly, now + 30*60*sec, now, 0, now + 30*60*sec},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fire, resume := misfireFire(tt.p, every, tt.sched, now, window)
+			h, at := every, now
+			if tt.h != nil {
+				h = tt.h
+			}
+			if tt.at != 0 {
+				at = tt.at
+			}
+			fire, resume := misfireFire(tt.p, h, tt.sched, at, window)
 			if fire != tt.fire || resume != tt.resume {
 				t.Errorf("misfireFire = %d, %d; want %d, %d (in s from now: %d, %d; want %d, %d)",
 					fire, resume, tt.fire, tt.resume, (fire-now)/sec, (resume-now)/sec, (tt.fire-now)/sec, (tt.resume-now)/sec)
