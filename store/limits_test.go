@@ -490,3 +490,38 @@ func TestHistory_ClockBehindAtRestart(t *testing.T) {
 	flush(t, s)
 	want(s, "after another restart", "5/a", "4/again", "4/first")
 }
+
+// TestHistory_ReadLimitOfZero: a read given a limit of 0 for a class
+// answers none of its records, buffered or written, whatever the Config
+// keeps: a task's history_limit lowered to 0 holds for its history
+// answers at once, before its next record deletes the ring.
+func TestHistory_ReadLimitOfZero(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlushInterval = 10 * time.Second // records stay buffered until flushed
+	s := openTest(t, cfg)
+	for i := range 3 {
+		s.Record(exec1("t", i, 1, task.ExecutionOK))
+		s.Record(exec1("t", i, 2, task.ExecutionFailed))
+	}
+	for _, stage := range []string{"buffered", "written"} {
+		if stage == "written" {
+			flush(t, s)
+		}
+		for _, c := range []struct {
+			successes, failures int
+			want                string
+		}{
+			{0, -1, "failed,failed,failed"},
+			{-1, 0, "ok,ok,ok"},
+			{0, 0, ""},
+		} {
+			h, err := s.HistoryKeep("t", 0, c.successes, c.failures)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := statuses(h); got != c.want {
+				t.Errorf("%s, kept %d and %d: %q, want %q", stage, c.successes, c.failures, got, c.want)
+			}
+		}
+	}
+}
