@@ -324,6 +324,7 @@ func TestSampling_Adapts(t *testing.T) {
 		want       uint32
 	}{
 		{10, 0, 1}, {31, 0, 1}, {32, 0, 2}, {40, 0, 6}, {16, 0, 6}, {64, 100, 66}, {20, 0, 66},
+		{8, 0, 66}, // an eighth of the buffer is not under it
 		{7, 0, 33}, {0, 0, 16}, {0, 0, 8}, {0, 0, 4}, {0, 0, 2}, {0, 0, 1}, {0, 0, 1},
 		{2, 1, 2}, // a single refusal doubles it
 	}
