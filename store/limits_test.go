@@ -526,3 +526,26 @@ func TestHistory_ReadLimitOfZero(t *testing.T) {
 		}
 	}
 }
+
+// TestSampling_SmallBufferOnlyWhenRefused: a buffer of fewer than 8
+// records is half full in ordinary traffic, so only a record refused for
+// room starts sampling there; from 8 on, a batch of half the buffer does.
+func TestSampling_SmallBufferOnlyWhenRefused(t *testing.T) {
+	for _, c := range []struct {
+		buffer, n, refused int
+		want               uint32
+	}{
+		{7, 7, 0, 1},
+		{7, 1, 1, 2},
+		{8, 3, 0, 1},
+		{8, 4, 0, 2},
+	} {
+		var h historyBuffer
+		h.init(Config{History: HistoryAll, HistoryBuffer: c.buffer}, 0)
+		h.refused = c.refused
+		h.adapt(c.n)
+		if got := h.sampling.Load(); got != c.want {
+			t.Errorf("buffer %d, batch %d, refused %d: sampling %d, want %d", c.buffer, c.n, c.refused, got, c.want)
+		}
+	}
+}
