@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/shardcron/shardcron/internal/logbuf"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -423,6 +425,28 @@ func TestOpen_DropsOldHistory(t *testing.T) {
 	rev, err := s.Partition(1, func(string, []byte, int64) error { return nil })
 	if err != nil || rev != 5 {
 		t.Errorf("partition after Open: revision %d, %v", rev, err)
+	}
+}
+
+// TestOpen_WithoutOldHistoryLogsNothingOfIt: a directory without the history of
+// earlier versions opens without a word of it, with room or without: an
+// operator is not told of a deletion or a leftover that is not there.
+func TestOpen_WithoutOldHistoryLogsNothingOfIt(t *testing.T) {
+	cfg := testConfig(t)
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	for _, minFree := range []int64{cfg.MinFreeBytes, math.MaxInt64 / 2} {
+		cfg.MinFreeBytes = minFree
+		s, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(logs.String(), "earlier version") {
+		t.Errorf("Open of a directory without old history logged about it:\n%s", logs.String())
 	}
 }
 
