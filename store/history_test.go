@@ -666,6 +666,9 @@ func TestHistory_DiskFullLogsOnceAWhile(t *testing.T) {
 	if lines != 1 || !strings.Contains(logs.String(), "disk full") {
 		t.Fatalf("%d batches refused: %d log lines, want 1 naming the full disk:\n%s", batches, lines, logs.String())
 	}
+	if strings.Contains(logs.String(), "batches_not_logged") {
+		t.Errorf("the first line of a cause counts batches held back, though none were:\n%s", logs.String())
+	}
 	full.Store(false)
 	s.Record(exec1("t", batches, 1, task.ExecutionOK))
 	flush(t, s)
