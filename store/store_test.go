@@ -342,6 +342,16 @@ func dirContents(t *testing.T, dir string) string {
 	return b.String()
 }
 
+// A panic of Badger's ends up in Open's error, which a start prints on
+// one line: the report's lines joined, its blank and "==" rule lines
+// left out.
+func TestOneLine_JoinsAPanicReport(t *testing.T) {
+	report := "\n== Recovering from panic ==\n  block checksum mismatch  \n\n== table 00007.sst ==\noffset 4096\n"
+	if got, want := oneLine(report), "block checksum mismatch; offset 4096"; got != want {
+		t.Errorf("oneLine = %q, want %q", got, want)
+	}
+}
+
 func TestOpen_Corrupt(t *testing.T) {
 	tests := []struct {
 		name   string
