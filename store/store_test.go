@@ -554,6 +554,29 @@ func TestStore_ValueLogGCWaitsForRoom(t *testing.T) {
 	}
 }
 
+// TestStore_ValueLogGCQuietWithNothingToCollect: a GC round that finds no
+// file worth rewriting, every five minutes on most nodes, logs nothing,
+// nor does one after a round that was not skipped.
+func TestStore_ValueLogGCQuietWithNothingToCollect(t *testing.T) {
+	cfg := testConfig(t)
+	var logs logbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.GCInterval = time.Millisecond
+	var runs atomic.Int32
+	cfg.valueLogGC = func(float64) error {
+		runs.Add(1)
+		return badger.ErrNoRewrite
+	}
+	s := openTest(t, cfg)
+	waitFor(t, 10*time.Second, "5 GC rounds", func() bool { return runs.Load() >= 5 })
+	if err := s.Close(); err != nil { // the GC loop is done logging
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "value-log GC") {
+		t.Errorf("%d GC rounds with nothing to collect logged:\n%s", runs.Load(), logs.String())
+	}
+}
+
 // A table overwritten with 4 KiB of garbage anywhere is found by Open
 // (ErrCorrupt), or else everything reads back whole. Open used to read one
 // block a table, and Badger's reads end silently at a damaged block: a
