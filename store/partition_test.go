@@ -93,6 +93,24 @@ func TestPartition_CreatedRevisions(t *testing.T) {
 	}
 }
 
+// An empty value cached with its creation revision is the revision alone
+// (8 bytes): it reads back empty with its revision, not as corrupt, which
+// would send the caller to etcd for p at every read.
+func TestPartition_EmptyValueWithItsCreation(t *testing.T) {
+	s := openTest(t, testConfig(t))
+	if err := s.Reset(1, 100, []KV{{ID: "a", Created: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	created, value := int64(-1), []byte("unset")
+	rev, err := s.Partition(1, func(_ string, v []byte, c int64) error {
+		created, value = c, bytes.Clone(v)
+		return nil
+	})
+	if err != nil || rev != 100 || created != 7 || len(value) != 0 {
+		t.Errorf("Partition = %d, %v; task created %d, value %q; want 100, nil, 7, empty", rev, err, created, value)
+	}
+}
+
 func TestPartition_NeverSynced(t *testing.T) {
 	s := openTest(t, testConfig(t))
 	called := false
