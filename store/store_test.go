@@ -486,21 +486,29 @@ func TestOpen_AnotherVersion(t *testing.T) {
 	t.Logf("Open: %v", err)
 }
 
-// TestOpen_RemovesAnEmptyLogACrashLeft: a memtable log left empty by a
-// crash between its creation and its sizing, which Badger refuses, is
-// removed, and the directory opens with what it held.
+// TestOpen_RemovesAnEmptyLogACrashLeft: a memtable or value log left
+// empty by a crash between its creation and its sizing, which Badger
+// refuses, is removed, every one of them, and the directory opens with
+// what it held.
 func TestOpen_RemovesAnEmptyLogACrashLeft(t *testing.T) {
 	cfg := corruptDir(t)
-	empty := filepath.Join(cfg.Dir, "000099.mem")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
+	var empties []string // as Badger names them
+	for _, name := range []string{"00098.mem", "00099.mem", "000099.vlog"} {
+		empties = append(empties, filepath.Join(cfg.Dir, name))
+	}
+	for _, empty := range empties {
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := openTest(t, cfg)
 	if rev, _ := s.Partition(0, nil); rev != 1 {
 		t.Errorf("partition 0 at revision %d, want 1", rev)
 	}
-	if _, err := os.Stat(empty); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the empty log is still there (%v)", err)
+	for _, empty := range empties {
+		if _, err := os.Stat(empty); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the empty log %s is still there (%v)", filepath.Base(empty), err)
+		}
 	}
 }
 
