@@ -537,21 +537,29 @@ func TestSetAside_ReplacesEarlierCopy(t *testing.T) {
 	}
 }
 
-// TestStore_ValueLogGCWaitsForRoom: value-log GC writes a file's live
-// entries again before it deletes the file, through memory-mapped files
-// as a write does, so it does not run while writes are refused for want
-// of room; and it says so once, not at every round.
-func TestStore_ValueLogGCWaitsForRoom(t *testing.T) {
+// gcConfig is testConfig logging at Info into logs, with a value-log GC
+// round every millisecond whose runs, counted in runs, find nothing to
+// rewrite.
+func gcConfig(t *testing.T, logs *logbuf.Buffer) (Config, *atomic.Int32) {
 	cfg := testConfig(t)
-	var logs logbuf.Buffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg.MinFreeBytes = math.MaxInt64 / 2 // more than any disk has: every write is refused
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.GCInterval = time.Millisecond
 	var runs atomic.Int32
 	cfg.valueLogGC = func(float64) error {
 		runs.Add(1)
 		return badger.ErrNoRewrite
 	}
+	return cfg, &runs
+}
+
+// TestStore_ValueLogGCWaitsForRoom: value-log GC writes a file's live
+// entries again before it deletes the file, through memory-mapped files
+// as a write does, so it does not run while writes are refused for want
+// of room; and it says so once, not at every round.
+func TestStore_ValueLogGCWaitsForRoom(t *testing.T) {
+	var logs logbuf.Buffer
+	cfg, runs := gcConfig(t, &logs)
+	cfg.MinFreeBytes = math.MaxInt64 / 2 // more than any disk has: every write is refused
 	s := openTest(t, cfg)
 	waitFor(t, 10*time.Second, "5 GC rounds skipped", func() bool { return s.gcSkipped.Load() >= 5 })
 	if n := runs.Load(); n > 0 {
@@ -566,15 +574,8 @@ func TestStore_ValueLogGCWaitsForRoom(t *testing.T) {
 // file worth rewriting, every five minutes on most nodes, logs nothing,
 // nor does one after a round that was not skipped.
 func TestStore_ValueLogGCQuietWithNothingToCollect(t *testing.T) {
-	cfg := testConfig(t)
 	var logs logbuf.Buffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg.GCInterval = time.Millisecond
-	var runs atomic.Int32
-	cfg.valueLogGC = func(float64) error {
-		runs.Add(1)
-		return badger.ErrNoRewrite
-	}
+	cfg, runs := gcConfig(t, &logs)
 	s := openTest(t, cfg)
 	waitFor(t, 10*time.Second, "5 GC rounds", func() bool { return runs.Load() >= 5 })
 	if err := s.Close(); err != nil { // the GC loop is done logging
