@@ -2,12 +2,16 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dgraph-io/badger/v4/y"
 )
 
 // memLogRevisions is how many revisions memLogDir writes: two of them
@@ -184,6 +188,30 @@ func TestOpen_TornMemtableLogOpensAPrefix(t *testing.T) {
 	}
 }
 
+// reseal changes, in the memtable log at path, the first entry from the
+// offset from on that change takes (given the entry before it, the entry
+// and its bytes), and writes the entry back with its checksum made whole
+// again: damage that Badger's replay acts on though no checksum fails.
+func reseal(t *testing.T, path string, entries []int, from int, change func(prev, e logEntry, b []byte) bool) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range entries[1 : len(entries)-1] {
+		prev, _ := parseLogEntry(data[entries[i]:])
+		e, n := parseLogEntry(data[off:])
+		if off < from || !change(prev, e, data[off:off+n]) {
+			continue
+		}
+		end := off + n - crc32.Size
+		binary.BigEndian.PutUint32(data[end:], crc32.Checksum(data[off:end], y.CastagnoliCrcTable))
+		overwrite(t, path, int64(off), data[off:off+n])
+		return
+	}
+	t.Fatal("no entry to change")
+}
+
 // TestOpen_DamagedMemtableLogIsCorrupt: damage in a memtable log with
 // writes after it, which Badger's replay would drop without a word, and
 // damage in a log older than the newest, after which Badger would replay
@@ -245,6 +273,27 @@ func TestOpen_DamagedMemtableLogIsCorrupt(t *testing.T) {
 		{"an entry of the last transaction damaged", func(t *testing.T, dir string) {
 			// Its end marker follows it, so it was no tear.
 			flip(t, filepath.Join(dir, filepath.Base(log)), entries[len(entries)-3]+20)
+		}},
+		{"a transaction's end naming another, its checksum whole", func(t *testing.T, dir string) {
+			// Badger's replay stops at it (an invalid transaction) and
+			// drops the rest of the log.
+			reseal(t, filepath.Join(dir, filepath.Base(log)), entries, mid, func(_, e logEntry, b []byte) bool {
+				if e.meta&bitFinTxn == 0 {
+					return false
+				}
+				b[len(b)-crc32.Size-1] ^= 1 // the last digit of its commit version: another digit
+				return true
+			})
+		}},
+		{"an entry outside transactions inside one, its checksum whole", func(t *testing.T, dir string) {
+			// Badger's replay stops at it too.
+			reseal(t, filepath.Join(dir, filepath.Base(log)), entries, mid, func(prev, e logEntry, b []byte) bool {
+				if prev.meta&bitTxn == 0 || e.meta&bitTxn == 0 {
+					return false
+				}
+				b[0] &^= bitTxn
+				return true
+			})
 		}},
 		{"the older of two logs damaged in the middle", func(t *testing.T, dir string) {
 			older, _ := split(t, dir, boundary(t, dir))
