@@ -299,6 +299,22 @@ func TestOpen_DamagedMemtableLogIsCorrupt(t *testing.T) {
 			older, _ := split(t, dir, boundary(t, dir))
 			flip(t, older, entries[len(entries)/4]+20)
 		}},
+		{"the older of two logs damaged where a transaction starts", func(t *testing.T, dir string) {
+			// No transaction is under way where Badger's replay of it
+			// stops: the bytes after that tell.
+			older, _ := split(t, dir, boundary(t, dir))
+			data, err := os.ReadFile(older)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, off := range entries[:len(entries)/2] {
+				if e, _ := parseLogEntry(data[off:]); e.meta&bitFinTxn != 0 {
+					flip(t, older, entries[i+1]+20)
+					return
+				}
+			}
+			t.Fatal("no transaction ends in the first half")
+		}},
 		{"the older of two logs cut short", func(t *testing.T, dir string) {
 			off := boundary(t, dir)
 			older, _ := split(t, dir, off)
