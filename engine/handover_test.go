@@ -63,6 +63,16 @@ func newTestLoop(t testing.TB, at time.Time, tweak func(*Config)) *testLoop {
 	return &testLoop{loop: l, clock: clock}
 }
 
+// everySecond interns the every-second schedule most loop tests fire by.
+func (tl *testLoop) everySecond(t testing.TB) schedule.Handle {
+	t.Helper()
+	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // add loads tasks into partition part, each resuming after resume.
 func (tl *testLoop) add(t testing.TB, part int, resume time.Time, prof *profile, spec string, ids ...string) {
 	t.Helper()
@@ -246,7 +256,7 @@ func TestLoop_ReleaseBetweenBatchesOfOneTickHandsEachFireOverOnce(t *testing.T) 
 	for _, f := range hand.pending {
 		counts[fmt.Sprintf("%s@%d", f.ID, f.At.UnixMilli())]++
 	}
-	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	h := tl.everySecond(t)
 	for _, id := range ids("a", 25) {
 		first := next(tl.scheds.Get(h), hand.mark)
 		for at := base; at.UnixNano() <= base.Add(2*time.Second).UnixNano(); at = at.Add(time.Second) {
@@ -1832,10 +1842,7 @@ func TestEngine_SessionEndedDuringASlowWatermarkWriteRejoins(t *testing.T) {
 func TestLoop_HandedOverFireOfAPausedTaskIsSkipped(t *testing.T) {
 	now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, now, nil)
-	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := tl.everySecond(t)
 	at := now.Add(-time.Second)
 	prof := noopProfile(task.MisfireFireOnce)
 	last := noopProfile(task.MisfireFireOnce) // at is its last time

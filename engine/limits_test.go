@@ -1149,7 +1149,7 @@ func TestLoop_ReleaseListsAtMost2000UnrunFires(t *testing.T) {
 	// What the next owner runs: every task from its first fire after the
 	// point, and the listed fires.
 	runs := map[string]int{}
-	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	h := tl.everySecond(t)
 	for _, id := range ids("q", n) {
 		if at := next(tl.scheds.Get(h), hand.mark); at == base.UnixNano() {
 			runs[id]++
@@ -1231,7 +1231,7 @@ func TestLoop_ReleaseOfLongEscapedIDsFitsInARequest(t *testing.T) {
 // fire at base of each of ids: listed, or after the point it resumes from.
 func checkNoneMissed(t *testing.T, tl *testLoop, cp checkpoint, base time.Time, ids []string) {
 	t.Helper()
-	h, _ := tl.scheds.Intern("* * * * * *", "UTC", "x")
+	h := tl.everySecond(t)
 	listed := map[string]bool{}
 	for _, f := range cp.Pending {
 		listed[f.ID] = f.At.Equal(base)

@@ -720,10 +720,7 @@ func TestLoop_PauseSkipsTheFiresNotStarted(t *testing.T) {
 	for _, behind := range []string{"schedule", "trigger"} {
 		t.Run(behind, func(t *testing.T) {
 			tl := newTestLoop(t, base.Add(-time.Second/2), nil)
-			h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := tl.everySecond(t)
 			prof := noopProfile(task.MisfireFireOnce)
 			prof.key, prof.concurrency = "noop/buffer_one", task.ConcurrencyBufferOne
 			def := func(paused bool) taskDef {
@@ -766,10 +763,7 @@ func TestLoop_PauseSkipsTheFiresNotStarted(t *testing.T) {
 func TestLoop_ResumeFiresFromTheNextTime(t *testing.T) {
 	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base.Add(-time.Second/2), nil)
-	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := tl.everySecond(t)
 	prof := noopProfile(task.MisfireFireAll)
 	def := func(paused bool) taskDef {
 		return taskDef{id: "r", hash: xxhash.Sum64String("r"), part: 0, sched: h, prof: prof, paused: paused}

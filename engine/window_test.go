@@ -458,10 +458,7 @@ func TestLoop_DeleteAfterFireOfARetrySkippedWhilePausedComesWithTheResume(t *tes
 func TestLoop_DeleteAfterFireTaskPausedThroughItsTimeStays(t *testing.T) {
 	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl := newTestLoop(t, base, nil)
-	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := tl.everySecond(t)
 	prof := noopProfile(task.MisfireFireOnce)
 	prof.key, prof.deleteAfter = "noop/delete-after", true
 	at := base.Add(5 * time.Second).UnixNano()
@@ -677,10 +674,7 @@ func retryOfAnEarlierFire(t *testing.T) (tl *testLoop, def func(paused bool) tas
 	t.Helper()
 	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
 	tl = newTestLoop(t, base.Add(-time.Second/2), nil)
-	h, err := tl.scheds.Intern("* * * * * *", "UTC", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := tl.everySecond(t)
 	prof := noopProfile(task.MisfireFireOnce)
 	prof.key = "noop/delete-after"
 	prof.defLen = len(prof.key) // what a write that only pauses t keeps
@@ -1229,4 +1223,33 @@ func TestEngine_OneShotsReadFromACachePastTheAppliedRevisionGoByWhatChanged(t *t
 			t.Errorf("%s: put %v, decided %v; want put %v", def.id, def.put, def.decided, want[def.id])
 		}
 	}
+}
+
+// A task bounded by not_after says it ended only once its last time
+// passed: before, with fires to come, its state says nothing ended, and
+// it says so again while paused.
+func TestLoop_WindowEndsOnlyAfterItsLastTime(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	h := tl.everySecond(t)
+	prof := noopProfile(task.MisfireFireOnce)
+	prof.key = "noop/not-after"
+	prof.win = &window{s: tl.scheds.Get(h), to: base.Add(5 * time.Second).UnixNano(), end: task.EndedNotAfter}
+	def := func(paused bool) taskDef {
+		return taskDef{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: h, prof: prof, paused: paused}
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), first: true, done: make(chan struct{}), defs: []taskDef{def(false)}})
+	ended := func(want string) {
+		t.Helper()
+		if s := tl.state("t"); s == nil || s.Ended != want {
+			t.Errorf("state %+v, want ended %q", s, want)
+		}
+	}
+	ended("")
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(true)}})
+	ended("")
+	tl.handle(&eventsCmd{part: 0, upserts: []taskDef{def(false)}})
+	tl.clock.Advance(10 * time.Second)
+	tl.dispatchAll()
+	ended(task.EndedNotAfter)
 }
