@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
+	"github.com/shardcron/shardcron/ring"
 	"github.com/shardcron/shardcron/task"
 )
 
@@ -455,6 +456,42 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("OpenRegistry with 32 partitions: %v, want ErrPartitionsMismatch", err)
 		}
 		openRegistry(t, c.Client, "/fixed") // 16 still opens
+	})
+
+	// A record that does not decode whole is refused, even when the
+	// partition count in it decodes: the rest may say anything.
+	t.Run("unreadable cluster record", func(t *testing.T) {
+		for i, rec := range []string{`not json`, `{"partitions":0}`, `{"partitions":16,"created":"yesterday"}`} {
+			prefix := fmt.Sprintf("/unreadable-%d", i)
+			if _, err := c.Client.Put(ctx, prefix+"/cluster", rec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := OpenRegistry(ctx, c.Client, prefix, 16); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("is unreadable: %q", rec)) {
+				t.Errorf("OpenRegistry over the record %s: %v, want it unreadable, quoted", rec, err)
+			}
+		}
+	})
+
+	t.Run("partition count bounds", func(t *testing.T) {
+		for _, n := range []int{0, ring.MaxPartitions + 1} {
+			if _, err := OpenRegistry(ctx, c.Client, fmt.Sprintf("/bounds-%d", n), n); err == nil {
+				t.Errorf("OpenRegistry with %d partitions: no error, want one (1 to %d)", n, ring.MaxPartitions)
+			}
+		}
+		for _, n := range []int{1, ring.MaxPartitions} {
+			reg, err := OpenRegistry(ctx, c.Client, fmt.Sprintf("/bounds-%d", n), n)
+			if err != nil {
+				t.Errorf("OpenRegistry with %d partitions: %v", n, err)
+				continue
+			}
+			if got := putTask(t, reg, noopTask("a", "@daily")); *got.Partition != reg.Partition("a") {
+				t.Errorf("%d partitions: task stored in partition %d, want %d", n, *got.Partition, reg.Partition("a"))
+			}
+			// The record written, read back: the cluster opens again.
+			if _, err := OpenRegistry(ctx, c.Client, fmt.Sprintf("/bounds-%d", n), n); err != nil {
+				t.Errorf("OpenRegistry again with %d partitions: %v", n, err)
+			}
+		}
 	})
 
 	t.Run("ring mismatch", func(t *testing.T) {
