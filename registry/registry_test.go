@@ -711,3 +711,46 @@ func TestRegistry_PauseUnlessPausedKeepsAPause(t *testing.T) {
 		t.Errorf("a paused task's record became %+v (revision %d, was %d); want alice's kept, nothing written", got.Pause, revision(t, c.Client), rev)
 	}
 }
+
+// Check answers what Put would (the task as stored, or Put's error) and
+// writes nothing: etcd's revision does not move.
+func TestRegistry_CheckIsAPutThatWritesNothing(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/check")
+	ctx := context.Background()
+	stored := putTask(t, reg, noopTask("a", "* * * * *"))
+	before := revision(t, c.Client)
+
+	got, err := reg.Check(ctx, noopTask("a", "0 * * * *"), PutOptions{IfVersion: stored.Version})
+	if err != nil || got.Schedule != "0 * * * *" || got.Version != stored.Version || !got.CreatedAt.Equal(stored.CreatedAt) {
+		t.Errorf("check of a change: %+v, %v; want the new schedule at the stored version %d", got, err, stored.Version)
+	}
+	if got, err := reg.Check(ctx, noopTask("new", "@daily"), PutOptions{}); err != nil || got.Version != 0 || got.ID != "new" {
+		t.Errorf("check of a new task: %+v, %v; want it at version 0", got, err)
+	}
+	var ve *task.ValidationError
+	if _, err := reg.Check(ctx, noopTask("a", "61 * * * * *"), PutOptions{}); !errors.As(err, &ve) || ve.Field != "schedule" {
+		t.Errorf("check of a bad schedule: %v, want a *ValidationError on schedule", err)
+	}
+	if _, err := reg.Check(ctx, noopTask("a", "0 * * * *"), PutOptions{IfVersion: stored.Version + 1}); !errors.Is(err, ErrVersionMismatch) {
+		t.Errorf("check with a version not stored: %v, want ErrVersionMismatch", err)
+	}
+	if _, err := reg.Check(ctx, noopTask("new", "@daily"), PutOptions{IfVersion: stored.Version}); !errors.Is(err, ErrVersionMismatch) {
+		t.Errorf("check of a missing task with a version: %v, want ErrVersionMismatch", err)
+	}
+	// Chains are checked, on a new task and on a changed chain.
+	for _, id := range []string{"new", "a"} {
+		chained := noopTask(id, "@daily")
+		chained.OnSuccess = []string{"missing"}
+		if _, err := reg.Check(ctx, chained, PutOptions{}); !errors.As(err, &ve) || ve.Field != "on_success[0]" {
+			t.Errorf("check of %s chained to a missing task: %v, want a *ValidationError on on_success[0]", id, err)
+		}
+		if got, err := reg.Check(ctx, chained, PutOptions{AllowMissingTargets: true}); err != nil || !slices.Equal(got.OnSuccess, chained.OnSuccess) {
+			t.Errorf("check of %s chained to a missing task, allowed: %+v, %v", id, got, err)
+		}
+	}
+	if after := revision(t, c.Client); after != before {
+		t.Errorf("checks moved the revision from %d to %d", before, after)
+	}
+}
