@@ -59,6 +59,39 @@ func TestRegistry_TriggersInOneMillisecondAreTwoFires(t *testing.T) {
 	}
 }
 
+// Two triggers with a payload of one task in one millisecond, from two
+// processes, are two fires, each with its own payload: the second finds
+// the first's key pending and takes the next millisecond. It was refused
+// as if the task had changed while its override was checked.
+func TestRegistry_OverriddenTriggersOfTwoProcessesInOneMillisecondAreTwoFires(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	a, b := openRegistry(t, c.Client, "/twiceover"), openRegistry(t, c.Client, "/twiceover")
+	now := stopClocks(a, b)
+	h := &task.Task{ID: "h", Schedule: "@yearly", Executor: task.Executor{Type: task.ExecutorHandler, Name: "h"}}
+	if _, err := a.Put(ctx, h, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*Registry{a, b} {
+		if _, err := r.TriggerWith(ctx, "h", &task.Override{Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatalf("trigger %d: %v", i, err)
+		}
+	}
+	var got []string
+	for _, kv := range triggerKeys(t, c.Client, a).Kvs {
+		_, at, _, _ := a.ParseTrigger(string(kv.Key))
+		o, _ := DecodeTriggerValue(kv.Value)
+		if o == nil {
+			t.Fatalf("a trigger key without its payload: %s", kv.Value)
+		}
+		got = append(got, fmt.Sprintf("+%dms %s", at-now.UnixMilli(), o.Payload))
+	}
+	if want := []string{`+1ms {"n":0}`, `+2ms {"n":1}`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("trigger keys %v, want %v", got, want)
+	}
+}
+
 // stopClocks stops the clocks of regs at one instant, which it returns.
 func stopClocks(regs ...*Registry) time.Time {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
