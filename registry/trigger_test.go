@@ -271,6 +271,38 @@ func TestRegistry_TriggerRetryCarriesItsAttempt(t *testing.T) {
 	}
 }
 
+// A retry takes the first of the maxTriggerTries milliseconds after its
+// fire's time with no trigger of the task pending; with every one of them
+// pending it writes nothing and says to try again.
+func TestRegistry_TriggerRetryTakesAnyOfItsTimes(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/retrytimes")
+	put, err := reg.Put(ctx, noopTask("t", "@yearly"), PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for attempt := range uint16(maxTriggerTries) {
+		if err := reg.TriggerRetry(ctx, "t", at, Retry{Attempt: attempt + 2, Due: at}, nil, put.Version); err != nil {
+			t.Fatalf("retry %d of %d: %v", attempt+1, maxTriggerTries, err)
+		}
+	}
+	kvs := triggerKeys(t, c.Client, reg).Kvs
+	if n := len(kvs); n != maxTriggerTries {
+		t.Fatalf("%d trigger keys, want %d", n, maxTriggerTries)
+	}
+	if _, last, _, _ := reg.ParseTrigger(string(kvs[len(kvs)-1].Key)); last != at.UnixMilli()+maxTriggerTries {
+		t.Errorf("the last retry at %+dms, want %+dms", last-at.UnixMilli(), maxTriggerTries)
+	}
+	before := revision(t, c.Client)
+	err = reg.TriggerRetry(ctx, "t", at, Retry{Attempt: maxTriggerTries + 2, Due: at}, nil, put.Version)
+	if !errors.Is(err, ErrContention) || revision(t, c.Client) != before {
+		t.Errorf("a retry with all its times pending: %v, want ErrContention and nothing written", err)
+	}
+}
+
 // A fire's first attempt that its node's stop came before, handed on
 // unrun, reads back as attempt 1 of that fire, not as a trigger's own
 // fire at the key's time (another fire, under another idempotency key).
