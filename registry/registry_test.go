@@ -581,7 +581,7 @@ func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 
 // A batch of tasks etcd does not hold yet is written without a read first:
 // one transaction per 64 tasks (a task and its id index key are 2 of a
-// transaction's 128 operations). A batch that finds some of its tasks
+// transaction's 128 operations), in chunks of 128 tasks. A batch that finds some of its tasks
 // stored reads them in the same transaction, then writes over them: changed
 // tasks keep their creation time, identical ones are left alone, new ones
 // are written.
@@ -608,15 +608,15 @@ func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
 	reg.now = func() time.Time { return created }
 
 	var batch []*task.Task
-	for i := range 100 {
+	for i := range 200 {
 		batch = append(batch, noopTask(fmt.Sprintf("t/%03d", i), "* * * * *"))
 	}
 	txns.Store(0)
 	if res, err := reg.PutBatch(ctx, batch); err != nil || len(res.Errors) > 0 || res.Written != len(batch) {
 		t.Fatalf("new tasks: written %d, errors %v, err %v", res.Written, res.Errors, err)
 	}
-	if n := txns.Load(); n != 2 {
-		t.Errorf("a batch of 100 new tasks took %d transactions, want 2 (64 and 36 tasks, no read)", n)
+	if n := txns.Load(); n != 4 {
+		t.Errorf("a batch of 200 new tasks took %d transactions, want 4 (64, 64, 64 and 8 tasks, no read)", n)
 	}
 
 	updated := created.Add(time.Hour)
