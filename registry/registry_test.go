@@ -681,6 +681,20 @@ func TestRegistry_PutItemsStoppedReportsErrorsInOrder(t *testing.T) {
 	}
 }
 
+// A batch that etcd refuses (its NOSPACE alarm) returns etcd's error, not
+// a result that reads as if nothing needed writing.
+func TestRegistry_PutBatchStoppedByEtcdReturnsItsError(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.NewClient(t), "/nospace")
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	res, err := reg.PutBatch(context.Background(), []*task.Task{noopTask("a", "@daily"), noopTask("b", "@daily")})
+	if !errors.Is(err, ErrNoSpace) || res.Written != 0 {
+		t.Errorf("a batch etcd refuses: written %d, %v; want 0 and etcd's NOSPACE", res.Written, err)
+	}
+}
+
 // PauseUnlessPaused pauses a running task with its record, and leaves a
 // paused one as it is, its record included: etcd's revision does not move.
 func TestRegistry_PauseUnlessPausedKeepsAPause(t *testing.T) {
