@@ -579,6 +579,35 @@ func TestRegistry_LargeTaskRoundTrips(t *testing.T) {
 	}
 }
 
+// The size limit is the task as stored plus responseRoom: a task that
+// reaches it exactly is taken, one byte more is refused.
+func TestRegistry_PutTakesATaskUpToTheSizeLimit(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/limit")
+	stopClocks(reg) // times of one length
+	sized := func(n int) *task.Task {
+		return &task.Task{ID: "large", Schedule: "@hourly",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: strings.Repeat("x", n)}}
+	}
+	tsk := sized(1)
+	if err := tsk.Validate(); err != nil { // with its defaults, as Put stores it
+		t.Fatal(err)
+	}
+	small, _, err := reg.encode(tsk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fits := 1 + task.MaxTaskSize - responseRoom - len(small)
+	if _, err := reg.Put(context.Background(), sized(fits), PutOptions{}); err != nil {
+		t.Errorf("a task at the limit: %v", err)
+	}
+	var ve *task.ValidationError
+	if _, err := reg.Put(context.Background(), sized(fits+1), PutOptions{}); !errors.As(err, &ve) {
+		t.Errorf("a task a byte over the limit: %v, want a *ValidationError", err)
+	}
+}
+
 // A batch of tasks etcd does not hold yet is written without a read first:
 // one transaction per 64 tasks (a task and its id index key are 2 of a
 // transaction's 128 operations), in chunks of 128 tasks. A batch that finds some of its tasks
