@@ -322,6 +322,17 @@ func TestRegistry(t *testing.T) {
 				}
 			})
 		}
+		t.Run("limit bounds", func(t *testing.T) {
+			for _, limit := range []int{-1, MaxListLimit + 1} {
+				var ve *task.ValidationError
+				if _, _, err := reg.List(ctx, ListOptions{Limit: limit}); !errors.As(err, &ve) || ve.Field != "limit" {
+					t.Errorf("List with limit %d: %v, want a *ValidationError on limit", limit, err)
+				}
+			}
+			if tasks, _, err := reg.List(ctx, ListOptions{Limit: MaxListLimit}); err != nil || len(tasks) != len(all) {
+				t.Errorf("List with limit %d: %d tasks, %v; want all %d", MaxListLimit, len(tasks), err, len(all))
+			}
+		})
 		t.Run("bad cursor", func(t *testing.T) {
 			var ve *task.ValidationError
 			if _, _, err := reg.List(ctx, ListOptions{Cursor: "not\x01an id"}); !errors.As(err, &ve) || ve.Field != "cursor" {
