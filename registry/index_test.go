@@ -586,6 +586,18 @@ func TestList_CorruptStoredTaskIsAnError(t *testing.T) {
 		}
 	}
 
+	// An export tells a JSON object by its ends alone: either one missing
+	// is corrupt; "{}" is an object.
+	for _, v := range []string{"x}", "{x", "{", "{}"} {
+		if _, err := c.Client.Put(ctx, reg.key("a/1"), v); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := reg.Export(ctx, task.Selector{}, func([]byte) error { return nil })
+		if corrupt := err != nil && strings.Contains(err.Error(), "corrupt"); corrupt != (v != "{}") {
+			t.Errorf("export over the stored value %s: %d tasks, %v", v, n, err)
+		}
+	}
+
 	// JSON whose labels are not strings does not have them: no match.
 	if _, err := c.Client.Delete(ctx, reg.key("a/1")); err != nil {
 		t.Fatal(err)
