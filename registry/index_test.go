@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -805,6 +806,36 @@ func TestExport_RoundTripsIntoAnotherCluster(t *testing.T) {
 	}
 	if again := export(src)["r/3"]; !reflect.DeepEqual(again["pause"], before["r/3"]["pause"]) {
 		t.Errorf("r/3 imported back with pause record %v, want the exported %v", again["pause"], before["r/3"]["pause"])
+	}
+}
+
+// A read of tasks that etcd fails is an error, for GetMany and for a
+// List page, not tasks left out as if they were not stored.
+func TestGetMany_AFailedReadIsAnError(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	var fail atomic.Bool
+	failTxn := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if fail.Load() && strings.HasSuffix(method, "/Txn") {
+			return errors.New("injected failure")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(failTxn)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	reg := openRegistry(t, cli, "/failed")
+	putTask(t, reg, noopTask("f/1", "@yearly"))
+	fail.Store(true)
+	if got, err := reg.GetMany(ctx, []string{"f/1"}); err == nil {
+		t.Errorf("GetMany with its read failed: %v, no error", got)
+	}
+	if got, _, err := reg.List(ctx, ListOptions{Prefix: "f/"}); err == nil {
+		t.Errorf("a List page with its read failed: %d tasks, no error", len(got))
 	}
 }
 
