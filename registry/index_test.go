@@ -822,12 +822,7 @@ func TestGetMany_AFailedReadIsAnError(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(failTxn)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := interceptedClient(t, c, failTxn)
 	reg := openRegistry(t, cli, "/failed")
 	putTask(t, reg, noopTask("f/1", "@yearly"))
 	fail.Store(true)
@@ -858,12 +853,7 @@ func TestGetMany_BoundsTransactionsInFlight(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(count)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := interceptedClient(t, c, count)
 	reg := openRegistry(t, cli, "/many")
 	ids := make([]string, 6000)
 	for i := range ids {

@@ -636,12 +636,7 @@ func TestRegistry_PutBatchWritesNewTasksWithoutReading(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
+	cli := interceptedClient(t, c, count)
 	reg := openRegistry(t, cli, "/fresh")
 	ctx := context.Background()
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
