@@ -17,6 +17,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -806,6 +809,69 @@ func TestExport_RoundTripsIntoAnotherCluster(t *testing.T) {
 	}
 	if again := export(src)["r/3"]; !reflect.DeepEqual(again["pause"], before["r/3"]["pause"]) {
 		t.Errorf("r/3 imported back with pause record %v, want the exported %v", again["pause"], before["r/3"]["pause"])
+	}
+}
+
+// oldEtcdStream is a RangeStream as an etcd before 3.7 answers it: the
+// method is unknown.
+type oldEtcdStream struct{ ctx context.Context }
+
+func (oldEtcdStream) Header() (metadata.MD, error) { return nil, nil }
+func (oldEtcdStream) Trailer() metadata.MD         { return nil }
+func (oldEtcdStream) CloseSend() error             { return nil }
+func (s oldEtcdStream) Context() context.Context   { return s.ctx }
+func (oldEtcdStream) SendMsg(any) error            { return nil }
+func (oldEtcdStream) RecvMsg(any) error {
+	return status.Error(codes.Unimplemented, "unknown method RangeStream for service etcdserverpb.KV")
+}
+
+// With an etcd that has no RangeStream (before 3.7), queries fall back to
+// paged Range reads (docs/design.md): the same pages as with it, for
+// lists and exports by prefix and labels, over more keys than a Range
+// page reads.
+func TestList_WithoutRangeStreamFallsBackToRange(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	noStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if strings.HasSuffix(method, "/RangeStream") {
+			return oldEtcdStream{ctx}, nil
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	old, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(noStream)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	reg, legacy := openRegistry(t, c.Client, "/old"), openRegistry(t, old, "/old")
+	var batch []*task.Task
+	for i := range 2500 {
+		batch = append(batch, labelled(fmt.Sprintf("t/%04d", i), map[string]string{"team": fmt.Sprint(i % 3), "env": fmt.Sprint(i % 2)}))
+	}
+	if res, err := reg.PutBatch(ctx, batch); err != nil || res.Written != len(batch) {
+		t.Fatalf("batch: written %d, %v", res.Written, err)
+	}
+	for _, opts := range []ListOptions{
+		{Limit: MaxListLimit},
+		{Limit: 700},
+		{Prefix: "t/1", Limit: 300},
+		{Labels: map[string]string{"team": "1"}, Limit: 700},
+		{Prefix: "t/2", Labels: map[string]string{"team": "1", "env": "0"}, Limit: 50},
+		{Labels: map[string]string{"team": "none"}},
+	} {
+		got, want := listAll(t, legacy, opts, nil), listAll(t, reg, opts, nil)
+		if len(want) == 0 && len(opts.Labels) == 0 {
+			t.Fatalf("%+v: nothing listed", opts)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%+v: listed %d tasks without RangeStream, %d with it", opts, len(got), len(want))
+		}
+		sel := task.Selector{Prefix: opts.Prefix, Labels: opts.Labels}
+		if n, _, err := legacy.Export(ctx, sel, func([]byte) error { return nil }); err != nil || n != len(want) {
+			t.Errorf("export of %+v without RangeStream: %d tasks, %v; want %d", sel, n, err, len(want))
+		}
 	}
 }
 
