@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -151,4 +153,140 @@ func putAt(t *testing.T, reg *Registry, at time.Time, tsk *task.Task) int64 {
 	t.Helper()
 	reg.now = func() time.Time { return at }
 	return putTask(t, reg, tsk).Version
+}
+
+// ReadPartition gives a partition's tasks in id order, over more than one
+// range page, all at the revision of its first page: a task written while
+// it reads is not among them. Revision reads that same revision when
+// nothing was written in between.
+func TestRegistry_ReadPartitionReadsOneRevision(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg, err := OpenRegistry(ctx, c.Client, "/readpart", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []*task.Task
+	for i := range 2500 {
+		batch = append(batch, noopTask(fmt.Sprintf("r/%04d", i), "@daily"))
+	}
+	if res, err := reg.PutBatch(ctx, batch); err != nil || res.Written != len(batch) {
+		t.Fatalf("batch: written %d, %v", res.Written, err)
+	}
+	p := reg.Partition("r/0000")
+	var want []string
+	for _, tsk := range batch {
+		if reg.Partition(tsk.ID) == p {
+			want = append(want, tsk.ID)
+		}
+	}
+	if len(want) <= readPage {
+		t.Fatalf("%d tasks in partition %d, want more than a page (%d)", len(want), p, readPage)
+	}
+	late := "z/0" // after every id read: in a later page
+	for i := 1; reg.Partition(late) != p; i++ {
+		late = fmt.Sprintf("z/%d", i)
+	}
+	before, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rev, err := reg.ReadPartition(ctx, p, func(id string, value []byte, modRev, createRev int64) {
+		if len(got) == 0 {
+			putTask(t, reg, noopTask(late, "@daily")) // between the first page and the next
+		}
+		if _, err := DecodeFiring(id, value); err != nil || modRev == 0 || createRev == 0 || modRev > before {
+			t.Errorf("%s: %v, modified at %d, created at %d; want both, before %d", id, err, modRev, createRev, before)
+		}
+		got = append(got, id)
+	})
+	if err != nil || rev != before {
+		t.Fatalf("ReadPartition: revision %d, %v; want %d", rev, err, before)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ReadPartition gave %d tasks (%v ... %v), want the %d written before it", len(got), got[:3], got[len(got)-3:], len(want))
+	}
+}
+
+// ChangesAt gives a partition's tasks created or changed after a read,
+// with their creation revisions, and nil for those deleted, as of a
+// revision: whether or not a delete is among them (the count that tells
+// it differs or not).
+func TestRegistry_ChangesAtGivesWhatChangedSinceARead(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg, err := OpenRegistry(ctx, c.Client, "/changes", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ids of partition 0, in order
+	var ids []string
+	for i := 0; len(ids) < 5; i++ {
+		if id := fmt.Sprintf("c/%d", i); reg.Partition(id) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	first := putTask(t, reg, noopTask(ids[0], "@daily")).Version // its creation
+	for _, id := range ids[1:3] {
+		putTask(t, reg, noopTask(id, "@daily"))
+	}
+	had := map[string]bool{}
+	since, err := reg.ReadPartition(ctx, 0, func(id string, _ []byte, _, _ int64) { had[id] = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, noopTask(ids[0], "@hourly"))
+	created := putTask(t, reg, noopTask(ids[3], "@daily"))
+	noDelete, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Delete(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	putTask(t, reg, noopTask(ids[4], "@daily")) // created and deleted since: nothing to say
+	if err := reg.Delete(ctx, ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	withDelete, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	describe := func(touched map[string][]byte, createdAt map[string]int64) []string {
+		var out []string
+		for _, id := range slices.Sorted(maps.Keys(touched)) {
+			if touched[id] == nil {
+				out = append(out, id+" deleted")
+				continue
+			}
+			f, err := DecodeFiring(id, touched[id])
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s %s created at %d", id, f.Schedule, createdAt[id]))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		at   int64
+		want []string
+	}{
+		{noDelete, []string{
+			fmt.Sprintf("%s @hourly created at %d", ids[0], first),
+			fmt.Sprintf("%s @daily created at %d", ids[3], created.Version)}},
+		{withDelete, []string{
+			fmt.Sprintf("%s @hourly created at %d", ids[0], first),
+			ids[1] + " deleted",
+			fmt.Sprintf("%s @daily created at %d", ids[3], created.Version)}},
+	} {
+		slices.Sort(tc.want) // by id, as describe gives them
+		touched, createdAt, err := reg.ChangesAt(ctx, 0, had, since, tc.at)
+		if got := describe(touched, createdAt); err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("changes as of %d: %v, %v;\nwant %v", tc.at, got, err, tc.want)
+		}
+	}
 }
