@@ -79,6 +79,7 @@ func TestRegistry_WrittenByGoesBackToTheVersionWrittenBefore(t *testing.T) {
 		{"x", rev, t0.Add(5 * time.Second), `"paused":true`},
 		{"x", rev, t0.Add(-time.Second), ""},
 		{"y", yRev, t0.Add(2 * time.Second), ""}, // deleted and put again after it
+		{"never", rev, t0.Add(5 * time.Second), ""},
 	} {
 		got, err := reg.WrittenBy(ctx, tc.id, tc.rev, tc.at)
 		if err != nil {
