@@ -131,6 +131,7 @@ func TestRegistry_HeldAtGoesBackToTheVersionAtARevision(t *testing.T) {
 		{"x", rev, rev, `"paused":true`},
 		{"x", rev, first - 1, ""},
 		{"y", yRev, yFirst, ""}, // deleted and put again after it
+		{"never", rev, rev, ""},
 	} {
 		got, err := reg.HeldAt(ctx, tc.id, tc.rev, tc.held)
 		if err != nil {
