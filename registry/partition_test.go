@@ -8,8 +8,11 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
@@ -290,5 +293,54 @@ func TestRegistry_ChangesAtGivesWhatChangedSinceARead(t *testing.T) {
 		if got := describe(touched, createdAt); err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("changes as of %d: %v, %v;\nwant %v", tc.at, got, err, tc.want)
 		}
+	}
+}
+
+// The partition reads a node relies on return etcd's errors rather than
+// what they read before it: ChangesAt whose read of the ids fails (a task
+// deleted since, so that the count differs), Created whose transaction
+// fails.
+func TestRegistry_PartitionReadsReturnEtcdsErrors(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	var failing atomic.Value // the method to fail, "" for none
+	failing.Store("")
+	fail := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if m := failing.Load().(string); m != "" && strings.HasSuffix(method, m) {
+			return errors.New("injected failure")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	reg, err := OpenRegistry(ctx, interceptedClient(t, c, fail), "/errors", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; len(ids) < 2; i++ {
+		if id := fmt.Sprintf("e/%d", i); reg.Partition(id) == 0 {
+			ids = append(ids, id)
+			putTask(t, reg, noopTask(id, "@daily"))
+		}
+	}
+	since, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Delete(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	at, err := reg.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	failing.Store("/Range")
+	if touched, _, err := reg.ChangesAt(ctx, 0, map[string]bool{ids[0]: true, ids[1]: true}, since, at); err == nil {
+		t.Errorf("ChangesAt with its read of the ids failed: %v, no error", touched)
+	}
+	failing.Store("/Txn")
+	if created, _, err := reg.Created(ctx, ids); err == nil {
+		t.Errorf("Created with its read failed: %v, no error", created)
 	}
 }
