@@ -28,6 +28,13 @@ func jsonName(f reflect.StructField) string {
 	return name
 }
 
+// DecodeFiring refuses a stored value that does not decode.
+func TestDecodeFiring_RefusesACorruptValue(t *testing.T) {
+	if f, err := DecodeFiring("x", []byte("not json")); err == nil {
+		t.Errorf("DecodeFiring of a corrupt value: %+v, no error", f)
+	}
+}
+
 // TestFiring_HasFireFields fails when a Task field that a fire uses is not
 // decoded by firing, which loading a partition reads stored tasks with.
 func TestFiring_HasFireFields(t *testing.T) {
@@ -342,5 +349,48 @@ func TestRegistry_PartitionReadsReturnEtcdsErrors(t *testing.T) {
 	failing.Store("/Txn")
 	if created, _, err := reg.Created(ctx, ids); err == nil {
 		t.Errorf("Created with its read failed: %v, no error", created)
+	}
+}
+
+// Created gives each task's creation revision, and 0 for one that does not
+// exist.
+func TestRegistry_CreatedReadsCreationRevisions(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/created")
+	first := putTask(t, reg, noopTask("a", "@daily")).Version
+	putTask(t, reg, noopTask("a", "@hourly"))
+	created, _, err := reg.Created(context.Background(), []string{"a", "never"})
+	if want := map[string]int64{"a": first, "never": 0}; err != nil || !maps.Equal(created, want) {
+		t.Errorf("Created: %v, %v; want %v", created, err, want)
+	}
+}
+
+// WatchTriggers from revision 0 follows from now: a trigger put before it
+// is not among its events, one put after it is.
+func TestRegistry_WatchTriggersFromNowSkipsEarlierTriggers(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/watchnow")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	putTask(t, reg, noopTask("before", "@daily"))
+	putTask(t, reg, noopTask("after", "@daily"))
+	if _, err := reg.Trigger(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	wch := reg.WatchTriggers(ctx, 0)
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("first response %+v, want the watch's creation", resp)
+	}
+	if _, err := reg.Trigger(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	resp := <-wch
+	if err := resp.Err(); err != nil || len(resp.Events) == 0 {
+		t.Fatalf("watch: %+v, %v", resp, err)
+	}
+	if _, _, id, _ := reg.ParseTrigger(string(resp.Events[0].Kv.Key)); id != "after" {
+		t.Errorf("first event of the watch: a trigger of %q, want one of %q", id, "after")
 	}
 }
