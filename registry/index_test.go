@@ -122,11 +122,14 @@ func TestIndex_FollowsEveryWrite(t *testing.T) {
 		}
 		return l
 	}
-	putTask(t, reg, labelled("wide", many("a")))
-	putTask(t, reg, labelled("wide", many("b"))) // 1 put, 64 deletes, 64 puts
+	wide := putTask(t, reg, labelled("wide", many("a")))
+	// 1 put, 64 deletes, 64 puts: two transactions, one write
+	if _, err := reg.Put(ctx, labelled("wide", many("b")), PutOptions{IfVersion: wide.Version}); err != nil {
+		t.Fatalf("a change of all 64 labels at the stored version: %v", err)
+	}
 	checkIndex(t, c.Client, reg)
-	if res, err := reg.PutBatch(ctx, []*task.Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(res.Errors) > 0 || res.Written != 2 {
-		t.Fatalf("batch with a wide task: written %d, errors %v, err %v", res.Written, res.Errors, err)
+	if res, err := reg.PutBatch(ctx, []*task.Task{labelled("wide", many("c")), labelled("b/000", nil)}); err != nil || len(res.Errors) > 0 || res.Written != 2 || res.Unchanged != 0 {
+		t.Fatalf("batch with a wide task: written %d (%d unchanged), errors %v, err %v", res.Written, res.Unchanged, res.Errors, err)
 	}
 	checkIndex(t, c.Client, reg)
 
