@@ -337,3 +337,25 @@ func bulkBenchFleet(b *testing.B, n int) (*etcdtest.Cluster, *Registry) {
 	fillRegistry(b, reg, n)
 	return c, reg
 }
+
+// A bulk pause of large tasks writes them in transactions of at most
+// MaxTxnBytes, inside etcd's request limit (1.5 MiB): 40 tasks of 50 KB
+// are not one transaction, which etcd would refuse.
+func TestRegistry_BulkPauseOfLargeTasksStaysWithinEtcdsRequestLimit(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bulklarge")
+	ctx := context.Background()
+	var tasks []*task.Task
+	for i := range 40 {
+		tasks = append(tasks, &task.Task{ID: fmt.Sprintf("large/%02d", i), Schedule: "@hourly",
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: strings.Repeat("x", 50000)}})
+	}
+	if res, err := reg.PutBatch(ctx, tasks); err != nil || res.Written != len(tasks) {
+		t.Fatalf("put: written %d, %v %v", res.Written, res.Errors, err)
+	}
+	res, err := reg.BulkPause(ctx, task.Selector{Prefix: "large/"}, "test")
+	if err != nil || res.Changed != len(tasks) {
+		t.Errorf("bulk pause of %d large tasks: %+v, %v; want all changed", len(tasks), res, err)
+	}
+}
