@@ -359,3 +359,18 @@ func TestRegistry_BulkPauseOfLargeTasksStaysWithinEtcdsRequestLimit(t *testing.T
 		t.Errorf("bulk pause of %d large tasks: %+v, %v; want all changed", len(tasks), res, err)
 	}
 }
+
+// A bulk action etcd refuses (its NOSPACE alarm) returns etcd's error,
+// with nothing changed.
+func TestRegistry_BulkStoppedByEtcdReturnsItsError(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.NewClient(t), "/bulknospace")
+	bulkFleet(t, reg, 3)
+	c.RaiseNoSpace(t)
+	defer c.ClearNoSpace(t)
+	res, err := reg.BulkPause(context.Background(), task.Selector{Prefix: "fleet/"}, "test")
+	if !errors.Is(err, ErrNoSpace) || res.Changed != 0 {
+		t.Errorf("a bulk pause etcd refuses: %+v, %v; want nothing changed and etcd's NOSPACE", res, err)
+	}
+}
