@@ -803,3 +803,51 @@ func TestRegistry_CheckIsAPutThatWritesNothing(t *testing.T) {
 		t.Errorf("checks moved the revision from %d to %d", before, after)
 	}
 }
+
+// A backfill's record through its life: none, running (with the default
+// concurrency when none is asked for), canceled (which makes room for
+// the next), and what GetBackfill and CancelBackfill say at each step.
+func TestRegistry_BackfillCancelAndGet(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/backfills")
+	ctx := context.Background()
+	putTask(t, reg, noopTask("b", "0 * * * *"))
+	to := time.Now().UTC().Truncate(time.Hour)
+	from := to.Add(-3 * time.Hour)
+	var ve *task.ValidationError
+	for _, err := range []error{
+		func() error { _, err := reg.GetBackfill(ctx, "bad\x01id"); return err }(),
+		func() error { _, err := reg.CancelBackfill(ctx, "bad\x01id"); return err }(),
+	} {
+		if !errors.As(err, &ve) {
+			t.Errorf("a bad id: %v, want a *ValidationError", err)
+		}
+	}
+	if b, err := reg.GetBackfill(ctx, "b"); err != nil || b != nil {
+		t.Errorf("before any backfill: %+v, %v; want none", b, err)
+	}
+	var none *NoBackfillRunningError
+	if _, err := reg.CancelBackfill(ctx, "b"); !errors.As(err, &none) || none.Latest != nil || !strings.HasSuffix(err.Error(), "it has had none") {
+		t.Errorf("cancel before any backfill: %v, want ErrNoBackfillRunning with no latest", err)
+	}
+
+	if b, err := reg.Backfill(ctx, "b", from, to, 0); err != nil || b.Concurrency != task.DefaultBackfillConcurrency || b.Fires != 4 {
+		t.Fatalf("backfill with no concurrency: %+v, %v; want 4 fires at the default concurrency %d", b, err, task.DefaultBackfillConcurrency)
+	}
+	if b, err := reg.GetBackfill(ctx, "b"); err != nil || b == nil || b.State != task.BackfillRunning {
+		t.Errorf("a backfill started: %+v, %v; want it running", b, err)
+	}
+	if b, err := reg.CancelBackfill(ctx, "b"); err != nil || b == nil || b.State != task.BackfillCanceled || b.Fires != 4 {
+		t.Errorf("cancel of the running backfill: %+v, %v; want its record, canceled", b, err)
+	}
+	if b, err := reg.GetBackfill(ctx, "b"); err != nil || b == nil || b.State != task.BackfillCanceled {
+		t.Errorf("a backfill canceled: %+v, %v; want it canceled", b, err)
+	}
+	if _, err := reg.CancelBackfill(ctx, "b"); !errors.As(err, &none) || none.Latest == nil || !strings.HasSuffix(err.Error(), "its latest is "+task.BackfillCanceled) {
+		t.Errorf("a second cancel: %v, want ErrNoBackfillRunning with the canceled one", err)
+	}
+	if b, err := reg.Backfill(ctx, "b", from, to, 3); err != nil || b.Concurrency != 3 {
+		t.Errorf("a backfill after a canceled one: %+v, %v; want it running at concurrency 3", b, err)
+	}
+}
