@@ -851,3 +851,46 @@ func TestRegistry_BackfillCancelAndGet(t *testing.T) {
 		t.Errorf("a backfill after a canceled one: %+v, %v; want it running at concurrency 3", b, err)
 	}
 }
+
+// A backfill record that does not decode is an error where it is read;
+// RecordBackfill over a record that is gone reports no current one; and
+// WatchBackfills from revision 0 follows from now.
+func TestRegistry_BackfillRecordsCorruptGoneAndWatched(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/bfrecords")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Client.Put(ctx, reg.keys.backfill(reg.Partition("corrupt"), "corrupt"), "not json"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := reg.GetBackfill(ctx, "corrupt"); err == nil {
+		t.Errorf("GetBackfill of a corrupt record: %+v, no error", b)
+	}
+	b := &task.Backfill{State: task.BackfillRunning, Fires: 1}
+	if _, ok, cur, err := reg.RecordBackfill(ctx, "gone", b, 5); err != nil || ok || cur != nil {
+		t.Errorf("RecordBackfill over no record: ok %v, current %v, %v; want not written, no current record", ok, cur, err)
+	}
+
+	to := time.Now().UTC().Truncate(time.Hour)
+	for _, id := range []string{"before", "after"} {
+		putTask(t, reg, noopTask(id, "0 * * * *"))
+	}
+	if _, err := reg.Backfill(ctx, "before", to.Add(-time.Hour), to, 0); err != nil {
+		t.Fatal(err)
+	}
+	wch := reg.WatchBackfills(ctx, 0)
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("first response %+v, want the watch's creation", resp)
+	}
+	if _, err := reg.Backfill(ctx, "after", to.Add(-time.Hour), to, 0); err != nil {
+		t.Fatal(err)
+	}
+	resp := <-wch
+	if err := resp.Err(); err != nil || len(resp.Events) == 0 {
+		t.Fatalf("watch: %+v, %v", resp, err)
+	}
+	if _, id, _ := reg.ParseBackfill(string(resp.Events[0].Kv.Key)); id != "after" {
+		t.Errorf("first event of the watch: a backfill of %q, want one of %q", id, "after")
+	}
+}
