@@ -894,3 +894,37 @@ func TestRegistry_BackfillRecordsCorruptGoneAndWatched(t *testing.T) {
 		t.Errorf("first event of the watch: a backfill of %q, want one of %q", id, "after")
 	}
 }
+
+// Put checks on_failure as it checks on_success: a missing target is
+// refused, unless allowed, and so is a cycle; only a task's own targets
+// must exist, not theirs; and a change of one list, the other kept, is
+// checked.
+func TestRegistry_PutChecksEveryChain(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/chains")
+	ctx := context.Background()
+	var ve *task.ValidationError
+	failing := noopTask("f", "@daily")
+	failing.OnFailure = []string{"missing"}
+	if _, err := reg.Put(ctx, failing, PutOptions{}); !errors.As(err, &ve) || ve.Field != "on_failure[0]" {
+		t.Errorf("on_failure to a missing task: %v, want a *ValidationError on on_failure[0]", err)
+	}
+	if _, err := reg.Put(ctx, failing, PutOptions{AllowMissingTargets: true}); err != nil {
+		t.Fatalf("on_failure to a missing task, allowed: %v", err)
+	}
+	// g's target f exists; f's own target need not.
+	g := noopTask("g", "@daily")
+	g.OnFailure = []string{"f"}
+	putTask(t, reg, g)
+	closing := noopTask("missing", "@daily")
+	closing.OnFailure = []string{"g"}
+	if _, err := reg.Put(ctx, closing, PutOptions{}); !errors.As(err, &ve) || !strings.Contains(err.Error(), "cycle") {
+		t.Errorf("on_failure closing a cycle: %v, want it refused", err)
+	}
+	// on_success changed, on_failure kept.
+	g.OnSuccess = []string{"nowhere"}
+	if _, err := reg.Put(ctx, g, PutOptions{}); !errors.As(err, &ve) || ve.Field != "on_success[0]" {
+		t.Errorf("on_success changed to a missing task: %v, want a *ValidationError on on_success[0]", err)
+	}
+}
