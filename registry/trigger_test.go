@@ -92,6 +92,34 @@ func TestRegistry_OverriddenTriggersOfTwoProcessesInOneMillisecondAreTwoFires(t 
 	}
 }
 
+// A process remembers each task's last trigger time whatever tasks it
+// triggers in between: the triggers of A, B, then A again in one
+// millisecond, the first two fired, are three fires, A's second after
+// its first.
+func TestRegistry_TriggersOfOtherTasksInBetweenKeepATasksLastTime(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	reg := openRegistry(t, c.Client, "/between")
+	stopClocks(reg)
+	for _, id := range []string{"a", "b"} {
+		putTask(t, reg, noopTask(id, "@yearly"))
+	}
+	first, err := reg.Trigger(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Trigger(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Delete(ctx, reg.keys.triggers(), clientv3.WithPrefix()); err != nil { // both fired
+		t.Fatal(err)
+	}
+	if again, err := reg.Trigger(ctx, "a"); err != nil || !again.After(first) {
+		t.Errorf("a's second trigger at %s, %v; want after its first at %s", again.Format(time.StampMilli), err, first.Format(time.StampMilli))
+	}
+}
+
 // stopClocks stops the clocks of regs at one instant, which it returns.
 func stopClocks(regs ...*Registry) time.Time {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
