@@ -928,3 +928,29 @@ func TestRegistry_PutChecksEveryChain(t *testing.T) {
 		t.Errorf("on_success changed to a missing task: %v, want a *ValidationError on on_success[0]", err)
 	}
 }
+
+// The cycle check reads at most maxChainWalk tasks for one put: a chain
+// reaching that many is taken, one reaching one more is refused, naming
+// the bound (each task read is a compare of the put's transaction).
+func TestRegistry_ChainCheckReadsAtMostItsBound(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	reg := openRegistry(t, c.Client, "/walk")
+	id := func(i int) string { return fmt.Sprintf("c%02d", i) }
+	put := func(i int) error {
+		tsk := noopTask(id(i), "@daily")
+		tsk.OnSuccess = []string{id(i + 1)}
+		_, err := reg.Put(context.Background(), tsk, PutOptions{})
+		return err
+	}
+	putTask(t, reg, noopTask(id(maxChainWalk+1), "@daily"))
+	for i := maxChainWalk; i >= 1; i-- { // c01's chain reaches maxChainWalk tasks
+		if err := put(i); err != nil {
+			t.Fatalf("put %s, its chain reaching %d tasks: %v", id(i), maxChainWalk+1-i, err)
+		}
+	}
+	var ve *task.ValidationError
+	if err := put(0); !errors.As(err, &ve) || !strings.Contains(err.Error(), fmt.Sprintf("more than %d tasks", maxChainWalk)) {
+		t.Errorf("put %s, its chain reaching %d tasks: %v, want a *ValidationError naming the bound", id(0), maxChainWalk+1, err)
+	}
+}
