@@ -109,6 +109,18 @@ func TestEngine_ChangesSincePreparedRead(t *testing.T) {
 			if want := []string{"changed @daily", "created @daily", "deleted deleted"}; !slices.Equal(got, want) {
 				t.Errorf("changes %v, want %v", got, want)
 			}
+			if tc.compact {
+				// The partition's latest creation moves to the task created
+				// since: a trigger written before it waits for the check of
+				// its task's creation (triggerNow).
+				created, _, err := reg.Created(ctx, []string{"created"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if prep.created != created["created"] {
+					t.Errorf("the partition's latest creation at revision %d, want %d (the task created since)", prep.created, created["created"])
+				}
+			}
 		})
 	}
 }
