@@ -540,15 +540,15 @@ func (l *loop) endReleasedAgain(hand map[int]*handOver) {
 // a fence after the commit may cut it, or one before the seal of a
 // release it left stuck (the fenced drop keeps its hand-over), its key
 // staying, and the next owner, taking that key for the fire, ended it
-// unrun. Should it start instead, its key goes in
-// the background, and the next owner may fire it again, at least once
-// rather than never: rare, as the release waited for the job's end first
-// (Config.ReleaseRunWait), the worker held through that wait.
+// unrun. Should it start instead, its key goes in the background, and the
+// next owner may fire it again, at least once rather than never: rare, as
+// the release waited for the job's end first (Config.ReleaseRunWait), the
+// worker held through that wait.
 func (l *loop) handTriggers(hand map[int]*handOver) {
 	now := l.cfg.Clock.Now().UnixNano()
-	held := l.pool.notStarted()
+	unstarted := l.pool.notStarted()
 	for k, s := range l.triggered {
-		if h := hand[k.part]; h != nil && !s.early && s.until > now && !slices.Contains(held, k) {
+		if h := hand[k.part]; h != nil && !s.early && s.until > now && !slices.Contains(unstarted, k) {
 			f := firedTrigger{ID: k.id, At: time.Unix(0, k.at).UTC(), Rev: s.rev, Attempt: s.attempt, until: s.until}
 			f.waitLeft(now)
 			h.fired = append(h.fired, f)
