@@ -349,7 +349,7 @@ func TestRegistry_BulkPauseOfLargeTasksStaysWithinEtcdsRequestLimit(t *testing.T
 	var tasks []*task.Task
 	for i := range 40 {
 		tasks = append(tasks, &task.Task{ID: fmt.Sprintf("large/%02d", i), Schedule: "@hourly",
-			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: strings.Repeat("x", 50000)}})
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.1/", Body: strings.Repeat("x", 50000)}})
 	}
 	if res, err := reg.PutBatch(ctx, tasks); err != nil || res.Written != len(tasks) {
 		t.Fatalf("put: written %d, %v %v", res.Written, res.Errors, err)

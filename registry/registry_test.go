@@ -599,7 +599,7 @@ func TestRegistry_PutTakesATaskUpToTheSizeLimit(t *testing.T) {
 	stopClocks(reg) // times of one length
 	sized := func(n int) *task.Task {
 		return &task.Task{ID: "large", Schedule: "@hourly",
-			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://x/", Body: strings.Repeat("x", n)}}
+			Executor: task.Executor{Type: task.ExecutorHTTP, URL: "http://127.0.0.1/", Body: strings.Repeat("x", n)}}
 	}
 	tsk := sized(1)
 	if err := tsk.Validate(); err != nil { // with its defaults, as Put stores it
