@@ -1253,3 +1253,30 @@ func TestLoop_WindowEndsOnlyAfterItsLastTime(t *testing.T) {
 	tl.dispatchAll()
 	ended(task.EndedNotAfter)
 }
+
+// The acquire of a partition whose previous owner did not delete its
+// ended delete_after_fire tasks (it crashed) deletes only those last
+// written before their last time: one written after it (edited, or put
+// after its time and fired late by its misfire policy) stays, ended.
+func TestLoop_AcquireDeletesAnEndedTaskOnlyIfWrittenBeforeItsLastTime(t *testing.T) {
+	base := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	tl := newTestLoop(t, base, nil)
+	h := tl.everySecond(t)
+	at := base.Add(-10 * time.Second)
+	def := func(id string, written time.Time) taskDef {
+		prof := noopProfile(task.MisfireFireOnce)
+		prof.key, prof.deleteAfter, prof.updatedAt = "noop/delete-after/"+id, true, written
+		prof.win = &window{s: tl.scheds.Get(h), from: at.UnixNano(), to: at.UnixNano(), end: task.EndedMaxFires}
+		return taskDef{id: id, hash: xxhash.Sum64String(id), part: 0, sched: h, prof: prof}
+	}
+	tl.handle(&loadCmd{part: 0, resume: base.UnixNano(), first: true, done: make(chan struct{}),
+		defs: []taskDef{def("before", at.Add(-time.Second)), def("after", at.Add(time.Second))}})
+	tl.handle(&endedCmd{part: 0})
+	var deleted []string
+	for len(tl.ended) > 0 {
+		deleted = append(deleted, (<-tl.ended).id)
+	}
+	if !slices.Equal(deleted, []string{"before"}) {
+		t.Errorf("deletions queued %v, want [before]", deleted)
+	}
+}
