@@ -406,3 +406,36 @@ func TestLoop_StagedBurstTakenBeforeItsNextTimes(t *testing.T) {
 		t.Errorf("the burst is still awaited after its next times")
 	}
 }
+
+// Only a task at rest is staged: one whose fire still runs ends the
+// stage, and at its second its policy decides its fire (forbid skips it),
+// as without a stage; staged, the fire bypassed the policy. A paused
+// task's fire comes through neither.
+func TestLoop_StageEndsAtATaskNotAtRest(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, state := range []string{"running", "paused"} {
+		t.Run(state, func(t *testing.T) {
+			tl := newTestLoop(t, base.Add(-50*time.Millisecond), nil)
+			prof := noopProfile(task.MisfireFireOnce)
+			prof.key, prof.noop, prof.concurrency = "forbid", false, task.ConcurrencyForbid
+			tl.add(t, 0, base.Add(-2*time.Second), prof, "* * * * * *", "t")
+			tl.dispatchAll() // its fire of the second before: queued, so running
+			if state == "paused" {
+				_, r, _ := tl.tab.lookup("t")
+				tl.end(tl.takeQueued(), statusOK)
+				tl.handle(&eventsCmd{part: 0, upserts: []taskDef{{id: "t", hash: xxhash.Sum64String("t"), part: 0, sched: r.sched, prof: prof, paused: true}}})
+				tl.handle(wakeCmd{})
+			}
+			before := tl.dispatched(0)
+			tl.stageNext()
+			if len(tl.staged.jobs) != 0 {
+				t.Fatalf("staged %d fires of a task %s", len(tl.staged.jobs), state)
+			}
+			tl.clock.Advance(51 * time.Millisecond)
+			tl.dispatchAll()
+			if got := tl.dispatched(0); !slices.Equal(got, before) {
+				t.Errorf("queued %v after the second, want %v: the task was %s", got, before, state)
+			}
+		})
+	}
+}
