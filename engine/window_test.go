@@ -498,10 +498,7 @@ func TestLoop_DeleteAfterFireEndedWhilePausedIsDeletedAtItsResumeOnTheNextOwner(
 			hand := tl.releaseNow(0).hand[0]
 
 			next := newTestLoop(t, tl.clock.Now().Add(time.Second), nil)
-			h, err := next.scheds.Intern("* * * * * *", "UTC", "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := next.everySecond(t)
 			// Written at its pause and at its resume, after its last time.
 			writtenAt := func(paused bool, at time.Time) taskDef {
 				d := def(paused)
