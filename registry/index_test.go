@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -884,17 +883,10 @@ func TestGetMany_AFailedReadIsAnError(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
 	ctx := context.Background()
-	var fail atomic.Bool
-	failTxn := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if fail.Load() && strings.HasSuffix(method, "/Txn") {
-			return errors.New("injected failure")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	cli := interceptedClient(t, c, failTxn)
-	reg := openRegistry(t, cli, "/failed")
+	var failing atomic.Pointer[string]
+	reg := openRegistry(t, failingClient(t, c, &failing), "/failed")
 	putTask(t, reg, noopTask("f/1", "@yearly"))
-	fail.Store(true)
+	failing.Store(new("/Txn"))
 	if got, err := reg.GetMany(ctx, []string{"f/1"}); err == nil {
 		t.Errorf("GetMany with its read failed: %v, no error", got)
 	}

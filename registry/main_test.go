@@ -2,6 +2,9 @@ package registry
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +27,18 @@ func putTask(t *testing.T, r *Registry, tsk *task.Task) *task.Task {
 		t.Fatalf("put %s: %v", tsk.ID, err)
 	}
 	return got
+}
+
+// failingClient returns a client of c whose unary calls to the etcd
+// method named by the value the caller sets in failing (a suffix such as
+// "/Txn"; "" or nil for none) fail.
+func failingClient(t *testing.T, c *etcdtest.Cluster, failing *atomic.Pointer[string]) *clientv3.Client {
+	return interceptedClient(t, c, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if m := failing.Load(); m != nil && *m != "" && strings.HasSuffix(method, *m) {
+			return errors.New("injected failure")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }
 
 // interceptedClient returns a client of c whose unary calls go through

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/shardcron/shardcron/internal/etcdtest"
 	"github.com/shardcron/shardcron/task"
 )
@@ -311,15 +309,8 @@ func TestRegistry_PartitionReadsReturnEtcdsErrors(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t)
 	ctx := context.Background()
-	var failing atomic.Value // the method to fail, "" for none
-	failing.Store("")
-	fail := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if m := failing.Load().(string); m != "" && strings.HasSuffix(method, m) {
-			return errors.New("injected failure")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	reg, err := OpenRegistry(ctx, interceptedClient(t, c, fail), "/errors", 2)
+	var failing atomic.Pointer[string] // the method to fail
+	reg, err := OpenRegistry(ctx, failingClient(t, c, &failing), "/errors", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,11 +333,11 @@ func TestRegistry_PartitionReadsReturnEtcdsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	failing.Store("/Range")
+	failing.Store(new("/Range"))
 	if touched, _, err := reg.ChangesAt(ctx, 0, map[string]bool{ids[0]: true, ids[1]: true}, since, at); err == nil {
 		t.Errorf("ChangesAt with its read of the ids failed: %v, no error", touched)
 	}
-	failing.Store("/Txn")
+	failing.Store(new("/Txn"))
 	if created, _, err := reg.Created(ctx, ids); err == nil {
 		t.Errorf("Created with its read failed: %v, no error", created)
 	}
